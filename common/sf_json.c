@@ -1,0 +1,337 @@
+/*
+ * sf_json.c - small helpers over jansson used by every module.
+ */
+#include "common/sf_base.h"
+
+#include <math.h>
+
+#include "common/sf_json.h"
+
+json_t *sf_json_parse(const char *text, size_t len, struct sf_err *err)
+{
+    json_error_t jerr;
+    json_t *v;
+
+    if (text == NULL) {
+        sf_err_set(err, SF_EINVAL, false, "invalid JSON: no input");
+        return NULL;
+    }
+    /* jansson rejects \u0000 in strings and nesting deeper than 2048 levels. */
+    v = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
+    if (v == NULL)
+        sf_err_set(err, SF_EINVAL, false, "invalid JSON at line %d column %d: %s", jerr.line,
+                   jerr.column, jerr.text);
+    return v;
+}
+
+/*
+ * Our own compact writer instead of json_dump_callback: jansson prints reals
+ * with 17 significant digits (0.1 -> 0.10000000000000001), which is exact but
+ * not what users stored or what the service returns. We print the shortest
+ * form that reads back as the same double.
+ */
+
+/* Deeper values cannot come from sf_json_parse; deeper means a cycle or abuse. */
+#define SF_JSON_DUMP_MAX_DEPTH 2048
+
+/* The short escape letter of c ('n' for newline...), or 0 when c needs \u00XX or nothing. */
+static char sf_json_short_escape(unsigned char c)
+{
+    switch (c) {
+    case '"':
+        return '"';
+    case '\\':
+        return '\\';
+    case '\n':
+        return 'n';
+    case '\r':
+        return 'r';
+    case '\t':
+        return 't';
+    case '\b':
+        return 'b';
+    case '\f':
+        return 'f';
+    default:
+        return 0;
+    }
+}
+
+static enum sf_rc sf_json_dump_string(const char *s, size_t len, struct sf_buf *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i, run = 0;
+    enum sf_rc rc;
+
+    rc = sf_buf_putc(out, '"');
+    /* Copy runs of plain bytes in one append; escape quotes, backslashes and controls. */
+    for (i = 0; i < len && rc == SF_OK; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        size_t esc_len = 6;
+
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            run++;
+            continue;
+        }
+        rc = sf_buf_append(out, s + i - run, run);
+        run = 0;
+        if (sf_json_short_escape(c) != 0) {
+            esc[1] = sf_json_short_escape(c);
+            esc_len = 2;
+        }
+        if (rc == SF_OK)
+            rc = sf_buf_append(out, esc, esc_len);
+    }
+    if (rc == SF_OK)
+        rc = sf_buf_append(out, s + len - run, run);
+    if (rc == SF_OK)
+        rc = sf_buf_putc(out, '"');
+    return rc;
+}
+
+/*
+ * Prints d the way JavaScript does (the reference client is the JS SDK):
+ * the fewest significant digits that read back as the same double, plain
+ * notation for 1e-6 <= |d| < 1e21, otherwise "1.5e+300". Unlike JavaScript a
+ * whole number keeps ".0" so that it parses back as a real, not an integer.
+ */
+static enum sf_rc sf_json_dump_real(double d, struct sf_buf *out)
+{
+    char sci[40], digits[24], text[48];
+    size_t n = 0, o = 0, i;
+    int prec, exp10 = 0;
+    const char *p;
+    bool neg = signbit(d) != 0;
+
+    if (!isfinite(d))
+        return SF_EINVAL; /* JSON has no inf/nan (jansson refuses them too) */
+    if (d == 0)
+        return sf_buf_puts(out, neg ? "-0.0" : "0.0");
+    for (prec = 1; prec <= 17; prec++) {
+        (void)snprintf(sci, sizeof(sci), "%.*e", prec - 1, d);
+        if (strtod(sci, NULL) == d)
+            break;
+    }
+    /* sci is "[-]D[.DDD]e[+-]XX" (the point may be a locale's comma). */
+    for (p = sci; *p != 'e' && *p != '\0'; p++) {
+        if (*p >= '0' && *p <= '9' && n < sizeof(digits) - 1)
+            digits[n++] = *p;
+    }
+    if (*p != 'e' || n == 0)
+        return SF_EINVAL; /* snprintf broke its contract; never emit a garbage number */
+    exp10 = (int)strtol(p + 1, NULL, 10);
+    while (n > 1 && digits[n - 1] == '0')
+        n--;
+    if (neg)
+        text[o++] = '-';
+    if (exp10 >= 21 || exp10 < -6) {
+        text[o++] = digits[0];
+        if (n > 1) {
+            text[o++] = '.';
+            for (i = 1; i < n; i++)
+                text[o++] = digits[i];
+        }
+        o += (size_t)snprintf(text + o, sizeof(text) - o, "e%c%d", exp10 < 0 ? '-' : '+',
+                              exp10 < 0 ? -exp10 : exp10);
+    } else if (exp10 >= 0) {
+        /* Integer part: exp10 + 1 digits, padded with zeros past the significant ones. */
+        for (i = 0; i < (size_t)exp10 + 1; i++)
+            text[o++] = (char)(i < n ? digits[i] : '0');
+        text[o++] = '.';
+        if (n > (size_t)exp10 + 1) {
+            for (i = (size_t)exp10 + 1; i < n; i++)
+                text[o++] = digits[i];
+        } else {
+            text[o++] = '0';
+        }
+    } else {
+        text[o++] = '0';
+        text[o++] = '.';
+        for (i = 0; i < (size_t)(-exp10 - 1); i++)
+            text[o++] = '0';
+        for (i = 0; i < n; i++)
+            text[o++] = digits[i];
+    }
+    return sf_buf_append(out, text, o);
+}
+
+static enum sf_rc sf_json_dump_value(const json_t *v, struct sf_buf *out, int depth)
+{
+    enum sf_rc rc = SF_OK;
+    size_t i;
+    void *it;
+    bool first = true;
+
+    if (depth > SF_JSON_DUMP_MAX_DEPTH)
+        return SF_EINVAL;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        rc = sf_buf_putc(out, '{');
+        /* jansson iterates objects in insertion order. */
+        for (it = json_object_iter((json_t *)v); it != NULL && rc == SF_OK;
+             it = json_object_iter_next((json_t *)v, it)) {
+            if (!first)
+                rc = sf_buf_putc(out, ',');
+            first = false;
+            if (rc == SF_OK)
+                rc = sf_json_dump_string(json_object_iter_key(it), json_object_iter_key_len(it),
+                                         out);
+            if (rc == SF_OK)
+                rc = sf_buf_putc(out, ':');
+            if (rc == SF_OK)
+                rc = sf_json_dump_value(json_object_iter_value(it), out, depth + 1);
+        }
+        return rc == SF_OK ? sf_buf_putc(out, '}') : rc;
+    case JSON_ARRAY:
+        rc = sf_buf_putc(out, '[');
+        for (i = 0; i < json_array_size(v) && rc == SF_OK; i++) {
+            if (i > 0)
+                rc = sf_buf_putc(out, ',');
+            if (rc == SF_OK)
+                rc = sf_json_dump_value(json_array_get(v, i), out, depth + 1);
+        }
+        return rc == SF_OK ? sf_buf_putc(out, ']') : rc;
+    case JSON_STRING:
+        return sf_json_dump_string(json_string_value(v), json_string_length(v), out);
+    case JSON_INTEGER:
+        return sf_buf_printf(out, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    case JSON_REAL:
+        return sf_json_dump_real(json_real_value(v), out);
+    case JSON_TRUE:
+        return sf_buf_puts(out, "true");
+    case JSON_FALSE:
+        return sf_buf_puts(out, "false");
+    case JSON_NULL:
+        return sf_buf_puts(out, "null");
+    }
+    return SF_EINVAL;
+}
+
+enum sf_rc sf_json_dump(const json_t *v, struct sf_buf *out)
+{
+    size_t old_len = out->len;
+    enum sf_rc rc;
+
+    if (v == NULL)
+        return SF_EINVAL;
+    rc = sf_json_dump_value(v, out, 0);
+    if (rc != SF_OK) {
+        /* Roll back a partial document: callers see all of it or none. */
+        out->len = old_len;
+        if (out->data != NULL)
+            out->data[old_len] = '\0';
+    }
+    return rc;
+}
+
+const char *sf_json_str(const json_t *obj, const char *key)
+{
+    json_t *v;
+
+    if (!json_is_object(obj) || key == NULL)
+        return NULL;
+    v = json_object_get(obj, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/*
+ * An array index: decimal digits, no sign, no leading zero (RFC 6901), below
+ * size. false otherwise.
+ */
+static bool sf_json_index(const char *s, size_t len, size_t size, size_t *ret_i)
+{
+    size_t v = 0, i;
+
+    if (len == 0 || (len > 1 && s[0] == '0'))
+        return false;
+    for (i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        if (v > (SIZE_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (size_t)(s[i] - '0');
+    }
+    if (v >= size)
+        return false;
+    *ret_i = v;
+    return true;
+}
+
+/* One step: key seg[0..len) of an object, or index of an array. Borrowed or NULL. */
+static json_t *sf_json_step(const json_t *cur, const char *seg, size_t len)
+{
+    size_t i;
+
+    if (json_is_object(cur))
+        return json_object_getn(cur, seg, len);
+    if (json_is_array(cur) && sf_json_index(seg, len, json_array_size(cur), &i))
+        return json_array_get(cur, i);
+    return NULL;
+}
+
+/* Undoes RFC 6901 escapes (~1 -> '/', ~0 -> '~') in place; false for any other '~'. */
+static bool sf_json_unescape(char *seg, size_t *len)
+{
+    size_t r, w = 0;
+
+    for (r = 0; r < *len; r++) {
+        if (seg[r] != '~') {
+            seg[w++] = seg[r];
+            continue;
+        }
+        if (r + 1 >= *len || (seg[r + 1] != '0' && seg[r + 1] != '1'))
+            return false;
+        seg[w++] = seg[r + 1] == '0' ? '~' : '/';
+        r++;
+    }
+    *len = w;
+    return true;
+}
+
+json_t *sf_json_path(const json_t *v, const char *path)
+{
+    json_t *cur = (json_t *)v; /* jansson's getters take const but return non-const */
+    char *copy = NULL;
+    char *p, *end;
+
+    if (v == NULL || path == NULL)
+        return NULL;
+    if (path[0] == '\0')
+        return cur;
+    if (path[0] != '/') {
+        /* Dotted path: "a.b.0"; segments are keys, or indexes into arrays. */
+        const char *s = path;
+
+        for (;;) {
+            const char *dot = strchr(s, '.');
+            size_t len = dot != NULL ? (size_t)(dot - s) : strlen(s);
+
+            cur = sf_json_step(cur, s, len);
+            if (cur == NULL || dot == NULL)
+                return cur;
+            s = dot + 1;
+        }
+    }
+    /* JSON pointer: unescaping shrinks segments, so work on a private copy. */
+    copy = strdup(path);
+    if (copy == NULL)
+        return NULL;
+    p = copy + 1;
+    for (;;) {
+        size_t len;
+
+        end = strchr(p, '/');
+        len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (!sf_json_unescape(p, &len)) {
+            cur = NULL;
+            break;
+        }
+        cur = sf_json_step(cur, p, len);
+        if (cur == NULL || end == NULL)
+            break;
+        p = end + 1;
+    }
+    free(copy);
+    return cur;
+}

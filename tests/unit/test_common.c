@@ -1,0 +1,527 @@
+/*
+ * test_common.c - unit tests of common/: crypto, request signing and hashing
+ * (this file), plus the suites of test_common_text.c and test_common_log.c.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <ctype.h>
+
+#include "common/sf_auth.h"
+#include "common/sf_crypto.h"
+#include "common/sf_hash.h"
+#include "common/sf_json.h"
+
+Suite *common_text_suite(void);
+Suite *common_log_suite(void);
+
+/* The PROTOCOL.md section 1 test key: base64 of bytes 0x00..0x3F. */
+#define TEST_KEY_B64                                                                               \
+    "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+Pw=="
+#define TEST_DATE "Tue, 01 Apr 2025 12:00:00 GMT"
+
+static void hex_of(const unsigned char *p, size_t n, char *out)
+{
+    sf_hex_lower(p, n, out);
+}
+
+/* ---- base64 ---------------------------------------------------------------------------- */
+
+START_TEST(test_base64_rfc4648_vectors)
+{
+    static const char *const plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+    static const char *const enc[] = {"",         "Zg==",     "Zm8=",    "Zm9v",
+                                      "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+    char out[16];
+    unsigned char dec[16];
+    size_t i, n;
+
+    for (i = 0; i < SF_ARRAY_LEN(plain); i++) {
+        ck_assert_uint_eq(sf_base64_encoded_len(strlen(plain[i])), strlen(enc[i]));
+        sf_base64_encode(plain[i], strlen(plain[i]), out);
+        ck_assert_str_eq(out, enc[i]);
+        n = 999;
+        ck_assert_int_eq(sf_base64_decode(enc[i], strlen(enc[i]), dec, &n), SF_OK);
+        ck_assert_uint_eq(n, strlen(plain[i]));
+        ck_assert(memcmp(dec, plain[i], n) == 0);
+    }
+}
+END_TEST
+
+START_TEST(test_base64_round_trip_all_lengths)
+{
+    unsigned char in[300], dec[300];
+    char enc[sizeof(in) / 3 * 4 + 8];
+    size_t len, i, n;
+
+    for (i = 0; i < sizeof(in); i++)
+        in[i] = (unsigned char)(i * 7 + 3);
+    for (len = 0; len <= sizeof(in); len++) {
+        sf_base64_encode(in, len, enc);
+        ck_assert_uint_eq(strlen(enc), sf_base64_encoded_len(len));
+        ck_assert_int_eq(sf_base64_decode(enc, strlen(enc), dec, &n), SF_OK);
+        ck_assert_uint_eq(n, len);
+        ck_assert(memcmp(in, dec, len) == 0);
+    }
+}
+END_TEST
+
+START_TEST(test_base64_rejects)
+{
+    static const char *const bad[] = {
+        "Zg=",        /* length not a multiple of 4 */
+        "Zg",         /* unpadded */
+        "Zm9vY",      /* wrong length */
+        "Z===",       /* three pads */
+        "====",       /* only padding */
+        "=Zg=",       /* pad first */
+        "Zg=x",       /* pad not at the end */
+        "Zg==Zg==",   /* padding in the middle */
+        "Zm8=Zm8=",   /* padding in the middle */
+        "Zm9v!mFy",   /* bad character */
+        "Zm9vYmF ",   /* space */
+        "Zm9v\nYmFy", /* newline */
+        "-_-_",       /* URL alphabet */
+        "Zh==",       /* non-zero bits under the padding */
+        "Zm9=",       /* non-zero bits under the padding */
+    };
+    unsigned char out[16];
+    size_t i, n;
+
+    for (i = 0; i < SF_ARRAY_LEN(bad); i++) {
+        n = 12345;
+        ck_assert_msg(sf_base64_decode(bad[i], strlen(bad[i]), out, &n) == SF_EINVAL,
+                      "accepted '%s'", bad[i]);
+        ck_assert_uint_eq(n, 12345); /* ret_n untouched on failure */
+    }
+    /* An embedded NUL inside the given length is a bad character too. */
+    ck_assert_int_eq(sf_base64_decode("Zm\0v", 4, out, &n), SF_EINVAL);
+}
+END_TEST
+
+/* ---- hashes, HMAC, comparison, randomness ------------------------------------------------- */
+
+START_TEST(test_hmac_sha256_rfc4231)
+{
+    unsigned char key1[20], key6[131], mac[32];
+    char hex[65];
+
+    /* Test case 2 */
+    sf_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, mac);
+    hex_of(mac, 32, hex);
+    ck_assert_str_eq(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    /* Test case 1 */
+    memset(key1, 0x0b, sizeof(key1));
+    sf_hmac_sha256(key1, sizeof(key1), "Hi There", 8, mac);
+    hex_of(mac, 32, hex);
+    ck_assert_str_eq(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    /* Test case 6: a key longer than the block size is hashed first. */
+    memset(key6, 0xaa, sizeof(key6));
+    sf_hmac_sha256(key6, sizeof(key6), "Test Using Larger Than Block-Size Key - Hash Key First", 54,
+                   mac);
+    hex_of(mac, 32, hex);
+    ck_assert_str_eq(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+END_TEST
+
+START_TEST(test_sha256_and_hex)
+{
+    unsigned char d[32];
+    char hex[65];
+    static const unsigned char bytes[] = {0x00, 0x0f, 0xa0, 0xff};
+
+    sf_sha256("abc", 3, d);
+    hex_of(d, 32, hex);
+    ck_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    sf_sha256("", 0, d);
+    hex_of(d, 32, hex);
+    ck_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    sf_hex_lower(bytes, sizeof(bytes), hex);
+    ck_assert_str_eq(hex, "000fa0ff");
+    sf_hex_lower(bytes, 0, hex);
+    ck_assert_str_eq(hex, "");
+}
+END_TEST
+
+START_TEST(test_ct_equal)
+{
+    unsigned char a[64], b[64];
+
+    memset(a, 0x5a, sizeof(a));
+    memcpy(b, a, sizeof(b));
+    ck_assert(sf_ct_equal(a, b, sizeof(a)));
+    ck_assert(sf_ct_equal(a, b, 0));
+    b[0] ^= 1;
+    ck_assert(!sf_ct_equal(a, b, sizeof(a)));
+    ck_assert(sf_ct_equal(a + 1, b + 1, sizeof(a) - 1));
+    b[0] = a[0];
+    b[63] ^= 0x80;
+    ck_assert(!sf_ct_equal(a, b, sizeof(a)));
+    ck_assert(sf_ct_equal(a, b, 63));
+}
+END_TEST
+
+START_TEST(test_random_bytes)
+{
+    unsigned char a[32], b[32];
+
+    ck_assert_int_eq(sf_random_bytes(a, sizeof(a)), SF_OK);
+    ck_assert_int_eq(sf_random_bytes(b, sizeof(b)), SF_OK);
+    ck_assert(memcmp(a, b, sizeof(a)) != 0);
+    ck_assert_int_eq(sf_random_bytes(a, 0), SF_OK);
+}
+END_TEST
+
+START_TEST(test_uuid4_format)
+{
+    char u1[37], u2[37];
+    int round, i;
+
+    for (round = 0; round < 50; round++) {
+        sf_uuid4(u1);
+        ck_assert_uint_eq(strlen(u1), 36);
+        for (i = 0; i < 36; i++) {
+            if (i == 8 || i == 13 || i == 18 || i == 23)
+                ck_assert_msg(u1[i] == '-', "%s", u1);
+            else
+                ck_assert_msg(isxdigit((unsigned char)u1[i]) && !isupper((unsigned char)u1[i]),
+                              "%s", u1);
+        }
+        ck_assert_msg(u1[14] == '4', "version nibble in %s", u1);
+        ck_assert_msg(strchr("89ab", u1[19]) != NULL, "variant nibble in %s", u1);
+    }
+    sf_uuid4(u2);
+    ck_assert_str_ne(u1, u2);
+}
+END_TEST
+
+/* ---- request signing (PROTOCOL.md section 1) --------------------------------------------- */
+
+static struct sf_auth_key test_key(void)
+{
+    struct sf_auth_key key;
+    size_t i;
+
+    ck_assert_int_eq(sf_auth_key_decode(TEST_KEY_B64, &key, NULL), SF_OK);
+    ck_assert_uint_eq(key.len, 64);
+    for (i = 0; i < 64; i++)
+        ck_assert_uint_eq(key.bytes[i], i);
+    return key;
+}
+
+START_TEST(test_auth_protocol_vectors)
+{
+    static const struct {
+        const char *verb, *rtype, *link, *sig;
+    } rows[] = {
+        {"GET", "docs", "dbs/sagas/colls/orders/docs/order-1",
+         "ySw5ZulFaeUQf5JmTTUyZEJGOOWH55qOY5f0H4J1CP4="},
+        {"POST", "docs", "dbs/sagas/colls/orders", "8Ry8jUgsvoN2+JCL7nuBWVdDf1n8DMgLKdVHNpuyc9c="},
+        {"GET", "pkranges", "dbs/sagas/colls/orders",
+         "ebBhhv1Mn0k3VUhK4SOgYAZxsH7DFlx6wQgp9jzhqiU="},
+        {"POST", "dbs", "", "16XSXUWhkWEhnL4fPTcrlvZ0cT7w2+Q/i2EJHl/JiVk="},
+        {"GET", "", "", "3ZIEJvGF+vVbXmz9J0QIVD+G0L4pS+6wp5kHrsKi12o="},
+    };
+    struct sf_auth_key key = test_key();
+    char sig[45];
+    size_t i;
+
+    for (i = 0; i < SF_ARRAY_LEN(rows); i++) {
+        sf_auth_signature(&key, rows[i].verb, rows[i].rtype, rows[i].link, TEST_DATE, sig);
+        ck_assert_msg(strcmp(sig, rows[i].sig) == 0, "row %zu: %s", i + 1, sig);
+    }
+}
+END_TEST
+
+START_TEST(test_auth_signs_exact_bytes)
+{
+    static const char payload[] =
+        "get\ndocs\ndbs/sagas/colls/orders/docs/order-1\ntue, 01 apr 2025 12:00:00 gmt\n\n";
+    struct sf_auth_key key = test_key();
+    unsigned char mac[32];
+    char expect[45], sig[45];
+
+    sf_hmac_sha256(key.bytes, key.len, payload, strlen(payload), mac);
+    sf_base64_encode(mac, sizeof(mac), expect);
+    sf_auth_signature(&key, "GET", "docs", "dbs/sagas/colls/orders/docs/order-1", TEST_DATE, sig);
+    ck_assert_str_eq(sig, expect);
+    /* Verb, type and date are lowercased; the link keeps its case. */
+    sf_auth_signature(&key, "get", "DOCS", "dbs/sagas/colls/orders/docs/order-1",
+                      "TUE, 01 APR 2025 12:00:00 GMT", sig);
+    ck_assert_str_eq(sig, expect);
+    sf_auth_signature(&key, "GET", "docs", "dbs/Sagas/colls/orders/docs/order-1", TEST_DATE, sig);
+    ck_assert_str_ne(sig, expect);
+}
+END_TEST
+
+START_TEST(test_auth_microsoft_sample)
+{
+    struct sf_auth_key key;
+    char sig[45];
+
+    ck_assert_int_eq(
+        sf_auth_key_decode("dsZQi3KtZmCv1ljt3VNWNm7sQUF1y5rJfC6kv5JiwvW0EndXdDku/dkKBp8/"
+                           "ufDToSxLzR4y+O/0H/t4bQtVNw==",
+                           &key, NULL),
+        SF_OK);
+    sf_auth_signature(&key, "GET", "dbs", "dbs/ToDoList", "Thu, 27 Apr 2017 00:51:12 GMT", sig);
+    ck_assert_str_eq(sig, "c09PEVJrgp2uQRkr934kFbTqhByc7TVr3OHyqlu+c+c=");
+}
+END_TEST
+
+START_TEST(test_auth_header_url_encoded)
+{
+    struct sf_auth_key key = test_key();
+    char hdr[SF_AUTH_HEADER_SIZE];
+
+    sf_auth_header(&key, "GET", "docs", "dbs/sagas/colls/orders/docs/order-1", TEST_DATE, hdr);
+    ck_assert_str_eq(
+        hdr, "type%3Dmaster%26ver%3D1.0%26sig%3DySw5ZulFaeUQf5JmTTUyZEJGOOWH55qOY5f0H4J1CP4%3D");
+    sf_auth_header(&key, "POST", "docs", "dbs/sagas/colls/orders", TEST_DATE, hdr);
+    ck_assert_str_eq(
+        hdr, "type%3Dmaster%26ver%3D1.0%26sig%3D8Ry8jUgsvoN2%2BJCL7nuBWVdDf1n8DMgLKdVHNpuyc9c%3D");
+    /* Row 4 has '/' characters: upper-case %2F. */
+    sf_auth_header(&key, "POST", "dbs", "", TEST_DATE, hdr);
+    ck_assert_str_eq(hdr,
+                     "type%3Dmaster%26ver%3D1.0%26sig%3D16XSXUWhkWEhnL4fPTcrlvZ0cT7w2%2BQ%2Fi2EJHl"
+                     "%2FJiVk%3D");
+}
+END_TEST
+
+START_TEST(test_auth_key_decode_rejects)
+{
+    struct sf_auth_key key;
+    struct sf_err err;
+    char longkey[200];
+
+    key.len = 777;
+    sf_err_clear(&err);
+    ck_assert_int_eq(sf_auth_key_decode("", &key, &err), SF_EINVAL);
+    ck_assert_int_eq(err.rc, SF_EINVAL);
+    ck_assert(!err.retriable);
+    ck_assert_int_eq(sf_auth_key_decode(NULL, &key, &err), SF_EINVAL);
+    ck_assert_int_eq(sf_auth_key_decode("not base64!", &key, &err), SF_EINVAL);
+    ck_assert_ptr_null(strstr(err.msg, "not base64!")); /* never echo the key */
+    ck_assert_int_eq(sf_auth_key_decode("AAECAwQ", &key, &err), SF_EINVAL);
+    memset(longkey, 'A', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    ck_assert_int_eq(sf_auth_key_decode(longkey, &key, &err), SF_EINVAL);
+    ck_assert_uint_eq(key.len, 777); /* untouched on failure */
+    /* The emulator's well-known key decodes to 64 bytes. */
+    ck_assert_int_eq(sf_auth_key_decode(SF_EMULATOR_KEY, &key, &err), SF_OK);
+    ck_assert_uint_eq(key.len, 64);
+}
+END_TEST
+
+/* ---- MurmurHash3 and EPK (PROTOCOL.md section 7) ------------------------------------------ */
+
+START_TEST(test_murmur3_empty)
+{
+    uint64_t h[2];
+
+    sf_murmur3_x64_128("", 0, 0, h);
+    ck_assert_uint_eq(h[0], 0);
+    ck_assert_uint_eq(h[1], 0);
+    sf_murmur3_x64_128("", 0, 1, h);
+    ck_assert(h[0] != 0 || h[1] != 0);
+}
+END_TEST
+
+/*
+ * SMHasher's verification code for MurmurHash3_x64_128: hash the keys
+ * {0}, {0,1}, ... of lengths 0..255 with seed 256 - len, concatenate the
+ * digests (h1, h2 little-endian), hash that with seed 0 and read the first
+ * 4 bytes as a little-endian integer. Covers every tail length and blocks.
+ */
+START_TEST(test_murmur3_smhasher_verification)
+{
+    unsigned char key[256], hashes[256 * 16];
+    uint64_t h[2];
+    uint32_t verification;
+    int i, b;
+
+    for (i = 0; i < 256; i++) {
+        key[i] = (unsigned char)i;
+        sf_murmur3_x64_128(key, (size_t)i, (uint32_t)(256 - i), h);
+        for (b = 0; b < 8; b++) {
+            hashes[i * 16 + b] = (unsigned char)(h[0] >> (8 * b));
+            hashes[i * 16 + 8 + b] = (unsigned char)(h[1] >> (8 * b));
+        }
+    }
+    sf_murmur3_x64_128(hashes, sizeof(hashes), 0, h);
+    verification = (uint32_t)h[0];
+    ck_assert_uint_eq(verification, 0x6384BA69);
+}
+END_TEST
+
+static void assert_epk(const char *json, const char *expect)
+{
+    json_t *v = sf_json_parse(json, strlen(json), NULL);
+    char out[33];
+
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(sf_epk_v2(v, out), SF_OK);
+    ck_assert_msg(strcmp(out, expect) == 0, "EPK of %s: got %s want %s", json, out, expect);
+    json_decref(v);
+}
+
+START_TEST(test_epk_v2_vectors)
+{
+    char out[33];
+
+    assert_epk("\"redmond\"", "22E342F38A486A088463DFF7838A5963");
+    assert_epk("\"\"", "32E9366E637A71B4E710384B2F4970A0");
+    assert_epk("5", "19C08621B135968252FB34B4CF66F811");
+    assert_epk("5.0", "19C08621B135968252FB34B4CF66F811"); /* same double as 5 */
+    assert_epk("5.5", "0E2EE47829D1AF775EEFB6540FD1D0ED");
+    assert_epk("null", "378867E4430E67857ACE5C908374FE16");
+    assert_epk("true", "0E711127C5B5A8E4726AC6DD306A3E59");
+    assert_epk("{}", "11622DAA78F835834610ABE56EFF5CB5");
+    assert_epk("\"order-1\"", "3815BA40E3A5B182711B2F7C5DCAF885");
+    /* NULL pointer = undefined = {} */
+    ck_assert_int_eq(sf_epk_v2(NULL, out), SF_OK);
+    ck_assert_str_eq(out, "11622DAA78F835834610ABE56EFF5CB5");
+}
+END_TEST
+
+START_TEST(test_epk_v2_encoding_of_order_1)
+{
+    /* The documented input bytes hashed directly must give the same EPK. */
+    static const unsigned char enc[] = {0x08, 'o', 'r', 'd', 'e', 'r', '-', '1', 0xFF};
+    uint64_t h[2];
+    char hex[33];
+    int i;
+
+    sf_murmur3_x64_128(enc, sizeof(enc), 0, h);
+    for (i = 0; i < 16; i++) {
+        unsigned byte =
+            (unsigned)(i < 8 ? h[1] >> (56 - 8 * i) : h[0] >> (56 - 8 * (i - 8))) & 0xFF;
+        if (i == 0)
+            byte &= 0x3F;
+        (void)snprintf(hex + (size_t)i * 2, 3, "%02X", byte);
+    }
+    ck_assert_str_eq(hex, "3815BA40E3A5B182711B2F7C5DCAF885");
+}
+END_TEST
+
+START_TEST(test_epk_v2_rejects_and_range)
+{
+    json_t *arr = json_pack("[i]", 1), *obj = json_pack("{s:i}", "a", 1), *f = json_false();
+    char out[33], out2[33];
+    int i;
+
+    ck_assert_ptr_nonnull(arr);
+    ck_assert_ptr_nonnull(obj);
+    ck_assert_int_eq(sf_epk_v2(arr, out), SF_EINVAL);
+    ck_assert_int_eq(sf_epk_v2(obj, out), SF_EINVAL);
+    /* false has its own marker: distinct from true, null and undefined. */
+    ck_assert_int_eq(sf_epk_v2(f, out), SF_OK);
+    ck_assert_str_ne(out, "0E711127C5B5A8E4726AC6DD306A3E59");
+    ck_assert_str_ne(out, "378867E4430E67857ACE5C908374FE16");
+    ck_assert_str_ne(out, "11622DAA78F835834610ABE56EFF5CB5");
+    /* Top two bits cleared: every EPK starts with 0-3, so "FF" bounds all. */
+    for (i = 0; i < 200; i++) {
+        json_t *n = json_integer(i);
+        ck_assert_int_eq(sf_epk_v2(n, out2), SF_OK);
+        ck_assert_msg(out2[0] >= '0' && out2[0] <= '3', "%s", out2);
+        ck_assert_uint_eq(strlen(out2), 32);
+        json_decref(n);
+    }
+    json_decref(arr);
+    json_decref(obj);
+    json_decref(f);
+}
+END_TEST
+
+START_TEST(test_epk_v2_array)
+{
+    char out[3 * 33];
+    json_t *v;
+
+    v = json_pack("[s]", "redmond");
+    ck_assert_int_eq(sf_epk_v2_array(v, out, sizeof(out)), SF_OK);
+    ck_assert_str_eq(out, "22E342F38A486A088463DFF7838A5963");
+    json_decref(v);
+
+    v = sf_json_parse("[{}]", 4, NULL);
+    ck_assert_int_eq(sf_epk_v2_array(v, out, 33), SF_OK);
+    ck_assert_str_eq(out, "11622DAA78F835834610ABE56EFF5CB5");
+    json_decref(v);
+
+    v = sf_json_parse("[5]", 3, NULL);
+    ck_assert_int_eq(sf_epk_v2_array(v, out, 33), SF_OK);
+    ck_assert_str_eq(out, "19C08621B135968252FB34B4CF66F811");
+    json_decref(v);
+
+    /* Two components: the component EPKs concatenated. */
+    v = sf_json_parse("[\"redmond\",null]", 16, NULL);
+    ck_assert_int_eq(sf_epk_v2_array(v, out, sizeof(out)), SF_OK);
+    ck_assert_str_eq(out, "22E342F38A486A088463DFF7838A5963378867E4430E67857ACE5C908374FE16");
+    ck_assert_int_eq(sf_epk_v2_array(v, out, 33), SF_EINVAL); /* too small for two */
+    json_decref(v);
+
+    v = json_array();
+    ck_assert_int_eq(sf_epk_v2_array(v, out, sizeof(out)), SF_EINVAL);
+    json_decref(v);
+    v = json_string("redmond");
+    ck_assert_int_eq(sf_epk_v2_array(v, out, sizeof(out)), SF_EINVAL);
+    json_decref(v);
+    ck_assert_int_eq(sf_epk_v2_array(NULL, out, sizeof(out)), SF_EINVAL);
+    v = sf_json_parse("[[1]]", 5, NULL);
+    ck_assert_int_eq(sf_epk_v2_array(v, out, sizeof(out)), SF_EINVAL);
+    json_decref(v);
+    v = sf_json_parse("[\"a\",{\"x\":1}]", 13, NULL);
+    ck_assert_int_eq(sf_epk_v2_array(v, out, sizeof(out)), SF_EINVAL);
+    json_decref(v);
+}
+END_TEST
+
+static Suite *common_crypto_suite(void)
+{
+    Suite *s = suite_create("common_crypto");
+    TCase *tc = tcase_create("base64");
+
+    tcase_add_test(tc, test_base64_rfc4648_vectors);
+    tcase_add_test(tc, test_base64_round_trip_all_lengths);
+    tcase_add_test(tc, test_base64_rejects);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("digest");
+    tcase_add_test(tc, test_hmac_sha256_rfc4231);
+    tcase_add_test(tc, test_sha256_and_hex);
+    tcase_add_test(tc, test_ct_equal);
+    tcase_add_test(tc, test_random_bytes);
+    tcase_add_test(tc, test_uuid4_format);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("auth");
+    tcase_add_test(tc, test_auth_protocol_vectors);
+    tcase_add_test(tc, test_auth_signs_exact_bytes);
+    tcase_add_test(tc, test_auth_microsoft_sample);
+    tcase_add_test(tc, test_auth_header_url_encoded);
+    tcase_add_test(tc, test_auth_key_decode_rejects);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("hash");
+    tcase_add_test(tc, test_murmur3_empty);
+    tcase_add_test(tc, test_murmur3_smhasher_verification);
+    tcase_add_test(tc, test_epk_v2_vectors);
+    tcase_add_test(tc, test_epk_v2_encoding_of_order_1);
+    tcase_add_test(tc, test_epk_v2_rejects_and_range);
+    tcase_add_test(tc, test_epk_v2_array);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(common_crypto_suite());
+    int failed;
+
+    srunner_add_suite(sr, common_text_suite());
+    srunner_add_suite(sr, common_log_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
