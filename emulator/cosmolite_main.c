@@ -1,0 +1,471 @@
+/*
+ * cosmolite - a durable, Cosmos DB for NoSQL-compatible local server with a
+ * real change feed. See `cosmolite --help`.
+ */
+#include "common/sf_base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sf_buf.h"
+#include "common/sf_log.h"
+#include "common/sf_parse.h"
+#include "common/sf_time.h"
+#include "emulator/emu_http.h"
+#include "emulator/emu_router.h"
+#include "emulator/emu_store.h"
+
+#define COSMOLITE_VERSION "0.1.0"
+
+static const char usage[] =
+    "Usage: cosmolite [OPTIONS]\n"
+    "\n"
+    "A durable Azure Cosmos DB for NoSQL-compatible server with a real change feed.\n"
+    "Speaks the gateway REST API that the official SDKs use (master-key auth,\n"
+    "databases, containers, partition key ranges, documents, change feed).\n"
+    "\n"
+    "Options:\n"
+    "  --listen HOST:PORT       address to serve on (default 127.0.0.1:8081; port 0 picks a\n"
+    "                           free port; IPv6 as [::1]:8081)\n"
+    "  --data DIR               keep data in DIR/cosmolite.db (default ./cosmolite-data);\n"
+    "                           every acknowledged write survives kill -9\n"
+    "  --memory                 keep everything in memory (lost on exit)\n"
+    "  --sync normal|full       SQLite durability: normal survives a process crash (default),\n"
+    "                           full also survives power loss\n"
+    "  --key BASE64             account master key (default: the well-known emulator key);\n"
+    "                           also read from $COSMOLITE_KEY\n"
+    "  --key-file FILE          read the master key from FILE\n"
+    "  --partitions N           partition key ranges per new container (default 1, max 1024)\n"
+    "  --tls-cert FILE          serve HTTPS with this PEM certificate (needs --tls-key)\n"
+    "  --tls-key FILE           PEM private key for --tls-cert\n"
+    "  --port-file FILE         write the bound port to FILE once ready to serve\n"
+    "  --threads N              HTTP worker threads (default: number of CPUs)\n"
+    "  --max-connections N      concurrent connections (default 1024)\n"
+    "  --max-request-bytes SIZE largest request body, e.g. 4m (default 4m); 413 beyond\n"
+    "  --max-doc-bytes SIZE     largest document (default 2m); 413 beyond\n"
+    "  --max-page-items N       cap of x-ms-max-item-count (default 1000)\n"
+    "  --max-clock-skew SECS    accepted x-ms-date distance from the clock (default 900)\n"
+    "  --fault SPEC             inject faults into matching requests (repeatable), e.g.\n"
+    "                           status=429,op=write,coll=orders,p=0.1,retry-after=50\n"
+    "                           SPEC: status=429|449|503|408|500 | delay=MS | drop, then\n"
+    "                           op=read|write|patch|batch|query|changefeed|pkranges|meta|any\n"
+    "                           (join with +), coll=NAME, p=PROBABILITY, count=N,\n"
+    "                           retry-after=MS, when=before|after (after: apply, then fail)\n"
+    "  --fault-seed N           seed of the fault PRNG (default 1): same seed, same faults\n"
+    "  --log-level LEVEL        debug, info, warn, error (default info)\n"
+    "  --log-json               log JSON lines instead of text\n"
+    "  --help                   show this help\n"
+    "  --version                print the version\n"
+    "\n"
+    "Admin requests (signed with the master key like any request):\n"
+    "  GET    /_admin/faults    list fault rules and how often each fired\n"
+    "  PUT    /_admin/faults    replace them: {\"seed\":1,\"rules\":[{\"status\":429,\"op\":\"write\",\n"
+    "                           \"container\":\"orders\",\"probability\":0.1,\"count\":5,\n"
+    "                           \"retryAfterMs\":50,\"delayMs\":0,\"drop\":false,\"when\":\"before\"}]}\n"
+    "  DELETE /_admin/faults    remove every rule\n"
+    "\n"
+    "Signals: SIGTERM or SIGINT stop the server cleanly.\n";
+
+struct cosmolite_args {
+    char host[128];
+    int port;
+    const char *data_dir;
+    bool memory;
+    bool sync_full;
+    const char *key;
+    const char *key_file;
+    int partitions;
+    const char *tls_cert;
+    const char *tls_key;
+    const char *port_file;
+    int threads;
+    int max_connections;
+    uint64_t max_request_bytes;
+    uint64_t max_doc_bytes;
+    int max_page_items;
+    int max_clock_skew;
+    const char *faults[64];
+    int nfaults;
+    uint64_t fault_seed;
+};
+
+static int fail(const char *fmt, ...) SF_PRINTF(1, 2);
+
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("cosmolite: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n", stderr);
+    return 2;
+}
+
+static int parse_listen(const char *s, struct cosmolite_args *a)
+{
+    const char *colon;
+    size_t hlen;
+    int64_t port;
+
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':')
+            return fail("--listen '%s': expected [IPV6]:PORT", s);
+        hlen = (size_t)(close - s - 1);
+        if (hlen >= sizeof(a->host))
+            return fail("--listen '%s': address too long", s);
+        memcpy(a->host, s + 1, hlen);
+        a->host[hlen] = '\0';
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return fail("--listen '%s': expected HOST:PORT", s);
+        hlen = (size_t)(colon - s);
+        if (hlen == 0 || hlen >= sizeof(a->host))
+            return fail("--listen '%s': bad host", s);
+        memcpy(a->host, s, hlen);
+        a->host[hlen] = '\0';
+        if (strcmp(a->host, "localhost") == 0)
+            snprintf(a->host, sizeof(a->host), "127.0.0.1");
+    }
+    if (sf_parse_i64(colon + 1, 0, 65535, &port) != SF_OK)
+        return fail("--listen '%s': port must be 0..65535", s);
+    a->port = (int)port;
+    return 0;
+}
+
+static int parse_int_opt(const char *name, const char *v, int64_t min, int64_t max, int *ret)
+{
+    int64_t n;
+    if (sf_parse_i64(v, min, max, &n) != SF_OK)
+        return fail("%s '%s': expected an integer in %lld..%lld", name, v, (long long)min,
+                    (long long)max);
+    *ret = (int)n;
+    return 0;
+}
+
+static int parse_size_opt(const char *name, const char *v, uint64_t min, uint64_t max,
+                          uint64_t *ret)
+{
+    uint64_t n;
+    if (sf_parse_size(v, &n) != SF_OK || n < min || n > max)
+        return fail("%s '%s': expected a size between %llu and %llu bytes (suffixes k, m, g)",
+                    name, v, (unsigned long long)min, (unsigned long long)max);
+    *ret = n;
+    return 0;
+}
+
+/* Reads a whole small file (certificates, keys) into a new string. */
+static char *read_file(const char *path, size_t max, int *ret_errno)
+{
+    struct sf_buf b;
+    char chunk[4096];
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0) {
+        *ret_errno = errno;
+        return NULL;
+    }
+    sf_buf_init(&b, max);
+    while ((n = read(fd, chunk, sizeof(chunk))) > 0) {
+        if (sf_buf_append(&b, chunk, (size_t)n) != SF_OK) {
+            close(fd);
+            sf_buf_release(&b);
+            *ret_errno = EFBIG;
+            return NULL;
+        }
+    }
+    close(fd);
+    if (n < 0) {
+        *ret_errno = errno;
+        sf_buf_release(&b);
+        return NULL;
+    }
+    return sf_buf_detach(&b, NULL);
+}
+
+enum {
+    OPT_LISTEN = 256,
+    OPT_DATA,
+    OPT_MEMORY,
+    OPT_SYNC,
+    OPT_KEY,
+    OPT_KEY_FILE,
+    OPT_PARTITIONS,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_PORT_FILE,
+    OPT_THREADS,
+    OPT_MAX_CONN,
+    OPT_MAX_REQ,
+    OPT_MAX_DOC,
+    OPT_MAX_PAGE,
+    OPT_SKEW,
+    OPT_FAULT,
+    OPT_FAULT_SEED,
+    OPT_LOG_LEVEL,
+    OPT_LOG_JSON,
+    OPT_HELP,
+    OPT_VERSION,
+};
+
+static int parse_args(int argc, char **argv, struct cosmolite_args *a)
+{
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"data", required_argument, NULL, OPT_DATA},
+        {"memory", no_argument, NULL, OPT_MEMORY},
+        {"sync", required_argument, NULL, OPT_SYNC},
+        {"key", required_argument, NULL, OPT_KEY},
+        {"key-file", required_argument, NULL, OPT_KEY_FILE},
+        {"partitions", required_argument, NULL, OPT_PARTITIONS},
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+        {"port-file", required_argument, NULL, OPT_PORT_FILE},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"max-connections", required_argument, NULL, OPT_MAX_CONN},
+        {"max-request-bytes", required_argument, NULL, OPT_MAX_REQ},
+        {"max-doc-bytes", required_argument, NULL, OPT_MAX_DOC},
+        {"max-page-items", required_argument, NULL, OPT_MAX_PAGE},
+        {"max-clock-skew", required_argument, NULL, OPT_SKEW},
+        {"fault", required_argument, NULL, OPT_FAULT},
+        {"fault-seed", required_argument, NULL, OPT_FAULT_SEED},
+        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"log-json", no_argument, NULL, OPT_LOG_JSON},
+        {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    int c, rc = 0;
+    enum sf_log_level lvl;
+
+    opterr = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_LISTEN: rc = parse_listen(optarg, a); break;
+        case OPT_DATA: a->data_dir = optarg; break;
+        case OPT_MEMORY: a->memory = true; break;
+        case OPT_SYNC:
+            if (strcmp(optarg, "full") == 0)
+                a->sync_full = true;
+            else if (strcmp(optarg, "normal") == 0)
+                a->sync_full = false;
+            else
+                rc = fail("--sync '%s': expected normal or full", optarg);
+            break;
+        case OPT_KEY: a->key = optarg; break;
+        case OPT_KEY_FILE: a->key_file = optarg; break;
+        case OPT_PARTITIONS: rc = parse_int_opt("--partitions", optarg, 1, 1024, &a->partitions); break;
+        case OPT_TLS_CERT: a->tls_cert = optarg; break;
+        case OPT_TLS_KEY: a->tls_key = optarg; break;
+        case OPT_PORT_FILE: a->port_file = optarg; break;
+        case OPT_THREADS: rc = parse_int_opt("--threads", optarg, 1, 256, &a->threads); break;
+        case OPT_MAX_CONN:
+            rc = parse_int_opt("--max-connections", optarg, 1, 65536, &a->max_connections);
+            break;
+        case OPT_MAX_REQ:
+            rc = parse_size_opt("--max-request-bytes", optarg, 1024, 1ull << 30,
+                                &a->max_request_bytes);
+            break;
+        case OPT_MAX_DOC:
+            rc = parse_size_opt("--max-doc-bytes", optarg, 1024, 1ull << 30, &a->max_doc_bytes);
+            break;
+        case OPT_MAX_PAGE:
+            rc = parse_int_opt("--max-page-items", optarg, 1, 100000, &a->max_page_items);
+            break;
+        case OPT_SKEW:
+            rc = parse_int_opt("--max-clock-skew", optarg, 1, 86400 * 365, &a->max_clock_skew);
+            break;
+        case OPT_FAULT:
+            if (a->nfaults >= (int)SF_ARRAY_LEN(a->faults))
+                rc = fail("at most %zu --fault options", SF_ARRAY_LEN(a->faults));
+            else
+                a->faults[a->nfaults++] = optarg;
+            break;
+        case OPT_FAULT_SEED:
+            if (sf_parse_u64(optarg, UINT64_MAX, &a->fault_seed) != SF_OK)
+                rc = fail("--fault-seed '%s': expected an unsigned integer", optarg);
+            break;
+        case OPT_LOG_LEVEL:
+            if (!sf_log_level_parse(optarg, &lvl))
+                rc = fail("--log-level '%s': expected debug, info, warn or error", optarg);
+            else
+                sf_log_set_level(lvl);
+            break;
+        case OPT_LOG_JSON: sf_log_set_json(true); break;
+        case OPT_HELP: fputs(usage, stdout); exit(0);
+        case OPT_VERSION: printf("cosmolite %s\n", COSMOLITE_VERSION); exit(0);
+        default:
+            return fail("unknown or incomplete option '%s' (see cosmolite --help)",
+                        argv[optind - 1]);
+        }
+    }
+    if (rc)
+        return rc;
+    if (optind < argc)
+        return fail("unexpected argument '%s' (see cosmolite --help)", argv[optind]);
+    if (a->memory && a->data_dir)
+        return fail("--data and --memory exclude each other");
+    if ((a->tls_cert == NULL) != (a->tls_key == NULL))
+        return fail("--tls-cert and --tls-key must be given together");
+    if (a->key && a->key_file)
+        return fail("--key and --key-file exclude each other");
+    return 0;
+}
+
+static int write_port_file(const char *path, int port)
+{
+    char tmp[4096], text[16];
+    int fd, n = snprintf(text, sizeof(text), "%d\n", port);
+
+    /* Write then rename, so a reader never sees a half-written file. */
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    if (write(fd, text, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return rename(tmp, path);
+}
+
+int main(int argc, char **argv)
+{
+    struct cosmolite_args a = {.port = 8081, .partitions = 1};
+    struct emu_store_opts so = {0};
+    struct emu_store *store = NULL;
+    struct emu_router router;
+    struct emu_http_opts ho = {0};
+    struct emu_http *http = NULL;
+    struct emu_faults *faults = NULL;
+    struct sf_err err;
+    char db_path[4096];
+    char *cert = NULL, *tls_key = NULL, *key_text = NULL;
+    const char *key = NULL;
+    sigset_t sigs;
+    int sig, rc = 1, e = 0;
+    int64_t t0 = sf_mono_us();
+
+    snprintf(a.host, sizeof(a.host), "127.0.0.1");
+    if ((rc = parse_args(argc, argv, &a)) != 0)
+        return rc;
+    rc = 1;
+    sf_err_clear(&err);
+
+    memset(&router, 0, sizeof(router));
+    emu_limits_default(&router.lim);
+    if (a.max_request_bytes)
+        router.lim.max_request_bytes = a.max_request_bytes;
+    if (a.max_page_items)
+        router.lim.max_page_items = a.max_page_items;
+    if (a.max_clock_skew)
+        router.lim.max_clock_skew_s = a.max_clock_skew;
+
+    key = a.key ? a.key : getenv("COSMOLITE_KEY");
+    if (a.key_file) {
+        if (!(key_text = read_file(a.key_file, 4096, &e))) {
+            fail("cannot read --key-file %s: %s", a.key_file, strerror(e));
+            goto out;
+        }
+        key_text[strcspn(key_text, "\r\n")] = '\0';
+        key = key_text;
+    }
+    if (sf_auth_key_decode(key && *key ? key : SF_EMULATOR_KEY, &router.key, &err) != SF_OK) {
+        fail("bad master key: %s", err.msg);
+        goto out;
+    }
+
+    if (a.tls_cert) {
+        if (!(cert = read_file(a.tls_cert, 1 << 20, &e))) {
+            fail("cannot read --tls-cert %s: %s", a.tls_cert, strerror(e));
+            goto out;
+        }
+        if (!(tls_key = read_file(a.tls_key, 1 << 20, &e))) {
+            fail("cannot read --tls-key %s: %s", a.tls_key, strerror(e));
+            goto out;
+        }
+    }
+
+    if (!a.memory) {
+        const char *dir = a.data_dir ? a.data_dir : "cosmolite-data";
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            fail("cannot create data directory %s: %s", dir, strerror(errno));
+            goto out;
+        }
+        snprintf(db_path, sizeof(db_path), "%s/cosmolite.db", dir);
+        so.path = db_path;
+    }
+    so.sync_full = a.sync_full;
+    so.partitions = a.partitions;
+    so.max_doc_bytes = a.max_doc_bytes ? a.max_doc_bytes : (2u << 20);
+    if (emu_store_open(&so, &store, &err) != SF_OK) {
+        fail("cannot open the store%s%s: %s", so.path ? " " : "", so.path ? so.path : "",
+             err.msg);
+        goto out;
+    }
+    router.store = store;
+    if (!(faults = emu_faults_new(a.fault_seed ? a.fault_seed : 1))) {
+        fail("out of memory");
+        goto out;
+    }
+    for (int i = 0; i < a.nfaults; i++) {
+        if (emu_faults_add_spec(faults, a.faults[i], &err) != SF_OK) {
+            fail("%s", err.msg);
+            goto out;
+        }
+    }
+    router.faults = faults;
+    router.tls = cert != NULL;
+
+    /* Block the stop signals before any thread starts; main waits for them. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ho.host = a.host;
+    ho.port = a.port;
+    ho.threads = a.threads;
+    ho.max_connections = a.max_connections;
+    ho.tls_cert_pem = cert;
+    ho.tls_key_pem = tls_key;
+    if (emu_http_start(&ho, &router, &http, &err) != SF_OK) {
+        fail("%s", err.msg);
+        goto out;
+    }
+    if (strchr(a.host, ':'))
+        snprintf(router.listen_host, sizeof(router.listen_host), "[%s]:%d", a.host,
+                 emu_http_port(http));
+    else
+        snprintf(router.listen_host, sizeof(router.listen_host), "%s:%d", a.host,
+                 emu_http_port(http));
+    if (a.port_file && write_port_file(a.port_file, emu_http_port(http)) != 0) {
+        fail("cannot write --port-file %s: %s", a.port_file, strerror(errno));
+        goto out;
+    }
+    sf_log_info("cosmolite", "listening on %s://%s/ (%s, %d partition(s) per container) in %.1f ms",
+                cert ? "https" : "http", router.listen_host, so.path ? so.path : "in memory",
+                a.partitions, (double)(sf_mono_us() - t0) / 1000.0);
+
+    if (sigwait(&sigs, &sig) == 0)
+        sf_log_info("cosmolite", "received %s, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    rc = 0;
+out:
+    emu_http_free(http);
+    emu_store_free(store);
+    emu_faults_free(faults);
+    free(cert);
+    free(tls_key);
+    free(key_text);
+    return rc;
+}

@@ -1,0 +1,235 @@
+#include "common/sf_base.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include "common/sf_buf.h"
+#include "common/sf_log.h"
+#include "emulator/emu_http.h"
+
+struct emu_http {
+    struct MHD_Daemon *daemon;
+    struct emu_router *router;
+    int port;
+};
+
+/* Per-request state kept by libmicrohttpd between callbacks. */
+struct conn_state {
+    struct sf_buf body;
+    bool too_big;
+};
+
+static const char *lookup_header(void *hctx, const char *name)
+{
+    return MHD_lookup_connection_value((struct MHD_Connection *)hctx, MHD_HEADER_KIND, name);
+}
+
+/* Keep the URL as received: the router splits it before percent-decoding,
+ * so an id with an encoded '/' cannot masquerade as two path segments. */
+static size_t unescape_none(void *cls, struct MHD_Connection *c, char *s)
+{
+    SF_UNUSED(cls);
+    SF_UNUSED(c);
+    return strlen(s);
+}
+
+static enum MHD_Result queue(struct MHD_Connection *conn, struct emu_response *resp)
+{
+    struct MHD_Response *mr;
+    size_t len = resp->body.len;
+    char *data = NULL;
+    enum MHD_Result ret;
+
+    if (resp->drop)
+        return MHD_NO; /* libmicrohttpd closes the connection */
+
+    if (len > 0) {
+        data = sf_buf_detach(&resp->body, &len);
+        if (!data)
+            return MHD_NO;
+        mr = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    } else {
+        mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    }
+    if (!mr) {
+        free(data);
+        return MHD_NO;
+    }
+    for (int i = 0; i < resp->nheaders; i++)
+        MHD_add_response_header(mr, resp->headers[i].name, resp->headers[i].value);
+    ret = MHD_queue_response(conn, (unsigned)resp->status, mr);
+    MHD_destroy_response(mr);
+    return ret;
+}
+
+static enum MHD_Result too_large(struct emu_http *h, struct MHD_Connection *conn, size_t got)
+{
+    struct emu_response resp;
+    enum MHD_Result ret;
+
+    emu_response_init(&resp, 4096);
+    emu_response_error(&resp, 413, 0,
+                       "The request body is larger than the limit of %zu bytes (at least %zu "
+                       "bytes sent); cosmolite's --max-request-bytes sets the limit.",
+                       h->router->lim.max_request_bytes, got);
+    ret = queue(conn, &resp);
+    emu_response_release(&resp);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    struct emu_http *h = cls;
+    struct conn_state *st = *con_cls;
+    struct emu_request req;
+    struct emu_response resp;
+    enum MHD_Result ret;
+
+    SF_UNUSED(version);
+    if (!st) {
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        st = calloc(1, sizeof(*st));
+        if (!st)
+            return MHD_NO;
+        sf_buf_init(&st->body, h->router->lim.max_request_bytes);
+        *con_cls = st;
+        if (cl) {
+            char *end = NULL;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (end && *end == '\0' && n > h->router->lim.max_request_bytes) {
+                st->too_big = true;
+                return too_large(h, conn, (size_t)n);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (!st->too_big && sf_buf_append(&st->body, upload_data, *upload_data_size) != SF_OK) {
+            st->too_big = true;
+            *upload_data_size = 0;
+            return too_large(h, conn, st->body.len);
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (st->too_big)
+        return MHD_YES; /* the 413 is already queued */
+
+    req.method = method;
+    req.path = url;
+    req.header = lookup_header;
+    req.hctx = conn;
+    req.body = st->body.data;
+    req.body_len = st->body.len;
+    emu_response_init(&resp, h->router->lim.max_response_bytes);
+    emu_router_handle(h->router, &req, &resp);
+    ret = queue(conn, &resp);
+    emu_response_release(&resp);
+    return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct conn_state *st = *con_cls;
+
+    SF_UNUSED(cls);
+    SF_UNUSED(conn);
+    SF_UNUSED(toe);
+    if (st) {
+        sf_buf_release(&st->body);
+        free(st);
+        *con_cls = NULL;
+    }
+}
+
+static void on_mhd_error(void *cls, const char *fmt, va_list ap)
+{
+    SF_UNUSED(cls);
+    sf_vlog(SF_LOG_DEBUG, "http", fmt, ap);
+}
+
+enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *router,
+                          struct emu_http **ret_http, struct sf_err *err)
+{
+    struct emu_http *h = NULL;
+    struct sockaddr_storage ss;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    const union MHD_DaemonInfo *info;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = opts->threads > 0 ? opts->threads : (int)(cpus > 0 ? cpus : 1);
+    bool tls = opts->tls_cert_pem && opts->tls_key_pem;
+
+    memset(&ss, 0, sizeof(ss));
+    if (inet_pton(AF_INET, opts->host, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((uint16_t)opts->port);
+    } else if (inet_pton(AF_INET6, opts->host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons((uint16_t)opts->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        return sf_err_set(err, SF_EINVAL, false,
+                          "listen address '%s' is not a numeric IPv4 or IPv6 address",
+                          opts->host);
+    }
+    if (tls)
+        flags |= MHD_USE_TLS;
+
+    h = calloc(1, sizeof(*h));
+    if (!h)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    h->router = router;
+    if (tls)
+        h->daemon = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
+            MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK,
+            unescape_none, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
+            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_HTTPS_MEM_CERT, opts->tls_cert_pem,
+            MHD_OPTION_HTTPS_MEM_KEY, opts->tls_key_pem, MHD_OPTION_END);
+    else
+        h->daemon = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
+            MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK,
+            unescape_none, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
+            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+    if (!h->daemon) {
+        free(h);
+        return sf_err_set(err, SF_EIO, false,
+                          "cannot listen on %s port %d (address in use, no permission, or a bad "
+                          "TLS certificate/key)",
+                          opts->host, opts->port);
+    }
+    info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info ? (int)info->port : opts->port;
+    *ret_http = h;
+    return SF_OK;
+}
+
+int emu_http_port(const struct emu_http *h)
+{
+    return h->port;
+}
+
+void emu_http_free(struct emu_http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

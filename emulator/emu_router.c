@@ -1,0 +1,952 @@
+/*
+ * emu_router.c - authentication, routing and the HTTP side of every
+ * resource operation. The store owns the data rules; this file owns what is
+ * on the wire: headers, status codes, error bodies.
+ */
+#include "common/sf_base.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <strings.h>
+
+#include "common/sf_crypto.h"
+#include "common/sf_json.h"
+#include "common/sf_parse.h"
+#include "common/sf_time.h"
+#include "common/sf_url.h"
+#include "emulator/emu_auth.h"
+#include "emulator/emu_router.h"
+
+#define EMU_MAX_SEGMENTS 16
+#define EMU_MAX_SEGMENT  1024
+
+void emu_limits_default(struct emu_limits *lim)
+{
+    lim->max_request_bytes = 4u << 20;
+    lim->max_response_bytes = 64u << 20;
+    lim->max_page_items = 1000;
+    lim->default_page_items = 100;
+    lim->max_clock_skew_s = 900;
+    lim->max_path_segments = 8;
+}
+
+void emu_response_init(struct emu_response *resp, size_t max_body)
+{
+    resp->status = 500;
+    resp->nheaders = 0;
+    resp->drop = false;
+    sf_buf_init(&resp->body, max_body);
+}
+
+void emu_response_release(struct emu_response *resp)
+{
+    sf_buf_release(&resp->body);
+}
+
+static void resp_header(struct emu_response *resp, const char *name, const char *fmt, ...)
+    SF_PRINTF(3, 4);
+
+/* Sets (or replaces) a response header. Names are static strings. */
+static void resp_header(struct emu_response *resp, const char *name, const char *fmt, ...)
+{
+    struct emu_resp_header *h = NULL;
+    va_list ap;
+
+    for (int i = 0; i < resp->nheaders; i++)
+        if (strcasecmp(resp->headers[i].name, name) == 0)
+            h = &resp->headers[i];
+    if (!h) {
+        if (resp->nheaders >= EMU_MAX_RESP_HEADERS)
+            return;
+        h = &resp->headers[resp->nheaders++];
+        h->name = name;
+    }
+    va_start(ap, fmt);
+    vsnprintf(h->value, sizeof(h->value), fmt, ap);
+    va_end(ap);
+}
+
+static const char *status_code_name(int status)
+{
+    switch (status) {
+    case 400: return "BadRequest";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "NotFound";
+    case 405: return "MethodNotAllowed";
+    case 408: return "RequestTimeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 412: return "PreconditionFailed";
+    case 413: return "RequestEntityTooLarge";
+    case 424: return "FailedDependency";
+    case 429: return "TooManyRequests";
+    case 449: return "RetryWith";
+    case 503: return "ServiceUnavailable";
+    default: return "InternalServerError";
+    }
+}
+
+void emu_response_error(struct emu_response *resp, int status, int substatus, const char *fmt,
+                        ...)
+{
+    char msg[1024];
+    va_list ap;
+    json_t *obj;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    resp->status = status;
+    sf_buf_reset(&resp->body);
+    obj = json_pack("{s:s,s:s}", "code", status_code_name(status), "message", msg);
+    if (!obj || sf_json_dump(obj, &resp->body) != SF_OK) {
+        sf_buf_reset(&resp->body);
+        (void)sf_buf_puts(&resp->body, "{\"code\":\"InternalServerError\",\"message\":\"\"}");
+    }
+    json_decref(obj);
+    resp_header(resp, "x-ms-substatus", "%d", substatus);
+}
+
+/* Turns a store or parse failure into the response. */
+static void resp_from_err(struct emu_response *resp, const struct sf_err *err)
+{
+    int status = err->http_status;
+
+    if (status < 400) {
+        switch (err->rc) {
+        case SF_ENOTFOUND: status = 404; break;
+        case SF_ECONFLICT: status = 409; break;
+        case SF_EPRECOND: status = 412; break;
+        case SF_EINVAL: status = 400; break;
+        case SF_ELIMIT: status = 413; break;
+        case SF_EGONE: status = 410; break;
+        default: status = 500; break;
+        }
+    }
+    emu_response_error(resp, status, err->substatus, "%s", err->msg);
+}
+
+/* ---- request helpers ------------------------------------------------------ */
+
+struct route {
+    const struct emu_request *req;
+    struct emu_router *r;
+    struct emu_response *resp;
+    int nseg;
+    char *seg[EMU_MAX_SEGMENTS]; /* decoded path segments */
+    char activity_id[40];
+};
+
+static const char *hdr(const struct route *rt, const char *name)
+{
+    const char *v = rt->req->header(rt->req->hctx, name);
+    return (v && *v) ? v : NULL;
+}
+
+static bool hdr_true(const struct route *rt, const char *name)
+{
+    const char *v = hdr(rt, name);
+    return v && strcasecmp(v, "true") == 0;
+}
+
+/* Parses the body as JSON; on failure answers 400 and returns NULL. */
+static json_t *body_json(struct route *rt)
+{
+    struct sf_err err;
+    json_t *v;
+
+    sf_err_clear(&err);
+    if (rt->req->body_len == 0) {
+        emu_response_error(rt->resp, 400, 0, "The request body is empty; a JSON document is "
+                                             "required.");
+        return NULL;
+    }
+    v = sf_json_parse(rt->req->body, rt->req->body_len, &err);
+    if (!v)
+        emu_response_error(rt->resp, 400, 0, "The request body is not valid JSON: %s", err.msg);
+    return v;
+}
+
+/*
+ * Parses x-ms-documentdb-partitionkey. Returns true with *ret_pk NULL when
+ * the header is absent; false (response written) when it is malformed.
+ */
+static bool pk_header(struct route *rt, json_t **ret_pk)
+{
+    const char *v = hdr(rt, "x-ms-documentdb-partitionkey");
+    struct sf_err err;
+    json_t *pk;
+
+    *ret_pk = NULL;
+    if (!v)
+        return true;
+    sf_err_clear(&err);
+    pk = sf_json_parse(v, strlen(v), &err);
+    if (!pk || !json_is_array(pk) || json_array_size(pk) != 1) {
+        emu_response_error(rt->resp, 400, 0,
+                           "The partition key header x-ms-documentdb-partitionkey must be a JSON "
+                           "array with one value, such as [\"abc\"] or [5]; got '%.200s'.",
+                           v);
+        json_decref(pk);
+        return false;
+    }
+    *ret_pk = pk;
+    return true;
+}
+
+static void common_headers(struct route *rt)
+{
+    resp_header(rt->resp, "x-ms-activity-id", "%s", rt->activity_id);
+    resp_header(rt->resp, "x-ms-gatewayversion", "version=2.14.0");
+    resp_header(rt->resp, "x-ms-serviceversion", "version=2.14.0.0");
+    resp_header(rt->resp, "x-ms-schemaversion", "1.16");
+}
+
+static void ok(struct route *rt, int status, double charge)
+{
+    rt->resp->status = status;
+    resp_header(rt->resp, "x-ms-request-charge", "%.2f", charge);
+}
+
+/* Metadata responses carry their resource's _etag as the etag header too. */
+static void etag_from_body(struct route *rt)
+{
+    json_t *v = json_loadb(rt->resp->body.data ? rt->resp->body.data : "", rt->resp->body.len, 0,
+                           NULL);
+    const char *etag = sf_json_str(v, "_etag");
+
+    if (etag)
+        resp_header(rt->resp, "etag", "%s", etag);
+    json_decref(v);
+}
+
+static void session_header(struct route *rt, const char *range_id, int64_t lsn)
+{
+    resp_header(rt->resp, "x-ms-session-token", "%s:-1#%lld", range_id[0] ? range_id : "0",
+                (long long)lsn);
+}
+
+/* Writes the document-op headers and, unless Prefer: return=minimal, the body. */
+static void doc_written(struct route *rt, const struct emu_doc_meta *m, double charge)
+{
+    const char *prefer = hdr(rt, "Prefer");
+
+    ok(rt, m->status, charge);
+    resp_header(rt->resp, "etag", "%s", m->etag);
+    session_header(rt, m->range_id, m->lsn);
+    if (prefer && strcasecmp(prefer, "return=minimal") == 0)
+        sf_buf_reset(&rt->resp->body);
+}
+
+static bool store_call(struct route *rt, enum sf_rc rc, const struct sf_err *err)
+{
+    if (rc == SF_OK)
+        return true;
+    sf_buf_reset(&rt->resp->body);
+    resp_from_err(rt->resp, err);
+    return false;
+}
+
+/* ---- account ------------------------------------------------------------ */
+
+static void handle_account(struct route *rt)
+{
+    const char *host = hdr(rt, "Host");
+    char url[300];
+    json_t *loc, *acct = NULL;
+    const char *qcfg =
+        "{\"maxSqlQueryInputLength\":262144,\"maxJoinsPerSqlQuery\":5,"
+        "\"maxLogicalAndPerSqlQuery\":500,\"maxLogicalOrPerSqlQuery\":500,"
+        "\"maxUdfRefPerSqlQuery\":10,\"maxInExpressionItemsCount\":16000,"
+        "\"queryMaxInMemorySortDocumentCount\":500,\"maxQueryRequestTimeoutFraction\":0.9,"
+        "\"sqlAllowNonFiniteNumbers\":false,\"sqlAllowAggregateFunctions\":true,"
+        "\"sqlAllowSubQuery\":true,\"sqlAllowScalarSubQuery\":true,\"allowNewKeywords\":true,"
+        "\"sqlAllowLike\":true,\"sqlAllowGroupByClause\":false,"
+        "\"maxSpatialQueryCells\":12,\"spatialMaxGeometryPointCount\":256,"
+        "\"sqlDisableQueryILOptimization\":false,\"sqlDisableFilterPlanOptimization\":false}";
+
+    /* Advertise exactly the URL the client reached us on: SDKs send every
+     * later request to writableLocations[0]. */
+    snprintf(url, sizeof(url), "%s://%s/", rt->r->tls ? "https" : "http",
+             host ? host : rt->r->listen_host);
+    loc = json_pack("[{s:s,s:s}]", "name", "local", "databaseAccountEndpoint", url);
+    if (loc)
+        acct = json_pack(
+            "{s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:b,s:{s:b,s:i,s:i},s:{s:s,s:i,s:i},"
+            "s:{s:i,s:i},s:{s:i,s:i},s:s}",
+            "_self", "", "id", "cosmolite", "_rid", url, "media", "//media/", "addresses",
+            "//addresses/", "_dbs", "//dbs/", "writableLocations", loc, "readableLocations", loc,
+            "enableMultipleWriteLocations", 0, "userReplicationPolicy", "asyncReplication", 0,
+            "minReplicaSetSize", 1, "maxReplicasetSize", 4, "userConsistencyPolicy",
+            "defaultConsistencyLevel", "Session", "maxStalenessPrefix", 100,
+            "maxStalenessIntervalInSeconds", 5, "systemReplicationPolicy", "minReplicaSetSize", 1,
+            "maxReplicasetSize", 4, "readPolicy", "primaryReadCoefficient", 1,
+            "secondaryReadCoefficient", 1, "queryEngineConfiguration", qcfg);
+    json_decref(loc);
+    if (!acct || sf_json_dump(acct, &rt->resp->body) != SF_OK) {
+        json_decref(acct);
+        emu_response_error(rt->resp, 500, 0, "Out of memory building the account response.");
+        return;
+    }
+    json_decref(acct);
+    ok(rt, 200, 0);
+    resp_header(rt->resp, "x-ms-max-media-storage-usage-mb", "10240");
+    resp_header(rt->resp, "x-ms-media-storage-usage-mb", "0");
+}
+
+/* ---- databases and containers ------------------------------------------- */
+
+static void handle_dbs(struct route *rt, const char *method)
+{
+    struct sf_err err;
+    json_t *body;
+
+    sf_err_clear(&err);
+    if (strcmp(method, "GET") == 0) {
+        if (store_call(rt, emu_store_db_list(rt->r->store, &rt->resp->body, &err), &err)) {
+            ok(rt, 200, 1);
+        }
+        return;
+    }
+    if (strcmp(method, "POST") == 0) {
+        if (hdr_true(rt, "x-ms-documentdb-isquery")) {
+            emu_response_error(rt->resp, 400, 0, "Queries over databases are not supported yet.");
+            return;
+        }
+        if (!(body = body_json(rt)))
+            return;
+        if (store_call(rt, emu_store_db_create(rt->r->store, body, &rt->resp->body, &err), &err)) {
+            ok(rt, 201, 1);
+            etag_from_body(rt);
+        }
+        json_decref(body);
+        return;
+    }
+    emu_response_error(rt->resp, 405, 0, "%s is not allowed on /dbs.", method);
+}
+
+static void handle_db(struct route *rt, const char *method)
+{
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    if (strcmp(method, "GET") == 0) {
+        if (store_call(rt, emu_store_db_read(rt->r->store, rt->seg[1], &rt->resp->body, &err),
+                       &err)) {
+            ok(rt, 200, 1);
+            etag_from_body(rt);
+        }
+    } else if (strcmp(method, "DELETE") == 0) {
+        if (store_call(rt, emu_store_db_delete(rt->r->store, rt->seg[1], &err), &err))
+            ok(rt, 204, 1);
+    } else {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on a database.", method);
+    }
+}
+
+static void handle_colls(struct route *rt, const char *method)
+{
+    struct sf_err err;
+    json_t *body;
+
+    sf_err_clear(&err);
+    if (strcmp(method, "GET") == 0) {
+        if (store_call(rt, emu_store_coll_list(rt->r->store, rt->seg[1], &rt->resp->body, &err),
+                       &err))
+            ok(rt, 200, 1);
+    } else if (strcmp(method, "POST") == 0) {
+        if (hdr_true(rt, "x-ms-documentdb-isquery")) {
+            emu_response_error(rt->resp, 400, 0,
+                               "Queries over containers are not supported yet.");
+            return;
+        }
+        if (!(body = body_json(rt)))
+            return;
+        if (store_call(rt,
+                       emu_store_coll_create(rt->r->store, rt->seg[1], body, &rt->resp->body, &err),
+                       &err)) {
+            ok(rt, 201, 1);
+            etag_from_body(rt);
+        }
+        json_decref(body);
+    } else {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on a container feed.", method);
+    }
+}
+
+static void handle_coll(struct route *rt, const char *method)
+{
+    struct sf_err err;
+    json_t *body;
+    const char *db = rt->seg[1], *id = rt->seg[3];
+
+    sf_err_clear(&err);
+    if (strcmp(method, "GET") == 0) {
+        if (store_call(rt, emu_store_coll_read(rt->r->store, db, id, &rt->resp->body, &err),
+                       &err)) {
+            ok(rt, 200, 1);
+            etag_from_body(rt);
+        }
+    } else if (strcmp(method, "PUT") == 0) {
+        if (!(body = body_json(rt)))
+            return;
+        if (store_call(rt,
+                       emu_store_coll_replace(rt->r->store, db, id, body, hdr(rt, "If-Match"),
+                                              &rt->resp->body, &err),
+                       &err)) {
+            ok(rt, 200, 1);
+            etag_from_body(rt);
+        }
+        json_decref(body);
+    } else if (strcmp(method, "DELETE") == 0) {
+        if (store_call(rt, emu_store_coll_delete(rt->r->store, db, id, &err), &err))
+            ok(rt, 204, 1);
+    } else {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on a container.", method);
+    }
+}
+
+/* Resolves the container named by seg[1] and seg[3] (by name, else by _rid). */
+static bool resolve_coll(struct route *rt, struct emu_coll_ref *c)
+{
+    struct sf_err err;
+    enum sf_rc rc;
+
+    sf_err_clear(&err);
+    rc = emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], false, c, &err);
+    if (rc == SF_ENOTFOUND) {
+        struct sf_err err2;
+        sf_err_clear(&err2);
+        if (emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], true, c, &err2) == SF_OK)
+            return true;
+    }
+    return store_call(rt, rc, &err);
+}
+
+static void handle_pkranges(struct route *rt, const char *method)
+{
+    struct emu_coll_ref c;
+    struct sf_err err;
+    char etag[64];
+    const char *inm;
+
+    if (strcmp(method, "GET") != 0) {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on pkranges.", method);
+        return;
+    }
+    if (!resolve_coll(rt, &c))
+        return;
+    sf_err_clear(&err);
+    if (!store_call(rt, emu_store_pkranges(rt->r->store, c.db, c.coll, &rt->resp->body, etag, &err),
+                    &err))
+        return;
+    resp_header(rt->resp, "etag", "%s", etag);
+    /* .NET reads this as an incremental feed and loops until 304. */
+    inm = hdr(rt, "If-None-Match");
+    if (inm && strcmp(inm, etag) == 0) {
+        sf_buf_reset(&rt->resp->body);
+        ok(rt, 304, 1);
+        return;
+    }
+    ok(rt, 200, 1);
+}
+
+/* ---- documents ------------------------------------------------------------ */
+
+/* Parses the change-feed page size; answers 400 and returns false if bad. */
+static bool page_size(struct route *rt, int *ret_n)
+{
+    const char *v = hdr(rt, "x-ms-max-item-count");
+    int64_t n;
+
+    if (!v) {
+        *ret_n = rt->r->lim.default_page_items;
+        return true;
+    }
+    if (sf_parse_i64(v, -1, INT32_MAX, &n) != SF_OK || n == 0) {
+        emu_response_error(rt->resp, 400, 0,
+                           "Invalid x-ms-max-item-count '%.64s': expected -1 or a positive "
+                           "integer.",
+                           v);
+        return false;
+    }
+    if (n < 0)
+        n = rt->r->lim.default_page_items;
+    *ret_n = (int)SF_MIN(n, (int64_t)rt->r->lim.max_page_items);
+    return true;
+}
+
+static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
+{
+    const char *aim = hdr(rt, "A-IM");
+    const char *range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
+    const char *inm = hdr(rt, "If-None-Match");
+    const char *ims = hdr(rt, "If-Modified-Since");
+    struct emu_cf_request q = {0};
+    struct emu_cf_result res;
+    struct sf_err err;
+    json_t *pk = NULL;
+
+    if (strcasecmp(aim, "Incremental Feed") != 0) {
+        emu_response_error(rt->resp, 400, 0,
+                           "Unsupported A-IM '%.64s': cosmolite serves the 'Incremental Feed' "
+                           "(LatestVersion) change feed.",
+                           aim);
+        return;
+    }
+    if (!pk_header(rt, &pk) || !page_size(rt, &q.max_items))
+        goto out;
+    if (range) {
+        /* Accept both "0" and "<collRid>,0". */
+        const char *comma = strrchr(range, ',');
+        q.range_id = comma ? comma + 1 : range;
+    }
+    q.epk_min = hdr(rt, "x-ms-start-epk");
+    q.epk_max = hdr(rt, "x-ms-end-epk");
+    if ((q.epk_min == NULL) != (q.epk_max == NULL)) {
+        /* An absent min means "from the start of the space". */
+        if (!q.epk_min)
+            q.epk_min = "";
+        if (!q.epk_max)
+            q.epk_max = "FF";
+    }
+    q.pk = pk;
+    if (inm && strcmp(inm, "*") == 0) {
+        q.start = EMU_CF_NOW;
+    } else if (inm) {
+        size_t len = strlen(inm);
+        const char *p = inm;
+        if (len >= 2 && inm[0] == '"' && inm[len - 1] == '"') {
+            p = inm + 1;
+            len -= 2;
+        }
+        if (sf_parse_i64n(p, len, 0, INT64_MAX, &q.after_lsn) != SF_OK) {
+            emu_response_error(rt->resp, 400, 0,
+                               "Invalid change feed continuation in If-None-Match: '%.64s' "
+                               "(expected an etag returned by an earlier change feed page).",
+                               inm);
+            goto out;
+        }
+        q.start = EMU_CF_AFTER_LSN;
+    } else if (ims) {
+        time_t t;
+        if (sf_time_parse_rfc1123(ims, &t) != SF_OK) {
+            emu_response_error(rt->resp, 400, 0,
+                               "Invalid If-Modified-Since '%.64s': expected an RFC 1123 date.",
+                               ims);
+            goto out;
+        }
+        q.start = EMU_CF_SINCE_TIME;
+        q.since_ts = (int64_t)t;
+    } else {
+        q.start = EMU_CF_BEGINNING;
+    }
+    sf_err_clear(&err);
+    if (!store_call(rt, emu_store_changefeed(rt->r->store, c, &q, &rt->resp->body, &res, &err),
+                    &err))
+        goto out;
+    resp_header(rt->resp, "etag", "\"%lld\"", (long long)res.continuation);
+    session_header(rt, res.range_id, res.range_lsn);
+    resp_header(rt->resp, "x-ms-item-count", "%d", res.count);
+    if (res.count == 0) {
+        sf_buf_reset(&rt->resp->body);
+        ok(rt, 304, 1);
+    } else {
+        ok(rt, 200, 1 + res.count * 0.1);
+    }
+out:
+    json_decref(pk);
+}
+
+static void handle_docs(struct route *rt, const char *method)
+{
+    struct emu_coll_ref c;
+    struct emu_doc_meta meta;
+    struct sf_err err;
+    json_t *body = NULL, *pk = NULL;
+    enum emu_write_kind kind = EMU_WRITE_CREATE;
+
+    if (!resolve_coll(rt, &c))
+        return;
+    sf_err_clear(&err);
+    if (strcmp(method, "GET") == 0) {
+        if (hdr(rt, "A-IM")) {
+            handle_changefeed(rt, &c);
+            return;
+        }
+        if (store_call(rt, emu_store_doc_list(rt->r->store, &c, &rt->resp->body, &err), &err))
+            ok(rt, 200, 1);
+        return;
+    }
+    if (strcmp(method, "POST") != 0) {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on a document feed.", method);
+        return;
+    }
+    if (hdr_true(rt, "x-ms-documentdb-isquery") || hdr_true(rt, "x-ms-documentdb-query") ||
+        hdr_true(rt, "x-ms-cosmos-is-query-plan-request")) {
+        emu_response_error(rt->resp, 400, 0, "Queries are not supported yet by cosmolite.");
+        return;
+    }
+    if (hdr_true(rt, "x-ms-cosmos-is-batch-request")) {
+        emu_response_error(rt->resp, 400, 0,
+                           "Transactional batch is not supported yet by cosmolite.");
+        return;
+    }
+    if (hdr_true(rt, "x-ms-documentdb-is-upsert"))
+        kind = EMU_WRITE_UPSERT;
+    if (!pk_header(rt, &pk) || !(body = body_json(rt)))
+        goto out;
+    if (store_call(rt,
+                   emu_store_doc_write(rt->r->store, &c, kind, NULL, pk, body, hdr(rt, "If-Match"),
+                                       &rt->resp->body, &meta, &err),
+                   &err))
+        doc_written(rt, &meta, 5.71 + (double)rt->req->body_len / 1024.0);
+out:
+    json_decref(body);
+    json_decref(pk);
+}
+
+static void handle_doc(struct route *rt, const char *method)
+{
+    struct emu_coll_ref c;
+    struct emu_doc_meta meta;
+    struct sf_err err;
+    json_t *body = NULL, *pk = NULL;
+    const char *id = rt->seg[5];
+
+    if (strpbrk(id, "\\?#")) {
+        emu_response_error(rt->resp, 400, 0,
+                           "The id '%.200s' contains one of the characters '\\', '?' or '#', "
+                           "which ids may not contain.",
+                           id);
+        return;
+    }
+    if (!resolve_coll(rt, &c))
+        return;
+    if (!pk_header(rt, &pk))
+        return;
+    sf_err_clear(&err);
+    if (strcmp(method, "GET") == 0) {
+        if (store_call(rt,
+                       emu_store_doc_read(rt->r->store, &c, id, pk, hdr(rt, "If-None-Match"),
+                                          &rt->resp->body, &meta, &err),
+                       &err)) {
+            ok(rt, meta.status, 1);
+            resp_header(rt->resp, "etag", "%s", meta.etag);
+            session_header(rt, meta.range_id, meta.lsn);
+        }
+    } else if (strcmp(method, "PUT") == 0) {
+        if ((body = body_json(rt)) &&
+            store_call(rt,
+                       emu_store_doc_write(rt->r->store, &c, EMU_WRITE_REPLACE, id, pk, body,
+                                           hdr(rt, "If-Match"), &rt->resp->body, &meta, &err),
+                       &err))
+            doc_written(rt, &meta, 10.29 + (double)rt->req->body_len / 1024.0);
+    } else if (strcmp(method, "DELETE") == 0) {
+        if (store_call(rt,
+                       emu_store_doc_delete(rt->r->store, &c, id, pk, hdr(rt, "If-Match"), &meta,
+                                            &err),
+                       &err)) {
+            ok(rt, 204, 5.71);
+            session_header(rt, meta.range_id, meta.lsn);
+        }
+    } else if (strcmp(method, "PATCH") == 0) {
+        emu_response_error(rt->resp, 400, 0, "Patch is not supported yet by cosmolite.");
+    } else {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on a document.", method);
+    }
+    json_decref(body);
+    json_decref(pk);
+}
+
+/* ---- routing -------------------------------------------------------------- */
+
+/* Splits the raw path into percent-decoded segments. Answers 400 on failure. */
+static bool split_path(struct route *rt, char *path)
+{
+    char *save = NULL, *s;
+    int max = SF_MIN(rt->r->lim.max_path_segments, EMU_MAX_SEGMENTS);
+
+    rt->nseg = 0;
+    for (s = strtok_r(path, "/", &save); s; s = strtok_r(NULL, "/", &save)) {
+        size_t len = strlen(s);
+        if (rt->nseg >= max) {
+            emu_response_error(rt->resp, 400, 0, "The URL path has more than %d segments.", max);
+            return false;
+        }
+        if (len > EMU_MAX_SEGMENT) {
+            emu_response_error(rt->resp, 400, 0, "A URL path segment is longer than %d bytes.",
+                               EMU_MAX_SEGMENT);
+            return false;
+        }
+        if (sf_url_decode(s, len, &len) != SF_OK) {
+            emu_response_error(rt->resp, 400, 0,
+                               "The URL path segment '%.200s' is not correctly percent-encoded.",
+                               s);
+            return false;
+        }
+        s[len] = '\0';
+        if (memchr(s, '/', len)) {
+            emu_response_error(rt->resp, 400, 0,
+                               "The resource id '%.200s' contains '/', which ids may not contain.",
+                               s);
+            return false;
+        }
+        rt->seg[rt->nseg++] = s;
+    }
+    return true;
+}
+
+static bool is_type_seg(const char *s)
+{
+    static const char *const types[] = {"dbs",     "colls",    "docs", "pkranges", "sprocs",
+                                        "triggers", "udfs",    "users", "permissions",
+                                        "attachments", "conflicts", "offers"};
+    for (size_t i = 0; i < SF_ARRAY_LEN(types); i++)
+        if (strcmp(s, types[i]) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Derives the resource type and link that the client signed (PROTOCOL.md
+ * section 1): an even segment count names a resource (type = the
+ * second-to-last segment, link = the path); an odd count names a feed
+ * (type = last segment, link = its parent). The RID-based form is the last
+ * named _rid, lowercased.
+ */
+static void auth_link(const struct route *rt, char *rtype, size_t tcap, struct sf_buf *link,
+                      char *rid_link, size_t rcap)
+{
+    int n = rt->nseg, upto;
+
+    rtype[0] = '\0';
+    rid_link[0] = '\0';
+    if (n == 0)
+        return;
+    if (n % 2 == 0) {
+        snprintf(rtype, tcap, "%s", rt->seg[n - 2]);
+        upto = n;
+    } else {
+        snprintf(rtype, tcap, "%s", rt->seg[n - 1]);
+        upto = n - 1;
+    }
+    for (int i = 0; i < upto; i++) {
+        if (i)
+            (void)sf_buf_putc(link, '/');
+        (void)sf_buf_puts(link, rt->seg[i]);
+    }
+    if (upto > 0) {
+        const char *rid = rt->seg[upto - 1];
+        size_t j = 0;
+        for (; rid[j] && j + 1 < rcap; j++)
+            rid_link[j] = (char)tolower((unsigned char)rid[j]);
+        rid_link[j] = '\0';
+    }
+}
+
+/* The operation kind and container of a request, for fault rules. */
+static enum emu_op classify(const struct route *rt, const char **ret_coll)
+{
+    const char *m = rt->req->method;
+    int n = rt->nseg;
+
+    *ret_coll = n >= 4 ? rt->seg[3] : NULL;
+    if (n < 5)
+        return EMU_OP_META;
+    if (strcmp(rt->seg[4], "pkranges") == 0)
+        return EMU_OP_PKRANGES;
+    if (strcmp(rt->seg[4], "docs") != 0)
+        return EMU_OP_META;
+    if (strcmp(m, "GET") == 0)
+        return (n == 5 && hdr(rt, "A-IM")) ? EMU_OP_CHANGEFEED : EMU_OP_READ;
+    if (strcmp(m, "PATCH") == 0)
+        return EMU_OP_PATCH;
+    if (n == 5 && strcmp(m, "POST") == 0) {
+        if (hdr_true(rt, "x-ms-documentdb-isquery") || hdr_true(rt, "x-ms-documentdb-query") ||
+            hdr_true(rt, "x-ms-cosmos-is-query-plan-request"))
+            return EMU_OP_QUERY;
+        if (hdr_true(rt, "x-ms-cosmos-is-batch-request"))
+            return EMU_OP_BATCH;
+    }
+    return EMU_OP_WRITE;
+}
+
+static void fault_status(struct route *rt, int status, int64_t retry_after_ms)
+{
+    if (status == 429) {
+        emu_response_error(rt->resp, 429, 3200,
+                           "Request rate is large. More Request Units may be needed, so no "
+                           "changes were made. Please retry this request later. (injected "
+                           "fault)");
+        resp_header(rt->resp, "x-ms-retry-after-ms", "%lld", (long long)retry_after_ms);
+    } else {
+        emu_response_error(rt->resp, status, 0, "Injected fault: %d.", status);
+        if (status == 449 || status == 503)
+            resp_header(rt->resp, "x-ms-retry-after-ms", "%lld", (long long)retry_after_ms);
+    }
+}
+
+/* /_admin/faults: GET lists the rules, PUT/POST replaces them, DELETE clears. */
+static void handle_admin(struct route *rt)
+{
+    const char *m = rt->req->method;
+    struct sf_err err;
+    json_t *body;
+
+    if (rt->nseg != 2 || strcmp(rt->seg[1], "faults") != 0) {
+        emu_response_error(rt->resp, 404, 0,
+                           "Unknown admin resource '%s' (known: /_admin/faults, /_admin/split).",
+                           rt->req->path);
+        return;
+    }
+    if (!rt->r->faults) {
+        emu_response_error(rt->resp, 400, 0, "Fault injection is not enabled on this server.");
+        return;
+    }
+    sf_err_clear(&err);
+    if (strcmp(m, "PUT") == 0 || strcmp(m, "POST") == 0) {
+        if (!(body = body_json(rt)))
+            return;
+        if (emu_faults_set_json(rt->r->faults, body, &err) != SF_OK) {
+            json_decref(body);
+            emu_response_error(rt->resp, 400, 0, "Bad fault rules: %s", err.msg);
+            return;
+        }
+        json_decref(body);
+    } else if (strcmp(m, "DELETE") == 0) {
+        emu_faults_clear(rt->r->faults);
+    } else if (strcmp(m, "GET") != 0) {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on /_admin/faults.", m);
+        return;
+    }
+    body = emu_faults_to_json(rt->r->faults);
+    if (!body || sf_json_dump(body, &rt->resp->body) != SF_OK) {
+        json_decref(body);
+        emu_response_error(rt->resp, 500, 0, "Out of memory.");
+        return;
+    }
+    json_decref(body);
+    ok(rt, 200, 0);
+}
+
+static void dispatch(struct route *rt)
+{
+    const char *m = rt->req->method;
+    int n = rt->nseg;
+
+    if (n == 0) {
+        if (strcmp(m, "GET") == 0)
+            handle_account(rt);
+        else
+            emu_response_error(rt->resp, 405, 0, "%s is not allowed on the account.", m);
+        return;
+    }
+    if (strcmp(rt->seg[0], "_admin") == 0) {
+        handle_admin(rt);
+        return;
+    }
+    if (strcmp(rt->seg[0], "dbs") != 0 || (n >= 3 && strcmp(rt->seg[2], "colls") != 0) ||
+        (n >= 5 && !is_type_seg(rt->seg[4]))) {
+        emu_response_error(rt->resp, 404, 0, "Unknown resource path '%s'.", rt->req->path);
+        return;
+    }
+    switch (n) {
+    case 1: handle_dbs(rt, m); return;
+    case 2: handle_db(rt, m); return;
+    case 3: handle_colls(rt, m); return;
+    case 4: handle_coll(rt, m); return;
+    case 5:
+        if (strcmp(rt->seg[4], "docs") == 0)
+            handle_docs(rt, m);
+        else if (strcmp(rt->seg[4], "pkranges") == 0)
+            handle_pkranges(rt, m);
+        else
+            emu_response_error(rt->resp, 400, 0, "Resource type '%s' is not supported.",
+                               rt->seg[4]);
+        return;
+    case 6:
+        if (strcmp(rt->seg[4], "docs") == 0)
+            handle_doc(rt, m);
+        else
+            emu_response_error(rt->resp, 400, 0, "Resource type '%s' is not supported.",
+                               rt->seg[4]);
+        return;
+    default:
+        emu_response_error(rt->resp, 404, 0, "Unknown resource path '%s'.", rt->req->path);
+    }
+}
+
+void emu_router_handle(struct emu_router *r, const struct emu_request *req,
+                       struct emu_response *resp)
+{
+    struct route rt = {.req = req, .r = r, .resp = resp};
+    struct emu_auth_input auth = {0};
+    struct sf_buf link;
+    char *path = NULL, rtype[32], rid_link[64];
+    const char *aid;
+    struct sf_err err;
+    time_t now = r->now ? r->now() : time(NULL);
+
+    sf_buf_init(&link, 8192);
+    sf_err_clear(&err);
+    aid = req->header(req->hctx, "x-ms-activity-id");
+    if (aid && *aid && strlen(aid) < sizeof(rt.activity_id))
+        snprintf(rt.activity_id, sizeof(rt.activity_id), "%s", aid);
+    else
+        sf_uuid4(rt.activity_id);
+
+    path = strdup(req->path ? req->path : "/");
+    if (!path) {
+        emu_response_error(resp, 500, 0, "Out of memory.");
+        goto out;
+    }
+    if (!split_path(&rt, path))
+        goto out;
+
+    auth_link(&rt, rtype, sizeof(rtype), &link, rid_link, sizeof(rid_link));
+    auth.verb = req->method;
+    auth.rtype = rtype;
+    auth.link = sf_buf_cstr(&link);
+    auth.rid_link = rid_link[0] ? rid_link : NULL;
+    auth.authorization = req->header(req->hctx, "authorization");
+    auth.x_ms_date = req->header(req->hctx, "x-ms-date");
+    auth.date = req->header(req->hctx, "date");
+    if (auth.x_ms_date && !*auth.x_ms_date)
+        auth.x_ms_date = NULL;
+    if (!r->skip_auth && emu_auth_check(&r->key, &auth, now, r->lim.max_clock_skew_s, &err) != SF_OK) {
+        emu_response_error(resp, err.http_status ? err.http_status : 401, 0, "%s", err.msg);
+        goto out;
+    }
+    if (r->faults) {
+        struct emu_fault_action fa;
+        const char *coll;
+        enum emu_op op = classify(&rt, &coll);
+        emu_faults_decide(r->faults, op, coll, &fa);
+        if (fa.active && fa.delay_ms > 0)
+            sf_sleep_ms(fa.delay_ms);
+        if (fa.active && !fa.after && fa.kind == EMU_FAULT_STATUS) {
+            fault_status(&rt, fa.status, fa.retry_after_ms);
+            goto out;
+        }
+        if (fa.active && !fa.after && fa.kind == EMU_FAULT_DROP) {
+            resp->drop = true;
+            goto out;
+        }
+        dispatch(&rt);
+        /* "after": the operation is applied, but the client never learns it. */
+        if (fa.active && fa.after && fa.kind == EMU_FAULT_DROP)
+            resp->drop = true;
+        else if (fa.active && fa.after && fa.kind == EMU_FAULT_STATUS)
+            fault_status(&rt, fa.status, fa.retry_after_ms);
+        goto out;
+    }
+    dispatch(&rt);
+out:
+    common_headers(&rt);
+    if (resp->body.len > 0 || resp->status >= 400)
+        resp_header(resp, "Content-Type", "application/json");
+    sf_buf_release(&link);
+    free(path);
+}

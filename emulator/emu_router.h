@@ -1,0 +1,81 @@
+/*
+ * emu_router.h - cosmolite's request handling, independent of the HTTP
+ * library: a request (method, raw path, headers, body) goes in, a response
+ * (status, headers, body) comes out. emu_http.c feeds it from libmicrohttpd;
+ * tests and the fuzz target feed it directly.
+ */
+#ifndef EMU_ROUTER_H
+#define EMU_ROUTER_H
+
+#include "common/sf_auth.h"
+#include "common/sf_base.h"
+#include "common/sf_buf.h"
+#include "emulator/emu_fault.h"
+#include "emulator/emu_store.h"
+
+/* Every limit of the server; emu_limits_default fills the defaults. */
+struct emu_limits {
+    size_t max_request_bytes;  /* whole request body; 413 beyond (default 4 MiB) */
+    size_t max_response_bytes; /* largest response body built (default 64 MiB) */
+    int max_page_items;        /* cap of x-ms-max-item-count (default 1000) */
+    int default_page_items;    /* page size when the client sends none or -1 (default 100) */
+    int max_clock_skew_s;      /* x-ms-date window around the server clock (default 900) */
+    int max_path_segments;     /* deeper URLs get 400 (default 8) */
+};
+void emu_limits_default(struct emu_limits *lim);
+
+struct emu_router {
+    struct emu_store *store;   /* borrowed */
+    struct sf_auth_key key;
+    struct emu_limits lim;
+    bool tls;                  /* advertise https:// in the account's locations */
+    char listen_host[160];     /* "127.0.0.1:8081", used when a request has no Host */
+    time_t (*now)(void);       /* wall clock seam for tests; NULL = time(NULL) */
+    struct emu_faults *faults; /* borrowed; NULL = no fault injection */
+    bool skip_auth;            /* fuzz targets only: no cosmolite option sets it */
+};
+
+/* Looks up a request header by case-insensitive name; NULL when absent. */
+typedef const char *(*emu_header_fn)(void *hctx, const char *name);
+
+struct emu_request {
+    const char *method;        /* "GET", "POST", ... */
+    const char *path;          /* raw path as received, still percent-encoded, no query */
+    emu_header_fn header;
+    void *hctx;
+    const char *body;          /* may be NULL when body_len == 0 */
+    size_t body_len;
+};
+
+#define EMU_MAX_RESP_HEADERS 16
+
+struct emu_resp_header {
+    const char *name;          /* static string */
+    char value[160];
+};
+
+struct emu_response {
+    int status;
+    int nheaders;
+    struct emu_resp_header headers[EMU_MAX_RESP_HEADERS];
+    struct sf_buf body;        /* JSON text, possibly empty */
+    bool drop;                 /* close the connection without answering (fault injection) */
+};
+
+/* Prepares an empty response whose body may grow to max_body bytes. */
+void emu_response_init(struct emu_response *resp, size_t max_body);
+void emu_response_release(struct emu_response *resp);
+
+/*
+ * Handles one request completely: authentication, routing, the store call
+ * and the response. Always produces a response (errors included); never
+ * fails. Thread-safe when the store is.
+ */
+void emu_router_handle(struct emu_router *r, const struct emu_request *req,
+                       struct emu_response *resp);
+
+/* Fills resp with a Cosmos-style error body {"code","message"} and x-ms-substatus. */
+void emu_response_error(struct emu_response *resp, int status, int substatus, const char *fmt,
+                        ...) SF_PRINTF(4, 5);
+
+#endif

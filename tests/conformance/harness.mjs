@@ -1,0 +1,471 @@
+// Conformance harness: runs a private cosmolite for a test file and hands out
+// clients of the official @azure/cosmos SDK (the referee) plus raw-HTTP helpers
+// that sign requests exactly as PROTOCOL.md section 1 describes.
+//
+// Contract:
+//   const srv = await startCosmolite(t, { partitions: 4 });
+//   srv.endpoint, srv.key, srv.port, srv.dataDir
+//   srv.client(opts)   -> a new CosmosClient (disposed by stop())
+//   srv.restart()      -> SIGTERM, expect a clean exit (code 0), start again on
+//                         the same data dir and port
+//   srv.kill9()        -> SIGKILL, wait for the process to go (no restart)
+//   srv.start()        -> start again after kill9() (same data dir and port)
+//   srv.stop()         -> dispose clients, SIGTERM, expect exit code 0, delete
+//                         the data dir; throws if cosmolite had died on its own
+//   srv.stderr()       -> what cosmolite wrote to stderr (last 256 KiB)
+//
+// Cleanup never depends on the test passing: the server is stopped by the
+// test context's after() hook when a context is given, and every process still
+// alive is SIGKILLed when the test process exits (normally or by signal).
+
+import { spawn } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { CosmosClient } from "@azure/cosmos";
+
+/** The well-known emulator key; cosmolite's default. */
+export const EMULATOR_KEY =
+  "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
+
+const START_TIMEOUT_MS = 10_000;
+const STOP_TIMEOUT_MS = 10_000;
+const STDERR_CAP = 256 * 1024;
+/** Per-request timeout for SDK clients, so a stuck server fails a test instead of hanging it. */
+const SDK_REQUEST_TIMEOUT_MS = 15_000;
+
+// Every cosmolite this process started and has not reaped yet.
+const live = new Set();
+
+function killAllSync() {
+  for (const srv of live) {
+    try {
+      srv._proc?.kill("SIGKILL");
+    } catch {
+      // already gone
+    }
+    try {
+      fs.rmSync(srv._tmpDir, { recursive: true, force: true });
+    } catch {
+      // best effort
+    }
+  }
+  live.clear();
+}
+
+process.on("exit", killAllSync);
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(sig, () => {
+    killAllSync();
+    process.exit(128 + os.constants.signals[sig]);
+  });
+}
+
+function binaryPath() {
+  const bin = process.env.COSMOLITE_BIN;
+  if (!bin) {
+    throw new Error("COSMOLITE_BIN is not set: point it at the cosmolite binary");
+  }
+  if (!fs.existsSync(bin)) {
+    throw new Error(`COSMOLITE_BIN=${bin} does not exist`);
+  }
+  return bin;
+}
+
+class Cosmolite {
+  constructor(opts) {
+    this.opts = opts;
+    this.key = opts.key ?? EMULATOR_KEY;
+    this._tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), "cosmolite-conf-"));
+    this.dataDir = opts.memory ? null : path.join(this._tmpDir, "data");
+    if (this.dataDir) fs.mkdirSync(this.dataDir);
+    this._portFile = path.join(this._tmpDir, "port");
+    this.port = 0;
+    this.endpoint = null;
+    this._proc = null;
+    this._exit = null; // {code, signal} once the current process is gone
+    this._exitPromise = null;
+    this._expectExit = false;
+    this._stderr = "";
+    this._clients = [];
+    live.add(this);
+  }
+
+  /** What cosmolite has written to stderr, for failure messages. */
+  stderr() {
+    return this._stderr;
+  }
+
+  _args() {
+    const o = this.opts;
+    const args = ["--listen", `127.0.0.1:${this.port}`, "--port-file", this._portFile];
+    if (o.memory) args.push("--memory");
+    else args.push("--data", this.dataDir);
+    if (o.key) args.push("--key", o.key);
+    if (o.partitions !== undefined) args.push("--partitions", String(o.partitions));
+    if (o.maxRequestBytes !== undefined) args.push("--max-request-bytes", String(o.maxRequestBytes));
+    if (o.logLevel) args.push("--log-level", o.logLevel);
+    if (o.args) args.push(...o.args);
+    return args;
+  }
+
+  /** Starts the process and waits until it has written its port file. */
+  async start() {
+    if (this._proc && !this._exit) throw new Error("cosmolite is already running");
+    fs.rmSync(this._portFile, { force: true });
+    this._stderr += `--- start ${new Date().toISOString()} ${this._args().join(" ")}\n`;
+    const proc = spawn(binaryPath(), this._args(), { stdio: ["ignore", "ignore", "pipe"] });
+    this._proc = proc;
+    this._exit = null;
+    this._expectExit = false;
+    proc.stderr.setEncoding("utf8");
+    proc.stderr.on("data", (chunk) => {
+      this._stderr += chunk;
+      if (this._stderr.length > STDERR_CAP) this._stderr = this._stderr.slice(-STDERR_CAP);
+    });
+    this._exitPromise = new Promise((resolve) => {
+      proc.on("error", (e) => {
+        this._stderr += `spawn error: ${e.message}\n`;
+      });
+      proc.on("close", (code, signal) => {
+        this._exit = { code, signal };
+        if (!this._expectExit && this.endpoint) {
+          // Say so at once: SDK calls against a dead server retry for up to
+          // two minutes before failing, which would hide the cause.
+          process.stderr.write(
+            `\n*** cosmolite on port ${this.port} died on its own (code ${code}, signal ${signal}); stderr:\n` +
+              `${this._stderr.slice(-8192)}\n`,
+          );
+        }
+        resolve(this._exit);
+      });
+    });
+
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      if (this._exit) {
+        throw new Error(
+          `cosmolite exited during startup (code ${this._exit.code}, signal ${this._exit.signal}):\n` +
+            this._stderr,
+        );
+      }
+      let text = "";
+      try {
+        text = fs.readFileSync(this._portFile, "utf8");
+      } catch {
+        // not written yet
+      }
+      const m = /^(\d+)\n$/.exec(text);
+      if (m) {
+        const port = Number(m[1]);
+        if (port <= 0 || port > 65535) throw new Error(`port file holds a bad port: ${JSON.stringify(text)}`);
+        if (this.port !== 0 && port !== this.port) {
+          throw new Error(`cosmolite restarted on port ${port}, asked for ${this.port}`);
+        }
+        this.port = port;
+        this.endpoint = `http://127.0.0.1:${port}/`;
+        return this;
+      }
+      if (Date.now() > deadline) {
+        proc.kill("SIGKILL");
+        await this._exitPromise;
+        throw new Error(
+          `cosmolite did not write its port file within ${START_TIMEOUT_MS} ms; stderr:\n${this._stderr}`,
+        );
+      }
+      await sleep(20);
+    }
+  }
+
+  /** Throws when the current process died without being asked to. */
+  _checkNotCrashed(what) {
+    if (this._exit && !this._expectExit) {
+      throw new Error(
+        `${what}: cosmolite had died on its own (code ${this._exit.code}, signal ${this._exit.signal}):\n` +
+          this._stderr,
+      );
+    }
+  }
+
+  async _waitExit(ms) {
+    let timer;
+    const timeout = new Promise((resolve) => {
+      timer = setTimeout(() => resolve(null), ms);
+    });
+    const r = await Promise.race([this._exitPromise, timeout]);
+    clearTimeout(timer);
+    return r;
+  }
+
+  /** SIGTERM and wait; a clean shutdown is exit code 0 within STOP_TIMEOUT_MS. */
+  async _terminate(what) {
+    if (!this._proc || this._exit) return;
+    this._expectExit = true;
+    this._proc.kill("SIGTERM");
+    const r = await this._waitExit(STOP_TIMEOUT_MS);
+    if (!r) {
+      this._proc.kill("SIGKILL");
+      await this._exitPromise;
+      throw new Error(`${what}: cosmolite ignored SIGTERM for ${STOP_TIMEOUT_MS} ms; stderr:\n${this._stderr}`);
+    }
+    if (r.code !== 0) {
+      throw new Error(
+        `${what}: cosmolite exited with code ${r.code} signal ${r.signal} after SIGTERM; stderr:\n${this._stderr}`,
+      );
+    }
+  }
+
+  /** Graceful restart on the same data dir and port. */
+  async restart() {
+    this._checkNotCrashed("restart");
+    await this._terminate("restart");
+    return this.start();
+  }
+
+  /** kill -9 and wait until the process is gone. Call start() to bring it back. */
+  async kill9() {
+    this._checkNotCrashed("kill9");
+    if (!this._proc || this._exit) return;
+    this._expectExit = true;
+    this._proc.kill("SIGKILL");
+    await this._exitPromise;
+  }
+
+  /**
+   * A new SDK client for this server. Nothing is switched off that a real user
+   * would keep: endpoint discovery stays on (the SDK reads GET / and follows
+   * writableLocations); only the per-request timeout is bounded.
+   */
+  client(extra = {}) {
+    const c = new CosmosClient({
+      endpoint: this.endpoint,
+      key: this.key,
+      ...extra,
+      connectionPolicy: { requestTimeout: SDK_REQUEST_TIMEOUT_MS, ...(extra.connectionPolicy ?? {}) },
+    });
+    this._clients.push(c);
+    return c;
+  }
+
+  /** Stops everything this server owns. Safe to call twice. */
+  async stop() {
+    for (const c of this._clients.splice(0)) {
+      try {
+        c.dispose();
+      } catch {
+        // a disposed client is fine
+      }
+    }
+    try {
+      this._checkNotCrashed("stop");
+      await this._terminate("stop");
+    } finally {
+      if (this._proc && !this._exit) {
+        this._proc.kill("SIGKILL");
+        await this._exitPromise;
+      }
+      fs.rmSync(this._tmpDir, { recursive: true, force: true });
+      live.delete(this);
+    }
+  }
+}
+
+/**
+ * Starts a cosmolite with a fresh temp data dir. `t` is a node:test context
+ * (or anything with after()) whose end stops the server; pass null to manage
+ * it yourself. Options: partitions, memory, key, maxRequestBytes, logLevel, args.
+ */
+export async function startCosmolite(t, opts = {}) {
+  const srv = new Cosmolite(opts);
+  if (t && typeof t.after === "function") t.after(() => srv.stop());
+  try {
+    await srv.start();
+  } catch (e) {
+    live.delete(srv);
+    fs.rmSync(srv._tmpDir, { recursive: true, force: true });
+    throw e;
+  }
+  return srv;
+}
+
+/** A unique, readable resource id. */
+export function uid(prefix = "x") {
+  return `${prefix}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+/**
+ * Reads a change-feed iterator (getChangeFeedIterator) until it reports 304.
+ * Returns {items, pages, last} where last is the final (304) response.
+ * Bounded: fails after maxPages pages so a feed that never ends cannot hang a test.
+ */
+export async function drainChangeFeed(iterator, { maxPages = 500 } = {}) {
+  const items = [];
+  let pages = 0;
+  for (;;) {
+    if (pages >= maxPages) throw new Error(`change feed did not report 304 within ${maxPages} pages`);
+    const res = await iterator.readNext();
+    pages++;
+    if (res.statusCode === 304) return { items, pages, last: res };
+    if (res.statusCode !== 200) throw new Error(`unexpected change feed status ${res.statusCode}`);
+    items.push(...res.result);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Raw HTTP with master-key signing (PROTOCOL.md section 1).
+
+/** RFC 1123 date as Cosmos wants it ("Tue, 01 Apr 2025 12:00:00 GMT"). */
+export function rfc1123(date = new Date()) {
+  return date.toUTCString();
+}
+
+/** HMAC-SHA256 signature over the five-line payload; returns standard base64. */
+export function signature({ verb, resourceType, resourceLink, date, key = EMULATOR_KEY, dateLine, line5 = "" }) {
+  const line4 = dateLine !== undefined ? dateLine : date.toLowerCase();
+  const payload = `${verb.toLowerCase()}\n${resourceType.toLowerCase()}\n${resourceLink}\n${line4}\n${line5}\n`;
+  return crypto.createHmac("sha256", Buffer.from(key, "base64")).update(payload, "utf8").digest("base64");
+}
+
+/**
+ * The authorization header value. encoding: "upper" (JS/Python style %3D),
+ * "lower" (.NET style %3d) or "none" (raw).
+ */
+export function authHeader(sig, encoding = "upper") {
+  const raw = `type=master&ver=1.0&sig=${sig}`;
+  if (encoding === "none") return raw;
+  const enc = encodeURIComponent(raw);
+  return encoding === "lower" ? enc.replace(/%[0-9A-F]{2}/g, (m) => m.toLowerCase()) : enc;
+}
+
+/**
+ * Derives resourceType and resourceLink from a URL path, name-based
+ * (PROTOCOL.md section 1): ids are percent-decoded, case kept.
+ */
+export function resourceFor(urlPath) {
+  const p = urlPath.split("?")[0].replace(/^\/+|\/+$/g, "");
+  if (p === "") return { resourceType: "", resourceLink: "" };
+  const segs = p.split("/").map((s) => decodeURIComponent(s));
+  if (segs.length % 2 === 0) {
+    return { resourceType: segs[segs.length - 2], resourceLink: segs.join("/") };
+  }
+  return { resourceType: segs[segs.length - 1], resourceLink: segs.slice(0, -1).join("/") };
+}
+
+/**
+ * One HTTP request to the server. By default it is signed with the server's
+ * key and a current x-ms-date; pass sign:false to send headers as given, or
+ * sign:{...} to override pieces (date, key, verb, resourceType, resourceLink,
+ * encoding, dateLine, line5, noXmsDate, tamper). body may be a string, Buffer or object (JSON-encoded).
+ * Resolves {status, headers, text, json} (json null when the body is not JSON).
+ * Never hangs: rejects after timeoutMs.
+ */
+export function rawRequest(srv, { method = "GET", path: urlPath = "/", headers = {}, body, sign = {}, timeoutMs = 15_000 }) {
+  const h = {};
+  for (const [k, v] of Object.entries(headers)) if (v !== undefined) h[k.toLowerCase()] = v;
+  if (!("x-ms-version" in h)) h["x-ms-version"] = "2020-07-15";
+  if (!("accept" in h)) h.accept = "application/json";
+  let payload;
+  if (body !== undefined) {
+    payload = Buffer.isBuffer(body) ? body : Buffer.from(typeof body === "string" ? body : JSON.stringify(body));
+    if (!("content-type" in h)) h["content-type"] = "application/json";
+  }
+  if (sign !== false) {
+    const date = sign.date ?? rfc1123();
+    if (!("x-ms-date" in h) && sign.noXmsDate !== true) h["x-ms-date"] = date;
+    const derived = resourceFor(urlPath);
+    const sig = signature({
+      verb: sign.verb ?? method,
+      resourceType: sign.resourceType ?? derived.resourceType,
+      resourceLink: sign.resourceLink ?? derived.resourceLink,
+      date,
+      key: sign.key ?? srv.key,
+      dateLine: sign.dateLine,
+      line5: sign.line5,
+    });
+    h.authorization = authHeader(sign.tamper ? sign.tamper(sig) : sig, sign.encoding ?? "upper");
+  }
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: "127.0.0.1", port: srv.port, method, path: urlPath, headers: h, agent: false },
+      (res) => {
+        const chunks = [];
+        res.on("data", (c) => chunks.push(c));
+        res.on("end", () => {
+          clearTimeout(timer);
+          const text = Buffer.concat(chunks).toString("utf8");
+          let json = null;
+          try {
+            json = text ? JSON.parse(text) : null;
+          } catch {
+            json = null;
+          }
+          resolve({ status: res.statusCode, headers: res.headers, text, json });
+        });
+        res.on("error", (e) => {
+          clearTimeout(timer);
+          reject(e);
+        });
+      },
+    );
+    const timer = setTimeout(() => {
+      req.destroy(new Error(`${method} ${urlPath}: no response within ${timeoutMs} ms`));
+    }, timeoutMs);
+    req.on("error", (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    if (payload) req.end(payload);
+    else req.end();
+  });
+}
+
+/** A short description of a raw response for assertion messages. */
+export function show(res) {
+  const hdr = ["x-ms-substatus", "etag", "x-ms-session-token"]
+    .filter((k) => res.headers[k] !== undefined)
+    .map((k) => `${k}: ${res.headers[k]}`)
+    .join(", ");
+  return `HTTP ${res.status} ${hdr} body=${res.text.slice(0, 400)}`;
+}
+
+// ---------------------------------------------------------------------------
+// Assertion helpers shared by the test files.
+
+/**
+ * A predicate for assert.rejects: the SDK error carries HTTP status `status`
+ * (and substatus `sub` when given). Anything else fails with the error shown.
+ */
+export function httpCode(status, sub) {
+  return (e) => {
+    if (e?.code !== status || (sub !== undefined && e?.substatus !== sub)) {
+      throw new Error(
+        `expected HTTP ${status}${sub !== undefined ? "/" + sub : ""}, got ${e?.code}/${e?.substatus}: ${e?.message}`,
+        { cause: e },
+      );
+    }
+    return true;
+  };
+}
+
+/** The bytes of a Cosmos _rid (base64 with '/' written as '-'). */
+export function ridBytes(rid) {
+  return Buffer.from(rid.replace(/-/g, "/"), "base64");
+}
+
+let epkModule;
+/**
+ * The SDK's own V2 effective partition key of a value, as uppercase hex. It is
+ * the referee's hash (an internal module of @azure/cosmos, loaded by file path).
+ */
+export async function sdkEpk(value) {
+  if (!epkModule) {
+    epkModule = await import(
+      new URL("./node_modules/@azure/cosmos/dist/esm/utils/hashing/v2.js", import.meta.url).href
+    );
+  }
+  return epkModule.hashV2PartitionKey([value === undefined ? {} : value]);
+}

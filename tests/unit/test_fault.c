@@ -1,0 +1,141 @@
+/*
+ * test_fault.c - cosmolite's fault rules: parsing, matching, counts,
+ * probabilities and determinism under a seed.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+
+#include "emulator/emu_fault.h"
+
+START_TEST(spec_parsing)
+{
+    struct emu_faults *f = emu_faults_new(1);
+    struct sf_err err;
+    static const char *const bad[] = {
+        "",          "status=404",       "status=429,op=nope", "delay=-1",
+        "p=0.5",     "status=429,p=1.5", "status=429,count=0", "status=429,when=later",
+        "status=429,when=after", "status=429,bogus=1", "drop=1",
+    };
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(emu_faults_add_spec(f, "status=429,op=write+patch,coll=orders,p=0.5,"
+                                            "retry-after=50",
+                                         &err),
+                     SF_OK);
+    ck_assert_int_eq(emu_faults_add_spec(f, "drop,op=read,count=2,when=after", &err), SF_OK);
+    ck_assert_int_eq(emu_faults_add_spec(f, "delay=5", &err), SF_OK);
+    for (size_t i = 0; i < SF_ARRAY_LEN(bad); i++) {
+        sf_err_clear(&err);
+        ck_assert_msg(emu_faults_add_spec(f, bad[i], &err) != SF_OK, "accepted '%s'", bad[i]);
+        ck_assert_msg(err.msg[0] != '\0', "no message for '%s'", bad[i]);
+    }
+    emu_faults_free(f);
+}
+END_TEST
+
+START_TEST(matching_and_counts)
+{
+    struct emu_faults *f = emu_faults_new(7);
+    struct emu_fault_action a;
+    struct sf_err err;
+
+    ck_assert_int_eq(emu_faults_add_spec(f, "status=503,op=write,coll=orders,count=2", &err),
+                     SF_OK);
+    emu_faults_decide(f, EMU_OP_READ, "orders", &a);
+    ck_assert(!a.active);
+    emu_faults_decide(f, EMU_OP_WRITE, "other", &a);
+    ck_assert(!a.active);
+    emu_faults_decide(f, EMU_OP_WRITE, NULL, &a);
+    ck_assert(!a.active);
+    emu_faults_decide(f, EMU_OP_WRITE, "orders", &a);
+    ck_assert(a.active && a.kind == EMU_FAULT_STATUS && a.status == 503);
+    emu_faults_decide(f, EMU_OP_WRITE, "orders", &a);
+    ck_assert(a.active);
+    emu_faults_decide(f, EMU_OP_WRITE, "orders", &a);
+    ck_assert_msg(!a.active, "count=2 fired a third time");
+    emu_faults_free(f);
+}
+END_TEST
+
+static int count_hits(uint64_t seed, int n, char *pattern)
+{
+    struct emu_faults *f = emu_faults_new(seed);
+    struct emu_fault_action a;
+    struct sf_err err;
+    int hits = 0;
+
+    ck_assert_int_eq(emu_faults_add_spec(f, "status=429,p=0.25", &err), SF_OK);
+    for (int i = 0; i < n; i++) {
+        emu_faults_decide(f, EMU_OP_READ, "c", &a);
+        pattern[i] = a.active ? '1' : '0';
+        hits += a.active;
+    }
+    pattern[n] = '\0';
+    emu_faults_free(f);
+    return hits;
+}
+
+START_TEST(probability_is_seeded)
+{
+    char p1[4001], p2[4001], p3[4001];
+    int h1 = count_hits(42, 4000, p1), h2 = count_hits(42, 4000, p2);
+
+    count_hits(43, 4000, p3);
+    ck_assert_int_eq(h1, h2);
+    ck_assert_str_eq(p1, p2);
+    ck_assert_str_ne(p1, p3);
+    /* 25% of 4000 = 1000; 6 sigma is about 165. */
+    ck_assert_msg(h1 > 835 && h1 < 1165, "hits %d far from 1000", h1);
+}
+END_TEST
+
+START_TEST(json_rules_replace_atomically)
+{
+    struct emu_faults *f = emu_faults_new(1);
+    struct emu_fault_action a;
+    struct sf_err err;
+    json_t *good = json_loads("{\"seed\":3,\"rules\":[{\"status\":449,\"op\":\"batch\"}]}", 0,
+                              NULL);
+    json_t *bad = json_loads("{\"rules\":[{\"status\":429},{\"status\":200}]}", 0, NULL);
+    json_t *listed;
+
+    ck_assert_int_eq(emu_faults_set_json(f, good, &err), SF_OK);
+    ck_assert_int_ne(emu_faults_set_json(f, bad, &err), SF_OK);
+    ck_assert(strstr(err.msg, "rules[1]") != NULL);
+    emu_faults_decide(f, EMU_OP_BATCH, "x", &a);
+    ck_assert(a.active && a.status == 449);
+    listed = emu_faults_to_json(f);
+    ck_assert_int_eq(json_array_size(json_object_get(listed, "rules")), 1);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_array_get(json_object_get(listed, "rules"), 0),
+                                           "fired")),
+        1);
+    emu_faults_clear(f);
+    emu_faults_decide(f, EMU_OP_BATCH, "x", &a);
+    ck_assert(!a.active);
+    json_decref(listed);
+    json_decref(good);
+    json_decref(bad);
+    emu_faults_free(f);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("fault");
+    TCase *tc = tcase_create("rules");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, spec_parsing);
+    tcase_add_test(tc, matching_and_counts);
+    tcase_add_test(tc, probability_is_seeded);
+    tcase_add_test(tc, json_rules_replace_atomically);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,488 @@
+/*
+ * test_router.c - cosmolite's request handling without HTTP: requests go
+ * straight into emu_router_handle over an in-memory store.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <strings.h>
+
+#include "common/sf_auth.h"
+#include "common/sf_crypto.h"
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "emulator/emu_router.h"
+#include "emulator/emu_store.h"
+
+#define FIXED_NOW 1743508800 /* Tue, 01 Apr 2025 12:00:00 GMT */
+
+static struct emu_store *store;
+static struct emu_router router;
+static time_t clock_now = FIXED_NOW;
+
+static time_t fake_now(void)
+{
+    return clock_now;
+}
+
+struct hdr {
+    const char *name;
+    const char *value;
+};
+
+struct test_req {
+    struct hdr h[16];
+    int n;
+};
+
+static const char *lookup(void *hctx, const char *name)
+{
+    struct test_req *t = hctx;
+    for (int i = 0; i < t->n; i++)
+        if (strcasecmp(t->h[i].name, name) == 0)
+            return t->h[i].value;
+    return NULL;
+}
+
+static void add_hdr(struct test_req *t, const char *name, const char *value)
+{
+    t->h[t->n].name = name;
+    t->h[t->n].value = value;
+    t->n++;
+}
+
+static const char *resp_hdr(const struct emu_response *r, const char *name)
+{
+    for (int i = 0; i < r->nheaders; i++)
+        if (strcasecmp(r->headers[i].name, name) == 0)
+            return r->headers[i].value;
+    return NULL;
+}
+
+/* Signs like a client: type and link derived per PROTOCOL.md section 1. */
+static char auth_buf[8][SF_AUTH_HEADER_SIZE];
+static char date_buf[8][30];
+static int slot;
+
+static void sign(struct test_req *t, const char *verb, const char *rtype, const char *link)
+{
+    int s = slot++ % 8;
+    sf_time_rfc1123(clock_now, date_buf[s]);
+    sf_auth_header(&router.key, verb, rtype, link, date_buf[s], auth_buf[s]);
+    add_hdr(t, "authorization", auth_buf[s]);
+    add_hdr(t, "x-ms-date", date_buf[s]);
+}
+
+static void run(const char *method, const char *path, struct test_req *t, const char *body,
+                struct emu_response *resp)
+{
+    struct emu_request req = {.method = method,
+                              .path = path,
+                              .header = lookup,
+                              .hctx = t,
+                              .body = body,
+                              .body_len = body ? strlen(body) : 0};
+    emu_response_init(resp, 1 << 20);
+    emu_router_handle(&router, &req, resp);
+}
+
+static json_t *resp_json(const struct emu_response *r)
+{
+    json_t *v = json_loadb(r->body.data ? r->body.data : "", r->body.len, 0, NULL);
+    ck_assert_msg(v != NULL, "response body is not JSON: %s", sf_buf_cstr(&r->body));
+    return v;
+}
+
+static void setup(void)
+{
+    struct emu_store_opts so = {.path = NULL, .partitions = 1, .max_doc_bytes = 2u << 20};
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    ck_assert_int_eq(emu_store_open(&so, &store, &err), SF_OK);
+    memset(&router, 0, sizeof(router));
+    emu_limits_default(&router.lim);
+    router.lim.max_request_bytes = 64 << 10;
+    ck_assert_int_eq(sf_auth_key_decode(SF_EMULATOR_KEY, &router.key, &err), SF_OK);
+    router.store = store;
+    router.now = fake_now;
+    snprintf(router.listen_host, sizeof(router.listen_host), "127.0.0.1:8081");
+    clock_now = FIXED_NOW;
+}
+
+static void teardown(void)
+{
+    emu_store_free(store);
+    store = NULL;
+}
+
+/* Creates database d and container c partitioned on /pk. */
+static void make_container(void)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+
+    sign(&t, "POST", "dbs", "");
+    run("POST", "/dbs", &t, "{\"id\":\"d\"}", &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+    memset(&t, 0, sizeof(t));
+    sign(&t, "POST", "colls", "dbs/d");
+    run("POST", "/dbs/d/colls", &t,
+        "{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\",\"version\":2}}", &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+}
+
+START_TEST(account_advertises_host)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    json_t *v;
+
+    sign(&t, "GET", "", "");
+    add_hdr(&t, "Host", "localhost:9999");
+    run("GET", "/", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    v = resp_json(&r);
+    ck_assert_str_eq(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(v, "writableLocations"), 0), "databaseAccountEndpoint")),
+        "http://localhost:9999/");
+    ck_assert(json_is_string(json_object_get(v, "queryEngineConfiguration")));
+    json_decref(v);
+    ck_assert_ptr_nonnull(resp_hdr(&r, "x-ms-activity-id"));
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(missing_auth_is_401)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    json_t *v;
+
+    add_hdr(&t, "x-ms-date", "Tue, 01 Apr 2025 12:00:00 GMT");
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    v = resp_json(&r);
+    ck_assert_str_eq(json_string_value(json_object_get(v, "code")), "Unauthorized");
+    ck_assert(strstr(json_string_value(json_object_get(v, "message")), "authorization"));
+    json_decref(v);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(tampered_signature_is_401)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char bad[128];
+
+    sign(&t, "GET", "dbs", "");
+    snprintf(bad, sizeof(bad), "%s", t.h[0].value);
+    bad[strlen(bad) - 5] = bad[strlen(bad) - 5] == 'A' ? 'B' : 'A';
+    t.h[0].value = bad;
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    ck_assert(strstr(sf_buf_cstr(&r.body), "payload"));
+    emu_response_release(&r);
+
+    /* Signed for another resource. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "dbs", "dbs/other");
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(stale_and_malformed_dates)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+
+    clock_now = FIXED_NOW - 20 * 60;
+    sign(&t, "GET", "dbs", "");
+    clock_now = FIXED_NOW;
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 403);
+    emu_response_release(&r);
+
+    memset(&t, 0, sizeof(t));
+    clock_now = FIXED_NOW + 20 * 60;
+    sign(&t, "GET", "dbs", "");
+    clock_now = FIXED_NOW;
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 403);
+    emu_response_release(&r);
+
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "dbs", "");
+    t.h[1].value = "2025-04-01T12:00:00Z";
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    ck_assert(strstr(sf_buf_cstr(&r.body), "date"));
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(date_header_only_signs_fifth_line)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char date[30], payload[256], sig[45], token[160];
+    unsigned char mac[32];
+    struct sf_buf b;
+
+    sf_time_rfc1123(clock_now, date);
+    snprintf(payload, sizeof(payload), "get\ndbs\n\n\n%s\n", "tue, 01 apr 2025 12:00:00 gmt");
+    sf_hmac_sha256(router.key.bytes, router.key.len, payload, strlen(payload), mac);
+    sf_base64_encode(mac, 32, sig);
+    sf_buf_init(&b, 256);
+    snprintf(token, sizeof(token), "type=master&ver=1.0&sig=%s", sig);
+    add_hdr(&t, "authorization", token); /* un-encoded form is accepted too */
+    add_hdr(&t, "date", date);
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    emu_response_release(&r);
+    sf_buf_release(&b);
+}
+END_TEST
+
+START_TEST(lower_hex_encoding_accepted)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char lower[128];
+
+    sign(&t, "GET", "dbs", "");
+    snprintf(lower, sizeof(lower), "%s", t.h[0].value);
+    for (char *p = lower; *p; p++)
+        if (p[0] == '%' && p[1] && p[2]) {
+            p[1] = (char)(p[1] >= 'A' && p[1] <= 'F' ? p[1] + 32 : p[1]);
+            p[2] = (char)(p[2] >= 'A' && p[2] <= 'F' ? p[2] + 32 : p[2]);
+        }
+    t.h[0].value = lower;
+    run("GET", "/dbs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(unknown_routes_and_methods)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+
+    sign(&t, "GET", "foo", "");
+    run("GET", "/foo", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 404);
+    json_decref(resp_json(&r));
+    emu_response_release(&r);
+
+    memset(&t, 0, sizeof(t));
+    sign(&t, "PUT", "dbs", "");
+    run("PUT", "/dbs", &t, "{}", &r);
+    ck_assert_int_eq(r.status, 405);
+    emu_response_release(&r);
+
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "docs", "dbs/d/colls/c/docs/%zz");
+    run("GET", "/dbs/d/colls/c/docs/%zz", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 400);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(document_lifecycle)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char etag[160];
+    json_t *v;
+
+    make_container();
+    sign(&t, "POST", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"a b\",\"pk\":\"p1\",\"n\":1}", &r);
+    ck_assert_int_eq(r.status, 201);
+    snprintf(etag, sizeof(etag), "%s", resp_hdr(&r, "etag"));
+    ck_assert(etag[0] == '"');
+    ck_assert(strstr(resp_hdr(&r, "x-ms-session-token"), ":-1#") != NULL);
+    ck_assert_ptr_nonnull(resp_hdr(&r, "x-ms-request-charge"));
+    v = resp_json(&r);
+    ck_assert_str_eq(json_string_value(json_object_get(v, "_etag")), etag);
+    json_decref(v);
+    emu_response_release(&r);
+
+    /* Duplicate in the same logical partition. */
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"a b\",\"pk\":\"p1\"}", &r);
+    ck_assert_int_eq(r.status, 409);
+    emu_response_release(&r);
+
+    /* Read by URL-encoded id, then 304 with If-None-Match. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "docs", "dbs/d/colls/c/docs/a b");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+    run("GET", "/dbs/d/colls/c/docs/a%20b", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    emu_response_release(&r);
+    add_hdr(&t, "If-None-Match", etag);
+    run("GET", "/dbs/d/colls/c/docs/a%20b", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 304);
+    ck_assert_uint_eq(r.body.len, 0);
+    emu_response_release(&r);
+
+    /* Replace with a stale etag fails, with the current one succeeds. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "PUT", "docs", "dbs/d/colls/c/docs/a b");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+    add_hdr(&t, "If-Match", "\"stale\"");
+    run("PUT", "/dbs/d/colls/c/docs/a%20b", &t, "{\"id\":\"a b\",\"pk\":\"p1\",\"n\":2}", &r);
+    ck_assert_int_eq(r.status, 412);
+    emu_response_release(&r);
+    t.h[3].value = etag;
+    run("PUT", "/dbs/d/colls/c/docs/a%20b", &t, "{\"id\":\"a b\",\"pk\":\"p1\",\"n\":2}", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_ne(resp_hdr(&r, "etag"), etag);
+    emu_response_release(&r);
+
+    /* Delete, then 404. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "DELETE", "docs", "dbs/d/colls/c/docs/a b");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+    run("DELETE", "/dbs/d/colls/c/docs/a%20b", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 204);
+    emu_response_release(&r);
+    run("DELETE", "/dbs/d/colls/c/docs/a%20b", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 404);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(bad_bodies_and_headers)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+
+    make_container();
+    sign(&t, "POST", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"x\",", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert(strstr(sf_buf_cstr(&r.body), "JSON"));
+    emu_response_release(&r);
+
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"x\",\"pk\":\"p2\"}", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_str_eq(resp_hdr(&r, "x-ms-substatus"), "1001");
+    emu_response_release(&r);
+
+    t.h[2].value = "p1";
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"x\",\"pk\":\"p1\"}", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert(strstr(sf_buf_cstr(&r.body), "partition key"));
+    emu_response_release(&r);
+
+    t.h[2].value = "[\"p1\"]";
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"a?b\",\"pk\":\"p1\"}", &r);
+    ck_assert_int_eq(r.status, 400);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(change_feed_pages_and_304)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char cont[64];
+    json_t *v;
+
+    make_container();
+    sign(&t, "POST", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"1\",\"pk\":\"p\"}", &r);
+    emu_response_release(&r);
+    run("POST", "/dbs/d/colls/c/docs", &t, "{\"id\":\"2\",\"pk\":\"p\"}", &r);
+    emu_response_release(&r);
+
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "A-IM", "Incremental feed");
+    add_hdr(&t, "x-ms-documentdb-partitionkeyrangeid", "0");
+    run("GET", "/dbs/d/colls/c/docs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(resp_hdr(&r, "x-ms-item-count"), "2");
+    snprintf(cont, sizeof(cont), "%s", resp_hdr(&r, "etag"));
+    v = resp_json(&r);
+    ck_assert_int_eq(json_array_size(json_object_get(v, "Documents")), 2);
+    ck_assert(json_is_integer(json_object_get(json_array_get(json_object_get(v, "Documents"), 0),
+                                              "_lsn")));
+    json_decref(v);
+    emu_response_release(&r);
+
+    add_hdr(&t, "If-None-Match", cont);
+    run("GET", "/dbs/d/colls/c/docs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 304);
+    ck_assert_str_eq(resp_hdr(&r, "etag"), cont);
+    ck_assert_ptr_nonnull(resp_hdr(&r, "x-ms-session-token"));
+    emu_response_release(&r);
+
+    t.h[t.n - 1].value = "\"garbage\"";
+    run("GET", "/dbs/d/colls/c/docs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 400);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(pkranges_incremental_304)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char etag[64];
+
+    make_container();
+    sign(&t, "GET", "pkranges", "dbs/d/colls/c");
+    run("GET", "/dbs/d/colls/c/pkranges", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    snprintf(etag, sizeof(etag), "%s", resp_hdr(&r, "etag"));
+    emu_response_release(&r);
+    add_hdr(&t, "If-None-Match", etag);
+    run("GET", "/dbs/d/colls/c/pkranges", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 304);
+    emu_response_release(&r);
+}
+END_TEST
+
+static Suite *router_suite(void)
+{
+    Suite *s = suite_create("router");
+    TCase *tc = tcase_create("core");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, account_advertises_host);
+    tcase_add_test(tc, missing_auth_is_401);
+    tcase_add_test(tc, tampered_signature_is_401);
+    tcase_add_test(tc, stale_and_malformed_dates);
+    tcase_add_test(tc, date_header_only_signs_fifth_line);
+    tcase_add_test(tc, lower_hex_encoding_accepted);
+    tcase_add_test(tc, unknown_routes_and_methods);
+    tcase_add_test(tc, document_lifecycle);
+    tcase_add_test(tc, bad_bodies_and_headers);
+    tcase_add_test(tc, change_feed_pages_and_304);
+    tcase_add_test(tc, pkranges_incremental_304);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(router_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
