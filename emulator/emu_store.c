@@ -1,0 +1,654 @@
+/*
+ * emu_store.c - opening and closing the store: SQLite setup, schema, prepared
+ * statements, transactions, error mapping and the helpers the other
+ * emu_store_*.c files share (see emu_store_int.h for the locking and caching
+ * rules).
+ *
+ * Why one connection behind one mutex: SQLite serialises writers anyway, and
+ * with prepared statements a point read or a small write costs a few
+ * microseconds, far below what the HTTP layer spends per request. A reader
+ * pool can come later without changing the interface.
+ */
+#include "common/sf_base.h"
+
+#include <stdarg.h>
+
+#include "common/sf_crypto.h"
+#include "common/sf_parse.h"
+#include "emulator/emu_store_int.h"
+
+#define EMU_DEFAULT_MAX_DOC (2u * 1024u * 1024u)
+#define EMU_BUSY_TIMEOUT_MS 5000
+
+/*
+ * Schema version 1. Text columns hold what the API returns (document bodies
+ * with their system properties), so reads copy bytes and never re-serialise.
+ * cid is a small integer key for a container, so the big docs indexes do not
+ * repeat its _rid string.
+ */
+static const char emu_schema_v1[] =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE dbs(rid TEXT NOT NULL UNIQUE, id TEXT NOT NULL UNIQUE,"
+    " ts INTEGER NOT NULL, etag TEXT NOT NULL, body TEXT NOT NULL);"
+    "CREATE TABLE colls(cid INTEGER PRIMARY KEY, rid TEXT NOT NULL UNIQUE,"
+    " db_rid TEXT NOT NULL, id TEXT NOT NULL, pk_path TEXT NOT NULL,"
+    " lsn INTEGER NOT NULL, range_seq INTEGER NOT NULL,"
+    " ranges_version INTEGER NOT NULL, ts INTEGER NOT NULL, etag TEXT NOT NULL,"
+    " body TEXT NOT NULL, UNIQUE(db_rid, id));"
+    "CREATE TABLE pkranges(cid INTEGER NOT NULL, id TEXT NOT NULL, rid TEXT NOT NULL,"
+    " min_incl TEXT NOT NULL, max_excl TEXT NOT NULL, parents TEXT NOT NULL,"
+    " status TEXT NOT NULL CHECK(status IN ('online', 'retired')),"
+    " lsn INTEGER NOT NULL, ts INTEGER NOT NULL, etag TEXT NOT NULL, PRIMARY KEY(cid, id));"
+    "CREATE TABLE docs(cid INTEGER NOT NULL, pk TEXT NOT NULL, id TEXT NOT NULL,"
+    " rid TEXT NOT NULL, epk TEXT NOT NULL, lsn INTEGER NOT NULL, ts INTEGER NOT NULL,"
+    " etag TEXT NOT NULL, body TEXT NOT NULL, UNIQUE(cid, pk, id));"
+    "CREATE INDEX docs_by_lsn ON docs(cid, lsn);";
+
+static const char *const emu_stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+    [ST_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+    [ST_DB_INSERT] = "INSERT INTO dbs(rid, id, ts, etag, body) VALUES(?1, ?2, ?3, ?4, ?5)",
+    [ST_DB_BODY] = "SELECT body FROM dbs WHERE id = ?1",
+    [ST_DB_LIST] = "SELECT rid, id, body FROM dbs ORDER BY rowid",
+    [ST_DB_DELETE] = "DELETE FROM dbs WHERE rid = ?1",
+    [ST_COLL_INSERT] = "INSERT INTO colls(rid, db_rid, id, pk_path, lsn, range_seq,"
+                       " ranges_version, ts, etag, body)"
+                       " VALUES(?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9)",
+    [ST_COLL_BODY] = "SELECT body, etag FROM colls WHERE cid = ?1",
+    [ST_COLL_LIST] = "SELECT body FROM colls WHERE db_rid = ?1 ORDER BY cid",
+    [ST_COLL_DELETE] = "DELETE FROM colls WHERE cid = ?1",
+    [ST_COLL_SET_LSN] = "UPDATE colls SET lsn = ?2 WHERE cid = ?1",
+    [ST_COLL_REPLACE] = "UPDATE colls SET body = ?2, etag = ?3, ts = ?4 WHERE cid = ?1",
+    [ST_RANGE_INSERT] = "INSERT INTO pkranges(cid, id, rid, min_incl, max_excl, parents, status,"
+                        " lsn, ts, etag) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [ST_RANGE_LIST] = "SELECT id, rid, min_incl, max_excl, parents, status, lsn, ts, etag"
+                      " FROM pkranges WHERE cid = ?1 ORDER BY rowid",
+    [ST_RANGE_DELETE_ALL] = "DELETE FROM pkranges WHERE cid = ?1",
+    [ST_DOC_GET] = "SELECT rowid, rid, etag, epk, body FROM docs"
+                   " WHERE cid = ?1 AND pk = ?2 AND id = ?3",
+    [ST_DOC_INSERT] = "INSERT INTO docs(cid, pk, id, rid, epk, lsn, ts, etag, body)"
+                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [ST_DOC_UPDATE] = "UPDATE docs SET lsn = ?2, ts = ?3, etag = ?4, body = ?5 WHERE rowid = ?1",
+    [ST_DOC_DELETE] = "DELETE FROM docs WHERE rowid = ?1",
+    [ST_DOC_DELETE_ALL] = "DELETE FROM docs WHERE cid = ?1",
+    [ST_DOC_LIST] = "SELECT body FROM docs WHERE cid = ?1 ORDER BY lsn, rowid",
+    /* Both feeds walk docs_by_lsn in order, so a page stops reading where it ends. */
+    [ST_CF_EPK] = "SELECT lsn, body FROM docs WHERE cid = ?1 AND lsn > ?2"
+                  " AND epk >= ?3 AND epk < ?4 AND ts >= ?5 ORDER BY lsn, rowid",
+    [ST_CF_PK] = "SELECT lsn, body FROM docs WHERE cid = ?1 AND pk = ?2 AND lsn > ?3"
+                 " AND ts >= ?4 ORDER BY lsn, rowid",
+};
+
+/* ---- errors ---------------------------------------------------------------- */
+
+enum sf_rc emu_store_fail(struct sf_err *err, enum sf_rc rc, int http_status, int substatus,
+                          const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL)
+        return rc;
+    err->rc = rc;
+    /* 410 asks the client to refresh its ranges and retry; 503 is a busy database. */
+    err->retriable = http_status == 410 || http_status == 503;
+    err->http_status = http_status;
+    err->substatus = substatus;
+    va_start(ap, fmt);
+    (void)vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+enum sf_rc emu_store_sql_fail(struct emu_store *s, int sqlrc, const char *what, struct sf_err *err)
+{
+    int primary = sqlrc & 0xff;
+    const char *detail = s->db != NULL ? sqlite3_errmsg(s->db) : sqlite3_errstr(sqlrc);
+
+    if (primary == SQLITE_NOMEM)
+        return emu_store_fail(err, SF_ENOMEM, 500, 0, "%s: out of memory", what);
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
+        return emu_store_fail(err, SF_EIO, 503, 0, "%s: database is busy (%s)", what, detail);
+    if (primary == SQLITE_FULL)
+        return emu_store_fail(err, SF_EIO, 507, 0, "%s: disk full (%s)", what, detail);
+    return emu_store_fail(err, SF_EIO, 500, 0, "%s: %s (sqlite %d)", what, detail, sqlrc);
+}
+
+enum sf_rc emu_store_out_fail(enum sf_rc rc, const char *what, struct sf_err *err)
+{
+    if (rc == SF_ENOMEM)
+        return emu_store_fail(err, SF_ENOMEM, 500, 0, "%s: out of memory", what);
+    return emu_store_fail(err, rc, 500, 0, "%s: response larger than the output buffer allows",
+                          what);
+}
+
+/* ---- statements and transactions ------------------------------------------ */
+
+sqlite3_stmt *emu_store_stmt(struct emu_store *s, enum emu_stmt which)
+{
+    sqlite3_stmt *st = s->st[which];
+
+    /* Statements are reset after use; this guards against an early exit that forgot. */
+    (void)sqlite3_reset(st);
+    (void)sqlite3_clear_bindings(st);
+    return st;
+}
+
+enum sf_rc emu_store_step_done(struct emu_store *s, sqlite3_stmt *st, const char *what,
+                               struct sf_err *err)
+{
+    int rc = sqlite3_step(st);
+
+    (void)sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return emu_store_sql_fail(s, rc, what, err);
+    return SF_OK;
+}
+
+enum sf_rc emu_store_exec(struct emu_store *s, enum emu_stmt which, const char *what,
+                          struct sf_err *err)
+{
+    return emu_store_step_done(s, emu_store_stmt(s, which), what, err);
+}
+
+enum sf_rc emu_store_begin(struct emu_store *s, struct sf_err *err)
+{
+    return emu_store_exec(s, ST_BEGIN, "beginning a transaction", err);
+}
+
+enum sf_rc emu_store_commit(struct emu_store *s, struct sf_err *err)
+{
+    enum sf_rc rc = emu_store_exec(s, ST_COMMIT, "committing", err);
+
+    /* A failed COMMIT (disk full, I/O) may leave the transaction open. */
+    if (rc != SF_OK)
+        emu_store_rollback(s);
+    return rc;
+}
+
+void emu_store_rollback(struct emu_store *s)
+{
+    if (sqlite3_get_autocommit(s->db))
+        return; /* SQLite already rolled back (some I/O errors do that) */
+    (void)sqlite3_step(emu_store_stmt(s, ST_ROLLBACK));
+    (void)sqlite3_reset(s->st[ST_ROLLBACK]);
+}
+
+enum sf_rc emu_store_tx_begin(struct emu_store *s, struct emu_coll *coll, struct emu_tx *tx,
+                              struct sf_err *err)
+{
+    enum sf_rc rc = emu_store_begin(s, err);
+
+    if (rc != SF_OK)
+        return rc;
+    tx->coll = coll;
+    tx->lsn = coll->lsn + 1;
+    tx->ops = 0;
+    tx->save_lsn = false;
+    return SF_OK;
+}
+
+enum sf_rc emu_store_tx_commit(struct emu_store *s, struct emu_tx *tx, struct sf_err *err)
+{
+    sqlite3_stmt *st;
+    enum sf_rc rc = SF_OK;
+
+    /* See struct emu_tx: only a transaction that leaves no row at its LSN saves it. */
+    if (tx->save_lsn) {
+        st = emu_store_stmt(s, ST_COLL_SET_LSN);
+        (void)sqlite3_bind_int64(st, 1, tx->coll->cid);
+        (void)sqlite3_bind_int64(st, 2, tx->lsn);
+        rc = emu_store_step_done(s, st, "saving the container's LSN", err);
+    }
+    if (rc == SF_OK)
+        rc = emu_store_commit(s, err);
+    if (rc != SF_OK) {
+        emu_store_rollback(s);
+        return rc;
+    }
+    tx->coll->lsn = tx->lsn;
+    return SF_OK;
+}
+
+/* Reads meta[key] into out (size n). SF_ENOTFOUND when absent. */
+static enum sf_rc emu_meta_get(struct emu_store *s, const char *key, char *out, size_t n,
+                               struct sf_err *err)
+{
+    sqlite3_stmt *st = emu_store_stmt(s, ST_META_GET);
+    enum sf_rc rc = SF_OK;
+    int src;
+
+    (void)sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        const char *v = (const char *)sqlite3_column_text(st, 0);
+
+        if (v == NULL || strlen(v) >= n)
+            rc = emu_store_fail(err, SF_EIO, 500, 0, "meta value '%s' is corrupt", key);
+        else
+            (void)snprintf(out, n, "%s", v);
+    } else if (src == SQLITE_DONE) {
+        rc = SF_ENOTFOUND;
+    } else {
+        rc = emu_store_sql_fail(s, src, "reading meta", err);
+    }
+    (void)sqlite3_reset(st);
+    return rc;
+}
+
+static enum sf_rc emu_meta_set(struct emu_store *s, const char *key, const char *value,
+                               struct sf_err *err)
+{
+    sqlite3_stmt *st = emu_store_stmt(s, ST_META_SET);
+
+    (void)sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
+    return emu_store_step_done(s, st, "writing meta", err);
+}
+
+enum sf_rc emu_store_next_res_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err)
+{
+    char v[32];
+    enum sf_rc rc;
+
+    (void)snprintf(v, sizeof(v), "%lld", (long long)(s->res_seq + 1));
+    rc = emu_meta_set(s, "res_seq", v, err);
+    if (rc != SF_OK)
+        return rc;
+    /*
+     * Taken even if the surrounding transaction rolls back later: a skipped
+     * etag number is harmless, a reused one is not.
+     */
+    s->res_seq++;
+    *ret_seq = s->res_seq;
+    return SF_OK;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+int64_t emu_store_now(const struct emu_store *s)
+{
+    if (s->now_s != NULL)
+        return s->now_s(s->now_arg);
+    return (int64_t)time(NULL);
+}
+
+void emu_store_rid_encode(const unsigned char *bytes, size_t n, char *out, size_t size)
+{
+    char *p;
+
+    if (size == 0)
+        return;
+    if (sf_base64_encoded_len(n) >= size) {
+        out[0] = '\0';
+        return;
+    }
+    sf_base64_encode(bytes, n, out);
+    for (p = out; *p != '\0'; p++)
+        if (*p == '/')
+            *p = '-';
+}
+
+enum sf_rc emu_store_check_id(const json_t *id, size_t max_len, const char *what,
+                              struct sf_err *err)
+{
+    const char *v, *bad;
+    size_t len;
+
+    if (id == NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "%s: the property 'id' is missing", what);
+    if (!json_is_string(id))
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "%s: 'id' must be a string", what);
+    v = json_string_value(id);
+    len = json_string_length(id);
+    if (len == 0)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "%s: 'id' must not be empty", what);
+    if (len > max_len)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "%s: 'id' is %zu bytes long, the limit is %zu", what, len, max_len);
+    if (memchr(v, '\0', len) != NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "%s: 'id' contains a NUL character", what);
+    bad = strpbrk(v, "/\\?#");
+    if (bad != NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "%s: 'id' '%.64s' contains the forbidden character '%c'", what, v,
+                              *bad);
+    if (v[len - 1] == ' ')
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "%s: 'id' '%.64s' ends with a space", what,
+                              v);
+    return SF_OK;
+}
+
+enum sf_rc emu_store_put_json_str(struct sf_buf *out, const char *str, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const char *p = str, *end = str + len, *run = str;
+    enum sf_rc rc = sf_buf_putc(out, '"');
+
+    /* Copies runs of plain bytes at once; UTF-8 passes through unchanged. */
+    for (; rc == SF_OK && p < end; p++) {
+        unsigned char c = (unsigned char)*p;
+        char esc[6] = {'\\', (char)c};
+        size_t esc_len = 2;
+
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        if (c == '\n') {
+            esc[1] = 'n';
+        } else if (c == '\t') {
+            esc[1] = 't';
+        } else if (c == '\r') {
+            esc[1] = 'r';
+        } else if (c < 0x20) {
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            esc_len = 6;
+        }
+        rc = sf_buf_append(out, run, (size_t)(p - run));
+        if (rc == SF_OK)
+            rc = sf_buf_append(out, esc, esc_len);
+        run = p + 1;
+    }
+    if (rc == SF_OK)
+        rc = sf_buf_append(out, run, (size_t)(end - run));
+    if (rc == SF_OK)
+        rc = sf_buf_putc(out, '"');
+    return rc;
+}
+
+struct emu_coll *emu_store_coll_by_rid(struct emu_store *s, const char *rid)
+{
+    size_t i;
+
+    for (i = 0; i < s->n_colls; i++)
+        if (strcmp(s->colls[i]->rid, rid) == 0)
+            return s->colls[i];
+    return NULL;
+}
+
+enum sf_rc emu_store_coll_get(struct emu_store *s, const struct emu_coll_ref *c,
+                              struct emu_coll **ret_coll, struct sf_err *err)
+{
+    struct emu_coll *coll;
+
+    if (c == NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "no container given");
+    coll = emu_store_coll_by_rid(s, c->coll_rid);
+    if (coll == NULL)
+        return emu_store_fail(err, SF_ENOTFOUND, 404, 1003,
+                              "container '%s' in database '%s' does not exist (any more)", c->coll,
+                              c->db);
+    *ret_coll = coll;
+    return SF_OK;
+}
+
+const struct emu_range *emu_store_route(const struct emu_coll *coll, const char *epk)
+{
+    size_t i;
+
+    /*
+     * A linear scan: containers have a handful of ranges (at most
+     * EMU_MAX_PARTS), and a string compare costs nanoseconds.
+     */
+    for (i = 0; i < coll->n_ranges; i++) {
+        const struct emu_range *r = &coll->ranges[i];
+
+        if (r->online && strcmp(r->min, epk) <= 0 && strcmp(epk, r->max) < 0)
+            return r;
+    }
+    return NULL;
+}
+
+const struct emu_range *emu_store_range_by_id(const struct emu_coll *coll, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < coll->n_ranges; i++)
+        if (strcmp(coll->ranges[i].id, id) == 0)
+            return &coll->ranges[i];
+    return NULL;
+}
+
+void emu_store_coll_free(struct emu_coll *coll)
+{
+    if (coll == NULL)
+        return;
+    free(coll->ranges);
+    free(coll);
+}
+
+/* ---- open / close ---------------------------------------------------------- */
+
+/* Runs a PRAGMA that returns one text value (journal_mode) into out. */
+static enum sf_rc emu_pragma_text(struct emu_store *s, const char *sql, char *out, size_t n,
+                                  struct sf_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int src;
+    enum sf_rc rc = SF_OK;
+
+    src = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (src != SQLITE_OK)
+        return emu_store_sql_fail(s, src, sql, err);
+    src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        const char *v = (const char *)sqlite3_column_text(st, 0);
+
+        (void)snprintf(out, n, "%s", v != NULL ? v : "");
+    } else if (src == SQLITE_DONE) {
+        out[0] = '\0';
+    } else {
+        rc = emu_store_sql_fail(s, src, sql, err);
+    }
+    (void)sqlite3_finalize(st);
+    return rc;
+}
+
+/* Creates the schema in an empty database, or checks that an existing one is ours. */
+static enum sf_rc emu_schema_init(struct emu_store *s, struct sf_err *err)
+{
+    char v[32];
+    int64_t version;
+    int src;
+    char *msg = NULL;
+    enum sf_rc rc;
+
+    rc = emu_pragma_text(s, "PRAGMA user_version", v, sizeof(v), err);
+    if (rc != SF_OK)
+        return rc;
+    if (sf_parse_i64(v, 0, INT32_MAX, &version) != SF_OK)
+        return emu_store_fail(err, SF_EIO, 500, 0, "unreadable user_version '%s'", v);
+    if (version == EMU_SCHEMA_VERSION)
+        return SF_OK;
+    if (version > EMU_SCHEMA_VERSION)
+        return emu_store_fail(err, SF_EIO, 500, 0,
+                              "the data file has schema version %lld; this cosmolite knows "
+                              "only up to %d",
+                              (long long)version, EMU_SCHEMA_VERSION);
+    /* Future versions migrate from `version` here; 0 means a new, empty file. */
+    src = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_exec(s->db, emu_schema_v1, NULL, NULL, &msg);
+    if (src == SQLITE_OK)
+        src = sqlite3_exec(s->db, "PRAGMA user_version = 1", NULL, NULL, &msg);
+    if (src == SQLITE_OK)
+        src = sqlite3_exec(s->db, "COMMIT", NULL, NULL, &msg);
+    if (src != SQLITE_OK) {
+        rc = emu_store_fail(err, SF_EIO, 500, 0, "creating the schema: %s",
+                            msg != NULL ? msg : sqlite3_errstr(src));
+        sqlite3_free(msg);
+        if (!sqlite3_get_autocommit(s->db))
+            (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return SF_OK;
+}
+
+static enum sf_rc emu_configure(struct emu_store *s, const struct emu_store_opts *opts,
+                                struct sf_err *err)
+{
+    char mode[32];
+    int src;
+    enum sf_rc rc;
+
+    (void)sqlite3_extended_result_codes(s->db, 1);
+    src = sqlite3_busy_timeout(s->db, opts->busy_timeout_ms > 0 ? opts->busy_timeout_ms
+                                                                : EMU_BUSY_TIMEOUT_MS);
+    if (src != SQLITE_OK)
+        return emu_store_sql_fail(s, src, "setting busy_timeout", err);
+    if (!s->memory) {
+        /*
+         * Exclusive locking, set before WAL mode so the WAL index lives in
+         * heap memory: no file-lock system calls per transaction, and a
+         * second process (another cosmolite) cannot use the same file.
+         */
+        src = sqlite3_exec(s->db, "PRAGMA locking_mode = EXCLUSIVE", NULL, NULL, NULL);
+        if (src != SQLITE_OK)
+            return emu_store_sql_fail(s, src, "setting exclusive locking", err);
+        rc = emu_pragma_text(s, "PRAGMA journal_mode = WAL", mode, sizeof(mode), err);
+        if (rc != SF_OK)
+            return rc;
+        if (strcmp(mode, "wal") != 0)
+            return emu_store_fail(err, SF_EIO, 500, 0,
+                                  "the data file cannot use WAL mode (journal_mode is '%s')", mode);
+    }
+    src = sqlite3_exec(
+        s->db, opts->sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL", NULL,
+        NULL, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_exec(s->db, "PRAGMA temp_store = MEMORY", NULL, NULL, NULL);
+    /* Up to 32 MiB of page cache (allocated as used): point reads stay in memory. */
+    if (src == SQLITE_OK)
+        src = sqlite3_exec(s->db, "PRAGMA cache_size = -32768", NULL, NULL, NULL);
+    if (src != SQLITE_OK)
+        return emu_store_sql_fail(s, src, "configuring the database", err);
+    return SF_OK;
+}
+
+static enum sf_rc emu_prepare_all(struct emu_store *s, struct sf_err *err)
+{
+    size_t i;
+
+    for (i = 0; i < ST_COUNT; i++) {
+        int src = sqlite3_prepare_v3(s->db, emu_stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                     &s->st[i], NULL);
+
+        if (src != SQLITE_OK)
+            return emu_store_sql_fail(s, src, "preparing statements", err);
+    }
+    return SF_OK;
+}
+
+/* Loads the account rid and etag counter from meta, creating them on first open. */
+static enum sf_rc emu_meta_init(struct emu_store *s, struct sf_err *err)
+{
+    unsigned char bytes[4];
+    char v[EMU_RID_LEN];
+    enum sf_rc rc;
+
+    rc = emu_meta_get(s, "res_seq", v, sizeof(v), err);
+    if (rc == SF_OK) {
+        if (sf_parse_i64(v, 0, INT64_MAX - 1, &s->res_seq) != SF_OK)
+            return emu_store_fail(err, SF_EIO, 500, 0, "meta res_seq '%s' is corrupt", v);
+    } else if (rc != SF_ENOTFOUND) {
+        return rc;
+    }
+    rc = emu_meta_get(s, "account_rid", s->account_rid, sizeof(s->account_rid), err);
+    if (rc != SF_ENOTFOUND)
+        return rc;
+    rc = sf_random_bytes(bytes, sizeof(bytes));
+    if (rc != SF_OK)
+        return emu_store_fail(err, SF_EIO, 500, 0, "no random bytes for the account rid");
+    emu_store_rid_encode(bytes, sizeof(bytes), v, sizeof(v));
+    rc = emu_meta_set(s, "account_rid", v, err);
+    if (rc != SF_OK)
+        return rc;
+    (void)snprintf(s->account_rid, sizeof(s->account_rid), "%s", v);
+    return SF_OK;
+}
+
+enum sf_rc emu_store_open(const struct emu_store_opts *opts, struct emu_store **ret_store,
+                          struct sf_err *err)
+{
+    struct emu_store *s = NULL;
+    int src;
+    enum sf_rc rc;
+
+    if (opts == NULL || ret_store == NULL)
+        return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_open: missing argument");
+    if (opts->partitions < 0 || opts->partitions > EMU_MAX_PARTS)
+        return emu_store_fail(err, SF_EINVAL, 500, 0, "partitions must be 1..%d, not %d",
+                              EMU_MAX_PARTS, opts->partitions);
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        free(s);
+        return emu_store_fail(err, SF_ENOMEM, 500, 0, "cannot create the store mutex");
+    }
+    s->memory = opts->path == NULL;
+    s->partitions = opts->partitions == 0 ? 1 : opts->partitions;
+    s->max_doc_bytes = opts->max_doc_bytes == 0 ? EMU_DEFAULT_MAX_DOC : opts->max_doc_bytes;
+    s->now_s = opts->now_s;
+    s->now_arg = opts->now_arg;
+
+    /* NOMUTEX: s->mu already serialises every use of the connection. */
+    src = sqlite3_open_v2(s->memory ? ":memory:" : opts->path, &s->db,
+                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (src != SQLITE_OK) {
+        rc = emu_store_fail(err, SF_EIO, 500, 0, "opening '%s': %s",
+                            s->memory ? ":memory:" : opts->path,
+                            s->db != NULL ? sqlite3_errmsg(s->db) : sqlite3_errstr(src));
+        goto out;
+    }
+    rc = emu_configure(s, opts, err);
+    if (rc == SF_OK)
+        rc = emu_schema_init(s, err);
+    if (rc == SF_OK)
+        rc = emu_prepare_all(s, err);
+    if (rc == SF_OK)
+        rc = emu_meta_init(s, err);
+    if (rc == SF_OK)
+        rc = emu_store_load_caches(s, err);
+    if (rc != SF_OK && !s->memory && err != NULL && err->http_status == 503)
+        rc = emu_store_fail(err, SF_EIO, 503, 0,
+                            "%s: the data file is locked by another process (is another "
+                            "cosmolite using it?)",
+                            opts->path);
+    else if (rc != SF_OK && !s->memory)
+        sf_err_prefix(err, "%s: ", opts->path);
+out:
+    if (rc != SF_OK) {
+        emu_store_free(s);
+        return rc;
+    }
+    *ret_store = s;
+    return SF_OK;
+}
+
+void emu_store_free(struct emu_store *s)
+{
+    size_t i;
+
+    if (s == NULL)
+        return;
+    for (i = 0; i < ST_COUNT; i++)
+        (void)sqlite3_finalize(s->st[i]);
+    /* sqlite3_close fails only with unfinalised statements; all are finalised above. */
+    (void)sqlite3_close(s->db);
+    for (i = 0; i < s->n_colls; i++)
+        emu_store_coll_free(s->colls[i]);
+    free(s->colls);
+    free(s->dbs);
+    (void)pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+const char *emu_store_account_rid(const struct emu_store *s)
+{
+    return s->account_rid;
+}
