@@ -1,0 +1,185 @@
+/*
+ * emu_query.h - cosmolite's Cosmos DB for NoSQL query engine.
+ *
+ * Parses the SQL dialect of PROTOCOL.md section 6 and runs it over JSON
+ * documents the caller feeds in:
+ *
+ *   SELECT [DISTINCT] [TOP n] [VALUE] <* | item [AS alias], ... | expr>
+ *   [FROM <name> [[AS] alias]] [WHERE expr]
+ *   [ORDER BY expr [ASC|DESC], ...] [OFFSET n LIMIT m]
+ *
+ * and the patch-condition fragment `FROM c WHERE expr`.
+ *
+ * Semantics follow the real service, not SQL: a missing property is
+ * `undefined` (distinct from null); comparing values of different types, or
+ * anything with undefined, gives undefined; WHERE keeps a row only when the
+ * condition is exactly true; arithmetic on non-numbers gives undefined;
+ * projections drop undefined fields and SELECT VALUE drops undefined rows.
+ * ORDER BY keeps documents whose sort key is undefined (the service has done
+ * so since 2022) and sorts across types as undefined < null < false < true <
+ * numbers < strings < arrays < objects. Aggregates over no rows: COUNT and SUM
+ * give 0, AVG, MIN and MAX give undefined (so SELECT VALUE AVG(..) returns []).
+ * Keywords are case-insensitive but true/false/null/undefined are lower case
+ * only, and reserved words are not property names after a dot (c.value is a
+ * syntax error in the service too; c["value"] works). Where the service's
+ * behaviour is not documented we chose: NOT binds looser than comparisons
+ * (NOT a = b is NOT (a = b)); `cond ? x : y` takes x only when cond is exactly
+ * true; undefined elements of array literals are dropped; string functions
+ * count Unicode code points and fold case for ASCII and Latin-1 only.
+ * Not supported (clear 400s): JOIN, FROM x IN y, GROUP BY, subqueries, UDFs.
+ *
+ * Lifetime and threads: a parsed struct emu_query is immutable and may be
+ * used from several threads at once. A struct emu_query_exec belongs to one
+ * thread at a time and must be freed before its query.
+ *
+ * Errors: every failure fills *err with http_status 400 (the router answers
+ * BadRequest) except SF_ENOMEM (http_status 500). Syntax and name errors are
+ * SF_EINVAL with a message naming the 1-based position in the text, e.g.
+ * "syntax error at position 17: expected FROM, found 'FRM'"; exceeded limits
+ * are SF_ELIMIT. Out-parameters are written only on success.
+ */
+#ifndef EMU_QUERY_H
+#define EMU_QUERY_H
+
+#include <jansson.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+
+struct emu_query;
+struct emu_query_exec;
+
+/* Limits on everything a query can make the engine hold. 0 means "default". */
+struct emu_query_limits {
+    size_t max_text_bytes;  /* query text length, default 256 KiB */
+    size_t max_depth;       /* expression nesting (parse and AST height), default 64,
+                             * at most 256 */
+    size_t max_params;      /* entries in the parameters array, default 256 */
+    size_t max_rows;        /* rows held by one execution (ORDER BY, DISTINCT, results),
+                             * default 100000 */
+    size_t max_bytes;       /* estimated bytes of values held by one execution,
+                             * default 64 MiB */
+    size_t max_value_bytes; /* largest string, or array (16 bytes an element), one
+                             * operator or function may build, default 1 MiB */
+};
+
+/* Fills *lim with the defaults above. */
+void emu_query_limits_default(struct emu_query_limits *lim);
+
+/*
+ * Parses a full query. params is NULL or the request's "parameters" array
+ * ([{"name":"@x","value":...}, ...]; a missing "value" binds undefined); the
+ * values are copied into the query by reference (json_incref), so params may
+ * be released afterwards. lim may be NULL for defaults. Unknown functions,
+ * unresolved identifiers, unbound parameters, misplaced aggregates and
+ * unsupported clauses (JOIN, GROUP BY, subqueries) are 400 errors.
+ * On success *ret_q is a new query to free with emu_query_free.
+ */
+enum sf_rc emu_query_parse(const char *text, const json_t *params,
+                           const struct emu_query_limits *lim, struct emu_query **ret_q,
+                           struct sf_err *err);
+
+/*
+ * Parses a patch condition: `FROM <alias> [WHERE expr]` (keywords in any
+ * case, as sent in a patch body's "condition"). The result is only good for
+ * emu_query_match. lim may be NULL.
+ */
+enum sf_rc emu_query_parse_condition(const char *text, const struct emu_query_limits *lim,
+                                     struct emu_query **ret_q, struct sf_err *err);
+
+/* Frees a query. NULL is a no-op. */
+void emu_query_free(struct emu_query *q);
+
+/*
+ * Evaluates only the WHERE clause of q on doc (borrowed): *ret_match is true
+ * when the condition is exactly true, or when there is no WHERE clause.
+ * Fails only on exceeded limits (a function building a string longer than
+ * max_value_bytes) or out of memory.
+ */
+enum sf_rc emu_query_match(const struct emu_query *q, const json_t *doc, bool *ret_match,
+                           struct sf_err *err);
+
+/*
+ * True when the real gateway refuses to run this query shape across
+ * partitions without a query plan (400, substatus 1004): TOP, ORDER BY,
+ * DISTINCT, OFFSET/LIMIT or aggregates.
+ */
+bool emu_query_needs_plan(const struct emu_query *q);
+
+/*
+ * True when rows come out in arrival order without buffering (no ORDER BY,
+ * no aggregates): emu_query_exec_add then does constant work per document
+ * beyond the window, and emu_query_exec_done turns true as soon as the
+ * window (or TOP / LIMIT) is full.
+ */
+bool emu_query_is_streaming(const struct emu_query *q);
+
+enum emu_query_plan_kind {
+    /*
+     * What a single-range server must answer (PROTOCOL.md section 6): a
+     * queryInfo that asks the SDK for no client-side work (distinctType None,
+     * top/offset/limit null, no orderBy, no aggregates, rewrittenQuery ""),
+     * because the server runs the whole query on the range request. Claiming
+     * ORDER BY or aggregates here would make the SDKs expect the rewritten
+     * per-range document shapes ({"orderByItems":..,"payload":..}).
+     */
+    EMU_QUERY_PLAN_PASSTHROUGH,
+    /* The truthful description (distinctType, top, offset, limit, orderBy,
+     * orderByExpressions, aggregates, groupByAliasToAggregateType,
+     * hasSelectValue), rewrittenQuery still "": for diagnostics and tests. */
+    EMU_QUERY_PLAN_DESCRIBE,
+};
+
+/*
+ * Builds the query-plan response body
+ * {"partitionedQueryExecutionInfoVersion":2,"queryInfo":{...},"queryRanges":[...]}
+ * for q. *ret_plan is a new reference.
+ */
+enum sf_rc emu_query_plan(const struct emu_query *q, enum emu_query_plan_kind kind,
+                          json_t **ret_plan, struct sf_err *err);
+
+/*
+ * Starts an execution of q. Rows are numbered 0.. in the final result (after
+ * WHERE, projection, DISTINCT, ORDER BY, aggregates, OFFSET/LIMIT and TOP);
+ * the execution returns only rows [skip, skip + max_rows) (max_rows 0 means
+ * no maximum), so a caller paging with a continuation offset passes
+ * skip = offset and max_rows = page size. Results are deterministic for a
+ * given document order: ORDER BY is stable and DISTINCT keeps the first
+ * occurrence. The limits are the ones q was parsed with. *ret_exec is new.
+ */
+enum sf_rc emu_query_exec_new(const struct emu_query *q, size_t skip, size_t max_rows,
+                              struct emu_query_exec **ret_exec, struct sf_err *err);
+
+/*
+ * Feeds one document (borrowed; it must stay unchanged while the execution
+ * lives, as rows may keep references into it). Documents should come in a
+ * fixed order (e.g. by _rid) for stable paging. A NULL doc, and adding
+ * after emu_query_exec_done, are allowed and ignored. Fails with SF_ELIMIT (400)
+ * when buffered rows or bytes exceed the limits, or SF_ENOMEM.
+ */
+enum sf_rc emu_query_exec_add(struct emu_query_exec *e, const json_t *doc, struct sf_err *err);
+
+/* True when no further document can change the result (window full, TOP or
+ * LIMIT reached on a streaming query): the caller may stop scanning. */
+bool emu_query_exec_done(const struct emu_query_exec *e);
+
+/*
+ * Ends the execution: sorts, aggregates and cuts the window. *ret_rows is a
+ * new JSON array of the window's rows; *ret_more (may be NULL) is true when
+ * the full result has rows after the window. The execution may only be freed
+ * afterwards.
+ */
+enum sf_rc emu_query_exec_finish(struct emu_query_exec *e, json_t **ret_rows, bool *ret_more,
+                                 struct sf_err *err);
+
+/* Frees an execution. NULL is a no-op. */
+void emu_query_exec_free(struct emu_query_exec *e);
+
+/*
+ * Convenience: runs q over docs (a JSON array, borrowed) and returns the
+ * whole result as a new array in *ret_rows.
+ */
+enum sf_rc emu_query_run(const struct emu_query *q, const json_t *docs, json_t **ret_rows,
+                         struct sf_err *err);
+
+#endif

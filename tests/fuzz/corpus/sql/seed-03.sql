@@ -1,0 +1,1 @@
+SELECT VALUE c.id FROM c WHERE c.pk IN ('a', 'b') AND NOT IS_DEFINED(c.b)

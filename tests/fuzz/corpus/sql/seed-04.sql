@@ -1,0 +1,1 @@
+SELECT c.id, c.obj.x AS x, c["my key"] FROM root c WHERE c.n > 1 OR c.s LIKE 'a%'

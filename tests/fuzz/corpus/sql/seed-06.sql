@@ -1,0 +1,1 @@
+SELECT TOP 3 c.id FROM c ORDER BY c.n, c.s DESC

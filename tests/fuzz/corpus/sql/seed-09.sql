@@ -1,0 +1,1 @@
+SELECT COUNT(1) AS n, SUM(c.n) AS s, AVG(c.n) AS a, MIN(c.s) AS lo, MAX(c.s) AS hi FROM c WHERE IS_NUMBER(c.n)

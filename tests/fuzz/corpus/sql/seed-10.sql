@@ -1,0 +1,1 @@
+SELECT VALUE {"n": COUNT(1), "avg": AVG(c.obj.x)} FROM c

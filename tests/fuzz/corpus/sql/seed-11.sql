@@ -1,0 +1,1 @@
+SELECT VALUE [1, 'two', null, true, undefined, {"a": [1.5e2, .5]}]

@@ -1,0 +1,1 @@
+SELECT VALUE (c.n > 2 ? 'big' : c.n > 0 ? 'pos' : 'neg') ?? 'none' FROM c

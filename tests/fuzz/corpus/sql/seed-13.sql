@@ -1,0 +1,1 @@
+SELECT VALUE c.arr[0] + c.arr[1] * 2 - c.n / 3 % 2 FROM c

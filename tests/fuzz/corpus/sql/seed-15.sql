@@ -1,0 +1,1 @@
+SELECT VALUE CONCAT(UPPER(c.s), LOWER(c.s), TOSTRING(c.n), REPLACE(c.s, 'a', 'bb')) FROM c

@@ -1,0 +1,1 @@
+SELECT VALUE [SUBSTRING(c.s, 1, 3), LEFT(c.s, 2), RIGHT(c.s, 2), INDEX_OF(c.s, 'a'), LENGTH(c.s), TRIM(c.s), REVERSE(c.s)] FROM c

@@ -1,0 +1,1 @@
+SELECT * FROM c WHERE STARTSWITH(c.s, 'b', true) OR ENDSWITH(c.s, 'Y') OR CONTAINS(c.s, 'an', false)

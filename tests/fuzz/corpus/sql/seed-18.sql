@@ -1,0 +1,1 @@
+SELECT VALUE c.id FROM c WHERE ARRAY_CONTAINS(c.items, {"sku": "y"}, true) OR ARRAY_CONTAINS(c.tags, 'red')

@@ -1,0 +1,1 @@
+SELECT VALUE [ARRAY_LENGTH(c.arr), ARRAY_SLICE(c.arr, -2, 1), ARRAY_CONCAT(c.arr, [9])] FROM c

@@ -1,0 +1,1 @@
+SELECT VALUE [ABS(c.n), FLOOR(c.n), CEILING(c.n), ROUND(c.n), TRUNC(c.n), SIGN(c.n), SQRT(c.n), POWER(c.n, 2)] FROM c

@@ -1,0 +1,1 @@
+SELECT VALUE c.s FROM c WHERE c.s LIKE '[a-c]%' OR c.s NOT LIKE '%!%%' ESCAPE '!'

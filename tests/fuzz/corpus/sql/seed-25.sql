@@ -1,0 +1,1 @@
+FROM c WHERE c.status = 'Pending'

@@ -1,0 +1,1 @@
+from c where c.stock >= 2 AND NOT IS_DEFINED(c.lock)

@@ -1,0 +1,1 @@
+SELECT VALUE "tab\there \u00e9 \ud83d\ude00" || 'x'

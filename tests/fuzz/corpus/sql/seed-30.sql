@@ -1,0 +1,1 @@
+SELECT * FROM c JOIN t IN c.tags GROUP BY c.pk

@@ -1,0 +1,1 @@
+SELECT VALUE c.deep.a.b.c, c.deep['a']['b'] FROM c ORDER BY c.deep.a.b.c DESC OFFSET 0 LIMIT 5

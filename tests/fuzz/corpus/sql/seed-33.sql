@@ -1,0 +1,1 @@
+SELECT DISTINCT TOP 2 VALUE c.pk FROM c WHERE c.pk != null
