@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +68,11 @@ static const char usage[] =
     "                           \"container\":\"orders\",\"probability\":0.1,\"count\":5,\n"
     "                           \"retryAfterMs\":50,\"delayMs\":0,\"drop\":false,\"when\":\"before\"}]}\n"
     "  DELETE /_admin/faults    remove every rule\n"
+    "  POST   /_admin/split     split a partition key range in two:\n"
+    "                           {\"db\":\"shop\",\"coll\":\"orders\",\"range\":\"0\"}; the children\n"
+    "                           list it in \"parents\", requests scoped to it get 410/1002\n"
+    "  (sign them like any request: the resource type is \"_admin\", the link\n"
+    "  \"_admin/faults\" or \"_admin/split\")\n"
     "\n"
     "Signals: SIGTERM or SIGINT stop the server cleanly.\n";
 
@@ -189,6 +195,40 @@ static char *read_file(const char *path, size_t max, int *ret_errno)
         return NULL;
     }
     return sf_buf_detach(&b, NULL);
+}
+
+/* Purges expired documents once a second until told to stop. */
+struct sweeper {
+    struct emu_store *store;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stop;
+};
+
+static void *sweep_main(void *arg)
+{
+    struct sweeper *sw = arg;
+    struct sf_err err;
+    struct timespec until;
+    int purged;
+
+    pthread_mutex_lock(&sw->lock);
+    while (!sw->stop) {
+        pthread_mutex_unlock(&sw->lock);
+        do {
+            sf_err_clear(&err);
+            purged = 0;
+            if (emu_store_ttl_sweep(sw->store, 1000, &purged, &err) != SF_OK)
+                sf_log_warn("cosmolite", "TTL sweep failed: %s", err.msg);
+        } while (purged == 1000);
+        pthread_mutex_lock(&sw->lock);
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        if (!sw->stop)
+            pthread_cond_timedwait(&sw->wake, &sw->lock, &until);
+    }
+    pthread_mutex_unlock(&sw->lock);
+    return NULL;
 }
 
 enum {
@@ -347,6 +387,9 @@ int main(int argc, char **argv)
     struct emu_http_opts ho = {0};
     struct emu_http *http = NULL;
     struct emu_faults *faults = NULL;
+    struct sweeper sw = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+    pthread_t sweep_thread;
+    bool sweeping = false;
     struct sf_err err;
     char db_path[4096];
     char *cert = NULL, *tls_key = NULL, *key_text = NULL;
@@ -433,6 +476,13 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    sw.store = store;
+    if (pthread_create(&sweep_thread, NULL, sweep_main, &sw) != 0) {
+        fail("cannot start the TTL sweeper thread");
+        goto out;
+    }
+    sweeping = true;
+
     ho.host = a.host;
     ho.port = a.port;
     ho.threads = a.threads;
@@ -462,6 +512,13 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     emu_http_free(http);
+    if (sweeping) {
+        pthread_mutex_lock(&sw.lock);
+        sw.stop = true;
+        pthread_cond_signal(&sw.wake);
+        pthread_mutex_unlock(&sw.lock);
+        pthread_join(sweep_thread, NULL);
+    }
     emu_store_free(store);
     emu_faults_free(faults);
     free(cert);

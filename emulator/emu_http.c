@@ -159,10 +159,16 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
 {
     struct emu_http *h = NULL;
     struct sockaddr_storage ss;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    /*
+     * One thread per connection: the kernel then spreads busy connections
+     * over every core. A fixed epoll pool lets one worker accept (and keep)
+     * every connection of a burst, serialising them on one core.
+     */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
     const union MHD_DaemonInfo *info;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = opts->threads > 0 ? opts->threads : (int)(cpus > 0 ? cpus : 1);
+
+
     bool tls = opts->tls_cert_pem && opts->tls_key_pem;
 
     memset(&ss, 0, sizeof(ss));
@@ -190,7 +196,7 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     if (tls)
         h->daemon = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT,
+            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
@@ -201,7 +207,7 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     else
         h->daemon = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT,
+            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),

@@ -16,6 +16,7 @@
 #include "common/sf_url.h"
 #include "emulator/emu_auth.h"
 #include "emulator/emu_router.h"
+#include "emulator/emu_search.h"
 
 #define EMU_MAX_SEGMENTS 16
 #define EMU_MAX_SEGMENT  1024
@@ -248,6 +249,263 @@ static bool store_call(struct route *rt, enum sf_rc rc, const struct sf_err *err
     return false;
 }
 
+
+/* Parses the change-feed page size; answers 400 and returns false if bad. */
+static bool page_size(struct route *rt, int *ret_n)
+{
+    const char *v = hdr(rt, "x-ms-max-item-count");
+    int64_t n;
+
+    if (!v) {
+        *ret_n = rt->r->lim.default_page_items;
+        return true;
+    }
+    if (sf_parse_i64(v, -1, INT32_MAX, &n) != SF_OK || n == 0) {
+        emu_response_error(rt->resp, 400, 0,
+                           "Invalid x-ms-max-item-count '%.64s': expected -1 or a positive "
+                           "integer.",
+                           v);
+        return false;
+    }
+    if (n < 0)
+        n = rt->r->lim.default_page_items;
+    *ret_n = (int)SF_MIN(n, (int64_t)rt->r->lim.max_page_items);
+    return true;
+}
+
+/* ---- queries ---------------------------------------------------------------- */
+
+static bool is_query(const struct route *rt)
+{
+    const char *ct = hdr(rt, "Content-Type");
+    return hdr_true(rt, "x-ms-documentdb-isquery") || hdr_true(rt, "x-ms-documentdb-query") ||
+           hdr_true(rt, "x-ms-cosmos-is-query-plan-request") ||
+           (ct && (strncasecmp(ct, "application/query+json", 22) == 0 ||
+                   strncasecmp(ct, "application/sql", 15) == 0));
+}
+
+/*
+ * Parses the query body ({"query":..,"parameters":[..]}, or raw text with
+ * Content-Type application/sql). Answers 400 and returns NULL on failure.
+ */
+static struct emu_query *parse_query_body(struct route *rt)
+{
+    const char *ct = hdr(rt, "Content-Type");
+    struct emu_query *q = NULL;
+    struct sf_err err;
+    json_t *body = NULL;
+    const json_t *params = NULL;
+    const char *text;
+    char *raw = NULL;
+
+    sf_err_clear(&err);
+    if (ct && strncasecmp(ct, "application/sql", 15) == 0) {
+        raw = strndup(rt->req->body ? rt->req->body : "", rt->req->body_len);
+        if (!raw) {
+            emu_response_error(rt->resp, 500, 0, "Out of memory.");
+            return NULL;
+        }
+        text = raw;
+    } else {
+        if (!(body = body_json(rt)))
+            return NULL;
+        text = sf_json_str(body, "query");
+        params = json_object_get(body, "parameters");
+        if (!text) {
+            emu_response_error(rt->resp, 400, 0,
+                               "The query body must be {\"query\": \"SELECT ...\", "
+                               "\"parameters\": [...]}: \"query\" is missing or not a string.");
+            goto out;
+        }
+        if (params && !json_is_array(params) && !json_is_null(params)) {
+            emu_response_error(rt->resp, 400, 0, "The query's \"parameters\" must be an array.");
+            goto out;
+        }
+        if (json_is_null(params))
+            params = NULL;
+    }
+    if (emu_query_parse(text, params, NULL, &q, &err) != SF_OK) {
+        emu_response_error(rt->resp, err.http_status ? err.http_status : 400, 0,
+                           "Invalid query: %s", err.msg);
+        q = NULL;
+    }
+out:
+    json_decref(body);
+    free(raw);
+    return q;
+}
+
+/* Reads "o:<offset>" from x-ms-continuation. Answers 400 and returns false if bad. */
+static bool query_offset(struct route *rt, size_t *ret_skip)
+{
+    const char *v = hdr(rt, "x-ms-continuation");
+    int64_t n;
+
+    *ret_skip = 0;
+    if (!v)
+        return true;
+    if (strncmp(v, "o:", 2) != 0 || sf_parse_i64(v + 2, 0, INT64_MAX, &n) != SF_OK) {
+        emu_response_error(rt->resp, 400, 0,
+                           "Invalid x-ms-continuation '%.64s': pass back the value of an "
+                           "earlier response.",
+                           v);
+        return false;
+    }
+    *ret_skip = (size_t)n;
+    return true;
+}
+
+/* The id of the range whose minInclusive is "" (the first), or "" if unknown. */
+static void first_range_id(struct route *rt, const struct emu_coll_ref *c, char out[16])
+{
+    struct sf_buf b;
+    struct sf_err err;
+    json_t *v = NULL, *r;
+    size_t i;
+
+    out[0] = '\0';
+    sf_buf_init(&b, 16u << 20);
+    sf_err_clear(&err);
+    char etag[64];
+    if (emu_store_pkranges(rt->r->store, c->db, c->coll, &b, etag, &err) == SF_OK &&
+        (v = json_loadb(b.data, b.len, 0, NULL)) != NULL) {
+        json_array_foreach(json_object_get(v, "PartitionKeyRanges"), i, r) {
+            const char *min = sf_json_str(r, "minInclusive");
+            if (min && !*min && sf_json_str(r, "id"))
+                snprintf(out, 16, "%s", sf_json_str(r, "id"));
+        }
+    }
+    json_decref(v);
+    sf_buf_release(&b);
+}
+
+/*
+ * Runs a query or a read feed page over documents. The SDKs send a
+ * cross-partition query once per partition key range and concatenate the
+ * pages; cosmolite's query plan asks them for no client-side merging, so a
+ * query whose result depends on every document (ORDER BY, aggregates,
+ * DISTINCT, TOP, OFFSET/LIMIT) runs over the whole container on the request
+ * for the first range and yields nothing on the others: the concatenation
+ * is then exactly the global result.
+ */
+static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu_query *q)
+{
+    const char *range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
+    struct emu_search_page page = {0};
+    struct sf_err err;
+    json_t *pk = NULL;
+    size_t skip;
+    int max;
+    bool empty = false;
+
+    if (!pk_header(rt, &pk) || !page_size(rt, &max) || !query_offset(rt, &skip))
+        goto out;
+    if (range) {
+        const char *comma = strrchr(range, ',');
+        range = comma ? comma + 1 : range;
+    }
+    if (range && !pk && emu_query_needs_plan(q)) {
+        char first[16];
+        first_range_id(rt, c, first);
+        empty = strcmp(first, range) != 0;
+        range = NULL;
+    }
+    sf_err_clear(&err);
+    (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
+    if (!empty && emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max,
+                                 &rt->resp->body, &page, &err) != SF_OK) {
+        sf_buf_reset(&rt->resp->body);
+        resp_from_err(rt->resp, &err);
+        goto out;
+    }
+    if (sf_buf_printf(&rt->resp->body, "],\"_count\":%zu}", page.count) != SF_OK) {
+        emu_response_error(rt->resp, 413, 0, "The query page exceeds the response size limit.");
+        goto out;
+    }
+    ok(rt, 200, 2.5 + (double)page.count * 0.1);
+    resp_header(rt->resp, "x-ms-item-count", "%zu", page.count);
+    if (page.more)
+        resp_header(rt->resp, "x-ms-continuation", "o:%zu", skip + page.count);
+out:
+    json_decref(pk);
+}
+
+static void handle_query(struct route *rt, const struct emu_coll_ref *c)
+{
+    struct emu_query *q = parse_query_body(rt);
+    struct sf_err err;
+    json_t *plan = NULL;
+
+    if (!q)
+        return;
+    if (hdr_true(rt, "x-ms-cosmos-is-query-plan-request")) {
+        sf_err_clear(&err);
+        if (emu_query_plan(q, EMU_QUERY_PLAN_PASSTHROUGH, &plan, &err) != SF_OK ||
+            sf_json_dump(plan, &rt->resp->body) != SF_OK) {
+            emu_response_error(rt->resp, 400, 0, "Cannot plan the query: %s", err.msg);
+        } else {
+            ok(rt, 200, 1);
+        }
+        json_decref(plan);
+        emu_query_free(q);
+        return;
+    }
+    run_query(rt, c, q);
+    emu_query_free(q);
+}
+
+/* The read feed (GET .../docs without A-IM): every document, paged. */
+static void handle_read_feed(struct route *rt, const struct emu_coll_ref *c)
+{
+    struct emu_query *q = NULL;
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    if (emu_query_parse("SELECT * FROM c", NULL, NULL, &q, &err) != SF_OK) {
+        resp_from_err(rt->resp, &err);
+        return;
+    }
+    run_query(rt, c, q);
+    emu_query_free(q);
+}
+
+/*
+ * Queries over the database or container list: runs the query over the list
+ * the store returns and answers in the same envelope (key "Databases" or
+ * "DocumentCollections").
+ */
+static void query_list(struct route *rt, const char *key)
+{
+    struct emu_query *q = parse_query_body(rt);
+    json_t *list = NULL, *rows = NULL, *env;
+    struct sf_err err;
+
+    if (!q)
+        return;
+    sf_err_clear(&err);
+    list = json_loadb(rt->resp->body.data ? rt->resp->body.data : "", rt->resp->body.len, 0, NULL);
+    sf_buf_reset(&rt->resp->body);
+    if (!list || emu_query_run(q, json_object_get(list, key), &rows, &err) != SF_OK) {
+        emu_response_error(rt->resp, err.http_status ? err.http_status : 500, 0, "%s",
+                           err.msg[0] ? err.msg : "cannot run the query");
+        goto out;
+    }
+    env = json_pack("{s:O,s:O,s:I}", "_rid", json_object_get(list, "_rid"), key, rows, "_count",
+                    (json_int_t)json_array_size(rows));
+    if (!env || sf_json_dump(env, &rt->resp->body) != SF_OK) {
+        json_decref(env);
+        emu_response_error(rt->resp, 500, 0, "Out of memory.");
+        goto out;
+    }
+    json_decref(env);
+    ok(rt, 200, 2);
+    resp_header(rt->resp, "x-ms-item-count", "%zu", json_array_size(rows));
+out:
+    json_decref(rows);
+    json_decref(list);
+    emu_query_free(q);
+}
+
 /* ---- account ------------------------------------------------------------ */
 
 static void handle_account(struct route *rt)
@@ -310,8 +568,9 @@ static void handle_dbs(struct route *rt, const char *method)
         return;
     }
     if (strcmp(method, "POST") == 0) {
-        if (hdr_true(rt, "x-ms-documentdb-isquery")) {
-            emu_response_error(rt->resp, 400, 0, "Queries over databases are not supported yet.");
+        if (is_query(rt)) {
+            if (store_call(rt, emu_store_db_list(rt->r->store, &rt->resp->body, &err), &err))
+                query_list(rt, "Databases");
             return;
         }
         if (!(body = body_json(rt)))
@@ -356,9 +615,11 @@ static void handle_colls(struct route *rt, const char *method)
                        &err))
             ok(rt, 200, 1);
     } else if (strcmp(method, "POST") == 0) {
-        if (hdr_true(rt, "x-ms-documentdb-isquery")) {
-            emu_response_error(rt->resp, 400, 0,
-                               "Queries over containers are not supported yet.");
+        if (is_query(rt)) {
+            if (store_call(rt,
+                           emu_store_coll_list(rt->r->store, rt->seg[1], &rt->resp->body, &err),
+                           &err))
+                query_list(rt, "DocumentCollections");
             return;
         }
         if (!(body = body_json(rt)))
@@ -454,29 +715,6 @@ static void handle_pkranges(struct route *rt, const char *method)
 
 /* ---- documents ------------------------------------------------------------ */
 
-/* Parses the change-feed page size; answers 400 and returns false if bad. */
-static bool page_size(struct route *rt, int *ret_n)
-{
-    const char *v = hdr(rt, "x-ms-max-item-count");
-    int64_t n;
-
-    if (!v) {
-        *ret_n = rt->r->lim.default_page_items;
-        return true;
-    }
-    if (sf_parse_i64(v, -1, INT32_MAX, &n) != SF_OK || n == 0) {
-        emu_response_error(rt->resp, 400, 0,
-                           "Invalid x-ms-max-item-count '%.64s': expected -1 or a positive "
-                           "integer.",
-                           v);
-        return false;
-    }
-    if (n < 0)
-        n = rt->r->lim.default_page_items;
-    *ret_n = (int)SF_MIN(n, (int64_t)rt->r->lim.max_page_items);
-    return true;
-}
-
 static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
 {
     const char *aim = hdr(rt, "A-IM");
@@ -488,10 +726,12 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
     struct sf_err err;
     json_t *pk = NULL;
 
-    if (strcasecmp(aim, "Incremental Feed") != 0) {
+    bool all_versions = strcasecmp(aim, "Full-Fidelity Feed") == 0;
+
+    if (!all_versions && strcasecmp(aim, "Incremental Feed") != 0) {
         emu_response_error(rt->resp, 400, 0,
-                           "Unsupported A-IM '%.64s': cosmolite serves the 'Incremental Feed' "
-                           "(LatestVersion) change feed.",
+                           "Unsupported A-IM '%.64s': expected 'Incremental Feed' (LatestVersion) "
+                           "or 'Full-Fidelity Feed' (AllVersionsAndDeletes).",
                            aim);
         return;
     }
@@ -543,7 +783,10 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
         q.start = EMU_CF_BEGINNING;
     }
     sf_err_clear(&err);
-    if (!store_call(rt, emu_store_changefeed(rt->r->store, c, &q, &rt->resp->body, &res, &err),
+    if (!store_call(rt,
+                    all_versions
+                        ? emu_store_changefeed_all(rt->r->store, c, &q, &rt->resp->body, &res, &err)
+                        : emu_store_changefeed(rt->r->store, c, &q, &rt->resp->body, &res, &err),
                     &err))
         goto out;
     resp_header(rt->resp, "etag", "\"%lld\"", (long long)res.continuation);
@@ -556,6 +799,43 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
         ok(rt, 200, 1 + res.count * 0.1);
     }
 out:
+    json_decref(pk);
+}
+
+/* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
+static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
+{
+    struct emu_doc_meta meta;
+    struct sf_err err;
+    json_t *ops = NULL, *pk = NULL;
+    int status = 0;
+
+    if (!pk_header(rt, &pk))
+        return;
+    if (!pk) {
+        emu_response_error(rt->resp, 400, 0,
+                           "A transactional batch needs the x-ms-documentdb-partitionkey header "
+                           "naming its one logical partition.");
+        return;
+    }
+    if (!(ops = body_json(rt)))
+        goto out;
+    if (!json_is_array(ops)) {
+        emu_response_error(rt->resp, 400, 0,
+                           "A transactional batch body must be a JSON array of operations.");
+        goto out;
+    }
+    sf_err_clear(&err);
+    memset(&meta, 0, sizeof(meta));
+    if (!store_call(rt,
+                    emu_store_batch(rt->r->store, c, pk, ops, &rt->resp->body, &status, &meta,
+                                    &err),
+                    &err))
+        goto out;
+    ok(rt, status, 1 + 5.0 * (double)json_array_size(ops));
+    session_header(rt, meta.range_id, meta.lsn);
+out:
+    json_decref(ops);
     json_decref(pk);
 }
 
@@ -575,22 +855,19 @@ static void handle_docs(struct route *rt, const char *method)
             handle_changefeed(rt, &c);
             return;
         }
-        if (store_call(rt, emu_store_doc_list(rt->r->store, &c, &rt->resp->body, &err), &err))
-            ok(rt, 200, 1);
+        handle_read_feed(rt, &c);
         return;
     }
     if (strcmp(method, "POST") != 0) {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on a document feed.", method);
         return;
     }
-    if (hdr_true(rt, "x-ms-documentdb-isquery") || hdr_true(rt, "x-ms-documentdb-query") ||
-        hdr_true(rt, "x-ms-cosmos-is-query-plan-request")) {
-        emu_response_error(rt->resp, 400, 0, "Queries are not supported yet by cosmolite.");
+    if (is_query(rt)) {
+        handle_query(rt, &c);
         return;
     }
     if (hdr_true(rt, "x-ms-cosmos-is-batch-request")) {
-        emu_response_error(rt->resp, 400, 0,
-                           "Transactional batch is not supported yet by cosmolite.");
+        handle_batch(rt, &c);
         return;
     }
     if (hdr_true(rt, "x-ms-documentdb-is-upsert"))
@@ -652,12 +929,77 @@ static void handle_doc(struct route *rt, const char *method)
             session_header(rt, meta.range_id, meta.lsn);
         }
     } else if (strcmp(method, "PATCH") == 0) {
-        emu_response_error(rt->resp, 400, 0, "Patch is not supported yet by cosmolite.");
+        if ((body = body_json(rt)) &&
+            store_call(rt,
+                       emu_store_doc_patch(rt->r->store, &c, id, pk, body, hdr(rt, "If-Match"),
+                                           &rt->resp->body, &meta, &err),
+                       &err))
+            doc_written(rt, &meta, 10.6);
     } else {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on a document.", method);
     }
     json_decref(body);
     json_decref(pk);
+}
+
+/* Stored procedures, triggers and UDFs: kept and listed, never executed. */
+static void handle_scripts(struct route *rt, const char *method)
+{
+    struct emu_coll_ref c;
+    struct sf_err err;
+    const char *kind = rt->seg[4];
+    json_t *body = NULL;
+
+    if (!resolve_coll(rt, &c))
+        return;
+    sf_err_clear(&err);
+    if (rt->nseg == 5) {
+        if (strcmp(method, "GET") == 0) {
+            if (store_call(rt, emu_store_script_list(rt->r->store, &c, kind, &rt->resp->body, &err),
+                           &err))
+                ok(rt, 200, 1);
+        } else if (strcmp(method, "POST") == 0) {
+            if ((body = body_json(rt)) &&
+                store_call(rt,
+                           emu_store_script_create(rt->r->store, &c, kind, body, false,
+                                                   &rt->resp->body, &err),
+                           &err)) {
+                ok(rt, 201, 1);
+                etag_from_body(rt);
+            }
+        } else {
+            emu_response_error(rt->resp, 405, 0, "%s is not allowed on %s.", method, kind);
+        }
+    } else if (strcmp(method, "GET") == 0) {
+        if (store_call(rt,
+                       emu_store_script_read(rt->r->store, &c, kind, rt->seg[5], &rt->resp->body,
+                                             &err),
+                       &err)) {
+            ok(rt, 200, 1);
+            etag_from_body(rt);
+        }
+    } else if (strcmp(method, "PUT") == 0) {
+        if ((body = body_json(rt)) &&
+            store_call(rt,
+                       emu_store_script_create(rt->r->store, &c, kind, body, true, &rt->resp->body,
+                                               &err),
+                       &err)) {
+            ok(rt, 200, 1);
+            etag_from_body(rt);
+        }
+    } else if (strcmp(method, "DELETE") == 0) {
+        if (store_call(rt, emu_store_script_delete(rt->r->store, &c, kind, rt->seg[5], &err), &err))
+            ok(rt, 204, 1);
+    } else if (strcmp(method, "POST") == 0 && strcmp(kind, "sprocs") == 0) {
+        /* As the official Linux emulator: scripts are stored, not run. */
+        emu_response_error(rt->resp, 400, 0,
+                           "Executing stored procedures is not supported by cosmolite (nor by "
+                           "the Linux emulator); stored procedure '%s' was not run.",
+                           rt->seg[5]);
+    } else {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on %s.", method, kind);
+    }
+    json_decref(body);
 }
 
 /* ---- routing -------------------------------------------------------------- */
@@ -696,6 +1038,11 @@ static bool split_path(struct route *rt, char *path)
         rt->seg[rt->nseg++] = s;
     }
     return true;
+}
+
+static bool is_script_seg(const char *s)
+{
+    return strcmp(s, "sprocs") == 0 || strcmp(s, "triggers") == 0 || strcmp(s, "udfs") == 0;
 }
 
 static bool is_type_seg(const char *s)
@@ -764,8 +1111,7 @@ static enum emu_op classify(const struct route *rt, const char **ret_coll)
     if (strcmp(m, "PATCH") == 0)
         return EMU_OP_PATCH;
     if (n == 5 && strcmp(m, "POST") == 0) {
-        if (hdr_true(rt, "x-ms-documentdb-isquery") || hdr_true(rt, "x-ms-documentdb-query") ||
-            hdr_true(rt, "x-ms-cosmos-is-query-plan-request"))
+        if (is_query(rt))
             return EMU_OP_QUERY;
         if (hdr_true(rt, "x-ms-cosmos-is-batch-request"))
             return EMU_OP_BATCH;
@@ -788,6 +1134,35 @@ static void fault_status(struct route *rt, int status, int64_t retry_after_ms)
     }
 }
 
+/* POST /_admin/split {"db":..,"coll":..,"range":..}: splits a range in two. */
+static void handle_split(struct route *rt)
+{
+    struct sf_err err;
+    json_t *body;
+    const char *db, *coll, *range;
+
+    if (strcmp(rt->req->method, "POST") != 0) {
+        emu_response_error(rt->resp, 405, 0, "Use POST /_admin/split.");
+        return;
+    }
+    if (!(body = body_json(rt)))
+        return;
+    db = sf_json_str(body, "db");
+    coll = sf_json_str(body, "coll");
+    range = sf_json_str(body, "range");
+    if (!db || !coll || !range) {
+        emu_response_error(rt->resp, 400, 0,
+                           "The split body must be {\"db\":\"...\",\"coll\":\"...\",\"range\":"
+                           "\"<partition key range id>\"}.");
+    } else {
+        sf_err_clear(&err);
+        if (store_call(rt, emu_store_split(rt->r->store, db, coll, range, &rt->resp->body, &err),
+                       &err))
+            ok(rt, 200, 0);
+    }
+    json_decref(body);
+}
+
 /* /_admin/faults: GET lists the rules, PUT/POST replaces them, DELETE clears. */
 static void handle_admin(struct route *rt)
 {
@@ -795,6 +1170,10 @@ static void handle_admin(struct route *rt)
     struct sf_err err;
     json_t *body;
 
+    if (rt->nseg == 2 && strcmp(rt->seg[1], "split") == 0) {
+        handle_split(rt);
+        return;
+    }
     if (rt->nseg != 2 || strcmp(rt->seg[1], "faults") != 0) {
         emu_response_error(rt->resp, 404, 0,
                            "Unknown admin resource '%s' (known: /_admin/faults, /_admin/split).",
@@ -862,6 +1241,8 @@ static void dispatch(struct route *rt)
             handle_docs(rt, m);
         else if (strcmp(rt->seg[4], "pkranges") == 0)
             handle_pkranges(rt, m);
+        else if (is_script_seg(rt->seg[4]))
+            handle_scripts(rt, m);
         else
             emu_response_error(rt->resp, 400, 0, "Resource type '%s' is not supported.",
                                rt->seg[4]);
@@ -869,6 +1250,8 @@ static void dispatch(struct route *rt)
     case 6:
         if (strcmp(rt->seg[4], "docs") == 0)
             handle_doc(rt, m);
+        else if (is_script_seg(rt->seg[4]))
+            handle_scripts(rt, m);
         else
             emu_response_error(rt->resp, 400, 0, "Resource type '%s' is not supported.",
                                rt->seg[4]);

@@ -4,7 +4,13 @@
  *
  * Durable mode keeps a SQLite database in WAL mode (synchronous=NORMAL: every
  * committed write survives kill -9 of the process; `sync_full` also survives
- * power loss). Memory mode keeps everything in an in-memory database.
+ * power loss). The file is locked exclusively while open, so a second process
+ * (another cosmolite) cannot use it. Memory mode keeps everything in an
+ * in-memory database.
+ *
+ * Every write to a container takes the container's next LSN; that one
+ * sequence drives `_lsn`, the etags, the change-feed continuation and the
+ * session token, and survives restarts. A failed write takes none.
  *
  * Thread-safety: every function may be called from any thread; the store
  * serialises access internally with one mutex.
@@ -29,18 +35,24 @@ struct emu_store;
 struct emu_store_opts {
     const char *path;           /* SQLite file; NULL for memory mode */
     bool sync_full;             /* synchronous=FULL instead of NORMAL */
-    int partitions;             /* ranges for new containers (1..1024), default 1 */
-    size_t max_doc_bytes;       /* largest document, default 2 MiB */
+    int partitions;             /* ranges for new containers (1..1024), 0 = 1; existing
+                                 * containers keep the ranges they were created with */
+    size_t max_doc_bytes;       /* largest stored document (with its system
+                                 * properties), 0 = 2 MiB */
     /* Clock for _ts (epoch seconds) and change-feed start times; NULL = the
      * wall clock. Tests inject a fake one. Called with the store lock held. */
     int64_t (*now_s)(void *arg);
     void *now_arg;
-    /* How long a write waits for another process holding the file's write
-     * lock before failing with 503 (SF_EIO, retriable); 0 = 5000 ms. */
+    /* How long opening waits for another process holding the file's lock
+     * before failing with 503 (SF_EIO, retriable); 0 = 5000 ms. */
     int busy_timeout_ms;
 };
 
-/* Opens (creating if needed) the store. *ret_store is a new store to emu_store_free. */
+/*
+ * Opens (creating if needed) the store. *ret_store is a new store to
+ * emu_store_free. Errors: SF_EINVAL (bad partitions), SF_EIO with 500 (not a
+ * cosmolite file, a newer schema version, I/O) or 503 (file in use).
+ */
 enum sf_rc emu_store_open(const struct emu_store_opts *opts, struct emu_store **ret_store,
                           struct sf_err *err);
 /* Closes the database. NULL is a no-op. */
@@ -74,8 +86,10 @@ enum sf_rc emu_store_db_delete(struct emu_store *s, const char *id, struct sf_er
  * (hashing is V2 either way). Keeps indexingPolicy, defaultTtl and other
  * user fields; adds _rid, _self, _etag, _ts, _docs, _sprocs, _triggers, _udfs,
  * _conflicts, and defaults for indexingPolicy, conflictResolutionPolicy and
- * geospatialConfig. Creates opts.partitions partition key ranges.
- * 404/1003 when db is missing, 409 when the container exists, 400 otherwise.
+ * geospatialConfig. partitionKey gets kind "Hash" and version 2 when absent.
+ * Creates opts.partitions partition key ranges splitting the EPK space evenly
+ * (ids "0".."N-1"). 404/1003 when db is missing, 409 when the container
+ * exists, 403 past 4096 containers, 400 otherwise.
  */
 enum sf_rc emu_store_coll_create(struct emu_store *s, const char *db, const json_t *body,
                                  struct sf_buf *out, struct sf_err *err);
@@ -85,8 +99,9 @@ enum sf_rc emu_store_coll_read(struct emu_store *s, const char *db, const char *
 enum sf_rc emu_store_coll_list(struct emu_store *s, const char *db, struct sf_buf *out,
                                struct sf_err *err);
 /*
- * Replaces the container's settings (indexingPolicy, defaultTtl, ...). The
- * partition key may not change (400). if_match may be NULL.
+ * Replaces the container's settings (indexingPolicy, defaultTtl, ...); body.id
+ * must equal id. The partition key may not change (400); a body without one
+ * keeps it. if_match may be NULL; a mismatch is 412. Keeps the _rid.
  */
 enum sf_rc emu_store_coll_replace(struct emu_store *s, const char *db, const char *id,
                                   const json_t *body, const char *if_match, struct sf_buf *out,
@@ -112,8 +127,9 @@ enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const cha
 
 /*
  * Appends {"_rid":"<collRid>","PartitionKeyRanges":[...],"_count":n} (ranges
- * that are online) and writes the list's etag (quoted) into etag[64]. The
- * etag changes whenever the set of ranges changes (a split).
+ * that are online) and writes the list's etag (a quoted decimal, "\"1\"")
+ * into etag[64]. The etag changes whenever the set of ranges changes (a
+ * split). 404/1003 when the container is missing.
  */
 enum sf_rc emu_store_pkranges(struct emu_store *s, const char *db, const char *coll,
                               struct sf_buf *out, char etag[64], struct sf_err *err);
@@ -124,8 +140,8 @@ enum emu_write_kind { EMU_WRITE_CREATE, EMU_WRITE_UPSERT, EMU_WRITE_REPLACE };
 
 /* What a successful document operation reports to the router. */
 struct emu_doc_meta {
-    int status;         /* 200 or 201 */
-    char etag[64];      /* quoted, as in _etag */
+    int status;         /* 200 or 201 (writes), 200 or 304 (reads), 204 (deletes) */
+    char etag[64];      /* quoted, as in _etag; "" after a delete */
     int64_t lsn;        /* the container's LSN after this operation */
     char range_id[16];  /* the partition key range that holds the document */
 };
@@ -137,10 +153,15 @@ struct emu_doc_meta {
  * (a one-element array) or NULL when absent, in which case the value is taken
  * from the body. When both are given they must agree (400/1001). For replace,
  * id is the URL's id and must equal body.id (400). if_match (quoted etag or
- * NULL) must equal the current _etag (412; 404 when missing). Client-sent
- * "_..." system properties are overwritten. Appends the stored document to out.
- * Errors: 400 bad body/id, 404 replace of a missing doc, 409 create of an
- * existing (pk, id), 412, 413 (doc larger than max_doc_bytes).
+ * NULL) must equal the current _etag (412; 404 when missing, for upserts
+ * too). Client-sent _rid, _self, _etag, _ts, _attachments and _lsn are
+ * replaced (other "_..." fields are the client's). Appends the stored
+ * document to out. The partition key value must be a string, number, boolean
+ * or null; a missing property (or {}) is "undefined", header [{}]; numbers
+ * compare as doubles (5 == 5.0).
+ * Errors: 400 bad body/id/key, 400/1001 header and body keys differ, 404
+ * replace of a missing doc, 409 create of an existing (pk, id), 412, 413 (the
+ * stored document would exceed max_doc_bytes), 404/1003 stale container.
  */
 enum sf_rc emu_store_doc_write(struct emu_store *s, const struct emu_coll_ref *c,
                                enum emu_write_kind kind, const char *id, const json_t *pk,
@@ -148,20 +169,21 @@ enum sf_rc emu_store_doc_write(struct emu_store *s, const struct emu_coll_ref *c
                                struct emu_doc_meta *ret_meta, struct sf_err *err);
 
 /*
- * Reads document (pk, id). pk is the header array (required: 400 when NULL).
- * When if_none_match equals the current etag, returns SF_OK with
- * ret_meta->status = 304 and appends nothing. 404 when missing.
+ * Reads document (pk, id). pk is the header array (required: 400 when NULL;
+ * [] counts as [{}]). When if_none_match equals the current etag, returns
+ * SF_OK with ret_meta->status = 304 (etag filled) and appends nothing. 404
+ * when missing. ret_meta->lsn is the container's current LSN.
  */
 enum sf_rc emu_store_doc_read(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
                               const json_t *pk, const char *if_none_match, struct sf_buf *out,
                               struct emu_doc_meta *ret_meta, struct sf_err *err);
 
-/* Deletes (pk, id). if_match as for writes. 404 when missing. Advances the LSN. */
+/* Deletes (pk, id). if_match as for writes. 404 when missing. Advances the LSN (status 204). */
 enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
                                 const json_t *pk, const char *if_match,
                                 struct emu_doc_meta *ret_meta, struct sf_err *err);
 
-/* Appends {"_rid":..,"Documents":[...],"_count":n} of every document (read feed). */
+/* Appends {"_rid":..,"Documents":[...],"_count":n} of every document (read feed), by LSN. */
 enum sf_rc emu_store_doc_list(struct emu_store *s, const struct emu_coll_ref *c,
                               struct sf_buf *out, struct sf_err *err);
 
@@ -170,37 +192,159 @@ enum sf_rc emu_store_doc_list(struct emu_store *s, const struct emu_coll_ref *c,
 enum emu_cf_start { EMU_CF_BEGINNING, EMU_CF_NOW, EMU_CF_AFTER_LSN, EMU_CF_SINCE_TIME };
 
 struct emu_cf_request {
-    /* scope: exactly one of range_id, epk range, pk (all empty = whole container) */
-    const char *range_id;     /* partition key range id, or NULL */
-    const char *epk_min;      /* with epk_max: [min, max) in EPK space, or NULL */
-    const char *epk_max;
+    /*
+     * Scope: any of range_id, the EPK range and pk; several narrow each other
+     * (intersection); none = the whole container.
+     */
+    const char *range_id;     /* partition key range id ("0" or "<collRid>,0"), or NULL */
+    const char *epk_min;      /* [min, max) in EPK space (hex, up to 32 digits), or NULL; */
+    const char *epk_max;      /* a missing bound is "" / "FF" */
     const json_t *pk;         /* one logical partition (header array), or NULL */
     enum emu_cf_start start;
-    int64_t after_lsn;        /* EMU_CF_AFTER_LSN: items with _lsn > after_lsn */
+    int64_t after_lsn;        /* EMU_CF_AFTER_LSN: items with _lsn > after_lsn (>= 0) */
     int64_t since_ts;         /* EMU_CF_SINCE_TIME: items with _ts >= since_ts (epoch s) */
-    int max_items;            /* page size hint; the page ends on an LSN boundary */
+    int max_items;            /* page size hint, <= 0 = 100, capped at 10000; the page
+                               * ends on an LSN boundary */
 };
 
 struct emu_cf_result {
     int count;                /* items appended */
     int64_t continuation;     /* LSN to send back as the etag ("\"<n>\"") */
     int64_t range_lsn;        /* the container's current LSN (session token) */
-    char range_id[16];        /* the range the scope resolves to ("0" when whole) */
+    char range_id[16];        /* the range the scope resolves to: range_id, else the
+                               * range holding pk or epk_min, else the first ("0") */
 };
 
 /*
  * Appends {"_rid":..,"Documents":[...],"_count":n} with the live documents in
- * scope changed after the start position, ordered by _lsn, each carrying its
- * "_lsn". count == 0 means "not modified" (the router answers 304); the
- * continuation is then the current LSN for EMU_CF_NOW/SINCE_TIME, or
- * after_lsn. A retired range id gives 410/1002; an unknown one 400.
+ * scope changed after the start position, ordered by _lsn, each once at its
+ * latest version carrying its "_lsn"; deletes never appear. At least
+ * max_items items when there are that many, then the rest of the last LSN
+ * (writes sharing an LSN stay on one page); a page also ends early, on an LSN
+ * boundary, when the next item would not fit in out's maximum. The
+ * continuation is the last item's _lsn. count == 0 means "not modified" (the
+ * router answers 304); the continuation is then the container's current LSN
+ * (or after_lsn when larger): nothing in scope changed up to it.
+ * A retired range id gives 410/1002; an unknown one, bad EPKs or pk 400.
  */
 enum sf_rc emu_store_changefeed(struct emu_store *s, const struct emu_coll_ref *c,
                                 const struct emu_cf_request *req, struct sf_buf *out,
                                 struct emu_cf_result *ret_res, struct sf_err *err);
 
-/* The container's current LSN, and the range id of an EPK (for session tokens). */
+/* The container's current LSN (for session tokens). 404/1003 when the container is gone. */
 enum sf_rc emu_store_coll_lsn(struct emu_store *s, const struct emu_coll_ref *c,
                               int64_t *ret_lsn, struct sf_err *err);
+
+/* ---- scans (queries, read feeds) ------------------------------------------ */
+
+/*
+ * Called once per live document in scope with its stored JSON text (not
+ * NUL-terminated; borrowed for the duration of the call). Returning anything
+ * but SF_OK stops the scan, and emu_store_doc_scan returns that code.
+ */
+typedef enum sf_rc (*emu_doc_visit_fn)(void *ctx, const char *doc, size_t len);
+
+/*
+ * Visits the live (unexpired) documents of a container, optionally limited to
+ * one partition key range (range_id; retired → 410/1002, unknown → 400) and/or
+ * one logical partition (pk header array). The order is deterministic and
+ * stable under updates (a replace does not move a document), so callers can
+ * page by skipping. The store lock is NOT held during fn for longer than one
+ * row batch: fn may be slow (it evaluates queries).
+ */
+enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
+                              const char *range_id, const json_t *pk, emu_doc_visit_fn fn,
+                              void *ctx, struct sf_err *err);
+
+/* ---- patch and transactional batch (PROTOCOL.md sections 4 and 5) ---------- */
+
+/*
+ * Patches document (pk, id). body is the client's JSON: either
+ * {"operations":[...], "condition":"FROM c WHERE ..."} or a bare array of
+ * operations. Ops add/set/replace/remove/incr/move with JSON-pointer paths
+ * (~0 ~1 escapes, array indexes and "-"); at most 10, applied in order,
+ * all-or-nothing. Errors: 400 (message "For Operation(i): ...") for a bad op,
+ * a missing target, touching id, the partition key path or "_..." fields, or
+ * more than 10 ops; 404 missing doc; 412 condition false or If-Match
+ * mismatch. Appends the whole new document to out.
+ */
+enum sf_rc emu_store_doc_patch(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
+                               const json_t *pk, const json_t *body, const char *if_match,
+                               struct sf_buf *out, struct emu_doc_meta *ret_meta,
+                               struct sf_err *err);
+
+/*
+ * Executes a transactional batch in one logical partition (pk = header array).
+ * ops is the JSON array of operations (Create, Upsert, Replace, Read, Delete,
+ * Patch; ifMatch, ifNoneMatch, partitionKey, resourceBody, id). All or
+ * nothing: on success every write shares one LSN and *ret_status = 200; when
+ * an op fails nothing is persisted, no change-feed entry appears,
+ * *ret_status = 207, the failing op carries its real status and every other
+ * op 424. Appends the per-op result array
+ * [{"statusCode":201,"requestCharge":..,"eTag":"..","resourceBody":{..}}, ...]
+ * to out in both cases. Whole-request errors return non-OK with
+ * err->http_status: 400 (malformed, empty, an op's partitionKey differs from
+ * the batch's), 413 (> max_batch_ops operations or > max_batch_bytes).
+ */
+enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, const json_t *pk,
+                           const json_t *ops, struct sf_buf *out, int *ret_status,
+                           struct emu_doc_meta *ret_meta, struct sf_err *err);
+
+/* ---- TTL ------------------------------------------------------------------ */
+
+/*
+ * Purges up to max_docs expired documents (container defaultTtl: absent = no
+ * expiry, -1 = items opt in with their own ttl, N = seconds after _ts; item
+ * ttl: -1 = never, N = seconds). Expired items are already invisible to
+ * reads, scans and the change feed before they are purged. Returns how many
+ * were purged through ret_purged.
+ */
+enum sf_rc emu_store_ttl_sweep(struct emu_store *s, int max_docs, int *ret_purged,
+                               struct sf_err *err);
+
+/* ---- splits ---------------------------------------------------------------- */
+
+/*
+ * Splits online range range_id of container (db, coll) at the middle of its
+ * EPK span into two new ranges with fresh ids whose "parents" list every
+ * ancestor id, ending with range_id; the parent becomes retired (reads scoped
+ * to it get 410/1002). LSNs continue, so a parent continuation is valid for
+ * both children. Appends {"parent":..,"children":[range,range]} to out.
+ * 404 unknown container/range, 400 retired range or a span too narrow.
+ */
+enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll,
+                           const char *range_id, struct sf_buf *out, struct sf_err *err);
+
+/* ---- server-side scripts (stored, never executed) -------------------------- */
+
+/* kind is "sprocs", "triggers" or "udfs". Bodies need id and body (string). */
+enum sf_rc emu_store_script_create(struct emu_store *s, const struct emu_coll_ref *c,
+                                   const char *kind, const json_t *body, bool replace,
+                                   struct sf_buf *out, struct sf_err *err);
+enum sf_rc emu_store_script_read(struct emu_store *s, const struct emu_coll_ref *c,
+                                 const char *kind, const char *id, struct sf_buf *out,
+                                 struct sf_err *err);
+/* Appends {"_rid":..,"StoredProcedures"|"Triggers"|"UserDefinedFunctions":[...],"_count":n}. */
+enum sf_rc emu_store_script_list(struct emu_store *s, const struct emu_coll_ref *c,
+                                 const char *kind, struct sf_buf *out, struct sf_err *err);
+enum sf_rc emu_store_script_delete(struct emu_store *s, const struct emu_coll_ref *c,
+                                   const char *kind, const char *id, struct sf_err *err);
+
+/* ---- AllVersionsAndDeletes change feed (PROTOCOL.md section 8) --------------- */
+
+/*
+ * For containers created with "changeFeedPolicy":{"retentionDuration":MINUTES}
+ * (MINUTES > 0) the store logs every create, replace, upsert, patch, delete and
+ * TTL expiry with its previous image. This reads that log: req as for
+ * emu_store_changefeed but only EMU_CF_NOW or EMU_CF_AFTER_LSN (400 otherwise,
+ * and 400 when the container has no retention policy). Appends
+ * {"_rid":..,"Documents":[{"current":{..},"previous":{..},"metadata":{"lsn":N,
+ * "crts":TS,"operationType":"create|replace|delete","previousImageLSN":N,
+ * "timeToLiveExpired":bool,"id":..,"partitionKey":{..}}}],"_count":n};
+ * deletes have no "current". Entries older than the retention are purged.
+ */
+enum sf_rc emu_store_changefeed_all(struct emu_store *s, const struct emu_coll_ref *c,
+                                    const struct emu_cf_request *req, struct sf_buf *out,
+                                    struct emu_cf_result *ret_res, struct sf_err *err);
 
 #endif

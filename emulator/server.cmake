@@ -3,8 +3,10 @@ add_library(emu_server STATIC
   ${CMAKE_CURRENT_LIST_DIR}/emu_auth.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_router.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_fault.c
+  ${CMAKE_CURRENT_LIST_DIR}/emu_search.c
+  ${CMAKE_CURRENT_LIST_DIR}/emu_store_pending.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_http.c)
-target_link_libraries(emu_server PUBLIC emu_store sf_common PkgConfig::MHD PkgConfig::JANSSON)
+target_link_libraries(emu_server PUBLIC emu_store emu_query sf_common PkgConfig::MHD PkgConfig::JANSSON)
 
 add_executable(cosmolite ${CMAKE_CURRENT_LIST_DIR}/cosmolite_main.c)
 target_link_libraries(cosmolite PRIVATE emu_server)

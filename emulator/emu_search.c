@@ -1,0 +1,71 @@
+#include "common/sf_base.h"
+
+#include "common/sf_json.h"
+#include "emulator/emu_search.h"
+
+struct scan_ctx {
+    struct emu_query_exec *exec;
+    struct sf_err *err;
+};
+
+/* Sentinel return: the execution needs no more documents. */
+#define SCAN_DONE SF_ESTATE
+
+static enum sf_rc visit(void *arg, const char *doc, size_t len)
+{
+    struct scan_ctx *sc = arg;
+    json_t *v;
+    enum sf_rc rc;
+
+    v = json_loadb(doc, len, 0, NULL);
+    if (!v)
+        return sf_err_set(sc->err, SF_EIO, false, "a stored document is not valid JSON");
+    rc = emu_query_exec_add(sc->exec, v, sc->err);
+    json_decref(v); /* the execution holds its own references */
+    if (rc != SF_OK)
+        return rc;
+    return emu_query_exec_done(sc->exec) ? SCAN_DONE : SF_OK;
+}
+
+enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
+                          const struct emu_query *q, const char *range_id, const json_t *pk,
+                          size_t skip, size_t max_rows, struct sf_buf *out,
+                          struct emu_search_page *ret_page, struct sf_err *err)
+{
+    struct scan_ctx sc = {.err = err};
+    json_t *rows = NULL, *row;
+    bool more = false;
+    size_t i;
+    enum sf_rc rc;
+
+    rc = emu_query_exec_new(q, skip, max_rows, &sc.exec, err);
+    if (rc != SF_OK)
+        return rc;
+    rc = emu_store_doc_scan(s, c, range_id, pk, visit, &sc, err);
+    if (rc == SCAN_DONE)
+        rc = SF_OK;
+    if (rc != SF_OK)
+        goto out;
+    if ((rc = emu_query_exec_finish(sc.exec, &rows, &more, err)) != SF_OK)
+        goto out;
+    json_array_foreach(rows, i, row) {
+        if (i > 0 && (rc = sf_buf_putc(out, ',')) != SF_OK)
+            break;
+        if ((rc = sf_json_dump(row, out)) != SF_OK)
+            break;
+    }
+    if (rc == SF_ELIMIT) {
+        sf_err_set(err, rc, false, "the query result page exceeds the response size limit");
+        if (err)
+            err->http_status = 413;
+        goto out;
+    }
+    if (rc == SF_OK) {
+        ret_page->count = json_array_size(rows);
+        ret_page->more = more;
+    }
+out:
+    json_decref(rows);
+    emu_query_exec_free(sc.exec);
+    return rc;
+}

@@ -1,0 +1,31 @@
+/*
+ * emu_search.h - runs a parsed query over a container's documents as the
+ * store scans them, one page at a time.
+ */
+#ifndef EMU_SEARCH_H
+#define EMU_SEARCH_H
+
+#include "common/sf_base.h"
+#include "common/sf_buf.h"
+#include "common/sf_err.h"
+#include "emulator/emu_query.h"
+#include "emulator/emu_store.h"
+
+struct emu_search_page {
+    size_t count; /* rows appended */
+    bool more;    /* rows remain after this page */
+};
+
+/*
+ * Runs q over the documents of c in scope (range_id and/or pk may be NULL),
+ * skipping the first `skip` result rows and returning at most max_rows.
+ * Appends the rows as JSON array elements, comma-separated, to out (the
+ * caller writes the enclosing brackets). Errors come from the store (410,
+ * 400) or the engine (400 with the position; SF_ELIMIT when a limit is hit).
+ */
+enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
+                          const struct emu_query *q, const char *range_id, const json_t *pk,
+                          size_t skip, size_t max_rows, struct sf_buf *out,
+                          struct emu_search_page *ret_page, struct sf_err *err);
+
+#endif
