@@ -3,10 +3,7 @@
  */
 #include "common/sf_base.h"
 
-#include <openssl/core_names.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
 
 #include "common/sf_auth.h"
 #include "common/sf_crypto.h"
@@ -35,63 +32,57 @@ enum sf_rc sf_auth_key_decode(const char *base64, struct sf_auth_key *ret_key, s
     }
     memcpy(ret_key->bytes, tmp, n);
     ret_key->len = n;
+    sf_hmac_key_init(&ret_key->mac, tmp, n);
+    ret_key->mac_ready = true;
     OPENSSL_cleanse(tmp, sizeof(tmp));
     return SF_OK;
 }
 
-/* Feeds s (optionally lowercased) and then '\n' into the MAC. false on libcrypto failure. */
-static bool sf_auth_feed_line(EVP_MAC_CTX *ctx, const char *s, bool lower)
+void sf_auth_mac(const struct sf_auth_key *key, const void *msg, size_t len, unsigned char out[32])
 {
-    unsigned char chunk[256];
-    size_t n = 0;
+    if (key->mac_ready)
+        sf_hmac_sha256_prepared(&key->mac, msg, len, out);
+    else
+        sf_hmac_sha256(key->bytes, key->len, msg, len, out);
+}
 
-    if (s == NULL)
-        s = "";
-    /* Lowercase through a small stack buffer so no input length needs a heap copy. */
-    for (;; s++) {
-        if (n == sizeof(chunk) || *s == '\0') {
-            if (n > 0 && EVP_MAC_update(ctx, chunk, n) != 1)
-                return false;
-            n = 0;
-        }
-        if (*s == '\0')
-            break;
-        chunk[n++] = (unsigned char)(lower && *s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s);
+/* Appends s (optionally lowercased) and '\n' to the payload; false when it does not fit. */
+static bool sf_auth_put_line(char *buf, size_t cap, size_t *n, const char *s, bool lower)
+{
+    for (s = s ? s : ""; *s; s++) {
+        if (*n + 1 >= cap)
+            return false;
+        buf[(*n)++] = (char)(lower && *s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s);
     }
-    return EVP_MAC_update(ctx, (const unsigned char *)"\n", 1) == 1;
+    if (*n + 1 >= cap)
+        return false;
+    buf[(*n)++] = '\n';
+    return true;
 }
 
 void sf_auth_signature(const struct sf_auth_key *key, const char *verb, const char *rtype,
                        const char *link, const char *date, char sig[45])
 {
-    char digest_name[] = "SHA256";
-    static const unsigned char empty_key[1] = {0};
-    OSSL_PARAM params[2];
-    EVP_MAC *mac = NULL;
-    EVP_MAC_CTX *ctx = NULL;
+    char stack[1024], *buf = stack;
+    size_t cap = sizeof(stack), n = 0;
     unsigned char out[32];
-    size_t out_len = 0;
-    bool ok;
+    size_t need = strlen(verb ? verb : "") + strlen(rtype ? rtype : "") +
+                  strlen(link ? link : "") + strlen(date ? date : "") + 8;
 
-    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0);
-    params[1] = OSSL_PARAM_construct_end();
-    mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
-    ok = ctx != NULL &&
-         EVP_MAC_init(ctx, key->len > 0 ? key->bytes : empty_key, key->len, params) == 1 &&
-         sf_auth_feed_line(ctx, verb, true) && sf_auth_feed_line(ctx, rtype, true) &&
-         sf_auth_feed_line(ctx, link, false) && sf_auth_feed_line(ctx, date, true) &&
-         sf_auth_feed_line(ctx, "", false) && EVP_MAC_final(ctx, out, &out_len, sizeof(out)) == 1 &&
-         out_len == sizeof(out);
-    EVP_MAC_CTX_free(ctx);
-    EVP_MAC_free(mac);
-    /*
-     * Only a broken libcrypto (no HMAC, no memory) fails here. A signing
-     * function has no safe fallback value (the verifier would compare against
-     * it), so stop rather than return something forgeable.
-     */
-    if (!ok)
-        abort();
+    /* Links are bounded by URL limits; the heap path only serves unusual ones. */
+    if (need > cap) {
+        buf = malloc(need);
+        if (!buf)
+            abort(); /* no safe fallback for a signature */
+        cap = need;
+    }
+    if (!sf_auth_put_line(buf, cap, &n, verb, true) || !sf_auth_put_line(buf, cap, &n, rtype, true) ||
+        !sf_auth_put_line(buf, cap, &n, link, false) || !sf_auth_put_line(buf, cap, &n, date, true) ||
+        !sf_auth_put_line(buf, cap, &n, "", false))
+        abort(); /* cannot happen: need covers every byte */
+    sf_auth_mac(key, buf, n, out);
+    if (buf != stack)
+        free(buf);
     sf_base64_encode(out, sizeof(out), sig);
 }
 

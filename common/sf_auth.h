@@ -7,11 +7,14 @@
 
 #include "common/sf_base.h"
 #include "common/sf_err.h"
+#include "common/sf_sha256.h"
 
 /* A decoded account key. Never log it. */
 struct sf_auth_key {
     unsigned char bytes[128];
     size_t len;
+    struct sf_hmac_key mac; /* precomputed by sf_auth_key_decode */
+    bool mac_ready;         /* false for a key filled in by hand: slower path */
 };
 
 /* The well-known key of the Cosmos DB emulator (also cosmolite's default). */
@@ -27,6 +30,9 @@ enum sf_rc sf_auth_key_decode(const char *base64, struct sf_auth_key *ret_key, s
  * verb like "GET", rtype like "docs" (may be ""), link like
  * "dbs/d/colls/c" (unescaped, case kept), date the x-ms-date value.
  */
+/* HMAC-SHA256 of msg under the account key (precomputed when possible). */
+void sf_auth_mac(const struct sf_auth_key *key, const void *msg, size_t len, unsigned char out[32]);
+
 void sf_auth_signature(const struct sf_auth_key *key, const char *verb, const char *rtype,
                        const char *link, const char *date, char sig[45]);
 

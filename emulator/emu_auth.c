@@ -38,7 +38,7 @@ static void sign_payload(const struct sf_auth_key *key, const char *verb, const 
         (void)sf_buf_printf(payload, "%s\n%s\n%s\n%s\n\n", lverb, ltype, link, ldate);
     else
         (void)sf_buf_printf(payload, "%s\n%s\n%s\n\n%s\n", lverb, ltype, link, ldate);
-    sf_hmac_sha256(key->bytes, key->len, sf_buf_cstr(payload), payload->len, mac);
+    sf_auth_mac(key, sf_buf_cstr(payload), payload->len, mac);
     sf_base64_encode(mac, sizeof(mac), sig);
 }
 

@@ -7,3 +7,4 @@ sf_unit_test(test_common
     ${CMAKE_SOURCE_DIR}/tests/unit/test_common_log.c
   LIBS sf_common
   LABELS common)
+sf_unit_test(test_common_sha SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_common_sha.c LIBS sf_common LABELS common)
