@@ -422,9 +422,10 @@ int main(int argc, char **argv)
     }
     printf("client_bench: cosmolite %s (%s), %d threads, %s\n", endpoint,
            o.memory ? "memory" : "durable", o.threads, o.count > 0 ? "fixed count" : "timed");
-    for (mode = 0; mode < (o.raw ? 2 : 1); mode++) {
-        run.raw = mode == 1;
-        for (ph = 0; ph < PH_COUNT; ph++) {
+    /* Phase by phase, client then raw, so both see the same container state. */
+    for (ph = 0; ph < PH_COUNT; ph++) {
+        for (mode = 0; mode < (o.raw ? 2 : 1); mode++) {
+            run.raw = mode == 1;
             run.ph = (enum phase)ph;
             run_phase(&run, &res[mode][ph]);
             print_result(run.raw ? "raw" : "client", run.ph, &res[mode][ph]);

@@ -1,0 +1,505 @@
+/*
+ * cosmos.h - the C client for Azure Cosmos DB's gateway REST API
+ * (PROTOCOL.md is the reference). Every module of sagafeed talks to Cosmos DB,
+ * or to cosmolite, through this header.
+ *
+ * Shape of the API
+ * ----------------
+ * - One struct cosmos_client per account endpoint. It owns a pool of keep-alive
+ *   HTTP connections guarded by a mutex, so one client may be shared by any
+ *   number of threads; each call borrows a connection for its duration
+ *   (blocking when all max_connections are busy). https:// goes through
+ *   libcurl (TLS verification on unless turned off); plain http:// through a
+ *   small built-in HTTP/1.1 client (cosmos_http.h), which costs a quarter of
+ *   libcurl's CPU per request, or libcurl with use_libcurl.
+ * - Calls return enum sf_rc. SF_OK means the service answered with a success
+ *   status (2xx, or 304 where a read asked for it). Any other answer is an
+ *   error whose struct sf_err carries the HTTP status, substatus,
+ *   x-ms-retry-after-ms, request charge and activity id, and `retriable`
+ *   classified per PROTOCOL.md section 9 and per the write's guard (below).
+ * - Error statuses map to rc: 404 SF_ENOTFOUND, 409 SF_ECONFLICT,
+ *   412 SF_EPRECOND, 429 SF_ETHROTTLED, 410 SF_EGONE, 401/403 SF_EAUTH,
+ *   408 SF_ETIMEOUT, others SF_EHTTP; transport failures SF_ECONN/SF_ETIMEOUT.
+ * - Every call taking a struct cosmos_response *resp fills it for any completed
+ *   HTTP exchange, success or error (so the etag and body of a 412 or a 409
+ *   can be read); it is reset at the start of the call. resp may be NULL.
+ *
+ * Retries (PROTOCOL.md section 9)
+ * -------------------------------
+ * Reads are retried after 429, 449, 408, 500, 503, 404/1002, 403/3 and
+ * connection errors. A write is retried after 408/500/503 or a connection
+ * error that may have reached the server only when it is *guarded*: a create
+ * (the id is create-only: a retry's 409 means "maybe mine, re-read"), an
+ * If-Match, a patch condition, a batch holding one of those, or a call whose
+ * options say `idempotent`. Unguarded writes are never retried and their
+ * 408/5xx errors come back with retriable == false, because the write may
+ * have been applied. 429 and 449 (nothing applied) and connection errors
+ * before any byte was sent are retried for every request. 429 waits
+ * x-ms-retry-after-ms (capped); the others use jittered exponential backoff.
+ * All retries stop at max_attempts or when the next wait would cross the
+ * total time budget; the last error is returned. 410 (partition range gone)
+ * is never retried here: it returns SF_EGONE (retriable) so the caller can
+ * refresh ranges and handle the split.
+ *
+ * Logging: the library logs at debug only, with one exception: creating a
+ * client with TLS verification turned off logs one warning through sf_log
+ * (a security downgrade must never be silent, whoever the caller is). The
+ * account key is never logged or put in an error message.
+ */
+#ifndef COSMOS_H
+#define COSMOS_H
+
+#include <jansson.h>
+
+#include "common/sf_base.h"
+#include "common/sf_buf.h"
+#include "common/sf_err.h"
+
+/* Limits. Every growable thing the service sends us has a cap. */
+#define COSMOS_ETAG_MAX         256  /* etags, change-feed cursors */
+#define COSMOS_ID_MAX           1023 /* document id bytes (service limit) */
+#define COSMOS_NAME_MAX         255  /* database / container id bytes */
+#define COSMOS_BODY_DEFAULT_MAX (64u << 20)
+#define COSMOS_HEADER_MAX       (64u << 10) /* session token, continuation */
+#define COSMOS_BATCH_MAX_OPS    100
+#define COSMOS_BATCH_MAX_BYTES  (2u << 20)
+#define COSMOS_PATCH_MAX_OPS    10
+#define COSMOS_PKRANGES_MAX     4096
+
+struct cosmos_client;
+
+/* Injectable clock for the retry loop, so tests need not really sleep. */
+struct cosmos_clock {
+    int64_t (*now_ms)(void *ctx);            /* a monotonic clock */
+    void (*sleep_ms)(void *ctx, int64_t ms); /* sleeps (or pretends to) */
+    void *ctx;
+};
+
+/*
+ * Retry policy. A zero field takes its default (in brackets). Set
+ * max_attempts = 1 for no retries at all.
+ */
+struct cosmos_retry_policy {
+    unsigned max_attempts;        /* attempts including the first [9] */
+    int64_t budget_ms;            /* total time across attempts and waits [30000] */
+    int64_t throttle_wait_cap_ms; /* longest single 429 wait [5000] */
+    int64_t backoff_base_ms;      /* first backoff step [20] */
+    int64_t backoff_cap_ms;       /* largest backoff step [1000] */
+};
+
+/*
+ * Client options. Strings are copied by cosmos_client_new. Exactly one of
+ * key, key_env and key_file names the base64 account key.
+ */
+struct cosmos_options {
+    const char *endpoint; /* "https://acct.documents.azure.com:443/", "http://127.0.0.1:8081" */
+    const char *key;      /* the base64 key itself */
+    const char *key_env;  /* name of an environment variable holding it */
+    const char *key_file; /* a file holding it (surrounding whitespace ignored) */
+    int64_t connect_timeout_ms; /* [5000] */
+    int64_t request_timeout_ms; /* one attempt, connect included [30000] */
+    unsigned max_connections;   /* pool size: concurrent requests [16] */
+    const char *ca_file;        /* PEM bundle for TLS verification; NULL = system store */
+    bool tls_verify_off;        /* turn TLS verification off: explicit, logged as a warning */
+    size_t max_body_bytes;      /* response body cap [64 MiB] */
+    /* x-ms-consistency-level on every request; NULL = the account default. */
+    const char *consistency_level;
+    /* Send http:// through libcurl too (default: the built-in HTTP/1.1 transport). */
+    bool use_libcurl;
+    struct cosmos_retry_policy retry;
+    const struct cosmos_clock *clock; /* NULL = real monotonic clock and sleep */
+};
+
+/*
+ * Creates a client. Reads and decodes the key (SF_EINVAL when missing,
+ * ambiguous or not base64 - the message never quotes the key), validates the
+ * endpoint (http or https URL; an http host is resolved here, SF_ECONN when
+ * it cannot be), and prepares the connection pool (no connection is opened
+ * yet). *ret_cli is written only on success; free it
+ * with cosmos_client_free. Any thread.
+ */
+enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_client **ret_cli,
+                             struct sf_err *err);
+
+/* Frees the client and closes its connections. NULL is a no-op. No call may be in flight. */
+void cosmos_client_free(struct cosmos_client *cli);
+
+/* The endpoint without a trailing slash ("http://127.0.0.1:8081"). Borrowed for the client's life.
+ */
+const char *cosmos_client_endpoint(const struct cosmos_client *cli);
+
+/* true when TLS verification was turned off (the caller may surface it too). */
+bool cosmos_client_tls_insecure(const struct cosmos_client *cli);
+
+/* ---------------------------------------------------------------------------
+ * Responses
+ */
+
+/*
+ * What one operation's last HTTP exchange returned. Embed it, call
+ * cosmos_response_init once and cosmos_response_release at the end; it may be
+ * reused across calls (storage is kept, contents are reset per call).
+ */
+struct cosmos_response {
+    int status;                  /* HTTP status of the last attempt; 0 when none completed */
+    int substatus;               /* x-ms-substatus, 0 when absent */
+    int64_t retry_after_ms;      /* x-ms-retry-after-ms, -1 when absent */
+    double request_charge;       /* x-ms-request-charge of the last attempt */
+    double total_charge;         /* summed over all attempts */
+    int64_t item_count;          /* x-ms-item-count, -1 when absent */
+    unsigned attempts;           /* HTTP attempts made */
+    char activity_id[40];        /* x-ms-activity-id, "" when absent */
+    char etag[COSMOS_ETAG_MAX];  /* etag header with its quotes, "" when absent */
+    struct sf_buf session_token; /* x-ms-session-token */
+    struct sf_buf continuation;  /* x-ms-continuation (queries, feeds) */
+    struct sf_buf body;          /* raw response body (JSON text or empty) */
+};
+
+void cosmos_response_init(struct cosmos_response *resp, size_t max_body_bytes);
+void cosmos_response_release(struct cosmos_response *resp);
+/* Empties every field, keeping storage (called at the start of each attempt). */
+void cosmos_response_reset(struct cosmos_response *resp);
+
+/* Parses the body as JSON. Returns a new reference, or NULL with err (SF_EPROTO) when empty/bad. */
+json_t *cosmos_response_json(const struct cosmos_response *resp, struct sf_err *err);
+
+/*
+ * The global LSN in a session token: "0:-1#57" -> 57, "1:2#33#3=12" -> 33,
+ * "0:57" -> 57. For a comma-separated list of per-range tokens, the one whose
+ * range id is range_id (NULL = the first). SF_EINVAL when malformed or absent.
+ */
+enum sf_rc cosmos_session_token_lsn(const char *token, size_t len, const char *range_id,
+                                    int64_t *ret_lsn);
+
+/* ---------------------------------------------------------------------------
+ * Per-request options (all optional; NULL means all defaults)
+ */
+struct cosmos_req_opts {
+    const char *if_match;      /* etag (with quotes): guards a write; 412 on mismatch */
+    const char *if_none_match; /* reads: etag -> 304 when unchanged */
+    const char *session_token; /* x-ms-session-token for session reads */
+    bool idempotent;           /* caller vouches repeating this write is harmless: retry it */
+    bool no_retry;             /* one attempt, whatever the outcome */
+    bool minimal;              /* Prefer: return=minimal (no body on writes) */
+};
+
+/* ---------------------------------------------------------------------------
+ * Account, databases, containers
+ */
+struct cosmos_account_info {
+    char id[256];
+    char write_endpoint[512];     /* writableLocations[0].databaseAccountEndpoint, "" if none */
+    char default_consistency[32]; /* userConsistencyPolicy.defaultConsistencyLevel */
+};
+
+/* GET /: the database account. */
+enum sf_rc cosmos_account_read(struct cosmos_client *cli, struct cosmos_account_info *ret_info,
+                               struct sf_err *err);
+
+struct cosmos_db_info {
+    char id[COSMOS_NAME_MAX + 1];
+    char rid[64];
+    char etag[COSMOS_ETAG_MAX];
+};
+
+/* GET /dbs/{db}. SF_ENOTFOUND when absent. */
+enum sf_rc cosmos_db_read(struct cosmos_client *cli, const char *db,
+                          struct cosmos_db_info *ret_info, struct sf_err *err);
+
+/*
+ * Reads the database, creating it when missing (a concurrent creator's 409 is
+ * fine). *ret_created (may be NULL) tells whether this call created it.
+ */
+enum sf_rc cosmos_db_create_if_missing(struct cosmos_client *cli, const char *db,
+                                       struct cosmos_db_info *ret_info, bool *ret_created,
+                                       struct sf_err *err);
+
+/* DELETE /dbs/{db}. SF_ENOTFOUND when absent. */
+enum sf_rc cosmos_db_delete(struct cosmos_client *cli, const char *db, struct sf_err *err);
+
+/* What to create. */
+struct cosmos_container_def {
+    const char *id;
+    const char *pk_path; /* one partition key path, "/pk" ("/id" for lease containers) */
+    int64_t default_ttl; /* 0: TTL off; -1: on, no default; > 0: seconds */
+    int throughput;      /* x-ms-offer-throughput, 0 = none */
+};
+
+/* What the service says about a container. */
+struct cosmos_container_info {
+    char id[COSMOS_NAME_MAX + 1];
+    char rid[64];
+    char etag[COSMOS_ETAG_MAX];
+    char pk_paths[3][256];
+    size_t n_pk_paths;
+    char pk_kind[16]; /* "Hash", "MultiHash" */
+    int pk_version;   /* 1 or 2 (1 when absent, like the service) */
+    bool has_default_ttl;
+    int64_t default_ttl;
+};
+
+/* GET /dbs/{db}/colls/{coll}. */
+enum sf_rc cosmos_container_read(struct cosmos_client *cli, const char *db, const char *coll,
+                                 struct cosmos_container_info *ret_info, struct sf_err *err);
+
+/*
+ * Reads the container, creating it (hash V2 partitioning on def->pk_path)
+ * when missing. An existing container is returned as it is, even when its
+ * definition differs: compare ret_info if that matters.
+ */
+enum sf_rc cosmos_container_create_if_missing(struct cosmos_client *cli, const char *db,
+                                              const struct cosmos_container_def *def,
+                                              struct cosmos_container_info *ret_info,
+                                              bool *ret_created, struct sf_err *err);
+
+/* DELETE /dbs/{db}/colls/{coll}. */
+enum sf_rc cosmos_container_delete(struct cosmos_client *cli, const char *db, const char *coll,
+                                   struct sf_err *err);
+
+/* ---------------------------------------------------------------------------
+ * Partition key ranges
+ */
+struct cosmos_pkrange {
+    char id[64];
+    char min[128];     /* minInclusive EPK ("" for the first) */
+    char max[128];     /* maxExclusive EPK ("FF" for the last) */
+    char parents[512]; /* ancestor ids joined by ',' ("" when none) */
+};
+
+/* A container's ranges, one allocation; free with free(). */
+struct cosmos_pkranges {
+    char coll_rid[64];
+    char etag[COSMOS_ETAG_MAX];
+    size_t n;
+    struct cosmos_pkrange ranges[]; /* sorted by min */
+};
+
+/*
+ * The container's partition key ranges: a new copy (caller frees with free()).
+ * The client caches them per container; refresh = true re-reads them (after a
+ * 410, or to see splits).
+ */
+enum sf_rc cosmos_pkranges_get(struct cosmos_client *cli, const char *db, const char *coll,
+                               bool refresh, struct cosmos_pkranges **ret_ranges,
+                               struct sf_err *err);
+
+/* Index of the range holding epk (min <= epk < max), or -1. */
+long cosmos_pkranges_find(const struct cosmos_pkranges *r, const char *epk);
+
+/* The EPK (32 uppercase hex + NUL) of a partition key given as its JSON array text ("[\"a\"]"). */
+enum sf_rc cosmos_pk_epk(const char *pk_json, char out[33], struct sf_err *err);
+
+/*
+ * Appends the partition key header value for one string key ("[\"a b\"]"),
+ * JSON-escaped, to out.
+ */
+enum sf_rc cosmos_pk_string(const char *value, struct sf_buf *out);
+
+/* ---------------------------------------------------------------------------
+ * Documents. pk_json is the x-ms-documentdb-partitionkey value: a JSON array
+ * such as ["abc"], [5] or [{}] (cosmos_pk_string builds the common case).
+ * body_json is the document as JSON text. Ids are percent-encoded in the URL
+ * and signed unescaped; they must be 1..1023 bytes without '/' or '\'.
+ */
+
+/* POST: create; SF_ECONFLICT when (pk, id) exists. Guarded (create-only id). */
+enum sf_rc cosmos_doc_create(struct cosmos_client *cli, const char *db, const char *coll,
+                             const char *pk_json, const char *body_json,
+                             const struct cosmos_req_opts *opts, struct cosmos_response *resp,
+                             struct sf_err *err);
+
+/* POST with is-upsert: 201 created or 200 replaced. Guarded only with if_match or idempotent. */
+enum sf_rc cosmos_doc_upsert(struct cosmos_client *cli, const char *db, const char *coll,
+                             const char *pk_json, const char *body_json,
+                             const struct cosmos_req_opts *opts, struct cosmos_response *resp,
+                             struct sf_err *err);
+
+/* GET; with opts->if_none_match a 304 is a success (resp->status == 304, empty body). */
+enum sf_rc cosmos_doc_read(struct cosmos_client *cli, const char *db, const char *coll,
+                           const char *id, const char *pk_json, const struct cosmos_req_opts *opts,
+                           struct cosmos_response *resp, struct sf_err *err);
+
+/* PUT the whole document (its "id" must equal id). */
+enum sf_rc cosmos_doc_replace(struct cosmos_client *cli, const char *db, const char *coll,
+                              const char *id, const char *pk_json, const char *body_json,
+                              const struct cosmos_req_opts *opts, struct cosmos_response *resp,
+                              struct sf_err *err);
+
+/* DELETE; 204 on success. */
+enum sf_rc cosmos_doc_delete(struct cosmos_client *cli, const char *db, const char *coll,
+                             const char *id, const char *pk_json,
+                             const struct cosmos_req_opts *opts, struct cosmos_response *resp,
+                             struct sf_err *err);
+
+/*
+ * PATCH with ops_json, a JSON array of at most 10 operations
+ * ([{"op":"set","path":"/a","value":1}]), and an optional condition
+ * ("FROM c WHERE c.state = 'A'"): a false condition gives SF_EPRECOND (412).
+ * Guarded by condition or if_match. The new document is in resp->body.
+ */
+enum sf_rc cosmos_doc_patch(struct cosmos_client *cli, const char *db, const char *coll,
+                            const char *id, const char *pk_json, const char *ops_json,
+                            const char *condition, const struct cosmos_req_opts *opts,
+                            struct cosmos_response *resp, struct sf_err *err);
+
+/* ---------------------------------------------------------------------------
+ * Transactional batch (PROTOCOL.md section 5): up to 100 operations in one
+ * logical partition, committed all or nothing.
+ */
+struct cosmos_batch;
+
+struct cosmos_batch_op_opts {
+    const char *if_match;
+    const char *if_none_match;
+};
+
+/* A new empty batch for partition key pk_json (copied). Free with cosmos_batch_free. */
+enum sf_rc cosmos_batch_new(const char *pk_json, struct cosmos_batch **ret_batch,
+                            struct sf_err *err);
+void cosmos_batch_free(struct cosmos_batch *b);
+size_t cosmos_batch_count(const struct cosmos_batch *b);
+
+/*
+ * Appending operations. Bodies and patch operations are JSON text, validated
+ * and copied. SF_EINVAL for bad JSON or id, SF_ELIMIT past 100 operations.
+ * opts may be NULL.
+ */
+enum sf_rc cosmos_batch_create(struct cosmos_batch *b, const char *body_json,
+                               const struct cosmos_batch_op_opts *opts, struct sf_err *err);
+enum sf_rc cosmos_batch_upsert(struct cosmos_batch *b, const char *body_json,
+                               const struct cosmos_batch_op_opts *opts, struct sf_err *err);
+enum sf_rc cosmos_batch_replace(struct cosmos_batch *b, const char *id, const char *body_json,
+                                const struct cosmos_batch_op_opts *opts, struct sf_err *err);
+enum sf_rc cosmos_batch_read(struct cosmos_batch *b, const char *id,
+                             const struct cosmos_batch_op_opts *opts, struct sf_err *err);
+enum sf_rc cosmos_batch_delete(struct cosmos_batch *b, const char *id,
+                               const struct cosmos_batch_op_opts *opts, struct sf_err *err);
+enum sf_rc cosmos_batch_patch(struct cosmos_batch *b, const char *id, const char *ops_json,
+                              const char *condition, const struct cosmos_batch_op_opts *opts,
+                              struct sf_err *err);
+
+/* One operation's outcome. */
+struct cosmos_batch_op_result {
+    int status;    /* statusCode; 424 = not applied because another op failed */
+    int substatus; /* subStatusCode, 0 when absent */
+    int64_t retry_after_ms;
+    double request_charge;
+    char etag[COSMOS_ETAG_MAX];
+    json_t *body; /* resourceBody: owned by the result, NULL when absent */
+};
+
+struct cosmos_batch_result {
+    int http_status;    /* 200 committed, 207 rolled back */
+    bool committed;     /* every operation applied */
+    long first_failure; /* index of the first op whose status is not 2xx nor 424, -1 if none */
+    size_t n;
+    struct cosmos_batch_op_result *ops; /* n entries in operation order */
+    double request_charge;
+    char activity_id[40];
+};
+
+void cosmos_batch_result_init(struct cosmos_batch_result *r);
+void cosmos_batch_result_release(struct cosmos_batch_result *r);
+
+/*
+ * Sends the batch. SF_OK when the service judged every operation (200
+ * committed or 207 rolled back: check ret->committed and each op's status);
+ * whole-request failures (429, 400, 413, transport) are errors. Retried like
+ * a guarded write when the batch holds a create, an if_match or a patch
+ * condition (one guarded op makes a replay fail atomically). ret is reset
+ * first and written on SF_OK.
+ */
+enum sf_rc cosmos_batch_execute(struct cosmos_client *cli, const char *db, const char *coll,
+                                const struct cosmos_batch *b, const struct cosmos_req_opts *opts,
+                                struct cosmos_batch_result *ret, struct sf_err *err);
+
+/* ---------------------------------------------------------------------------
+ * Queries: a pager over result pages.
+ */
+struct cosmos_query;
+
+struct cosmos_query_opts {
+    const char *pk_json;      /* single partition, or */
+    const char *range_id;     /* one partition key range, or */
+    bool cross_partition;     /* the whole container (gateway fan-out) */
+    int max_items;            /* x-ms-max-item-count; 0 = service default */
+    const char *continuation; /* resume from a token of cosmos_query_continuation */
+    const char *session_token;
+};
+
+/*
+ * Prepares a query (nothing is sent yet). The client must outlive the pager.
+ * SF_EINVAL when no scope is given (one of pk_json, range_id, cross_partition).
+ */
+enum sf_rc cosmos_query_new(struct cosmos_client *cli, const char *db, const char *coll,
+                            const char *sql, const struct cosmos_query_opts *opts,
+                            struct cosmos_query **ret_q, struct sf_err *err);
+void cosmos_query_free(struct cosmos_query *q);
+
+/* Adds a parameter: name like "@s", value as JSON text ("\"x\"", "5", "[1,2]"). Before the first
+ * page. */
+enum sf_rc cosmos_query_param(struct cosmos_query *q, const char *name, const char *value_json,
+                              struct sf_err *err);
+
+/*
+ * Fetches the next page: *ret_docs is a new reference to its Documents array
+ * (possibly empty). SF_ESTATE when the query is already done.
+ */
+enum sf_rc cosmos_query_next(struct cosmos_query *q, json_t **ret_docs, struct sf_err *err);
+
+/* true once the last page was returned. */
+bool cosmos_query_done(const struct cosmos_query *q);
+
+/* Token to resume with (opts.continuation), NULL when done or before the first page. Borrowed. */
+const char *cosmos_query_continuation(const struct cosmos_query *q);
+
+/* The last page's response (charge, activity id...). Borrowed. */
+const struct cosmos_response *cosmos_query_response(const struct cosmos_query *q);
+
+/* ---------------------------------------------------------------------------
+ * Change feed (LatestVersion, PROTOCOL.md section 8)
+ */
+enum cosmos_cf_start {
+    COSMOS_CF_BEGINNING = 0, /* every live item */
+    COSMOS_CF_NOW,           /* only changes after this call (If-None-Match: *) */
+    COSMOS_CF_TIME,          /* changes at or after start_time */
+    COSMOS_CF_CONTINUATION,  /* after a cursor returned by a previous page */
+};
+
+struct cosmos_cf_req {
+    const char *range_id; /* partition key range id; NULL to resolve from epk_min */
+    const char *epk_min;  /* optional EPK sub-range [epk_min, epk_max) of that range */
+    const char *epk_max;
+    const char *pk_json; /* or: one logical partition (range_id and epks NULL) */
+    enum cosmos_cf_start start;
+    time_t start_time;        /* COSMOS_CF_TIME */
+    const char *continuation; /* COSMOS_CF_CONTINUATION: a page's continuation */
+    int max_items;            /* page size hint; 0 = service default */
+};
+
+struct cosmos_cf_page {
+    json_t *items; /* new reference: array of documents in _lsn order (empty when not modified) */
+    size_t count;
+    bool not_modified;                  /* 304: nothing new since the cursor */
+    char continuation[COSMOS_ETAG_MAX]; /* cursor for the next read (the response etag) */
+    int64_t latest_lsn; /* the range's latest LSN from the session token, -1 unknown */
+    int64_t max_lsn;    /* highest _lsn among items, -1 when none */
+    double request_charge;
+    char activity_id[40];
+};
+
+void cosmos_cf_page_init(struct cosmos_cf_page *p);
+void cosmos_cf_page_release(struct cosmos_cf_page *p);
+
+/*
+ * Reads one change-feed page. ret is released and refilled on SF_OK. 410
+ * returns SF_EGONE (substatus 1002 range gone / 1007 splitting) for the
+ * caller's split handling. When range_id is NULL and an EPK range is given,
+ * the range is found in the pkrange cache; an EPK range spanning several
+ * ranges also returns SF_EGONE.
+ */
+enum sf_rc cosmos_changefeed_read(struct cosmos_client *cli, const char *db, const char *coll,
+                                  const struct cosmos_cf_req *req, struct cosmos_cf_page *ret,
+                                  struct sf_err *err);
+
+#endif

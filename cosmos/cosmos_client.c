@@ -1,0 +1,781 @@
+/*
+ * cosmos_client.c - the client object: options and key, the pool of
+ * keep-alive libcurl handles, the libcurl transport and the retry loop.
+ *
+ * Concurrency: the client is shared by threads. Mutable state is the
+ * connection pool (pool_mu + pool_cv), the pkranges cache (cache_mu, in
+ * cosmos_ops.c) and an atomic counter seeding backoff jitter. A request holds
+ * one libcurl easy handle for its whole retry loop, so handles (and their
+ * keep-alive connections) are never used by two threads at once.
+ */
+#include "common/sf_base.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <strings.h>
+
+#include "common/sf_auth.h"
+#include "common/sf_crypto.h"
+#include "common/sf_log.h"
+#include "common/sf_time.h"
+#include "cosmos/cosmos_http.h"
+#include "cosmos/cosmos_int.h"
+
+#define COSMOS_KEY_FILE_MAX   4096
+#define COSMOS_ENDPOINT_MAX   512
+#define COSMOS_MAX_CONN_LIMIT 1024
+
+/* One pooled connection: a libcurl handle, or a built-in HTTP/1.1 connection. */
+struct cosmos_conn {
+    CURL *easy; /* NULL for the built-in transport */
+    struct cosmos_http_conn http;
+    struct cosmos_conn *next;
+    struct sf_buf url;
+    char errbuf[CURL_ERROR_SIZE];
+    time_t date_sec; /* x-ms-date formatted once per second per connection */
+    char date[30];
+};
+
+struct cosmos_client {
+    char endpoint[COSMOS_ENDPOINT_MAX];
+    struct sf_auth_key key;
+    int64_t connect_timeout_ms;
+    int64_t request_timeout_ms;
+    char *ca_file;
+    char *consistency;
+    bool tls_verify_off;
+    size_t max_body;
+    struct cosmos_retry_policy retry;
+    struct cosmos_clock clock;
+    struct cosmos_transport transport; /* send == NULL: libcurl or built-in HTTP */
+    bool own_http;                     /* http:// through cosmos_http.c */
+    struct cosmos_http_target target;  /* its resolved address */
+
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_cv;
+    struct cosmos_conn *pool_free; /* idle handles */
+    unsigned pool_n;               /* handles created */
+    unsigned pool_max;
+
+    atomic_uint_fast64_t seq; /* per-request jitter seeds */
+    uint64_t seed_base;
+
+    struct cosmos_pkr_cache *pkr_cache;
+};
+
+/* ---------------------------------------------------------------------------
+ * Clock
+ */
+
+static int64_t cosmos_real_now(void *ctx)
+{
+    SF_UNUSED(ctx);
+    return sf_mono_ms();
+}
+
+static void cosmos_real_sleep(void *ctx, int64_t ms)
+{
+    SF_UNUSED(ctx);
+    sf_sleep_ms(ms);
+}
+
+/* ---------------------------------------------------------------------------
+ * Creation
+ */
+
+/* Trims ASCII whitespace around s in place; returns the start. */
+static char *cosmos_trim(char *s)
+{
+    size_t n;
+
+    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
+        s++;
+    n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Reads the key named by opts into *key. Never quotes the key in messages. */
+static enum sf_rc cosmos_load_key(const struct cosmos_options *opts, struct sf_auth_key *key,
+                                  struct sf_err *err)
+{
+    char buf[COSMOS_KEY_FILE_MAX + 1];
+    int sources = (opts->key != NULL) + (opts->key_env != NULL) + (opts->key_file != NULL);
+    enum sf_rc rc;
+    FILE *f;
+    size_t n;
+
+    if (sources != 1)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "give exactly one of key, key_env and key_file (got %d)", sources);
+    if (opts->key != NULL)
+        return sf_auth_key_decode(opts->key, key, err);
+    if (opts->key_env != NULL) {
+        const char *v = getenv(opts->key_env);
+
+        if (v == NULL || v[0] == '\0')
+            return sf_err_set(err, SF_EINVAL, false, "environment variable %.64s is not set",
+                              opts->key_env);
+        rc = sf_auth_key_decode(v, key, err);
+        if (rc != SF_OK)
+            sf_err_prefix(err, "key from $%.64s: ", opts->key_env);
+        return rc;
+    }
+    f = fopen(opts->key_file, "rb");
+    if (f == NULL)
+        return sf_err_set(err, SF_EIO, false, "cannot open key file %.200s: %s", opts->key_file,
+                          strerror(errno));
+    n = fread(buf, 1, sizeof(buf), f);
+    (void)fclose(f);
+    if (n > COSMOS_KEY_FILE_MAX) {
+        rc = sf_err_set(err, SF_EINVAL, false, "key file %.200s is larger than %d bytes",
+                        opts->key_file, COSMOS_KEY_FILE_MAX);
+    } else {
+        buf[n] = '\0';
+        rc = sf_auth_key_decode(cosmos_trim(buf), key, err);
+        if (rc != SF_OK)
+            sf_err_prefix(err, "key file %.200s: ", opts->key_file);
+    }
+    explicit_bzero(buf, sizeof(buf));
+    return rc;
+}
+
+/* Copies and checks the endpoint: http(s)://host[:port][/], stored without the slash. */
+static enum sf_rc cosmos_set_endpoint(struct cosmos_client *cli, const char *ep, struct sf_err *err)
+{
+    size_t n;
+
+    if (ep == NULL || (strncasecmp(ep, "http://", 7) != 0 && strncasecmp(ep, "https://", 8) != 0))
+        return sf_err_set(err, SF_EINVAL, false, "endpoint must be an http:// or https:// URL");
+    n = strlen(ep);
+    while (n > 0 && ep[n - 1] == '/')
+        n--;
+    if (n >= sizeof(cli->endpoint))
+        return sf_err_set(err, SF_EINVAL, false, "endpoint longer than %zu bytes",
+                          sizeof(cli->endpoint) - 1);
+    if (memchr(ep, ' ', n) != NULL || strpbrk(ep, "\r\n?#") != NULL)
+        return sf_err_set(err, SF_EINVAL, false, "endpoint contains a space, ?, # or line break");
+    memcpy(cli->endpoint, ep, n);
+    cli->endpoint[n] = '\0';
+    return SF_OK;
+}
+
+static char *cosmos_strdup_opt(const char *s, bool *oom)
+{
+    char *d;
+
+    if (s == NULL)
+        return NULL;
+    d = strdup(s);
+    if (d == NULL)
+        *oom = true;
+    return d;
+}
+
+enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_client **ret_cli,
+                             struct sf_err *err)
+{
+    struct cosmos_client *cli = NULL;
+    enum sf_rc rc = SF_OK;
+    bool oom = false, curl_inited = false, locks = false;
+
+    if (opts == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "no client options");
+    cli = calloc(1, sizeof(*cli));
+    if (cli == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = cosmos_set_endpoint(cli, opts->endpoint, err);
+    if (rc != SF_OK)
+        goto out;
+    rc = cosmos_load_key(opts, &cli->key, err);
+    if (rc != SF_OK)
+        goto out;
+    if (opts->max_connections > COSMOS_MAX_CONN_LIMIT) {
+        rc = sf_err_set(err, SF_EINVAL, false, "max_connections %u above %d", opts->max_connections,
+                        COSMOS_MAX_CONN_LIMIT);
+        goto out;
+    }
+    if (opts->consistency_level != NULL && strpbrk(opts->consistency_level, "\r\n") != NULL) {
+        rc = sf_err_set(err, SF_EINVAL, false, "consistency level contains a line break");
+        goto out;
+    }
+    cli->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 5000;
+    cli->request_timeout_ms = opts->request_timeout_ms > 0 ? opts->request_timeout_ms : 30000;
+    cli->pool_max = opts->max_connections > 0 ? opts->max_connections : 16;
+    cli->max_body = opts->max_body_bytes > 0 ? opts->max_body_bytes : COSMOS_BODY_DEFAULT_MAX;
+    cli->tls_verify_off = opts->tls_verify_off;
+    cli->retry = opts->retry;
+    cosmos_retry_policy_defaults(&cli->retry);
+    if (opts->clock != NULL && opts->clock->now_ms != NULL && opts->clock->sleep_ms != NULL) {
+        cli->clock = *opts->clock;
+    } else {
+        cli->clock.now_ms = cosmos_real_now;
+        cli->clock.sleep_ms = cosmos_real_sleep;
+    }
+    if (strncasecmp(cli->endpoint, "http://", 7) == 0 && !opts->use_libcurl) {
+        rc = cosmos_http_target_init(&cli->target, cli->endpoint, err);
+        if (rc != SF_OK)
+            goto out;
+        cli->own_http = true;
+    }
+    cli->ca_file = cosmos_strdup_opt(opts->ca_file, &oom);
+    cli->consistency = cosmos_strdup_opt(opts->consistency_level, &oom);
+    cli->pkr_cache = cosmos_pkr_cache_new();
+    if (oom || cli->pkr_cache == NULL) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        goto out;
+    }
+    if (sf_random_bytes(&cli->seed_base, sizeof(cli->seed_base)) != SF_OK)
+        cli->seed_base = (uint64_t)sf_mono_us(); /* jitter only: not a secret */
+    atomic_init(&cli->seq, 0);
+    /* Reference counted by libcurl; thread-safe in libcurl >= 7.84. */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        rc = sf_err_set(err, SF_EIO, false, "libcurl initialisation failed");
+        goto out;
+    }
+    curl_inited = true;
+    if (pthread_mutex_init(&cli->pool_mu, NULL) != 0) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "cannot create mutex");
+        goto out;
+    }
+    if (pthread_cond_init(&cli->pool_cv, NULL) != 0) {
+        pthread_mutex_destroy(&cli->pool_mu);
+        rc = sf_err_set(err, SF_ENOMEM, false, "cannot create condition variable");
+        goto out;
+    }
+    locks = true;
+    if (cli->tls_verify_off)
+        sf_log_warn("cosmos",
+                    "TLS certificate verification is OFF for %s: traffic can be intercepted",
+                    cli->endpoint);
+out:
+    if (rc != SF_OK) {
+        if (locks) {
+            pthread_cond_destroy(&cli->pool_cv);
+            pthread_mutex_destroy(&cli->pool_mu);
+        }
+        if (curl_inited)
+            curl_global_cleanup();
+        cosmos_pkr_cache_free(cli->pkr_cache);
+        free(cli->ca_file);
+        free(cli->consistency);
+        explicit_bzero(&cli->key, sizeof(cli->key));
+        free(cli);
+        return rc;
+    }
+    *ret_cli = cli;
+    return SF_OK;
+}
+
+static void cosmos_conn_free(struct cosmos_conn *c)
+{
+    if (c == NULL)
+        return;
+    if (c->easy != NULL)
+        curl_easy_cleanup(c->easy);
+    cosmos_http_conn_release(&c->http);
+    sf_buf_release(&c->url);
+    free(c);
+}
+
+void cosmos_client_free(struct cosmos_client *cli)
+{
+    struct cosmos_conn *c, *next;
+
+    if (cli == NULL)
+        return;
+    for (c = cli->pool_free; c != NULL; c = next) {
+        next = c->next;
+        cosmos_conn_free(c);
+    }
+    pthread_cond_destroy(&cli->pool_cv);
+    pthread_mutex_destroy(&cli->pool_mu);
+    curl_global_cleanup();
+    cosmos_pkr_cache_free(cli->pkr_cache);
+    free(cli->ca_file);
+    free(cli->consistency);
+    explicit_bzero(&cli->key, sizeof(cli->key));
+    free(cli);
+}
+
+const char *cosmos_client_endpoint(const struct cosmos_client *cli)
+{
+    return cli->endpoint;
+}
+
+bool cosmos_client_tls_insecure(const struct cosmos_client *cli)
+{
+    return cli->tls_verify_off;
+}
+
+struct cosmos_pkr_cache *cosmos_client_pkr_cache(struct cosmos_client *cli)
+{
+    return cli->pkr_cache;
+}
+
+size_t cosmos_client_max_body(const struct cosmos_client *cli)
+{
+    return cli->max_body;
+}
+
+void cosmos_client_set_transport(struct cosmos_client *cli, const struct cosmos_transport *t)
+{
+    if (t != NULL)
+        cli->transport = *t;
+    else
+        memset(&cli->transport, 0, sizeof(cli->transport));
+}
+
+/* ---------------------------------------------------------------------------
+ * Connection pool
+ */
+
+/* Libcurl callbacks' state for one attempt. */
+struct cosmos_xfer {
+    struct cosmos_response *resp;
+    struct sf_err hdr_err; /* why a header callback aborted */
+    bool hdr_failed;
+    bool body_overflow;
+    bool allow_resend;   /* the request may be sent twice (read or guarded write) */
+    unsigned sends;      /* times libcurl was about to send it */
+    bool resend_blocked; /* we stopped libcurl from resending it */
+};
+
+/*
+ * libcurl silently resends a request when a reused keep-alive connection
+ * dies before any response byte arrives. That is right when the server had
+ * closed the idle connection, but wrong when it applied the request and then
+ * dropped: an unguarded write would be applied twice. This callback runs
+ * before every send; the second send of an unguarded write is aborted and
+ * reported as "may have been applied" (the rare idle-close case then costs a
+ * non-retriable error instead of a double write).
+ */
+static int cosmos_curl_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
+                              int conn_primary_port, int conn_local_port)
+{
+    struct cosmos_xfer *x = ud;
+
+    SF_UNUSED(conn_primary_ip);
+    SF_UNUSED(conn_local_ip);
+    SF_UNUSED(conn_primary_port);
+    SF_UNUSED(conn_local_port);
+    if (++x->sends > 1 && !x->allow_resend) {
+        x->resend_blocked = true;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    return CURL_PREREQFUNC_OK;
+}
+
+static size_t cosmos_curl_header(char *buf, size_t size, size_t n, void *ud)
+{
+    struct cosmos_xfer *x = ud;
+    size_t len = size * n;
+
+    if (cosmos_response_header(x->resp, buf, len, &x->hdr_err) != SF_OK) {
+        x->hdr_failed = true;
+        return 0; /* aborts the transfer */
+    }
+    return len;
+}
+
+static size_t cosmos_curl_body(char *buf, size_t size, size_t n, void *ud)
+{
+    struct cosmos_xfer *x = ud;
+    size_t len = size * n;
+
+    if (sf_buf_append(&x->resp->body, buf, len) != SF_OK) {
+        x->body_overflow = true;
+        return 0;
+    }
+    return len;
+}
+
+/* A new handle with the options that never change between requests. */
+static struct cosmos_conn *cosmos_conn_new(const struct cosmos_client *cli)
+{
+    struct cosmos_conn *c = calloc(1, sizeof(*c));
+    CURLcode cc = CURLE_OK;
+
+    if (c == NULL)
+        return NULL;
+    sf_buf_init(&c->url, COSMOS_ENDPOINT_MAX + (64u << 10));
+    cosmos_http_conn_init(&c->http);
+    if (cli->own_http)
+        return c;
+    c->easy = curl_easy_init();
+    if (c->easy == NULL) {
+        free(c);
+        return NULL;
+    }
+    /* Every setopt below takes a constant the linked libcurl supports. */
+    cc |= curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_TCP_NODELAY, 1L);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)cli->connect_timeout_ms);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)cli->request_timeout_ms);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    cc |= curl_easy_setopt(c->easy, CURLOPT_FOLLOWLOCATION, 0L);
+    /* Idle connections older than this are not reused (servers close idle ones). */
+    cc |= curl_easy_setopt(c->easy, CURLOPT_MAXAGE_CONN, 30L);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_HEADERFUNCTION, cosmos_curl_header);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, cosmos_curl_body);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_ERRORBUFFER, c->errbuf);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_SSL_VERIFYPEER, cli->tls_verify_off ? 0L : 1L);
+    cc |= curl_easy_setopt(c->easy, CURLOPT_SSL_VERIFYHOST, cli->tls_verify_off ? 0L : 2L);
+    if (cli->ca_file != NULL)
+        cc |= curl_easy_setopt(c->easy, CURLOPT_CAINFO, cli->ca_file);
+    if (cc != CURLE_OK) {
+        cosmos_conn_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Borrows a handle: an idle one, a new one below the cap, or waits for one. */
+static struct cosmos_conn *cosmos_pool_get(struct cosmos_client *cli)
+{
+    struct cosmos_conn *c = NULL;
+    bool create = false;
+
+    pthread_mutex_lock(&cli->pool_mu);
+    while (cli->pool_free == NULL && cli->pool_n >= cli->pool_max)
+        pthread_cond_wait(&cli->pool_cv, &cli->pool_mu);
+    if (cli->pool_free != NULL) {
+        c = cli->pool_free;
+        cli->pool_free = c->next;
+    } else {
+        cli->pool_n++; /* reserve the slot; create outside the lock */
+        create = true;
+    }
+    pthread_mutex_unlock(&cli->pool_mu);
+    if (create) {
+        c = cosmos_conn_new(cli);
+        if (c == NULL) {
+            pthread_mutex_lock(&cli->pool_mu);
+            cli->pool_n--;
+            pthread_cond_signal(&cli->pool_cv);
+            pthread_mutex_unlock(&cli->pool_mu);
+        }
+    }
+    return c;
+}
+
+static void cosmos_pool_put(struct cosmos_client *cli, struct cosmos_conn *c)
+{
+    pthread_mutex_lock(&cli->pool_mu);
+    c->next = cli->pool_free;
+    cli->pool_free = c;
+    pthread_cond_signal(&cli->pool_cv);
+    pthread_mutex_unlock(&cli->pool_mu);
+}
+
+/* ---------------------------------------------------------------------------
+ * libcurl transport
+ */
+
+/* Maps a libcurl failure to what it says about the request's fate. */
+static enum cosmos_net cosmos_curl_net(CURLcode cc, long request_size)
+{
+    bool sent = request_size > 0;
+
+    switch (cc) {
+    case CURLE_OK:
+        return COSMOS_NET_OK;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SSL_CONNECT_ERROR:
+        return COSMOS_NET_NOT_SENT;
+    case CURLE_OPERATION_TIMEDOUT:
+        return sent ? COSMOS_NET_TIMEOUT : COSMOS_NET_NOT_SENT;
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+        return sent ? COSMOS_NET_MAYBE_SENT : COSMOS_NET_NOT_SENT;
+    default:
+        return COSMOS_NET_FATAL;
+    }
+}
+
+/* Builds the libcurl header list of one attempt. NULL on OOM. */
+static struct curl_slist *cosmos_curl_headers(const struct cosmos_req *req, const char *date,
+                                              const char *auth)
+{
+    struct curl_slist *list = NULL, *tmp;
+    char line[SF_AUTH_HEADER_SIZE + 32];
+    size_t i;
+
+    for (i = 0; i < req->n_hdrs; i++) {
+        tmp = curl_slist_append(list, req->hdrs.data + req->hdr_off[i]);
+        if (tmp == NULL)
+            goto fail;
+        list = tmp;
+    }
+    (void)snprintf(line, sizeof(line), "x-ms-date: %s", date);
+    tmp = curl_slist_append(list, line);
+    if (tmp == NULL)
+        goto fail;
+    list = tmp;
+    (void)snprintf(line, sizeof(line), "authorization: %s", auth);
+    tmp = curl_slist_append(list, line);
+    if (tmp == NULL)
+        goto fail;
+    list = tmp;
+    /* No 100-continue round trip for large bodies; no default form content type. */
+    tmp = curl_slist_append(list, "Expect:");
+    if (tmp == NULL)
+        goto fail;
+    list = tmp;
+    if (req->body != NULL && cosmos_req_header_get(req, "Content-Type") == NULL) {
+        tmp = curl_slist_append(list, "Content-Type: application/json");
+        if (tmp == NULL)
+            goto fail;
+        list = tmp;
+    }
+    return list;
+fail:
+    curl_slist_free_all(list);
+    return NULL;
+}
+
+static enum cosmos_net cosmos_curl_send(struct cosmos_client *cli, struct cosmos_conn *c,
+                                        const struct cosmos_req *req, const char *date,
+                                        const char *auth, struct cosmos_response *resp, char *msg,
+                                        size_t msg_size)
+{
+    struct cosmos_xfer x;
+    struct curl_slist *hdrs = NULL;
+    enum cosmos_net net;
+    CURLcode cc = CURLE_OK;
+    long code = 0, reqsize = 0;
+    CURL *e = c->easy;
+
+    memset(&x, 0, sizeof(x));
+    x.resp = resp;
+    x.allow_resend = req->cls == COSMOS_OP_READ || req->guarded;
+    sf_buf_reset(&c->url);
+    if (sf_buf_puts(&c->url, cli->endpoint) != SF_OK ||
+        sf_buf_append(&c->url, req->path.data, req->path.len) != SF_OK) {
+        (void)snprintf(msg, msg_size, "URL too long");
+        return COSMOS_NET_FATAL;
+    }
+    hdrs = cosmos_curl_headers(req, date, auth);
+    if (hdrs == NULL) {
+        (void)snprintf(msg, msg_size, "out of memory");
+        return COSMOS_NET_FATAL;
+    }
+    c->errbuf[0] = '\0';
+    cc |= curl_easy_setopt(e, CURLOPT_URL, c->url.data);
+    cc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
+    cc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, &x);
+    cc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, &x);
+    cc |= curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, cosmos_curl_prereq);
+    cc |= curl_easy_setopt(e, CURLOPT_PREREQDATA, &x);
+    if (req->body != NULL) {
+        cc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
+        cc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+        cc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body);
+    } else {
+        cc |= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    }
+    /* POST and GET are what the two calls above select; other verbs override the name. */
+    cc |= curl_easy_setopt(
+        e, CURLOPT_CUSTOMREQUEST,
+        (strcmp(req->verb, "GET") == 0 || strcmp(req->verb, "POST") == 0) ? NULL : req->verb);
+    if (cc != CURLE_OK) {
+        (void)snprintf(msg, msg_size, "libcurl rejected an option");
+        curl_slist_free_all(hdrs);
+        return COSMOS_NET_FATAL;
+    }
+    cc = curl_easy_perform(e);
+    (void)curl_easy_getinfo(e, CURLINFO_REQUEST_SIZE, &reqsize);
+    (void)curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    /* Drop our pointers from the handle: they die with this call. */
+    (void)curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
+    (void)curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
+    (void)curl_easy_setopt(e, CURLOPT_HEADERDATA, NULL);
+    (void)curl_easy_setopt(e, CURLOPT_WRITEDATA, NULL);
+    (void)curl_easy_setopt(e, CURLOPT_PREREQDATA, NULL);
+    curl_slist_free_all(hdrs);
+
+    if (x.body_overflow) {
+        (void)snprintf(msg, msg_size, "response body larger than %zu bytes", resp->body.max);
+        return COSMOS_NET_FATAL;
+    }
+    if (x.resend_blocked) {
+        (void)snprintf(msg, msg_size,
+                       "connection dropped after the request was sent (not resent: unguarded "
+                       "write)");
+        return COSMOS_NET_MAYBE_SENT;
+    }
+    if (x.hdr_failed) {
+        (void)snprintf(msg, msg_size, "%.200s", x.hdr_err.msg);
+        return COSMOS_NET_FATAL;
+    }
+    net = cosmos_curl_net(cc, reqsize);
+    if (net != COSMOS_NET_OK) {
+        (void)snprintf(msg, msg_size, "%.60s%s%.160s", curl_easy_strerror(cc),
+                       c->errbuf[0] ? ": " : "", c->errbuf);
+        return net;
+    }
+    if (resp->status == 0)
+        resp->status = (int)code;
+    return COSMOS_NET_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Requests
+ */
+
+enum sf_rc cosmos_req_common(struct cosmos_client *cli, struct cosmos_req *req, struct sf_err *err)
+{
+    enum sf_rc rc;
+
+    rc = cosmos_req_header(req, "x-ms-version", COSMOS_API_VERSION, err);
+    if (rc == SF_OK)
+        rc = cosmos_req_header(req, "Accept", "application/json", err);
+    if (rc == SF_OK && cli->consistency != NULL)
+        rc = cosmos_req_header(req, "x-ms-consistency-level", cli->consistency, err);
+    return rc;
+}
+
+void cosmos_req_header_del(struct cosmos_req *req, const char *name)
+{
+    size_t nlen = strlen(name), i, j = 0;
+
+    for (i = 0; i < req->n_hdrs; i++) {
+        const char *h = req->hdrs.data + req->hdr_off[i];
+
+        if (!(strncasecmp(h, name, nlen) == 0 && h[nlen] == ':'))
+            req->hdr_off[j++] = req->hdr_off[i];
+    }
+    req->n_hdrs = j;
+}
+
+/* splitmix64: spreads a counter into well-mixed jitter seeds. */
+static uint64_t cosmos_mix(uint64_t x)
+{
+    x += UINT64_C(0x9E3779B97F4A7C15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return x ^ (x >> 31);
+}
+
+/*
+ * The x-ms-date of an attempt. A pooled connection keeps the text of the
+ * current second (one thread uses a connection at a time), which saves the
+ * formatting on most requests.
+ */
+static void cosmos_attempt_date(struct cosmos_conn *conn, char date[30])
+{
+    time_t now = time(NULL);
+
+    if (conn == NULL) {
+        sf_time_rfc1123(now, date);
+        return;
+    }
+    if (conn->date_sec != now || conn->date[0] == '\0') {
+        sf_time_rfc1123(now, conn->date);
+        conn->date_sec = now;
+    }
+    memcpy(date, conn->date, 30);
+}
+
+/* Fills err from the final outcome of a call. */
+static enum sf_rc cosmos_fail(const struct cosmos_req *req, const struct cosmos_response *resp,
+                              const struct cosmos_verdict *v, enum cosmos_net net,
+                              const char *net_msg, struct sf_err *err)
+{
+    char code[48], text[256];
+
+    if (err == NULL)
+        return v->rc;
+    sf_err_clear(err);
+    if (net == COSMOS_NET_OK) {
+        err->http_status = resp->status;
+        err->substatus = resp->substatus;
+        err->retry_after_ms = resp->retry_after_ms;
+        err->request_charge = resp->total_charge;
+        (void)snprintf(err->activity_id, sizeof(err->activity_id), "%s", resp->activity_id);
+        cosmos_error_body(resp->body.data, resp->body.len, code, sizeof(code), text, sizeof(text));
+        return sf_err_set(err, v->rc, v->retriable, "%s %s: HTTP %d/%d%s%s%s%s (attempts %u)",
+                          req->verb, req->link.len ? sf_buf_cstr(&req->link) : "/", resp->status,
+                          resp->substatus, code[0] ? " " : "", code, text[0] ? ": " : "", text,
+                          resp->attempts);
+    }
+    return sf_err_set(err, v->rc, v->retriable, "%s %s: %s (attempts %u)", req->verb,
+                      req->link.len ? sf_buf_cstr(&req->link) : "/", net_msg, resp->attempts);
+}
+
+enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
+                       struct cosmos_response *resp, struct sf_err *err)
+{
+    struct cosmos_retry_state st;
+    struct cosmos_verdict v;
+    struct cosmos_conn *conn = NULL;
+    enum cosmos_net net = COSMOS_NET_FATAL;
+    char date[30], auth[SF_AUTH_HEADER_SIZE], net_msg[256];
+    uint64_t seed = cosmos_mix(cli->seed_base + atomic_fetch_add(&cli->seq, 1));
+    int64_t wait = 0;
+
+    cosmos_response_reset(resp);
+    if (cli->transport.send == NULL) {
+        conn = cosmos_pool_get(cli);
+        if (conn == NULL)
+            return sf_err_set(err, SF_ENOMEM, false, "cannot create an HTTP handle");
+    }
+    cosmos_retry_start(&st, &cli->retry, cli->clock.now_ms(cli->clock.ctx), seed);
+    if (req->no_retry)
+        st.policy.max_attempts = 1;
+    for (;;) {
+        double total = resp->total_charge;
+        unsigned attempts = resp->attempts;
+
+        net_msg[0] = '\0';
+        /* Sign every attempt afresh: x-ms-date must be current. */
+        cosmos_attempt_date(conn, date);
+        cosmos_req_sign(req, &cli->key, date, auth);
+        /* Each attempt starts from an empty response; the totals carry over. */
+        cosmos_response_reset(resp);
+        resp->total_charge = total;
+        resp->attempts = attempts;
+        if (conn != NULL && conn->easy != NULL)
+            net = cosmos_curl_send(cli, conn, req, date, auth, resp, net_msg, sizeof(net_msg));
+        else if (conn != NULL)
+            net = cosmos_http_send(&conn->http, &cli->target, cli->connect_timeout_ms,
+                                   cli->request_timeout_ms, req, date, auth,
+                                   req->cls == COSMOS_OP_READ || req->guarded, resp, net_msg,
+                                   sizeof(net_msg));
+        else
+            net = cli->transport.send(cli->transport.ctx, req, date, auth, resp, net_msg,
+                                      sizeof(net_msg));
+        st.attempts++;
+        resp->attempts = st.attempts;
+        resp->total_charge += resp->request_charge;
+        v = cosmos_classify(net, resp->status, resp->substatus, req->cls, req->guarded,
+                            req->accept_304);
+        if (v.success)
+            break;
+        if (!cosmos_retry_next(&st, &v, resp->retry_after_ms, cli->clock.now_ms(cli->clock.ctx),
+                               &wait))
+            break;
+        sf_log_debug("cosmos", "%s %s: %s %d/%d, retry %u in %lld ms", req->verb,
+                     sf_buf_cstr(&req->link), net == COSMOS_NET_OK ? "HTTP" : net_msg, resp->status,
+                     resp->substatus, st.attempts, (long long)wait);
+        /* 404/1002: the session's writes are not visible here yet; retry without the token. */
+        if (net == COSMOS_NET_OK && resp->status == 404 && resp->substatus == 1002)
+            cosmos_req_header_del(req, "x-ms-session-token");
+        cli->clock.sleep_ms(cli->clock.ctx, wait);
+    }
+    if (conn != NULL)
+        cosmos_pool_put(cli, conn);
+    if (v.success) {
+        sf_err_clear(err);
+        return SF_OK;
+    }
+    return cosmos_fail(req, resp, &v, net, net_msg, err);
+}

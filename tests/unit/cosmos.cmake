@@ -1,0 +1,25 @@
+# The Cosmos DB client (cosmos/): protocol layer and client loop without a
+# server, then integration against a real cosmolite (label "integration").
+sf_unit_test(test_cosmos_proto
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_proto.c
+  LIBS sf_cosmos
+  LABELS cosmos)
+sf_unit_test(test_cosmos_http
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_http.c
+  LIBS sf_cosmos Threads::Threads
+  LABELS cosmos)
+sf_unit_test(test_cosmos_client
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_client.c
+  LIBS sf_cosmos
+  LABELS cosmos)
+# Integration: needs the cosmolite binary; exits 77 (skipped) without it.
+if(TARGET cosmolite)
+  sf_unit_test(test_cosmos_integration
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_integration.c
+    LIBS sf_cosmos sf_test_harness Threads::Threads
+    LABELS "cosmos;integration")
+  add_dependencies(test_cosmos_integration cosmolite)
+  set_property(TEST test_cosmos_integration APPEND PROPERTY
+    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
+  set_tests_properties(test_cosmos_integration PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()

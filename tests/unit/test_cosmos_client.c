@@ -1,0 +1,902 @@
+/*
+ * test_cosmos_client.c - the client's request loop without a server: a
+ * scripted transport answers each attempt and records what was sent, and a
+ * fake clock records the waits. Covers retries per guard, retry-after and
+ * its cap, the time budget, option handling, what each operation sends and
+ * how answers come back (documents, batch, query paging, change feed).
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <stdarg.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/sf_auth.h"
+#include "common/sf_json.h"
+#include "cosmos/cosmos_int.h"
+
+#define MAX_STEPS 32
+
+/* One scripted answer. */
+struct step {
+    enum cosmos_net net;
+    int status;
+    const char *headers; /* extra header lines, '\n'-separated */
+    const char *body;
+};
+
+/* What one attempt sent. */
+struct sent {
+    char verb[8];
+    char path[512];
+    char link[512];
+    char rtype[16];
+    char hdrs[4096]; /* "name: value\n"... */
+    char body[4096];
+    char date[30];
+    bool has_auth;
+};
+
+struct script {
+    struct step steps[MAX_STEPS];
+    int n, pos;
+    struct sent sent[MAX_STEPS];
+    int64_t now;
+    int64_t sleeps[MAX_STEPS];
+    int n_sleeps;
+};
+
+static struct script sc;
+static struct cosmos_client *cli;
+
+static enum cosmos_net fake_send(void *ctx, const struct cosmos_req *req, const char *date,
+                                 const char *auth, struct cosmos_response *resp, char *msg,
+                                 size_t msg_size)
+{
+    struct script *s = ctx;
+    struct sent *out;
+    const struct step *st;
+    char line[256];
+    size_t i, used = 0;
+
+    ck_assert_msg(s->pos < s->n, "more attempts than scripted answers (%d)", s->n);
+    out = &s->sent[s->pos];
+    st = &s->steps[s->pos++];
+    (void)snprintf(out->verb, sizeof(out->verb), "%s", req->verb);
+    (void)snprintf(out->path, sizeof(out->path), "%s", sf_buf_cstr(&req->path));
+    (void)snprintf(out->link, sizeof(out->link), "%s", sf_buf_cstr(&req->link));
+    (void)snprintf(out->rtype, sizeof(out->rtype), "%s", req->rtype);
+    (void)snprintf(out->date, sizeof(out->date), "%s", date);
+    out->has_auth = strncmp(auth, "type%3Dmaster%26ver%3D1.0%26sig%3D", 34) == 0;
+    out->hdrs[0] = '\0';
+    for (i = 0; i < req->n_hdrs; i++) {
+        int n = snprintf(out->hdrs + used, sizeof(out->hdrs) - used, "%s\n",
+                         req->hdrs.data + req->hdr_off[i]);
+
+        ck_assert(n > 0 && (size_t)n < sizeof(out->hdrs) - used);
+        used += (size_t)n;
+    }
+    (void)snprintf(out->body, sizeof(out->body), "%.*s", (int)req->body_len,
+                   req->body != NULL ? req->body : "");
+    if (st->net != COSMOS_NET_OK) {
+        (void)snprintf(msg, msg_size, "scripted network failure");
+        return st->net;
+    }
+    (void)snprintf(line, sizeof(line), "HTTP/1.1 %d X\r\n", st->status);
+    ck_assert_int_eq(cosmos_response_header(resp, line, strlen(line), NULL), SF_OK);
+    if (st->headers != NULL) {
+        const char *p = st->headers;
+
+        while (*p != '\0') {
+            const char *nl = strchr(p, '\n');
+            size_t len = nl != NULL ? (size_t)(nl - p + 1) : strlen(p);
+
+            ck_assert_int_eq(cosmos_response_header(resp, p, len, NULL), SF_OK);
+            p += len;
+        }
+    }
+    if (st->body != NULL)
+        ck_assert_int_eq(sf_buf_puts(&resp->body, st->body), SF_OK);
+    return COSMOS_NET_OK;
+}
+
+static int64_t fake_now(void *ctx)
+{
+    return ((struct script *)ctx)->now;
+}
+
+static void fake_sleep(void *ctx, int64_t ms)
+{
+    struct script *s = ctx;
+
+    ck_assert_int_lt(s->n_sleeps, MAX_STEPS);
+    s->sleeps[s->n_sleeps++] = ms;
+    s->now += ms;
+}
+
+static void add(enum cosmos_net net, int status, const char *headers, const char *body)
+{
+    ck_assert_int_lt(sc.n, MAX_STEPS);
+    sc.steps[sc.n].net = net;
+    sc.steps[sc.n].status = status;
+    sc.steps[sc.n].headers = headers;
+    sc.steps[sc.n].body = body;
+    sc.n++;
+}
+
+static const struct cosmos_clock fake_clock = {fake_now, fake_sleep, &sc};
+
+static void make_client(const struct cosmos_retry_policy *retry)
+{
+    struct cosmos_options o;
+    struct cosmos_transport t = {fake_send, &sc};
+    struct sf_err err;
+
+    memset(&o, 0, sizeof(o));
+    o.endpoint = "http://127.0.0.1:1/";
+    o.key = SF_EMULATOR_KEY;
+    o.clock = &fake_clock;
+    if (retry != NULL)
+        o.retry = *retry;
+    ck_assert_msg(cosmos_client_new(&o, &cli, &err) == SF_OK, "%s", err.msg);
+    cosmos_client_set_transport(cli, &t);
+}
+
+static void setup(void)
+{
+    memset(&sc, 0, sizeof(sc));
+    sc.now = 1000;
+    make_client(NULL);
+}
+
+static void teardown(void)
+{
+    cosmos_client_free(cli);
+    cli = NULL;
+}
+
+/* The value of header name in a recorded attempt, or NULL (static buffer). */
+static const char *sent_hdr(int i, const char *name)
+{
+    static char val[1024];
+    const char *p = sc.sent[i].hdrs;
+    size_t nlen = strlen(name);
+
+    while (*p != '\0') {
+        const char *nl = strchr(p, '\n');
+
+        if (strncasecmp(p, name, nlen) == 0 && p[nlen] == ':') {
+            (void)snprintf(val, sizeof(val), "%.*s", (int)(nl - p - nlen - 2), p + nlen + 2);
+            return val;
+        }
+        p = nl + 1;
+    }
+    return NULL;
+}
+
+#define DB   "sagas"
+#define COLL "orders"
+#define PK   "[\"p1\"]"
+
+/* ---------------------------------------------------------------------------
+ * Options and keys
+ */
+
+START_TEST(test_client_options)
+{
+    struct cosmos_options o;
+    struct cosmos_client *c = NULL;
+    struct sf_err err;
+    char path[] = "/tmp/cosmos-key-XXXXXX";
+    int fd;
+
+    memset(&o, 0, sizeof(o));
+    o.endpoint = "http://localhost:8081";
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL); /* no key */
+    o.key = SF_EMULATOR_KEY;
+    o.key_env = "SF_TEST_COSMOS_KEY";
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL); /* two sources */
+    o.key = NULL;
+    unsetenv("SF_TEST_COSMOS_KEY");
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "SF_TEST_COSMOS_KEY"));
+    setenv("SF_TEST_COSMOS_KEY", "not base64 secret!!", 1);
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    ck_assert_ptr_null(strstr(err.msg, "secret")); /* the key is never quoted */
+    setenv("SF_TEST_COSMOS_KEY", SF_EMULATOR_KEY, 1);
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_OK);
+    ck_assert_str_eq(cosmos_client_endpoint(c), "http://localhost:8081");
+    ck_assert(!cosmos_client_tls_insecure(c));
+    cosmos_client_free(c);
+    c = NULL;
+
+    /* From a file, with surrounding whitespace. */
+    fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_gt(write(fd, "  " SF_EMULATOR_KEY "\n", strlen(SF_EMULATOR_KEY) + 3), 0);
+    close(fd);
+    o.key_env = NULL;
+    o.key_file = path;
+    o.endpoint = "https://acct.documents.azure.com:443/";
+    o.tls_verify_off = true;
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_OK);
+    ck_assert_str_eq(cosmos_client_endpoint(c), "https://acct.documents.azure.com:443");
+    ck_assert(cosmos_client_tls_insecure(c));
+    cosmos_client_free(c);
+    c = NULL;
+    unlink(path);
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EIO);
+
+    /* Endpoints. */
+    o.key_file = NULL;
+    o.key = SF_EMULATOR_KEY;
+    o.endpoint = "ftp://x";
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    o.endpoint = "http://x/a b";
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    o.endpoint = NULL;
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    ck_assert_int_eq(cosmos_client_new(NULL, &c, &err), SF_EINVAL);
+    ck_assert_ptr_null(c);
+    cosmos_client_free(NULL);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Retries
+ */
+
+START_TEST(test_retry_after_honoured)
+{
+    struct cosmos_response r;
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 120\nx-ms-request-charge: 1\n", NULL);
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 80\nx-ms-request-charge: 1\n", NULL);
+    add(COSMOS_NET_OK, 201, "etag: \"e1\"\nx-ms-request-charge: 6.5\n", "{\"id\":\"a\"}");
+    cosmos_response_init(&r, 0);
+    /* An upsert is unguarded, and still retried after 429: nothing was applied. */
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", NULL, &r, &err),
+        SF_OK);
+    ck_assert_int_eq(r.status, 201);
+    ck_assert_uint_eq(r.attempts, 3);
+    ck_assert_str_eq(r.etag, "\"e1\"");
+    ck_assert(r.total_charge > 8.4 && r.total_charge < 8.6);
+    ck_assert_int_eq(sc.n_sleeps, 2);
+    ck_assert_int_eq(sc.sleeps[0], 120);
+    ck_assert_int_eq(sc.sleeps[1], 80);
+    /* Each attempt is signed afresh. */
+    ck_assert(sc.sent[0].has_auth && sc.sent[2].has_auth);
+    cosmos_response_release(&r);
+}
+END_TEST
+
+START_TEST(test_retry_after_capped_and_exhausted)
+{
+    struct cosmos_retry_policy p = {.max_attempts = 4, .throttle_wait_cap_ms = 250};
+    struct cosmos_response r;
+    struct sf_err err;
+    int i;
+
+    teardown();
+    make_client(&p);
+    for (i = 0; i < 4; i++)
+        add(COSMOS_NET_OK, 429,
+            "x-ms-retry-after-ms: 60000\nx-ms-substatus: 3200\nx-ms-activity-id: act-1\n",
+            "{\"code\":\"TooManyRequests\",\"message\":\"Request rate is large\"}");
+    cosmos_response_init(&r, 0);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, &r, &err), SF_ETHROTTLED);
+    ck_assert_int_eq(sc.pos, 4);
+    ck_assert_int_eq(sc.n_sleeps, 3);
+    for (i = 0; i < 3; i++)
+        ck_assert_int_eq(sc.sleeps[i], 250);
+    ck_assert(err.retriable);
+    ck_assert_int_eq(err.http_status, 429);
+    ck_assert_int_eq(err.substatus, 3200);
+    ck_assert_int_eq(err.retry_after_ms, 60000);
+    ck_assert_str_eq(err.activity_id, "act-1");
+    ck_assert_ptr_nonnull(strstr(err.msg, "TooManyRequests"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "Request rate is large"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "attempts 4"));
+    cosmos_response_release(&r);
+}
+END_TEST
+
+START_TEST(test_retry_budget)
+{
+    struct cosmos_retry_policy p = {.budget_ms = 1000, .throttle_wait_cap_ms = 5000};
+    struct sf_err err;
+    int i;
+
+    teardown();
+    make_client(&p);
+    for (i = 0; i < 9; i++)
+        add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 400\n", NULL);
+    /* 0: try, wait 400, try, wait 400 (800), try; the next wait would end at 1200 > 1000. */
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_ETHROTTLED);
+    ck_assert_int_eq(sc.pos, 3);
+    ck_assert_int_eq(sc.n_sleeps, 2);
+    ck_assert(err.retriable);
+}
+END_TEST
+
+START_TEST(test_unguarded_write_not_retried)
+{
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 503, NULL, "{\"code\":\"ServiceUnavailable\",\"message\":\"x\"}");
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", NULL, NULL, &err),
+        SF_EHTTP);
+    ck_assert_int_eq(sc.pos, 1);
+    ck_assert(!err.retriable);
+    ck_assert_int_eq(err.http_status, 503);
+
+    add(COSMOS_NET_OK, 408, NULL, NULL);
+    ck_assert_int_eq(cosmos_doc_replace(cli, DB, COLL, "a", PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                        NULL, NULL, &err),
+                     SF_ETIMEOUT);
+    ck_assert_int_eq(sc.pos, 2);
+    ck_assert(!err.retriable);
+
+    add(COSMOS_NET_MAYBE_SENT, 0, NULL, NULL);
+    ck_assert_int_eq(cosmos_doc_delete(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_ECONN);
+    ck_assert_int_eq(sc.pos, 3);
+    ck_assert(!err.retriable);
+    ck_assert_int_eq(err.http_status, 0);
+
+    add(COSMOS_NET_TIMEOUT, 0, NULL, NULL);
+    ck_assert_int_eq(cosmos_doc_patch(cli, DB, COLL, "a", PK,
+                                      "[{\"op\":\"incr\",\"path\":\"/n\",\"value\":1}]", NULL, NULL,
+                                      NULL, &err),
+                     SF_ETIMEOUT);
+    ck_assert_int_eq(sc.pos, 4);
+    ck_assert(!err.retriable);
+
+    /* Nothing sent: safe to repeat even unguarded. */
+    add(COSMOS_NET_NOT_SENT, 0, NULL, NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", NULL, NULL, &err),
+        SF_OK);
+    ck_assert_int_eq(sc.pos, 6);
+    ck_assert_int_eq(sc.n_sleeps, 1);
+}
+END_TEST
+
+START_TEST(test_guarded_writes_retried)
+{
+    struct cosmos_req_opts guard = {.if_match = "\"e1\""};
+    struct cosmos_req_opts idem = {.idempotent = true};
+    struct sf_err err;
+
+    /* A create: the id guards it. */
+    add(COSMOS_NET_OK, 503, NULL, NULL);
+    add(COSMOS_NET_MAYBE_SENT, 0, NULL, NULL);
+    add(COSMOS_NET_OK, 409, NULL, "{\"code\":\"Conflict\",\"message\":\"exists\"}");
+    ck_assert_int_eq(
+        cosmos_doc_create(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", NULL, NULL, &err),
+        SF_ECONFLICT);
+    ck_assert_int_eq(sc.pos, 3);
+    ck_assert(!err.retriable);
+
+    /* If-Match on replace and delete. */
+    add(COSMOS_NET_OK, 408, NULL, NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(cosmos_doc_replace(cli, DB, COLL, "a", PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                        &guard, NULL, &err),
+                     SF_OK);
+    ck_assert_str_eq(sent_hdr(4, "If-Match"), "\"e1\"");
+    add(COSMOS_NET_OK, 500, NULL, NULL);
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_doc_delete(cli, DB, COLL, "a", PK, &guard, NULL, &err), SF_OK);
+    ck_assert_int_eq(sc.pos, 7);
+
+    /* A patch condition. */
+    add(COSMOS_NET_TIMEOUT, 0, NULL, NULL);
+    add(COSMOS_NET_OK, 412, NULL, "{\"code\":\"PreconditionFailed\",\"message\":\"no\"}");
+    ck_assert_int_eq(cosmos_doc_patch(cli, DB, COLL, "a", PK,
+                                      "[{\"op\":\"set\",\"path\":\"/s\",\"value\":\"B\"}]",
+                                      "FROM c WHERE c.s = 'A'", NULL, NULL, &err),
+                     SF_EPRECOND);
+    ck_assert_int_eq(sc.pos, 9);
+
+    /* The caller's word. */
+    add(COSMOS_NET_OK, 503, NULL, NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", &idem, NULL, &err),
+        SF_OK);
+    ck_assert_int_eq(sc.pos, 11);
+}
+END_TEST
+
+START_TEST(test_reads_retried_and_special_statuses)
+{
+    struct cosmos_req_opts sess = {.session_token = "0:-1#9"};
+    struct cosmos_req_opts once = {.no_retry = true};
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 449, NULL, NULL);
+    add(COSMOS_NET_OK, 503, NULL, NULL);
+    add(COSMOS_NET_MAYBE_SENT, 0, NULL, NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_int_eq(sc.pos, 4);
+    ck_assert_int_eq(sc.n_sleeps, 3);
+
+    /* 404/1002: retried, and without the session token. */
+    add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\n", NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, &sess, NULL, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(4, "x-ms-session-token"), "0:-1#9");
+    ck_assert_ptr_null(sent_hdr(5, "x-ms-session-token"));
+
+    /* Plain 404 is final; 410 goes back to the caller. */
+    add(COSMOS_NET_OK, 404, NULL, "{\"code\":\"NotFound\",\"message\":\"gone\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_ENOTFOUND);
+    ck_assert(!err.retriable);
+    add(COSMOS_NET_OK, 410, "x-ms-substatus: 1002\n", NULL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_EGONE);
+    ck_assert(err.retriable);
+    ck_assert_int_eq(err.substatus, 1002);
+    ck_assert_int_eq(sc.pos, 8);
+
+    /* no_retry: one attempt. */
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 1\n", NULL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, &once, NULL, &err), SF_ETHROTTLED);
+    ck_assert_int_eq(sc.pos, 9);
+
+    /* Fatal transport errors are not retried. */
+    add(COSMOS_NET_FATAL, 0, NULL, NULL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_EIO);
+    ck_assert(!err.retriable);
+    ck_assert_ptr_nonnull(strstr(err.msg, "scripted network failure"));
+    ck_assert_int_eq(sc.pos, 10);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * What operations send
+ */
+
+START_TEST(test_doc_requests)
+{
+    struct cosmos_req_opts o = {.if_none_match = "\"e1\"", .session_token = "0:-1#3"};
+    struct cosmos_response r;
+    struct sf_err err;
+
+    cosmos_response_init(&r, 0);
+    add(COSMOS_NET_OK, 201, NULL, "{}");
+    ck_assert_int_eq(cosmos_doc_create(cli, DB, COLL, "[\"caf\xc3\xa9 \\\"q\\\"\"]",
+                                       "{\"id\":\"a b\",\"pk\":\"x\"}", NULL, &r, &err),
+                     SF_OK);
+    ck_assert_str_eq(sc.sent[0].verb, "POST");
+    ck_assert_str_eq(sc.sent[0].path, "/dbs/sagas/colls/orders/docs");
+    ck_assert_str_eq(sc.sent[0].link, "dbs/sagas/colls/orders");
+    ck_assert_str_eq(sc.sent[0].rtype, "docs");
+    ck_assert_str_eq(sent_hdr(0, "x-ms-documentdb-partitionkey"), "[\"caf\\u00E9 \\\"q\\\"\"]");
+    ck_assert_str_eq(sent_hdr(0, "x-ms-version"), "2020-07-15");
+    ck_assert_ptr_null(sent_hdr(0, "x-ms-documentdb-is-upsert"));
+    ck_assert_str_eq(sc.sent[0].body, "{\"id\":\"a b\",\"pk\":\"x\"}");
+    ck_assert(strstr(sc.sent[0].date, "GMT") != NULL);
+
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, COLL, PK, "{}", NULL, NULL, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(1, "x-ms-documentdb-is-upsert"), "True");
+
+    /* A read with If-None-Match accepts 304. */
+    add(COSMOS_NET_OK, 304, "etag: \"e1\"\n", NULL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "x#y?z%", PK, &o, &r, &err), SF_OK);
+    ck_assert_int_eq(r.status, 304);
+    ck_assert_str_eq(sc.sent[2].verb, "GET");
+    ck_assert_str_eq(sc.sent[2].path, "/dbs/sagas/colls/orders/docs/x%23y%3Fz%25");
+    ck_assert_str_eq(sc.sent[2].link, "dbs/sagas/colls/orders/docs/x#y?z%");
+    ck_assert_str_eq(sent_hdr(2, "If-None-Match"), "\"e1\"");
+    ck_assert_str_eq(sent_hdr(2, "x-ms-session-token"), "0:-1#3");
+
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(cosmos_doc_replace(cli, DB, COLL, "a", PK, "{\"id\":\"a\"}", NULL, NULL, &err),
+                     SF_OK);
+    ck_assert_str_eq(sc.sent[3].verb, "PUT");
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_doc_delete(cli, DB, COLL, "a", PK, NULL, &r, &err), SF_OK);
+    ck_assert_str_eq(sc.sent[4].verb, "DELETE");
+    ck_assert_int_eq(r.status, 204);
+    ck_assert_uint_eq(r.body.len, 0);
+
+    add(COSMOS_NET_OK, 200, NULL, "{}");
+    ck_assert_int_eq(cosmos_doc_patch(cli, DB, COLL, "a", PK,
+                                      "[{\"op\":\"set\",\"path\":\"/s\",\"value\":\"B\"}]",
+                                      "FROM c WHERE c.s = 'A'", NULL, NULL, &err),
+                     SF_OK);
+    ck_assert_str_eq(sc.sent[5].verb, "PATCH");
+    ck_assert_str_eq(sent_hdr(5, "Content-Type"), "application/json_patch+json");
+    ck_assert_str_eq(sc.sent[5].body, "{\"operations\":[{\"op\":\"set\",\"path\":\"/s\",\"value\":"
+                                      "\"B\"}],\"condition\":\"FROM c WHERE c.s = 'A'\"}");
+
+    /* Bad input never reaches the wire. */
+    ck_assert_int_eq(cosmos_doc_patch(cli, DB, COLL, "a", PK, "{}", NULL, NULL, NULL, &err),
+                     SF_EINVAL);
+    ck_assert_int_eq(cosmos_doc_patch(cli, DB, COLL, "a", PK, "[1,2,3,4,5,6,7,8,9,10,11]", NULL,
+                                      NULL, NULL, &err),
+                     SF_EINVAL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a/b", PK, NULL, NULL, &err), SF_EINVAL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", "\"p\"\n", NULL, NULL, &err), SF_EINVAL);
+    ck_assert_int_eq(cosmos_doc_create(cli, DB, COLL, PK, NULL, NULL, NULL, &err), SF_EINVAL);
+    ck_assert_int_eq(sc.pos, 6);
+    cosmos_response_release(&r);
+}
+END_TEST
+
+START_TEST(test_db_and_container)
+{
+    struct cosmos_container_def def = {
+        .id = COLL, .pk_path = "/pk", .default_ttl = -1, .throughput = 400};
+    struct cosmos_container_info ci;
+    struct cosmos_db_info di;
+    struct cosmos_account_info ai;
+    struct sf_err err;
+    bool created = false;
+
+    add(COSMOS_NET_OK, 200, NULL,
+        "{\"id\":\"acct\",\"writableLocations\":[{\"name\":\"local\",\"databaseAccountEndpoint\":"
+        "\"http://127.0.0.1:1/\"}],\"userConsistencyPolicy\":{\"defaultConsistencyLevel\":"
+        "\"Session\"}}");
+    ck_assert_int_eq(cosmos_account_read(cli, &ai, &err), SF_OK);
+    ck_assert_str_eq(sc.sent[0].path, "/");
+    ck_assert_str_eq(sc.sent[0].rtype, "");
+    ck_assert_str_eq(ai.id, "acct");
+    ck_assert_str_eq(ai.write_endpoint, "http://127.0.0.1:1/");
+    ck_assert_str_eq(ai.default_consistency, "Session");
+
+    /* Missing database: read, create. */
+    add(COSMOS_NET_OK, 404, NULL, "{\"code\":\"NotFound\",\"message\":\"no db\"}");
+    add(COSMOS_NET_OK, 201, NULL,
+        "{\"id\":\"sagas\",\"_rid\":\"Sl8fAA==\",\"_etag\":\"\\\"1\\\"\"}");
+    ck_assert_int_eq(cosmos_db_create_if_missing(cli, DB, &di, &created, &err), SF_OK);
+    ck_assert(created);
+    ck_assert_str_eq(di.rid, "Sl8fAA==");
+    ck_assert_str_eq(sc.sent[2].verb, "POST");
+    ck_assert_str_eq(sc.sent[2].body, "{\"id\":\"sagas\"}");
+
+    /* Missing container, created concurrently: read, create 409, read. */
+    add(COSMOS_NET_OK, 404, NULL, NULL);
+    add(COSMOS_NET_OK, 409, NULL, NULL);
+    add(COSMOS_NET_OK, 200, NULL,
+        "{\"id\":\"orders\",\"_rid\":\"Sl8fALN4sw4=\",\"partitionKey\":{\"paths\":[\"/pk\"],"
+        "\"kind\":\"Hash\",\"version\":2}}");
+    ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &def, &ci, &created, &err), SF_OK);
+    ck_assert(!created);
+    ck_assert_str_eq(ci.rid, "Sl8fALN4sw4=");
+    ck_assert_str_eq(sc.sent[4].path, "/dbs/sagas/colls");
+    ck_assert_str_eq(sc.sent[4].link, "dbs/sagas");
+    ck_assert_str_eq(sc.sent[4].rtype, "colls");
+    ck_assert_str_eq(sent_hdr(4, "x-ms-offer-throughput"), "400");
+    ck_assert_str_eq(sc.sent[4].body, "{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/pk\"],"
+                                      "\"kind\":\"Hash\",\"version\":2},\"defaultTtl\":-1}");
+
+    def.pk_path = "pk";
+    ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &def, &ci, NULL, &err), SF_EINVAL);
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_container_delete(cli, DB, COLL, &err), SF_OK);
+    ck_assert_str_eq(sc.sent[6].verb, "DELETE");
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_db_delete(cli, DB, &err), SF_OK);
+    ck_assert_str_eq(sc.sent[7].path, "/dbs/sagas");
+}
+END_TEST
+
+START_TEST(test_batch)
+{
+    struct cosmos_batch_op_opts im = {.if_match = "\"e9\""};
+    struct cosmos_batch *b = NULL;
+    struct cosmos_batch_result res;
+    struct sf_err err;
+    int i;
+
+    cosmos_batch_result_init(&res);
+    ck_assert_int_eq(cosmos_batch_new("[\"p1\"]", &b, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_create(b, "{\"id\":\"m1\",\"pk\":\"p1\"}", NULL, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_patch(b, "o1", "[{\"op\":\"set\",\"path\":\"/s\",\"value\":1}]",
+                                        "FROM c WHERE c.s = 0", NULL, &err),
+                     SF_OK);
+    ck_assert_int_eq(cosmos_batch_replace(b, "o2", "{\"id\":\"o2\",\"pk\":\"p1\"}", &im, &err),
+                     SF_OK);
+    ck_assert_int_eq(cosmos_batch_read(b, "o3", NULL, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_delete(b, "o4", NULL, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_upsert(b, "{\"id\":\"o5\",\"pk\":\"p1\"}", NULL, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_create(b, "[1]", NULL, &err), SF_EINVAL);
+    ck_assert_int_eq(cosmos_batch_read(b, "a/b", NULL, &err), SF_EINVAL);
+    ck_assert_uint_eq(cosmos_batch_count(b), 6);
+
+    /* Guarded (holds a create): a 503 is retried. */
+    add(COSMOS_NET_OK, 503, NULL, NULL);
+    add(COSMOS_NET_OK, 207, NULL,
+        "[{\"statusCode\":409},{\"statusCode\":424},{\"statusCode\":424},{\"statusCode\":424},"
+        "{\"statusCode\":424},{\"statusCode\":424}]");
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_OK);
+    ck_assert(!res.committed);
+    ck_assert_int_eq(res.http_status, 207);
+    ck_assert_int_eq(res.first_failure, 0);
+    ck_assert_int_eq(res.ops[0].status, 409);
+    ck_assert_str_eq(sent_hdr(1, "x-ms-cosmos-is-batch-request"), "True");
+    ck_assert_str_eq(sent_hdr(1, "x-ms-cosmos-batch-atomic"), "True");
+    ck_assert_str_eq(sent_hdr(1, "x-ms-documentdb-partitionkey"), "[\"p1\"]");
+    ck_assert_str_eq(sc.sent[1].path, "/dbs/sagas/colls/orders/docs");
+    ck_assert_str_eq(
+        sc.sent[1].body,
+        "[{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"m1\",\"pk\":\"p1\"}},"
+        "{\"operationType\":\"Patch\",\"id\":\"o1\",\"resourceBody\":{\"operations\":[{\"op\":"
+        "\"set\",\"path\":\"/s\",\"value\":1}],\"condition\":\"FROM c WHERE c.s = 0\"}},"
+        "{\"operationType\":\"Replace\",\"id\":\"o2\",\"resourceBody\":{\"id\":\"o2\",\"pk\":"
+        "\"p1\"},\"ifMatch\":\"\\\"e9\\\"\"},{\"operationType\":\"Read\",\"id\":\"o3\"},"
+        "{\"operationType\":\"Delete\",\"id\":\"o4\"},{\"operationType\":\"Upsert\","
+        "\"resourceBody\":{\"id\":\"o5\",\"pk\":\"p1\"}}]");
+
+    /* A result count that does not match is a protocol error. */
+    add(COSMOS_NET_OK, 200, NULL, "[{\"statusCode\":200}]");
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_EPROTO);
+    ck_assert_uint_eq(res.n, 0);
+    /* Whole-request failures are errors. */
+    add(COSMOS_NET_OK, 413, NULL, "{\"code\":\"RequestEntityTooLarge\",\"message\":\"big\"}");
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_EHTTP);
+    ck_assert_int_eq(err.http_status, 413);
+    cosmos_batch_free(b);
+
+    /* An unguarded batch (upserts only) is not retried after a 503. */
+    ck_assert_int_eq(cosmos_batch_new("[\"p1\"]", &b, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_upsert(b, "{\"id\":\"o5\",\"pk\":\"p1\"}", NULL, &err), SF_OK);
+    add(COSMOS_NET_OK, 503, NULL, NULL);
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_EHTTP);
+    ck_assert(!err.retriable);
+    ck_assert_int_eq(sc.pos, 5);
+    /* 100 operations at most. */
+    for (i = 1; i < COSMOS_BATCH_MAX_OPS; i++)
+        ck_assert_int_eq(cosmos_batch_read(b, "x", NULL, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_read(b, "x", NULL, &err), SF_ELIMIT);
+    cosmos_batch_free(b);
+    cosmos_batch_free(NULL);
+    ck_assert_int_eq(cosmos_batch_new("\"p1\"", &b, &err), SF_EINVAL);
+}
+END_TEST
+
+START_TEST(test_query_paging)
+{
+    struct cosmos_query_opts qo = {.pk_json = PK, .max_items = 2};
+    struct cosmos_query *q = NULL;
+    json_t *docs = NULL;
+    struct sf_err err;
+
+    ck_assert_int_eq(
+        cosmos_query_new(cli, DB, COLL, "SELECT * FROM c WHERE c.s = @s", &qo, &q, &err), SF_OK);
+    ck_assert_int_eq(cosmos_query_param(q, "@s", "\"A\"", &err), SF_OK);
+    ck_assert_int_eq(cosmos_query_param(q, "s", "\"A\"", &err), SF_EINVAL);
+    ck_assert_int_eq(cosmos_query_param(q, "@t", "not json", &err), SF_EINVAL);
+    ck_assert_ptr_null(cosmos_query_continuation(q));
+    add(COSMOS_NET_OK, 200, "x-ms-continuation: tok-1\n", "{\"Documents\":[{\"id\":\"a\"},{}]}");
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 5\n", NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{\"Documents\":[{\"id\":\"c\"}]}");
+
+    ck_assert_int_eq(cosmos_query_next(q, &docs, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(docs), 2);
+    json_decref(docs);
+    ck_assert(!cosmos_query_done(q));
+    ck_assert_str_eq(cosmos_query_continuation(q), "tok-1");
+    ck_assert_int_eq(cosmos_query_param(q, "@late", "1", &err), SF_ESTATE);
+    ck_assert_str_eq(sent_hdr(0, "x-ms-documentdb-isquery"), "True");
+    ck_assert_str_eq(sent_hdr(0, "Content-Type"), "application/query+json");
+    ck_assert_str_eq(sent_hdr(0, "x-ms-max-item-count"), "2");
+    ck_assert_str_eq(sent_hdr(0, "x-ms-documentdb-partitionkey"), PK);
+    ck_assert_ptr_null(sent_hdr(0, "x-ms-continuation"));
+    ck_assert_str_eq(sc.sent[0].body, "{\"query\":\"SELECT * FROM c WHERE c.s = @s\","
+                                      "\"parameters\":[{\"name\":\"@s\",\"value\":\"A\"}]}");
+
+    /* Second page: throttled once, retried (a query is a read). */
+    ck_assert_int_eq(cosmos_query_next(q, &docs, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(docs), 1);
+    json_decref(docs);
+    ck_assert_str_eq(sent_hdr(2, "x-ms-continuation"), "tok-1");
+    ck_assert(cosmos_query_done(q));
+    ck_assert_ptr_null(cosmos_query_continuation(q));
+    ck_assert_int_eq(cosmos_query_next(q, &docs, &err), SF_ESTATE);
+    cosmos_query_free(q);
+
+    /* Cross-partition and resuming from a token. */
+    qo.pk_json = NULL;
+    qo.cross_partition = true;
+    qo.continuation = "tok-7";
+    ck_assert_int_eq(cosmos_query_new(cli, DB, COLL, "SELECT VALUE c.id FROM c", &qo, &q, &err),
+                     SF_OK);
+    add(COSMOS_NET_OK, 200, NULL, "{\"Documents\":[\"a\"]}");
+    ck_assert_int_eq(cosmos_query_next(q, &docs, &err), SF_OK);
+    json_decref(docs);
+    ck_assert_str_eq(sent_hdr(3, "x-ms-documentdb-query-enablecrosspartition"), "True");
+    ck_assert_str_eq(sent_hdr(3, "x-ms-continuation"), "tok-7");
+    ck_assert_ptr_null(sent_hdr(3, "x-ms-documentdb-partitionkey"));
+    cosmos_query_free(q);
+
+    qo.cross_partition = false;
+    ck_assert_int_eq(cosmos_query_new(cli, DB, COLL, "SELECT 1", &qo, &q, &err), SF_EINVAL);
+}
+END_TEST
+
+START_TEST(test_changefeed)
+{
+    struct cosmos_cf_req q = {.range_id = "0", .start = COSMOS_CF_BEGINNING, .max_items = 10};
+    struct cosmos_cf_page page;
+    struct sf_err err;
+
+    cosmos_cf_page_init(&page);
+    add(COSMOS_NET_OK, 200, "etag: \"7\"\nx-ms-session-token: 0:-1#9\n",
+        "{\"Documents\":[{\"id\":\"a\",\"_lsn\":5},{\"id\":\"b\",\"_lsn\":7}]}");
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_uint_eq(page.count, 2);
+    ck_assert_str_eq(page.continuation, "\"7\"");
+    ck_assert_int_eq(page.latest_lsn, 9);
+    ck_assert_int_eq(page.max_lsn, 7);
+    ck_assert_str_eq(sc.sent[0].verb, "GET");
+    ck_assert_str_eq(sc.sent[0].link, "dbs/sagas/colls/orders");
+    ck_assert_str_eq(sent_hdr(0, "A-IM"), "Incremental Feed");
+    ck_assert_str_eq(sent_hdr(0, "x-ms-documentdb-partitionkeyrangeid"), "0");
+    ck_assert_str_eq(sent_hdr(0, "x-ms-max-item-count"), "10");
+    ck_assert_ptr_null(sent_hdr(0, "If-None-Match"));
+    ck_assert_ptr_null(sent_hdr(0, "If-Modified-Since"));
+
+    /* From the continuation: 304 keeps the cursor. */
+    q.start = COSMOS_CF_CONTINUATION;
+    q.continuation = "\"7\"";
+    add(COSMOS_NET_OK, 304, "x-ms-session-token: 0:-1#9\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert(page.not_modified);
+    ck_assert_uint_eq(page.count, 0);
+    ck_assert_str_eq(page.continuation, "\"7\"");
+    ck_assert_str_eq(sent_hdr(1, "If-None-Match"), "\"7\"");
+
+    q.start = COSMOS_CF_NOW;
+    add(COSMOS_NET_OK, 304, "etag: \"9\"\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(2, "If-None-Match"), "*");
+    ck_assert_str_eq(page.continuation, "\"9\"");
+
+    q.start = COSMOS_CF_TIME;
+    q.start_time = (time_t)1743508800;
+    add(COSMOS_NET_OK, 304, "etag: \"9\"\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(3, "If-Modified-Since"), "Tue, 01 Apr 2025 12:00:00 GMT");
+
+    /* 410: the caller's split handling; the page is left as it was. */
+    add(COSMOS_NET_OK, 410, "x-ms-substatus: 1002\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_EGONE);
+    ck_assert_int_eq(err.substatus, 1002);
+    ck_assert_str_eq(page.continuation, "\"9\"");
+
+    /* An EPK range: its range id comes from the pkranges (cached after one read). */
+    q.range_id = NULL;
+    q.epk_min = "10";
+    q.epk_max = "20";
+    q.start = COSMOS_CF_BEGINNING;
+    add(COSMOS_NET_OK, 200, "etag: \"p1\"\n",
+        "{\"_rid\":\"r\",\"PartitionKeyRanges\":[{\"id\":\"1\",\"minInclusive\":\"\","
+        "\"maxExclusive\":\"3F\"},{\"id\":\"2\",\"minInclusive\":\"3F\",\"maxExclusive\":\"FF\"}]"
+        "}");
+    add(COSMOS_NET_OK, 200, "etag: \"3\"\n", "{\"Documents\":[]}");
+    add(COSMOS_NET_OK, 200, "etag: \"4\"\n", "{\"Documents\":[]}");
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_str_eq(sc.sent[5].path, "/dbs/sagas/colls/orders/pkranges");
+    ck_assert_str_eq(sc.sent[5].rtype, "pkranges");
+    ck_assert_str_eq(sent_hdr(6, "x-ms-documentdb-partitionkeyrangeid"), "1");
+    ck_assert_str_eq(sent_hdr(6, "x-ms-start-epk"), "10");
+    ck_assert_str_eq(sent_hdr(6, "x-ms-end-epk"), "20");
+    ck_assert_str_eq(sent_hdr(6, "x-ms-read-key-type"), "EffectivePartitionKeyRange");
+    q.epk_min = "40";
+    q.epk_max = "FF";
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(7, "x-ms-documentdb-partitionkeyrangeid"), "2");
+    /* Spanning two ranges: gone, without a request. */
+    q.epk_min = "30";
+    q.epk_max = "50";
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_EGONE);
+    ck_assert(err.retriable);
+    ck_assert_int_eq(sc.pos, 8);
+
+    /* No scope, empty continuation. */
+    q.epk_min = NULL;
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_EINVAL);
+    q.range_id = "0";
+    q.start = COSMOS_CF_CONTINUATION;
+    q.continuation = "";
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_EINVAL);
+    cosmos_cf_page_release(&page);
+}
+END_TEST
+
+START_TEST(test_pkranges_cache)
+{
+    struct cosmos_pkranges *r = NULL;
+    struct sf_err err;
+    const char *one = "{\"_rid\":\"r\",\"PartitionKeyRanges\":[{\"id\":\"0\",\"minInclusive\":"
+                      "\"\",\"maxExclusive\":\"FF\"}]}";
+    const char *two = "{\"_rid\":\"r\",\"PartitionKeyRanges\":[{\"id\":\"1\",\"minInclusive\":"
+                      "\"\",\"maxExclusive\":\"7F\",\"parents\":[\"0\"]},{\"id\":\"2\","
+                      "\"minInclusive\":\"7F\",\"maxExclusive\":\"FF\",\"parents\":[\"0\"]}]}";
+    char epk[33];
+
+    add(COSMOS_NET_OK, 200, NULL, one);
+    add(COSMOS_NET_OK, 200, NULL, two);
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, COLL, false, &r, &err), SF_OK);
+    ck_assert_uint_eq(r->n, 1);
+    free(r);
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, COLL, false, &r, &err), SF_OK);
+    ck_assert_uint_eq(r->n, 1);
+    free(r);
+    ck_assert_int_eq(sc.pos, 1); /* cached */
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, COLL, true, &r, &err), SF_OK);
+    ck_assert_uint_eq(r->n, 2);
+    ck_assert_str_eq(r->ranges[1].parents, "0");
+    free(r);
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, COLL, false, &r, &err), SF_OK);
+    ck_assert_uint_eq(r->n, 2);
+    free(r);
+    ck_assert_int_eq(sc.pos, 2);
+
+    /* Paged answers are merged. */
+    add(COSMOS_NET_OK, 200, "x-ms-continuation: next\n",
+        "{\"_rid\":\"r\",\"PartitionKeyRanges\":[{\"id\":\"1\",\"minInclusive\":\"\","
+        "\"maxExclusive\":\"7F\"}]}");
+    add(COSMOS_NET_OK, 200, NULL,
+        "{\"_rid\":\"r\",\"PartitionKeyRanges\":[{\"id\":\"2\",\"minInclusive\":\"7F\","
+        "\"maxExclusive\":\"FF\"}]}");
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, "other", false, &r, &err), SF_OK);
+    ck_assert_uint_eq(r->n, 2);
+    ck_assert_str_eq(sent_hdr(3, "x-ms-continuation"), "next");
+    free(r);
+
+    ck_assert_int_eq(cosmos_pk_epk("[\"redmond\"]", epk, &err), SF_OK);
+    ck_assert_str_eq(epk, "22E342F38A486A088463DFF7838A5963");
+    ck_assert_int_eq(cosmos_pk_epk("[5]", epk, &err), SF_OK);
+    ck_assert_str_eq(epk, "19C08621B135968252FB34B4CF66F811");
+    ck_assert_int_eq(cosmos_pk_epk("\"redmond\"", epk, &err), SF_EINVAL);
+}
+END_TEST
+
+static Suite *client_suite(void)
+{
+    Suite *s = suite_create("cosmos_client");
+    TCase *t = tcase_create("options");
+
+    tcase_add_test(t, test_client_options);
+    suite_add_tcase(s, t);
+    t = tcase_create("retry");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_retry_after_honoured);
+    tcase_add_test(t, test_retry_after_capped_and_exhausted);
+    tcase_add_test(t, test_retry_budget);
+    tcase_add_test(t, test_unguarded_write_not_retried);
+    tcase_add_test(t, test_guarded_writes_retried);
+    tcase_add_test(t, test_reads_retried_and_special_statuses);
+    suite_add_tcase(s, t);
+    t = tcase_create("ops");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_doc_requests);
+    tcase_add_test(t, test_db_and_container);
+    tcase_add_test(t, test_batch);
+    tcase_add_test(t, test_query_paging);
+    tcase_add_test(t, test_changefeed);
+    tcase_add_test(t, test_pkranges_cache);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(client_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
