@@ -469,3 +469,72 @@ export async function sdkEpk(value) {
   }
   return epkModule.hashV2PartitionKey([value === undefined ? {} : value]);
 }
+
+// ---------------------------------------------------------------------------
+// Helpers for the issue-3 files (patch, batch, queries, TTL, splits, faults).
+
+/** The x-ms-documentdb-partitionkey header for a value; undefined (property missing) is [{}]. */
+export function pkHeaders(value) {
+  return { "x-ms-documentdb-partitionkey": value === undefined ? "[{}]" : JSON.stringify([value]) };
+}
+
+/**
+ * One request to cosmolite's admin API (/_admin/<what>), signed like any
+ * request with resource type "_admin" and link "_admin/<what>".
+ * Resolves the raw response ({status, headers, text, json}).
+ */
+export function adminRequest(srv, method, what, body) {
+  return rawRequest(srv, { method, path: `/_admin/${what}`, body });
+}
+
+/** Replaces the fault rules (PUT /_admin/faults); throws unless 200. Returns the rule listing. */
+export async function setFaults(srv, rules, seed = 1) {
+  const r = await adminRequest(srv, "PUT", "faults", { seed, rules });
+  if (r.status !== 200) throw new Error(`PUT /_admin/faults ${JSON.stringify(rules)}: ${show(r)}`);
+  return r.json;
+}
+
+/** Removes every fault rule (DELETE /_admin/faults); throws unless 200. */
+export async function clearFaults(srv) {
+  const r = await adminRequest(srv, "DELETE", "faults");
+  if (r.status !== 200) throw new Error(`DELETE /_admin/faults: ${show(r)}`);
+  return r.json;
+}
+
+/** The current fault rules with their firing counts (GET /_admin/faults); throws unless 200. */
+export async function getFaults(srv) {
+  const r = await adminRequest(srv, "GET", "faults");
+  if (r.status !== 200) throw new Error(`GET /_admin/faults: ${show(r)}`);
+  return r.json;
+}
+
+/** Splits a partition key range (POST /_admin/split); resolves the raw response. */
+export function splitRange(srv, db, coll, range) {
+  return adminRequest(srv, "POST", "split", { db, coll, range });
+}
+
+/**
+ * Reads a query iterator page by page with fetchNext until hasMoreResults is
+ * false. Returns {items, pages} (pages = the result array of each call).
+ * Bounded: fails after maxPages calls so a query that never ends cannot hang a test.
+ */
+export async function drainQuery(iterator, { maxPages = 1000 } = {}) {
+  const items = [];
+  const pages = [];
+  while (iterator.hasMoreResults()) {
+    if (pages.length >= maxPages) throw new Error(`query did not end within ${maxPages} pages`);
+    const r = await iterator.fetchNext();
+    pages.push(r.resources);
+    items.push(...r.resources);
+  }
+  return { items, pages };
+}
+
+/** Strips the server-added system properties (_rid, _self, _etag, _ts, _attachments, _lsn). */
+export function userFields(doc) {
+  const out = {};
+  for (const [k, v] of Object.entries(doc)) {
+    if (!["_rid", "_self", "_etag", "_ts", "_attachments", "_lsn"].includes(k)) out[k] = v;
+  }
+  return out;
+}
