@@ -1,0 +1,125 @@
+/*
+ * feed_balance.c - the equal-share balancing decision (the .NET processor's
+ * EqualPartitionsBalancingStrategy, PROTOCOL.md section 10), kept pure so it
+ * can be tested without a server.
+ *
+ * Hosts are the distinct owners of live leases plus this instance. Each
+ * should hold target = ceil(leases / hosts). A host below target takes
+ * expired leases first (a crashed host's leases, released ones); only when
+ * none is free does it steal, one lease per round, from the busiest host.
+ * Stealing one at a time lets every host re-count before the next move, so
+ * the fleet converges without leases bouncing back and forth.
+ *
+ * O(n * hosts) per round with n <= 4096 leases: cheap next to the listing
+ * query that precedes it.
+ */
+#include "common/sf_base.h"
+
+#include "common/sf_time.h"
+#include "feed/feed_int.h"
+
+struct host_count {
+    const char *owner;
+    unsigned count;
+};
+
+/* Index of owner in hosts, adding it when absent; -1 when hosts is full. */
+static long host_index(struct host_count *hosts, size_t *n, size_t cap, const char *owner)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(hosts[i].owner, owner) == 0)
+            return (long)i;
+    if (*n >= cap)
+        return -1;
+    hosts[*n].owner = owner;
+    hosts[*n].count = 0;
+    return (long)(*n)++;
+}
+
+static void shuffle(size_t *v, size_t n, uint64_t *rng)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(sf_rand_next(rng) % i);
+        size_t tmp = v[i - 1];
+
+        v[i - 1] = v[j];
+        v[j] = tmp;
+    }
+}
+
+size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t out_cap,
+                         bool *ret_steal, unsigned *ret_target)
+{
+    struct host_count *hosts = NULL;
+    size_t *expired = NULL;
+    size_t nhosts = 0, nexp = 0, picked = 0;
+    unsigned mine = 0, target;
+    long deficit, busiest = -1;
+
+    *ret_steal = false;
+    *ret_target = 0;
+    if (in->n == 0 || out_cap == 0)
+        return 0;
+    hosts = calloc(in->n + 1, sizeof(*hosts));
+    expired = calloc(in->n, sizeof(*expired));
+    if (hosts == NULL || expired == NULL)
+        goto out;
+    (void)host_index(hosts, &nhosts, in->n + 1, in->me);
+    for (size_t i = 0; i < in->n; i++) {
+        const struct feed_balance_lease *l = &in->leases[i];
+
+        if (l->mine) {
+            mine++;
+            continue;
+        }
+        if (l->expired) {
+            if (!l->cooldown)
+                expired[nexp++] = i;
+            continue;
+        }
+        /* A live lease of another host (or one still under our name, from before a restart). */
+        if (strcmp(l->owner, in->me) != 0) {
+            long h = host_index(hosts, &nhosts, in->n + 1, l->owner);
+
+            if (h >= 0)
+                hosts[h].count++;
+        }
+    }
+    hosts[0].count = mine;
+    target = (unsigned)((in->n + nhosts - 1) / nhosts);
+    if (in->max_leases != 0 && target > in->max_leases)
+        target = in->max_leases;
+    *ret_target = target;
+    deficit = (long)target - (long)mine;
+    if (deficit <= 0)
+        goto out;
+    if (nexp > 0) {
+        shuffle(expired, nexp, in->rng);
+        for (size_t i = 0; i < nexp && (long)picked < deficit && picked < out_cap; i++)
+            out[picked++] = expired[i];
+        goto out;
+    }
+    for (size_t h = 1; h < nhosts; h++)
+        if (busiest < 0 || hosts[h].count > hosts[busiest].count)
+            busiest = (long)h;
+    if (busiest > 0 && hosts[busiest].count > target - (deficit > 1 ? 1u : 0u)) {
+        size_t *cand = expired; /* unused here: nothing expired */
+        size_t nc = 0;
+
+        for (size_t i = 0; i < in->n; i++) {
+            const struct feed_balance_lease *l = &in->leases[i];
+
+            if (!l->mine && !l->expired && !l->cooldown &&
+                strcmp(l->owner, hosts[busiest].owner) == 0)
+                cand[nc++] = i;
+        }
+        if (nc > 0) {
+            out[picked++] = cand[sf_rand_next(in->rng) % nc];
+            *ret_steal = true;
+        }
+    }
+out:
+    free(hosts);
+    free(expired);
+    return picked;
+}

@@ -1,0 +1,372 @@
+/*
+ * feed_int.h - internals of feed/ shared by its files and its unit tests.
+ * Nothing here is part of the public API (feed.h).
+ */
+#ifndef FEED_INT_H
+#define FEED_INT_H
+
+#include <pthread.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "cosmos/cosmos.h"
+#include "feed/feed.h"
+
+/* The .NET lease layout's constant fields. */
+#define FEED_LEASE_MODE     "Incremental Feed"
+#define FEED_LEASE_INFO     ".info"
+#define FEED_LEASE_LOCK     ".lock"
+#define FEED_LEASE_SEP      ".."
+#define FEED_CAS_RETRIES    5       /* re-reads after a 412 before giving up */
+#define FEED_TRACK_HARD_MAX 1000000 /* pending items per range, whatever the page sizes */
+
+/* ---------------------------------------------------------------------------
+ * Lease documents (feed_lease.c)
+ */
+
+/* A lease document as last read or written. Embed; release with feed_lease_release. */
+struct feed_lease {
+    char id[COSMOS_ID_MAX + 1];
+    char token[FEED_TOKEN_MAX + 1];
+    char min[128];
+    char max[128];
+    char owner[FEED_INSTANCE_MAX + 1]; /* "" = free (null or empty in the document) */
+    int64_t epoch;
+    char cont[COSMOS_ETAG_MAX]; /* "" = null */
+    int64_t ts_ms;              /* "timestamp", else _ts * 1000; -1 when neither */
+    int64_t ckpt_lsn;           /* properties.lsn, -1 */
+    int64_t ckpt_ts;            /* properties.ts, -1 */
+    int64_t start_time;         /* properties.startTime in epoch seconds, -1 when absent */
+    char etag[COSMOS_ETAG_MAX];
+    json_t *doc; /* the document as stored, unknown fields kept (owned, may be NULL) */
+};
+
+void feed_lease_init(struct feed_lease *l);
+void feed_lease_release(struct feed_lease *l);
+/* Deep copy, the document included (safe to hand to another thread). */
+void feed_lease_copy(struct feed_lease *dst, const struct feed_lease *src);
+
+/*
+ * Parses a lease document. Takes a new reference on doc. SF_EPROTO naming
+ * the field when it is not a lease. *ret is written only on success
+ * (initialise it first; its old contents are released).
+ */
+enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf_err *err);
+
+/* The document for l's fields on top of l->doc (unknown fields kept). New reference, NULL on OOM.
+ */
+json_t *feed_lease_to_json(const struct feed_lease *l);
+
+/* Fills the public view. */
+void feed_lease_info_from(const struct feed_lease *l, struct feed_lease_info *ret);
+
+/* Where leases live. Plain data; the client is borrowed. */
+struct feed_store {
+    struct cosmos_client *cli;
+    char db[COSMOS_NAME_MAX + 1];
+    char coll[COSMOS_NAME_MAX + 1];
+    char prefix[FEED_PREFIX_MAX + 1];
+};
+
+/* "<prefix>..<token>" into out. SF_ELIMIT when too long. */
+enum sf_rc feed_lease_id(const struct feed_store *st, const char *token, char *out,
+                         size_t out_size);
+
+/* Reads one lease. SF_ENOTFOUND when absent. */
+enum sf_rc feed_store_read(struct feed_store *st, const char *id, struct feed_lease *ret,
+                           struct sf_err *err);
+
+/* Lists every lease under the prefix, sorted by token. *ret: new array of *ret_n leases. */
+enum sf_rc feed_store_list(struct feed_store *st, struct feed_lease **ret, size_t *ret_n,
+                           struct sf_err *err);
+void feed_store_list_free(struct feed_lease *l, size_t n);
+
+/* Creates l (SF_ECONFLICT when it exists). On success l->etag/doc are the stored ones. */
+enum sf_rc feed_store_create(struct feed_store *st, struct feed_lease *l, struct sf_err *err);
+
+/*
+ * Replaces the stored lease with l's fields if its etag is still l->etag.
+ * SF_EPRECOND when it changed, SF_ENOTFOUND when gone. On success l->etag,
+ * l->ts_ms and l->doc are the stored ones.
+ */
+enum sf_rc feed_store_replace(struct feed_store *st, struct feed_lease *l, struct sf_err *err);
+
+/* Deletes the lease if its etag is still etag. SF_EPRECOND / SF_ENOTFOUND. */
+enum sf_rc feed_store_delete(struct feed_store *st, const char *id, const char *etag,
+                             struct sf_err *err);
+
+/*
+ * Fenced read-modify-write of a lease this instance owns. cur is our view
+ * (owner, epoch and etag). mutate is applied to a copy of cur and written
+ * with If-Match. On 412 the lease is re-read: when owner and epoch are still
+ * cur's, mutate is applied to the fresh copy and written again (at most
+ * FEED_CAS_RETRIES times); otherwise SF_ESTATE (lost: msg names the new
+ * owner and epoch). A deleted lease is SF_ESTATE too. Other errors are
+ * returned as they are (cur unchanged). On success cur holds the new state.
+ * mutate may be NULL (a renew: timestamp only).
+ */
+typedef void (*feed_lease_mutate_fn)(struct feed_lease *l, void *ctx);
+enum sf_rc feed_lease_update(struct feed_store *st, struct feed_lease *cur,
+                             feed_lease_mutate_fn mutate, void *ctx, struct sf_err *err);
+
+/*
+ * Takes lease seen (as listed) for owner me: Owner = me, epoch + 1, fresh
+ * timestamp, If-Match seen's etag. SF_EPRECOND / SF_ENOTFOUND when someone
+ * changed it first (not retried: the next round decides again). On success
+ * *ret is the new state.
+ */
+enum sf_rc feed_lease_acquire(struct feed_store *st, const struct feed_lease *seen, const char *me,
+                              struct feed_lease *ret, struct sf_err *err);
+
+/* Bootstrap parameters. */
+struct feed_bootstrap {
+    struct cosmos_client *cli; /* monitored container */
+    const char *db;
+    const char *coll;
+    enum feed_start start;
+    time_t start_time;
+    const char *instance;
+    int64_t lock_stale_ms;
+    int64_t wait_ms; /* give up waiting for another bootstrapper after this long */
+};
+
+/*
+ * Creates one lease per partition key range unless the prefix's .info
+ * document exists, under the .lock document (PROTOCOL.md section 10). A
+ * lock older than lock_stale_ms is broken. *ret_created (may be NULL) tells
+ * whether this call created the leases.
+ */
+enum sf_rc feed_store_bootstrap(struct feed_store *st, const struct feed_bootstrap *b,
+                                bool *ret_created, struct sf_err *err);
+
+/* ---------------------------------------------------------------------------
+ * Acknowledgement tracker (feed_track.c): which delivered items are done and
+ * where the checkpoint may go. Not locked: the reader's mutex guards it.
+ */
+struct feed_track_item {
+    int64_t lsn;
+    int64_t ts;
+    bool done;
+};
+
+struct feed_track_page {
+    uint64_t end;     /* seq one past its last item */
+    int64_t last_lsn; /* its continuation as an LSN when numeric, else its last item's */
+    char cont[COSMOS_ETAG_MAX];
+};
+
+struct feed_track {
+    struct feed_track_item *items; /* ring indexed by seq % items_cap */
+    size_t items_cap;
+    size_t hard_max;
+    uint64_t head;                 /* oldest pending seq */
+    uint64_t tail;                 /* next seq */
+    struct feed_track_page *pages; /* ring of closed pages with pending items */
+    size_t pages_cap;
+    uint64_t phead, ptail;
+    /* the frontier: every item up to here is done */
+    char frontier[COSMOS_ETAG_MAX]; /* "" = nothing yet (start position) */
+    int64_t frontier_lsn;           /* -1 unknown */
+    int64_t frontier_ts;            /* _ts of the last done item below it, -1 unknown */
+    uint64_t version;               /* bumps whenever the frontier may have moved */
+    int64_t popped_ts;              /* _ts of the newest done item popped, -1 */
+    bool partial_dirty;             /* the frontier inside a page needs feed_track_settle */
+};
+
+void feed_track_init(struct feed_track *t, size_t hard_max);
+void feed_track_release(struct feed_track *t);
+/* Sets the frontier to a stored checkpoint (cont "" = none) with its lsn/ts (or -1). */
+void feed_track_start(struct feed_track *t, const char *cont, int64_t lsn, int64_t ts);
+/* Items delivered and not yet done. */
+size_t feed_track_pending(const struct feed_track *t);
+/* Adds one item of the page being assembled; *ret_seq is its ticket. SF_ELIMIT / SF_ENOMEM. */
+enum sf_rc feed_track_push(struct feed_track *t, int64_t lsn, int64_t ts, uint64_t *ret_seq);
+/*
+ * Closes the page whose items were pushed since the last call, with the
+ * continuation that follows it. An empty page (a 304) moves the frontier
+ * only when nothing is pending. Returns true when the frontier moved.
+ * SF_ENOMEM is reported as false after dropping nothing (the page is then
+ * merged with the next one).
+ */
+bool feed_track_end_page(struct feed_track *t, const char *cont);
+/* Forgets the items pushed since the last feed_track_end_page (a page that could not be delivered).
+ */
+void feed_track_drop_open(struct feed_track *t);
+/*
+ * Marks seq done. Returns true when the frontier may have moved (call
+ * feed_track_settle before reading it). Unknown or repeated seqs are
+ * ignored (false).
+ */
+bool feed_track_ack(struct feed_track *t, uint64_t seq);
+/* Brings frontier, frontier_lsn and frontier_ts up to date after acks. */
+void feed_track_settle(struct feed_track *t);
+/* The LSN of the oldest pending item, -1 when none. */
+int64_t feed_track_oldest_lsn(const struct feed_track *t);
+/* true when cont is a quoted decimal LSN ("\"24\""); *ret_lsn gets it. */
+bool feed_cont_lsn(const char *cont, int64_t *ret_lsn);
+
+/* ---------------------------------------------------------------------------
+ * Balancing (feed_balance.c): pure decisions over a lease listing.
+ */
+struct feed_balance_lease {
+    const char *token;
+    const char *owner; /* "" free */
+    bool expired;      /* free or not renewed within the expiry */
+    bool mine;         /* held by this instance's readers right now */
+    bool cooldown;     /* this instance must not take it now (hang guard) */
+};
+
+struct feed_balance_in {
+    const char *me;
+    const struct feed_balance_lease *leases;
+    size_t n;
+    unsigned max_leases; /* 0 = none */
+    uint64_t *rng;       /* for random picks */
+};
+
+/*
+ * Which leases to take this round, as indexes into in->leases written to
+ * out (at most out_cap). Expired leases first, up to this instance's
+ * deficit from ceil(leases / live hosts); when none is expired and the
+ * deficit is positive, steals one lease from the host that holds the most
+ * if it holds more than the target (more than target - 1 when the deficit
+ * is 2 or more). *ret_steal tells whether the pick is a steal.
+ * Returns how many were written.
+ */
+size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t out_cap,
+                         bool *ret_steal, unsigned *ret_target);
+
+/* ---------------------------------------------------------------------------
+ * Utilities
+ */
+
+/* Builds "[<v1>,...]" from the values at the partition key paths of doc ("[{}]" when missing). */
+enum sf_rc feed_pk_json(const json_t *doc, char paths[][256], size_t n_paths, struct sf_buf *out);
+
+/* Copies s into out (NUL-terminated); SF_ELIMIT when it does not fit. */
+enum sf_rc feed_copy(char *out, size_t out_size, const char *s);
+
+/* ---------------------------------------------------------------------------
+ * Processor and range readers (feed_proc.c, feed_reader.c)
+ *
+ * Locks, outermost first: p->mu (reader lists, lifecycle flags), r->lease_mu
+ * (serialises every write of one lease; held across its HTTP call), r->mu
+ * (the tracker and status fields; never held across I/O or callbacks),
+ * p->ev_mu (serialises event callbacks; taken with no other lock held).
+ * The manager thread is the only one that adds or removes readers.
+ */
+enum feed_reader_state {
+    FR_RUNNING = 0, /* reading and checkpointing */
+    FR_SPLITTING,   /* saw 410: draining acks, creating child leases */
+    FR_DRAINING,    /* processor stopping: wait for acks, checkpoint, release */
+    FR_LOST,        /* lease taken or deleted: no more writes */
+    FR_ABANDONED,   /* hang guard fired: released by the manager */
+    FR_SPLIT,       /* split handled: children await adoption */
+    FR_STOPPED,     /* released on stop */
+};
+
+struct feed_reader {
+    struct feed_processor *p;
+    struct feed_reader *next; /* in p->readers or p->retired (p->mu) */
+    pthread_t thread;
+    bool thread_started;
+    bool exited; /* the thread returned (p->mu) */
+    bool joined; /* the manager joined it (manager thread only) */
+
+    /* fixed for the reader's life */
+    char token[FEED_TOKEN_MAX + 1];
+    char lease_id[COSMOS_ID_MAX + 1];
+    int64_t epoch;
+
+    pthread_mutex_t lease_mu;
+    struct feed_lease lease; /* our view of the lease document (lease_mu) */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* acks, stop requests */
+    struct feed_track track;
+    enum feed_reader_state state;
+    bool stop;                  /* leave the read loop */
+    bool release_pending;       /* abandoned: the manager still has to release the lease */
+    uint64_t outstanding;       /* items handed out and not yet acked/freed */
+    uint64_t ckpt_version;      /* track.version last checkpointed */
+    int64_t last_ckpt_mono;     /* last checkpoint attempt */
+    int64_t last_write_ok_mono; /* last successful lease write (renew or checkpoint) */
+    int64_t read_started_mono;  /* 0 unless a read is in flight */
+    int64_t callback_mono;      /* 0 unless the consume callback runs */
+    int64_t callback_lsn;
+    int64_t last_read_ok_mono;
+    int64_t last_ack_mono; /* last frontier move, or start of a pending spell */
+    int64_t last_progress_wall;
+    int64_t last_ckpt_wall;
+    int64_t last_err_event_mono;
+    int64_t latest_lsn; /* from the last page's session token, -1 */
+    int64_t newest_ts;  /* largest _ts read, -1 */
+    bool caught_up;     /* the last read was a 304 */
+    int64_t delivered;
+    int64_t checkpoints;
+    unsigned hang_fired;
+    char ckpt_cont[COSMOS_ETAG_MAX];
+    char last_error[512];
+
+    /* split results: written by the reader before it exits, read by the manager after join */
+    struct feed_lease *children;
+    size_t n_children;
+};
+
+struct feed_cooldown {
+    char token[FEED_TOKEN_MAX + 1];
+    int64_t until_mono;
+};
+
+struct feed_processor {
+    struct cosmos_client *cli;
+    struct feed_store store;
+    char db[COSMOS_NAME_MAX + 1];
+    char coll[COSMOS_NAME_MAX + 1];
+    char instance[FEED_INSTANCE_MAX + 1];
+    struct feed_options o; /* numeric fields and callbacks; its strings point into p */
+    char pk_paths[3][256];
+    size_t n_pk_paths;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* manager wake-ups, reader exits */
+    pthread_mutex_t ev_mu;
+    pthread_t manager;
+    bool manager_started;
+    bool running;
+    bool stopping;
+    bool wake; /* a reader exited: the manager should reap now */
+    int64_t drain_deadline_mono;
+    struct feed_reader *readers; /* owned ranges and readers not yet joined */
+    struct feed_reader *retired; /* joined, waiting for outstanding acks */
+    struct feed_cooldown *cool;
+    size_t n_cool;
+    unsigned hang_total;
+    unsigned lost_total;
+    int64_t last_list_err_mono;
+    uint64_t rng;
+};
+
+/* Monotonic-clock condition variable wait of at most ms (mutex held). */
+void feed_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms);
+/* Initialises a condition variable on CLOCK_MONOTONIC. */
+int feed_cond_init(pthread_cond_t *c);
+
+/* Emits an event (takes p->ev_mu; call with no lock held). */
+void feed_emit(struct feed_processor *p, enum feed_event_kind kind, const struct feed_reader *r,
+               const struct sf_err *err, const char *fmt, ...) SF_PRINTF(5, 6);
+
+/* A new reader for lease l (copied), not started. NULL on OOM. */
+struct feed_reader *feed_reader_new(struct feed_processor *p, const struct feed_lease *l);
+/* Starts its thread. */
+enum sf_rc feed_reader_start(struct feed_reader *r, struct sf_err *err);
+/* Frees a joined reader (its track, lease, children). */
+void feed_reader_free(struct feed_reader *r);
+/* Marks r lost (under no lock) and emits FEED_EV_LOST. */
+void feed_reader_lost(struct feed_reader *r, const struct sf_err *err);
+/* The release mutation (Owner = null), for the manager's hang-guard release. */
+void feed_mut_release(struct feed_lease *l, void *ctx);
+/* Static name of a state. */
+const char *feed_reader_state_name(enum feed_reader_state s);
+
+#endif

@@ -1,0 +1,852 @@
+/*
+ * feed_reader.c - one thread per owned range: change-feed pages in, items
+ * to the consumer, checkpoints out, splits handled.
+ *
+ * Polling adapts to the feed: after a full page the next read goes out at
+ * once; after a partial page a short pause lets a few more changes gather;
+ * after a 304 the pause doubles from poll_min_ms up to poll_ms. Reads stop
+ * while max_inflight items wait for their acks (backpressure).
+ *
+ * Checkpoints go out at most every checkpoint_ms while the frontier moves,
+ * and at once before a split and on stop. Each one is a fenced lease update
+ * (feed_lease_update): when the lease changed owner or epoch the range is
+ * lost and the reader stops without another write.
+ */
+#include "common/sf_base.h"
+
+#include <errno.h>
+#include <stdarg.h>
+
+#include "common/sf_log.h"
+#include "common/sf_time.h"
+#include "feed/feed_int.h"
+
+#define READ_ERR_EVENT_MS 10000 /* at most one read-error event per range this often */
+#define READ_BACKOFF_MAX  5000
+#define PK_TEXT_MAX       (8u << 10)
+
+/* One allocation per item: the struct and its partition key text. */
+struct feed_item {
+    struct feed_reader *r;
+    uint64_t seq;
+    int64_t lsn;
+    int64_t ts;
+    json_t *doc;
+    char pk[]; /* JSON array text */
+};
+
+const char *feed_reader_state_name(enum feed_reader_state s)
+{
+    switch (s) {
+    case FR_RUNNING:
+        return "running";
+    case FR_SPLITTING:
+        return "splitting";
+    case FR_DRAINING:
+        return "draining";
+    case FR_LOST:
+        return "lost";
+    case FR_ABANDONED:
+        return "abandoned";
+    case FR_SPLIT:
+        return "split";
+    case FR_STOPPED:
+        return "stopped";
+    }
+    return "unknown";
+}
+
+/* States in which the reader may still write its lease. */
+static bool owns(enum feed_reader_state s)
+{
+    return s == FR_RUNNING || s == FR_SPLITTING || s == FR_DRAINING;
+}
+
+/* ---------------------------------------------------------------------------
+ * Items
+ */
+
+const json_t *feed_item_doc(const struct feed_item *it)
+{
+    return it->doc;
+}
+
+const char *feed_item_range(const struct feed_item *it)
+{
+    return it->r->token;
+}
+
+int64_t feed_item_lsn(const struct feed_item *it)
+{
+    return it->lsn;
+}
+
+const char *feed_item_pk(const struct feed_item *it)
+{
+    return it->pk;
+}
+
+int64_t feed_item_epoch(const struct feed_item *it)
+{
+    return it->r->epoch;
+}
+
+static void item_free(struct feed_item *it)
+{
+    json_decref(it->doc);
+    free(it);
+}
+
+void feed_item_ack(struct feed_item *it)
+{
+    struct feed_reader *r;
+
+    if (it == NULL)
+        return;
+    r = it->r;
+    pthread_mutex_lock(&r->mu);
+    if (feed_track_ack(&r->track, it->seq)) {
+        r->last_ack_mono = sf_mono_ms();
+        r->last_progress_wall = sf_wall_ms();
+    }
+    r->outstanding--;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->mu);
+    item_free(it);
+}
+
+/* ---------------------------------------------------------------------------
+ * Lease mutations
+ */
+
+struct ckpt {
+    char cont[COSMOS_ETAG_MAX];
+    int64_t lsn;
+    int64_t ts;
+    bool release;
+};
+
+static void mut_checkpoint(struct feed_lease *l, void *ctx)
+{
+    const struct ckpt *c = ctx;
+
+    if (c->cont[0] != '\0') {
+        (void)snprintf(l->cont, sizeof(l->cont), "%s", c->cont);
+        l->ckpt_lsn = c->lsn;
+        if (c->ts >= 0)
+            l->ckpt_ts = c->ts;
+    }
+    if (c->release)
+        l->owner[0] = '\0';
+}
+
+void feed_mut_release(struct feed_lease *l, void *ctx)
+{
+    SF_UNUSED(ctx);
+    l->owner[0] = '\0';
+}
+
+void feed_reader_lost(struct feed_reader *r, const struct sf_err *err)
+{
+    struct feed_processor *p = r->p;
+    bool first;
+
+    pthread_mutex_lock(&r->mu);
+    first = owns(r->state);
+    if (first) {
+        r->state = FR_LOST;
+        r->stop = true;
+        (void)snprintf(r->last_error, sizeof(r->last_error), "%s", err ? err->msg : "lease lost");
+        pthread_cond_broadcast(&r->cond);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!first)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->lost_total++;
+    pthread_mutex_unlock(&p->mu);
+    feed_emit(p, FEED_EV_LOST, r, err, "lease %s of range %s lost; range stopped: %s", r->lease_id,
+              r->token, err ? err->msg : "unknown reason");
+}
+
+/*
+ * Writes a checkpoint at the frontier when it moved (and checkpoint_ms has
+ * passed, unless force). With release, also sets Owner = null in the same
+ * write. Returns SF_ESTATE when the lease is lost (already reported).
+ */
+static enum sf_rc checkpoint(struct feed_reader *r, bool force, bool release)
+{
+    struct feed_processor *p = r->p;
+    struct ckpt c = {.release = release};
+    struct sf_err err;
+    uint64_t version;
+    int64_t now = sf_mono_ms();
+    enum sf_rc rc;
+
+    pthread_mutex_lock(&r->mu);
+    if (!owns(r->state) || (!release && r->track.version == r->ckpt_version) ||
+        (!force && !release && now - r->last_ckpt_mono < p->o.checkpoint_ms)) {
+        pthread_mutex_unlock(&r->mu);
+        return SF_OK;
+    }
+    feed_track_settle(&r->track);
+    if (strcmp(r->track.frontier, r->ckpt_cont) == 0)
+        r->ckpt_version = r->track.version; /* moved inside an LSN: nothing new to write */
+    if (!release && r->track.version == r->ckpt_version) {
+        pthread_mutex_unlock(&r->mu);
+        return SF_OK;
+    }
+    version = r->track.version;
+    if (version != r->ckpt_version)
+        (void)snprintf(c.cont, sizeof(c.cont), "%s", r->track.frontier);
+    c.lsn = r->track.frontier_lsn;
+    c.ts = r->track.frontier_ts;
+    r->last_ckpt_mono = now;
+    pthread_mutex_unlock(&r->mu);
+
+    sf_err_clear(&err);
+    pthread_mutex_lock(&r->lease_mu);
+    rc = feed_lease_update(&p->store, &r->lease, mut_checkpoint, &c, &err);
+    pthread_mutex_unlock(&r->lease_mu);
+    if (rc == SF_ESTATE) {
+        feed_reader_lost(r, &err);
+        return rc;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (rc == SF_OK) {
+        r->ckpt_version = version;
+        r->last_write_ok_mono = sf_mono_ms();
+        r->last_ckpt_wall = sf_wall_ms();
+        if (c.cont[0] != '\0') {
+            r->checkpoints++;
+            (void)snprintf(r->ckpt_cont, sizeof(r->ckpt_cont), "%s", c.cont);
+        }
+    } else {
+        (void)snprintf(r->last_error, sizeof(r->last_error), "checkpoint failed: %s", err.msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rc != SF_OK)
+        feed_emit(p, FEED_EV_CHECKPOINT_ERROR, r, &err,
+                  "checkpoint of range %s failed (will retry): %s", r->token, err.msg);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Waiting
+ */
+
+/* Waits on r->cond up to ms (r->mu held). */
+static void wait_locked(struct feed_reader *r, int64_t ms)
+{
+    if (ms > 0)
+        feed_cond_wait_ms(&r->cond, &r->mu, ms);
+}
+
+/* Waits until nothing is pending, stop is set with stop_too, or the deadline passes. */
+static bool drain_acks(struct feed_reader *r, int64_t deadline_mono, bool stop_too)
+{
+    bool drained;
+
+    pthread_mutex_lock(&r->mu);
+    while (feed_track_pending(&r->track) > 0 && !(stop_too && r->stop)) {
+        int64_t left = deadline_mono - sf_mono_ms();
+
+        if (left <= 0)
+            break;
+        wait_locked(r, SF_MIN(left, 100));
+    }
+    drained = feed_track_pending(&r->track) == 0;
+    pthread_mutex_unlock(&r->mu);
+    return drained;
+}
+
+/* ---------------------------------------------------------------------------
+ * Delivery
+ */
+
+static int64_t item_int(const json_t *doc, const char *key)
+{
+    const json_t *v = json_object_get(doc, key);
+
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+}
+
+/*
+ * Registers every item of the page with the tracker, then hands them to the
+ * consumer in order. Items are registered first so an ack arriving while
+ * the page is still being handed out cannot move the frontier past an item
+ * the consumer has not seen.
+ */
+static enum sf_rc deliver(struct feed_reader *r, const struct cosmos_cf_page *page,
+                          struct sf_err *err)
+{
+    struct feed_processor *p = r->p;
+    struct feed_item **its = calloc(page->count, sizeof(*its));
+    struct sf_buf pk;
+    int64_t prev_lsn = -1, newest = -1;
+    size_t n = 0, i;
+    enum sf_rc rc = SF_OK;
+
+    sf_buf_init(&pk, PK_TEXT_MAX);
+    if (its == NULL)
+        return sf_err_set(err, SF_ENOMEM, true, "out of memory delivering %zu items", page->count);
+    for (n = 0; n < page->count; n++) {
+        const json_t *doc = json_array_get(page->items, n);
+        struct feed_item *it = NULL;
+
+        sf_buf_reset(&pk);
+        if (feed_pk_json(doc, p->pk_paths, p->n_pk_paths, &pk) != SF_OK ||
+            (it = malloc(sizeof(*it) + pk.len + 1)) == NULL) {
+            rc = sf_err_set(err, SF_ENOMEM, true, "out of memory delivering an item");
+            goto out;
+        }
+        memcpy(it->pk, sf_buf_cstr(&pk), pk.len + 1);
+        it->seq = 0;
+        it->r = r;
+        it->doc = json_incref((json_t *)doc);
+        it->lsn = item_int(doc, "_lsn");
+        if (it->lsn < prev_lsn)
+            it->lsn = prev_lsn; /* never go backwards, whatever the server says */
+        prev_lsn = it->lsn;
+        it->ts = item_int(doc, "_ts");
+        newest = SF_MAX(newest, it->ts);
+        its[n] = it;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (feed_track_pending(&r->track) == 0)
+        r->last_ack_mono = sf_mono_ms(); /* the consumer's clock starts now */
+    for (i = 0; i < n; i++) {
+        if (feed_track_push(&r->track, its[i]->lsn, its[i]->ts, &its[i]->seq) != SF_OK)
+            break;
+    }
+    if (i < n) {
+        /* Out of memory or over hard_max: forget the page; it is read again later. */
+        feed_track_drop_open(&r->track);
+        pthread_mutex_unlock(&r->mu);
+        rc = sf_err_set(err, SF_ELIMIT, true, "range %s: too many pending items", r->token);
+        goto out;
+    }
+    (void)feed_track_end_page(&r->track, page->continuation);
+    r->outstanding += n;
+    r->delivered += (int64_t)n;
+    r->newest_ts = SF_MAX(r->newest_ts, newest);
+    pthread_mutex_unlock(&r->mu);
+
+    for (i = 0; i < n; i++) {
+        bool cancel;
+
+        pthread_mutex_lock(&r->mu);
+        cancel = r->state == FR_LOST || r->state == FR_ABANDONED;
+        r->callback_mono = sf_mono_ms();
+        r->callback_lsn = its[i]->lsn;
+        pthread_mutex_unlock(&r->mu);
+        if (cancel) {
+            /* The range is gone: the next owner delivers these again. */
+            feed_item_ack(its[i]);
+        } else {
+            p->o.consume(p->o.consume_ctx, its[i]);
+        }
+        its[i] = NULL;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->callback_mono = 0;
+    pthread_mutex_unlock(&r->mu);
+    n = 0;
+out:
+    for (i = 0; i < n; i++)
+        if (its[i] != NULL)
+            item_free(its[i]);
+    free(its);
+    sf_buf_release(&pk);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Splits
+ */
+
+/* true when id appears in the comma-separated list. */
+static bool list_has(const char *list, const char *id)
+{
+    size_t n = strlen(id);
+
+    for (const char *s = list; *s;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+
+        if (len == n && memcmp(s, id, n) == 0)
+            return true;
+        s += len + (e ? 1 : 0);
+    }
+    return false;
+}
+
+/* Creates (or, after an earlier attempt of ours, finds) the child lease for range c. */
+static enum sf_rc create_child(struct feed_reader *r, const struct feed_lease *parent,
+                               const struct cosmos_pkrange *c, struct sf_err *err)
+{
+    struct feed_processor *p = r->p;
+    struct feed_lease l;
+    enum sf_rc rc;
+
+    feed_lease_init(&l);
+    if (feed_lease_id(&p->store, c->id, l.id, sizeof(l.id)) != SF_OK ||
+        feed_copy(l.token, sizeof(l.token), c->id) != SF_OK) {
+        rc = sf_err_set(err, SF_ELIMIT, false, "lease id for range %s too long", c->id);
+        goto out;
+    }
+    (void)snprintf(l.min, sizeof(l.min), "%s", c->min);
+    (void)snprintf(l.max, sizeof(l.max), "%s", c->max);
+    (void)snprintf(l.owner, sizeof(l.owner), "%s", p->instance);
+    (void)snprintf(l.cont, sizeof(l.cont), "%s", parent->cont);
+    l.epoch = parent->epoch + 1;
+    l.ckpt_lsn = parent->ckpt_lsn;
+    l.ckpt_ts = parent->ckpt_ts;
+    l.start_time = parent->start_time;
+    l.ts_ms = sf_wall_ms();
+    rc = feed_store_create(&p->store, &l, err);
+    if (rc == SF_ECONFLICT) {
+        /* Ours from an earlier attempt (adopt it), or someone else's (leave it). */
+        rc = feed_store_read(&p->store, l.id, &l, err);
+        if (rc != SF_OK)
+            goto out;
+        if (strcmp(l.owner, p->instance) != 0 || l.epoch != parent->epoch + 1) {
+            rc = SF_OK;
+            goto out;
+        }
+    }
+    if (rc != SF_OK)
+        goto out;
+    feed_lease_init(&r->children[r->n_children]);
+    feed_lease_copy(&r->children[r->n_children++], &l);
+out:
+    feed_lease_release(&l);
+    return rc;
+}
+
+/* Deletes the parent lease, fenced like any other write. */
+static enum sf_rc delete_parent(struct feed_reader *r, struct sf_err *err)
+{
+    struct feed_processor *p = r->p;
+    struct feed_lease fresh;
+    enum sf_rc rc = SF_OK;
+
+    feed_lease_init(&fresh);
+    pthread_mutex_lock(&r->lease_mu);
+    for (int i = 0; i <= FEED_CAS_RETRIES; i++) {
+        rc = feed_store_delete(&p->store, r->lease.id, r->lease.etag, err);
+        if (rc == SF_ENOTFOUND)
+            rc = SF_OK;
+        if (rc != SF_EPRECOND)
+            break;
+        rc = feed_store_read(&p->store, r->lease.id, &fresh, err);
+        if (rc == SF_ENOTFOUND) {
+            rc = SF_OK;
+            break;
+        }
+        if (rc != SF_OK)
+            break;
+        if (strcmp(fresh.owner, r->lease.owner) != 0 || fresh.epoch != r->lease.epoch) {
+            rc = sf_err_set(err, SF_ESTATE, false, "lease %s lost during its split: owner '%s'",
+                            r->lease.id, fresh.owner);
+            break;
+        }
+        feed_lease_copy(&r->lease, &fresh);
+        rc = SF_EPRECOND;
+    }
+    pthread_mutex_unlock(&r->lease_mu);
+    feed_lease_release(&fresh);
+    return rc;
+}
+
+/*
+ * Handles 410 "range gone": waits for every delivered item's ack, writes
+ * the final checkpoint, creates one lease per child range starting at that
+ * checkpoint (so nothing is skipped and nothing before it is read again),
+ * and deletes the parent lease. Returns true when the split is done (the
+ * reader then exits and the manager adopts the children).
+ */
+static bool handle_split(struct feed_reader *r, struct sf_err *err)
+{
+    struct feed_processor *p = r->p;
+    struct cosmos_pkranges *ranges = NULL;
+    struct feed_lease parent;
+    char names[512] = "";
+    bool done = false;
+    size_t want = 0;
+    enum sf_rc rc;
+
+    feed_lease_init(&parent);
+    pthread_mutex_lock(&r->mu);
+    if (r->state != FR_RUNNING) {
+        pthread_mutex_unlock(&r->mu);
+        return false;
+    }
+    r->state = FR_SPLITTING;
+    pthread_mutex_unlock(&r->mu);
+
+    /* The hang guard watches this wait like any other. */
+    if (!drain_acks(r, INT64_MAX, true))
+        goto out;
+    if (checkpoint(r, true, false) != SF_OK)
+        goto out;
+    rc = cosmos_pkranges_get(p->cli, p->db, p->coll, true, &ranges, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "split of range %s: ", r->token);
+        goto out;
+    }
+    for (size_t i = 0; i < ranges->n; i++)
+        if (list_has(ranges->ranges[i].parents, r->token))
+            want++;
+    if (want == 0) {
+        sf_err_set(err, SF_EGONE, true, "range %s is gone but no range names it as a parent yet",
+                   r->token);
+        goto out;
+    }
+    free(r->children);
+    r->n_children = 0;
+    if ((r->children = calloc(want, sizeof(*r->children))) == NULL) {
+        sf_err_set(err, SF_ENOMEM, true, "out of memory handling a split");
+        goto out;
+    }
+    pthread_mutex_lock(&r->lease_mu);
+    feed_lease_copy(&parent, &r->lease);
+    pthread_mutex_unlock(&r->lease_mu);
+    for (size_t i = 0; i < ranges->n; i++) {
+        if (!list_has(ranges->ranges[i].parents, r->token))
+            continue;
+        if (create_child(r, &parent, &ranges->ranges[i], err) != SF_OK)
+            goto out;
+        (void)snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                       names[0] ? ", " : "", ranges->ranges[i].id);
+    }
+    rc = delete_parent(r, err);
+    if (rc == SF_ESTATE) {
+        feed_reader_lost(r, err);
+        goto out;
+    }
+    if (rc != SF_OK)
+        goto out;
+    pthread_mutex_lock(&r->mu);
+    r->state = FR_SPLIT;
+    r->stop = true;
+    pthread_mutex_unlock(&r->mu);
+    feed_emit(p, FEED_EV_SPLIT, r, NULL,
+              "range %s split into %s; child leases continue from %s, parent lease deleted",
+              r->token, names, parent.cont[0] ? parent.cont : "the start position");
+    done = true;
+out:
+    if (!done) {
+        pthread_mutex_lock(&r->mu);
+        if (r->state == FR_SPLITTING)
+            r->state = FR_RUNNING;
+        pthread_mutex_unlock(&r->mu);
+    }
+    feed_lease_release(&parent);
+    free(ranges);
+    return done;
+}
+
+/* ---------------------------------------------------------------------------
+ * The read loop
+ */
+
+static void read_failed(struct feed_reader *r, const struct sf_err *err)
+{
+    int64_t now = sf_mono_ms();
+    bool emit;
+
+    pthread_mutex_lock(&r->mu);
+    (void)snprintf(r->last_error, sizeof(r->last_error), "change-feed read failed: %s", err->msg);
+    emit = r->last_err_event_mono == 0 || now - r->last_err_event_mono >= READ_ERR_EVENT_MS;
+    if (emit)
+        r->last_err_event_mono = now;
+    pthread_mutex_unlock(&r->mu);
+    if (emit)
+        feed_emit(r->p, FEED_EV_READ_ERROR, r, err, "change-feed read of range %s failed: %s",
+                  r->token, err->msg);
+}
+
+/* Final act of a reader asked to stop gracefully: drain, checkpoint, release. */
+static void finish_draining(struct feed_reader *r)
+{
+    struct feed_processor *p = r->p;
+    bool drained = drain_acks(r, p->drain_deadline_mono, false);
+    size_t pending;
+
+    pthread_mutex_lock(&r->mu);
+    pending = feed_track_pending(&r->track);
+    pthread_mutex_unlock(&r->mu);
+    if (checkpoint(r, true, true) != SF_OK)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->state = FR_STOPPED;
+    pthread_mutex_unlock(&r->mu);
+    if (drained)
+        feed_emit(p, FEED_EV_RELEASED, r, NULL, "released lease %s of range %s on stop",
+                  r->lease_id, r->token);
+    else
+        feed_emit(p, FEED_EV_RELEASED, r, NULL,
+                  "released lease %s of range %s on stop with %zu items unacknowledged "
+                  "(they will be delivered again)",
+                  r->lease_id, r->token, pending);
+}
+
+/* What the read loop does next. */
+enum turn { TURN_READ, TURN_AGAIN, TURN_STOP };
+
+/*
+ * Waits for the reader's next turn: stop requested, backpressure (too many
+ * items waiting for acks) or the adaptive pause before next_read. Returns
+ * TURN_READ with read_started_mono set when a read should go out now.
+ */
+static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
+{
+    const struct feed_options *o = &r->p->o;
+    enum turn t = TURN_READ;
+    size_t pending;
+    int64_t now;
+
+    pthread_mutex_lock(&r->mu);
+    now = sf_mono_ms();
+    pending = feed_track_pending(&r->track);
+    if (r->stop) {
+        t = TURN_STOP;
+    } else if (pending > 0 && pending + (size_t)o->max_items > o->max_inflight) {
+        wait_locked(r, SF_MIN(o->checkpoint_ms, 100)); /* acks wake us */
+        t = TURN_AGAIN;
+    } else if (now < next_read) {
+        wait_locked(r, SF_MIN(next_read - now, o->checkpoint_ms));
+        t = TURN_AGAIN;
+    } else {
+        r->read_started_mono = now;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return t;
+}
+
+/*
+ * Reads one page from pos (or the lease's start position when pos is
+ * empty) and records the outcome in the status fields. Sets *ret_stop when
+ * the reader was told to stop meanwhile (the page is then dropped: the
+ * next owner reads it again).
+ */
+static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t start_time,
+                            struct cosmos_cf_page *page, bool *ret_stop, struct sf_err *err)
+{
+    struct feed_processor *p = r->p;
+    struct cosmos_cf_req q = {.range_id = r->token, .max_items = p->o.max_items};
+    enum sf_rc rc;
+
+    if (pos[0] != '\0') {
+        q.start = COSMOS_CF_CONTINUATION;
+        q.continuation = pos;
+    } else if (start_time >= 0) {
+        q.start = COSMOS_CF_TIME;
+        q.start_time = (time_t)start_time;
+    } else {
+        q.start = COSMOS_CF_BEGINNING;
+    }
+    sf_err_clear(err);
+    rc = cosmos_changefeed_read(p->cli, p->db, p->coll, &q, page, err);
+    pthread_mutex_lock(&r->mu);
+    r->read_started_mono = 0;
+    if (rc == SF_OK) {
+        r->last_read_ok_mono = sf_mono_ms();
+        r->last_progress_wall = sf_wall_ms();
+        r->caught_up = page->count == 0;
+        if (page->latest_lsn >= 0)
+            r->latest_lsn = page->latest_lsn;
+        r->last_error[0] = '\0';
+        r->last_err_event_mono = 0;
+        if (page->count == 0)
+            (void)feed_track_end_page(&r->track, page->continuation);
+    }
+    *ret_stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+/* Stops the reader's loop for good: a stop that came while it worked. */
+static bool told_to_stop(struct feed_reader *r)
+{
+    bool stop;
+
+    pthread_mutex_lock(&r->mu);
+    stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+/* The thread's last acts: release on a processor stop, then tell the manager. */
+static void reader_exit(struct feed_reader *r)
+{
+    struct feed_processor *p = r->p;
+    bool release;
+
+    /* A processor stop (whatever the state was when it came) ends with a release. */
+    pthread_mutex_lock(&p->mu);
+    release = p->stopping;
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_lock(&r->mu);
+    release = release && owns(r->state);
+    pthread_mutex_unlock(&r->mu);
+    if (release)
+        finish_draining(r);
+    pthread_mutex_lock(&r->mu);
+    sf_log_debug("feed", "reader of range %s exits (%s)", r->token,
+                 feed_reader_state_name(r->state));
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&p->mu);
+    r->exited = true;
+    p->wake = true;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *reader_main(void *arg)
+{
+    struct feed_reader *r = arg;
+    const struct feed_options *o = &r->p->o;
+    struct cosmos_cf_page page;
+    struct sf_backoff backoff;
+    struct sf_err err;
+    char pos[COSMOS_ETAG_MAX];
+    int64_t start_time, next_read = 0, idle = 0, now;
+    bool stop = false;
+    enum sf_rc rc;
+
+    cosmos_cf_page_init(&page);
+    sf_backoff_init(&backoff, 50, READ_BACKOFF_MAX,
+                    (uint64_t)(uintptr_t)r ^ (uint64_t)sf_mono_us());
+    backoff.min_ms = 10;
+    pthread_mutex_lock(&r->lease_mu);
+    (void)snprintf(pos, sizeof(pos), "%s", r->lease.cont);
+    start_time = r->lease.start_time;
+    pthread_mutex_unlock(&r->lease_mu);
+
+    while (!stop) {
+        enum turn t;
+
+        (void)checkpoint(r, false, false);
+        if ((t = wait_turn(r, next_read)) != TURN_READ) {
+            stop = t == TURN_STOP;
+            continue;
+        }
+        rc = read_page(r, pos, start_time, &page, &stop, &err);
+        now = sf_mono_ms();
+        if (stop)
+            break;
+        if (rc == SF_OK && page.count > 0 && (rc = deliver(r, &page, &err)) != SF_OK) {
+            read_failed(r, &err);
+            next_read = now + sf_backoff_next(&backoff);
+            continue;
+        }
+        if (rc == SF_OK) {
+            /* Adaptive polling: at once after a full page, backing off while idle. */
+            sf_backoff_reset(&backoff);
+            if (page.count == 0) {
+                idle = idle == 0 ? o->poll_min_ms : SF_MIN(idle * 2, o->poll_ms);
+                next_read = now + idle;
+            } else {
+                idle = 0;
+                next_read = page.count >= (size_t)o->max_items ? now : now + o->poll_min_ms;
+            }
+            if (page.continuation[0] != '\0')
+                (void)snprintf(pos, sizeof(pos), "%s", page.continuation);
+            continue;
+        }
+        if (rc == SF_EGONE && err.substatus != 1007) {
+            if (handle_split(r, &err) || told_to_stop(r))
+                break;
+        }
+        read_failed(r, &err);
+        next_read = now + sf_backoff_next(&backoff);
+    }
+    cosmos_cf_page_release(&page);
+    reader_exit(r);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Life cycle
+ */
+
+struct feed_reader *feed_reader_new(struct feed_processor *p, const struct feed_lease *l)
+{
+    struct feed_reader *r = calloc(1, sizeof(*r));
+    int64_t now = sf_mono_ms();
+
+    if (r == NULL)
+        return NULL;
+    if (pthread_mutex_init(&r->mu, NULL) != 0) {
+        free(r);
+        return NULL;
+    }
+    if (pthread_mutex_init(&r->lease_mu, NULL) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return NULL;
+    }
+    if (feed_cond_init(&r->cond) != 0) {
+        pthread_mutex_destroy(&r->lease_mu);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return NULL;
+    }
+    r->p = p;
+    (void)snprintf(r->token, sizeof(r->token), "%s", l->token);
+    (void)snprintf(r->lease_id, sizeof(r->lease_id), "%s", l->id);
+    r->epoch = l->epoch;
+    feed_lease_init(&r->lease);
+    feed_lease_copy(&r->lease, l);
+    feed_track_init(&r->track, FEED_TRACK_HARD_MAX);
+    feed_track_start(&r->track, l->cont, l->ckpt_lsn, l->ckpt_ts);
+    r->ckpt_version = r->track.version;
+    (void)snprintf(r->ckpt_cont, sizeof(r->ckpt_cont), "%s", l->cont);
+    r->state = FR_RUNNING;
+    r->last_write_ok_mono = now;
+    r->last_read_ok_mono = now;
+    r->last_ack_mono = now;
+    r->last_ckpt_mono = now;
+    r->last_progress_wall = sf_wall_ms();
+    r->latest_lsn = -1;
+    r->newest_ts = -1;
+    return r;
+}
+
+enum sf_rc feed_reader_start(struct feed_reader *r, struct sf_err *err)
+{
+    pthread_attr_t attr;
+    size_t stack = r->p->o.reader_stack_bytes;
+    int e;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    stack *= 4; /* sanitizers grow every frame */
+#endif
+    if (pthread_attr_init(&attr) != 0)
+        return sf_err_set(err, SF_ENOMEM, true, "cannot create thread attributes");
+    (void)pthread_attr_setstacksize(&attr, stack);
+    e = pthread_create(&r->thread, &attr, reader_main, r);
+    (void)pthread_attr_destroy(&attr);
+    if (e != 0)
+        return sf_err_set(err, SF_ENOMEM, true, "cannot start the reader of range %s: %s", r->token,
+                          strerror(e));
+    r->thread_started = true;
+    return SF_OK;
+}
+
+void feed_reader_free(struct feed_reader *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->n_children; i++)
+        feed_lease_release(&r->children[i]);
+    free(r->children);
+    feed_track_release(&r->track);
+    feed_lease_release(&r->lease);
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->lease_mu);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}

@@ -1,0 +1,83 @@
+/*
+ * feed_testutil.h - helpers shared by the feed/ integration tests and the
+ * multi-process test: clients, admin requests to cosmolite (faults,
+ * splits), writing items, and collecting consumed items.
+ *
+ * Functions returning enum sf_rc fill err; the others abort the test
+ * process with a message on failure (they are for tests only).
+ */
+#ifndef FEED_TESTUTIL_H
+#define FEED_TESTUTIL_H
+
+#include <pthread.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "cosmos/cosmos.h"
+#include "feed/feed.h"
+
+/* A client for endpoint/key with short timeouts; aborts on failure. */
+struct cosmos_client *ft_client(const char *endpoint, const char *key);
+
+/* Creates database db and container coll (partitioned by pk_path) when missing; aborts on failure.
+ */
+void ft_container(struct cosmos_client *cli, const char *db, const char *coll, const char *pk_path);
+
+/*
+ * Signed admin request: method on /_admin/<what> with an optional JSON body.
+ * resp (may be NULL) gets the answer.
+ */
+enum sf_rc ft_admin(struct cosmos_client *cli, const char *method, const char *what,
+                    const char *body, struct cosmos_response *resp, struct sf_err *err);
+
+/* PUT /_admin/faults {"seed":1,"rules":<rules>}, or DELETE when rules is NULL. Aborts on failure.
+ */
+void ft_faults(struct cosmos_client *cli, const char *rules);
+
+/* POST /_admin/split {"db":..,"coll":..,"range":..}. */
+enum sf_rc ft_split(struct cosmos_client *cli, const char *db, const char *coll, const char *range,
+                    struct sf_err *err);
+
+/* Creates {"id":id,"pk":pk,"n":n}; aborts on failure. */
+void ft_put(struct cosmos_client *cli, const char *db, const char *coll, const char *id,
+            const char *pk, int n);
+
+/*
+ * A thread-safe record of consumed items: how often each id "i<N>" (N <
+ * max) was seen, in which range, and at which LSN.
+ */
+struct ft_seen {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int max;
+    int *count;       /* deliveries per id */
+    int distinct;     /* ids seen at least once */
+    int total;        /* deliveries */
+    int dups;         /* deliveries beyond the first */
+    int order_errors; /* an item's LSN lower than the previous one of its range */
+    int bad_pk;       /* the pk did not match the document, or the epoch was < 1 */
+    char ranges[64][64];
+    int64_t last_lsn[64];
+    size_t n_ranges;
+};
+
+void ft_seen_init(struct ft_seen *s, int max);
+void ft_seen_release(struct ft_seen *s);
+/* Records one delivered item (checks pk and per-range LSN order). */
+void ft_seen_add(struct ft_seen *s, const struct feed_item *it);
+/* Waits until `distinct` reaches n or timeout_ms passes; returns distinct. */
+int ft_seen_wait(struct ft_seen *s, int n, int64_t timeout_ms);
+
+/* Options for a test processor: short timings (expiry 2 s, renew 500 ms, acquire 500 ms, poll 100
+ * ms). */
+void ft_feed_options(struct feed_options *o, const char *db, const char *coll, const char *prefix,
+                     const char *instance);
+
+/* Waits until pred(ctx) or timeout; returns pred's last answer. Polls every 50 ms. */
+bool ft_wait_until(bool (*pred)(void *ctx), void *ctx, int64_t timeout_ms);
+
+/* Lease count per owner ("" counts free leases). Returns how many of owner's leases exist. */
+size_t ft_leases_of(struct cosmos_client *cli, const char *db, const char *coll, const char *prefix,
+                    const char *owner);
+
+#endif

@@ -1,0 +1,280 @@
+/*
+ * test_feed_multi.c - three feed_worker processes share one lease
+ * container: they bootstrap concurrently, balance to 2/2/2 over six ranges,
+ * and after a kill -9 of one the other two take its leases once they
+ * expire, with every item still delivered (the union of the workers'
+ * output files covers every id: at least once, nothing skipped). A final
+ * SIGTERM stops the survivors gracefully: exit 0 and every lease released.
+ *
+ * Lease timings are short (expiry 2 s, renew and acquire 500 ms). Exits 77
+ * (skipped) when cosmolite or feed_worker is missing.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/sf_parse.h"
+#include "common/sf_time.h"
+#include "feed/feed.h"
+#include "tests/feed/feed_testutil.h"
+#include "tests/support/harness.h"
+
+#define DB      "multi"
+#define COLL    "items"
+#define PREFIX  "multi-test"
+#define WORKERS 3
+#define ITEMS   600
+
+static struct harness_cosmolite *srv;
+static char worker_bin[4096];
+static char dir[256];
+
+struct worker {
+    char name[16];
+    char out[512];
+    char log[512];
+    pid_t pid;
+};
+
+static pid_t spawn(struct worker *w)
+{
+    char expiry[] = "2000", renew[] = "500", acquire[] = "500", poll[] = "100";
+    const char *argv[] = {worker_bin,
+                          "--endpoint",
+                          harness_cosmolite_endpoint(srv),
+                          "--key",
+                          harness_cosmolite_key(srv),
+                          "--db",
+                          DB,
+                          "--coll",
+                          COLL,
+                          "--prefix",
+                          PREFIX,
+                          "--name",
+                          w->name,
+                          "--out",
+                          w->out,
+                          "--expiry",
+                          expiry,
+                          "--renew",
+                          renew,
+                          "--acquire",
+                          acquire,
+                          "--poll",
+                          poll,
+                          NULL};
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(w->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (fd >= 0) {
+            (void)dup2(fd, 1);
+            (void)dup2(fd, 2);
+        }
+        execv(worker_bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Which ids the union of the output files covers; returns the distinct count. */
+static int covered(struct worker *ws, size_t n, int *count, int *ret_total)
+{
+    int distinct = 0, total = 0;
+
+    memset(count, 0, sizeof(int) * ITEMS);
+    for (size_t i = 0; i < n; i++) {
+        FILE *f = fopen(ws[i].out, "r");
+        char line[1200];
+
+        if (f == NULL)
+            continue;
+        while (fgets(line, sizeof(line), f) != NULL) {
+            char *sp1 = strchr(line, ' '), *sp2;
+            int64_t id;
+
+            if (sp1 == NULL || sp1[1] != 'i' || (sp2 = strchr(sp1 + 1, ' ')) == NULL)
+                continue;
+            *sp2 = '\0';
+            if (sf_parse_i64(sp1 + 2, 0, ITEMS - 1, &id) != SF_OK)
+                continue;
+            total++;
+            if (count[id]++ == 0)
+                distinct++;
+        }
+        fclose(f);
+    }
+    *ret_total = total;
+    return distinct;
+}
+
+struct cover_wait {
+    struct worker *ws;
+    int want;
+    int count[ITEMS];
+    int total;
+};
+
+static bool cover_pred(void *ctx)
+{
+    struct cover_wait *c = ctx;
+
+    return covered(c->ws, WORKERS, c->count, &c->total) >= c->want;
+}
+
+struct owners_wait {
+    struct cosmos_client *cli;
+    const size_t *want; /* per worker */
+    struct worker *ws;
+};
+
+static bool owners_pred(void *ctx)
+{
+    struct owners_wait *o = ctx;
+
+    for (size_t i = 0; i < WORKERS; i++)
+        if (ft_leases_of(o->cli, DB, "leases", PREFIX, o->ws[i].name) != o->want[i])
+            return false;
+    return true;
+}
+
+static void put_range(struct cosmos_client *cli, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        char id[16], pk[16];
+
+        (void)snprintf(id, sizeof(id), "i%d", i);
+        (void)snprintf(pk, sizeof(pk), "k%d", i % 53);
+        ft_put(cli, DB, COLL, id, pk, i);
+    }
+}
+
+START_TEST(three_workers_kill_one)
+{
+    struct worker ws[WORKERS];
+    struct cosmos_client *cli;
+    static struct cover_wait cw;
+    const size_t balanced[WORKERS] = {2, 2, 2}, after_kill[WORKERS] = {3, 0, 3};
+    struct owners_wait ow;
+    struct feed_lease_info *v;
+    size_t n;
+    int status, missing = 0;
+    struct sf_err err;
+
+    cli = ft_client(harness_cosmolite_endpoint(srv), harness_cosmolite_key(srv));
+    ft_container(cli, DB, COLL, "/pk");
+    for (int i = 0; i < WORKERS; i++) {
+        (void)snprintf(ws[i].name, sizeof(ws[i].name), "w%d", i);
+        (void)snprintf(ws[i].out, sizeof(ws[i].out), "%s/w%d.out", dir, i);
+        (void)snprintf(ws[i].log, sizeof(ws[i].log), "%s/w%d.log", dir, i);
+        ws[i].pid = spawn(&ws[i]);
+    }
+    ow = (struct owners_wait){.cli = cli, .want = balanced, .ws = ws};
+    ck_assert_msg(ft_wait_until(owners_pred, &ow, 30000), "workers did not balance to 2/2/2");
+    put_range(cli, 0, ITEMS / 2);
+    cw.ws = ws;
+    cw.want = ITEMS / 2;
+    ck_assert_msg(ft_wait_until(cover_pred, &cw, 30000), "only %d of %d items consumed",
+                  covered(ws, WORKERS, cw.count, &cw.total), ITEMS / 2);
+
+    /* Crash one worker, keep writing. */
+    ck_assert_int_eq(kill(ws[1].pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(ws[1].pid, &status, 0), ws[1].pid);
+    put_range(cli, ITEMS / 2, ITEMS);
+    ow.want = after_kill;
+    ck_assert_msg(ft_wait_until(owners_pred, &ow, 30000),
+                  "the survivors did not take the dead worker's leases");
+    cw.want = ITEMS;
+    if (!ft_wait_until(cover_pred, &cw, 30000)) {
+        for (int i = 0; i < ITEMS; i++)
+            if (cw.count[i] == 0 && missing++ < 10)
+                fprintf(stderr, "missing item i%d\n", i);
+        ck_abort_msg("%d items never consumed (logs in %s)", missing, dir);
+    }
+    fprintf(stderr, "multi: %d deliveries for %d items (%d redelivered after the kill)\n", cw.total,
+            ITEMS, cw.total - ITEMS);
+
+    if (getenv("SF_FEED_MULTI_KEEP") != NULL)
+        sf_sleep_ms(0);
+    /* Graceful stop of the survivors: exit 0, leases released with checkpoints. */
+    for (int i = 0; i < WORKERS; i += 2)
+        ck_assert_int_eq(kill(ws[i].pid, SIGTERM), 0);
+    for (int i = 0; i < WORKERS; i += 2) {
+        ck_assert_int_eq(waitpid(ws[i].pid, &status, 0), ws[i].pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d status %d", i,
+                      status);
+    }
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", PREFIX, &v, &n, &err), SF_OK);
+    ck_assert_uint_eq(n, 6);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(v[i].owner, "");
+        ck_assert_str_ne(v[i].continuation, "");
+        ck_assert_int_ge(v[i].epoch, 1);
+    }
+    free(v);
+    cosmos_client_free(cli);
+}
+END_TEST
+
+int main(void)
+{
+    struct harness_cosmolite_opts o = {.memory = true, .partitions = 6};
+    const char *wb = getenv("SF_FEED_WORKER");
+    const char *tmp = getenv("TMPDIR");
+    char cbin[4096];
+    struct sf_err err;
+    SRunner *sr;
+    Suite *s;
+    TCase *t;
+    int failed;
+
+    if (harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL || wb == NULL ||
+        access(wb, X_OK) != 0) {
+        fprintf(stderr, "SKIPPED: needs cosmolite (SF_COSMOLITE_BIN) and feed_worker "
+                        "(SF_FEED_WORKER)\n");
+        return 77;
+    }
+    (void)snprintf(worker_bin, sizeof(worker_bin), "%s", wb);
+    (void)snprintf(dir, sizeof(dir), "%s/sf-feed-multi-XXXXXX", tmp ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    if (harness_cosmolite_start(&o, &srv, &err) != SF_OK) {
+        fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
+        return EXIT_FAILURE;
+    }
+    s = suite_create("feed_multi");
+    t = tcase_create("multi");
+    tcase_set_timeout(t, 110);
+    tcase_add_test(t, three_workers_kill_one);
+    suite_add_tcase(s, t);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    harness_cosmolite_free(srv);
+    if (failed == 0 && getenv("SF_FEED_MULTI_KEEP") == NULL) {
+        char path[600];
+
+        for (int i = 0; i < WORKERS; i++) {
+            (void)snprintf(path, sizeof(path), "%s/w%d.out", dir, i);
+            (void)unlink(path);
+            (void)snprintf(path, sizeof(path), "%s/w%d.log", dir, i);
+            (void)unlink(path);
+        }
+        (void)rmdir(dir);
+    } else {
+        fprintf(stderr, "worker logs kept in %s\n", dir);
+    }
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,773 @@
+/*
+ * test_feed_proc.c - the change feed processor against a real cosmolite:
+ * one instance draining several ranges, acks out of order, "not started"
+ * lag, graceful handoff between two instances, a stale owner stopped by
+ * fencing, 429s on the lease container, the hang guard (consumer that does
+ * not ack, callback that does not return), and a split during a run.
+ *
+ * One cosmolite (in memory, 4 ranges per container, fault injection
+ * available at run time) serves the whole run; each test has its own
+ * containers and lease prefix. Timings are short (lease expiry 2 s, renew
+ * and acquire 500 ms) so the suite stays fast; waits have generous limits
+ * and no test asserts a performance figure.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "feed/feed_int.h"
+#include "tests/feed/feed_testutil.h"
+#include "tests/support/harness.h"
+
+#define DB "fproc"
+
+static struct harness_cosmolite *srv;
+static struct cosmos_client *cli;
+static char coll[64];
+static char prefix[64];
+
+static void setup(void)
+{
+    static int n;
+
+    cli = ft_client(harness_cosmolite_endpoint(srv), harness_cosmolite_key(srv));
+    ft_faults(cli, NULL);
+    (void)snprintf(coll, sizeof(coll), "c%d-%d", (int)getpid(), n);
+    (void)snprintf(prefix, sizeof(prefix), "p%d-%d", (int)getpid(), n++);
+    ft_container(cli, DB, coll, "/pk");
+    ft_container(cli, DB, "leases", "/id");
+}
+
+static void teardown(void)
+{
+    ft_faults(cli, NULL);
+    cosmos_client_free(cli);
+    cli = NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Events
+ */
+
+struct evlog {
+    pthread_mutex_t mu;
+    int count[16];
+    char last[16][768];
+};
+
+static void ev_init(struct evlog *e)
+{
+    memset(e, 0, sizeof(*e));
+    pthread_mutex_init(&e->mu, NULL);
+}
+
+static void on_event(void *ctx, const struct feed_event *ev)
+{
+    struct evlog *e = ctx;
+
+    ck_assert(ev->kind > 0 && ev->kind < 16);
+    ck_assert_ptr_nonnull(ev->msg);
+    pthread_mutex_lock(&e->mu);
+    e->count[ev->kind]++;
+    (void)snprintf(e->last[ev->kind], sizeof(e->last[0]), "%s", ev->msg);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int ev_count(struct evlog *e, enum feed_event_kind k)
+{
+    int n;
+
+    pthread_mutex_lock(&e->mu);
+    n = e->count[k];
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+struct ev_wait {
+    struct evlog *e;
+    enum feed_event_kind k;
+    int n;
+};
+
+static bool ev_pred(void *ctx)
+{
+    struct ev_wait *w = ctx;
+
+    return ev_count(w->e, w->k) >= w->n;
+}
+
+static bool ev_wait(struct evlog *e, enum feed_event_kind k, int n, int64_t ms)
+{
+    struct ev_wait w = {e, k, n};
+
+    return ft_wait_until(ev_pred, &w, ms);
+}
+
+/* ---------------------------------------------------------------------------
+ * Consumers
+ */
+
+static void consume_sync(void *ctx, struct feed_item *it)
+{
+    ft_seen_add(ctx, it);
+    feed_item_ack(it);
+}
+
+/* Holds every item; the test acks them. */
+struct holder {
+    pthread_mutex_t mu;
+    struct feed_item *items[1024];
+    size_t n;
+    struct ft_seen *seen;
+};
+
+static void consume_hold(void *ctx, struct feed_item *it)
+{
+    struct holder *h = ctx;
+
+    pthread_mutex_lock(&h->mu);
+    ck_assert_uint_lt(h->n, SF_ARRAY_LEN(h->items));
+    h->items[h->n++] = it;
+    pthread_mutex_unlock(&h->mu);
+    ft_seen_add(h->seen, it);
+}
+
+static void holder_ack_all(struct holder *h)
+{
+    pthread_mutex_lock(&h->mu);
+    for (size_t i = 0; i < h->n; i++)
+        feed_item_ack(h->items[i]);
+    h->n = 0;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void put_n(int from, int to, const char *fixed_pk)
+{
+    for (int i = from; i < to; i++) {
+        char id[32], pk[32];
+
+        (void)snprintf(id, sizeof(id), "i%d", i);
+        (void)snprintf(pk, sizeof(pk), "k%d", i % 37);
+        ft_put(cli, DB, coll, id, fixed_pk ? fixed_pk : pk, i);
+    }
+}
+
+static struct feed_processor *start(struct feed_options *o, struct sf_err *err)
+{
+    struct feed_processor *p = NULL;
+
+    ck_assert_msg(feed_processor_new(cli, cli, o, &p, err) == SF_OK, "%s", err->msg);
+    ck_assert_msg(feed_processor_start(p, err) == SF_OK, "%s", err->msg);
+    return p;
+}
+
+/* Number of ranges p owns and reads. */
+static size_t owned(struct feed_processor *p)
+{
+    struct feed_status *st = NULL;
+    size_t k = 0;
+
+    ck_assert_int_eq(feed_processor_status(p, &st, NULL), SF_OK);
+    for (size_t i = 0; i < st->n; i++)
+        k += strcmp(st->ranges[i].state, "running") == 0;
+    free(st);
+    return k;
+}
+
+struct owned_wait {
+    struct feed_processor *p;
+    size_t n;
+};
+
+static bool owned_pred(void *ctx)
+{
+    struct owned_wait *w = ctx;
+
+    return owned(w->p) == w->n;
+}
+
+static bool wait_owned(struct feed_processor *p, size_t n, int64_t ms)
+{
+    struct owned_wait w = {p, n};
+
+    return ft_wait_until(owned_pred, &w, ms);
+}
+
+/* true when every owned range is caught up: nothing pending, checkpointed, lag 0. */
+static bool settled_pred(void *ctx)
+{
+    struct feed_processor *p = ctx;
+    struct feed_status *st = NULL;
+    bool ok = true;
+
+    ck_assert_int_eq(feed_processor_status(p, &st, NULL), SF_OK);
+    for (size_t i = 0; i < st->n && ok; i++) {
+        const struct feed_range_status *r = &st->ranges[i];
+        ok = r->started && r->pending == 0 && r->lag_lsn == 0 && r->lag_seconds == 0 &&
+             r->checkpointed && r->continuation[0] != '\0';
+    }
+    free(st);
+    return ok;
+}
+
+/* ---------------------------------------------------------------------------
+ * Tests
+ */
+
+START_TEST(drain_several_ranges)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_status *st = NULL;
+    struct feed_lease_info *v;
+    struct ft_seen seen;
+    struct evlog ev;
+    size_t n;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 1000);
+    ev_init(&ev);
+    put_n(0, 150, NULL);
+    ft_feed_options(&o, DB, coll, prefix, "solo");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    o.max_items = 16; /* several pages per range */
+    p = start(&o, &err);
+    ck_assert_str_eq(feed_processor_instance(p), "solo");
+    put_n(150, 200, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 200, 30000), 200);
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(seen.order_errors, 0);
+    ck_assert_int_eq(seen.bad_pk, 0);
+    ck_assert_uint_eq(seen.n_ranges, 4);
+    ck_assert(ft_wait_until(settled_pred, p, 10000));
+    ck_assert_int_eq(feed_processor_status(p, &st, &err), SF_OK);
+    ck_assert_uint_eq(st->n, 4);
+    ck_assert(st->running);
+    for (size_t i = 0; i < st->n; i++) {
+        ck_assert_str_eq(st->ranges[i].owner, "solo");
+        ck_assert_int_eq(st->ranges[i].epoch, 1);
+        ck_assert_str_ne(st->ranges[i].continuation, "");
+        ck_assert_int_ge(st->ranges[i].checkpoints, 1);
+    }
+    ck_assert_int_eq(st->ranges[0].delivered + st->ranges[1].delivered + st->ranges[2].delivered +
+                         st->ranges[3].delivered,
+                     200);
+    free(st);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_ACQUIRED), 4);
+    ck_assert_int_eq(feed_processor_stop(p, 5000, &err), SF_OK);
+    /* Stopped: every lease released with its final checkpoint. */
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RELEASED), 4);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    ck_assert_uint_eq(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(v[i].owner, "");
+        ck_assert_str_ne(v[i].continuation, "");
+        ck_assert_int_ge(v[i].checkpoint_lsn, 1);
+        ck_assert_int_ge(v[i].checkpoint_ts, 1);
+    }
+    free(v);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_LOST), 0);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* Acks out of order: the checkpoint waits for the oldest unacknowledged item. */
+START_TEST(checkpoint_waits_for_oldest)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct holder h = {.n = 0};
+    struct ft_seen seen;
+    struct feed_lease_info *v;
+    int64_t held_lsn = -1, max_lsn = -1;
+    const char *held_range = NULL;
+    size_t n;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 100);
+    pthread_mutex_init(&h.mu, NULL);
+    h.seen = &seen;
+    put_n(0, 30, "one-key");
+    ft_feed_options(&o, DB, coll, prefix, "ooo");
+    o.consume = consume_hold;
+    o.consume_ctx = &h;
+    o.max_items = 7;
+    p = start(&o, &err);
+    ck_assert_int_eq(ft_seen_wait(&seen, 30, 20000), 30);
+    /* Ack everything except item 10, newest first. */
+    pthread_mutex_lock(&h.mu);
+    ck_assert_uint_eq(h.n, 30);
+    for (size_t i = h.n; i-- > 0;) {
+        int64_t lsn = feed_item_lsn(h.items[i]);
+
+        max_lsn = SF_MAX(max_lsn, lsn);
+        if (i == 10) {
+            held_lsn = lsn;
+            held_range = feed_item_range(h.items[i]);
+            continue;
+        }
+        feed_item_ack(h.items[i]);
+    }
+    h.items[0] = h.items[10];
+    h.n = 1;
+    pthread_mutex_unlock(&h.mu);
+    /* Give checkpoints time to happen: they must stop below the held item. */
+    sf_sleep_ms(1000);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(v[i].range, held_range) != 0)
+            continue;
+        ck_assert_int_eq(v[i].checkpoint_lsn, held_lsn - 1);
+        ck_assert_int_gt(v[i].checkpoint_lsn, 0);
+    }
+    free(v);
+    holder_ack_all(&h);
+    sf_sleep_ms(1000);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].range, held_range) == 0)
+            ck_assert_int_ge(v[i].checkpoint_lsn, max_lsn);
+    free(v);
+    ck_assert_int_eq(feed_processor_stop(p, 2000, &err), SF_OK);
+    feed_processor_free(p);
+    pthread_mutex_destroy(&h.mu);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* Before the first read returns a range reports "not started", not the whole container as lag. */
+START_TEST(lag_not_started)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_status *st = NULL;
+    struct ft_seen seen;
+    char rules[256];
+    struct sf_err err;
+
+    ft_seen_init(&seen, 100);
+    put_n(0, 40, NULL);
+    (void)snprintf(rules, sizeof(rules),
+                   "[{\"delayMs\":1500,\"op\":\"changefeed\",\"container\":\"%s\"}]", coll);
+    ft_faults(cli, rules);
+    ft_feed_options(&o, DB, coll, prefix, "lag");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    p = start(&o, &err);
+    ck_assert(wait_owned(p, 4, 10000));
+    ck_assert_int_eq(feed_processor_status(p, &st, &err), SF_OK);
+    ck_assert_uint_eq(st->n, 4);
+    for (size_t i = 0; i < st->n; i++) {
+        ck_assert(!st->ranges[i].started);
+        ck_assert_int_eq(st->ranges[i].lag_lsn, -1);
+        ck_assert_int_eq(st->ranges[i].lag_seconds, -1);
+    }
+    free(st);
+    ft_faults(cli, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 40, 20000), 40);
+    ck_assert(ft_wait_until(settled_pred, p, 10000));
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/*
+ * Two instances balance 2/2; when one stops gracefully the other takes its
+ * leases within about one acquire interval (the lease expiry is 60 s here,
+ * so only the release can explain a quick handoff), and nothing is
+ * delivered twice.
+ */
+START_TEST(graceful_handoff)
+{
+    struct feed_options oa, ob;
+    struct feed_processor *a, *b;
+    struct ft_seen seen;
+    struct evlog ev;
+    int64_t t0, handoff;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 1000);
+    ev_init(&ev);
+    ft_feed_options(&oa, DB, coll, prefix, "A");
+    oa.lease_expiry_ms = 60000;
+    oa.consume = consume_sync;
+    oa.consume_ctx = &seen;
+    oa.on_event = on_event;
+    oa.event_ctx = &ev;
+    ob = oa;
+    ob.instance = "B";
+    a = start(&oa, &err);
+    ck_assert(wait_owned(a, 4, 10000));
+    put_n(0, 100, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 100, 20000), 100);
+    ck_assert(ft_wait_until(settled_pred, a, 10000));
+    b = start(&ob, &err);
+    ck_assert(wait_owned(b, 2, 15000));
+    ck_assert(wait_owned(a, 2, 5000));
+    put_n(100, 200, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 200, 20000), 200);
+    ck_assert(ft_wait_until(settled_pred, a, 10000));
+    ck_assert(ft_wait_until(settled_pred, b, 10000));
+    t0 = sf_mono_ms();
+    ck_assert_int_eq(feed_processor_stop(a, 5000, &err), SF_OK);
+    ck_assert(wait_owned(b, 4, 10000));
+    handoff = sf_mono_ms() - t0;
+    ck_assert_msg(handoff < 10000, "handoff took %lld ms", (long long)handoff);
+    fprintf(stderr, "graceful handoff: %lld ms (acquire interval %lld ms)\n", (long long)handoff,
+            (long long)oa.acquire_ms);
+    put_n(200, 300, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 300, 20000), 300);
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(seen.order_errors, 0);
+    feed_processor_free(a);
+    feed_processor_free(b);
+    ck_assert_uint_eq(ft_leases_of(cli, DB, "leases", prefix, ""), 4);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* Another owner takes a lease behind the processor's back: it stops that range, writes nothing. */
+START_TEST(stale_owner_stops)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_store st = {.cli = cli};
+    struct feed_lease seen_l, thief, after;
+    struct ft_seen seen;
+    struct evlog ev;
+    char id[256];
+    struct sf_err err;
+
+    ft_seen_init(&seen, 1000);
+    ev_init(&ev);
+    feed_lease_init(&seen_l);
+    feed_lease_init(&thief);
+    feed_lease_init(&after);
+    ft_feed_options(&o, DB, coll, prefix, "victim");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    p = start(&o, &err);
+    ck_assert(wait_owned(p, 4, 10000));
+    put_n(0, 50, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 50, 20000), 50);
+    (void)snprintf(st.db, sizeof(st.db), DB);
+    (void)snprintf(st.coll, sizeof(st.coll), "leases");
+    (void)snprintf(st.prefix, sizeof(st.prefix), "%s", prefix);
+    ck_assert_int_eq(feed_lease_id(&st, "2", id, sizeof(id)), SF_OK);
+    ck_assert_int_eq(feed_store_read(&st, id, &seen_l, &err), SF_OK);
+    ck_assert_str_eq(seen_l.owner, "victim");
+    ck_assert_int_eq(feed_lease_acquire(&st, &seen_l, "thief", &thief, &err), SF_OK);
+    put_n(50, 100, NULL);
+    ck_assert(ev_wait(&ev, FEED_EV_LOST, 1, 5000));
+    pthread_mutex_lock(&ev.mu);
+    ck_assert_ptr_nonnull(strstr(ev.last[FEED_EV_LOST], "thief"));
+    pthread_mutex_unlock(&ev.mu);
+    /* The victim wrote nothing after the theft: the thief's state stands. */
+    ck_assert_int_eq(feed_store_read(&st, id, &after, &err), SF_OK);
+    ck_assert_str_eq(after.owner, "thief");
+    ck_assert_int_eq(after.epoch, thief.epoch);
+    ck_assert_str_eq(after.etag, thief.etag);
+    feed_processor_free(p);
+    feed_lease_release(&seen_l);
+    feed_lease_release(&thief);
+    feed_lease_release(&after);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* Faults JSON: how often the first rule fired. */
+static int64_t faults_fired(void)
+{
+    struct cosmos_response resp;
+    struct sf_err err;
+    json_t *j;
+    int64_t fired;
+
+    cosmos_response_init(&resp, 0);
+    ck_assert_int_eq(ft_admin(cli, "GET", "faults", NULL, &resp, &err), SF_OK);
+    j = cosmos_response_json(&resp, &err);
+    ck_assert_ptr_nonnull(j);
+    fired = json_integer_value(sf_json_path(j, "rules.0.fired"));
+    json_decref(j);
+    cosmos_response_release(&resp);
+    return fired;
+}
+
+/* 429s on every kind of lease operation: no item skipped, checkpoints catch up, no stall. */
+START_TEST(lease_throttling)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_lease_info *v;
+    struct ft_seen seen;
+    struct evlog ev;
+    size_t n;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 1000);
+    ev_init(&ev);
+    ft_feed_options(&o, DB, coll, prefix, "throttled");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    o.checkpoint_ms = 100;
+    ft_faults(cli, "[{\"status\":429,\"op\":\"read+write+query\",\"container\":\"leases\","
+                   "\"probability\":0.4,\"retryAfterMs\":5}]");
+    p = start(&o, &err);
+    put_n(0, 200, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 200, 30000), 200);
+    ck_assert(ft_wait_until(settled_pred, p, 15000));
+    ck_assert_int_gt(faults_fired(), 10);
+    ft_faults(cli, NULL);
+    ck_assert_int_eq(seen.order_errors, 0);
+    /* The checkpoints reached the end of each range. */
+    ck_assert_int_eq(feed_processor_stop(p, 5000, &err), SF_OK);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    ck_assert_uint_eq(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t r = 0; r < seen.n_ranges; r++)
+            if (strcmp(seen.ranges[r], v[i].range) == 0)
+                ck_assert_int_ge(v[i].checkpoint_lsn, seen.last_lsn[r]);
+        ck_assert_str_eq(v[i].owner, "");
+    }
+    free(v);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* A consumer that stops acknowledging: the hang guard fires, says why, and releases the lease. */
+START_TEST(hang_guard_no_ack)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_status *st = NULL;
+    struct holder h = {.n = 0};
+    struct ft_seen seen;
+    struct evlog ev;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 100);
+    ev_init(&ev);
+    pthread_mutex_init(&h.mu, NULL);
+    h.seen = &seen;
+    ft_feed_options(&o, DB, coll, prefix, "hung");
+    o.consume = consume_hold;
+    o.consume_ctx = &h;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    o.progress_deadline_ms = 1500;
+    p = start(&o, &err);
+    ck_assert(wait_owned(p, 4, 10000));
+    put_n(0, 5, "stuck-key");
+    ck_assert(ev_wait(&ev, FEED_EV_HANG_GUARD, 1, 10000));
+    pthread_mutex_lock(&ev.mu);
+    ck_assert_ptr_nonnull(strstr(ev.last[FEED_EV_HANG_GUARD], "has not acknowledged"));
+    ck_assert_ptr_nonnull(strstr(ev.last[FEED_EV_HANG_GUARD], "5 items pending"));
+    pthread_mutex_unlock(&ev.mu);
+    ck_assert(ev_wait(&ev, FEED_EV_RELEASED, 1, 5000));
+    ck_assert_int_eq(feed_processor_status(p, &st, &err), SF_OK);
+    ck_assert_uint_eq(st->hang_guard_fired, 1);
+    free(st);
+    /* Late acks of the abandoned range are harmless. */
+    holder_ack_all(&h);
+    ck_assert_int_eq(feed_processor_stop(p, 2000, &err), SF_OK);
+    feed_processor_free(p);
+    pthread_mutex_destroy(&h.mu);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* A callback that does not return: the hang guard names it; once it returns, all items flow. */
+struct blocker {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    bool block;
+    struct ft_seen *seen;
+};
+
+static void consume_block(void *ctx, struct feed_item *it)
+{
+    struct blocker *b = ctx;
+
+    pthread_mutex_lock(&b->mu);
+    while (b->block)
+        pthread_cond_wait(&b->cond, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    ft_seen_add(b->seen, it);
+    feed_item_ack(it);
+}
+
+START_TEST(hang_guard_callback)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct blocker b = {.block = true};
+    struct ft_seen seen;
+    struct evlog ev;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 100);
+    ev_init(&ev);
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_cond_init(&b.cond, NULL);
+    b.seen = &seen;
+    ft_feed_options(&o, DB, coll, prefix, "blocked");
+    o.consume = consume_block;
+    o.consume_ctx = &b;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    o.progress_deadline_ms = 1500;
+    p = start(&o, &err);
+    put_n(0, 3, "block-key");
+    ck_assert(ev_wait(&ev, FEED_EV_HANG_GUARD, 1, 10000));
+    pthread_mutex_lock(&ev.mu);
+    ck_assert_ptr_nonnull(strstr(ev.last[FEED_EV_HANG_GUARD], "callback has not returned"));
+    pthread_mutex_unlock(&ev.mu);
+    pthread_mutex_lock(&b.mu);
+    b.block = false;
+    pthread_cond_broadcast(&b.cond);
+    pthread_mutex_unlock(&b.mu);
+    /* The range is taken again after its cool-down and the items are delivered. */
+    ck_assert_int_eq(ft_seen_wait(&seen, 3, 15000), 3);
+    feed_processor_free(p);
+    pthread_cond_destroy(&b.cond);
+    pthread_mutex_destroy(&b.mu);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* FEED_START_TIME: new leases start at the given time; older items are not delivered. */
+START_TEST(start_at_time)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct ft_seen seen;
+    time_t t;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 100);
+    put_n(0, 20, NULL);
+    /* _ts has one-second resolution: move to the next second before taking the time. */
+    sf_sleep_ms(1100 - (sf_wall_ms() % 1000));
+    t = (time_t)(sf_wall_ms() / 1000);
+    put_n(20, 40, NULL);
+    ft_feed_options(&o, DB, coll, prefix, "timed");
+    o.start = FEED_START_TIME;
+    o.start_time = t;
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    p = start(&o, &err);
+    ck_assert_int_eq(ft_seen_wait(&seen, 20, 20000), 20);
+    ck_assert(ft_wait_until(settled_pred, p, 10000));
+    ck_assert_int_eq(seen.total, 20);
+    for (int i = 0; i < 20; i++)
+        ck_assert_int_eq(seen.count[i], 0);
+    for (int i = 20; i < 40; i++)
+        ck_assert_int_eq(seen.count[i], 1);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/* A split during a run: children get leases from the parent's checkpoint; nothing lost or repeated.
+ */
+START_TEST(split_during_run)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_lease_info *v;
+    struct ft_seen seen;
+    struct evlog ev;
+    size_t n;
+    bool parent_gone = true;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 1000);
+    ev_init(&ev);
+    ft_feed_options(&o, DB, coll, prefix, "splitter");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    p = start(&o, &err);
+    put_n(0, 100, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 100, 20000), 100);
+    ck_assert_msg(ft_split(cli, DB, coll, "1", &err) == SF_OK,
+                  "cosmolite cannot split (POST /_admin/split): %s", err.msg);
+    put_n(100, 200, NULL);
+    ck_assert(ev_wait(&ev, FEED_EV_SPLIT, 1, 15000));
+    ck_assert_int_eq(ft_seen_wait(&seen, 200, 20000), 200);
+    ck_assert(ft_wait_until(settled_pred, p, 10000));
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(seen.order_errors, 0);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    ck_assert_uint_eq(n, 5);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(v[i].range, "1") == 0)
+            parent_gone = false;
+        ck_assert_str_eq(v[i].owner, "splitter");
+    }
+    ck_assert(parent_gone);
+    free(v);
+    ck_assert_uint_eq(owned(p), 5);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("feed_proc");
+    TCase *t = tcase_create("proc");
+
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 90);
+    tcase_add_test(t, drain_several_ranges);
+    tcase_add_test(t, checkpoint_waits_for_oldest);
+    tcase_add_test(t, lag_not_started);
+    tcase_add_test(t, graceful_handoff);
+    tcase_add_test(t, stale_owner_stops);
+    tcase_add_test(t, lease_throttling);
+    tcase_add_test(t, hang_guard_no_ack);
+    tcase_add_test(t, hang_guard_callback);
+    tcase_add_test(t, start_at_time);
+    tcase_add_test(t, split_during_run);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    struct harness_cosmolite_opts o = {.memory = true, .partitions = 4};
+    char bin[4096];
+    struct sf_err err;
+    SRunner *sr;
+    int failed;
+
+    if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
+        fprintf(stderr, "SKIPPED: no cosmolite binary (set SF_COSMOLITE_BIN)\n");
+        return 77;
+    }
+    if (harness_cosmolite_start(&o, &srv, &err) != SF_OK) {
+        fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
+        return EXIT_FAILURE;
+    }
+    sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    harness_cosmolite_free(srv);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
