@@ -1,0 +1,15 @@
+# outbox/ on the change feed: the relay against a real cosmolite and
+# librdkafka's mock cluster, including kill -9 of a relay process (it
+# re-executes itself with --relay-child). Labels outbox, kafka, integration;
+# exit 77 = skipped when no cosmolite binary exists.
+if(TARGET sf_outbox AND TARGET sf_feed AND TARGET cosmolite)
+  include(${CMAKE_CURRENT_LIST_DIR}/kafka_support.cmake)
+  sf_unit_test(test_outbox_feed
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_feed.c
+    LIBS sf_outbox sf_feed sf_test_kafka sf_test_harness Threads::Threads
+    LABELS "outbox;kafka;integration")
+  add_dependencies(test_outbox_feed cosmolite)
+  set_property(TEST test_outbox_feed APPEND PROPERTY
+    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
+  set_tests_properties(test_outbox_feed PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180)
+endif()
