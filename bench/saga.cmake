@@ -1,0 +1,17 @@
+# saga_bench: orders/s through sagafeed end to end against the ceiling of the
+# same writes issued directly, latency at half load, and sagafeed's RSS.
+if(TARGET sagafeed AND TARGET cosmolite)
+  add_executable(saga_bench saga_bench.c)
+  target_link_libraries(saga_bench PRIVATE sf_bench_util sf_processor sf_test_harness
+    PkgConfig::JANSSON Threads::Threads)
+  target_compile_definitions(saga_bench PRIVATE
+    SF_BENCH_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    SF_BENCH_SAGAFEED_PATH="$<TARGET_FILE:sagafeed>"
+    SF_BENCH_COSMOLITE_PATH="$<TARGET_FILE:cosmolite>")
+  add_dependencies(saga_bench sagafeed cosmolite)
+  # A small smoke run: only errors fail it (figures from a sanitizer build mean little).
+  add_test(NAME bench_saga_smoke COMMAND saga_bench --orders 60 --writers 4 --latency-seconds 1)
+  set_tests_properties(bench_saga_smoke PROPERTIES LABELS "bench" TIMEOUT 180)
+  # `cmake --build <dir> --target bench-saga` runs the default benchmark with its targets.
+  add_custom_target(bench-saga COMMAND saga_bench --check DEPENDS saga_bench USES_TERMINAL)
+endif()

@@ -1,0 +1,200 @@
+/*
+ * cfg.h - sagafeed's configuration file: loading and validating a libconfig
+ * file into plain structs.
+ *
+ * What this module checks: syntax, that every key is known, types, ranges,
+ * durations and sizes, required settings, that secrets come from the
+ * environment or a file (never inline), that names are unique and that each
+ * workflow's steps form one chain of states. What it cannot check (it knows
+ * neither Cosmos SQL nor the step kinds, which plugins may add): filters,
+ * templates and step parameters. Those stay as text / JSON here, each with the
+ * file and line it came from, so the processor can validate them and still
+ * report `file:line: what is wrong` (see cfg_action_line).
+ *
+ * Every problem found is recorded as one "file:line: message" diagnostic;
+ * loading continues after a problem so one run reports them all (up to
+ * CFG_DIAG_MAX). A struct cfg is immutable after loading and may be read
+ * from any thread.
+ */
+#ifndef CFG_H
+#define CFG_H
+
+#include <jansson.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+
+#define CFG_DIAG_MAX      64  /* diagnostics kept per load */
+#define CFG_DIAG_LEN      512 /* bytes per diagnostic */
+#define CFG_NAME_MAX      255 /* workflow, step, container and state names */
+#define CFG_WORKFLOWS_MAX 64
+#define CFG_STEPS_MAX     64
+#define CFG_ACTIONS_MAX   8 /* actions of one step side (one batch) */
+#define CFG_PLUGINS_MAX   16
+#define CFG_FAIL_ON_MAX   16
+
+/* Diagnostics: "file:line: message" lines, in the order found. */
+struct cfg_diags {
+    size_t n;
+    size_t dropped; /* problems beyond CFG_DIAG_MAX */
+    char msg[CFG_DIAG_MAX][CFG_DIAG_LEN];
+};
+
+/* Appends "file:line: fmt..." (file NULL prints "<config>"). Keeps count past the cap. */
+void cfg_diag_add(struct cfg_diags *d, const char *file, int line, const char *fmt, ...)
+    SF_PRINTF(4, 5);
+
+enum cfg_start { CFG_START_BEGINNING = 0, CFG_START_NOW, CFG_START_TIME };
+
+struct cfg_cosmos {
+    const char *endpoint; /* NULL: run a private cosmolite (struct cfg_embedded) */
+    const char *key_env;  /* environment variable holding the key, or NULL */
+    const char *key_file; /* file holding the key, or NULL */
+    const char *database; /* required */
+    int64_t connect_timeout_ms;
+    int64_t request_timeout_ms;
+    unsigned max_connections;
+    const char *ca_file; /* NULL: system store */
+    bool tls_verify;
+    const char *consistency; /* NULL: account default */
+    int line;
+};
+
+/* The private cosmolite started when cosmos.endpoint is absent. */
+struct cfg_embedded {
+    const char *data_dir; /* default "sagafeed-data" */
+    const char *binary;   /* NULL: next to the sagafeed executable, then $PATH */
+    int partitions;       /* --partitions for new containers, default 1 */
+    int64_t start_timeout_ms;
+};
+
+struct cfg_feed {
+    const char *lease_container; /* default "leases" */
+    const char *lease_prefix;    /* default "sagafeed" */
+    const char *instance;        /* owner name; NULL: host-pid */
+    enum cfg_start start;
+    int64_t start_time_ms; /* CFG_START_TIME: epoch milliseconds */
+    int64_t poll_interval_ms;
+    int64_t lease_expiry_ms;
+    int64_t renew_interval_ms;
+    int64_t acquire_interval_ms;
+    int64_t hang_timeout_ms;
+    int max_items; /* change-feed page size */
+};
+
+struct cfg_processor {
+    unsigned workers;
+    unsigned lanes;
+    unsigned queue_limit; /* items queued across lanes before the feed is held back */
+    unsigned max_attempts;
+    int64_t backoff_base_ms;
+    int64_t backoff_cap_ms;
+    const char *parking_container; /* default "parked" */
+    int64_t marker_ttl_s;
+    int64_t event_ttl_s;
+    int64_t park_scan_interval_ms;
+    const char *log_level; /* "debug".."error", default "info" */
+    bool log_json;         /* default true */
+};
+
+struct cfg_plugin {
+    const char *path;
+    const char *file;
+    int line;
+};
+
+/*
+ * One action of a step side: a kind name and its parameters, which are every
+ * other key of the group converted to JSON (groups -> objects, lists and
+ * arrays -> arrays, numbers keep int/float). Borrowed from the struct cfg.
+ */
+struct cfg_action {
+    const char *kind;
+    json_t *params;
+    const char *file;
+    int line;
+    const void *setting; /* the libconfig group, for cfg_action_line */
+};
+
+struct cfg_step {
+    const char *name;
+    const char *from;
+    const char *to;
+    const char *foreach; /* template path of an array ("{{item.lines}}" or "item.lines"), or NULL */
+    struct cfg_action actions[CFG_ACTIONS_MAX]; /* "do": one batch or one standalone action */
+    size_t n_actions;
+    struct cfg_action undo[CFG_ACTIONS_MAX]; /* "undo", may be empty */
+    size_t n_undo;
+    int fail_on[CFG_FAIL_ON_MAX]; /* statuses that are business failures, default {412} */
+    size_t n_fail_on;
+    const char *reason; /* template; default "<step> failed" */
+    const char *event;  /* event type of the transition to `to`; NULL: the state name */
+    const char *file;
+    int line;
+    const void *setting; /* the libconfig group, for cfg_line */
+};
+
+struct cfg_workflow {
+    const char *name;
+    const char *container;          /* source container, fed by the change feed */
+    const char *filter;             /* Cosmos SQL "FROM c WHERE ..."; NULL: every item */
+    json_t *filter_params;          /* {"@name": value}, never NULL (maybe empty) */
+    const char *state_field;        /* top-level field holding the state */
+    const char *saga_id;            /* template, default "{{item.id}}" */
+    const char *reason_field;       /* default "reason" */
+    const char *compensating_state; /* default "compensating" */
+    const char *failed_state;       /* required */
+    const char *topic;              /* outbox topic of transition events, NULL: no events */
+    struct cfg_step *steps;
+    size_t n_steps;
+    const char *file;
+    int line;
+    int filter_line;
+    const void *setting; /* the libconfig group, for cfg_line */
+};
+
+struct cfg {
+    const char *path;
+    struct cfg_cosmos cosmos;
+    struct cfg_embedded embedded;
+    struct cfg_feed feed;
+    struct cfg_processor processor;
+    struct cfg_plugin plugins[CFG_PLUGINS_MAX];
+    size_t n_plugins;
+    struct cfg_workflow *workflows;
+    size_t n_workflows;
+    void *priv; /* libconfig tree and string storage */
+};
+
+/*
+ * Loads and validates the file at path. On success *ret_cfg is a new config
+ * (free with cfg_free). On failure returns SF_EINVAL (or SF_EIO when the file
+ * cannot be read, SF_ENOMEM), *ret_cfg is untouched, err holds the first
+ * diagnostic and diags (may be NULL) all of them. Any thread.
+ */
+enum sf_rc cfg_load(const char *path, struct cfg **ret_cfg, struct cfg_diags *diags,
+                    struct sf_err *err);
+
+/* The same from text in memory; name is used as the file name in diagnostics. */
+enum sf_rc cfg_load_string(const char *text, const char *name, struct cfg **ret_cfg,
+                           struct cfg_diags *diags, struct sf_err *err);
+
+void cfg_free(struct cfg *cfg);
+
+/*
+ * The source line of a parameter inside an action, given as a path like
+ * "ops[1].path" or "document.total"; falls back to the nearest existing
+ * parent and finally to the action's own line.
+ */
+int cfg_action_line(const struct cfg_action *a, const char *param_path);
+
+/*
+ * The source line of key path (as for cfg_action_line) inside a workflow's
+ * or step's group (their `setting`); fallback when the group is NULL.
+ */
+int cfg_line(const void *setting, const char *path, int fallback);
+
+/* The workflow named name, or NULL. Borrowed. */
+const struct cfg_workflow *cfg_workflow_find(const struct cfg *cfg, const char *name);
+
+#endif

@@ -1,0 +1,1064 @@
+/*
+ * cfg_load.c - reads a libconfig file into struct cfg and validates it.
+ *
+ * Strings in struct cfg point into the libconfig tree (or are literals for
+ * defaults), so the tree lives as long as the struct cfg. Every check that
+ * fails adds a diagnostic and loading goes on, so one run of check-config
+ * shows every mistake.
+ */
+#include "common/sf_base.h"
+
+#include <errno.h>
+#include <stdarg.h>
+
+#include <libconfig.h>
+
+#include "common/sf_parse.h"
+#include "common/sf_time.h"
+#include "config/cfg.h"
+
+struct cfg_priv {
+    config_t lc;
+    char *name; /* file name used in diagnostics */
+};
+
+struct loader {
+    struct cfg *cfg;
+    struct cfg_diags *diags;
+    const char *name;
+};
+
+void cfg_diag_add(struct cfg_diags *d, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (d == NULL)
+        return;
+    if (d->n >= CFG_DIAG_MAX) {
+        d->dropped++;
+        return;
+    }
+    n = snprintf(d->msg[d->n], CFG_DIAG_LEN, "%s:%d: ", file != NULL ? file : "<config>", line);
+    if (n < 0 || n >= CFG_DIAG_LEN)
+        n = 0;
+    va_start(ap, fmt);
+    (void)vsnprintf(d->msg[d->n] + n, CFG_DIAG_LEN - (size_t)n, fmt, ap);
+    va_end(ap);
+    d->n++;
+}
+
+static const char *src_file(const struct loader *ld, const config_setting_t *s)
+{
+    const char *f = s != NULL ? config_setting_source_file(s) : NULL;
+
+    return f != NULL ? f : ld->name;
+}
+
+static int src_line(const config_setting_t *s)
+{
+    return s != NULL ? (int)config_setting_source_line(s) : 0;
+}
+
+static void diag(struct loader *ld, const config_setting_t *s, const char *fmt, ...)
+    SF_PRINTF(3, 4);
+
+static void diag(struct loader *ld, const config_setting_t *s, const char *fmt, ...)
+{
+    char msg[CFG_DIAG_LEN];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cfg_diag_add(ld->diags, src_file(ld, s), src_line(s), "%s", msg);
+}
+
+/* The printable name of a setting for messages: "cosmos.endpoint", "workflows[0].steps[1]". */
+static void setting_path(const config_setting_t *s, char *out, size_t size)
+{
+    char tmp[256];
+
+    out[0] = '\0';
+    for (; s != NULL && !config_setting_is_root(s); s = config_setting_parent(s)) {
+        const char *nm = config_setting_name(s);
+
+        if (nm != NULL)
+            (void)snprintf(tmp, sizeof(tmp), "%s%s%s", nm,
+                           out[0] != '\0' && out[0] != '[' ? "." : "", out);
+        else
+            (void)snprintf(tmp, sizeof(tmp), "[%d]%s%s", config_setting_index(s),
+                           out[0] != '\0' && out[0] != '[' ? "." : "", out);
+        (void)snprintf(out, size, "%s", tmp);
+    }
+}
+
+/* Reports every member of group whose name is not in allowed (NULL-terminated). */
+static void check_keys(struct loader *ld, const config_setting_t *group, const char *const *allowed)
+{
+    int n = config_setting_length(group);
+
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *m = config_setting_get_elem(group, (unsigned)i);
+        const char *nm = config_setting_name(m);
+        bool ok = false;
+
+        for (size_t k = 0; allowed[k] != NULL && nm != NULL; k++)
+            if (strcmp(allowed[k], nm) == 0)
+                ok = true;
+        if (!ok) {
+            char where[256];
+
+            setting_path(group, where, sizeof(where));
+            diag(ld, m, "unknown key '%s'%s%s", nm != NULL ? nm : "?", where[0] ? " in " : "",
+                 where);
+        }
+    }
+}
+
+static const char *type_name(int t)
+{
+    switch (t) {
+    case CONFIG_TYPE_GROUP:
+        return "a group";
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        return "an integer";
+    case CONFIG_TYPE_FLOAT:
+        return "a number";
+    case CONFIG_TYPE_STRING:
+        return "a string";
+    case CONFIG_TYPE_BOOL:
+        return "a boolean";
+    case CONFIG_TYPE_ARRAY:
+        return "an array";
+    case CONFIG_TYPE_LIST:
+        return "a list";
+    default:
+        return "a value";
+    }
+}
+
+/*
+ * A string member. Missing: *out = def (and a diagnostic when required).
+ * Present but empty is an error too: an empty name is never meant.
+ */
+static void get_str(struct loader *ld, const config_setting_t *g, const char *key, bool required,
+                    const char *def, const char **out)
+{
+    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
+    char where[256];
+
+    *out = def;
+    if (s == NULL) {
+        if (required) {
+            setting_path(g, where, sizeof(where));
+            diag(ld, g, "missing required key '%s'%s%s", key, where[0] ? " in " : "", where);
+        }
+        return;
+    }
+    setting_path(s, where, sizeof(where));
+    if (config_setting_type(s) != CONFIG_TYPE_STRING) {
+        diag(ld, s, "%s must be a string, not %s", where, type_name(config_setting_type(s)));
+        return;
+    }
+    if (config_setting_get_string(s)[0] == '\0') {
+        diag(ld, s, "%s must not be empty", where);
+        return;
+    }
+    *out = config_setting_get_string(s);
+}
+
+/* An integer member within [min, max]. */
+static void get_int(struct loader *ld, const config_setting_t *g, const char *key, int64_t min,
+                    int64_t max, int64_t def, int64_t *out)
+{
+    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
+    char where[256];
+    long long v;
+
+    *out = def;
+    if (s == NULL)
+        return;
+    setting_path(s, where, sizeof(where));
+    if (config_setting_type(s) != CONFIG_TYPE_INT && config_setting_type(s) != CONFIG_TYPE_INT64) {
+        diag(ld, s, "%s must be an integer, not %s", where, type_name(config_setting_type(s)));
+        return;
+    }
+    v = config_setting_get_int64(s);
+    if (v < min || v > max) {
+        diag(ld, s, "%s = %lld is out of range [%lld, %lld]", where, v, (long long)min,
+             (long long)max);
+        return;
+    }
+    *out = v;
+}
+
+static void get_bool(struct loader *ld, const config_setting_t *g, const char *key, bool def,
+                     bool *out)
+{
+    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
+    char where[256];
+
+    *out = def;
+    if (s == NULL)
+        return;
+    if (config_setting_type(s) != CONFIG_TYPE_BOOL) {
+        setting_path(s, where, sizeof(where));
+        diag(ld, s, "%s must be true or false, not %s", where, type_name(config_setting_type(s)));
+        return;
+    }
+    *out = config_setting_get_bool(s) != 0;
+}
+
+/* A duration: "250ms", "5s", "2m", "1h" or an integer of milliseconds, within [min, max]. */
+static void get_duration(struct loader *ld, const config_setting_t *g, const char *key,
+                         int64_t min_ms, int64_t max_ms, int64_t def, int64_t *out)
+{
+    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
+    char where[256];
+    int64_t v;
+
+    *out = def;
+    if (s == NULL)
+        return;
+    setting_path(s, where, sizeof(where));
+    if (config_setting_type(s) == CONFIG_TYPE_INT || config_setting_type(s) == CONFIG_TYPE_INT64) {
+        v = config_setting_get_int64(s);
+    } else if (config_setting_type(s) == CONFIG_TYPE_STRING) {
+        if (sf_parse_duration_ms(config_setting_get_string(s), &v) != SF_OK) {
+            diag(ld, s, "%s: '%s' is not a duration (like \"250ms\", \"5s\", \"2m\", \"1h\")",
+                 where, config_setting_get_string(s));
+            return;
+        }
+    } else {
+        diag(ld, s, "%s must be a duration, not %s", where, type_name(config_setting_type(s)));
+        return;
+    }
+    if (v < min_ms || v > max_ms) {
+        diag(ld, s, "%s = %lldms is out of range [%lldms, %lldms]", where, (long long)v,
+             (long long)min_ms, (long long)max_ms);
+        return;
+    }
+    *out = v;
+}
+
+/* A group member that must be a group when present. */
+static const config_setting_t *get_group(struct loader *ld, const config_setting_t *g,
+                                         const char *key)
+{
+    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
+
+    if (s != NULL && !config_setting_is_group(s)) {
+        diag(ld, s, "'%s' must be a group { ... }, not %s", key, type_name(config_setting_type(s)));
+        return NULL;
+    }
+    return s;
+}
+
+/* Names: containers, workflows, steps, states. Conservative: what Cosmos ids and topics allow. */
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > CFG_NAME_MAX || s[n - 1] == ' ')
+        return false;
+    for (; *s != '\0'; s++)
+        if (*s == '/' || *s == '\\' || *s == '?' || *s == '#' || (unsigned char)*s < 0x20)
+            return false;
+    return true;
+}
+
+static void check_name(struct loader *ld, const config_setting_t *g, const char *key, const char *v)
+{
+    if (v != NULL && !name_ok(v))
+        diag(ld, config_setting_get_member(g, key),
+             "%s '%s' is not a valid name (1-%d bytes, no / \\ ? # or control characters)", key, v,
+             CFG_NAME_MAX);
+}
+
+/* ---------------------------------------------------------------------------
+ * Sections
+ */
+
+static void load_cosmos(struct loader *ld, const config_setting_t *root)
+{
+    static const char *const keys[] = {
+        "endpoint", "key_env",         "key_file",        "key",
+        "database", "connect_timeout", "request_timeout", "max_connections",
+        "ca_file",  "tls_verify",      "consistency",     NULL};
+    struct cfg_cosmos *c = &ld->cfg->cosmos;
+    const config_setting_t *g = get_group(ld, root, "cosmos");
+    int64_t v;
+
+    c->line = src_line(g);
+    get_str(ld, g, "endpoint", false, NULL, &c->endpoint);
+    get_str(ld, g, "key_env", false, NULL, &c->key_env);
+    get_str(ld, g, "key_file", false, NULL, &c->key_file);
+    get_str(ld, g, "database", false, "sagafeed", &c->database);
+    get_duration(ld, g, "connect_timeout", 1, 600000, 5000, &c->connect_timeout_ms);
+    get_duration(ld, g, "request_timeout", 1, 600000, 30000, &c->request_timeout_ms);
+    get_int(ld, g, "max_connections", 1, 1024, 16, &v);
+    c->max_connections = (unsigned)v;
+    get_str(ld, g, "ca_file", false, NULL, &c->ca_file);
+    get_bool(ld, g, "tls_verify", true, &c->tls_verify);
+    get_str(ld, g, "consistency", false, NULL, &c->consistency);
+    if (g == NULL)
+        return;
+    check_keys(ld, g, keys);
+    check_name(ld, g, "database", c->database);
+    if (config_setting_get_member(g, "key") != NULL)
+        diag(ld, config_setting_get_member(g, "key"),
+             "cosmos.key: secrets are not accepted inline; use key_env (an environment "
+             "variable) or key_file");
+    if (c->key_env != NULL && c->key_file != NULL)
+        diag(ld, config_setting_get_member(g, "key_file"),
+             "cosmos: give key_env or key_file, not both");
+    if (c->endpoint != NULL) {
+        if (strncmp(c->endpoint, "http://", 7) != 0 && strncmp(c->endpoint, "https://", 8) != 0)
+            diag(ld, config_setting_get_member(g, "endpoint"),
+                 "cosmos.endpoint '%s' must be an http:// or https:// URL", c->endpoint);
+        if (c->key_env == NULL && c->key_file == NULL)
+            diag(ld, config_setting_get_member(g, "endpoint"),
+                 "cosmos.endpoint is set but no key: add key_env or key_file");
+    } else if (c->key_env != NULL || c->key_file != NULL) {
+        diag(ld, g, "cosmos: a key without an endpoint; the embedded cosmolite uses its own key");
+    }
+    if (c->consistency != NULL && strcmp(c->consistency, "Strong") != 0 &&
+        strcmp(c->consistency, "BoundedStaleness") != 0 && strcmp(c->consistency, "Session") != 0 &&
+        strcmp(c->consistency, "ConsistentPrefix") != 0 && strcmp(c->consistency, "Eventual") != 0)
+        diag(ld, config_setting_get_member(g, "consistency"),
+             "cosmos.consistency '%s' is not one of Strong, BoundedStaleness, Session, "
+             "ConsistentPrefix, Eventual",
+             c->consistency);
+}
+
+static void load_embedded(struct loader *ld, const config_setting_t *root)
+{
+    static const char *const keys[] = {"data_dir", "binary", "partitions", "start_timeout", NULL};
+    struct cfg_embedded *e = &ld->cfg->embedded;
+    const config_setting_t *g = get_group(ld, root, "embedded");
+    int64_t v;
+
+    get_str(ld, g, "data_dir", false, "sagafeed-data", &e->data_dir);
+    get_str(ld, g, "binary", false, NULL, &e->binary);
+    get_int(ld, g, "partitions", 1, 1024, 1, &v);
+    e->partitions = (int)v;
+    get_duration(ld, g, "start_timeout", 100, 600000, 15000, &e->start_timeout_ms);
+    if (g == NULL)
+        return;
+    check_keys(ld, g, keys);
+    if (ld->cfg->cosmos.endpoint != NULL)
+        diag(ld, g, "embedded: has no effect when cosmos.endpoint is set; remove one of them");
+}
+
+static void load_feed(struct loader *ld, const config_setting_t *root)
+{
+    static const char *const keys[] = {"lease_container",
+                                       "lease_prefix",
+                                       "instance",
+                                       "start",
+                                       "poll_interval",
+                                       "lease_expiry",
+                                       "renew_interval",
+                                       "acquire_interval",
+                                       "hang_timeout",
+                                       "max_items",
+                                       NULL};
+    struct cfg_feed *f = &ld->cfg->feed;
+    const config_setting_t *g = get_group(ld, root, "feed");
+    const char *start = NULL;
+    int64_t v;
+
+    get_str(ld, g, "lease_container", false, "leases", &f->lease_container);
+    get_str(ld, g, "lease_prefix", false, "sagafeed", &f->lease_prefix);
+    get_str(ld, g, "instance", false, NULL, &f->instance);
+    get_str(ld, g, "start", false, "beginning", &start);
+    get_duration(ld, g, "poll_interval", 1, 600000, 500, &f->poll_interval_ms);
+    get_duration(ld, g, "lease_expiry", 1000, 3600000, 20000, &f->lease_expiry_ms);
+    get_duration(ld, g, "renew_interval", 100, 3600000, 5000, &f->renew_interval_ms);
+    get_duration(ld, g, "acquire_interval", 100, 3600000, 5000, &f->acquire_interval_ms);
+    get_duration(ld, g, "hang_timeout", 1000, 3600000, 60000, &f->hang_timeout_ms);
+    get_int(ld, g, "max_items", 1, 1000, 100, &v);
+    f->max_items = (int)v;
+    f->start = CFG_START_BEGINNING;
+    if (start != NULL && strcmp(start, "beginning") == 0) {
+        f->start = CFG_START_BEGINNING;
+    } else if (start != NULL && strcmp(start, "now") == 0) {
+        f->start = CFG_START_NOW;
+    } else if (start != NULL) {
+        if (sf_time_parse_iso8601(start, &f->start_time_ms) == SF_OK)
+            f->start = CFG_START_TIME;
+        else
+            diag(ld, config_setting_get_member(g, "start"),
+                 "feed.start '%s' must be \"beginning\", \"now\" or an ISO 8601 time "
+                 "(2026-01-31T12:00:00Z)",
+                 start);
+    }
+    if (g == NULL)
+        return;
+    check_keys(ld, g, keys);
+    check_name(ld, g, "lease_container", f->lease_container);
+    if (f->renew_interval_ms >= f->lease_expiry_ms)
+        diag(ld, g, "feed.renew_interval (%lldms) must be shorter than feed.lease_expiry (%lldms)",
+             (long long)f->renew_interval_ms, (long long)f->lease_expiry_ms);
+}
+
+static void load_processor(struct loader *ld, const config_setting_t *root)
+{
+    static const char *const keys[] = {"workers",
+                                       "lanes",
+                                       "queue_limit",
+                                       "max_attempts",
+                                       "backoff_base",
+                                       "backoff_cap",
+                                       "parking_container",
+                                       "marker_ttl",
+                                       "event_ttl",
+                                       "park_scan_interval",
+                                       "log_level",
+                                       "log_json",
+                                       NULL};
+    struct cfg_processor *p = &ld->cfg->processor;
+    const config_setting_t *g = get_group(ld, root, "processor");
+    int64_t v;
+
+    get_int(ld, g, "workers", 1, 256, 4, &v);
+    p->workers = (unsigned)v;
+    get_int(ld, g, "lanes", 1, 4096, 64, &v);
+    p->lanes = (unsigned)v;
+    get_int(ld, g, "queue_limit", 1, 1000000, 4096, &v);
+    p->queue_limit = (unsigned)v;
+    get_int(ld, g, "max_attempts", 1, 1000, 6, &v);
+    p->max_attempts = (unsigned)v;
+    get_duration(ld, g, "backoff_base", 1, 600000, 50, &p->backoff_base_ms);
+    get_duration(ld, g, "backoff_cap", 1, 3600000, 5000, &p->backoff_cap_ms);
+    get_str(ld, g, "parking_container", false, "parked", &p->parking_container);
+    get_duration(ld, g, "marker_ttl", 1000, INT64_C(10) * 365 * 86400 * 1000, INT64_C(7) * 86400000,
+                 &v);
+    p->marker_ttl_s = v / 1000;
+    get_duration(ld, g, "event_ttl", 1000, INT64_C(10) * 365 * 86400 * 1000, INT64_C(7) * 86400000,
+                 &v);
+    p->event_ttl_s = v / 1000;
+    get_duration(ld, g, "park_scan_interval", 100, 3600000, 2000, &p->park_scan_interval_ms);
+    get_str(ld, g, "log_level", false, "info", &p->log_level);
+    get_bool(ld, g, "log_json", true, &p->log_json);
+    if (g == NULL)
+        return;
+    check_keys(ld, g, keys);
+    check_name(ld, g, "parking_container", p->parking_container);
+    if (p->backoff_cap_ms < p->backoff_base_ms)
+        diag(ld, g, "processor.backoff_cap (%lldms) is below processor.backoff_base (%lldms)",
+             (long long)p->backoff_cap_ms, (long long)p->backoff_base_ms);
+    if (strcmp(p->log_level, "debug") != 0 && strcmp(p->log_level, "info") != 0 &&
+        strcmp(p->log_level, "warn") != 0 && strcmp(p->log_level, "error") != 0)
+        diag(ld, config_setting_get_member(g, "log_level"),
+             "processor.log_level '%s' must be debug, info, warn or error", p->log_level);
+}
+
+static void load_plugins(struct loader *ld, const config_setting_t *root)
+{
+    const config_setting_t *l = config_setting_get_member(root, "plugins");
+    int n;
+
+    if (l == NULL)
+        return;
+    if (!config_setting_is_list(l) && !config_setting_is_array(l)) {
+        diag(ld, l, "plugins must be a list of paths [\"a.so\", ...], not %s",
+             type_name(config_setting_type(l)));
+        return;
+    }
+    n = config_setting_length(l);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        struct cfg_plugin *p;
+
+        if (config_setting_type(e) != CONFIG_TYPE_STRING ||
+            config_setting_get_string(e)[0] == '\0') {
+            diag(ld, e, "plugins[%d] must be a non-empty path string", i);
+            continue;
+        }
+        if (ld->cfg->n_plugins >= CFG_PLUGINS_MAX) {
+            diag(ld, e, "too many plugins (at most %d)", CFG_PLUGINS_MAX);
+            return;
+        }
+        p = &ld->cfg->plugins[ld->cfg->n_plugins++];
+        p->path = config_setting_get_string(e);
+        p->file = src_file(ld, e);
+        p->line = src_line(e);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * libconfig -> JSON for action parameters
+ */
+
+static json_t *setting_to_json(const config_setting_t *s)
+{
+    json_t *out = NULL;
+    int n;
+
+    switch (config_setting_type(s)) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        return json_integer(config_setting_get_int64(s));
+    case CONFIG_TYPE_FLOAT:
+        return json_real(config_setting_get_float(s));
+    case CONFIG_TYPE_BOOL:
+        return json_boolean(config_setting_get_bool(s));
+    case CONFIG_TYPE_STRING:
+        return json_string(config_setting_get_string(s));
+    case CONFIG_TYPE_GROUP:
+        out = json_object();
+        n = config_setting_length(s);
+        for (int i = 0; out != NULL && i < n; i++) {
+            const config_setting_t *m = config_setting_get_elem(s, (unsigned)i);
+            json_t *v = setting_to_json(m);
+
+            if (v == NULL || json_object_set_new(out, config_setting_name(m), v) != 0) {
+                json_decref(out);
+                out = NULL;
+            }
+        }
+        return out;
+    case CONFIG_TYPE_ARRAY:
+    case CONFIG_TYPE_LIST:
+        out = json_array();
+        n = config_setting_length(s);
+        for (int i = 0; out != NULL && i < n; i++) {
+            json_t *v = setting_to_json(config_setting_get_elem(s, (unsigned)i));
+
+            if (v == NULL || json_array_append_new(out, v) != 0) {
+                json_decref(out);
+                out = NULL;
+            }
+        }
+        return out;
+    default:
+        return NULL;
+    }
+}
+
+static void load_action(struct loader *ld, const config_setting_t *g, struct cfg_action *a)
+{
+    a->setting = g;
+    a->file = src_file(ld, g);
+    a->line = src_line(g);
+    if (!config_setting_is_group(g)) {
+        diag(ld, g, "an action must be a group { kind = \"...\"; ... }, not %s",
+             type_name(config_setting_type(g)));
+        return;
+    }
+    get_str(ld, g, "kind", true, NULL, &a->kind);
+    a->params = setting_to_json(g);
+    if (a->params == NULL) {
+        diag(ld, g, "out of memory converting the action parameters");
+        return;
+    }
+    (void)json_object_del(a->params, "kind");
+}
+
+/* "do" / "undo": one action group or a list of them (one batch in one partition). */
+static size_t load_actions(struct loader *ld, const config_setting_t *step, const char *key,
+                           struct cfg_action *out)
+{
+    const config_setting_t *s = config_setting_get_member(step, key);
+    size_t n = 0;
+
+    if (s == NULL)
+        return 0;
+    if (config_setting_is_group(s)) {
+        load_action(ld, s, &out[0]);
+        return 1;
+    }
+    if (!config_setting_is_list(s)) {
+        diag(ld, s, "'%s' must be an action group or a list of action groups, not %s", key,
+             type_name(config_setting_type(s)));
+        return 0;
+    }
+    if (config_setting_length(s) == 0) {
+        diag(ld, s, "'%s' is an empty list", key);
+        return 0;
+    }
+    for (int i = 0; i < config_setting_length(s); i++) {
+        if (n >= CFG_ACTIONS_MAX) {
+            diag(ld, s, "'%s' has more than %d actions", key, CFG_ACTIONS_MAX);
+            break;
+        }
+        load_action(ld, config_setting_get_elem(s, (unsigned)i), &out[n++]);
+    }
+    return n;
+}
+
+static void load_fail_on(struct loader *ld, const config_setting_t *g, struct cfg_step *st)
+{
+    const config_setting_t *s = config_setting_get_member(g, "fail_on");
+
+    st->n_fail_on = 1;
+    st->fail_on[0] = 412;
+    if (s == NULL)
+        return;
+    if (!config_setting_is_array(s) && !config_setting_is_list(s)) {
+        diag(ld, s, "fail_on must be an array of HTTP statuses like [412, 409]");
+        return;
+    }
+    st->n_fail_on = 0;
+    for (int i = 0; i < config_setting_length(s); i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        long long v;
+
+        if (config_setting_type(e) != CONFIG_TYPE_INT) {
+            diag(ld, e, "fail_on[%d] must be an HTTP status (integer)", i);
+            continue;
+        }
+        v = config_setting_get_int64(e);
+        if (v < 400 || v > 499 || v == 429 || v == 408 || v == 449) {
+            diag(ld, e,
+                 "fail_on[%d] = %lld: business failures are 4xx statuses other than 408, 429 "
+                 "and 449 (those are transient)",
+                 i, v);
+            continue;
+        }
+        if (st->n_fail_on >= CFG_FAIL_ON_MAX) {
+            diag(ld, e, "fail_on has more than %d statuses", CFG_FAIL_ON_MAX);
+            return;
+        }
+        st->fail_on[st->n_fail_on++] = (int)v;
+    }
+}
+
+static void load_step(struct loader *ld, const config_setting_t *g, struct cfg_step *st)
+{
+    static const char *const keys[] = {"name", "from",    "to",     "foreach", "do",
+                                       "undo", "fail_on", "reason", "event",   NULL};
+
+    st->file = src_file(ld, g);
+    st->line = src_line(g);
+    st->setting = g;
+    if (!config_setting_is_group(g)) {
+        diag(ld, g, "a step must be a group { name = ...; from = ...; to = ...; do = ...; }");
+        return;
+    }
+    check_keys(ld, g, keys);
+    get_str(ld, g, "name", true, NULL, &st->name);
+    get_str(ld, g, "from", true, NULL, &st->from);
+    get_str(ld, g, "to", true, NULL, &st->to);
+    get_str(ld, g, "foreach", false, NULL, &st->foreach);
+    get_str(ld, g, "reason", false, NULL, &st->reason);
+    get_str(ld, g, "event", false, NULL, &st->event);
+    check_name(ld, g, "name", st->name);
+    check_name(ld, g, "from", st->from);
+    check_name(ld, g, "to", st->to);
+    if (config_setting_get_member(g, "do") == NULL)
+        diag(ld, g, "step '%s' has no 'do' action", st->name != NULL ? st->name : "?");
+    st->n_actions = load_actions(ld, g, "do", st->actions);
+    st->n_undo = load_actions(ld, g, "undo", st->undo);
+    load_fail_on(ld, g, st);
+    if (st->from != NULL && st->to != NULL && strcmp(st->from, st->to) == 0)
+        diag(ld, g, "step '%s' goes from '%s' to itself", st->name != NULL ? st->name : "?",
+             st->from);
+}
+
+/* Checks the states of one workflow: one chain, no state used twice, reserved states apart. */
+static void check_chain(struct loader *ld, const config_setting_t *wg, struct cfg_workflow *w)
+{
+    for (size_t i = 0; i < w->n_steps; i++) {
+        const struct cfg_step *s = &w->steps[i];
+
+        if (s->name == NULL || s->from == NULL || s->to == NULL)
+            continue;
+        for (size_t j = 0; j < i; j++) {
+            if (w->steps[j].name != NULL && strcmp(w->steps[j].name, s->name) == 0)
+                cfg_diag_add(ld->diags, s->file, s->line,
+                             "workflow '%s': step name '%s' is used twice (first at line %d)",
+                             w->name, s->name, w->steps[j].line);
+            if (w->steps[j].from != NULL && strcmp(w->steps[j].from, s->from) == 0)
+                cfg_diag_add(ld->diags, s->file, s->line,
+                             "workflow '%s': two steps start from state '%s' (first at line %d)",
+                             w->name, s->from, w->steps[j].line);
+        }
+        if (i > 0 && w->steps[i - 1].to != NULL && strcmp(w->steps[i - 1].to, s->from) != 0)
+            cfg_diag_add(ld->diags, s->file, s->line,
+                         "workflow '%s': step '%s' starts from '%s' but the previous step '%s' "
+                         "ends in '%s'; steps must form one chain in order",
+                         w->name, s->name, s->from, w->steps[i - 1].name, w->steps[i - 1].to);
+        if (strcmp(s->from, w->failed_state) == 0 || strcmp(s->to, w->failed_state) == 0 ||
+            strcmp(s->from, w->compensating_state) == 0 ||
+            strcmp(s->to, w->compensating_state) == 0)
+            cfg_diag_add(ld->diags, s->file, s->line,
+                         "workflow '%s': step '%s' uses the reserved state '%s' (failed_state / "
+                         "compensating_state belong to the engine)",
+                         w->name, s->name,
+                         strcmp(s->from, w->failed_state) == 0 ||
+                                 strcmp(s->to, w->failed_state) == 0
+                             ? w->failed_state
+                             : w->compensating_state);
+    }
+    if (w->n_steps > 0 && w->steps[0].from != NULL) {
+        const char *first = w->steps[0].from;
+
+        for (size_t i = 0; i < w->n_steps; i++)
+            if (w->steps[i].to != NULL && strcmp(w->steps[i].to, first) == 0)
+                cfg_diag_add(ld->diags, w->steps[i].file, w->steps[i].line,
+                             "workflow '%s': step '%s' loops back to the start state '%s'", w->name,
+                             w->steps[i].name, first);
+    }
+    if (strcmp(w->failed_state, w->compensating_state) == 0)
+        diag(ld, wg, "workflow '%s': failed_state and compensating_state are both '%s'", w->name,
+             w->failed_state);
+}
+
+static void load_filter_params(struct loader *ld, const config_setting_t *wg,
+                               struct cfg_workflow *w)
+{
+    const config_setting_t *g = config_setting_get_member(wg, "filter_params");
+
+    w->filter_params = json_object();
+    if (w->filter_params == NULL) {
+        diag(ld, wg, "out of memory");
+        return;
+    }
+    if (g == NULL)
+        return;
+    if (!config_setting_is_group(g)) {
+        diag(ld, g, "filter_params must be a group { name = value; } (used as @name)");
+        return;
+    }
+    for (int i = 0; i < config_setting_length(g); i++) {
+        const config_setting_t *m = config_setting_get_elem(g, (unsigned)i);
+        char name[CFG_NAME_MAX + 2];
+        json_t *v = setting_to_json(m);
+
+        (void)snprintf(name, sizeof(name), "@%s", config_setting_name(m));
+        if (v == NULL || json_object_set_new(w->filter_params, name, v) != 0)
+            diag(ld, m, "out of memory");
+    }
+}
+
+static void load_workflow(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
+{
+    static const char *const keys[] = {
+        "name",         "container", "filter",       "filter_params",
+        "state_field",  "saga_id",   "reason_field", "compensating_state",
+        "failed_state", "topic",     "steps",        NULL};
+    const config_setting_t *steps;
+
+    w->file = src_file(ld, g);
+    w->line = src_line(g);
+    w->setting = g;
+    if (!config_setting_is_group(g)) {
+        diag(ld, g, "a workflow must be a group { name = ...; container = ...; steps = (...); }");
+        return;
+    }
+    check_keys(ld, g, keys);
+    get_str(ld, g, "name", true, NULL, &w->name);
+    get_str(ld, g, "container", true, NULL, &w->container);
+    get_str(ld, g, "filter", false, NULL, &w->filter);
+    w->filter_line = config_setting_get_member(g, "filter") != NULL
+                         ? src_line(config_setting_get_member(g, "filter"))
+                         : w->line;
+    load_filter_params(ld, g, w);
+    get_str(ld, g, "state_field", true, NULL, &w->state_field);
+    get_str(ld, g, "saga_id", false, "{{item.id}}", &w->saga_id);
+    get_str(ld, g, "reason_field", false, "reason", &w->reason_field);
+    get_str(ld, g, "compensating_state", false, "compensating", &w->compensating_state);
+    get_str(ld, g, "failed_state", true, NULL, &w->failed_state);
+    get_str(ld, g, "topic", false, NULL, &w->topic);
+    check_name(ld, g, "name", w->name);
+    check_name(ld, g, "container", w->container);
+    check_name(ld, g, "failed_state", w->failed_state);
+    check_name(ld, g, "compensating_state", w->compensating_state);
+    if (w->state_field != NULL &&
+        (strchr(w->state_field, '.') != NULL || strchr(w->state_field, '/') != NULL ||
+         strchr(w->state_field, '\'') != NULL || w->state_field[0] == '_'))
+        diag(ld, config_setting_get_member(g, "state_field"),
+             "state_field '%s' must be a top-level field name (no '.', '/', quote, leading '_')",
+             w->state_field);
+    if (w->reason_field != NULL &&
+        (strchr(w->reason_field, '/') != NULL || strchr(w->reason_field, '~') != NULL ||
+         w->reason_field[0] == '_'))
+        diag(ld, config_setting_get_member(g, "reason_field"),
+             "reason_field '%s' must be a top-level field name", w->reason_field);
+    steps = config_setting_get_member(g, "steps");
+    if (steps == NULL) {
+        diag(ld, g, "workflow '%s' has no steps", w->name != NULL ? w->name : "?");
+        return;
+    }
+    if (!config_setting_is_list(steps) || config_setting_length(steps) == 0) {
+        diag(ld, steps, "steps must be a non-empty list ( { ... }, { ... } )");
+        return;
+    }
+    if (config_setting_length(steps) > CFG_STEPS_MAX) {
+        diag(ld, steps, "too many steps (at most %d)", CFG_STEPS_MAX);
+        return;
+    }
+    w->steps = calloc((size_t)config_setting_length(steps), sizeof(*w->steps));
+    if (w->steps == NULL) {
+        diag(ld, steps, "out of memory");
+        return;
+    }
+    w->n_steps = (size_t)config_setting_length(steps);
+    for (size_t i = 0; i < w->n_steps; i++)
+        load_step(ld, config_setting_get_elem(steps, (unsigned)i), &w->steps[i]);
+    if (w->name != NULL && w->failed_state != NULL && w->compensating_state != NULL)
+        check_chain(ld, g, w);
+}
+
+static void load_workflows(struct loader *ld, const config_setting_t *root)
+{
+    const config_setting_t *l = config_setting_get_member(root, "workflows");
+    int n;
+
+    if (l == NULL) {
+        diag(ld, root, "no workflows: add workflows = ( { name = ...; ... } );");
+        return;
+    }
+    if (!config_setting_is_list(l) || config_setting_length(l) == 0) {
+        diag(ld, l, "workflows must be a non-empty list ( { ... } )");
+        return;
+    }
+    n = config_setting_length(l);
+    if (n > CFG_WORKFLOWS_MAX) {
+        diag(ld, l, "too many workflows (at most %d)", CFG_WORKFLOWS_MAX);
+        return;
+    }
+    ld->cfg->workflows = calloc((size_t)n, sizeof(*ld->cfg->workflows));
+    if (ld->cfg->workflows == NULL) {
+        diag(ld, l, "out of memory");
+        return;
+    }
+    ld->cfg->n_workflows = (size_t)n;
+    for (int i = 0; i < n; i++) {
+        struct cfg_workflow *w = &ld->cfg->workflows[i];
+
+        load_workflow(ld, config_setting_get_elem(l, (unsigned)i), w);
+        for (int j = 0; j < i && w->name != NULL; j++)
+            if (ld->cfg->workflows[j].name != NULL &&
+                strcmp(ld->cfg->workflows[j].name, w->name) == 0)
+                cfg_diag_add(ld->diags, w->file, w->line,
+                             "workflow name '%s' is used twice (first at line %d)", w->name,
+                             ld->cfg->workflows[j].line);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Entry points
+ */
+
+void cfg_free(struct cfg *cfg)
+{
+    struct cfg_priv *priv;
+
+    if (cfg == NULL)
+        return;
+    for (size_t i = 0; i < cfg->n_workflows; i++) {
+        struct cfg_workflow *w = &cfg->workflows[i];
+
+        json_decref(w->filter_params);
+        for (size_t j = 0; j < w->n_steps; j++) {
+            for (size_t k = 0; k < w->steps[j].n_actions; k++)
+                json_decref(w->steps[j].actions[k].params);
+            for (size_t k = 0; k < w->steps[j].n_undo; k++)
+                json_decref(w->steps[j].undo[k].params);
+        }
+        free(w->steps);
+    }
+    free(cfg->workflows);
+    priv = cfg->priv;
+    if (priv != NULL) {
+        config_destroy(&priv->lc);
+        free(priv->name);
+        free(priv);
+    }
+    free(cfg);
+}
+
+static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
+{
+    static const char *const top_keys[] = {"cosmos",  "embedded",  "feed", "processor",
+                                           "plugins", "workflows", NULL};
+    struct cfg_priv *priv = cfg->priv;
+    struct cfg_diags local;
+    struct loader ld = {.cfg = cfg, .diags = diags != NULL ? diags : &local, .name = priv->name};
+    const config_setting_t *root = config_root_setting(&priv->lc);
+
+    if (diags == NULL)
+        memset(&local, 0, sizeof(local));
+    ld.diags->n = 0;
+    ld.diags->dropped = 0;
+    check_keys(&ld, root, top_keys);
+    load_cosmos(&ld, root);
+    load_embedded(&ld, root);
+    load_feed(&ld, root);
+    load_processor(&ld, root);
+    load_plugins(&ld, root);
+    load_workflows(&ld, root);
+    if (ld.diags->n > 0)
+        return sf_err_set(err, SF_EINVAL, false, "%s%s", ld.diags->msg[0],
+                          ld.diags->n > 1 ? " (and more)" : "");
+    return SF_OK;
+}
+
+static enum sf_rc cfg_new(const char *name, struct cfg **ret)
+{
+    struct cfg *cfg = calloc(1, sizeof(*cfg));
+    struct cfg_priv *priv = calloc(1, sizeof(*priv));
+
+    if (cfg == NULL || priv == NULL || (priv->name = strdup(name)) == NULL) {
+        free(cfg);
+        free(priv);
+        return SF_ENOMEM;
+    }
+    config_init(&priv->lc);
+    cfg->priv = priv;
+    cfg->path = priv->name;
+    *ret = cfg;
+    return SF_OK;
+}
+
+/* Turns a libconfig parse error into a diagnostic. */
+static enum sf_rc parse_failed(struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
+{
+    struct cfg_priv *priv = cfg->priv;
+    const char *file = config_error_file(&priv->lc);
+    char msg[CFG_DIAG_LEN];
+    enum sf_rc rc = SF_EINVAL;
+
+    if (config_error_type(&priv->lc) == CONFIG_ERR_FILE_IO) {
+        (void)snprintf(msg, sizeof(msg), "%s: cannot read the file (%s)", priv->name,
+                       errno != 0 ? strerror(errno) : "I/O error");
+        rc = SF_EIO;
+    } else {
+        (void)snprintf(msg, sizeof(msg), "%s:%d: %s", file != NULL ? file : priv->name,
+                       config_error_line(&priv->lc),
+                       config_error_text(&priv->lc) != NULL ? config_error_text(&priv->lc) : "?");
+    }
+    if (diags != NULL) {
+        diags->n = 1;
+        diags->dropped = 0;
+        (void)snprintf(diags->msg[0], CFG_DIAG_LEN, "%s", msg);
+    }
+    return sf_err_set(err, rc, false, "%s", msg);
+}
+
+enum sf_rc cfg_load(const char *path, struct cfg **ret_cfg, struct cfg_diags *diags,
+                    struct sf_err *err)
+{
+    struct cfg *cfg = NULL;
+    struct cfg_priv *priv;
+    enum sf_rc rc;
+    char *dir = NULL;
+    const char *slash;
+
+    if (path == NULL || ret_cfg == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "cfg_load: no path");
+    rc = cfg_new(path, &cfg);
+    if (rc != SF_OK)
+        return sf_err_set(err, rc, false, "out of memory");
+    priv = cfg->priv;
+    /* @include "x.cfg" resolves next to the including file. */
+    slash = strrchr(path, '/');
+    if (slash != NULL) {
+        dir = strndup(path, (size_t)(slash - path));
+        if (dir == NULL) {
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+            goto out;
+        }
+        config_set_include_dir(&priv->lc, dir);
+    }
+    errno = 0;
+    if (config_read_file(&priv->lc, path) != CONFIG_TRUE) {
+        rc = parse_failed(cfg, diags, err);
+        goto out;
+    }
+    rc = load_common(cfg, diags, err);
+out:
+    if (rc == SF_OK) {
+        *ret_cfg = cfg;
+        cfg = NULL;
+    }
+    cfg_free(cfg);
+    free(dir); /* libconfig copies the include dir */
+    return rc;
+}
+
+enum sf_rc cfg_load_string(const char *text, const char *name, struct cfg **ret_cfg,
+                           struct cfg_diags *diags, struct sf_err *err)
+{
+    struct cfg *cfg = NULL;
+    enum sf_rc rc;
+
+    if (text == NULL || ret_cfg == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "cfg_load_string: no text");
+    rc = cfg_new(name != NULL ? name : "<string>", &cfg);
+    if (rc != SF_OK)
+        return sf_err_set(err, rc, false, "out of memory");
+    if (config_read_string(&((struct cfg_priv *)cfg->priv)->lc, text) != CONFIG_TRUE) {
+        rc = parse_failed(cfg, diags, err);
+        goto out;
+    }
+    rc = load_common(cfg, diags, err);
+out:
+    if (rc == SF_OK) {
+        *ret_cfg = cfg;
+        cfg = NULL;
+    }
+    cfg_free(cfg);
+    return rc;
+}
+
+int cfg_line(const void *setting, const char *path, int fallback)
+{
+    const config_setting_t *s = setting;
+    const char *p = path;
+    int line = s != NULL ? src_line(s) : fallback;
+
+    while (s != NULL && p != NULL && *p != '\0') {
+        const config_setting_t *next = NULL;
+
+        if (*p == '[') {
+            int64_t idx;
+            const char *close = strchr(p, ']');
+
+            if (close == NULL ||
+                sf_parse_i64n(p + 1, (size_t)(close - p - 1), 0, INT32_MAX, &idx) != SF_OK)
+                break;
+            if (config_setting_is_aggregate(s) && idx < config_setting_length(s))
+                next = config_setting_get_elem(s, (unsigned)idx);
+            p = close + 1;
+        } else {
+            size_t len = strcspn(p, ".[:");
+            char key[CFG_NAME_MAX + 1];
+
+            if (len == 0 || len > CFG_NAME_MAX)
+                break;
+            memcpy(key, p, len);
+            key[len] = '\0';
+            if (config_setting_is_group(s))
+                next = config_setting_get_member(s, key);
+            p += len;
+        }
+        if (next == NULL)
+            break;
+        s = next;
+        line = src_line(s);
+        if (*p == '.')
+            p++;
+        else if (*p != '[')
+            break;
+    }
+    return line;
+}
+
+int cfg_action_line(const struct cfg_action *a, const char *param_path)
+{
+    return cfg_line(a->setting, param_path, a->line);
+}
+
+const struct cfg_workflow *cfg_workflow_find(const struct cfg *cfg, const char *name)
+{
+    for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->n_workflows; i++)
+        if (cfg->workflows[i].name != NULL && strcmp(cfg->workflows[i].name, name) == 0)
+            return &cfg->workflows[i];
+    return NULL;
+}

@@ -1,0 +1,78 @@
+/*
+ * proc_demo.h - the order fulfilment demo's data: containers, seeding, and
+ * the checks that every saga settled and every effect landed exactly once.
+ * Used by `sagafeed demo`, the end-to-end tests and the benchmark.
+ *
+ * Seeded data (deterministic for a seed):
+ *   products  (/category)   id p-NN, category, price, stock, initialStock
+ *   customers (/customerId) id c-NNN, balance, initialBalance
+ *   orders    (/customerId) id o-NNNNN, type "order", status "placed",
+ *                           lines [{sku, category, qty, price}], total
+ * A few products have tiny stock and a few customers tiny balances, so some
+ * orders fail on stock and some on balance.
+ */
+#ifndef PROC_DEMO_H
+#define PROC_DEMO_H
+
+#include <stdio.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "cosmos/cosmos.h"
+
+#define PROC_DEMO_PROBLEMS_MAX 32
+
+struct proc_demo_opts {
+    unsigned orders;
+    unsigned products;    /* default 24 */
+    unsigned customers;   /* default 60 */
+    uint64_t seed;        /* default 42 */
+    unsigned first_order; /* numbering offset (several batches into one database) */
+};
+
+/* Creates the database and the containers of the order workflow (TTL on, for markers). */
+enum sf_rc proc_demo_create(struct cosmos_client *cli, const char *db, int partitions,
+                            struct sf_err *err);
+
+/* Writes products and customers (upserts: safe to repeat). */
+enum sf_rc proc_demo_seed_catalog(struct cosmos_client *cli, const char *db,
+                                  const struct proc_demo_opts *o, struct sf_err *err);
+
+/* Creates order number i (0-based, + first_order): its document text into out. */
+enum sf_rc proc_demo_order(const struct proc_demo_opts *o, unsigned i, struct sf_buf *out,
+                           char id[32], char customer[32]);
+
+/* Creates orders [from, to) (409 on an existing order is fine). */
+enum sf_rc proc_demo_seed_orders(struct cosmos_client *cli, const char *db,
+                                 const struct proc_demo_opts *o, unsigned from, unsigned to,
+                                 struct sf_err *err);
+
+/* How many orders exist and how many of them settled (completed or cancelled). */
+enum sf_rc proc_demo_count(struct cosmos_client *cli, const char *db, size_t *ret_orders,
+                           size_t *ret_settled, struct sf_err *err);
+
+/* How many orders are not settled yet (cheaper than proc_demo_count near the end of a run). */
+enum sf_rc proc_demo_unsettled(struct cosmos_client *cli, const char *db, size_t *ret_n,
+                               struct sf_err *err);
+
+struct proc_demo_report {
+    size_t orders, completed, cancelled, unsettled;
+    size_t cancelled_stock, cancelled_balance, cancelled_other;
+    int64_t stock_initial, stock_now, stock_sold;
+    int64_t balance_initial, balance_now, revenue;
+    size_t payments, refunds, shipments;
+    size_t do_markers, undo_markers, events;
+    bool conserved;    /* stock and balances add up, per product and per customer */
+    bool exactly_once; /* markers, ledger entries and events match the settled sagas */
+    size_t n_problems;
+    char problems[PROC_DEMO_PROBLEMS_MAX][256];
+};
+
+/* Reads everything back and checks it (see the report's fields). */
+enum sf_rc proc_demo_verify(struct cosmos_client *cli, const char *db, struct proc_demo_report *ret,
+                            struct sf_err *err);
+
+/* Prints the summary: outcomes with reasons, conservation, exactly-once counts. */
+void proc_demo_print(const struct proc_demo_report *r, FILE *out);
+
+#endif

@@ -1,0 +1,827 @@
+/*
+ * proc_dispatch.c - lanes, retries, parking and acks (proc_dispatch.h).
+ */
+#include "common/sf_base.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/sf_json.h"
+#include "common/sf_log.h"
+#include "common/sf_time.h"
+#include "processor/proc_dispatch.h"
+#include "processor/proc_lanes.h"
+
+#define BLOCKED_MAX  100000
+#define REPLAY_MAX   10000 /* documents replayed per key and scan */
+#define PARK_KEY_MAX 2048
+
+enum task_kind { TASK_ITEM, TASK_REPLAY };
+
+struct task {
+    struct proc_task base; /* first: the lanes see only this */
+    enum task_kind kind;
+    char *container;
+    json_t *doc;
+    char *pk_json;
+    char *park_key;
+    int64_t lsn, epoch;
+    proc_ack_fn ack;
+    void *ack_ctx;
+};
+
+struct proc_dispatch {
+    struct proc_dispatch_opts o;
+    char *db;
+    char *parking;
+    struct proc_lanes *lanes;
+    atomic_bool stopping;
+    pthread_mutex_t mu; /* blocked, replaying, rng */
+    char **blocked;
+    size_t n_blocked;
+    char **replaying; /* keys with a replay task queued */
+    size_t n_replaying;
+    uint64_t rng;
+    _Atomic uint64_t st[10];
+};
+
+enum {
+    ST_ITEMS,
+    ST_COMPLETED,
+    ST_FAILED,
+    ST_SKIPPED,
+    ST_RETRIES,
+    ST_PARKED,
+    ST_WAITING,
+    ST_REPLAYED,
+    ST_EFFECTS,
+    ST_ALREADY
+};
+
+static void stat_add(struct proc_dispatch *d, int which, uint64_t n)
+{
+    atomic_fetch_add(&d->st[which], n);
+}
+
+static void task_free(struct task *t)
+{
+    if (t == NULL)
+        return;
+    free(t->container);
+    json_decref(t->doc);
+    free(t->pk_json);
+    free(t->park_key);
+    free(t);
+}
+
+/* ---------------------------------------------------------------------------
+ * Key sets (small: parking is rare)
+ */
+
+static bool set_has(char **v, size_t n, const char *k)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], k) == 0)
+            return true;
+    return false;
+}
+
+static bool set_add(char ***v, size_t *n, const char *k)
+{
+    char **nv;
+
+    if (set_has(*v, *n, k))
+        return true;
+    if (*n >= BLOCKED_MAX)
+        return false;
+    nv = realloc(*v, (*n + 1) * sizeof(*nv));
+    if (nv == NULL)
+        return false;
+    *v = nv;
+    nv[*n] = strdup(k);
+    if (nv[*n] == NULL)
+        return false;
+    (*n)++;
+    return true;
+}
+
+static void set_del(char **v, size_t *n, const char *k)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp(v[i], k) == 0) {
+            free(v[i]);
+            v[i] = v[--*n];
+            return;
+        }
+    }
+}
+
+static void set_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key)
+{
+    bool b;
+
+    pthread_mutex_lock(&d->mu);
+    b = set_has(d->blocked, d->n_blocked, park_key);
+    pthread_mutex_unlock(&d->mu);
+    return b;
+}
+
+static void block_key(struct proc_dispatch *d, const char *k)
+{
+    pthread_mutex_lock(&d->mu);
+    if (!set_add(&d->blocked, &d->n_blocked, k))
+        sf_log_error("sagafeed", "cannot record blocked key %s (too many blocked keys)", k);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---------------------------------------------------------------------------
+ * Sleeping that notices stop
+ */
+
+static bool nap(struct proc_dispatch *d, int64_t ms)
+{
+    int64_t until = sf_mono_ms() + ms;
+
+    while (!atomic_load(&d->stopping)) {
+        int64_t left = until - sf_mono_ms();
+
+        if (left <= 0)
+            return true;
+        sf_sleep_ms(SF_MIN(left, 50));
+    }
+    return false;
+}
+
+static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t retry_after_ms)
+{
+    struct sf_backoff b;
+    int64_t ms;
+
+    pthread_mutex_lock(&d->mu);
+    sf_backoff_init(&b, d->o.backoff_base_ms, d->o.backoff_cap_ms, sf_rand_next(&d->rng));
+    pthread_mutex_unlock(&d->mu);
+    b.attempt = attempt > 30 ? 30 : attempt;
+    ms = sf_backoff_next(&b);
+    /* The service knows best how long to wait after a 429. */
+    if (retry_after_ms > ms)
+        ms = SF_MIN(retry_after_ms, d->o.backoff_cap_ms * 4);
+    return ms;
+}
+
+/* ---------------------------------------------------------------------------
+ * Parking documents
+ */
+
+static json_t *park_doc(const struct task *t, const char *status, const struct proc_result *res,
+                        unsigned attempts)
+{
+    char id[STEP_ID_MAX], at[32], lsn[24];
+    const char *parts[3];
+    json_t *pk = NULL, *doc;
+    struct sf_err perr;
+
+    (void)snprintf(lsn, sizeof(lsn), "%lld", (long long)t->lsn);
+    parts[0] = t->container;
+    parts[1] = sf_json_str(t->doc, "id");
+    parts[2] = lsn;
+    /* "waiting" records get their own ids: a redelivered parked item must not overwrite its record
+     */
+    step_det_id(strcmp(status, "parked") == 0 ? "p" : "w", parts, SF_ARRAY_LEN(parts), id);
+    sf_time_iso8601(sf_wall_ms(), at);
+    pk = sf_json_parse(t->pk_json, strlen(t->pk_json), &perr);
+    doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:O?, s:I, s:I, s:I, s:s, s:O, s:b}",
+                    "id", id, "parkKey", t->park_key, STEP_SYS_FIELD, "parked", "status", status,
+                    "sourceContainer", t->container, "sourceId", parts[1], "workflow",
+                    res != NULL && res->workflow[0] ? res->workflow : NULL, "partitionKey", pk,
+                    "lsn", (json_int_t)t->lsn, "epoch", (json_int_t)t->epoch, "attempts",
+                    (json_int_t)attempts, "parkedAt", at, "item", t->doc, "replayRequested", 0);
+    json_decref(pk);
+    if (doc != NULL && res != NULL) {
+        json_t *e =
+            json_pack("{s:s, s:s, s:i, s:i, s:b, s:s}", "message", res->err.msg, "rc",
+                      sf_rc_str(res->err.rc), "httpStatus", res->err.http_status, "substatus",
+                      res->err.substatus, "retriable", res->err.retriable, "sagaId", res->saga_id);
+
+        if (e == NULL || json_object_set_new(doc, "error", e) != 0) {
+            json_decref(doc);
+            doc = NULL;
+        }
+    }
+    return doc;
+}
+
+static enum sf_rc pk_string(const char *s, struct sf_buf *out)
+{
+    return cosmos_pk_string(s, out);
+}
+
+/*
+ * Writes a parking document, retrying transient failures until it lands or
+ * the dispatcher stops (false: stopped, do not ack).
+ */
+static bool park_write(struct proc_dispatch *d, const struct task *t, const char *status,
+                       const struct proc_result *res, unsigned attempts)
+{
+    json_t *doc = park_doc(t, status, res, attempts);
+    struct sf_buf body, pk;
+    bool ok = false;
+
+    sf_buf_init(&body, 4u << 20);
+    sf_buf_init(&pk, PARK_KEY_MAX * 2);
+    if (doc == NULL || sf_json_dump(doc, &body) != SF_OK || pk_string(t->park_key, &pk) != SF_OK) {
+        sf_log_error("sagafeed", "cannot build the parking document of %s (lsn %lld)", t->park_key,
+                     (long long)t->lsn);
+        goto out;
+    }
+    for (unsigned attempt = 0;; attempt++) {
+        struct sf_err err;
+        enum sf_rc rc;
+
+        sf_err_clear(&err);
+        rc = cosmos_doc_upsert(d->o.cli, d->db, d->parking, sf_buf_cstr(&pk), sf_buf_cstr(&body),
+                               &(struct cosmos_req_opts){.idempotent = true}, NULL, &err);
+        if (rc == SF_OK) {
+            ok = true;
+            break;
+        }
+        sf_log_warn("sagafeed", "writing the parking document for %s failed (attempt %u): %s",
+                    t->park_key, attempt + 1, err.msg);
+        if (!nap(d, backoff_ms(d, attempt, err.retry_after_ms)))
+            break;
+    }
+out:
+    json_decref(doc);
+    sf_buf_release(&body);
+    sf_buf_release(&pk);
+    return ok;
+}
+
+/* ---------------------------------------------------------------------------
+ * Running items
+ */
+
+/*
+ * Runs the engine with retries. Returns false when stopped mid-way (no ack).
+ * *ret_parked tells whether the last result asks for parking.
+ */
+static bool run_with_retries(struct proc_dispatch *d, const struct task *t, struct proc_result *res,
+                             unsigned *ret_attempts, bool *ret_park)
+{
+    struct proc_item it = {
+        .container = t->container, .doc = t->doc, .lsn = t->lsn, .epoch = t->epoch};
+    unsigned max = d->o.max_attempts > 0 ? d->o.max_attempts : 1;
+
+    *ret_park = false;
+    for (unsigned attempt = 1;; attempt++) {
+        proc_engine_process(d->o.engine, &it, res);
+        *ret_attempts = attempt;
+        stat_add(d, ST_EFFECTS, res->effects);
+        stat_add(d, ST_ALREADY, res->already);
+        if (res->outcome == PROC_PARK) {
+            *ret_park = true;
+            return true;
+        }
+        if (res->outcome != PROC_RETRY)
+            return true;
+        if (attempt >= max) {
+            *ret_park = true;
+            return true;
+        }
+        stat_add(d, ST_RETRIES, 1);
+        sf_log_debug("sagafeed", "retrying %s lsn %lld after: %s", t->park_key, (long long)t->lsn,
+                     res->err.msg);
+        if (!nap(d, backoff_ms(d, attempt - 1, res->err.retry_after_ms)))
+            return false;
+    }
+}
+
+/* Sagas are counted once, by the call that settled them; other deliveries are "skipped". */
+static void count_outcome(struct proc_dispatch *d, const struct proc_result *res)
+{
+    if (res->settled_now && res->outcome == PROC_COMPLETED)
+        stat_add(d, ST_COMPLETED, 1);
+    else if (res->settled_now && res->outcome == PROC_FAILED)
+        stat_add(d, ST_FAILED, 1);
+    else
+        stat_add(d, ST_SKIPPED, 1);
+}
+
+static void handle_item(struct proc_dispatch *d, struct task *t)
+{
+    struct proc_result res;
+    struct proc_item it = {
+        .container = t->container, .doc = t->doc, .lsn = t->lsn, .epoch = t->epoch};
+    unsigned attempts = 0;
+    bool park = false;
+
+    memset(&res, 0, sizeof(res));
+    if (proc_dispatch_blocked(d, t->park_key)) {
+        /* Wait behind the parked item: durably, so the checkpoint may move on. */
+        if (!park_write(d, t, "waiting", NULL, 0))
+            return;
+        stat_add(d, ST_WAITING, 1);
+        sf_log_info("sagafeed", "item %s of blocked key %s (lsn %lld) waits behind a parked item",
+                    sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn);
+        if (d->o.on_result != NULL)
+            d->o.on_result(d->o.result_ctx, &it, &res, 0, true);
+        t->ack(t->ack_ctx);
+        return;
+    }
+    if (!run_with_retries(d, t, &res, &attempts, &park))
+        return; /* stopping: no ack, the feed redelivers */
+    if (park) {
+        if (!park_write(d, t, "parked", &res, attempts))
+            return;
+        block_key(d, t->park_key);
+        stat_add(d, ST_PARKED, 1);
+        sf_log_warn("sagafeed",
+                    "parked item %s (key %s, lsn %lld) after %u attempt%s: %s; later items of "
+                    "this key wait until it is replayed",
+                    sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn, attempts,
+                    attempts == 1 ? "" : "s", res.err.msg);
+    } else {
+        count_outcome(d, &res);
+        if (res.outcome == PROC_COMPLETED || res.outcome == PROC_FAILED)
+            sf_log_debug("sagafeed",
+                         "saga %s of %s is %s%s%s (%u effects, %u already, %u "
+                         "transitions)",
+                         res.saga_id, res.workflow, res.state, res.reason[0] ? ": " : "",
+                         res.reason, res.effects, res.already, res.transitions);
+    }
+    if (d->o.on_result != NULL)
+        d->o.on_result(d->o.result_ctx, &it, &res, attempts, park);
+    t->ack(t->ack_ctx);
+}
+
+/* Sorts parked documents by LSN (then id) so a key replays in feed order. */
+static int by_lsn(const void *a, const void *b)
+{
+    const json_t *x = *(const json_t *const *)a, *y = *(const json_t *const *)b;
+    json_int_t lx = json_integer_value(json_object_get(x, "lsn"));
+    json_int_t ly = json_integer_value(json_object_get(y, "lsn"));
+
+    if (lx != ly)
+        return lx < ly ? -1 : 1;
+    return strcmp(sf_json_str(x, "id") ? sf_json_str(x, "id") : "",
+                  sf_json_str(y, "id") ? sf_json_str(y, "id") : "");
+}
+
+static enum sf_rc parked_query(struct cosmos_client *cli, const char *db, const char *coll,
+                               const char *park_key, const char *where, json_t **ret_docs,
+                               struct sf_err *err)
+{
+    struct cosmos_query *q = NULL;
+    struct cosmos_query_opts qo = {.max_items = 1000};
+    struct sf_buf pk, sql;
+    json_t *all = json_array();
+    enum sf_rc rc = SF_OK;
+
+    sf_buf_init(&pk, PARK_KEY_MAX * 2);
+    sf_buf_init(&sql, 1024);
+    if (all == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    if (park_key != NULL) {
+        if (pk_string(park_key, &pk) != SF_OK) {
+            rc = sf_err_set(err, SF_EINVAL, false, "park key too long");
+            goto out;
+        }
+        qo.pk_json = sf_buf_cstr(&pk);
+    } else {
+        qo.cross_partition = true;
+    }
+    (void)sf_buf_printf(&sql, "SELECT * FROM c WHERE c.%s = 'parked'%s%s", STEP_SYS_FIELD,
+                        where != NULL ? " AND " : "", where != NULL ? where : "");
+    rc = cosmos_query_new(cli, db, coll, sf_buf_cstr(&sql), &qo, &q, err);
+    while (rc == SF_OK && !cosmos_query_done(q)) {
+        json_t *page = NULL;
+
+        rc = cosmos_query_next(q, &page, err);
+        if (rc == SF_OK) {
+            if (json_array_size(all) + json_array_size(page) > REPLAY_MAX) {
+                json_decref(page);
+                break;
+            }
+            (void)json_array_extend(all, page);
+            json_decref(page);
+        }
+    }
+out:
+    cosmos_query_free(q);
+    sf_buf_release(&pk);
+    sf_buf_release(&sql);
+    if (rc != SF_OK) {
+        json_decref(all);
+        return rc;
+    }
+    *ret_docs = all;
+    return SF_OK;
+}
+
+/* Replays every parked document of one key in LSN order (see proc_dispatch_scan). */
+static void handle_replay(struct proc_dispatch *d, struct task *t)
+{
+    json_t *docs = NULL;
+    struct sf_err err;
+    size_t n, done = 0;
+    json_t **v = NULL;
+    struct sf_buf pk;
+
+    sf_err_clear(&err);
+    sf_buf_init(&pk, PARK_KEY_MAX * 2);
+    if (parked_query(d->o.cli, d->db, d->parking, t->park_key, NULL, &docs, &err) != SF_OK ||
+        pk_string(t->park_key, &pk) != SF_OK) {
+        sf_log_warn("sagafeed", "replay of %s: listing its parked items failed: %s", t->park_key,
+                    err.msg);
+        goto out;
+    }
+    n = json_array_size(docs);
+    v = calloc(n > 0 ? n : 1, sizeof(*v));
+    if (v == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_array_get(docs, i);
+    qsort(v, n, sizeof(*v), by_lsn);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *pd = v[i];
+        struct task it = {.kind = TASK_ITEM,
+                          .container = (char *)sf_json_str(pd, "sourceContainer"),
+                          .doc = json_object_get(pd, "item"),
+                          .pk_json = NULL,
+                          .park_key = t->park_key,
+                          .lsn = json_integer_value(json_object_get(pd, "lsn")),
+                          .epoch = json_integer_value(json_object_get(pd, "epoch"))};
+        struct proc_result res;
+        unsigned attempts = 0;
+        bool park = false;
+        const char *id = sf_json_str(pd, "id");
+
+        if (it.container == NULL || !json_is_object(it.doc) || id == NULL)
+            continue;
+        memset(&res, 0, sizeof(res));
+        if (!run_with_retries(d, &it, &res, &attempts, &park))
+            goto out;
+        if (park) {
+            /* Still failing: record the new error; the key stays blocked. */
+            json_t *ops = json_pack("[{s:s, s:s, s:b}, {s:s, s:s, s:s}, {s:s, s:s, s:I}]", "op",
+                                    "set", "path", "/replayRequested", 0, "op", "set", "path",
+                                    "/error/message", "value", res.err.msg, "op", "incr", "path",
+                                    "/attempts", "value", (json_int_t)attempts);
+            struct sf_buf ops_text;
+
+            sf_buf_init(&ops_text, 1u << 20);
+            if (ops != NULL && sf_json_dump(ops, &ops_text) == SF_OK)
+                (void)cosmos_doc_patch(d->o.cli, d->db, d->parking, id, sf_buf_cstr(&pk),
+                                       sf_buf_cstr(&ops_text), NULL, NULL, NULL, &err);
+            json_decref(ops);
+            sf_buf_release(&ops_text);
+            sf_log_warn("sagafeed", "replay of %s stopped: item %s still fails: %s", t->park_key,
+                        sf_json_str(it.doc, "id"), res.err.msg);
+            goto out;
+        }
+        sf_err_clear(&err);
+        if (cosmos_doc_delete(d->o.cli, d->db, d->parking, id, sf_buf_cstr(&pk), NULL, NULL,
+                              &err) != SF_OK &&
+            err.rc != SF_ENOTFOUND) {
+            sf_log_warn("sagafeed", "replay of %s: deleting parked item %s failed: %s", t->park_key,
+                        id, err.msg);
+            goto out;
+        }
+        count_outcome(d, &res);
+        stat_add(d, ST_REPLAYED, 1);
+        done++;
+    }
+    pthread_mutex_lock(&d->mu);
+    set_del(d->blocked, &d->n_blocked, t->park_key);
+    pthread_mutex_unlock(&d->mu);
+    sf_log_info("sagafeed", "replayed %zu parked item%s of %s; the key flows again", done,
+                done == 1 ? "" : "s", t->park_key);
+out:
+    pthread_mutex_lock(&d->mu);
+    set_del(d->replaying, &d->n_replaying, t->park_key);
+    pthread_mutex_unlock(&d->mu);
+    free(v);
+    json_decref(docs);
+    sf_buf_release(&pk);
+}
+
+static void handle_task(void *ctx, struct proc_task *pt)
+{
+    struct proc_dispatch *d = ctx;
+    struct task *t = (struct task *)pt;
+
+    if (t->kind == TASK_REPLAY)
+        handle_replay(d, t);
+    else
+        handle_item(d, t);
+    task_free(t);
+}
+
+static void drop_task(void *ctx, struct proc_task *pt)
+{
+    struct proc_dispatch *d = ctx;
+    struct task *t = (struct task *)pt;
+
+    if (t->kind == TASK_REPLAY) {
+        pthread_mutex_lock(&d->mu);
+        set_del(d->replaying, &d->n_replaying, t->park_key);
+        pthread_mutex_unlock(&d->mu);
+    }
+    task_free(t);
+}
+
+/* ---------------------------------------------------------------------------
+ * Public API
+ */
+
+enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_dispatch **ret_d,
+                             struct sf_err *err)
+{
+    struct proc_dispatch *d;
+    enum sf_rc rc;
+
+    if (opts == NULL || opts->engine == NULL || opts->cli == NULL || opts->db == NULL ||
+        opts->parking_container == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "proc_dispatch_new: missing options");
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    d->o = *opts;
+    d->db = strdup(opts->db);
+    d->parking = strdup(opts->parking_container);
+    pthread_mutex_init(&d->mu, NULL);
+    d->rng = (uint64_t)sf_mono_us() | 1u;
+    if (d->db == NULL || d->parking == NULL) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        goto fail;
+    }
+    rc = proc_lanes_new(opts->lanes, opts->workers, opts->queue_limit, handle_task, d, &d->lanes,
+                        err);
+    if (rc != SF_OK)
+        goto fail;
+    *ret_d = d;
+    return SF_OK;
+fail:
+    proc_dispatch_free(d);
+    return rc;
+}
+
+void proc_dispatch_stop(struct proc_dispatch *d)
+{
+    atomic_store(&d->stopping, true);
+}
+
+void proc_dispatch_free(struct proc_dispatch *d)
+{
+    if (d == NULL)
+        return;
+    proc_dispatch_stop(d);
+    proc_lanes_free(d->lanes, drop_task, d);
+    set_free(d->blocked, d->n_blocked);
+    set_free(d->replaying, d->n_replaying);
+    pthread_mutex_destroy(&d->mu);
+    free(d->db);
+    free(d->parking);
+    free(d);
+}
+
+enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err)
+{
+    struct cosmos_container_def def = {.id = d->parking, .pk_path = PROC_PARK_PK_PATH};
+    struct cosmos_container_info info;
+    json_t *docs = NULL;
+    size_t i;
+    json_t *doc;
+    enum sf_rc rc;
+
+    rc = cosmos_container_create_if_missing(d->o.cli, d->db, &def, &info, NULL, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "parking container %s: ", d->parking);
+        return rc;
+    }
+    if (info.n_pk_paths != 1 || strcmp(info.pk_paths[0], PROC_PARK_PK_PATH) != 0)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "parking container %s must be partitioned by %s, not %s", d->parking,
+                          PROC_PARK_PK_PATH, info.pk_paths[0]);
+    rc = parked_query(d->o.cli, d->db, d->parking, NULL, NULL, &docs, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "loading parked items: ");
+        return rc;
+    }
+    json_array_foreach(docs, i, doc)
+    {
+        const char *k = sf_json_str(doc, "parkKey");
+
+        if (k != NULL)
+            block_key(d, k);
+    }
+    if (d->n_blocked > 0)
+        sf_log_warn("sagafeed",
+                    "%zu partition key%s blocked by parked items (sagafeed parked "
+                    "list / replay)",
+                    d->n_blocked, d->n_blocked == 1 ? " is" : "s are");
+    json_decref(docs);
+    return SF_OK;
+}
+
+static void noop_ack(void *ctx)
+{
+    SF_UNUSED(ctx);
+}
+
+enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
+                                const char *pk_json, int64_t lsn, int64_t epoch, proc_ack_fn ack,
+                                void *ack_ctx, struct sf_err *err)
+{
+    struct task *t;
+    struct sf_buf key;
+    enum sf_rc rc = SF_OK;
+
+    /*
+     * sagafeed's own records (outbox events, markers, parked items) are never
+     * sagas: settle them here, on the feed's thread, instead of paying a lane
+     * hand-off for each. Acks may come in any order, so this cannot overtake
+     * anything that matters.
+     */
+    if (json_is_object(doc) && json_object_get(doc, STEP_SYS_FIELD) != NULL) {
+        stat_add(d, ST_ITEMS, 1);
+        stat_add(d, ST_SKIPPED, 1);
+        if (d->o.on_result != NULL) {
+            struct proc_item it = {.container = container, .doc = doc, .lsn = lsn, .epoch = epoch};
+            struct proc_result res;
+
+            memset(&res, 0, sizeof(res));
+            res.outcome = PROC_SKIPPED;
+            d->o.on_result(d->o.result_ctx, &it, &res, 0, false);
+        }
+        json_decref(doc);
+        if (ack != NULL)
+            ack(ack_ctx);
+        return SF_OK;
+    }
+    t = calloc(1, sizeof(*t));
+    sf_buf_init(&key, PARK_KEY_MAX);
+    if (t == NULL) {
+        json_decref(doc);
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    }
+    t->kind = TASK_ITEM;
+    t->doc = doc;
+    t->lsn = lsn;
+    t->epoch = epoch;
+    t->ack = ack != NULL ? ack : noop_ack;
+    t->ack_ctx = ack_ctx;
+    t->container = strdup(container);
+    if (pk_json != NULL) {
+        t->pk_json = strdup(pk_json);
+    } else {
+        json_t *pk = NULL;
+        struct sf_buf b;
+
+        sf_buf_init(&b, PARK_KEY_MAX);
+        rc = proc_engine_pk(d->o.engine, container, doc, &pk, err);
+        if (rc == SF_OK && step_pk_json(pk, &b) != SF_OK)
+            rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long");
+        if (rc == SF_OK)
+            t->pk_json = sf_buf_detach(&b, NULL);
+        sf_buf_release(&b);
+        json_decref(pk);
+    }
+    if (rc == SF_OK && (t->container == NULL || t->pk_json == NULL))
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    if (rc == SF_OK && sf_buf_printf(&key, "%s|%s", container, t->pk_json) != SF_OK)
+        rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
+    if (rc == SF_OK && (t->park_key = sf_buf_detach(&key, NULL)) == NULL)
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    if (rc == SF_OK) {
+        rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, strlen(t->park_key)),
+                               &t->base, -1);
+        if (rc != SF_OK)
+            (void)sf_err_set(err, rc, false, "the dispatcher is stopping");
+    }
+    sf_buf_release(&key);
+    if (rc != SF_OK) {
+        task_free(t);
+        return rc;
+    }
+    stat_add(d, ST_ITEMS, 1);
+    return SF_OK;
+}
+
+enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms)
+{
+    return proc_lanes_drain(d->lanes, timeout_ms);
+}
+
+void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret)
+{
+    ret->items = atomic_load(&d->st[ST_ITEMS]);
+    ret->completed = atomic_load(&d->st[ST_COMPLETED]);
+    ret->failed = atomic_load(&d->st[ST_FAILED]);
+    ret->skipped = atomic_load(&d->st[ST_SKIPPED]);
+    ret->retries = atomic_load(&d->st[ST_RETRIES]);
+    ret->parked = atomic_load(&d->st[ST_PARKED]);
+    ret->waiting = atomic_load(&d->st[ST_WAITING]);
+    ret->replayed = atomic_load(&d->st[ST_REPLAYED]);
+    ret->effects = atomic_load(&d->st[ST_EFFECTS]);
+    ret->already = atomic_load(&d->st[ST_ALREADY]);
+}
+
+enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_err *err)
+{
+    json_t *docs = NULL;
+    size_t i, queued = 0;
+    json_t *doc;
+    enum sf_rc rc;
+
+    rc = parked_query(d->o.cli, d->db, d->parking, NULL, "c.replayRequested = true", &docs, err);
+    if (rc != SF_OK)
+        return rc;
+    json_array_foreach(docs, i, doc)
+    {
+        const char *k = sf_json_str(doc, "parkKey");
+        struct task *t;
+        bool fresh;
+
+        if (k == NULL)
+            continue;
+        pthread_mutex_lock(&d->mu);
+        fresh =
+            !set_has(d->replaying, d->n_replaying, k) && set_add(&d->replaying, &d->n_replaying, k);
+        pthread_mutex_unlock(&d->mu);
+        if (!fresh)
+            continue;
+        t = calloc(1, sizeof(*t));
+        if (t != NULL) {
+            t->kind = TASK_REPLAY;
+            t->park_key = strdup(k);
+        }
+        if (t == NULL || t->park_key == NULL ||
+            proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, k, strlen(k)), &t->base, -1) !=
+                SF_OK) {
+            pthread_mutex_lock(&d->mu);
+            set_del(d->replaying, &d->n_replaying, k);
+            pthread_mutex_unlock(&d->mu);
+            task_free(t);
+            continue;
+        }
+        queued++;
+    }
+    json_decref(docs);
+    if (ret_n != NULL)
+        *ret_n = queued;
+    return SF_OK;
+}
+
+enum sf_rc proc_parked_list(struct cosmos_client *cli, const char *db,
+                            const char *parking_container, const char *park_key, json_t **ret_docs,
+                            struct sf_err *err)
+{
+    json_t *docs = NULL;
+    enum sf_rc rc = parked_query(cli, db, parking_container, park_key, NULL, &docs, err);
+
+    if (rc == SF_OK)
+        *ret_docs = docs;
+    return rc;
+}
+
+enum sf_rc proc_parked_request_replay(struct cosmos_client *cli, const char *db,
+                                      const char *parking_container, const char *park_key,
+                                      size_t *ret_n, struct sf_err *err)
+{
+    json_t *docs = NULL;
+    size_t i, n = 0;
+    json_t *doc;
+    enum sf_rc rc = parked_query(cli, db, parking_container, park_key, NULL, &docs, err);
+
+    json_array_foreach(docs, i, doc)
+    {
+        const char *id = sf_json_str(doc, "id"), *k = sf_json_str(doc, "parkKey");
+        struct sf_buf pk;
+
+        if (rc != SF_OK)
+            break;
+        if (id == NULL || k == NULL)
+            continue;
+        sf_buf_init(&pk, PARK_KEY_MAX * 2);
+        if (pk_string(k, &pk) == SF_OK)
+            rc = cosmos_doc_patch(cli, db, parking_container, id, sf_buf_cstr(&pk),
+                                  "[{\"op\":\"set\",\"path\":\"/replayRequested\",\"value\":true}]",
+                                  NULL, &(struct cosmos_req_opts){.idempotent = true}, NULL, err);
+        sf_buf_release(&pk);
+        if (rc == SF_ENOTFOUND)
+            rc = SF_OK; /* replayed meanwhile */
+        else if (rc == SF_OK)
+            n++;
+    }
+    json_decref(docs);
+    if (rc == SF_OK && ret_n != NULL)
+        *ret_n = n;
+    return rc;
+}

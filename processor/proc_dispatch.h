@@ -1,0 +1,135 @@
+/*
+ * proc_dispatch.h - from delivered items to settled sagas: lanes by
+ * partition key, retries with jittered backoff, parking, acknowledgements.
+ *
+ * Every item goes to the lane of its (container, partition key), so items of
+ * one key run in order and never concurrently, while other keys run in
+ * parallel on the worker pool. A worker runs the engine; a transient error
+ * (PROC_RETRY) is retried with full-jitter backoff honouring the service's
+ * retry-after, up to max_attempts; then, or at once on a fatal error, the
+ * item is parked: a dead-letter document in the parking container holding
+ * the item, its LSN, partition key, attempts and the error. From then on its
+ * key is blocked: later items of that key are parked behind it as "waiting"
+ * (so the feed's checkpoint moves on and memory stays bounded) until the
+ * parked item is replayed; other keys keep flowing.
+ *
+ * The item's ack callback runs exactly once, after its saga settled or it
+ * was parked - so a checkpoint never passes an item whose effects are not
+ * durable. After proc_dispatch_stop, items still waiting or backing off are
+ * dropped without an ack: the feed delivers them again after a restart.
+ *
+ * Parking documents live in a container partitioned by /parkKey, one logical
+ * partition per blocked key ("<container>|<pk json>"), so replaying a key
+ * reads one partition in LSN order.
+ */
+#ifndef PROC_DISPATCH_H
+#define PROC_DISPATCH_H
+
+#include <jansson.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "cosmos/cosmos.h"
+#include "processor/proc_engine.h"
+
+#define PROC_PARK_PK_PATH "/parkKey"
+
+struct proc_dispatch;
+
+/* Called after each item settles or parks (a worker or the feed thread): for logs and tests. */
+typedef void (*proc_result_fn)(void *ctx, const struct proc_item *it, const struct proc_result *res,
+                               unsigned attempts, bool parked);
+
+struct proc_dispatch_opts {
+    const struct proc_engine *engine; /* borrowed */
+    struct cosmos_client *cli;        /* borrowed */
+    const char *db;
+    const char *parking_container;
+    unsigned lanes, workers, queue_limit;
+    unsigned max_attempts;
+    int64_t backoff_base_ms, backoff_cap_ms;
+    proc_result_fn on_result; /* optional */
+    void *result_ctx;
+};
+
+/* Counters since start. */
+struct proc_stats {
+    uint64_t items;     /* submitted */
+    uint64_t completed; /* sagas settled in the success state (counted once) */
+    uint64_t failed;    /* sagas settled in the failed state (counted once) */
+    uint64_t skipped;   /* deliveries with nothing to do (other versions, non-sagas) */
+    uint64_t retries;   /* engine calls repeated after a transient error */
+    uint64_t parked;    /* items parked after errors */
+    uint64_t waiting;   /* items parked behind a blocked key */
+    uint64_t replayed;  /* parked items replayed successfully */
+    uint64_t effects;   /* step elements applied */
+    uint64_t already;   /* step elements found already applied */
+};
+
+/* Creates the dispatcher and starts its workers. No I/O. */
+enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_dispatch **ret_d,
+                             struct sf_err *err);
+
+/* Stops (dropping unfinished items without acking) and frees. NULL is a no-op. */
+void proc_dispatch_free(struct proc_dispatch *d);
+
+/*
+ * Creates the parking container when missing and loads the blocked keys
+ * from it. Call once before submitting.
+ */
+enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err);
+
+typedef void (*proc_ack_fn)(void *ack_ctx);
+
+/*
+ * Queues an item. doc is taken (a new reference the dispatcher releases).
+ * pk_json is the partition key header text ("[\"a\"]"), copied; NULL to
+ * derive it from doc. ack(ack_ctx) runs exactly once when the item settled
+ * or parked - never when it is dropped at stop; for sagafeed's own records
+ * (sfKind set: events, markers) it runs at once, on the calling thread. Blocks while the queue is
+ * full. SF_ESTATE when stopping (nothing taken, ack never runs).
+ */
+enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
+                                const char *pk_json, int64_t lsn, int64_t epoch, proc_ack_fn ack,
+                                void *ack_ctx, struct sf_err *err);
+
+/* Waits until nothing is queued or running (timeout_ms; -1 forever). */
+enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms);
+
+/* Makes workers give up retries and waiting at once (signal-safe? no: call from a normal thread).
+ */
+void proc_dispatch_stop(struct proc_dispatch *d);
+
+void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret);
+
+/*
+ * Scans the parking container for keys whose documents ask for a replay
+ * (replayRequested = true) and queues one replay per key on its lane: every
+ * parked and waiting item of the key is re-run in LSN order from the item's
+ * current version; each success deletes its document; the key unblocks when
+ * none is left. A failure keeps the key blocked (the document records the
+ * new error and attempts). Returns the number of keys queued.
+ */
+enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_err *err);
+
+/* true when the key ("<container>|<pk json>") is blocked. */
+bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key);
+
+/*
+ * Marks parked documents for replay (sets replayRequested): all of them, or
+ * those of one park key. For the `sagafeed parked replay` command. *ret_n
+ * (may be NULL) counts the documents marked.
+ */
+enum sf_rc proc_parked_request_replay(struct cosmos_client *cli, const char *db,
+                                      const char *parking_container, const char *park_key,
+                                      size_t *ret_n, struct sf_err *err);
+
+/*
+ * Every parked document (new reference, an array), optionally of one key,
+ * for `sagafeed parked list`.
+ */
+enum sf_rc proc_parked_list(struct cosmos_client *cli, const char *db,
+                            const char *parking_container, const char *park_key, json_t **ret_docs,
+                            struct sf_err *err);
+
+#endif

@@ -1,0 +1,1043 @@
+/*
+ * proc_engine.c - compiling workflows and advancing sagas (proc_engine.h).
+ *
+ * The state machine of one workflow with steps s_0..s_{n-1}:
+ *
+ *   from(s_0) --s_0--> to(s_0) = from(s_1) --s_1--> ... --s_{n-1}--> to(s_{n-1})  (completed)
+ *        \__________________ any business failure __________________/
+ *                                   |
+ *                          compensating_state  --undo s_k..s_0-->  failed_state
+ *
+ * Forward: step k runs its `do` side for each element (foreach), each
+ * element one effect batch with its marker; then the item moves from
+ * from(s_k) to to(s_k) by a conditional patch (the CAS) batched with the
+ * transition's outbox event. A business failure moves the item to the
+ * compensating state instead, recording the reason and the failed step.
+ * Compensation undoes, in reverse order, every element of every step up to
+ * and including the failed one whose do-marker exists, then moves the item
+ * to the failed state.
+ *
+ * Why "undo only what was done, at most once" holds:
+ *  - At most once: the undo of an element is one batch holding the creation
+ *    of its undo-marker (deterministic id, same partition as the undo's
+ *    effect) and the undo's operations. A second attempt fails on the marker
+ *    (409) and changes nothing.
+ *  - Only what was done: the undo runs only after a read found the
+ *    element's do-marker. The do-marker and the do effect were committed
+ *    atomically, so "marker exists" is exactly "effect applied". A batch
+ *    cannot branch on another document, hence the separate read; the read
+ *    stays valid until the undo commits because no do-batch for this saga
+ *    can run after the CAS into the compensating state committed: forward
+ *    steps run only while the item is in their `from` state, the CAS moved
+ *    it out of every forward state, the state never returns (no step may
+ *    enter the start state again, config/ checks the chain), and this saga's
+ *    items are processed by one lane at a time. A do-marker that does not
+ *    exist at the read therefore never appears later.
+ *    Residual window, stated honestly: a do-batch already in flight inside
+ *    the service when its client gave up (a timeout) could commit after the
+ *    read, and an instance that lost its lease may finish a step it had
+ *    started. Both need a request to outlive the retry budget and a lease
+ *    expiry; the fencing epoch on markers makes such a late write visible.
+ *  - Elements whose do never happened (the failing element itself, and
+ *    every later one) have no do-marker and are skipped.
+ *
+ * A transition that loses its CAS (412) means another delivery of the same
+ * item moved it already: re-read the item and continue from its current
+ * state; never overwrite.
+ */
+#include "common/sf_base.h"
+
+#include <pthread.h>
+
+#include "common/sf_hash.h"
+#include "common/sf_json.h"
+#include "processor/proc_engine.h"
+#include "steps/step_sql.h"
+#include "steps/step_tmpl.h"
+
+#define FOREACH_MAX 1000
+
+struct side {
+    struct step_action actions[CFG_ACTIONS_MAX];
+    size_t n;
+};
+
+struct cstep {
+    const struct cfg_step *cfg;
+    struct side act;
+    struct side undo;
+    struct step_tmpl *foreach; /* JSON mode, NULL without foreach */
+    struct step_tmpl *reason;  /* TEXT mode */
+};
+
+struct cworkflow {
+    const struct cfg_workflow *cfg;
+    struct step_sql *filter; /* NULL: every item */
+    struct step_tmpl *saga_id;
+    struct cstep *steps;
+    size_t n;
+};
+
+/*
+ * Sagas seen settled, so later deliveries of their intermediate versions
+ * cost no read. Terminal states are final, so a hit can never be wrong; a
+ * miss only costs the read. Direct-mapped and bounded: a slot is simply
+ * overwritten.
+ */
+#define SETTLED_SLOTS 4096
+
+struct settled_slot {
+    uint64_t hash;
+    char *key; /* "<container>\x1f<id>\x1f<pk json>", owned */
+    bool failed;
+};
+
+struct proc_engine {
+    const struct cfg *cfg;
+    struct cosmos_client *cli;
+    struct step_catalog *catalog;
+    struct cworkflow *wfs;
+    size_t n;
+    pthread_mutex_t settled_mu;
+    struct settled_slot *settled; /* SETTLED_SLOTS, NULL when out of memory */
+};
+
+const char *proc_outcome_str(enum proc_outcome o)
+{
+    switch (o) {
+    case PROC_SKIPPED:
+        return "skipped";
+    case PROC_COMPLETED:
+        return "completed";
+    case PROC_FAILED:
+        return "failed";
+    case PROC_RETRY:
+        return "retry";
+    case PROC_PARK:
+        return "park";
+    }
+    return "?";
+}
+
+/* ---------------------------------------------------------------------------
+ * Compilation
+ */
+
+static void side_release(struct side *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        step_action_release(&s->actions[i]);
+    s->n = 0;
+}
+
+void proc_engine_free(struct proc_engine *e)
+{
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < e->n; i++) {
+        struct cworkflow *w = &e->wfs[i];
+
+        step_sql_free(w->filter);
+        step_tmpl_free(w->saga_id);
+        for (size_t j = 0; j < w->n; j++) {
+            side_release(&w->steps[j].act);
+            side_release(&w->steps[j].undo);
+            step_tmpl_free(w->steps[j].foreach);
+            step_tmpl_free(w->steps[j].reason);
+        }
+        free(w->steps);
+    }
+    free(e->wfs);
+    for (size_t i = 0; e->settled != NULL && i < SETTLED_SLOTS; i++)
+        free(e->settled[i].key);
+    free(e->settled);
+    pthread_mutex_destroy(&e->settled_mu);
+    free(e);
+}
+
+/*
+ * Reports a kind's compile error at the line of the parameter its message
+ * starts with ("ops[1].path: ..."), else at the action's line.
+ */
+static void action_diag(struct cfg_diags *d, const struct cfg_action *a, const char *where,
+                        const char *msg)
+{
+    char path[128];
+    size_t n = strcspn(msg, ": ");
+    int line = a->line;
+
+    if (n > 0 && n < sizeof(path) && msg[n] == ':') {
+        memcpy(path, msg, n);
+        path[n] = '\0';
+        line = cfg_action_line(a, path);
+    }
+    cfg_diag_add(d, a->file, line, "%s: %s", where, msg);
+}
+
+static void compile_side(const struct proc_engine_opts *o, const struct cfg_workflow *w,
+                         const struct cfg_step *s, const struct cfg_action *acts, size_t n,
+                         const char *which, struct side *out, struct cfg_diags *d)
+{
+    char where[512];
+    struct sf_err err;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_action *a = &acts[i];
+
+        (void)snprintf(where, sizeof(where), "workflow '%s' step '%s' %s%s%zu%s (kind %s)", w->name,
+                       s->name, which, n > 1 ? "[" : "", i, n > 1 ? "]" : "",
+                       a->kind != NULL ? a->kind : "?");
+        if (n == 1) /* "do (kind patch)" reads better than "do0" */
+            (void)snprintf(where, sizeof(where), "workflow '%s' step '%s' %s (kind %s)", w->name,
+                           s->name, which, a->kind != NULL ? a->kind : "?");
+        if (a->kind == NULL || a->params == NULL)
+            continue; /* config/ reported it */
+        sf_err_clear(&err);
+        if (step_action_compile(o->reg, a->kind, a->params, &out->actions[out->n], &err) != SF_OK) {
+            action_diag(d, a, where, err.msg);
+            continue;
+        }
+        out->n++;
+    }
+    if (out->n == n && n > 0) {
+        sf_err_clear(&err);
+        if (step_side_check(out->actions, out->n, &err) != SF_OK)
+            cfg_diag_add(d, s->file, acts[0].line, "workflow '%s' step '%s' %s: %s", w->name,
+                         s->name, which, err.msg);
+    }
+}
+
+static void compile_step(const struct proc_engine_opts *o, const struct cfg_workflow *w,
+                         const struct cfg_step *s, struct cstep *cs, struct cfg_diags *d)
+{
+    struct sf_err err;
+    char reason[512];
+
+    cs->cfg = s;
+    compile_side(o, w, s, s->actions, s->n_actions, "do", &cs->act, d);
+    compile_side(o, w, s, s->undo, s->n_undo, "undo", &cs->undo, d);
+    if (s->foreach != NULL) {
+        char text[1024];
+
+        /* "item.lines" and "{{item.lines}}" both name the array */
+        if (strstr(s->foreach, "{{") != NULL)
+            (void)snprintf(text, sizeof(text), "%s", s->foreach);
+        else
+            (void)snprintf(text, sizeof(text), "{{%s}}", s->foreach);
+        sf_err_clear(&err);
+        if (step_tmpl_compile_str(text, STEP_TMPL_JSON, &cs->foreach, &err) != SF_OK)
+            cfg_diag_add(d, s->file, s->line, "workflow '%s' step '%s' foreach: %s", w->name,
+                         s->name, err.msg);
+    }
+    (void)snprintf(reason, sizeof(reason), "%s", s->reason != NULL ? s->reason : "");
+    if (s->reason == NULL)
+        (void)snprintf(reason, sizeof(reason), "step %s failed (status {{status}})", s->name);
+    sf_err_clear(&err);
+    if (step_tmpl_compile_str(reason, STEP_TMPL_TEXT, &cs->reason, &err) != SF_OK)
+        cfg_diag_add(d, s->file, cfg_line(s->setting, "reason", s->line),
+                     "workflow '%s' step '%s' reason: %s", w->name, s->name, err.msg);
+}
+
+static void compile_workflow(const struct proc_engine_opts *o, const struct cfg_workflow *w,
+                             struct cworkflow *cw, struct cfg_diags *d)
+{
+    struct sf_err err;
+
+    cw->cfg = w;
+    if (w->filter != NULL) {
+        sf_err_clear(&err);
+        if (step_sql_compile(w->filter, &cw->filter, &err) != SF_OK) {
+            cfg_diag_add(d, w->file, w->filter_line, "workflow '%s' filter: %s", w->name, err.msg);
+        } else {
+            /* Parameters are known now: a filter using an undefined one fails here, not later. */
+            json_t *probe = json_object();
+            bool m;
+
+            sf_err_clear(&err);
+            if (probe != NULL &&
+                step_sql_match(cw->filter, probe, w->filter_params, &m, &err) != SF_OK)
+                cfg_diag_add(d, w->file, w->filter_line, "workflow '%s' filter: %s", w->name,
+                             err.msg);
+            json_decref(probe);
+        }
+    }
+    sf_err_clear(&err);
+    if (step_tmpl_compile_str(w->saga_id, STEP_TMPL_TEXT, &cw->saga_id, &err) != SF_OK)
+        cfg_diag_add(d, w->file, cfg_line(w->setting, "saga_id", w->line),
+                     "workflow '%s' saga_id: %s", w->name, err.msg);
+    cw->steps = calloc(w->n_steps > 0 ? w->n_steps : 1, sizeof(*cw->steps));
+    if (cw->steps == NULL) {
+        cfg_diag_add(d, w->file, w->line, "out of memory");
+        return;
+    }
+    cw->n = w->n_steps;
+    for (size_t i = 0; i < w->n_steps; i++)
+        compile_step(o, w, &w->steps[i], &cw->steps[i], d);
+}
+
+enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engine **ret_e,
+                           struct cfg_diags *diags, struct sf_err *err)
+{
+    struct proc_engine *e;
+    struct cfg_diags local;
+    struct cfg_diags *d = diags != NULL ? diags : &local;
+    size_t before;
+
+    if (diags == NULL)
+        memset(&local, 0, sizeof(local));
+    if (opts == NULL || opts->cfg == NULL || opts->reg == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "proc_engine_new: missing options");
+    e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    e->cfg = opts->cfg;
+    e->cli = opts->cli;
+    e->catalog = opts->catalog;
+    pthread_mutex_init(&e->settled_mu, NULL);
+    e->settled = calloc(SETTLED_SLOTS, sizeof(*e->settled));
+    e->wfs = calloc(opts->cfg->n_workflows > 0 ? opts->cfg->n_workflows : 1, sizeof(*e->wfs));
+    if (e->wfs == NULL) {
+        free(e);
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    }
+    e->n = opts->cfg->n_workflows;
+    before = d->n + d->dropped;
+    for (size_t i = 0; i < e->n; i++)
+        compile_workflow(opts, &opts->cfg->workflows[i], &e->wfs[i], d);
+    if (d->n + d->dropped > before) {
+        (void)sf_err_set(err, SF_EINVAL, false, "%s%s", d->msg[before < d->n ? before : 0],
+                         d->n + d->dropped - before > 1 ? " (and more)" : "");
+        proc_engine_free(e);
+        return SF_EINVAL;
+    }
+    *ret_e = e;
+    return SF_OK;
+}
+
+size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < e->n; i++) {
+        bool seen = false;
+
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = strcmp(out[j], e->wfs[i].cfg->container) == 0;
+        if (!seen && n < max)
+            out[n++] = e->wfs[i].cfg->container;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------------------
+ * Processing
+ */
+
+/* Everything one call of proc_engine_process works with. */
+struct run {
+    const struct proc_engine *e;
+    const struct cworkflow *wf;
+    const struct proc_item *it;
+    struct proc_result *res;
+    json_t *doc; /* current version of the item (owned) */
+    json_t *pk;  /* its partition key value (owned, NULL = undefined) */
+    char pk_path[256];
+    struct sf_buf pk_json;
+    char *saga_id;
+};
+
+enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, const json_t *doc,
+                          json_t **ret_pk, struct sf_err *err)
+{
+    char path[256];
+    const json_t *v;
+    enum sf_rc rc = step_catalog_pk_path(e->catalog, container, path, err);
+
+    if (rc != SF_OK)
+        return rc;
+    v = step_pk_get(doc, path);
+    *ret_pk = v != NULL ? json_incref((json_t *)v) : NULL;
+    return SF_OK;
+}
+
+static void set_error(struct run *r, enum proc_outcome o, const struct sf_err *err,
+                      const char *context)
+{
+    r->res->outcome = o;
+    r->res->err = *err;
+    if (context != NULL)
+        sf_err_prefix(&r->res->err, "%s: ", context);
+}
+
+/* Outcome of a failed step call -> PROC_RETRY or PROC_PARK. */
+static void from_step(struct run *r, const struct step_result *sr, const char *context)
+{
+    set_error(r, sr->outcome == STEP_RETRY ? PROC_RETRY : PROC_PARK, &sr->err, context);
+    r->res->err.retriable = sr->outcome == STEP_RETRY;
+}
+
+static const char *doc_state(const struct run *r)
+{
+    return sf_json_str(r->doc, r->wf->cfg->state_field);
+}
+
+/* Re-reads the item. Returns false (res set) when the run must stop. */
+static bool reread(struct run *r)
+{
+    struct cosmos_response resp;
+    struct sf_err err;
+    const char *id = sf_json_str(r->doc, "id");
+    json_t *fresh = NULL;
+    enum sf_rc rc;
+
+    /* Conditional on the version in hand: an unchanged item answers 304 without a body. */
+    struct cosmos_req_opts ro = {.if_none_match = sf_json_str(r->doc, "_etag")};
+
+    sf_err_clear(&err);
+    cosmos_response_init(&resp, COSMOS_BATCH_MAX_BYTES * 2);
+    rc = cosmos_doc_read(r->e->cli, r->e->cfg->cosmos.database, r->it->container, id,
+                         sf_buf_cstr(&r->pk_json), &ro, &resp, &err);
+    if (rc == SF_OK && resp.status == 304) {
+        cosmos_response_release(&resp);
+        return true; /* what we hold is current */
+    }
+    if (rc == SF_ENOTFOUND && resp.substatus == 0) {
+        r->res->outcome = PROC_SKIPPED; /* deleted meanwhile: nothing left to do */
+        cosmos_response_release(&resp);
+        return false;
+    }
+    if (rc == SF_OK)
+        fresh = cosmos_response_json(&resp, &err);
+    cosmos_response_release(&resp);
+    if (fresh == NULL) {
+        set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "re-reading the item");
+        return false;
+    }
+    json_decref(r->doc);
+    r->doc = fresh;
+    return true;
+}
+
+/* The template environment of one element. New reference. */
+static json_t *make_env(const struct run *r, const char *step, const json_t *elem, size_t index)
+{
+    json_t *env = json_pack("{s:O, s:s, s:s, s:s, s:I, s:I}", "item", r->doc, "sagaId", r->saga_id,
+                            "workflow", r->wf->cfg->name, "step", step, "epoch",
+                            (json_int_t)r->it->epoch, "lsn", (json_int_t)r->it->lsn);
+
+    if (env != NULL && elem != NULL &&
+        (json_object_set(env, "it", (json_t *)elem) != 0 ||
+         json_object_set_new(env, "index", json_integer((json_int_t)index)) != 0)) {
+        json_decref(env);
+        env = NULL;
+    }
+    return env;
+}
+
+static void make_ctx(const struct run *r, const struct cstep *cs, size_t element,
+                     enum step_phase phase, const json_t *env, struct step_ctx *ctx)
+{
+    const struct cfg *cfg = r->e->cfg;
+
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->cli = r->e->cli;
+    ctx->db = cfg->cosmos.database;
+    ctx->catalog = r->e->catalog;
+    ctx->workflow = r->wf->cfg->name;
+    ctx->saga_id = r->saga_id;
+    ctx->step = cs->cfg->name;
+    ctx->element = element;
+    ctx->phase = phase;
+    ctx->epoch = r->it->epoch;
+    ctx->lsn = r->it->lsn;
+    ctx->marker_ttl_s = cfg->processor.marker_ttl_s;
+    ctx->event_ttl_s = cfg->processor.event_ttl_s;
+    ctx->env = env;
+    ctx->source_container = r->it->container;
+    ctx->source_pk = r->pk;
+    ctx->topic = r->wf->cfg->topic;
+    if (phase == STEP_DO) {
+        ctx->fail_on = cs->cfg->fail_on;
+        ctx->n_fail_on = cs->cfg->n_fail_on;
+    }
+}
+
+/* The elements of a step: the foreach array (new reference) or NULL for "one element". */
+static bool step_elements(struct run *r, const struct cstep *cs, json_t **ret_arr)
+{
+    json_t *env, *arr = NULL;
+    struct sf_err err;
+
+    *ret_arr = NULL;
+    if (cs->foreach == NULL)
+        return true;
+    sf_err_clear(&err);
+    env = make_env(r, cs->cfg->name, NULL, 0);
+    if (env == NULL || step_tmpl_render(cs->foreach, env, &arr, &err) != SF_OK) {
+        json_decref(env);
+        if (env == NULL)
+            (void)sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+        set_error(r, PROC_PARK, &err, "foreach");
+        return false;
+    }
+    json_decref(env);
+    if (!json_is_array(arr) || json_array_size(arr) > FOREACH_MAX) {
+        json_decref(arr);
+        (void)sf_err_set(&err, SF_EINVAL, false,
+                         "foreach of step '%s' is not an array of at most %d elements",
+                         cs->cfg->name, FOREACH_MAX);
+        set_error(r, PROC_PARK, &err, NULL);
+        return false;
+    }
+    *ret_arr = arr;
+    return true;
+}
+
+/*
+ * Runs the do side of step cs for every element. Returns STEP_OK when all
+ * are applied (now or before), STEP_FAILED with *ret_status and *ret_elem on
+ * a business failure, or STEP_RETRY/STEP_FATAL with res filled.
+ */
+static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int *ret_status,
+                                     json_t **ret_env)
+{
+    json_t *arr = NULL;
+    size_t n;
+    enum step_outcome out = STEP_OK;
+
+    if (!step_elements(r, cs, &arr))
+        return STEP_FATAL;
+    n = arr != NULL ? json_array_size(arr) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *elem = arr != NULL ? json_array_get(arr, i) : NULL;
+        json_t *env = make_env(r, cs->cfg->name, elem, i);
+        struct step_ctx ctx;
+        struct step_result sr;
+
+        if (env == NULL) {
+            step_result_set(&sr, STEP_FATAL, SF_ENOMEM, "out of memory");
+            from_step(r, &sr, NULL);
+            out = STEP_FATAL;
+            break;
+        }
+        make_ctx(r, cs, i, STEP_DO, env, &ctx);
+        step_side_run(cs->act.actions, cs->act.n, &ctx, &sr);
+        if (sr.outcome == STEP_OK) {
+            r->res->effects++;
+        } else if (sr.outcome == STEP_ALREADY) {
+            r->res->already++;
+        } else if (sr.outcome == STEP_FAILED) {
+            *ret_status = sr.status;
+            *ret_env = env; /* for the reason template */
+            out = STEP_FAILED;
+            break;
+        } else {
+            char context[256];
+
+            (void)snprintf(context, sizeof(context), "step %s element %zu", cs->cfg->name, i);
+            from_step(r, &sr, context);
+            json_decref(env);
+            out = sr.outcome;
+            break;
+        }
+        json_decref(env);
+    }
+    json_decref(arr);
+    return out;
+}
+
+/*
+ * Undoes step cs: each element in reverse order whose do-marker exists.
+ * Returns false (res set) on an error.
+ */
+static bool run_undo(struct run *r, const struct cstep *cs)
+{
+    json_t *arr = NULL;
+    size_t n;
+    bool ok = true;
+
+    if (cs->undo.n == 0)
+        return true;
+    if (!step_elements(r, cs, &arr))
+        return false;
+    n = arr != NULL ? json_array_size(arr) : 1;
+    for (size_t k = n; k-- > 0 && ok;) {
+        const json_t *elem = arr != NULL ? json_array_get(arr, k) : NULL;
+        json_t *env = make_env(r, cs->cfg->name, elem, k);
+        struct step_ctx ctx;
+        struct step_target tgt;
+        struct step_result sr;
+        struct sf_err err;
+        bool done = false;
+        char context[256];
+
+        (void)snprintf(context, sizeof(context), "undo of step %s element %zu", cs->cfg->name, k);
+        memset(&tgt, 0, sizeof(tgt));
+        sf_err_clear(&err);
+        if (env == NULL) {
+            (void)sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+            set_error(r, PROC_PARK, &err, context);
+            ok = false;
+            break;
+        }
+        /* Was the element done? Its do-marker sits with the do side's target. */
+        make_ctx(r, cs, k, STEP_DO, env, &ctx);
+        if (step_side_target(cs->act.actions, cs->act.n, &ctx, &tgt, &err) != SF_OK ||
+            step_marker_exists(&ctx, STEP_DO, tgt.coll, tgt.pk, &done, &err) != SF_OK) {
+            set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, context);
+            ok = false;
+        } else if (done) {
+            make_ctx(r, cs, k, STEP_UNDO, env, &ctx);
+            step_side_run(cs->undo.actions, cs->undo.n, &ctx, &sr);
+            if (sr.outcome == STEP_OK) {
+                r->res->effects++;
+            } else if (sr.outcome == STEP_ALREADY) {
+                r->res->already++;
+            } else {
+                /* An undo has no business failures: whatever stops it needs a human. */
+                if (sr.outcome == STEP_FAILED)
+                    sr.outcome = STEP_FATAL;
+                from_step(r, &sr, context);
+                ok = false;
+            }
+        }
+        step_target_release(&tgt);
+        json_decref(env);
+    }
+    json_decref(arr);
+    return ok;
+}
+
+/* Escapes a state name into a Cosmos SQL literal. */
+static enum sf_rc sql_str(const char *s, struct sf_buf *out)
+{
+    json_t *v = json_string(s);
+    enum sf_rc rc = v != NULL ? step_sql_literal(v, out) : SF_ENOMEM;
+
+    json_decref(v);
+    return rc;
+}
+
+enum trans_result { TRANS_OK, TRANS_LOST, TRANS_STOP };
+
+/*
+ * Moves the item from `from` to `to` by a conditional patch batched with the
+ * transition's outbox event. reason and failed_step are recorded when not
+ * NULL. TRANS_LOST: the CAS failed (someone moved it) and the item was
+ * re-read; TRANS_STOP: res is set.
+ */
+static enum trans_result transition(struct run *r, const char *from, const char *to,
+                                    const char *event_type, const char *reason,
+                                    const char *failed_step)
+{
+    const struct cfg_workflow *w = r->wf->cfg;
+    struct cosmos_batch *b = NULL;
+    struct cosmos_batch_result br;
+    struct sf_buf cond, ops_text, ev_text;
+    json_t *ops = NULL, *ev = NULL, *payload = NULL;
+    struct sf_err err;
+    enum trans_result tr = TRANS_STOP;
+    char field[CFG_NAME_MAX + 2];
+    const char *id = sf_json_str(r->doc, "id");
+    enum sf_rc rc;
+
+    sf_err_clear(&err);
+    cosmos_batch_result_init(&br);
+    sf_buf_init(&cond, 64u << 10);
+    sf_buf_init(&ops_text, 1u << 20);
+    sf_buf_init(&ev_text, COSMOS_BATCH_MAX_BYTES);
+    (void)snprintf(field, sizeof(field), "/%s", w->state_field);
+    ops = json_pack("[{s:s, s:s, s:s}]", "op", "set", "path", field, "value", to);
+    if (ops != NULL && reason != NULL) {
+        char rf[CFG_NAME_MAX + 2];
+
+        (void)snprintf(rf, sizeof(rf), "/%s", w->reason_field);
+        (void)json_array_append_new(
+            ops, json_pack("{s:s, s:s, s:s}", "op", "set", "path", rf, "value", reason));
+    }
+    if (ops != NULL && failed_step != NULL)
+        (void)json_array_append_new(ops,
+                                    json_pack("{s:s, s:s, s:s}", "op", "set", "path",
+                                              "/" PROC_FAILED_STEP_FIELD, "value", failed_step));
+    rc = ops != NULL ? sf_json_dump(ops, &ops_text) : SF_ENOMEM;
+    if (rc == SF_OK)
+        rc = sf_buf_printf(&cond, "FROM c WHERE c[\"%s\"] = ", w->state_field);
+    if (rc == SF_OK)
+        rc = sql_str(from, &cond);
+    if (rc != SF_OK) {
+        (void)sf_err_set(&err, rc, false, "building the transition failed");
+        set_error(r, PROC_PARK, &err, NULL);
+        goto out;
+    }
+    rc = cosmos_batch_new(sf_buf_cstr(&r->pk_json), &b, &err);
+    if (rc == SF_OK)
+        rc = cosmos_batch_patch(b, id, sf_buf_cstr(&ops_text), sf_buf_cstr(&cond), NULL, &err);
+    if (rc == SF_OK && w->topic != NULL) {
+        struct step_ctx ctx;
+        char ev_id[STEP_ID_MAX];
+        const char *parts[5] = {w->name, r->saga_id, "t", from, to};
+        json_t *env = make_env(r, "transition", NULL, 0);
+
+        memset(&ctx, 0, sizeof(ctx));
+        ctx.workflow = w->name;
+        ctx.saga_id = r->saga_id;
+        ctx.epoch = r->it->epoch;
+        ctx.lsn = r->it->lsn;
+        ctx.event_ttl_s = r->e->cfg->processor.event_ttl_s;
+        ctx.env = env;
+        ctx.source_pk = r->pk;
+        step_det_id("e", parts, SF_ARRAY_LEN(parts), ev_id);
+        payload =
+            json_pack("{s:s?, s:s, s:s, s:s?}", "id", id, "from", from, "to", to, "reason", reason);
+        ev = payload != NULL
+                 ? step_event_doc(&ctx, ev_id, w->topic, event_type, payload, r->pk_path)
+                 : NULL;
+        json_decref(env);
+        rc = ev != NULL ? sf_json_dump(ev, &ev_text) : SF_ENOMEM;
+        if (rc != SF_OK)
+            (void)sf_err_set(&err, rc, false, "building the outbox event failed");
+        else
+            rc = cosmos_batch_create(b, sf_buf_cstr(&ev_text), NULL, &err);
+    }
+    if (rc == SF_OK)
+        rc = cosmos_batch_execute(r->e->cli, r->e->cfg->cosmos.database, r->it->container, b, NULL,
+                                  &br, &err);
+    if (rc != SF_OK) {
+        char context[300];
+
+        (void)snprintf(context, sizeof(context), "transition %s -> %s", from, to);
+        set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, context);
+        goto out;
+    }
+    if (br.committed) {
+        json_t *fresh = br.n > 0 ? br.ops[0].body : NULL;
+
+        r->res->transitions++;
+        if (strcmp(to, w->failed_state) == 0 || strcmp(to, w->steps[w->n_steps - 1].to) == 0)
+            r->res->settled_now = true;
+        if (json_is_object(fresh) && json_object_get(fresh, "id") != NULL) {
+            json_decref(r->doc);
+            r->doc = json_incref(fresh);
+            tr = TRANS_OK;
+        } else {
+            tr = reread(r) ? TRANS_OK : TRANS_STOP;
+        }
+        goto out;
+    }
+    if (br.first_failure == 0 && (br.ops[0].status == 412 || br.ops[0].status == 404)) {
+        /* Lost the CAS (or the item is gone): look at what is there now. */
+        tr = reread(r) ? TRANS_LOST : TRANS_STOP;
+        goto out;
+    }
+    {
+        long f = br.first_failure;
+        int status = f >= 0 && (size_t)f < br.n ? br.ops[f].status : 0;
+
+        (void)sf_err_set(&err, SF_EHTTP,
+                         status == 429 || status == 449 || status == 408 || status >= 500,
+                         "transition %s -> %s: operation %ld answered %d", from, to, f, status);
+        err.http_status = status;
+        set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);
+    }
+out:
+    cosmos_batch_free(b);
+    cosmos_batch_result_release(&br);
+    json_decref(ops);
+    json_decref(ev);
+    json_decref(payload);
+    sf_buf_release(&cond);
+    sf_buf_release(&ops_text);
+    sf_buf_release(&ev_text);
+    return tr;
+}
+
+static const struct cstep *find_step(const struct cworkflow *wf, const char *state, size_t *ret_k)
+{
+    for (size_t k = 0; k < wf->n; k++) {
+        if (strcmp(wf->steps[k].cfg->from, state) == 0) {
+            *ret_k = k;
+            return &wf->steps[k];
+        }
+    }
+    return NULL;
+}
+
+/* Terminal states end the run; returns true when state is one (res set). */
+static bool terminal(struct run *r, const char *state)
+{
+    const struct cfg_workflow *w = r->wf->cfg;
+
+    if (strcmp(state, w->steps[w->n_steps - 1].to) == 0) {
+        r->res->outcome = PROC_COMPLETED;
+        return true;
+    }
+    if (strcmp(state, w->failed_state) == 0) {
+        const char *reason = sf_json_str(r->doc, w->reason_field);
+
+        r->res->outcome = PROC_FAILED;
+        (void)snprintf(r->res->reason, sizeof(r->res->reason), "%s", reason != NULL ? reason : "");
+        return true;
+    }
+    return false;
+}
+
+/* Compensates and moves to the failed state. false: stop (res set). */
+static enum trans_result compensate(struct run *r, const char *state)
+{
+    const struct cfg_workflow *w = r->wf->cfg;
+    const char *failed = sf_json_str(r->doc, PROC_FAILED_STEP_FIELD);
+    const char *reason = sf_json_str(r->doc, w->reason_field);
+    size_t top = r->wf->n;
+    char reason_copy[STEP_REASON_MAX];
+
+    /* Unknown failed step (hand-edited item): undo everything; markers keep it exact. */
+    for (size_t k = 0; failed != NULL && k < r->wf->n; k++)
+        if (strcmp(r->wf->steps[k].cfg->name, failed) == 0)
+            top = k + 1;
+    for (size_t k = top; k-- > 0;)
+        if (!run_undo(r, &r->wf->steps[k]))
+            return TRANS_STOP;
+    (void)snprintf(reason_copy, sizeof(reason_copy), "%s", reason != NULL ? reason : "");
+    return transition(r, state, w->failed_state, w->failed_state,
+                      reason != NULL ? reason_copy : NULL, NULL);
+}
+
+/* Selects the workflow for doc. false with res set on a filter error. */
+static bool select_workflow(struct run *r, const json_t *doc)
+{
+    for (size_t i = 0; i < r->e->n; i++) {
+        const struct cworkflow *wf = &r->e->wfs[i];
+        struct sf_err err;
+        bool m = true;
+
+        if (strcmp(wf->cfg->container, r->it->container) != 0)
+            continue;
+        sf_err_clear(&err);
+        if (wf->filter != NULL &&
+            step_sql_match(wf->filter, doc, wf->cfg->filter_params, &m, &err) != SF_OK) {
+            r->wf = wf;
+            set_error(r, PROC_PARK, &err, "filter");
+            return false;
+        }
+        if (m) {
+            r->wf = wf;
+            return true;
+        }
+    }
+    r->res->outcome = PROC_SKIPPED;
+    return false;
+}
+
+static void advance(struct run *r)
+{
+    const struct cfg_workflow *w = r->wf->cfg;
+    /* Each pass moves the state at least once or stops; the bound only guards bugs. */
+    size_t guard = 4 * r->wf->n + 8;
+
+    while (guard-- > 0) {
+        const char *state = doc_state(r);
+        const struct cstep *cs;
+        size_t k;
+        enum trans_result tr;
+        int status = 0;
+        json_t *fail_env = NULL;
+        char from[CFG_NAME_MAX + 1];
+
+        if (state == NULL) {
+            r->res->outcome = PROC_SKIPPED;
+            return;
+        }
+        (void)snprintf(r->res->state, sizeof(r->res->state), "%s", state);
+        if (terminal(r, state))
+            return;
+        (void)snprintf(from, sizeof(from), "%s", state);
+        if (strcmp(from, w->compensating_state) == 0) {
+            tr = compensate(r, from);
+            if (tr == TRANS_STOP)
+                return;
+            continue;
+        }
+        cs = find_step(r->wf, from, &k);
+        if (cs == NULL) {
+            r->res->outcome = PROC_SKIPPED; /* a state this workflow does not act on */
+            return;
+        }
+        switch (run_forward(r, cs, &status, &fail_env)) {
+        case STEP_OK:
+        case STEP_ALREADY:
+            tr = transition(r, from, cs->cfg->to,
+                            cs->cfg->event != NULL ? cs->cfg->event : cs->cfg->to, NULL, NULL);
+            break;
+        case STEP_FAILED: {
+            struct sf_err err;
+            char *reason = NULL;
+
+            sf_err_clear(&err);
+            (void)json_object_set_new(fail_env, "status", json_integer(status));
+            if (step_tmpl_render_str(cs->reason, fail_env, &reason, &err) != SF_OK) {
+                free(reason);
+                reason = NULL;
+            }
+            tr = transition(r, from, w->compensating_state, w->compensating_state,
+                            reason != NULL ? reason : "business failure", cs->cfg->name);
+            free(reason);
+            json_decref(fail_env);
+            break;
+        }
+        default:
+            return; /* RETRY / FATAL: res is set */
+        }
+        if (tr == TRANS_STOP)
+            return;
+    }
+    {
+        struct sf_err err;
+
+        sf_err_clear(&err);
+        (void)sf_err_set(&err, SF_ESTATE, false, "saga did not settle within %zu transitions",
+                         4 * r->wf->n + 8);
+        set_error(r, PROC_PARK, &err, NULL);
+    }
+}
+
+/* The cache key of the run's saga into out; its hash. */
+static uint64_t settled_key(const struct run *r, struct sf_buf *out)
+{
+    uint64_t h[2] = {0, 0};
+
+    if (sf_buf_printf(out, "%s\x1f%s\x1f%s", r->it->container, sf_json_str(r->it->doc, "id"),
+                      sf_buf_cstr(&r->pk_json)) != SF_OK)
+        return 0;
+    sf_murmur3_x64_128(out->data, out->len, 0, h);
+    return h[0] | 1; /* 0 marks an empty slot */
+}
+
+/* true when the saga is known settled; *ret_failed tells how. */
+static bool settled_get(const struct run *r, bool *ret_failed)
+{
+    struct proc_engine *e = (struct proc_engine *)r->e; /* the cache is the mutable part */
+    struct sf_buf key;
+    uint64_t h;
+    bool hit = false;
+
+    if (e->settled == NULL)
+        return false;
+    sf_buf_init(&key, 4096);
+    h = settled_key(r, &key);
+    if (h != 0) {
+        struct settled_slot *s = &e->settled[h % SETTLED_SLOTS];
+
+        pthread_mutex_lock(&e->settled_mu);
+        if (s->hash == h && s->key != NULL && strcmp(s->key, sf_buf_cstr(&key)) == 0) {
+            hit = true;
+            *ret_failed = s->failed;
+        }
+        pthread_mutex_unlock(&e->settled_mu);
+    }
+    sf_buf_release(&key);
+    return hit;
+}
+
+static void settled_put(const struct run *r, bool failed)
+{
+    struct proc_engine *e = (struct proc_engine *)r->e;
+    struct sf_buf key;
+    uint64_t h;
+    char *old = NULL, *k;
+
+    if (e->settled == NULL)
+        return;
+    sf_buf_init(&key, 4096);
+    h = settled_key(r, &key);
+    k = h != 0 ? sf_buf_detach(&key, NULL) : NULL;
+    if (k != NULL) {
+        struct settled_slot *s = &e->settled[h % SETTLED_SLOTS];
+
+        pthread_mutex_lock(&e->settled_mu);
+        old = s->key;
+        s->key = k;
+        s->hash = h;
+        s->failed = failed;
+        pthread_mutex_unlock(&e->settled_mu);
+    }
+    free(old);
+    sf_buf_release(&key);
+}
+
+void proc_engine_process(const struct proc_engine *e, const struct proc_item *it,
+                         struct proc_result *res)
+{
+    bool failed = false;
+
+    struct run r;
+    struct sf_err err;
+    const char *state;
+    json_t *env = NULL;
+
+    memset(res, 0, sizeof(*res));
+    memset(&r, 0, sizeof(r));
+    sf_err_clear(&res->err);
+    sf_err_clear(&err);
+    r.e = e;
+    r.it = it;
+    r.res = res;
+    sf_buf_init(&r.pk_json, 1u << 20);
+    res->outcome = PROC_SKIPPED;
+    if (!json_is_object(it->doc) || json_object_get(it->doc, STEP_SYS_FIELD) != NULL ||
+        !json_is_string(json_object_get(it->doc, "id")))
+        goto out; /* markers, events, parked records: never sagas */
+    if (!select_workflow(&r, it->doc))
+        goto out;
+    (void)snprintf(res->workflow, sizeof(res->workflow), "%s", r.wf->cfg->name);
+    r.doc = json_incref((json_t *)it->doc);
+    state = doc_state(&r);
+    if (state == NULL)
+        goto out;
+    (void)snprintf(res->state, sizeof(res->state), "%s", state);
+    env = json_pack("{s:O}", "item", r.doc);
+    if (env == NULL || step_tmpl_render_str(r.wf->saga_id, env, &r.saga_id, &err) != SF_OK) {
+        if (env == NULL)
+            (void)sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+        set_error(&r, PROC_PARK, &err, "saga_id");
+        goto out;
+    }
+    (void)snprintf(res->saga_id, sizeof(res->saga_id), "%s", r.saga_id);
+    if (terminal(&r, state))
+        goto out; /* settled sagas cost no I/O */
+    if (proc_engine_pk(e, it->container, r.doc, &r.pk, &err) != SF_OK) {
+        set_error(&r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "partition key");
+        goto out;
+    }
+    if (step_catalog_pk_path(e->catalog, it->container, r.pk_path, &err) != SF_OK ||
+        step_pk_json(r.pk, &r.pk_json) != SF_OK) {
+        set_error(&r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "partition key");
+        goto out;
+    }
+    /*
+     * Always start from the item as it is now, not as delivered. A delivered
+     * version may be stale (the feed read it before this engine moved the
+     * saga on, or it is a redelivery after a crash), and running a forward
+     * step from a stale state is not harmless: after a saga was compensated,
+     * the elements that never ran have no do-marker, so replaying the step
+     * would apply them for real and nothing would ever undo them. Within a
+     * lane nobody else moves this saga, so the state read here stays true
+     * until this call's own CAS changes it. One point read per delivery is
+     * the price.
+     */
+    if (settled_get(&r, &failed)) {
+        /* an intermediate version of a saga this engine already settled */
+        res->outcome = failed ? PROC_FAILED : PROC_COMPLETED;
+        goto out;
+    }
+    if (!reread(&r))
+        goto out;
+    advance(&r);
+    if (res->outcome == PROC_COMPLETED || res->outcome == PROC_FAILED)
+        settled_put(&r, res->outcome == PROC_FAILED);
+out:
+    json_decref(env);
+    json_decref(r.doc);
+    json_decref(r.pk);
+    free(r.saga_id);
+    sf_buf_release(&r.pk_json);
+}

@@ -1,0 +1,97 @@
+/*
+ * proc_engine.h - the workflow engine: sagas as state machines over the
+ * source item, effects through steps/, compensation, and compare-and-set
+ * state transitions with their outbox events.
+ *
+ * proc_engine_process() advances one item's saga as far as it can go in one
+ * call: it runs the step for the item's current state, moves the state on
+ * with a compare-and-set batch, and continues with the next step until the
+ * saga completes, fails (after compensation), or a step reports a transient
+ * or fatal error. It never sleeps and never retries by itself: the
+ * dispatcher (proc_dispatch.h) owns backoff and parking, and simply calls
+ * again - every call starts from the item's current state and repeats
+ * nothing that already happened (markers and the state CAS see to that).
+ *
+ * The engine is immutable after proc_engine_new and may process items from
+ * any number of threads at once, provided one saga is never processed by two
+ * threads at the same time (the dispatcher's lanes guarantee that).
+ */
+#ifndef PROC_ENGINE_H
+#define PROC_ENGINE_H
+
+#include <jansson.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "config/cfg.h"
+#include "cosmos/cosmos.h"
+#include "steps/step.h"
+
+/* The field holding the failed step's name while compensating. */
+#define PROC_FAILED_STEP_FIELD "sfFailedStep"
+
+struct proc_engine;
+
+struct proc_engine_opts {
+    const struct cfg *cfg;        /* borrowed; outlives the engine */
+    struct step_registry *reg;    /* borrowed */
+    struct cosmos_client *cli;    /* borrowed; NULL: compile only (check-config) */
+    struct step_catalog *catalog; /* borrowed; NULL with cli NULL */
+};
+
+/*
+ * Compiles every workflow: filters (step_sql), templates, actions (through
+ * the registry, plugins included). Every problem is added to diags as
+ * "file:line: message" (the line of the offending parameter when known).
+ * SF_EINVAL when there was any; *ret_e is written only on success.
+ */
+enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engine **ret_e,
+                           struct cfg_diags *diags, struct sf_err *err);
+void proc_engine_free(struct proc_engine *e);
+
+/* Distinct source containers of all workflows (for the feed processors). */
+size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max);
+
+enum proc_outcome {
+    PROC_SKIPPED = 0, /* not a saga item, no workflow matched, or nothing to do in its state */
+    PROC_COMPLETED,   /* the saga is in its final success state */
+    PROC_FAILED,      /* the saga is in its failed state (compensated) */
+    PROC_RETRY,       /* a transient error: call again later (err, retry_after) */
+    PROC_PARK,        /* a fatal error: park the item (err) */
+};
+
+const char *proc_outcome_str(enum proc_outcome o);
+
+/* One item as the feed delivered it. */
+struct proc_item {
+    const char *container; /* source container */
+    const json_t *doc;     /* the document (borrowed) */
+    int64_t lsn;
+    int64_t epoch;
+};
+
+struct proc_result {
+    enum proc_outcome outcome;
+    char workflow[CFG_NAME_MAX + 1];
+    char saga_id[STEP_ID_MAX];
+    char state[CFG_NAME_MAX + 1]; /* the state reached */
+    char reason[STEP_REASON_MAX]; /* failure reason, when the saga failed */
+    unsigned effects;             /* step elements applied now */
+    unsigned already;             /* step elements found applied before */
+    unsigned transitions;         /* state transitions written */
+    bool settled_now;             /* this call wrote the final transition */
+    struct sf_err err;            /* PROC_RETRY / PROC_PARK */
+};
+
+/* Advances the saga of it as far as possible (see the top of this file). */
+void proc_engine_process(const struct proc_engine *e, const struct proc_item *it,
+                         struct proc_result *res);
+
+/*
+ * The partition key value of doc in container (new reference, NULL when the
+ * key is undefined). SF_ENOTFOUND when the container is unknown.
+ */
+enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, const json_t *doc,
+                          json_t **ret_pk, struct sf_err *err);
+
+#endif

@@ -1,0 +1,268 @@
+/*
+ * proc_lanes.c - ordered lanes over a worker pool (proc_lanes.h).
+ *
+ * One mutex guards everything; the work is network-bound, so the lock is
+ * held only to move pointers. A lane with queued tasks and no running task
+ * sits in the ready ring exactly once; a worker takes a lane from the ring,
+ * runs its head task, and puts the lane back if it has more. That gives
+ * per-lane order and never runs two tasks of one lane at once.
+ */
+#include "common/sf_base.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+#include "common/sf_hash.h"
+#include "common/sf_time.h"
+#include "processor/proc_lanes.h"
+
+struct lane {
+    struct proc_task *head, *tail;
+    bool busy;  /* a worker runs one of its tasks */
+    bool ready; /* in the ready ring */
+};
+
+struct proc_lanes {
+    pthread_mutex_t mu;
+    pthread_cond_t work;  /* a lane became ready, or stopping */
+    pthread_cond_t space; /* queued dropped below the cap */
+    pthread_cond_t idle;  /* pending reached 0 */
+    struct lane *lanes;
+    unsigned n_lanes;
+    unsigned *ring; /* ready lanes, FIFO */
+    unsigned ring_head, ring_len;
+    size_t queued;  /* tasks waiting */
+    size_t running; /* tasks being handled */
+    unsigned limit;
+    bool stopping;
+    proc_task_fn handle;
+    void *ctx;
+    pthread_t *threads;
+    unsigned n_threads;
+};
+
+static void ring_push(struct proc_lanes *l, unsigned lane)
+{
+    l->ring[(l->ring_head + l->ring_len) % l->n_lanes] = lane;
+    l->ring_len++;
+    l->lanes[lane].ready = true;
+}
+
+static void *worker_main(void *arg)
+{
+    struct proc_lanes *l = arg;
+
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        unsigned idx;
+        struct lane *ln;
+        struct proc_task *t;
+
+        while (!l->stopping && l->ring_len == 0)
+            pthread_cond_wait(&l->work, &l->mu);
+        if (l->stopping)
+            break;
+        idx = l->ring[l->ring_head];
+        l->ring_head = (l->ring_head + 1) % l->n_lanes;
+        l->ring_len--;
+        ln = &l->lanes[idx];
+        ln->ready = false;
+        t = ln->head;
+        ln->head = t->next;
+        if (ln->head == NULL)
+            ln->tail = NULL;
+        t->next = NULL;
+        ln->busy = true;
+        l->queued--;
+        l->running++;
+        pthread_cond_signal(&l->space);
+        pthread_mutex_unlock(&l->mu);
+
+        l->handle(l->ctx, t);
+
+        pthread_mutex_lock(&l->mu);
+        ln->busy = false;
+        l->running--;
+        if (ln->head != NULL && !ln->ready) {
+            ring_push(l, idx);
+            pthread_cond_signal(&l->work);
+        }
+        if (l->queued == 0 && l->running == 0)
+            pthread_cond_broadcast(&l->idle);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+enum sf_rc proc_lanes_new(unsigned lanes, unsigned workers, unsigned queue_limit,
+                          proc_task_fn handle, void *ctx, struct proc_lanes **ret_l,
+                          struct sf_err *err)
+{
+    struct proc_lanes *l;
+    pthread_attr_t attr;
+
+    if (lanes == 0 || lanes > PROC_LANES_MAX || workers == 0 || workers > PROC_WORKERS_MAX ||
+        queue_limit == 0 || handle == NULL)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "lanes: need 1..%d lanes, 1..%d workers, a queue limit and a handler",
+                          PROC_LANES_MAX, PROC_WORKERS_MAX);
+    l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    l->lanes = calloc(lanes, sizeof(*l->lanes));
+    l->ring = calloc(lanes, sizeof(*l->ring));
+    l->threads = calloc(workers, sizeof(*l->threads));
+    if (l->lanes == NULL || l->ring == NULL || l->threads == NULL) {
+        free(l->lanes);
+        free(l->ring);
+        free(l->threads);
+        free(l);
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    }
+    l->n_lanes = lanes;
+    l->limit = queue_limit;
+    l->handle = handle;
+    l->ctx = ctx;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->space, NULL);
+    pthread_cond_init(&l->idle, NULL);
+    pthread_attr_init(&attr);
+    /* Workers run steps: small frames, but libcurl and jansson like some room. */
+    (void)pthread_attr_setstacksize(&attr, 512u << 10);
+    for (unsigned i = 0; i < workers; i++) {
+        if (pthread_create(&l->threads[i], &attr, worker_main, l) != 0) {
+            pthread_attr_destroy(&attr);
+            proc_lanes_free(l, NULL, NULL);
+            return sf_err_set(err, SF_ENOMEM, false, "cannot start worker thread %u", i);
+        }
+        l->n_threads++;
+    }
+    pthread_attr_destroy(&attr);
+    *ret_l = l;
+    return SF_OK;
+}
+
+uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len)
+{
+    uint64_t h[2];
+
+    sf_murmur3_x64_128(key, len, 0, h);
+    return h[0] % l->n_lanes;
+}
+
+enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_task *t,
+                             int64_t wait_ms)
+{
+    struct lane *ln;
+    unsigned idx = (unsigned)(lane % l->n_lanes);
+    struct timespec until;
+
+    if (wait_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += wait_ms / 1000;
+        until.tv_nsec += (wait_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&l->mu);
+    while (!l->stopping && l->queued >= l->limit) {
+        if (wait_ms < 0) {
+            pthread_cond_wait(&l->space, &l->mu);
+        } else if (pthread_cond_timedwait(&l->space, &l->mu, &until) == ETIMEDOUT) {
+            pthread_mutex_unlock(&l->mu);
+            return SF_ETIMEOUT;
+        }
+    }
+    if (l->stopping) {
+        pthread_mutex_unlock(&l->mu);
+        return SF_ESTATE;
+    }
+    ln = &l->lanes[idx];
+    t->next = NULL;
+    if (ln->tail != NULL)
+        ln->tail->next = t;
+    else
+        ln->head = t;
+    ln->tail = t;
+    l->queued++;
+    if (!ln->busy && !ln->ready) {
+        ring_push(l, idx);
+        pthread_cond_signal(&l->work);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return SF_OK;
+}
+
+size_t proc_lanes_pending(struct proc_lanes *l)
+{
+    size_t n;
+
+    pthread_mutex_lock(&l->mu);
+    n = l->queued + l->running;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+enum sf_rc proc_lanes_drain(struct proc_lanes *l, int64_t timeout_ms)
+{
+    int64_t deadline = sf_mono_ms() + timeout_ms;
+    enum sf_rc rc = SF_OK;
+
+    pthread_mutex_lock(&l->mu);
+    while (l->queued + l->running > 0) {
+        struct timespec until;
+        int64_t left = deadline - sf_mono_ms();
+
+        if (timeout_ms >= 0 && left <= 0) {
+            rc = SF_ETIMEOUT;
+            break;
+        }
+        if (timeout_ms < 0)
+            left = 1000;
+        clock_gettime(CLOCK_REALTIME, &until);
+        left = SF_MIN(left, 200);
+        until.tv_nsec += left * 1000000L;
+        while (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&l->idle, &l->mu, &until);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+void proc_lanes_free(struct proc_lanes *l, proc_task_fn drop, void *drop_ctx)
+{
+    if (l == NULL)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stopping = true;
+    pthread_cond_broadcast(&l->work);
+    pthread_cond_broadcast(&l->space);
+    pthread_mutex_unlock(&l->mu);
+    for (unsigned i = 0; i < l->n_threads; i++)
+        pthread_join(l->threads[i], NULL);
+    for (unsigned i = 0; i < l->n_lanes; i++) {
+        struct proc_task *t = l->lanes[i].head;
+
+        while (t != NULL) {
+            struct proc_task *next = t->next;
+
+            if (drop != NULL)
+                drop(drop_ctx, t);
+            t = next;
+        }
+    }
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->work);
+    pthread_cond_destroy(&l->space);
+    pthread_cond_destroy(&l->idle);
+    free(l->lanes);
+    free(l->ring);
+    free(l->threads);
+    free(l);
+}

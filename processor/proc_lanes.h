@@ -1,0 +1,68 @@
+/*
+ * proc_lanes.h - ordered lanes over a worker pool.
+ *
+ * Tasks are submitted to a lane chosen by the caller (by partition key hash,
+ * so one key always lands in the same lane). Tasks of one lane run one at a
+ * time in submission order; different lanes run in parallel on `workers`
+ * threads. The total number of queued tasks is capped: submit blocks while
+ * the cap is reached (backpressure towards the change feed) and gives up
+ * when the lanes stop.
+ *
+ * Threads: submit from any thread; the handler runs on worker threads.
+ */
+#ifndef PROC_LANES_H
+#define PROC_LANES_H
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+
+#define PROC_LANES_MAX   4096
+#define PROC_WORKERS_MAX 256
+
+/* A task: embed it as the first member of your own struct. */
+struct proc_task {
+    struct proc_task *next; /* owned by the lanes while queued */
+};
+
+/* Runs one task on a worker thread; owns the task from then on. */
+typedef void (*proc_task_fn)(void *ctx, struct proc_task *t);
+
+struct proc_lanes;
+
+/*
+ * Starts `workers` threads serving `lanes` lanes with at most `queue_limit`
+ * queued tasks. *ret_l is written only on success.
+ */
+enum sf_rc proc_lanes_new(unsigned lanes, unsigned workers, unsigned queue_limit,
+                          proc_task_fn handle, void *ctx, struct proc_lanes **ret_l,
+                          struct sf_err *err);
+
+/*
+ * Queues t on lane (taken modulo the lane count). Blocks while the queue is
+ * full, up to wait_ms (-1: until there is room or the lanes stop). Returns
+ * SF_OK (the lanes own t), SF_ETIMEOUT or SF_ESTATE (stopping) - then the
+ * caller still owns t.
+ */
+enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_task *t,
+                             int64_t wait_ms);
+
+/* The lane of a key: a stable hash (MurmurHash3) modulo the lane count. */
+uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len);
+
+/* Tasks queued or running. */
+size_t proc_lanes_pending(struct proc_lanes *l);
+
+/*
+ * Waits until every queued task has run (up to timeout_ms; -1 forever).
+ * SF_ETIMEOUT when some remain.
+ */
+enum sf_rc proc_lanes_drain(struct proc_lanes *l, int64_t timeout_ms);
+
+/*
+ * Stops the workers after their current task and frees the lanes. Tasks
+ * still queued are handed to drop (may be NULL) so the owner can free them.
+ * NULL is a no-op.
+ */
+void proc_lanes_free(struct proc_lanes *l, proc_task_fn drop, void *drop_ctx);
+
+#endif

@@ -1,0 +1,363 @@
+/*
+ * proc_service.c - wiring the service together (proc_service.h).
+ */
+#include "common/sf_base.h"
+
+#include <unistd.h>
+
+#include "common/sf_log.h"
+#include "common/sf_time.h"
+#include "feed/feed.h"
+#include "processor/proc_embed.h"
+#include "processor/proc_engine.h"
+#include "processor/proc_service.h"
+#include "steps/step.h"
+
+#define SOURCES_MAX 16
+
+struct feed_slot {
+    struct proc_service *svc;
+    const char *container;
+    struct feed_processor *fp;
+};
+
+struct proc_service {
+    const struct cfg *cfg;
+    struct proc_embed *embed;
+    struct cosmos_client *cli;
+    struct step_registry *reg;
+    struct step_catalog *catalog;
+    struct proc_engine *engine;
+    struct proc_dispatch *dispatch;
+    struct feed_slot feeds[SOURCES_MAX];
+    size_t n_feeds;
+    int64_t next_scan_ms;
+};
+
+static enum sf_rc load_plugins(const struct cfg *cfg, struct step_registry *reg,
+                               struct cfg_diags *diags, struct sf_err *err)
+{
+    enum sf_rc rc = SF_OK;
+
+    for (size_t i = 0; i < cfg->n_plugins; i++) {
+        struct sf_err e;
+
+        sf_err_clear(&e);
+        if (step_plugin_load(reg, cfg->plugins[i].path, &e) != SF_OK) {
+            cfg_diag_add(diags, cfg->plugins[i].file, cfg->plugins[i].line, "%s", e.msg);
+            if (rc == SF_OK)
+                *err = e;
+            rc = SF_EINVAL;
+        }
+    }
+    return rc;
+}
+
+enum sf_rc proc_check_config(const struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
+{
+    struct step_registry *reg = NULL;
+    struct step_catalog *cat = NULL;
+    struct proc_engine *e = NULL;
+    struct proc_engine_opts eo = {0};
+    enum sf_rc rc, prc;
+
+    rc = step_registry_new(&reg, err);
+    if (rc == SF_OK)
+        rc = step_registry_add_builtins(reg, err);
+    if (rc != SF_OK)
+        goto out;
+    prc = load_plugins(cfg, reg, diags, err);
+    eo.cfg = cfg;
+    eo.reg = reg;
+    rc = step_catalog_new(NULL, cfg->cosmos.database, &cat, err);
+    eo.catalog = cat;
+    if (rc == SF_OK)
+        rc = proc_engine_new(&eo, &e, diags, err);
+    if (rc == SF_OK && prc != SF_OK)
+        rc = prc;
+out:
+    proc_engine_free(e);
+    step_catalog_free(cat);
+    step_registry_free(reg);
+    return rc;
+}
+
+static void ack_item(void *ctx)
+{
+    feed_item_ack(ctx);
+}
+
+/* The feed's consumer: hand the item to the dispatcher, which acks it when settled. */
+static void on_item(void *ctx, struct feed_item *it)
+{
+    struct feed_slot *slot = ctx;
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    if (proc_dispatch_submit(slot->svc->dispatch, slot->container,
+                             json_incref((json_t *)feed_item_doc(it)), feed_item_pk(it),
+                             feed_item_lsn(it), feed_item_epoch(it), ack_item, it, &err) != SF_OK) {
+        /* Stopping: leave it unacknowledged; the next owner reads it again. */
+        sf_log_debug("sagafeed", "item at lsn %lld not taken: %s", (long long)feed_item_lsn(it),
+                     err.msg);
+    }
+}
+
+static void on_feed_event(void *ctx, const struct feed_event *ev)
+{
+    struct feed_slot *slot = ctx;
+    enum sf_log_level lvl = SF_LOG_INFO;
+
+    switch (ev->kind) {
+    case FEED_EV_LOST:
+    case FEED_EV_HANG_GUARD:
+    case FEED_EV_READ_ERROR:
+    case FEED_EV_LEASE_ERROR:
+    case FEED_EV_CHECKPOINT_ERROR:
+        lvl = SF_LOG_WARN;
+        break;
+    default:
+        break;
+    }
+    sf_log(lvl, "feed", "%s: range %s epoch %lld: %s", slot->container,
+           ev->range != NULL ? ev->range : "", (long long)ev->epoch,
+           ev->msg != NULL ? ev->msg : "");
+}
+
+static enum sf_rc make_client(struct proc_service *s, const struct proc_service_opts *o,
+                              struct sf_err *err)
+{
+    const struct cfg_cosmos *c = &s->cfg->cosmos;
+    struct cosmos_options co = {0};
+
+    co.connect_timeout_ms = c->connect_timeout_ms;
+    co.request_timeout_ms = c->request_timeout_ms;
+    co.max_connections = SF_MAX(c->max_connections, s->cfg->processor.workers + 8);
+    co.ca_file = c->ca_file;
+    co.tls_verify_off = !c->tls_verify;
+    co.consistency_level = c->consistency;
+    co.retry.max_attempts = 4; /* the dispatcher retries with its own, longer backoff */
+    co.retry.budget_ms = 10000;
+    if (o->endpoint != NULL) {
+        co.endpoint = o->endpoint;
+        co.key = o->key;
+    } else if (s->embed != NULL) {
+        co.endpoint = proc_embed_endpoint(s->embed);
+        co.key = proc_embed_key(s->embed);
+    } else {
+        co.endpoint = c->endpoint;
+        co.key_env = c->key_env;
+        co.key_file = c->key_file;
+    }
+    return cosmos_client_new(&co, &s->cli, err);
+}
+
+static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_opts *o,
+                             struct feed_slot *slot, struct sf_err *err)
+{
+    const struct cfg_feed *f = &s->cfg->feed;
+    struct feed_options fo = {0};
+    char prefix[FEED_PREFIX_MAX];
+    enum sf_rc rc;
+
+    (void)snprintf(prefix, sizeof(prefix), "%s.%s", f->lease_prefix, slot->container);
+    fo.db = s->cfg->cosmos.database;
+    fo.coll = slot->container;
+    fo.lease_coll = f->lease_container;
+    fo.lease_prefix = prefix;
+    fo.instance = o->instance != NULL ? o->instance : f->instance;
+    fo.start = f->start == CFG_START_NOW    ? FEED_START_NOW
+               : f->start == CFG_START_TIME ? FEED_START_TIME
+                                            : FEED_START_BEGINNING;
+    fo.start_time = (time_t)(f->start_time_ms / 1000);
+    fo.lease_expiry_ms = f->lease_expiry_ms;
+    fo.renew_ms = f->renew_interval_ms;
+    fo.acquire_ms = f->acquire_interval_ms;
+    fo.poll_ms = f->poll_interval_ms;
+    fo.progress_deadline_ms = f->hang_timeout_ms;
+    fo.max_items = f->max_items;
+    fo.max_inflight = s->cfg->processor.queue_limit;
+    fo.consume = on_item;
+    fo.consume_ctx = slot;
+    fo.on_event = on_feed_event;
+    fo.event_ctx = slot;
+    rc = feed_processor_new(s->cli, s->cli, &fo, &slot->fp, err);
+    if (rc == SF_OK)
+        rc = feed_processor_start(slot->fp, err);
+    if (rc != SF_OK)
+        sf_err_prefix(err, "change feed of %s: ", slot->container);
+    return rc;
+}
+
+enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_service **ret_s,
+                              struct sf_err *err)
+{
+    const struct cfg *cfg = opts->cfg;
+    struct proc_service *s = calloc(1, sizeof(*s));
+    struct proc_engine_opts eo = {0};
+    struct proc_dispatch_opts dopts = {0};
+    struct cfg_diags diags;
+    const char *sources[SOURCES_MAX];
+    size_t n_sources;
+    enum sf_rc rc;
+
+    memset(&diags, 0, sizeof(diags));
+    if (s == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    s->cfg = cfg;
+    if (opts->endpoint == NULL && cfg->cosmos.endpoint == NULL) {
+        struct proc_embed_opts po = {.binary = cfg->embedded.binary,
+                                     .data_dir = cfg->embedded.data_dir,
+                                     .partitions = cfg->embedded.partitions,
+                                     .start_timeout_ms = cfg->embedded.start_timeout_ms};
+
+        rc = proc_embed_start(&po, &s->embed, err);
+        if (rc != SF_OK)
+            goto fail;
+        sf_log_info("sagafeed", "embedded cosmolite (pid %d) listens on %s, data in %s",
+                    (int)proc_embed_pid(s->embed), proc_embed_endpoint(s->embed),
+                    cfg->embedded.data_dir);
+    }
+    rc = make_client(s, opts, err);
+    if (rc != SF_OK)
+        goto fail;
+    if (s->embed != NULL || opts->create_database) {
+        rc = cosmos_db_create_if_missing(s->cli, cfg->cosmos.database, NULL, NULL, err);
+        if (rc != SF_OK)
+            goto fail;
+    }
+    rc = step_registry_new(&s->reg, err);
+    if (rc == SF_OK)
+        rc = step_registry_add_builtins(s->reg, err);
+    if (rc == SF_OK)
+        rc = load_plugins(cfg, s->reg, &diags, err);
+    if (rc == SF_OK)
+        rc = step_catalog_new(s->cli, cfg->cosmos.database, &s->catalog, err);
+    if (rc != SF_OK)
+        goto fail;
+    eo.cfg = cfg;
+    eo.reg = s->reg;
+    eo.cli = s->cli;
+    eo.catalog = s->catalog;
+    rc = proc_engine_new(&eo, &s->engine, &diags, err);
+    if (rc != SF_OK)
+        goto fail;
+    dopts.engine = s->engine;
+    dopts.cli = s->cli;
+    dopts.db = cfg->cosmos.database;
+    dopts.parking_container = cfg->processor.parking_container;
+    dopts.lanes = cfg->processor.lanes;
+    dopts.workers = cfg->processor.workers;
+    dopts.queue_limit = cfg->processor.queue_limit;
+    dopts.max_attempts = cfg->processor.max_attempts;
+    dopts.backoff_base_ms = cfg->processor.backoff_base_ms;
+    dopts.backoff_cap_ms = cfg->processor.backoff_cap_ms;
+    dopts.on_result = opts->on_result;
+    dopts.result_ctx = opts->result_ctx;
+    rc = proc_dispatch_new(&dopts, &s->dispatch, err);
+    if (rc == SF_OK)
+        rc = proc_dispatch_start(s->dispatch, err);
+    if (rc != SF_OK)
+        goto fail;
+    /* Catalog the source containers now: a missing one should stop the start, loudly. */
+    n_sources = proc_engine_sources(s->engine, sources, SOURCES_MAX);
+    for (size_t i = 0; i < n_sources; i++) {
+        char path[256];
+
+        rc = step_catalog_pk_path(s->catalog, sources[i], path, err);
+        if (rc != SF_OK)
+            goto fail;
+    }
+    for (size_t i = 0; i < n_sources; i++) {
+        struct feed_slot *slot = &s->feeds[s->n_feeds];
+
+        slot->svc = s;
+        slot->container = sources[i];
+        rc = start_feed(s, opts, slot, err);
+        if (rc != SF_OK) {
+            feed_processor_free(slot->fp);
+            slot->fp = NULL;
+            goto fail;
+        }
+        s->n_feeds++;
+    }
+    s->next_scan_ms = sf_mono_ms();
+    *ret_s = s;
+    return SF_OK;
+fail:
+    proc_service_stop(s, 0);
+    return rc;
+}
+
+void proc_service_tick(struct proc_service *s)
+{
+    struct sf_err err;
+    size_t n = 0;
+
+    if (sf_mono_ms() < s->next_scan_ms)
+        return;
+    s->next_scan_ms = sf_mono_ms() + s->cfg->processor.park_scan_interval_ms;
+    sf_err_clear(&err);
+    if (proc_dispatch_scan(s->dispatch, &n, &err) != SF_OK)
+        sf_log_warn("sagafeed", "scanning parked items failed: %s", err.msg);
+    else if (n > 0)
+        sf_log_info("sagafeed", "replaying parked items of %zu key%s", n, n == 1 ? "" : "s");
+}
+
+struct cosmos_client *proc_service_client(struct proc_service *s)
+{
+    return s->cli;
+}
+
+void proc_service_stats(struct proc_service *s, struct proc_stats *ret)
+{
+    proc_dispatch_stats(s->dispatch, ret);
+}
+
+void proc_service_feed_status(struct proc_service *s, size_t *ret_leases, int64_t *ret_pending)
+{
+    size_t leases = 0;
+    int64_t pending = 0;
+
+    for (size_t i = 0; i < s->n_feeds; i++) {
+        struct feed_status *st = NULL;
+
+        if (feed_processor_status(s->feeds[i].fp, &st, NULL) != SF_OK)
+            continue;
+        for (size_t k = 0; k < st->n; k++) {
+            if (strcmp(st->ranges[k].state, "running") == 0)
+                leases++;
+            pending += st->ranges[k].pending;
+        }
+        free(st);
+    }
+    *ret_leases = leases;
+    *ret_pending = pending;
+}
+
+void proc_service_stop(struct proc_service *s, int64_t drain_ms)
+{
+    if (s == NULL)
+        return;
+    /* 1. Feeds stop reading and wait for in-flight items, then checkpoint and release. */
+    for (size_t i = 0; i < s->n_feeds; i++) {
+        struct sf_err err;
+
+        sf_err_clear(&err);
+        if (feed_processor_stop(s->feeds[i].fp, drain_ms, &err) != SF_OK)
+            sf_log_warn("sagafeed", "stopping the change feed of %s: %s", s->feeds[i].container,
+                        err.msg);
+    }
+    /* 2. Workers give up what is left (unacknowledged: redelivered later). */
+    if (s->dispatch != NULL)
+        proc_dispatch_stop(s->dispatch);
+    proc_dispatch_free(s->dispatch);
+    for (size_t i = 0; i < s->n_feeds; i++)
+        feed_processor_free(s->feeds[i].fp);
+    proc_engine_free(s->engine);
+    step_catalog_free(s->catalog);
+    step_registry_free(s->reg);
+    cosmos_client_free(s->cli);
+    proc_embed_stop(s->embed);
+    free(s);
+}

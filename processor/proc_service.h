@@ -1,0 +1,62 @@
+/*
+ * proc_service.h - `sagafeed run` as a library: everything wired together.
+ *
+ * A service owns, in start order: the embedded cosmolite (when the config
+ * has no endpoint), the Cosmos client, the step registry with its plugins,
+ * the container catalog, the workflow engine, the dispatcher (lanes, retries,
+ * parking) and one change feed processor per source container, whose items
+ * go to the dispatcher and whose acknowledgements come back from it.
+ *
+ * Stopping drains: the feed processors stop reading and wait for in-flight
+ * items to settle (their acks), checkpoint and release their leases; then
+ * the dispatcher stops; then everything is freed in reverse order.
+ *
+ * One thread owns a service (start, tick, stop); the dispatcher's workers
+ * and the feed's threads run inside it.
+ */
+#ifndef PROC_SERVICE_H
+#define PROC_SERVICE_H
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "config/cfg.h"
+#include "cosmos/cosmos.h"
+#include "processor/proc_dispatch.h"
+
+struct proc_service;
+
+struct proc_service_opts {
+    const struct cfg *cfg;    /* borrowed; outlives the service */
+    const char *instance;     /* overrides feed.instance; NULL keeps it */
+    const char *endpoint;     /* overrides cosmos.endpoint (with key); NULL keeps it */
+    const char *key;          /* the key for endpoint */
+    bool create_database;     /* create cosmos.database when missing (always when embedded) */
+    proc_result_fn on_result; /* optional, see proc_dispatch.h */
+    void *result_ctx;
+};
+
+/* Starts everything (see above). On failure nothing is left running. */
+enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_service **ret_s,
+                              struct sf_err *err);
+
+/* Periodic work (replays of parked items); call every ~100 ms from the owning thread. */
+void proc_service_tick(struct proc_service *s);
+
+/* The client (borrowed for the service's life). */
+struct cosmos_client *proc_service_client(struct proc_service *s);
+
+void proc_service_stats(struct proc_service *s, struct proc_stats *ret);
+
+/* Number of feed leases this instance holds and items delivered but not acknowledged. */
+void proc_service_feed_status(struct proc_service *s, size_t *ret_leases, int64_t *ret_pending);
+
+/* Drains (up to drain_ms), stops and frees. NULL is a no-op. */
+void proc_service_stop(struct proc_service *s, int64_t drain_ms);
+
+/*
+ * Loads the plugins of cfg into reg and compiles the engine without any I/O:
+ * check-config. Every problem goes to diags. SF_EINVAL when any.
+ */
+enum sf_rc proc_check_config(const struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err);
+
+#endif

@@ -1,0 +1,746 @@
+/*
+ * step_kinds.c - the batchable built-in kinds and their shared helpers:
+ *
+ *   patch  - conditional patch of one document: `ops` (add/set/replace/
+ *            remove/incr, values templated) and an optional `condition`
+ *            ("FROM c WHERE c.stock >= {{it.qty}}") that the service
+ *            evaluates; a false condition is a 412.
+ *   create - create-only document: `document` (a template); a 409 means the
+ *            id is taken (a business failure when fail_on lists 409).
+ *   event  - outbox event in the saga item's partition: `type`, optional
+ *            `payload` and `topic`.
+ *
+ * Each appends its operation to the step's batch after the marker.
+ */
+#include "common/sf_base.h"
+
+#include "common/sf_json.h"
+#include "steps/step_kinds.h"
+
+/* ---------------------------------------------------------------------------
+ * Parameter helpers
+ */
+
+enum sf_rc step_params_check(const json_t *params, const char *const *allowed, struct sf_err *err)
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach((json_t *)params, key, v)
+    {
+        bool ok = false;
+
+        for (size_t i = 0; allowed[i] != NULL && !ok; i++)
+            ok = strcmp(allowed[i], key) == 0;
+        if (!ok) {
+            struct sf_buf b;
+
+            sf_buf_init(&b, 1024);
+            for (size_t i = 0; allowed[i] != NULL; i++)
+                (void)sf_buf_printf(&b, "%s%s", i > 0 ? ", " : "", allowed[i]);
+            (void)sf_err_set(err, SF_EINVAL, false, "%s: unknown parameter (known: %s)", key,
+                             sf_buf_cstr(&b));
+            sf_buf_release(&b);
+            return SF_EINVAL;
+        }
+    }
+    return SF_OK;
+}
+
+enum sf_rc step_param_tmpl(const json_t *params, const char *key, bool required,
+                           enum step_tmpl_mode mode, struct step_tmpl **ret_t, struct sf_err *err)
+{
+    const json_t *v = json_object_get(params, key);
+    enum sf_rc rc;
+
+    *ret_t = NULL;
+    if (v == NULL) {
+        if (required)
+            return sf_err_set(err, SF_EINVAL, false, "%s: missing (required)", key);
+        return SF_OK;
+    }
+    if (mode == STEP_TMPL_JSON) {
+        rc = step_tmpl_compile(v, ret_t, err);
+    } else {
+        if (!json_is_string(v))
+            return sf_err_set(err, SF_EINVAL, false, "%s: must be a string", key);
+        rc = step_tmpl_compile_str(json_string_value(v), mode, ret_t, err);
+    }
+    if (rc != SF_OK)
+        sf_err_prefix(err, "%s: ", key);
+    return rc;
+}
+
+enum sf_rc step_param_name(const json_t *params, const char *key, char out[256], struct sf_err *err)
+{
+    const char *s = sf_json_str(params, key);
+
+    if (s == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "%s: missing (a container name is required)", key);
+    if (s[0] == '\0' || strlen(s) > 255 || strpbrk(s, "/\\?#") != NULL)
+        return sf_err_set(err, SF_EINVAL, false, "%s: '%s' is not a valid container name", key, s);
+    (void)snprintf(out, 256, "%s", s);
+    return SF_OK;
+}
+
+enum sf_rc step_render_pk(const struct step_tmpl *t, const json_t *env, json_t **ret_pk,
+                          struct sf_err *err)
+{
+    json_t *pk = NULL;
+    enum sf_rc rc = step_tmpl_render(t, env, &pk, err);
+
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "partition_key: ");
+        return rc;
+    }
+    if (!json_is_string(pk) && !json_is_number(pk) && !json_is_boolean(pk) && !json_is_null(pk)) {
+        json_decref(pk);
+        return sf_err_set(err, SF_EINVAL, false,
+                          "partition_key: must render a string, number, boolean or null");
+    }
+    *ret_pk = pk;
+    return SF_OK;
+}
+
+void step_result_from_call(const struct step_ctx *ctx, const struct sf_err *err,
+                           struct step_result *res)
+{
+    res->err = *err;
+    res->status = err->http_status;
+    if (err->retriable)
+        res->outcome = STEP_RETRY;
+    else if (err->http_status != 0 && step_ctx_fails_on(ctx, err->http_status))
+        res->outcome = STEP_FAILED;
+    else
+        res->outcome = STEP_FATAL;
+}
+
+/* ---------------------------------------------------------------------------
+ * Patch operations
+ */
+
+static bool pointer_ok(const char *p)
+{
+    return p != NULL && p[0] == '/' && p[1] != '\0' && strcmp(p, "/id") != 0 &&
+           strncmp(p, "/_", 2) != 0;
+}
+
+enum sf_rc step_patch_ops_compile(const json_t *params, const char *key, size_t max,
+                                  struct step_patch_ops *ret, struct sf_err *err)
+{
+    const json_t *arr = json_object_get(params, key);
+    struct step_patch_ops ops = {NULL, 0};
+    enum sf_rc rc = SF_OK;
+    size_t i;
+    json_t *e;
+
+    if (!json_is_array(arr) || json_array_size(arr) == 0)
+        return sf_err_set(err, SF_EINVAL, false, "%s: must be a non-empty list of operations", key);
+    if (json_array_size(arr) > max)
+        return sf_err_set(err, SF_ELIMIT, false, "%s: at most %zu operations", key, max);
+    ops.ops = calloc(json_array_size(arr), sizeof(*ops.ops));
+    if (ops.ops == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    json_array_foreach(arr, i, e)
+    {
+        static const char *const allowed[] = {"op", "path", "value", "from", NULL};
+        struct step_patch_op *o = &ops.ops[i];
+        const char *op = sf_json_str(e, "op"), *path = sf_json_str(e, "path");
+        const json_t *value = json_object_get(e, "value");
+
+        ops.n = i + 1;
+        if (!json_is_object(e)) {
+            rc =
+                sf_err_set(err, SF_EINVAL, false, "%s[%zu]: must be a group { op = ...; }", key, i);
+            break;
+        }
+        rc = step_params_check(e, allowed, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "%s[%zu].", key, i);
+            break;
+        }
+        if (op == NULL ||
+            (strcmp(op, "add") != 0 && strcmp(op, "set") != 0 && strcmp(op, "replace") != 0 &&
+             strcmp(op, "remove") != 0 && strcmp(op, "incr") != 0)) {
+            rc = sf_err_set(err, SF_EINVAL, false,
+                            "%s[%zu].op: must be add, set, replace, remove or incr", key, i);
+            break;
+        }
+        if (!pointer_ok(path)) {
+            rc = sf_err_set(err, SF_EINVAL, false,
+                            "%s[%zu].path: must be a JSON pointer like \"/stock\" (not /id or "
+                            "a system field)",
+                            key, i);
+            break;
+        }
+        (void)snprintf(o->op, sizeof(o->op), "%s", op);
+        o->path = strdup(path);
+        if (o->path == NULL) {
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+            break;
+        }
+        if (strcmp(op, "remove") == 0) {
+            if (value != NULL) {
+                rc = sf_err_set(err, SF_EINVAL, false, "%s[%zu].value: remove takes no value", key,
+                                i);
+                break;
+            }
+            continue;
+        }
+        if (value == NULL) {
+            rc = sf_err_set(err, SF_EINVAL, false, "%s[%zu].value: missing", key, i);
+            break;
+        }
+        if (strcmp(op, "incr") == 0 && !json_is_number(value) && !json_is_string(value)) {
+            rc = sf_err_set(err, SF_EINVAL, false,
+                            "%s[%zu].value: incr needs a number or a template", key, i);
+            break;
+        }
+        rc = step_tmpl_compile(value, &o->value, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "%s[%zu].value: ", key, i);
+            break;
+        }
+    }
+    if (rc != SF_OK) {
+        step_patch_ops_release(&ops);
+        return rc;
+    }
+    *ret = ops;
+    return SF_OK;
+}
+
+void step_patch_ops_release(struct step_patch_ops *ops)
+{
+    for (size_t i = 0; i < ops->n; i++) {
+        free(ops->ops[i].path);
+        free(ops->ops[i].from);
+        step_tmpl_free(ops->ops[i].value);
+    }
+    free(ops->ops);
+    ops->ops = NULL;
+    ops->n = 0;
+}
+
+enum sf_rc step_patch_ops_render(const struct step_patch_ops *ops, const json_t *env,
+                                 json_t **ret_ops, struct sf_err *err)
+{
+    json_t *arr = json_array();
+    enum sf_rc rc = SF_OK;
+
+    if (arr == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    for (size_t i = 0; i < ops->n && rc == SF_OK; i++) {
+        const struct step_patch_op *o = &ops->ops[i];
+        json_t *op = json_pack("{s:s, s:s}", "op", o->op, "path", o->path);
+        json_t *v = NULL;
+
+        if (op == NULL) {
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+            break;
+        }
+        if (o->value != NULL) {
+            rc = step_tmpl_render(o->value, env, &v, err);
+            if (rc != SF_OK) {
+                sf_err_prefix(err, "ops[%zu].value: ", i);
+                json_decref(op);
+                break;
+            }
+            if (strcmp(o->op, "incr") == 0 && !json_is_number(v)) {
+                json_decref(v);
+                json_decref(op);
+                rc = sf_err_set(err, SF_EINVAL, false, "ops[%zu].value: incr rendered a non-number",
+                                i);
+                break;
+            }
+            (void)json_object_set_new(op, "value", v);
+        }
+        if (json_array_append_new(arr, op) != 0)
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    }
+    if (rc != SF_OK) {
+        json_decref(arr);
+        return rc;
+    }
+    *ret_ops = arr;
+    return SF_OK;
+}
+
+/* Splits pointer p into its parent container in doc and the last token (unescaped). */
+static json_t *pointer_parent(json_t *doc, const char *p, char *last, size_t last_size)
+{
+    const char *slash = strrchr(p, '/');
+    char parent[1024];
+    size_t plen = (size_t)(slash - p), o = 0;
+    json_t *par;
+
+    if (plen >= sizeof(parent))
+        return NULL;
+    memcpy(parent, p, plen);
+    parent[plen] = '\0';
+    par = plen == 0 ? doc : sf_json_path(doc, parent);
+    for (const char *s = slash + 1; *s != '\0' && o + 1 < last_size; s++) {
+        if (s[0] == '~' && s[1] == '1') {
+            last[o++] = '/';
+            s++;
+        } else if (s[0] == '~' && s[1] == '0') {
+            last[o++] = '~';
+            s++;
+        } else {
+            last[o++] = *s;
+        }
+    }
+    last[o] = '\0';
+    return par;
+}
+
+enum sf_rc step_patch_apply(json_t *doc, const json_t *ops, struct sf_err *err)
+{
+    size_t i;
+    json_t *op;
+
+    json_array_foreach(ops, i, op)
+    {
+        const char *kind = sf_json_str(op, "op"), *path = sf_json_str(op, "path");
+        json_t *value = json_object_get(op, "value");
+        char last[512];
+        json_t *par, *cur;
+        bool is_arr;
+        int64_t idx = -1;
+
+        if (kind == NULL || !pointer_ok(path))
+            return sf_err_set(err, SF_EINVAL, false, "operation %zu: bad op or path", i);
+        par = pointer_parent(doc, path, last, sizeof(last));
+        if (par == NULL || (!json_is_object(par) && !json_is_array(par)))
+            return sf_err_set(err, SF_EINVAL, false, "operation %zu: parent of %s does not exist",
+                              i, path);
+        is_arr = json_is_array(par);
+        if (is_arr) {
+            char *end;
+
+            if (strcmp(last, "-") == 0) {
+                idx = (int64_t)json_array_size(par);
+            } else {
+                idx = strtoll(last, &end, 10);
+                if (*end != '\0' || idx < 0 || last[0] == '\0')
+                    return sf_err_set(err, SF_EINVAL, false, "operation %zu: bad index in %s", i,
+                                      path);
+            }
+        }
+        cur = is_arr ? json_array_get(par, (size_t)idx) : json_object_get(par, last);
+        if (strcmp(kind, "remove") == 0 || strcmp(kind, "replace") == 0) {
+            if (cur == NULL)
+                return sf_err_set(err, SF_EINVAL, false, "operation %zu: %s does not exist", i,
+                                  path);
+            if (strcmp(kind, "remove") == 0) {
+                if (is_arr)
+                    (void)json_array_remove(par, (size_t)idx);
+                else
+                    (void)json_object_del(par, last);
+                continue;
+            }
+        }
+        if (value == NULL)
+            return sf_err_set(err, SF_EINVAL, false, "operation %zu: no value", i);
+        if (strcmp(kind, "incr") == 0) {
+            if (!json_is_number(value) || (cur != NULL && !json_is_number(cur)))
+                return sf_err_set(err, SF_EINVAL, false, "operation %zu: incr of a non-number", i);
+            if (cur != NULL) {
+                if (json_is_integer(cur) && json_is_integer(value))
+                    value = json_integer(json_integer_value(cur) + json_integer_value(value));
+                else
+                    value = json_real(json_number_value(cur) + json_number_value(value));
+            } else {
+                value = json_incref(value);
+            }
+        } else {
+            value = json_deep_copy(value);
+        }
+        if (value == NULL)
+            return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        if (is_arr) {
+            int r;
+
+            if (strcmp(kind, "add") == 0)
+                r = json_array_insert_new(par, (size_t)idx, value);
+            else if ((size_t)idx < json_array_size(par))
+                r = json_array_set_new(par, (size_t)idx, value);
+            else if ((size_t)idx == json_array_size(par) && strcmp(kind, "set") == 0)
+                r = json_array_append_new(par, value);
+            else {
+                json_decref(value);
+                r = -1;
+            }
+            if (r != 0)
+                return sf_err_set(err, SF_EINVAL, false, "operation %zu: index out of range in %s",
+                                  i, path);
+        } else if (json_object_set_new(par, last, value) != 0) {
+            return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        }
+    }
+    return SF_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * patch
+ */
+
+struct patch_state {
+    char coll[256];
+    struct step_tmpl *id;
+    struct step_tmpl *pk;
+    struct step_tmpl *condition; /* SQL mode, may be NULL */
+    struct step_patch_ops ops;
+};
+
+static void patch_free(void *p)
+{
+    struct patch_state *st = p;
+
+    if (st == NULL)
+        return;
+    step_tmpl_free(st->id);
+    step_tmpl_free(st->pk);
+    step_tmpl_free(st->condition);
+    step_patch_ops_release(&st->ops);
+    free(st);
+}
+
+static enum sf_rc patch_compile(const json_t *params, void **ret_state, struct sf_err *err)
+{
+    static const char *const allowed[] = {"container", "id",  "partition_key",
+                                          "condition", "ops", NULL};
+    struct patch_state *st = calloc(1, sizeof(*st));
+    enum sf_rc rc;
+
+    if (st == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = step_params_check(params, allowed, err);
+    if (rc == SF_OK)
+        rc = step_param_name(params, "container", st->coll, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &st->id, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, &st->condition, err);
+    if (rc == SF_OK)
+        rc = step_patch_ops_compile(params, "ops", COSMOS_PATCH_MAX_OPS, &st->ops, err);
+    if (rc != SF_OK) {
+        patch_free(st);
+        return rc;
+    }
+    *ret_state = st;
+    return SF_OK;
+}
+
+static enum sf_rc coll_pk_target(const char *coll, const struct step_tmpl *pk,
+                                 const struct step_ctx *ctx, struct step_target *ret,
+                                 struct sf_err *err)
+{
+    json_t *v = NULL;
+    enum sf_rc rc = step_render_pk(pk, ctx->env, &v, err);
+
+    if (rc != SF_OK)
+        return rc;
+    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", coll);
+    ret->pk = v;
+    return SF_OK;
+}
+
+static enum sf_rc patch_target(const void *state, const struct step_ctx *ctx,
+                               struct step_target *ret, struct sf_err *err)
+{
+    const struct patch_state *st = state;
+
+    return coll_pk_target(st->coll, st->pk, ctx, ret, err);
+}
+
+static enum sf_rc patch_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
+                                const json_t *pk, struct cosmos_batch *b, struct sf_err *err)
+{
+    const struct patch_state *st = state;
+    char *id = NULL;
+    json_t *ops = NULL;
+    struct sf_buf cond, opsj;
+    enum sf_rc rc;
+
+    SF_UNUSED(pk);
+    sf_buf_init(&cond, 64u << 10);
+    sf_buf_init(&opsj, COSMOS_BATCH_MAX_BYTES);
+    rc = step_tmpl_render_str(st->id, ctx->env, &id, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "id: ");
+        goto out;
+    }
+    rc = step_patch_ops_render(&st->ops, ctx->env, &ops, err);
+    if (rc != SF_OK)
+        goto out;
+    for (size_t i = 0; i < json_array_size(ops); i++)
+        if (strcmp(sf_json_str(json_array_get(ops, i), "path"), pk_path) == 0) {
+            rc = sf_err_set(err, SF_EINVAL, false,
+                            "ops[%zu].path: %s is the partition key and cannot be patched", i,
+                            pk_path);
+            goto out;
+        }
+    if (st->condition != NULL) {
+        rc = step_tmpl_render_text(st->condition, ctx->env, &cond, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "condition: ");
+            goto out;
+        }
+    }
+    rc = sf_json_dump(ops, &opsj);
+    if (rc != SF_OK) {
+        rc = sf_err_set(err, rc, false, "ops: too large");
+        goto out;
+    }
+    rc = cosmos_batch_patch(b, id, sf_buf_cstr(&opsj),
+                            st->condition != NULL ? sf_buf_cstr(&cond) : NULL, NULL, err);
+out:
+    free(id);
+    json_decref(ops);
+    sf_buf_release(&cond);
+    sf_buf_release(&opsj);
+    return rc;
+}
+
+const struct step_kind step_kind_patch = {
+    .name = "patch",
+    .compile = patch_compile,
+    .free_state = patch_free,
+    .target = patch_target,
+    .add_ops = patch_add_ops,
+};
+
+/* ---------------------------------------------------------------------------
+ * create
+ */
+
+struct create_state {
+    char coll[256];
+    struct step_tmpl *pk;
+    struct step_tmpl *doc;
+};
+
+static void create_free(void *p)
+{
+    struct create_state *st = p;
+
+    if (st == NULL)
+        return;
+    step_tmpl_free(st->pk);
+    step_tmpl_free(st->doc);
+    free(st);
+}
+
+static enum sf_rc create_compile(const json_t *params, void **ret_state, struct sf_err *err)
+{
+    static const char *const allowed[] = {"container", "partition_key", "document", NULL};
+    struct create_state *st = calloc(1, sizeof(*st));
+    const json_t *doc = json_object_get(params, "document");
+    enum sf_rc rc;
+
+    if (st == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = step_params_check(params, allowed, err);
+    if (rc == SF_OK)
+        rc = step_param_name(params, "container", st->coll, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
+    if (rc == SF_OK && (!json_is_object(doc) || !json_is_string(json_object_get(doc, "id"))))
+        rc = sf_err_set(err, SF_EINVAL, false,
+                        "document: must be a group with an id (a template such as "
+                        "\"pay-{{item.id}}\")");
+    if (rc == SF_OK && json_object_get(doc, STEP_SYS_FIELD) != NULL)
+        rc =
+            sf_err_set(err, SF_EINVAL, false, "document.%s: reserved for sagafeed", STEP_SYS_FIELD);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "document", true, STEP_TMPL_JSON, &st->doc, err);
+    if (rc != SF_OK) {
+        create_free(st);
+        return rc;
+    }
+    *ret_state = st;
+    return SF_OK;
+}
+
+static enum sf_rc create_target(const void *state, const struct step_ctx *ctx,
+                                struct step_target *ret, struct sf_err *err)
+{
+    const struct create_state *st = state;
+
+    return coll_pk_target(st->coll, st->pk, ctx, ret, err);
+}
+
+static enum sf_rc batch_create_json(struct cosmos_batch *b, const json_t *doc, struct sf_err *err)
+{
+    struct sf_buf body;
+    enum sf_rc rc;
+
+    sf_buf_init(&body, COSMOS_BATCH_MAX_BYTES);
+    rc = sf_json_dump(doc, &body);
+    if (rc != SF_OK)
+        rc = sf_err_set(err, rc, false, "document too large for a batch");
+    else
+        rc = cosmos_batch_create(b, sf_buf_cstr(&body), NULL, err);
+    sf_buf_release(&body);
+    return rc;
+}
+
+static enum sf_rc create_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
+                                 const json_t *pk, struct cosmos_batch *b, struct sf_err *err)
+{
+    const struct create_state *st = state;
+    json_t *doc = NULL;
+    enum sf_rc rc = step_tmpl_render(st->doc, ctx->env, &doc, err);
+
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "document: ");
+        return rc;
+    }
+    if (!json_is_string(json_object_get(doc, "id")) ||
+        json_string_length(json_object_get(doc, "id")) == 0) {
+        json_decref(doc);
+        return sf_err_set(err, SF_EINVAL, false, "document.id: must render a non-empty string");
+    }
+    rc = step_pk_put(doc, pk_path, pk, err);
+    if (rc == SF_OK)
+        rc = batch_create_json(b, doc, err);
+    json_decref(doc);
+    return rc;
+}
+
+const struct step_kind step_kind_create = {
+    .name = "create",
+    .compile = create_compile,
+    .free_state = create_free,
+    .target = create_target,
+    .add_ops = create_add_ops,
+};
+
+/* ---------------------------------------------------------------------------
+ * event
+ */
+
+struct event_state {
+    struct step_tmpl *type;
+    struct step_tmpl *payload; /* may be NULL */
+    char topic[256];           /* "" = the workflow's */
+};
+
+static void event_free(void *p)
+{
+    struct event_state *st = p;
+
+    if (st == NULL)
+        return;
+    step_tmpl_free(st->type);
+    step_tmpl_free(st->payload);
+    free(st);
+}
+
+static enum sf_rc event_compile(const json_t *params, void **ret_state, struct sf_err *err)
+{
+    static const char *const allowed[] = {"type", "payload", "topic", NULL};
+    struct event_state *st = calloc(1, sizeof(*st));
+    const char *topic = sf_json_str(params, "topic");
+    enum sf_rc rc;
+
+    if (st == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = step_params_check(params, allowed, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "type", true, STEP_TMPL_TEXT, &st->type, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "payload", false, STEP_TMPL_JSON, &st->payload, err);
+    if (rc == SF_OK && json_object_get(params, "topic") != NULL &&
+        (topic == NULL || topic[0] == '\0' || strlen(topic) > 249))
+        rc = sf_err_set(err, SF_EINVAL, false, "topic: must be a topic name");
+    if (rc == SF_OK && topic != NULL)
+        (void)snprintf(st->topic, sizeof(st->topic), "%s", topic);
+    if (rc != SF_OK) {
+        event_free(st);
+        return rc;
+    }
+    *ret_state = st;
+    return SF_OK;
+}
+
+static enum sf_rc event_target(const void *state, const struct step_ctx *ctx,
+                               struct step_target *ret, struct sf_err *err)
+{
+    SF_UNUSED(state);
+    SF_UNUSED(err);
+    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", ctx->source_container);
+    ret->pk = ctx->source_pk != NULL ? json_incref((json_t *)ctx->source_pk) : NULL;
+    return SF_OK;
+}
+
+static enum sf_rc event_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
+                                const json_t *pk, struct cosmos_batch *b, struct sf_err *err)
+{
+    const struct event_state *st = state;
+    char *type = NULL, id[STEP_ID_MAX], elem[24];
+    json_t *payload = NULL, *doc = NULL;
+    const char *topic = st->topic[0] != '\0' ? st->topic : ctx->topic;
+    const char *parts[5];
+    enum sf_rc rc;
+
+    SF_UNUSED(pk);
+    if (topic == NULL)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "topic: the event has no topic and the workflow sets none");
+    rc = step_tmpl_render_str(st->type, ctx->env, &type, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "type: ");
+        goto out;
+    }
+    if (st->payload != NULL) {
+        rc = step_tmpl_render(st->payload, ctx->env, &payload, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "payload: ");
+            goto out;
+        }
+    }
+    (void)snprintf(elem, sizeof(elem), "%zu", ctx->element);
+    parts[0] = ctx->workflow;
+    parts[1] = ctx->saga_id;
+    parts[2] = ctx->step;
+    parts[3] = elem;
+    parts[4] = ctx->phase == STEP_DO ? "do" : "undo";
+    step_det_id("e", parts, SF_ARRAY_LEN(parts), id);
+    doc = step_event_doc(ctx, id, topic, type, payload, pk_path);
+    if (doc == NULL) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "building the event failed");
+        goto out;
+    }
+    rc = batch_create_json(b, doc, err);
+out:
+    free(type);
+    json_decref(payload);
+    json_decref(doc);
+    return rc;
+}
+
+const struct step_kind step_kind_event = {
+    .name = "event",
+    .compile = event_compile,
+    .free_state = event_free,
+    .target = event_target,
+    .add_ops = event_add_ops,
+};
+
+enum sf_rc step_registry_add_builtins(struct step_registry *reg, struct sf_err *err)
+{
+    const struct step_kind *kinds[] = {&step_kind_patch, &step_kind_create, &step_kind_event,
+                                       &step_kind_rmw, &step_kind_http};
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(kinds); i++) {
+        enum sf_rc rc = step_registry_add(reg, kinds[i], err);
+
+        if (rc != SF_OK)
+            return rc;
+    }
+    return SF_OK;
+}

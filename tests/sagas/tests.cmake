@@ -1,0 +1,27 @@
+# tests/sagas: data-driven saga cases and end-to-end tests against cosmolite.
+if(TARGET cosmolite AND TARGET sf_processor)
+  sf_unit_test(test_saga_cases
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_saga_cases.c
+    LIBS sf_processor sf_test_harness
+    LABELS "sagas;integration")
+  set_target_properties(test_saga_cases PROPERTIES ENABLE_EXPORTS ON)
+  target_link_options(test_saga_cases PRIVATE
+    "LINKER:--whole-archive" $<TARGET_FILE:sf_steps> $<TARGET_FILE:sf_cosmos> "LINKER:--no-whole-archive")
+  add_dependencies(test_saga_cases cosmolite sf_plugin_loyalty)
+  set_property(TEST test_saga_cases APPEND PROPERTY
+    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
+  set_tests_properties(test_saga_cases PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180)
+endif()
+
+# End to end: the sagafeed binary against cosmolite (kill -9, faults, parking,
+# the seat race, the embedded default, the demo, bad configurations).
+if(TARGET cosmolite AND TARGET sagafeed)
+  sf_unit_test(test_sagas_e2e
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sagas_e2e.c
+    LIBS sf_processor sf_test_harness
+    LABELS "sagas;integration;e2e")
+  add_dependencies(test_sagas_e2e cosmolite sagafeed)
+  set_property(TEST test_sagas_e2e APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
+  set_tests_properties(test_sagas_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+endif()

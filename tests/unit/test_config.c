@@ -1,0 +1,344 @@
+/*
+ * test_config.c - config/: loading, validation and file:line diagnostics.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config/cfg.h"
+
+/* A minimal valid workflow, with a hole (%s) for extra top-level settings. */
+static const char *BASE =
+    "%s\n"
+    "workflows = ( {\n"                         /* line +1 */
+    "  name = \"w\"; container = \"orders\";\n" /* +2 */
+    "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+    "  steps = ( {\n"
+    "    name = \"a\"; from = \"placed\"; to = \"done\";\n"
+    "    do = { kind = \"patch\"; container = \"p\"; id = \"{{item.id}}\";\n"
+    "           partition_key = \"x\"; ops = ( { op = \"set\"; path = \"/v\"; value = 1; } ); };\n"
+    "  } );\n"
+    "} );\n";
+
+static struct cfg *load_ok(const char *text)
+{
+    struct cfg *c = NULL;
+    struct cfg_diags d;
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(text, "t.cfg", &c, &d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(d.n, 0);
+    return c;
+}
+
+/* Loads text expecting failure; returns the diagnostics (static). */
+static const struct cfg_diags *load_bad(const char *text)
+{
+    static struct cfg_diags d;
+    struct cfg *c = NULL;
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    ck_assert_int_ne(cfg_load_string(text, "t.cfg", &c, &d, &err), SF_OK);
+    ck_assert_ptr_null(c);
+    ck_assert_uint_gt(d.n, 0);
+    ck_assert_str_eq(err.msg, d.n > 1 ? err.msg : d.msg[0]);
+    return &d;
+}
+
+static bool has_diag(const struct cfg_diags *d, const char *prefix, const char *needle)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (strncmp(d->msg[i], prefix, strlen(prefix)) == 0 && strstr(d->msg[i], needle) != NULL)
+            return true;
+    return false;
+}
+
+static void dump(const struct cfg_diags *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        (void)fprintf(stderr, "  diag: %s\n", d->msg[i]);
+}
+
+static char *with(const char *extra)
+{
+    size_t n = strlen(BASE) + strlen(extra) + 1;
+    char *s = malloc(n);
+    const char *hole = strstr(BASE, "%s");
+
+    ck_assert_ptr_nonnull(s);
+    ck_assert_ptr_nonnull(hole);
+    (void)snprintf(s, n, "%.*s%s%s", (int)(hole - BASE), BASE, extra, hole + 2);
+    return s;
+}
+
+START_TEST(test_defaults)
+{
+    char *text = with("");
+    struct cfg *c = load_ok(text);
+    const struct cfg_step *s;
+
+    ck_assert_ptr_null(c->cosmos.endpoint);
+    ck_assert_str_eq(c->cosmos.database, "sagafeed");
+    ck_assert_int_eq(c->cosmos.request_timeout_ms, 30000);
+    ck_assert(c->cosmos.tls_verify);
+    ck_assert_str_eq(c->embedded.data_dir, "sagafeed-data");
+    ck_assert_str_eq(c->feed.lease_container, "leases");
+    ck_assert_int_eq(c->feed.start, CFG_START_BEGINNING);
+    ck_assert_int_eq(c->feed.lease_expiry_ms, 20000);
+    ck_assert_int_eq(c->feed.renew_interval_ms, 5000);
+    ck_assert_int_eq(c->feed.poll_interval_ms, 500);
+    ck_assert_uint_eq(c->processor.workers, 4);
+    ck_assert_uint_eq(c->processor.max_attempts, 6);
+    ck_assert_str_eq(c->processor.parking_container, "parked");
+    ck_assert_int_eq(c->processor.marker_ttl_s, 7 * 86400);
+    ck_assert_uint_eq(c->n_workflows, 1);
+    ck_assert_str_eq(c->workflows[0].saga_id, "{{item.id}}");
+    ck_assert_str_eq(c->workflows[0].compensating_state, "compensating");
+    ck_assert_str_eq(c->workflows[0].reason_field, "reason");
+    ck_assert_ptr_null(c->workflows[0].filter);
+    s = &c->workflows[0].steps[0];
+    ck_assert_uint_eq(s->n_fail_on, 1);
+    ck_assert_int_eq(s->fail_on[0], 412);
+    ck_assert_uint_eq(s->n_actions, 1);
+    ck_assert_str_eq(s->actions[0].kind, "patch");
+    /* params are the action's keys except kind, typed */
+    ck_assert_ptr_null(json_object_get(s->actions[0].params, "kind"));
+    ck_assert(json_is_array(json_object_get(s->actions[0].params, "ops")));
+    ck_assert(json_is_integer(
+        json_object_get(json_array_get(json_object_get(s->actions[0].params, "ops"), 0), "value")));
+    ck_assert_int_eq(s->actions[0].line, 7);
+    ck_assert_int_eq(cfg_action_line(&s->actions[0], "ops[0].path"), 8);
+    ck_assert_int_eq(cfg_action_line(&s->actions[0], "id"), 7);
+    ck_assert_int_eq(cfg_action_line(&s->actions[0], "nonexistent.deep"), 7);
+    ck_assert_ptr_nonnull(cfg_workflow_find(c, "w"));
+    ck_assert_ptr_null(cfg_workflow_find(c, "nope"));
+    cfg_free(c);
+    free(text);
+}
+END_TEST
+
+START_TEST(test_examples_load)
+{
+    const char *src = getenv("SF_SOURCE_DIR");
+    static const char *const files[] = {"config/examples/order-fulfilment.cfg",
+                                        "config/examples/seat-booking.cfg"};
+
+    ck_assert_ptr_nonnull(src);
+    for (size_t i = 0; i < SF_ARRAY_LEN(files); i++) {
+        char path[1024];
+        struct cfg *c = NULL;
+        struct cfg_diags d;
+        struct sf_err err;
+
+        (void)snprintf(path, sizeof(path), "%s/%s", src, files[i]);
+        sf_err_clear(&err);
+        if (cfg_load(path, &c, &d, &err) != SF_OK)
+            dump(&d);
+        ck_assert_msg(c != NULL, "%s: %s", files[i], err.msg);
+        ck_assert_uint_eq(c->n_workflows, 1);
+        ck_assert_uint_eq(c->workflows[0].n_steps, 3);
+        cfg_free(c);
+    }
+}
+END_TEST
+
+START_TEST(test_full_sections)
+{
+    char *text = with("cosmos = { endpoint = \"https://a.documents.azure.com:443/\";\n"
+                      "  key_env = \"COSMOS_KEY\"; database = \"shop\"; request_timeout = \"2s\";\n"
+                      "  connect_timeout = 1500; consistency = \"Session\"; };\n"
+                      "feed = { start = \"2026-01-31T12:00:00Z\"; poll_interval = \"250ms\";\n"
+                      "  lease_expiry = \"30s\"; renew_interval = \"10s\"; max_items = 50; };\n"
+                      "processor = { workers = 2; marker_ttl = \"2h\"; log_json = false; };\n"
+                      "plugins = [ \"/x/a.so\" ];");
+    struct cfg *c = load_ok(text);
+
+    ck_assert_str_eq(c->cosmos.endpoint, "https://a.documents.azure.com:443/");
+    ck_assert_str_eq(c->cosmos.key_env, "COSMOS_KEY");
+    ck_assert_int_eq(c->cosmos.request_timeout_ms, 2000);
+    ck_assert_int_eq(c->cosmos.connect_timeout_ms, 1500);
+    ck_assert_int_eq(c->feed.start, CFG_START_TIME);
+    ck_assert_int_eq(c->feed.start_time_ms, INT64_C(1769860800000));
+    ck_assert_int_eq(c->feed.max_items, 50);
+    ck_assert_uint_eq(c->processor.workers, 2);
+    ck_assert_int_eq(c->processor.marker_ttl_s, 7200);
+    ck_assert(!c->processor.log_json);
+    ck_assert_uint_eq(c->n_plugins, 1);
+    ck_assert_str_eq(c->plugins[0].path, "/x/a.so");
+    ck_assert_int_eq(c->plugins[0].line, 7);
+    cfg_free(c);
+    free(text);
+}
+END_TEST
+
+/* Each case: extra top-level text (line 1..), expected "t.cfg:LINE:" and a substring. */
+static const struct {
+    const char *extra;
+    const char *where;
+    const char *needle;
+} bad[] = {
+    {"bogus = 1;", "t.cfg:1:", "unknown key 'bogus'"},
+    {"cosmos = { databse = \"x\"; };", "t.cfg:1:", "unknown key 'databse' in cosmos"},
+    {"cosmos = { endpoint = \"http://h\"; key = \"c2VjcmV0\"; };",
+     "t.cfg:1:", "secrets are not accepted inline"},
+    {"cosmos = {\n endpoint = \"http://h\";\n};", "t.cfg:2:", "no key"},
+    {"cosmos = { endpoint = \"ftp://h\"; key_env = \"K\"; };", "t.cfg:1:", "http:// or https://"},
+    {"cosmos = { key_env = \"A\"; key_file = \"/b\"; endpoint = \"http://h\"; };",
+     "t.cfg:1:", "not both"},
+    {"cosmos = { request_timeout = \"soon\"; };", "t.cfg:1:", "is not a duration"},
+    {"cosmos = { max_connections = 0; };", "t.cfg:1:", "out of range"},
+    {"cosmos = { max_connections = \"8\"; };", "t.cfg:1:", "must be an integer"},
+    {"cosmos = { tls_verify = 1; };", "t.cfg:1:", "must be true or false"},
+    {"cosmos = { consistency = \"Strongest\"; };", "t.cfg:1:", "is not one of"},
+    {"cosmos = \"x\";", "t.cfg:1:", "must be a group"},
+    {"feed = { start = \"yesterday\"; };", "t.cfg:1:", "ISO 8601"},
+    {"feed = {\n renew_interval = \"30s\"; };", "t.cfg:1:", "must be shorter than"},
+    {"processor = { log_level = \"loud\"; };", "t.cfg:1:", "debug, info, warn or error"},
+    {"processor = { backoff_base = \"2s\"; backoff_cap = \"1s\"; };", "t.cfg:1:", "below"},
+    {"plugins = [ 5 ];", "t.cfg:1:", "plugins[0]"},
+    {"embedded = { partitions = 4; };\ncosmos = { endpoint = \"http://h\"; key_env = \"K\"; };",
+     "t.cfg:1:", "has no effect"},
+};
+
+START_TEST(test_bad_settings)
+{
+    for (size_t i = 0; i < SF_ARRAY_LEN(bad); i++) {
+        char *text = with(bad[i].extra);
+        const struct cfg_diags *d = load_bad(text);
+
+        if (!has_diag(d, bad[i].where, bad[i].needle))
+            dump(d);
+        ck_assert_msg(has_diag(d, bad[i].where, bad[i].needle), "case %zu (%s): want %s %s", i,
+                      bad[i].extra, bad[i].where, bad[i].needle);
+        free(text);
+    }
+}
+END_TEST
+
+START_TEST(test_bad_workflows)
+{
+    static const struct {
+        const char *text, *where, *needle;
+    } cases[] = {
+        {"workflows = ();", "t.cfg:1:", "non-empty list"},
+        {"x = 1;", "t.cfg:", "no workflows"},
+        {"workflows = ( { name = \"w\";\n container = \"c/d\";\n state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = ( { name = \"a\"; from = \"x\"; to = \"y\";\n"
+         " do = { kind = \"k\"; }; } ); } );",
+         "t.cfg:2:", "not a valid name"},
+        {"workflows = ( { name = \"w\"; container = \"c\";\n state_field = \"a.b\";\n"
+         " failed_state = \"f\"; steps = ( { name = \"a\"; from = \"x\"; to = \"y\";\n"
+         " do = { kind = \"k\"; }; } ); } );",
+         "t.cfg:2:", "top-level field"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = (\n"
+         " { name = \"a\"; from = \"x\"; to = \"y\"; do = { kind = \"k\"; }; },\n"
+         " { name = \"b\"; from = \"z\"; to = \"q\"; do = { kind = \"k\"; }; } ); } );",
+         "t.cfg:4:", "must form one chain"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = (\n"
+         " { name = \"a\"; from = \"x\"; to = \"f\"; do = { kind = \"k\"; }; } ); } );",
+         "t.cfg:3:", "reserved state 'f'"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = (\n"
+         " { name = \"a\"; from = \"x\"; to = \"y\"; do = { kind = \"k\"; }; },\n"
+         " { name = \"a\"; from = \"y\"; to = \"x\"; do = { kind = \"k\"; }; } ); } );",
+         "t.cfg:4:", "used twice"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = (\n"
+         " { name = \"a\"; from = \"x\"; to = \"y\"; } ); } );",
+         "t.cfg:3:", "has no 'do' action"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = (\n"
+         " { name = \"a\"; from = \"x\"; to = \"y\"; do = { kind = \"k\"; };\n"
+         "   fail_on = [ 429 ]; } ); } );",
+         "t.cfg:4:", "transient"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = (\n"
+         " { name = \"a\"; from = \"x\"; to = \"y\"; do = { container = \"c\"; }; } ); } );",
+         "t.cfg:3:", "missing required key 'kind'"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; stpes = ( ); } );",
+         "t.cfg:2:", "unknown key 'stpes'"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\";\n steps = ( { name = \"a\"; from = \"x\" = \"y\"; } ); } );",
+         "t.cfg:3:", "syntax error"},
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        const struct cfg_diags *d = load_bad(cases[i].text);
+
+        if (!has_diag(d, cases[i].where, cases[i].needle))
+            dump(d);
+        ck_assert_msg(has_diag(d, cases[i].where, cases[i].needle), "case %zu: want %s %s", i,
+                      cases[i].where, cases[i].needle);
+    }
+}
+END_TEST
+
+START_TEST(test_all_problems_reported)
+{
+    const struct cfg_diags *d =
+        load_bad("a = 1;\nb = 2;\ncosmos = { x = 1;\n y = 2; };\nfeed = { start = \"later\"; };");
+
+    /* one run reports every problem, each at its own line */
+    ck_assert(has_diag(d, "t.cfg:1:", "unknown key 'a'"));
+    ck_assert(has_diag(d, "t.cfg:2:", "unknown key 'b'"));
+    ck_assert(has_diag(d, "t.cfg:3:", "unknown key 'x'"));
+    ck_assert(has_diag(d, "t.cfg:4:", "unknown key 'y'"));
+    ck_assert(has_diag(d, "t.cfg:5:", "ISO 8601"));
+}
+END_TEST
+
+START_TEST(test_file_errors)
+{
+    struct cfg *c = NULL;
+    struct cfg_diags d;
+    struct sf_err err;
+    char path[] = "/tmp/sf-cfg-XXXXXX";
+    int fd;
+    static const char text[] = "workflows = (\n  { name = \"w\";\n    state_field = ;\n  }\n);\n";
+
+    ck_assert_int_eq(cfg_load("/nonexistent/sagafeed.cfg", &c, &d, &err), SF_EIO);
+    ck_assert_ptr_nonnull(strstr(d.msg[0], "cannot read"));
+    fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    (void)close(fd);
+    ck_assert_int_eq(cfg_load(path, &c, &d, &err), SF_EINVAL);
+    ck_assert_ptr_null(c);
+    {
+        char want[128];
+
+        (void)snprintf(want, sizeof(want), "%s:3: syntax error", path);
+        ck_assert_msg(strncmp(d.msg[0], want, strlen(want)) == 0, "%s", d.msg[0]);
+    }
+    (void)unlink(path);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("load");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_examples_load);
+    tcase_add_test(tc, test_full_sections);
+    tcase_add_test(tc, test_bad_settings);
+    tcase_add_test(tc, test_bad_workflows);
+    tcase_add_test(tc, test_all_problems_reported);
+    tcase_add_test(tc, test_file_errors);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

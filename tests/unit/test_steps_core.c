@@ -1,0 +1,403 @@
+/*
+ * test_steps_core.c - steps/ without a server: deterministic ids, markers,
+ * partition keys, local patch application, kind parameter validation, the
+ * registry and plugin loading.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <stdlib.h>
+
+#include "common/sf_json.h"
+#include "steps/step.h"
+#include "steps/step_kinds.h"
+
+static json_t *load(const char *text)
+{
+    json_t *v = sf_json_parse(text, strlen(text), NULL);
+
+    ck_assert_ptr_nonnull(v);
+    return v;
+}
+
+static void ctx_init(struct step_ctx *c, const char *saga, size_t elem)
+{
+    memset(c, 0, sizeof(*c));
+    c->workflow = "order-fulfilment";
+    c->saga_id = saga;
+    c->step = "reserve";
+    c->element = elem;
+    c->epoch = 7;
+    c->lsn = 42;
+    c->marker_ttl_s = 3600;
+}
+
+START_TEST(test_marker_ids)
+{
+    struct step_ctx c;
+    char a[STEP_ID_MAX], b[STEP_ID_MAX], u[STEP_ID_MAX], big[400];
+
+    ctx_init(&c, "o-1", 2);
+    step_marker_id(&c, STEP_DO, a);
+    ck_assert_str_eq(a, "sf|m|order-fulfilment|o-1|reserve|2|do");
+    step_marker_id(&c, STEP_DO, b);
+    ck_assert_str_eq(a, b); /* deterministic */
+    step_marker_id(&c, STEP_UNDO, u);
+    ck_assert_str_eq(u, "sf|m|order-fulfilment|o-1|reserve|2|undo");
+    /* every input changes the id */
+    c.element = 3;
+    step_marker_id(&c, STEP_DO, b);
+    ck_assert_str_ne(a, b);
+    /* separators and characters ids may not hold are escaped: no ambiguity, no '/' */
+    ctx_init(&c, "a|b/c?d#e\\f%", 0);
+    step_marker_id(&c, STEP_DO, a);
+    ck_assert_str_eq(a, "sf|m|order-fulfilment|a%7Cb%2Fc%3Fd%23e%5Cf%25|reserve|0|do");
+    ck_assert_ptr_null(strpbrk(a, "/\\?#"));
+    /* long ids are hashed, still deterministic and distinct */
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    ctx_init(&c, big, 0);
+    step_marker_id(&c, STEP_DO, a);
+    step_marker_id(&c, STEP_UNDO, u);
+    ck_assert_uint_le(strlen(a), STEP_MARKER_ID_HASH_AT);
+    ck_assert(strncmp(a, "sf|m|h|", 7) == 0);
+    ck_assert_uint_eq(strlen(a), 7 + 64);
+    ck_assert_str_ne(a, u);
+    step_marker_id(&c, STEP_DO, b);
+    ck_assert_str_eq(a, b);
+}
+END_TEST
+
+START_TEST(test_marker_doc_and_pk)
+{
+    struct step_ctx c;
+    json_t *pk = json_string("books"), *doc, *nested = json_object(), *n5 = json_integer(5);
+    struct sf_buf b;
+    struct sf_err err;
+
+    ctx_init(&c, "o-9", 1);
+    doc = step_marker_doc(&c, STEP_UNDO, "/category", pk);
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_str_eq(sf_json_str(doc, "id"), "sf|m|order-fulfilment|o-9|reserve|1|undo");
+    ck_assert_str_eq(sf_json_str(doc, "category"), "books");
+    ck_assert_str_eq(sf_json_str(doc, STEP_SYS_FIELD), "marker");
+    ck_assert_str_eq(sf_json_str(doc, "phase"), "undo");
+    ck_assert_str_eq(sf_json_str(doc, "sagaId"), "o-9");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "epoch")), 7);
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "ttl")), 3600);
+    json_decref(doc);
+    /* nested partition key paths are created; a conflicting value is refused */
+    ck_assert_int_eq(step_pk_put(nested, "/a/b", n5, &err), SF_OK);
+    ck_assert_int_eq(json_integer_value(sf_json_path(nested, "/a/b")), 5);
+    ck_assert_int_eq(step_pk_put(nested, "/a/b", n5, &err), SF_OK);
+    ck_assert_int_eq(step_pk_put(nested, "/a/b", pk, &err), SF_EINVAL);
+    ck_assert_ptr_eq(step_pk_get(nested, "/a/b"), sf_json_path(nested, "/a/b"));
+    sf_buf_init(&b, 256);
+    ck_assert_int_eq(step_pk_json(pk, &b), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&b), "[\"books\"]");
+    sf_buf_reset(&b);
+    ck_assert_int_eq(step_pk_json(n5, &b), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&b), "[5]");
+    sf_buf_reset(&b);
+    ck_assert_int_eq(step_pk_json(NULL, &b), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&b), "[{}]");
+    sf_buf_release(&b);
+    json_decref(pk);
+    json_decref(n5);
+    json_decref(nested);
+}
+END_TEST
+
+START_TEST(test_event_doc)
+{
+    struct step_ctx c;
+    json_t *pk = json_string("c-1"), *payload = load("{\"x\":1}"), *doc;
+    json_t *env = load("{\"item\":{\"id\":\"o-1\"}}");
+
+    ctx_init(&c, "o-1", 0);
+    c.source_pk = pk;
+    c.env = env;
+    c.event_ttl_s = 60;
+    doc = step_event_doc(&c, "ev-1", "order-events", "OrderPlaced", payload, "/customerId");
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_str_eq(sf_json_str(doc, "id"), "ev-1");
+    ck_assert_str_eq(sf_json_str(doc, "customerId"), "c-1");
+    ck_assert_str_eq(sf_json_str(doc, "key"), "c-1");
+    ck_assert_str_eq(sf_json_str(doc, "topic"), "order-events");
+    ck_assert_str_eq(sf_json_str(doc, "type"), "OrderPlaced");
+    ck_assert_str_eq(sf_json_str(doc, "sourceId"), "o-1");
+    ck_assert_str_eq(sf_json_str(doc, STEP_SYS_FIELD), "event");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "sourceLsn")), 42);
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "ttl")), 60);
+    ck_assert(json_equal(json_object_get(doc, "payload"), payload));
+    json_decref(doc);
+    json_decref(pk);
+    json_decref(payload);
+    json_decref(env);
+}
+END_TEST
+
+START_TEST(test_patch_apply)
+{
+    static const struct {
+        const char *doc, *ops, *expect; /* expect NULL: error */
+    } cases[] = {
+        {"{\"a\":1}", "[{\"op\":\"incr\",\"path\":\"/a\",\"value\":2}]", "{\"a\":3}"},
+        {"{\"a\":1.5}", "[{\"op\":\"incr\",\"path\":\"/a\",\"value\":1}]", "{\"a\":2.5}"},
+        {"{}", "[{\"op\":\"incr\",\"path\":\"/n\",\"value\":-4}]", "{\"n\":-4}"},
+        {"{\"a\":\"x\"}", "[{\"op\":\"incr\",\"path\":\"/a\",\"value\":1}]", NULL},
+        {"{\"a\":1}", "[{\"op\":\"set\",\"path\":\"/b\",\"value\":{\"c\":[1]}}]",
+         "{\"a\":1,\"b\":{\"c\":[1]}}"},
+        {"{\"a\":1}", "[{\"op\":\"replace\",\"path\":\"/b\",\"value\":2}]", NULL},
+        {"{\"a\":1}", "[{\"op\":\"replace\",\"path\":\"/a\",\"value\":2}]", "{\"a\":2}"},
+        {"{\"a\":1,\"b\":2}", "[{\"op\":\"remove\",\"path\":\"/a\"}]", "{\"b\":2}"},
+        {"{\"a\":1}", "[{\"op\":\"remove\",\"path\":\"/zz\"}]", NULL},
+        {"{\"l\":[1,2]}", "[{\"op\":\"add\",\"path\":\"/l/1\",\"value\":9}]", "{\"l\":[1,9,2]}"},
+        {"{\"l\":[1,2]}", "[{\"op\":\"add\",\"path\":\"/l/-\",\"value\":3}]", "{\"l\":[1,2,3]}"},
+        {"{\"l\":[1,2]}", "[{\"op\":\"set\",\"path\":\"/l/0\",\"value\":7}]", "{\"l\":[7,2]}"},
+        {"{\"l\":[1,2]}", "[{\"op\":\"remove\",\"path\":\"/l/5\"}]", NULL},
+        {"{\"a\":1}", "[{\"op\":\"set\",\"path\":\"/x/y\",\"value\":1}]", NULL},
+        {"{\"a~b\":1,\"c/d\":2}",
+         "[{\"op\":\"incr\",\"path\":\"/a~0b\",\"value\":1},{\"op\":\"remove\",\"path\":\"/"
+         "c~1d\"}]",
+         "{\"a~b\":2}"},
+        {"{\"id\":\"x\"}", "[{\"op\":\"set\",\"path\":\"/id\",\"value\":\"y\"}]", NULL},
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        json_t *doc = load(cases[i].doc), *ops = load(cases[i].ops);
+        struct sf_err err;
+        enum sf_rc rc = step_patch_apply(doc, ops, &err);
+
+        if (cases[i].expect == NULL) {
+            ck_assert_msg(rc != SF_OK, "case %zu applied", i);
+        } else {
+            json_t *want = load(cases[i].expect);
+
+            ck_assert_msg(rc == SF_OK, "case %zu: %s", i, err.msg);
+            ck_assert_msg(json_equal(doc, want), "case %zu differs", i);
+            json_decref(want);
+        }
+        json_decref(doc);
+        json_decref(ops);
+    }
+}
+END_TEST
+
+/* Compiling kind parameters: errors name the parameter path first. */
+START_TEST(test_kind_params)
+{
+    static const struct {
+        const char *kind, *params, *prefix; /* prefix NULL: valid */
+    } cases[] = {
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"{{it.sku}}\",\"partition_key\":\"{{it.category}}\","
+         "\"condition\":\"FROM c WHERE c.stock >= {{it.qty}}\","
+         "\"ops\":[{\"op\":\"incr\",\"path\":\"/stock\",\"value\":\"{{-it.qty}}\"}]}",
+         NULL},
+        {"patch", "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\",\"ops\":[]}", "ops:"},
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/a\",\"value\":1},{\"op\":\"set\",\"path\":\"a\","
+         "\"value\":1}]}",
+         "ops[1].path:"},
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"frob\",\"path\":\"/a\",\"value\":1}]}",
+         "ops[0].op:"},
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/a\",\"value\":\"{{it.}}\"}]}",
+         "ops[0].value:"},
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\",\"colour\":1,"
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/a\",\"value\":1}]}",
+         "colour:"},
+        {"patch", "{\"id\":\"x\",\"partition_key\":\"y\",\"ops\":[]}", "container:"},
+        {"patch", "{\"container\":\"a/b\",\"id\":\"x\",\"partition_key\":\"y\",\"ops\":[]}",
+         "container:"},
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"{{x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/a\",\"value\":1}]}",
+         "id:"},
+        {"create",
+         "{\"container\":\"c\",\"partition_key\":\"{{item.c}}\",\"document\":{\"id\":\"pay-{{item."
+         "id}}\","
+         "\"amount\":\"{{item.total}}\"}}",
+         NULL},
+        {"create", "{\"container\":\"c\",\"partition_key\":\"k\",\"document\":{\"amount\":1}}",
+         "document:"},
+        {"create",
+         "{\"container\":\"c\",\"partition_key\":\"k\",\"document\":{\"id\":\"x\",\"sfKind\":1}}",
+         "document.sfKind:"},
+        {"event", "{\"type\":\"OrderPlaced\",\"payload\":{\"id\":\"{{item.id}}\"}}", NULL},
+        {"event", "{\"payload\":{}}", "type:"},
+        {"rmw",
+         "{\"container\":\"w\",\"id\":\"{{item.b}}\",\"partition_key\":\"{{item.b}}\","
+         "\"require\":\"FROM c WHERE c.balance >= {{item.price}}\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/balance\",\"value\":\"{{doc.balance - 1}}\"}]}",
+         NULL},
+        {"rmw",
+         "{\"container\":\"w\",\"id\":\"x\",\"partition_key\":\"y\",\"require\":\"FROM c WHERE (\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/b\",\"value\":1}]}",
+         "require:"},
+        {"rmw",
+         "{\"container\":\"w\",\"id\":\"x\",\"partition_key\":\"y\",\"max_retries\":0,"
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/b\",\"value\":1}]}",
+         "max_retries:"},
+        {"http",
+         "{\"url\":\"http://127.0.0.1:9/pay/{{item.id}}\",\"body\":{\"a\":\"{{item.total}}\"}}",
+         NULL},
+        {"http", "{\"url\":\"ftp://x\"}", "url:"},
+        {"http", "{\"url\":\"http://x\",\"method\":\"GET\"}", "method:"},
+        {"http", "{\"url\":\"http://x\",\"headers\":{\"Idempotency-Key\":\"mine\"}}",
+         "headers.Idempotency-Key:"},
+        {"http", "{\"url\":\"http://x\",\"timeout\":0}", "timeout:"},
+    };
+    struct step_registry *reg = NULL;
+    struct sf_err err;
+
+    ck_assert_int_eq(step_registry_new(&reg, &err), SF_OK);
+    ck_assert_int_eq(step_registry_add_builtins(reg, &err), SF_OK);
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        json_t *params = load(cases[i].params);
+        struct step_action a = {NULL, NULL};
+        enum sf_rc rc;
+
+        sf_err_clear(&err);
+        rc = step_action_compile(reg, cases[i].kind, params, &a, &err);
+        if (cases[i].prefix == NULL) {
+            ck_assert_msg(rc == SF_OK, "case %zu: %s", i, err.msg);
+            step_action_release(&a);
+        } else {
+            ck_assert_msg(rc != SF_OK, "case %zu compiled", i);
+            ck_assert_msg(strncmp(err.msg, cases[i].prefix, strlen(cases[i].prefix)) == 0,
+                          "case %zu: '%s' does not start with '%s'", i, err.msg, cases[i].prefix);
+            ck_assert_ptr_null(a.kind);
+        }
+        json_decref(params);
+    }
+    {
+        json_t *p = load("{}");
+
+        ck_assert_int_eq(step_action_compile(reg, "nope", p, &(struct step_action){0}, &err),
+                         SF_ENOTFOUND);
+        json_decref(p);
+    }
+    step_registry_free(reg);
+}
+END_TEST
+
+static enum sf_rc dummy_compile(const json_t *p, void **s, struct sf_err *e)
+{
+    SF_UNUSED(p);
+    SF_UNUSED(e);
+    *s = NULL;
+    return SF_OK;
+}
+
+static enum sf_rc dummy_target(const void *s, const struct step_ctx *c, struct step_target *t,
+                               struct sf_err *e)
+{
+    SF_UNUSED(s);
+    SF_UNUSED(c);
+    SF_UNUSED(t);
+    SF_UNUSED(e);
+    return SF_OK;
+}
+
+static void dummy_run(const void *s, const struct step_ctx *c, struct step_result *r)
+{
+    SF_UNUSED(s);
+    SF_UNUSED(c);
+    r->outcome = STEP_OK;
+}
+
+START_TEST(test_registry_rules)
+{
+    static const struct step_kind ok = {
+        .name = "t.ok", .compile = dummy_compile, .target = dummy_target, .run = dummy_run};
+    static const struct step_kind no_run = {
+        .name = "t.norun", .compile = dummy_compile, .target = dummy_target};
+    static const struct step_kind no_name = {
+        .compile = dummy_compile, .target = dummy_target, .run = dummy_run};
+    struct step_registry *reg = NULL;
+    struct step_action acts[2];
+    struct sf_err err;
+    json_t *p = load("{}");
+
+    ck_assert_int_eq(step_registry_new(&reg, &err), SF_OK);
+    ck_assert_int_eq(step_registry_add(reg, &ok, &err), SF_OK);
+    ck_assert_int_eq(step_registry_add(reg, &ok, &err), SF_ECONFLICT);
+    ck_assert_int_eq(step_registry_add(reg, &no_run, &err), SF_EINVAL);
+    ck_assert_int_eq(step_registry_add(reg, &no_name, &err), SF_EINVAL);
+    ck_assert_ptr_eq(step_registry_find(reg, "t.ok"), &ok);
+    ck_assert_int_eq(step_registry_add_builtins(reg, &err), SF_OK);
+    /* a standalone kind cannot share a batch */
+    ck_assert_int_eq(step_action_compile(reg, "t.ok", p, &acts[0], &err), SF_OK);
+    ck_assert_int_eq(step_action_compile(reg, "t.ok", p, &acts[1], &err), SF_OK);
+    ck_assert_int_eq(step_side_check(acts, 1, &err), SF_OK);
+    ck_assert_int_eq(step_side_check(acts, 2, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cannot share a batch"));
+    step_action_release(&acts[0]);
+    step_action_release(&acts[1]);
+    json_decref(p);
+    step_registry_free(reg);
+}
+END_TEST
+
+START_TEST(test_plugin_load)
+{
+    const char *build = getenv("SF_BUILD_DIR");
+    struct step_registry *reg = NULL;
+    struct step_action a = {NULL, NULL};
+    struct sf_err err;
+    char path[1024];
+    json_t *good = load("{\"container\":\"customers\",\"id\":\"{{item.c}}\","
+                        "\"partition_key\":\"{{item.c}}\",\"points\":\"{{item.total}}\"}");
+    json_t *bad = load("{\"container\":\"customers\",\"id\":\"x\",\"partition_key\":\"x\","
+                       "\"points\":1,\"bonus\":2}");
+
+    ck_assert_ptr_nonnull(build);
+    (void)snprintf(path, sizeof(path), "%s/plugins/sf_plugin_loyalty.so", build);
+    ck_assert_int_eq(step_registry_new(&reg, &err), SF_OK);
+    ck_assert_msg(step_plugin_load(reg, path, &err) == SF_OK, "%s", err.msg);
+    ck_assert_ptr_nonnull(step_registry_find(reg, "example.loyalty"));
+    ck_assert_int_eq(step_action_compile(reg, "example.loyalty", good, &a, &err), SF_OK);
+    step_action_release(&a);
+    ck_assert_int_eq(step_action_compile(reg, "example.loyalty", bad, &a, &err), SF_EINVAL);
+    ck_assert(strncmp(err.msg, "bonus:", 6) == 0);
+    /* loading twice: the kind name is taken */
+    ck_assert_int_eq(step_plugin_load(reg, path, &err), SF_ECONFLICT);
+    /* missing file and missing symbol are clear errors */
+    ck_assert_int_eq(step_plugin_load(reg, "/nonexistent/x.so", &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cannot load plugin"));
+    ck_assert_int_eq(step_plugin_load(reg, "libm.so.6", &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, STEP_PLUGIN_INIT_V1));
+    json_decref(good);
+    json_decref(bad);
+    step_registry_free(reg);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("steps_core");
+    TCase *tc = tcase_create("core");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, test_marker_ids);
+    tcase_add_test(tc, test_marker_doc_and_pk);
+    tcase_add_test(tc, test_event_doc);
+    tcase_add_test(tc, test_patch_apply);
+    tcase_add_test(tc, test_kind_params);
+    tcase_add_test(tc, test_registry_rules);
+    tcase_add_test(tc, test_plugin_load);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
