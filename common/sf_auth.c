@@ -66,8 +66,8 @@ void sf_auth_signature(const struct sf_auth_key *key, const char *verb, const ch
     char stack[1024], *buf = stack;
     size_t cap = sizeof(stack), n = 0;
     unsigned char out[32];
-    size_t need = strlen(verb ? verb : "") + strlen(rtype ? rtype : "") +
-                  strlen(link ? link : "") + strlen(date ? date : "") + 8;
+    size_t need = strlen(verb ? verb : "") + strlen(rtype ? rtype : "") + strlen(link ? link : "") +
+                  strlen(date ? date : "") + 8;
 
     /* Links are bounded by URL limits; the heap path only serves unusual ones. */
     if (need > cap) {
@@ -76,9 +76,10 @@ void sf_auth_signature(const struct sf_auth_key *key, const char *verb, const ch
             abort(); /* no safe fallback for a signature */
         cap = need;
     }
-    if (!sf_auth_put_line(buf, cap, &n, verb, true) || !sf_auth_put_line(buf, cap, &n, rtype, true) ||
-        !sf_auth_put_line(buf, cap, &n, link, false) || !sf_auth_put_line(buf, cap, &n, date, true) ||
-        !sf_auth_put_line(buf, cap, &n, "", false))
+    if (!sf_auth_put_line(buf, cap, &n, verb, true) ||
+        !sf_auth_put_line(buf, cap, &n, rtype, true) ||
+        !sf_auth_put_line(buf, cap, &n, link, false) ||
+        !sf_auth_put_line(buf, cap, &n, date, true) || !sf_auth_put_line(buf, cap, &n, "", false))
         abort(); /* cannot happen: need covers every byte */
     sf_auth_mac(key, buf, n, out);
     if (buf != stack)

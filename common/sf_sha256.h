@@ -15,7 +15,7 @@
 
 struct sf_sha256 {
     uint32_t h[8];
-    uint64_t total;          /* bytes hashed so far */
+    uint64_t total; /* bytes hashed so far */
     unsigned char buf[64];
     size_t nbuf;
 };

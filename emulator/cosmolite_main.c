@@ -64,12 +64,15 @@ static const char usage[] =
     "\n"
     "Admin requests (signed with the master key like any request):\n"
     "  GET    /_admin/faults    list fault rules and how often each fired\n"
-    "  PUT    /_admin/faults    replace them: {\"seed\":1,\"rules\":[{\"status\":429,\"op\":\"write\",\n"
+    "  PUT    /_admin/faults    replace them: "
+    "{\"seed\":1,\"rules\":[{\"status\":429,\"op\":\"write\",\n"
     "                           \"container\":\"orders\",\"probability\":0.1,\"count\":5,\n"
-    "                           \"retryAfterMs\":50,\"delayMs\":0,\"drop\":false,\"when\":\"before\"}]}\n"
+    "                           "
+    "\"retryAfterMs\":50,\"delayMs\":0,\"drop\":false,\"when\":\"before\"}]}\n"
     "  DELETE /_admin/faults    remove every rule\n"
     "  POST   /_admin/split     split a partition key range in two:\n"
-    "                           {\"db\":\"shop\",\"coll\":\"orders\",\"range\":\"0\"}; the children\n"
+    "                           {\"db\":\"shop\",\"coll\":\"orders\",\"range\":\"0\"}; the "
+    "children\n"
     "                           list it in \"parents\", requests scoped to it get 410/1002\n"
     "  (sign them like any request: the resource type is \"_admin\", the link\n"
     "  \"_admin/faults\" or \"_admin/split\")\n"
@@ -161,8 +164,8 @@ static int parse_size_opt(const char *name, const char *v, uint64_t min, uint64_
 {
     uint64_t n;
     if (sf_parse_size(v, &n) != SF_OK || n < min || n > max)
-        return fail("%s '%s': expected a size between %llu and %llu bytes (suffixes k, m, g)",
-                    name, v, (unsigned long long)min, (unsigned long long)max);
+        return fail("%s '%s': expected a size between %llu and %llu bytes (suffixes k, m, g)", name,
+                    v, (unsigned long long)min, (unsigned long long)max);
     *ret = n;
     return 0;
 }
@@ -289,9 +292,15 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
     opterr = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_LISTEN: rc = parse_listen(optarg, a); break;
-        case OPT_DATA: a->data_dir = optarg; break;
-        case OPT_MEMORY: a->memory = true; break;
+        case OPT_LISTEN:
+            rc = parse_listen(optarg, a);
+            break;
+        case OPT_DATA:
+            a->data_dir = optarg;
+            break;
+        case OPT_MEMORY:
+            a->memory = true;
+            break;
         case OPT_SYNC:
             if (strcmp(optarg, "full") == 0)
                 a->sync_full = true;
@@ -300,13 +309,27 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             else
                 rc = fail("--sync '%s': expected normal or full", optarg);
             break;
-        case OPT_KEY: a->key = optarg; break;
-        case OPT_KEY_FILE: a->key_file = optarg; break;
-        case OPT_PARTITIONS: rc = parse_int_opt("--partitions", optarg, 1, 1024, &a->partitions); break;
-        case OPT_TLS_CERT: a->tls_cert = optarg; break;
-        case OPT_TLS_KEY: a->tls_key = optarg; break;
-        case OPT_PORT_FILE: a->port_file = optarg; break;
-        case OPT_THREADS: rc = parse_int_opt("--threads", optarg, 1, 256, &a->threads); break;
+        case OPT_KEY:
+            a->key = optarg;
+            break;
+        case OPT_KEY_FILE:
+            a->key_file = optarg;
+            break;
+        case OPT_PARTITIONS:
+            rc = parse_int_opt("--partitions", optarg, 1, 1024, &a->partitions);
+            break;
+        case OPT_TLS_CERT:
+            a->tls_cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            a->tls_key = optarg;
+            break;
+        case OPT_PORT_FILE:
+            a->port_file = optarg;
+            break;
+        case OPT_THREADS:
+            rc = parse_int_opt("--threads", optarg, 1, 256, &a->threads);
+            break;
         case OPT_MAX_CONN:
             rc = parse_int_opt("--max-connections", optarg, 1, 65536, &a->max_connections);
             break;
@@ -339,9 +362,15 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             else
                 sf_log_set_level(lvl);
             break;
-        case OPT_LOG_JSON: sf_log_set_json(true); break;
-        case OPT_HELP: fputs(usage, stdout); exit(0);
-        case OPT_VERSION: printf("cosmolite %s\n", COSMOLITE_VERSION); exit(0);
+        case OPT_LOG_JSON:
+            sf_log_set_json(true);
+            break;
+        case OPT_HELP:
+            fputs(usage, stdout);
+            exit(0);
+        case OPT_VERSION:
+            printf("cosmolite %s\n", COSMOLITE_VERSION);
+            exit(0);
         default:
             return fail("unknown or incomplete option '%s' (see cosmolite --help)",
                         argv[optind - 1]);
@@ -451,8 +480,7 @@ int main(int argc, char **argv)
     so.partitions = a.partitions;
     so.max_doc_bytes = a.max_doc_bytes ? a.max_doc_bytes : (2u << 20);
     if (emu_store_open(&so, &store, &err) != SF_OK) {
-        fail("cannot open the store%s%s: %s", so.path ? " " : "", so.path ? so.path : "",
-             err.msg);
+        fail("cannot open the store%s%s: %s", so.path ? " " : "", so.path ? so.path : "", err.msg);
         goto out;
     }
     router.store = store;

@@ -144,9 +144,10 @@ enum sf_rc emu_auth_check(const struct sf_auth_key *key, const struct emu_auth_i
         goto out;
     }
     if (strcmp(type, "master") != 0 || strcmp(ver, "1.0") != 0) {
-        sf_err_set(err, SF_EAUTH, false,
-                   "Authorization type '%s' version '%s' is not supported; use type=master&ver=1.0.",
-                   type, ver);
+        sf_err_set(
+            err, SF_EAUTH, false,
+            "Authorization type '%s' version '%s' is not supported; use type=master&ver=1.0.", type,
+            ver);
         goto out;
     }
 
@@ -159,8 +160,8 @@ enum sf_rc emu_auth_check(const struct sf_auth_key *key, const struct emu_auth_i
         char alt[45];
         struct sf_buf alt_payload;
         sf_buf_init(&alt_payload, 4096);
-        sign_payload(key, in->verb, in->rtype, in->rid_link, in->x_ms_date, in->date,
-                     &alt_payload, alt);
+        sign_payload(key, in->verb, in->rtype, in->rid_link, in->x_ms_date, in->date, &alt_payload,
+                     alt);
         sf_buf_release(&alt_payload);
         if (strlen(sig) == 44 && sf_ct_equal(sig, alt, 44)) {
             rc = SF_OK;

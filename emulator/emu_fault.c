@@ -10,10 +10,10 @@
 #define EMU_MAX_FAULT_RULES 64
 
 struct fault_rule {
-    unsigned ops;             /* enum emu_op mask */
-    char coll[256];           /* "" = any container */
-    double probability;       /* 0..1; 1 when only a count is given */
-    int64_t count;            /* remaining firings; -1 = unlimited */
+    unsigned ops;       /* enum emu_op mask */
+    char coll[256];     /* "" = any container */
+    double probability; /* 0..1; 1 when only a count is given */
+    int64_t count;      /* remaining firings; -1 = unlimited */
     struct emu_fault_action action;
     int64_t fired;
 };
@@ -47,9 +47,9 @@ static const struct {
     const char *name;
     unsigned mask;
 } op_names[] = {
-    {"read", EMU_OP_READ},   {"write", EMU_OP_WRITE},           {"patch", EMU_OP_PATCH},
-    {"batch", EMU_OP_BATCH}, {"query", EMU_OP_QUERY},           {"changefeed", EMU_OP_CHANGEFEED},
-    {"pkranges", EMU_OP_PKRANGES}, {"meta", EMU_OP_META},       {"any", EMU_OP_ANY},
+    {"read", EMU_OP_READ},         {"write", EMU_OP_WRITE}, {"patch", EMU_OP_PATCH},
+    {"batch", EMU_OP_BATCH},       {"query", EMU_OP_QUERY}, {"changefeed", EMU_OP_CHANGEFEED},
+    {"pkranges", EMU_OP_PKRANGES}, {"meta", EMU_OP_META},   {"any", EMU_OP_ANY},
 };
 
 /* Parses "write+patch" into a mask. */
@@ -92,8 +92,7 @@ static enum sf_rc check_rule(const struct fault_rule *r, const char *where, stru
                           "nothing was applied)",
                           where, r->action.status);
     if (r->probability < 0 || r->probability > 1)
-        return sf_err_set(err, SF_EINVAL, false, "%s: probability must be between 0 and 1",
-                          where);
+        return sf_err_set(err, SF_EINVAL, false, "%s: probability must be between 0 and 1", where);
     return SF_OK;
 }
 
@@ -135,8 +134,8 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
             have_kind = true;
         } else if (strcmp(key, "delay") == 0) {
             if (sf_parse_i64(val, 0, 600000, &n) != SF_OK)
-                return sf_err_set(err, SF_EINVAL, false,
-                                  "--fault '%s': delay must be 0..600000 ms", spec);
+                return sf_err_set(err, SF_EINVAL, false, "--fault '%s': delay must be 0..600000 ms",
+                                  spec);
             r.action.delay_ms = n;
             if (!have_kind)
                 r.action.kind = EMU_FAULT_DELAY;
@@ -175,8 +174,7 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
                 return sf_err_set(err, SF_EINVAL, false,
                                   "--fault '%s': when must be before or after", spec);
         } else {
-            return sf_err_set(err, SF_EINVAL, false, "--fault '%s': unknown field '%s'", spec,
-                              key);
+            return sf_err_set(err, SF_EINVAL, false, "--fault '%s': unknown field '%s'", spec, key);
         }
         p += len;
         if (*p == ',')
@@ -199,8 +197,7 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
     return SF_OK;
 }
 
-static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
-                                 struct sf_err *err)
+static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r, struct sf_err *err)
 {
     char where[32];
     const json_t *v;
@@ -215,7 +212,8 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
     r->action.retry_after_ms = 100;
     if (!json_is_object(j))
         return sf_err_set(err, SF_EINVAL, false, "%s: must be an object", where);
-    json_object_foreach((json_t *)j, key, val) {
+    json_object_foreach((json_t *)j, key, val)
+    {
         if (strcmp(key, "status") == 0) {
             if (!json_is_integer(val) || !valid_status(json_integer_value(val)))
                 return sf_err_set(err, SF_EINVAL, false,
@@ -245,8 +243,7 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
             snprintf(r->coll, sizeof(r->coll), "%s", json_string_value(val));
         } else if (strcmp(key, "probability") == 0) {
             if (!json_is_number(val))
-                return sf_err_set(err, SF_EINVAL, false, "%s.probability: must be a number",
-                                  where);
+                return sf_err_set(err, SF_EINVAL, false, "%s.probability: must be a number", where);
             r->probability = json_number_value(val);
         } else if (strcmp(key, "count") == 0) {
             if (!json_is_integer(val) || json_integer_value(val) < 1)
@@ -259,8 +256,7 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
         } else if (strcmp(key, "when") == 0) {
             const char *s = json_string_value(val);
             if (!s || (strcmp(s, "before") != 0 && strcmp(s, "after") != 0))
-                return sf_err_set(err, SF_EINVAL, false, "%s.when: must be before or after",
-                                  where);
+                return sf_err_set(err, SF_EINVAL, false, "%s.when: must be before or after", where);
             r->action.after = strcmp(s, "after") == 0;
         } else {
             return sf_err_set(err, SF_EINVAL, false, "%s: unknown field '%s'", where, key);
@@ -269,8 +265,8 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
     v = json_object_get(j, "status");
     if (!v && r->action.kind != EMU_FAULT_DROP) {
         if (r->action.delay_ms == 0)
-            return sf_err_set(err, SF_EINVAL, false,
-                              "%s: needs status, drop:true or delayMs", where);
+            return sf_err_set(err, SF_EINVAL, false, "%s: needs status, drop:true or delayMs",
+                              where);
         r->action.kind = EMU_FAULT_DELAY;
     }
     return check_rule(r, where, err);

@@ -20,14 +20,14 @@
 #include "common/sf_err.h"
 
 enum emu_op {
-    EMU_OP_READ = 1 << 0,       /* point reads, read feeds, metadata reads */
-    EMU_OP_WRITE = 1 << 1,      /* create, upsert, replace, delete */
+    EMU_OP_READ = 1 << 0,  /* point reads, read feeds, metadata reads */
+    EMU_OP_WRITE = 1 << 1, /* create, upsert, replace, delete */
     EMU_OP_PATCH = 1 << 2,
     EMU_OP_BATCH = 1 << 3,
     EMU_OP_QUERY = 1 << 4,
     EMU_OP_CHANGEFEED = 1 << 5,
     EMU_OP_PKRANGES = 1 << 6,
-    EMU_OP_META = 1 << 7,       /* databases, containers, account */
+    EMU_OP_META = 1 << 7, /* databases, containers, account */
     EMU_OP_ANY = 0xff,
 };
 
@@ -37,10 +37,10 @@ enum emu_fault_kind { EMU_FAULT_STATUS, EMU_FAULT_DELAY, EMU_FAULT_DROP };
 struct emu_fault_action {
     bool active;
     enum emu_fault_kind kind;
-    int status;           /* EMU_FAULT_STATUS: 429, 449, 503, 408 */
+    int status; /* EMU_FAULT_STATUS: 429, 449, 503, 408 */
     int64_t retry_after_ms;
-    int64_t delay_ms;     /* EMU_FAULT_DELAY (also applied before a status or drop) */
-    bool after;           /* apply the operation first (drop / 408 only) */
+    int64_t delay_ms; /* EMU_FAULT_DELAY (also applied before a status or drop) */
+    bool after;       /* apply the operation first (drop / 408 only) */
 };
 
 struct emu_faults;

@@ -80,9 +80,8 @@ static enum MHD_Result too_large(struct emu_http *h, struct MHD_Connection *conn
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     struct emu_http *h = cls;
     struct conn_state *st = *con_cls;
@@ -168,7 +167,6 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     const union MHD_DaemonInfo *info;
 
-
     bool tls = opts->tls_cert_pem && opts->tls_key_pem;
 
     memset(&ss, 0, sizeof(ss));
@@ -183,8 +181,7 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
         flags |= MHD_USE_IPv6;
     } else {
         return sf_err_set(err, SF_EINVAL, false,
-                          "listen address '%s' is not a numeric IPv4 or IPv6 address",
-                          opts->host);
+                          "listen address '%s' is not a numeric IPv4 or IPv6 address", opts->host);
     }
     if (tls)
         flags |= MHD_USE_TLS;

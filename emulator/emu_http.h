@@ -13,12 +13,12 @@
 struct emu_http;
 
 struct emu_http_opts {
-    const char *host;          /* listen address, e.g. "127.0.0.1" or "::1" */
-    int port;                  /* 0 = ephemeral */
-    int threads;               /* worker threads (default: number of CPUs) */
-    int max_connections;       /* concurrent connections (default 1024) */
-    int idle_timeout_s;        /* close idle keep-alive connections after (default 300) */
-    const char *tls_cert_pem;  /* PEM text; both set = HTTPS */
+    const char *host;         /* listen address, e.g. "127.0.0.1" or "::1" */
+    int port;                 /* 0 = ephemeral */
+    int threads;              /* worker threads (default: number of CPUs) */
+    int max_connections;      /* concurrent connections (default 1024) */
+    int idle_timeout_s;       /* close idle keep-alive connections after (default 300) */
+    const char *tls_cert_pem; /* PEM text; both set = HTTPS */
     const char *tls_key_pem;
 };
 

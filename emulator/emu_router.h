@@ -25,7 +25,7 @@ struct emu_limits {
 void emu_limits_default(struct emu_limits *lim);
 
 struct emu_router {
-    struct emu_store *store;   /* borrowed */
+    struct emu_store *store; /* borrowed */
     struct sf_auth_key key;
     struct emu_limits lim;
     bool tls;                  /* advertise https:// in the account's locations */
@@ -39,18 +39,18 @@ struct emu_router {
 typedef const char *(*emu_header_fn)(void *hctx, const char *name);
 
 struct emu_request {
-    const char *method;        /* "GET", "POST", ... */
-    const char *path;          /* raw path as received, still percent-encoded, no query */
+    const char *method; /* "GET", "POST", ... */
+    const char *path;   /* raw path as received, still percent-encoded, no query */
     emu_header_fn header;
     void *hctx;
-    const char *body;          /* may be NULL when body_len == 0 */
+    const char *body; /* may be NULL when body_len == 0 */
     size_t body_len;
 };
 
 #define EMU_MAX_RESP_HEADERS 16
 
 struct emu_resp_header {
-    const char *name;          /* static string */
+    const char *name; /* static string */
     char value[160];
 };
 
@@ -58,8 +58,8 @@ struct emu_response {
     int status;
     int nheaders;
     struct emu_resp_header headers[EMU_MAX_RESP_HEADERS];
-    struct sf_buf body;        /* JSON text, possibly empty */
-    bool drop;                 /* close the connection without answering (fault injection) */
+    struct sf_buf body; /* JSON text, possibly empty */
+    bool drop;          /* close the connection without answering (fault injection) */
 };
 
 /* Prepares an empty response whose body may grow to max_body bytes. */
@@ -75,7 +75,7 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
                        struct emu_response *resp);
 
 /* Fills resp with a Cosmos-style error body {"code","message"} and x-ms-substatus. */
-void emu_response_error(struct emu_response *resp, int status, int substatus, const char *fmt,
-                        ...) SF_PRINTF(4, 5);
+void emu_response_error(struct emu_response *resp, int status, int substatus, const char *fmt, ...)
+    SF_PRINTF(4, 5);
 
 #endif

@@ -48,7 +48,8 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
         goto out;
     if ((rc = emu_query_exec_finish(sc.exec, &rows, &more, err)) != SF_OK)
         goto out;
-    json_array_foreach(rows, i, row) {
+    json_array_foreach(rows, i, row)
+    {
         if (i > 0 && (rc = sf_buf_putc(out, ',')) != SF_OK)
             break;
         if ((rc = sf_json_dump(row, out)) != SF_OK)

@@ -13,14 +13,23 @@ START_TEST(spec_parsing)
     struct emu_faults *f = emu_faults_new(1);
     struct sf_err err;
     static const char *const bad[] = {
-        "",          "status=404",       "status=429,op=nope", "delay=-1",
-        "p=0.5",     "status=429,p=1.5", "status=429,count=0", "status=429,when=later",
-        "status=429,when=after", "status=429,bogus=1", "drop=1",
+        "",
+        "status=404",
+        "status=429,op=nope",
+        "delay=-1",
+        "p=0.5",
+        "status=429,p=1.5",
+        "status=429,count=0",
+        "status=429,when=later",
+        "status=429,when=after",
+        "status=429,bogus=1",
+        "drop=1",
     };
 
     ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(emu_faults_add_spec(f, "status=429,op=write+patch,coll=orders,p=0.5,"
-                                            "retry-after=50",
+    ck_assert_int_eq(emu_faults_add_spec(f,
+                                         "status=429,op=write+patch,coll=orders,p=0.5,"
+                                         "retry-after=50",
                                          &err),
                      SF_OK);
     ck_assert_int_eq(emu_faults_add_spec(f, "drop,op=read,count=2,when=after", &err), SF_OK);
@@ -95,8 +104,8 @@ START_TEST(json_rules_replace_atomically)
     struct emu_faults *f = emu_faults_new(1);
     struct emu_fault_action a;
     struct sf_err err;
-    json_t *good = json_loads("{\"seed\":3,\"rules\":[{\"status\":449,\"op\":\"batch\"}]}", 0,
-                              NULL);
+    json_t *good =
+        json_loads("{\"seed\":3,\"rules\":[{\"status\":449,\"op\":\"batch\"}]}", 0, NULL);
     json_t *bad = json_loads("{\"rules\":[{\"status\":429},{\"status\":200}]}", 0, NULL);
     json_t *listed;
 
@@ -107,10 +116,9 @@ START_TEST(json_rules_replace_atomically)
     ck_assert(a.active && a.status == 449);
     listed = emu_faults_to_json(f);
     ck_assert_int_eq(json_array_size(json_object_get(listed, "rules")), 1);
-    ck_assert_int_eq(
-        json_integer_value(json_object_get(json_array_get(json_object_get(listed, "rules"), 0),
-                                           "fired")),
-        1);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_array_get(json_object_get(listed, "rules"), 0), "fired")),
+                     1);
     emu_faults_clear(f);
     emu_faults_decide(f, EMU_OP_BATCH, "x", &a);
     ck_assert(!a.active);

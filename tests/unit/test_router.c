@@ -129,7 +129,8 @@ static void make_container(void)
     memset(&t, 0, sizeof(t));
     sign(&t, "POST", "colls", "dbs/d");
     run("POST", "/dbs/d/colls", &t,
-        "{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\",\"version\":2}}", &r);
+        "{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\",\"version\":2}}",
+        &r);
     ck_assert_int_eq(r.status, 201);
     emu_response_release(&r);
 }
@@ -417,8 +418,8 @@ START_TEST(change_feed_pages_and_304)
     snprintf(cont, sizeof(cont), "%s", resp_hdr(&r, "etag"));
     v = resp_json(&r);
     ck_assert_int_eq(json_array_size(json_object_get(v, "Documents")), 2);
-    ck_assert(json_is_integer(json_object_get(json_array_get(json_object_get(v, "Documents"), 0),
-                                              "_lsn")));
+    ck_assert(json_is_integer(
+        json_object_get(json_array_get(json_object_get(v, "Documents"), 0), "_lsn")));
     json_decref(v);
     emu_response_release(&r);
 
