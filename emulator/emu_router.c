@@ -70,26 +70,40 @@ static void resp_header(struct emu_response *resp, const char *name, const char 
 static const char *status_code_name(int status)
 {
     switch (status) {
-    case 400: return "BadRequest";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "NotFound";
-    case 405: return "MethodNotAllowed";
-    case 408: return "RequestTimeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 412: return "PreconditionFailed";
-    case 413: return "RequestEntityTooLarge";
-    case 424: return "FailedDependency";
-    case 429: return "TooManyRequests";
-    case 449: return "RetryWith";
-    case 503: return "ServiceUnavailable";
-    default: return "InternalServerError";
+    case 400:
+        return "BadRequest";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "NotFound";
+    case 405:
+        return "MethodNotAllowed";
+    case 408:
+        return "RequestTimeout";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 412:
+        return "PreconditionFailed";
+    case 413:
+        return "RequestEntityTooLarge";
+    case 424:
+        return "FailedDependency";
+    case 429:
+        return "TooManyRequests";
+    case 449:
+        return "RetryWith";
+    case 503:
+        return "ServiceUnavailable";
+    default:
+        return "InternalServerError";
     }
 }
 
-void emu_response_error(struct emu_response *resp, int status, int substatus, const char *fmt,
-                        ...)
+void emu_response_error(struct emu_response *resp, int status, int substatus, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -116,13 +130,27 @@ static void resp_from_err(struct emu_response *resp, const struct sf_err *err)
 
     if (status < 400) {
         switch (err->rc) {
-        case SF_ENOTFOUND: status = 404; break;
-        case SF_ECONFLICT: status = 409; break;
-        case SF_EPRECOND: status = 412; break;
-        case SF_EINVAL: status = 400; break;
-        case SF_ELIMIT: status = 413; break;
-        case SF_EGONE: status = 410; break;
-        default: status = 500; break;
+        case SF_ENOTFOUND:
+            status = 404;
+            break;
+        case SF_ECONFLICT:
+            status = 409;
+            break;
+        case SF_EPRECOND:
+            status = 412;
+            break;
+        case SF_EINVAL:
+            status = 400;
+            break;
+        case SF_ELIMIT:
+            status = 413;
+            break;
+        case SF_EGONE:
+            status = 410;
+            break;
+        default:
+            status = 500;
+            break;
         }
     }
     emu_response_error(resp, status, err->substatus, "%s", err->msg);
@@ -159,8 +187,9 @@ static json_t *body_json(struct route *rt)
 
     sf_err_clear(&err);
     if (rt->req->body_len == 0) {
-        emu_response_error(rt->resp, 400, 0, "The request body is empty; a JSON document is "
-                                             "required.");
+        emu_response_error(rt->resp, 400, 0,
+                           "The request body is empty; a JSON document is "
+                           "required.");
         return NULL;
     }
     v = sf_json_parse(rt->req->body, rt->req->body_len, &err);
@@ -213,8 +242,8 @@ static void ok(struct route *rt, int status, double charge)
 /* Metadata responses carry their resource's _etag as the etag header too. */
 static void etag_from_body(struct route *rt)
 {
-    json_t *v = json_loadb(rt->resp->body.data ? rt->resp->body.data : "", rt->resp->body.len, 0,
-                           NULL);
+    json_t *v =
+        json_loadb(rt->resp->body.data ? rt->resp->body.data : "", rt->resp->body.len, 0, NULL);
     const char *etag = sf_json_str(v, "_etag");
 
     if (etag)
@@ -248,7 +277,6 @@ static bool store_call(struct route *rt, enum sf_rc rc, const struct sf_err *err
     resp_from_err(rt->resp, err);
     return false;
 }
-
 
 /* Parses the change-feed page size; answers 400 and returns false if bad. */
 static bool page_size(struct route *rt, int *ret_n)
@@ -369,7 +397,8 @@ static void first_range_id(struct route *rt, const struct emu_coll_ref *c, char 
     char etag[64];
     if (emu_store_pkranges(rt->r->store, c->db, c->coll, &b, etag, &err) == SF_OK &&
         (v = json_loadb(b.data, b.len, 0, NULL)) != NULL) {
-        json_array_foreach(json_object_get(v, "PartitionKeyRanges"), i, r) {
+        json_array_foreach(json_object_get(v, "PartitionKeyRanges"), i, r)
+        {
             const char *min = sf_json_str(r, "minInclusive");
             if (min && !*min && sf_json_str(r, "id"))
                 snprintf(out, 16, "%s", sf_json_str(r, "id"));
@@ -412,8 +441,8 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     }
     sf_err_clear(&err);
     (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
-    if (!empty && emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max,
-                                 &rt->resp->body, &page, &err) != SF_OK) {
+    if (!empty && emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, &rt->resp->body,
+                                 &page, &err) != SF_OK) {
         sf_buf_reset(&rt->resp->body);
         resp_from_err(rt->resp, &err);
         goto out;
@@ -530,17 +559,17 @@ static void handle_account(struct route *rt)
              host ? host : rt->r->listen_host);
     loc = json_pack("[{s:s,s:s}]", "name", "local", "databaseAccountEndpoint", url);
     if (loc)
-        acct = json_pack(
-            "{s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:b,s:{s:b,s:i,s:i},s:{s:s,s:i,s:i},"
-            "s:{s:i,s:i},s:{s:i,s:i},s:s}",
-            "_self", "", "id", "cosmolite", "_rid", url, "media", "//media/", "addresses",
-            "//addresses/", "_dbs", "//dbs/", "writableLocations", loc, "readableLocations", loc,
-            "enableMultipleWriteLocations", 0, "userReplicationPolicy", "asyncReplication", 0,
-            "minReplicaSetSize", 1, "maxReplicasetSize", 4, "userConsistencyPolicy",
-            "defaultConsistencyLevel", "Session", "maxStalenessPrefix", 100,
-            "maxStalenessIntervalInSeconds", 5, "systemReplicationPolicy", "minReplicaSetSize", 1,
-            "maxReplicasetSize", 4, "readPolicy", "primaryReadCoefficient", 1,
-            "secondaryReadCoefficient", 1, "queryEngineConfiguration", qcfg);
+        acct = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:b,s:{s:b,s:i,s:i},s:{s:s,s:i,s:i},"
+                         "s:{s:i,s:i},s:{s:i,s:i},s:s}",
+                         "_self", "", "id", "cosmolite", "_rid", url, "media", "//media/",
+                         "addresses", "//addresses/", "_dbs", "//dbs/", "writableLocations", loc,
+                         "readableLocations", loc, "enableMultipleWriteLocations", 0,
+                         "userReplicationPolicy", "asyncReplication", 0, "minReplicaSetSize", 1,
+                         "maxReplicasetSize", 4, "userConsistencyPolicy", "defaultConsistencyLevel",
+                         "Session", "maxStalenessPrefix", 100, "maxStalenessIntervalInSeconds", 5,
+                         "systemReplicationPolicy", "minReplicaSetSize", 1, "maxReplicasetSize", 4,
+                         "readPolicy", "primaryReadCoefficient", 1, "secondaryReadCoefficient", 1,
+                         "queryEngineConfiguration", qcfg);
     json_decref(loc);
     if (!acct || sf_json_dump(acct, &rt->resp->body) != SF_OK) {
         json_decref(acct);
@@ -616,8 +645,7 @@ static void handle_colls(struct route *rt, const char *method)
             ok(rt, 200, 1);
     } else if (strcmp(method, "POST") == 0) {
         if (is_query(rt)) {
-            if (store_call(rt,
-                           emu_store_coll_list(rt->r->store, rt->seg[1], &rt->resp->body, &err),
+            if (store_call(rt, emu_store_coll_list(rt->r->store, rt->seg[1], &rt->resp->body, &err),
                            &err))
                 query_list(rt, "DocumentCollections");
             return;
@@ -827,10 +855,9 @@ static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
     }
     sf_err_clear(&err);
     memset(&meta, 0, sizeof(meta));
-    if (!store_call(rt,
-                    emu_store_batch(rt->r->store, c, pk, ops, &rt->resp->body, &status, &meta,
-                                    &err),
-                    &err))
+    if (!store_call(
+            rt, emu_store_batch(rt->r->store, c, pk, ops, &rt->resp->body, &status, &meta, &err),
+            &err))
         goto out;
     ok(rt, status, 1 + 5.0 * (double)json_array_size(ops));
     session_header(rt, meta.range_id, meta.lsn);
@@ -921,10 +948,10 @@ static void handle_doc(struct route *rt, const char *method)
                        &err))
             doc_written(rt, &meta, 10.29 + (double)rt->req->body_len / 1024.0);
     } else if (strcmp(method, "DELETE") == 0) {
-        if (store_call(rt,
-                       emu_store_doc_delete(rt->r->store, &c, id, pk, hdr(rt, "If-Match"), &meta,
-                                            &err),
-                       &err)) {
+        if (store_call(
+                rt,
+                emu_store_doc_delete(rt->r->store, &c, id, pk, hdr(rt, "If-Match"), &meta, &err),
+                &err)) {
             ok(rt, 204, 5.71);
             session_header(rt, meta.range_id, meta.lsn);
         }
@@ -971,19 +998,23 @@ static void handle_scripts(struct route *rt, const char *method)
             emu_response_error(rt->resp, 405, 0, "%s is not allowed on %s.", method, kind);
         }
     } else if (strcmp(method, "GET") == 0) {
-        if (store_call(rt,
-                       emu_store_script_read(rt->r->store, &c, kind, rt->seg[5], &rt->resp->body,
-                                             &err),
-                       &err)) {
+        if (store_call(
+                rt,
+                emu_store_script_read(rt->r->store, &c, kind, rt->seg[5], &rt->resp->body, &err),
+                &err)) {
             ok(rt, 200, 1);
             etag_from_body(rt);
         }
     } else if (strcmp(method, "PUT") == 0) {
-        if ((body = body_json(rt)) &&
-            store_call(rt,
-                       emu_store_script_create(rt->r->store, &c, kind, body, true, &rt->resp->body,
-                                               &err),
-                       &err)) {
+        if (!(body = body_json(rt)))
+            return;
+        if (!sf_json_str(body, "id") || strcmp(sf_json_str(body, "id"), rt->seg[5]) != 0)
+            emu_response_error(rt->resp, 400, 0, "The body's id must equal the URL's id '%s'.",
+                               rt->seg[5]);
+        else if (store_call(rt,
+                            emu_store_script_create(rt->r->store, &c, kind, body, true,
+                                                    &rt->resp->body, &err),
+                            &err)) {
             ok(rt, 200, 1);
             etag_from_body(rt);
         }
@@ -1047,9 +1078,9 @@ static bool is_script_seg(const char *s)
 
 static bool is_type_seg(const char *s)
 {
-    static const char *const types[] = {"dbs",     "colls",    "docs", "pkranges", "sprocs",
-                                        "triggers", "udfs",    "users", "permissions",
-                                        "attachments", "conflicts", "offers"};
+    static const char *const types[] = {"dbs",         "colls",       "docs",      "pkranges",
+                                        "sprocs",      "triggers",    "udfs",      "users",
+                                        "permissions", "attachments", "conflicts", "offers"};
     for (size_t i = 0; i < SF_ARRAY_LEN(types); i++)
         if (strcmp(s, types[i]) == 0)
             return true;
@@ -1232,10 +1263,18 @@ static void dispatch(struct route *rt)
         return;
     }
     switch (n) {
-    case 1: handle_dbs(rt, m); return;
-    case 2: handle_db(rt, m); return;
-    case 3: handle_colls(rt, m); return;
-    case 4: handle_coll(rt, m); return;
+    case 1:
+        handle_dbs(rt, m);
+        return;
+    case 2:
+        handle_db(rt, m);
+        return;
+    case 3:
+        handle_colls(rt, m);
+        return;
+    case 4:
+        handle_coll(rt, m);
+        return;
     case 5:
         if (strcmp(rt->seg[4], "docs") == 0)
             handle_docs(rt, m);
@@ -1298,11 +1337,13 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
     auth.date = req->header(req->hctx, "date");
     if (auth.x_ms_date && !*auth.x_ms_date)
         auth.x_ms_date = NULL;
-    if (!r->skip_auth && emu_auth_check(&r->key, &auth, now, r->lim.max_clock_skew_s, &err) != SF_OK) {
+    if (!r->skip_auth &&
+        emu_auth_check(&r->key, &auth, now, r->lim.max_clock_skew_s, &err) != SF_OK) {
         emu_response_error(resp, err.http_status ? err.http_status : 401, 0, "%s", err.msg);
         goto out;
     }
-    if (r->faults) {
+    /* The admin API is how faults are turned off: never inject into it. */
+    if (r->faults && !(rt.nseg > 0 && strcmp(rt.seg[0], "_admin") == 0)) {
         struct emu_fault_action fa;
         const char *coll;
         enum emu_op op = classify(&rt, &coll);

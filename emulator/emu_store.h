@@ -13,7 +13,10 @@
  * session token, and survives restarts. A failed write takes none.
  *
  * Thread-safety: every function may be called from any thread; the store
- * serialises access internally with one mutex.
+ * serialises access internally with one mutex. Document writes from
+ * concurrent threads share one SQLite commit (group commit); each is
+ * answered only after that commit returned, and a failing write never
+ * affects another. More concurrent writer threads make larger groups.
  *
  * Conventions: functions return enum sf_rc and fill *err with the HTTP status
  * and substatus the router should answer (err->http_status), plus a message
@@ -33,12 +36,12 @@
 struct emu_store;
 
 struct emu_store_opts {
-    const char *path;           /* SQLite file; NULL for memory mode */
-    bool sync_full;             /* synchronous=FULL instead of NORMAL */
-    int partitions;             /* ranges for new containers (1..1024), 0 = 1; existing
-                                 * containers keep the ranges they were created with */
-    size_t max_doc_bytes;       /* largest stored document (with its system
-                                 * properties), 0 = 2 MiB */
+    const char *path;     /* SQLite file; NULL for memory mode */
+    bool sync_full;       /* synchronous=FULL instead of NORMAL */
+    int partitions;       /* ranges for new containers (1..1024), 0 = 1; existing
+                           * containers keep the ranges they were created with */
+    size_t max_doc_bytes; /* largest stored document (with its system
+                           * properties), 0 = 2 MiB */
     /* Clock for _ts (epoch seconds) and change-feed start times; NULL = the
      * wall clock. Tests inject a fake one. Called with the store lock held. */
     int64_t (*now_s)(void *arg);
@@ -46,6 +49,10 @@ struct emu_store_opts {
     /* How long opening waits for another process holding the file's lock
      * before failing with 503 (SF_EIO, retriable); 0 = 5000 ms. */
     int busy_timeout_ms;
+    /* Transactional batch limits: operations (1..127, 0 = 100) and request
+     * bytes as serialised JSON (0 = 2 MiB). */
+    int max_batch_ops;
+    size_t max_batch_bytes;
 };
 
 /*
@@ -122,8 +129,7 @@ struct emu_coll_ref {
     char pk_path[256]; /* e.g. "/pk" */
 };
 enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const char *coll,
-                                  bool rid_based, struct emu_coll_ref *ret_ref,
-                                  struct sf_err *err);
+                                  bool rid_based, struct emu_coll_ref *ret_ref, struct sf_err *err);
 
 /*
  * Appends {"_rid":"<collRid>","PartitionKeyRanges":[...],"_count":n} (ranges
@@ -140,10 +146,10 @@ enum emu_write_kind { EMU_WRITE_CREATE, EMU_WRITE_UPSERT, EMU_WRITE_REPLACE };
 
 /* What a successful document operation reports to the router. */
 struct emu_doc_meta {
-    int status;         /* 200 or 201 (writes), 200 or 304 (reads), 204 (deletes) */
-    char etag[64];      /* quoted, as in _etag; "" after a delete */
-    int64_t lsn;        /* the container's LSN after this operation */
-    char range_id[16];  /* the partition key range that holds the document */
+    int status;        /* 200 or 201 (writes), 200 or 304 (reads), 204 (deletes) */
+    char etag[64];     /* quoted, as in _etag; "" after a delete */
+    int64_t lsn;       /* the container's LSN after this operation */
+    char range_id[16]; /* the partition key range that holds the document */
 };
 
 /*
@@ -184,8 +190,8 @@ enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *
                                 struct emu_doc_meta *ret_meta, struct sf_err *err);
 
 /* Appends {"_rid":..,"Documents":[...],"_count":n} of every document (read feed), by LSN. */
-enum sf_rc emu_store_doc_list(struct emu_store *s, const struct emu_coll_ref *c,
-                              struct sf_buf *out, struct sf_err *err);
+enum sf_rc emu_store_doc_list(struct emu_store *s, const struct emu_coll_ref *c, struct sf_buf *out,
+                              struct sf_err *err);
 
 /* ---- change feed (LatestVersion) -------------------------------------------- */
 
@@ -196,23 +202,23 @@ struct emu_cf_request {
      * Scope: any of range_id, the EPK range and pk; several narrow each other
      * (intersection); none = the whole container.
      */
-    const char *range_id;     /* partition key range id ("0" or "<collRid>,0"), or NULL */
-    const char *epk_min;      /* [min, max) in EPK space (hex, up to 32 digits), or NULL; */
-    const char *epk_max;      /* a missing bound is "" / "FF" */
-    const json_t *pk;         /* one logical partition (header array), or NULL */
+    const char *range_id; /* partition key range id ("0" or "<collRid>,0"), or NULL */
+    const char *epk_min;  /* [min, max) in EPK space (hex, up to 32 digits), or NULL; */
+    const char *epk_max;  /* a missing bound is "" / "FF" */
+    const json_t *pk;     /* one logical partition (header array), or NULL */
     enum emu_cf_start start;
-    int64_t after_lsn;        /* EMU_CF_AFTER_LSN: items with _lsn > after_lsn (>= 0) */
-    int64_t since_ts;         /* EMU_CF_SINCE_TIME: items with _ts >= since_ts (epoch s) */
-    int max_items;            /* page size hint, <= 0 = 100, capped at 10000; the page
-                               * ends on an LSN boundary */
+    int64_t after_lsn; /* EMU_CF_AFTER_LSN: items with _lsn > after_lsn (>= 0) */
+    int64_t since_ts;  /* EMU_CF_SINCE_TIME: items with _ts >= since_ts (epoch s) */
+    int max_items;     /* page size hint, <= 0 = 100, capped at 10000; the page
+                        * ends on an LSN boundary */
 };
 
 struct emu_cf_result {
-    int count;                /* items appended */
-    int64_t continuation;     /* LSN to send back as the etag ("\"<n>\"") */
-    int64_t range_lsn;        /* the container's current LSN (session token) */
-    char range_id[16];        /* the range the scope resolves to: range_id, else the
-                               * range holding pk or epk_min, else the first ("0") */
+    int count;            /* items appended */
+    int64_t continuation; /* LSN to send back as the etag ("\"<n>\"") */
+    int64_t range_lsn;    /* the container's current LSN (session token) */
+    char range_id[16];    /* the range the scope resolves to: range_id, else the
+                           * range holding pk or epk_min, else the first ("0") */
 };
 
 /*
@@ -232,8 +238,8 @@ enum sf_rc emu_store_changefeed(struct emu_store *s, const struct emu_coll_ref *
                                 struct emu_cf_result *ret_res, struct sf_err *err);
 
 /* The container's current LSN (for session tokens). 404/1003 when the container is gone. */
-enum sf_rc emu_store_coll_lsn(struct emu_store *s, const struct emu_coll_ref *c,
-                              int64_t *ret_lsn, struct sf_err *err);
+enum sf_rc emu_store_coll_lsn(struct emu_store *s, const struct emu_coll_ref *c, int64_t *ret_lsn,
+                              struct sf_err *err);
 
 /* ---- scans (queries, read feeds) ------------------------------------------ */
 
@@ -246,11 +252,13 @@ typedef enum sf_rc (*emu_doc_visit_fn)(void *ctx, const char *doc, size_t len);
 
 /*
  * Visits the live (unexpired) documents of a container, optionally limited to
- * one partition key range (range_id; retired → 410/1002, unknown → 400) and/or
- * one logical partition (pk header array). The order is deterministic and
- * stable under updates (a replace does not move a document), so callers can
- * page by skipping. The store lock is NOT held during fn for longer than one
- * row batch: fn may be slow (it evaluates queries).
+ * one partition key range (range_id "0" or "<collRid>,0"; retired → 410/1002,
+ * unknown → 400) and/or one logical partition (pk header array; 400 when
+ * malformed). The order is deterministic and stable under updates (a replace
+ * does not move a document), so callers can page by skipping: by EPK, then
+ * partition key, then id (bytewise), i.e. id order within one logical
+ * partition. The store lock is held only while a batch of rows (64 rows or
+ * 1 MiB) is copied, never during fn: fn may be slow and may call the store.
  */
 enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
                               const char *range_id, const json_t *pk, emu_doc_visit_fn fn,
@@ -263,10 +271,13 @@ enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
  * {"operations":[...], "condition":"FROM c WHERE ..."} or a bare array of
  * operations. Ops add/set/replace/remove/incr/move with JSON-pointer paths
  * (~0 ~1 escapes, array indexes and "-"); at most 10, applied in order,
- * all-or-nothing. Errors: 400 (message "For Operation(i): ...") for a bad op,
- * a missing target, touching id, the partition key path or "_..." fields, or
- * more than 10 ops; 404 missing doc; 412 condition false or If-Match
- * mismatch. Appends the whole new document to out.
+ * all-or-nothing. Errors: 400 (message "For Operation(i): ...", i 0-based)
+ * for a bad op, a missing target, touching id, the partition key path or the
+ * system properties (_rid, _self, _etag, _attachments, _ts, _lsn); 400 for no
+ * or more than 10 ops or a malformed condition; 404 missing (or expired) doc;
+ * 412 condition not true (evaluated on the current document) or If-Match
+ * mismatch. Appends the whole new document to out (status 200); the write
+ * takes one LSN like a replace.
  */
 enum sf_rc emu_store_doc_patch(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
                                const json_t *pk, const json_t *body, const char *if_match,
@@ -282,9 +293,15 @@ enum sf_rc emu_store_doc_patch(struct emu_store *s, const struct emu_coll_ref *c
  * *ret_status = 207, the failing op carries its real status and every other
  * op 424. Appends the per-op result array
  * [{"statusCode":201,"requestCharge":..,"eTag":"..","resourceBody":{..}}, ...]
- * to out in both cases. Whole-request errors return non-OK with
- * err->http_status: 400 (malformed, empty, an op's partitionKey differs from
- * the batch's), 413 (> max_batch_ops operations or > max_batch_bytes).
+ * to out in both cases (failed ops carry "subStatusCode" when it is not 0).
+ * An op whose own "partitionKey" (a JSON-array string such as "[\"p1\"]", or
+ * an array) or document key differs from the batch's fails with 400 like any
+ * other failing op (207). A Read op returns the document (or 304 with
+ * ifNoneMatch); a read-only batch takes no LSN. Whole-request errors return
+ * non-OK with err->http_status: 400 (no pk, malformed or empty, an unknown
+ * operationType, a missing id / resourceBody, more than max_batch_ops
+ * operations, as the service answers), 413 (more than max_batch_bytes of
+ * serialised operations), 404/1003 (stale container).
  */
 enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, const json_t *pk,
                            const json_t *ops, struct sf_buf *out, int *ret_status,
@@ -293,11 +310,15 @@ enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, co
 /* ---- TTL ------------------------------------------------------------------ */
 
 /*
- * Purges up to max_docs expired documents (container defaultTtl: absent = no
- * expiry, -1 = items opt in with their own ttl, N = seconds after _ts; item
- * ttl: -1 = never, N = seconds). Expired items are already invisible to
- * reads, scans and the change feed before they are purged. Returns how many
- * were purged through ret_purged.
+ * Purges up to max_docs (<= 0: 10000) expired documents (container
+ * defaultTtl: absent or null = no expiry, -1 = items opt in with their own
+ * ttl, N = seconds after _ts; item ttl: -1 = never, N = seconds, only
+ * counted when the container has a defaultTtl; a defaultTtl of 0 or an item
+ * ttl of 0 is 400 at write time). Expired items are invisible to reads,
+ * scans and the change feed before they are purged, and their id is free for
+ * a new create. Each container's purge is one delete at a new LSN (so the
+ * session LSN moves). Also drops AllVersionsAndDeletes entries past their
+ * retention. Returns how many documents were purged through ret_purged.
  */
 enum sf_rc emu_store_ttl_sweep(struct emu_store *s, int max_docs, int *ret_purged,
                                struct sf_err *err);
@@ -306,18 +327,29 @@ enum sf_rc emu_store_ttl_sweep(struct emu_store *s, int max_docs, int *ret_purge
 
 /*
  * Splits online range range_id of container (db, coll) at the middle of its
- * EPK span into two new ranges with fresh ids whose "parents" list every
- * ancestor id, ending with range_id; the parent becomes retired (reads scoped
- * to it get 410/1002). LSNs continue, so a parent continuation is valid for
- * both children. Appends {"parent":..,"children":[range,range]} to out.
- * 404 unknown container/range, 400 retired range or a span too narrow.
+ * EPK span into two new ranges with fresh ids (ids count every range the
+ * container ever had: with ranges "0" and "1", the children are "2" and
+ * "3") whose "parents" list every ancestor id, ending with range_id; the
+ * parent becomes retired (feeds and scans scoped to it get 410/1002) and the
+ * pkranges etag changes. LSNs continue, so a parent continuation is valid for
+ * both children. Appends {"parent":..,"children":[range,range]} to out (the
+ * ranges as emu_store_pkranges shows them). 404 unknown container/range, 400
+ * retired range or a span too narrow to halve.
  */
 enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll,
                            const char *range_id, struct sf_buf *out, struct sf_err *err);
 
 /* ---- server-side scripts (stored, never executed) -------------------------- */
 
-/* kind is "sprocs", "triggers" or "udfs". Bodies need id and body (string). */
+/*
+ * kind is "sprocs", "triggers" or "udfs" (400 otherwise). Bodies need a valid
+ * id and "body" (a string); triggers also triggerType (Pre/Post) and
+ * triggerOperation (All/Create/Update/Delete/Replace), any case. The stored
+ * resource is the client's fields plus _rid, _self, _etag and _ts. Create:
+ * 201 semantics, 409 when the id exists; replace (body.id names it; the
+ * router checks it against the URL): 404 when missing, keeps the _rid,
+ * new _etag. Read and delete: 404 when missing.
+ */
 enum sf_rc emu_store_script_create(struct emu_store *s, const struct emu_coll_ref *c,
                                    const char *kind, const json_t *body, bool replace,
                                    struct sf_buf *out, struct sf_err *err);
@@ -341,7 +373,11 @@ enum sf_rc emu_store_script_delete(struct emu_store *s, const struct emu_coll_re
  * {"_rid":..,"Documents":[{"current":{..},"previous":{..},"metadata":{"lsn":N,
  * "crts":TS,"operationType":"create|replace|delete","previousImageLSN":N,
  * "timeToLiveExpired":bool,"id":..,"partitionKey":{..}}}],"_count":n};
- * deletes have no "current". Entries older than the retention are purged.
+ * creates have no "previous" nor previousImageLSN, deletes no "current";
+ * documents carry their "_lsn"; partitionKey is shaped like the key path
+ * ({"pk":"a"} for /pk, {} when the document has no key). Paging, scope and
+ * continuation work as for emu_store_changefeed. Entries older than the
+ * retention are purged by emu_store_ttl_sweep.
  */
 enum sf_rc emu_store_changefeed_all(struct emu_store *s, const struct emu_coll_ref *c,
                                     const struct emu_cf_request *req, struct sf_buf *out,

@@ -1,17 +1,22 @@
 /*
- * emu_store_doc.c - documents and the LatestVersion change feed.
+ * emu_store_doc.c - documents: partition key values, point reads and writes,
+ * TTL expiry and the TTL sweep.
  *
  * A document row keeps the text the API returns (the client's JSON plus the
  * system properties), its partition key in a canonical JSON form (so 5 and
- * 5.0, or "\u00e9" and "é", are the same logical partition), its EPK and the
- * LSN of its last write. Reads copy the text; the change feed splices "_lsn"
- * in before the closing brace; nothing is parsed again.
+ * 5.0, or "\u00e9" and "é", are the same logical partition), its EPK, the
+ * LSN of its last write and, under TTL, its expiry time. Reads copy the
+ * text; nothing is parsed again.
  *
- * A write runs in three steps (see emu_store_int.h): emu_doc_prepare checks
- * the request and serialises the client's fields; emu_doc_apply writes one
- * operation inside an open transaction at the transaction's LSN;
- * emu_store_tx_commit persists the LSN and publishes it. A transactional batch
- * is several emu_doc_apply calls under one emu_tx.
+ * A write runs in three steps (see emu_store_int.h): emu_store_doc_prepare
+ * checks the request and serialises the client's fields without the lock;
+ * emu_store_doc_route and emu_store_doc_apply route it and write it inside a
+ * unit of the open group at the unit's LSN; the group's COMMIT publishes it.
+ * A transactional batch is several applies in one unit.
+ *
+ * Expired documents (exp <= now) are invisible at once: reads answer 404,
+ * feeds and scans skip them, a create may reuse their id. The sweep deletes
+ * them later, each container's purge taking one LSN like any delete.
  */
 #include "common/sf_base.h"
 
@@ -23,20 +28,26 @@
 
 #define EMU_PK_MAX_BYTES 2048 /* longest partition key string value */
 #define EMU_PK_TEXT_MAX  (6 * EMU_PK_MAX_BYTES + 64)
+#define EMU_SWEEP_MAX    10000 /* documents one sweep purges at most */
 
 /* System properties the server owns; client-sent values are dropped. */
 static const char *const emu_doc_system[] = {"_rid",         "_self", "_etag",
                                              "_attachments", "_ts",   "_lsn"};
 
+/* Copies src into dst[n], cut to fit (a snprintf without the formatting, for hot paths). */
+static void emu_copy(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+
+    if (len >= n)
+        len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
 /* ---- partition key values ------------------------------------------------------- */
 
-/* A partition key value in its stored forms. Release with emu_pk_release. */
-struct emu_pk {
-    struct sf_buf text; /* canonical JSON: "\"abc\"", "5", "true", "null", "{}" (undefined) */
-    char epk[33];
-};
-
-static void emu_pk_release(struct emu_pk *k)
+void emu_store_pk_release(struct emu_pk *k)
 {
     sf_buf_release(&k->text);
 }
@@ -48,17 +59,18 @@ static bool emu_pk_undefined(const json_t *v)
 }
 
 /*
- * Fills k from a partition key value (a string, number, boolean, null, or
- * NULL / {} for undefined). Numbers are canonical as doubles, the way they
- * hash: integral values below 2^53 print as integers, others with 17 digits.
+ * Fills k->text from a partition key value. Numbers are canonical as doubles,
+ * the way they hash: integral values below 2^53 print as integers, others
+ * with 17 digits.
  */
-static enum sf_rc emu_pk_init(struct emu_pk *k, const json_t *v, const char *what,
+static enum sf_rc emu_pk_text(struct emu_pk *k, const json_t *v, const char *what,
                               struct sf_err *err)
 {
     enum sf_rc rc = SF_OK;
     double d;
 
     sf_buf_init(&k->text, EMU_PK_TEXT_MAX);
+    k->epk[0] = '\0';
     if (emu_pk_undefined(v)) {
         rc = sf_buf_puts(&k->text, "{}");
     } else {
@@ -96,11 +108,21 @@ static enum sf_rc emu_pk_init(struct emu_pk *k, const json_t *v, const char *wha
         }
     }
     if (rc != SF_OK) {
-        emu_pk_release(k);
+        emu_store_pk_release(k);
         return emu_store_fail(err, SF_ENOMEM, 500, 0, "%s: out of memory", what);
     }
+    return SF_OK;
+}
+
+enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, const char *what,
+                             struct sf_err *err)
+{
+    enum sf_rc rc = emu_pk_text(k, v, what, err);
+
+    if (rc != SF_OK)
+        return rc;
     if (sf_epk_v2(emu_pk_undefined(v) ? NULL : v, k->epk) != SF_OK) {
-        emu_pk_release(k);
+        emu_store_pk_release(k);
         return emu_store_fail(err, SF_ENOMEM, 500, 0, "%s: cannot hash the partition key", what);
     }
     return SF_OK;
@@ -122,16 +144,15 @@ static enum sf_rc emu_pk_header_value(const json_t *pk, const json_t **ret_v, co
     return SF_OK;
 }
 
-/* Parses the header array into k. */
-static enum sf_rc emu_pk_from_header(struct emu_pk *k, const json_t *pk, const char *what,
-                                     struct sf_err *err)
+enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, const char *what,
+                                    struct sf_err *err)
 {
     const json_t *v = NULL;
     enum sf_rc rc = emu_pk_header_value(pk, &v, what, err);
 
     if (rc != SF_OK)
         return rc;
-    return emu_pk_init(k, v, what, err);
+    return emu_store_pk_init(k, v, what, err);
 }
 
 /* The value at the container's partition key path in body (borrowed), or NULL when absent. */
@@ -152,40 +173,51 @@ static const json_t *emu_pk_in_body(const json_t *body, const char *path)
     return cur;
 }
 
-/* ---- documents ------------------------------------------------------------------ */
+/* ---- preparing writes ------------------------------------------------------------- */
 
-/* A checked write request, ready to apply inside a transaction. */
-struct emu_doc_op {
-    enum emu_write_kind kind;
-    const char *id; /* borrowed from the body */
-    const char *if_match;
-    struct emu_pk pk;
-    const struct emu_range *range;
-    struct sf_buf user; /* the client's fields as compact JSON, ending in '}' */
-};
-
-static void emu_doc_op_release(struct emu_doc_op *op)
+void emu_store_doc_op_release(struct emu_doc_op *op)
 {
-    emu_pk_release(&op->pk);
+    emu_store_pk_release(&op->pk);
     sf_buf_release(&op->user);
 }
 
-/* The etag of a document write: the container, the op's index in its LSN, the LSN. */
+/* Writes v as `digits` lowercase hex digits (the low ones) to out; returns out + digits. */
+static char *emu_hex(char *out, uint64_t v, int digits)
+{
+    static const char hex[] = "0123456789abcdef";
+    int i;
+
+    for (i = digits - 1; i >= 0; i--, v >>= 4)
+        out[i] = hex[v & 15];
+    return out + digits;
+}
+
+/*
+ * The etag of a document write: the container, the op's index in its LSN,
+ * the LSN: "\"xxxxxxxx-oooo-0800-0000-llllllllllll\"". Formatted by hand: it is
+ * on every write's path.
+ */
 static void emu_doc_etag(const struct emu_coll *coll, int64_t lsn, int op, char out[64])
 {
     const unsigned char *b = coll->rid_bytes + 4;
-    unsigned long tag =
-        (unsigned long)b[0] << 24 | (unsigned long)b[1] << 16 | (unsigned long)b[2] << 8 | b[3];
+    uint64_t tag = (uint64_t)b[0] << 24 | (uint64_t)b[1] << 16 | (uint64_t)b[2] << 8 | b[3];
+    char *p = out;
 
-    (void)snprintf(out, 64, "\"%08lx-%04x-0800-0000-%012llx\"", tag, (unsigned)op & 0xffffu,
-                   (unsigned long long)lsn & 0xffffffffffffull);
+    *p++ = '"';
+    p = emu_hex(p, tag, 8);
+    *p++ = '-';
+    p = emu_hex(p, (unsigned)op & 0xffffu, 4);
+    memcpy(p, "-0800-0000-", 11);
+    p = emu_hex(p + 11, (uint64_t)lsn & 0xffffffffffffull, 12);
+    *p++ = '"';
+    *p = '\0';
 }
 
 /*
  * The rid of a document created at (lsn, op): the container's 8 bytes, then
  * lsn * 128 + op little-endian, whose last byte's top nibble stays 0 (the
  * document type). LSNs are never reused, so neither are rids, with no counter
- * to store.
+ * to store. A unit writes at most EMU_BATCH_OPS_LIMIT documents.
  */
 static void emu_doc_rid(const struct emu_coll *coll, int64_t lsn, int op, char out[EMU_RID_LEN])
 {
@@ -233,14 +265,9 @@ static enum sf_rc emu_doc_user_json(struct emu_store *s, const json_t *body, str
     return SF_OK;
 }
 
-/*
- * Checks a write request against coll and fills op (release it with
- * emu_doc_op_release, also on failure).
- */
-static enum sf_rc emu_doc_prepare(struct emu_store *s, const struct emu_coll *coll,
-                                  enum emu_write_kind kind, const char *url_id, const json_t *pk,
-                                  const json_t *body, const char *if_match, struct emu_doc_op *op,
-                                  struct sf_err *err)
+enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_write_kind kind,
+                                 const char *url_id, const json_t *pk, const json_t *body,
+                                 const char *if_match, struct emu_doc_op *op, struct sf_err *err)
 {
     const json_t *body_pk, *hdr_pk = NULL;
     struct emu_pk from_hdr;
@@ -261,15 +288,15 @@ static enum sf_rc emu_doc_prepare(struct emu_store *s, const struct emu_coll *co
         return emu_store_fail(err, SF_EINVAL, 400, 0,
                               "document: body id '%.64s' differs from the addressed id '%.64s'",
                               op->id, url_id != NULL ? url_id : "");
-    body_pk = emu_pk_in_body(body, coll->pk_path);
-    rc = emu_pk_init(&op->pk, body_pk, "document", err);
+    body_pk = emu_pk_in_body(body, pk_path);
+    rc = emu_store_pk_init(&op->pk, body_pk, "document", err);
     if (rc != SF_OK)
         return rc;
     if (pk != NULL) {
         rc = emu_pk_header_value(pk, &hdr_pk, "document", err);
         if (rc != SF_OK)
             return rc;
-        rc = emu_pk_init(&from_hdr, hdr_pk, "document", err);
+        rc = emu_pk_text(&from_hdr, hdr_pk, "document", err);
         if (rc != SF_OK)
             return rc;
         if (strcmp(sf_buf_cstr(&from_hdr.text), sf_buf_cstr(&op->pk.text)) != 0)
@@ -277,37 +304,79 @@ static enum sf_rc emu_doc_prepare(struct emu_store *s, const struct emu_coll *co
                                 "document '%.64s': the partition key header %.64s does not match "
                                 "the value %.64s at %s in the body",
                                 op->id, sf_buf_cstr(&from_hdr.text), sf_buf_cstr(&op->pk.text),
-                                coll->pk_path);
-        emu_pk_release(&from_hdr);
+                                pk_path);
+        emu_store_pk_release(&from_hdr);
         if (rc != SF_OK)
             return rc;
     }
+    return emu_doc_user_json(s, body, op, err);
+}
+
+enum sf_rc emu_store_doc_route(const struct emu_coll *coll, const json_t *body,
+                               struct emu_doc_op *op, struct sf_err *err)
+{
+    const json_t *ttl = json_object_get(body, "ttl");
+    json_int_t v;
+
     op->range = emu_store_route(coll, op->pk.epk);
     if (op->range == NULL)
         return emu_store_fail(err, SF_EIO, 500, 0, "no partition key range holds EPK %s",
                               op->pk.epk);
-    return emu_doc_user_json(s, body, op, err);
+    op->has_ttl = false;
+    /* An item's ttl counts only where the container has TTL on; null means "the default". */
+    if (!coll->ttl_on || ttl == NULL || json_is_null(ttl))
+        return SF_OK;
+    v = json_is_integer(ttl) ? json_integer_value(ttl) : 0;
+    if (v == 0 || v < -1 || v > EMU_TTL_MAX)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "document '%.64s': 'ttl' must be -1 (never expire) or a number of "
+                              "seconds from 1 to %d",
+                              op->id, EMU_TTL_MAX);
+    op->has_ttl = true;
+    op->ttl = (int64_t)v;
+    return SF_OK;
 }
 
-/* The existing row of (pk, id): rowid, rid and etag. SF_ENOTFOUND when absent (err untouched). */
+/* The expiry time of a document written at now, or 0 for "never". */
+static int64_t emu_doc_exp(const struct emu_coll *coll, const struct emu_doc_op *op, int64_t now)
+{
+    int64_t ttl;
+
+    if (!coll->ttl_on)
+        return 0;
+    ttl = op->has_ttl ? op->ttl : coll->default_ttl;
+    return ttl > 0 ? now + ttl : 0;
+}
+
+/* ---- rows -------------------------------------------------------------------------- */
+
+/* The existing row of (pk, id). */
 struct emu_doc_row {
     int64_t rowid;
     char rid[EMU_RID_LEN];
     char etag[64];
     char epk[33];
+    int64_t lsn;
+    bool expired; /* exp <= now: the document is gone for every reader */
 };
 
+/*
+ * Finds (pk, id) in coll. SF_ENOTFOUND when absent (err untouched); an
+ * expired row is found with row->expired set. When body is not NULL the
+ * stored text is appended to it (413 past its maximum).
+ */
 static enum sf_rc emu_doc_find(struct emu_store *s, const struct emu_coll *coll,
-                               const struct emu_pk *pk, const char *id, struct emu_doc_row *row,
-                               struct sf_err *err)
+                               const struct emu_pk *pk, const char *id, int64_t now,
+                               struct emu_doc_row *row, struct sf_buf *body, struct sf_err *err)
 {
     sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
     enum sf_rc rc = SF_OK;
     int src;
 
     (void)sqlite3_bind_int64(st, 1, coll->cid);
-    (void)sqlite3_bind_text(st, 2, pk->text.data, (int)pk->text.len, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 2, pk->epk, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 3, pk->text.data, (int)pk->text.len, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
     src = sqlite3_step(st);
     if (src == SQLITE_ROW) {
         const char *rid = (const char *)sqlite3_column_text(st, 1);
@@ -319,9 +388,21 @@ static enum sf_rc emu_doc_find(struct emu_store *s, const struct emu_coll *coll,
             rc = emu_store_fail(err, SF_EIO, 500, 0, "document '%.64s': stored row is corrupt", id);
         } else {
             row->rowid = sqlite3_column_int64(st, 0);
-            (void)snprintf(row->rid, sizeof(row->rid), "%s", rid);
-            (void)snprintf(row->etag, sizeof(row->etag), "%s", etag);
-            (void)snprintf(row->epk, sizeof(row->epk), "%s", epk);
+            emu_copy(row->rid, sizeof(row->rid), rid);
+            emu_copy(row->etag, sizeof(row->etag), etag);
+            emu_copy(row->epk, sizeof(row->epk), epk);
+            row->lsn = sqlite3_column_int64(st, 4);
+            row->expired =
+                sqlite3_column_type(st, 5) != SQLITE_NULL && sqlite3_column_int64(st, 5) <= now;
+        }
+        if (rc == SF_OK && body != NULL) {
+            const void *text = sqlite3_column_text(st, 6);
+
+            if (text == NULL)
+                rc = emu_store_sql_fail(s, sqlite3_errcode(s->db), "reading a document", err);
+            else if (sf_buf_append(body, text, (size_t)sqlite3_column_bytes(st, 6)) != SF_OK)
+                rc = emu_store_fail(err, SF_ELIMIT, 413, 0,
+                                    "document '%.64s' is larger than the output allows", id);
         }
     } else if (src == SQLITE_DONE) {
         rc = SF_ENOTFOUND;
@@ -332,147 +413,276 @@ static enum sf_rc emu_doc_find(struct emu_store *s, const struct emu_coll *coll,
     return rc;
 }
 
-/*
- * Applies a prepared write inside tx: checks existence and If-Match, builds
- * the stored text (into text, capped at max_doc_bytes) and inserts or updates
- * the row at tx->lsn. Fills meta (status, etag, lsn, range).
- */
-static enum sf_rc emu_doc_apply(struct emu_store *s, struct emu_tx *tx, struct emu_doc_op *op,
-                                struct sf_buf *text, struct emu_doc_meta *meta, struct sf_err *err)
+/* 404 for (pk, id). */
+static enum sf_rc emu_doc_missing(const struct emu_pk *pk, const char *id, struct sf_err *err)
 {
-    struct emu_coll *coll = tx->coll;
-    struct emu_doc_row row = {0};
-    bool exists = false;
-    int64_t now = emu_store_now(s);
-    sqlite3_stmt *st;
+    return emu_store_fail(err, SF_ENOTFOUND, 404, 0,
+                          "document '%.64s' does not exist in partition %.64s", id,
+                          sf_buf_cstr(&pk->text));
+}
+
+/* 412 for an If-Match that does not match. */
+static enum sf_rc emu_doc_precond(const char *id, const char *if_match, struct sf_err *err)
+{
+    return emu_store_fail(err, SF_EPRECOND, 412, 0,
+                          "document '%.64s': If-Match %.64s does not match the current etag "
+                          "(one of the specified preconditions is not met)",
+                          id, if_match);
+}
+
+/* Appends a NUL-terminated piece to text (no formatting: this runs on every write). */
+static enum sf_rc emu_put(struct sf_buf *text, const char *piece)
+{
+    return sf_buf_append(text, piece, strlen(piece));
+}
+
+/* Builds the stored text: the client's fields, then the system properties. */
+static enum sf_rc emu_doc_text(struct emu_store *s, const struct emu_coll *coll,
+                               const struct emu_doc_op *op, const char *rid, const char *etag,
+                               int64_t now, struct sf_buf *text, struct sf_err *err)
+{
+    char ts[24];
     enum sf_rc rc;
-    int src;
 
-    if (op->kind != EMU_WRITE_CREATE) {
-        rc = emu_doc_find(s, coll, &op->pk, op->id, &row, err);
-        if (rc != SF_OK && rc != SF_ENOTFOUND)
-            return rc;
-        exists = rc == SF_OK;
-        if (!exists && (op->kind == EMU_WRITE_REPLACE || op->if_match != NULL))
-            return emu_store_fail(err, SF_ENOTFOUND, 404, 0,
-                                  "document '%.64s' does not exist in partition %.64s", op->id,
-                                  sf_buf_cstr(&op->pk.text));
-        if (exists && op->if_match != NULL && strcmp(op->if_match, row.etag) != 0)
-            return emu_store_fail(err, SF_EPRECOND, 412, 0,
-                                  "document '%.64s': If-Match %.64s does not match the current "
-                                  "etag (one of the specified preconditions is not met)",
-                                  op->id, op->if_match);
-    }
-    if (!exists)
-        emu_doc_rid(coll, tx->lsn, tx->ops, row.rid);
-    emu_doc_etag(coll, tx->lsn, tx->ops++, meta->etag);
-
-    /* The client's fields, then the system properties before the closing brace. */
+    (void)snprintf(ts, sizeof(ts), "%lld}", (long long)now);
+    /*
+     * One allocation for everything below (rids and etags are short); when it
+     * would pass the maximum the appends find out exactly where.
+     */
+    (void)sf_buf_reserve(text, op->user.len + 3 * EMU_RID_LEN + 2 * EMU_SHORT_RID_LEN + 160);
     rc = sf_buf_append(text, op->user.data, op->user.len - 1);
     if (rc == SF_OK)
-        rc = sf_buf_printf(
-            text, ",\"_rid\":\"%s\",\"_self\":\"dbs/%s/colls/%s/docs/%s/\",\"_etag\":", row.rid,
-            coll->db_rid, coll->rid, row.rid);
+        rc = emu_put(text, ",\"_rid\":\"");
     if (rc == SF_OK)
-        rc = emu_store_put_json_str(text, meta->etag, strlen(meta->etag));
+        rc = emu_put(text, rid);
     if (rc == SF_OK)
-        rc =
-            sf_buf_printf(text, ",\"_attachments\":\"attachments/\",\"_ts\":%lld}", (long long)now);
+        rc = emu_put(text, "\",\"_self\":\"dbs/");
+    if (rc == SF_OK)
+        rc = emu_put(text, coll->db_rid);
+    if (rc == SF_OK)
+        rc = emu_put(text, "/colls/");
+    if (rc == SF_OK)
+        rc = emu_put(text, coll->rid);
+    if (rc == SF_OK)
+        rc = emu_put(text, "/docs/");
+    if (rc == SF_OK)
+        rc = emu_put(text, rid);
+    if (rc == SF_OK)
+        rc = emu_put(text, "/\",\"_etag\":");
+    if (rc == SF_OK)
+        rc = emu_store_put_json_str(text, etag, strlen(etag));
+    if (rc == SF_OK)
+        rc = emu_put(text, ",\"_attachments\":\"attachments/\",\"_ts\":");
+    if (rc == SF_OK)
+        rc = emu_put(text, ts);
     if (rc == SF_ELIMIT)
         return emu_store_fail(err, SF_ELIMIT, 413, 0,
                               "document '%.64s' is larger than the %zu-byte limit", op->id,
                               s->max_doc_bytes);
     if (rc != SF_OK)
         return emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
-
-    if (exists) {
-        st = emu_store_stmt(s, ST_DOC_UPDATE);
-        (void)sqlite3_bind_int64(st, 1, row.rowid);
-        (void)sqlite3_bind_int64(st, 2, tx->lsn);
-        (void)sqlite3_bind_int64(st, 3, now);
-        (void)sqlite3_bind_text(st, 4, meta->etag, -1, SQLITE_STATIC);
-        (void)sqlite3_bind_text(st, 5, text->data, (int)text->len, SQLITE_STATIC);
-    } else {
-        st = emu_store_stmt(s, ST_DOC_INSERT);
-        (void)sqlite3_bind_int64(st, 1, coll->cid);
-        (void)sqlite3_bind_text(st, 2, op->pk.text.data, (int)op->pk.text.len, SQLITE_STATIC);
-        (void)sqlite3_bind_text(st, 3, op->id, -1, SQLITE_STATIC);
-        (void)sqlite3_bind_text(st, 4, row.rid, -1, SQLITE_STATIC);
-        (void)sqlite3_bind_text(st, 5, op->pk.epk, -1, SQLITE_STATIC);
-        (void)sqlite3_bind_int64(st, 6, tx->lsn);
-        (void)sqlite3_bind_int64(st, 7, now);
-        (void)sqlite3_bind_text(st, 8, meta->etag, -1, SQLITE_STATIC);
-        (void)sqlite3_bind_text(st, 9, text->data, (int)text->len, SQLITE_STATIC);
-    }
-    src = sqlite3_step(st);
-    (void)sqlite3_reset(st);
-    /* Create relies on UNIQUE(cid, pk, id) instead of a lookup first. */
-    if (src == SQLITE_CONSTRAINT_UNIQUE || src == SQLITE_CONSTRAINT_PRIMARYKEY)
-        return emu_store_fail(err, SF_ECONFLICT, 409, 0,
-                              "document '%.64s' already exists in partition %.64s (entity with "
-                              "the specified id already exists in the system)",
-                              op->id, sf_buf_cstr(&op->pk.text));
-    if (src != SQLITE_DONE)
-        return emu_store_sql_fail(s, src, "writing a document", err);
-    meta->status = exists ? 200 : 201;
-    meta->lsn = tx->lsn;
-    (void)snprintf(meta->range_id, sizeof(meta->range_id), "%s", op->range->id);
     return SF_OK;
 }
 
-static enum sf_rc emu_doc_write_locked(struct emu_store *s, const struct emu_coll_ref *c,
-                                       enum emu_write_kind kind, const char *id, const json_t *pk,
-                                       const json_t *body, const char *if_match, struct sf_buf *out,
-                                       struct emu_doc_meta *ret_meta, struct sf_err *err)
+/*
+ * Binds and runs ST_DOC_UPDATE (moving row old_row) or ST_DOC_INSERT (old_row
+ * 0) for op's write at the unit's LSN; returns the SQLite code.
+ */
+static int emu_doc_store_row(struct emu_store *s, struct emu_tx *tx, const struct emu_doc_op *op,
+                             int64_t old_row, const char *rid, const char *etag, int64_t exp,
+                             const struct sf_buf *text)
 {
-    struct emu_doc_meta meta;
-    struct emu_doc_op op;
-    struct emu_coll *coll;
-    struct emu_tx tx;
-    struct sf_buf text;
-    enum sf_rc rc;
+    struct emu_coll *coll = tx->coll;
+    int64_t rowid = emu_store_row_of(coll, tx->lsn, tx->ops);
+    sqlite3_stmt *st;
+    int src;
 
-    memset(&meta, 0, sizeof(meta));
-    sf_buf_init(&text, s->max_doc_bytes);
-    memset(&op, 0, sizeof(op));
-    rc = emu_store_coll_get(s, c, &coll, err);
-    if (rc == SF_OK)
-        rc = emu_doc_prepare(s, coll, kind, id, pk, body, if_match, &op, err);
-    if (rc == SF_OK)
-        rc = emu_store_tx_begin(s, coll, &tx, err);
+    if (old_row != 0) {
+        st = emu_store_stmt(s, ST_DOC_UPDATE);
+        (void)sqlite3_bind_int64(st, 1, old_row);
+        (void)sqlite3_bind_int64(st, 8, rowid);
+        (void)sqlite3_bind_text(st, 2, rid, -1, SQLITE_STATIC);
+        (void)sqlite3_bind_int64(st, 3, tx->lsn);
+        (void)sqlite3_bind_int64(st, 4, tx->now);
+        (void)sqlite3_bind_text(st, 5, etag, -1, SQLITE_STATIC);
+        if (exp > 0)
+            (void)sqlite3_bind_int64(st, 6, exp);
+        (void)sqlite3_bind_text(st, 7, text->data, (int)text->len, SQLITE_STATIC);
+    } else {
+        st = emu_store_stmt(s, ST_DOC_INSERT);
+        (void)sqlite3_bind_int64(st, 1, rowid);
+        (void)sqlite3_bind_int64(st, 2, coll->cid);
+        (void)sqlite3_bind_text(st, 3, op->pk.text.data, (int)op->pk.text.len, SQLITE_STATIC);
+        (void)sqlite3_bind_text(st, 4, op->id, -1, SQLITE_STATIC);
+        (void)sqlite3_bind_text(st, 5, rid, -1, SQLITE_STATIC);
+        (void)sqlite3_bind_text(st, 6, op->pk.epk, -1, SQLITE_STATIC);
+        (void)sqlite3_bind_int64(st, 7, tx->lsn);
+        (void)sqlite3_bind_int64(st, 8, tx->now);
+        (void)sqlite3_bind_text(st, 9, etag, -1, SQLITE_STATIC);
+        if (exp > 0)
+            (void)sqlite3_bind_int64(st, 10, exp);
+        (void)sqlite3_bind_text(st, 11, text->data, (int)text->len, SQLITE_STATIC);
+    }
+    src = sqlite3_step(st);
+    (void)sqlite3_reset(st);
+    return src;
+}
+
+/*
+ * Logs what a write replaced in the change log (when coll keeps one): an
+ * expired predecessor is a TTL delete, a live one makes this a replace.
+ */
+static enum sf_rc emu_doc_log(struct emu_store *s, struct emu_tx *tx, const struct emu_doc_op *op,
+                              const struct sf_buf *text, const struct emu_doc_row *prev_row,
+                              bool had_row, const struct sf_buf *prev, struct sf_err *err)
+{
+    enum sf_rc rc = SF_OK;
+
+    if (tx->coll->avad_minutes <= 0)
+        return SF_OK;
+    if (had_row && prev_row->expired)
+        rc = emu_store_av_log(s, tx, EMU_AV_DELETE, &op->pk, op->id, NULL, 0, prev->data, prev->len,
+                              prev_row->lsn, true, err);
+    if (rc != SF_OK)
+        return rc;
+    if (had_row && !prev_row->expired)
+        return emu_store_av_log(s, tx, EMU_AV_REPLACE, &op->pk, op->id, text->data, text->len,
+                                prev->data, prev->len, prev_row->lsn, false, err);
+    return emu_store_av_log(s, tx, EMU_AV_CREATE, &op->pk, op->id, text->data, text->len, NULL, 0,
+                            0, false, err);
+}
+
+enum sf_rc emu_store_doc_apply(struct emu_store *s, struct emu_tx *tx, struct emu_doc_op *op,
+                               struct sf_buf *text, struct emu_doc_meta *meta, struct sf_err *err)
+{
+    struct emu_coll *coll = tx->coll;
+    struct emu_doc_row row = {0};
+    struct sf_buf prev;
+    bool had_row = false, exists = false;
+    size_t text_start = text->len;
+    char rid[EMU_RID_LEN];
+    int64_t exp = emu_doc_exp(coll, op, tx->now);
+    enum sf_rc rc = SF_OK;
+    int src;
+
+    /* The previous image is read only for the change log. */
+    sf_buf_init(&prev, SIZE_MAX);
+    if (op->kind != EMU_WRITE_CREATE) {
+        rc = emu_doc_find(s, coll, &op->pk, op->id, tx->now, &row,
+                          coll->avad_minutes > 0 ? &prev : NULL, err);
+        if (rc != SF_OK && rc != SF_ENOTFOUND)
+            goto out;
+        had_row = rc == SF_OK;
+        exists = had_row && !row.expired;
+        rc = SF_OK;
+        if (!exists && (op->kind == EMU_WRITE_REPLACE || op->if_match != NULL)) {
+            rc = emu_doc_missing(&op->pk, op->id, err);
+            goto out;
+        }
+        if (exists && op->if_match != NULL && strcmp(op->if_match, row.etag) != 0) {
+            rc = emu_doc_precond(op->id, op->if_match, err);
+            goto out;
+        }
+    }
+    /* A live document keeps its rid; a new one (or one replacing an expired row) gets one. */
+    if (exists)
+        emu_copy(rid, sizeof(rid), row.rid);
+    else
+        emu_doc_rid(coll, tx->lsn, tx->ops, rid);
+    emu_doc_etag(coll, tx->lsn, tx->ops, meta->etag);
+    rc = emu_doc_text(s, coll, op, rid, meta->etag, tx->now, text, err);
     if (rc != SF_OK)
         goto out;
-    rc = emu_doc_apply(s, &tx, &op, &text, &meta, err);
-    if (rc == SF_OK && out != NULL && sf_buf_reserve(out, text.len) != SF_OK)
-        rc = emu_store_out_fail(SF_ELIMIT, "document", err);
-    if (rc == SF_OK)
-        rc = emu_store_tx_commit(s, &tx, err);
-    if (rc != SF_OK) {
-        emu_store_rollback(s);
+    if (had_row) {
+        src = emu_doc_store_row(s, tx, op, row.rowid, rid, meta->etag, exp, text);
+    } else {
+        src = emu_doc_store_row(s, tx, op, 0, rid, meta->etag, exp, text);
+        /* Create relies on UNIQUE(cid, pk, id) instead of a lookup first. */
+        if (src == SQLITE_CONSTRAINT_UNIQUE || src == SQLITE_CONSTRAINT_PRIMARYKEY) {
+            rc = emu_doc_find(s, coll, &op->pk, op->id, tx->now, &row,
+                              coll->avad_minutes > 0 ? &prev : NULL, err);
+            if (rc == SF_OK && !row.expired)
+                rc = emu_store_fail(err, SF_ECONFLICT, 409, 0,
+                                    "document '%.64s' already exists in partition %.64s (entity "
+                                    "with the specified id already exists in the system)",
+                                    op->id, sf_buf_cstr(&op->pk.text));
+            if (rc != SF_OK) {
+                rc =
+                    rc == SF_ENOTFOUND ? emu_store_sql_fail(s, src, "writing a document", err) : rc;
+                goto out;
+            }
+            /* The id belongs to an expired document: the create takes its row. */
+            had_row = true;
+            src = emu_doc_store_row(s, tx, op, row.rowid, rid, meta->etag, exp, text);
+        }
+    }
+    if (src != SQLITE_DONE) {
+        rc = emu_store_sql_fail(s, src, "writing a document", err);
         goto out;
     }
-    if (out != NULL)
-        (void)sf_buf_append(out, text.data, text.len); /* reserved above */
-    if (ret_meta != NULL)
-        *ret_meta = meta;
+    rc = emu_doc_log(s, tx, op, text, &row, had_row, &prev, err);
+    if (rc != SF_OK)
+        goto out;
+    tx->ops++;
+    meta->status = exists ? 200 : 201;
+    meta->lsn = tx->lsn;
+    emu_copy(meta->range_id, sizeof(meta->range_id), op->range->id);
 out:
-    emu_doc_op_release(&op);
-    sf_buf_release(&text);
+    if (rc != SF_OK)
+        emu_store_out_cut(text, text_start);
+    sf_buf_release(&prev);
     return rc;
 }
+
+/* ---- point writes ------------------------------------------------------------------- */
 
 enum sf_rc emu_store_doc_write(struct emu_store *s, const struct emu_coll_ref *c,
                                enum emu_write_kind kind, const char *id, const json_t *pk,
                                const json_t *body, const char *if_match, struct sf_buf *out,
                                struct emu_doc_meta *ret_meta, struct sf_err *err)
 {
-    enum sf_rc rc;
+    struct emu_doc_meta meta;
+    struct emu_doc_op op;
+    struct emu_coll *coll;
+    struct emu_tx tx;
+    struct sf_buf text;
+    bool joined = false;
+    enum sf_rc rc, grc;
 
     if (kind != EMU_WRITE_CREATE && kind != EMU_WRITE_UPSERT && kind != EMU_WRITE_REPLACE)
         return emu_store_fail(err, SF_EINVAL, 400, 0, "document: unknown write kind %d", (int)kind);
-    (void)pthread_mutex_lock(&s->mu);
-    rc = emu_doc_write_locked(s, c, kind, id, pk, body, if_match, out, ret_meta, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    if (c == NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "no container given");
+    memset(&meta, 0, sizeof(meta));
+    sf_buf_init(&text, s->max_doc_bytes);
+    /* Parsing and serialising need no lock: concurrent writers overlap here. */
+    emu_store_write_announce(s);
+    rc = emu_store_doc_prepare(s, c->pk_path, kind, id, pk, body, if_match, &op, err);
+    emu_store_write_lock(s);
+    if (rc == SF_OK)
+        rc = emu_store_coll_get(s, c, &coll, err);
+    if (rc == SF_OK)
+        rc = emu_store_doc_route(coll, body, &op, err);
+    if (rc == SF_OK && (rc = emu_store_unit_begin(s, coll, &tx, err)) == SF_OK) {
+        joined = true;
+        rc = emu_store_doc_apply(s, &tx, &op, &text, &meta, err);
+        if (rc == SF_OK && out != NULL && sf_buf_reserve(out, text.len) != SF_OK)
+            rc = emu_store_out_fail(SF_ELIMIT, "document", err);
+        grc = emu_store_unit_end(s, &tx, rc == SF_OK, err);
+        if (rc == SF_OK)
+            rc = grc;
+    }
+    grc = emu_store_write_unlock(s, joined, err);
+    if (grc != SF_OK)
+        rc = grc;
+    if (rc == SF_OK) {
+        if (out != NULL)
+            (void)sf_buf_append(out, text.data, text.len); /* reserved above */
+        if (ret_meta != NULL)
+            *ret_meta = meta;
+    }
+    emu_store_doc_op_release(&op);
+    sf_buf_release(&text);
     return rc;
 }
 
@@ -490,65 +700,57 @@ static enum sf_rc emu_point_args(const char *id, const json_t *pk, const char *w
     return SF_OK;
 }
 
-static enum sf_rc emu_doc_read_locked(struct emu_store *s, const struct emu_coll_ref *c,
-                                      const char *id, const json_t *pk, const char *if_none_match,
-                                      struct sf_buf *out, struct emu_doc_meta *ret_meta,
-                                      struct sf_err *err)
+/* ---- reads --------------------------------------------------------------------------- */
+
+enum sf_rc emu_store_doc_get(struct emu_store *s, const struct emu_coll *coll,
+                             const struct emu_pk *key, const char *id, const char *if_none_match,
+                             struct sf_buf *out, struct emu_doc_meta *meta, struct sf_err *err)
 {
-    struct emu_doc_meta meta;
     const struct emu_range *range;
-    struct emu_coll *coll;
-    struct emu_pk key;
-    sqlite3_stmt *st;
-    enum sf_rc rc;
+    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
+    enum sf_rc rc = SF_OK;
     int src;
 
-    memset(&meta, 0, sizeof(meta));
-    rc = emu_point_args(id, pk, "read", err);
-    if (rc == SF_OK)
-        rc = emu_store_coll_get(s, c, &coll, err);
-    if (rc == SF_OK)
-        rc = emu_pk_from_header(&key, pk, "read", err);
-    if (rc != SF_OK)
-        return rc;
-    st = emu_store_stmt(s, ST_DOC_GET);
     (void)sqlite3_bind_int64(st, 1, coll->cid);
-    (void)sqlite3_bind_text(st, 2, key.text.data, (int)key.text.len, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 2, key->epk, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 3, key->text.data, (int)key->text.len, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
     src = sqlite3_step(st);
+    if (src == SQLITE_ROW && sqlite3_column_type(st, 5) != SQLITE_NULL &&
+        sqlite3_column_int64(st, 5) <= emu_store_now(s)) {
+        src = SQLITE_DONE; /* expired: gone for readers even before the sweep */
+    }
     if (src == SQLITE_ROW) {
         const char *etag = (const char *)sqlite3_column_text(st, 2);
         const char *epk = (const char *)sqlite3_column_text(st, 3);
-        const void *body = sqlite3_column_text(st, 4);
-        size_t len = (size_t)sqlite3_column_bytes(st, 4);
 
         range = epk != NULL ? emu_store_route(coll, epk) : NULL;
-        if (etag == NULL || body == NULL || range == NULL || strlen(etag) >= sizeof(meta.etag)) {
+        if (etag == NULL || range == NULL || strlen(etag) >= sizeof(meta->etag)) {
             rc = emu_store_fail(err, SF_EIO, 500, 0, "document '%.64s': stored row is corrupt", id);
         } else {
-            (void)snprintf(meta.etag, sizeof(meta.etag), "%s", etag);
-            (void)snprintf(meta.range_id, sizeof(meta.range_id), "%s", range->id);
-            meta.lsn = coll->lsn;
+            emu_copy(meta->etag, sizeof(meta->etag), etag);
+            emu_copy(meta->range_id, sizeof(meta->range_id), range->id);
+            meta->lsn = coll->lsn;
             if (if_none_match != NULL && strcmp(if_none_match, etag) == 0) {
-                meta.status = 304;
+                meta->status = 304;
             } else {
-                meta.status = 200;
-                rc = sf_buf_append(out, body, len);
-                if (rc != SF_OK)
+                const void *body = sqlite3_column_text(st, 6);
+
+                meta->status = 200;
+                if (body == NULL)
+                    rc = emu_store_sql_fail(s, sqlite3_errcode(s->db), "reading a document", err);
+                else if (out != NULL &&
+                         (rc = sf_buf_append(out, body, (size_t)sqlite3_column_bytes(st, 6))) !=
+                             SF_OK)
                     rc = emu_store_out_fail(rc, "document", err);
             }
         }
     } else if (src == SQLITE_DONE) {
-        rc = emu_store_fail(err, SF_ENOTFOUND, 404, 0,
-                            "document '%.64s' does not exist in partition %.64s", id,
-                            sf_buf_cstr(&key.text));
+        rc = emu_doc_missing(key, id, err);
     } else {
         rc = emu_store_sql_fail(s, src, "reading a document", err);
     }
     (void)sqlite3_reset(st);
-    emu_pk_release(&key);
-    if (rc == SF_OK && ret_meta != NULL)
-        *ret_meta = meta;
     return rc;
 }
 
@@ -556,84 +758,73 @@ enum sf_rc emu_store_doc_read(struct emu_store *s, const struct emu_coll_ref *c,
                               const json_t *pk, const char *if_none_match, struct sf_buf *out,
                               struct emu_doc_meta *ret_meta, struct sf_err *err)
 {
+    struct emu_doc_meta meta;
+    struct emu_coll *coll;
+    struct emu_pk key;
     enum sf_rc rc;
 
     if (out == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_doc_read: no output buffer");
-    (void)pthread_mutex_lock(&s->mu);
-    rc = emu_doc_read_locked(s, c, id, pk, if_none_match, out, ret_meta, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    memset(&meta, 0, sizeof(meta));
+    rc = emu_point_args(id, pk, "read", err);
+    if (rc == SF_OK)
+        rc = emu_store_pk_from_header(&key, pk, "read", err);
+    if (rc != SF_OK)
+        return rc;
+    emu_store_lock(s);
+    rc = emu_store_coll_get(s, c, &coll, err);
+    if (rc == SF_OK)
+        rc = emu_store_doc_get(s, coll, &key, id, if_none_match, out, &meta, err);
+    emu_store_unlock(s);
+    emu_store_pk_release(&key);
+    if (rc == SF_OK && ret_meta != NULL)
+        *ret_meta = meta;
     return rc;
 }
 
-/* Deletes (pk, id) inside tx after the existence and If-Match checks. */
-static enum sf_rc emu_doc_delete_apply(struct emu_store *s, struct emu_tx *tx,
-                                       const struct emu_pk *key, const char *id,
-                                       const char *if_match, struct emu_doc_meta *meta,
-                                       struct sf_err *err)
+/* ---- deletes ------------------------------------------------------------------------- */
+
+enum sf_rc emu_store_doc_delete_apply(struct emu_store *s, struct emu_tx *tx,
+                                      const struct emu_pk *key, const char *id,
+                                      const char *if_match, struct emu_doc_meta *meta,
+                                      struct sf_err *err)
 {
     struct emu_doc_row row;
     const struct emu_range *range;
+    struct sf_buf prev;
     sqlite3_stmt *st;
     enum sf_rc rc;
 
-    rc = emu_doc_find(s, tx->coll, key, id, &row, err);
-    if (rc == SF_ENOTFOUND)
-        return emu_store_fail(err, SF_ENOTFOUND, 404, 0,
-                              "document '%.64s' does not exist in partition %.64s", id,
-                              sf_buf_cstr(&key->text));
+    sf_buf_init(&prev, SIZE_MAX);
+    rc = emu_doc_find(s, tx->coll, key, id, tx->now, &row,
+                      tx->coll->avad_minutes > 0 ? &prev : NULL, err);
+    if (rc == SF_ENOTFOUND || (rc == SF_OK && row.expired))
+        rc = emu_doc_missing(key, id, err);
+    else if (rc == SF_OK && if_match != NULL && strcmp(if_match, row.etag) != 0)
+        rc = emu_doc_precond(id, if_match, err);
     if (rc != SF_OK)
-        return rc;
-    if (if_match != NULL && strcmp(if_match, row.etag) != 0)
-        return emu_store_fail(err, SF_EPRECOND, 412, 0,
-                              "document '%.64s': If-Match %.64s does not match the current etag "
-                              "(one of the specified preconditions is not met)",
-                              id, if_match);
+        goto out;
     range = emu_store_route(tx->coll, row.epk);
-    if (range == NULL)
-        return emu_store_fail(err, SF_EIO, 500, 0, "no partition key range holds EPK %s", row.epk);
+    if (range == NULL) {
+        rc = emu_store_fail(err, SF_EIO, 500, 0, "no partition key range holds EPK %s", row.epk);
+        goto out;
+    }
     st = emu_store_stmt(s, ST_DOC_DELETE);
     (void)sqlite3_bind_int64(st, 1, row.rowid);
     rc = emu_store_step_done(s, st, "deleting a document", err);
+    if (rc == SF_OK && tx->coll->avad_minutes > 0)
+        rc = emu_store_av_log(s, tx, EMU_AV_DELETE, key, id, NULL, 0, prev.data, prev.len, row.lsn,
+                              false, err);
     if (rc != SF_OK)
-        return rc;
+        goto out;
     tx->ops++;
     tx->save_lsn = true; /* no row keeps this LSN */
     meta->status = 204;
     meta->etag[0] = '\0';
     meta->lsn = tx->lsn;
     (void)snprintf(meta->range_id, sizeof(meta->range_id), "%s", range->id);
-    return SF_OK;
-}
-
-static enum sf_rc emu_doc_delete_locked(struct emu_store *s, const struct emu_coll_ref *c,
-                                        const char *id, const json_t *pk, const char *if_match,
-                                        struct emu_doc_meta *ret_meta, struct sf_err *err)
-{
-    struct emu_doc_meta meta;
-    struct emu_coll *coll;
-    struct emu_pk key;
-    struct emu_tx tx;
-    enum sf_rc rc;
-
-    memset(&meta, 0, sizeof(meta));
-    rc = emu_point_args(id, pk, "delete", err);
-    if (rc == SF_OK)
-        rc = emu_store_coll_get(s, c, &coll, err);
-    if (rc == SF_OK)
-        rc = emu_pk_from_header(&key, pk, "delete", err);
-    if (rc != SF_OK)
-        return rc;
-    rc = emu_store_tx_begin(s, coll, &tx, err);
-    if (rc == SF_OK)
-        rc = emu_doc_delete_apply(s, &tx, &key, id, if_match, &meta, err);
-    if (rc == SF_OK)
-        rc = emu_store_tx_commit(s, &tx, err);
-    if (rc != SF_OK)
-        emu_store_rollback(s);
-    emu_pk_release(&key);
-    if (rc == SF_OK && ret_meta != NULL)
-        *ret_meta = meta;
+out:
+    sf_buf_release(&prev);
     return rc;
 }
 
@@ -641,312 +832,196 @@ enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *
                                 const json_t *pk, const char *if_match,
                                 struct emu_doc_meta *ret_meta, struct sf_err *err)
 {
-    enum sf_rc rc;
-
-    (void)pthread_mutex_lock(&s->mu);
-    rc = emu_doc_delete_locked(s, c, id, pk, if_match, ret_meta, err);
-    (void)pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-enum sf_rc emu_store_doc_list(struct emu_store *s, const struct emu_coll_ref *c, struct sf_buf *out,
-                              struct sf_err *err)
-{
+    struct emu_doc_meta meta;
     struct emu_coll *coll;
-    size_t start;
-    sqlite3_stmt *st;
-    enum sf_rc rc;
+    struct emu_pk key;
+    struct emu_tx tx;
+    bool joined = false;
+    enum sf_rc rc, grc;
 
-    if (out == NULL)
-        return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_doc_list: no output buffer");
-    start = out->len;
-    (void)pthread_mutex_lock(&s->mu);
+    memset(&meta, 0, sizeof(meta));
+    rc = emu_point_args(id, pk, "delete", err);
+    if (rc == SF_OK)
+        rc = emu_store_pk_from_header(&key, pk, "delete", err);
+    if (rc != SF_OK)
+        return rc;
+    emu_store_write_announce(s);
+    emu_store_write_lock(s);
     rc = emu_store_coll_get(s, c, &coll, err);
-    if (rc == SF_OK && (rc = emu_store_feed_open(out, coll->rid, "Documents")) != SF_OK)
-        rc = emu_store_out_fail(rc, "listing documents", err);
-    if (rc == SF_OK) {
-        st = emu_store_stmt(s, ST_DOC_LIST);
-        (void)sqlite3_bind_int64(st, 1, coll->cid);
-        rc = emu_store_feed_rows(s, st, 0, out, start, "listing documents", err);
+    if (rc == SF_OK && (rc = emu_store_unit_begin(s, coll, &tx, err)) == SF_OK) {
+        joined = true;
+        rc = emu_store_doc_delete_apply(s, &tx, &key, id, if_match, &meta, err);
+        grc = emu_store_unit_end(s, &tx, rc == SF_OK, err);
+        if (rc == SF_OK)
+            rc = grc;
     }
-    (void)pthread_mutex_unlock(&s->mu);
+    grc = emu_store_write_unlock(s, joined, err);
+    if (grc != SF_OK)
+        rc = grc;
+    emu_store_pk_release(&key);
+    if (rc == SF_OK && ret_meta != NULL)
+        *ret_meta = meta;
     return rc;
 }
 
-/* ---- change feed ------------------------------------------------------------------- */
+/* ---- TTL sweep ----------------------------------------------------------------------- */
 
-/* The EPK scope of a change-feed request: [min, max) plus the range it resolves to. */
-struct emu_cf_scope {
-    char min[33];
-    char max[33];
-    const struct emu_range *range;
-};
-
-/* Copies an EPK bound (0..32 hex digits) in upper case into out. 400 otherwise. */
-static enum sf_rc emu_epk_arg(const char *in, const char *name, char out[33], struct sf_err *err)
+/* Collects up to max rowids of coll's expired documents into rows. */
+static enum sf_rc emu_sweep_find(struct emu_store *s, const struct emu_coll *coll, int64_t now,
+                                 int max, int64_t *rows, int *ret_n, struct sf_err *err)
 {
-    size_t i, len = strlen(in);
+    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_EXPIRED);
+    int n = 0, src;
 
-    if (len > 32)
-        return emu_store_fail(err, SF_EINVAL, 400, 0,
-                              "change feed: %s '%.40s' is longer than 32 hex digits", name, in);
-    for (i = 0; i < len; i++) {
-        char ch = in[i];
-
-        if (ch >= 'a' && ch <= 'f')
-            ch = (char)(ch - 'a' + 'A');
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'A' && ch <= 'F')))
-            return emu_store_fail(err, SF_EINVAL, 400, 0,
-                                  "change feed: %s '%.40s' is not a hexadecimal EPK", name, in);
-        out[i] = ch;
-    }
-    out[len] = '\0';
+    (void)sqlite3_bind_int64(st, 1, now);
+    (void)sqlite3_bind_int64(st, 2, coll->cid);
+    (void)sqlite3_bind_int(st, 3, max);
+    while (n < max && (src = sqlite3_step(st)) == SQLITE_ROW)
+        rows[n++] = sqlite3_column_int64(st, 0);
+    (void)sqlite3_reset(st);
+    if (n < max && src != SQLITE_DONE)
+        return emu_store_sql_fail(s, src, "finding expired documents", err);
+    *ret_n = n;
     return SF_OK;
 }
 
-/*
- * Resolves the request's scope: a range id ("0" or "<collRid>,0"), an EPK
- * range, or both (their intersection). The whole container when neither.
- */
-static enum sf_rc emu_cf_scope(const struct emu_coll *coll, const struct emu_cf_request *req,
-                               struct emu_cf_scope *sc, struct sf_err *err)
+/* Deletes one expired document (by rowid) inside tx, logging it as a TTL delete. */
+static enum sf_rc emu_sweep_one(struct emu_store *s, struct emu_tx *tx, int64_t rowid,
+                                struct sf_err *err)
 {
-    char lo[33], hi[33];
-    const char *rid = req->range_id;
-    enum sf_rc rc;
-    size_t i;
-
-    (void)snprintf(sc->min, sizeof(sc->min), "%s", "");
-    (void)snprintf(sc->max, sizeof(sc->max), "%s", "FF");
-    sc->range = NULL;
-    if (rid != NULL) {
-        const char *comma = strchr(rid, ',');
-
-        if (comma != NULL && strncmp(rid, coll->rid, (size_t)(comma - rid)) == 0 &&
-            strlen(coll->rid) == (size_t)(comma - rid))
-            rid = comma + 1;
-        sc->range = emu_store_range_by_id(coll, rid);
-        if (sc->range == NULL)
-            return emu_store_fail(err, SF_EINVAL, 400, 0,
-                                  "change feed: container '%s' has no partition key range '%.32s'",
-                                  coll->id, req->range_id);
-        if (!sc->range->online)
-            return emu_store_fail(err, SF_EGONE, 410, 1002,
-                                  "change feed: partition key range '%s' is gone (split); "
-                                  "refresh the ranges",
-                                  sc->range->id);
-        (void)snprintf(sc->min, sizeof(sc->min), "%s", sc->range->min);
-        (void)snprintf(sc->max, sizeof(sc->max), "%s", sc->range->max);
-    }
-    if (req->epk_min != NULL || req->epk_max != NULL) {
-        rc = emu_epk_arg(req->epk_min != NULL ? req->epk_min : "", "start EPK", lo, err);
-        if (rc == SF_OK)
-            rc = emu_epk_arg(req->epk_max != NULL ? req->epk_max : "FF", "end EPK", hi, err);
-        if (rc != SF_OK)
-            return rc;
-        if (strcmp(lo, hi) >= 0)
-            return emu_store_fail(err, SF_EINVAL, 400, 0,
-                                  "change feed: the EPK range [%s, %s) is empty", lo, hi);
-        if (strcmp(lo, sc->min) > 0)
-            (void)snprintf(sc->min, sizeof(sc->min), "%s", lo);
-        if (strcmp(hi, sc->max) < 0)
-            (void)snprintf(sc->max, sizeof(sc->max), "%s", hi);
-        if (sc->range == NULL)
-            sc->range = emu_store_route(coll, sc->min);
-    }
-    for (i = 0; sc->range == NULL && i < coll->n_ranges; i++)
-        if (coll->ranges[i].online)
-            sc->range = &coll->ranges[i];
-    if (sc->range == NULL)
-        return emu_store_fail(err, SF_EIO, 500, 0, "container '%s' has no online range", coll->id);
-    return SF_OK;
-}
-
-/*
- * Appends the page items from the bound feed statement st (columns lsn, body):
- * at least max_items rows when there are that many, then the rest of the last
- * row's LSN, so a batch's writes stay on one page. Stops early, at an LSN
- * boundary, when the next item would not fit in out. Resets st.
- */
-static enum sf_rc emu_cf_rows(struct emu_store *s, sqlite3_stmt *st, int max_items,
-                              struct sf_buf *out, int *ret_count, int64_t *ret_last,
-                              struct sf_err *err)
-{
-    int64_t last = -1;
-    int count = 0;
+    sqlite3_stmt *st;
     enum sf_rc rc = SF_OK;
     int src;
 
-    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t lsn = sqlite3_column_int64(st, 0);
-        const char *body = (const char *)sqlite3_column_text(st, 1);
-        size_t len = (size_t)sqlite3_column_bytes(st, 1);
-        char tail[48];
-        int tail_len;
+    if (tx->coll->avad_minutes > 0) {
+        struct emu_pk key;
+        const char *pk, *id, *epk, *body;
 
-        if (count >= max_items && lsn != last)
-            break;
-        if (body == NULL || len < 2 || body[len - 1] != '}') {
-            rc = emu_store_fail(err, SF_EIO, 500, 0, "change feed: a stored document is corrupt");
-            break;
+        st = emu_store_stmt(s, ST_DOC_BY_ROW);
+        (void)sqlite3_bind_int64(st, 1, rowid);
+        src = sqlite3_step(st);
+        pk = (const char *)sqlite3_column_text(st, 0);
+        id = (const char *)sqlite3_column_text(st, 1);
+        epk = (const char *)sqlite3_column_text(st, 2);
+        body = (const char *)sqlite3_column_text(st, 4);
+        if (src != SQLITE_ROW || pk == NULL || id == NULL || epk == NULL || body == NULL ||
+            strlen(epk) >= sizeof(key.epk)) {
+            rc = emu_store_sql_fail(s, src == SQLITE_ROW ? SQLITE_CORRUPT : src,
+                                    "reading an expired document", err);
+        } else {
+            sf_buf_init(&key.text, SIZE_MAX);
+            (void)snprintf(key.epk, sizeof(key.epk), "%s", epk);
+            rc = sf_buf_puts(&key.text, pk) == SF_OK
+                     ? emu_store_av_log(s, tx, EMU_AV_DELETE, &key, id, NULL, 0, body,
+                                        (size_t)sqlite3_column_bytes(st, 4),
+                                        sqlite3_column_int64(st, 3), true, err)
+                     : emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
+            emu_store_pk_release(&key);
         }
-        tail_len = snprintf(tail, sizeof(tail), ",\"_lsn\":%lld}", (long long)lsn);
-        if (count > 0 && lsn != last && out->len + len + (size_t)tail_len + 32 > out->max)
-            break; /* the page is full; the next LSN starts the next page */
-        rc = count > 0 ? sf_buf_putc(out, ',') : SF_OK;
-        if (rc == SF_OK)
-            rc = sf_buf_append(out, body, len - 1);
-        if (rc == SF_OK)
-            rc = sf_buf_append(out, tail, (size_t)tail_len);
-        if (rc != SF_OK) {
-            rc = emu_store_out_fail(rc, "change feed", err);
-            break;
-        }
-        count++;
-        last = lsn;
-    }
-    if (rc == SF_OK && src != SQLITE_ROW && src != SQLITE_DONE)
-        rc = emu_store_sql_fail(s, src, "reading the change feed", err);
-    (void)sqlite3_reset(st);
-    if (rc == SF_OK) {
-        *ret_count = count;
-        *ret_last = last;
-    }
-    return rc;
-}
-
-static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_coll_ref *c,
-                                        const struct emu_cf_request *req, struct sf_buf *out,
-                                        struct emu_cf_result *ret_res, struct sf_err *err)
-{
-    struct emu_cf_result res;
-    struct emu_cf_scope sc;
-    struct emu_coll *coll;
-    struct emu_pk key = {0};
-    bool have_pk = false;
-    size_t start = out->len;
-    int64_t after = 0, since = INT64_MIN, last = -1;
-    int max_items, count = 0;
-    sqlite3_stmt *st;
-    enum sf_rc rc;
-
-    memset(&res, 0, sizeof(res));
-    if (req == NULL)
-        return emu_store_fail(err, SF_EINVAL, 400, 0, "change feed: no request");
-    rc = emu_store_coll_get(s, c, &coll, err);
-    if (rc == SF_OK)
-        rc = emu_cf_scope(coll, req, &sc, err);
-    if (rc != SF_OK)
-        return rc;
-    switch (req->start) {
-    case EMU_CF_BEGINNING:
-    case EMU_CF_NOW:
-        break;
-    case EMU_CF_AFTER_LSN:
-        if (req->after_lsn < 0)
-            return emu_store_fail(err, SF_EINVAL, 400, 0,
-                                  "change feed: continuation %lld is negative",
-                                  (long long)req->after_lsn);
-        after = req->after_lsn;
-        break;
-    case EMU_CF_SINCE_TIME:
-        since = req->since_ts;
-        break;
-    default:
-        return emu_store_fail(err, SF_EINVAL, 400, 0, "change feed: unknown start %d",
-                              (int)req->start);
-    }
-    if (req->pk != NULL) {
-        rc = emu_pk_from_header(&key, req->pk, "change feed", err);
+        (void)sqlite3_reset(st);
         if (rc != SF_OK)
             return rc;
-        have_pk = true;
-        /* One logical partition: report the range that holds it. */
-        if (req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
-            emu_store_route(coll, key.epk) != NULL)
-            sc.range = emu_store_route(coll, key.epk);
     }
-    max_items = req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
-
-    rc = emu_store_feed_open(out, coll->rid, "Documents");
-    if (rc != SF_OK) {
-        rc = emu_store_out_fail(rc, "change feed", err);
-        goto out;
+    st = emu_store_stmt(s, ST_DOC_DELETE);
+    (void)sqlite3_bind_int64(st, 1, rowid);
+    rc = emu_store_step_done(s, st, "purging an expired document", err);
+    if (rc == SF_OK) {
+        tx->ops++;
+        tx->save_lsn = true;
     }
-    if (req->start != EMU_CF_NOW) {
-        if (have_pk) {
-            st = emu_store_stmt(s, ST_CF_PK);
-            (void)sqlite3_bind_int64(st, 1, coll->cid);
-            (void)sqlite3_bind_text(st, 2, key.text.data, (int)key.text.len, SQLITE_STATIC);
-            (void)sqlite3_bind_int64(st, 3, after);
-            (void)sqlite3_bind_int64(st, 4, since);
-        } else {
-            st = emu_store_stmt(s, ST_CF_EPK);
-            (void)sqlite3_bind_int64(st, 1, coll->cid);
-            (void)sqlite3_bind_int64(st, 2, after);
-            (void)sqlite3_bind_text(st, 3, sc.min, -1, SQLITE_STATIC);
-            (void)sqlite3_bind_text(st, 4, sc.max, -1, SQLITE_STATIC);
-            (void)sqlite3_bind_int64(st, 5, since);
-        }
-        /* A key outside the requested range/EPK scope has no changes in it. */
-        if (!have_pk || (strcmp(sc.min, key.epk) <= 0 && strcmp(key.epk, sc.max) < 0))
-            rc = emu_cf_rows(s, st, max_items, out, &count, &last, err);
-        else
-            (void)sqlite3_reset(st);
-        if (rc != SF_OK)
-            goto out;
-    }
-    rc = sf_buf_printf(out, "],\"_count\":%d}", count);
-    if (rc != SF_OK) {
-        rc = emu_store_out_fail(rc, "change feed", err);
-        goto out;
-    }
-    res.count = count;
-    /*
-     * Nothing new: everything in scope up to the container's LSN has been
-     * seen, so the cursor may move there (never backwards).
-     */
-    res.continuation = count > 0 ? last : SF_MAX(after, coll->lsn);
-    res.range_lsn = coll->lsn;
-    (void)snprintf(res.range_id, sizeof(res.range_id), "%s", sc.range->id);
-out:
-    if (have_pk)
-        emu_pk_release(&key);
-    if (rc != SF_OK) {
-        out->len = start;
-        if (out->data != NULL)
-            out->data[start] = '\0';
-        return rc;
-    }
-    if (ret_res != NULL)
-        *ret_res = res;
-    return SF_OK;
-}
-
-enum sf_rc emu_store_changefeed(struct emu_store *s, const struct emu_coll_ref *c,
-                                const struct emu_cf_request *req, struct sf_buf *out,
-                                struct emu_cf_result *ret_res, struct sf_err *err)
-{
-    enum sf_rc rc;
-
-    if (out == NULL)
-        return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_changefeed: no output buffer");
-    (void)pthread_mutex_lock(&s->mu);
-    rc = emu_changefeed_locked(s, c, req, out, ret_res, err);
-    (void)pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
-enum sf_rc emu_store_coll_lsn(struct emu_store *s, const struct emu_coll_ref *c, int64_t *ret_lsn,
-                              struct sf_err *err)
+/*
+ * Purges coll's expired documents (up to max) at one new LSN, and its change
+ * log entries past their retention. Inside the sweep's transaction; *tx
+ * records the LSN to publish after COMMIT.
+ */
+static enum sf_rc emu_sweep_coll(struct emu_store *s, struct emu_coll *coll, int64_t now, int max,
+                                 int64_t *rows, struct emu_tx *tx, struct sf_err *err)
 {
-    struct emu_coll *coll;
+    sqlite3_stmt *st;
+    enum sf_rc rc = SF_OK;
+    int n = 0, i;
+
+    memset(tx, 0, sizeof(*tx));
+    tx->coll = coll;
+    tx->lsn = coll->lsn + 1;
+    tx->now = now;
+    if (coll->ttl_on && max > 0)
+        rc = emu_sweep_find(s, coll, now, max, rows, &n, err);
+    for (i = 0; rc == SF_OK && i < n; i++)
+        rc = emu_sweep_one(s, tx, rows[i], err);
+    if (rc == SF_OK && tx->ops > 0) {
+        st = emu_store_stmt(s, ST_COLL_SET_LSN);
+        (void)sqlite3_bind_int64(st, 1, coll->cid);
+        (void)sqlite3_bind_int64(st, 2, tx->lsn);
+        rc = emu_store_step_done(s, st, "saving the container's LSN", err);
+    }
+    if (rc == SF_OK && coll->avad_minutes > 0)
+        rc = emu_store_av_purge(s, coll, now, err);
+    return rc;
+}
+
+static enum sf_rc emu_sweep_locked(struct emu_store *s, int max_docs, int *ret_purged,
+                                   struct sf_err *err)
+{
+    struct emu_tx *txs = NULL;
+    int64_t *rows = NULL, now = emu_store_now(s);
+    size_t i, n_tx = 0;
+    int purged = 0;
+    bool any = false;
+    enum sf_rc rc = SF_OK;
+
+    for (i = 0; i < s->n_colls; i++)
+        any |= s->colls[i]->ttl_on || s->colls[i]->avad_minutes > 0;
+    if (!any)
+        goto out; /* the common case: one pass over the cache, no SQL */
+    txs = calloc(s->n_colls, sizeof(*txs));
+    rows = calloc((size_t)max_docs, sizeof(*rows));
+    if (txs == NULL || rows == NULL) {
+        rc = emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
+        goto out;
+    }
+    rc = emu_store_begin(s, err);
+    for (i = 0; rc == SF_OK && i < s->n_colls; i++) {
+        struct emu_coll *coll = s->colls[i];
+
+        if (!coll->ttl_on && coll->avad_minutes <= 0)
+            continue;
+        rc = emu_sweep_coll(s, coll, now, max_docs - purged, rows, &txs[n_tx], err);
+        purged += txs[n_tx].ops;
+        n_tx++;
+    }
+    if (rc == SF_OK)
+        rc = emu_store_commit(s, err);
+    if (rc != SF_OK) {
+        emu_store_rollback(s);
+        goto out;
+    }
+    for (i = 0; i < n_tx; i++) {
+        if (txs[i].ops > 0) {
+            txs[i].coll->lsn = txs[i].lsn;
+            txs[i].coll->lsn_pending = txs[i].lsn;
+        }
+    }
+out:
+    free(txs);
+    free(rows);
+    if (rc == SF_OK && ret_purged != NULL)
+        *ret_purged = purged;
+    return rc;
+}
+
+enum sf_rc emu_store_ttl_sweep(struct emu_store *s, int max_docs, int *ret_purged,
+                               struct sf_err *err)
+{
     enum sf_rc rc;
 
-    (void)pthread_mutex_lock(&s->mu);
-    rc = emu_store_coll_get(s, c, &coll, err);
-    if (rc == SF_OK && ret_lsn != NULL)
-        *ret_lsn = coll->lsn;
-    (void)pthread_mutex_unlock(&s->mu);
+    if (max_docs <= 0 || max_docs > EMU_SWEEP_MAX)
+        max_docs = EMU_SWEEP_MAX;
+    emu_store_lock(s);
+    rc = emu_sweep_locked(s, max_docs, ret_purged, err);
+    emu_store_unlock(s);
     return rc;
 }

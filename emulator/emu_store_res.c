@@ -65,13 +65,6 @@ static bool emu_rid_decode(const char *rid, unsigned char *out, size_t n)
     return true;
 }
 
-/* The etag of a database, container or range: unique per res_seq (and sub). */
-static void emu_res_etag(int64_t seq, unsigned sub, char out[64])
-{
-    (void)snprintf(out, 64, "\"00000000-0000-0000-%04x-%012llx\"", sub & 0xffffu,
-                   (unsigned long long)seq & 0xffffffffffffull);
-}
-
 /* Makes room for one more database in the cache. */
 static enum sf_rc emu_dbs_grow(struct emu_store *s, struct sf_err *err)
 {
@@ -227,7 +220,7 @@ static enum sf_rc emu_db_create_locked(struct emu_store *s, const json_t *body, 
         rc = emu_store_next_res_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
-    emu_res_etag(seq, 0, etag);
+    emu_store_res_etag(seq, 0, etag);
     rc = emu_db_json(id, db.rid, etag, now, &text, err);
     if (rc != SF_OK)
         goto out;
@@ -262,9 +255,9 @@ enum sf_rc emu_store_db_create(struct emu_store *s, const json_t *body, struct s
 {
     enum sf_rc rc;
 
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_db_create_locked(s, body, out, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -302,7 +295,7 @@ enum sf_rc emu_store_db_read(struct emu_store *s, const char *id, struct sf_buf 
         return emu_store_fail(err, SF_EINVAL, 400, 0, "database: no id given");
     if (out == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_db_read: no output buffer");
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     if (emu_db_by_id(s, id) == NULL) {
         rc = emu_store_fail(err, SF_ENOTFOUND, 404, 0, "database '%s' does not exist", id);
     } else {
@@ -310,7 +303,7 @@ enum sf_rc emu_store_db_read(struct emu_store *s, const char *id, struct sf_buf 
         (void)sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         rc = emu_read_one(s, st, out, "database", err);
     }
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -322,14 +315,14 @@ enum sf_rc emu_store_db_list(struct emu_store *s, struct sf_buf *out, struct sf_
     if (out == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_db_list: no output buffer");
     start = out->len;
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_store_feed_open(out, "", "Databases");
     if (rc != SF_OK)
         rc = emu_store_out_fail(rc, "listing databases", err);
     else
         rc = emu_store_feed_rows(s, emu_store_stmt(s, ST_DB_LIST), 2, out, start,
                                  "listing databases", err);
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -337,13 +330,18 @@ enum sf_rc emu_store_db_list(struct emu_store *s, struct sf_buf *out, struct sf_
 static enum sf_rc emu_coll_delete_rows(struct emu_store *s, const struct emu_coll *coll,
                                        struct sf_err *err)
 {
-    static const enum emu_stmt steps[] = {ST_DOC_DELETE_ALL, ST_RANGE_DELETE_ALL, ST_COLL_DELETE};
-    enum sf_rc rc = SF_OK;
+    static const enum emu_stmt steps[] = {ST_SCRIPT_DELETE_ALL, ST_AV_DELETE_ALL,
+                                          ST_RANGE_DELETE_ALL, ST_COLL_DELETE};
+    int64_t base = emu_store_row_base(coll);
+    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_DELETE_ALL);
+    enum sf_rc rc;
     size_t i;
 
+    (void)sqlite3_bind_int64(st, 1, base);
+    (void)sqlite3_bind_int64(st, 2, base + ((INT64_C(1) << EMU_ROW_BITS) - 1));
+    rc = emu_store_step_done(s, st, "deleting a container", err);
     for (i = 0; rc == SF_OK && i < SF_ARRAY_LEN(steps); i++) {
-        sqlite3_stmt *st = emu_store_stmt(s, steps[i]);
-
+        st = emu_store_stmt(s, steps[i]);
         (void)sqlite3_bind_int64(st, 1, coll->cid);
         rc = emu_store_step_done(s, st, "deleting a container", err);
     }
@@ -397,9 +395,9 @@ enum sf_rc emu_store_db_delete(struct emu_store *s, const char *id, struct sf_er
 
     if (id == NULL)
         return emu_store_fail(err, SF_EINVAL, 400, 0, "database: no id given");
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_db_delete_locked(s, id, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -455,6 +453,43 @@ static enum sf_rc emu_pkdef_check(const json_t *pkdef, json_t **ret_norm, const 
     }
     *ret_path = path;
     *ret_norm = norm;
+    return SF_OK;
+}
+
+enum sf_rc emu_store_coll_settings(const json_t *body, struct emu_coll *coll, struct sf_err *err)
+{
+    const json_t *ttl = json_object_get(body, "defaultTtl");
+    const json_t *policy = json_object_get(body, "changeFeedPolicy");
+    const json_t *retention = json_object_get(policy, "retentionDuration");
+    json_int_t v;
+
+    coll->ttl_on = false;
+    coll->default_ttl = 0;
+    coll->avad_minutes = 0;
+    if (ttl != NULL && !json_is_null(ttl)) {
+        v = json_is_integer(ttl) ? json_integer_value(ttl) : 0;
+        if (v == 0 || v < -1 || v > EMU_TTL_MAX)
+            return emu_store_fail(err, SF_EINVAL, 400, 0,
+                                  "container: 'defaultTtl' must be -1 (no default expiry), a "
+                                  "number of seconds from 1 to %d, or null",
+                                  EMU_TTL_MAX);
+        coll->ttl_on = true;
+        coll->default_ttl = (int64_t)v;
+    }
+    if (policy != NULL && !json_is_null(policy) && !json_is_object(policy))
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "container: 'changeFeedPolicy' must be an object such as "
+                              "{\"retentionDuration\":10}");
+    if (retention != NULL && !json_is_null(retention)) {
+        /* Minutes, as both the .NET and the JS SDK send it. */
+        v = json_is_integer(retention) ? json_integer_value(retention) : -1;
+        if (v < 0 || v > EMU_TTL_MAX / 60)
+            return emu_store_fail(err, SF_EINVAL, 400, 0,
+                                  "container: 'changeFeedPolicy.retentionDuration' must be a "
+                                  "whole number of minutes from 0 to %d",
+                                  EMU_TTL_MAX / 60);
+        coll->avad_minutes = (int64_t)v;
+    }
     return SF_OK;
 }
 
@@ -611,7 +646,7 @@ static enum sf_rc emu_ranges_create(struct emu_store *s, struct emu_coll *coll, 
             (void)snprintf(r->max, sizeof(r->max), "%016llX",
                            (unsigned long long)(step * (uint64_t)(i + 1)));
         r->online = true;
-        emu_res_etag(seq, (unsigned)i + 1, etag);
+        emu_store_res_etag(seq, (unsigned)i + 1, etag);
         rc = emu_range_insert(s, coll, r, "[]", coll->ranges_version, ts, etag, err);
     }
     return rc;
@@ -621,10 +656,10 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
                                          struct sf_buf *out, struct sf_err *err)
 {
     struct sf_buf text;
-    struct emu_coll *coll = NULL;
+    struct emu_coll *coll = NULL, settings;
     struct emu_db *db;
     json_t *pknorm = NULL;
-    const char *id, *path;
+    const char *id, *path = NULL;
     char etag[64];
     int64_t seq, now = emu_store_now(s);
     sqlite3_stmt *st;
@@ -647,6 +682,10 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     rc = emu_pkdef_check(json_object_get(body, "partitionKey"), &pknorm, &path, err);
     if (rc != SF_OK)
         goto out;
+    memset(&settings, 0, sizeof(settings));
+    rc = emu_store_coll_settings(body, &settings, err);
+    if (rc != SF_OK)
+        goto out;
     if (emu_coll_by_name(s, db->rid, id) != NULL) {
         rc = emu_store_fail(err, SF_ECONFLICT, 409, 0,
                             "container '%s' already exists in database '%s'", id, db_id);
@@ -666,6 +705,9 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     (void)snprintf(coll->db_id, sizeof(coll->db_id), "%s", db->id);
     (void)snprintf(coll->db_rid, sizeof(coll->db_rid), "%s", db->rid);
     (void)snprintf(coll->pk_path, sizeof(coll->pk_path), "%s", path);
+    coll->ttl_on = settings.ttl_on;
+    coll->default_ttl = settings.default_ttl;
+    coll->avad_minutes = settings.avad_minutes;
     rc = emu_colls_grow(s, err);
     if (rc == SF_OK)
         rc = emu_coll_new_rid(s, db, coll, err);
@@ -675,7 +717,7 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
         rc = emu_store_next_res_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
-    emu_res_etag(seq, 0, etag);
+    emu_store_res_etag(seq, 0, etag);
     rc = emu_coll_json(body, pknorm, db->rid, coll->rid, etag, now, &text, err);
     pknorm = NULL; /* taken */
     if (rc != SF_OK)
@@ -694,6 +736,12 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     if (rc != SF_OK)
         goto out;
     coll->cid = sqlite3_last_insert_rowid(s->db);
+    if (coll->cid > EMU_MAX_CID) {
+        /* Document rowids carry the cid (EMU_ROW_BITS); it takes millions of containers. */
+        rc = emu_store_fail(err, SF_ELIMIT, 403, 0,
+                            "container '%s': the store ran out of container numbers", id);
+        goto out;
+    }
     rc = emu_ranges_create(s, coll, now, seq, err);
     if (rc != SF_OK)
         goto out;
@@ -724,9 +772,9 @@ enum sf_rc emu_store_coll_create(struct emu_store *s, const char *db, const json
 
     if (db == NULL)
         return emu_store_fail(err, SF_EINVAL, 400, 0, "container: no database given");
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_coll_create_locked(s, db, body, out, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -759,14 +807,14 @@ enum sf_rc emu_store_coll_read(struct emu_store *s, const char *db, const char *
 
     if (out == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_coll_read: no output buffer");
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_coll_find(s, db, id, &coll, err);
     if (rc == SF_OK) {
         st = emu_store_stmt(s, ST_COLL_BODY);
         (void)sqlite3_bind_int64(st, 1, coll->cid);
         rc = emu_read_one(s, st, out, "container", err);
     }
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -783,7 +831,7 @@ enum sf_rc emu_store_coll_list(struct emu_store *s, const char *db, struct sf_bu
     if (out == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_coll_list: no output buffer");
     start = out->len;
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     d = emu_db_by_id(s, db);
     if (d == NULL) {
         rc = emu_store_fail(err, SF_ENOTFOUND, 404, 1003, "database '%s' does not exist", db);
@@ -794,7 +842,7 @@ enum sf_rc emu_store_coll_list(struct emu_store *s, const char *db, struct sf_bu
         (void)sqlite3_bind_text(st, 1, d->rid, -1, SQLITE_STATIC);
         rc = emu_store_feed_rows(s, st, 0, out, start, "listing containers", err);
     }
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -864,12 +912,40 @@ static enum sf_rc emu_pkdef_keep(const json_t *body, const json_t *stored, json_
     return SF_OK;
 }
 
+/*
+ * Brings the rows of coll in line with changed settings inside the open
+ * transaction: a new TTL recomputes every document's expiry; turning the
+ * AllVersionsAndDeletes log off drops it.
+ */
+static enum sf_rc emu_coll_apply_settings(struct emu_store *s, const struct emu_coll *coll,
+                                          const struct emu_coll *settings, struct sf_err *err)
+{
+    int64_t base = emu_store_row_base(coll);
+    sqlite3_stmt *st;
+    enum sf_rc rc = SF_OK;
+
+    if (settings->ttl_on != coll->ttl_on || settings->default_ttl != coll->default_ttl) {
+        st = emu_store_stmt(s, ST_DOC_RETTL);
+        (void)sqlite3_bind_int64(st, 1, base);
+        (void)sqlite3_bind_int64(st, 2, base + ((INT64_C(1) << EMU_ROW_BITS) - 1));
+        (void)sqlite3_bind_int(st, 3, settings->ttl_on);
+        (void)sqlite3_bind_int64(st, 4, settings->default_ttl);
+        rc = emu_store_step_done(s, st, "applying the container's new defaultTtl", err);
+    }
+    if (rc == SF_OK && settings->avad_minutes == 0 && coll->avad_minutes > 0) {
+        st = emu_store_stmt(s, ST_AV_DELETE_ALL);
+        (void)sqlite3_bind_int64(st, 1, coll->cid);
+        rc = emu_store_step_done(s, st, "dropping the change log", err);
+    }
+    return rc;
+}
+
 static enum sf_rc emu_coll_replace_locked(struct emu_store *s, const char *db, const char *id,
                                           const json_t *body, const char *if_match,
                                           struct sf_buf *out, struct sf_err *err)
 {
     struct sf_buf text;
-    struct emu_coll *coll;
+    struct emu_coll *coll, settings;
     json_t *stored = NULL, *pk = NULL;
     char etag[64], old_etag[64];
     int64_t seq, now = emu_store_now(s);
@@ -904,14 +980,17 @@ static enum sf_rc emu_coll_replace_locked(struct emu_store *s, const char *db, c
                             if_match);
         goto out;
     }
-    rc = emu_pkdef_keep(body, stored, &pk, err);
+    memset(&settings, 0, sizeof(settings));
+    rc = emu_store_coll_settings(body, &settings, err);
+    if (rc == SF_OK)
+        rc = emu_pkdef_keep(body, stored, &pk, err);
     if (rc == SF_OK)
         rc = emu_store_begin(s, err);
     if (rc == SF_OK)
         rc = emu_store_next_res_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
-    emu_res_etag(seq, 0, etag);
+    emu_store_res_etag(seq, 0, etag);
     rc = emu_coll_json(body, pk, coll->db_rid, coll->rid, etag, now, &text, err);
     pk = NULL; /* taken */
     if (rc != SF_OK)
@@ -922,6 +1001,8 @@ static enum sf_rc emu_coll_replace_locked(struct emu_store *s, const char *db, c
     (void)sqlite3_bind_text(st, 3, etag, -1, SQLITE_STATIC);
     (void)sqlite3_bind_int64(st, 4, now);
     rc = emu_store_step_done(s, st, "replacing the container", err);
+    if (rc == SF_OK)
+        rc = emu_coll_apply_settings(s, coll, &settings, err);
     if (rc != SF_OK)
         goto out;
     if (out != NULL && sf_buf_reserve(out, text.len) != SF_OK) {
@@ -929,7 +1010,12 @@ static enum sf_rc emu_coll_replace_locked(struct emu_store *s, const char *db, c
         goto out;
     }
     rc = emu_store_commit(s, err);
-    if (rc == SF_OK && out != NULL)
+    if (rc != SF_OK)
+        goto out;
+    coll->ttl_on = settings.ttl_on;
+    coll->default_ttl = settings.default_ttl;
+    coll->avad_minutes = settings.avad_minutes;
+    if (out != NULL)
         (void)sf_buf_append(out, text.data, text.len); /* reserved above */
 out:
     if (rc != SF_OK)
@@ -946,9 +1032,9 @@ enum sf_rc emu_store_coll_replace(struct emu_store *s, const char *db, const cha
 {
     enum sf_rc rc;
 
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_coll_replace_locked(s, db, id, body, if_match, out, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -984,9 +1070,9 @@ enum sf_rc emu_store_coll_delete(struct emu_store *s, const char *db, const char
 {
     enum sf_rc rc;
 
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_coll_delete_locked(s, db, id, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -999,7 +1085,7 @@ enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const cha
 
     if (db == NULL || coll == NULL || ret_ref == NULL)
         return emu_store_fail(err, SF_EINVAL, 400, 0, "container: no database or id given");
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     d = rid_based ? emu_db_by_rid(s, db) : emu_db_by_id(s, db);
     if (d == NULL) {
         rc = emu_store_fail(err, SF_ENOTFOUND, 404, 1003, "database '%s' does not exist", db);
@@ -1024,49 +1110,61 @@ enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const cha
     (void)snprintf(ret_ref->coll_rid, sizeof(ret_ref->coll_rid), "%s", c->rid);
     (void)snprintf(ret_ref->pk_path, sizeof(ret_ref->pk_path), "%s", c->pk_path);
 out:
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
     return rc;
 }
 
 /* ---- partition key ranges ------------------------------------------------------ */
 
-/* Appends one range resource from a ST_RANGE_LIST row. */
-static enum sf_rc emu_range_put(const struct emu_coll *coll, sqlite3_stmt *st, size_t n_online,
-                                struct sf_buf *out)
+/* The columns of a pkranges row, as emu_range_put prints them. */
+struct emu_range_row {
+    const char *id, *rid, *min, *max, *parents, *etag;
+    int64_t lsn, ts;
+};
+
+/* Reads a ST_RANGE_LIST row; false when a text column is NULL (SQLite out of memory). */
+static bool emu_range_row_get(sqlite3_stmt *st, struct emu_range_row *row)
 {
-    const char *id = (const char *)sqlite3_column_text(st, 0);
-    const char *rid = (const char *)sqlite3_column_text(st, 1);
-    const char *min = (const char *)sqlite3_column_text(st, 2);
-    const char *max = (const char *)sqlite3_column_text(st, 3);
-    const char *parents = (const char *)sqlite3_column_text(st, 4);
-    const char *etag = (const char *)sqlite3_column_text(st, 8);
+    row->id = (const char *)sqlite3_column_text(st, 0);
+    row->rid = (const char *)sqlite3_column_text(st, 1);
+    row->min = (const char *)sqlite3_column_text(st, 2);
+    row->max = (const char *)sqlite3_column_text(st, 3);
+    row->parents = (const char *)sqlite3_column_text(st, 4);
+    row->lsn = sqlite3_column_int64(st, 6);
+    row->ts = sqlite3_column_int64(st, 7);
+    row->etag = (const char *)sqlite3_column_text(st, 8);
+    return row->id != NULL && row->rid != NULL && row->min != NULL && row->max != NULL &&
+           row->parents != NULL && row->etag != NULL;
+}
+
+/* Appends one range resource. */
+static enum sf_rc emu_range_put(const struct emu_coll *coll, const struct emu_range_row *row,
+                                size_t n_online, struct sf_buf *out)
+{
     int64_t prefix = 0;
     enum sf_rc rc;
 
-    if (id == NULL || rid == NULL || min == NULL || max == NULL || parents == NULL || etag == NULL)
-        return SF_ENOMEM; /* a NULL text column means SQLite ran out of memory */
-    (void)sf_parse_i64(id, 0, INT32_MAX, &prefix); /* ids are decimal; 0 otherwise */
+    (void)sf_parse_i64(row->id, 0, INT32_MAX, &prefix); /* ids are decimal; 0 otherwise */
     rc = sf_buf_puts(out, "{\"_rid\":");
     if (rc == SF_OK)
-        rc = emu_store_put_json_str(out, rid, strlen(rid));
+        rc = emu_store_put_json_str(out, row->rid, strlen(row->rid));
     if (rc == SF_OK)
         rc = sf_buf_puts(out, ",\"id\":");
     if (rc == SF_OK)
-        rc = emu_store_put_json_str(out, id, strlen(id));
+        rc = emu_store_put_json_str(out, row->id, strlen(row->id));
     if (rc == SF_OK)
         rc = sf_buf_puts(out, ",\"_etag\":");
     if (rc == SF_OK)
-        rc = emu_store_put_json_str(out, etag, strlen(etag));
+        rc = emu_store_put_json_str(out, row->etag, strlen(row->etag));
     if (rc == SF_OK)
         rc = sf_buf_printf(out,
                            ",\"minInclusive\":\"%s\",\"maxExclusive\":\"%s\",\"ridPrefix\":%lld,"
                            "\"_self\":\"dbs/%s/colls/%s/pkranges/%s/\","
                            "\"throughputFraction\":%.17g,\"status\":\"online\",\"parents\":%s,"
                            "\"_ts\":%lld,\"_lsn\":%lld}",
-                           min, max, (long long)prefix, coll->db_rid, coll->rid, rid,
-                           1.0 / (double)(n_online > 0 ? n_online : 1), parents,
-                           (long long)sqlite3_column_int64(st, 7),
-                           (long long)sqlite3_column_int64(st, 6));
+                           row->min, row->max, (long long)prefix, coll->db_rid, coll->rid, row->rid,
+                           1.0 / (double)(n_online > 0 ? n_online : 1), row->parents,
+                           (long long)row->ts, (long long)row->lsn);
     return rc;
 }
 
@@ -1074,6 +1172,7 @@ static enum sf_rc emu_pkranges_locked(struct emu_store *s, const char *db, const
                                       struct sf_buf *out, char etag[64], struct sf_err *err)
 {
     size_t start = out->len, n_online = 0, i;
+    struct emu_range_row row;
     struct emu_coll *coll;
     sqlite3_stmt *st;
     int64_t n = 0;
@@ -1098,7 +1197,8 @@ static enum sf_rc emu_pkranges_locked(struct emu_store *s, const char *db, const
             continue;
         orc = n > 0 ? sf_buf_putc(out, ',') : SF_OK;
         if (orc == SF_OK)
-            orc = emu_range_put(coll, st, n_online, out);
+            orc =
+                emu_range_row_get(st, &row) ? emu_range_put(coll, &row, n_online, out) : SF_ENOMEM;
         n++;
     }
     if (orc != SF_OK)
@@ -1109,9 +1209,7 @@ static enum sf_rc emu_pkranges_locked(struct emu_store *s, const char *db, const
         rc = emu_store_out_fail(orc, "listing partition key ranges", err);
     (void)sqlite3_reset(st);
     if (rc != SF_OK) {
-        out->len = start;
-        if (out->data != NULL)
-            out->data[start] = '\0';
+        emu_store_out_cut(out, start);
         return rc;
     }
     (void)snprintf(etag, 64, "\"%lld\"", (long long)coll->ranges_version);
@@ -1125,9 +1223,276 @@ enum sf_rc emu_store_pkranges(struct emu_store *s, const char *db, const char *c
 
     if (out == NULL || etag == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_pkranges: no output buffer");
-    (void)pthread_mutex_lock(&s->mu);
+    emu_store_lock(s);
     rc = emu_pkranges_locked(s, db, coll, out, etag, err);
-    (void)pthread_mutex_unlock(&s->mu);
+    emu_store_unlock(s);
+    return rc;
+}
+
+/* ---- splits ---------------------------------------------------------------------- */
+
+/*
+ * EPK bounds as 128-bit numbers: up to 32 hex digits read as the leading
+ * digits ("" is 0, "1F" is 0x1F000...0). The end bound "FF" stands for
+ * 2^126: EPKs clear their top two bits, so nothing hashes at or above it.
+ */
+struct emu_u128 {
+    uint64_t hi, lo;
+};
+
+static bool emu_epk_num(const char *epk, struct emu_u128 *v)
+{
+    size_t i, len = strlen(epk);
+
+    v->hi = 0;
+    v->lo = 0;
+    if (strcmp(epk, "FF") == 0) {
+        v->hi = UINT64_C(1) << 62;
+        return true;
+    }
+    if (len > 32)
+        return false;
+    for (i = 0; i < 32; i++) {
+        unsigned d = 0;
+
+        if (i < len) {
+            char ch = epk[i];
+
+            if (ch >= '0' && ch <= '9')
+                d = (unsigned)(ch - '0');
+            else if (ch >= 'A' && ch <= 'F')
+                d = (unsigned)(ch - 'A' + 10);
+            else
+                return false;
+        }
+        if (i < 16)
+            v->hi = v->hi << 4 | d;
+        else
+            v->lo = v->lo << 4 | d;
+    }
+    return true;
+}
+
+/* Formats a bound: 16 hex digits when the low half is zero (like the initial ranges), else 32. */
+static void emu_epk_text(const struct emu_u128 *v, char out[33])
+{
+    if (v->lo == 0)
+        (void)snprintf(out, 33, "%016llX", (unsigned long long)v->hi);
+    else
+        (void)snprintf(out, 33, "%016llX%016llX", (unsigned long long)v->hi,
+                       (unsigned long long)v->lo);
+}
+
+/* The middle of [min, max); false when the span has no interior point. */
+static bool emu_epk_mid(const char *min, const char *max, char out[33])
+{
+    struct emu_u128 a, b, m;
+    uint64_t lo, carry;
+
+    if (!emu_epk_num(min, &a) || !emu_epk_num(max, &b))
+        return false;
+    /* (a + b) / 2 in two halves; both are below 2^127, so the sum fits. */
+    lo = a.lo + b.lo;
+    carry = lo < a.lo;
+    m.hi = a.hi + b.hi + carry;
+    m.lo = lo >> 1 | m.hi << 63;
+    m.hi >>= 1;
+    if ((m.hi == a.hi && m.lo == a.lo) || m.hi > b.hi || (m.hi == b.hi && m.lo >= b.lo))
+        return false;
+    emu_epk_text(&m, out);
+    return true;
+}
+
+/* The stored "parents" JSON of range id (borrowed into a new string in *ret). */
+static enum sf_rc emu_range_parents(struct emu_store *s, const struct emu_coll *coll,
+                                    const char *id, json_t **ret, struct sf_err *err)
+{
+    sqlite3_stmt *st = emu_store_stmt(s, ST_RANGE_LIST);
+    struct emu_range_row row;
+    json_t *parents = NULL;
+    int src;
+
+    (void)sqlite3_bind_int64(st, 1, coll->cid);
+    while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!emu_range_row_get(st, &row) || strcmp(row.id, id) != 0)
+            continue;
+        parents = json_loads(row.parents, 0, NULL);
+        break;
+    }
+    (void)sqlite3_reset(st);
+    if (src != SQLITE_ROW && src != SQLITE_DONE)
+        return emu_store_sql_fail(s, src, "reading partition key ranges", err);
+    if (!json_is_array(parents)) {
+        json_decref(parents);
+        return emu_store_fail(err, SF_EIO, 500, 0, "range '%s': stored parents are corrupt", id);
+    }
+    *ret = parents;
+    return SF_OK;
+}
+
+/*
+ * Fills child i (0 or 1) of splitting parent at mid. Range ids count every
+ * range the container ever had ("0".."N-1" at creation, then N, N+1, ...);
+ * rids take the next values of the rid counter.
+ */
+static void emu_split_child(const struct emu_coll *coll, const struct emu_range *parent,
+                            const char *mid, int i, struct emu_range *child)
+{
+    memset(child, 0, sizeof(*child));
+    (void)snprintf(child->id, sizeof(child->id), "%zu", coll->n_ranges + (size_t)i);
+    emu_range_rid(coll, coll->range_seq + 1 + i, child->rid);
+    (void)snprintf(child->min, sizeof(child->min), "%s", i == 0 ? parent->min : mid);
+    (void)snprintf(child->max, sizeof(child->max), "%s", i == 0 ? mid : parent->max);
+    child->online = true;
+}
+
+/* Appends the answer of a split: {"parent":"<id>","children":[range,range]}. */
+static enum sf_rc emu_split_put(const struct emu_coll *coll, const char *range_id,
+                                const struct emu_range children[2], const char *parents,
+                                char etag[2][64], int64_t version, int64_t now, struct sf_buf *out,
+                                struct sf_err *err)
+{
+    struct emu_range_row row;
+    size_t n_online = 1, i; /* the parent leaves, two children come */
+    enum sf_rc rc;
+
+    for (i = 0; i < coll->n_ranges; i++)
+        n_online += coll->ranges[i].online;
+    rc = sf_buf_puts(out, "{\"parent\":");
+    if (rc == SF_OK)
+        rc = emu_store_put_json_str(out, range_id, strlen(range_id));
+    if (rc == SF_OK)
+        rc = sf_buf_puts(out, ",\"children\":[");
+    for (i = 0; rc == SF_OK && i < 2; i++) {
+        row = (struct emu_range_row){
+            children[i].id, children[i].rid, children[i].min, children[i].max,
+            parents,        etag[i],         version,         now};
+        if (i > 0)
+            rc = sf_buf_putc(out, ',');
+        if (rc == SF_OK)
+            rc = emu_range_put(coll, &row, n_online, out);
+    }
+    if (rc == SF_OK)
+        rc = sf_buf_puts(out, "]}");
+    return rc == SF_OK ? SF_OK : emu_store_out_fail(rc, "split", err);
+}
+
+static enum sf_rc emu_split_locked(struct emu_store *s, const char *db, const char *coll_id,
+                                   const char *range_id, struct sf_buf *out, struct sf_err *err)
+{
+    struct emu_range children[2], *grown;
+    struct emu_coll *coll;
+    struct sf_buf parents_text;
+    json_t *parents = NULL;
+    size_t at, start = out->len, i;
+    char mid[33], etag[2][64];
+    int64_t seq, now = emu_store_now(s), version;
+    sqlite3_stmt *st;
+    enum sf_rc rc;
+
+    sf_buf_init(&parents_text, EMU_META_MAX);
+    rc = emu_coll_find(s, db, coll_id, &coll, err);
+    if (rc != SF_OK)
+        goto out;
+    for (at = 0; at < coll->n_ranges && strcmp(coll->ranges[at].id, range_id) != 0; at++)
+        ;
+    if (at == coll->n_ranges) {
+        rc = emu_store_fail(err, SF_ENOTFOUND, 404, 0,
+                            "container '%s' has no partition key range '%.32s'", coll_id, range_id);
+        goto out;
+    }
+    if (!coll->ranges[at].online) {
+        rc = emu_store_fail(err, SF_EINVAL, 400, 0,
+                            "partition key range '%s' was split already; split one of its "
+                            "children",
+                            range_id);
+        goto out;
+    }
+    if (!emu_epk_mid(coll->ranges[at].min, coll->ranges[at].max, mid)) {
+        rc = emu_store_fail(err, SF_EINVAL, 400, 0,
+                            "partition key range '%s' [%s, %s) is too narrow to split", range_id,
+                            coll->ranges[at].min, coll->ranges[at].max);
+        goto out;
+    }
+    if (coll->n_ranges + 2 > EMU_MAX_RANGES) {
+        rc = emu_store_fail(err, SF_ELIMIT, 400, 0,
+                            "container '%s' has %d partition key ranges already", coll_id,
+                            EMU_MAX_RANGES);
+        goto out;
+    }
+    /* Children list every ancestor: the parent's parents, then the parent. */
+    rc = emu_range_parents(s, coll, range_id, &parents, err);
+    if (rc != SF_OK)
+        goto out;
+    if (json_array_append_new(parents, json_string(range_id)) != 0 ||
+        sf_json_dump(parents, &parents_text) != SF_OK) {
+        rc = emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
+        goto out;
+    }
+    /* Grow the cache first: nothing may fail after COMMIT. */
+    grown = realloc(coll->ranges, (coll->n_ranges + 2) * sizeof(*grown));
+    if (grown == NULL) {
+        rc = emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
+        goto out;
+    }
+    coll->ranges = grown;
+    version = coll->ranges_version + 1;
+    rc = emu_store_begin(s, err);
+    if (rc == SF_OK)
+        rc = emu_store_next_res_seq(s, &seq, err);
+    for (i = 0; rc == SF_OK && i < 2; i++) {
+        emu_split_child(coll, &coll->ranges[at], mid, (int)i, &children[i]);
+        emu_store_res_etag(seq, (unsigned)i + 1, etag[i]);
+        rc = emu_range_insert(s, coll, &children[i], sf_buf_cstr(&parents_text), version, now,
+                              etag[i], err);
+    }
+    if (rc == SF_OK) {
+        st = emu_store_stmt(s, ST_RANGE_RETIRE);
+        (void)sqlite3_bind_int64(st, 1, coll->cid);
+        (void)sqlite3_bind_text(st, 2, range_id, -1, SQLITE_STATIC);
+        rc = emu_store_step_done(s, st, "retiring the split range", err);
+    }
+    if (rc == SF_OK) {
+        st = emu_store_stmt(s, ST_COLL_SET_RANGES);
+        (void)sqlite3_bind_int64(st, 1, coll->cid);
+        (void)sqlite3_bind_int64(st, 2, coll->range_seq + 2);
+        (void)sqlite3_bind_int64(st, 3, version);
+        rc = emu_store_step_done(s, st, "saving the container's ranges", err);
+    }
+    if (rc == SF_OK)
+        rc = emu_split_put(coll, range_id, children, sf_buf_cstr(&parents_text), etag, version, now,
+                           out, err);
+    if (rc == SF_OK)
+        rc = emu_store_commit(s, err);
+    if (rc != SF_OK)
+        goto out;
+    coll->ranges[at].online = false;
+    coll->ranges[coll->n_ranges++] = children[0];
+    coll->ranges[coll->n_ranges++] = children[1];
+    coll->range_seq += 2;
+    coll->ranges_version = version;
+out:
+    if (rc != SF_OK) {
+        emu_store_rollback(s);
+        emu_store_out_cut(out, start);
+    }
+    json_decref(parents);
+    sf_buf_release(&parents_text);
+    return rc;
+}
+
+enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll,
+                           const char *range_id, struct sf_buf *out, struct sf_err *err)
+{
+    enum sf_rc rc;
+
+    if (range_id == NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "split: no partition key range given");
+    if (out == NULL)
+        return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_split: no output buffer");
+    emu_store_lock(s);
+    rc = emu_split_locked(s, db, coll, range_id, out, err);
+    emu_store_unlock(s);
     return rc;
 }
 
@@ -1208,6 +1573,44 @@ static enum sf_rc emu_load_ranges(struct emu_store *s, struct emu_coll *coll, st
     return rc;
 }
 
+/*
+ * Fills the settings (TTL, change log) of coll from column 8 (its resource
+ * text) of the colls row in st, and its LSN: the larger of the saved one and
+ * the newest document's.
+ */
+static enum sf_rc emu_coll_load_settings(struct emu_store *s, sqlite3_stmt *st,
+                                         struct emu_coll *coll, struct sf_err *err)
+{
+    const char *text = (const char *)sqlite3_column_text(st, 8);
+    json_t *body =
+        text != NULL ? json_loadb(text, (size_t)sqlite3_column_bytes(st, 8), 0, NULL) : NULL;
+    int64_t base = emu_store_row_base(coll);
+    sqlite3_stmt *q;
+    enum sf_rc rc;
+    int src;
+
+    if (body == NULL)
+        return emu_store_fail(err, SF_EIO, 500, 0, "container '%s': stored resource is corrupt",
+                              coll->id);
+    rc = emu_store_coll_settings(body, coll, err);
+    json_decref(body);
+    if (rc != SF_OK)
+        return emu_store_fail(err, SF_EIO, 500, 0, "container '%s': stored settings are corrupt",
+                              coll->id);
+    /* The newest row carries the newest write's LSN (see EMU_ROW_BITS). */
+    q = emu_store_stmt(s, ST_DOC_MAX_ROW);
+    (void)sqlite3_bind_int64(q, 1, base);
+    (void)sqlite3_bind_int64(q, 2, base + ((INT64_C(1) << EMU_ROW_BITS) - 1));
+    src = sqlite3_step(q);
+    if (src == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+        coll->lsn = SF_MAX(coll->lsn, (sqlite3_column_int64(q, 0) - base) >> EMU_OP_BITS);
+    coll->lsn_pending = coll->lsn;
+    (void)sqlite3_reset(q);
+    if (src != SQLITE_ROW)
+        return emu_store_sql_fail(s, src, "loading containers", err);
+    return SF_OK;
+}
+
 /* Fills coll from a colls row (see the query in emu_load_colls). */
 static enum sf_rc emu_coll_from_row(struct emu_store *s, sqlite3_stmt *st, struct emu_coll *coll,
                                     struct sf_err *err)
@@ -1229,18 +1632,18 @@ static enum sf_rc emu_coll_from_row(struct emu_store *s, sqlite3_stmt *st, struc
     (void)snprintf(coll->id, sizeof(coll->id), "%s", id);
     (void)snprintf(coll->pk_path, sizeof(coll->pk_path), "%s", path);
     coll->lsn = sqlite3_column_int64(st, 5);
+    coll->lsn_pending = coll->lsn;
     coll->range_seq = sqlite3_column_int64(st, 6);
     coll->ranges_version = sqlite3_column_int64(st, 7);
-    return SF_OK;
+    if (coll->cid < 1 || coll->cid > EMU_MAX_CID)
+        return emu_store_fail(err, SF_EIO, 500, 0, "container '%s' has a corrupt cid", id);
+    return emu_coll_load_settings(s, st, coll, err);
 }
 
 static enum sf_rc emu_load_colls(struct emu_store *s, struct sf_err *err)
 {
-    /* The LSN is the larger of the saved one and the newest document's (see emu_tx). */
-    static const char sql[] =
-        "SELECT cid, rid, db_rid, id, pk_path,"
-        " MAX(lsn, IFNULL((SELECT MAX(d.lsn) FROM docs d WHERE d.cid = colls.cid), 0)),"
-        " range_seq, ranges_version FROM colls ORDER BY cid";
+    static const char sql[] = "SELECT cid, rid, db_rid, id, pk_path, lsn, range_seq,"
+                              " ranges_version, body FROM colls ORDER BY cid";
     sqlite3_stmt *st = NULL;
     struct emu_coll *coll = NULL;
     enum sf_rc rc = SF_OK;

@@ -5,8 +5,8 @@
  *
  * Stores use a fake clock so _ts and "since time" starts are exact. Some
  * tests edit a closed store's file with SQLite directly to create states the
- * API cannot produce yet (a retired range, a batch sharing one LSN, a schema
- * from the future).
+ * API cannot produce (a range retired without children, a schema from the
+ * future). test_store_ops.c covers patch, batches, TTL, splits and the rest.
  */
 #include "common/sf_base.h"
 
@@ -1666,30 +1666,25 @@ END_TEST
 
 START_TEST(test_cf_batch_lsn_not_split)
 {
-    struct emu_store *s;
     struct emu_coll_ref c;
+    struct emu_store *s = setup(1, &c);
     struct emu_cf_request q = {0};
     struct emu_cf_result res;
-    char dir[64], path[128];
-    json_t *page;
-    int i;
+    struct sf_buf out;
+    struct sf_err err;
+    json_t *page, *pk = J("[\"p\"]"), *ops;
+    int status = 0;
 
-    mk_dir(dir, path);
-    s = open_store(path, 1, 0);
-    mkdb(s, "db");
-    mkcoll(s, "db", "c", "/pk");
-    c = ref(s, "db", "c");
-    for (i = 0; i < 5; i++) {
-        char id[16];
-
-        (void)snprintf(id, sizeof(id), "d%d", i);
-        put(s, &c, id, "p", i, NULL);
-    }
-    emu_store_free(s);
-    /* Documents 2..4 as if written by one batch at LSN 2. */
-    sql_on_file(path, "UPDATE docs SET lsn = 2 WHERE lsn IN (2, 3, 4)");
-    s = open_store(path, 1, 0);
-    c = ref(s, "db", "c");
+    put(s, &c, "d0", "p", 0, NULL); /* LSN 1 */
+    /* Documents 1..3 written by one batch at LSN 2. */
+    ops = J("[{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d1\",\"pk\":\"p\"}},"
+            "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d2\",\"pk\":\"p\"}},"
+            "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d3\",\"pk\":\"p\"}}]");
+    sf_buf_init(&out, OUT_MAX);
+    ck_assert_int_eq(emu_store_batch(s, &c, pk, ops, &out, &status, NULL, &err), SF_OK);
+    ck_assert_int_eq(status, 200);
+    sf_buf_release(&out);
+    put(s, &c, "d4", "p", 4, NULL); /* LSN 3 */
     q.start = EMU_CF_BEGINNING;
     q.max_items = 2;
     page = feed(s, &c, &q, &res);
@@ -1698,16 +1693,18 @@ START_TEST(test_cf_batch_lsn_not_split)
     ck_assert_int_eq(item_lsn(page, 1), 2);
     ck_assert_int_eq(item_lsn(page, 2), 2);
     ck_assert_int_eq(item_lsn(page, 3), 2);
+    ck_assert_str_eq(item_id(page, 3), "d3");
     ck_assert_int_eq(res.continuation, 2);
     json_decref(page);
     q.start = EMU_CF_AFTER_LSN;
     q.after_lsn = 2;
     page = feed(s, &c, &q, &res);
     ck_assert_int_eq(res.count, 1);
-    ck_assert_int_eq(item_lsn(page, 0), 5);
+    ck_assert_int_eq(item_lsn(page, 0), 3);
     json_decref(page);
+    json_decref(ops);
+    json_decref(pk);
     emu_store_free(s);
-    rm_dir(dir, path);
 }
 END_TEST
 

@@ -1,0 +1,253 @@
+/*
+ * emu_store_avad.c - the AllVersionsAndDeletes change feed: a log of every
+ * create, replace and delete (TTL expiries included) with the previous
+ * image, kept for containers whose changeFeedPolicy.retentionDuration is
+ * above zero, and read like the LatestVersion feed.
+ *
+ * Each entry is stored as the finished feed item
+ * {"current":{..},"previous":{..},"metadata":{..}} (so reads copy bytes), keyed
+ * by (container, LSN, sequence within the LSN) with its EPK and partition key
+ * for scoping. Entries older than the retention are dropped by the TTL sweep.
+ */
+#include "common/sf_base.h"
+
+#include "emulator/emu_store_int.h"
+
+static const char *const emu_av_names[] = {
+    [EMU_AV_CREATE] = "create",
+    [EMU_AV_REPLACE] = "replace",
+    [EMU_AV_DELETE] = "delete",
+};
+
+/* Appends a stored document with "_lsn" spliced in before its closing brace. */
+static enum sf_rc emu_av_put_doc(struct sf_buf *out, const char *doc, size_t len, int64_t lsn)
+{
+    enum sf_rc rc;
+
+    if (len < 2 || doc[len - 1] != '}')
+        return SF_EINVAL;
+    rc = sf_buf_append(out, doc, len - 1);
+    if (rc == SF_OK)
+        rc = sf_buf_printf(out, ",\"_lsn\":%lld}", (long long)lsn);
+    return rc;
+}
+
+/*
+ * Appends the partition key as the service reports it: an object shaped like
+ * the partition key path ({"pk":"a"} for /pk, {"a":{"b":5}} for /a/b), or {}
+ * when the document has none.
+ */
+static enum sf_rc emu_av_put_pk(struct sf_buf *out, const char *path, const struct emu_pk *key)
+{
+    const char *seg = path;
+    int depth = 0;
+    enum sf_rc rc = SF_OK;
+
+    if (strcmp(sf_buf_cstr(&key->text), "{}") == 0)
+        return sf_buf_puts(out, "{}");
+    while (rc == SF_OK && *seg == '/') {
+        const char *end = strchr(seg + 1, '/');
+        size_t len = end != NULL ? (size_t)(end - seg - 1) : strlen(seg + 1);
+
+        rc = sf_buf_putc(out, '{');
+        if (rc == SF_OK)
+            rc = emu_store_put_json_str(out, seg + 1, len);
+        if (rc == SF_OK)
+            rc = sf_buf_putc(out, ':');
+        depth++;
+        seg += 1 + len;
+    }
+    if (rc == SF_OK)
+        rc = sf_buf_append(out, key->text.data, key->text.len);
+    while (rc == SF_OK && depth-- > 0)
+        rc = sf_buf_putc(out, '}');
+    return rc;
+}
+
+/* Builds the feed item of one change into item. */
+static enum sf_rc emu_av_item(const struct emu_tx *tx, enum emu_av_op op, const struct emu_pk *key,
+                              const char *id, const char *cur, size_t cur_len, const char *prev,
+                              size_t prev_len, int64_t prev_lsn, bool ttl_expired,
+                              struct sf_buf *item)
+{
+    bool comma = false;
+    enum sf_rc rc = sf_buf_putc(item, '{');
+
+    if (rc == SF_OK && cur != NULL) {
+        rc = sf_buf_puts(item, "\"current\":");
+        if (rc == SF_OK)
+            rc = emu_av_put_doc(item, cur, cur_len, tx->lsn);
+        comma = true;
+    }
+    if (rc == SF_OK && prev != NULL) {
+        rc = sf_buf_puts(item, comma ? ",\"previous\":" : "\"previous\":");
+        if (rc == SF_OK)
+            rc = emu_av_put_doc(item, prev, prev_len, prev_lsn);
+        comma = true;
+    }
+    if (rc == SF_OK)
+        rc = sf_buf_printf(
+            item, "%s\"metadata\":{\"lsn\":%lld,\"crts\":%lld,\"operationType\":\"%s\"",
+            comma ? "," : "", (long long)tx->lsn, (long long)tx->now, emu_av_names[op]);
+    if (rc == SF_OK && prev != NULL)
+        rc = sf_buf_printf(item, ",\"previousImageLSN\":%lld", (long long)prev_lsn);
+    if (rc == SF_OK)
+        rc = sf_buf_printf(item,
+                           ",\"timeToLiveExpired\":%s,\"id\":", ttl_expired ? "true" : "false");
+    if (rc == SF_OK)
+        rc = emu_store_put_json_str(item, id, strlen(id));
+    if (rc == SF_OK)
+        rc = sf_buf_puts(item, ",\"partitionKey\":");
+    if (rc == SF_OK)
+        rc = emu_av_put_pk(item, tx->coll->pk_path, key);
+    if (rc == SF_OK)
+        rc = sf_buf_puts(item, "}}");
+    return rc;
+}
+
+enum sf_rc emu_store_av_log(struct emu_store *s, struct emu_tx *tx, enum emu_av_op op,
+                            const struct emu_pk *key, const char *id, const char *cur,
+                            size_t cur_len, const char *prev, size_t prev_len, int64_t prev_lsn,
+                            bool ttl_expired, struct sf_err *err)
+{
+    struct sf_buf item;
+    sqlite3_stmt *st;
+    enum sf_rc rc;
+
+    if (tx->coll->avad_minutes <= 0)
+        return SF_OK;
+    /* Two documents and the metadata: bounded by twice the document limit. */
+    sf_buf_init(&item, 2 * s->max_doc_bytes + 4096);
+    rc = emu_av_item(tx, op, key, id, cur, cur_len, prev, prev_len, prev_lsn, ttl_expired, &item);
+    if (rc != SF_OK) {
+        sf_buf_release(&item);
+        return emu_store_fail(err, rc == SF_EINVAL ? SF_EIO : SF_ENOMEM, 500, 0,
+                              "document '%.64s': cannot log the change", id);
+    }
+    st = emu_store_stmt(s, ST_AV_INSERT);
+    (void)sqlite3_bind_int64(st, 1, tx->coll->cid);
+    (void)sqlite3_bind_int64(st, 2, tx->lsn);
+    (void)sqlite3_bind_int(st, 3, tx->logs);
+    (void)sqlite3_bind_int64(st, 4, tx->now);
+    (void)sqlite3_bind_text(st, 5, key->epk, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 6, key->text.data, (int)key->text.len, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 7, item.data, (int)item.len, SQLITE_STATIC);
+    rc = emu_store_step_done(s, st, "logging a change", err);
+    sf_buf_release(&item);
+    if (rc == SF_OK)
+        tx->logs++;
+    return rc;
+}
+
+enum sf_rc emu_store_av_purge(struct emu_store *s, const struct emu_coll *coll, int64_t now,
+                              struct sf_err *err)
+{
+    sqlite3_stmt *st = emu_store_stmt(s, ST_AV_PURGE);
+
+    (void)sqlite3_bind_int64(st, 1, coll->cid);
+    (void)sqlite3_bind_int64(st, 2, now - coll->avad_minutes * 60);
+    (void)sqlite3_bind_int64(st, 3, INT64_MAX);
+    return emu_store_step_done(s, st, "dropping old change log entries", err);
+}
+
+static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_ref *c,
+                                    const struct emu_cf_request *req, const struct emu_pk *key,
+                                    struct sf_buf *out, struct emu_cf_result *ret_res,
+                                    struct sf_err *err)
+{
+    struct emu_cf_result res;
+    struct emu_cf_scope sc;
+    struct emu_coll *coll;
+    size_t start = out->len;
+    int64_t after = req->start == EMU_CF_AFTER_LSN ? req->after_lsn : 0, last = -1;
+    int max_items, count = 0;
+    sqlite3_stmt *st;
+    enum sf_rc rc;
+
+    memset(&res, 0, sizeof(res));
+    rc = emu_store_coll_get(s, c, &coll, err);
+    if (rc != SF_OK)
+        return rc;
+    if (coll->avad_minutes <= 0)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "change feed: container '%s' keeps no change log; create it with "
+                              "\"changeFeedPolicy\":{\"retentionDuration\":<minutes>} to read "
+                              "all versions and deletes",
+                              coll->id);
+    rc = emu_store_scope(coll, req->range_id, req->epk_min, req->epk_max, "change feed", &sc, err);
+    if (rc != SF_OK)
+        return rc;
+    if (key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
+        emu_store_route(coll, key->epk) != NULL)
+        sc.range = emu_store_route(coll, key->epk);
+    max_items = req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
+    rc = emu_store_feed_open(out, coll->rid, "Documents");
+    if (rc != SF_OK) {
+        rc = emu_store_out_fail(rc, "change feed", err);
+        goto out;
+    }
+    if (req->start == EMU_CF_AFTER_LSN &&
+        (key == NULL || (strcmp(sc.min, key->epk) <= 0 && strcmp(key->epk, sc.max) < 0))) {
+        if (key != NULL) {
+            st = emu_store_stmt(s, ST_AV_PK);
+            (void)sqlite3_bind_int64(st, 1, coll->cid);
+            (void)sqlite3_bind_text(st, 2, key->text.data, (int)key->text.len, SQLITE_STATIC);
+            (void)sqlite3_bind_int64(st, 3, after);
+        } else {
+            st = emu_store_stmt(s, ST_AV_EPK);
+            (void)sqlite3_bind_int64(st, 1, coll->cid);
+            (void)sqlite3_bind_int64(st, 2, after);
+            (void)sqlite3_bind_text(st, 3, sc.min, -1, SQLITE_STATIC);
+            (void)sqlite3_bind_text(st, 4, sc.max, -1, SQLITE_STATIC);
+        }
+        rc = emu_store_feed_page(s, st, max_items, false, out, &count, &last, err);
+        if (rc != SF_OK)
+            goto out;
+    }
+    rc = sf_buf_printf(out, "],\"_count\":%d}", count);
+    if (rc != SF_OK) {
+        rc = emu_store_out_fail(rc, "change feed", err);
+        goto out;
+    }
+    res.count = count;
+    res.continuation = count > 0 ? last : SF_MAX(after, coll->lsn);
+    res.range_lsn = coll->lsn;
+    (void)snprintf(res.range_id, sizeof(res.range_id), "%s", sc.range->id);
+out:
+    if (rc != SF_OK) {
+        emu_store_out_cut(out, start);
+        return rc;
+    }
+    if (ret_res != NULL)
+        *ret_res = res;
+    return SF_OK;
+}
+
+enum sf_rc emu_store_changefeed_all(struct emu_store *s, const struct emu_coll_ref *c,
+                                    const struct emu_cf_request *req, struct sf_buf *out,
+                                    struct emu_cf_result *ret_res, struct sf_err *err)
+{
+    struct emu_pk key;
+    enum sf_rc rc;
+
+    if (out == NULL)
+        return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_changefeed_all: no output buffer");
+    if (req == NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "change feed: no request");
+    if (req->start != EMU_CF_NOW && req->start != EMU_CF_AFTER_LSN)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "change feed: all versions and deletes can start only from now or "
+                              "from a continuation, not from the beginning or a point in time");
+    if (req->start == EMU_CF_AFTER_LSN && req->after_lsn < 0)
+        return emu_store_fail(err, SF_EINVAL, 400, 0, "change feed: continuation %lld is negative",
+                              (long long)req->after_lsn);
+    if (req->pk != NULL &&
+        (rc = emu_store_pk_from_header(&key, req->pk, "change feed", err)) != SF_OK)
+        return rc;
+    emu_store_lock(s);
+    rc = emu_cf_all_locked(s, c, req, req->pk != NULL ? &key : NULL, out, ret_res, err);
+    emu_store_unlock(s);
+    if (req->pk != NULL)
+        emu_store_pk_release(&key);
+    return rc;
+}
