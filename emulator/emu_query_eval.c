@@ -1268,7 +1268,7 @@ static void drop_all(json_t **a, size_t n)
 static enum sf_rc eval_call(const struct qeval *ev, const struct qnode *n, json_t **ret,
                             struct sf_err *err)
 {
-    json_t *args[MAX_FN_ARGS];
+    json_t *args[MAX_FN_ARGS] = {0};
     size_t got = 0;
     enum sf_rc rc = SF_OK;
 

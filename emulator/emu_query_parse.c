@@ -241,8 +241,10 @@ static enum sf_rc node_new(struct qparser *p, enum qn_kind kind, size_t pos, str
 {
     struct qnode *n = calloc(1, sizeof(*n));
 
-    if (n == NULL)
-        return qerr(p->err, SF_ENOMEM, "out of memory parsing the query");
+    if (n == NULL) {
+        (void)qerr(p->err, SF_ENOMEM, "out of memory parsing the query");
+        return SF_ENOMEM; /* spelled out so callers provably never see NULL with SF_OK */
+    }
     n->kind = kind;
     n->pos = pos;
     n->end = pos;
