@@ -3,6 +3,8 @@
  */
 #include "common/sf_base.h"
 
+#include <float.h>
+
 #include <math.h>
 
 #include "common/sf_json.h"
@@ -108,7 +110,14 @@ static enum sf_rc sf_json_dump_real(double d, struct sf_buf *out)
         return SF_EINVAL; /* JSON has no inf/nan (jansson refuses them too) */
     if (d == 0)
         return sf_buf_puts(out, neg ? "-0.0" : "0.0");
-    for (prec = 1; prec <= 17; prec++) {
+    /*
+     * Any decimal of at most 15 significant digits survives decimal -> double
+     * -> 15 digits (DBL_DIG), so when 15 digits read back as d, the shortest
+     * form is those digits without trailing zeros; otherwise 16 or 17 digits
+     * are needed. Three tries at most instead of one per length. Subnormals
+     * carry fewer bits, so they search from one digit.
+     */
+    for (prec = fabs(d) < DBL_MIN ? 1 : 15; prec <= 17; prec++) {
         (void)snprintf(sci, sizeof(sci), "%.*e", prec - 1, d);
         if (strtod(sci, NULL) == d)
             break;
