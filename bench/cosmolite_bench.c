@@ -63,10 +63,23 @@
 #define TARGET_LOADED_KB  (64 * 1024)
 #define TARGET_READY_MS   100.0
 
-enum op_kind { OP_CREATE, OP_READ, OP_REPLACE, OP_FEED, OP_FILL, OP_PLAIN, OP_KIND_COUNT };
+enum op_kind {
+    OP_CREATE,
+    OP_READ,
+    OP_REPLACE,
+    OP_FEED,
+    OP_PATCH,
+    OP_BATCH,
+    OP_QUERY,
+    OP_FILL,
+    OP_PLAIN,
+    OP_KIND_COUNT
+};
 
-static const char *const op_names[OP_KIND_COUNT] = {"create",     "read", "replace",
-                                                    "changefeed", "fill", "plain-get"};
+static const char *const op_names[OP_KIND_COUNT] = {
+    "create", "read", "replace", "changefeed", "patch", "batch10", "query", "fill", "plain-get"};
+
+#define BENCH_BATCH_OPS 10
 
 struct bench_opts {
     const char *cosmolite;
@@ -107,7 +120,7 @@ struct pending {
     const char *method;
     char path[224];
     char headers[1024];
-    char body[512];
+    char body[4096];
     size_t body_len;
     uint64_t t0;
 };
@@ -142,7 +155,8 @@ struct worker {
     struct replace_rec replaced[BENCH_REPLACE_LOG];
     size_t nreplaced; /* total; the ring holds the last BENCH_REPLACE_LOG */
 
-    char etag[64]; /* change-feed cursor, "" = from the beginning */
+    char etag[64];       /* change-feed cursor, "" = from the beginning */
+    uint32_t next_batch; /* batches sent, for unique ids */
 };
 
 /* A thread driving workers [first, first + count). */
@@ -405,6 +419,76 @@ static bool prepare_feed(struct worker *w)
     return m >= 0 && (size_t)m < sizeof(r->headers) - n;
 }
 
+/* Appends extra header lines to the prepared request. false when they do not fit. */
+static bool add_headers(struct pending *r, const char *extra)
+{
+    size_t n = strlen(r->headers), m = strlen(extra);
+    if (n + m >= sizeof(r->headers))
+        return false;
+    memcpy(r->headers + n, extra, m + 1);
+    return true;
+}
+
+/* A patch of one of this worker's documents: one incr and one set. */
+static bool prepare_patch(struct worker *w)
+{
+    struct pending *r = &w->req;
+    size_t owner = w->idx;
+    uint32_t seq;
+
+    if (w->nseqs > 0)
+        seq = w->seqs[sf_rand_next(&w->rng) % w->nseqs];
+    else if (!pick_any_doc(w, &owner, &seq))
+        return false;
+    int n = snprintf(r->body, sizeof(r->body),
+                     "{\"operations\":[{\"op\":\"incr\",\"path\":\"/patched\",\"value\":1},"
+                     "{\"op\":\"set\",\"path\":\"/note\",\"value\":\"patched\"}]}");
+    r->body_len = (n > 0 && (size_t)n < sizeof(r->body)) ? (size_t)n : 0;
+    return r->body_len > 0 && prepare_point(w, "PATCH", owner, seq, true);
+}
+
+/* A transactional batch of BENCH_BATCH_OPS upserts in one logical partition. */
+static bool prepare_batch(struct worker *w)
+{
+    struct pending *r = &w->req;
+    uint32_t b = w->next_batch++;
+    size_t o = 0;
+    char id[64];
+
+    doc_id(w->run, w->idx, b, id, sizeof(id));
+    r->body[o++] = '[';
+    for (int k = 0; k < BENCH_BATCH_OPS; k++) {
+        int n = snprintf(r->body + o, sizeof(r->body) - o,
+                         "%s{\"operationType\":\"Upsert\",\"resourceBody\":{\"id\":\"b%d-%s\","
+                         "\"pk\":\"pk-%03u\",\"k\":%d,\"state\":\"batched\",\"amount\":%u}}",
+                         k ? "," : "", k, id, pk_of(w->idx, b), k, b % 1000u);
+        if (n < 0 || (size_t)n >= sizeof(r->body) - o - 1)
+            return false;
+        o += (size_t)n;
+    }
+    r->body[o++] = ']';
+    r->body[o] = '\0';
+    r->body_len = o;
+    return prepare_point(w, "POST", w->idx, b, true) &&
+           add_headers(r, "x-ms-cosmos-is-batch-request: True\r\n"
+                          "x-ms-cosmos-batch-atomic: True\r\n");
+}
+
+/* A filtered query inside one logical partition (the saga engine's shape). */
+static bool prepare_query(struct worker *w)
+{
+    struct pending *r = &w->req;
+    uint32_t seq = (uint32_t)sf_rand_next(&w->rng);
+    int n = snprintf(r->body, sizeof(r->body),
+                     "{\"query\":\"SELECT TOP 10 c.id, c.amount FROM c WHERE c.state = @s AND "
+                     "c.amount >= @min ORDER BY c.amount DESC\",\"parameters\":[{\"name\":\"@s\","
+                     "\"value\":\"placed\"},{\"name\":\"@min\",\"value\":%u}]}",
+                     seq % 50u);
+    r->body_len = (n > 0 && (size_t)n < sizeof(r->body)) ? (size_t)n : 0;
+    return r->body_len > 0 && prepare_point(w, "POST", w->idx, seq, true) &&
+           add_headers(r, "x-ms-documentdb-isquery: True\r\n");
+}
+
 /*
  * Builds the next request of kind op into w->req. false (error counted) when
  * there is nothing to do it on or the headers do not fit.
@@ -445,6 +529,15 @@ static bool op_prepare(struct worker *w, enum op_kind op)
         break;
     case OP_FEED:
         ok = prepare_feed(w);
+        break;
+    case OP_PATCH:
+        ok = prepare_patch(w);
+        break;
+    case OP_BATCH:
+        ok = prepare_batch(w);
+        break;
+    case OP_QUERY:
+        ok = prepare_query(w);
         break;
     case OP_PLAIN:
     case OP_KIND_COUNT:
@@ -520,6 +613,20 @@ static void op_complete(struct worker *w, enum op_kind op, const struct bench_re
         return;
     case OP_FEED:
         complete_feed(w, resp);
+        return;
+    case OP_PATCH:
+    case OP_QUERY:
+        if (resp->status != 200)
+            worker_bad_status(w, resp);
+        else
+            worker_ok(w, 1);
+        return;
+    case OP_BATCH:
+        /* 200 means every operation committed; 207 would name the one that failed. */
+        if (resp->status != 200)
+            worker_bad_status(w, resp);
+        else
+            worker_ok(w, BENCH_BATCH_OPS);
         return;
     case OP_PLAIN:
     case OP_KIND_COUNT:
@@ -1073,6 +1180,11 @@ static void print_text(const struct bench_opts *opts, const struct bench_report 
     snprintf(note, sizeof(note), "pages of %d; %.0f items/s", BENCH_FEED_PAGE,
              feed->secs > 0 ? (double)feed->items / feed->secs : 0.0);
     print_op_row(rep, OP_FEED, note);
+    print_op_row(rep, OP_PATCH, "incr + set");
+    snprintf(note, sizeof(note), "%d upserts each; %.0f ops/s", BENCH_BATCH_OPS,
+             op_rate(&rep->ops[OP_BATCH]) * BENCH_BATCH_OPS);
+    print_op_row(rep, OP_BATCH, note);
+    print_op_row(rep, OP_QUERY, "filtered, ORDER BY, TOP 10, one partition");
     print_op_row(rep, OP_PLAIN, "plain_http_server, GET /");
     if (rep->ops[OP_PLAIN].ran && rep->ops[OP_READ].ran && op_rate(&rep->ops[OP_PLAIN]) > 0)
         printf("read / plain-get = %.2f\n",
@@ -1431,7 +1543,8 @@ static enum sf_rc bench_cosmolite(struct bench_ctx *ctx, struct sf_err *err)
     enum sf_rc rc;
     const struct bench_opts *o = &ctx->opts;
     struct bench_report *rep = &ctx->rep;
-    static const enum op_kind phases[] = {OP_CREATE, OP_READ, OP_REPLACE, OP_FEED};
+    static const enum op_kind phases[] = {OP_CREATE, OP_READ,  OP_REPLACE, OP_FEED,
+                                          OP_PATCH,  OP_BATCH, OP_QUERY};
 
     if ((rc = create_db_and_container(ctx->host, ctx->port, &ctx->signer, err)) != SF_OK)
         return rc;
