@@ -396,10 +396,10 @@ static void latencies(struct cosmos_client *cli, unsigned from, int64_t *ret_p50
     size_t n = 0;
     const char *k;
     json_t *e;
-    static const char *const sql[2] = {
-        "SELECT c.id, c.placedAt FROM c WHERE c.type = 'order'",
-        "SELECT c.sourceId, c.createdAt, c.type FROM c WHERE c.sfKind = 'event' AND c.type IN "
-        "('OrderCompleted', 'cancelled')"};
+    static const char *const sql[2] = {"SELECT c.id, c.placedAt FROM c WHERE c.type = 'order'",
+                                       "SELECT c.sourceId, c.createdAt, c.eventType FROM c WHERE "
+                                       "c.sfKind = 'event' AND c.eventType IN "
+                                       "('OrderCompleted', 'cancelled')"};
 
     for (int s = 0; s < 2; s++) {
         if (cosmos_query_new(cli, "shop", "orders", sql[s], &qo, &q, &err) != SF_OK)

@@ -93,8 +93,9 @@ struct cfg_processor {
     int64_t marker_ttl_s;
     int64_t event_ttl_s;
     int64_t park_scan_interval_ms;
-    const char *log_level; /* "debug".."error", default "info" */
-    bool log_json;         /* default true */
+    const char *log_level;   /* "debug".."error", default "info" */
+    bool log_json;           /* default true */
+    const char *http_listen; /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */
 };
 
 struct cfg_plugin {
@@ -153,6 +154,62 @@ struct cfg_workflow {
     const void *setting; /* the libconfig group, for cfg_line */
 };
 
+/*
+ * The optional `kafka` section: outbox events (and CDC changes) to Kafka
+ * through outbox/'s relay. See config/examples/order-fulfilment.cfg.
+ */
+#define CFG_KAFKA_OPTIONS_MAX 128 /* librdkafka options (outbox.h OUTBOX_CONF_MAX) */
+#define CFG_KAFKA_ROUTES_MAX  256 /* eventType -> topic routes (OUTBOX_ROUTES_MAX) */
+#define CFG_KAFKA_CDC_MAX     16  /* cdc entries */
+
+enum cfg_kafka_source {
+    CFG_KAFKA_INLINE = 0, /* `options`: value is the value */
+    CFG_KAFKA_ENV,        /* `options_env`: value names an environment variable */
+    CFG_KAFKA_FILE,       /* `options_file`: value is a file whose content is the value */
+};
+
+/* One librdkafka option, "name=value" in the file, handed to librdkafka verbatim. */
+struct cfg_kafka_option {
+    const char *name;  /* "security.protocol"; NUL-terminated copy owned by the cfg */
+    const char *value; /* see source */
+    enum cfg_kafka_source source;
+    const char *file;
+    int line;
+};
+
+struct cfg_kafka_route {
+    const char *event_type;
+    const char *topic;
+    int line;
+};
+
+/* CDC: every change of container matching filter is published to topic. */
+struct cfg_kafka_cdc {
+    const char *container;
+    const char *filter;    /* Cosmos SQL "FROM c WHERE ..."; NULL: every document */
+    json_t *filter_params; /* {"@name": value}, never NULL (maybe empty) */
+    const char *topic;
+    const char *file;
+    int line;
+    int filter_line;
+};
+
+struct cfg_kafka {
+    const char *brokers; /* bootstrap.servers, required */
+    struct cfg_kafka_option *options;
+    size_t n_options;
+    int64_t flush_timeout_ms; /* shutdown: wait this long for deliveries, default 10s */
+    struct cfg_kafka_route *routes;
+    size_t n_routes;
+    const char *default_topic; /* events whose record names no topic and that no route takes */
+    const char *invalid_topic; /* NULL: malformed outbox records are reported and skipped */
+    const char *lease_prefix;  /* NULL: "<feed.lease_prefix>-kafka" */
+    struct cfg_kafka_cdc *cdc;
+    size_t n_cdc;
+    const char *file;
+    int line;
+};
+
 struct cfg {
     const char *path;
     struct cfg_cosmos cosmos;
@@ -163,7 +220,8 @@ struct cfg {
     size_t n_plugins;
     struct cfg_workflow *workflows;
     size_t n_workflows;
-    void *priv; /* libconfig tree and string storage */
+    struct cfg_kafka *kafka; /* NULL: no `kafka` section, no relay runs */
+    void *priv;              /* libconfig tree and string storage */
 };
 
 /*

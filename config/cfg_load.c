@@ -10,16 +10,20 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <unistd.h>
 
 #include <libconfig.h>
 
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "config/cfg.h"
+#include "config/cfg_env.h"
+#include "outbox/outbox.h"
 
 struct cfg_priv {
     config_t lc;
     char *name; /* file name used in diagnostics */
+    bool env;   /* apply SAGAFEED_* variables (cfg_env.h): files only, never the demo's text */
 };
 
 struct loader {
@@ -406,19 +410,13 @@ static void load_feed(struct loader *ld, const config_setting_t *root)
 
 static void load_processor(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"workers",
-                                       "lanes",
-                                       "queue_limit",
-                                       "max_attempts",
-                                       "backoff_base",
-                                       "backoff_cap",
-                                       "parking_container",
-                                       "marker_ttl",
-                                       "event_ttl",
-                                       "park_scan_interval",
-                                       "log_level",
-                                       "log_json",
-                                       NULL};
+    static const char *const keys[] = {"workers",           "lanes",
+                                       "queue_limit",       "max_attempts",
+                                       "backoff_base",      "backoff_cap",
+                                       "parking_container", "marker_ttl",
+                                       "event_ttl",         "park_scan_interval",
+                                       "log_level",         "log_json",
+                                       "http_listen",       NULL};
     struct cfg_processor *p = &ld->cfg->processor;
     const config_setting_t *g = get_group(ld, root, "processor");
     int64_t v;
@@ -443,10 +441,22 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     get_duration(ld, g, "park_scan_interval", 100, 3600000, 2000, &p->park_scan_interval_ms);
     get_str(ld, g, "log_level", false, "info", &p->log_level);
     get_bool(ld, g, "log_json", true, &p->log_json);
+    get_str(ld, g, "http_listen", false, NULL, &p->http_listen);
     if (g == NULL)
         return;
     check_keys(ld, g, keys);
     check_name(ld, g, "parking_container", p->parking_container);
+    if (p->http_listen != NULL) {
+        /* HOST:PORT, [IPV6]:PORT or :PORT; the address itself is checked when binding. */
+        const char *colon = strrchr(p->http_listen, ':');
+        int64_t port;
+
+        if (colon == NULL || sf_parse_i64(colon + 1, 0, 65535, &port) != SF_OK)
+            diag(ld, config_setting_get_member(g, "http_listen"),
+                 "processor.http_listen '%s' must be HOST:PORT (like \"127.0.0.1:9464\" or "
+                 "\":9464\")",
+                 p->http_listen);
+    }
     if (p->backoff_cap_ms < p->backoff_base_ms)
         diag(ld, g, "processor.backoff_cap (%lldms) is below processor.backoff_base (%lldms)",
              (long long)p->backoff_cap_ms, (long long)p->backoff_base_ms);
@@ -708,13 +718,13 @@ static void check_chain(struct loader *ld, const config_setting_t *wg, struct cf
              w->failed_state);
 }
 
-static void load_filter_params(struct loader *ld, const config_setting_t *wg,
-                               struct cfg_workflow *w)
+/* filter_params of a workflow or a kafka.cdc entry: *ret is a new object, even on errors. */
+static void load_filter_params(struct loader *ld, const config_setting_t *wg, json_t **ret)
 {
     const config_setting_t *g = config_setting_get_member(wg, "filter_params");
 
-    w->filter_params = json_object();
-    if (w->filter_params == NULL) {
+    *ret = json_object();
+    if (*ret == NULL) {
         diag(ld, wg, "out of memory");
         return;
     }
@@ -730,7 +740,7 @@ static void load_filter_params(struct loader *ld, const config_setting_t *wg,
         json_t *v = setting_to_json(m);
 
         (void)snprintf(name, sizeof(name), "@%s", config_setting_name(m));
-        if (v == NULL || json_object_set_new(w->filter_params, name, v) != 0)
+        if (v == NULL || json_object_set_new(*ret, name, v) != 0)
             diag(ld, m, "out of memory");
     }
 }
@@ -757,7 +767,7 @@ static void load_workflow(struct loader *ld, const config_setting_t *g, struct c
     w->filter_line = config_setting_get_member(g, "filter") != NULL
                          ? src_line(config_setting_get_member(g, "filter"))
                          : w->line;
-    load_filter_params(ld, g, w);
+    load_filter_params(ld, g, &w->filter_params);
     get_str(ld, g, "state_field", true, NULL, &w->state_field);
     get_str(ld, g, "saga_id", false, "{{item.id}}", &w->saga_id);
     get_str(ld, g, "reason_field", false, "reason", &w->reason_field);
@@ -842,6 +852,250 @@ static void load_workflows(struct loader *ld, const config_setting_t *root)
 }
 
 /* ---------------------------------------------------------------------------
+ * kafka: the outbox relay and CDC (optional; absent: no relay runs)
+ */
+
+/* Option names whose values are secrets: accepted from the environment or a file only. */
+static bool kafka_option_secret(const char *name)
+{
+    return strstr(name, "password") != NULL || strstr(name, "secret") != NULL ||
+           strcmp(name, "ssl.key.pem") == 0 || strcmp(name, "sasl.oauthbearer.config") == 0;
+}
+
+static void check_topic(struct loader *ld, const config_setting_t *g, const char *key,
+                        const char *v)
+{
+    const config_setting_t *s = config_setting_get_member(g, key);
+    char where[256];
+
+    if (v == NULL || outbox_topic_valid(v))
+        return;
+    setting_path(s, where, sizeof(where));
+    diag(ld, s, "%s '%s' is not a Kafka topic name (1-249 bytes of a-z A-Z 0-9 . _ -)", where, v);
+}
+
+/* One "name=value" string of options / options_env / options_file. */
+static void load_kafka_option(struct loader *ld, const config_setting_t *e, const char *key,
+                              int idx, enum cfg_kafka_source src, struct cfg_kafka *k)
+{
+    const char *text =
+        config_setting_type(e) == CONFIG_TYPE_STRING ? config_setting_get_string(e) : NULL;
+    const char *eq = text != NULL ? strchr(text, '=') : NULL;
+    struct cfg_kafka_option *o;
+    char *name;
+
+    if (eq == NULL || eq == text || (src != CFG_KAFKA_INLINE && eq[1] == '\0')) {
+        diag(ld, e, "kafka.%s[%d] must be a \"name=value\" string (%s)", key, idx,
+             src == CFG_KAFKA_INLINE ? "\"linger.ms=5\""
+             : src == CFG_KAFKA_ENV  ? "\"sasl.password=KAFKA_PASSWORD\", an environment variable"
+                                     : "\"sasl.password=/run/secrets/kafka\", a file");
+        return;
+    }
+    if (k->n_options >= CFG_KAFKA_OPTIONS_MAX) {
+        diag(ld, e, "kafka: too many options (at most %d)", CFG_KAFKA_OPTIONS_MAX);
+        return;
+    }
+    name = strndup(text, (size_t)(eq - text));
+    if (name == NULL) {
+        diag(ld, e, "out of memory");
+        return;
+    }
+    o = &k->options[k->n_options++];
+    o->name = name;
+    o->value = eq + 1;
+    o->source = src;
+    o->file = src_file(ld, e);
+    o->line = src_line(e);
+    if (src == CFG_KAFKA_INLINE && kafka_option_secret(name))
+        diag(ld, e,
+             "kafka.options: '%s' is a secret and not accepted inline; use options_env (an "
+             "environment variable) or options_file",
+             name);
+    if (strcmp(name, "bootstrap.servers") == 0 || strcmp(name, "metadata.broker.list") == 0)
+        diag(ld, e, "kafka.%s: set the brokers with kafka.brokers, not '%s'", key, name);
+    for (size_t i = 0; i + 1 < k->n_options; i++)
+        if (strcmp(k->options[i].name, name) == 0)
+            diag(ld, e, "kafka option '%s' is set twice (first at line %d)", name,
+                 k->options[i].line);
+}
+
+static void load_kafka_options(struct loader *ld, const config_setting_t *g, const char *key,
+                               enum cfg_kafka_source src, struct cfg_kafka *k)
+{
+    const config_setting_t *l = config_setting_get_member(g, key);
+
+    if (l == NULL)
+        return;
+    if (!config_setting_is_list(l) && !config_setting_is_array(l)) {
+        diag(ld, l, "kafka.%s must be a list of \"name=value\" strings [ \"...\", ... ], not %s",
+             key, type_name(config_setting_type(l)));
+        return;
+    }
+    for (int i = 0; i < config_setting_length(l); i++)
+        load_kafka_option(ld, config_setting_get_elem(l, (unsigned)i), key, i, src, k);
+}
+
+static void load_kafka_routes(struct loader *ld, const config_setting_t *g, struct cfg_kafka *k)
+{
+    static const char *const keys[] = {"event", "topic", NULL};
+    const config_setting_t *l = config_setting_get_member(g, "routes");
+    int n;
+
+    if (l == NULL)
+        return;
+    n = config_setting_length(l);
+    if (!config_setting_is_list(l)) {
+        diag(ld, l, "kafka.routes must be a list ( { event = \"...\"; topic = \"...\"; }, ... )");
+        return;
+    }
+    if (n > CFG_KAFKA_ROUTES_MAX) {
+        diag(ld, l, "kafka: too many routes (at most %d)", CFG_KAFKA_ROUTES_MAX);
+        return;
+    }
+    k->routes = calloc((size_t)n + 1, sizeof(*k->routes));
+    if (k->routes == NULL) {
+        diag(ld, l, "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *r = config_setting_get_elem(l, (unsigned)i);
+        struct cfg_kafka_route *rt = &k->routes[k->n_routes];
+
+        if (!config_setting_is_group(r)) {
+            diag(ld, r, "kafka.routes[%d] must be a group { event = \"...\"; topic = \"...\"; }",
+                 i);
+            continue;
+        }
+        check_keys(ld, r, keys);
+        get_str(ld, r, "event", true, NULL, &rt->event_type);
+        get_str(ld, r, "topic", true, NULL, &rt->topic);
+        check_topic(ld, r, "topic", rt->topic);
+        rt->line = src_line(r);
+        if (rt->event_type == NULL || rt->topic == NULL)
+            continue;
+        for (size_t j = 0; j < k->n_routes; j++)
+            if (strcmp(k->routes[j].event_type, rt->event_type) == 0)
+                diag(ld, r, "kafka.routes: event type '%s' is routed twice (first at line %d)",
+                     rt->event_type, k->routes[j].line);
+        k->n_routes++;
+    }
+}
+
+static void load_kafka_cdc(struct loader *ld, const config_setting_t *g, struct cfg_kafka *k)
+{
+    static const char *const keys[] = {"container", "filter", "filter_params", "topic", NULL};
+    const config_setting_t *l = config_setting_get_member(g, "cdc");
+    int n;
+
+    if (l == NULL)
+        return;
+    n = config_setting_length(l);
+    if (!config_setting_is_list(l)) {
+        diag(ld, l, "kafka.cdc must be a list ( { container = \"...\"; topic = \"...\"; }, ... )");
+        return;
+    }
+    if (n > CFG_KAFKA_CDC_MAX) {
+        diag(ld, l, "kafka: too many cdc entries (at most %d)", CFG_KAFKA_CDC_MAX);
+        return;
+    }
+    k->cdc = calloc((size_t)n + 1, sizeof(*k->cdc));
+    if (k->cdc == NULL) {
+        diag(ld, l, "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        struct cfg_kafka_cdc *c = &k->cdc[k->n_cdc];
+
+        if (!config_setting_is_group(e)) {
+            diag(ld, e, "kafka.cdc[%d] must be a group { container = \"...\"; topic = \"...\"; }",
+                 i);
+            continue;
+        }
+        c->file = src_file(ld, e);
+        c->line = src_line(e);
+        check_keys(ld, e, keys);
+        get_str(ld, e, "container", true, NULL, &c->container);
+        get_str(ld, e, "filter", false, NULL, &c->filter);
+        get_str(ld, e, "topic", true, NULL, &c->topic);
+        c->filter_line = config_setting_get_member(e, "filter") != NULL
+                             ? src_line(config_setting_get_member(e, "filter"))
+                             : c->line;
+        load_filter_params(ld, e, &c->filter_params);
+        k->n_cdc++; /* counted now: cfg_free releases its filter_params */
+        check_name(ld, e, "container", c->container);
+        check_topic(ld, e, "topic", c->topic);
+        if (c->container == NULL || c->topic == NULL)
+            continue;
+        /* Each entry has its own leases, named after container and topic. */
+        for (size_t j = 0; j + 1 < k->n_cdc; j++)
+            if (k->cdc[j].container != NULL && k->cdc[j].topic != NULL &&
+                strcmp(k->cdc[j].container, c->container) == 0 &&
+                strcmp(k->cdc[j].topic, c->topic) == 0)
+                diag(ld, e,
+                     "kafka.cdc: container '%s' to topic '%s' is given twice (first at "
+                     "line %d)",
+                     c->container, c->topic, k->cdc[j].line);
+    }
+}
+
+static void kafka_free(struct cfg_kafka *k)
+{
+    if (k == NULL)
+        return;
+    for (size_t i = 0; i < k->n_options; i++)
+        free((char *)k->options[i].name);
+    for (size_t i = 0; i < k->n_cdc; i++)
+        json_decref(k->cdc[i].filter_params);
+    free(k->options);
+    free(k->routes);
+    free(k->cdc);
+    free(k);
+}
+
+static void load_kafka(struct loader *ld, const config_setting_t *root)
+{
+    static const char *const keys[] = {
+        "brokers", "options",       "options_env",   "options_file", "flush_timeout",
+        "routes",  "default_topic", "invalid_topic", "lease_prefix", "cdc",
+        NULL};
+    const config_setting_t *g = get_group(ld, root, "kafka");
+    struct cfg_kafka *k;
+
+    if (g == NULL)
+        return;
+    k = calloc(1, sizeof(*k));
+    if (k == NULL || (k->options = calloc(CFG_KAFKA_OPTIONS_MAX, sizeof(*k->options))) == NULL) {
+        free(k);
+        diag(ld, g, "out of memory");
+        return;
+    }
+    ld->cfg->kafka = k;
+    k->file = src_file(ld, g);
+    k->line = src_line(g);
+    check_keys(ld, g, keys);
+    get_str(ld, g, "brokers", true, NULL, &k->brokers);
+    load_kafka_options(ld, g, "options", CFG_KAFKA_INLINE, k);
+    load_kafka_options(ld, g, "options_env", CFG_KAFKA_ENV, k);
+    load_kafka_options(ld, g, "options_file", CFG_KAFKA_FILE, k);
+    get_duration(ld, g, "flush_timeout", 1, 600000, 10000, &k->flush_timeout_ms);
+    load_kafka_routes(ld, g, k);
+    get_str(ld, g, "default_topic", false, NULL, &k->default_topic);
+    get_str(ld, g, "invalid_topic", false, NULL, &k->invalid_topic);
+    check_topic(ld, g, "default_topic", k->default_topic);
+    check_topic(ld, g, "invalid_topic", k->invalid_topic);
+    get_str(ld, g, "lease_prefix", false, NULL, &k->lease_prefix);
+    check_name(ld, g, "lease_prefix", k->lease_prefix);
+    if (k->lease_prefix != NULL && ld->cfg->feed.lease_prefix != NULL &&
+        strcmp(k->lease_prefix, ld->cfg->feed.lease_prefix) == 0)
+        diag(ld, config_setting_get_member(g, "lease_prefix"),
+             "kafka.lease_prefix '%s' must differ from feed.lease_prefix: the relay's progress "
+             "is its own checkpoint",
+             k->lease_prefix);
+    load_kafka_cdc(ld, g, k);
+}
+
+/* ---------------------------------------------------------------------------
  * Entry points
  */
 
@@ -864,6 +1118,7 @@ void cfg_free(struct cfg *cfg)
         free(w->steps);
     }
     free(cfg->workflows);
+    kafka_free(cfg->kafka);
     priv = cfg->priv;
     if (priv != NULL) {
         config_destroy(&priv->lc);
@@ -875,8 +1130,8 @@ void cfg_free(struct cfg *cfg)
 
 static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
 {
-    static const char *const top_keys[] = {"cosmos",  "embedded",  "feed", "processor",
-                                           "plugins", "workflows", NULL};
+    static const char *const top_keys[] = {"cosmos",  "embedded",  "feed",  "processor",
+                                           "plugins", "workflows", "kafka", NULL};
     struct cfg_priv *priv = cfg->priv;
     struct cfg_diags local;
     struct loader ld = {.cfg = cfg, .diags = diags != NULL ? diags : &local, .name = priv->name};
@@ -886,6 +1141,8 @@ static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct s
         memset(&local, 0, sizeof(local));
     ld.diags->n = 0;
     ld.diags->dropped = 0;
+    if (priv->env)
+        cfg_env_apply(&priv->lc, environ, ld.diags);
     check_keys(&ld, root, top_keys);
     load_cosmos(&ld, root);
     load_embedded(&ld, root);
@@ -893,6 +1150,7 @@ static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct s
     load_processor(&ld, root);
     load_plugins(&ld, root);
     load_workflows(&ld, root);
+    load_kafka(&ld, root);
     if (ld.diags->n > 0)
         return sf_err_set(err, SF_EINVAL, false, "%s%s", ld.diags->msg[0],
                           ld.diags->n > 1 ? " (and more)" : "");
@@ -967,6 +1225,7 @@ enum sf_rc cfg_load(const char *path, struct cfg **ret_cfg, struct cfg_diags *di
         config_set_include_dir(&priv->lc, dir);
     }
     errno = 0;
+    priv->env = true;
     if (config_read_file(&priv->lc, path) != CONFIG_TRUE) {
         rc = parse_failed(cfg, diags, err);
         goto out;

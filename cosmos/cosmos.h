@@ -131,6 +131,12 @@ const char *cosmos_client_endpoint(const struct cosmos_client *cli);
 /* true when TLS verification was turned off (the caller may surface it too). */
 bool cosmos_client_tls_insecure(const struct cosmos_client *cli);
 
+/*
+ * Request units (x-ms-request-charge) of every attempt this client made
+ * since it was created, to a thousandth. Any thread.
+ */
+double cosmos_client_request_charge(struct cosmos_client *cli);
+
 /* ---------------------------------------------------------------------------
  * Responses
  */

@@ -60,6 +60,8 @@ struct cosmos_client {
     unsigned pool_max;
 
     atomic_uint_fast64_t seq; /* per-request jitter seeds */
+    /* request units charged to every call of this client, in thousandths (metrics) */
+    atomic_uint_fast64_t charge_milli;
     uint64_t seed_base;
 
     struct cosmos_pkr_cache *pkr_cache;
@@ -231,6 +233,7 @@ enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_cl
     if (sf_random_bytes(&cli->seed_base, sizeof(cli->seed_base)) != SF_OK)
         cli->seed_base = (uint64_t)sf_mono_us(); /* jitter only: not a secret */
     atomic_init(&cli->seq, 0);
+    atomic_init(&cli->charge_milli, 0);
     /* Reference counted by libcurl; thread-safe in libcurl >= 7.84. */
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         rc = sf_err_set(err, SF_EIO, false, "libcurl initialisation failed");
@@ -304,6 +307,11 @@ void cosmos_client_free(struct cosmos_client *cli)
 const char *cosmos_client_endpoint(const struct cosmos_client *cli)
 {
     return cli->endpoint;
+}
+
+double cosmos_client_request_charge(struct cosmos_client *cli)
+{
+    return (double)atomic_load(&cli->charge_milli) / 1000.0;
 }
 
 bool cosmos_client_tls_insecure(const struct cosmos_client *cli)
@@ -756,6 +764,9 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         st.attempts++;
         resp->attempts = st.attempts;
         resp->total_charge += resp->request_charge;
+        if (resp->request_charge > 0)
+            atomic_fetch_add(&cli->charge_milli,
+                             (uint_fast64_t)(resp->request_charge * 1000.0 + 0.5));
         v = cosmos_classify(net, resp->status, resp->substatus, req->cls, req->guarded,
                             req->accept_304);
         if (v.success)

@@ -180,6 +180,16 @@ void feed_processor_free(struct feed_processor *p);
 /* The owner name this instance writes into leases. Borrowed for p's life. */
 const char *feed_processor_instance(const struct feed_processor *p);
 
+/*
+ * Pauses (true) or resumes (false) reading: while paused no range reads a
+ * change-feed page and the consume callback is not called, but leases are
+ * still renewed, acks of items already delivered still checkpoint, and the
+ * hang guard stands still (a deliberate pause is not a stall). Resuming
+ * reads on from where each range stood: nothing is skipped. May be called
+ * before feed_processor_start. Any thread, any time between new and free.
+ */
+void feed_processor_pause(struct feed_processor *p, bool paused);
+
 /* ---------------------------------------------------------------------------
  * Items
  */

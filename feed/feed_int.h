@@ -6,6 +6,7 @@
 #define FEED_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "common/sf_base.h"
 #include "common/sf_err.h"
@@ -335,7 +336,8 @@ struct feed_processor {
     bool manager_started;
     bool running;
     bool stopping;
-    bool wake; /* a reader exited: the manager should reap now */
+    bool wake;          /* a reader exited: the manager should reap now */
+    atomic_bool paused; /* feed_processor_pause: readers hold off, the hang guard waits */
     int64_t drain_deadline_mono;
     struct feed_reader *readers; /* owned ranges and readers not yet joined */
     struct feed_reader *retired; /* joined, waiting for outstanding acks */

@@ -244,6 +244,19 @@ const char *feed_processor_instance(const struct feed_processor *p)
     return p->instance;
 }
 
+void feed_processor_pause(struct feed_processor *p, bool paused)
+{
+    atomic_store(&p->paused, paused);
+    /* Wake the readers, so a resume reads at once rather than after their wait. */
+    pthread_mutex_lock(&p->mu);
+    for (struct feed_reader *r = p->readers; r != NULL; r = r->next) {
+        pthread_mutex_lock(&r->mu);
+        pthread_cond_broadcast(&r->cond);
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
 /* ---------------------------------------------------------------------------
  * Manager: readers
  */
@@ -491,6 +504,8 @@ static const char *stall_reason(struct feed_processor *p, struct feed_reader *r,
  */
 static void hang_guard(struct feed_processor *p)
 {
+    if (atomic_load(&p->paused))
+        return; /* the readers refresh their clocks while paused */
     for (struct feed_reader *r = p->readers; r != NULL; r = r->next) {
         char why[320];
         const char *reason;

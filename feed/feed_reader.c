@@ -612,6 +612,12 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
     pending = feed_track_pending(&r->track);
     if (r->stop) {
         t = TURN_STOP;
+    } else if (atomic_load(&r->p->paused)) {
+        /* Paused by the operator: no reads, and the hang guard's clocks stand still. */
+        r->last_read_ok_mono = now;
+        r->last_ack_mono = now;
+        wait_locked(r, SF_MIN(o->poll_ms, 100));
+        t = TURN_AGAIN;
     } else if (pending > 0 && pending + (size_t)o->max_items > o->max_inflight) {
         wait_locked(r, SF_MIN(o->checkpoint_ms, 100)); /* acks wake us */
         t = TURN_AGAIN;

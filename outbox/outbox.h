@@ -27,8 +27,10 @@
  * outbox_record_build)
  * ------------------------------------------------------------------------
  *   {
- *     "id":          "ob:order-fulfilment:o-17:OrderCompleted",  deterministic event id
+ *     "id":          "ob:order-fulfilment:o-17:OrderCompleted:charged",  deterministic event id
  *     "type":        "sagafeed.outbox",                          marks an outbox record
+ *     "sfKind":      "event",                                    sagafeed's own document: saga
+ *                                                                workflows skip it (STEP_SYS_FIELD)
  *     "<pk field>":  <the saga item's partition key value>,       same logical partition
  *     "eventType":   "OrderCompleted",                           required, routes the topic
  *     "topic":       "order-events",                             optional, overrides routing
@@ -37,8 +39,15 @@
  *     "epoch":       3,                                          optional (header epoch)
  *     "payload":     { ... },                                    required, any JSON value
  *     "traceparent": "00-<32 hex>-<16 hex>-01",                  optional (W3C)
+ *     "sourceId":    "o-17",                                     optional: the saga item's id
+ *     "sourceLsn":   24,                                         optional: the saga item's _lsn
+ *     "createdAt":   "2026-11-29T19:30:00.123Z",                 optional: when it was built
  *     "ttl":         604800                                      seconds; needs TTL on
  *   }
+ *
+ * sourceId, sourceLsn and createdAt are for people and benchmarks reading
+ * the container; the relay does not publish them (the source-lsn header is
+ * the record's own _lsn, the position the relay's checkpoint is made of).
  *
  * The container must have TTL enabled (default TTL -1 or a number) for "ttl"
  * to take effect, and the TTL must exceed the longest possible relay outage:
@@ -87,9 +96,17 @@
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
 
-#define OUTBOX_RECORD_TYPE   "sagafeed.outbox" /* the "type" of every outbox record */
-#define OUTBOX_EVENT_ID_MAX  255               /* bytes of a record id we generate or accept */
-#define OUTBOX_NAME_MAX      249               /* bytes of a topic name (Kafka's limit) */
+#define OUTBOX_RECORD_TYPE "sagafeed.outbox" /* the "type" of every outbox record */
+/*
+ * Every document sagafeed writes besides effects carries this field (markers,
+ * parked items, outbox records), so the saga dispatcher skips them; the saga
+ * engine's STEP_SYS_FIELD is defined as this. Outbox records carry the value
+ * OUTBOX_SYS_KIND.
+ */
+#define OUTBOX_SYS_FIELD     "sfKind"
+#define OUTBOX_SYS_KIND      "event"
+#define OUTBOX_EVENT_ID_MAX  255             /* bytes of a record id we generate or accept */
+#define OUTBOX_NAME_MAX      249             /* bytes of a topic name (Kafka's limit) */
 #define OUTBOX_FIELD_MAX     1024            /* bytes of eventType, sagaId, workflow, traceparent */
 #define OUTBOX_DEFAULT_TTL_S (7 * 24 * 3600) /* record ttl when the builder is given 0 */
 #define OUTBOX_HEADERS_MAX   16              /* headers of one message */
@@ -115,6 +132,9 @@ struct outbox_record {
     const json_t *payload;     /* required: any JSON value (borrowed, deep-copied) */
     const char *traceparent;   /* optional W3C traceparent of the item */
     int64_t ttl_s;             /* 0: OUTBOX_DEFAULT_TTL_S; -1: no "ttl" field (never expires) */
+    const char *source_id;     /* optional: the id of the item the event is about */
+    int64_t source_lsn;        /* optional: that item's _lsn; <= 0: omitted */
+    int64_t created_at_ms; /* optional: epoch ms written as ISO 8601 "createdAt"; <= 0: omitted */
 };
 
 /*
@@ -147,8 +167,18 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
 enum sf_rc outbox_record_build_text(const struct outbox_record *rec, struct sf_buf *out,
                                     struct sf_err *err);
 
+/* true when topic is a Kafka topic name: 1..249 bytes of [a-zA-Z0-9._-], not "." or "..". */
+bool outbox_topic_valid(const char *topic);
+
 /* true when doc is an object whose "type" is OUTBOX_RECORD_TYPE. */
 bool outbox_record_is(const json_t *doc);
+
+/*
+ * true when s is a W3C traceparent the builder accepts ("00-<32 hex>-<16
+ * hex>-<2 hex>", lowercase; later versions may append "-..."). Callers that
+ * copy a traceparent from user data check it first. Any thread.
+ */
+bool outbox_traceparent_valid(const char *s);
 
 /* An outbox record as read back. Every pointer is borrowed from the document. */
 struct outbox_record_view {
@@ -240,6 +270,14 @@ struct outbox_delivery {
  * (SF_ESTATE, retriable). Never called for a publish that returned an error.
  */
 typedef void (*outbox_delivered_fn)(void *ctx, const struct outbox_delivery *d);
+
+/*
+ * Checks opts the way outbox_sink_new does (unknown or invalid librdkafka
+ * options, forbidden overrides, no brokers) without creating a producer or
+ * touching the network: check-config. SF_EINVAL with the message
+ * outbox_sink_new would give. Any thread.
+ */
+enum sf_rc outbox_sink_opts_check(const struct outbox_sink_opts *opts, struct sf_err *err);
 
 /*
  * Creates the producer (no connection is made until the first message) and
@@ -352,9 +390,15 @@ typedef void (*outbox_event_fn)(void *ctx, const struct outbox_event *ev);
 /* Options. Strings and routes are copied; json values are copied. */
 struct outbox_relay_opts {
     enum outbox_mode mode;
-    /* Outbox mode: topic = the record's "topic", else routes[eventType], else default_topic. */
+    /*
+     * Outbox mode: topic = the record's "topic", else routes[eventType], else
+     * default_topic. With routes_first, a route wins over the record's
+     * "topic": the operator's override of where an event type goes (sagafeed
+     * run sets it; the saga engine names the workflow's topic in every record).
+     */
     const struct outbox_route *routes; /* at most OUTBOX_ROUTES_MAX */
     size_t n_routes;
+    bool routes_first;
     const char *
         default_topic; /* outbox: unrouted events (NULL: such records are invalid); CDC: required */
     const char *invalid_topic; /* optional: malformed records are published here as they are */

@@ -7,13 +7,13 @@
 
 #include "common/sf_crypto.h"
 #include "common/sf_json.h"
+#include "common/sf_time.h"
 #include "outbox/outbox.h"
-#include "outbox/outbox_int.h"
 
 /* Fields of the record itself: a partition key path may not start with one of these. */
 static const char *const record_fields[] = {
-    "id",       "type",  "eventType", "topic",       "sagaId",
-    "workflow", "epoch", "payload",   "traceparent", "ttl",
+    "id",      "type",        "eventType", "topic",    "sagaId",    "workflow",  "epoch",
+    "payload", "traceparent", "ttl",       "sourceId", "sourceLsn", "createdAt", OUTBOX_SYS_FIELD,
 };
 
 #define PK_PATH_MAX    256
@@ -112,13 +112,15 @@ enum sf_rc outbox_event_id(const char *workflow, const char *saga_id, const char
 }
 
 /* W3C trace context: "vv-<32 hex>-<16 hex>-ff", lowercase; later versions may append "-...". */
-static bool traceparent_valid(const char *s)
+bool outbox_traceparent_valid(const char *s)
 {
     static const int hex_runs[] = {2, 32, 16, 2};
     const char *p = s;
     size_t i;
     int k;
 
+    if (s == NULL)
+        return false;
     for (i = 0; i < SF_ARRAY_LEN(hex_runs); i++) {
         for (k = 0; k < hex_runs[i]; k++, p++)
             if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
@@ -226,7 +228,8 @@ static enum sf_rc check_record(const struct outbox_record *rec, struct sf_err *e
         (rc = check_str("workflow", rec->workflow, rec->id == NULL, OUTBOX_FIELD_MAX, err)) !=
             SF_OK ||
         (rc = check_str("id", rec->id, false, OUTBOX_EVENT_ID_MAX, err)) != SF_OK ||
-        (rc = check_str("traceparent", rec->traceparent, false, OUTBOX_FIELD_MAX, err)) != SF_OK)
+        (rc = check_str("traceparent", rec->traceparent, false, OUTBOX_FIELD_MAX, err)) != SF_OK ||
+        (rc = check_str("source_id", rec->source_id, false, OUTBOX_FIELD_MAX, err)) != SF_OK)
         return rc;
     if (rec->id != NULL) {
         const char *p;
@@ -242,7 +245,7 @@ static enum sf_rc check_record(const struct outbox_record *rec, struct sf_err *e
                           "outbox record: topic '%.64s' is not a valid Kafka topic name "
                           "(1..249 of [a-zA-Z0-9._-])",
                           rec->topic);
-    if (rec->traceparent != NULL && !traceparent_valid(rec->traceparent))
+    if (rec->traceparent != NULL && !outbox_traceparent_valid(rec->traceparent))
         return sf_err_set(err, SF_EINVAL, false,
                           "outbox record: traceparent '%.64s' is not a W3C traceparent",
                           rec->traceparent);
@@ -288,6 +291,7 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
         goto oom;
     bad |= json_object_set_new(doc, "id", json_string(id));
     bad |= json_object_set_new(doc, "type", json_string(OUTBOX_RECORD_TYPE));
+    bad |= json_object_set_new(doc, OUTBOX_SYS_FIELD, json_string(OUTBOX_SYS_KIND));
     if (bad != 0)
         goto oom;
     /* The partition key comes right after, where a reader of the document expects it. */
@@ -306,6 +310,16 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
     bad |= json_object_set_new(doc, "payload", payload);
     if (rec->traceparent != NULL)
         bad |= json_object_set_new(doc, "traceparent", json_string(rec->traceparent));
+    if (rec->source_id != NULL)
+        bad |= json_object_set_new(doc, "sourceId", json_string(rec->source_id));
+    if (rec->source_lsn > 0)
+        bad |= json_object_set_new(doc, "sourceLsn", json_integer(rec->source_lsn));
+    if (rec->created_at_ms > 0) {
+        char at[32];
+
+        sf_time_iso8601(rec->created_at_ms, at);
+        bad |= json_object_set_new(doc, "createdAt", json_string(at));
+    }
     if (rec->ttl_s >= 0)
         bad |= json_object_set_new(
             doc, "ttl", json_integer(rec->ttl_s == 0 ? OUTBOX_DEFAULT_TTL_S : rec->ttl_s));

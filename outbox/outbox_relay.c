@@ -19,7 +19,6 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "outbox/outbox.h"
-#include "outbox/outbox_int.h"
 
 #define RELAY_RETRY_BASE_MS 100
 #define RELAY_RETRY_CAP_MS  5000
@@ -36,6 +35,7 @@ struct outbox_relay {
     enum outbox_mode mode;
     struct relay_route *routes; /* sorted by event_type */
     size_t n_routes;
+    bool routes_first; /* a route wins over the record's own topic */
     char *default_topic;
     char *invalid_topic;
     char *filter_field;
@@ -245,18 +245,27 @@ static int route_cmp(const void *a, const void *b)
     return strcmp(x->event_type, y->event_type);
 }
 
-static const char *route_topic(const struct outbox_relay *r, const char *event_type)
+/* The route of event_type, or NULL. */
+static const char *route_find(const struct outbox_relay *r, const char *event_type)
 {
     struct relay_route key, *hit;
 
     if (r->n_routes == 0)
-        return r->default_topic;
+        return NULL;
     key.event_type = (char *)event_type;
     key.topic = NULL;
     hit = bsearch(&key, r->routes, r->n_routes, sizeof(*r->routes), route_cmp);
-    if (hit != NULL)
-        return hit->topic;
-    return r->default_topic;
+    return hit != NULL ? hit->topic : NULL;
+}
+
+/* The topic of a record (see struct outbox_relay_opts), or NULL when it has none. */
+static const char *record_topic(const struct outbox_relay *r, const struct outbox_record_view *v)
+{
+    const char *routed = route_find(r, v->event_type);
+
+    if (routed != NULL && (r->routes_first || v->topic == NULL))
+        return routed;
+    return v->topic != NULL ? v->topic : r->default_topic;
 }
 
 /* ---- delivery and retries --------------------------------------------------------------- */
@@ -546,7 +555,7 @@ enum sf_rc outbox_relay_offer(struct outbox_relay *r, const struct outbox_item *
             rc = take_invalid(r, item, item_ctx, berr.msg, ret_disp, err);
             goto out;
         }
-        topic = v.topic != NULL ? v.topic : route_topic(r, v.event_type);
+        topic = record_topic(r, &v);
         if (topic == NULL) {
             (void)snprintf(berr.msg, sizeof(berr.msg),
                            "no topic for event type \"%.200s\" (no route, no default topic)",
@@ -694,6 +703,7 @@ enum sf_rc outbox_relay_new(struct outbox_sink *sink, const struct outbox_relay_
     r->filter_fn = opts->filter_fn;
     r->filter_ctx = opts->filter_ctx;
     r->cdc_skip_outbox_records = opts->cdc_skip_outbox_records;
+    r->routes_first = opts->routes_first;
 
     r->default_topic =
         dup_topic("default_topic", opts->default_topic, opts->mode == OUTBOX_MODE_CDC, &rc, err);

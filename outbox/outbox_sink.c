@@ -17,9 +17,9 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/sf_log.h"
+#include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "outbox/outbox.h"
-#include "outbox/outbox_int.h"
 
 #define SINK_FLUSH_DEFAULT_MS   10000
 #define SINK_ENQUEUE_DEFAULT_MS 5000
@@ -198,6 +198,8 @@ static enum sf_rc conf_set(rd_kafka_conf_t *conf, const char *name, const char *
 /* Options whose value the guarantees depend on: only the safe value is accepted. */
 static enum sf_rc check_override(const char *name, const char *value, struct sf_err *err)
 {
+    int64_t n;
+
     if (strcmp(name, "enable.idempotence") == 0 && strcmp(value, "true") != 0)
         return sf_err_set(err, SF_EINVAL, false,
                           "kafka option enable.idempotence: must stay true (per-key order and "
@@ -207,6 +209,13 @@ static enum sf_rc check_override(const char *name, const char *value, struct sf_
         return sf_err_set(err, SF_EINVAL, false,
                           "kafka option %s: must stay \"all\" (an event acknowledged by fewer "
                           "replicas can be lost after it was checkpointed)",
+                          name);
+    if ((strcmp(name, "max.in.flight.requests.per.connection") == 0 ||
+         strcmp(name, "max.in.flight") == 0) &&
+        (sf_parse_i64(value, 1, 5, &n) != SF_OK))
+        return sf_err_set(err, SF_EINVAL, false,
+                          "kafka option %s: must be 1..5 (the idempotent producer keeps per-key "
+                          "order only up to 5 requests in flight)",
                           name);
     if (strcmp(name, "transactional.id") == 0)
         return sf_err_set(err, SF_EINVAL, false,
@@ -278,6 +287,22 @@ static enum sf_rc build_conf(const struct outbox_sink_opts *opts, struct outbox_
 }
 
 /* ---- API ------------------------------------------------------------------------------------ */
+
+enum sf_rc outbox_sink_opts_check(const struct outbox_sink_opts *opts, struct sf_err *err)
+{
+    rd_kafka_conf_t *conf = NULL;
+    enum sf_rc rc;
+
+    if (opts == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "outbox sink: NULL options");
+    if (opts->flush_timeout_ms < 0 || opts->enqueue_timeout_ms < 0 || opts->poll_ms < 0)
+        return sf_err_set(err, SF_EINVAL, false, "outbox sink: negative timeout");
+    /* The callbacks' opaque is never used: the configuration is destroyed unused. */
+    rc = build_conf(opts, NULL, &conf, err);
+    if (rc == SF_OK)
+        rd_kafka_conf_destroy(conf);
+    return rc;
+}
 
 enum sf_rc outbox_sink_new(const struct outbox_sink_opts *opts, struct outbox_sink **ret_sink,
                            struct sf_err *err)

@@ -18,8 +18,10 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "config/cfg.h"
+#include "processor/proc_cli.h"
 #include "processor/proc_demo.h"
 #include "processor/proc_embed.h"
+#include "processor/proc_ops.h"
 #include "processor/proc_service.h"
 
 #define SAGAFEED_VERSION "0.1.0"
@@ -59,6 +61,14 @@ static const char USAGE[] =
     "  demo [--orders N]     the order fulfilment demo on a private cosmolite\n"
     "  parked list|replay -c FILE [--key K]\n"
     "                        list parked items, or ask the service to replay them\n"
+    "  status -c FILE        leases: owner, epoch, checkpoint, lag, last progress\n"
+    "  lag -c FILE           lag per range in items (LSNs) and seconds\n"
+    "  pause|resume -c FILE  stop / restart the whole fleet's work (control document)\n"
+    "  replay -c FILE --from X --to Y\n"
+    "                        re-run a bounded window of the change feed (--dry-run)\n"
+    "  saga show ID -c FILE  a saga's state, completed steps (markers) and events\n"
+    "  leases export|import|reset -c FILE\n"
+    "                        save, restore or move (--to-time) the fleet's positions\n"
     "  --help, --version\n"
     "\n"
     "`sagafeed COMMAND --help` explains each command.\n";
@@ -76,13 +86,18 @@ static const char USAGE_RUN[] =
     "embedded.data_dir and stopped on exit.\n"
     "\n"
     "SIGTERM or SIGINT drain in-flight work, checkpoint and release the leases.\n"
+    "`sagafeed pause` / `resume` stop and restart the work of every instance\n"
+    "(read every feed.poll_interval; an instance starts paused until it has read\n"
+    "the fleet's control document).\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE     the configuration (required)\n"
     "      --instance NAME   lease owner name (overrides feed.instance)\n"
     "      --log-level L     debug, info, warn, error (overrides processor.log_level)\n"
     "      --log-text        text log lines instead of JSON\n"
-    "      --drain-timeout D how long to wait for in-flight work at stop (default 10s)\n";
+    "      --drain-timeout D how long to wait for in-flight work at stop (default 10s)\n"
+    "      --http HOST:PORT  serve /metrics, /healthz, /readyz (overrides\n"
+    "                        processor.http_listen; port 0 picks a free port)\n";
 
 static const char USAGE_CHECK[] =
     "Usage: sagafeed check-config FILE\n"
@@ -183,9 +198,11 @@ static int cmd_run(int argc, char **argv)
                                          {"log-level", required_argument, NULL, 'l'},
                                          {"log-text", no_argument, NULL, 't'},
                                          {"drain-timeout", required_argument, NULL, 'd'},
+                                         {"http", required_argument, NULL, 'H'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *path = NULL, *instance = NULL, *level = NULL;
+    const char *path = NULL, *instance = NULL, *level = NULL, *http = NULL;
+    struct proc_ops *ops = NULL;
     bool text = false;
     int64_t drain_ms = 10000, last_stats;
     struct cfg *cfg = NULL;
@@ -213,6 +230,9 @@ static int cmd_run(int argc, char **argv)
                 (void)fprintf(stderr, "sagafeed run: bad --drain-timeout '%s'\n", optarg);
                 return 2;
             }
+            break;
+        case 'H':
+            http = optarg;
             break;
         case 'h':
             (void)fputs(USAGE_RUN, stdout);
@@ -242,8 +262,24 @@ static int cmd_run(int argc, char **argv)
     so.cfg = cfg;
     so.instance = instance;
     sf_err_clear(&err);
-    if (proc_service_start(&so, &svc, &err) != SF_OK) {
+    /* Pause, resume and metrics (proc_ops.h): the service starts paused until ops reads the
+       fleet's control document. */
+    if (proc_ops_new(
+            &(struct proc_ops_opts){.cfg = cfg,
+                                    .http_listen = http != NULL ? http : cfg->processor.http_listen,
+                                    .instance = instance},
+            &ops, &err) != SF_OK) {
         sf_log_error("sagafeed", "cannot start: %s", err.msg);
+        cfg_free(cfg);
+        return 2;
+    }
+    so.start_paused = true;
+    so.on_result = proc_ops_on_result;
+    so.result_ctx = ops;
+    if (proc_service_start(&so, &svc, &err) != SF_OK || proc_ops_attach(ops, svc, &err) != SF_OK) {
+        sf_log_error("sagafeed", "cannot start: %s", err.msg);
+        proc_service_stop(svc, 0);
+        proc_ops_free(ops);
         cfg_free(cfg);
         return 1;
     }
@@ -252,6 +288,7 @@ static int cmd_run(int argc, char **argv)
     last_stats = sf_mono_ms();
     while (!g_stop) {
         proc_service_tick(svc);
+        proc_ops_tick(ops);
         sf_sleep_ms(100);
         if (sf_mono_ms() - last_stats >= 10000) {
             log_stats(svc, "progress");
@@ -261,7 +298,9 @@ static int cmd_run(int argc, char **argv)
     sf_log_info("sagafeed", "stopping: draining in-flight work (up to %lldms)",
                 (long long)drain_ms);
     log_stats(svc, "at stop");
+    proc_ops_detach(ops);
     proc_service_stop(svc, drain_ms);
+    proc_ops_free(ops);
     sf_log_info("sagafeed", "stopped");
     cfg_free(cfg);
     return 0;
@@ -436,6 +475,7 @@ static int cmd_demo(int argc, char **argv)
     so.endpoint = proc_embed_endpoint(emb);
     so.key = proc_embed_key(emb);
     so.instance = "demo";
+    so.no_kafka = true; /* the demo needs no Kafka: its example's kafka section is left out */
     t0 = sf_mono_ms();
     if (proc_service_start(&so, &svc, &err) != SF_OK)
         goto fail;
@@ -603,6 +643,12 @@ int main(int argc, char **argv)
         return cmd_demo(argc - 1, argv + 1);
     if (strcmp(argv[1], "parked") == 0)
         return cmd_parked(argc - 1, argv + 1);
+    if (proc_cli_has(argv[1])) {
+        /* Long commands (replay) stop cleanly on SIGINT/SIGTERM; short ones just die. */
+        if (strcmp(argv[1], "replay") == 0)
+            install_signals();
+        return proc_cli_main(argc - 1, argv + 1, &g_stop);
+    }
     (void)fprintf(stderr, "sagafeed: unknown command '%s'\n\n%s", argv[1], USAGE);
     return 2;
 }

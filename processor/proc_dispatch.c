@@ -43,6 +43,8 @@ struct proc_dispatch {
     size_t n_replaying;
     uint64_t rng;
     _Atomic uint64_t st[10];
+    atomic_bool paused;                                 /* proc_dispatch_pause */
+    _Atomic uint64_t retry_status[PROC_STATUS_MAX + 1]; /* retries by HTTP status */
 };
 
 enum {
@@ -157,6 +159,17 @@ static bool nap(struct proc_dispatch *d, int64_t ms)
         sf_sleep_ms(SF_MIN(left, 50));
     }
     return false;
+}
+
+/*
+ * Holds a worker while the dispatcher is paused (before an engine call, so
+ * no new effect starts). false when stopping meanwhile.
+ */
+static bool gate(struct proc_dispatch *d)
+{
+    while (atomic_load(&d->paused) && !atomic_load(&d->stopping))
+        sf_sleep_ms(20);
+    return !atomic_load(&d->stopping);
 }
 
 static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t retry_after_ms)
@@ -280,6 +293,8 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
 
     *ret_park = false;
     for (unsigned attempt = 1;; attempt++) {
+        if (!gate(d))
+            return false;
         proc_engine_process(d->o.engine, &it, res);
         *ret_attempts = attempt;
         stat_add(d, ST_EFFECTS, res->effects);
@@ -295,6 +310,11 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
             return true;
         }
         stat_add(d, ST_RETRIES, 1);
+        atomic_fetch_add(
+            &d->retry_status[res->err.http_status > 0 && res->err.http_status < PROC_STATUS_MAX
+                                 ? res->err.http_status
+                                 : 0],
+            1);
         sf_log_debug("sagafeed", "retrying %s lsn %lld after: %s", t->park_key, (long long)t->lsn,
                      res->err.msg);
         if (!nap(d, backoff_ms(d, attempt - 1, res->err.retry_after_ms)))
@@ -322,6 +342,8 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     bool park = false;
 
     memset(&res, 0, sizeof(res));
+    if (!gate(d))
+        return; /* stopping while paused: no ack, the feed redelivers */
     if (proc_dispatch_blocked(d, t->park_key)) {
         /* Wait behind the parked item: durably, so the checkpoint may move on. */
         if (!park_write(d, t, "waiting", NULL, 0))
@@ -731,6 +753,27 @@ void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret)
     ret->replayed = atomic_load(&d->st[ST_REPLAYED]);
     ret->effects = atomic_load(&d->st[ST_EFFECTS]);
     ret->already = atomic_load(&d->st[ST_ALREADY]);
+}
+
+void proc_dispatch_pause(struct proc_dispatch *d, bool paused)
+{
+    atomic_store(&d->paused, paused);
+}
+
+void proc_dispatch_retries_by_status(struct proc_dispatch *d, uint64_t out[PROC_STATUS_MAX + 1])
+{
+    for (size_t i = 0; i <= PROC_STATUS_MAX; i++)
+        out[i] = atomic_load(&d->retry_status[i]);
+}
+
+size_t proc_dispatch_blocked_count(struct proc_dispatch *d)
+{
+    size_t n;
+
+    pthread_mutex_lock(&d->mu);
+    n = d->n_blocked;
+    pthread_mutex_unlock(&d->mu);
+    return n;
 }
 
 enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_err *err)

@@ -33,6 +33,7 @@
 #include "processor/proc_engine.h"
 
 #define PROC_PARK_PK_PATH "/parkKey"
+#define PROC_STATUS_MAX   599 /* retries are counted per HTTP status 1..599; 0: none / other */
 
 struct proc_dispatch;
 
@@ -101,6 +102,24 @@ enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms);
 void proc_dispatch_stop(struct proc_dispatch *d);
 
 void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret);
+
+/*
+ * Pauses (true) or resumes (false): while paused, workers start no engine
+ * call - no new item, retry or parked replay - so no new effect begins;
+ * calls already running finish. Items stay queued (nothing is dropped) and
+ * run after the resume. Any thread.
+ */
+void proc_dispatch_pause(struct proc_dispatch *d, bool paused);
+
+/*
+ * Retries since start by the HTTP status of the error that caused them:
+ * out[s] for s in 1..PROC_STATUS_MAX, out[0] for errors without one
+ * (transport, timeouts). Any thread.
+ */
+void proc_dispatch_retries_by_status(struct proc_dispatch *d, uint64_t out[PROC_STATUS_MAX + 1]);
+
+/* Partition keys blocked by a parked item right now. Any thread. */
+size_t proc_dispatch_blocked_count(struct proc_dispatch *d);
 
 /*
  * Scans the parking container for keys whose documents ask for a replay

@@ -634,7 +634,7 @@ static enum trans_result transition(struct run *r, const char *from, const char 
     struct cosmos_batch *b = NULL;
     struct cosmos_batch_result br;
     struct sf_buf cond, ops_text, ev_text;
-    json_t *ops = NULL, *ev = NULL, *payload = NULL;
+    json_t *ops = NULL, *payload = NULL;
     struct sf_err err;
     enum trans_result tr = TRANS_STOP;
     char field[CFG_NAME_MAX + 2];
@@ -674,8 +674,6 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         rc = cosmos_batch_patch(b, id, sf_buf_cstr(&ops_text), sf_buf_cstr(&cond), NULL, &err);
     if (rc == SF_OK && w->topic != NULL) {
         struct step_ctx ctx;
-        char ev_id[STEP_ID_MAX];
-        const char *parts[5] = {w->name, r->saga_id, "t", from, to};
         json_t *env = make_env(r, "transition", NULL, 0);
 
         memset(&ctx, 0, sizeof(ctx));
@@ -686,16 +684,15 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         ctx.event_ttl_s = r->e->cfg->processor.event_ttl_s;
         ctx.env = env;
         ctx.source_pk = r->pk;
-        step_det_id("e", parts, SF_ARRAY_LEN(parts), ev_id);
         payload =
             json_pack("{s:s?, s:s, s:s, s:s?}", "id", id, "from", from, "to", to, "reason", reason);
-        ev = payload != NULL
-                 ? step_event_doc(&ctx, ev_id, w->topic, event_type, payload, r->pk_path)
-                 : NULL;
+        /* The outbox record (outbox.h): its id is discriminated by the state left. */
+        rc = payload != NULL ? step_event_build(&ctx, r->pk_path, event_type, w->topic, from,
+                                                payload, &ev_text, &err)
+                             : sf_err_set(&err, SF_ENOMEM, false, "out of memory");
         json_decref(env);
-        rc = ev != NULL ? sf_json_dump(ev, &ev_text) : SF_ENOMEM;
         if (rc != SF_OK)
-            (void)sf_err_set(&err, rc, false, "building the outbox event failed");
+            sf_err_prefix(&err, "building the outbox event: ");
         else
             rc = cosmos_batch_create(b, sf_buf_cstr(&ev_text), NULL, &err);
     }
@@ -743,7 +740,6 @@ out:
     cosmos_batch_free(b);
     cosmos_batch_result_release(&br);
     json_decref(ops);
-    json_decref(ev);
     json_decref(payload);
     sf_buf_release(&cond);
     sf_buf_release(&ops_text);
@@ -1038,6 +1034,82 @@ out:
     json_decref(env);
     json_decref(r.doc);
     json_decref(r.pk);
+    free(r.saga_id);
+    sf_buf_release(&r.pk_json);
+}
+
+/* ---------------------------------------------------------------------------
+ * Planning (replay --dry-run)
+ */
+
+void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
+                      struct proc_plan *ret)
+{
+    struct proc_result res;
+    struct run r;
+    struct sf_err err;
+    const struct cstep *cs;
+    const char *state;
+    json_t *env = NULL, *arr = NULL;
+    size_t k;
+
+    memset(ret, 0, sizeof(*ret));
+    memset(&res, 0, sizeof(res));
+    memset(&r, 0, sizeof(r));
+    sf_err_clear(&ret->err);
+    sf_err_clear(&err);
+    r.e = e;
+    r.it = it;
+    r.res = &res;
+    sf_buf_init(&r.pk_json, 1u << 20);
+    ret->kind = PROC_PLAN_NONE;
+    if (!json_is_object(it->doc) || json_object_get(it->doc, STEP_SYS_FIELD) != NULL ||
+        !json_is_string(json_object_get(it->doc, "id")))
+        goto out;
+    if (!select_workflow(&r, it->doc)) {
+        if (res.outcome == PROC_PARK) {
+            ret->kind = PROC_PLAN_ERROR;
+            ret->err = res.err;
+        }
+        goto out;
+    }
+    (void)snprintf(ret->workflow, sizeof(ret->workflow), "%s", r.wf->cfg->name);
+    r.doc = json_incref((json_t *)it->doc);
+    state = doc_state(&r);
+    if (state == NULL)
+        goto out;
+    (void)snprintf(ret->state, sizeof(ret->state), "%s", state);
+    env = json_pack("{s:O}", "item", r.doc);
+    if (env == NULL || step_tmpl_render_str(r.wf->saga_id, env, &r.saga_id, &err) != SF_OK) {
+        ret->kind = PROC_PLAN_ERROR;
+        ret->err = err;
+        sf_err_prefix(&ret->err, "saga_id: ");
+        goto out;
+    }
+    (void)snprintf(ret->saga_id, sizeof(ret->saga_id), "%s", r.saga_id);
+    if (terminal(&r, state)) {
+        ret->kind = PROC_PLAN_SETTLED;
+        goto out;
+    }
+    if (strcmp(state, r.wf->cfg->compensating_state) == 0) {
+        ret->kind = PROC_PLAN_COMPENSATE;
+        goto out;
+    }
+    cs = find_step(r.wf, state, &k);
+    if (cs == NULL)
+        goto out; /* a state this workflow does not act on */
+    (void)snprintf(ret->step, sizeof(ret->step), "%s", cs->cfg->name);
+    if (!step_elements(&r, cs, &arr)) {
+        ret->kind = PROC_PLAN_ERROR;
+        ret->err = res.err;
+        goto out;
+    }
+    ret->kind = PROC_PLAN_STEP;
+    ret->elements = arr != NULL ? json_array_size(arr) : 1;
+out:
+    json_decref(arr);
+    json_decref(env);
+    json_decref(r.doc);
     free(r.saga_id);
     sf_buf_release(&r.pk_json);
 }

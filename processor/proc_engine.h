@@ -87,6 +87,35 @@ struct proc_result {
 void proc_engine_process(const struct proc_engine *e, const struct proc_item *it,
                          struct proc_result *res);
 
+/* What proc_engine_plan found (replay --dry-run). */
+enum proc_plan_kind {
+    PROC_PLAN_NONE = 0,   /* not a saga item, no workflow matches, or a state nothing acts on */
+    PROC_PLAN_STEP,       /* the step `step` would run (for `elements` elements) */
+    PROC_PLAN_COMPENSATE, /* the saga is compensating: undo, then the failed state */
+    PROC_PLAN_SETTLED,    /* the saga is settled (final or failed state): nothing to do */
+    PROC_PLAN_ERROR,      /* processing would park it at once (err: filter, template) */
+};
+
+struct proc_plan {
+    enum proc_plan_kind kind;
+    char workflow[CFG_NAME_MAX + 1];
+    char saga_id[STEP_ID_MAX];
+    char state[CFG_NAME_MAX + 1];
+    char step[CFG_NAME_MAX + 1];
+    size_t elements;
+    struct sf_err err;
+};
+
+/*
+ * What proc_engine_process would do next with it, decided from the item as
+ * given, without any I/O and without writing anything: the workflow, the
+ * saga, its state and the step that would run. (The real run re-reads the
+ * item first; for a change-feed item that is its latest version already.)
+ * Any thread.
+ */
+void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
+                      struct proc_plan *ret);
+
 /*
  * The partition key value of doc in container (new reference, NULL when the
  * key is undefined). SF_ENOTFOUND when the container is unknown.

@@ -10,6 +10,7 @@
 #include "feed/feed.h"
 #include "processor/proc_embed.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_kafka.h"
 #include "processor/proc_service.h"
 #include "steps/step.h"
 
@@ -32,6 +33,7 @@ struct proc_service {
     struct feed_slot feeds[SOURCES_MAX];
     size_t n_feeds;
     int64_t next_scan_ms;
+    struct proc_kafka *kafka; /* the outbox/CDC relays; NULL without a kafka section */
 };
 
 static enum sf_rc load_plugins(const struct cfg *cfg, struct step_registry *reg,
@@ -75,6 +77,15 @@ enum sf_rc proc_check_config(const struct cfg *cfg, struct cfg_diags *diags, str
         rc = proc_engine_new(&eo, &e, diags, err);
     if (rc == SF_OK && prc != SF_OK)
         rc = prc;
+    if (cfg->kafka != NULL) {
+        struct sf_err kerr;
+
+        sf_err_clear(&kerr);
+        if (proc_kafka_check(cfg, diags, &kerr) != SF_OK && rc == SF_OK) {
+            *err = kerr;
+            rc = SF_EINVAL;
+        }
+    }
 out:
     proc_engine_free(e);
     step_catalog_free(cat);
@@ -182,6 +193,8 @@ static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_o
     fo.on_event = on_feed_event;
     fo.event_ctx = slot;
     rc = feed_processor_new(s->cli, s->cli, &fo, &slot->fp, err);
+    if (rc == SF_OK && o->start_paused)
+        feed_processor_pause(slot->fp, true);
     if (rc == SF_OK)
         rc = feed_processor_start(slot->fp, err);
     if (rc != SF_OK)
@@ -255,6 +268,8 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
     dopts.on_result = opts->on_result;
     dopts.result_ctx = opts->result_ctx;
     rc = proc_dispatch_new(&dopts, &s->dispatch, err);
+    if (rc == SF_OK && opts->start_paused)
+        proc_dispatch_pause(s->dispatch, true);
     if (rc == SF_OK)
         rc = proc_dispatch_start(s->dispatch, err);
     if (rc != SF_OK)
@@ -265,6 +280,14 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
         char path[256];
 
         rc = step_catalog_pk_path(s->catalog, sources[i], path, err);
+        if (rc != SF_OK)
+            goto fail;
+    }
+    /* The relays first: a Kafka setting that cannot work stops the start before any saga. */
+    if (cfg->kafka != NULL && !opts->no_kafka) {
+        struct proc_kafka_opts ko = {.cfg = cfg, .cli = s->cli, .instance = opts->instance};
+
+        rc = proc_kafka_start(&ko, &s->kafka, err);
         if (rc != SF_OK)
             goto fail;
     }
@@ -335,6 +358,27 @@ void proc_service_feed_status(struct proc_service *s, size_t *ret_leases, int64_
     *ret_pending = pending;
 }
 
+void proc_service_pause(struct proc_service *s, bool paused)
+{
+    proc_dispatch_pause(s->dispatch, paused);
+    for (size_t i = 0; i < s->n_feeds; i++)
+        feed_processor_pause(s->feeds[i].fp, paused);
+}
+
+struct proc_dispatch *proc_service_dispatch(struct proc_service *s)
+{
+    return s->dispatch;
+}
+
+struct feed_processor *proc_service_feed(struct proc_service *s, size_t i,
+                                         const char **ret_container)
+{
+    if (i >= s->n_feeds)
+        return NULL;
+    *ret_container = s->feeds[i].container;
+    return s->feeds[i].fp;
+}
+
 void proc_service_stop(struct proc_service *s, int64_t drain_ms)
 {
     if (s == NULL)
@@ -351,6 +395,8 @@ void proc_service_stop(struct proc_service *s, int64_t drain_ms)
     /* 2. Workers give up what is left (unacknowledged: redelivered later). */
     if (s->dispatch != NULL)
         proc_dispatch_stop(s->dispatch);
+    /* 3. The sagas are drained: the relays stop, the sink flushes, both are freed. */
+    proc_kafka_stop(s->kafka);
     proc_dispatch_free(s->dispatch);
     for (size_t i = 0; i < s->n_feeds; i++)
         feed_processor_free(s->feeds[i].fp);

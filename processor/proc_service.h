@@ -4,12 +4,15 @@
  * A service owns, in start order: the embedded cosmolite (when the config
  * has no endpoint), the Cosmos client, the step registry with its plugins,
  * the container catalog, the workflow engine, the dispatcher (lanes, retries,
- * parking) and one change feed processor per source container, whose items
- * go to the dispatcher and whose acknowledgements come back from it.
+ * parking), the Kafka relays when the config has a `kafka` section
+ * (proc_kafka.h: one outbox relay per source container, one per CDC entry)
+ * and one change feed processor per source container, whose items go to the
+ * dispatcher and whose acknowledgements come back from it.
  *
  * Stopping drains: the feed processors stop reading and wait for in-flight
  * items to settle (their acks), checkpoint and release their leases; then
- * the dispatcher stops; then everything is freed in reverse order.
+ * the dispatcher stops; then the relays stop and the Kafka sink flushes
+ * (proc_kafka_stop); then everything is freed in reverse order.
  *
  * One thread owns a service (start, tick, stop); the dispatcher's workers
  * and the feed's threads run inside it.
@@ -24,6 +27,7 @@
 #include "processor/proc_dispatch.h"
 
 struct proc_service;
+struct feed_processor;
 
 struct proc_service_opts {
     const struct cfg *cfg;    /* borrowed; outlives the service */
@@ -33,6 +37,8 @@ struct proc_service_opts {
     bool create_database;     /* create cosmos.database when missing (always when embedded) */
     proc_result_fn on_result; /* optional, see proc_dispatch.h */
     void *result_ctx;
+    bool start_paused; /* start with dispatch and feeds paused (see proc_service_pause) */
+    bool no_kafka;     /* run no relay even when cfg has a kafka section (the demo) */
 };
 
 /* Starts everything (see above). On failure nothing is left running. */
@@ -49,6 +55,25 @@ void proc_service_stats(struct proc_service *s, struct proc_stats *ret);
 
 /* Number of feed leases this instance holds and items delivered but not acknowledged. */
 void proc_service_feed_status(struct proc_service *s, size_t *ret_leases, int64_t *ret_pending);
+
+/*
+ * Pauses (true) or resumes (false) the whole service: the feeds stop
+ * reading (leases keep renewing) and the dispatcher starts no engine call;
+ * calls already running finish. Resuming continues where everything stood.
+ * Any thread.
+ */
+void proc_service_pause(struct proc_service *s, bool paused);
+
+/* The dispatcher (borrowed for the service's life), for metrics. */
+struct proc_dispatch *proc_service_dispatch(struct proc_service *s);
+
+/*
+ * The i-th feed processor (borrowed for the service's life) and its source
+ * container (*ret_container, borrowed), or NULL past the last. For status
+ * and metrics: feed_processor_status may be called from any thread.
+ */
+struct feed_processor *proc_service_feed(struct proc_service *s, size_t i,
+                                         const char **ret_container);
 
 /* Drains (up to drain_ms), stops and frees. NULL is a no-op. */
 void proc_service_stop(struct proc_service *s, int64_t drain_ms);

@@ -36,6 +36,7 @@
 #include "common/sf_base.h"
 #include "common/sf_err.h"
 #include "cosmos/cosmos.h"
+#include "outbox/outbox.h"
 
 #define STEP_PLUGIN_ABI        1
 #define STEP_PLUGIN_INIT_V1    "sagafeed_plugin_init_v1"
@@ -44,8 +45,12 @@
 #define STEP_REASON_MAX        256
 #define STEP_KINDS_MAX         64
 
-/* The field that tags every document sagafeed writes besides effects. */
-#define STEP_SYS_FIELD "sfKind"
+/*
+ * The field that tags every document sagafeed writes besides effects
+ * (markers "marker", parked items "parked", outbox records "event"). One
+ * definition, in outbox.h, because the outbox record format writes it too.
+ */
+#define STEP_SYS_FIELD OUTBOX_SYS_FIELD
 
 enum step_phase { STEP_DO = 0, STEP_UNDO = 1 };
 
@@ -208,14 +213,25 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
  */
 
 /*
- * The outbox record of an event (new reference): written in the source
- * item's partition, in the same batch as the state transition or effect that
- * emits it. Fields: id, the pk field, sfKind "event", topic, type, key
- * (partition key as text), sagaId, workflow, sourceId, sourceLsn, epoch, ttl,
- * createdAt, payload.
+ * Appends to out the outbox record of an event that ctx's saga emits, as
+ * compact JSON for cosmos_batch_create. The format is outbox/outbox.h's (the
+ * one format; built by outbox_record_build_text): written in the source
+ * item's partition (pk_path, ctx->source_pk) in the same batch as the state
+ * transition or effect that emits it, so the event exists if and only if
+ * that happened. The id is outbox_event_id(ctx->workflow, ctx->saga_id,
+ * event_type, discriminator): a replayed transition builds the same record,
+ * whose create then fails with 409 and rolls the batch back. discriminator
+ * keeps two events of one type in one saga apart (the transition's from
+ * state, "<step>.<element>.<do|undo>" for event actions). The record also
+ * carries ctx->epoch, ttl ctx->event_ttl_s, the item's id (item.id in
+ * ctx->env), ctx->lsn, the time, and the item's "traceparent" when it has a
+ * W3C one. topic NULL leaves routing to the relay; payload NULL is {}.
+ * SF_EINVAL naming the problem (out is then unchanged in meaning but may
+ * hold a partial text: reset it). Any thread.
  */
-json_t *step_event_doc(const struct step_ctx *ctx, const char *event_id, const char *topic,
-                       const char *type, const json_t *payload, const char *pk_path);
+enum sf_rc step_event_build(const struct step_ctx *ctx, const char *pk_path, const char *event_type,
+                            const char *topic, const char *discriminator, const json_t *payload,
+                            struct sf_buf *out, struct sf_err *err);
 
 /* ---------------------------------------------------------------------------
  * Kinds

@@ -479,37 +479,43 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
  * Outbox events
  */
 
-json_t *step_event_doc(const struct step_ctx *ctx, const char *event_id, const char *topic,
-                       const char *type, const json_t *payload, const char *pk_path)
+enum sf_rc step_event_build(const struct step_ctx *ctx, const char *pk_path, const char *event_type,
+                            const char *topic, const char *discriminator, const json_t *payload,
+                            struct sf_buf *out, struct sf_err *err)
 {
-    char at[32];
-    struct sf_buf key;
-    json_t *doc = NULL;
-    const char *source_id =
-        ctx->env != NULL ? sf_json_str(json_object_get(ctx->env, "item"), "id") : NULL;
+    const json_t *item = ctx->env != NULL ? json_object_get(ctx->env, "item") : NULL;
+    const char *traceparent = sf_json_str(item, "traceparent");
+    json_t *empty = NULL;
+    struct outbox_record rec;
+    enum sf_rc rc;
 
-    sf_buf_init(&key, 1u << 20);
-    if (json_is_string(ctx->source_pk))
-        (void)sf_buf_puts(&key, json_string_value(ctx->source_pk));
-    else if (ctx->source_pk != NULL)
-        (void)sf_json_dump(ctx->source_pk, &key);
-    sf_time_iso8601(sf_wall_ms(), at);
-    doc =
-        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "id", event_id,
-                  STEP_SYS_FIELD, "event", "topic", topic != NULL ? topic : "", "type", type, "key",
-                  sf_buf_cstr(&key), "sagaId", ctx->saga_id, "workflow", ctx->workflow, "sourceId",
-                  source_id != NULL ? source_id : "", "sourceLsn", (json_int_t)ctx->lsn, "epoch",
-                  (json_int_t)ctx->epoch, "ttl", (json_int_t)ctx->event_ttl_s, "createdAt", at);
-    if (doc != NULL && payload != NULL && json_object_set(doc, "payload", (json_t *)payload) != 0) {
-        json_decref(doc);
-        doc = NULL;
+    memset(&rec, 0, sizeof(rec));
+    if (payload == NULL) {
+        empty = json_object();
+        if (empty == NULL)
+            return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     }
-    if (doc != NULL && step_pk_put(doc, pk_path, ctx->source_pk, NULL) != SF_OK) {
-        json_decref(doc);
-        doc = NULL;
-    }
-    sf_buf_release(&key);
-    return doc;
+    rec.pk_path = pk_path;
+    rec.pk_value = ctx->source_pk;
+    rec.event_type = event_type;
+    rec.topic = topic;
+    rec.saga_id = ctx->saga_id;
+    rec.workflow = ctx->workflow;
+    rec.discriminator = discriminator;
+    rec.epoch = ctx->epoch;
+    rec.payload = payload != NULL ? payload : empty;
+    /* A malformed traceparent in user data must not stop the saga: leave it out. */
+    rec.traceparent = outbox_traceparent_valid(traceparent) ? traceparent : NULL;
+    rec.ttl_s = ctx->event_ttl_s;
+    rec.source_id = sf_json_str(item, "id");
+    rec.source_lsn = ctx->lsn;
+    rec.created_at_ms = sf_wall_ms();
+    if (rec.source_id != NULL &&
+        (rec.source_id[0] == '\0' || strlen(rec.source_id) > OUTBOX_FIELD_MAX))
+        rec.source_id = NULL;
+    rc = outbox_record_build_text(&rec, out, err);
+    json_decref(empty);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------

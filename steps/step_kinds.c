@@ -681,16 +681,17 @@ static enum sf_rc event_add_ops(const void *state, const struct step_ctx *ctx, c
                                 const json_t *pk, struct cosmos_batch *b, struct sf_err *err)
 {
     const struct event_state *st = state;
-    char *type = NULL, id[STEP_ID_MAX], elem[24];
-    json_t *payload = NULL, *doc = NULL;
+    char *type = NULL, disc[STEP_ID_MAX];
+    json_t *payload = NULL;
     const char *topic = st->topic[0] != '\0' ? st->topic : ctx->topic;
-    const char *parts[5];
+    struct sf_buf body;
     enum sf_rc rc;
 
     SF_UNUSED(pk);
     if (topic == NULL)
         return sf_err_set(err, SF_EINVAL, false,
                           "topic: the event has no topic and the workflow sets none");
+    sf_buf_init(&body, COSMOS_BATCH_MAX_BYTES);
     rc = step_tmpl_render_str(st->type, ctx->env, &type, err);
     if (rc != SF_OK) {
         sf_err_prefix(err, "type: ");
@@ -703,23 +704,16 @@ static enum sf_rc event_add_ops(const void *state, const struct step_ctx *ctx, c
             goto out;
         }
     }
-    (void)snprintf(elem, sizeof(elem), "%zu", ctx->element);
-    parts[0] = ctx->workflow;
-    parts[1] = ctx->saga_id;
-    parts[2] = ctx->step;
-    parts[3] = elem;
-    parts[4] = ctx->phase == STEP_DO ? "do" : "undo";
-    step_det_id("e", parts, SF_ARRAY_LEN(parts), id);
-    doc = step_event_doc(ctx, id, topic, type, payload, pk_path);
-    if (doc == NULL) {
-        rc = sf_err_set(err, SF_ENOMEM, false, "building the event failed");
-        goto out;
-    }
-    rc = batch_create_json(b, doc, err);
+    /* Apart from the transition events (discriminated by a state name) by its dots. */
+    (void)snprintf(disc, sizeof(disc), "%s.%zu.%s", ctx->step, ctx->element,
+                   ctx->phase == STEP_DO ? "do" : "undo");
+    rc = step_event_build(ctx, pk_path, type, topic, disc, payload, &body, err);
+    if (rc == SF_OK)
+        rc = cosmos_batch_create(b, sf_buf_cstr(&body), NULL, err);
 out:
     free(type);
     json_decref(payload);
-    json_decref(doc);
+    sf_buf_release(&body);
     return rc;
 }
 

@@ -13,3 +13,18 @@ if(TARGET sf_outbox AND TARGET sf_feed AND TARGET cosmolite)
     ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
   set_tests_properties(test_outbox_feed PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180)
 endif()
+
+# Issue 7 inside the product: the `sagafeed run` binary with a kafka section,
+# end to end against cosmolite and the mock cluster (kill -9, shutdown flush,
+# CDC, the demo without Kafka, check-config of the kafka section).
+if(TARGET sf_processor AND TARGET sagafeed AND TARGET cosmolite)
+  include(${CMAKE_CURRENT_LIST_DIR}/kafka_support.cmake)
+  sf_unit_test(test_outbox_sagafeed
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_sagafeed.c
+    LIBS sf_processor sf_test_kafka sf_test_harness
+    LABELS "outbox;kafka;sagas;integration;e2e")
+  add_dependencies(test_outbox_sagafeed cosmolite sagafeed)
+  set_property(TEST test_outbox_sagafeed APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
+  set_tests_properties(test_outbox_sagafeed PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+endif()

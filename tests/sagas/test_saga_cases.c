@@ -373,7 +373,7 @@ static void run_case(const char *file)
             json_t *e;
 
             json_array_foreach(evs, m, e) found =
-                found || strcmp(sf_json_str(e, "type"), json_string_value(want)) == 0;
+                found || strcmp(sf_json_str(e, "eventType"), json_string_value(want)) == 0;
             ck_assert_msg(found, "%s: saga %s has no %s event", file, k, json_string_value(want));
         }
         json_decref(evs);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -249,7 +250,7 @@ struct server {
     int lfd, port;
     enum action script[16];
     int n, pos;
-    int accepts, requests;
+    atomic_int accepts, requests; /* written by the server thread, read by the test */
     pthread_t tid;
 };
 

@@ -8,6 +8,7 @@
 #include <check.h>
 
 #include "common/sf_json.h"
+#include "common/sf_time.h"
 #include "outbox/outbox.h"
 
 static json_t *parse(const char *text)
@@ -97,7 +98,7 @@ START_TEST(test_build_full_record)
     ck_assert_int_eq(sf_json_dump(doc, &text), SF_OK);
     ck_assert_str_eq(sf_buf_cstr(&text),
                      "{\"id\":\"ob:order-fulfilment:o-17:OrderCompleted\","
-                     "\"type\":\"sagafeed.outbox\",\"customerId\":\"c-42\","
+                     "\"type\":\"sagafeed.outbox\",\"sfKind\":\"event\",\"customerId\":\"c-42\","
                      "\"eventType\":\"OrderCompleted\",\"topic\":\"order-events\","
                      "\"sagaId\":\"o-17\",\"workflow\":\"order-fulfilment\",\"epoch\":3,"
                      "\"payload\":{\"total\":12.5,\"lines\":[1,2]},"
@@ -153,6 +154,49 @@ START_TEST(test_build_defaults_and_options)
     ck_assert_int_eq(outbox_record_build(&rec, &doc, NULL), SF_OK);
     ck_assert_ptr_null(json_object_get(doc, "sagaId"));
     json_decref(doc);
+    json_decref(pk);
+    json_decref(payload);
+}
+END_TEST
+
+/* The saga engine's extras: sfKind always, source id / lsn and creation time when given. */
+START_TEST(test_build_saga_fields)
+{
+    json_t *pk = json_string("c-1"), *payload = parse("{}"), *doc = NULL;
+    struct outbox_record rec = base_record(pk, payload);
+    struct sf_err err;
+    int64_t at = 0;
+
+    ck_assert_int_eq(outbox_record_build(&rec, &doc, NULL), SF_OK);
+    ck_assert_str_eq(sf_json_str(doc, OUTBOX_SYS_FIELD), OUTBOX_SYS_KIND);
+    ck_assert_ptr_null(json_object_get(doc, "sourceId"));
+    ck_assert_ptr_null(json_object_get(doc, "sourceLsn"));
+    ck_assert_ptr_null(json_object_get(doc, "createdAt"));
+    json_decref(doc);
+    rec.source_id = "o-17";
+    rec.source_lsn = 24;
+    rec.created_at_ms = INT64_C(1790000000123);
+    ck_assert_int_eq(outbox_record_build(&rec, &doc, NULL), SF_OK);
+    ck_assert_str_eq(sf_json_str(doc, "sourceId"), "o-17");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "sourceLsn")), 24);
+    ck_assert_int_eq(sf_time_parse_iso8601(sf_json_str(doc, "createdAt"), &at), SF_OK);
+    ck_assert_int_eq(at, INT64_C(1790000000123));
+    json_decref(doc);
+    /* an empty source id is a mistake, not "absent" */
+    rec.source_id = "";
+    ck_assert_int_eq(outbox_record_build(&rec, &doc, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "source_id"));
+    /* a partition key at /sfKind would collide with the marker */
+    rec.source_id = NULL;
+    rec.pk_path = "/" OUTBOX_SYS_FIELD;
+    ck_assert_int_eq(outbox_record_build(&rec, &doc, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, OUTBOX_SYS_FIELD));
+    /* the traceparent check callers use before copying one from user data */
+    ck_assert(outbox_traceparent_valid("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+    ck_assert(!outbox_traceparent_valid("00-0AF7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+    ck_assert(!outbox_traceparent_valid("junk"));
+    ck_assert(!outbox_traceparent_valid(""));
+    ck_assert(!outbox_traceparent_valid(NULL));
     json_decref(pk);
     json_decref(payload);
 }
@@ -325,6 +369,7 @@ static Suite *record_suite(void)
     tcase_add_test(tc, test_event_id_hashed_when_unsafe);
     tcase_add_test(tc, test_build_full_record);
     tcase_add_test(tc, test_build_defaults_and_options);
+    tcase_add_test(tc, test_build_saga_fields);
     tcase_add_test(tc, test_build_rejects_bad_input);
     tcase_add_test(tc, test_read_roundtrip);
     tcase_add_test(tc, test_read_rejects_malformed);

@@ -259,6 +259,51 @@ START_TEST(test_routing_headers_key_value)
 }
 END_TEST
 
+/* routes_first: the operator's route wins over the topic a record names (sagafeed run). */
+START_TEST(test_routes_first)
+{
+    static const struct outbox_route routes[] = {{"OrderCompleted", "completions"}};
+    struct ktest_cluster *kc = cluster(1);
+    struct outbox_sink *sink = sink_on(kc);
+    struct outbox_relay_opts o;
+    struct outbox_relay *r;
+    struct ktest_msgs ms;
+    struct seen seen;
+    json_t *a, *b, *c;
+
+    seen_init(&seen);
+    memset(&o, 0, sizeof(o));
+    o.routes = routes;
+    o.n_routes = SF_ARRAY_LEN(routes);
+    o.routes_first = true;
+    o.default_topic = "misc";
+    r = relay_on(sink, &o, &seen);
+    a = record("c-1", "OrderCompleted", "o-1", "order-events", "1", 21); /* routed over its topic */
+    b = record("c-2", "StockReserved", "o-2", "order-events", "2", 22);  /* unrouted: its topic */
+    c = record("c-3", "StockReserved", "o-3", NULL, "3", 23);            /* neither: default */
+    ck_assert_int_eq(offer(r, a, "[\"c-1\"]", 21, 0), OUTBOX_TAKEN);
+    ck_assert_int_eq(offer(r, b, "[\"c-2\"]", 22, 1), OUTBOX_TAKEN);
+    ck_assert_int_eq(offer(r, c, "[\"c-3\"]", 23, 2), OUTBOX_TAKEN);
+    ck_assert_int_eq(outbox_sink_flush(sink, 10000, NULL), SF_OK);
+    ck_assert_uint_eq(seen.done_ok, 3);
+    consume(kc, "completions", 1, &ms);
+    ck_assert_str_eq(ms.m[0].key, "c-1");
+    ktest_msgs_release(&ms);
+    consume(kc, "order-events", 1, &ms);
+    ck_assert_str_eq(ms.m[0].key, "c-2");
+    ktest_msgs_release(&ms);
+    consume(kc, "misc", 1, &ms);
+    ck_assert_str_eq(ms.m[0].key, "c-3");
+    ktest_msgs_release(&ms);
+    outbox_relay_free(r);
+    outbox_sink_free(sink);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    ktest_cluster_free(kc);
+}
+END_TEST
+
 START_TEST(test_invalid_records)
 {
     struct ktest_cluster *kc = cluster(1);
@@ -594,6 +639,7 @@ static Suite *relay_suite(void)
 
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_routing_headers_key_value);
+    tcase_add_test(tc, test_routes_first);
     tcase_add_test(tc, test_invalid_records);
     tcase_add_test(tc, test_cdc_filters_and_message);
     tcase_add_test(tc, test_options_validated);

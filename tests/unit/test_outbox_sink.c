@@ -141,9 +141,13 @@ START_TEST(test_options_validated)
         ck_assert_int_eq(outbox_sink_new(&o, &s, &err), SF_EINVAL);
         ck_assert_msg(strstr(err.msg, bad[i].word) != NULL, "case %zu: %s", i, err.msg);
         ck_assert_ptr_null(s);
+        /* check-config's check without a producer says the same */
+        ck_assert_int_eq(outbox_sink_opts_check(&o, &err), SF_EINVAL);
+        ck_assert_msg(strstr(err.msg, bad[i].word) != NULL, "check %zu: %s", i, err.msg);
     }
     /* Restating the guaranteed values is fine; brokers may come from the pass-through. */
     o.kafka_conf = good;
+    ck_assert_int_eq(outbox_sink_opts_check(&o, &err), SF_OK);
     ck_assert_int_eq(outbox_sink_new(&o, &s, &err), SF_OK);
     outbox_sink_free(s);
     s = NULL;

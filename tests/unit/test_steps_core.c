@@ -111,29 +111,68 @@ END_TEST
 START_TEST(test_event_doc)
 {
     struct step_ctx c;
+    struct sf_buf b;
+    struct sf_err err;
+    struct outbox_record_view v;
     json_t *pk = json_string("c-1"), *payload = load("{\"x\":1}"), *doc;
-    json_t *env = load("{\"item\":{\"id\":\"o-1\"}}");
+    json_t *env = load("{\"item\":{\"id\":\"o-1\",\"traceparent\":"
+                       "\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}}");
+    json_t *bad_tp = load("{\"item\":{\"id\":\"o-1\",\"traceparent\":\"junk\"}}");
+    char id[OUTBOX_EVENT_ID_MAX + 1];
 
     ctx_init(&c, "o-1", 0);
     c.source_pk = pk;
     c.env = env;
     c.event_ttl_s = 60;
-    doc = step_event_doc(&c, "ev-1", "order-events", "OrderPlaced", payload, "/customerId");
-    ck_assert_ptr_nonnull(doc);
-    ck_assert_str_eq(sf_json_str(doc, "id"), "ev-1");
+    sf_buf_init(&b, 1u << 20);
+    /* the outbox module's format, built by outbox_record_build_text */
+    ck_assert_int_eq(step_event_build(&c, "/customerId", "OrderPlaced", "order-events", "placed",
+                                      payload, &b, &err),
+                     SF_OK);
+    doc = load(sf_buf_cstr(&b));
+    ck_assert(outbox_record_is(doc));
+    ck_assert_int_eq(outbox_record_read(doc, &v, &err), SF_OK);
+    ck_assert_int_eq(
+        outbox_event_id("order-fulfilment", "o-1", "OrderPlaced", "placed", id, sizeof(id), &err),
+        SF_OK);
+    ck_assert_str_eq(v.id, id);
+    ck_assert_str_eq(id, "ob:order-fulfilment:o-1:OrderPlaced:placed");
+    ck_assert_str_eq(v.event_type, "OrderPlaced");
+    ck_assert_str_eq(v.topic, "order-events");
+    ck_assert_str_eq(v.saga_id, "o-1");
+    ck_assert_str_eq(v.workflow, "order-fulfilment");
+    ck_assert_int_eq(v.epoch, 7);
+    ck_assert_str_eq(v.traceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    ck_assert(json_equal(v.payload, payload));
     ck_assert_str_eq(sf_json_str(doc, "customerId"), "c-1");
-    ck_assert_str_eq(sf_json_str(doc, "key"), "c-1");
-    ck_assert_str_eq(sf_json_str(doc, "topic"), "order-events");
-    ck_assert_str_eq(sf_json_str(doc, "type"), "OrderPlaced");
     ck_assert_str_eq(sf_json_str(doc, "sourceId"), "o-1");
+    /* the saga dispatcher skips it: sagafeed's own document */
     ck_assert_str_eq(sf_json_str(doc, STEP_SYS_FIELD), "event");
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "sourceLsn")), 42);
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "ttl")), 60);
-    ck_assert(json_equal(json_object_get(doc, "payload"), payload));
+    ck_assert_ptr_nonnull(sf_json_str(doc, "createdAt"));
     json_decref(doc);
+    /* a malformed traceparent in the item is left out, not an error; no payload is {} */
+    sf_buf_reset(&b);
+    c.env = bad_tp;
+    ck_assert_int_eq(step_event_build(&c, "/customerId", "OrderPlaced", NULL, NULL, NULL, &b, &err),
+                     SF_OK);
+    doc = load(sf_buf_cstr(&b));
+    ck_assert_ptr_null(json_object_get(doc, "traceparent"));
+    ck_assert_ptr_null(json_object_get(doc, "topic"));
+    ck_assert_str_eq(sf_json_str(doc, "id"), "ob:order-fulfilment:o-1:OrderPlaced");
+    ck_assert(json_is_object(json_object_get(doc, "payload")));
+    json_decref(doc);
+    /* a partition key path the record cannot hold is an error naming it */
+    sf_buf_reset(&b);
+    ck_assert_int_eq(step_event_build(&c, "/type", "OrderPlaced", NULL, NULL, payload, &b, &err),
+                     SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "/type"));
+    sf_buf_release(&b);
     json_decref(pk);
     json_decref(payload);
     json_decref(env);
+    json_decref(bad_tp);
 }
 END_TEST
 

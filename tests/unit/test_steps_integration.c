@@ -273,8 +273,8 @@ START_TEST(test_event_kind)
     struct step_action a;
     struct step_result r;
     json_t *ev;
-    char id[STEP_ID_MAX];
-    const char *parts[] = {"wf", "s-5", "notify", "0", "do"};
+    char id[OUTBOX_EVENT_ID_MAX + 1];
+    struct sf_err err;
 
     fixture_init(&f, "s-5", "notify", 0,
                  "{\"item\":{\"id\":\"o-5\",\"customerId\":\"c-1\",\"total\":12}}");
@@ -283,10 +283,14 @@ START_TEST(test_event_kind)
     ck_assert_msg(r.outcome == STEP_OK, "%s", r.err.msg);
     step_side_run(&a, 1, &f.ctx, &r);
     ck_assert_int_eq(r.outcome, STEP_ALREADY);
-    step_det_id("e", parts, SF_ARRAY_LEN(parts), id);
+    /* the outbox record format (outbox.h), discriminated by step, element and phase */
+    ck_assert_int_eq(
+        outbox_event_id("wf", "s-5", "OrderNoticed", "notify.0.do", id, sizeof(id), &err), SF_OK);
     ev = read_doc("orders", id, "[\"c-1\"]");
     ck_assert_ptr_nonnull(ev);
-    ck_assert_str_eq(sf_json_str(ev, "type"), "OrderNoticed");
+    ck_assert(outbox_record_is(ev));
+    ck_assert_str_eq(sf_json_str(ev, STEP_SYS_FIELD), "event");
+    ck_assert_str_eq(sf_json_str(ev, "eventType"), "OrderNoticed");
     ck_assert_str_eq(sf_json_str(ev, "topic"), "order-events");
     ck_assert_str_eq(sf_json_str(ev, "customerId"), "c-1");
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(ev, "payload"), "total")),

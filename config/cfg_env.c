@@ -1,0 +1,129 @@
+/*
+ * cfg_env.c - settings from the environment (cfg_env.h).
+ */
+#include "common/sf_base.h"
+
+#include <ctype.h>
+
+#include "common/sf_parse.h"
+#include "config/cfg_env.h"
+
+#define ENV_NAME_MAX 128
+
+static bool whole_number(const char *v)
+{
+    if (*v == '-')
+        v++;
+    if (*v == '\0')
+        return false;
+    for (; *v != '\0'; v++)
+        if (!isdigit((unsigned char)*v))
+            return false;
+    return true;
+}
+
+/* Sets s (fresh, of type t) to v. false when v does not fit t. */
+static bool set_value(config_setting_t *s, int t, const char *v)
+{
+    int64_t i;
+    double d;
+    bool b;
+
+    switch (t) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        return sf_parse_i64(v, INT64_MIN, INT64_MAX, &i) == SF_OK &&
+               config_setting_set_int64(s, (long long)i) == CONFIG_TRUE;
+    case CONFIG_TYPE_FLOAT:
+        return sf_parse_double(v, &d) == SF_OK && config_setting_set_float(s, d) == CONFIG_TRUE;
+    case CONFIG_TYPE_BOOL:
+        return sf_parse_bool(v, &b) == SF_OK && config_setting_set_bool(s, b) == CONFIG_TRUE;
+    default:
+        return config_setting_set_string(s, v) == CONFIG_TRUE;
+    }
+}
+
+static const char *type_word(int t)
+{
+    switch (t) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        return "a whole number";
+    case CONFIG_TYPE_FLOAT:
+        return "a number";
+    case CONFIG_TYPE_BOOL:
+        return "true or false";
+    default:
+        return "a string";
+    }
+}
+
+/* One variable: name is what follows the prefix ("COSMOS_ENDPOINT"), v its value. */
+static void apply_one(config_t *lc, const char *var, const char *name, size_t name_len,
+                      const char *v, struct cfg_diags *d)
+{
+    char group[ENV_NAME_MAX], key[ENV_NAME_MAX];
+    const char *us = memchr(name, '_', name_len);
+    config_setting_t *root = config_root_setting(lc), *g, *s;
+    int type;
+
+    if (us == NULL || us == name || (size_t)(us - name) + 1 >= name_len ||
+        name_len >= ENV_NAME_MAX) {
+        cfg_diag_add(d, "environment", 0, "%.*s: want " CFG_ENV_PREFIX "<GROUP>_<KEY>",
+                     (int)SF_MIN(name_len + strlen(CFG_ENV_PREFIX), 200), var);
+        return;
+    }
+    for (size_t i = 0; i < (size_t)(us - name); i++)
+        group[i] = (char)tolower((unsigned char)name[i]);
+    group[us - name] = '\0';
+    for (size_t i = 0; i < name_len - (size_t)(us - name) - 1; i++)
+        key[i] = (char)tolower((unsigned char)us[1 + i]);
+    key[name_len - (size_t)(us - name) - 1] = '\0';
+    g = config_setting_get_member(root, group);
+    if (g == NULL)
+        g = config_setting_add(root, group, CONFIG_TYPE_GROUP);
+    if (g == NULL || !config_setting_is_group(g)) {
+        cfg_diag_add(d, "environment", 0, "%.*s: '%s' is not a group of settings",
+                     (int)SF_MIN(name_len + strlen(CFG_ENV_PREFIX), 200), var, group);
+        return;
+    }
+    s = config_setting_get_member(g, key);
+    if (s != NULL) {
+        type = config_setting_type(s);
+        if (config_setting_is_aggregate(s)) {
+            cfg_diag_add(d, "environment", 0,
+                         "%.*s: %s.%s is a list or group; only numbers, strings and booleans "
+                         "can be set from the environment",
+                         (int)SF_MIN(name_len + strlen(CFG_ENV_PREFIX), 200), var, group, key);
+            return;
+        }
+        (void)config_setting_remove(g, key);
+    } else if (whole_number(v)) {
+        type = CONFIG_TYPE_INT64;
+    } else if (strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
+        type = CONFIG_TYPE_BOOL;
+    } else {
+        type = CONFIG_TYPE_STRING;
+    }
+    s = config_setting_add(g, key, type == CONFIG_TYPE_INT ? CONFIG_TYPE_INT64 : type);
+    if (s == NULL || !set_value(s, type, v)) {
+        if (s != NULL)
+            (void)config_setting_remove(g, key);
+        cfg_diag_add(d, "environment", 0, "%.*s: '%.100s' is not %s (as %s.%s must be)",
+                     (int)SF_MIN(name_len + strlen(CFG_ENV_PREFIX), 200), var, v, type_word(type),
+                     group, key);
+    }
+}
+
+void cfg_env_apply(config_t *lc, char *const *env, struct cfg_diags *diags)
+{
+    size_t plen = strlen(CFG_ENV_PREFIX);
+
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
+        const char *e = env[i], *eq = strchr(e, '=');
+
+        if (eq == NULL || strncmp(e, CFG_ENV_PREFIX, plen) != 0 || eq[1] == '\0')
+            continue; /* an empty value means "not set" (compose's ${VAR:-}) */
+        apply_one(lc, e, e + plen, (size_t)(eq - e) - plen, eq + 1, diags);
+    }
+}

@@ -1,0 +1,38 @@
+/*
+ * cfg_env.h - settings from the environment (internal to config/).
+ *
+ * Containers and systemd units configure through the environment: every
+ * variable SAGAFEED_<GROUP>_<KEY> (non-empty) sets the scalar setting
+ * <group>.<key> of the loaded file, lower-cased, before validation - e.g.
+ *   SAGAFEED_COSMOS_ENDPOINT=https://cosmos:8081/   cosmos.endpoint
+ *   SAGAFEED_COSMOS_KEY_ENV=COSMOS_KEY              cosmos.key_env
+ *   SAGAFEED_KAFKA_BROKERS=kafka:9092               kafka.brokers
+ *   SAGAFEED_PROCESSOR_HTTP_LISTEN=:9464            processor.http_listen
+ *   SAGAFEED_FEED_INSTANCE=worker-1                 feed.instance
+ * GROUP is the first word after SAGAFEED_ (group names have no '_'), KEY the
+ * rest. A value replaces the file's setting keeping its type (a number must
+ * parse as one, a boolean as true/false); a new setting is a whole number
+ * when it looks like one, a boolean for true/false, else a string; a group
+ * the file lacks is created. Lists, arrays and groups cannot be replaced.
+ * Secrets stay out of the file and the environment alike: cosmos.key set
+ * this way is refused like an inline key (name the variable that holds it
+ * with SAGAFEED_COSMOS_KEY_ENV instead). Settings set from the environment
+ * have no line: their diagnostics say line 0.
+ */
+#ifndef CFG_ENV_H
+#define CFG_ENV_H
+
+#include <libconfig.h>
+
+#include "config/cfg.h"
+
+#define CFG_ENV_PREFIX "SAGAFEED_"
+
+/*
+ * Applies the SAGAFEED_* variables of env (a NULL-terminated "NAME=value"
+ * list, normally environ) to the tree lc. Problems go to diags as
+ * "environment:0: SAGAFEED_...: what is wrong".
+ */
+void cfg_env_apply(config_t *lc, char *const *env, struct cfg_diags *diags);
+
+#endif

@@ -1,0 +1,85 @@
+/*
+ * proc_admin.h - operator reads and repairs: `sagafeed saga show` and
+ * `sagafeed leases export | import | reset`.
+ *
+ * Leases
+ * ------
+ * The live leases of a configuration are the documents
+ * "<feed.lease_prefix>.<container>..<range>" of feed.lease_container (feed.h
+ * describes their fields). Import and reset change positions, so they fence
+ * first: every change is two If-Match writes of the lease,
+ *   1. Owner = "sagafeed-admin", epoch + 1 (the fencing token): the instance
+ *      that held the lease fails its next renew or checkpoint (412, then it
+ *      sees the new owner and epoch) and stops that range, before
+ *   2. the new position is written with Owner = null and epoch + 1 again,
+ *      so any instance takes the lease at its next acquire round and starts
+ *      reading from there.
+ * A write that loses a race starts both steps over (at most 5 times). Items
+ * an old owner was still working on finish with exactly-once effects
+ * (markers); only its checkpoint can no longer land.
+ *
+ * Export writes {"sagafeed":"leases","version":1,"exportedAt":ISO,
+ * "database":..,"leaseContainer":..,"leasePrefix":..,"leases":[<documents
+ * without system fields>]}; import takes that back, only for leases of this
+ * configuration, creating missing ones.
+ *
+ * Library code: no logging, no exit. One thread.
+ */
+#ifndef PROC_ADMIN_H
+#define PROC_ADMIN_H
+
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "config/cfg.h"
+#include "cosmos/cosmos.h"
+
+#define PROC_ADMIN_OWNER "sagafeed-admin"
+
+/*
+ * Everything known about saga id (new reference): per workflow (or only
+ * `workflow`), its item (state, reason), its steps with the elements whose
+ * do / undo markers exist, its outbox events and parked records. ret_found
+ * tells whether anything at all was found.
+ */
+enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                          const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err);
+
+/* The human-readable form of proc_saga_show's JSON. */
+void proc_saga_print(const json_t *v, FILE *out);
+
+/* The export document (new reference). */
+enum sf_rc proc_leases_export(struct cosmos_client *cli, const struct cfg *cfg, json_t **ret,
+                              struct sf_err *err);
+
+/*
+ * Writes back the leases of an export document (fenced, see above). Every
+ * lease must belong to cfg (SF_EINVAL before anything is written otherwise).
+ * Each change is reported as one line on out (may be NULL). *ret_n counts
+ * the leases written.
+ */
+enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, const json_t *doc,
+                              FILE *out, size_t *ret_n, struct sf_err *err);
+
+enum proc_reset_kind {
+    PROC_RESET_TIME = 0,  /* read from time_ms on (whole seconds) */
+    PROC_RESET_BEGINNING, /* read every live item again */
+    PROC_RESET_NOW,       /* skip everything written so far */
+};
+
+struct proc_reset_opts {
+    enum proc_reset_kind kind;
+    int64_t time_ms;
+    const char *container; /* NULL: every source container */
+    const char *range;     /* NULL: every range */
+};
+
+/* Moves the leases' positions (fenced, see above); one line per lease on out. */
+enum sf_rc proc_leases_reset(struct cosmos_client *cli, const struct cfg *cfg,
+                             const struct proc_reset_opts *opts, FILE *out, size_t *ret_n,
+                             struct sf_err *err);
+
+#endif

@@ -1,0 +1,738 @@
+/*
+ * proc_cli.c - the operator commands (proc_cli.h).
+ */
+#include "common/sf_base.h"
+
+#include <getopt.h>
+#include <unistd.h>
+
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "config/cfg.h"
+#include "cosmos/cosmos.h"
+#include "processor/proc_cli.h"
+#include "common/sf_log.h"
+#include "processor/proc_admin.h"
+#include "processor/proc_control.h"
+#include "processor/proc_replay.h"
+#include "processor/proc_status.h"
+
+static const char USAGE_STATUS[] =
+    "Usage: sagafeed status -c FILE [--json]\n"
+    "\n"
+    "Shows, for every lease of FILE's fleet (one per partition key range of each\n"
+    "source container): its owner and whether the owner is alive (renewed within\n"
+    "feed.lease_expiry), the fencing epoch, the checkpoint (continuation), the lag\n"
+    "in items (LSNs) and seconds, the time of the last processed change, and when\n"
+    "the lease was last renewed; and whether the fleet is paused. A lease without\n"
+    "a checkpoint is \"not started\". Needs cosmos.endpoint in FILE.\n";
+
+static const char USAGE_LAG[] =
+    "Usage: sagafeed lag -c FILE [--json]\n"
+    "\n"
+    "The lag of every range of FILE's fleet: how many LSNs (writes) of the range\n"
+    "lie after its checkpoint, and how old the oldest unprocessed change is, in\n"
+    "seconds. \"not started\" (null in JSON) before a range's first checkpoint.\n"
+    "Exit status 0 even when lagging: scripts read the numbers.\n";
+
+static const char USAGE_PAUSE[] =
+    "Usage: sagafeed pause -c FILE [--reason TEXT] [--by NAME]\n"
+    "       sagafeed resume -c FILE [--by NAME]\n"
+    "\n"
+    "pause writes the fleet's control document (in feed.lease_container); every\n"
+    "instance running FILE sees it within one feed.poll_interval and stops\n"
+    "dispatching: no new item starts and no step effect is applied, items already\n"
+    "in a step finish, leases keep renewing (nothing fails over). resume lets them\n"
+    "continue from where they stood; nothing is skipped or lost. An instance that\n"
+    "starts while the fleet is paused stays paused.\n";
+
+static const char USAGE_REPLAY[] =
+    "Usage: sagafeed replay -c FILE --from beginning|lsn:N|time:ISO --to lsn:N|time:ISO|now\n"
+    "                       [--range ID | --partition-key K] [--workflow W] [--dry-run]\n"
+    "\n"
+    "Runs the change feed between two bounds (both inclusive) through the same\n"
+    "dispatch as `run`: each item's saga goes on from its current state with\n"
+    "exactly-once effects, transient failures retry, hard ones park. Use it after\n"
+    "fixing a handler or a configuration that skipped items. The items are the\n"
+    "change feed's: each document once, at its latest write; \"now\" is each\n"
+    "range's position when the replay starts; times have whole-second resolution.\n"
+    "Parked items in the window are marked for replay (the running service\n"
+    "replays their keys). Positions are kept in leases of the replay's own\n"
+    "(\"<feed.lease_prefix>.replay-<hash>\"), never in the live ones: an\n"
+    "interrupted replay (Ctrl-C) resumes when the same command runs again.\n"
+    "Pause the fleet first (`sagafeed pause`) if it may be working on the same\n"
+    "sagas.\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE       the configuration (needs cosmos.endpoint)\n"
+    "      --from BOUND        beginning, lsn:N or time:2026-01-31T12:00:00Z\n"
+    "      --to BOUND          lsn:N, time:ISO or now\n"
+    "      --range ID          only this partition key range (see `sagafeed status`)\n"
+    "      --partition-key K   only this logical partition: a JSON array ('[\"c-1\"]')\n"
+    "                          or a string value (c-1)\n"
+    "      --workflow W        only items of workflow W\n"
+    "      --dry-run           print what would run; write nothing\n"
+    "      --instance NAME     owner name of the replay leases\n"
+    "      --log-level L       debug, info, warn (default), error\n";
+
+static const char USAGE_SAGA[] =
+    "Usage: sagafeed saga show ID -c FILE [--workflow W] [--json]\n"
+    "\n"
+    "Everything known about saga ID: its item's state (and failure reason), each\n"
+    "step with the elements whose do and undo markers exist (so what was applied\n"
+    "and what was compensated), its outbox events in order, and parked records.\n"
+    "Exit status 1 when nothing at all is found.\n";
+
+static const char USAGE_LEASES[] =
+    "Usage: sagafeed leases export -c FILE [-o OUT]\n"
+    "       sagafeed leases import -c FILE IN\n"
+    "       sagafeed leases reset -c FILE --to-time ISO|now|beginning [--container C]\n"
+    "                             [--range ID]\n"
+    "\n"
+    "export prints (or writes to OUT) the fleet's live leases as JSON: a backup of\n"
+    "every range's position. import writes such a file back. reset moves ranges to\n"
+    "a time (their next owner reads changes from then on), to now (skip what is\n"
+    "there), or to the beginning. import and reset fence first: each lease gets a\n"
+    "new owner and a higher epoch before its position changes, so a running\n"
+    "instance that held it fails its next renew or checkpoint and stops that range;\n"
+    "then the lease is freed at the new position and taken over within one\n"
+    "acquire interval. Effects stay exactly-once (markers); a reset to an earlier\n"
+    "time re-delivers items, whose settled sagas are skipped.\n";
+
+/* ---------------------------------------------------------------------------
+ * Shared helpers
+ */
+
+static int cli_load(const char *cmd, const char *path, struct cfg **ret)
+{
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct sf_err err;
+    int status = 0;
+
+    if (d == NULL)
+        return 2;
+    sf_err_clear(&err);
+    if (cfg_load(path, ret, d, &err) != SF_OK) {
+        for (size_t i = 0; i < d->n; i++)
+            (void)fprintf(stderr, "%s\n", d->msg[i]);
+        if (d->n == 0)
+            (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
+        status = 2;
+    }
+    free(d);
+    return status;
+}
+
+/* A client for cfg's account. The operator commands need a real endpoint. */
+static int cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
+{
+    struct cosmos_options co = {0};
+    struct sf_err err;
+
+    if (cfg->cosmos.endpoint == NULL) {
+        (void)fprintf(stderr,
+                      "sagafeed %s: %s has no cosmos.endpoint (the embedded cosmolite belongs "
+                      "to the running instance)\n",
+                      cmd, cfg->path);
+        return 2;
+    }
+    co.endpoint = cfg->cosmos.endpoint;
+    co.key_env = cfg->cosmos.key_env;
+    co.key_file = cfg->cosmos.key_file;
+    co.ca_file = cfg->cosmos.ca_file;
+    co.tls_verify_off = !cfg->cosmos.tls_verify;
+    co.connect_timeout_ms = cfg->cosmos.connect_timeout_ms;
+    co.request_timeout_ms = cfg->cosmos.request_timeout_ms;
+    co.consistency_level = cfg->cosmos.consistency;
+    co.max_connections = 8;
+    sf_err_clear(&err);
+    if (cosmos_client_new(&co, ret, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static void print_json(const json_t *v)
+{
+    struct sf_buf b;
+
+    sf_buf_init(&b, 64u << 20);
+    if (v != NULL && sf_json_dump(v, &b) == SF_OK)
+        (void)printf("%s\n", sf_buf_cstr(&b));
+    sf_buf_release(&b);
+}
+
+/* "user@host" for the control document's "by". */
+static void whoami(char *out, size_t size)
+{
+    char host[256] = "?";
+    const char *user = getenv("USER");
+
+    if (gethostname(host, sizeof(host)) != 0)
+        (void)snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    (void)snprintf(out, size, "%s@%s", user != NULL && user[0] ? user : "?", host);
+}
+
+/* ---------------------------------------------------------------------------
+ * status, lag
+ */
+
+static int cmd_status(int argc, char **argv, bool lag_only)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *usage = lag_only ? USAGE_LAG : USAGE_STATUS, *cmd = argv[0], *path = NULL;
+    struct proc_fleet_view *v = NULL;
+    struct cosmos_client *cli = NULL;
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    bool json = false;
+    int c, status;
+
+    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            path = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'h':
+            (void)fputs(usage, stdout);
+            return 0;
+        default:
+            (void)fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (path == NULL || optind != argc) {
+        (void)fputs(usage, stderr);
+        return 2;
+    }
+    if ((status = cli_load(cmd, path, &cfg)) != 0 || (status = cli_client(cmd, cfg, &cli)) != 0)
+        goto out;
+    sf_err_clear(&err);
+    if (proc_status_collect(cli, cfg, true, &v, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
+        status = 1;
+        goto out;
+    }
+    if (json) {
+        json_t *j = proc_status_json(v, lag_only);
+
+        if (j == NULL) {
+            (void)fprintf(stderr, "sagafeed %s: out of memory\n", cmd);
+            status = 1;
+            goto out;
+        }
+        print_json(j);
+        json_decref(j);
+    } else {
+        proc_status_print(v, lag_only, stdout);
+    }
+out:
+    free(v);
+    cosmos_client_free(cli);
+    cfg_free(cfg);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------
+ * pause, resume
+ */
+
+static int cmd_pause(int argc, char **argv, bool paused)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"reason", required_argument, NULL, 'r'},
+                                         {"by", required_argument, NULL, 'b'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
+    struct cosmos_client *cli = NULL;
+    struct cfg *cfg = NULL;
+    struct proc_control ctl;
+    struct sf_err err;
+    char me[384];
+    int c, status;
+
+    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            path = optarg;
+            break;
+        case 'r':
+            reason = optarg;
+            break;
+        case 'b':
+            by = optarg;
+            break;
+        case 'h':
+            (void)fputs(USAGE_PAUSE, stdout);
+            return 0;
+        default:
+            (void)fputs(USAGE_PAUSE, stderr);
+            return 2;
+        }
+    }
+    if (path == NULL || optind != argc || (!paused && reason != NULL)) {
+        (void)fputs(USAGE_PAUSE, stderr);
+        return 2;
+    }
+    if (reason != NULL && strlen(reason) > 200) {
+        (void)fprintf(stderr, "sagafeed %s: --reason is limited to 200 bytes\n", cmd);
+        return 2;
+    }
+    whoami(me, sizeof(me));
+    if ((status = cli_load(cmd, path, &cfg)) != 0 || (status = cli_client(cmd, cfg, &cli)) != 0)
+        goto out;
+    sf_err_clear(&err);
+    if (proc_control_write(cli, cfg, paused, by != NULL ? by : me, reason, &ctl, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
+        status = 1;
+        goto out;
+    }
+    if (paused)
+        (void)printf("fleet %s paused (control version %lld): every running instance stops "
+                     "dispatching within %lldms; items already in a step finish\n",
+                     cfg->feed.lease_prefix, (long long)ctl.version,
+                     (long long)cfg->feed.poll_interval_ms);
+    else
+        (void)printf("fleet %s resumed (control version %lld): instances continue within %lldms\n",
+                     cfg->feed.lease_prefix, (long long)ctl.version,
+                     (long long)cfg->feed.poll_interval_ms);
+out:
+    cosmos_client_free(cli);
+    cfg_free(cfg);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------
+ * replay
+ */
+
+/* K as the partition key header: a JSON array as given, else a string value. */
+static int pk_arg(const char *k, char **ret)
+{
+    json_t *v = sf_json_parse(k, strlen(k), NULL);
+    struct sf_buf b;
+    int status = 0;
+
+    sf_buf_init(&b, 4096);
+    if (json_is_array(v) && json_array_size(v) > 0) {
+        if (sf_json_dump(v, &b) != SF_OK)
+            status = 2;
+    } else if (cosmos_pk_string(k, &b) != SF_OK) {
+        status = 2;
+    }
+    json_decref(v);
+    if (status == 0)
+        *ret = sf_buf_detach(&b, NULL);
+    sf_buf_release(&b);
+    if (status != 0 || *ret == NULL) {
+        (void)fprintf(stderr, "sagafeed replay: bad --partition-key '%s'\n", k);
+        return 2;
+    }
+    return 0;
+}
+
+static void print_replay_summary(const struct proc_replay_opts *o,
+                                 const struct proc_replay_summary *s, const char *from,
+                                 const char *to)
+{
+    (void)printf("%s %s..%s (leases %s): %zu range%s%s, %llu items read, %llu in the window\n",
+                 o->dry_run ? "dry run (nothing written) of" : "replayed", from, to, s->prefix,
+                 s->ranges, s->ranges == 1 ? "" : "s", s->resumed > 0 ? " (some resumed)" : "",
+                 (unsigned long long)s->read, (unsigned long long)s->in_window);
+    if (o->dry_run) {
+        (void)printf("  planned: %llu would run a step, %llu settled already, %llu would be "
+                     "parked, %llu not acted on by any workflow\n",
+                     (unsigned long long)s->plan_step, (unsigned long long)s->plan_settled,
+                     (unsigned long long)s->plan_error, (unsigned long long)s->plan_none);
+        (void)printf("  parked: %zu key%s (%zu item%s) would be marked for replay\n",
+                     s->parked_keys, s->parked_keys == 1 ? "" : "s", s->parked_items,
+                     s->parked_items == 1 ? "" : "s");
+    } else {
+        (void)printf("  dispatched %llu: completed %llu, failed %llu, skipped %llu, parked %llu, "
+                     "waiting %llu, retries %llu\n",
+                     (unsigned long long)s->dispatched, (unsigned long long)s->stats.completed,
+                     (unsigned long long)s->stats.failed, (unsigned long long)s->stats.skipped,
+                     (unsigned long long)s->stats.parked, (unsigned long long)s->stats.waiting,
+                     (unsigned long long)s->stats.retries);
+        (void)printf("  effects: %llu applied, %llu already applied\n",
+                     (unsigned long long)s->stats.effects, (unsigned long long)s->stats.already);
+        (void)printf("  parked: %zu key%s (%zu item%s) marked for replay\n", s->parked_keys,
+                     s->parked_keys == 1 ? "" : "s", s->parked_items,
+                     s->parked_items == 1 ? "" : "s");
+    }
+    (void)printf("  took %lldms\n", (long long)s->elapsed_ms);
+}
+
+static int cmd_replay(int argc, char **argv, volatile sig_atomic_t *stop)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"from", required_argument, NULL, 'f'},
+                                         {"to", required_argument, NULL, 't'},
+                                         {"range", required_argument, NULL, 'r'},
+                                         {"partition-key", required_argument, NULL, 'k'},
+                                         {"workflow", required_argument, NULL, 'w'},
+                                         {"dry-run", no_argument, NULL, 'n'},
+                                         {"instance", required_argument, NULL, 'i'},
+                                         {"log-level", required_argument, NULL, 'l'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *path = NULL, *from = NULL, *to = NULL, *key = NULL, *level = "warn";
+    struct proc_replay_opts ro = {0};
+    struct proc_replay_summary sum;
+    struct cosmos_client *cli = NULL;
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    enum sf_log_level lvl;
+    char *pk = NULL;
+    int c, status;
+
+    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            path = optarg;
+            break;
+        case 'f':
+            from = optarg;
+            break;
+        case 't':
+            to = optarg;
+            break;
+        case 'r':
+            ro.range = optarg;
+            break;
+        case 'k':
+            key = optarg;
+            break;
+        case 'w':
+            ro.workflow = optarg;
+            break;
+        case 'n':
+            ro.dry_run = true;
+            break;
+        case 'i':
+            ro.instance = optarg;
+            break;
+        case 'l':
+            level = optarg;
+            break;
+        case 'h':
+            (void)fputs(USAGE_REPLAY, stdout);
+            return 0;
+        default:
+            (void)fputs(USAGE_REPLAY, stderr);
+            return 2;
+        }
+    }
+    if (path == NULL || from == NULL || to == NULL || optind != argc) {
+        (void)fputs(USAGE_REPLAY, stderr);
+        return 2;
+    }
+    sf_err_clear(&err);
+    if (proc_bound_parse(from, false, &ro.from, &err) != SF_OK ||
+        proc_bound_parse(to, true, &ro.to, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed replay: %s\n", err.msg);
+        return 2;
+    }
+    if (!sf_log_level_parse(level, &lvl)) {
+        (void)fprintf(stderr, "sagafeed replay: bad --log-level '%s'\n", level);
+        return 2;
+    }
+    if (key != NULL && (status = pk_arg(key, &pk)) != 0)
+        return status;
+    sf_log_set_level(lvl);
+    sf_log_set_json(false);
+    if ((status = cli_load("replay", path, &cfg)) != 0 ||
+        (status = cli_client("replay", cfg, &cli)) != 0)
+        goto out;
+    ro.cfg = cfg;
+    ro.cli = cli;
+    ro.pk_json = pk;
+    ro.out = stdout;
+    ro.progress = isatty(STDERR_FILENO) ? stderr : NULL;
+    ro.stop = stop;
+    status = 0;
+    if (proc_replay_run(&ro, &sum, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed replay: %s\n", err.msg);
+        status = err.rc == SF_EINVAL || err.rc == SF_ENOTFOUND ? 2 : 1;
+    } else if (sum.interrupted) {
+        (void)fprintf(stderr, "sagafeed replay: interrupted; run the same command again to "
+                              "resume\n");
+        status = 1;
+    }
+    if (status != 2)
+        print_replay_summary(&ro, &sum, from, to);
+out:
+    free(pk);
+    cosmos_client_free(cli);
+    cfg_free(cfg);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------
+ * saga show
+ */
+
+static int cmd_saga(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"workflow", required_argument, NULL, 'w'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *path = NULL, *workflow = NULL, *id;
+    struct cosmos_client *cli = NULL;
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    json_t *v = NULL;
+    bool json = false, found = false;
+    int c, status;
+
+    if (argc < 2 || strcmp(argv[1], "show") != 0) {
+        bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
+
+        (void)fputs(USAGE_SAGA, help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            path = optarg;
+            break;
+        case 'w':
+            workflow = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'h':
+            (void)fputs(USAGE_SAGA, stdout);
+            return 0;
+        default:
+            (void)fputs(USAGE_SAGA, stderr);
+            return 2;
+        }
+    }
+    if (path == NULL || optind != argc - 1) {
+        (void)fputs(USAGE_SAGA, stderr);
+        return 2;
+    }
+    id = argv[optind];
+    if ((status = cli_load("saga", path, &cfg)) != 0 ||
+        (status = cli_client("saga", cfg, &cli)) != 0)
+        goto out;
+    sf_err_clear(&err);
+    if (proc_saga_show(cli, cfg, id, workflow, &v, &found, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed saga show: %s\n", err.msg);
+        status = err.rc == SF_ENOTFOUND ? 2 : 1;
+        goto out;
+    }
+    if (json)
+        print_json(v);
+    else
+        proc_saga_print(v, stdout);
+    status = found ? 0 : 1;
+out:
+    json_decref(v);
+    cosmos_client_free(cli);
+    cfg_free(cfg);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------
+ * leases export | import | reset
+ */
+
+static int leases_export(struct cosmos_client *cli, const struct cfg *cfg, const char *out_path)
+{
+    struct sf_err err;
+    json_t *v = NULL;
+    int status = 0;
+
+    sf_err_clear(&err);
+    if (proc_leases_export(cli, cfg, &v, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed leases export: %s\n", err.msg);
+        return 1;
+    }
+    if (out_path == NULL) {
+        print_json(v);
+    } else if (json_dump_file(v, out_path, JSON_INDENT(2)) != 0) {
+        (void)fprintf(stderr, "sagafeed leases export: cannot write %s\n", out_path);
+        status = 1;
+    }
+    if (status == 0)
+        (void)fprintf(stderr, "%zu lease%s exported\n",
+                      json_array_size(json_object_get(v, "leases")),
+                      json_array_size(json_object_get(v, "leases")) == 1 ? "" : "s");
+    json_decref(v);
+    return status;
+}
+
+static int leases_import(struct cosmos_client *cli, const struct cfg *cfg, const char *in_path)
+{
+    json_error_t jerr;
+    json_t *v = json_load_file(in_path, JSON_REJECT_DUPLICATES, &jerr);
+    struct sf_err err;
+    size_t n = 0;
+    int status = 0;
+
+    if (v == NULL) {
+        (void)fprintf(stderr, "sagafeed leases import: %s:%d: %s\n", in_path, jerr.line, jerr.text);
+        return 2;
+    }
+    sf_err_clear(&err);
+    if (proc_leases_import(cli, cfg, v, stdout, &n, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed leases import: %s\n", err.msg);
+        status = err.rc == SF_EINVAL ? 2 : 1;
+    }
+    (void)printf("%zu lease%s imported\n", n, n == 1 ? "" : "s");
+    json_decref(v);
+    return status;
+}
+
+static int cmd_leases(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"output", required_argument, NULL, 'o'},
+                                         {"to-time", required_argument, NULL, 't'},
+                                         {"container", required_argument, NULL, 'C'},
+                                         {"range", required_argument, NULL, 'r'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *path = NULL, *out_path = NULL, *to = NULL, *verb;
+    struct proc_reset_opts ro = {0};
+    struct cosmos_client *cli = NULL;
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    int c, status;
+
+    if (argc < 2 || (strcmp(argv[1], "export") != 0 && strcmp(argv[1], "import") != 0 &&
+                     strcmp(argv[1], "reset") != 0)) {
+        bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
+
+        (void)fputs(USAGE_LEASES, help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    verb = argv[1];
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "c:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            path = optarg;
+            break;
+        case 'o':
+            out_path = optarg;
+            break;
+        case 't':
+            to = optarg;
+            break;
+        case 'C':
+            ro.container = optarg;
+            break;
+        case 'r':
+            ro.range = optarg;
+            break;
+        case 'h':
+            (void)fputs(USAGE_LEASES, stdout);
+            return 0;
+        default:
+            (void)fputs(USAGE_LEASES, stderr);
+            return 2;
+        }
+    }
+    /* Each verb takes its own options only. */
+    if (path == NULL || (strcmp(verb, "export") == 0 && (optind != argc || to != NULL)) ||
+        (strcmp(verb, "import") == 0 && (optind != argc - 1 || to != NULL || out_path != NULL)) ||
+        (strcmp(verb, "reset") == 0 && (optind != argc || to == NULL || out_path != NULL)) ||
+        (strcmp(verb, "reset") != 0 && (ro.container != NULL || ro.range != NULL))) {
+        (void)fputs(USAGE_LEASES, stderr);
+        return 2;
+    }
+    if (to != NULL) {
+        if (strcmp(to, "now") == 0) {
+            ro.kind = PROC_RESET_NOW;
+        } else if (strcmp(to, "beginning") == 0) {
+            ro.kind = PROC_RESET_BEGINNING;
+        } else if (sf_time_parse_iso8601(to, &ro.time_ms) == SF_OK) {
+            ro.kind = PROC_RESET_TIME;
+        } else {
+            (void)fprintf(stderr,
+                          "sagafeed leases reset: --to-time '%s' is not an ISO 8601 time "
+                          "(2026-01-31T12:00:00Z), now or beginning\n",
+                          to);
+            return 2;
+        }
+    }
+    if ((status = cli_load("leases", path, &cfg)) != 0 ||
+        (status = cli_client("leases", cfg, &cli)) != 0)
+        goto out;
+    if (strcmp(verb, "export") == 0) {
+        status = leases_export(cli, cfg, out_path);
+    } else if (strcmp(verb, "import") == 0) {
+        status = leases_import(cli, cfg, argv[optind]);
+    } else {
+        size_t n = 0;
+
+        sf_err_clear(&err);
+        if (proc_leases_reset(cli, cfg, &ro, stdout, &n, &err) != SF_OK) {
+            (void)fprintf(stderr, "sagafeed leases reset: %s\n", err.msg);
+            status = err.rc == SF_ENOTFOUND ? 2 : 1;
+        }
+        (void)printf(
+            "%zu lease%s reset to %s%s\n", n, n == 1 ? "" : "s", to,
+            n > 0 ? ": an instance that held one loses it; the next owner reads from the new "
+                    "position (within one acquire interval)"
+                  : "");
+    }
+out:
+    cosmos_client_free(cli);
+    cfg_free(cfg);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------
+ * Dispatch
+ */
+
+bool proc_cli_has(const char *name)
+{
+    static const char *const names[] = {"status", "lag",  "pause", "resume",
+                                        "replay", "saga", "leases"};
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(names); i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
+int proc_cli_main(int argc, char **argv, volatile sig_atomic_t *stop)
+{
+    const char *cmd = argv[0];
+
+    optind = 1;
+    if (strcmp(cmd, "status") == 0)
+        return cmd_status(argc, argv, false);
+    if (strcmp(cmd, "lag") == 0)
+        return cmd_status(argc, argv, true);
+    if (strcmp(cmd, "pause") == 0)
+        return cmd_pause(argc, argv, true);
+    if (strcmp(cmd, "resume") == 0)
+        return cmd_pause(argc, argv, false);
+    if (strcmp(cmd, "replay") == 0)
+        return cmd_replay(argc, argv, stop);
+    if (strcmp(cmd, "saga") == 0)
+        return cmd_saga(argc, argv);
+    if (strcmp(cmd, "leases") == 0)
+        return cmd_leases(argc, argv);
+    (void)fprintf(stderr, "sagafeed: unknown command '%s'\n", cmd);
+    return 2;
+}

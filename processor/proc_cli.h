@@ -1,0 +1,26 @@
+/*
+ * proc_cli.h - the operator commands of sagafeed: status, lag, pause,
+ * resume, replay, saga show, leases export|import|reset.
+ *
+ * main.c owns the program's globals and hands each command its arguments
+ * (argv[0] is the command name) and the stop flag its signal handler sets.
+ * Each command prints its results on stdout, problems on stderr, and
+ * returns the exit status: 0 done, 1 failed, 2 bad usage or configuration.
+ */
+#ifndef PROC_CLI_H
+#define PROC_CLI_H
+
+#include <signal.h>
+
+#include "common/sf_base.h"
+
+/* true when name is one of the commands of this file. */
+bool proc_cli_has(const char *name);
+
+/*
+ * Runs command argv[0]. stop (may be NULL) is polled by long commands
+ * (replay) to stop early and cleanly. Main thread only (uses getopt).
+ */
+int proc_cli_main(int argc, char **argv, volatile sig_atomic_t *stop);
+
+#endif

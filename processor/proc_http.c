@@ -1,0 +1,171 @@
+/*
+ * proc_http.c - the ops HTTP endpoint over libmicrohttpd (proc_http.h).
+ */
+#include "common/sf_base.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "common/sf_parse.h"
+#include "processor/proc_http.h"
+
+#define HTTP_CONNECTIONS_MAX 32u
+#define HTTP_TIMEOUT_S       10u
+
+struct proc_http {
+    struct MHD_Daemon *daemon;
+    proc_http_fn fn;
+    void *ctx;
+    int port;
+};
+
+/* Splits listen into host (may be "") and port, then resolves it. */
+static enum sf_rc resolve(const char *listen, struct sockaddr_storage *ret, socklen_t *ret_len,
+                          struct sf_err *err)
+{
+    struct addrinfo hints, *res = NULL;
+    const char *colon;
+    char host[256], port[16];
+    int64_t p;
+    int e;
+
+    if (listen == NULL || listen[0] == '\0')
+        return sf_err_set(err, SF_EINVAL, false, "empty listen address");
+    if (listen[0] == '[') {
+        const char *end = strchr(listen, ']');
+
+        if (end == NULL || end[1] != ':')
+            return sf_err_set(err, SF_EINVAL, false, "listen address '%s': want [IPV6]:PORT",
+                              listen);
+        (void)snprintf(host, sizeof(host), "%.*s", (int)(end - listen - 1), listen + 1);
+        colon = end + 1;
+    } else {
+        colon = strrchr(listen, ':');
+        if (colon == NULL)
+            return sf_err_set(err, SF_EINVAL, false,
+                              "listen address '%s': want HOST:PORT (or :PORT)", listen);
+        if ((size_t)(colon - listen) >= sizeof(host))
+            return sf_err_set(err, SF_EINVAL, false, "listen address '%s': host too long", listen);
+        (void)snprintf(host, sizeof(host), "%.*s", (int)(colon - listen), listen);
+    }
+    if (sf_parse_i64(colon + 1, 0, 65535, &p) != SF_OK)
+        return sf_err_set(err, SF_EINVAL, false, "listen address '%s': port must be 0..65535",
+                          listen);
+    (void)snprintf(port, sizeof(port), "%lld", (long long)p);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    e = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &res);
+    if (e != 0 || res == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "listen address '%s': %s", listen,
+                          e != 0 ? gai_strerror(e) : "no address");
+    if (res->ai_addrlen > sizeof(*ret)) {
+        freeaddrinfo(res);
+        return sf_err_set(err, SF_EINVAL, false, "listen address '%s': address too long", listen);
+    }
+    memset(ret, 0, sizeof(*ret));
+    memcpy(ret, res->ai_addr, res->ai_addrlen);
+    *ret_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return SF_OK;
+}
+
+enum sf_rc proc_http_check_listen(const char *listen, struct sf_err *err)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+
+    return resolve(listen, &ss, &len, err);
+}
+
+static enum MHD_Result answer(struct MHD_Connection *conn, int status, const char *type,
+                              const char *text, size_t len)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)(uintptr_t)text, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result ok;
+
+    if (r == NULL)
+        return MHD_NO;
+    (void)MHD_add_response_header(r, "Content-Type", type);
+    (void)MHD_add_response_header(r, "Cache-Control", "no-store");
+    ok = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    struct proc_http *h = cls;
+    struct sf_buf body;
+    const char *type = "text/plain; charset=utf-8";
+    enum MHD_Result ok;
+    int status;
+
+    SF_UNUSED(version);
+    SF_UNUSED(upload_data);
+    SF_UNUSED(con_cls);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        static const char msg[] = "only GET and HEAD\n";
+
+        *upload_data_size = 0; /* ignore any body */
+        return answer(conn, 405, type, msg, sizeof(msg) - 1);
+    }
+    sf_buf_init(&body, PROC_HTTP_BODY_MAX);
+    status = h->fn(h->ctx, url, &body, &type);
+    ok = answer(conn, status, type, sf_buf_cstr(&body), body.len);
+    sf_buf_release(&body);
+    return ok;
+}
+
+enum sf_rc proc_http_start(const char *listen, proc_http_fn fn, void *ctx, struct proc_http **ret_h,
+                           struct sf_err *err)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = 0;
+    struct proc_http *h;
+    const union MHD_DaemonInfo *info;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
+    enum sf_rc rc = resolve(listen, &ss, &len, err);
+
+    if (rc != SF_OK)
+        return rc;
+    h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    h->fn = fn;
+    h->ctx = ctx;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->daemon =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+                         (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTIONS_MAX,
+                         MHD_OPTION_CONNECTION_TIMEOUT, HTTP_TIMEOUT_S, MHD_OPTION_END);
+    if (h->daemon == NULL) {
+        free(h);
+        return sf_err_set(err, SF_EIO, false,
+                          "cannot serve HTTP on %s (address in use or not available)", listen);
+    }
+    info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info != NULL ? (int)info->port : 0;
+    *ret_h = h;
+    return SF_OK;
+}
+
+int proc_http_port(const struct proc_http *h)
+{
+    return h->port;
+}
+
+void proc_http_stop(struct proc_http *h)
+{
+    if (h == NULL)
+        return;
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

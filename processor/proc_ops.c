@@ -1,0 +1,479 @@
+/*
+ * proc_ops.c - pause/resume, metrics and health for `sagafeed run` (proc_ops.h).
+ */
+#include "common/sf_base.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/sf_log.h"
+#include "common/sf_time.h"
+#include "feed/feed.h"
+#include "processor/proc_control.h"
+#include "processor/proc_http.h"
+#include "processor/proc_ops.h"
+
+#define OPS_WARN_EVERY_MS 30000
+#define OPS_VERSION       "0.1.0"
+
+struct wf_count {
+    const char *name; /* borrowed from the cfg */
+    uint64_t completed, failed;
+};
+
+struct proc_ops {
+    const struct cfg *cfg;
+    char *listen;
+    char instance[FEED_INSTANCE_MAX + 1];
+    struct proc_service *svc;
+    struct proc_http *http;
+    atomic_bool paused;
+    bool control_seen;       /* the control document was read at least once */
+    int64_t next_poll_ms;    /* mono */
+    int64_t last_warn_ms;    /* mono */
+    _Atomic int64_t tick_ms; /* mono time of the last tick: /healthz */
+    int64_t start_wall_ms;
+    pthread_mutex_t mu; /* wf */
+    struct wf_count wf[CFG_WORKFLOWS_MAX];
+    size_t n_wf;
+    _Atomic uint64_t business_failures;
+};
+
+enum sf_rc proc_ops_new(const struct proc_ops_opts *opts, struct proc_ops **ret_ops,
+                        struct sf_err *err)
+{
+    struct proc_ops *ops;
+    enum sf_rc rc;
+
+    if (opts == NULL || opts->cfg == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "proc_ops_new: no configuration");
+    if (opts->http_listen != NULL) {
+        rc = proc_http_check_listen(opts->http_listen, err);
+        if (rc != SF_OK)
+            return rc;
+    }
+    ops = calloc(1, sizeof(*ops));
+    if (ops == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    ops->cfg = opts->cfg;
+    if (opts->http_listen != NULL && (ops->listen = strdup(opts->http_listen)) == NULL) {
+        free(ops);
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    }
+    (void)snprintf(ops->instance, sizeof(ops->instance), "%s",
+                   opts->instance != NULL             ? opts->instance
+                   : opts->cfg->feed.instance != NULL ? opts->cfg->feed.instance
+                                                      : "");
+    pthread_mutex_init(&ops->mu, NULL);
+    for (size_t i = 0; i < opts->cfg->n_workflows && i < CFG_WORKFLOWS_MAX; i++)
+        ops->wf[ops->n_wf++].name = opts->cfg->workflows[i].name;
+    /* The service starts paused (start_paused) until the control document says otherwise. */
+    atomic_store(&ops->paused, true);
+    atomic_store(&ops->tick_ms, sf_mono_ms());
+    ops->start_wall_ms = sf_wall_ms();
+    *ret_ops = ops;
+    return SF_OK;
+}
+
+void proc_ops_on_result(void *ctx, const struct proc_item *it, const struct proc_result *res,
+                        unsigned attempts, bool parked)
+{
+    struct proc_ops *ops = ctx;
+
+    SF_UNUSED(it);
+    SF_UNUSED(attempts);
+    if (parked || !res->settled_now ||
+        (res->outcome != PROC_COMPLETED && res->outcome != PROC_FAILED))
+        return;
+    if (res->outcome == PROC_FAILED)
+        atomic_fetch_add(&ops->business_failures, 1);
+    pthread_mutex_lock(&ops->mu);
+    for (size_t i = 0; i < ops->n_wf; i++) {
+        if (strcmp(ops->wf[i].name, res->workflow) == 0) {
+            if (res->outcome == PROC_COMPLETED)
+                ops->wf[i].completed++;
+            else
+                ops->wf[i].failed++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ops->mu);
+}
+
+/* ---------------------------------------------------------------------------
+ * The control document
+ */
+
+static void apply_control(struct proc_ops *ops, const struct proc_control *c)
+{
+    bool was = atomic_load(&ops->paused), first = !ops->control_seen;
+
+    ops->control_seen = true;
+    if (was == c->paused && !first)
+        return;
+    proc_service_pause(ops->svc, c->paused);
+    atomic_store(&ops->paused, c->paused);
+    if (c->paused)
+        sf_log_warn("sagafeed",
+                    "fleet paused by %s%s%s: no new work starts until `sagafeed resume` "
+                    "(leases keep renewing)",
+                    c->by[0] ? c->by : "?", c->reason[0] ? ": " : "", c->reason);
+    else if (!first)
+        sf_log_info("sagafeed", "fleet resumed by %s: work continues", c->by[0] ? c->by : "?");
+}
+
+static void poll_control(struct proc_ops *ops)
+{
+    struct proc_control c;
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    if (proc_control_read(proc_service_client(ops->svc), ops->cfg, &c, &err) != SF_OK) {
+        /* Keep the last known state: never resume on a failed read. */
+        if (ops->last_warn_ms == 0 || sf_mono_ms() - ops->last_warn_ms >= OPS_WARN_EVERY_MS) {
+            sf_log_warn("sagafeed", "%s; staying %s", err.msg,
+                        atomic_load(&ops->paused) ? "paused" : "running");
+            ops->last_warn_ms = sf_mono_ms();
+        }
+        return;
+    }
+    apply_control(ops, &c);
+}
+
+/* ---------------------------------------------------------------------------
+ * Metrics
+ */
+
+/* Appends s as a Prometheus label value (backslash, quote and newline escaped). */
+static void put_label(struct sf_buf *b, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '\\')
+            (void)sf_buf_puts(b, "\\\\");
+        else if (*s == '"')
+            (void)sf_buf_puts(b, "\\\"");
+        else if (*s == '\n')
+            (void)sf_buf_puts(b, "\\n");
+        else
+            (void)sf_buf_putc(b, *s);
+    }
+}
+
+static void help(struct sf_buf *b, const char *name, const char *type, const char *text)
+{
+    (void)sf_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+}
+
+static void sample_u(struct sf_buf *b, const char *name, const char *lname, const char *lvalue,
+                     uint64_t v)
+{
+    (void)sf_buf_puts(b, name);
+    if (lname != NULL) {
+        (void)sf_buf_printf(b, "{%s=\"", lname);
+        put_label(b, lvalue);
+        (void)sf_buf_puts(b, "\"}");
+    }
+    (void)sf_buf_printf(b, " %llu\n", (unsigned long long)v);
+}
+
+static void sample_range(struct sf_buf *b, const char *name, const char *container,
+                         const char *range, int64_t v)
+{
+    (void)sf_buf_printf(b, "%s{container=\"", name);
+    put_label(b, container);
+    (void)sf_buf_puts(b, "\",range=\"");
+    put_label(b, range);
+    (void)sf_buf_printf(b, "\"} %lld\n", (long long)v);
+}
+
+static void metrics_items(struct proc_ops *ops, struct sf_buf *b)
+{
+    struct proc_stats st;
+    static const char *const outcomes[] = {"completed", "failed",  "skipped",
+                                           "parked",    "waiting", "replayed"};
+    uint64_t v[6];
+
+    proc_service_stats(ops->svc, &st);
+    v[0] = st.completed;
+    v[1] = st.failed;
+    v[2] = st.skipped;
+    v[3] = st.parked;
+    v[4] = st.waiting;
+    v[5] = st.replayed;
+    help(b, "sagafeed_items_received_total", "counter", "Items handed to the dispatcher.");
+    sample_u(b, "sagafeed_items_received_total", NULL, NULL, st.items);
+    help(b, "sagafeed_items_total", "counter", "Items by how they settled.");
+    for (size_t i = 0; i < SF_ARRAY_LEN(outcomes); i++)
+        sample_u(b, "sagafeed_items_total", "outcome", outcomes[i], v[i]);
+    help(b, "sagafeed_steps_total", "counter", "Step elements by outcome.");
+    sample_u(b, "sagafeed_steps_total", "outcome", "applied", st.effects);
+    sample_u(b, "sagafeed_steps_total", "outcome", "already_applied", st.already);
+    sample_u(b, "sagafeed_steps_total", "outcome", "business_failure",
+             atomic_load(&ops->business_failures));
+    help(b, "sagafeed_sagas_total", "counter", "Sagas settled by this instance.");
+    pthread_mutex_lock(&ops->mu);
+    for (size_t i = 0; i < ops->n_wf; i++) {
+        for (int k = 0; k < 2; k++) {
+            (void)sf_buf_puts(b, "sagafeed_sagas_total{workflow=\"");
+            put_label(b, ops->wf[i].name);
+            (void)sf_buf_printf(
+                b, "\",outcome=\"%s\"} %llu\n", k == 0 ? "completed" : "failed",
+                (unsigned long long)(k == 0 ? ops->wf[i].completed : ops->wf[i].failed));
+        }
+    }
+    pthread_mutex_unlock(&ops->mu);
+}
+
+static void metrics_retries(struct proc_ops *ops, struct sf_buf *b)
+{
+    struct proc_dispatch *d = proc_service_dispatch(ops->svc);
+    uint64_t *by = calloc(PROC_STATUS_MAX + 1, sizeof(*by));
+
+    help(b, "sagafeed_retries_total", "counter",
+         "Engine calls repeated after a transient error, by HTTP status (0: no status).");
+    if (by != NULL) {
+        proc_dispatch_retries_by_status(d, by);
+        for (int s = 0; s <= PROC_STATUS_MAX; s++) {
+            char code[8];
+
+            if (by[s] == 0)
+                continue;
+            (void)snprintf(code, sizeof(code), "%d", s);
+            sample_u(b, "sagafeed_retries_total", "status", code, by[s]);
+        }
+        free(by);
+    }
+    help(b, "sagafeed_parked_keys", "gauge", "Partition keys blocked by a parked item.");
+    sample_u(b, "sagafeed_parked_keys", NULL, NULL, proc_dispatch_blocked_count(d));
+}
+
+static void metrics_feeds(struct proc_ops *ops, struct sf_buf *b)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"sagafeed_leases_owned", "gauge", "Ranges this instance reads."},
+        {"sagafeed_lag_items", "gauge", "LSNs between a range's latest write and its frontier."},
+        {"sagafeed_lag_seconds", "gauge", "Age of a range's oldest unprocessed change."},
+        {"sagafeed_range_started", "gauge", "1 once a range has a checkpoint."},
+        {"sagafeed_range_pending_items", "gauge", "Items delivered, not yet settled."},
+        {"sagafeed_range_last_progress_timestamp_seconds", "gauge",
+         "Wall clock of a range's last read or acknowledgement."},
+        {"sagafeed_hang_guard_fired_total", "counter", "Ranges abandoned by the hang guard."},
+        {"sagafeed_leases_lost_total", "counter", "Leases lost to another owner."},
+    };
+    struct feed_status *st[64] = {NULL};
+    const char *names[64];
+    size_t n = 0;
+
+    for (struct feed_processor *fp;
+         n < SF_ARRAY_LEN(st) && (fp = proc_service_feed(ops->svc, n, &names[n])) != NULL; n++)
+        if (feed_processor_status(fp, &st[n], NULL) != SF_OK)
+            st[n] = NULL;
+    for (size_t f = 0; f < SF_ARRAY_LEN(fam); f++) {
+        help(b, fam[f].name, fam[f].type, fam[f].help);
+        for (size_t i = 0; i < n; i++) {
+            size_t owned = 0;
+
+            if (st[i] == NULL)
+                continue;
+            if (f == 0 || f >= 6) {
+                for (size_t k = 0; k < st[i]->n; k++)
+                    owned += strcmp(st[i]->ranges[k].state, "running") == 0;
+                sample_u(b, fam[f].name, "container", names[i],
+                         f == 0   ? owned
+                         : f == 6 ? st[i]->hang_guard_fired
+                                  : st[i]->leases_lost);
+                continue;
+            }
+            for (size_t k = 0; k < st[i]->n; k++) {
+                const struct feed_range_status *r = &st[i]->ranges[k];
+                int64_t v = f == 1   ? r->lag_lsn
+                            : f == 2 ? r->lag_seconds
+                            : f == 3 ? (int64_t)r->started
+                            : f == 4 ? r->pending
+                                     : r->last_progress_ms / 1000;
+
+                if (strcmp(r->state, "running") != 0 || v < 0)
+                    continue; /* unknown lags are left out, not reported as 0 */
+                sample_range(b, fam[f].name, names[i], r->range, v);
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(st[i]);
+}
+
+enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
+{
+    if (ops->svc == NULL)
+        return SF_ESTATE;
+    help(b, "sagafeed_info", "gauge", "Version and instance of this process.");
+    (void)sf_buf_printf(b, "sagafeed_info{version=\"%s\",instance=\"", OPS_VERSION);
+    put_label(b, ops->instance);
+    (void)sf_buf_puts(b, "\"} 1\n");
+    help(b, "sagafeed_start_time_seconds", "gauge", "When this process started.");
+    sample_u(b, "sagafeed_start_time_seconds", NULL, NULL, (uint64_t)(ops->start_wall_ms / 1000));
+    help(b, "sagafeed_paused", "gauge", "1 while the fleet is paused (control document).");
+    sample_u(b, "sagafeed_paused", NULL, NULL, atomic_load(&ops->paused) ? 1 : 0);
+    metrics_items(ops, b);
+    metrics_retries(ops, b);
+    metrics_feeds(ops, b);
+    help(b, "sagafeed_request_charge_total", "counter", "Request units of every Cosmos call.");
+    (void)sf_buf_printf(b, "sagafeed_request_charge_total %.3f\n",
+                        cosmos_client_request_charge(proc_service_client(ops->svc)));
+    /* A page cut short by its cap would mislead: report it as an error instead. */
+    return b->len + 1 >= b->max ? SF_ELIMIT : SF_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Health and readiness
+ */
+
+/* Ready: owns at least one range and every owned range progressed lately (or paused). */
+static int readiness(struct proc_ops *ops, struct sf_buf *b)
+{
+    int64_t now = sf_wall_ms(), deadline = ops->cfg->feed.hang_timeout_ms;
+    size_t owned = 0, stale = 0;
+    const char *name;
+
+    for (size_t i = 0;; i++) {
+        struct feed_processor *fp = proc_service_feed(ops->svc, i, &name);
+        struct feed_status *st = NULL;
+
+        if (fp == NULL)
+            break;
+        if (feed_processor_status(fp, &st, NULL) != SF_OK)
+            continue;
+        for (size_t k = 0; k < st->n; k++) {
+            const struct feed_range_status *r = &st->ranges[k];
+
+            if (strcmp(r->state, "running") != 0)
+                continue;
+            owned++;
+            if (now - r->last_progress_ms > deadline) {
+                stale++;
+                (void)sf_buf_printf(b, "range %s of %s: no progress for %llds\n", r->range, name,
+                                    (long long)((now - r->last_progress_ms) / 1000));
+            }
+        }
+        free(st);
+    }
+    if (owned == 0) {
+        (void)sf_buf_puts(b, "not ready: no lease owned\n");
+        return 503;
+    }
+    if (atomic_load(&ops->paused)) {
+        (void)sf_buf_printf(b, "ready (paused): %zu lease%s owned\n", owned, owned == 1 ? "" : "s");
+        return 200;
+    }
+    if (stale > 0) {
+        (void)sf_buf_printf(b, "not ready: %zu of %zu leases not progressing\n", stale, owned);
+        return 503;
+    }
+    (void)sf_buf_printf(b, "ready: %zu lease%s owned and progressing\n", owned,
+                        owned == 1 ? "" : "s");
+    return 200;
+}
+
+static int on_http(void *ctx, const char *path, struct sf_buf *b, const char **ret_type)
+{
+    struct proc_ops *ops = ctx;
+
+    if (strcmp(path, "/metrics") == 0) {
+        *ret_type = "text/plain; version=0.0.4; charset=utf-8";
+        if (proc_ops_metrics(ops, b) != SF_OK) {
+            sf_buf_reset(b);
+            (void)sf_buf_puts(b, "metrics page too large\n");
+            return 500;
+        }
+        return 200;
+    }
+    if (strcmp(path, "/healthz") == 0) {
+        /* The main loop ticks every 100 ms; a control read may hold it for one request. */
+        int64_t age = sf_mono_ms() - atomic_load(&ops->tick_ms);
+
+        if (age > ops->cfg->cosmos.request_timeout_ms + 5000) {
+            (void)sf_buf_printf(b, "unhealthy: main loop stuck for %lldms\n", (long long)age);
+            return 503;
+        }
+        (void)sf_buf_puts(b, "ok\n");
+        return 200;
+    }
+    if (strcmp(path, "/readyz") == 0)
+        return readiness(ops, b);
+    (void)sf_buf_puts(b, "not found: try /metrics, /healthz or /readyz\n");
+    return 404;
+}
+
+/* ---------------------------------------------------------------------------
+ * Life cycle
+ */
+
+enum sf_rc proc_ops_attach(struct proc_ops *ops, struct proc_service *svc, struct sf_err *err)
+{
+    const char *container;
+    struct feed_processor *fp = proc_service_feed(svc, 0, &container);
+
+    ops->svc = svc;
+    if (ops->instance[0] == '\0' && fp != NULL)
+        (void)snprintf(ops->instance, sizeof(ops->instance), "%s", feed_processor_instance(fp));
+    atomic_store(&ops->tick_ms, sf_mono_ms());
+    poll_control(ops);
+    if (!ops->control_seen)
+        sf_log_warn("sagafeed", "the control document could not be read: starting paused, "
+                                "retrying every poll interval");
+    ops->next_poll_ms = sf_mono_ms() + ops->cfg->feed.poll_interval_ms;
+    if (ops->listen != NULL) {
+        enum sf_rc rc = proc_http_start(ops->listen, on_http, ops, &ops->http, err);
+
+        if (rc != SF_OK) {
+            ops->svc = NULL;
+            return rc;
+        }
+        sf_log_info("sagafeed", "serving /metrics, /healthz and /readyz on %s (port %d)",
+                    ops->listen, proc_http_port(ops->http));
+    }
+    return SF_OK;
+}
+
+void proc_ops_tick(struct proc_ops *ops)
+{
+    int64_t now = sf_mono_ms();
+
+    atomic_store(&ops->tick_ms, now);
+    if (ops->svc == NULL || now < ops->next_poll_ms)
+        return;
+    ops->next_poll_ms = now + ops->cfg->feed.poll_interval_ms;
+    poll_control(ops);
+    atomic_store(&ops->tick_ms, sf_mono_ms());
+}
+
+bool proc_ops_paused(const struct proc_ops *ops)
+{
+    return atomic_load(&ops->paused);
+}
+
+int proc_ops_http_port(const struct proc_ops *ops)
+{
+    return ops->http != NULL ? proc_http_port(ops->http) : 0;
+}
+
+void proc_ops_detach(struct proc_ops *ops)
+{
+    if (ops == NULL)
+        return;
+    proc_http_stop(ops->http);
+    ops->http = NULL;
+    ops->svc = NULL;
+}
+
+void proc_ops_free(struct proc_ops *ops)
+{
+    if (ops == NULL)
+        return;
+    proc_ops_detach(ops);
+    pthread_mutex_destroy(&ops->mu);
+    free(ops->listen);
+    free(ops);
+}

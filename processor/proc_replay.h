@@ -1,0 +1,120 @@
+/*
+ * proc_replay.h - `sagafeed replay`: the same dispatch as `run` (workflow
+ * engine, lanes, retries, parking) over a bounded window of the change feed.
+ *
+ * The window
+ * ----------
+ * From: the beginning, an LSN (lsn:N, inclusive) or a time (time:ISO,
+ * inclusive); to: an LSN (inclusive), a time (inclusive) or "now" (the
+ * position of each range when the replay starts, so writes during the replay
+ * are left to the live fleet). Times have the change feed's resolution: the
+ * item's _ts, whole seconds. Items are the change feed's LatestVersion items:
+ * each document once, at its latest write; "in the window" means that latest
+ * write lies inside the bounds. The scope is every range of every source
+ * container of the configuration, or one range (--range), or one logical
+ * partition (--partition-key), and every workflow or one (--workflow: items
+ * of other workflows are left alone).
+ *
+ * Each range is read from its lower bound up to the first item past its upper
+ * bound (or, for "now" and LSN bounds, until nothing newer exists), page by
+ * page; a page is checkpointed only after every one of its items settled or
+ * parked (the run's rule: checkpoint after effects).
+ *
+ * Leases of its own
+ * -----------------
+ * A replay keeps its positions in lease documents of its own in
+ * feed.lease_container, under the prefix
+ *   "<feed.lease_prefix>.replay-<16 hex: hash of the window>.<container>"
+ * one per range ("..<range>", or "..pk-<EPK>" for a partition key), shaped
+ * like feed leases (Owner, epoch, ContinuationToken, timestamp) plus the
+ * window in "properties". Live leases ("<feed.lease_prefix>.<container>..")
+ * are never read or written. Two replays of the same window cannot run at
+ * once (the second finds the first's live lease and stops); an interrupted
+ * replay (SIGINT, a crash) is resumed by running the same command again; a
+ * finished one deletes its leases. The epoch of its lease is stamped on the
+ * markers it writes, like a live lease's.
+ *
+ * Parked items: the parked items (and those waiting behind them) whose LSN
+ * lies in the window are marked for replay (proc_parked_request_replay), so
+ * the running service replays their keys in order, as `sagafeed parked
+ * replay` does. Items of a blocked key met in the window wait behind it.
+ *
+ * A dry run reads only: no lease, no effect, no parking document, no mark.
+ * It prints the planned action of every in-window item (proc_engine_plan)
+ * and the parked keys it would mark.
+ *
+ * Library code: no logging (progress and plan lines go to the given
+ * streams), no exit. One thread drives a replay; the dispatcher runs its own.
+ */
+#ifndef PROC_REPLAY_H
+#define PROC_REPLAY_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+#include "config/cfg.h"
+#include "cosmos/cosmos.h"
+#include "processor/proc_dispatch.h"
+
+enum proc_bound_kind {
+    PROC_BOUND_BEGINNING = 0, /* from only */
+    PROC_BOUND_NOW,           /* to only */
+    PROC_BOUND_LSN,
+    PROC_BOUND_TIME,
+};
+
+struct proc_bound {
+    enum proc_bound_kind kind;
+    int64_t lsn;     /* PROC_BOUND_LSN */
+    int64_t time_ms; /* PROC_BOUND_TIME: wall clock ms */
+};
+
+/*
+ * Parses a bound: for the lower one "beginning", "lsn:N" or "time:ISO";
+ * for the upper one "lsn:N", "time:ISO" or "now". SF_EINVAL saying what is
+ * accepted.
+ */
+enum sf_rc proc_bound_parse(const char *s, bool upper, struct proc_bound *ret, struct sf_err *err);
+
+struct proc_replay_opts {
+    const struct cfg *cfg;     /* borrowed */
+    struct cosmos_client *cli; /* borrowed */
+    const char *workflow;      /* NULL: every workflow */
+    const char *range;         /* NULL: every range */
+    const char *pk_json;       /* NULL: every key; else one logical partition ("[\"c-1\"]") */
+    struct proc_bound from, to;
+    bool dry_run;
+    const char *instance;        /* owner of the replay leases; NULL: "replay-<host>-<pid>" */
+    FILE *out;                   /* plan lines (dry run) and notes */
+    FILE *progress;              /* a progress line (\r-updated), NULL for none */
+    volatile sig_atomic_t *stop; /* set from a signal handler: stop after the current page */
+};
+
+struct proc_replay_summary {
+    uint64_t read;           /* change-feed items read */
+    uint64_t in_window;      /* saga candidates inside the bounds (sagafeed's records excluded) */
+    uint64_t dispatched;     /* handed to the dispatcher, or planned (dry run) */
+    uint64_t plan_step;      /* dry run: a step would run */
+    uint64_t plan_settled;   /* dry run: already settled */
+    uint64_t plan_none;      /* dry run: no workflow acts on it */
+    uint64_t plan_error;     /* dry run: would be parked at once */
+    struct proc_stats stats; /* the dispatcher's counters (not in a dry run) */
+    size_t ranges;           /* scopes replayed */
+    size_t resumed;          /* scopes resumed from an interrupted replay */
+    size_t parked_keys;      /* parked keys marked for replay (dry run: that would be) */
+    size_t parked_items;     /* their documents */
+    bool interrupted;        /* stopped early (stop flag): run again to resume */
+    int64_t elapsed_ms;
+    char prefix[512]; /* the replay's lease prefix base */
+};
+
+/*
+ * Runs the replay (see the top of this file). *ret is filled as far as it
+ * got, also on failure and interruption (ret->interrupted).
+ */
+enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_replay_summary *ret,
+                           struct sf_err *err);
+
+#endif

@@ -1,0 +1,292 @@
+/*
+ * proc_status.c - the fleet seen from outside (proc_status.h).
+ */
+#include "common/sf_base.h"
+
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "processor/proc_status.h"
+
+#define SOURCES_MAX 64
+
+enum sf_rc proc_lease_prefix(const struct cfg *cfg, const char *container, char *out, size_t size)
+{
+    /* The same rule as proc_service.c's start_feed: one prefix per source container. */
+    int n = snprintf(out, size, "%s.%s", cfg->feed.lease_prefix, container);
+
+    return n < 0 || (size_t)n >= size ? SF_ELIMIT : SF_OK;
+}
+
+size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < cfg->n_workflows; i++) {
+        bool seen = false;
+
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = strcmp(out[j], cfg->workflows[i].container) == 0;
+        if (!seen && n < max)
+            out[n++] = cfg->workflows[i].container;
+    }
+    return n;
+}
+
+/* One change-feed read after the checkpoint: the estimator of PROTOCOL.md section 10. */
+static void measure_lag(struct cosmos_client *cli, const struct cfg *cfg, struct proc_range_view *r,
+                        int64_t now_ms)
+{
+    struct cosmos_cf_req q = {.range_id = r->lease.range,
+                              .start = COSMOS_CF_CONTINUATION,
+                              .continuation = r->lease.continuation,
+                              .max_items = 1};
+    struct cosmos_cf_page page;
+    struct sf_err err;
+    enum sf_rc rc;
+
+    cosmos_cf_page_init(&page);
+    sf_err_clear(&err);
+    rc = cosmos_changefeed_read(cli, cfg->cosmos.database, r->container, &q, &page, &err);
+    if (rc == SF_EGONE) {
+        (void)snprintf(r->note, sizeof(r->note),
+                       "range %s split; its owner replaces the lease by its children",
+                       r->lease.range);
+    } else if (rc != SF_OK) {
+        (void)snprintf(r->note, sizeof(r->note), "lag unknown: %.200s", err.msg);
+    } else if (page.count == 0) {
+        r->lag_known = true;
+        r->lag_lsn = 0;
+        r->lag_seconds = 0;
+    } else {
+        const json_t *first = json_array_get(page.items, 0);
+        json_t *lsn = json_object_get(first, "_lsn"), *ts = json_object_get(first, "_ts");
+
+        r->lag_known = true;
+        if (page.latest_lsn >= 0 && json_is_integer(lsn))
+            r->lag_lsn = SF_MAX(0, page.latest_lsn - ((int64_t)json_integer_value(lsn) - 1));
+        else
+            r->lag_lsn = (int64_t)page.count; /* at least that much */
+        if (json_is_integer(ts))
+            r->lag_seconds = SF_MAX(0, now_ms / 1000 - (int64_t)json_integer_value(ts));
+    }
+    cosmos_cf_page_release(&page);
+}
+
+enum sf_rc proc_status_collect(struct cosmos_client *cli, const struct cfg *cfg, bool with_lag,
+                               struct proc_fleet_view **ret, struct sf_err *err)
+{
+    const char *sources[SOURCES_MAX];
+    size_t n_sources = proc_cfg_sources(cfg, sources, SOURCES_MAX);
+    struct feed_lease_info *leases[SOURCES_MAX] = {NULL};
+    size_t n_leases[SOURCES_MAX] = {0}, total = 0;
+    struct proc_fleet_view *v = NULL;
+    struct proc_control control;
+    int64_t now = sf_wall_ms();
+    enum sf_rc rc;
+
+    rc = proc_control_read(cli, cfg, &control, err);
+    for (size_t i = 0; i < n_sources && rc == SF_OK; i++) {
+        char prefix[FEED_PREFIX_MAX + 1];
+
+        if (proc_lease_prefix(cfg, sources[i], prefix, sizeof(prefix)) != SF_OK) {
+            rc = sf_err_set(err, SF_ELIMIT, false, "lease prefix of %s too long", sources[i]);
+            break;
+        }
+        rc = feed_leases_list(cli, cfg->cosmos.database, cfg->feed.lease_container, prefix,
+                              &leases[i], &n_leases[i], err);
+        if (rc == SF_ENOTFOUND) {
+            /* No lease container yet: nothing ever ran. */
+            sf_err_clear(err);
+            rc = SF_OK;
+        }
+        total += n_leases[i];
+    }
+    if (rc != SF_OK)
+        goto out;
+    v = calloc(1, sizeof(*v) + total * sizeof(v->ranges[0]));
+    if (v == NULL) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        goto out;
+    }
+    v->control = control;
+    v->taken_ms = now;
+    for (size_t i = 0; i < n_sources; i++) {
+        for (size_t k = 0; k < n_leases[i]; k++) {
+            struct proc_range_view *r = &v->ranges[v->n++];
+
+            (void)snprintf(r->container, sizeof(r->container), "%s", sources[i]);
+            r->lease = leases[i][k];
+            r->owned = r->lease.owner[0] != '\0';
+            r->renewed_ago_ms =
+                r->lease.timestamp_ms >= 0 ? SF_MAX(0, now - r->lease.timestamp_ms) : -1;
+            r->owner_alive = r->owned && r->renewed_ago_ms >= 0 &&
+                             r->renewed_ago_ms <= cfg->feed.lease_expiry_ms;
+            r->started = r->lease.continuation[0] != '\0';
+            r->lag_lsn = -1;
+            r->lag_seconds = -1;
+            if (!r->started)
+                (void)snprintf(r->note, sizeof(r->note), "not started");
+            else if (with_lag)
+                measure_lag(cli, cfg, r, now);
+        }
+    }
+    *ret = v;
+out:
+    for (size_t i = 0; i < n_sources; i++)
+        free(leases[i]);
+    return rc;
+}
+
+static json_t *opt_int(bool known, int64_t v)
+{
+    return known && v >= 0 ? json_integer((json_int_t)v) : json_null();
+}
+
+static json_t *opt_time(int64_t ms)
+{
+    char at[32];
+
+    if (ms < 0)
+        return json_null();
+    sf_time_iso8601(ms, at);
+    return json_string(at);
+}
+
+static json_t *range_json(const struct proc_range_view *r, bool lag_only)
+{
+    json_t *o =
+        json_pack("{s:s, s:s, s:b, s:o, s:o}", "container", r->container, "range", r->lease.range,
+                  "started", r->started, "lagItems", opt_int(r->lag_known, r->lag_lsn),
+                  "lagSeconds", opt_int(r->lag_known, r->lag_seconds));
+    json_t *more;
+
+    if (o == NULL)
+        return NULL;
+    if (r->note[0] != '\0')
+        (void)json_object_set_new(o, "note", json_string(r->note));
+    if (lag_only)
+        return o;
+    more = json_pack("{s:s, s:o, s:b, s:I, s:o, s:o, s:o, s:o, s:o}", "lease", r->lease.id, "owner",
+                     r->owned ? json_string(r->lease.owner) : json_null(), "ownerAlive",
+                     r->owner_alive, "epoch", (json_int_t)r->lease.epoch, "continuation",
+                     r->started ? json_string(r->lease.continuation) : json_null(), "checkpointLsn",
+                     opt_int(true, r->lease.checkpoint_lsn), "lastProgress",
+                     opt_time(r->lease.checkpoint_ts >= 0 ? r->lease.checkpoint_ts * 1000 : -1),
+                     "renewed", opt_time(r->lease.timestamp_ms), "renewedAgoMs",
+                     opt_int(true, r->renewed_ago_ms));
+    if (more == NULL || json_object_update(o, more) != 0) {
+        json_decref(more);
+        json_decref(o);
+        return NULL;
+    }
+    json_decref(more);
+    return o;
+}
+
+json_t *proc_status_json(const struct proc_fleet_view *v, bool lag_only)
+{
+    json_t *ranges = json_array(), *out;
+
+    if (ranges == NULL)
+        return NULL;
+    for (size_t i = 0; i < v->n; i++) {
+        json_t *r = range_json(&v->ranges[i], lag_only);
+
+        if (r == NULL || json_array_append_new(ranges, r) != 0) {
+            json_decref(ranges);
+            return NULL;
+        }
+    }
+    if (lag_only)
+        return json_pack("{s:o}", "ranges", ranges);
+    out = json_pack("{s:b, s:o, s:o, s:o, s:o}", "paused", v->control.paused, "pausedBy",
+                    v->control.exists ? json_string(v->control.by) : json_null(), "pauseReason",
+                    v->control.exists ? json_string(v->control.reason) : json_null(),
+                    "controlChanged", opt_time(v->control.at_ms), "ranges", ranges);
+    return out;
+}
+
+static void fmt_age(int64_t ms, char *out, size_t size)
+{
+    if (ms < 0)
+        (void)snprintf(out, size, "-");
+    else if (ms < 10000)
+        (void)snprintf(out, size, "%.1fs ago", (double)ms / 1000.0);
+    else if (ms < 3600000)
+        (void)snprintf(out, size, "%llds ago", (long long)(ms / 1000));
+    else
+        (void)snprintf(out, size, "%lldh ago", (long long)(ms / 3600000));
+}
+
+static void fmt_lag(const struct proc_range_view *r, char *items, char *secs, size_t size)
+{
+    if (!r->started) {
+        (void)snprintf(items, size, "not started");
+        (void)snprintf(secs, size, "-");
+    } else if (!r->lag_known) {
+        (void)snprintf(items, size, "?");
+        (void)snprintf(secs, size, "?");
+    } else {
+        (void)snprintf(items, size, "%lld", (long long)r->lag_lsn);
+        if (r->lag_seconds >= 0)
+            (void)snprintf(secs, size, "%lld", (long long)r->lag_seconds);
+        else
+            (void)snprintf(secs, size, "?");
+    }
+}
+
+void proc_status_print(const struct proc_fleet_view *v, bool lag_only, FILE *out)
+{
+    char items[32], secs[32], age[32], progress[32];
+
+    if (!lag_only) {
+        if (v->control.paused) {
+            char at[32] = "?";
+
+            if (v->control.at_ms >= 0)
+                sf_time_iso8601(v->control.at_ms, at);
+            (void)fprintf(out, "fleet: PAUSED since %s by %s%s%s\n", at,
+                          v->control.by[0] ? v->control.by : "?", v->control.reason[0] ? ": " : "",
+                          v->control.reason);
+        } else {
+            (void)fprintf(out, "fleet: running\n");
+        }
+    }
+    if (v->n == 0) {
+        (void)fprintf(out, "no leases yet (no instance has run this configuration)\n");
+        return;
+    }
+    if (lag_only)
+        (void)fprintf(out, "%-20s %-8s %12s %10s\n", "CONTAINER", "RANGE", "LAG(ITEMS)", "LAG(S)");
+    else
+        (void)fprintf(out, "%-20s %-8s %-28s %6s %-14s %12s %8s %-24s %s\n", "CONTAINER", "RANGE",
+                      "OWNER", "EPOCH", "CONTINUATION", "LAG(ITEMS)", "LAG(S)", "LAST PROGRESS",
+                      "RENEWED");
+    for (size_t i = 0; i < v->n; i++) {
+        const struct proc_range_view *r = &v->ranges[i];
+        char owner[FEED_INSTANCE_MAX + 16];
+
+        fmt_lag(r, items, secs, sizeof(items));
+        if (lag_only) {
+            (void)fprintf(out, "%-20s %-8s %12s %10s%s%s\n", r->container, r->lease.range, items,
+                          secs, r->note[0] && r->started ? "  " : "",
+                          r->note[0] && r->started ? r->note : "");
+            continue;
+        }
+        if (!r->owned)
+            (void)snprintf(owner, sizeof(owner), "(free)");
+        else
+            (void)snprintf(owner, sizeof(owner), "%s%s", r->lease.owner,
+                           r->owner_alive ? "" : " (expired)");
+        fmt_age(r->renewed_ago_ms, age, sizeof(age));
+        if (r->lease.checkpoint_ts >= 0)
+            sf_time_iso8601(r->lease.checkpoint_ts * 1000, progress);
+        else
+            (void)snprintf(progress, sizeof(progress), "-");
+        (void)fprintf(out, "%-20s %-8s %-28s %6lld %-14s %12s %8s %-24s %s%s%s\n", r->container,
+                      r->lease.range, owner, (long long)r->lease.epoch,
+                      r->started ? r->lease.continuation : "-", items, secs, progress, age,
+                      r->note[0] && r->started ? "  " : "",
+                      r->note[0] && r->started ? r->note : "");
+    }
+}

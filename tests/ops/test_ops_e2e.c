@@ -1,0 +1,1080 @@
+/*
+ * test_ops_e2e.c - the operator commands of the real `sagafeed` binary
+ * against a real cosmolite.
+ *
+ *   status_lag   status and lag before anything ran, while running, after a
+ *                stop, and with exactly N unprocessed writes (lag N items)
+ *   pause        a running instance stops all effects within one poll while
+ *                its leases keep renewing; an instance started while paused
+ *                stays paused; resume settles everything exactly once
+ *   metrics      /metrics matches what happened (sagas, steps, a 503 retry
+ *                injected by cosmolite, leases, lag, charge); /healthz,
+ *                /readyz, pause seen in the metrics
+ *   replay       a handler bug skipped 30 orders; after the fix, replaying an
+ *                LSN window settles exactly the 10 orders inside it; the dry
+ *                run before wrote nothing at all; live leases untouched; a
+ *                second replay changes nothing
+ *   replay_resume  an interrupted replay (SIGINT) resumes from its own lease
+ *                and settles the rest exactly once
+ *   replay_parked  a replay of a window with a parked item (and one waiting
+ *                behind it) has the running service replay them
+ *   saga_show    state, steps from the markers (done, compensated, not run)
+ *                and events of a completed and of a compensated saga
+ *   leases       export; reset --to-time under a running instance fences it
+ *                (lost lease, higher epoch) and re-delivers without a second
+ *                effect; "not started" after a reset; import restores the
+ *                exported positions; a foreign file is refused untouched
+ *   env_config   endpoint and key variable from SAGAFEED_* variables reach a
+ *                real server; bad values are reported as environment:0:
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <ftw.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "cosmos/cosmos.h"
+#include "feed/feed.h"
+#include "processor/proc_demo.h"
+#include "tests/ops/ops_util.h"
+
+/* Starts a cosmolite with the shop containers and its catalog (no orders). */
+static struct harness_cosmolite *shop(int partitions, const char *const *faults,
+                                      struct cosmos_client **ret_cli)
+{
+    struct harness_cosmolite_opts ho = {
+        .memory = true, .partitions = partitions, .extra_args = faults};
+    struct harness_cosmolite *h = NULL;
+    struct proc_demo_opts dopt = {.orders = 0};
+    struct sf_err err;
+
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    *ret_cli = ops_client(h);
+    ck_assert_msg(proc_demo_create(*ret_cli, "shop", partitions, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_demo_seed_catalog(*ret_cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
+    return h;
+}
+
+/* Runs a short command; asserts its exit status; returns stdout (stderr appended). */
+static char *cmd(struct harness_cosmolite *h, int want, const char *const *args)
+{
+    char *out = NULL, *err = NULL, *both;
+    int status = ops_run(harness_cosmolite_key(h), args, &out, &err);
+    size_t n = strlen(out) + strlen(err) + 2;
+
+    both = malloc(n);
+    ck_assert_ptr_nonnull(both);
+    (void)snprintf(both, n, "%s%s", out, err);
+    ck_assert_msg(status == want, "sagafeed %s exited %d, not %d:\n%s", args[0], status, want,
+                  both);
+    free(out);
+    free(err);
+    return both;
+}
+
+static json_t *cmd_json(struct harness_cosmolite *h, const char *const *args)
+{
+    char *out = NULL, *err = NULL;
+    json_t *v;
+    int status = ops_run(harness_cosmolite_key(h), args, &out, &err);
+
+    ck_assert_msg(status == 0, "sagafeed %s exited %d: %s", args[0], status, err);
+    v = ops_json(out);
+    free(out);
+    free(err);
+    return v;
+}
+
+/* Waits until `lag --json` shows every range started and caught up. */
+static void wait_caught_up(struct harness_cosmolite *h, const char *cfg, size_t ranges)
+{
+    const char *args[] = {"lag", "-c", cfg, "--json", NULL};
+    int64_t deadline = sf_mono_ms() + 15000;
+
+    for (;;) {
+        json_t *v = cmd_json(h, args), *r;
+        json_t *rs = json_object_get(v, "ranges");
+        size_t i, ok = 0;
+
+        json_array_foreach(rs, i, r)
+        {
+            if (json_is_true(json_object_get(r, "started")) &&
+                json_integer_value(json_object_get(r, "lagItems")) == 0 &&
+                json_is_integer(json_object_get(r, "lagItems")))
+                ok++;
+        }
+        if (ok == ranges && json_array_size(rs) == ranges) {
+            json_decref(v);
+            return;
+        }
+        if (sf_mono_ms() > deadline) {
+            char *text = json_dumps(v, JSON_COMPACT);
+
+            ck_abort_msg("ranges did not catch up: %s", text);
+        }
+        json_decref(v);
+        sf_sleep_ms(100);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * status and lag
+ */
+
+START_TEST(test_status_lag)
+{
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, NULL, &cli);
+    char cfg[512], log[512], *out;
+    const char *status[] = {"status", "-c", cfg, NULL};
+    const char *status_json[] = {"status", "-c", cfg, "--json", NULL};
+    const char *lag[] = {"lag", "-c", cfg, NULL};
+    const char *lag_json[] = {"lag", "-c", cfg, "--json", NULL};
+    const char *run[] = {"run", "-c", cfg, "--instance", "ops-1", NULL};
+    json_t *v, *r;
+    pid_t pid;
+
+    ops_make_config(cfg, sizeof(cfg), "st", h, "shop", "order-fulfilment.cfg", NULL, NULL);
+    (void)snprintf(log, sizeof(log), "%s/st.log", g_tmp);
+    /* nothing ran yet: no leases, not an error */
+    out = cmd(h, 0, status);
+    ck_assert_msg(strstr(out, "fleet: running") && strstr(out, "no leases yet"), "%s", out);
+    free(out);
+    v = cmd_json(h, lag_json);
+    ck_assert_uint_eq(json_array_size(json_object_get(v, "ranges")), 0);
+    json_decref(v);
+    /* running: owned, alive, checkpointed, caught up */
+    ops_create_orders(cli, 0, 6);
+    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    ops_wait_settled(cli, "shop", 6, 20000);
+    wait_caught_up(h, cfg, 1);
+    v = cmd_json(h, status_json);
+    ck_assert(json_is_false(json_object_get(v, "paused")));
+    r = json_array_get(json_object_get(v, "ranges"), 0);
+    ck_assert_uint_eq(json_array_size(json_object_get(v, "ranges")), 1);
+    ck_assert_str_eq(sf_json_str(r, "container"), "orders");
+    ck_assert_str_eq(sf_json_str(r, "range"), "0");
+    ck_assert_str_eq(sf_json_str(r, "owner"), "ops-1");
+    ck_assert(json_is_true(json_object_get(r, "ownerAlive")));
+    ck_assert_int_ge(json_integer_value(json_object_get(r, "epoch")), 1);
+    ck_assert_ptr_nonnull(sf_json_str(r, "continuation"));
+    ck_assert_int_eq(json_integer_value(json_object_get(r, "lagItems")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(r, "lagSeconds")), 0);
+    ck_assert_ptr_nonnull(sf_json_str(r, "lastProgress"));
+    ck_assert_ptr_nonnull(sf_json_str(r, "renewed"));
+    ck_assert_int_lt(json_integer_value(json_object_get(r, "renewedAgoMs")), 3000);
+    json_decref(v);
+    out = cmd(h, 0, status);
+    ck_assert_msg(strstr(out, "ops-1") != NULL && strstr(out, "LAG(ITEMS)") != NULL, "%s", out);
+    free(out);
+    ops_stop(pid, log);
+    /* stopped cleanly: the lease is free; five writes later the lag is exactly five */
+    ops_create_orders(cli, 100, 5);
+    v = cmd_json(h, status_json);
+    r = json_array_get(json_object_get(v, "ranges"), 0);
+    ck_assert(json_is_null(json_object_get(r, "owner")));
+    ck_assert(json_is_false(json_object_get(r, "ownerAlive")));
+    json_decref(v);
+    v = cmd_json(h, lag_json);
+    r = json_array_get(json_object_get(v, "ranges"), 0);
+    ck_assert(json_is_true(json_object_get(r, "started")));
+    ck_assert_int_eq(json_integer_value(json_object_get(r, "lagItems")), 5);
+    ck_assert_int_ge(json_integer_value(json_object_get(r, "lagSeconds")), 0);
+    ck_assert_int_lt(json_integer_value(json_object_get(r, "lagSeconds")), 60);
+    json_decref(v);
+    out = cmd(h, 0, lag);
+    ck_assert_msg(strstr(out, "orders") != NULL && strstr(out, " 5 ") != NULL, "%s", out);
+    free(out);
+    /* bad usage and a bad file: exit 2 with a reason */
+    {
+        const char *no_cfg[] = {"status", NULL};
+        const char *missing[] = {"lag", "-c", "/nonexistent/x.cfg", NULL};
+
+        out = cmd(h, 2, no_cfg);
+        ck_assert_msg(strstr(out, "Usage: sagafeed status") != NULL, "%s", out);
+        free(out);
+        out = cmd(h, 2, missing);
+        ck_assert_msg(strstr(out, "cannot read") != NULL, "%s", out);
+        free(out);
+    }
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * pause / resume
+ */
+
+static size_t count_placed(struct cosmos_client *cli, unsigned first, unsigned n)
+{
+    size_t placed = 0;
+
+    for (unsigned i = first; i < first + n; i++) {
+        char id[16], cust[16], st[32];
+
+        (void)snprintf(id, sizeof(id), "o-%u", i);
+        (void)snprintf(cust, sizeof(cust), "c-%03u", i % 9);
+        placed += strcmp(ops_status(cli, id, cust, st, sizeof(st)), "placed") == 0;
+    }
+    return placed;
+}
+
+START_TEST(test_pause_resume)
+{
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(2, NULL, &cli);
+    char cfg[512], log_a[512], log_b[512], *out;
+    const char *run_a[] = {"run", "-c", cfg, "--instance", "ops-a", "--drain-timeout", "2s", NULL};
+    const char *run_b[] = {"run", "-c", cfg, "--instance", "ops-b", NULL};
+    const char *pause[] = {"pause", "-c", cfg, "--reason", "kafka down", "--by", "tester", NULL};
+    const char *resume[] = {"resume", "-c", cfg, NULL};
+    const char *status_json[] = {"status", "-c", cfg, "--json", NULL};
+    struct feed_lease_info *before = NULL, *after = NULL;
+    size_t n_before = 0, n_after = 0;
+    struct proc_demo_report rep;
+    struct sf_err err;
+    json_t *v, *r;
+    size_t i;
+    int64_t t0;
+    pid_t a, b;
+
+    ops_make_config(cfg, sizeof(cfg), "pz", h, "shop", "order-fulfilment.cfg",
+                    "processor = { workers = 4; };", NULL);
+    (void)snprintf(log_a, sizeof(log_a), "%s/pz-a.log", g_tmp);
+    (void)snprintf(log_b, sizeof(log_b), "%s/pz-b.log", g_tmp);
+    ops_create_orders(cli, 0, 5);
+    a = ops_spawn(harness_cosmolite_key(h), log_a, run_a);
+    ops_wait_settled(cli, "shop", 5, 20000);
+    /* pause: the running instance obeys within one poll interval (100ms, plus a command) */
+    t0 = sf_mono_ms();
+    out = cmd(h, 0, pause);
+    ck_assert_msg(strstr(out, "paused") != NULL, "%s", out);
+    free(out);
+    ck_assert_msg(ops_wait_log(log_a, "fleet paused by tester: kafka down", 1000),
+                  "instance did not pause within one poll");
+    (void)printf("pause seen %lldms after the command started\n", (long long)(sf_mono_ms() - t0));
+    ck_assert_int_eq(feed_leases_list(cli, "shop", "leases", "pz.orders", &before, &n_before, &err),
+                     SF_OK);
+    /* while paused: new orders get no effect at all */
+    ops_create_orders(cli, 10, 10);
+    sf_sleep_ms(1500);
+    ck_assert_uint_eq(count_placed(cli, 10, 10), 10);
+    /* ... but the leases stay with their owner at the same epoch, renewed */
+    ck_assert_int_eq(feed_leases_list(cli, "shop", "leases", "pz.orders", &after, &n_after, &err),
+                     SF_OK);
+    ck_assert_uint_eq(n_before, 2);
+    ck_assert_uint_eq(n_after, 2);
+    for (size_t k = 0; k < n_after; k++) {
+        ck_assert_str_eq(after[k].owner, "ops-a");
+        ck_assert_int_eq(after[k].epoch, before[k].epoch);
+        ck_assert_int_gt(after[k].timestamp_ms, before[k].timestamp_ms);
+    }
+    free(before);
+    free(after);
+    v = cmd_json(h, status_json);
+    ck_assert(json_is_true(json_object_get(v, "paused")));
+    ck_assert_str_eq(sf_json_str(v, "pausedBy"), "tester");
+    ck_assert_str_eq(sf_json_str(v, "pauseReason"), "kafka down");
+    json_array_foreach(json_object_get(v, "ranges"), i, r)
+        ck_assert(json_is_true(json_object_get(r, "ownerAlive")));
+    json_decref(v);
+    /* a paused instance stops cleanly; one started during the pause stays paused */
+    ops_stop(a, log_a);
+    b = ops_spawn(harness_cosmolite_key(h), log_b, run_b);
+    ck_assert_msg(ops_wait_log(log_b, "fleet paused by tester", 10000), "b did not start paused");
+    ck_assert_msg(ops_wait_log(log_b, "took lease", 10000), "b took no lease");
+    sf_sleep_ms(1000);
+    ck_assert_uint_eq(count_placed(cli, 10, 10), 10);
+    /* resume: everything settles, nothing lost, nothing twice */
+    out = cmd(h, 0, resume);
+    ck_assert_msg(strstr(out, "resumed") != NULL, "%s", out);
+    free(out);
+    ck_assert_msg(ops_wait_log(log_b, "fleet resumed by", 2000), "b did not resume");
+    ops_wait_settled(cli, "shop", 15, 20000);
+    ck_assert_uint_eq(count_placed(cli, 10, 10), 0);
+    ops_stop(b, log_b);
+    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(rep.completed, 15);
+    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
+                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * metrics, health, readiness
+ */
+
+static int http_port(const char *log)
+{
+    char *text = ops_slurp(log), *at;
+    int port = 0;
+
+    ck_assert_ptr_nonnull(text);
+    at = strstr(text, "(port ");
+    ck_assert_msg(at != NULL, "no port in %s", text);
+    ck_assert_int_eq(sscanf(at, "(port %d)", &port), 1);
+    free(text);
+    return port;
+}
+
+static char *get(int port, const char *path, int want)
+{
+    char url[128], *body = NULL;
+    int code;
+
+    (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    code = ops_http_get(url, &body);
+    ck_assert_msg(code == want, "GET %s: %d, not %d: %s", path, code, want, body);
+    return body;
+}
+
+START_TEST(test_metrics)
+{
+    /* The first four batches on products fail with 503: one whole engine call (4 attempts). */
+    static const char *const faults[] = {"--fault", "status=503,op=batch,coll=products,count=4",
+                                         NULL};
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(2, faults, &cli);
+    struct proc_demo_opts dopt = {.orders = 16};
+    struct proc_demo_report rep;
+    struct sf_err err;
+    char cfg[512], log[512], *m, *body;
+    const char *run[] = {"run", "-c", cfg, "--instance", "ops-m", NULL};
+    const char *pause[] = {"pause", "-c", cfg, NULL};
+    int port;
+    pid_t pid;
+
+    ops_make_config(cfg, sizeof(cfg), "mx", h, "shop", "order-fulfilment.cfg",
+                    "processor = { workers = 1; max_attempts = 5; backoff_base = \"5ms\"; "
+                    "http_listen = \"127.0.0.1:0\"; };",
+                    NULL);
+    (void)snprintf(log, sizeof(log), "%s/mx.log", g_tmp);
+    ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 0, 16, &err) == SF_OK, "%s", err.msg);
+    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    ck_assert_msg(ops_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
+    port = http_port(log);
+    ops_wait_settled(cli, "shop", 16, 30000);
+    wait_caught_up(h, cfg, 2);
+    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(rep.exactly_once, "%s", rep.n_problems > 0 ? rep.problems[0] : "?");
+    ck_assert_uint_gt(rep.cancelled, 0);
+    m = get(port, "/metrics", 200);
+    ck_assert_double_eq(
+        ops_metric(m, "sagafeed_sagas_total{workflow=\"order-fulfilment\",outcome=\"completed\"}"),
+        (double)rep.completed);
+    ck_assert_double_eq(
+        ops_metric(m, "sagafeed_sagas_total{workflow=\"order-fulfilment\",outcome=\"failed\"}"),
+        (double)rep.cancelled);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_items_total{outcome=\"completed\"}"),
+                        (double)rep.completed);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_items_total{outcome=\"failed\"}"),
+                        (double)rep.cancelled);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_items_total{outcome=\"parked\"}"), 0);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"applied\"}"),
+                        (double)(rep.do_markers + rep.undo_markers));
+    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"already_applied\"}"), 0);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"business_failure\"}"),
+                        (double)rep.cancelled);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_retries_total{status=\"503\"}"), 1);
+    ck_assert_double_eq(ops_metric_or(m, "sagafeed_retries_total{status=\"429\"}", 0), 0);
+    ck_assert_double_ge(ops_metric(m, "sagafeed_items_received_total"), 16);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_parked_keys"), 0);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_leases_owned{container=\"orders\"}"), 2);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_lag_items{container=\"orders\",range=\"0\"}"), 0);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_lag_items{container=\"orders\",range=\"1\"}"), 0);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_range_started{container=\"orders\",range=\"1\"}"),
+                        1);
+    ck_assert_double_gt(ops_metric(m, "sagafeed_request_charge_total"), 0);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_paused"), 0);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_info{version=\"0.1.0\",instance=\"ops-m\"}"), 1);
+    ck_assert_msg(strstr(m, "# TYPE sagafeed_retries_total counter") != NULL, "%s", m);
+    free(m);
+    body = get(port, "/healthz", 200);
+    ck_assert_str_eq(body, "ok\n");
+    free(body);
+    body = get(port, "/readyz", 200);
+    ck_assert_msg(strstr(body, "ready: 2 leases owned and progressing") != NULL, "%s", body);
+    free(body);
+    free(get(port, "/nope", 404));
+    /* paused: still ready (a deliberate pause), and the gauge says so */
+    free(cmd(h, 0, pause));
+    ck_assert_msg(ops_wait_log(log, "fleet paused", 1000), "no pause");
+    m = get(port, "/metrics", 200);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_paused"), 1);
+    free(m);
+    body = get(port, "/readyz", 200);
+    ck_assert_msg(strstr(body, "ready (paused)") != NULL, "%s", body);
+    free(body);
+    ops_stop(pid, log);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * replay
+ */
+
+/* Every container's documents as sorted "container/id/_etag" lines: equal snapshots, no write. */
+static char *snapshot(struct cosmos_client *cli)
+{
+    static const char *const colls[] = {"orders",    "products", "customers",
+                                        "shipments", "leases",   "parked"};
+    struct sf_buf b;
+    json_t *lines = json_array();
+    size_t i;
+    json_t *d;
+
+    for (size_t c = 0; c < SF_ARRAY_LEN(colls); c++) {
+        json_t *all = ops_all(cli, "shop", colls[c]);
+
+        json_array_foreach(all, i, d)
+        {
+            char line[2048];
+
+            (void)snprintf(line, sizeof(line), "%s/%s/%s", colls[c], sf_json_str(d, "id"),
+                           sf_json_str(d, "_etag"));
+            (void)json_array_append_new(lines, json_string(line));
+        }
+        json_decref(all);
+    }
+    /* insertion sort: a few hundred lines */
+    for (size_t a = 1; a < json_array_size(lines); a++)
+        for (size_t k = a; k > 0 && strcmp(json_string_value(json_array_get(lines, k - 1)),
+                                           json_string_value(json_array_get(lines, k))) > 0;
+             k--) {
+            json_t *x = json_incref(json_array_get(lines, k - 1));
+
+            (void)json_array_set(lines, k - 1, json_array_get(lines, k));
+            (void)json_array_set_new(lines, k, x);
+        }
+    sf_buf_init(&b, 16u << 20);
+    json_array_foreach(lines, i, d)(void) sf_buf_printf(&b, "%s\n", json_string_value(d));
+    json_decref(lines);
+    return sf_buf_detach(&b, NULL);
+}
+
+/* The _lsn of an order, from the change feed (point reads do not carry it). One range. */
+static int64_t lsn_of(struct cosmos_client *cli, unsigned order)
+{
+    char id[16], cont[COSMOS_ETAG_MAX] = "";
+    struct cosmos_cf_page page;
+    struct sf_err err;
+    int64_t lsn = -1;
+
+    (void)snprintf(id, sizeof(id), "o-%u", order);
+    cosmos_cf_page_init(&page);
+    for (;;) {
+        struct cosmos_cf_req q = {.range_id = "0", .max_items = 100};
+        size_t i;
+        json_t *d;
+
+        q.start = cont[0] ? COSMOS_CF_CONTINUATION : COSMOS_CF_BEGINNING;
+        q.continuation = cont;
+        ck_assert_msg(cosmos_changefeed_read(cli, "shop", "orders", &q, &page, &err) == SF_OK, "%s",
+                      err.msg);
+        if (page.count == 0)
+            break;
+        json_array_foreach(page.items, i, d) if (strcmp(sf_json_str(d, "id"), id) == 0) lsn =
+            json_integer_value(json_object_get(d, "_lsn"));
+        (void)snprintf(cont, sizeof(cont), "%s", page.continuation);
+    }
+    cosmos_cf_page_release(&page);
+    ck_assert_int_gt(lsn, 0);
+    return lsn;
+}
+
+static size_t count_lines(const char *text, const char *needle)
+{
+    size_t n = 0;
+
+    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* The handler bug: the reserve step waits for a state orders never have. */
+static const char *const g_bug[] = {"from = \"placed\";", "from = \"new\";", NULL};
+
+/* Writes the buggy and the fixed configuration of one test (same lease prefix). */
+static void two_configs(struct harness_cosmolite *h, const char *name, const char *extra,
+                        char *buggy, char *fixed, size_t size)
+{
+    char *text;
+
+    ops_make_config(fixed, size, name, h, "shop", "order-fulfilment.cfg", extra, NULL);
+    text = ops_slurp(fixed);
+    ck_assert_ptr_nonnull(text);
+    ops_make_config(buggy, size, name, h, "shop", "order-fulfilment.cfg", extra, g_bug);
+    (void)snprintf(fixed, size, "%s/%s-fixed.cfg", g_tmp, name);
+    ops_write_file(fixed, text);
+    free(text);
+}
+
+START_TEST(test_replay_window)
+{
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, NULL, &cli);
+    char buggy[512], fixed[512], log[512], from[32], to[32], *out, *before, *after;
+    const char *run[] = {"run", "-c", buggy, "--instance", "ops-r", NULL};
+    const char *dry[] = {"replay", "-c", fixed, "--from", from, "--to", to, "--dry-run", NULL};
+    const char *replay[] = {"replay", "-c", fixed, "--from", from, "--to", to, NULL};
+    struct proc_demo_report rep;
+    struct sf_err err;
+    char st[32];
+    pid_t pid;
+
+    two_configs(h, "rw", NULL, buggy, fixed, sizeof(buggy));
+    (void)snprintf(log, sizeof(log), "%s/rw.log", g_tmp);
+    /* 30 orders go through the buggy version: acknowledged, checkpointed, not processed */
+    ops_create_orders(cli, 0, 30);
+    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    wait_caught_up(h, buggy, 1);
+    ops_stop(pid, log);
+    ck_assert_uint_eq(count_placed(cli, 0, 30), 30);
+    (void)snprintf(from, sizeof(from), "lsn:%lld", (long long)lsn_of(cli, 10));
+    (void)snprintf(to, sizeof(to), "lsn:%lld", (long long)lsn_of(cli, 19));
+    /* the dry run plans exactly the window and writes nothing */
+    before = snapshot(cli);
+    out = cmd(h, 0, dry);
+    ck_assert_msg(count_lines(out, "would run step reserve (1 element)") == 10, "%s", out);
+    for (unsigned i = 0; i < 30; i++) {
+        char id[24];
+
+        (void)snprintf(id, sizeof(id), " o-%u ", i);
+        ck_assert_msg((strstr(out, id) != NULL) == (i >= 10 && i < 20), "%s in the plan?\n%s", id,
+                      out);
+    }
+    ck_assert_msg(strstr(out, "dry run (nothing written)") != NULL &&
+                      strstr(out, "10 in the window") != NULL,
+                  "%s", out);
+    free(out);
+    after = snapshot(cli);
+    ck_assert_str_eq(before, after);
+    free(after);
+    /* the fixed handler replays the window: exactly o-10..o-19 settle */
+    out = cmd(h, 0, replay);
+    ck_assert_msg(strstr(out, "10 in the window") != NULL && strstr(out, "completed 10") != NULL,
+                  "%s", out);
+    free(out);
+    for (unsigned i = 0; i < 30; i++) {
+        char id[16], cust[16];
+
+        (void)snprintf(id, sizeof(id), "o-%u", i);
+        (void)snprintf(cust, sizeof(cust), "c-%03u", i % 9);
+        ck_assert_str_eq(ops_status(cli, id, cust, st, sizeof(st)),
+                         i >= 10 && i < 20 ? "completed" : "placed");
+    }
+    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(rep.completed, 10);
+    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
+                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    /* live leases untouched; the replay's own leases are gone */
+    after = snapshot(cli);
+    {
+        const char *p = before;
+
+        for (const char *line = strstr(p, "leases/"); line != NULL;
+             line = strstr(line + 1, "leases/")) {
+            char want[2048];
+
+            (void)snprintf(want, sizeof(want), "%.*s", (int)strcspn(line, "\n"), line);
+            ck_assert_msg(strstr(after, want) != NULL, "live lease changed: %s", want);
+        }
+        ck_assert_msg(strstr(after, ".replay-") == NULL, "replay lease left:\n%s", after);
+    }
+    free(after);
+    free(before);
+    /*
+     * The settled orders moved on in the feed (their transitions are newer writes): from the
+     * window's start to now, a dry run sees them settled and the rest still to do.
+     */
+    {
+        const char *rest[] = {"replay", "-c",  fixed,       "--from", from,
+                              "--to",   "now", "--dry-run", NULL};
+
+        out = cmd(h, 0, rest);
+        ck_assert_msg(count_lines(out, "state completed: settled, nothing to do") == 10 &&
+                          count_lines(out, "would run step reserve") == 10,
+                      "%s", out);
+        free(out);
+    }
+    /* bad windows and scopes are refused before anything happens */
+    {
+        const char *empty[] = {"replay", "-c", fixed, "--from", "lsn:20", "--to", "lsn:10", NULL};
+        const char *badb[] = {"replay", "-c", fixed, "--from", "now", "--to", "now", NULL};
+        const char *badr[] = {"replay", "-c",  fixed,     "--from", "beginning",
+                              "--to",   "now", "--range", "7",      NULL};
+        const char *badw[] = {"replay", "-c",  fixed,        "--from", "beginning",
+                              "--to",   "now", "--workflow", "nope",   NULL};
+
+        out = cmd(h, 2, empty);
+        ck_assert_msg(strstr(out, "window is empty") != NULL, "%s", out);
+        free(out);
+        out = cmd(h, 2, badb);
+        ck_assert_msg(strstr(out, "beginning, lsn:N or time:ISO") != NULL, "%s", out);
+        free(out);
+        out = cmd(h, 2, badr);
+        ck_assert_msg(strstr(out, "no source container has a partition key range '7'") != NULL,
+                      "%s", out);
+        free(out);
+        out = cmd(h, 2, badw);
+        ck_assert_msg(strstr(out, "no workflow named 'nope'") != NULL, "%s", out);
+        free(out);
+    }
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+static size_t replay_leases(struct cosmos_client *cli, bool *ret_owned)
+{
+    json_t *all = ops_all(cli, "shop", "leases"), *d;
+    size_t i, n = 0;
+
+    *ret_owned = false;
+    json_array_foreach(all, i, d)
+    {
+        if (strstr(sf_json_str(d, "id"), ".replay-") == NULL)
+            continue;
+        n++;
+        *ret_owned = *ret_owned || json_is_string(json_object_get(d, "Owner"));
+    }
+    json_decref(all);
+    return n;
+}
+
+START_TEST(test_replay_resume_parked)
+{
+    /* slow effects, so that the replay is still busy when it is interrupted */
+    static const char *const faults[] = {"--fault", "delay=150,op=batch,count=40", NULL};
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, faults, &cli);
+    char buggy[512], fixed[512], log[512], rlog[512], *out, *text;
+    const char *run[] = {"run", "-c", buggy, "--instance", "ops-rr", NULL};
+    const char *replay[] = {"replay", "-c", fixed, "--from", "beginning", "--to", "now", NULL};
+    struct proc_demo_report rep;
+    struct sf_err err;
+    size_t placed;
+    bool owned;
+    pid_t pid;
+
+    two_configs(h, "rr", "processor = { workers = 2; };", buggy, fixed, sizeof(buggy));
+    (void)snprintf(log, sizeof(log), "%s/rr.log", g_tmp);
+    (void)snprintf(rlog, sizeof(rlog), "%s/rr-replay.log", g_tmp);
+    ops_create_orders(cli, 0, 30);
+    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    wait_caught_up(h, buggy, 1);
+    ops_stop(pid, log);
+    /* interrupted mid-way: what is done stays done, its lease stays (free) for a resume */
+    pid = ops_spawn(harness_cosmolite_key(h), rlog, replay);
+    sf_sleep_ms(700);
+    ck_assert_int_eq(kill(pid, SIGINT), 0);
+    ck_assert_int_eq(ops_wait_exit(pid, 30000), 1);
+    text = ops_slurp(rlog);
+    ck_assert_msg(text != NULL && strstr(text, "interrupted; run the same command again") != NULL,
+                  "%s", text);
+    free(text);
+    placed = count_placed(cli, 0, 30);
+    ck_assert_msg(placed > 0 && placed < 30, "%zu of 30 still placed after the interruption",
+                  placed);
+    ck_assert_uint_eq(replay_leases(cli, &owned), 1);
+    ck_assert(!owned);
+    /* the same command resumes and finishes; its lease is gone */
+    out = cmd(h, 0, replay);
+    ck_assert_msg(strstr(out, "resuming orders 0 of an interrupted replay") != NULL, "%s", out);
+    free(out);
+    ck_assert_uint_eq(count_placed(cli, 0, 30), 0);
+    ck_assert_uint_eq(replay_leases(cli, &owned), 0);
+    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(rep.completed, 30);
+    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
+                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+START_TEST(test_replay_parked)
+{
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, NULL, &cli);
+    char cfg[512], log[512], *out, st[32];
+    const char *run[] = {"run", "-c", cfg, "--instance", "ops-p", NULL};
+    const char *replay[] = {"replay", "-c", cfg, "--from", "beginning", "--to", "now", NULL};
+    const char *dry[] = {"replay", "-c",  cfg,         "--from", "beginning",
+                         "--to",   "now", "--dry-run", NULL};
+    struct sf_buf pk;
+    struct sf_err err;
+    int64_t deadline;
+    pid_t pid;
+
+    ops_make_config(cfg, sizeof(cfg), "rp", h, "shop", "order-fulfilment.cfg",
+                    "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
+                    "park_scan_interval = \"200ms\"; };",
+                    NULL);
+    (void)snprintf(log, sizeof(log), "%s/rp.log", g_tmp);
+    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    sf_buf_init(&pk, 256);
+    (void)cosmos_pk_string("c-001", &pk);
+    ck_assert_int_eq(cosmos_doc_create(cli, "shop", "orders", sf_buf_cstr(&pk),
+                                       "{\"id\":\"o-bad\",\"type\":\"order\",\"customerId\":"
+                                       "\"c-001\",\"status\":\"placed\",\"lines\":\"oops\","
+                                       "\"total\":5}",
+                                       NULL, NULL, &err),
+                     SF_OK);
+    ck_assert_msg(ops_wait_log(log, "parked item o-bad", 10000), "o-bad was not parked");
+    /* fixed by hand; the fixed version waits behind the parked one */
+    ck_assert_int_eq(cosmos_doc_patch(cli, "shop", "orders", "o-bad", sf_buf_cstr(&pk),
+                                      "[{\"op\":\"set\",\"path\":\"/lines\",\"value\":[{"
+                                      "\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
+                                      "\"price\":5}]}]",
+                                      NULL, NULL, NULL, &err),
+                     SF_OK);
+    sf_buf_release(&pk);
+    ck_assert_msg(ops_wait_log(log, "waits behind a parked item", 10000), "no waiting item");
+    out = cmd(h, 0, dry);
+    ck_assert_msg(strstr(out, "parked key orders|[\"c-001\"] (2 items): would be marked") != NULL,
+                  "%s", out);
+    free(out);
+    ck_assert_str_eq(ops_status(cli, "o-bad", "c-001", st, sizeof(st)), "placed");
+    /* the replay marks the key; the running service replays it in order */
+    out = cmd(h, 0, replay);
+    ck_assert_msg(strstr(out, "parked: 1 key (2 items) marked for replay") != NULL, "%s", out);
+    free(out);
+    deadline = sf_mono_ms() + 15000;
+    while (strcmp(ops_status(cli, "o-bad", "c-001", st, sizeof(st)), "completed") != 0 &&
+           sf_mono_ms() < deadline)
+        sf_sleep_ms(50);
+    if (strcmp(st, "completed") != 0)
+        ops_dump_log(log);
+    ck_assert_str_eq(st, "completed");
+    ops_stop(pid, log);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * saga show
+ */
+
+static void create_order(struct cosmos_client *cli, const char *id, const char *cust, int qty)
+{
+    char body[512];
+    struct sf_buf pk;
+    struct sf_err err;
+
+    (void)snprintf(body, sizeof(body),
+                   "{\"id\":\"%s\",\"type\":\"order\",\"customerId\":\"%s\",\"status\":"
+                   "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":%d,"
+                   "\"price\":5}],\"total\":%d}",
+                   id, cust, qty, qty * 5);
+    sf_buf_init(&pk, 256);
+    (void)cosmos_pk_string(cust, &pk);
+    ck_assert_msg(
+        cosmos_doc_create(cli, "shop", "orders", sf_buf_cstr(&pk), body, NULL, NULL, &err) == SF_OK,
+        "%s", err.msg);
+    sf_buf_release(&pk);
+}
+
+static const json_t *step_of(const json_t *wf, const char *name)
+{
+    size_t i;
+    json_t *st;
+
+    json_array_foreach(json_object_get(wf, "steps"), i,
+                       st) if (strcmp(sf_json_str(st, "step"), name) == 0) return st;
+    ck_abort_msg("no step %s", name);
+    return NULL;
+}
+
+START_TEST(test_saga_show)
+{
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, NULL, &cli);
+    char cfg[512], log[512], *out;
+    const char *run[] = {"run", "-c", cfg, NULL};
+    const char *ok[] = {"saga", "show", "o-good", "-c", cfg, "--json", NULL};
+    const char *poor[] = {"saga", "show", "o-poor", "-c", cfg, "--json", NULL};
+    const char *text[] = {"saga", "show", "o-poor", "-c", cfg, NULL};
+    const char *none[] = {"saga", "show", "o-none", "-c", cfg, NULL};
+    const char *usage[] = {"saga", "show", "-c", cfg, NULL};
+    json_t *v, *wf, *ev;
+    pid_t pid;
+
+    ops_make_config(cfg, sizeof(cfg), "sg", h, "shop", "order-fulfilment.cfg", NULL, NULL);
+    (void)snprintf(log, sizeof(log), "%s/sg.log", g_tmp);
+    create_order(cli, "o-good", "c-001", 2);
+    create_order(cli, "o-poor", "c-009", 4); /* c-009 has 15, the order costs 20 */
+    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    ops_wait_settled(cli, "shop", 2, 20000);
+    ops_stop(pid, log);
+    /* completed: every step done, three events in order */
+    v = cmd_json(h, ok);
+    ck_assert(json_is_true(json_object_get(v, "found")));
+    wf = json_array_get(json_object_get(v, "workflows"), 0);
+    ck_assert_str_eq(sf_json_str(wf, "workflow"), "order-fulfilment");
+    ck_assert_str_eq(sf_json_str(json_object_get(wf, "item"), "state"), "completed");
+    ck_assert_str_eq(sf_json_str(step_of(wf, "reserve"), "status"), "done");
+    ck_assert_str_eq(sf_json_str(step_of(wf, "charge"), "status"), "done");
+    ck_assert_str_eq(sf_json_str(step_of(wf, "ship"), "status"), "done");
+    ck_assert_int_eq(json_integer_value(json_object_get(wf, "markers")), 3);
+    ev = json_object_get(wf, "events");
+    ck_assert_uint_eq(json_array_size(ev), 3);
+    ck_assert_str_eq(sf_json_str(json_array_get(ev, 0), "eventType"), "StockReserved");
+    ck_assert_str_eq(sf_json_str(json_array_get(ev, 1), "eventType"), "PaymentCharged");
+    ck_assert_str_eq(sf_json_str(json_array_get(ev, 2), "eventType"), "OrderCompleted");
+    json_decref(v);
+    /* compensated: reserve done and undone, the rest never ran, a reason */
+    v = cmd_json(h, poor);
+    wf = json_array_get(json_object_get(v, "workflows"), 0);
+    ck_assert_str_eq(sf_json_str(json_object_get(wf, "item"), "state"), "cancelled");
+    ck_assert_msg(
+        strstr(sf_json_str(json_object_get(wf, "item"), "reason"), "insufficient balance") != NULL,
+        "%s", sf_json_str(json_object_get(wf, "item"), "reason"));
+    ck_assert_str_eq(sf_json_str(step_of(wf, "reserve"), "status"), "compensated");
+    ck_assert_uint_eq(json_array_size(json_object_get(step_of(wf, "reserve"), "undone")), 1);
+    ck_assert_str_eq(sf_json_str(step_of(wf, "charge"), "status"), "not run");
+    ck_assert_str_eq(sf_json_str(step_of(wf, "ship"), "status"), "not run");
+    ck_assert_uint_ge(json_array_size(json_object_get(wf, "events")), 2);
+    json_decref(v);
+    out = cmd(h, 0, text);
+    ck_assert_msg(strstr(out, "state cancelled (reason: insufficient balance") != NULL &&
+                      strstr(out, "reserve") != NULL && strstr(out, "compensated") != NULL,
+                  "%s", out);
+    free(out);
+    out = cmd(h, 1, none);
+    ck_assert_msg(strstr(out, "nothing found") != NULL, "%s", out);
+    free(out);
+    free(cmd(h, 2, usage));
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * leases export | import | reset
+ */
+
+static json_t *only_lease(struct harness_cosmolite *h, const char *cfg)
+{
+    const char *args[] = {"status", "-c", cfg, "--json", NULL};
+    json_t *v = cmd_json(h, args), *r;
+
+    ck_assert_uint_eq(json_array_size(json_object_get(v, "ranges")), 1);
+    r = json_incref(json_array_get(json_object_get(v, "ranges"), 0));
+    json_decref(v);
+    return r;
+}
+
+START_TEST(test_leases)
+{
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, NULL, &cli);
+    char cfg[512], log[512], exp[512], bad[512], t0[32], *out, *m, *cont;
+    const char *run[] = {"run", "-c", cfg, "--instance", "ops-l", NULL};
+    const char *export[] = {"leases", "export", "-c", cfg, "-o", exp, NULL};
+    const char *reset[] = {"leases", "reset", "-c", cfg, "--to-time", t0, NULL};
+    const char *import[] = {"leases", "import", "-c", cfg, exp, NULL};
+    const char *import_bad[] = {"leases", "import", "-c", cfg, bad, NULL};
+    const char *lag_json[] = {"lag", "-c", cfg, "--json", NULL};
+    struct proc_demo_report rep;
+    struct sf_err err;
+    json_t *v, *r;
+    int64_t epoch;
+    double before;
+    int port;
+    pid_t pid;
+
+    sf_time_iso8601(sf_wall_ms() - 2000, t0);
+    ops_make_config(cfg, sizeof(cfg), "ls", h, "shop", "order-fulfilment.cfg",
+                    "processor = { http_listen = \"127.0.0.1:0\"; };", NULL);
+    (void)snprintf(log, sizeof(log), "%s/ls.log", g_tmp);
+    (void)snprintf(exp, sizeof(exp), "%s/leases.json", g_tmp);
+    (void)snprintf(bad, sizeof(bad), "%s/bad-leases.json", g_tmp);
+    ops_create_orders(cli, 0, 6);
+    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    ck_assert_msg(ops_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
+    port = http_port(log);
+    ops_wait_settled(cli, "shop", 6, 20000);
+    wait_caught_up(h, cfg, 1);
+    /* export: the one lease, at its checkpoint */
+    free(cmd(h, 0, export));
+    v = json_load_file(exp, 0, NULL);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_str_eq(sf_json_str(v, "sagafeed"), "leases");
+    ck_assert_uint_eq(json_array_size(json_object_get(v, "leases")), 1);
+    r = json_array_get(json_object_get(v, "leases"), 0);
+    ck_assert_str_eq(sf_json_str(r, "id"), "ls.orders..0");
+    cont = strdup(sf_json_str(r, "ContinuationToken"));
+    json_decref(v);
+    /* reset under a running instance: fenced (it loses the lease), then re-read from t0 */
+    m = get(port, "/metrics", 200);
+    before = ops_metric(m, "sagafeed_items_received_total");
+    free(m);
+    r = only_lease(h, cfg);
+    epoch = json_integer_value(json_object_get(r, "epoch"));
+    json_decref(r);
+    out = cmd(h, 0, reset);
+    ck_assert_msg(strstr(out, "fenced out ops-l") != NULL && strstr(out, "1 lease reset") != NULL,
+                  "%s", out);
+    free(out);
+    ck_assert_msg(ops_wait_log(log, "lost", 5000), "the instance did not lose its lease");
+    ck_assert_msg(ops_wait_log(log, "took lease ls.orders..0 of range 0 (free)", 5000),
+                  "the lease was not taken again");
+    wait_caught_up(h, cfg, 1);
+    r = only_lease(h, cfg);
+    ck_assert_str_eq(sf_json_str(r, "owner"), "ops-l");
+    ck_assert_int_ge(json_integer_value(json_object_get(r, "epoch")), epoch + 3);
+    json_decref(r);
+    m = get(port, "/metrics", 200);
+    ck_assert_double_ge(ops_metric(m, "sagafeed_items_received_total"), before + 6);
+    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"applied\"}"), 18);
+    free(m);
+    ops_stop(pid, log);
+    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(rep.completed, 6);
+    ck_assert_msg(rep.exactly_once && rep.conserved, "%s",
+                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    /* reset with nobody running: "not started" until an instance checkpoints */
+    free(cmd(h, 0, reset));
+    v = cmd_json(h, lag_json);
+    r = json_array_get(json_object_get(v, "ranges"), 0);
+    ck_assert(json_is_false(json_object_get(r, "started")));
+    ck_assert(json_is_null(json_object_get(r, "lagItems")));
+    json_decref(v);
+    /* import: the exported position is back, at a higher epoch */
+    out = cmd(h, 0, import);
+    ck_assert_msg(strstr(out, "1 lease imported") != NULL, "%s", out);
+    free(out);
+    r = only_lease(h, cfg);
+    ck_assert_str_eq(sf_json_str(r, "continuation"), cont);
+    ck_assert(json_is_null(json_object_get(r, "owner")));
+    epoch = json_integer_value(json_object_get(r, "epoch"));
+    json_decref(r);
+    /* a lease of another configuration: refused before anything is written */
+    ops_write_file(bad, "{\"sagafeed\":\"leases\",\"version\":1,\"leases\":[{\"id\":"
+                        "\"other.orders..0\",\"LeaseToken\":\"0\",\"ContinuationToken\":"
+                        "\"\\\"1\\\"\"}]}");
+    out = cmd(h, 2, import_bad);
+    ck_assert_msg(strstr(out, "not a lease of this configuration") != NULL, "%s", out);
+    free(out);
+    r = only_lease(h, cfg);
+    ck_assert_int_eq(json_integer_value(json_object_get(r, "epoch")), epoch);
+    json_decref(r);
+    free(cont);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * settings from the environment
+ */
+
+START_TEST(test_env_config)
+{
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, NULL, &cli);
+    char cfg[512], ep[512], *text, *at, *out;
+    const char *status[] = {"status", "-c", cfg, NULL};
+    const char *check[] = {"check-config", cfg, NULL};
+
+    ops_make_config(cfg, sizeof(cfg), "ev", h, "shop", "order-fulfilment.cfg", NULL, NULL);
+    /* the same file without endpoint and key: they come from the environment */
+    text = ops_slurp(cfg);
+    ck_assert_ptr_nonnull(text);
+    (void)snprintf(ep, sizeof(ep), "endpoint = \"%s\"; key_env = \"SF_TEST_KEY\"; ",
+                   harness_cosmolite_endpoint(h));
+    at = strstr(text, ep);
+    ck_assert_ptr_nonnull(at);
+    memmove(at, at + strlen(ep), strlen(at + strlen(ep)) + 1);
+    ops_write_file(cfg, text);
+    free(text);
+    out = cmd(h, 2, status); /* no endpoint at all */
+    ck_assert_msg(strstr(out, "has no cosmos.endpoint") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(setenv("SAGAFEED_COSMOS_ENDPOINT", harness_cosmolite_endpoint(h), 1), 0);
+    ck_assert_int_eq(setenv("SAGAFEED_COSMOS_KEY_ENV", "SF_TEST_KEY", 1), 0);
+    out = cmd(h, 0, status);
+    ck_assert_msg(strstr(out, "no leases yet") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(setenv("SAGAFEED_FEED_MAX_ITEMS", "many", 1), 0);
+    ck_assert_int_eq(setenv("SAGAFEED_PROCESSOR_HTTP_LISTEN", "nowhere", 1), 0);
+    out = cmd(h, 1, check);
+    ck_assert_msg(strstr(out, "environment:0: SAGAFEED_FEED_MAX_ITEMS: 'many' is not a whole "
+                              "number (as feed.max_items must be)") != NULL &&
+                      strstr(out, "processor.http_listen 'nowhere' must be HOST:PORT") != NULL,
+                  "%s", out);
+    free(out);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    SF_UNUSED(st);
+    SF_UNUSED(flag);
+    SF_UNUSED(ftw);
+    return remove(path);
+}
+
+int main(void)
+{
+    const char *bin = getenv("SF_SAGAFEED_BIN");
+    char cbin[1024];
+    Suite *s;
+    SRunner *sr;
+    int failed;
+    const struct {
+        const char *name;
+        const TTest *test;
+    } tests[] = {{"status_lag", test_status_lag},
+                 {"pause", test_pause_resume},
+                 {"metrics", test_metrics},
+                 {"replay", test_replay_window},
+                 {"replay_resume", test_replay_resume_parked},
+                 {"replay_parked", test_replay_parked},
+                 {"saga_show", test_saga_show},
+                 {"leases", test_leases},
+                 {"env_config", test_env_config}};
+
+    if (bin == NULL || access(bin, X_OK) != 0 || getenv("SF_SOURCE_DIR") == NULL ||
+        harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL) {
+        (void)fprintf(stderr, "skipped: sagafeed or cosmolite binary missing\n");
+        return 77;
+    }
+    (void)snprintf(g_sagafeed, sizeof(g_sagafeed), "%s", bin);
+    (void)snprintf(g_tmp, sizeof(g_tmp), "%s/sf-ops-XXXXXX",
+                   getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(g_tmp) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    s = suite_create("ops_e2e");
+    /* one case per test, so CK_RUN_CASE=pause runs just that one */
+    for (size_t i = 0; i < SF_ARRAY_LEN(tests); i++) {
+        TCase *tc = tcase_create(tests[i].name);
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, tests[i].test);
+        suite_add_tcase(s, tc);
+    }
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_VERBOSE);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (failed == 0)
+        (void)nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    else
+        (void)printf("logs and configs kept in %s\n", g_tmp);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,25 @@
+# tests/ops: the operator commands (status, lag, pause/resume, metrics, replay,
+# saga show, leases) of the sagafeed binary against cosmolite, and the
+# packaging files (docker-compose.yml and what it references).
+if(TARGET cosmolite AND TARGET sagafeed)
+  sf_unit_test(test_ops_e2e
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_e2e.c ${CMAKE_CURRENT_LIST_DIR}/ops_util.c
+    LIBS sf_processor sf_test_harness PkgConfig::CURL
+    LABELS "ops;integration;e2e")
+  add_dependencies(test_ops_e2e cosmolite sagafeed)
+  set_property(TEST test_ops_e2e APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
+  set_tests_properties(test_ops_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
+
+# Packaging without Docker: docker-compose.yml, the Dockerfile and what they
+# reference, the image's configuration under compose's environment (with
+# `sagafeed check-config`), the systemd unit, the docs.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND AND TARGET sagafeed)
+  add_test(NAME test_ops_packaging
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_compose.py)
+  set_tests_properties(test_ops_packaging PROPERTIES
+    ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
+    LABELS "ops;packaging" TIMEOUT 120)
+endif()
