@@ -192,25 +192,25 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     h->router = router;
     if (tls)
         h->daemon = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
+            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
+            (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK,
-            unescape_none, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
-            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_HTTPS_MEM_CERT, opts->tls_cert_pem,
-            MHD_OPTION_HTTPS_MEM_KEY, opts->tls_key_pem, MHD_OPTION_END);
+            unescape_none, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_HTTPS_MEM_CERT,
+            opts->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY, opts->tls_key_pem, MHD_OPTION_END);
     else
         h->daemon = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
+            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
+            (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK,
-            unescape_none, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
-            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+            unescape_none, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!h->daemon) {
         free(h);
         return sf_err_set(err, SF_EIO, false,

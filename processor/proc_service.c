@@ -130,9 +130,12 @@ static void on_feed_event(void *ctx, const struct feed_event *ev)
     default:
         break;
     }
-    sf_log(lvl, "feed", "%s: range %s epoch %lld: %s", slot->container,
-           ev->range != NULL ? ev->range : "", (long long)ev->epoch,
-           ev->msg != NULL ? ev->msg : "");
+    /* Fleet-wide events (balancing, bootstrap) name no range and no epoch. */
+    if (ev->range != NULL && ev->range[0] != '\0' && ev->epoch >= 0)
+        sf_log(lvl, "feed", "%s: range %s epoch %lld: %s", slot->container, ev->range,
+               (long long)ev->epoch, ev->msg != NULL ? ev->msg : "");
+    else
+        sf_log(lvl, "feed", "%s: %s", slot->container, ev->msg != NULL ? ev->msg : "");
 }
 
 static enum sf_rc make_client(struct proc_service *s, const struct proc_service_opts *o,

@@ -1,0 +1,472 @@
+/*
+ * test_fault_suite.c - what sagafeed survives (ctest label "fault").
+ *
+ * Every case runs the real `sagafeed run` binary (workflow of
+ * config/examples/order-fulfilment.cfg) against a durable cosmolite while
+ * the test writes orders from background threads, does something nasty in
+ * the middle of the run, and then checks from the data alone (processor/
+ * proc_demo.c): every saga settled, stock and balances conserved per
+ * product and per customer, every effect exactly once (dedupe markers,
+ * ledger entries and outbox events counted per saga), payments minus
+ * refunds equal to the completed orders. The counts are printed.
+ *
+ *   kill9_sagafeed     kill -9 of sagafeed 20 times at random moments
+ *                      during 10,000 orders ($SF_FAULT_KILL9_ORDERS scales
+ *                      it; ctest runs 4,000, see tests.cmake)
+ *                      The other cases write $SF_FAULT_ORDERS (2,000) orders.
+ *   kill9_cosmolite    kill -9 of cosmolite twice during a run, restarted on
+ *                      the same port and data directory each time
+ *   instances          three sagafeed instances share 6 ranges; each is
+ *                      killed with -9 and restarted in turns (twice); at the
+ *                      end the leases are shared by all three again
+ *   split              a partition key range of the orders container splits
+ *                      in the middle of a run, then one of its children
+ *   injected           ~10% of all requests fail: 429, 503, 408 after the
+ *                      write applied, dropped connections before and after
+ *                      applying; every rule must have fired
+ *
+ * Kafka broker errors are covered where the Kafka producer is: the relay's
+ * per-key order through broker errors (tests/unit/test_outbox_relay.c),
+ * the sink's (tests/unit/test_outbox_sink.c), brokers down and a relay
+ * killed between publish and checkpoint (tests/outbox/test_outbox_feed.c).
+ *
+ * CK_RUN_CASE=<case> runs one case (ctest registers each as fault_<case>).
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "cosmos/cosmos.h"
+#include "feed/feed.h"
+#include "processor/proc_demo.h"
+#include "tests/fault/fault_util.h"
+#include "tests/support/harness.h"
+
+#define DB "shop"
+
+/* Processor settings of every case: generous retries, short backoff, so a fault never parks. */
+#define PROCESSOR_SETTINGS                                                                         \
+    "processor = { workers = 8; max_attempts = 30; backoff_base = \"10ms\"; backoff_cap = "        \
+    "\"1s\"; log_json = true; };"
+
+static char g_tmp[512];
+
+static unsigned env_unsigned(const char *name, unsigned dflt)
+{
+    const char *v = getenv(name);
+    char *end = NULL;
+    unsigned long n;
+
+    if (v == NULL || *v == '\0')
+        return dflt;
+    n = strtoul(v, &end, 10);
+    ck_assert_msg(end != NULL && *end == '\0' && n > 0 && n <= 1000000, "bad %s=%s", name, v);
+    return (unsigned)n;
+}
+
+/* One case's world: a cosmolite, a client, the shop database with its catalog. */
+struct world {
+    struct harness_cosmolite *h;
+    struct cosmos_client *cli;
+    struct proc_demo_opts dopt;
+    char cfg[600];
+    char log[600];
+    int64_t t0;
+};
+
+static void world_start(struct world *w, const char *name, int partitions,
+                        const char *const *cosmolite_args, const struct proc_demo_opts *dopt)
+{
+    struct harness_cosmolite_opts ho = {.partitions = partitions, .extra_args = cosmolite_args};
+    struct sf_err err;
+
+    memset(w, 0, sizeof(*w));
+    w->t0 = sf_mono_ms();
+    w->dopt = *dopt;
+    ck_assert_msg(harness_cosmolite_start(&ho, &w->h, &err) == SF_OK, "%s", err.msg);
+    w->cli = fu_client(harness_cosmolite_endpoint(w->h), harness_cosmolite_key(w->h), NULL);
+    ck_assert_msg(proc_demo_create(w->cli, DB, partitions, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_demo_seed_catalog(w->cli, DB, &w->dopt, &err) == SF_OK, "%s", err.msg);
+    fu_make_config(w->cfg, sizeof(w->cfg), g_tmp, name, harness_cosmolite_endpoint(w->h), DB,
+                   "order-fulfilment.cfg", NULL, PROCESSOR_SETTINGS);
+    (void)snprintf(w->log, sizeof(w->log), "%s/%s-sagafeed.log", g_tmp, name);
+}
+
+static pid_t world_spawn(struct world *w, const char *instance, const char *log)
+{
+    const char *args[] = {"run", "-c", w->cfg, "--instance", instance, "--log-level", "info", NULL};
+
+    return fu_spawn_sagafeed(harness_cosmolite_key(w->h), log != NULL ? log : w->log, args);
+}
+
+/* SIGTERM, and the drain must be clean (exit 0). */
+static void world_stop_sagafeed(struct world *w, pid_t pid, const char *log)
+{
+    int status;
+
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    status = fu_wait_exit(pid, 30000);
+    if (status != 0)
+        fu_dump_tail(log != NULL ? log : w->log);
+    ck_assert_msg(status == 0, "sagafeed did not stop cleanly: status %d", status);
+}
+
+static void world_free(struct world *w)
+{
+    cosmos_client_free(w->cli);
+    harness_cosmolite_free(w->h);
+}
+
+static void kill9(pid_t pid)
+{
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    ck_assert_int_eq(fu_wait_exit(pid, 10000), 128 + SIGKILL);
+}
+
+/* ---------------------------------------------------------------------------
+ * kill -9 of sagafeed 20 times during 10,000 orders
+ */
+
+START_TEST(test_kill9_sagafeed)
+{
+    /* $SF_FAULT_KILL9_ORDERS, else the build's default (ctest: 4000), else the 10,000 */
+    unsigned orders =
+        env_unsigned("SF_FAULT_KILL9_ORDERS", env_unsigned("SF_FAULT_KILL9_ORDERS_DEFAULT", 10000));
+    unsigned kills_want = env_unsigned("SF_FAULT_KILL9_KILLS", 20);
+    /* a catalog that scales with the orders, so most of them complete */
+    struct proc_demo_opts dopt = {
+        .orders = orders, .products = 24 + orders / 40, .customers = 60 + orders / 16};
+    struct world w;
+    struct fu_writer *wr;
+    uint64_t rng = (uint64_t)sf_mono_us() | 1;
+    unsigned kills = 0, kills_writing = 0;
+    pid_t pid;
+
+    world_start(&w, "kill9", 4, NULL, &dopt);
+    pid = world_spawn(&w, "fault-1", NULL);
+    wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 15.0);
+    /* orders arrive over ~15 s; kill at random moments 300..1500 ms apart, during the writes
+       and after them */
+    while (kills < kills_want) {
+        sf_sleep_ms(300 + (int64_t)(sf_rand_next(&rng) % 1200));
+        if (!fu_writer_done(wr))
+            kills_writing++;
+        kill9(pid);
+        kills++;
+        pid = world_spawn(&w, "fault-1", NULL);
+    }
+    fu_writer_join(wr);
+    (void)printf("kill9_sagafeed: %u orders written in %llds; %u kills (%u while writing)\n",
+                 orders, (long long)(sf_mono_ms() - w.t0) / 1000, kills, kills_writing);
+    fu_wait_settled(w.cli, DB, orders, 600000, w.log);
+    world_stop_sagafeed(&w, pid, NULL);
+    (void)fu_print_final_counters(w.log, "kill9_sagafeed last run");
+    fu_verify(w.cli, DB, orders, "kill -9 of sagafeed");
+    (void)printf("kill9_sagafeed: %u kills of sagafeed, %u orders settled in %lldms\n", kills,
+                 orders, (long long)(sf_mono_ms() - w.t0));
+    world_free(&w);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * kill -9 of cosmolite during a run, then restart (twice)
+ */
+
+START_TEST(test_kill9_cosmolite)
+{
+    unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
+    struct proc_demo_opts dopt = {.orders = orders};
+    struct world w;
+    struct fu_writer *wr;
+    struct sf_err err;
+    pid_t pid;
+    int status = 0;
+    size_t total = 0, settled = 0;
+
+    world_start(&w, "cosmolite", 4, NULL, &dopt);
+    pid = world_spawn(&w, "fault-1", NULL);
+    wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
+    for (int round = 0; round < 2; round++) {
+        int64_t down;
+
+        sf_sleep_ms(1500);
+        ck_assert_msg(harness_cosmolite_stop(w.h, SIGKILL, 5000, &status, &err) == SF_OK, "%s",
+                      err.msg);
+        ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        down = sf_mono_ms();
+        sf_sleep_ms(700); /* sagafeed and the writers see refused connections */
+        ck_assert_msg(harness_cosmolite_restart(w.h, &err) == SF_OK, "%s", err.msg);
+        (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+        (void)printf("kill9_cosmolite: round %d: cosmolite down for %lldms; %zu orders, %zu "
+                     "settled\n",
+                     round + 1, (long long)(sf_mono_ms() - down), total, settled);
+        (void)fflush(stdout);
+    }
+    fu_writer_join(wr);
+    ck_assert_msg(waitpid(pid, &status, WNOHANG) == 0, "sagafeed died while cosmolite was down");
+    fu_wait_settled(w.cli, DB, orders, 300000, w.log);
+    world_stop_sagafeed(&w, pid, NULL);
+    (void)fu_print_final_counters(w.log, "kill9_cosmolite sagafeed");
+    fu_verify(w.cli, DB, orders, "kill -9 of cosmolite, restarted twice");
+    world_free(&w);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Three instances killed and restarted in turns
+ */
+
+/* How many leases each of the three instances owns; true when every one is owned. */
+static bool lease_owners(struct world *w, const char *const names[3], size_t counts[3], bool print)
+{
+    struct feed_lease_info *leases = NULL;
+    size_t n = 0, owned = 0;
+    struct sf_err err;
+
+    counts[0] = counts[1] = counts[2] = 0;
+    if (feed_leases_list(w->cli, DB, "leases", "instances.orders", &leases, &n, &err) != SF_OK)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 3; k++) {
+            if (strcmp(leases[i].owner, names[k]) == 0) {
+                counts[k]++;
+                owned++;
+            }
+        }
+        if (print)
+            (void)printf("  lease %s (range %s): owner %s, epoch %lld, checkpoint lsn %lld\n",
+                         leases[i].id, leases[i].range,
+                         leases[i].owner[0] != '\0' ? leases[i].owner : "(none)",
+                         (long long)leases[i].epoch, (long long)leases[i].checkpoint_lsn);
+    }
+    free(leases);
+    return n > 0 && owned == n;
+}
+
+START_TEST(test_instances)
+{
+    static const char *const names[3] = {"inst-a", "inst-b", "inst-c"};
+    unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
+    struct proc_demo_opts dopt = {.orders = orders};
+    struct world w;
+    struct fu_writer *wr;
+    char logs[3][600];
+    pid_t pids[3];
+    size_t counts[3];
+    int64_t deadline;
+    bool shared = false;
+
+    world_start(&w, "instances", 6, NULL, &dopt);
+    for (int k = 0; k < 3; k++) {
+        (void)snprintf(logs[k], sizeof(logs[k]), "%s/instances-%s.log", g_tmp, names[k]);
+        pids[k] = world_spawn(&w, names[k], logs[k]);
+    }
+    wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
+    /* in turns: a, b, c, a, b, c - each down for a moment, its leases expire or are taken */
+    for (int turn = 0; turn < 6; turn++) {
+        int k = turn % 3;
+
+        sf_sleep_ms(1200);
+        kill9(pids[k]);
+        sf_sleep_ms(400);
+        (void)lease_owners(&w, names, counts, false);
+        (void)printf("instances: turn %d: killed %s; leases a=%zu b=%zu c=%zu\n", turn + 1,
+                     names[k], counts[0], counts[1], counts[2]);
+        (void)fflush(stdout);
+        pids[k] = world_spawn(&w, names[k], logs[k]);
+    }
+    fu_writer_join(wr);
+    fu_wait_settled(w.cli, DB, orders, 300000, w.log);
+    /* the work is shared by all three again (balancing), every lease owned */
+    deadline = sf_mono_ms() + 20000;
+    while (!shared && sf_mono_ms() < deadline) {
+        shared = lease_owners(&w, names, counts, false) && counts[0] > 0 && counts[1] > 0 &&
+                 counts[2] > 0;
+        if (!shared)
+            sf_sleep_ms(250);
+    }
+    (void)lease_owners(&w, names, counts, true);
+    ck_assert_msg(shared, "leases not shared by all three: a=%zu b=%zu c=%zu", counts[0], counts[1],
+                  counts[2]);
+    for (int k = 0; k < 3; k++) {
+        world_stop_sagafeed(&w, pids[k], logs[k]);
+        (void)fu_print_final_counters(logs[k], names[k]);
+    }
+    fu_verify(w.cli, DB, orders, "three instances killed and restarted in turns");
+    world_free(&w);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * A split in the middle of a run
+ */
+
+/* The id of the first child named by a split answer ({"children":["3","4"]} or objects with id). */
+static void first_child(const char *answer, char out[32])
+{
+    json_t *j = sf_json_parse(answer, strlen(answer), NULL);
+    json_t *c = json_array_get(json_object_get(j, "children"), 0);
+    const char *id = json_is_string(c) ? json_string_value(c) : sf_json_str(c, "id");
+
+    ck_assert_msg(id != NULL, "no children in the split answer %s", answer);
+    (void)snprintf(out, 32, "%s", id);
+    json_decref(j);
+}
+
+START_TEST(test_split)
+{
+    unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
+    struct proc_demo_opts dopt = {.orders = orders};
+    struct world w;
+    struct fu_writer *wr;
+    struct cosmos_pkranges *ranges = NULL;
+    struct feed_lease_info *leases = NULL;
+    struct sf_err err;
+    char child[32], *answer;
+    size_t n_leases = 0, total = 0, settled = 0;
+    pid_t pid;
+
+    world_start(&w, "split", 2, NULL, &dopt);
+    pid = world_spawn(&w, "fault-1", NULL);
+    wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
+    sf_sleep_ms(2000);
+    (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+    (void)printf("split: before the first split %zu orders, %zu settled\n", total, settled);
+    answer =
+        fu_split(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), DB, "orders", "0");
+    first_child(answer, child);
+    free(answer);
+    sf_sleep_ms(1500);
+    (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+    (void)printf("split: before the second split %zu orders, %zu settled\n", total, settled);
+    answer =
+        fu_split(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), DB, "orders", child);
+    free(answer);
+    fu_writer_join(wr);
+    fu_wait_settled(w.cli, DB, orders, 300000, w.log);
+    /* 2 ranges - 1 + 2 - 1 + 2 = 4, and the feed follows them with one lease each */
+    ck_assert_int_eq(cosmos_pkranges_get(w.cli, DB, "orders", true, &ranges, &err), SF_OK);
+    ck_assert_uint_eq(ranges->n, 4);
+    free(ranges);
+    {
+        int64_t deadline = sf_mono_ms() + 15000;
+        size_t owned = 0;
+
+        do {
+            free(leases);
+            leases = NULL;
+            owned = 0;
+            ck_assert_int_eq(
+                feed_leases_list(w.cli, DB, "leases", "split.orders", &leases, &n_leases, &err),
+                SF_OK);
+            for (size_t i = 0; i < n_leases; i++)
+                owned += leases[i].owner[0] != '\0';
+            if (n_leases != 4 || owned != 4)
+                sf_sleep_ms(250);
+        } while ((n_leases != 4 || owned != 4) && sf_mono_ms() < deadline);
+        for (size_t i = 0; i < n_leases; i++)
+            (void)printf("  lease %s: range %s [%s, %s) owner %s, checkpoint lsn %lld\n",
+                         leases[i].id, leases[i].range, leases[i].min, leases[i].max,
+                         leases[i].owner, (long long)leases[i].checkpoint_lsn);
+        free(leases);
+        ck_assert_uint_eq(n_leases, 4);
+        ck_assert_uint_eq(owned, 4);
+    }
+    world_stop_sagafeed(&w, pid, NULL);
+    (void)fu_print_final_counters(w.log, "split sagafeed");
+    fu_verify(w.cli, DB, orders, "two splits in the middle of a run");
+    world_free(&w);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * ~10% injected 429/503/408 and dropped connections
+ */
+
+START_TEST(test_injected)
+{
+    /* ~10% of every request in all: throttling and unavailability (nothing applied), a 408
+       after the write applied (the client never hears), dropped connections before and after
+       applying. op=any covers the feed, the leases, the saga writes and the test's writes. */
+    static const char *const faults[] = {"--fault",
+                                         "status=429,op=any,p=0.03,retry-after=10",
+                                         "--fault",
+                                         "status=503,op=any,p=0.025",
+                                         "--fault",
+                                         "status=408,op=write+patch+batch,p=0.02,when=after",
+                                         "--fault",
+                                         "drop,op=any,p=0.015",
+                                         "--fault",
+                                         "drop,op=write+patch+batch,p=0.01,when=after",
+                                         "--fault-seed",
+                                         "9",
+                                         NULL};
+    unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
+    struct proc_demo_opts dopt = {.orders = orders};
+    struct world w;
+    struct fu_writer *wr;
+    pid_t pid;
+    long long fired;
+
+    world_start(&w, "injected", 4, faults, &dopt);
+    pid = world_spawn(&w, "fault-1", NULL);
+    wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
+    fu_writer_join(wr);
+    fu_wait_settled(w.cli, DB, orders, 300000, w.log);
+    world_stop_sagafeed(&w, pid, NULL);
+    (void)fu_print_final_counters(w.log, "injected sagafeed");
+    (void)printf("injected: fault rules\n");
+    fired = fu_faults_report(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), 5, true);
+    (void)printf("injected: %lld faults in all\n", fired);
+    fu_faults_clear(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h));
+    fu_verify(w.cli, DB, orders, "~10% injected 429/503/408 and dropped connections");
+    world_free(&w);
+}
+END_TEST
+
+int main(void)
+{
+    const struct {
+        const char *name;
+        const TTest *test;
+    } tests[] = {{"kill9_sagafeed", test_kill9_sagafeed},
+                 {"kill9_cosmolite", test_kill9_cosmolite},
+                 {"instances", test_instances},
+                 {"split", test_split},
+                 {"injected", test_injected}};
+    const char *bin = getenv("SF_SAGAFEED_BIN");
+    char cbin[1024];
+    Suite *s;
+    SRunner *sr;
+    int failed;
+
+    if (bin == NULL || access(bin, X_OK) != 0 || getenv("SF_SOURCE_DIR") == NULL ||
+        harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL) {
+        (void)fprintf(stderr, "skipped: sagafeed or cosmolite binary missing\n");
+        return 77;
+    }
+    if (!fu_mkdtemp(g_tmp, sizeof(g_tmp), "sf-fault"))
+        return 1;
+    s = suite_create("fault");
+    for (size_t i = 0; i < SF_ARRAY_LEN(tests); i++) {
+        TCase *tc = tcase_create(tests[i].name);
+
+        tcase_set_timeout(tc, 900);
+        tcase_add_test(tc, tests[i].test);
+        suite_add_tcase(s, tc);
+    }
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_VERBOSE);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (failed == 0)
+        fu_rmtree(g_tmp);
+    else
+        (void)printf("logs and configs kept in %s\n", g_tmp);
+    return failed == 0 ? 0 : 1;
+}

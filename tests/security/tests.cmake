@@ -1,0 +1,18 @@
+# tests/security: refused requests (wrong key, tampered signature, stale
+# dates), secrets kept out of every log, cosmolite over TLS with verification
+# (test_security.c says what each case does). Needs the openssl command for the
+# certificates (exit 77 = skipped without it). One ctest test per case.
+if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_test_fault_util)
+  add_executable(test_security ${CMAKE_CURRENT_LIST_DIR}/test_security.c)
+  target_link_libraries(test_security PRIVATE sf_test_fault_util sf_test_harness
+    PkgConfig::CHECK)
+  add_dependencies(test_security cosmolite sagafeed)
+  foreach(sf_case auth secrets tls)
+    add_test(NAME security_${sf_case} COMMAND test_security)
+    set_tests_properties(security_${sf_case} PROPERTIES
+      ENVIRONMENT "CK_DEFAULT_TIMEOUT=240;CK_RUN_CASE=${sf_case};SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_BUILD_DIR=${CMAKE_BINARY_DIR};SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
+      LABELS "security;integration"
+      SKIP_RETURN_CODE 77
+      TIMEOUT 240)
+  endforeach()
+endif()
