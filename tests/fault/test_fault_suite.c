@@ -12,7 +12,7 @@
  *
  *   kill9_sagafeed     kill -9 of sagafeed 20 times at random moments
  *                      during 10,000 orders ($SF_FAULT_KILL9_ORDERS scales
- *                      it; ctest runs 4,000, see tests.cmake)
+ *                      it; ctest runs the full 10,000, see tests.cmake)
  *                      The other cases write $SF_FAULT_ORDERS (2,000) orders.
  *   kill9_cosmolite    kill -9 of cosmolite twice during a run, restarted on
  *                      the same port and data directory each time
@@ -134,7 +134,7 @@ static void kill9(pid_t pid)
 
 START_TEST(test_kill9_sagafeed)
 {
-    /* $SF_FAULT_KILL9_ORDERS, else the build's default (ctest: 4000), else the 10,000 */
+    /* $SF_FAULT_KILL9_ORDERS, else the build's default (ctest: 10000), else the 10,000 */
     unsigned orders =
         env_unsigned("SF_FAULT_KILL9_ORDERS", env_unsigned("SF_FAULT_KILL9_ORDERS_DEFAULT", 10000));
     unsigned kills_want = env_unsigned("SF_FAULT_KILL9_KILLS", 20);
