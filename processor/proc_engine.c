@@ -344,6 +344,15 @@ struct run {
     char pk_path[256];
     struct sf_buf pk_json;
     char *saga_id;
+    /*
+     * The business failure this call saw itself, valid only while the CAS
+     * into the compensating state that followed it committed: step
+     * failed_cs failed at element failed_elem, so (forward runs elements in
+     * order and stops at the first failure) elements below it are done and
+     * the rest never ran. NULL: nothing known, compensation reads markers.
+     */
+    const struct cstep *failed_cs;
+    size_t failed_elem;
 };
 
 enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, const json_t *doc,
@@ -527,6 +536,8 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
         } else if (sr.outcome == STEP_ALREADY) {
             r->res->already++;
         } else if (sr.outcome == STEP_FAILED) {
+            r->failed_cs = cs;
+            r->failed_elem = i;
             *ret_status = sr.status;
             *ret_env = env; /* for the reason template */
             out = STEP_FAILED;
@@ -547,10 +558,25 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
 }
 
 /*
- * Undoes step cs: each element in reverse order whose do-marker exists.
- * Returns false (res set) on an error.
+ * true when cs's do side commits its marker in the same batch as its effect
+ * (the shared batch path), so that an element that returned STEP_OK or
+ * STEP_ALREADY is known to have its do-marker. Standalone kinds keep the
+ * marker rules their own way: their markers are always read.
  */
-static bool run_undo(struct run *r, const struct cstep *cs)
+static bool do_side_batched(const struct cstep *cs)
+{
+    return !(cs->act.n == 1 && cs->act.actions[0].kind->run != NULL);
+}
+
+/*
+ * Undoes step cs: each element in reverse order whose do-marker exists.
+ * known false: every element's do-marker is read. known true: the caller
+ * knows without a read that elements below done_below are done and the
+ * others never ran (see compensate); no read is made. The undo batch's own
+ * marker keeps the undo at most once either way. Returns false (res set) on
+ * an error.
+ */
+static bool run_undo(struct run *r, const struct cstep *cs, bool known, size_t done_below)
 {
     json_t *arr = NULL;
     size_t n;
@@ -582,8 +608,10 @@ static bool run_undo(struct run *r, const struct cstep *cs)
         }
         /* Was the element done? Its do-marker sits with the do side's target. */
         make_ctx(r, cs, k, STEP_DO, env, &ctx);
-        if (step_side_target(cs->act.actions, cs->act.n, &ctx, &tgt, &err) != SF_OK ||
-            step_marker_exists(&ctx, STEP_DO, tgt.coll, tgt.pk, &done, &err) != SF_OK) {
+        if (known)
+            done = k < done_below;
+        if (!known && (step_side_target(cs->act.actions, cs->act.n, &ctx, &tgt, &err) != SF_OK ||
+                       step_marker_exists(&ctx, STEP_DO, tgt.coll, tgt.pk, &done, &err) != SF_OK)) {
             set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, context);
             ok = false;
         } else if (done) {
@@ -784,15 +812,42 @@ static enum trans_result compensate(struct run *r, const char *state)
     const char *failed = sf_json_str(r->doc, PROC_FAILED_STEP_FIELD);
     const char *reason = sf_json_str(r->doc, w->reason_field);
     size_t top = r->wf->n;
+    bool failed_known = false;
     char reason_copy[STEP_REASON_MAX];
 
     /* Unknown failed step (hand-edited item): undo everything; markers keep it exact. */
-    for (size_t k = 0; failed != NULL && k < r->wf->n; k++)
-        if (strcmp(r->wf->steps[k].cfg->name, failed) == 0)
+    for (size_t k = 0; failed != NULL && k < r->wf->n; k++) {
+        if (strcmp(r->wf->steps[k].cfg->name, failed) == 0) {
             top = k + 1;
-    for (size_t k = top; k-- > 0;)
-        if (!run_undo(r, &r->wf->steps[k]))
+            failed_known = true;
+        }
+    }
+    /*
+     * Which elements were done, without reading their markers where the
+     * state machine already proves it:
+     *  - a step before the failed one was passed: the item left its `from`
+     *    state only after every element returned OK or ALREADY, each of which
+     *    means its do-marker was committed with its effect;
+     *  - the failed step itself, when this very call saw it fail (failed_cs):
+     *    the elements before the failing one are done, the failing one rolled
+     *    back with its marker, the later ones never ran;
+     *  - otherwise (a later delivery, an unknown failed step, a standalone
+     *    kind) each element's do-marker is read.
+     */
+    for (size_t k = top; k-- > 0;) {
+        const struct cstep *cs = &r->wf->steps[k];
+        bool batched = do_side_batched(cs);
+        bool ok;
+
+        if (failed_known && k + 1 < top && batched)
+            ok = run_undo(r, cs, true, SIZE_MAX);
+        else if (failed_known && k + 1 == top && r->failed_cs == cs && batched)
+            ok = run_undo(r, cs, true, r->failed_elem);
+        else
+            ok = run_undo(r, cs, false, 0);
+        if (!ok)
             return TRANS_STOP;
+    }
     (void)snprintf(reason_copy, sizeof(reason_copy), "%s", reason != NULL ? reason : "");
     return transition(r, state, w->failed_state, w->failed_state,
                       reason != NULL ? reason_copy : NULL, NULL);
@@ -876,6 +931,8 @@ static void advance(struct run *r)
             }
             tr = transition(r, from, w->compensating_state, w->compensating_state,
                             reason != NULL ? reason : "business failure", cs->cfg->name);
+            if (tr != TRANS_OK)
+                r->failed_cs = NULL; /* someone else moved it: know only what is read */
             free(reason);
             json_decref(fail_env);
             break;
