@@ -138,26 +138,6 @@ static const char USAGE_PARKED[] =
  * Helpers
  */
 
-static int load_config(const char *path, struct cfg **ret)
-{
-    struct cfg_diags *d = calloc(1, sizeof(*d));
-    struct sf_err err;
-    int status = 0;
-
-    if (d == NULL)
-        return 2;
-    sf_err_clear(&err);
-    if (cfg_load(path, ret, d, &err) != SF_OK) {
-        for (size_t i = 0; i < d->n; i++)
-            (void)fprintf(stderr, "%s\n", d->msg[i]);
-        if (d->n == 0)
-            (void)fprintf(stderr, "%s\n", err.msg);
-        status = 2;
-    }
-    free(d);
-    return status;
-}
-
 static void setup_logging(const struct cfg *cfg, const char *level, bool text)
 {
     enum sf_log_level lvl = SF_LOG_INFO;
@@ -254,7 +234,7 @@ static int cmd_run(int argc, char **argv)
             return 2;
         }
     }
-    status = load_config(path, &cfg);
+    status = proc_cli_load("run", path, &cfg);
     if (status != 0)
         return status;
     setup_logging(cfg, level, text);
@@ -526,7 +506,6 @@ static int cmd_parked(int argc, char **argv)
     const char *path = NULL, *key = NULL, *verb;
     struct cfg *cfg = NULL;
     struct cosmos_client *cli = NULL;
-    struct cosmos_options co = {0};
     struct sf_err err;
     int c, status;
 
@@ -557,7 +536,7 @@ static int cmd_parked(int argc, char **argv)
         (void)fputs(USAGE_PARKED, stderr);
         return 2;
     }
-    status = load_config(path, &cfg);
+    status = proc_cli_load("parked", path, &cfg);
     if (status != 0)
         return status;
     sf_err_clear(&err);
@@ -566,13 +545,8 @@ static int cmd_parked(int argc, char **argv)
         (void)fprintf(stderr, "sagafeed parked: %s has no cosmos.endpoint\n", path);
         goto out;
     }
-    co.endpoint = cfg->cosmos.endpoint;
-    co.key_env = cfg->cosmos.key_env;
-    co.key_file = cfg->cosmos.key_file;
-    co.ca_file = cfg->cosmos.ca_file;
-    co.tls_verify_off = !cfg->cosmos.tls_verify;
-    if (cosmos_client_new(&co, &cli, &err) != SF_OK)
-        goto fail;
+    if (proc_cli_client("parked", cfg, &cli) != 0)
+        goto out;
     if (strcmp(verb, "list") == 0) {
         json_t *docs = NULL;
         size_t i;

@@ -103,7 +103,7 @@ static const char USAGE_LEASES[] =
  * Shared helpers
  */
 
-static int cli_load(const char *cmd, const char *path, struct cfg **ret)
+int proc_cli_load(const char *cmd, const char *path, struct cfg **ret)
 {
     struct cfg_diags *d = calloc(1, sizeof(*d));
     struct sf_err err;
@@ -124,7 +124,7 @@ static int cli_load(const char *cmd, const char *path, struct cfg **ret)
 }
 
 /* A client for cfg's account. The operator commands need a real endpoint. */
-static int cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
+int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
 {
     struct cosmos_options co = {0};
     struct sf_err err;
@@ -213,7 +213,8 @@ static int cmd_status(int argc, char **argv, bool lag_only)
         (void)fputs(usage, stderr);
         return 2;
     }
-    if ((status = cli_load(cmd, path, &cfg)) != 0 || (status = cli_client(cmd, cfg, &cli)) != 0)
+    if ((status = proc_cli_load(cmd, path, &cfg)) != 0 ||
+        (status = proc_cli_client(cmd, cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_status_collect(cli, cfg, true, &v, &err) != SF_OK) {
@@ -288,7 +289,8 @@ static int cmd_pause(int argc, char **argv, bool paused)
         return 2;
     }
     whoami(me, sizeof(me));
-    if ((status = cli_load(cmd, path, &cfg)) != 0 || (status = cli_client(cmd, cfg, &cli)) != 0)
+    if ((status = proc_cli_load(cmd, path, &cfg)) != 0 ||
+        (status = proc_cli_client(cmd, cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_control_write(cli, cfg, paused, by != NULL ? by : me, reason, &ctl, &err) != SF_OK) {
@@ -450,8 +452,8 @@ static int cmd_replay(int argc, char **argv, volatile sig_atomic_t *stop)
         return status;
     sf_log_set_level(lvl);
     sf_log_set_json(false);
-    if ((status = cli_load("replay", path, &cfg)) != 0 ||
-        (status = cli_client("replay", cfg, &cli)) != 0)
+    if ((status = proc_cli_load("replay", path, &cfg)) != 0 ||
+        (status = proc_cli_client("replay", cfg, &cli)) != 0)
         goto out;
     ro.cfg = cfg;
     ro.cli = cli;
@@ -527,8 +529,8 @@ static int cmd_saga(int argc, char **argv)
         return 2;
     }
     id = argv[optind];
-    if ((status = cli_load("saga", path, &cfg)) != 0 ||
-        (status = cli_client("saga", cfg, &cli)) != 0)
+    if ((status = proc_cli_load("saga", path, &cfg)) != 0 ||
+        (status = proc_cli_client("saga", cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_saga_show(cli, cfg, id, workflow, &v, &found, &err) != SF_OK) {
@@ -672,8 +674,8 @@ static int cmd_leases(int argc, char **argv)
             return 2;
         }
     }
-    if ((status = cli_load("leases", path, &cfg)) != 0 ||
-        (status = cli_client("leases", cfg, &cli)) != 0)
+    if ((status = proc_cli_load("leases", path, &cfg)) != 0 ||
+        (status = proc_cli_client("leases", cfg, &cli)) != 0)
         goto out;
     if (strcmp(verb, "export") == 0) {
         status = leases_export(cli, cfg, out_path);

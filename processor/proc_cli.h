@@ -15,7 +15,23 @@
 #include "common/sf_base.h"
 
 /* true when name is one of the commands of this file. */
+struct cfg;
+struct cosmos_client;
+
 bool proc_cli_has(const char *name);
+
+/*
+ * Loads FILE for command cmd, printing every file:line problem to stderr.
+ * Returns 0 with *ret a new config (cfg_free), or 2.
+ */
+int proc_cli_load(const char *cmd, const char *path, struct cfg **ret);
+
+/*
+ * A client for the config's account (endpoint, key source, TLS, timeouts,
+ * consistency). Returns 0 with *ret new, 2 when the config has no endpoint,
+ * 1 when the client cannot be made; the reason goes to stderr.
+ */
+int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret);
 
 /*
  * Runs command argv[0]. stop (may be NULL) is polled by long commands
