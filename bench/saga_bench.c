@@ -22,7 +22,10 @@
  */
 #include "common/sf_base.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -354,6 +357,89 @@ static size_t settled(struct cosmos_client *cli, size_t written)
     return open_n <= written ? written - open_n : 0;
 }
 
+/*
+ * Sagas settled so far by sagafeed's own count (sagafeed_sagas_total on its
+ * /metrics): watching progress this way puts no load on cosmolite, which
+ * the ceiling run does not have either. 0 when the endpoint does not answer.
+ */
+static size_t settled_by_metrics(struct bench_conn *conn)
+{
+    struct bench_resp r;
+    struct sf_err err;
+    static const char name[] = "sagafeed_sagas_total{";
+    double sum = 0;
+
+    if (bench_conn_request(conn, "GET", "/metrics", NULL, NULL, 0, &r, &err) != SF_OK ||
+        r.status != 200)
+        return 0;
+    for (const char *line = r.body; line != NULL && *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+
+        if (strncmp(line, name, sizeof(name) - 1) == 0) {
+            const char *sp = strchr(line, ' ');
+            double v;
+            char num[64];
+
+            if (sp != NULL && (nl == NULL || sp < nl)) {
+                (void)snprintf(num, sizeof(num), "%.*s", (int)strcspn(sp + 1, "\n"), sp + 1);
+                if (sf_parse_double(num, &v) == SF_OK)
+                    sum += v;
+            }
+        }
+        line = nl != NULL ? nl + 1 : NULL;
+    }
+    return (size_t)sum;
+}
+
+/*
+ * Waits until every one of `want` orders has settled: sagafeed's metrics
+ * say so (polled every few ms; *ret_done_ns is that moment), then a query
+ * confirms it. Tracks the peak RSS meanwhile. False at the deadline.
+ */
+static bool wait_settled(struct cosmos_client *cli, struct bench_conn *conn, pid_t pid, size_t want,
+                         int64_t timeout_ms, int64_t *rss_peak_kb, uint64_t *ret_done_ns)
+{
+    int64_t deadline = sf_mono_ms() + timeout_ms;
+    int64_t next_rss = 0;
+
+    for (;;) {
+        bool done = settled_by_metrics(conn) >= want;
+
+        if (done)
+            *ret_done_ns = bench_now_ns();
+        done = done && settled(cli, want) >= want;
+        if (sf_mono_ms() >= next_rss || done) {
+            struct bench_mem m;
+
+            if (bench_mem_read(pid, &m, NULL) == SF_OK && (int64_t)m.hwm_kb > *rss_peak_kb)
+                *rss_peak_kb = (int64_t)m.hwm_kb;
+            next_rss = sf_mono_ms() + 100;
+        }
+        if (done)
+            return true;
+        if (sf_mono_ms() >= deadline)
+            return false;
+        sf_sleep_ms(5);
+    }
+}
+
+/* A free loopback TCP port for sagafeed's /metrics. */
+static int free_port(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sin);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
+        port = ntohs(sin.sin_port);
+    if (fd >= 0)
+        (void)close(fd);
+    if (port == 0)
+        die("no free port for /metrics", NULL);
+    return port;
+}
+
 /* CPU seconds (user + system) a process used so far, from /proc/<pid>/stat. */
 static double cpu_seconds(pid_t pid)
 {
@@ -466,9 +552,11 @@ int main(int argc, char **argv)
     struct sf_buf text;
     char *wf;
     pid_t pid;
-    double ceiling, saga_rate, ratio, cpu_saga = 0, cpu_server = 0;
+    double ceiling, saga_rate, ratio, cpu_saga = 0, cpu_server = 0, cpu_self;
     uint64_t t0, t1;
-    int64_t p50 = 0, p99 = 0, rss_peak_kb = 0, deadline;
+    int64_t p50 = 0, p99 = 0, rss_peak_kb = 0;
+    int metrics_port;
+    struct bench_conn *metrics = NULL;
     size_t n_lat = 0;
     unsigned lat_orders;
     int c, status = 0;
@@ -516,14 +604,23 @@ int main(int argc, char **argv)
     if (mkdtemp(g_tmp) == NULL)
         die("mkdtemp", NULL);
     ho.bin = g_o.cosmolite;
+    if (getenv("SF_BENCH_ACCESS_LOG") != NULL) {
+        static const char *const dbg[] = {"--log-level", "debug", NULL};
+        ho.extra_args = dbg;
+    }
     if (harness_cosmolite_start(&ho, &h, &err) != SF_OK)
         die("starting cosmolite", &err);
     (void)printf("saga_bench: %u orders, %u writers, cosmolite %s (4 ranges, durable)\n",
                  g_o.orders, g_o.writers, harness_cosmolite_endpoint(h));
 
     /* 1. the ceiling */
+    cpu_server = cpu_seconds(harness_cosmolite_pid(h));
+    cpu_self = cpu_seconds(getpid());
     ceiling = run_ceiling(h);
     (void)printf("ceiling (same writes, no saga logic): %.0f orders/s\n", ceiling);
+    (void)printf("CPU during that run: writers %.2f s, cosmolite %.2f s\n",
+                 cpu_seconds(getpid()) - cpu_self,
+                 cpu_seconds(harness_cosmolite_pid(h)) - cpu_server);
 
     /* 2. sagafeed at full speed */
     cli = client(h, g_o.writers + 4);
@@ -531,6 +628,7 @@ int main(int argc, char **argv)
         proc_demo_seed_catalog(cli, "shop", &dopt, &err) != SF_OK)
         die("shop setup", &err);
     wf = example_workflows();
+    metrics_port = free_port();
     sf_buf_init(&text, 1u << 20);
     (void)sf_buf_printf(&text,
                         "cosmos = { endpoint = \"%s\"; key_env = \"SF_BENCH_KEY\"; database = "
@@ -538,8 +636,9 @@ int main(int argc, char **argv)
                         "feed = { lease_prefix = \"bench\"; poll_interval = \"100ms\"; max_items = "
                         "200; };\n"
                         "processor = { workers = 16; lanes = 256; queue_limit = 256; "
-                        "log_json = true; log_level = \"warn\"; };\n%s",
-                        harness_cosmolite_endpoint(h), wf);
+                        "log_json = true; log_level = \"warn\"; http_listen = \"127.0.0.1:%d\"; "
+                        "};\n%s",
+                        harness_cosmolite_endpoint(h), metrics_port, wf);
     free(wf);
     (void)snprintf(cfg, sizeof(cfg), "%s/bench.cfg", g_tmp);
     {
@@ -554,19 +653,12 @@ int main(int argc, char **argv)
     sf_sleep_ms(1500); /* leases acquired, readers polling */
     dopt.orders = g_o.orders;
     cpu_server = cpu_seconds(harness_cosmolite_pid(h));
+    cpu_self = cpu_seconds(getpid());
     t0 = bench_now_ns();
     write_orders(cli, &dopt, 0, g_o.orders, 0);
-    deadline = sf_mono_ms() + 600000;
-    /* poll gently: the polling query is load the ceiling run does not have */
-    while (settled(cli, g_o.orders) < g_o.orders && sf_mono_ms() < deadline) {
-        struct bench_mem m;
-
-        if (bench_mem_read(pid, &m, NULL) == SF_OK && m.hwm_kb > rss_peak_kb)
-            rss_peak_kb = m.hwm_kb;
-        sf_sleep_ms(100);
-    }
-    t1 = bench_now_ns();
-    if (settled(cli, g_o.orders) < g_o.orders)
+    if (bench_conn_open("127.0.0.1", metrics_port, 5000, &metrics, &err) != SF_OK)
+        die("sagafeed's /metrics", &err);
+    if (!wait_settled(cli, metrics, pid, g_o.orders, 600000, &rss_peak_kb, &t1))
         die("sagafeed did not settle every order (see the log)", NULL);
     saga_rate = g_o.orders / ((double)(t1 - t0) / 1e9);
     cpu_saga = cpu_seconds(pid);
@@ -575,22 +667,17 @@ int main(int argc, char **argv)
     (void)printf("sagafeed end to end (order written -> settled): %.0f orders/s = %.0f%% of the "
                  "ceiling\n",
                  saga_rate, ratio * 100);
-    (void)printf("CPU during that run: sagafeed %.2f s (%.2f ms/order), cosmolite %.2f s\n",
-                 cpu_saga, cpu_saga * 1000 / g_o.orders, cpu_server);
+    (void)printf("CPU during that run: sagafeed %.2f s (%.2f ms/order), writers %.2f s, "
+                 "cosmolite %.2f s\n",
+                 cpu_saga, cpu_saga * 1000 / g_o.orders, cpu_seconds(getpid()) - cpu_self,
+                 cpu_server);
 
     /* 3. latency at half that load */
     lat_orders = (unsigned)(saga_rate * 0.5 * g_o.latency_s);
     if (lat_orders > 0) {
         write_orders(cli, &dopt, g_o.orders, g_o.orders + lat_orders, saga_rate * 0.5);
-        deadline = sf_mono_ms() + 300000;
-        while (settled(cli, g_o.orders + lat_orders) < g_o.orders + lat_orders &&
-               sf_mono_ms() < deadline) {
-            struct bench_mem m;
-
-            if (bench_mem_read(pid, &m, NULL) == SF_OK && m.hwm_kb > rss_peak_kb)
-                rss_peak_kb = m.hwm_kb;
-            sf_sleep_ms(100);
-        }
+        if (!wait_settled(cli, metrics, pid, g_o.orders + lat_orders, 300000, &rss_peak_kb, &t1))
+            die("sagafeed did not settle the latency orders (see the log)", NULL);
         latencies(cli, g_o.orders, &p50, &p99, &n_lat);
         (void)printf("latency at %.0f orders/s (%zu orders): p50 %lld ms, p99 %lld ms\n",
                      saga_rate * 0.5, n_lat, (long long)p50, (long long)p99);
@@ -615,6 +702,16 @@ int main(int argc, char **argv)
         status = 1;
     }
     cosmos_client_free(cli);
+    bench_conn_free(metrics);
+    if (getenv("SF_BENCH_ACCESS_LOG") != NULL) {
+        char cmd[1024];
+
+        (void)harness_cosmolite_stop(h, SIGTERM, 0, NULL, &err);
+        (void)snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", harness_cosmolite_log(h),
+                       getenv("SF_BENCH_ACCESS_LOG"));
+        if (system(cmd) != 0)
+            (void)fprintf(stderr, "saga_bench: could not copy the server log\n");
+    }
     harness_cosmolite_free(h);
     if (status != 0) {
         (void)printf("log: %s\n", log);

@@ -11,6 +11,7 @@
 
 #include "common/sf_crypto.h"
 #include "common/sf_json.h"
+#include "common/sf_log.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "common/sf_url.h"
@@ -1371,6 +1372,16 @@ out:
     common_headers(&rt);
     if (resp->body.len > 0 || resp->status >= 400)
         resp_header(resp, "Content-Type", "application/json");
+    /* The access log: what operators and benchmarks count requests by. */
+    if (sf_log_get_level() == SF_LOG_DEBUG) {
+        const char *aim = req->header(req->hctx, "a-im");
+        const char *inm = req->header(req->hctx, "if-none-match");
+
+        sf_log_debug("access", "%s %s%s%s -> %d, %zu bytes%s", req->method,
+                     req->path ? req->path : "/", aim && *aim ? " (change feed)" : "",
+                     is_query(&rt) ? " (query)" : "", resp->status, resp->body.len,
+                     inm && *inm ? " (if-none-match)" : "");
+    }
     sf_buf_release(&link);
     free(path);
 }
