@@ -3,22 +3,26 @@
  * the ceiling of issuing the same writes directly; order latency at half
  * that load; sagafeed's memory.
  *
- *   ceiling   W writer threads perform, per order, the writes a saga makes -
- *             the order, one batch per line (a unique document + a stock
- *             patch), the charge batch, the shipment batch and three state
- *             batches (patch + event) - with no change feed, no reads, no
- *             conditions. Orders/s = N / elapsed.
+ * Each round runs both, on fresh databases of one cosmolite:
  *   sagafeed  the `sagafeed run` binary (workflow of
  *             config/examples/order-fulfilment.cfg) tails the orders; W
  *             writers create N orders as fast as they can. Orders/s = N /
- *             (last settled - first written).
- *   latency   orders written at half the measured sagafeed rate for a few
- *             seconds; latency = the final outbox event's createdAt minus
- *             the order's placedAt (both wall-clock ms on this machine).
- *   memory    sagafeed's peak RSS (VmHWM) over the run.
+ *             (last settled - first written), the end seen on sagafeed's
+ *             /metrics (no load on cosmolite) and confirmed by a query.
+ *   ceiling   W writer threads issue, per order, the writes its saga made
+ *             in that round (see "The ceiling" below) with no change feed,
+ *             no reads, no conditions. Orders/s = N / elapsed.
+ * The figures are the medians over the rounds of each run and of the
+ * ratio of the two runs of one round: the machine's noise moves both.
+ *   latency   after the last round's sagafeed run, orders written at half
+ *             its rate for a few seconds; latency = the final outbox
+ *             event's createdAt minus the order's placedAt (both wall-clock
+ *             ms on this machine).
+ *   memory    sagafeed's peak RSS (VmHWM) over every run.
  *
  * `--check` turns the targets into the exit status: sagafeed >= 70% of the
  * ceiling and peak RSS <= 30 MB. Figures from a sanitizer build mean little.
+ * SF_BENCH_ACCESS_LOG=FILE keeps cosmolite's access log (every request).
  */
 #include "common/sf_base.h"
 
@@ -39,11 +43,14 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "processor/proc_demo.h"
+#include "processor/proc_engine.h"
+#include "steps/step.h"
 #include "tests/support/harness.h"
 
 struct opts {
     unsigned orders;
     unsigned writers;
+    unsigned rounds;
     double latency_s;
     const char *sagafeed;
     const char *cosmolite;
@@ -51,8 +58,9 @@ struct opts {
     bool keep_logs;
 };
 
-static struct opts g_o = {.orders = 2000, .writers = 8, .latency_s = 5};
+static struct opts g_o = {.orders = 2000, .writers = 8, .rounds = 3, .latency_s = 5};
 static char g_tmp[256];
+static char g_db[32]; /* the database of the current sagafeed run */
 
 static struct cosmos_client *client(struct harness_cosmolite *h, unsigned conns)
 {
@@ -77,133 +85,377 @@ static void die(const char *what, const struct sf_err *err)
     exit(1);
 }
 
+/* CPU seconds (user + system) a process used so far, from /proc/<pid>/stat. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[2048];
+    FILE *f;
+    size_t n;
+    const char *p;
+    unsigned long ut = 0, st = 0;
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    (void)fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* the command may hold spaces; fields follow ") " */
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* ---------------------------------------------------------------------------
  * The ceiling: the same writes, issued directly
+ *
+ * Each order's writes are the ones its saga made in the sagafeed run of the
+ * same round (struct plan, read back from that run's orders): the order;
+ * per step one batch in the target partition with the step's marker (the
+ * very documents steps/ builds) and its effect; per transition a patch of
+ * the order with its outbox event (built by step_event_build). A cancelled
+ * order writes the steps up to the failing one, the failing batch itself
+ * (its condition false, so it rolls back as the saga's did), the
+ * cancelling transition, the undo batches and the cancelled transition.
+ * What the ceiling leaves out is the saga logic: no change feed, no reads,
+ * no stock or balance conditions, no retries.
  */
+
+enum plan_kind { PLAN_COMPLETED, PLAN_NO_STOCK, PLAN_NO_BALANCE };
+
+struct plan {
+    enum plan_kind kind;
+    unsigned line; /* PLAN_NO_STOCK: the line that failed */
+};
 
 struct ceil_worker {
     struct cosmos_client *cli;
     const char *db;
     const struct proc_demo_opts *dopt;
+    const struct plan *plans;
     unsigned first, step, n;
     atomic_bool *failed;
 };
 
-static void batch_or_die(struct cosmos_client *cli, const char *db, const char *coll,
-                         struct cosmos_batch *b, atomic_bool *failed)
+/* One order's context for building its writes. */
+struct ceil_order {
+    struct ceil_worker *w;
+    json_t *doc; /* the order */
+    json_t *pk;  /* its customerId */
+    const char *id;
+    struct sf_buf pkj;
+};
+
+static void ceil_ctx(const struct ceil_order *o, const char *step, size_t element,
+                     enum step_phase phase, const json_t *env, struct step_ctx *ctx)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->workflow = "order-fulfilment";
+    ctx->saga_id = o->id;
+    ctx->step = step;
+    ctx->element = element;
+    ctx->phase = phase;
+    ctx->epoch = 1;
+    ctx->lsn = 1;
+    ctx->marker_ttl_s = 7 * 86400;
+    ctx->event_ttl_s = 7 * 86400;
+    ctx->env = env;
+    ctx->source_container = "orders";
+    ctx->source_pk = o->pk;
+}
+
+/* Executes b; expect_commit false: the batch must roll back (a false condition). */
+static void ceil_exec(struct ceil_order *o, const char *coll, struct cosmos_batch *b,
+                      bool expect_commit)
 {
     struct cosmos_batch_result r;
     struct sf_err err;
 
     cosmos_batch_result_init(&r);
-    if (cosmos_batch_execute(cli, db, coll, b, NULL, &r, &err) != SF_OK || !r.committed) {
-        (void)fprintf(stderr, "ceiling batch on %s failed: %s (status %d)\n", coll, err.msg,
+    sf_err_clear(&err);
+    if (cosmos_batch_execute(o->w->cli, o->w->db, coll, b, NULL, &r, &err) != SF_OK ||
+        r.committed != expect_commit) {
+        (void)fprintf(stderr, "ceiling batch on %s for %s: %s (status %d)\n", coll, o->id,
+                      err.msg[0] ? err.msg : "unexpected outcome",
                       r.first_failure >= 0 ? r.ops[r.first_failure].status : 0);
-        atomic_store(failed, true);
+        atomic_store(o->w->failed, true);
     }
     cosmos_batch_result_release(&r);
     cosmos_batch_free(b);
+}
+
+/* A batch in (coll, pk) that starts with the marker of (step, element, phase). */
+static struct cosmos_batch *ceil_effect(struct ceil_order *o, const char *step, size_t element,
+                                        enum step_phase phase, const char *pk_path,
+                                        const json_t *pk)
+{
+    struct step_ctx ctx;
+    struct cosmos_batch *b = NULL;
+    struct sf_buf pkj, text;
+    struct sf_err err;
+    json_t *marker;
+
+    ceil_ctx(o, step, element, phase, NULL, &ctx);
+    marker = step_marker_doc(&ctx, phase, pk_path, pk);
+    sf_buf_init(&pkj, 4096);
+    sf_buf_init(&text, 1u << 20);
+    if (marker == NULL || step_pk_json(pk, &pkj) != SF_OK || sf_json_dump(marker, &text) != SF_OK ||
+        cosmos_batch_new(sf_buf_cstr(&pkj), &b, &err) != SF_OK ||
+        cosmos_batch_create(b, sf_buf_cstr(&text), NULL, &err) != SF_OK)
+        die("building a ceiling batch", NULL);
+    json_decref(marker);
+    sf_buf_release(&pkj);
+    sf_buf_release(&text);
+    return b;
+}
+
+static void ceil_patch(struct cosmos_batch *b, const char *id, const char *path, json_int_t by,
+                       const char *cond)
+{
+    char ops[256];
+    struct sf_err err;
+
+    (void)snprintf(ops, sizeof(ops), "[{\"op\":\"incr\",\"path\":\"%s\",\"value\":%lld}]", path,
+                   (long long)by);
+    if (cosmos_batch_patch(b, id, ops, cond, NULL, &err) != SF_OK)
+        die("building a ceiling patch", &err);
+}
+
+static void ceil_create(struct cosmos_batch *b, json_t *doc)
+{
+    struct sf_buf text;
+    struct sf_err err;
+
+    sf_buf_init(&text, 1u << 20);
+    if (doc == NULL || sf_json_dump(doc, &text) != SF_OK ||
+        cosmos_batch_create(b, sf_buf_cstr(&text), NULL, &err) != SF_OK)
+        die("building a ceiling create", NULL);
+    json_decref(doc);
+    sf_buf_release(&text);
+}
+
+/* Reserve (phase DO) or release (UNDO) line l; ok false: the saga's failing attempt. */
+static void ceil_line(struct ceil_order *o, size_t l, enum step_phase phase, bool ok)
+{
+    const json_t *line = json_array_get(json_object_get(o->doc, "lines"), l);
+    json_int_t qty = json_integer_value(json_object_get(line, "qty"));
+    json_t *cat = json_object_get(line, "category");
+    struct cosmos_batch *b = ceil_effect(o, "reserve", l, phase, "/category", cat);
+
+    ceil_patch(b, sf_json_str(line, "sku"), "/stock", phase == STEP_DO ? -qty : qty,
+               ok ? NULL : "FROM c WHERE NOT IS_DEFINED(c.stock)");
+    ceil_exec(o, "products", b, ok);
+}
+
+/* Charge (DO) or refund (UNDO) the order's total; ok false: the saga's failing attempt. */
+static void ceil_charge(struct ceil_order *o, enum step_phase phase, bool ok)
+{
+    json_int_t total = json_integer_value(json_object_get(o->doc, "total"));
+    struct cosmos_batch *b = ceil_effect(o, "charge", 0, phase, "/customerId", o->pk);
+    char id[64];
+
+    ceil_patch(b, json_string_value(o->pk), "/balance", phase == STEP_DO ? -total : total,
+               ok ? NULL : "FROM c WHERE NOT IS_DEFINED(c.balance)");
+    (void)snprintf(id, sizeof(id), "%s-%s", phase == STEP_DO ? "pay" : "refund", o->id);
+    ceil_create(b, json_pack("{s:s, s:s, s:s, s:I, s:O}", "id", id, "type",
+                             phase == STEP_DO ? "payment" : "refund", "orderId", o->id, "amount",
+                             total, "customerId", o->pk));
+    ceil_exec(o, "customers", b, ok);
+}
+
+static void ceil_ship(struct ceil_order *o)
+{
+    json_t *pk = json_string(o->id);
+    struct cosmos_batch *b = ceil_effect(o, "ship", 0, STEP_DO, "/orderId", pk);
+    char id[64];
+
+    (void)snprintf(id, sizeof(id), "ship-%s", o->id);
+    ceil_create(b, json_pack("{s:s, s:s, s:O, s:O}", "id", id, "orderId", o->id, "customerId",
+                             o->pk, "lines", json_object_get(o->doc, "lines")));
+    ceil_exec(o, "shipments", b, true);
+    json_decref(pk);
+}
+
+/* The order's compare-and-set transition with its outbox event, as the engine batches it. */
+static void ceil_transition(struct ceil_order *o, const char *from, const char *to,
+                            const char *event, const char *reason, const char *failed_step)
+{
+    json_t *ops = json_pack("[{s:s, s:s, s:s}]", "op", "set", "path", "/status", "value", to);
+    json_t *env = json_pack("{s:O}", "item", o->doc);
+    json_t *payload =
+        json_pack("{s:s, s:s, s:s, s:s?}", "id", o->id, "from", from, "to", to, "reason", reason);
+    struct cosmos_batch *b = NULL;
+    struct sf_buf ops_text, cond, ev;
+    struct step_ctx ctx;
+    struct sf_err err;
+
+    if (reason != NULL)
+        (void)json_array_append_new(
+            ops, json_pack("{s:s, s:s, s:s}", "op", "set", "path", "/reason", "value", reason));
+    if (failed_step != NULL)
+        (void)json_array_append_new(ops,
+                                    json_pack("{s:s, s:s, s:s}", "op", "set", "path",
+                                              "/" PROC_FAILED_STEP_FIELD, "value", failed_step));
+    sf_buf_init(&ops_text, 1u << 20);
+    sf_buf_init(&cond, 4096);
+    sf_buf_init(&ev, 1u << 20);
+    ceil_ctx(o, "transition", 0, STEP_DO, env, &ctx);
+    if (sf_json_dump(ops, &ops_text) != SF_OK ||
+        sf_buf_printf(&cond, "FROM c WHERE c[\"status\"] = '%s'", from) != SF_OK ||
+        step_event_build(&ctx, "/customerId", event, "order-events", from, payload, &ev, &err) !=
+            SF_OK ||
+        cosmos_batch_new(sf_buf_cstr(&o->pkj), &b, &err) != SF_OK ||
+        cosmos_batch_patch(b, o->id, sf_buf_cstr(&ops_text), sf_buf_cstr(&cond), NULL, &err) !=
+            SF_OK ||
+        cosmos_batch_create(b, sf_buf_cstr(&ev), NULL, &err) != SF_OK)
+        die("building a ceiling transition", NULL);
+    ceil_exec(o, "orders", b, true);
+    json_decref(ops);
+    json_decref(env);
+    json_decref(payload);
+    sf_buf_release(&ops_text);
+    sf_buf_release(&cond);
+    sf_buf_release(&ev);
+}
+
+/* What saga order i wrote, issued directly. */
+static void ceil_order_run(struct ceil_worker *w, unsigned i)
+{
+    const struct plan *p = &w->plans[i];
+    struct ceil_order o = {.w = w};
+    struct sf_buf body;
+    char id[32], cust[32];
+    struct sf_err err;
+    size_t n_lines, reserved;
+
+    sf_buf_init(&body, 1u << 20);
+    sf_buf_init(&o.pkj, 4096);
+    (void)proc_demo_order(w->dopt, i, &body, id, cust);
+    o.doc = sf_json_parse(body.data, body.len, NULL);
+    (void)json_object_set_new(o.doc, "placedAt", json_integer(sf_wall_ms()));
+    sf_buf_reset(&body);
+    (void)sf_json_dump(o.doc, &body);
+    o.id = sf_json_str(o.doc, "id");
+    o.pk = json_string(cust);
+    (void)step_pk_json(o.pk, &o.pkj);
+    if (cosmos_doc_create(w->cli, w->db, "orders", sf_buf_cstr(&o.pkj), sf_buf_cstr(&body), NULL,
+                          NULL, &err) != SF_OK) {
+        (void)fprintf(stderr, "ceiling order %s: %s\n", id, err.msg);
+        atomic_store(w->failed, true);
+    }
+    n_lines = json_array_size(json_object_get(o.doc, "lines"));
+    reserved = p->kind == PLAN_NO_STOCK ? p->line : n_lines;
+    for (size_t l = 0; l < reserved; l++)
+        ceil_line(&o, l, STEP_DO, true);
+    if (p->kind == PLAN_NO_STOCK) {
+        ceil_line(&o, p->line, STEP_DO, false);
+        ceil_transition(&o, "placed", "cancelling", "cancelling", "out of stock", "reserve");
+    } else {
+        ceil_transition(&o, "placed", "reserved", "StockReserved", NULL, NULL);
+        ceil_charge(&o, STEP_DO, p->kind == PLAN_COMPLETED);
+        if (p->kind == PLAN_NO_BALANCE)
+            ceil_transition(&o, "reserved", "cancelling", "cancelling", "insufficient balance",
+                            "charge");
+    }
+    if (p->kind == PLAN_COMPLETED) {
+        ceil_transition(&o, "reserved", "charged", "PaymentCharged", NULL, NULL);
+        ceil_ship(&o);
+        ceil_transition(&o, "charged", "completed", "OrderCompleted", NULL, NULL);
+    } else {
+        for (size_t l = reserved; l-- > 0;)
+            ceil_line(&o, l, STEP_UNDO, true);
+        ceil_transition(&o, "cancelling", "cancelled", "cancelled", "cancelled", NULL);
+    }
+    json_decref(o.doc);
+    json_decref(o.pk);
+    sf_buf_release(&o.pkj);
+    sf_buf_release(&body);
 }
 
 static void *ceil_main(void *arg)
 {
     struct ceil_worker *w = arg;
 
-    for (unsigned i = w->first; i < w->n && !atomic_load(w->failed); i += w->step) {
-        struct sf_buf body, pk, tmp;
-        char id[32], cust[32];
-        json_t *order;
-        struct cosmos_batch *b = NULL;
-        struct sf_err err;
-        size_t li;
-        json_t *line;
-        static const char *const states[] = {"reserved", "charged", "completed"};
-
-        sf_buf_init(&body, 1u << 20);
-        sf_buf_init(&pk, 256);
-        sf_buf_init(&tmp, 1u << 20);
-        (void)proc_demo_order(w->dopt, i, &body, id, cust);
-        (void)cosmos_pk_string(cust, &pk);
-        if (cosmos_doc_create(w->cli, w->db, "orders", sf_buf_cstr(&pk), sf_buf_cstr(&body), NULL,
-                              NULL, &err) != SF_OK) {
-            atomic_store(w->failed, true);
-            break;
-        }
-        order = sf_json_parse(body.data, body.len, NULL);
-        json_array_foreach(json_object_get(order, "lines"), li, line)
-        {
-            char pkc[128];
-
-            (void)snprintf(pkc, sizeof(pkc), "[\"%s\"]", sf_json_str(line, "category"));
-            sf_buf_reset(&tmp);
-            (void)sf_buf_printf(&tmp, "{\"id\":\"m-%s-%zu\",\"category\":\"%s\",\"ttl\":3600}", id,
-                                li, sf_json_str(line, "category"));
-            (void)cosmos_batch_new(pkc, &b, &err);
-            (void)cosmos_batch_create(b, sf_buf_cstr(&tmp), NULL, &err);
-            sf_buf_reset(&tmp);
-            (void)sf_buf_printf(&tmp, "[{\"op\":\"incr\",\"path\":\"/stock\",\"value\":-%lld}]",
-                                (long long)json_integer_value(json_object_get(line, "qty")));
-            (void)cosmos_batch_patch(b, sf_json_str(line, "sku"), sf_buf_cstr(&tmp), NULL, NULL,
-                                     &err);
-            batch_or_die(w->cli, w->db, "products", b, w->failed);
-        }
-        /* charge: marker-like doc + balance patch + payment, in the customer's partition */
-        (void)cosmos_batch_new(sf_buf_cstr(&pk), &b, &err);
-        sf_buf_reset(&tmp);
-        (void)sf_buf_printf(&tmp, "{\"id\":\"m-%s-c\",\"customerId\":\"%s\",\"ttl\":3600}", id,
-                            cust);
-        (void)cosmos_batch_create(b, sf_buf_cstr(&tmp), NULL, &err);
-        sf_buf_reset(&tmp);
-        (void)sf_buf_printf(&tmp, "[{\"op\":\"incr\",\"path\":\"/balance\",\"value\":-%lld}]",
-                            (long long)json_integer_value(json_object_get(order, "total")));
-        (void)cosmos_batch_patch(b, cust, sf_buf_cstr(&tmp), NULL, NULL, &err);
-        sf_buf_reset(&tmp);
-        (void)sf_buf_printf(&tmp,
-                            "{\"id\":\"pay-%s\",\"customerId\":\"%s\",\"type\":\"payment\","
-                            "\"amount\":%lld}",
-                            id, cust,
-                            (long long)json_integer_value(json_object_get(order, "total")));
-        (void)cosmos_batch_create(b, sf_buf_cstr(&tmp), NULL, &err);
-        batch_or_die(w->cli, w->db, "customers", b, w->failed);
-        /* shipment */
-        {
-            char pks[64];
-
-            (void)snprintf(pks, sizeof(pks), "[\"%s\"]", id);
-            (void)cosmos_batch_new(pks, &b, &err);
-            sf_buf_reset(&tmp);
-            (void)sf_buf_printf(&tmp, "{\"id\":\"m-%s-s\",\"orderId\":\"%s\",\"ttl\":3600}", id,
-                                id);
-            (void)cosmos_batch_create(b, sf_buf_cstr(&tmp), NULL, &err);
-            sf_buf_reset(&tmp);
-            (void)sf_buf_printf(&tmp, "{\"id\":\"ship-%s\",\"orderId\":\"%s\"}", id, id);
-            (void)cosmos_batch_create(b, sf_buf_cstr(&tmp), NULL, &err);
-            batch_or_die(w->cli, w->db, "shipments", b, w->failed);
-        }
-        /* three state transitions, each a patch + an event */
-        for (size_t s = 0; s < 3; s++) {
-            (void)cosmos_batch_new(sf_buf_cstr(&pk), &b, &err);
-            sf_buf_reset(&tmp);
-            (void)sf_buf_printf(&tmp, "[{\"op\":\"set\",\"path\":\"/status\",\"value\":\"%s\"}]",
-                                states[s]);
-            (void)cosmos_batch_patch(b, id, sf_buf_cstr(&tmp), NULL, NULL, &err);
-            sf_buf_reset(&tmp);
-            (void)sf_buf_printf(&tmp,
-                                "{\"id\":\"ev-%s-%zu\",\"customerId\":\"%s\",\"sfKind\":"
-                                "\"event\",\"ttl\":3600}",
-                                id, s, cust);
-            (void)cosmos_batch_create(b, sf_buf_cstr(&tmp), NULL, &err);
-            batch_or_die(w->cli, w->db, "orders", b, w->failed);
-        }
-        json_decref(order);
-        sf_buf_release(&body);
-        sf_buf_release(&pk);
-        sf_buf_release(&tmp);
-    }
+    for (unsigned i = w->first; i < w->n && !atomic_load(w->failed); i += w->step)
+        ceil_order_run(w, i);
     return NULL;
 }
 
-static double run_ceiling(struct harness_cosmolite *h)
+/*
+ * The plan of each of the n orders from how its saga ended in db: completed,
+ * or cancelled by the reserve step (on which line: the reason names the
+ * sku) or by the charge step.
+ */
+static struct plan *read_plans(struct cosmos_client *cli, const char *db,
+                               const struct proc_demo_opts *dopt, unsigned n)
+{
+    json_t *docs = NULL, *d;
+    struct plan *plans = calloc(n, sizeof(*plans));
+    bool *seen = calloc(n, sizeof(*seen));
+    struct sf_err err;
+    size_t k;
+
+    if (plans == NULL || seen == NULL)
+        die("out of memory", NULL);
+    if (proc_demo_query(cli, db, "orders",
+                        "SELECT c.id, c.status, c.reason, c." PROC_FAILED_STEP_FIELD
+                        ", c.lines FROM c WHERE c.type = 'order'",
+                        &docs, &err) != SF_OK)
+        die("reading the saga outcomes", &err);
+    json_array_foreach(docs, k, d)
+    {
+        const char *id = sf_json_str(d, "id"), *status = sf_json_str(d, "status");
+        const char *step = sf_json_str(d, PROC_FAILED_STEP_FIELD);
+        const char *reason = sf_json_str(d, "reason");
+        unsigned i = id != NULL ? (unsigned)strtoul(id + 2, NULL, 10) : n;
+        struct plan *p = &plans[i < n ? i : 0];
+        bool found = false;
+
+        if (i >= n)
+            continue; /* a latency-phase order */
+        seen[i] = true;
+        if (status != NULL && strcmp(status, "completed") == 0) {
+            p->kind = PLAN_COMPLETED;
+            continue;
+        }
+        if (status == NULL || strcmp(status, "cancelled") != 0 || step == NULL)
+            die("an order did not settle as the ceiling can replay", NULL);
+        if (strcmp(step, "charge") == 0) {
+            p->kind = PLAN_NO_BALANCE;
+            continue;
+        }
+        if (strcmp(step, "reserve") != 0 || reason == NULL)
+            die("an order failed where the ceiling cannot replay it", NULL);
+        p->kind = PLAN_NO_STOCK;
+        for (size_t l = 0; !found && l < json_array_size(json_object_get(d, "lines")); l++) {
+            const char *sku = sf_json_str(json_array_get(json_object_get(d, "lines"), l), "sku");
+            const char *at = sku != NULL ? strstr(reason, sku) : NULL;
+
+            if (at != NULL && at[strlen(sku)] == ' ') {
+                p->line = (unsigned)l;
+                found = true;
+            }
+        }
+        if (!found)
+            die("a stock failure names no line of its order", NULL);
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (!seen[i])
+            die("an order is missing from the saga run", NULL);
+    SF_UNUSED(dopt);
+    json_decref(docs);
+    free(seen);
+    return plans;
+}
+
+struct run_cpu {
+    double self, server, sagafeed;
+};
+
+static double run_ceiling(struct harness_cosmolite *h, const char *db, const struct plan *plans,
+                          struct run_cpu *cpu)
 {
     struct cosmos_client *cli = client(h, g_o.writers + 2);
     struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = 60};
@@ -212,20 +464,26 @@ static double run_ceiling(struct harness_cosmolite *h)
     atomic_bool failed = false;
     struct sf_err err;
     uint64_t t0, t1;
+    double self0, server0;
 
     if (w == NULL || th == NULL)
         die("out of memory", NULL);
-    if (proc_demo_create(cli, "ceiling", 4, &err) != SF_OK ||
-        proc_demo_seed_catalog(cli, "ceiling", &dopt, &err) != SF_OK)
+    if (proc_demo_create(cli, db, 4, &err) != SF_OK ||
+        proc_demo_seed_catalog(cli, db, &dopt, &err) != SF_OK)
         die("ceiling setup", &err);
+    self0 = cpu_seconds(getpid());
+    server0 = cpu_seconds(harness_cosmolite_pid(h));
     t0 = bench_now_ns();
     for (unsigned i = 0; i < g_o.writers; i++) {
-        w[i] = (struct ceil_worker){cli, "ceiling", &dopt, i, g_o.writers, g_o.orders, &failed};
+        w[i] = (struct ceil_worker){cli, db, &dopt, plans, i, g_o.writers, g_o.orders, &failed};
         (void)pthread_create(&th[i], NULL, ceil_main, &w[i]);
     }
     for (unsigned i = 0; i < g_o.writers; i++)
         (void)pthread_join(th[i], NULL);
     t1 = bench_now_ns();
+    cpu->self = cpu_seconds(getpid()) - self0;
+    cpu->server = cpu_seconds(harness_cosmolite_pid(h)) - server0;
+    cpu->sagafeed = 0;
     if (atomic_load(&failed))
         die("the ceiling run failed", NULL);
     free(w);
@@ -318,7 +576,7 @@ static void *writer_main(void *arg)
         (void)sf_json_dump(doc, &body);
         json_decref(doc);
         (void)cosmos_pk_string(cust, &pk);
-        if (cosmos_doc_create(w->cli, "shop", "orders", sf_buf_cstr(&pk), sf_buf_cstr(&body), NULL,
+        if (cosmos_doc_create(w->cli, g_db, "orders", sf_buf_cstr(&pk), sf_buf_cstr(&body), NULL,
                               NULL, &err) != SF_OK)
             (void)fprintf(stderr, "writing %s: %s\n", id, err.msg);
         sf_buf_release(&body);
@@ -352,7 +610,7 @@ static size_t settled(struct cosmos_client *cli, size_t written)
     size_t open_n = 0;
     struct sf_err err;
 
-    if (proc_demo_unsettled(cli, "shop", &open_n, &err) != SF_OK)
+    if (proc_demo_unsettled(cli, g_db, &open_n, &err) != SF_OK)
         return 0;
     return open_n <= written ? written - open_n : 0;
 }
@@ -440,29 +698,6 @@ static int free_port(void)
     return port;
 }
 
-/* CPU seconds (user + system) a process used so far, from /proc/<pid>/stat. */
-static double cpu_seconds(pid_t pid)
-{
-    char path[64], buf[2048];
-    FILE *f;
-    size_t n;
-    const char *p;
-    unsigned long ut = 0, st = 0;
-
-    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    (void)fclose(f);
-    buf[n] = '\0';
-    p = strrchr(buf, ')'); /* the command may hold spaces; fields follow ") " */
-    if (p == NULL ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -488,7 +723,7 @@ static void latencies(struct cosmos_client *cli, unsigned from, int64_t *ret_p50
                                        "('OrderCompleted', 'cancelled')"};
 
     for (int s = 0; s < 2; s++) {
-        if (cosmos_query_new(cli, "shop", "orders", sql[s], &qo, &q, &err) != SF_OK)
+        if (cosmos_query_new(cli, g_db, "orders", sql[s], &qo, &q, &err) != SF_OK)
             die("latency query", &err);
         while (!cosmos_query_done(q)) {
             json_t *page = NULL;
@@ -533,10 +768,111 @@ static void latencies(struct cosmos_client *cli, unsigned from, int64_t *ret_p50
     json_decref(done);
 }
 
+/* One sagafeed process on g_db with its metrics connection. */
+struct saga_proc {
+    pid_t pid;
+    struct bench_conn *metrics;
+    char cfg[512], log[512];
+};
+
+static void saga_start(struct harness_cosmolite *h, struct saga_proc *sp)
+{
+    struct sf_buf text;
+    struct sf_err err;
+    char *wf = example_workflows();
+    int port = free_port();
+    FILE *f;
+
+    sf_buf_init(&text, 1u << 20);
+    (void)sf_buf_printf(&text,
+                        "cosmos = { endpoint = \"%s\"; key_env = \"SF_BENCH_KEY\"; database = "
+                        "\"%s\"; max_connections = 24; };\n"
+                        "feed = { lease_prefix = \"bench\"; poll_interval = \"100ms\"; max_items = "
+                        "200; };\n"
+                        "processor = { workers = 16; lanes = 256; queue_limit = 256; "
+                        "log_json = true; log_level = \"warn\"; http_listen = \"127.0.0.1:%d\"; "
+                        "};\n%s",
+                        harness_cosmolite_endpoint(h), g_db, port, wf);
+    free(wf);
+    (void)snprintf(sp->cfg, sizeof(sp->cfg), "%s/%s.cfg", g_tmp, g_db);
+    (void)snprintf(sp->log, sizeof(sp->log), "%s/%s.log", g_tmp, g_db);
+    f = fopen(sp->cfg, "wb");
+    if (f == NULL || fputs(sf_buf_cstr(&text), f) < 0 || fclose(f) != 0)
+        die("writing the config", NULL);
+    sf_buf_release(&text);
+    sp->pid = spawn_sagafeed(sp->cfg, harness_cosmolite_key(h), sp->log);
+    sf_sleep_ms(1500); /* leases acquired, readers polling */
+    if (bench_conn_open("127.0.0.1", port, 5000, &sp->metrics, &err) != SF_OK)
+        die("sagafeed's /metrics", &err);
+}
+
+/* Stops sagafeed; keeps its log when keep (a failed run), else removes it. */
+static void saga_stop(struct saga_proc *sp, bool keep)
+{
+    (void)kill(sp->pid, SIGTERM);
+    (void)waitpid(sp->pid, NULL, 0);
+    bench_conn_free(sp->metrics);
+    if (keep) {
+        (void)printf("sagafeed log: %s\n", sp->log);
+    } else {
+        (void)unlink(sp->log);
+        (void)unlink(sp->cfg);
+    }
+}
+
+/* N orders through sagafeed at full speed on g_db. Orders/s. */
+static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, struct saga_proc *sp,
+                       struct run_cpu *cpu, int64_t *rss_peak_kb)
+{
+    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = 60};
+    struct sf_err err;
+    double self0, server0;
+    uint64_t t0, t1 = 0;
+
+    if (proc_demo_create(cli, g_db, 4, &err) != SF_OK ||
+        proc_demo_seed_catalog(cli, g_db, &dopt, &err) != SF_OK)
+        die("shop setup", &err);
+    saga_start(h, sp);
+    self0 = cpu_seconds(getpid());
+    server0 = cpu_seconds(harness_cosmolite_pid(h));
+    t0 = bench_now_ns();
+    write_orders(cli, &dopt, 0, g_o.orders, 0);
+    if (!wait_settled(cli, sp->metrics, sp->pid, g_o.orders, 600000, rss_peak_kb, &t1)) {
+        saga_stop(sp, true);
+        die("sagafeed did not settle every order (see its log)", NULL);
+    }
+    cpu->sagafeed = cpu_seconds(sp->pid);
+    cpu->self = cpu_seconds(getpid()) - self0;
+    cpu->server = cpu_seconds(harness_cosmolite_pid(h)) - server0;
+    return g_o.orders / ((double)(t1 - t0) / 1e9);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, size_t n)
+{
+    double *c = malloc(n * sizeof(*c));
+    double m;
+
+    if (c == NULL)
+        die("out of memory", NULL);
+    memcpy(c, v, n * sizeof(*c));
+    qsort(c, n, sizeof(*c), cmp_double);
+    m = n % 2 == 1 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
+    free(c);
+    return m;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {{"orders", required_argument, NULL, 'n'},
                                        {"writers", required_argument, NULL, 'w'},
+                                       {"rounds", required_argument, NULL, 'r'},
                                        {"latency-seconds", required_argument, NULL, 'l'},
                                        {"sagafeed", required_argument, NULL, 's'},
                                        {"cosmolite", required_argument, NULL, 'c'},
@@ -548,15 +884,10 @@ int main(int argc, char **argv)
     struct cosmos_client *cli;
     struct proc_demo_opts dopt = {.products = 24, .customers = 60};
     struct sf_err err;
-    char cfg[512], log[512];
-    struct sf_buf text;
-    char *wf;
-    pid_t pid;
-    double ceiling, saga_rate, ratio, cpu_saga = 0, cpu_server = 0, cpu_self;
-    uint64_t t0, t1;
+    struct saga_proc sp;
+    double *ceil_rates, *saga_rates, *ratios, ceiling, saga_rate, ratio;
+    struct run_cpu saga_cpu = {0}, ceil_cpu = {0};
     int64_t p50 = 0, p99 = 0, rss_peak_kb = 0;
-    int metrics_port;
-    struct bench_conn *metrics = NULL;
     size_t n_lat = 0;
     unsigned lat_orders;
     int c, status = 0;
@@ -578,6 +909,11 @@ int main(int argc, char **argv)
                 die("--writers wants 1..256", NULL);
             g_o.writers = (unsigned)v;
             break;
+        case 'r':
+            if (sf_parse_i64(optarg, 1, 99, &v) != SF_OK)
+                die("--rounds wants 1..99", NULL);
+            g_o.rounds = (unsigned)v;
+            break;
         case 'l':
             if (sf_parse_double(optarg, &d) != SF_OK || d < 0 || d > 3600)
                 die("--latency-seconds wants 0..3600", NULL);
@@ -593,8 +929,9 @@ int main(int argc, char **argv)
             g_o.check = true;
             break;
         case 'h':
-            (void)printf("Usage: saga_bench [--orders N] [--writers W] [--latency-seconds S] "
-                         "[--sagafeed PATH] [--cosmolite PATH] [--check]\n");
+            (void)printf(
+                "Usage: saga_bench [--orders N] [--writers W] [--rounds R] [--latency-seconds S] "
+                "[--sagafeed PATH] [--cosmolite PATH] [--check]\n");
             return 0;
         default:
             return 2;
@@ -610,99 +947,77 @@ int main(int argc, char **argv)
     }
     if (harness_cosmolite_start(&ho, &h, &err) != SF_OK)
         die("starting cosmolite", &err);
-    (void)printf("saga_bench: %u orders, %u writers, cosmolite %s (4 ranges, durable)\n",
-                 g_o.orders, g_o.writers, harness_cosmolite_endpoint(h));
-
-    /* 1. the ceiling */
-    cpu_server = cpu_seconds(harness_cosmolite_pid(h));
-    cpu_self = cpu_seconds(getpid());
-    ceiling = run_ceiling(h);
-    (void)printf("ceiling (same writes, no saga logic): %.0f orders/s\n", ceiling);
-    (void)printf("CPU during that run: writers %.2f s, cosmolite %.2f s\n",
-                 cpu_seconds(getpid()) - cpu_self,
-                 cpu_seconds(harness_cosmolite_pid(h)) - cpu_server);
-
-    /* 2. sagafeed at full speed */
+    (void)printf("saga_bench: %u orders, %u writers, %u rounds, cosmolite %s (4 ranges, durable)\n",
+                 g_o.orders, g_o.writers, g_o.rounds, harness_cosmolite_endpoint(h));
+    ceil_rates = calloc(g_o.rounds, sizeof(double));
+    saga_rates = calloc(g_o.rounds, sizeof(double));
+    ratios = calloc(g_o.rounds, sizeof(double));
+    if (ceil_rates == NULL || saga_rates == NULL || ratios == NULL)
+        die("out of memory", NULL);
     cli = client(h, g_o.writers + 4);
-    if (proc_demo_create(cli, "shop", 4, &err) != SF_OK ||
-        proc_demo_seed_catalog(cli, "shop", &dopt, &err) != SF_OK)
-        die("shop setup", &err);
-    wf = example_workflows();
-    metrics_port = free_port();
-    sf_buf_init(&text, 1u << 20);
-    (void)sf_buf_printf(&text,
-                        "cosmos = { endpoint = \"%s\"; key_env = \"SF_BENCH_KEY\"; database = "
-                        "\"shop\"; max_connections = 24; };\n"
-                        "feed = { lease_prefix = \"bench\"; poll_interval = \"100ms\"; max_items = "
-                        "200; };\n"
-                        "processor = { workers = 16; lanes = 256; queue_limit = 256; "
-                        "log_json = true; log_level = \"warn\"; http_listen = \"127.0.0.1:%d\"; "
-                        "};\n%s",
-                        harness_cosmolite_endpoint(h), metrics_port, wf);
-    free(wf);
-    (void)snprintf(cfg, sizeof(cfg), "%s/bench.cfg", g_tmp);
-    {
-        FILE *f = fopen(cfg, "wb");
-
-        if (f == NULL || fputs(sf_buf_cstr(&text), f) < 0 || fclose(f) != 0)
-            die("writing the config", NULL);
-    }
-    sf_buf_release(&text);
-    (void)snprintf(log, sizeof(log), "%s/sagafeed.log", g_tmp);
-    pid = spawn_sagafeed(cfg, harness_cosmolite_key(h), log);
-    sf_sleep_ms(1500); /* leases acquired, readers polling */
     dopt.orders = g_o.orders;
-    cpu_server = cpu_seconds(harness_cosmolite_pid(h));
-    cpu_self = cpu_seconds(getpid());
-    t0 = bench_now_ns();
-    write_orders(cli, &dopt, 0, g_o.orders, 0);
-    if (bench_conn_open("127.0.0.1", metrics_port, 5000, &metrics, &err) != SF_OK)
-        die("sagafeed's /metrics", &err);
-    if (!wait_settled(cli, metrics, pid, g_o.orders, 600000, &rss_peak_kb, &t1))
-        die("sagafeed did not settle every order (see the log)", NULL);
-    saga_rate = g_o.orders / ((double)(t1 - t0) / 1e9);
-    cpu_saga = cpu_seconds(pid);
-    cpu_server = cpu_seconds(harness_cosmolite_pid(h)) - cpu_server;
-    ratio = saga_rate / ceiling;
+    for (unsigned r = 0; r < g_o.rounds; r++) {
+        bool last = r + 1 == g_o.rounds;
+        struct plan *plans;
+        char ceil_db[32];
+
+        (void)snprintf(g_db, sizeof(g_db), "shop%u", r + 1);
+        saga_rates[r] = run_saga(h, cli, &sp, &saga_cpu, &rss_peak_kb);
+        if (last) {
+            /* latency at half that load, before this process stops */
+            lat_orders = (unsigned)(saga_rates[r] * 0.5 * g_o.latency_s);
+            if (lat_orders > 0) {
+                uint64_t t_end;
+
+                write_orders(cli, &dopt, g_o.orders, g_o.orders + lat_orders, saga_rates[r] * 0.5);
+                if (!wait_settled(cli, sp.metrics, sp.pid, g_o.orders + lat_orders, 300000,
+                                  &rss_peak_kb, &t_end)) {
+                    saga_stop(&sp, true);
+                    die("sagafeed did not settle the latency orders (see its log)", NULL);
+                }
+                latencies(cli, g_o.orders, &p50, &p99, &n_lat);
+            }
+        }
+        saga_stop(&sp, false);
+        plans = read_plans(cli, g_db, &dopt, g_o.orders);
+        (void)snprintf(ceil_db, sizeof(ceil_db), "ceiling%u", r + 1);
+        ceil_rates[r] = run_ceiling(h, ceil_db, plans, &ceil_cpu);
+        free(plans);
+        ratios[r] = saga_rates[r] / ceil_rates[r];
+        (void)printf("round %u: sagafeed %.0f orders/s, ceiling %.0f orders/s: %.0f%%\n", r + 1,
+                     saga_rates[r], ceil_rates[r], ratios[r] * 100);
+        (void)printf("  CPU: sagafeed run - sagafeed %.2f s (%.2f ms/order), writers %.2f s, "
+                     "cosmolite %.2f s; ceiling run - writers %.2f s, cosmolite %.2f s\n",
+                     saga_cpu.sagafeed, saga_cpu.sagafeed * 1000 / g_o.orders, saga_cpu.self,
+                     saga_cpu.server, ceil_cpu.self, ceil_cpu.server);
+        (void)fflush(stdout);
+    }
+    ceiling = median(ceil_rates, g_o.rounds);
+    saga_rate = median(saga_rates, g_o.rounds);
+    ratio = median(ratios, g_o.rounds);
+    (void)printf("ceiling (same writes, no saga logic): %.0f orders/s\n", ceiling);
     (void)printf("sagafeed end to end (order written -> settled): %.0f orders/s = %.0f%% of the "
                  "ceiling\n",
                  saga_rate, ratio * 100);
-    (void)printf("CPU during that run: sagafeed %.2f s (%.2f ms/order), writers %.2f s, "
-                 "cosmolite %.2f s\n",
-                 cpu_saga, cpu_saga * 1000 / g_o.orders, cpu_seconds(getpid()) - cpu_self,
-                 cpu_server);
-
-    /* 3. latency at half that load */
-    lat_orders = (unsigned)(saga_rate * 0.5 * g_o.latency_s);
-    if (lat_orders > 0) {
-        write_orders(cli, &dopt, g_o.orders, g_o.orders + lat_orders, saga_rate * 0.5);
-        if (!wait_settled(cli, metrics, pid, g_o.orders + lat_orders, 300000, &rss_peak_kb, &t1))
-            die("sagafeed did not settle the latency orders (see the log)", NULL);
-        latencies(cli, g_o.orders, &p50, &p99, &n_lat);
+    (void)printf("CPU during that run: sagafeed %.2f s (%.2f ms/order), cosmolite %.2f s\n",
+                 saga_cpu.sagafeed, saga_cpu.sagafeed * 1000 / g_o.orders, saga_cpu.server);
+    if (n_lat > 0)
         (void)printf("latency at %.0f orders/s (%zu orders): p50 %lld ms, p99 %lld ms\n",
-                     saga_rate * 0.5, n_lat, (long long)p50, (long long)p99);
-    }
-    {
-        struct bench_mem m;
-
-        if (bench_mem_read(pid, &m, NULL) == SF_OK && m.hwm_kb > rss_peak_kb)
-            rss_peak_kb = m.hwm_kb;
-    }
+                     saga_rates[g_o.rounds - 1] * 0.5, n_lat, (long long)p50, (long long)p99);
     (void)printf("sagafeed peak RSS: %.1f MB\n", rss_peak_kb / 1024.0);
-    (void)kill(pid, SIGTERM);
-    (void)waitpid(pid, NULL, 0);
     (void)printf("\n| figure | value | target |\n|---|---|---|\n"
-                 "| ceiling orders/s | %.0f | |\n| sagafeed orders/s | %.0f (%.0f%%) | >= 70%% |\n"
+                 "| ceiling orders/s (median of %u) | %.0f | |\n"
+                 "| sagafeed orders/s (median) | %.0f | |\n"
+                 "| sagafeed / ceiling (median of the rounds' ratios) | %.0f%% | >= 70%% |\n"
                  "| p50 / p99 latency at half load | %lld / %lld ms | |\n"
                  "| sagafeed peak RSS | %.1f MB | <= 30 MB |\n",
-                 ceiling, saga_rate, ratio * 100, (long long)p50, (long long)p99,
+                 g_o.rounds, ceiling, saga_rate, ratio * 100, (long long)p50, (long long)p99,
                  rss_peak_kb / 1024.0);
     if (g_o.check && (ratio < 0.70 || rss_peak_kb > 30 * 1024)) {
         (void)printf("check: FAILED\n");
         status = 1;
     }
     cosmos_client_free(cli);
-    bench_conn_free(metrics);
     if (getenv("SF_BENCH_ACCESS_LOG") != NULL) {
         char cmd[1024];
 
@@ -713,12 +1028,9 @@ int main(int argc, char **argv)
             (void)fprintf(stderr, "saga_bench: could not copy the server log\n");
     }
     harness_cosmolite_free(h);
-    if (status != 0) {
-        (void)printf("log: %s\n", log);
-    } else {
-        (void)unlink(log);
-        (void)unlink(cfg);
-        (void)rmdir(g_tmp);
-    }
+    (void)rmdir(g_tmp);
+    free(ceil_rates);
+    free(saga_rates);
+    free(ratios);
     return status;
 }

@@ -188,9 +188,8 @@ enum sf_rc proc_demo_seed_orders(struct cosmos_client *cli, const char *db,
     return rc;
 }
 
-/* Every document of a query (cross-partition). New reference. */
-static enum sf_rc query_all(struct cosmos_client *cli, const char *db, const char *coll,
-                            const char *sql, json_t **ret, struct sf_err *err)
+enum sf_rc proc_demo_query(struct cosmos_client *cli, const char *db, const char *coll,
+                           const char *sql, json_t **ret, struct sf_err *err)
 {
     struct cosmos_query *q = NULL;
     struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
@@ -225,7 +224,7 @@ enum sf_rc proc_demo_count(struct cosmos_client *cli, const char *db, size_t *re
     json_t *docs = NULL;
     size_t i, settled = 0;
     json_t *d;
-    enum sf_rc rc = query_all(cli, db, "orders",
+    enum sf_rc rc = proc_demo_query(cli, db, "orders",
                               "SELECT c.id, c.status FROM c WHERE c.type = 'order'", &docs, err);
 
     if (rc != SF_OK)
@@ -247,7 +246,7 @@ enum sf_rc proc_demo_unsettled(struct cosmos_client *cli, const char *db, size_t
                                struct sf_err *err)
 {
     json_t *docs = NULL;
-    enum sf_rc rc = query_all(cli, db, "orders",
+    enum sf_rc rc = proc_demo_query(cli, db, "orders",
                               "SELECT c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
                               "('completed', 'cancelled'))",
                               &docs, err);
@@ -295,20 +294,20 @@ enum sf_rc proc_demo_verify(struct cosmos_client *cli, const char *db, struct pr
     enum sf_rc rc;
 
     memset(r, 0, sizeof(*r));
-    rc = query_all(cli, db, "orders", "SELECT * FROM c WHERE c.type = 'order'", &orders, err);
+    rc = proc_demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.type = 'order'", &orders, err);
     if (rc == SF_OK)
-        rc = query_all(cli, db, "products", "SELECT * FROM c WHERE c.type = 'product'", &products,
+        rc = proc_demo_query(cli, db, "products", "SELECT * FROM c WHERE c.type = 'product'", &products,
                        err);
     if (rc == SF_OK)
-        rc = query_all(cli, db, "customers", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
+        rc = proc_demo_query(cli, db, "customers", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
                        &custdocs, err);
     if (rc == SF_OK)
-        rc = query_all(cli, db, "shipments", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
+        rc = proc_demo_query(cli, db, "shipments", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
                        &ships, err);
     if (rc == SF_OK)
-        rc = query_all(cli, db, "orders", "SELECT * FROM c WHERE c.sfKind = 'event'", &events, err);
+        rc = proc_demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.sfKind = 'event'", &events, err);
     for (int k = 0; rc == SF_OK && k < 3; k++)
-        rc = query_all(cli, db, mcolls[k], "SELECT * FROM c WHERE c.sfKind = 'marker'", &markers[k],
+        rc = proc_demo_query(cli, db, mcolls[k], "SELECT * FROM c WHERE c.sfKind = 'marker'", &markers[k],
                        err);
     if (rc != SF_OK || sold == NULL || spent == NULL || marks == NULL || evcount == NULL ||
         paid == NULL || refunded == NULL) {

@@ -51,6 +51,10 @@ enum sf_rc proc_demo_seed_orders(struct cosmos_client *cli, const char *db,
 enum sf_rc proc_demo_count(struct cosmos_client *cli, const char *db, size_t *ret_orders,
                            size_t *ret_settled, struct sf_err *err);
 
+/* Every document a query returns, across partitions, into *ret (a new array). */
+enum sf_rc proc_demo_query(struct cosmos_client *cli, const char *db, const char *coll,
+                           const char *sql, json_t **ret, struct sf_err *err);
+
 /* How many orders are not settled yet (cheaper than proc_demo_count near the end of a run). */
 enum sf_rc proc_demo_unsettled(struct cosmos_client *cli, const char *db, size_t *ret_n,
                                struct sf_err *err);
