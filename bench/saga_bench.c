@@ -186,6 +186,16 @@ static void ceil_exec(struct ceil_order *o, const char *coll, struct cosmos_batc
     cosmos_batch_free(b);
 }
 
+/* Adds the create of doc (taking the reference). */
+static void ceil_create(struct cosmos_batch *b, json_t *doc)
+{
+    struct sf_err err;
+
+    if (doc == NULL || cosmos_batch_create_doc(b, doc, NULL, &err) != SF_OK)
+        die("building a ceiling create", NULL);
+    json_decref(doc);
+}
+
 /* A batch in (coll, pk) that starts with the marker of (step, element, phase). */
 static struct cosmos_batch *ceil_effect(struct ceil_order *o, const char *step, size_t element,
                                         enum step_phase phase, const char *pk_path,
@@ -193,47 +203,31 @@ static struct cosmos_batch *ceil_effect(struct ceil_order *o, const char *step, 
 {
     struct step_ctx ctx;
     struct cosmos_batch *b = NULL;
-    struct sf_buf pkj, text;
+    struct sf_buf pkj;
     struct sf_err err;
     json_t *marker;
 
     ceil_ctx(o, step, element, phase, NULL, &ctx);
     marker = step_marker_doc(&ctx, phase, pk_path, pk);
     sf_buf_init(&pkj, 4096);
-    sf_buf_init(&text, 1u << 20);
-    if (marker == NULL || step_pk_json(pk, &pkj) != SF_OK || sf_json_dump(marker, &text) != SF_OK ||
-        cosmos_batch_new(sf_buf_cstr(&pkj), &b, &err) != SF_OK ||
-        cosmos_batch_create(b, sf_buf_cstr(&text), NULL, &err) != SF_OK)
+    if (marker == NULL || step_pk_json(pk, &pkj) != SF_OK ||
+        cosmos_batch_new(sf_buf_cstr(&pkj), &b, &err) != SF_OK)
         die("building a ceiling batch", NULL);
-    json_decref(marker);
+    cosmos_batch_set_minimal(b, true); /* as step_effect_begin asks */
+    ceil_create(b, marker);
     sf_buf_release(&pkj);
-    sf_buf_release(&text);
     return b;
 }
 
 static void ceil_patch(struct cosmos_batch *b, const char *id, const char *path, json_int_t by,
                        const char *cond)
 {
-    char ops[256];
+    json_t *ops = json_pack("[{s:s, s:s, s:I}]", "op", "incr", "path", path, "value", by);
     struct sf_err err;
 
-    (void)snprintf(ops, sizeof(ops), "[{\"op\":\"incr\",\"path\":\"%s\",\"value\":%lld}]", path,
-                   (long long)by);
-    if (cosmos_batch_patch(b, id, ops, cond, NULL, &err) != SF_OK)
-        die("building a ceiling patch", &err);
-}
-
-static void ceil_create(struct cosmos_batch *b, json_t *doc)
-{
-    struct sf_buf text;
-    struct sf_err err;
-
-    sf_buf_init(&text, 1u << 20);
-    if (doc == NULL || sf_json_dump(doc, &text) != SF_OK ||
-        cosmos_batch_create(b, sf_buf_cstr(&text), NULL, &err) != SF_OK)
-        die("building a ceiling create", NULL);
-    json_decref(doc);
-    sf_buf_release(&text);
+    if (ops == NULL || cosmos_batch_patch_ops(b, id, ops, cond, NULL, &err) != SF_OK)
+        die("building a ceiling patch", NULL);
+    json_decref(ops);
 }
 
 /* Reserve (phase DO) or release (UNDO) line l; ok false: the saga's failing attempt. */
@@ -286,8 +280,9 @@ static void ceil_transition(struct ceil_order *o, const char *from, const char *
     json_t *env = json_pack("{s:O}", "item", o->doc);
     json_t *payload =
         json_pack("{s:s, s:s, s:s, s:s?}", "id", o->id, "from", from, "to", to, "reason", reason);
+    json_t *ev = NULL;
     struct cosmos_batch *b = NULL;
-    struct sf_buf ops_text, cond, ev;
+    struct sf_buf cond;
     struct step_ctx ctx;
     struct sf_err err;
 
@@ -298,26 +293,21 @@ static void ceil_transition(struct ceil_order *o, const char *from, const char *
         (void)json_array_append_new(ops,
                                     json_pack("{s:s, s:s, s:s}", "op", "set", "path",
                                               "/" PROC_FAILED_STEP_FIELD, "value", failed_step));
-    sf_buf_init(&ops_text, 1u << 20);
     sf_buf_init(&cond, 4096);
-    sf_buf_init(&ev, 1u << 20);
     ceil_ctx(o, "transition", 0, STEP_DO, env, &ctx);
-    if (sf_json_dump(ops, &ops_text) != SF_OK ||
-        sf_buf_printf(&cond, "FROM c WHERE c[\"status\"] = '%s'", from) != SF_OK ||
+    if (sf_buf_printf(&cond, "FROM c WHERE c[\"status\"] = '%s'", from) != SF_OK ||
         step_event_build(&ctx, "/customerId", event, "order-events", from, payload, &ev, &err) !=
             SF_OK ||
         cosmos_batch_new(sf_buf_cstr(&o->pkj), &b, &err) != SF_OK ||
-        cosmos_batch_patch(b, o->id, sf_buf_cstr(&ops_text), sf_buf_cstr(&cond), NULL, &err) !=
-            SF_OK ||
-        cosmos_batch_create(b, sf_buf_cstr(&ev), NULL, &err) != SF_OK)
+        cosmos_batch_patch_ops(b, o->id, ops, sf_buf_cstr(&cond), NULL, &err) != SF_OK)
         die("building a ceiling transition", NULL);
+    cosmos_batch_set_minimal(b, true); /* as the engine's transition asks */
+    ceil_create(b, ev);
     ceil_exec(o, "orders", b, true);
     json_decref(ops);
     json_decref(env);
     json_decref(payload);
-    sf_buf_release(&ops_text);
     sf_buf_release(&cond);
-    sf_buf_release(&ev);
 }
 
 /* What saga order i wrote, issued directly. */

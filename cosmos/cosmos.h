@@ -366,6 +366,14 @@ void cosmos_batch_free(struct cosmos_batch *b);
 size_t cosmos_batch_count(const struct cosmos_batch *b);
 
 /*
+ * From now on, operations added to b ask for minimal answers
+ * (minimalReturnPreference): a write's result carries its status and etag
+ * but no document (its body stays NULL), which spares both sides the
+ * document's serialising and parsing. Reads always return theirs.
+ */
+void cosmos_batch_set_minimal(struct cosmos_batch *b, bool minimal);
+
+/*
  * Appending operations. Bodies and patch operations are JSON text, validated
  * and copied. SF_EINVAL for bad JSON or id, SF_ELIMIT past 100 operations.
  * opts may be NULL.
@@ -383,6 +391,17 @@ enum sf_rc cosmos_batch_delete(struct cosmos_batch *b, const char *id,
 enum sf_rc cosmos_batch_patch(struct cosmos_batch *b, const char *id, const char *ops_json,
                               const char *condition, const struct cosmos_batch_op_opts *opts,
                               struct sf_err *err);
+
+/*
+ * The same for a caller that holds the JSON already: no text to parse. The
+ * batch keeps a reference to doc / ops until it is freed (do not change
+ * them meanwhile).
+ */
+enum sf_rc cosmos_batch_create_doc(struct cosmos_batch *b, const json_t *doc,
+                                   const struct cosmos_batch_op_opts *opts, struct sf_err *err);
+enum sf_rc cosmos_batch_patch_ops(struct cosmos_batch *b, const char *id, const json_t *ops,
+                                  const char *condition, const struct cosmos_batch_op_opts *opts,
+                                  struct sf_err *err);
 
 /* One operation's outcome. */
 struct cosmos_batch_op_result {

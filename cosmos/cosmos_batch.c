@@ -12,6 +12,7 @@ struct cosmos_batch {
     char *pk_json;
     json_t *ops;  /* array of operation objects, in order */
     bool guarded; /* holds a create, an ifMatch or a patch condition */
+    bool minimal; /* ops added now ask for minimal answers */
 };
 
 enum sf_rc cosmos_batch_new(const char *pk_json, struct cosmos_batch **ret_batch,
@@ -46,6 +47,11 @@ void cosmos_batch_free(struct cosmos_batch *b)
 size_t cosmos_batch_count(const struct cosmos_batch *b)
 {
     return json_array_size(b->ops);
+}
+
+void cosmos_batch_set_minimal(struct cosmos_batch *b, bool minimal)
+{
+    b->minimal = minimal;
 }
 
 /*
@@ -85,6 +91,7 @@ static enum sf_rc cosmos_batch_add(struct cosmos_batch *b, const char *type, con
          json_object_set_new(op, "ifMatch", json_string(opts->if_match)) != 0) ||
         (opts != NULL && opts->if_none_match != NULL &&
          json_object_set_new(op, "ifNoneMatch", json_string(opts->if_none_match)) != 0) ||
+        (b->minimal && json_object_set_new(op, "minimalReturnPreference", json_true()) != 0) ||
         json_array_append(b->ops, op) != 0) {
         rc = sf_err_set(err, SF_EINVAL, false, "batch %s: id or etag is not valid UTF-8", type);
         goto out;
@@ -137,23 +144,28 @@ enum sf_rc cosmos_batch_delete(struct cosmos_batch *b, const char *id,
     return cosmos_batch_add(b, "Delete", id, NULL, NULL, opts, err);
 }
 
-enum sf_rc cosmos_batch_patch(struct cosmos_batch *b, const char *id, const char *ops_json,
-                              const char *condition, const struct cosmos_batch_op_opts *opts,
-                              struct sf_err *err)
+enum sf_rc cosmos_batch_create_doc(struct cosmos_batch *b, const json_t *doc,
+                                   const struct cosmos_batch_op_opts *opts, struct sf_err *err)
 {
-    json_t *ops, *body;
+    if (!json_is_object(doc))
+        return sf_err_set(err, SF_EINVAL, false, "batch Create: the document must be an object");
+    return cosmos_batch_add(b, "Create", NULL, NULL, json_incref((json_t *)doc), opts, err);
+}
 
-    if (id == NULL || ops_json == NULL)
+enum sf_rc cosmos_batch_patch_ops(struct cosmos_batch *b, const char *id, const json_t *ops,
+                                  const char *condition, const struct cosmos_batch_op_opts *opts,
+                                  struct sf_err *err)
+{
+    json_t *body;
+
+    if (id == NULL)
         return sf_err_set(err, SF_EINVAL, false, "batch Patch: needs an id and operations");
-    ops = sf_json_parse(ops_json, strlen(ops_json), err);
     if (!json_is_array(ops) || json_array_size(ops) == 0 ||
-        json_array_size(ops) > COSMOS_PATCH_MAX_OPS) {
-        json_decref(ops);
+        json_array_size(ops) > COSMOS_PATCH_MAX_OPS)
         return sf_err_set(err, SF_EINVAL, false,
                           "batch Patch: operations must be a JSON array of 1 to %d entries",
                           COSMOS_PATCH_MAX_OPS);
-    }
-    body = json_pack("{s:o}", "operations", ops); /* takes ops */
+    body = json_pack("{s:O}", "operations", (json_t *)ops);
     if (body == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     if (condition != NULL) {
@@ -164,6 +176,21 @@ enum sf_rc cosmos_batch_patch(struct cosmos_batch *b, const char *id, const char
         b->guarded = true;
     }
     return cosmos_batch_add(b, "Patch", id, NULL, body, opts, err);
+}
+
+enum sf_rc cosmos_batch_patch(struct cosmos_batch *b, const char *id, const char *ops_json,
+                              const char *condition, const struct cosmos_batch_op_opts *opts,
+                              struct sf_err *err)
+{
+    json_t *ops;
+    enum sf_rc rc;
+
+    if (id == NULL || ops_json == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "batch Patch: needs an id and operations");
+    ops = sf_json_parse(ops_json, strlen(ops_json), err);
+    rc = cosmos_batch_patch_ops(b, id, ops, condition, opts, err);
+    json_decref(ops);
+    return rc;
 }
 
 enum sf_rc cosmos_batch_execute(struct cosmos_client *cli, const char *db, const char *coll,

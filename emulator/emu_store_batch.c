@@ -29,6 +29,7 @@ struct emu_batch_op {
     const json_t *body; /* resourceBody: the document, or the patch request */
     const char *if_match;
     const char *if_none_match;
+    bool minimal; /* minimalReturnPreference: a write answers without its document */
 };
 
 /* What happened to the operation that ran (or failed). */
@@ -49,6 +50,7 @@ static enum sf_rc emu_batch_op_parse(const json_t *o, size_t i, struct emu_batch
                                      struct sf_err *err)
 {
     const char *type = sf_json_str(o, "operationType");
+    const json_t *v;
     size_t k;
 
     memset(op, 0, sizeof(*op));
@@ -67,6 +69,10 @@ static enum sf_rc emu_batch_op_parse(const json_t *o, size_t i, struct emu_batch
     op->body = json_object_get(o, "resourceBody");
     op->if_match = sf_json_str(o, "ifMatch");
     op->if_none_match = sf_json_str(o, "ifNoneMatch");
+    v = json_object_get(o, "minimalReturnPreference");
+    if (v != NULL && !json_is_boolean(v))
+        return emu_batch_bad(err, i, "'minimalReturnPreference' must be true or false");
+    op->minimal = json_is_true(v) && op->kind != B_READ;
     if (op->kind != B_CREATE && op->kind != B_UPSERT && op->id == NULL)
         return emu_batch_bad(err, i, "'id' (a string) is required");
     if (op->kind != B_READ && op->kind != B_DELETE && op->body == NULL)
@@ -228,6 +234,8 @@ static enum sf_rc emu_batch_run(struct emu_store *s, struct emu_tx *tx, const js
                 *err = op_err;
             break;
         }
+        if (ops[i].minimal)
+            sf_buf_reset(&doc);
         rc = emu_batch_put_ok(res, &meta, &doc, i == 0);
         if (rc != SF_OK)
             rc = emu_store_out_fail(rc, "batch", err);

@@ -661,8 +661,8 @@ static enum trans_result transition(struct run *r, const char *from, const char 
     const struct cfg_workflow *w = r->wf->cfg;
     struct cosmos_batch *b = NULL;
     struct cosmos_batch_result br;
-    struct sf_buf cond, ops_text, ev_text;
-    json_t *ops = NULL, *payload = NULL;
+    struct sf_buf cond;
+    json_t *ops = NULL, *payload = NULL, *ev = NULL;
     struct sf_err err;
     enum trans_result tr = TRANS_STOP;
     char field[CFG_NAME_MAX + 2];
@@ -672,8 +672,6 @@ static enum trans_result transition(struct run *r, const char *from, const char 
     sf_err_clear(&err);
     cosmos_batch_result_init(&br);
     sf_buf_init(&cond, 64u << 10);
-    sf_buf_init(&ops_text, 1u << 20);
-    sf_buf_init(&ev_text, COSMOS_BATCH_MAX_BYTES);
     (void)snprintf(field, sizeof(field), "/%s", w->state_field);
     ops = json_pack("[{s:s, s:s, s:s}]", "op", "set", "path", field, "value", to);
     if (ops != NULL && reason != NULL) {
@@ -687,9 +685,8 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)json_array_append_new(ops,
                                     json_pack("{s:s, s:s, s:s}", "op", "set", "path",
                                               "/" PROC_FAILED_STEP_FIELD, "value", failed_step));
-    rc = ops != NULL ? sf_json_dump(ops, &ops_text) : SF_ENOMEM;
-    if (rc == SF_OK)
-        rc = sf_buf_printf(&cond, "FROM c WHERE c[\"%s\"] = ", w->state_field);
+    rc =
+        ops != NULL ? sf_buf_printf(&cond, "FROM c WHERE c[\"%s\"] = ", w->state_field) : SF_ENOMEM;
     if (rc == SF_OK)
         rc = sql_str(from, &cond);
     if (rc != SF_OK) {
@@ -699,7 +696,10 @@ static enum trans_result transition(struct run *r, const char *from, const char 
     }
     rc = cosmos_batch_new(sf_buf_cstr(&r->pk_json), &b, &err);
     if (rc == SF_OK)
-        rc = cosmos_batch_patch(b, id, sf_buf_cstr(&ops_text), sf_buf_cstr(&cond), NULL, &err);
+        rc = cosmos_batch_patch_ops(b, id, ops, sf_buf_cstr(&cond), NULL, &err);
+    /* The patched item comes back (the saga goes on from it); the event need not. */
+    if (rc == SF_OK)
+        cosmos_batch_set_minimal(b, true);
     if (rc == SF_OK && w->topic != NULL) {
         struct step_ctx ctx;
         json_t *env = make_env(r, "transition", NULL, 0);
@@ -716,13 +716,13 @@ static enum trans_result transition(struct run *r, const char *from, const char 
             json_pack("{s:s?, s:s, s:s, s:s?}", "id", id, "from", from, "to", to, "reason", reason);
         /* The outbox record (outbox.h): its id is discriminated by the state left. */
         rc = payload != NULL ? step_event_build(&ctx, r->pk_path, event_type, w->topic, from,
-                                                payload, &ev_text, &err)
+                                                payload, &ev, &err)
                              : sf_err_set(&err, SF_ENOMEM, false, "out of memory");
         json_decref(env);
         if (rc != SF_OK)
             sf_err_prefix(&err, "building the outbox event: ");
         else
-            rc = cosmos_batch_create(b, sf_buf_cstr(&ev_text), NULL, &err);
+            rc = cosmos_batch_create_doc(b, ev, NULL, &err);
     }
     if (rc == SF_OK)
         rc = cosmos_batch_execute(r->e->cli, r->e->cfg->cosmos.database, r->it->container, b, NULL,
@@ -770,8 +770,7 @@ out:
     json_decref(ops);
     json_decref(payload);
     sf_buf_release(&cond);
-    sf_buf_release(&ops_text);
-    sf_buf_release(&ev_text);
+    json_decref(ev);
     return tr;
 }
 

@@ -213,9 +213,10 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
  */
 
 /*
- * Appends to out the outbox record of an event that ctx's saga emits, as
- * compact JSON for cosmos_batch_create. The format is outbox/outbox.h's (the
- * one format; built by outbox_record_build_text): written in the source
+ * Builds the outbox record of an event that ctx's saga emits into *ret_doc
+ * (a new reference, written only on success) for cosmos_batch_create_doc.
+ * The format is outbox/outbox.h's (the one format; built by
+ * outbox_record_build): written in the source
  * item's partition (pk_path, ctx->source_pk) in the same batch as the state
  * transition or effect that emits it, so the event exists if and only if
  * that happened. The id is outbox_event_id(ctx->workflow, ctx->saga_id,
@@ -226,12 +227,11 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
  * carries ctx->epoch, ttl ctx->event_ttl_s, the item's id (item.id in
  * ctx->env), ctx->lsn, the time, and the item's "traceparent" when it has a
  * W3C one. topic NULL leaves routing to the relay; payload NULL is {}.
- * SF_EINVAL naming the problem (out is then unchanged in meaning but may
- * hold a partial text: reset it). Any thread.
+ * SF_EINVAL naming the problem. Any thread.
  */
 enum sf_rc step_event_build(const struct step_ctx *ctx, const char *pk_path, const char *event_type,
                             const char *topic, const char *discriminator, const json_t *payload,
-                            struct sf_buf *out, struct sf_err *err);
+                            json_t **ret_doc, struct sf_err *err);
 
 /* ---------------------------------------------------------------------------
  * Kinds

@@ -339,21 +339,6 @@ out:
  * Effects
  */
 
-static enum sf_rc batch_add_doc(struct cosmos_batch *b, const json_t *doc, struct sf_err *err)
-{
-    struct sf_buf body;
-    enum sf_rc rc;
-
-    sf_buf_init(&body, COSMOS_BATCH_MAX_BYTES);
-    rc = sf_json_dump(doc, &body);
-    if (rc != SF_OK)
-        rc = sf_err_set(err, rc, false, "document too large for a batch");
-    else
-        rc = cosmos_batch_create(b, sf_buf_cstr(&body), NULL, err);
-    sf_buf_release(&body);
-    return rc;
-}
-
 enum sf_rc step_effect_begin(const struct step_ctx *ctx, const char *coll, const json_t *pk,
                              struct step_effect *eff, struct sf_err *err)
 {
@@ -376,12 +361,14 @@ enum sf_rc step_effect_begin(const struct step_ctx *ctx, const char *coll, const
     rc = cosmos_batch_new(sf_buf_cstr(&pkj), &eff->batch, err);
     if (rc != SF_OK)
         goto out;
+    /* An effect is judged by its statuses alone: no document comes back. */
+    cosmos_batch_set_minimal(eff->batch, true);
     marker = step_marker_doc(ctx, ctx->phase, eff->pk_path, pk);
     if (marker == NULL) {
         rc = sf_err_set(err, SF_ENOMEM, false, "building the marker failed");
         goto out;
     }
-    rc = batch_add_doc(eff->batch, marker, err);
+    rc = cosmos_batch_create_doc(eff->batch, marker, NULL, err);
 out:
     json_decref(marker);
     sf_buf_release(&pkj);
@@ -481,7 +468,7 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
 
 enum sf_rc step_event_build(const struct step_ctx *ctx, const char *pk_path, const char *event_type,
                             const char *topic, const char *discriminator, const json_t *payload,
-                            struct sf_buf *out, struct sf_err *err)
+                            json_t **ret_doc, struct sf_err *err)
 {
     const json_t *item = ctx->env != NULL ? json_object_get(ctx->env, "item") : NULL;
     const char *traceparent = sf_json_str(item, "traceparent");
@@ -513,7 +500,7 @@ enum sf_rc step_event_build(const struct step_ctx *ctx, const char *pk_path, con
     if (rec.source_id != NULL &&
         (rec.source_id[0] == '\0' || strlen(rec.source_id) > OUTBOX_FIELD_MAX))
         rec.source_id = NULL;
-    rc = outbox_record_build_text(&rec, out, err);
+    rc = outbox_record_build(&rec, ret_doc, err);
     json_decref(empty);
     return rc;
 }

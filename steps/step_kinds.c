@@ -462,12 +462,11 @@ static enum sf_rc patch_add_ops(const void *state, const struct step_ctx *ctx, c
     const struct patch_state *st = state;
     char *id = NULL;
     json_t *ops = NULL;
-    struct sf_buf cond, opsj;
+    struct sf_buf cond;
     enum sf_rc rc;
 
     SF_UNUSED(pk);
     sf_buf_init(&cond, 64u << 10);
-    sf_buf_init(&opsj, COSMOS_BATCH_MAX_BYTES);
     rc = step_tmpl_render_str(st->id, ctx->env, &id, err);
     if (rc != SF_OK) {
         sf_err_prefix(err, "id: ");
@@ -490,18 +489,12 @@ static enum sf_rc patch_add_ops(const void *state, const struct step_ctx *ctx, c
             goto out;
         }
     }
-    rc = sf_json_dump(ops, &opsj);
-    if (rc != SF_OK) {
-        rc = sf_err_set(err, rc, false, "ops: too large");
-        goto out;
-    }
-    rc = cosmos_batch_patch(b, id, sf_buf_cstr(&opsj),
-                            st->condition != NULL ? sf_buf_cstr(&cond) : NULL, NULL, err);
+    rc = cosmos_batch_patch_ops(b, id, ops, st->condition != NULL ? sf_buf_cstr(&cond) : NULL, NULL,
+                                err);
 out:
     free(id);
     json_decref(ops);
     sf_buf_release(&cond);
-    sf_buf_release(&opsj);
     return rc;
 }
 
@@ -573,21 +566,6 @@ static enum sf_rc create_target(const void *state, const struct step_ctx *ctx,
     return coll_pk_target(st->coll, st->pk, ctx, ret, err);
 }
 
-static enum sf_rc batch_create_json(struct cosmos_batch *b, const json_t *doc, struct sf_err *err)
-{
-    struct sf_buf body;
-    enum sf_rc rc;
-
-    sf_buf_init(&body, COSMOS_BATCH_MAX_BYTES);
-    rc = sf_json_dump(doc, &body);
-    if (rc != SF_OK)
-        rc = sf_err_set(err, rc, false, "document too large for a batch");
-    else
-        rc = cosmos_batch_create(b, sf_buf_cstr(&body), NULL, err);
-    sf_buf_release(&body);
-    return rc;
-}
-
 static enum sf_rc create_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
                                  const json_t *pk, struct cosmos_batch *b, struct sf_err *err)
 {
@@ -606,7 +584,7 @@ static enum sf_rc create_add_ops(const void *state, const struct step_ctx *ctx, 
     }
     rc = step_pk_put(doc, pk_path, pk, err);
     if (rc == SF_OK)
-        rc = batch_create_json(b, doc, err);
+        rc = cosmos_batch_create_doc(b, doc, NULL, err);
     json_decref(doc);
     return rc;
 }
@@ -684,14 +662,13 @@ static enum sf_rc event_add_ops(const void *state, const struct step_ctx *ctx, c
     char *type = NULL, disc[STEP_ID_MAX];
     json_t *payload = NULL;
     const char *topic = st->topic[0] != '\0' ? st->topic : ctx->topic;
-    struct sf_buf body;
+    json_t *doc = NULL;
     enum sf_rc rc;
 
     SF_UNUSED(pk);
     if (topic == NULL)
         return sf_err_set(err, SF_EINVAL, false,
                           "topic: the event has no topic and the workflow sets none");
-    sf_buf_init(&body, COSMOS_BATCH_MAX_BYTES);
     rc = step_tmpl_render_str(st->type, ctx->env, &type, err);
     if (rc != SF_OK) {
         sf_err_prefix(err, "type: ");
@@ -707,13 +684,13 @@ static enum sf_rc event_add_ops(const void *state, const struct step_ctx *ctx, c
     /* Apart from the transition events (discriminated by a state name) by its dots. */
     (void)snprintf(disc, sizeof(disc), "%s.%zu.%s", ctx->step, ctx->element,
                    ctx->phase == STEP_DO ? "do" : "undo");
-    rc = step_event_build(ctx, pk_path, type, topic, disc, payload, &body, err);
+    rc = step_event_build(ctx, pk_path, type, topic, disc, payload, &doc, err);
     if (rc == SF_OK)
-        rc = cosmos_batch_create(b, sf_buf_cstr(&body), NULL, err);
+        rc = cosmos_batch_create_doc(b, doc, NULL, err);
 out:
     free(type);
     json_decref(payload);
-    sf_buf_release(&body);
+    json_decref(doc);
     return rc;
 }
 

@@ -510,6 +510,27 @@ START_TEST(test_batch)
     ck_assert_int_eq(cosmos_doc_read(cli, DB, coll, "marker-2", pk, NULL, &r, &err), SF_ENOTFOUND);
     cosmos_batch_free(b);
 
+    /* Minimal answers: etags without documents, for the ops added after the switch. */
+    ck_assert_int_eq(cosmos_batch_new(pk, &b, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_patch(b, "order",
+                                        "[{\"op\":\"set\",\"path\":\"/state\",\"value\":\"D\"}]",
+                                        NULL, NULL, &err),
+                     SF_OK);
+    cosmos_batch_set_minimal(b, true);
+    doc_json(body, sizeof(body), "marker-3", "o", 0);
+    ck_assert_int_eq(cosmos_batch_create(b, body, NULL, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_patch(b, "order",
+                                        "[{\"op\":\"set\",\"path\":\"/n\",\"value\":4}]", NULL,
+                                        NULL, &err),
+                     SF_OK);
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, coll, b, NULL, &res, &err), SF_OK);
+    ck_assert(res.committed);
+    ck_assert_str_eq(json_string_value(json_object_get(res.ops[0].body, "state")), "D");
+    ck_assert_ptr_null(res.ops[1].body);
+    ck_assert_ptr_null(res.ops[2].body);
+    ck_assert(res.ops[1].etag[0] == '"' && res.ops[2].etag[0] == '"');
+    cosmos_batch_free(b);
+
     /* A document of another partition key in the body: the request is refused. */
     ck_assert_int_eq(cosmos_batch_new(pk, &b, &err), SF_OK);
     doc_json(body, sizeof(body), "x", "other", 0);

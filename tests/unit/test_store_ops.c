@@ -719,6 +719,54 @@ START_TEST(test_batch_success)
 }
 END_TEST
 
+/* minimalReturnPreference: a write answers its status and eTag without the document. */
+START_TEST(test_batch_minimal)
+{
+    struct emu_coll_ref c;
+    struct emu_store *s = setup(1, "", &c);
+    struct emu_doc_meta m;
+    struct sf_err err;
+    enum sf_rc rc;
+    int status = 0;
+    json_t *r, *v;
+
+    put(s, &c, "{\"id\":\"g\",\"pk\":\"p\",\"k\":1}");
+    r = batch(s, &c, "[\"p\"]",
+              "[{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d1\",\"pk\":\"p\"},"
+              "\"minimalReturnPreference\":true},"
+              "{\"operationType\":\"Patch\",\"id\":\"g\",\"minimalReturnPreference\":true,"
+              "\"resourceBody\":{\"operations\":[{\"op\":\"incr\",\"path\":\"/k\",\"value\":1}]}},"
+              "{\"operationType\":\"Upsert\",\"resourceBody\":{\"id\":\"d2\",\"pk\":\"p\"},"
+              "\"minimalReturnPreference\":false},"
+              "{\"operationType\":\"Read\",\"id\":\"g\",\"minimalReturnPreference\":true}]",
+              &status, &m, &rc, &err);
+    ck_assert_msg(r != NULL, "batch: %s", err.msg);
+    ck_assert_int_eq(status, 200);
+    ck_assert_int_eq(op_status(r, 0), 201);
+    ck_assert_int_eq(op_status(r, 1), 200);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_msg(sval(json_array_get(r, i), "eTag") != NULL, "op %zu has no eTag", i);
+    ck_assert_ptr_null(json_object_get(json_array_get(r, 0), "resourceBody"));
+    ck_assert_ptr_null(json_object_get(json_array_get(r, 1), "resourceBody"));
+    ck_assert_str_eq(sval(json_object_get(json_array_get(r, 2), "resourceBody"), "id"), "d2");
+    /* a read returns its document whatever the preference */
+    ck_assert_int_eq(ival(json_object_get(json_array_get(r, 3), "resourceBody"), "k"), 2);
+    ck_assert_str_eq(sval(json_array_get(r, 1), "eTag"), sval(json_array_get(r, 3), "eTag"));
+    json_decref(r);
+    v = get(s, &c, "d1", "[\"p\"]");
+    ck_assert_ptr_nonnull(v);
+    json_decref(v);
+    /* anything but a boolean is a bad request naming the operation */
+    r = batch(s, &c, "[\"p\"]",
+              "[{\"operationType\":\"Read\",\"id\":\"g\",\"minimalReturnPreference\":\"yes\"}]",
+              &status, &m, &rc, &err);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(err.http_status, 400);
+    ck_assert_msg(strstr(err.msg, "minimalReturnPreference") != NULL, "%s", err.msg);
+    emu_store_free(s);
+}
+END_TEST
+
 /* Runs a batch expected to fail at op `failed` with `code`; checks 207/424 and no effect. */
 static void batch_fails(struct emu_store *s, const struct emu_coll_ref *c, const char *ops,
                         size_t failed, int code)
@@ -2031,6 +2079,7 @@ static Suite *store_ops_suite(void)
     tcase_add_test(p, test_patch_errors);
     tcase_add_test(p, test_patch_condition);
     tcase_add_test(b, test_batch_success);
+    tcase_add_test(b, test_batch_minimal);
     tcase_add_test(b, test_batch_rollback);
     tcase_add_test(b, test_batch_limits);
     tcase_add_test(b, test_batch_pk_mismatch);
