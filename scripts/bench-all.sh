@@ -81,7 +81,7 @@ if [ "$quick" = 1 ]; then
     c_args="--plain --duration 1 --docs 20000 --json"
     cl_args="--duration 1"
     f_args="--items 20000 --rounds 1 --duration 4 --rss-items 1280"
-    s_args="--orders 600 --latency-seconds 2"
+    s_args="--orders 600 --rounds 1 --latency-seconds 2"
     o_args="--events 50000 --feed-events 20000"
     tl_steady=5 tl_burst=3
 else
