@@ -224,8 +224,8 @@ enum sf_rc proc_demo_count(struct cosmos_client *cli, const char *db, size_t *re
     json_t *docs = NULL;
     size_t i, settled = 0;
     json_t *d;
-    enum sf_rc rc = proc_demo_query(cli, db, "orders",
-                              "SELECT c.id, c.status FROM c WHERE c.type = 'order'", &docs, err);
+    enum sf_rc rc = proc_demo_query(
+        cli, db, "orders", "SELECT c.id, c.status FROM c WHERE c.type = 'order'", &docs, err);
 
     if (rc != SF_OK)
         return rc;
@@ -246,10 +246,11 @@ enum sf_rc proc_demo_unsettled(struct cosmos_client *cli, const char *db, size_t
                                struct sf_err *err)
 {
     json_t *docs = NULL;
-    enum sf_rc rc = proc_demo_query(cli, db, "orders",
-                              "SELECT c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
-                              "('completed', 'cancelled'))",
-                              &docs, err);
+    enum sf_rc rc =
+        proc_demo_query(cli, db, "orders",
+                        "SELECT c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
+                        "('completed', 'cancelled'))",
+                        &docs, err);
 
     if (rc != SF_OK)
         return rc;
@@ -296,19 +297,20 @@ enum sf_rc proc_demo_verify(struct cosmos_client *cli, const char *db, struct pr
     memset(r, 0, sizeof(*r));
     rc = proc_demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.type = 'order'", &orders, err);
     if (rc == SF_OK)
-        rc = proc_demo_query(cli, db, "products", "SELECT * FROM c WHERE c.type = 'product'", &products,
-                       err);
+        rc = proc_demo_query(cli, db, "products", "SELECT * FROM c WHERE c.type = 'product'",
+                             &products, err);
     if (rc == SF_OK)
         rc = proc_demo_query(cli, db, "customers", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
-                       &custdocs, err);
+                             &custdocs, err);
     if (rc == SF_OK)
         rc = proc_demo_query(cli, db, "shipments", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
-                       &ships, err);
+                             &ships, err);
     if (rc == SF_OK)
-        rc = proc_demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.sfKind = 'event'", &events, err);
+        rc = proc_demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.sfKind = 'event'", &events,
+                             err);
     for (int k = 0; rc == SF_OK && k < 3; k++)
-        rc = proc_demo_query(cli, db, mcolls[k], "SELECT * FROM c WHERE c.sfKind = 'marker'", &markers[k],
-                       err);
+        rc = proc_demo_query(cli, db, mcolls[k], "SELECT * FROM c WHERE c.sfKind = 'marker'",
+                             &markers[k], err);
     if (rc != SF_OK || sold == NULL || spent == NULL || marks == NULL || evcount == NULL ||
         paid == NULL || refunded == NULL) {
         if (rc == SF_OK)
