@@ -276,9 +276,18 @@ static int64_t item_int(const json_t *doc, const char *key)
  * consumer in order. Items are registered first so an ack arriving while
  * the page is still being handed out cannot move the frontier past an item
  * the consumer has not seen.
+ *
+ * Each item takes its document over from the page: page->items is emptied
+ * (page->count stays) before any item is handed out, so every document has
+ * one owner, its item, and the page's release later frees none of them.
+ * Sharing them with the page instead left the last json_decref, and so the
+ * free, to whichever of the reader (releasing the page at the next read)
+ * and the consumer (acking) came last; jansson's release-only decrement
+ * does not order that free after the other thread's reads of the document
+ * (ThreadSanitizer reported it; the C11 model allows it). Taking the
+ * reference over costs nothing; a json_deep_copy per item would.
  */
-static enum sf_rc deliver(struct feed_reader *r, const struct cosmos_cf_page *page,
-                          struct sf_err *err)
+static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, struct sf_err *err)
 {
     struct feed_processor *p = r->p;
     struct feed_item **its = calloc(page->count, sizeof(*its));
@@ -312,6 +321,8 @@ static enum sf_rc deliver(struct feed_reader *r, const struct cosmos_cf_page *pa
         newest = SF_MAX(newest, it->ts);
         its[n] = it;
     }
+    /* The page lets go of its documents: each item's reference is now the only one. */
+    (void)json_array_clear(page->items);
     pthread_mutex_lock(&r->mu);
     if (feed_track_pending(&r->track) == 0)
         r->last_ack_mono = sf_mono_ms(); /* the consumer's clock starts now */

@@ -1316,14 +1316,23 @@ static json_t *eval(struct eval *ev, const struct node *n)
         return NULL;
     switch (n->kind) {
     case N_LIT:
-        return n->lit != NULL ? json_incref(n->lit) : NULL;
     case N_PARAM:
-        v = ev->params != NULL ? json_object_get(ev->params, n->name) : NULL;
-        if (v == NULL) {
+        /*
+         * A copy, not a reference: the compiled filter and its parameters are
+         * shared by every worker, and counting references on them from
+         * several threads races (jansson orders only the final release).
+         */
+        v = n->kind == N_LIT     ? n->lit
+            : ev->params != NULL ? json_object_get(ev->params, n->name)
+                                 : NULL;
+        if (v == NULL && n->kind == N_PARAM) {
             ev->rc = sf_err_set(ev->err, SF_EINVAL, false, "parameter %s is not defined", n->name);
             return NULL;
         }
-        return json_incref(v);
+        out = v != NULL ? json_deep_copy(v) : NULL;
+        if (v != NULL && out == NULL)
+            ev->rc = sf_err_set(ev->err, SF_ENOMEM, false, "out of memory");
+        return out;
     case N_PATH: {
         const json_t *cur = ev->doc;
         size_t i;
