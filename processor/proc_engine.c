@@ -48,6 +48,7 @@
 #include "common/sf_base.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
@@ -68,6 +69,8 @@ struct cstep {
     struct side undo;
     struct step_tmpl *foreach; /* JSON mode, NULL without foreach */
     struct step_tmpl *reason;  /* TEXT mode */
+    /* the mutable part: outcome counters (proc_engine_step_counts) */
+    _Atomic uint64_t counts[PROC_STEP_COUNTS];
 };
 
 struct cworkflow {
@@ -101,6 +104,12 @@ struct proc_engine {
     pthread_mutex_t settled_mu;
     struct settled_slot *settled; /* SETTLED_SLOTS, NULL when out of memory */
 };
+
+/* Counts one outcome of step cs (relaxed: a metric, ordered by nothing). */
+static void count_step(const struct cstep *cs, enum proc_step_count k)
+{
+    atomic_fetch_add_explicit(&((struct cstep *)cs)->counts[k], 1, memory_order_relaxed);
+}
 
 const char *proc_outcome_str(enum proc_outcome o)
 {
@@ -312,6 +321,16 @@ enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engi
     }
     *ret_e = e;
     return SF_OK;
+}
+
+bool proc_engine_step_counts(const struct proc_engine *e, size_t wf, size_t step,
+                             uint64_t ret[PROC_STEP_COUNTS])
+{
+    if (e == NULL || wf >= e->n || step >= e->wfs[wf].n)
+        return false;
+    for (int k = 0; k < PROC_STEP_COUNTS; k++)
+        ret[k] = atomic_load_explicit(&e->wfs[wf].steps[step].counts[k], memory_order_relaxed);
+    return true;
 }
 
 size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max)
@@ -533,8 +552,10 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
         step_side_run(cs->act.actions, cs->act.n, &ctx, &sr);
         if (sr.outcome == STEP_OK) {
             r->res->effects++;
+            count_step(cs, PROC_STEP_APPLIED);
         } else if (sr.outcome == STEP_ALREADY) {
             r->res->already++;
+            count_step(cs, PROC_STEP_ALREADY);
         } else if (sr.outcome == STEP_FAILED) {
             r->failed_cs = cs;
             r->failed_elem = i;
@@ -619,8 +640,10 @@ static bool run_undo(struct run *r, const struct cstep *cs, bool known, size_t d
             step_side_run(cs->undo.actions, cs->undo.n, &ctx, &sr);
             if (sr.outcome == STEP_OK) {
                 r->res->effects++;
+                count_step(cs, PROC_STEP_APPLIED);
             } else if (sr.outcome == STEP_ALREADY) {
                 r->res->already++;
+                count_step(cs, PROC_STEP_ALREADY);
             } else {
                 /* An undo has no business failures: whatever stops it needs a human. */
                 if (sr.outcome == STEP_FAILED)
@@ -930,7 +953,9 @@ static void advance(struct run *r)
             }
             tr = transition(r, from, w->compensating_state, w->compensating_state,
                             reason != NULL ? reason : "business failure", cs->cfg->name);
-            if (tr != TRANS_OK)
+            if (tr == TRANS_OK)
+                count_step(cs, PROC_STEP_BUSINESS_FAILURE); /* once: the CAS moved it */
+            else
                 r->failed_cs = NULL; /* someone else moved it: know only what is read */
             free(reason);
             json_decref(fail_env);

@@ -52,6 +52,29 @@ void proc_engine_free(struct proc_engine *e);
 /* Distinct source containers of all workflows (for the feed processors). */
 size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max);
 
+/*
+ * What the engine counts per step since proc_engine_new (its one mutable
+ * part besides the settled cache: relaxed atomics in the compiled steps, so
+ * counting takes no lock). Applied and already count elements of the do and
+ * the undo side alike, the same ones proc_result's effects and already
+ * count; a business failure is counted once per saga, by the call whose
+ * compare-and-set moved the saga from the failing step into compensation.
+ */
+enum proc_step_count {
+    PROC_STEP_APPLIED = 0,      /* an element's effect applied now */
+    PROC_STEP_ALREADY,          /* an element found applied before (a redelivery) */
+    PROC_STEP_BUSINESS_FAILURE, /* the step failed: the saga moved into compensation */
+    PROC_STEP_COUNTS
+};
+
+/*
+ * The counters of step `step` of workflow `wf` (indexes into the engine's
+ * cfg->workflows[] and its steps[]) into ret. false (ret untouched) when
+ * either is out of range. Any thread.
+ */
+bool proc_engine_step_counts(const struct proc_engine *e, size_t wf, size_t step,
+                             uint64_t ret[PROC_STEP_COUNTS]);
+
 enum proc_outcome {
     PROC_SKIPPED = 0, /* not a saga item, no workflow matched, or nothing to do in its state */
     PROC_COMPLETED,   /* the saga is in its final success state */

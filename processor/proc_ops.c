@@ -36,7 +36,6 @@ struct proc_ops {
     pthread_mutex_t mu; /* wf */
     struct wf_count wf[CFG_WORKFLOWS_MAX];
     size_t n_wf;
-    _Atomic uint64_t business_failures;
 };
 
 enum sf_rc proc_ops_new(const struct proc_ops_opts *opts, struct proc_ops **ret_ops,
@@ -85,8 +84,6 @@ void proc_ops_on_result(void *ctx, const struct proc_item *it, const struct proc
     if (parked || !res->settled_now ||
         (res->outcome != PROC_COMPLETED && res->outcome != PROC_FAILED))
         return;
-    if (res->outcome == PROC_FAILED)
-        atomic_fetch_add(&ops->business_failures, 1);
     pthread_mutex_lock(&ops->mu);
     for (size_t i = 0; i < ops->n_wf; i++) {
         if (strcmp(ops->wf[i].name, res->workflow) == 0) {
@@ -186,6 +183,40 @@ static void sample_range(struct sf_buf *b, const char *name, const char *contain
     (void)sf_buf_printf(b, "\"} %lld\n", (long long)v);
 }
 
+/*
+ * sagafeed_steps_total{workflow,step,outcome}: the engine's per-step counters
+ * (proc_engine_step_counts), every step of every workflow, zeros included.
+ * Summed over workflow and step they are the instance's totals by outcome.
+ */
+static void metrics_steps(struct proc_ops *ops, struct sf_buf *b)
+{
+    static const char *const outcomes[PROC_STEP_COUNTS] = {[PROC_STEP_APPLIED] = "applied",
+                                                           [PROC_STEP_ALREADY] = "already_applied",
+                                                           [PROC_STEP_BUSINESS_FAILURE] =
+                                                               "business_failure"};
+    const struct proc_engine *e = proc_service_engine(ops->svc);
+
+    help(b, "sagafeed_steps_total", "counter", "Step elements by workflow, step and outcome.");
+    for (size_t i = 0; i < ops->cfg->n_workflows; i++) {
+        const struct cfg_workflow *w = &ops->cfg->workflows[i];
+
+        for (size_t j = 0; j < w->n_steps; j++) {
+            uint64_t c[PROC_STEP_COUNTS];
+
+            if (!proc_engine_step_counts(e, i, j, c))
+                continue;
+            for (int k = 0; k < PROC_STEP_COUNTS; k++) {
+                (void)sf_buf_puts(b, "sagafeed_steps_total{workflow=\"");
+                put_label(b, w->name);
+                (void)sf_buf_puts(b, "\",step=\"");
+                put_label(b, w->steps[j].name);
+                (void)sf_buf_printf(b, "\",outcome=\"%s\"} %llu\n", outcomes[k],
+                                    (unsigned long long)c[k]);
+            }
+        }
+    }
+}
+
 static void metrics_items(struct proc_ops *ops, struct sf_buf *b)
 {
     struct proc_stats st;
@@ -205,11 +236,7 @@ static void metrics_items(struct proc_ops *ops, struct sf_buf *b)
     help(b, "sagafeed_items_total", "counter", "Items by how they settled.");
     for (size_t i = 0; i < SF_ARRAY_LEN(outcomes); i++)
         sample_u(b, "sagafeed_items_total", "outcome", outcomes[i], v[i]);
-    help(b, "sagafeed_steps_total", "counter", "Step elements by outcome.");
-    sample_u(b, "sagafeed_steps_total", "outcome", "applied", st.effects);
-    sample_u(b, "sagafeed_steps_total", "outcome", "already_applied", st.already);
-    sample_u(b, "sagafeed_steps_total", "outcome", "business_failure",
-             atomic_load(&ops->business_failures));
+    metrics_steps(ops, b);
     help(b, "sagafeed_sagas_total", "counter", "Sagas settled by this instance.");
     pthread_mutex_lock(&ops->mu);
     for (size_t i = 0; i < ops->n_wf; i++) {

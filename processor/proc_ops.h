@@ -24,9 +24,12 @@
  *   sagafeed_items_total{outcome}              completed, failed, skipped, parked, waiting,
  *                                              replayed (proc_stats)
  *   sagafeed_sagas_total{workflow,outcome}     sagas settled by this instance
- *   sagafeed_steps_total{outcome}              step elements: applied, already_applied
- *                                              (found applied: a redelivery), business_failure
- *                                              (a step failed into compensation)
+ *   sagafeed_steps_total{workflow,step,outcome} step elements (do and undo): applied,
+ *                                              already_applied (found applied: a redelivery),
+ *                                              business_failure (the step failed and moved its
+ *                                              saga into compensation; once per saga). Counted
+ *                                              by the engine (proc_engine_step_counts) without
+ *                                              a lock; sum over workflow and step for totals.
  *   sagafeed_retries_total{status}             engine calls repeated after a transient
  *                                              error, by HTTP status ("0": transport)
  *   sagafeed_parked_keys                       partition keys blocked by a parked item

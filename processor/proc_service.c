@@ -373,6 +373,11 @@ struct proc_dispatch *proc_service_dispatch(struct proc_service *s)
     return s->dispatch;
 }
 
+const struct proc_engine *proc_service_engine(struct proc_service *s)
+{
+    return s->engine;
+}
+
 struct feed_processor *proc_service_feed(struct proc_service *s, size_t i,
                                          const char **ret_container)
 {

@@ -67,6 +67,9 @@ void proc_service_pause(struct proc_service *s, bool paused);
 /* The dispatcher (borrowed for the service's life), for metrics. */
 struct proc_dispatch *proc_service_dispatch(struct proc_service *s);
 
+/* The engine (borrowed for the service's life), for its per-step counts. */
+const struct proc_engine *proc_service_engine(struct proc_service *s);
+
 /*
  * The i-th feed processor (borrowed for the service's life) and its source
  * container (*ret_container, borrowed), or NULL past the last. For status
