@@ -37,6 +37,7 @@ struct scope {
     int64_t upper_lsn;          /* the resolved upper bound, -1 none (time bounds) */
     int64_t processed;          /* items dispatched so far (across runs) */
     bool done;
+    bool from_split; /* took over a split range's position during this run */
 };
 
 struct replay {
@@ -500,6 +501,57 @@ static enum sf_rc resolve_now(struct replay *rp, struct scope *sc, struct sf_err
     return rc;
 }
 
+/*
+ * The range of sc split (410/1002): its children take over from where it
+ * stood - same continuation (children continue the parent's LSNs), same
+ * upper bound - each with a lease of its own written at once, so that an
+ * interruption from here on resumes on the children; then the parent's
+ * lease goes. The children are replayed after the scopes already listed.
+ */
+static enum sf_rc split_scope(struct replay *rp, struct scope *sc, struct sf_err *err)
+{
+    struct cosmos_pkranges *ranges = NULL;
+    const struct proc_replay_opts *o = rp->o;
+    size_t first = rp->n_scopes;
+    enum sf_rc rc;
+
+    rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, sc->container, true, &ranges, err);
+    for (size_t k = 0; rc == SF_OK && k < ranges->n; k++) {
+        const struct cosmos_pkrange *r = &ranges->ranges[k];
+        struct scope *child;
+        bool resumed;
+
+        if (strcmp(r->id, sc->token) == 0 || strcmp(r->min, sc->min) < 0 ||
+            strcmp(r->max, sc->max) > 0)
+            continue;
+        rc = add_scope(rp, sc->container, r->id, r->min, r->max, err);
+        if (rc != SF_OK)
+            break;
+        child = &rp->scopes[rp->n_scopes - 1];
+        (void)snprintf(child->cont, sizeof(child->cont), "%s", sc->cont);
+        child->upper_lsn = sc->upper_lsn;
+        child->from_split = true;
+        if (!o->dry_run)
+            rc = lease_acquire(rp, child, &resumed, err);
+    }
+    free(ranges);
+    if (rc == SF_OK && rp->n_scopes == first)
+        rc = sf_err_set(err, SF_EGONE, true,
+                        "range %s of %s is gone and no range replaces it yet; run the same "
+                        "command again",
+                        sc->token, sc->container);
+    if (rc != SF_OK)
+        return rc;
+    if (o->out != NULL) {
+        (void)fprintf(o->out, "range %s of %s split; continuing on", sc->token, sc->container);
+        for (size_t i = first; i < rp->n_scopes; i++)
+            (void)fprintf(o->out, " %s", rp->scopes[i].token);
+        (void)fputc('\n', o->out);
+    }
+    sc->done = true;
+    return o->dry_run ? SF_OK : lease_delete(rp, sc, err);
+}
+
 /* ---------------------------------------------------------------------------
  * Reading and dispatching
  */
@@ -661,11 +713,9 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
             q.start = COSMOS_CF_BEGINNING;
         }
         rc = cosmos_changefeed_read(o->cli, o->cfg->cosmos.database, sc->container, &q, &page, err);
-        if (rc == SF_EGONE) {
-            sf_err_prefix(err,
-                          "range %s of %s split during the replay; run the same command "
-                          "again (it continues on the new ranges): ",
-                          sc->token, sc->container);
+        if (rc == SF_EGONE && sc->range_id != NULL) {
+            sf_err_clear(err);
+            rc = split_scope(rp, sc, err);
             break;
         }
         if (rc != SF_OK)
@@ -882,7 +932,7 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
             break;
         if (!o->dry_run && (rc = lease_acquire(rp, sc, &resumed, err)) != SF_OK)
             break;
-        if (resumed) {
+        if (resumed && !sc->from_split) {
             rp->sum->resumed++;
             if (o->out != NULL)
                 (void)fprintf(o->out, "resuming %s %s of an interrupted replay from %s\n",
