@@ -45,7 +45,6 @@
 #include "feed/feed.h"
 #include "processor/proc_demo.h"
 #include "tests/fault/fault_util.h"
-#include "tests/support/harness.h"
 
 #define DB "shop"
 
@@ -53,8 +52,6 @@
 #define PROCESSOR_SETTINGS                                                                         \
     "processor = { workers = 8; max_attempts = 30; backoff_base = \"10ms\"; backoff_cap = "        \
     "\"1s\"; log_json = true; };"
-
-static char g_tmp[512];
 
 static unsigned env_unsigned(const char *name, unsigned dflt)
 {
@@ -89,19 +86,23 @@ static void world_start(struct world *w, const char *name, int partitions,
     w->t0 = sf_mono_ms();
     w->dopt = *dopt;
     ck_assert_msg(harness_cosmolite_start(&ho, &w->h, &err) == SF_OK, "%s", err.msg);
-    w->cli = fu_client(harness_cosmolite_endpoint(w->h), harness_cosmolite_key(w->h), NULL);
+    w->cli = e2e_client_at(harness_cosmolite_endpoint(w->h), harness_cosmolite_key(w->h), NULL);
     ck_assert_msg(proc_demo_create(w->cli, DB, partitions, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(w->cli, DB, &w->dopt, &err) == SF_OK, "%s", err.msg);
-    fu_make_config(w->cfg, sizeof(w->cfg), g_tmp, name, harness_cosmolite_endpoint(w->h), DB,
-                   "order-fulfilment.cfg", NULL, PROCESSOR_SETTINGS);
-    (void)snprintf(w->log, sizeof(w->log), "%s/%s-sagafeed.log", g_tmp, name);
+    e2e_make_config(w->cfg, sizeof(w->cfg),
+                    &(const struct e2e_config){.name = name,
+                                               .endpoint = harness_cosmolite_endpoint(w->h),
+                                               .db = DB,
+                                               .example = "order-fulfilment.cfg",
+                                               .extra = PROCESSOR_SETTINGS});
+    (void)snprintf(w->log, sizeof(w->log), "%s/%s-sagafeed.log", e2e_tmp, name);
 }
 
 static pid_t world_spawn(struct world *w, const char *instance, const char *log)
 {
     const char *args[] = {"run", "-c", w->cfg, "--instance", instance, "--log-level", "info", NULL};
 
-    return fu_spawn_sagafeed(harness_cosmolite_key(w->h), log != NULL ? log : w->log, args);
+    return e2e_spawn(harness_cosmolite_key(w->h), log != NULL ? log : w->log, args);
 }
 
 /* SIGTERM, and the drain must be clean (exit 0). */
@@ -110,9 +111,9 @@ static void world_stop_sagafeed(struct world *w, pid_t pid, const char *log)
     int status;
 
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    status = fu_wait_exit(pid, 30000);
+    status = e2e_wait_exit(pid, 30000);
     if (status != 0)
-        fu_dump_tail(log != NULL ? log : w->log);
+        e2e_dump_log(log != NULL ? log : w->log);
     ck_assert_msg(status == 0, "sagafeed did not stop cleanly: status %d", status);
 }
 
@@ -125,7 +126,7 @@ static void world_free(struct world *w)
 static void kill9(pid_t pid)
 {
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
-    ck_assert_int_eq(fu_wait_exit(pid, 10000), 128 + SIGKILL);
+    ck_assert_int_eq(e2e_wait_exit(pid, 10000), 128 + SIGKILL);
 }
 
 /* ---------------------------------------------------------------------------
@@ -263,7 +264,7 @@ START_TEST(test_instances)
 
     world_start(&w, "instances", 6, NULL, &dopt);
     for (int k = 0; k < 3; k++) {
-        (void)snprintf(logs[k], sizeof(logs[k]), "%s/instances-%s.log", g_tmp, names[k]);
+        (void)snprintf(logs[k], sizeof(logs[k]), "%s/instances-%s.log", e2e_tmp, names[k]);
         pids[k] = world_spawn(&w, names[k], logs[k]);
     }
     wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
@@ -431,42 +432,15 @@ END_TEST
 
 int main(void)
 {
-    const struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {{"kill9_sagafeed", test_kill9_sagafeed},
-                 {"kill9_cosmolite", test_kill9_cosmolite},
-                 {"instances", test_instances},
-                 {"split", test_split},
-                 {"injected", test_injected}};
-    const char *bin = getenv("SF_SAGAFEED_BIN");
-    char cbin[1024];
-    Suite *s;
-    SRunner *sr;
-    int failed;
+    const struct e2e_case tests[] = {{"kill9_sagafeed", test_kill9_sagafeed},
+                                     {"kill9_cosmolite", test_kill9_cosmolite},
+                                     {"instances", test_instances},
+                                     {"split", test_split},
+                                     {"injected", test_injected}};
+    int rc;
 
-    if (bin == NULL || access(bin, X_OK) != 0 || getenv("SF_SOURCE_DIR") == NULL ||
-        harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL) {
-        (void)fprintf(stderr, "skipped: sagafeed or cosmolite binary missing\n");
-        return 77;
-    }
-    if (!fu_mkdtemp(g_tmp, sizeof(g_tmp), "sf-fault"))
-        return 1;
-    s = suite_create("fault");
-    for (size_t i = 0; i < SF_ARRAY_LEN(tests); i++) {
-        TCase *tc = tcase_create(tests[i].name);
-
-        tcase_set_timeout(tc, 900);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_VERBOSE);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0)
-        fu_rmtree(g_tmp);
-    else
-        (void)printf("logs and configs kept in %s\n", g_tmp);
-    return failed == 0 ? 0 : 1;
+    rc = e2e_init("sf-fault");
+    if (rc != 0)
+        return rc;
+    return e2e_run_cases("fault", tests, SF_ARRAY_LEN(tests), 900, CK_VERBOSE);
 }

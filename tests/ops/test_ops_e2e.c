@@ -30,7 +30,6 @@
 #include "common/sf_base.h"
 
 #include <check.h>
-#include <ftw.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,7 +38,23 @@
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
 #include "processor/proc_demo.h"
-#include "tests/ops/ops_util.h"
+#include "tests/support/e2e.h"
+
+/* A config of the shop example for the test's cosmolite, small pages (E2E_FEED_SMALL). */
+static void ops_config(char *out, size_t size, const char *name, struct harness_cosmolite *h,
+                       const char *db, const char *example, const char *extra,
+                       const char *const *edits)
+{
+    const struct e2e_config c = {.name = name,
+                                 .endpoint = harness_cosmolite_endpoint(h),
+                                 .db = db,
+                                 .example = example,
+                                 .feed = E2E_FEED_SMALL,
+                                 .extra = extra,
+                                 .edits = edits};
+
+    e2e_make_config(out, size, &c);
+}
 
 /* Starts a cosmolite with the shop containers and its catalog (no orders). */
 static struct harness_cosmolite *shop(int partitions, const char *const *faults,
@@ -52,7 +67,7 @@ static struct harness_cosmolite *shop(int partitions, const char *const *faults,
     struct sf_err err;
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
-    *ret_cli = ops_client(h);
+    *ret_cli = e2e_client(h);
     ck_assert_msg(proc_demo_create(*ret_cli, "shop", partitions, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(*ret_cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
     return h;
@@ -62,7 +77,7 @@ static struct harness_cosmolite *shop(int partitions, const char *const *faults,
 static char *cmd(struct harness_cosmolite *h, int want, const char *const *args)
 {
     char *out = NULL, *err = NULL, *both;
-    int status = ops_run(harness_cosmolite_key(h), args, &out, &err);
+    int status = e2e_run(harness_cosmolite_key(h), NULL, args, &out, &err);
     size_t n = strlen(out) + strlen(err) + 2;
 
     both = malloc(n);
@@ -79,10 +94,10 @@ static json_t *cmd_json(struct harness_cosmolite *h, const char *const *args)
 {
     char *out = NULL, *err = NULL;
     json_t *v;
-    int status = ops_run(harness_cosmolite_key(h), args, &out, &err);
+    int status = e2e_run(harness_cosmolite_key(h), NULL, args, &out, &err);
 
     ck_assert_msg(status == 0, "sagafeed %s exited %d: %s", args[0], status, err);
-    v = ops_json(out);
+    v = e2e_json(out);
     free(out);
     free(err);
     return v;
@@ -137,8 +152,8 @@ START_TEST(test_status_lag)
     json_t *v, *r;
     pid_t pid;
 
-    ops_make_config(cfg, sizeof(cfg), "st", h, "shop", "order-fulfilment.cfg", NULL, NULL);
-    (void)snprintf(log, sizeof(log), "%s/st.log", g_tmp);
+    ops_config(cfg, sizeof(cfg), "st", h, "shop", "order-fulfilment.cfg", NULL, NULL);
+    (void)snprintf(log, sizeof(log), "%s/st.log", e2e_tmp);
     /* nothing ran yet: no leases, not an error */
     out = cmd(h, 0, status);
     ck_assert_msg(strstr(out, "fleet: running") && strstr(out, "no leases yet"), "%s", out);
@@ -147,9 +162,9 @@ START_TEST(test_status_lag)
     ck_assert_uint_eq(json_array_size(json_object_get(v, "ranges")), 0);
     json_decref(v);
     /* running: owned, alive, checkpointed, caught up */
-    ops_create_orders(cli, 0, 6);
-    pid = ops_spawn(harness_cosmolite_key(h), log, run);
-    ops_wait_settled(cli, "shop", 6, 20000);
+    e2e_create_orders(cli, 0, 6);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    e2e_wait_settled(cli, "shop", 6, 20000, NULL);
     wait_caught_up(h, cfg, 1);
     v = cmd_json(h, status_json);
     ck_assert(json_is_false(json_object_get(v, "paused")));
@@ -170,9 +185,9 @@ START_TEST(test_status_lag)
     out = cmd(h, 0, status);
     ck_assert_msg(strstr(out, "ops-1") != NULL && strstr(out, "LAG(ITEMS)") != NULL, "%s", out);
     free(out);
-    ops_stop(pid, log);
+    e2e_stop(pid, log);
     /* stopped cleanly: the lease is free; five writes later the lag is exactly five */
-    ops_create_orders(cli, 100, 5);
+    e2e_create_orders(cli, 100, 5);
     v = cmd_json(h, status_json);
     r = json_array_get(json_object_get(v, "ranges"), 0);
     ck_assert(json_is_null(json_object_get(r, "owner")));
@@ -218,7 +233,7 @@ static size_t count_placed(struct cosmos_client *cli, unsigned first, unsigned n
 
         (void)snprintf(id, sizeof(id), "o-%u", i);
         (void)snprintf(cust, sizeof(cust), "c-%03u", i % 9);
-        placed += strcmp(ops_status(cli, id, cust, st, sizeof(st)), "placed") == 0;
+        placed += strcmp(e2e_status(cli, id, cust, st, sizeof(st)), "placed") == 0;
     }
     return placed;
 }
@@ -242,25 +257,25 @@ START_TEST(test_pause_resume)
     int64_t t0;
     pid_t a, b;
 
-    ops_make_config(cfg, sizeof(cfg), "pz", h, "shop", "order-fulfilment.cfg",
-                    "processor = { workers = 4; };", NULL);
-    (void)snprintf(log_a, sizeof(log_a), "%s/pz-a.log", g_tmp);
-    (void)snprintf(log_b, sizeof(log_b), "%s/pz-b.log", g_tmp);
-    ops_create_orders(cli, 0, 5);
-    a = ops_spawn(harness_cosmolite_key(h), log_a, run_a);
-    ops_wait_settled(cli, "shop", 5, 20000);
+    ops_config(cfg, sizeof(cfg), "pz", h, "shop", "order-fulfilment.cfg",
+               "processor = { workers = 4; };", NULL);
+    (void)snprintf(log_a, sizeof(log_a), "%s/pz-a.log", e2e_tmp);
+    (void)snprintf(log_b, sizeof(log_b), "%s/pz-b.log", e2e_tmp);
+    e2e_create_orders(cli, 0, 5);
+    a = e2e_spawn(harness_cosmolite_key(h), log_a, run_a);
+    e2e_wait_settled(cli, "shop", 5, 20000, NULL);
     /* pause: the running instance obeys within one poll interval (100ms, plus a command) */
     t0 = sf_mono_ms();
     out = cmd(h, 0, pause);
     ck_assert_msg(strstr(out, "paused") != NULL, "%s", out);
     free(out);
-    ck_assert_msg(ops_wait_log(log_a, "fleet paused by tester: kafka down", 1000),
+    ck_assert_msg(e2e_wait_log(log_a, "fleet paused by tester: kafka down", 1000),
                   "instance did not pause within one poll");
     (void)printf("pause seen %lldms after the command started\n", (long long)(sf_mono_ms() - t0));
     ck_assert_int_eq(feed_leases_list(cli, "shop", "leases", "pz.orders", &before, &n_before, &err),
                      SF_OK);
     /* while paused: new orders get no effect at all */
-    ops_create_orders(cli, 10, 10);
+    e2e_create_orders(cli, 10, 10);
     sf_sleep_ms(1500);
     ck_assert_uint_eq(count_placed(cli, 10, 10), 10);
     /* ... but the leases stay with their owner at the same epoch, renewed */
@@ -283,20 +298,20 @@ START_TEST(test_pause_resume)
         ck_assert(json_is_true(json_object_get(r, "ownerAlive")));
     json_decref(v);
     /* a paused instance stops cleanly; one started during the pause stays paused */
-    ops_stop(a, log_a);
-    b = ops_spawn(harness_cosmolite_key(h), log_b, run_b);
-    ck_assert_msg(ops_wait_log(log_b, "fleet paused by tester", 10000), "b did not start paused");
-    ck_assert_msg(ops_wait_log(log_b, "took lease", 10000), "b took no lease");
+    e2e_stop(a, log_a);
+    b = e2e_spawn(harness_cosmolite_key(h), log_b, run_b);
+    ck_assert_msg(e2e_wait_log(log_b, "fleet paused by tester", 10000), "b did not start paused");
+    ck_assert_msg(e2e_wait_log(log_b, "took lease", 10000), "b took no lease");
     sf_sleep_ms(1000);
     ck_assert_uint_eq(count_placed(cli, 10, 10), 10);
     /* resume: everything settles, nothing lost, nothing twice */
     out = cmd(h, 0, resume);
     ck_assert_msg(strstr(out, "resumed") != NULL, "%s", out);
     free(out);
-    ck_assert_msg(ops_wait_log(log_b, "fleet resumed by", 2000), "b did not resume");
-    ops_wait_settled(cli, "shop", 15, 20000);
+    ck_assert_msg(e2e_wait_log(log_b, "fleet resumed by", 2000), "b did not resume");
+    e2e_wait_settled(cli, "shop", 15, 20000, NULL);
     ck_assert_uint_eq(count_placed(cli, 10, 10), 0);
-    ops_stop(b, log_b);
+    e2e_stop(b, log_b);
     ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
     ck_assert_uint_eq(rep.completed, 15);
     ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
@@ -312,7 +327,7 @@ END_TEST
 
 static int http_port(const char *log)
 {
-    char *text = ops_slurp(log), *at;
+    char *text = e2e_slurp(log), *at;
     int port = 0;
 
     ck_assert_ptr_nonnull(text);
@@ -329,7 +344,7 @@ static char *get(int port, const char *path, int want)
     int code;
 
     (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-    code = ops_http_get(url, &body);
+    code = e2e_http_get(url, &body);
     ck_assert_msg(code == want, "GET %s: %d, not %d: %s", path, code, want, body);
     return body;
 }
@@ -350,49 +365,74 @@ START_TEST(test_metrics)
     int port;
     pid_t pid;
 
-    ops_make_config(cfg, sizeof(cfg), "mx", h, "shop", "order-fulfilment.cfg",
-                    "processor = { workers = 1; max_attempts = 5; backoff_base = \"5ms\"; "
-                    "http_listen = \"127.0.0.1:0\"; };",
-                    NULL);
-    (void)snprintf(log, sizeof(log), "%s/mx.log", g_tmp);
+    ops_config(cfg, sizeof(cfg), "mx", h, "shop", "order-fulfilment.cfg",
+               "processor = { workers = 1; max_attempts = 5; backoff_base = \"5ms\"; "
+               "http_listen = \"127.0.0.1:0\"; };",
+               NULL);
+    (void)snprintf(log, sizeof(log), "%s/mx.log", e2e_tmp);
     ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 0, 16, &err) == SF_OK, "%s", err.msg);
-    pid = ops_spawn(harness_cosmolite_key(h), log, run);
-    ck_assert_msg(ops_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    ck_assert_msg(e2e_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
     port = http_port(log);
-    ops_wait_settled(cli, "shop", 16, 30000);
+    e2e_wait_settled(cli, "shop", 16, 30000, NULL);
     wait_caught_up(h, cfg, 2);
     ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(rep.exactly_once, "%s", rep.n_problems > 0 ? rep.problems[0] : "?");
     ck_assert_uint_gt(rep.cancelled, 0);
     m = get(port, "/metrics", 200);
     ck_assert_double_eq(
-        ops_metric(m, "sagafeed_sagas_total{workflow=\"order-fulfilment\",outcome=\"completed\"}"),
+        e2e_metric(m, "sagafeed_sagas_total{workflow=\"order-fulfilment\",outcome=\"completed\"}"),
         (double)rep.completed);
     ck_assert_double_eq(
-        ops_metric(m, "sagafeed_sagas_total{workflow=\"order-fulfilment\",outcome=\"failed\"}"),
+        e2e_metric(m, "sagafeed_sagas_total{workflow=\"order-fulfilment\",outcome=\"failed\"}"),
         (double)rep.cancelled);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_items_total{outcome=\"completed\"}"),
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_items_total{outcome=\"completed\"}"),
                         (double)rep.completed);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_items_total{outcome=\"failed\"}"),
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_items_total{outcome=\"failed\"}"),
                         (double)rep.cancelled);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_items_total{outcome=\"parked\"}"), 0);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"applied\"}"),
-                        (double)(rep.do_markers + rep.undo_markers));
-    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"already_applied\"}"), 0);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"business_failure\"}"),
-                        (double)rep.cancelled);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_retries_total{status=\"503\"}"), 1);
-    ck_assert_double_eq(ops_metric_or(m, "sagafeed_retries_total{status=\"429\"}", 0), 0);
-    ck_assert_double_ge(ops_metric(m, "sagafeed_items_received_total"), 16);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_parked_keys"), 0);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_leases_owned{container=\"orders\"}"), 2);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_lag_items{container=\"orders\",range=\"0\"}"), 0);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_lag_items{container=\"orders\",range=\"1\"}"), 0);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_range_started{container=\"orders\",range=\"1\"}"),
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_items_total{outcome=\"parked\"}"), 0);
+    {
+        /* Steps by workflow and step; summed over the steps, the instance's totals. */
+        static const char *const steps[] = {"reserve", "charge", "ship"};
+        static const char *const outcomes[] = {"applied", "already_applied", "business_failure"};
+        double v[3][3], sum[3] = {0, 0, 0};
+
+        for (size_t i = 0; i < 3; i++) {
+            for (size_t k = 0; k < 3; k++) {
+                char sample[160];
+
+                (void)snprintf(sample, sizeof(sample),
+                               "sagafeed_steps_total{workflow=\"order-fulfilment\",step=\"%s\","
+                               "outcome=\"%s\"}",
+                               steps[i], outcomes[k]);
+                v[i][k] = e2e_metric(m, sample);
+                sum[k] += v[i][k];
+            }
+        }
+        ck_assert_double_eq(sum[0], (double)(rep.do_markers + rep.undo_markers));
+        ck_assert_double_eq(sum[1], 0);
+        ck_assert_double_eq(sum[2], (double)rep.cancelled);
+        ck_assert_uint_eq(rep.cancelled_other, 0);
+        ck_assert_double_eq(v[0][2], (double)rep.cancelled_stock);   /* reserve: out of stock */
+        ck_assert_double_eq(v[1][2], (double)rep.cancelled_balance); /* charge: no balance */
+        ck_assert_double_eq(v[2][2], 0);
+        ck_assert_double_eq(v[1][0], (double)(rep.payments + rep.refunds)); /* do and undo */
+        ck_assert_double_eq(v[2][0], (double)rep.shipments);
+        /* no instance-wide series besides the per-step ones (sums would count twice) */
+        ck_assert_double_eq(e2e_metric_or(m, "sagafeed_steps_total{outcome=\"applied\"}", -1), -1);
+    }
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_retries_total{status=\"503\"}"), 1);
+    ck_assert_double_eq(e2e_metric_or(m, "sagafeed_retries_total{status=\"429\"}", 0), 0);
+    ck_assert_double_ge(e2e_metric(m, "sagafeed_items_received_total"), 16);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_parked_keys"), 0);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_leases_owned{container=\"orders\"}"), 2);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_lag_items{container=\"orders\",range=\"0\"}"), 0);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_lag_items{container=\"orders\",range=\"1\"}"), 0);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_range_started{container=\"orders\",range=\"1\"}"),
                         1);
-    ck_assert_double_gt(ops_metric(m, "sagafeed_request_charge_total"), 0);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_paused"), 0);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_info{version=\"0.1.0\",instance=\"ops-m\"}"), 1);
+    ck_assert_double_gt(e2e_metric(m, "sagafeed_request_charge_total"), 0);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_paused"), 0);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_info{version=\"0.1.0\",instance=\"ops-m\"}"), 1);
     ck_assert_msg(strstr(m, "# TYPE sagafeed_retries_total counter") != NULL, "%s", m);
     free(m);
     body = get(port, "/healthz", 200);
@@ -404,14 +444,14 @@ START_TEST(test_metrics)
     free(get(port, "/nope", 404));
     /* paused: still ready (a deliberate pause), and the gauge says so */
     free(cmd(h, 0, pause));
-    ck_assert_msg(ops_wait_log(log, "fleet paused", 1000), "no pause");
+    ck_assert_msg(e2e_wait_log(log, "fleet paused", 1000), "no pause");
     m = get(port, "/metrics", 200);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_paused"), 1);
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_paused"), 1);
     free(m);
     body = get(port, "/readyz", 200);
     ck_assert_msg(strstr(body, "ready (paused)") != NULL, "%s", body);
     free(body);
-    ops_stop(pid, log);
+    e2e_stop(pid, log);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
@@ -432,7 +472,7 @@ static char *snapshot(struct cosmos_client *cli)
     json_t *d;
 
     for (size_t c = 0; c < SF_ARRAY_LEN(colls); c++) {
-        json_t *all = ops_all(cli, "shop", colls[c]);
+        json_t *all = e2e_query_all(cli, "shop", colls[c], NULL);
 
         json_array_foreach(all, i, d)
         {
@@ -508,12 +548,12 @@ static void two_configs(struct harness_cosmolite *h, const char *name, const cha
 {
     char *text;
 
-    ops_make_config(fixed, size, name, h, "shop", "order-fulfilment.cfg", extra, NULL);
-    text = ops_slurp(fixed);
+    ops_config(fixed, size, name, h, "shop", "order-fulfilment.cfg", extra, NULL);
+    text = e2e_slurp(fixed);
     ck_assert_ptr_nonnull(text);
-    ops_make_config(buggy, size, name, h, "shop", "order-fulfilment.cfg", extra, g_bug);
-    (void)snprintf(fixed, size, "%s/%s-fixed.cfg", g_tmp, name);
-    ops_write_file(fixed, text);
+    ops_config(buggy, size, name, h, "shop", "order-fulfilment.cfg", extra, g_bug);
+    (void)snprintf(fixed, size, "%s/%s-fixed.cfg", e2e_tmp, name);
+    e2e_write_file(fixed, text);
     free(text);
 }
 
@@ -531,12 +571,12 @@ START_TEST(test_replay_window)
     pid_t pid;
 
     two_configs(h, "rw", NULL, buggy, fixed, sizeof(buggy));
-    (void)snprintf(log, sizeof(log), "%s/rw.log", g_tmp);
+    (void)snprintf(log, sizeof(log), "%s/rw.log", e2e_tmp);
     /* 30 orders go through the buggy version: acknowledged, checkpointed, not processed */
-    ops_create_orders(cli, 0, 30);
-    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    e2e_create_orders(cli, 0, 30);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
     wait_caught_up(h, buggy, 1);
-    ops_stop(pid, log);
+    e2e_stop(pid, log);
     ck_assert_uint_eq(count_placed(cli, 0, 30), 30);
     (void)snprintf(from, sizeof(from), "lsn:%lld", (long long)lsn_of(cli, 10));
     (void)snprintf(to, sizeof(to), "lsn:%lld", (long long)lsn_of(cli, 19));
@@ -568,7 +608,7 @@ START_TEST(test_replay_window)
 
         (void)snprintf(id, sizeof(id), "o-%u", i);
         (void)snprintf(cust, sizeof(cust), "c-%03u", i % 9);
-        ck_assert_str_eq(ops_status(cli, id, cust, st, sizeof(st)),
+        ck_assert_str_eq(e2e_status(cli, id, cust, st, sizeof(st)),
                          i >= 10 && i < 20 ? "completed" : "placed");
     }
     ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
@@ -635,7 +675,7 @@ END_TEST
 
 static size_t replay_leases(struct cosmos_client *cli, bool *ret_owned)
 {
-    json_t *all = ops_all(cli, "shop", "leases"), *d;
+    json_t *all = e2e_query_all(cli, "shop", "leases", NULL), *d;
     size_t i, n = 0;
 
     *ret_owned = false;
@@ -666,18 +706,18 @@ START_TEST(test_replay_resume_parked)
     pid_t pid;
 
     two_configs(h, "rr", "processor = { workers = 2; };", buggy, fixed, sizeof(buggy));
-    (void)snprintf(log, sizeof(log), "%s/rr.log", g_tmp);
-    (void)snprintf(rlog, sizeof(rlog), "%s/rr-replay.log", g_tmp);
-    ops_create_orders(cli, 0, 30);
-    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    (void)snprintf(log, sizeof(log), "%s/rr.log", e2e_tmp);
+    (void)snprintf(rlog, sizeof(rlog), "%s/rr-replay.log", e2e_tmp);
+    e2e_create_orders(cli, 0, 30);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
     wait_caught_up(h, buggy, 1);
-    ops_stop(pid, log);
+    e2e_stop(pid, log);
     /* interrupted mid-way: what is done stays done, its lease stays (free) for a resume */
-    pid = ops_spawn(harness_cosmolite_key(h), rlog, replay);
+    pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
     sf_sleep_ms(700);
     ck_assert_int_eq(kill(pid, SIGINT), 0);
-    ck_assert_int_eq(ops_wait_exit(pid, 30000), 1);
-    text = ops_slurp(rlog);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 1);
+    text = e2e_slurp(rlog);
     ck_assert_msg(text != NULL && strstr(text, "interrupted; run the same command again") != NULL,
                   "%s", text);
     free(text);
@@ -690,6 +730,57 @@ START_TEST(test_replay_resume_parked)
     out = cmd(h, 0, replay);
     ck_assert_msg(strstr(out, "resuming orders 0 of an interrupted replay") != NULL, "%s", out);
     free(out);
+    ck_assert_uint_eq(count_placed(cli, 0, 30), 0);
+    ck_assert_uint_eq(replay_leases(cli, &owned), 0);
+    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(rep.completed, 30);
+    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
+                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+/* A split of the range being replayed: the replay carries on on its children. */
+START_TEST(test_replay_split)
+{
+    /* slow effects, so that the replay is still on its first page when the range splits */
+    static const char *const faults[] = {"--fault", "delay=100,op=batch,count=30", NULL};
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, faults, &cli);
+    char buggy[512], fixed[512], log[512], rlog[512], *out = NULL, *text;
+    const char *run[] = {"run", "-c", buggy, "--instance", "ops-rs", NULL};
+    const char *replay[] = {"replay", "-c", fixed, "--from", "beginning", "--to", "now", NULL};
+    struct proc_demo_report rep;
+    struct sf_err err;
+    int64_t deadline;
+    bool owned;
+    pid_t pid;
+
+    two_configs(h, "rs", "processor = { workers = 2; };", buggy, fixed, sizeof(buggy));
+    (void)snprintf(log, sizeof(log), "%s/rs.log", e2e_tmp);
+    (void)snprintf(rlog, sizeof(rlog), "%s/rs-replay.log", e2e_tmp);
+    e2e_create_orders(cli, 0, 30);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    wait_caught_up(h, buggy, 1);
+    e2e_stop(pid, log);
+    pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
+    /* the first order replayed: pages of 10, so 20 are still to be read */
+    deadline = sf_mono_ms() + 20000;
+    while (count_placed(cli, 0, 30) == 30 && sf_mono_ms() < deadline)
+        sf_sleep_ms(20);
+    ck_assert_msg(count_placed(cli, 0, 30) < 30, "the replay did not start");
+    ck_assert_int_eq(e2e_admin(harness_cosmolite_endpoint(h), harness_cosmolite_key(h), "POST",
+                               "split", "{\"db\":\"shop\",\"coll\":\"orders\",\"range\":\"0\"}",
+                               &out),
+                     200);
+    free(out);
+    ck_assert_int_eq(e2e_wait_exit(pid, 60000), 0);
+    text = e2e_slurp(rlog);
+    ck_assert_msg(text != NULL && strstr(text, "range 0 of orders split; continuing on") != NULL &&
+                      strstr(text, "30 in the window") != NULL,
+                  "%s", text);
+    free(text);
     ck_assert_uint_eq(count_placed(cli, 0, 30), 0);
     ck_assert_uint_eq(replay_leases(cli, &owned), 0);
     ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
@@ -715,12 +806,12 @@ START_TEST(test_replay_parked)
     int64_t deadline;
     pid_t pid;
 
-    ops_make_config(cfg, sizeof(cfg), "rp", h, "shop", "order-fulfilment.cfg",
-                    "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
-                    "park_scan_interval = \"200ms\"; };",
-                    NULL);
-    (void)snprintf(log, sizeof(log), "%s/rp.log", g_tmp);
-    pid = ops_spawn(harness_cosmolite_key(h), log, run);
+    ops_config(cfg, sizeof(cfg), "rp", h, "shop", "order-fulfilment.cfg",
+               "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
+               "park_scan_interval = \"200ms\"; };",
+               NULL);
+    (void)snprintf(log, sizeof(log), "%s/rp.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
     sf_buf_init(&pk, 256);
     (void)cosmos_pk_string("c-001", &pk);
     ck_assert_int_eq(cosmos_doc_create(cli, "shop", "orders", sf_buf_cstr(&pk),
@@ -729,7 +820,7 @@ START_TEST(test_replay_parked)
                                        "\"total\":5}",
                                        NULL, NULL, &err),
                      SF_OK);
-    ck_assert_msg(ops_wait_log(log, "parked item o-bad", 10000), "o-bad was not parked");
+    ck_assert_msg(e2e_wait_log(log, "parked item o-bad", 10000), "o-bad was not parked");
     /* fixed by hand; the fixed version waits behind the parked one */
     ck_assert_int_eq(cosmos_doc_patch(cli, "shop", "orders", "o-bad", sf_buf_cstr(&pk),
                                       "[{\"op\":\"set\",\"path\":\"/lines\",\"value\":[{"
@@ -738,24 +829,24 @@ START_TEST(test_replay_parked)
                                       NULL, NULL, NULL, &err),
                      SF_OK);
     sf_buf_release(&pk);
-    ck_assert_msg(ops_wait_log(log, "waits behind a parked item", 10000), "no waiting item");
+    ck_assert_msg(e2e_wait_log(log, "waits behind a parked item", 10000), "no waiting item");
     out = cmd(h, 0, dry);
     ck_assert_msg(strstr(out, "parked key orders|[\"c-001\"] (2 items): would be marked") != NULL,
                   "%s", out);
     free(out);
-    ck_assert_str_eq(ops_status(cli, "o-bad", "c-001", st, sizeof(st)), "placed");
+    ck_assert_str_eq(e2e_status(cli, "o-bad", "c-001", st, sizeof(st)), "placed");
     /* the replay marks the key; the running service replays it in order */
     out = cmd(h, 0, replay);
     ck_assert_msg(strstr(out, "parked: 1 key (2 items) marked for replay") != NULL, "%s", out);
     free(out);
     deadline = sf_mono_ms() + 15000;
-    while (strcmp(ops_status(cli, "o-bad", "c-001", st, sizeof(st)), "completed") != 0 &&
+    while (strcmp(e2e_status(cli, "o-bad", "c-001", st, sizeof(st)), "completed") != 0 &&
            sf_mono_ms() < deadline)
         sf_sleep_ms(50);
     if (strcmp(st, "completed") != 0)
-        ops_dump_log(log);
+        e2e_dump_log(log);
     ck_assert_str_eq(st, "completed");
-    ops_stop(pid, log);
+    e2e_stop(pid, log);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
@@ -809,13 +900,13 @@ START_TEST(test_saga_show)
     json_t *v, *wf, *ev;
     pid_t pid;
 
-    ops_make_config(cfg, sizeof(cfg), "sg", h, "shop", "order-fulfilment.cfg", NULL, NULL);
-    (void)snprintf(log, sizeof(log), "%s/sg.log", g_tmp);
+    ops_config(cfg, sizeof(cfg), "sg", h, "shop", "order-fulfilment.cfg", NULL, NULL);
+    (void)snprintf(log, sizeof(log), "%s/sg.log", e2e_tmp);
     create_order(cli, "o-good", "c-001", 2);
     create_order(cli, "o-poor", "c-009", 4); /* c-009 has 15, the order costs 20 */
-    pid = ops_spawn(harness_cosmolite_key(h), log, run);
-    ops_wait_settled(cli, "shop", 2, 20000);
-    ops_stop(pid, log);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    e2e_wait_settled(cli, "shop", 2, 20000, NULL);
+    e2e_stop(pid, log);
     /* completed: every step done, three events in order */
     v = cmd_json(h, ok);
     ck_assert(json_is_true(json_object_get(v, "found")));
@@ -894,16 +985,16 @@ START_TEST(test_leases)
     pid_t pid;
 
     sf_time_iso8601(sf_wall_ms() - 2000, t0);
-    ops_make_config(cfg, sizeof(cfg), "ls", h, "shop", "order-fulfilment.cfg",
-                    "processor = { http_listen = \"127.0.0.1:0\"; };", NULL);
-    (void)snprintf(log, sizeof(log), "%s/ls.log", g_tmp);
-    (void)snprintf(exp, sizeof(exp), "%s/leases.json", g_tmp);
-    (void)snprintf(bad, sizeof(bad), "%s/bad-leases.json", g_tmp);
-    ops_create_orders(cli, 0, 6);
-    pid = ops_spawn(harness_cosmolite_key(h), log, run);
-    ck_assert_msg(ops_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
+    ops_config(cfg, sizeof(cfg), "ls", h, "shop", "order-fulfilment.cfg",
+               "processor = { http_listen = \"127.0.0.1:0\"; };", NULL);
+    (void)snprintf(log, sizeof(log), "%s/ls.log", e2e_tmp);
+    (void)snprintf(exp, sizeof(exp), "%s/leases.json", e2e_tmp);
+    (void)snprintf(bad, sizeof(bad), "%s/bad-leases.json", e2e_tmp);
+    e2e_create_orders(cli, 0, 6);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    ck_assert_msg(e2e_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
     port = http_port(log);
-    ops_wait_settled(cli, "shop", 6, 20000);
+    e2e_wait_settled(cli, "shop", 6, 20000, NULL);
     wait_caught_up(h, cfg, 1);
     /* export: the one lease, at its checkpoint */
     free(cmd(h, 0, export));
@@ -917,7 +1008,7 @@ START_TEST(test_leases)
     json_decref(v);
     /* reset under a running instance: fenced (it loses the lease), then re-read from t0 */
     m = get(port, "/metrics", 200);
-    before = ops_metric(m, "sagafeed_items_received_total");
+    before = e2e_metric(m, "sagafeed_items_received_total");
     free(m);
     r = only_lease(h, cfg);
     epoch = json_integer_value(json_object_get(r, "epoch"));
@@ -926,8 +1017,8 @@ START_TEST(test_leases)
     ck_assert_msg(strstr(out, "fenced out ops-l") != NULL && strstr(out, "1 lease reset") != NULL,
                   "%s", out);
     free(out);
-    ck_assert_msg(ops_wait_log(log, "lost", 5000), "the instance did not lose its lease");
-    ck_assert_msg(ops_wait_log(log, "took lease ls.orders..0 of range 0 (free)", 5000),
+    ck_assert_msg(e2e_wait_log(log, "lost", 5000), "the instance did not lose its lease");
+    ck_assert_msg(e2e_wait_log(log, "took lease ls.orders..0 of range 0 (free)", 5000),
                   "the lease was not taken again");
     wait_caught_up(h, cfg, 1);
     r = only_lease(h, cfg);
@@ -935,10 +1026,17 @@ START_TEST(test_leases)
     ck_assert_int_ge(json_integer_value(json_object_get(r, "epoch")), epoch + 3);
     json_decref(r);
     m = get(port, "/metrics", 200);
-    ck_assert_double_ge(ops_metric(m, "sagafeed_items_received_total"), before + 6);
-    ck_assert_double_eq(ops_metric(m, "sagafeed_steps_total{outcome=\"applied\"}"), 18);
+    ck_assert_double_ge(e2e_metric(m, "sagafeed_items_received_total"), before + 6);
+    ck_assert_double_eq(
+        e2e_metric(m, "sagafeed_steps_total{workflow=\"order-fulfilment\",step=\"reserve\","
+                      "outcome=\"applied\"}") +
+            e2e_metric(m, "sagafeed_steps_total{workflow=\"order-fulfilment\",step=\"charge\","
+                          "outcome=\"applied\"}") +
+            e2e_metric(m, "sagafeed_steps_total{workflow=\"order-fulfilment\",step=\"ship\","
+                          "outcome=\"applied\"}"),
+        18);
     free(m);
-    ops_stop(pid, log);
+    e2e_stop(pid, log);
     ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
     ck_assert_uint_eq(rep.completed, 6);
     ck_assert_msg(rep.exactly_once && rep.conserved, "%s",
@@ -960,7 +1058,7 @@ START_TEST(test_leases)
     epoch = json_integer_value(json_object_get(r, "epoch"));
     json_decref(r);
     /* a lease of another configuration: refused before anything is written */
-    ops_write_file(bad, "{\"sagafeed\":\"leases\",\"version\":1,\"leases\":[{\"id\":"
+    e2e_write_file(bad, "{\"sagafeed\":\"leases\",\"version\":1,\"leases\":[{\"id\":"
                         "\"other.orders..0\",\"LeaseToken\":\"0\",\"ContinuationToken\":"
                         "\"\\\"1\\\"\"}]}");
     out = cmd(h, 2, import_bad);
@@ -987,16 +1085,16 @@ START_TEST(test_env_config)
     const char *status[] = {"status", "-c", cfg, NULL};
     const char *check[] = {"check-config", cfg, NULL};
 
-    ops_make_config(cfg, sizeof(cfg), "ev", h, "shop", "order-fulfilment.cfg", NULL, NULL);
+    ops_config(cfg, sizeof(cfg), "ev", h, "shop", "order-fulfilment.cfg", NULL, NULL);
     /* the same file without endpoint and key: they come from the environment */
-    text = ops_slurp(cfg);
+    text = e2e_slurp(cfg);
     ck_assert_ptr_nonnull(text);
     (void)snprintf(ep, sizeof(ep), "endpoint = \"%s\"; key_env = \"SF_TEST_KEY\"; ",
                    harness_cosmolite_endpoint(h));
     at = strstr(text, ep);
     ck_assert_ptr_nonnull(at);
     memmove(at, at + strlen(ep), strlen(at + strlen(ep)) + 1);
-    ops_write_file(cfg, text);
+    e2e_write_file(cfg, text);
     free(text);
     out = cmd(h, 2, status); /* no endpoint at all */
     ck_assert_msg(strstr(out, "has no cosmos.endpoint") != NULL, "%s", out);
@@ -1019,62 +1117,23 @@ START_TEST(test_env_config)
 }
 END_TEST
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    SF_UNUSED(st);
-    SF_UNUSED(flag);
-    SF_UNUSED(ftw);
-    return remove(path);
-}
-
 int main(void)
 {
-    const char *bin = getenv("SF_SAGAFEED_BIN");
-    char cbin[1024];
-    Suite *s;
-    SRunner *sr;
-    int failed;
-    const struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {{"status_lag", test_status_lag},
-                 {"pause", test_pause_resume},
-                 {"metrics", test_metrics},
-                 {"replay", test_replay_window},
-                 {"replay_resume", test_replay_resume_parked},
-                 {"replay_parked", test_replay_parked},
-                 {"saga_show", test_saga_show},
-                 {"leases", test_leases},
-                 {"env_config", test_env_config}};
-
-    if (bin == NULL || access(bin, X_OK) != 0 || getenv("SF_SOURCE_DIR") == NULL ||
-        harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL) {
-        (void)fprintf(stderr, "skipped: sagafeed or cosmolite binary missing\n");
-        return 77;
-    }
-    (void)snprintf(g_sagafeed, sizeof(g_sagafeed), "%s", bin);
-    (void)snprintf(g_tmp, sizeof(g_tmp), "%s/sf-ops-XXXXXX",
-                   getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(g_tmp) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    s = suite_create("ops_e2e");
     /* one case per test, so CK_RUN_CASE=pause runs just that one */
-    for (size_t i = 0; i < SF_ARRAY_LEN(tests); i++) {
-        TCase *tc = tcase_create(tests[i].name);
+    const struct e2e_case tests[] = {{"status_lag", test_status_lag},
+                                     {"pause", test_pause_resume},
+                                     {"metrics", test_metrics},
+                                     {"replay", test_replay_window},
+                                     {"replay_resume", test_replay_resume_parked},
+                                     {"replay_split", test_replay_split},
+                                     {"replay_parked", test_replay_parked},
+                                     {"saga_show", test_saga_show},
+                                     {"leases", test_leases},
+                                     {"env_config", test_env_config}};
+    int rc;
 
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_VERBOSE);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0)
-        (void)nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    else
-        (void)printf("logs and configs kept in %s\n", g_tmp);
-    return failed == 0 ? 0 : 1;
+    rc = e2e_init("sf-ops");
+    if (rc != 0)
+        return rc;
+    return e2e_run_cases("ops_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
 }

@@ -3,8 +3,8 @@
 # packaging files (docker-compose.yml and what it references).
 if(TARGET cosmolite AND TARGET sagafeed)
   sf_unit_test(test_ops_e2e
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_e2e.c ${CMAKE_CURRENT_LIST_DIR}/ops_util.c
-    LIBS sf_processor sf_test_harness PkgConfig::CURL
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_e2e.c
+    LIBS sf_e2e
     LABELS "ops;integration;e2e")
   add_dependencies(test_ops_e2e cosmolite sagafeed)
   set_property(TEST test_ops_e2e APPEND PROPERTY ENVIRONMENT

@@ -31,11 +31,7 @@
 #include "common/sf_base.h"
 
 #include <check.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/sf_json.h"
@@ -44,116 +40,16 @@
 #include "cosmos/cosmos.h"
 #include "processor/proc_demo.h"
 #include "tests/outbox/kafka_support.h"
-#include "tests/support/harness.h"
+#include "tests/support/e2e.h"
 
 #define DB       "shop"
 #define TOPIC    "order-events"
 #define CDC      "shipments"
 #define WORKFLOW "order-fulfilment"
 
-static char g_sagafeed[1024];
-static char g_tmp[256];
-
 /* ---------------------------------------------------------------------------
- * Processes and files
+ * Configuration and Cosmos DB side
  */
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    struct sf_buf b;
-    char chunk[4096];
-    size_t n;
-
-    if (f == NULL)
-        return NULL;
-    sf_buf_init(&b, 64u << 20);
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        (void)sf_buf_append(&b, chunk, n);
-    (void)fclose(f);
-    return sf_buf_detach(&b, NULL);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fputs(text, f) >= 0, 1);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-static void dump_log_tail(const char *log)
-{
-    char *text = slurp(log);
-
-    if (text != NULL) {
-        size_t n = strlen(text);
-
-        (void)fprintf(stderr, "--- tail of %s ---\n%s\n", log, text + (n > 4000 ? n - 4000 : 0));
-        free(text);
-    }
-}
-
-/* Starts `sagafeed ARGS...` with SF_TEST_KEY=key, stdout+stderr appended to log. */
-static pid_t spawn(const char *key, const char *log, const char *const *args)
-{
-    pid_t pid = fork();
-
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        const char *argv[16];
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600), n = 0;
-
-        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
-        argv[n++] = g_sagafeed;
-        for (int i = 0; args[i] != NULL && n < 15; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        if (fd >= 0) {
-            (void)dup2(fd, 1);
-            (void)dup2(fd, 2);
-        }
-        if (key != NULL)
-            (void)setenv("SF_TEST_KEY", key, 1);
-        execv(g_sagafeed, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_exit(pid_t pid, int64_t timeout_ms)
-{
-    int64_t deadline = sf_mono_ms() + timeout_ms;
-    int status;
-
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (sf_mono_ms() > deadline) {
-            (void)kill(pid, SIGKILL);
-            (void)waitpid(pid, &status, 0);
-            return -1;
-        }
-        sf_sleep_ms(20);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* The `workflows = (...)` part of the order fulfilment example (the file's last setting). */
-static char *example_workflows(void)
-{
-    char path[1024];
-    char *text, *at, *out;
-
-    (void)snprintf(path, sizeof(path), "%s/config/examples/order-fulfilment.cfg",
-                   getenv("SF_SOURCE_DIR"));
-    text = slurp(path);
-    ck_assert_ptr_nonnull(text);
-    at = strstr(text, "\nworkflows = (");
-    ck_assert_ptr_nonnull(at);
-    out = strdup(at + 1);
-    free(text);
-    return out;
-}
 
 /*
  * Writes <tmp>/<name>.cfg: the test's cosmolite, fast leases, a kafka section
@@ -163,16 +59,12 @@ static void make_config(char *out, size_t size, const char *name, const char *en
                         const char *brokers, int linger_ms, const char *flush_timeout)
 {
     struct sf_buf b;
-    char *wf = example_workflows();
+    struct e2e_config c = {
+        .name = name, .endpoint = endpoint, .db = DB, .example = "order-fulfilment.cfg"};
 
     sf_buf_init(&b, 1u << 20);
     (void)sf_buf_printf(
         &b,
-        "cosmos = { endpoint = \"%s\"; key_env = \"SF_TEST_KEY\"; database = \"" DB "\"; "
-        "request_timeout = \"5s\"; };\n"
-        "feed = { lease_prefix = \"%s\"; poll_interval = \"50ms\"; lease_expiry = \"2s\"; "
-        "renew_interval = \"500ms\"; acquire_interval = \"300ms\"; hang_timeout = \"30s\"; "
-        "max_items = 200; };\n"
         "processor = { workers = 8; max_attempts = 20; backoff_base = \"10ms\"; "
         "backoff_cap = \"500ms\"; log_json = true; };\n"
         "kafka = {\n"
@@ -183,57 +75,18 @@ static void make_config(char *out, size_t size, const char *name, const char *en
         "  default_topic = \"" TOPIC "\";\n"
         "  cdc = ( { container = \"" CDC "\"; filter = \"FROM c WHERE IS_DEFINED(c.orderId)\"; "
         "topic = \"" CDC "\"; } );\n"
-        "};\n%s",
-        endpoint, name, brokers, linger_ms, name, flush_timeout, wf);
-    (void)snprintf(out, size, "%s/%s.cfg", g_tmp, name);
-    write_file(out, sf_buf_cstr(&b));
+        "};",
+        brokers, linger_ms, name, flush_timeout);
+    c.extra = sf_buf_cstr(&b);
+    e2e_make_config(out, size, &c);
     sf_buf_release(&b);
-    free(wf);
-}
-
-/* ---------------------------------------------------------------------------
- * Cosmos DB side
- */
-
-static struct cosmos_client *client_for(struct harness_cosmolite *h)
-{
-    struct cosmos_options co = {0};
-    struct cosmos_client *cli = NULL;
-    struct sf_err err;
-
-    co.endpoint = harness_cosmolite_endpoint(h);
-    co.key = harness_cosmolite_key(h);
-    co.max_connections = 8;
-    co.retry.max_attempts = 20;
-    co.retry.budget_ms = 60000;
-    ck_assert_msg(cosmos_client_new(&co, &cli, &err) == SF_OK, "%s", err.msg);
-    return cli;
-}
-
-/* Every document sql returns from coll (cross-partition), as a new array. */
-static json_t *query_all(struct cosmos_client *cli, const char *coll, const char *sql)
-{
-    struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
-    struct cosmos_query *q = NULL;
-    json_t *all = json_array();
-    struct sf_err err;
-
-    ck_assert_msg(cosmos_query_new(cli, DB, coll, sql, &qo, &q, &err) == SF_OK, "%s", err.msg);
-    while (!cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        ck_assert_msg(cosmos_query_next(q, &page, &err) == SF_OK, "%s", err.msg);
-        ck_assert_int_eq(json_array_extend(all, page), 0);
-        json_decref(page);
-    }
-    cosmos_query_free(q);
-    return all;
 }
 
 /* The outbox records the sagas wrote: {event id: record}. */
 static json_t *outbox_records(struct cosmos_client *cli)
 {
-    json_t *arr = query_all(cli, "orders", "SELECT * FROM c WHERE c.type = 'sagafeed.outbox'");
+    json_t *arr =
+        e2e_query_all(cli, DB, "orders", "SELECT * FROM c WHERE c.type = 'sagafeed.outbox'");
     json_t *map = json_object(), *d;
     size_t i;
 
@@ -245,20 +98,6 @@ static json_t *outbox_records(struct cosmos_client *cli)
     }
     json_decref(arr);
     return map;
-}
-
-static void wait_settled(struct cosmos_client *cli, size_t want, int64_t ms)
-{
-    int64_t deadline = sf_mono_ms() + ms;
-    size_t total = 0, settled = 0;
-    struct sf_err err;
-
-    while (sf_mono_ms() < deadline) {
-        if (proc_demo_count(cli, DB, &total, &settled, &err) == SF_OK && settled >= want)
-            return;
-        sf_sleep_ms(200);
-    }
-    ck_abort_msg("only %zu of %zu orders settled in %lldms", settled, want, (long long)ms);
 }
 
 /* ---------------------------------------------------------------------------
@@ -403,7 +242,7 @@ struct stop_stats {
 
 static void last_stop_stats(const char *log, struct stop_stats *ret)
 {
-    char *text = slurp(log);
+    char *text = e2e_slurp(log);
     const char *at = NULL;
 
     ck_assert_ptr_nonnull(text);
@@ -443,7 +282,7 @@ static void env_start(struct env *e, unsigned orders)
     memset(e, 0, sizeof(*e));
     e->dopt.orders = orders;
     ck_assert_msg(harness_cosmolite_start(&ho, &e->h, &err) == SF_OK, "%s", err.msg);
-    e->cli = client_for(e->h);
+    e->cli = e2e_client(e->h);
     ck_assert_msg(proc_demo_create(e->cli, DB, 2, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(e->cli, DB, &e->dopt, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(ktest_cluster_new(1, &e->kc, &err) == SF_OK, "%s", err.msg);
@@ -484,11 +323,11 @@ START_TEST(test_end_to_end)
     env_start(&e, 120);
     make_config(cfg, sizeof(cfg), "e2e", harness_cosmolite_endpoint(e.h), ktest_bootstraps(e.kc), 5,
                 "10s");
-    (void)snprintf(log, sizeof(log), "%s/e2e-sagafeed.log", g_tmp);
+    (void)snprintf(log, sizeof(log), "%s/e2e-sagafeed.log", e2e_tmp);
     seed(&e, 0, 60);
-    pid = spawn(harness_cosmolite_key(e.h), log, args);
+    pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
     seed(&e, 60, 120); /* some before the start, some while it runs */
-    wait_settled(e.cli, 120, 40000);
+    e2e_wait_settled(e.cli, DB, 120, 40000, NULL);
     records = outbox_records(e.cli);
     /* 3 events per completed order, 2..4 per cancelled one */
     ck_assert_uint_ge(json_object_size(records), 2 * 120);
@@ -499,8 +338,8 @@ START_TEST(test_end_to_end)
     ck_assert_uint_eq(c.duplicates, 0); /* no crash: exactly once */
     /* CDC: the shipments, none of sagafeed's markers */
     /* (the saga's markers in shipments carry orderId too: its partition key) */
-    ships = query_all(e.cli, CDC,
-                      "SELECT * FROM c WHERE IS_DEFINED(c.orderId) AND NOT IS_DEFINED(c.sfKind)");
+    ships = e2e_query_all(
+        e.cli, DB, CDC, "SELECT * FROM c WHERE IS_DEFINED(c.orderId) AND NOT IS_DEFINED(c.sfKind)");
     completed = json_array_size(ships);
     ck_assert_uint_gt(completed, 0);
     memset(&ms, 0, sizeof(ms));
@@ -519,8 +358,8 @@ START_TEST(test_end_to_end)
     json_decref(ships);
     /* a clean stop: drained, flushed, logged as JSON lines */
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    if (wait_exit(pid, 40000) != 0) {
-        dump_log_tail(log);
+    if (e2e_wait_exit(pid, 40000) != 0) {
+        e2e_dump_log(log);
         ck_abort_msg("sagafeed did not stop cleanly");
     }
     last_stop_stats(log, &st);
@@ -529,7 +368,7 @@ START_TEST(test_end_to_end)
     ck_assert_uint_eq(st.failed, 0);
     ck_assert_int_eq(st.in_flight, 0);
     ck_assert_uint_eq(st.acked, json_object_size(records) + completed);
-    text = slurp(log);
+    text = e2e_slurp(log);
     ck_assert_ptr_nonnull(strstr(text, "{\"ts\":"));
     ck_assert_ptr_nonnull(strstr(text, "\"comp\":\"kafka\""));
     ck_assert_ptr_nonnull(strstr(text, "outbox orders: relaying to"));
@@ -561,6 +400,9 @@ static json_t *kafka_events(const struct ktest_cluster *kc)
     return evs;
 }
 
+/* test_kill9: 50 orders a wave, more while no kill point shows up, at most this many. */
+#define KILL9_ORDERS_MAX 400
+
 /* The highest checkpoint LSN among the leases under prefix (the relay's), 0 when none. */
 static int64_t relay_checkpoint(struct cosmos_client *cli, const char *prefix)
 {
@@ -570,7 +412,7 @@ static int64_t relay_checkpoint(struct cosmos_client *cli, const char *prefix)
     size_t i;
 
     (void)snprintf(sql, sizeof(sql), "SELECT * FROM c WHERE STARTSWITH(c.id, '%s..')", prefix);
-    leases = query_all(cli, "leases", sql);
+    leases = e2e_query_all(cli, DB, "leases", sql);
     ck_assert_uint_gt(json_array_size(leases), 0);
     json_array_foreach(leases, i, l)
     {
@@ -592,17 +434,18 @@ START_TEST(test_kill9)
     json_t *records;
     pid_t pid;
     int kills = 0;
+    unsigned next = 0;
     int64_t t0 = sf_mono_ms();
 
-    env_start(&e, 150);
+    env_start(&e, KILL9_ORDERS_MAX);
     make_config(cfg, sizeof(cfg), "kill9", harness_cosmolite_endpoint(e.h), ktest_bootstraps(e.kc),
                 5, "10s");
-    (void)snprintf(log, sizeof(log), "%s/kill9-sagafeed.log", g_tmp);
-    pid = spawn(harness_cosmolite_key(e.h), log, args);
+    (void)snprintf(log, sizeof(log), "%s/kill9-sagafeed.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
     for (unsigned wave = 0; wave < 3; wave++) {
         json_t *before = kafka_events(e.kc);
-        int64_t deadline = sf_mono_ms() + 20000;
-        unsigned next = wave * 50, end = wave * 50 + 50;
+        int64_t deadline = sf_mono_ms() + 60000, trickle = 0;
+        unsigned end = next + 50;
         bool hit = false;
 
         /*
@@ -617,9 +460,15 @@ START_TEST(test_kill9)
             int64_t ckpt;
             const char *id;
 
-            if (next < end) {
-                seed(&e, next, SF_MIN(next + 5, end));
+            /*
+             * 50 orders in steps of 5, then (a loaded machine may checkpoint
+             * them all before a look catches one) 5 more every half second.
+             */
+            if (next < end || (next < KILL9_ORDERS_MAX && sf_mono_ms() >= trickle)) {
+                seed(&e, next, next + 5);
                 next += 5;
+                if (next >= end)
+                    trickle = sf_mono_ms() + 500;
             }
             now = kafka_events(e.kc);
             ckpt = relay_checkpoint(e.cli, "kill9-kafka.outbox.orders");
@@ -636,13 +485,15 @@ START_TEST(test_kill9)
         json_decref(before);
         ck_assert_msg(hit, "wave %u: no event published past the checkpoint to kill after", wave);
         ck_assert_int_eq(kill(pid, SIGKILL), 0);
-        ck_assert_int_eq(wait_exit(pid, 10000), 128 + SIGKILL);
+        ck_assert_int_eq(e2e_wait_exit(pid, 10000), 128 + SIGKILL);
         kills++;
-        if (next < end)
+        if (next < end) {
             seed(&e, next, end);
-        pid = spawn(harness_cosmolite_key(e.h), log, args);
+            next = end;
+        }
+        pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
     }
-    wait_settled(e.cli, 150, 40000);
+    e2e_wait_settled(e.cli, DB, next, 40000, NULL);
     records = outbox_records(e.cli);
     wait_all_delivered(e.kc, records, 30000, &c);
     (void)printf("kill -9 x%d between publish and checkpoint: %zu records, %zu messages, %zu "
@@ -652,8 +503,8 @@ START_TEST(test_kill9)
     ck_assert_uint_eq(c.distinct, json_object_size(records)); /* nothing lost */
     ck_assert_uint_gt(c.duplicates, 0); /* republished after the kills, recognisable */
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    if (wait_exit(pid, 40000) != 0) {
-        dump_log_tail(log);
+    if (e2e_wait_exit(pid, 40000) != 0) {
+        e2e_dump_log(log);
         ck_abort_msg("sagafeed did not stop cleanly");
     }
     json_decref(records);
@@ -676,17 +527,17 @@ START_TEST(test_shutdown_flushes)
     /* a long linger: published events wait in the producer when SIGTERM comes */
     make_config(cfg, sizeof(cfg), "flush", harness_cosmolite_endpoint(e.h), ktest_bootstraps(e.kc),
                 3000, "10s");
-    (void)snprintf(log, sizeof(log), "%s/flush-sagafeed.log", g_tmp);
+    (void)snprintf(log, sizeof(log), "%s/flush-sagafeed.log", e2e_tmp);
     seed(&e, 0, 40);
-    pid = spawn(harness_cosmolite_key(e.h), log, args);
-    wait_settled(e.cli, 40, 40000);
+    pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
+    e2e_wait_settled(e.cli, DB, 40, 40000, NULL);
     sf_sleep_ms(800); /* the relay read the last records: they are in the producer, lingering */
     records = outbox_records(e.cli);
     in_kafka = topic_count(e.kc, TOPIC, 0, 5000);
     ck_assert_uint_lt(in_kafka, json_object_size(records)); /* the stop has work to flush */
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    if (wait_exit(pid, 40000) != 0) {
-        dump_log_tail(log);
+    if (e2e_wait_exit(pid, 40000) != 0) {
+        e2e_dump_log(log);
         ck_abort_msg("sagafeed did not stop cleanly");
     }
     last_stop_stats(log, &st);
@@ -697,14 +548,14 @@ START_TEST(test_shutdown_flushes)
     before = topic_count(e.kc, TOPIC, 0, 10000) + topic_count(e.kc, CDC, 0, 10000);
     ck_assert_uint_ge(before, (size_t)st.published);
     /* the stop checkpointed what Kafka acknowledged: a restart adds the rest, no duplicate */
-    pid = spawn(harness_cosmolite_key(e.h), log, args);
+    pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
     wait_all_delivered(e.kc, records, 30000, &c);
     (void)printf("shutdown: %zu of %zu events in Kafka at SIGTERM, %llu published (events and "
                  "CDC) and flushed by the stop, %zu duplicates after the restart\n",
                  in_kafka, json_object_size(records), st.published, c.duplicates);
     ck_assert_uint_eq(c.duplicates, 0);
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    ck_assert_int_eq(wait_exit(pid, 40000), 0);
+    ck_assert_int_eq(e2e_wait_exit(pid, 40000), 0);
     json_decref(records);
     env_stop(&e);
 }
@@ -731,12 +582,12 @@ START_TEST(test_kafka_down)
     env_start(&e, 40);
     make_config(cfg, sizeof(cfg), "down", harness_cosmolite_endpoint(e.h), ktest_bootstraps(e.kc),
                 5, "2s");
-    (void)snprintf(log, sizeof(log), "%s/down-sagafeed.log", g_tmp);
+    (void)snprintf(log, sizeof(log), "%s/down-sagafeed.log", e2e_tmp);
     ck_assert_int_eq(rd_kafka_mock_broker_set_down(ktest_mock(e.kc), 1),
                      RD_KAFKA_RESP_ERR_NO_ERROR);
     seed(&e, 0, 40);
-    pid = spawn(harness_cosmolite_key(e.h), log, args);
-    wait_settled(e.cli, 40, 40000); /* without Kafka */
+    pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
+    e2e_wait_settled(e.cli, DB, 40, 40000, NULL); /* without Kafka */
     records = outbox_records(e.cli);
     sf_sleep_ms(500);
     /* the broker refuses every connection (rd_kafka_mock_broker_set_down), ours too */
@@ -744,8 +595,8 @@ START_TEST(test_kafka_down)
     /* stopping while Kafka is down: bounded by the relay drain and the sink flush (2s each) */
     t0 = sf_mono_ms();
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    if (wait_exit(pid, 30000) != 0) {
-        dump_log_tail(log);
+    if (e2e_wait_exit(pid, 30000) != 0) {
+        e2e_dump_log(log);
         ck_abort_msg("sagafeed did not stop cleanly with Kafka down");
     }
     stop_ms = sf_mono_ms() - t0;
@@ -753,7 +604,7 @@ START_TEST(test_kafka_down)
     last_stop_stats(log, &st);
     ck_assert(!st.flushed);
     ck_assert_uint_eq(st.acked, 0);
-    text = slurp(log);
+    text = e2e_slurp(log);
     ck_assert_ptr_nonnull(strstr(text, "not flushed within 2000ms"));
     free(text);
     /* back, but refusing some produce requests (retriable): the producer retries in order */
@@ -762,15 +613,15 @@ START_TEST(test_kafka_down)
         RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
         RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE);
     ck_assert_int_eq(rd_kafka_mock_broker_set_up(ktest_mock(e.kc), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
-    pid = spawn(harness_cosmolite_key(e.h), log, args);
+    pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
     wait_all_delivered(e.kc, records, 40000, &c);
     (void)printf("kafka down: stopped in %lldms without it; %zu records, %zu messages, %zu "
                  "duplicates once it was back\n",
                  (long long)stop_ms, json_object_size(records), c.messages, c.duplicates);
     ck_assert_uint_eq(c.duplicates, 0); /* nothing reached Kafka before */
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    if (wait_exit(pid, 40000) != 0) {
-        dump_log_tail(log);
+    if (e2e_wait_exit(pid, 40000) != 0) {
+        e2e_dump_log(log);
         ck_abort_msg("sagafeed did not stop cleanly");
     }
     last_stop_stats(log, &st);
@@ -788,7 +639,7 @@ START_TEST(test_start_errors)
     struct sf_buf b;
     char cfg[512], log[512];
     const char *args[] = {"run", "-c", cfg, NULL};
-    char *wf = example_workflows(), *text;
+    char *wf = e2e_example_workflows("order-fulfilment.cfg", NULL), *text;
     pid_t pid;
 
     env_start(&e, 0);
@@ -800,15 +651,15 @@ START_TEST(test_start_errors)
                         "  options_env = [ \"sasl.password=SF_TEST_SURELY_UNSET\" ];\n"
                         "  options_file = [ \"ssl.key.password=/nonexistent/secret\" ]; };\n%s",
                         harness_cosmolite_endpoint(e.h), ktest_bootstraps(e.kc), wf);
-    (void)snprintf(cfg, sizeof(cfg), "%s/start-errors.cfg", g_tmp);
-    write_file(cfg, sf_buf_cstr(&b));
+    (void)snprintf(cfg, sizeof(cfg), "%s/start-errors.cfg", e2e_tmp);
+    e2e_write_file(cfg, sf_buf_cstr(&b));
     sf_buf_release(&b);
     free(wf);
-    (void)snprintf(log, sizeof(log), "%s/start-errors.log", g_tmp);
+    (void)snprintf(log, sizeof(log), "%s/start-errors.log", e2e_tmp);
     (void)unsetenv("SF_TEST_SURELY_UNSET");
-    pid = spawn(harness_cosmolite_key(e.h), log, args);
-    ck_assert_int_eq(wait_exit(pid, 30000), 1);
-    text = slurp(log);
+    pid = e2e_spawn(harness_cosmolite_key(e.h), log, args);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 1);
+    text = e2e_slurp(log);
     ck_assert_ptr_nonnull(text);
     ck_assert_msg(strstr(text, "cannot start") != NULL &&
                       strstr(text, "kafka option sasl.password: environment variable "
@@ -827,10 +678,10 @@ START_TEST(test_demo_without_kafka)
     char *out;
     pid_t pid;
 
-    (void)snprintf(log, sizeof(log), "%s/demo.log", g_tmp);
-    pid = spawn(NULL, log, args);
-    ck_assert_int_eq(wait_exit(pid, 90000), 0);
-    out = slurp(log);
+    (void)snprintf(log, sizeof(log), "%s/demo.log", e2e_tmp);
+    pid = e2e_spawn(NULL, log, args);
+    ck_assert_int_eq(e2e_wait_exit(pid, 90000), 0);
+    out = e2e_slurp(log);
     ck_assert_ptr_nonnull(out);
     ck_assert_msg(strstr(out, "exactly once: yes") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "kafka") == NULL, "%s", out);
@@ -843,7 +694,7 @@ START_TEST(test_bad_config)
     char cfg[512], log[512];
     const char *args[] = {"check-config", cfg, NULL};
     struct sf_buf b;
-    char *wf = example_workflows(), *out;
+    char *wf = e2e_example_workflows("order-fulfilment.cfg", NULL), *out;
     char want[600];
     pid_t pid;
 
@@ -860,14 +711,14 @@ START_TEST(test_bad_config)
                         "  colour = \"blue\";\n"                                       /* 9 */
                         "};\n%s",
                         wf);
-    (void)snprintf(cfg, sizeof(cfg), "%s/bad-kafka.cfg", g_tmp);
-    write_file(cfg, sf_buf_cstr(&b));
+    (void)snprintf(cfg, sizeof(cfg), "%s/bad-kafka.cfg", e2e_tmp);
+    e2e_write_file(cfg, sf_buf_cstr(&b));
     sf_buf_release(&b);
     free(wf);
-    (void)snprintf(log, sizeof(log), "%s/bad-kafka.log", g_tmp);
-    pid = spawn(NULL, log, args);
-    ck_assert_int_eq(wait_exit(pid, 30000), 1);
-    out = slurp(log);
+    (void)snprintf(log, sizeof(log), "%s/bad-kafka.log", e2e_tmp);
+    pid = e2e_spawn(NULL, log, args);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 1);
+    out = e2e_slurp(log);
     ck_assert_ptr_nonnull(out);
     /* the config loader: secrets, topics, unknown keys */
     (void)snprintf(want, sizeof(want), "%s:5: kafka.options: 'sasl.password' is a secret", cfg);
@@ -889,7 +740,7 @@ START_TEST(test_bad_config_options)
     char cfg[512], log[512];
     const char *args[] = {"check-config", cfg, NULL};
     struct sf_buf b;
-    char *wf = example_workflows(), *out;
+    char *wf = e2e_example_workflows("order-fulfilment.cfg", NULL), *out;
     char want[600];
     pid_t pid;
 
@@ -904,14 +755,14 @@ START_TEST(test_bad_config_options)
                         "            filter = \"FROM c WHERE c.x = @missing\"; } );\n" /* 7 */
                         "};\n%s",
                         wf);
-    (void)snprintf(cfg, sizeof(cfg), "%s/bad-kafka-options.cfg", g_tmp);
-    write_file(cfg, sf_buf_cstr(&b));
+    (void)snprintf(cfg, sizeof(cfg), "%s/bad-kafka-options.cfg", e2e_tmp);
+    e2e_write_file(cfg, sf_buf_cstr(&b));
     sf_buf_release(&b);
     free(wf);
-    (void)snprintf(log, sizeof(log), "%s/bad-kafka-options.log", g_tmp);
-    pid = spawn(NULL, log, args);
-    ck_assert_int_eq(wait_exit(pid, 30000), 1);
-    out = slurp(log);
+    (void)snprintf(log, sizeof(log), "%s/bad-kafka-options.log", e2e_tmp);
+    pid = e2e_spawn(NULL, log, args);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 1);
+    out = e2e_slurp(log);
     ck_assert_ptr_nonnull(out);
     (void)snprintf(want, sizeof(want), "%s:3: kafka option linger.ms", cfg);
     ck_assert_msg(strstr(out, want) != NULL, "%s", out);
@@ -926,59 +777,18 @@ START_TEST(test_bad_config_options)
 }
 END_TEST
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    SF_UNUSED(st);
-    SF_UNUSED(flag);
-    SF_UNUSED(ftw);
-    return remove(path);
-}
-
 int main(void)
 {
-    const struct {
-        const char *name;
-        const TTest *fn;
-    } tests[] = {
+    /* One case per test: CK_RUN_CASE=kill9 runs one. */
+    const struct e2e_case tests[] = {
         {"end_to_end", test_end_to_end},     {"kill9", test_kill9},
         {"shutdown", test_shutdown_flushes}, {"kafka_down", test_kafka_down},
         {"start_errors", test_start_errors}, {"demo", test_demo_without_kafka},
-        {"bad_config", test_bad_config},     {"bad_config_options", test_bad_config_options},
-    };
-    const char *bin = getenv("SF_SAGAFEED_BIN");
-    char cosmolite[1024];
-    SRunner *sr;
-    Suite *s;
-    TCase *tc;
-    int failed;
+        {"bad_config", test_bad_config},     {"bad_config_options", test_bad_config_options}};
+    int rc;
 
-    if (bin == NULL || access(bin, X_OK) != 0 ||
-        harness_cosmolite_bin(NULL, cosmolite, sizeof(cosmolite)) == NULL) {
-        (void)printf("skipped: SF_SAGAFEED_BIN or the cosmolite binary is missing\n");
-        return 77;
-    }
-    (void)snprintf(g_sagafeed, sizeof(g_sagafeed), "%s", bin);
-    (void)snprintf(g_tmp, sizeof(g_tmp), "%s/sf-kafka-e2e-XXXXXX",
-                   getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(g_tmp) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    s = suite_create("outbox_sagafeed");
-    /* One case per test: CK_RUN_CASE=kill9 runs one. */
-    for (size_t i = 0; i < SF_ARRAY_LEN(tests); i++) {
-        tc = tcase_create(tests[i].name);
-        tcase_set_timeout(tc, 90);
-        tcase_add_test(tc, tests[i].fn);
-        suite_add_tcase(s, tc);
-    }
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0)
-        (void)nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    else
-        (void)printf("logs kept in %s\n", g_tmp);
-    return failed == 0 ? 0 : 1;
+    rc = e2e_init("sf-kafka-e2e");
+    if (rc != 0)
+        return rc;
+    return e2e_run_cases("outbox_sagafeed", tests, SF_ARRAY_LEN(tests), 90, CK_NORMAL);
 }

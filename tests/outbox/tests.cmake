@@ -21,7 +21,7 @@ if(TARGET sf_processor AND TARGET sagafeed AND TARGET cosmolite)
   include(${CMAKE_CURRENT_LIST_DIR}/kafka_support.cmake)
   sf_unit_test(test_outbox_sagafeed
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_sagafeed.c
-    LIBS sf_processor sf_test_kafka sf_test_harness
+    LIBS sf_e2e sf_test_kafka
     LABELS "outbox;kafka;sagas;integration;e2e")
   add_dependencies(test_outbox_sagafeed cosmolite sagafeed)
   set_property(TEST test_outbox_sagafeed APPEND PROPERTY ENVIRONMENT

@@ -20,239 +20,16 @@
 #include "common/sf_base.h"
 
 #include <check.h>
-#include <curl/curl.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/sf_auth.h"
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
 #include "processor/proc_demo.h"
-#include "tests/support/harness.h"
-
-static char g_sagafeed[1024];
-static char g_tmp[256];
-
-/* ---------------------------------------------------------------------------
- * Helpers
- */
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    struct sf_buf b;
-    char chunk[4096];
-    size_t n;
-
-    if (f == NULL)
-        return NULL;
-    sf_buf_init(&b, 16u << 20);
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        (void)sf_buf_append(&b, chunk, n);
-    (void)fclose(f);
-    return sf_buf_detach(&b, NULL);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fputs(text, f) >= 0, 1);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-/* The `workflows = (...)` part of an example config (it is the file's last setting). */
-static char *example_workflows(const char *name)
-{
-    char path[1024];
-    char *text, *at, *out;
-
-    (void)snprintf(path, sizeof(path), "%s/config/examples/%s", getenv("SF_SOURCE_DIR"), name);
-    text = slurp(path);
-    ck_assert_ptr_nonnull(text);
-    at = strstr(text, "\nworkflows = (");
-    ck_assert_ptr_nonnull(at);
-    out = strdup(at + 1);
-    free(text);
-    return out;
-}
-
-/*
- * Writes a config for the test's cosmolite: given cosmos/feed/processor
- * settings plus the workflows of an example. Returns the path (static per
- * name).
- */
-static void make_config(char *out, size_t size, const char *name, const char *endpoint,
-                        const char *db, const char *example, const char *extra)
-{
-    struct sf_buf b;
-    char *wf = example_workflows(example);
-
-    sf_buf_init(&b, 1u << 20);
-    (void)sf_buf_printf(&b,
-                        "cosmos = { endpoint = \"%s\"; key_env = \"SF_TEST_KEY\"; database = "
-                        "\"%s\"; request_timeout = \"5s\"; };\n"
-                        "feed = { lease_prefix = \"%s\"; poll_interval = \"50ms\"; lease_expiry = "
-                        "\"2s\"; renew_interval = \"500ms\"; acquire_interval = \"300ms\"; "
-                        "hang_timeout = \"30s\"; max_items = 200; };\n"
-                        "%s\n%s",
-                        endpoint, db, name, extra != NULL ? extra : "", wf);
-    (void)snprintf(out, size, "%s/%s.cfg", g_tmp, name);
-    write_file(out, sf_buf_cstr(&b));
-    sf_buf_release(&b);
-    free(wf);
-}
-
-/* Starts `sagafeed ARGS...` with SF_TEST_KEY=key, output appended to log. */
-static pid_t spawn(const char *key, const char *log, const char *const *args)
-{
-    pid_t pid = fork();
-
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        const char *argv[16];
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600), n = 0;
-
-        argv[n++] = g_sagafeed;
-        for (int i = 0; args[i] != NULL && n < 15; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        if (fd >= 0) {
-            (void)dup2(fd, 1);
-            (void)dup2(fd, 2);
-        }
-        if (key != NULL)
-            (void)setenv("SF_TEST_KEY", key, 1);
-        execv(g_sagafeed, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_exit(pid_t pid, int64_t timeout_ms)
-{
-    int64_t deadline = sf_mono_ms() + timeout_ms;
-    int status;
-
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (sf_mono_ms() > deadline) {
-            (void)kill(pid, SIGKILL);
-            (void)waitpid(pid, &status, 0);
-            return -1;
-        }
-        sf_sleep_ms(20);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* Runs sagafeed to completion, capturing stdout+stderr into *ret_out. */
-static int run_capture(const char *key, const char *const *args, char **ret_out)
-{
-    char log[512];
-    pid_t pid;
-    int rc;
-
-    (void)snprintf(log, sizeof(log), "%s/capture-%d.log", g_tmp, (int)sf_mono_us() % 100000);
-    (void)unlink(log);
-    pid = spawn(key, log, args);
-    rc = wait_exit(pid, 120000);
-    *ret_out = slurp(log);
-    if (*ret_out == NULL)
-        *ret_out = strdup("");
-    (void)unlink(log);
-    return rc;
-}
-
-static struct cosmos_client *client_for(struct harness_cosmolite *h)
-{
-    struct cosmos_options co = {0};
-    struct cosmos_client *cli = NULL;
-    struct sf_err err;
-
-    co.endpoint = harness_cosmolite_endpoint(h);
-    co.key = harness_cosmolite_key(h);
-    co.max_connections = 8;
-    co.retry.max_attempts = 20;
-    co.retry.budget_ms = 60000;
-    ck_assert_msg(cosmos_client_new(&co, &cli, &err) == SF_OK, "%s", err.msg);
-    return cli;
-}
-
-static void wait_settled(struct cosmos_client *cli, const char *db, size_t want, int64_t ms)
-{
-    int64_t deadline = sf_mono_ms() + ms;
-    size_t total = 0, settled = 0;
-    struct sf_err err;
-
-    while (sf_mono_ms() < deadline) {
-        if (proc_demo_count(cli, db, &total, &settled, &err) == SF_OK && settled >= want)
-            return;
-        sf_sleep_ms(250);
-    }
-    ck_abort_msg("only %zu of %zu orders settled in %lldms", settled, want, (long long)ms);
-}
-
-static void dump_log_tail(const char *log)
-{
-    char *text = slurp(log);
-
-    if (text != NULL) {
-        size_t n = strlen(text);
-
-        (void)fprintf(stderr, "--- tail of %s ---\n%s\n", log, text + (n > 3000 ? n - 3000 : 0));
-        free(text);
-    }
-}
-
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    return sf_buf_append(ud, p, size * n) == SF_OK ? size * n : 0;
-}
-
-/* GET /_admin/faults (signed like any request): the rules with how often each fired. */
-static json_t *admin_faults(struct harness_cosmolite *h)
-{
-    struct sf_auth_key key;
-    struct sf_buf body, hdr_auth, hdr_date;
-    struct curl_slist *hdrs = NULL;
-    char auth[SF_AUTH_HEADER_SIZE], date[30], url[256];
-    CURL *c = curl_easy_init();
-    json_t *out = NULL;
-
-    ck_assert_ptr_nonnull(c);
-    ck_assert_int_eq(sf_auth_key_decode(harness_cosmolite_key(h), &key, NULL), SF_OK);
-    sf_time_rfc1123(time(NULL), date);
-    sf_auth_header(&key, "GET", "_admin", "_admin/faults", date, auth);
-    sf_buf_init(&body, 1u << 20);
-    sf_buf_init(&hdr_auth, 512);
-    sf_buf_init(&hdr_date, 128);
-    (void)sf_buf_printf(&hdr_auth, "authorization: %s", auth);
-    (void)sf_buf_printf(&hdr_date, "x-ms-date: %s", date);
-    hdrs = curl_slist_append(hdrs, sf_buf_cstr(&hdr_auth));
-    hdrs = curl_slist_append(hdrs, sf_buf_cstr(&hdr_date));
-    hdrs = curl_slist_append(hdrs, "x-ms-version: 2020-07-15");
-    (void)snprintf(url, sizeof(url), "%s/_admin/faults", harness_cosmolite_endpoint(h));
-    (void)curl_easy_setopt(c, CURLOPT_URL, url);
-    (void)curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    (void)curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    (void)curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-    if (curl_easy_perform(c) == CURLE_OK)
-        out = sf_json_parse(body.data != NULL ? body.data : "", body.len, NULL);
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(c);
-    sf_buf_release(&body);
-    sf_buf_release(&hdr_auth);
-    sf_buf_release(&hdr_date);
-    ck_assert_msg(out != NULL, "GET /_admin/faults failed");
-    return out;
-}
+#include "tests/support/e2e.h"
 
 /* ---------------------------------------------------------------------------
  * 1,000 orders, kill -9 ten times, 429/503 faults
@@ -280,15 +57,20 @@ START_TEST(test_kill9_faults)
     int64_t t0 = sf_mono_ms();
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
-    cli = client_for(h);
+    cli = e2e_client(h);
     ck_assert_msg(proc_demo_create(cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
-    make_config(cfg, sizeof(cfg), "kill9", harness_cosmolite_endpoint(h), "shop",
-                "order-fulfilment.cfg",
-                "processor = { workers = 8; max_attempts = 20; backoff_base = \"10ms\"; "
-                "backoff_cap = \"500ms\"; log_json = true; };");
-    (void)snprintf(log, sizeof(log), "%s/kill9-sagafeed.log", g_tmp);
-    pid = spawn(harness_cosmolite_key(h), log, args);
+    e2e_make_config(
+        cfg, sizeof(cfg),
+        &(const struct e2e_config){
+            .name = "kill9",
+            .endpoint = harness_cosmolite_endpoint(h),
+            .db = "shop",
+            .example = "order-fulfilment.cfg",
+            .extra = "processor = { workers = 8; max_attempts = 20; backoff_base = \"10ms\"; "
+                     "backoff_cap = \"500ms\"; log_json = true; };"});
+    (void)snprintf(log, sizeof(log), "%s/kill9-sagafeed.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* Orders arrive in ten waves; after each, sagafeed dies at a random moment. */
     for (unsigned wave = 0; wave < 10; wave++) {
         ck_assert_msg(
@@ -296,20 +78,20 @@ START_TEST(test_kill9_faults)
             "%s", err.msg);
         sf_sleep_ms(200 + (int64_t)(sf_rand_next(&rng) % 1300));
         ck_assert_int_eq(kill(pid, SIGKILL), 0);
-        status = wait_exit(pid, 10000);
+        status = e2e_wait_exit(pid, 10000);
         ck_assert_int_eq(status, 128 + SIGKILL);
         kills++;
-        pid = spawn(harness_cosmolite_key(h), log, args);
+        pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     }
-    wait_settled(cli, "shop", 1000, 150000);
+    e2e_wait_settled(cli, "shop", 1000, 150000, NULL);
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    status = wait_exit(pid, 30000);
+    status = e2e_wait_exit(pid, 30000);
     if (status != 0)
-        dump_log_tail(log);
+        e2e_dump_log(log);
     ck_assert_int_eq(status, 0); /* a clean drain */
     /* the last run's final counters (earlier runs died with kill -9) */
     {
-        char *text = slurp(log);
+        char *text = e2e_slurp(log);
         const char *at = text != NULL ? strstr(text, "at stop: ") : NULL;
         unsigned long long items = 0, retries = 0, effects = 0, already = 0;
 
@@ -333,7 +115,8 @@ START_TEST(test_kill9_faults)
      * count is reported, not required (it fired 0 times in some runs).
      */
     {
-        json_t *f = admin_faults(h), *rules = json_object_get(f, "rules"), *r;
+        json_t *f = e2e_admin_faults(harness_cosmolite_endpoint(h), harness_cosmolite_key(h)),
+               *rules = json_object_get(f, "rules"), *r;
         size_t i;
 
         ck_assert_uint_eq(json_array_size(rules), 4);
@@ -369,49 +152,6 @@ END_TEST
  * A poison item is parked; its key waits; other keys flow; replay settles it
  */
 
-static json_t *read_doc(struct cosmos_client *cli, const char *db, const char *coll, const char *id,
-                        const char *pk)
-{
-    struct cosmos_response resp;
-    struct sf_buf pkj;
-    struct sf_err err;
-    json_t *doc = NULL;
-
-    cosmos_response_init(&resp, 1u << 20);
-    sf_buf_init(&pkj, 256);
-    (void)cosmos_pk_string(pk, &pkj);
-    if (cosmos_doc_read(cli, db, coll, id, sf_buf_cstr(&pkj), NULL, &resp, &err) == SF_OK)
-        doc = cosmos_response_json(&resp, &err);
-    cosmos_response_release(&resp);
-    sf_buf_release(&pkj);
-    return doc;
-}
-
-static const char *status_of(struct cosmos_client *cli, const char *id, const char *cust, char *buf,
-                             size_t size)
-{
-    json_t *d = read_doc(cli, "shop", "orders", id, cust);
-
-    (void)snprintf(buf, size, "%s",
-                   d != NULL && sf_json_str(d, "status") != NULL ? sf_json_str(d, "status")
-                                                                 : "(none)");
-    json_decref(d);
-    return buf;
-}
-
-static void create_order(struct cosmos_client *cli, const char *json_text, const char *cust)
-{
-    struct sf_buf pk;
-    struct sf_err err;
-
-    sf_buf_init(&pk, 256);
-    (void)cosmos_pk_string(cust, &pk);
-    ck_assert_msg(cosmos_doc_create(cli, "shop", "orders", sf_buf_cstr(&pk), json_text, NULL, NULL,
-                                    &err) == SF_OK,
-                  "%s", err.msg);
-    sf_buf_release(&pk);
-}
-
 START_TEST(test_poison)
 {
     struct harness_cosmolite_opts ho = {.memory = true};
@@ -429,41 +169,46 @@ START_TEST(test_poison)
     struct sf_buf pk;
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
-    cli = client_for(h);
+    cli = e2e_client(h);
     ck_assert_int_eq(proc_demo_create(cli, "shop", 1, &err), SF_OK);
     ck_assert_int_eq(proc_demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
-    make_config(cfg, sizeof(cfg), "poison", harness_cosmolite_endpoint(h), "shop",
-                "order-fulfilment.cfg",
-                "processor = { max_attempts = 2; backoff_base = \"5ms\"; park_scan_interval = "
-                "\"200ms\"; };");
-    (void)snprintf(log, sizeof(log), "%s/poison-sagafeed.log", g_tmp);
-    pid = spawn(harness_cosmolite_key(h), log, args);
+    e2e_make_config(
+        cfg, sizeof(cfg),
+        &(const struct e2e_config){
+            .name = "poison",
+            .endpoint = harness_cosmolite_endpoint(h),
+            .db = "shop",
+            .example = "order-fulfilment.cfg",
+            .extra = "processor = { max_attempts = 2; backoff_base = \"5ms\"; park_scan_interval = "
+                     "\"200ms\"; };"});
+    (void)snprintf(log, sizeof(log), "%s/poison-sagafeed.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* c-001's first order is poison (lines is not an array), its second is fine */
-    create_order(cli,
-                 "{\"id\":\"o-bad\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
-                 "\"placed\",\"lines\":\"oops\",\"total\":10}",
-                 "c-001");
+    e2e_create_order(cli,
+                     "{\"id\":\"o-bad\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
+                     "\"placed\",\"lines\":\"oops\",\"total\":10}",
+                     "c-001");
     sf_sleep_ms(300);
-    create_order(cli,
-                 "{\"id\":\"o-next\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
-                 "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
-                 "\"price\":5}],\"total\":5}",
-                 "c-001");
-    create_order(cli,
-                 "{\"id\":\"o-other\",\"type\":\"order\",\"customerId\":\"c-002\",\"status\":"
-                 "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
-                 "\"price\":5}],\"total\":5}",
-                 "c-002");
+    e2e_create_order(cli,
+                     "{\"id\":\"o-next\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
+                     "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
+                     "\"price\":5}],\"total\":5}",
+                     "c-001");
+    e2e_create_order(cli,
+                     "{\"id\":\"o-other\",\"type\":\"order\",\"customerId\":\"c-002\",\"status\":"
+                     "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
+                     "\"price\":5}],\"total\":5}",
+                     "c-002");
     /* the other customer's order flows */
     deadline = sf_mono_ms() + 20000;
-    while (strcmp(status_of(cli, "o-other", "c-002", s3, sizeof(s3)), "completed") != 0 &&
+    while (strcmp(e2e_status(cli, "o-other", "c-002", s3, sizeof(s3)), "completed") != 0 &&
            sf_mono_ms() < deadline)
         sf_sleep_ms(100);
     ck_assert_str_eq(s3, "completed");
     sf_sleep_ms(500);
-    ck_assert_str_eq(status_of(cli, "o-bad", "c-001", s1, sizeof(s1)), "placed");
-    ck_assert_str_eq(status_of(cli, "o-next", "c-001", s2, sizeof(s2)), "placed"); /* waits */
-    ck_assert_int_eq(run_capture(harness_cosmolite_key(h), list, &out), 0);
+    ck_assert_str_eq(e2e_status(cli, "o-bad", "c-001", s1, sizeof(s1)), "placed");
+    ck_assert_str_eq(e2e_status(cli, "o-next", "c-001", s2, sizeof(s2)), "placed"); /* waits */
+    ck_assert_int_eq(e2e_run(harness_cosmolite_key(h), NULL, list, &out, NULL), 0);
     ck_assert_msg(strstr(out, "\"status\":\"parked\"") != NULL &&
                       strstr(out, "\"status\":\"waiting\"") != NULL &&
                       strstr(out, "2 parked items") != NULL,
@@ -481,34 +226,34 @@ START_TEST(test_poison)
                      SF_OK);
     sf_buf_release(&pk);
     sf_sleep_ms(500); /* the fixed version is delivered too: it waits behind the block */
-    ck_assert_int_eq(run_capture(harness_cosmolite_key(h), replay, &out), 0);
+    ck_assert_int_eq(e2e_run(harness_cosmolite_key(h), NULL, replay, &out, NULL), 0);
     ck_assert_msg(strstr(out, "marked for replay") != NULL, "%s", out);
     free(out);
     deadline = sf_mono_ms() + 20000;
-    while ((strcmp(status_of(cli, "o-bad", "c-001", s1, sizeof(s1)), "completed") != 0 ||
-            strcmp(status_of(cli, "o-next", "c-001", s2, sizeof(s2)), "completed") != 0) &&
+    while ((strcmp(e2e_status(cli, "o-bad", "c-001", s1, sizeof(s1)), "completed") != 0 ||
+            strcmp(e2e_status(cli, "o-next", "c-001", s2, sizeof(s2)), "completed") != 0) &&
            sf_mono_ms() < deadline)
         sf_sleep_ms(100);
     if (strcmp(s1, "completed") != 0 || strcmp(s2, "completed") != 0)
-        dump_log_tail(log);
+        e2e_dump_log(log);
     ck_assert_str_eq(s1, "completed");
     ck_assert_str_eq(s2, "completed");
     /* nothing is left parked, and the key flows again */
-    ck_assert_int_eq(run_capture(harness_cosmolite_key(h), list, &out), 0);
+    ck_assert_int_eq(e2e_run(harness_cosmolite_key(h), NULL, list, &out, NULL), 0);
     ck_assert_msg(strstr(out, "0 parked items") != NULL, "%s", out);
     free(out);
-    create_order(cli,
-                 "{\"id\":\"o-after\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
-                 "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
-                 "\"price\":5}],\"total\":5}",
-                 "c-001");
+    e2e_create_order(cli,
+                     "{\"id\":\"o-after\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
+                     "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
+                     "\"price\":5}],\"total\":5}",
+                     "c-001");
     deadline = sf_mono_ms() + 20000;
-    while (strcmp(status_of(cli, "o-after", "c-001", s1, sizeof(s1)), "completed") != 0 &&
+    while (strcmp(e2e_status(cli, "o-after", "c-001", s1, sizeof(s1)), "completed") != 0 &&
            sf_mono_ms() < deadline)
         sf_sleep_ms(100);
     ck_assert_str_eq(s1, "completed");
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    ck_assert_int_eq(wait_exit(pid, 30000), 0);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
@@ -537,7 +282,7 @@ START_TEST(test_seat_race)
     char winner_buf[32] = "";
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
-    cli = client_for(h);
+    cli = e2e_client(h);
     ck_assert_int_eq(cosmos_db_create_if_missing(cli, "tickets", NULL, NULL, &err), SF_OK);
     for (size_t i = 0; i < SF_ARRAY_LEN(colls); i++) {
         struct cosmos_container_def def = {
@@ -559,9 +304,13 @@ START_TEST(test_seat_race)
         ck_assert_int_eq(cosmos_doc_create(cli, "tickets", "wallets", pk, body, NULL, NULL, &err),
                          SF_OK);
     }
-    make_config(cfg, sizeof(cfg), "seats", harness_cosmolite_endpoint(h), "tickets",
-                "seat-booking.cfg", "processor = { workers = 10; };");
-    (void)snprintf(log, sizeof(log), "%s/seats-sagafeed.log", g_tmp);
+    e2e_make_config(cfg, sizeof(cfg),
+                    &(const struct e2e_config){.name = "seats",
+                                               .endpoint = harness_cosmolite_endpoint(h),
+                                               .db = "tickets",
+                                               .example = "seat-booking.cfg",
+                                               .extra = "processor = { workers = 10; };"});
+    (void)snprintf(log, sizeof(log), "%s/seats-sagafeed.log", e2e_tmp);
     /* all ten requests exist before sagafeed starts: one page, ten lanes, a real race */
     for (int b = 0; b < 10; b++) {
         char body[256], pk[64];
@@ -574,7 +323,7 @@ START_TEST(test_seat_race)
         ck_assert_int_eq(cosmos_doc_create(cli, "tickets", "bookings", pk, body, NULL, NULL, &err),
                          SF_OK);
     }
-    pid = spawn(harness_cosmolite_key(h), log, args);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     deadline = sf_mono_ms() + 30000;
     while (sf_mono_ms() < deadline) {
         confirmed = rejected = 0;
@@ -585,7 +334,7 @@ START_TEST(test_seat_race)
 
             (void)snprintf(id, sizeof(id), "bk-%d", b);
             (void)snprintf(buyer, sizeof(buyer), "u-%d", b);
-            d = read_doc(cli, "tickets", "bookings", id, buyer);
+            d = e2e_read(cli, "tickets", "bookings", id, buyer);
             s = d != NULL ? sf_json_str(d, "status") : NULL;
             if (s != NULL && strcmp(s, "confirmed") == 0) {
                 confirmed++;
@@ -602,11 +351,11 @@ START_TEST(test_seat_race)
         sf_sleep_ms(100);
     }
     if (confirmed + rejected != 10)
-        dump_log_tail(log);
+        e2e_dump_log(log);
     ck_assert_int_eq(confirmed, 1);
     ck_assert_int_eq(rejected, 9);
     winner = winner_buf;
-    seat = read_doc(cli, "tickets", "seats", "A1", "arena");
+    seat = e2e_read(cli, "tickets", "seats", "A1", "arena");
     ck_assert_ptr_nonnull(seat);
     ck_assert_str_eq(sf_json_str(seat, "status"), "sold");
     ck_assert_str_eq(sf_json_str(seat, "holder"), winner);
@@ -616,7 +365,7 @@ START_TEST(test_seat_race)
         json_t *w;
 
         (void)snprintf(buyer, sizeof(buyer), "u-%d", b);
-        w = read_doc(cli, "tickets", "wallets", buyer, buyer);
+        w = e2e_read(cli, "tickets", "wallets", buyer, buyer);
         ck_assert_ptr_nonnull(w);
         if (json_integer_value(json_object_get(w, "balance")) == 40)
             charged++;
@@ -626,7 +375,7 @@ START_TEST(test_seat_race)
     }
     ck_assert_int_eq(charged, 1);
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    ck_assert_int_eq(wait_exit(pid, 30000), 0);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
     /* a clean stop released every lease (owner null), so another instance takes over at once */
     {
         struct feed_lease_info *leases = NULL;
@@ -659,27 +408,27 @@ START_TEST(test_embedded_and_demo)
     pid_t pid;
     int64_t deadline;
     struct sf_buf b;
-    char *wf = example_workflows("order-fulfilment.cfg");
+    char *wf = e2e_example_workflows("order-fulfilment.cfg", NULL);
 
     /* sagafeed finds cosmolite next to itself, in ../emulator, or on $PATH */
     ck_assert_ptr_nonnull(harness_cosmolite_bin(NULL, cosmolite_bin, sizeof(cosmolite_bin)));
-    (void)snprintf(data, sizeof(data), "%s/embedded-data", g_tmp);
+    (void)snprintf(data, sizeof(data), "%s/embedded-data", e2e_tmp);
     sf_buf_init(&b, 1u << 20);
     (void)sf_buf_printf(&b,
                         "cosmos = { database = \"shop\"; };\n"
                         "embedded = { data_dir = \"%s\"; binary = \"%s\"; };\n%s",
                         data, cosmolite_bin, wf);
-    (void)snprintf(cfg, sizeof(cfg), "%s/embedded.cfg", g_tmp);
-    write_file(cfg, sf_buf_cstr(&b));
+    (void)snprintf(cfg, sizeof(cfg), "%s/embedded.cfg", e2e_tmp);
+    e2e_write_file(cfg, sf_buf_cstr(&b));
     sf_buf_release(&b);
     free(wf);
-    (void)snprintf(log, sizeof(log), "%s/embedded-sagafeed.log", g_tmp);
+    (void)snprintf(log, sizeof(log), "%s/embedded-sagafeed.log", e2e_tmp);
     (void)snprintf(portfile, sizeof(portfile), "%s/cosmolite.port", data);
-    pid = spawn(NULL, log, run_args);
+    pid = e2e_spawn(NULL, log, run_args);
     /* it starts cosmolite, which cannot find the orders container: a clear error, and
        the private server is stopped again */
-    ck_assert_int_eq(wait_exit(pid, 30000), 1);
-    text = slurp(log);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 1);
+    text = e2e_slurp(log);
     ck_assert_ptr_nonnull(text);
     ck_assert_msg(strstr(text, "embedded cosmolite") != NULL && strstr(text, "orders") != NULL,
                   "%s", text);
@@ -687,7 +436,7 @@ START_TEST(test_embedded_and_demo)
     ck_assert_int_ne(access(portfile, F_OK), 0);
     /* the demo: private cosmolite, seed, run, settle, verify (exit 0 = conserved) */
     deadline = sf_mono_ms();
-    ck_assert_int_eq(run_capture(NULL, demo_args, &out), 0);
+    ck_assert_int_eq(e2e_run(NULL, NULL, demo_args, &out, NULL), 0);
     ck_assert_msg(strstr(out, "exactly once: yes") != NULL && strstr(out, "-> conserved") != NULL,
                   "%s", out);
     (void)printf("demo output:\n%s(%lldms)\n", out, (long long)(sf_mono_ms() - deadline));
@@ -720,10 +469,10 @@ START_TEST(test_bad_configs)
             continue;
         files++;
         (void)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        text = slurp(path);
+        text = e2e_slurp(path);
         ck_assert_ptr_nonnull(text);
-        ck_assert_msg(run_capture(NULL, args, &out) == 1, "%s: check-config did not fail:\n%s",
-                      de->d_name, out);
+        ck_assert_msg(e2e_run(NULL, NULL, args, &out, NULL) == 1,
+                      "%s: check-config did not fail:\n%s", de->d_name, out);
         for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
             char want[2300];
             const char *colon;
@@ -752,61 +501,18 @@ START_TEST(test_bad_configs)
 }
 END_TEST
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    SF_UNUSED(st);
-    SF_UNUSED(flag);
-    SF_UNUSED(ftw);
-    return remove(path);
-}
-
 int main(void)
 {
-    const char *bin = getenv("SF_SAGAFEED_BIN");
-    char cbin[1024];
-    Suite *s;
-    TCase *tc;
-    SRunner *sr;
-    int failed;
-
-    if (bin == NULL || access(bin, X_OK) != 0 || getenv("SF_SOURCE_DIR") == NULL ||
-        harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL) {
-        (void)fprintf(stderr, "skipped: sagafeed or cosmolite binary missing\n");
-        return 77;
-    }
-    (void)snprintf(g_sagafeed, sizeof(g_sagafeed), "%s", bin);
-    (void)snprintf(g_tmp, sizeof(g_tmp), "%s/sf-e2e-XXXXXX",
-                   getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(g_tmp) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    s = suite_create("sagas_e2e");
     /* one case per test, so CK_RUN_CASE=poison runs just that one */
-    {
-        const struct {
-            const char *name;
-            const TTest *test;
-        } tests[] = {{"bad_configs", test_bad_configs},
-                     {"embedded", test_embedded_and_demo},
-                     {"seat_race", test_seat_race},
-                     {"poison", test_poison},
-                     {"kill9", test_kill9_faults}};
+    const struct e2e_case tests[] = {{"bad_configs", test_bad_configs},
+                                     {"embedded", test_embedded_and_demo},
+                                     {"seat_race", test_seat_race},
+                                     {"poison", test_poison},
+                                     {"kill9", test_kill9_faults}};
+    int rc;
 
-        for (size_t i = 0; i < SF_ARRAY_LEN(tests); i++) {
-            tc = tcase_create(tests[i].name);
-            tcase_set_timeout(tc, 240);
-            tcase_add_test(tc, tests[i].test);
-            suite_add_tcase(s, tc);
-        }
-    }
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_VERBOSE);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0)
-        (void)nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    else
-        (void)printf("logs and configs kept in %s\n", g_tmp);
-    return failed == 0 ? 0 : 1;
+    rc = e2e_init("sf-e2e");
+    if (rc != 0)
+        return rc;
+    return e2e_run_cases("sagas_e2e", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
 }

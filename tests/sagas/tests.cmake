@@ -18,7 +18,7 @@ endif()
 if(TARGET cosmolite AND TARGET sagafeed)
   sf_unit_test(test_sagas_e2e
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sagas_e2e.c
-    LIBS sf_processor sf_test_harness
+    LIBS sf_e2e
     LABELS "sagas;integration;e2e")
   add_dependencies(test_sagas_e2e cosmolite sagafeed)
   set_property(TEST test_sagas_e2e APPEND PROPERTY ENVIRONMENT

@@ -39,11 +39,8 @@
 #include "cosmos/cosmos.h"
 #include "processor/proc_demo.h"
 #include "tests/fault/fault_util.h"
-#include "tests/support/harness.h"
 
 #define DB "shop"
-
-static char g_tmp[512];
 
 /* 64 ASCII bytes: the decoded key is greppable text. */
 static const char CANARY[] = "sagafeed-proof-canary-key-0123456789-never-log-me-abcdefghijklmn";
@@ -70,7 +67,7 @@ START_TEST(test_auth_refused)
     struct cosmos_account_info info;
     struct cosmos_response resp;
     struct sf_err err;
-    struct fu_request r = {.verb = "GET", .rtype = "dbs", .link = "dbs/" DB, .path = "/dbs/" DB};
+    struct e2e_request r = {.verb = "GET", .rtype = "dbs", .link = "dbs/" DB, .path = "/dbs/" DB};
     long st;
     static const char doc[] = "{\"id\":\"forged\",\"customerId\":\"c-1\",\"type\":\"order\"}";
 
@@ -79,11 +76,11 @@ START_TEST(test_auth_refused)
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     r.endpoint = harness_cosmolite_endpoint(h);
     r.key = key;
-    good = fu_client(harness_cosmolite_endpoint(h), key, NULL);
+    good = e2e_client_at(harness_cosmolite_endpoint(h), key, NULL);
     ck_assert_msg(proc_demo_create(good, DB, 1, &err) == SF_OK, "%s", err.msg);
 
     /* the C client with the wrong key: 401, not retriable, the key not in the message */
-    bad = fu_client(harness_cosmolite_endpoint(h), wrong, NULL);
+    bad = e2e_client_at(harness_cosmolite_endpoint(h), wrong, NULL);
     sf_err_clear(&err);
     ck_assert_int_eq(cosmos_account_read(bad, &info, &err), SF_EAUTH);
     ck_assert_int_eq(err.http_status, 401);
@@ -101,15 +98,15 @@ START_TEST(test_auth_refused)
     cosmos_client_free(bad);
 
     /* raw requests: the right signature first, so the refusals below mean something */
-    st = fu_request(&r, &body);
+    st = e2e_request(&r, &body);
     ck_assert_msg(st == 200, "signed GET: %ld %s", st, body);
     free(body);
     r.date = time(NULL) - 60; /* a minute off: within the default 900 s skew */
-    ck_assert_int_eq(fu_request(&r, NULL), 200);
+    ck_assert_int_eq(e2e_request(&r, NULL), 200);
 
     r.date = 0;
     r.tamper = true;
-    st = fu_request(&r, &body);
+    st = e2e_request(&r, &body);
     ck_assert_msg(st == 401, "tampered signature: %ld %s", st, body);
     ck_assert_ptr_null(strstr(body, key));
     (void)printf("tampered signature: %ld %s\n", st, body);
@@ -117,43 +114,43 @@ START_TEST(test_auth_refused)
     r.tamper = false;
 
     r.no_auth = true;
-    ck_assert_int_eq(fu_request(&r, NULL), 401);
+    ck_assert_int_eq(e2e_request(&r, NULL), 401);
     r.no_auth = false;
 
     r.link = "dbs/other"; /* signed for another resource */
-    ck_assert_int_eq(fu_request(&r, NULL), 401);
+    ck_assert_int_eq(e2e_request(&r, NULL), 401);
     r.link = "dbs/" DB;
     r.sign_verb = "DELETE"; /* signed for DELETE, sent as GET */
-    ck_assert_int_eq(fu_request(&r, NULL), 401);
+    ck_assert_int_eq(e2e_request(&r, NULL), 401);
     r.sign_verb = NULL;
     r.rtype = "colls"; /* signed for another resource type */
-    ck_assert_int_eq(fu_request(&r, NULL), 401);
+    ck_assert_int_eq(e2e_request(&r, NULL), 401);
     r.rtype = "dbs";
 
     r.date = time(NULL) - 3600; /* stale */
-    st = fu_request(&r, &body);
+    st = e2e_request(&r, &body);
     ck_assert_msg(st == 403, "stale date: %ld %s", st, body);
     (void)printf("stale date: %ld %s\n", st, body);
     free(body);
     r.date = time(NULL) + 3600; /* from the future */
-    ck_assert_int_eq(fu_request(&r, NULL), 403);
+    ck_assert_int_eq(e2e_request(&r, NULL), 403);
     r.date = 0;
 
     /* a refused write leaves nothing behind */
     {
-        struct fu_request w = {.endpoint = r.endpoint,
-                               .key = key,
-                               .verb = "POST",
-                               .rtype = "docs",
-                               .link = "dbs/" DB "/colls/orders",
-                               .path = "/dbs/" DB "/colls/orders/docs",
-                               .body = doc,
-                               .tamper = true};
+        struct e2e_request w = {.endpoint = r.endpoint,
+                                .key = key,
+                                .verb = "POST",
+                                .rtype = "docs",
+                                .link = "dbs/" DB "/colls/orders",
+                                .path = "/dbs/" DB "/colls/orders/docs",
+                                .body = doc,
+                                .tamper = true};
 
-        ck_assert_int_eq(fu_request(&w, NULL), 401);
+        ck_assert_int_eq(e2e_request(&w, NULL), 401);
         w.tamper = false;
         w.date = time(NULL) - 7200;
-        ck_assert_int_eq(fu_request(&w, NULL), 403);
+        ck_assert_int_eq(e2e_request(&w, NULL), 403);
         cosmos_response_init(&resp, 1u << 20);
         ck_assert_int_eq(
             cosmos_doc_read(good, DB, "orders", "forged", "[\"c-1\"]", NULL, &resp, &err),
@@ -167,10 +164,13 @@ START_TEST(test_auth_refused)
         const char *args[] = {"run", "-c", cfg, "--log-level", "info", NULL};
         int rc;
 
-        fu_make_config(cfg, sizeof(cfg), g_tmp, "wrongkey", harness_cosmolite_endpoint(h), DB,
-                       "order-fulfilment.cfg", NULL, NULL);
-        (void)snprintf(log, sizeof(log), "%s/wrongkey.log", g_tmp);
-        rc = fu_run_capture(wrong, log, args, &out);
+        e2e_make_config(cfg, sizeof(cfg),
+                        &(const struct e2e_config){.name = "wrongkey",
+                                                   .endpoint = harness_cosmolite_endpoint(h),
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg"});
+        (void)snprintf(log, sizeof(log), "%s/wrongkey.log", e2e_tmp);
+        rc = e2e_run(wrong, log, args, &out, NULL);
         (void)printf("sagafeed run with a wrong key: exit %d\n%s", rc, out);
         ck_assert_msg(rc != 0 && rc != -1, "sagafeed with a wrong key: exit %d", rc);
         ck_assert_msg(strstr(out, "401") != NULL || strstr(out, "uthoriz") != NULL, "%s", out);
@@ -190,33 +190,12 @@ END_TEST
 static pid_t spawn_server(const char *bin, const char *const *args, const char *env,
                           const char *log, const char *port_file, int *ret_port)
 {
-    pid_t parent = getpid(), pid = fork();
+    pid_t pid = e2e_spawn_bin(bin, env, log, args);
     int64_t deadline = sf_mono_ms() + 20000;
     char *text = NULL;
 
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        const char *argv[32];
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600), n = 0;
-
-        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        argv[n++] = bin;
-        for (int i = 0; args[i] != NULL && n < 31; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        if (fd >= 0) {
-            (void)dup2(fd, 1);
-            (void)dup2(fd, 2);
-        }
-        if (env != NULL)
-            (void)putenv((char *)env);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
     while (sf_mono_ms() < deadline) {
-        text = fu_slurp(port_file, NULL);
+        text = e2e_slurp(port_file);
         if (text != NULL && strchr(text, '\n') != NULL)
             break;
         free(text);
@@ -224,7 +203,7 @@ static pid_t spawn_server(const char *bin, const char *const *args, const char *
         sf_sleep_ms(50);
     }
     if (text == NULL)
-        fu_dump_tail(log);
+        e2e_dump_log(log);
     ck_assert_msg(text != NULL, "%s did not write %s", bin, port_file);
     *ret_port = (int)strtol(text, NULL, 10);
     free(text);
@@ -262,7 +241,7 @@ static size_t count_leaks(const char *path, const struct leak_forms *f, const ch
                           size_t *ret_lines)
 {
     size_t len = 0, lines = 0, hits = 0;
-    char *text = fu_slurp(path, &len);
+    char *text = e2e_slurp_len(path, &len);
     const char *forms[5] = {f->b64, f->b64_url, f->b64_prefix, f->plain_prefix, file_text};
 
     ck_assert_msg(text != NULL, "cannot read %s", path);
@@ -304,16 +283,16 @@ START_TEST(test_secrets_not_logged)
     leak_forms_init(&f, CANARY);
     leak_forms_init(&fw, WRONG);
     ck_assert_ptr_nonnull(harness_cosmolite_bin(NULL, cbin, sizeof(cbin)));
-    (void)snprintf(keyfile, sizeof(keyfile), "%s/cosmos.key", g_tmp);
-    fu_write_file(keyfile, f.b64);
+    (void)snprintf(keyfile, sizeof(keyfile), "%s/cosmos.key", e2e_tmp);
+    e2e_write_file(keyfile, f.b64);
     ck_assert_int_eq(chmod(keyfile, 0600), 0);
-    (void)snprintf(badkeyfile, sizeof(badkeyfile), "%s/bad.key", g_tmp);
-    fu_write_file(badkeyfile, badkey_text);
+    (void)snprintf(badkeyfile, sizeof(badkeyfile), "%s/bad.key", e2e_tmp);
+    e2e_write_file(badkeyfile, badkey_text);
 
     /* cosmolite with --key-file, another with $COSMOLITE_KEY, both at debug level */
-    (void)snprintf(port_file, sizeof(port_file), "%s/port1", g_tmp);
-    (void)snprintf(port_file2, sizeof(port_file2), "%s/port2", g_tmp);
-    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/cosmolite-keyfile.log", g_tmp);
+    (void)snprintf(port_file, sizeof(port_file), "%s/port1", e2e_tmp);
+    (void)snprintf(port_file2, sizeof(port_file2), "%s/port2", e2e_tmp);
+    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/cosmolite-keyfile.log", e2e_tmp);
     {
         const char *args[] = {"--listen", "127.0.0.1:0",  "--memory", "--port-file",
                               port_file,  "--key-file",   keyfile,    "--log-level",
@@ -321,7 +300,7 @@ START_TEST(test_secrets_not_logged)
 
         srv = spawn_server(cbin, args, NULL, logs[n_logs++], port_file, &port);
     }
-    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/cosmolite-env.log", g_tmp);
+    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/cosmolite-env.log", e2e_tmp);
     (void)snprintf(env, sizeof(env), "COSMOLITE_KEY=%s", f.b64);
     {
         const char *args[] = {"--listen",    "127.0.0.1:0", "--memory",   "--port-file", port_file2,
@@ -333,17 +312,17 @@ START_TEST(test_secrets_not_logged)
     (void)snprintf(endpoint2, sizeof(endpoint2), "http://127.0.0.1:%d", port2);
     /* the env server really uses the key: it answers a client holding it, refuses others */
     {
-        struct cosmos_client *c2 = fu_client(endpoint2, f.b64, NULL), *c3;
+        struct cosmos_client *c2 = e2e_client_at(endpoint2, f.b64, NULL), *c3;
         struct cosmos_account_info info;
 
         ck_assert_int_eq(cosmos_account_read(c2, &info, &err), SF_OK);
-        c3 = fu_client(endpoint2, fw.b64, NULL);
+        c3 = e2e_client_at(endpoint2, fw.b64, NULL);
         ck_assert_int_eq(cosmos_account_read(c3, &info, &err), SF_EAUTH);
         cosmos_client_free(c2);
         cosmos_client_free(c3);
     }
 
-    cli = fu_client(endpoint, f.b64, NULL);
+    cli = e2e_client_at(endpoint, f.b64, NULL);
     ck_assert_msg(proc_demo_create(cli, DB, 2, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_orders(cli, DB, &dopt, 0, 20, &err) == SF_OK, "%s", err.msg);
@@ -353,37 +332,52 @@ START_TEST(test_secrets_not_logged)
         char extra[800];
 
         (void)snprintf(extra, sizeof(extra), "key_file = \"%s\";", keyfile);
-        fu_make_config(cfg_file, sizeof(cfg_file), g_tmp, "secret-file", endpoint, DB,
-                       "order-fulfilment.cfg", extra, NULL);
+        e2e_make_config(cfg_file, sizeof(cfg_file),
+                        &(const struct e2e_config){.name = "secret-file",
+                                                   .endpoint = endpoint,
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg",
+                                                   .cosmos_extra = extra});
         (void)snprintf(extra, sizeof(extra), "key_file = \"%s\";", badkeyfile);
-        fu_make_config(cfg_bad, sizeof(cfg_bad), g_tmp, "secret-bad", endpoint, DB,
-                       "order-fulfilment.cfg", extra, NULL);
+        e2e_make_config(cfg_bad, sizeof(cfg_bad),
+                        &(const struct e2e_config){.name = "secret-bad",
+                                                   .endpoint = endpoint,
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg",
+                                                   .cosmos_extra = extra});
         (void)snprintf(extra, sizeof(extra), "key = \"%s\";", f.b64);
-        fu_make_config(cfg_inline, sizeof(cfg_inline), g_tmp, "secret-inline", endpoint, DB,
-                       "order-fulfilment.cfg", extra, NULL);
-        fu_make_config(cfg_env, sizeof(cfg_env), g_tmp, "secret-env", endpoint, DB,
-                       "order-fulfilment.cfg", NULL, NULL);
+        e2e_make_config(cfg_inline, sizeof(cfg_inline),
+                        &(const struct e2e_config){.name = "secret-inline",
+                                                   .endpoint = endpoint,
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg",
+                                                   .cosmos_extra = extra});
+        e2e_make_config(cfg_env, sizeof(cfg_env),
+                        &(const struct e2e_config){.name = "secret-env",
+                                                   .endpoint = endpoint,
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg"});
     }
-    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-keyfile.log", g_tmp);
+    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-keyfile.log", e2e_tmp);
     {
         const char *args[] = {"run", "-c", cfg_file, "--log-level", "debug", NULL};
 
-        pid = fu_spawn_sagafeed(NULL, logs[n_logs], args);
+        pid = e2e_spawn(NULL, logs[n_logs], args);
         fu_wait_settled(cli, DB, 20, 60000, logs[n_logs]);
         ck_assert_int_eq(kill(pid, SIGTERM), 0);
-        ck_assert_int_eq(fu_wait_exit(pid, 30000), 0);
+        ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
         n_logs++;
     }
     /* sagafeed with key_env, text logs at debug level */
     ck_assert_msg(proc_demo_seed_orders(cli, DB, &dopt, 20, 30, &err) == SF_OK, "%s", err.msg);
-    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-env.log", g_tmp);
+    (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-env.log", e2e_tmp);
     {
         const char *args[] = {"run", "-c", cfg_env, "--log-level", "debug", "--log-text", NULL};
 
-        pid = fu_spawn_sagafeed(f.b64, logs[n_logs], args);
+        pid = e2e_spawn(f.b64, logs[n_logs], args);
         fu_wait_settled(cli, DB, 30, 60000, logs[n_logs]);
         ck_assert_int_eq(kill(pid, SIGTERM), 0);
-        ck_assert_int_eq(fu_wait_exit(pid, 30000), 0);
+        ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
         n_logs++;
     }
     /* failures that quote things: a wrong key, a key file that is not base64, the key inline,
@@ -396,33 +390,33 @@ START_TEST(test_secrets_not_logged)
         const char *parked_args[] = {"parked", "list", "-c", cfg_file, NULL};
         int rc;
 
-        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-wrongkey.log", g_tmp);
-        rc = fu_run_capture(fw.b64, logs[n_logs++], wrong_args, &out);
+        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-wrongkey.log", e2e_tmp);
+        rc = e2e_run(fw.b64, logs[n_logs++], wrong_args, &out, NULL);
         ck_assert_msg(rc != 0 && rc != -1, "wrong key: exit %d: %s", rc, out);
         free(out);
-        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-badkeyfile.log", g_tmp);
-        rc = fu_run_capture(NULL, logs[n_logs++], bad_args, &out);
+        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-badkeyfile.log", e2e_tmp);
+        rc = e2e_run(NULL, logs[n_logs++], bad_args, &out, NULL);
         ck_assert_msg(rc != 0 && rc != -1, "bad key file: exit %d: %s", rc, out);
         (void)printf("a key file that is not base64: %s", out);
         free(out);
-        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/check-inline.log", g_tmp);
-        rc = fu_run_capture(NULL, logs[n_logs++], inline_args, &out);
+        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/check-inline.log", e2e_tmp);
+        rc = e2e_run(NULL, logs[n_logs++], inline_args, &out, NULL);
         ck_assert_msg(rc == 1 && strstr(out, "not accepted inline") != NULL, "%d: %s", rc, out);
         (void)printf("the key inline: %s", out);
         free(out);
-        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/run-inline.log", g_tmp);
-        rc = fu_run_capture(NULL, logs[n_logs++], inline_run, &out);
+        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/run-inline.log", e2e_tmp);
+        rc = e2e_run(NULL, logs[n_logs++], inline_run, &out, NULL);
         ck_assert_msg(rc != 0, "run with the key inline: exit %d", rc);
         free(out);
-        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/parked-list.log", g_tmp);
-        rc = fu_run_capture(NULL, logs[n_logs++], parked_args, &out);
+        (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/parked-list.log", e2e_tmp);
+        rc = e2e_run(NULL, logs[n_logs++], parked_args, &out, NULL);
         ck_assert_msg(rc == 0, "parked list: exit %d: %s", rc, out);
         free(out);
     }
     /* a client with the wrong key against the env server and the key-file server: their debug
        logs see the refusals */
     {
-        struct cosmos_client *c3 = fu_client(endpoint, fw.b64, NULL);
+        struct cosmos_client *c3 = e2e_client_at(endpoint, fw.b64, NULL);
         struct cosmos_account_info info;
 
         ck_assert_int_eq(cosmos_account_read(c3, &info, &err), SF_EAUTH);
@@ -430,9 +424,9 @@ START_TEST(test_secrets_not_logged)
     }
     cosmos_client_free(cli);
     ck_assert_int_eq(kill(srv, SIGTERM), 0);
-    ck_assert_int_eq(fu_wait_exit(srv, 10000), 0);
+    ck_assert_int_eq(e2e_wait_exit(srv, 10000), 0);
     ck_assert_int_eq(kill(srv2, SIGTERM), 0);
-    ck_assert_int_eq(fu_wait_exit(srv2, 10000), 0);
+    ck_assert_int_eq(e2e_wait_exit(srv2, 10000), 0);
 
     /* the search: every log of both programs, for both keys in every form */
     for (size_t i = 0; i < n_logs; i++) {
@@ -447,7 +441,7 @@ START_TEST(test_secrets_not_logged)
             strstr(logs[i], "/sagafeed-env") != NULL)
             ck_assert_msg(n > 20, "%s has only %zu lines: not at debug level?", logs[i], n);
         if (strstr(logs[i], "/cosmolite-") != NULL) {
-            char *text = fu_slurp(logs[i], NULL);
+            char *text = e2e_slurp(logs[i]);
 
             ck_assert_msg(strstr(text, "listening on") != NULL, "%s", text);
             free(text);
@@ -458,13 +452,13 @@ START_TEST(test_secrets_not_logged)
         const char *controls[] = {f.b64, f.b64_url, CANARY, badkey_text};
         char control[600];
 
-        (void)snprintf(control, sizeof(control), "%s/control.log", g_tmp);
+        (void)snprintf(control, sizeof(control), "%s/control.log", e2e_tmp);
         for (size_t k = 0; k < SF_ARRAY_LEN(controls); k++) {
             char text[512];
             size_t n = 0;
 
             (void)snprintf(text, sizeof(text), "{\"msg\":\"auth with %s failed\"}\n", controls[k]);
-            fu_write_file(control, text);
+            e2e_write_file(control, text);
             ck_assert_uint_gt(count_leaks(control, &f, badkey_text, &n), 0);
         }
         (void)unlink(control);
@@ -561,7 +555,7 @@ START_TEST(test_tls)
     char *body = NULL;
     long st;
 
-    (void)snprintf(dir, sizeof(dir), "%s/tls", g_tmp);
+    (void)snprintf(dir, sizeof(dir), "%s/tls", e2e_tmp);
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     make_ca(dir, "trusted");
     make_ca(dir, "other");
@@ -592,19 +586,19 @@ START_TEST(test_tls)
     }
     /* libcurl on its own agrees (raw request, same CA files) */
     {
-        struct fu_request r = {.endpoint = endpoint,
-                               .key = harness_cosmolite_key(h),
-                               .verb = "GET",
-                               .rtype = "",
-                               .link = "",
-                               .path = "/",
-                               .ca_file = ca};
+        struct e2e_request r = {.endpoint = endpoint,
+                                .key = harness_cosmolite_key(h),
+                                .verb = "GET",
+                                .rtype = "",
+                                .link = "",
+                                .path = "/",
+                                .ca_file = ca};
 
-        st = fu_request(&r, &body);
+        st = e2e_request(&r, &body);
         ck_assert_msg(st == 200, "%ld %s", st, body);
         free(body);
         r.ca_file = other_ca;
-        ck_assert_int_eq(fu_request(&r, NULL), 0);
+        ck_assert_int_eq(e2e_request(&r, NULL), 0);
     }
     /* a certificate for another host name, from the trusted CA: refused too */
     h_bad = start_tls(dir, "wrong-host", endpoint_bad, sizeof(endpoint_bad));
@@ -614,7 +608,7 @@ START_TEST(test_tls)
     harness_cosmolite_free(h_bad);
 
     /* sagafeed over TLS with cosmos.ca_file: orders settle */
-    cli = fu_client(endpoint, harness_cosmolite_key(h), ca);
+    cli = e2e_client_at(endpoint, harness_cosmolite_key(h), ca);
     ck_assert_msg(proc_demo_create(cli, DB, 2, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_orders(cli, DB, &dopt, 0, 20, &err) == SF_OK, "%s", err.msg);
@@ -627,19 +621,31 @@ START_TEST(test_tls)
         int status;
 
         (void)snprintf(extra, sizeof(extra), "key_env = \"SF_TEST_KEY\"; ca_file = \"%s\";", ca);
-        fu_make_config(cfg, sizeof(cfg), g_tmp, "tls", endpoint, DB, "order-fulfilment.cfg", extra,
-                       NULL);
+        e2e_make_config(cfg, sizeof(cfg),
+                        &(const struct e2e_config){.name = "tls",
+                                                   .endpoint = endpoint,
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg",
+                                                   .cosmos_extra = extra});
         (void)snprintf(extra, sizeof(extra), "key_env = \"SF_TEST_KEY\"; ca_file = \"%s\";",
                        other_ca);
-        fu_make_config(cfg_other, sizeof(cfg_other), g_tmp, "tls-other", endpoint, DB,
-                       "order-fulfilment.cfg", extra, NULL);
-        fu_make_config(cfg_off, sizeof(cfg_off), g_tmp, "tls-off", endpoint, DB,
-                       "order-fulfilment.cfg", "key_env = \"SF_TEST_KEY\"; tls_verify = false;",
-                       NULL);
+        e2e_make_config(cfg_other, sizeof(cfg_other),
+                        &(const struct e2e_config){.name = "tls-other",
+                                                   .endpoint = endpoint,
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg",
+                                                   .cosmos_extra = extra});
+        e2e_make_config(cfg_off, sizeof(cfg_off),
+                        &(const struct e2e_config){
+                            .name = "tls-off",
+                            .endpoint = endpoint,
+                            .db = DB,
+                            .example = "order-fulfilment.cfg",
+                            .cosmos_extra = "key_env = \"SF_TEST_KEY\"; tls_verify = false;"});
 
         /* untrusted: sagafeed must not start working */
-        (void)snprintf(log, sizeof(log), "%s/tls-untrusted.log", g_tmp);
-        status = fu_run_capture(harness_cosmolite_key(h), log, args_other, &out);
+        (void)snprintf(log, sizeof(log), "%s/tls-untrusted.log", e2e_tmp);
+        status = e2e_run(harness_cosmolite_key(h), log, args_other, &out, NULL);
         (void)printf("sagafeed against an untrusted certificate: exit %d\n%s", status, out);
         ck_assert_msg(status != 0 && status != -1, "exit %d", status);
         ck_assert_msg(strstr(out, "certificate") != NULL || strstr(out, "SSL") != NULL ||
@@ -649,20 +655,20 @@ START_TEST(test_tls)
         ck_assert_int_eq(proc_demo_unsettled(cli, DB, &(size_t){0}, &err), SF_OK);
 
         /* trusted: everything settles over TLS */
-        (void)snprintf(log, sizeof(log), "%s/tls-sagafeed.log", g_tmp);
-        pid = fu_spawn_sagafeed(harness_cosmolite_key(h), log, args);
+        (void)snprintf(log, sizeof(log), "%s/tls-sagafeed.log", e2e_tmp);
+        pid = e2e_spawn(harness_cosmolite_key(h), log, args);
         fu_wait_settled(cli, DB, 20, 60000, log);
         ck_assert_int_eq(kill(pid, SIGTERM), 0);
-        ck_assert_int_eq(fu_wait_exit(pid, 30000), 0);
+        ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
         fu_verify(cli, DB, 20, "sagafeed over TLS");
 
         /* tls_verify = false: works, with a warning saying so */
-        (void)snprintf(log, sizeof(log), "%s/tls-off.log", g_tmp);
-        pid = fu_spawn_sagafeed(harness_cosmolite_key(h), log, args_off);
+        (void)snprintf(log, sizeof(log), "%s/tls-off.log", e2e_tmp);
+        pid = e2e_spawn(harness_cosmolite_key(h), log, args_off);
         sf_sleep_ms(2000);
         ck_assert_int_eq(kill(pid, SIGTERM), 0);
-        status = fu_wait_exit(pid, 30000);
-        out = fu_slurp(log, NULL);
+        status = e2e_wait_exit(pid, 30000);
+        out = e2e_slurp(log);
         ck_assert_msg(status == 0, "tls_verify = false: exit %d: %s", status, out);
         ck_assert_msg(strstr(out, "\"warn") != NULL &&
                           (strstr(out, "verification") != NULL || strstr(out, "TLS") != NULL),
@@ -676,44 +682,17 @@ END_TEST
 
 int main(void)
 {
-    const struct {
-        const char *name;
-        const TTest *test;
-    } tests[] = {
+    const struct e2e_case tests[] = {
         {"auth", test_auth_refused}, {"secrets", test_secrets_not_logged}, {"tls", test_tls}};
-    const char *bin = getenv("SF_SAGAFEED_BIN");
-    char cbin[1024];
-    Suite *s;
-    SRunner *sr;
-    int failed;
+    int rc;
 
-    if (bin == NULL || access(bin, X_OK) != 0 || getenv("SF_SOURCE_DIR") == NULL ||
-        harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL) {
-        (void)fprintf(stderr, "skipped: sagafeed or cosmolite binary missing\n");
-        return 77;
-    }
     if (system("openssl version >/dev/null 2>&1") != 0) {
         (void)fprintf(stderr,
                       "skipped: the openssl command is missing (apt-get install openssl)\n");
         return 77;
     }
-    if (!fu_mkdtemp(g_tmp, sizeof(g_tmp), "sf-security"))
-        return 1;
-    s = suite_create("security");
-    for (size_t i = 0; i < SF_ARRAY_LEN(tests); i++) {
-        TCase *tc = tcase_create(tests[i].name);
-
-        tcase_set_timeout(tc, 240);
-        tcase_add_test(tc, tests[i].test);
-        suite_add_tcase(s, tc);
-    }
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_VERBOSE);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0)
-        fu_rmtree(g_tmp);
-    else
-        (void)printf("logs and configs kept in %s\n", g_tmp);
-    return failed == 0 ? 0 : 1;
+    rc = e2e_init("sf-security");
+    if (rc != 0)
+        return rc;
+    return e2e_run_cases("security", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
 }
