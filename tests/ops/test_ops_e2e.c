@@ -220,6 +220,18 @@ START_TEST(test_status_lag)
 }
 END_TEST
 
+/* Every order completed exactly once, stock and balances conserved. */
+static void all_completed_once(struct cosmos_client *cli, size_t orders)
+{
+    struct proc_demo_report rep;
+    struct sf_err err;
+
+    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(rep.completed, orders);
+    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
+                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+}
+
 /* ---------------------------------------------------------------------------
  * pause / resume
  */
@@ -250,7 +262,6 @@ START_TEST(test_pause_resume)
     const char *status_json[] = {"status", "-c", cfg, "--json", NULL};
     struct feed_lease_info *before = NULL, *after = NULL;
     size_t n_before = 0, n_after = 0;
-    struct proc_demo_report rep;
     struct sf_err err;
     json_t *v, *r;
     size_t i;
@@ -312,10 +323,7 @@ START_TEST(test_pause_resume)
     e2e_wait_settled(cli, "shop", 15, 20000, NULL);
     ck_assert_uint_eq(count_placed(cli, 10, 10), 0);
     e2e_stop(b, log_b);
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    ck_assert_uint_eq(rep.completed, 15);
-    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
-                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    all_completed_once(cli, 15);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
@@ -565,8 +573,6 @@ START_TEST(test_replay_window)
     const char *run[] = {"run", "-c", buggy, "--instance", "ops-r", NULL};
     const char *dry[] = {"replay", "-c", fixed, "--from", from, "--to", to, "--dry-run", NULL};
     const char *replay[] = {"replay", "-c", fixed, "--from", from, "--to", to, NULL};
-    struct proc_demo_report rep;
-    struct sf_err err;
     char st[32];
     pid_t pid;
 
@@ -611,10 +617,7 @@ START_TEST(test_replay_window)
         ck_assert_str_eq(e2e_status(cli, id, cust, st, sizeof(st)),
                          i >= 10 && i < 20 ? "completed" : "placed");
     }
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    ck_assert_uint_eq(rep.completed, 10);
-    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
-                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    all_completed_once(cli, 10);
     /* live leases untouched; the replay's own leases are gone */
     after = snapshot(cli);
     {
@@ -690,28 +693,41 @@ static size_t replay_leases(struct cosmos_client *cli, bool *ret_owned)
     return n;
 }
 
+/*
+ * 30 orders that a buggy version acknowledged without processing (its
+ * checkpoints are past them, all still placed); fixed gets the config of
+ * the fixed version (workers = 2) for a replay to use.
+ */
+static void skipped_orders(struct harness_cosmolite *h, struct cosmos_client *cli, const char *name,
+                           char *fixed, size_t size)
+{
+    char buggy[512], log[512], instance[32];
+    const char *run[] = {"run", "-c", buggy, "--instance", instance, NULL};
+    pid_t pid;
+
+    two_configs(h, name, "processor = { workers = 2; };", buggy, fixed, size);
+    (void)snprintf(log, sizeof(log), "%s/%s.log", e2e_tmp, name);
+    (void)snprintf(instance, sizeof(instance), "ops-%s", name);
+    e2e_create_orders(cli, 0, 30);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    wait_caught_up(h, buggy, 1);
+    e2e_stop(pid, log);
+}
+
 START_TEST(test_replay_resume_parked)
 {
     /* slow effects, so that the replay is still busy when it is interrupted */
     static const char *const faults[] = {"--fault", "delay=150,op=batch,count=40", NULL};
     struct cosmos_client *cli;
     struct harness_cosmolite *h = shop(1, faults, &cli);
-    char buggy[512], fixed[512], log[512], rlog[512], *out, *text;
-    const char *run[] = {"run", "-c", buggy, "--instance", "ops-rr", NULL};
+    char fixed[512], rlog[512], *out, *text;
     const char *replay[] = {"replay", "-c", fixed, "--from", "beginning", "--to", "now", NULL};
-    struct proc_demo_report rep;
-    struct sf_err err;
     size_t placed;
     bool owned;
     pid_t pid;
 
-    two_configs(h, "rr", "processor = { workers = 2; };", buggy, fixed, sizeof(buggy));
-    (void)snprintf(log, sizeof(log), "%s/rr.log", e2e_tmp);
+    skipped_orders(h, cli, "rr", fixed, sizeof(fixed));
     (void)snprintf(rlog, sizeof(rlog), "%s/rr-replay.log", e2e_tmp);
-    e2e_create_orders(cli, 0, 30);
-    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
-    wait_caught_up(h, buggy, 1);
-    e2e_stop(pid, log);
     /* interrupted mid-way: what is done stays done, its lease stays (free) for a resume */
     pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
     sf_sleep_ms(700);
@@ -732,10 +748,7 @@ START_TEST(test_replay_resume_parked)
     free(out);
     ck_assert_uint_eq(count_placed(cli, 0, 30), 0);
     ck_assert_uint_eq(replay_leases(cli, &owned), 0);
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    ck_assert_uint_eq(rep.completed, 30);
-    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
-                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    all_completed_once(cli, 30);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
@@ -748,22 +761,14 @@ START_TEST(test_replay_split)
     static const char *const faults[] = {"--fault", "delay=100,op=batch,count=30", NULL};
     struct cosmos_client *cli;
     struct harness_cosmolite *h = shop(1, faults, &cli);
-    char buggy[512], fixed[512], log[512], rlog[512], *out = NULL, *text;
-    const char *run[] = {"run", "-c", buggy, "--instance", "ops-rs", NULL};
+    char fixed[512], rlog[512], *out = NULL, *text;
     const char *replay[] = {"replay", "-c", fixed, "--from", "beginning", "--to", "now", NULL};
-    struct proc_demo_report rep;
-    struct sf_err err;
     int64_t deadline;
     bool owned;
     pid_t pid;
 
-    two_configs(h, "rs", "processor = { workers = 2; };", buggy, fixed, sizeof(buggy));
-    (void)snprintf(log, sizeof(log), "%s/rs.log", e2e_tmp);
+    skipped_orders(h, cli, "rs", fixed, sizeof(fixed));
     (void)snprintf(rlog, sizeof(rlog), "%s/rs-replay.log", e2e_tmp);
-    e2e_create_orders(cli, 0, 30);
-    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
-    wait_caught_up(h, buggy, 1);
-    e2e_stop(pid, log);
     pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
     /* the first order replayed: pages of 10, so 20 are still to be read */
     deadline = sf_mono_ms() + 20000;
@@ -783,10 +788,7 @@ START_TEST(test_replay_split)
     free(text);
     ck_assert_uint_eq(count_placed(cli, 0, 30), 0);
     ck_assert_uint_eq(replay_leases(cli, &owned), 0);
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    ck_assert_uint_eq(rep.completed, 30);
-    ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
-                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    all_completed_once(cli, 30);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
@@ -976,8 +978,6 @@ START_TEST(test_leases)
     const char *import[] = {"leases", "import", "-c", cfg, exp, NULL};
     const char *import_bad[] = {"leases", "import", "-c", cfg, bad, NULL};
     const char *lag_json[] = {"lag", "-c", cfg, "--json", NULL};
-    struct proc_demo_report rep;
-    struct sf_err err;
     json_t *v, *r;
     int64_t epoch;
     double before;
@@ -1037,10 +1037,7 @@ START_TEST(test_leases)
         18);
     free(m);
     e2e_stop(pid, log);
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    ck_assert_uint_eq(rep.completed, 6);
-    ck_assert_msg(rep.exactly_once && rep.conserved, "%s",
-                  rep.n_problems > 0 ? rep.problems[0] : "not conserved");
+    all_completed_once(cli, 6);
     /* reset with nobody running: "not started" until an instance checkpoints */
     free(cmd(h, 0, reset));
     v = cmd_json(h, lag_json);
