@@ -38,7 +38,11 @@
 #include "cosmos/cosmos.h"
 #include "outbox/outbox.h"
 
-#define STEP_PLUGIN_ABI        1
+/*
+ * The ABI a plugin is built for; the host passes its own to the init symbol.
+ * 2: step_event_build hands back a JSON document (was text for a buffer).
+ */
+#define STEP_PLUGIN_ABI        2
 #define STEP_PLUGIN_INIT_V1    "sagafeed_plugin_init_v1"
 #define STEP_MARKER_ID_HASH_AT 200 /* longer ids are replaced by a hash */
 #define STEP_ID_MAX            256
