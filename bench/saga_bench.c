@@ -378,8 +378,7 @@ static void *ceil_main(void *arg)
  * or cancelled by the reserve step (on which line: the reason names the
  * sku) or by the charge step.
  */
-static struct plan *read_plans(struct cosmos_client *cli, const char *db,
-                               const struct proc_demo_opts *dopt, unsigned n)
+static struct plan *read_plans(struct cosmos_client *cli, const char *db, unsigned n)
 {
     json_t *docs = NULL, *d;
     struct plan *plans = calloc(n, sizeof(*plans));
@@ -434,7 +433,6 @@ static struct plan *read_plans(struct cosmos_client *cli, const char *db,
     for (unsigned i = 0; i < n; i++)
         if (!seen[i])
             die("an order is missing from the saga run", NULL);
-    SF_UNUSED(dopt);
     json_decref(docs);
     free(seen);
     return plans;
@@ -969,7 +967,7 @@ int main(int argc, char **argv)
             }
         }
         saga_stop(&sp, false);
-        plans = read_plans(cli, g_db, &dopt, g_o.orders);
+        plans = read_plans(cli, g_db, g_o.orders);
         (void)snprintf(ceil_db, sizeof(ceil_db), "ceiling%u", r + 1);
         ceil_rates[r] = run_ceiling(h, ceil_db, plans, &ceil_cpu);
         free(plans);
