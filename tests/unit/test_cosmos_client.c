@@ -660,6 +660,37 @@ START_TEST(test_batch)
     cosmos_batch_free(b);
     cosmos_batch_free(NULL);
     ck_assert_int_eq(cosmos_batch_new("\"p1\"", &b, &err), SF_EINVAL);
+
+    /* JSON in hand: the same operations on the wire; minimal from the switch on. */
+    {
+        json_t *doc = json_pack("{s:s, s:s}", "id", "m2", "pk", "p1");
+        json_t *ops = json_pack("[{s:s, s:s, s:i}]", "op", "incr", "path", "/n", "value", 2);
+        json_t *arr = json_array(), *str = json_string("x");
+
+        ck_assert_int_eq(cosmos_batch_new("[\"p1\"]", &b, &err), SF_OK);
+        ck_assert_int_eq(cosmos_batch_patch_ops(b, "o1", ops, NULL, NULL, &err), SF_OK);
+        cosmos_batch_set_minimal(b, true);
+        ck_assert_int_eq(cosmos_batch_create_doc(b, doc, NULL, &err), SF_OK);
+        ck_assert_int_eq(cosmos_batch_create_doc(b, str, NULL, &err), SF_EINVAL);
+        ck_assert_int_eq(cosmos_batch_patch_ops(b, "o1", arr, NULL, NULL, &err), SF_EINVAL);
+        ck_assert_int_eq(cosmos_batch_patch_ops(b, NULL, ops, NULL, NULL, &err), SF_EINVAL);
+        ck_assert_uint_eq(cosmos_batch_count(b), 2);
+        add(COSMOS_NET_OK, 200, NULL, "[{\"statusCode\":200},{\"statusCode\":201}]");
+        ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_OK);
+        ck_assert_str_eq(sc.sent[sc.pos - 1].body,
+                         "[{\"operationType\":\"Patch\",\"id\":\"o1\",\"resourceBody\":{"
+                         "\"operations\":[{\"op\":\"incr\",\"path\":\"/n\",\"value\":2}]}},"
+                         "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"m2\",\"pk\":"
+                         "\"p1\"},\"minimalReturnPreference\":true}]");
+        ck_assert(res.committed);
+        ck_assert_ptr_null(res.ops[1].body);
+        cosmos_batch_free(b);
+        json_decref(doc);
+        json_decref(ops);
+        json_decref(arr);
+        json_decref(str);
+    }
+    cosmos_batch_result_release(&res);
 }
 END_TEST
 
