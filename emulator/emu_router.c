@@ -259,14 +259,20 @@ static void session_header(struct route *rt, const char *range_id, int64_t lsn)
 }
 
 /* Writes the document-op headers and, unless Prefer: return=minimal, the body. */
-static void doc_written(struct route *rt, const struct emu_doc_meta *m, double charge)
+/* The request asks for writes answered without their documents. */
+static bool prefer_minimal(const struct route *rt)
 {
     const char *prefer = hdr(rt, "Prefer");
 
+    return prefer && strcasecmp(prefer, "return=minimal") == 0;
+}
+
+static void doc_written(struct route *rt, const struct emu_doc_meta *m, double charge)
+{
     ok(rt, m->status, charge);
     resp_header(rt->resp, "etag", "%s", m->etag);
     session_header(rt, m->range_id, m->lsn);
-    if (prefer && strcasecmp(prefer, "return=minimal") == 0)
+    if (prefer_minimal(rt))
         sf_buf_reset(&rt->resp->body);
 }
 
@@ -853,6 +859,20 @@ static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
         emu_response_error(rt->resp, 400, 0,
                            "A transactional batch body must be a JSON array of operations.");
         goto out;
+    }
+    /*
+     * Prefer: return=minimal (the SDKs' contentResponseOnWriteEnabled=false)
+     * is every operation's minimalReturnPreference unless it says otherwise.
+     */
+    if (prefer_minimal(rt)) {
+        size_t i;
+        json_t *o;
+
+        json_array_foreach(ops, i, o)
+        {
+            if (json_is_object(o) && json_object_get(o, "minimalReturnPreference") == NULL)
+                (void)json_object_set_new(o, "minimalReturnPreference", json_true());
+        }
     }
     sf_err_clear(&err);
     memset(&meta, 0, sizeof(meta));

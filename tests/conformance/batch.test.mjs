@@ -152,6 +152,38 @@ test("raw HTTP success: 200, a JSON array in op order, session token", async () 
   assert.match(r.headers["x-ms-session-token"] ?? "", /^[^:]+:-1#\d+$/, "session token");
 });
 
+test("minimal answers: the SDK's contentResponseOnWriteEnabled=false (Prefer: return=minimal) and the per-op minimalReturnPreference", async () => {
+  const pk = uid("min");
+  await container.items.create({ id: "m-r", pk, v: 1 });
+  const res = await container.items.batch(
+    [
+      { operationType: "Create", resourceBody: { id: "m-c", pk, v: 1 } },
+      { operationType: "Patch", id: "m-r", resourceBody: { operations: [{ op: "incr", path: "/v", value: 1 }] } },
+      { operationType: "Read", id: "m-r" },
+    ],
+    pk,
+    { contentResponseOnWriteEnabled: false },
+  );
+  assert.equal(res.code, 200, JSON.stringify(res.result));
+  assert.deepEqual(res.result.map((x) => x.statusCode), [201, 200, 200]);
+  for (const [i, x] of res.result.entries()) assert.match(String(x.eTag), /^".+"$/, `op ${i} keeps its eTag`);
+  assert.equal(res.result[0].resourceBody, undefined, "a minimal Create answers without the document");
+  assert.equal(res.result[1].resourceBody, undefined, "a minimal Patch answers without the document");
+  assert.equal(res.result[2].resourceBody?.v, 2, "a Read still returns its document");
+  assert.equal((await container.item("m-c", pk).read()).resource.v, 1, "the minimal write applied");
+
+  // The per-operation preference (how the Java SDK asks) applies to that operation only.
+  const r = await rawBatch(pk, [
+    { operationType: "Upsert", resourceBody: { id: "m-u", pk }, minimalReturnPreference: true },
+    { operationType: "Upsert", resourceBody: { id: "m-w", pk } },
+  ]);
+  assert.equal(r.status, 200, show(r));
+  assert.equal(r.json[0].resourceBody, undefined);
+  assert.equal(r.json[1].resourceBody?.id, "m-w");
+  const bad = await rawBatch(pk, [{ operationType: "Read", id: "m-r", minimalReturnPreference: "yes" }]);
+  assert.equal(bad.status, 400, show(bad));
+});
+
 test("rollback: a failing op gives 207, its real status, 424 for every other; nothing persisted or fed", async () => {
   const pk = uid("rb");
   const { resource: keep } = await container.items.create({ id: "keep", pk, v: 1 });
