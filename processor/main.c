@@ -215,16 +215,13 @@ static int cmd_run(int argc, char **argv)
             http = optarg;
             break;
         case 'h':
-            (void)fputs(USAGE_RUN, stdout);
-            return 0;
+            return proc_cli_usage(USAGE_RUN, 0);
         default:
-            (void)fputs(USAGE_RUN, stderr);
-            return 2;
+            return proc_cli_usage(USAGE_RUN, 2);
         }
     }
     if (path == NULL || optind != argc) {
-        (void)fputs(USAGE_RUN, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_RUN, 2);
     }
     if (level != NULL) {
         enum sf_log_level l;
@@ -299,12 +296,10 @@ static int cmd_check(int argc, char **argv)
     int status = 0;
 
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        (void)fputs(USAGE_CHECK, stdout);
-        return 0;
+        return proc_cli_usage(USAGE_CHECK, 0);
     }
     if (argc != 2) {
-        (void)fputs(USAGE_CHECK, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_CHECK, 2);
     }
     d = calloc(1, sizeof(*d));
     if (d == NULL)
@@ -398,16 +393,13 @@ static int cmd_demo(int argc, char **argv)
             dopt.seed = (uint64_t)v;
             break;
         case 'h':
-            (void)fputs(USAGE_DEMO, stdout);
-            return 0;
+            return proc_cli_usage(USAGE_DEMO, 0);
         default:
-            (void)fputs(USAGE_DEMO, stderr);
-            return 2;
+            return proc_cli_usage(USAGE_DEMO, 2);
         }
     }
     if (optind != argc) {
-        (void)fputs(USAGE_DEMO, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_DEMO, 2);
     }
     sf_err_clear(&err);
     diags = calloc(1, sizeof(*diags));
@@ -510,8 +502,7 @@ static int cmd_parked(int argc, char **argv)
     int c, status;
 
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        (void)fputs(USAGE_PARKED, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return proc_cli_usage(USAGE_PARKED, argc < 2 ? 2 : 0);
     }
     verb = argv[1];
     optind = 2;
@@ -524,17 +515,14 @@ static int cmd_parked(int argc, char **argv)
             key = optarg;
             break;
         case 'h':
-            (void)fputs(USAGE_PARKED, stdout);
-            return 0;
+            return proc_cli_usage(USAGE_PARKED, 0);
         default:
-            (void)fputs(USAGE_PARKED, stderr);
-            return 2;
+            return proc_cli_usage(USAGE_PARKED, 2);
         }
     }
     if (path == NULL || optind != argc ||
         (strcmp(verb, "list") != 0 && strcmp(verb, "replay") != 0)) {
-        (void)fputs(USAGE_PARKED, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_PARKED, 2);
     }
     status = proc_cli_load("parked", path, &cfg);
     if (status != 0)
@@ -597,13 +585,11 @@ int main(int argc, char **argv)
      */
     (void)mallopt(M_ARENA_MAX, 2);
     if (argc < 2) {
-        (void)fputs(USAGE, stderr);
-        return 2;
+        return proc_cli_usage(USAGE, 2);
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
-        (void)fputs(USAGE, stdout);
-        return 0;
+        return proc_cli_usage(USAGE, 0);
     }
     if (strcmp(argv[1], "--version") == 0) {
         (void)printf("sagafeed %s\n", SAGAFEED_VERSION);

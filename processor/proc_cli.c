@@ -125,6 +125,12 @@ int proc_cli_load(const char *cmd, const char *path, struct cfg **ret)
 }
 
 /* A client for cfg's account. The operator commands need a real endpoint. */
+int proc_cli_usage(const char *usage, int status)
+{
+    (void)fputs(usage, status == 0 ? stdout : stderr);
+    return status;
+}
+
 int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
 {
     struct cosmos_options co = {0};
@@ -274,16 +280,13 @@ static int cmd_pause(int argc, char **argv, bool paused)
             by = optarg;
             break;
         case 'h':
-            (void)fputs(USAGE_PAUSE, stdout);
-            return 0;
+            return proc_cli_usage(USAGE_PAUSE, 0);
         default:
-            (void)fputs(USAGE_PAUSE, stderr);
-            return 2;
+            return proc_cli_usage(USAGE_PAUSE, 2);
         }
     }
     if (path == NULL || optind != argc || (!paused && reason != NULL)) {
-        (void)fputs(USAGE_PAUSE, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_PAUSE, 2);
     }
     if (reason != NULL && strlen(reason) > 200) {
         (void)fprintf(stderr, "sagafeed %s: --reason is limited to 200 bytes\n", cmd);
@@ -428,16 +431,13 @@ static int cmd_replay(int argc, char **argv, volatile sig_atomic_t *stop)
             level = optarg;
             break;
         case 'h':
-            (void)fputs(USAGE_REPLAY, stdout);
-            return 0;
+            return proc_cli_usage(USAGE_REPLAY, 0);
         default:
-            (void)fputs(USAGE_REPLAY, stderr);
-            return 2;
+            return proc_cli_usage(USAGE_REPLAY, 2);
         }
     }
     if (path == NULL || from == NULL || to == NULL || optind != argc) {
-        (void)fputs(USAGE_REPLAY, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_REPLAY, 2);
     }
     sf_err_clear(&err);
     if (proc_bound_parse(from, false, &ro.from, &err) != SF_OK ||
@@ -502,8 +502,7 @@ static int cmd_saga(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "show") != 0) {
         bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
 
-        (void)fputs(USAGE_SAGA, help ? stdout : stderr);
-        return help ? 0 : 2;
+        return proc_cli_usage(USAGE_SAGA, help ? 0 : 2);
     }
     optind = 2;
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
@@ -518,16 +517,13 @@ static int cmd_saga(int argc, char **argv)
             json = true;
             break;
         case 'h':
-            (void)fputs(USAGE_SAGA, stdout);
-            return 0;
+            return proc_cli_usage(USAGE_SAGA, 0);
         default:
-            (void)fputs(USAGE_SAGA, stderr);
-            return 2;
+            return proc_cli_usage(USAGE_SAGA, 2);
         }
     }
     if (path == NULL || optind != argc - 1) {
-        (void)fputs(USAGE_SAGA, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_SAGA, 2);
     }
     id = argv[optind];
     if ((status = proc_cli_load("saga", path, &cfg)) != 0 ||
@@ -622,8 +618,7 @@ static int cmd_leases(int argc, char **argv)
                      strcmp(argv[1], "reset") != 0)) {
         bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
 
-        (void)fputs(USAGE_LEASES, help ? stdout : stderr);
-        return help ? 0 : 2;
+        return proc_cli_usage(USAGE_LEASES, help ? 0 : 2);
     }
     verb = argv[1];
     optind = 2;
@@ -645,11 +640,9 @@ static int cmd_leases(int argc, char **argv)
             ro.range = optarg;
             break;
         case 'h':
-            (void)fputs(USAGE_LEASES, stdout);
-            return 0;
+            return proc_cli_usage(USAGE_LEASES, 0);
         default:
-            (void)fputs(USAGE_LEASES, stderr);
-            return 2;
+            return proc_cli_usage(USAGE_LEASES, 2);
         }
     }
     /* Each verb takes its own options only. */
@@ -657,8 +650,7 @@ static int cmd_leases(int argc, char **argv)
         (strcmp(verb, "import") == 0 && (optind != argc - 1 || to != NULL || out_path != NULL)) ||
         (strcmp(verb, "reset") == 0 && (optind != argc || to == NULL || out_path != NULL)) ||
         (strcmp(verb, "reset") != 0 && (ro.container != NULL || ro.range != NULL))) {
-        (void)fputs(USAGE_LEASES, stderr);
-        return 2;
+        return proc_cli_usage(USAGE_LEASES, 2);
     }
     if (to != NULL) {
         if (strcmp(to, "now") == 0) {
