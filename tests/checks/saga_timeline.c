@@ -134,27 +134,11 @@ static enum sf_rc unsettled(struct cosmos_client *cli, size_t *ret_n, unsigned *
 
 static char *workflows(void)
 {
-    char path[1024];
-    FILE *f;
-    struct sf_buf b;
-    char chunk[4096], *at, *out;
-    size_t n;
+    char *wf = harness_example_workflows(SF_TIMELINE_SOURCE_DIR, "order-fulfilment.cfg");
 
-    (void)snprintf(path, sizeof(path), "%s/config/examples/order-fulfilment.cfg",
-                   SF_TIMELINE_SOURCE_DIR);
-    f = fopen(path, "rb");
-    if (f == NULL)
-        die("cannot read", path);
-    sf_buf_init(&b, 1u << 20);
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        (void)sf_buf_append(&b, chunk, n);
-    (void)fclose(f);
-    at = strstr(sf_buf_cstr(&b), "\nworkflows = (");
-    out = at != NULL ? strdup(at + 1) : NULL;
-    sf_buf_release(&b);
-    if (out == NULL)
-        die("no workflows in", path);
-    return out;
+    if (wf == NULL)
+        die("no workflows in", "config/examples/order-fulfilment.cfg");
+    return wf;
 }
 
 static pid_t spawn_sagafeed(const char *bin, const char *cfg, const char *key, const char *log)

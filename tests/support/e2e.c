@@ -163,19 +163,12 @@ static void replace_all(char **text, const char *from, const char *to)
 
 char *e2e_example_workflows(const char *example, const char *const *edits)
 {
-    char path[1024];
-    char *text, *at, *wf;
     const char *src = getenv("SF_SOURCE_DIR");
+    char *wf;
 
     ck_assert_msg(src != NULL, "SF_SOURCE_DIR is not set");
-    (void)snprintf(path, sizeof(path), "%s/config/examples/%s", src, example);
-    text = e2e_slurp(path);
-    ck_assert_msg(text != NULL, "cannot read %s", path);
-    at = strstr(text, "\nworkflows = (");
-    ck_assert_msg(at != NULL, "no workflows in %s", path);
-    wf = strdup(at + 1);
-    free(text);
-    ck_assert_ptr_nonnull(wf);
+    wf = harness_example_workflows(src, example);
+    ck_assert_msg(wf != NULL, "no workflows in %s/config/examples/%s", src, example);
     for (size_t i = 0; edits != NULL && edits[i] != NULL; i += 2)
         replace_all(&wf, edits[i], edits[i + 1]);
     return wf;

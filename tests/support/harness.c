@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/sf_auth.h"
+#include "common/sf_buf.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "tests/support/harness.h"
@@ -361,4 +362,27 @@ void harness_cosmolite_free(struct harness_cosmolite *h)
     for (i = 0; i < h->n_args; i++)
         free(h->args[i]);
     free(h);
+}
+
+char *harness_example_workflows(const char *source_dir, const char *example)
+{
+    char path[HARNESS_PATH_MAX], chunk[4096], *out = NULL;
+    const char *at;
+    struct sf_buf b;
+    FILE *f;
+    size_t n;
+
+    (void)snprintf(path, sizeof(path), "%s/config/examples/%s", source_dir, example);
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    sf_buf_init(&b, 16u << 20);
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        (void)sf_buf_append(&b, chunk, n);
+    (void)fclose(f);
+    at = strstr(sf_buf_cstr(&b), "\nworkflows = (");
+    if (at != NULL)
+        out = strdup(at + 1);
+    sf_buf_release(&b);
+    return out;
 }

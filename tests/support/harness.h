@@ -92,4 +92,11 @@ enum sf_rc harness_cosmolite_restart(struct harness_cosmolite *h, struct sf_err 
 /* Stops the server (SIGTERM, then SIGKILL), deletes the temporary directory, frees h. NULL ok. */
 void harness_cosmolite_free(struct harness_cosmolite *h);
 
+/*
+ * The workflows section of config/examples/<example> under source_dir (from
+ * "workflows = (" to the end), as a new string for a generated config; NULL
+ * when the file cannot be read or has no such section.
+ */
+char *harness_example_workflows(const char *source_dir, const char *example);
+
 #endif
