@@ -221,7 +221,8 @@ struct outbox_sink;
  * sasl.password, ssl.ca.location, linger.ms, compression.type, client.id...
  * Our defaults: enable.idempotence=true, acks=all, message.timeout.ms=0
  * (retry until delivered: a message is never given up on while the process
- * runs), partitioner=murmur2_random, max.in.flight=5. enable.idempotence and
+ * runs), partitioner=murmur2_random, max.in.flight=5, statistics.interval.ms=1000
+ * (how soon a broker coming back shows in outbox_sink_stats). enable.idempotence and
  * acks cannot be overridden (SF_EINVAL): the no-loss and order guarantees
  * depend on them; librdkafka itself rejects max.in.flight > 5 with
  * idempotence.
@@ -317,17 +318,36 @@ enum sf_rc outbox_sink_flush(struct outbox_sink *s, int64_t timeout_ms, struct s
  */
 enum sf_rc outbox_sink_close(struct outbox_sink *s, struct sf_err *err);
 
+/*
+ * outbox_sink_close waiting min(timeout_ms, flush_timeout_ms) (at least 0)
+ * for deliveries before it purges: for a caller that bounds a whole
+ * shutdown. The thread that owns s, never a callback.
+ */
+enum sf_rc outbox_sink_close_within(struct outbox_sink *s, int64_t timeout_ms, struct sf_err *err);
+
 /* Closes (see above) when still open and frees s. NULL is a no-op. */
 void outbox_sink_free(struct outbox_sink *s);
 
+/*
+ * Whether the producer reaches a broker. DOWN once librdkafka reports every
+ * broker down (refused, unresolvable, timed out: it keeps reconnecting by
+ * itself); UP once a broker connection is up (its statistics, every
+ * statistics.interval.ms, default 1000 here) or a delivery succeeded; UNKNOWN
+ * before either (the producer connects when it first has work).
+ */
+enum outbox_brokers { OUTBOX_BROKERS_UNKNOWN = 0, OUTBOX_BROKERS_UP, OUTBOX_BROKERS_DOWN };
+
 struct outbox_sink_stats {
-    uint64_t published;        /* accepted by outbox_sink_publish */
-    uint64_t delivered;        /* acknowledged by Kafka */
-    uint64_t failed;           /* reported with an error (purges included) */
-    uint64_t queue_full_waits; /* publishes that had to wait for room */
-    int64_t in_flight;         /* published - delivered - failed */
-    bool fatal;                /* the producer hit a fatal error and refuses work */
-    char fatal_msg[256];       /* "" unless fatal */
+    uint64_t published;          /* accepted by outbox_sink_publish */
+    uint64_t delivered;          /* acknowledged by Kafka */
+    uint64_t failed;             /* reported with an error (purges included) */
+    uint64_t queue_full_waits;   /* publishes that had to wait for room */
+    int64_t in_flight;           /* published - delivered - failed */
+    bool fatal;                  /* the producer hit a fatal error and refuses work */
+    char fatal_msg[256];         /* "" unless fatal */
+    enum outbox_brokers brokers; /* see above */
+    int64_t brokers_since_ms;    /* wall clock of the last change of brokers, 0: never */
+    char brokers_msg[256];       /* librdkafka's reason when DOWN ("" otherwise) */
 };
 
 /* A snapshot of the counters. Any thread. */

@@ -188,11 +188,18 @@ enum sf_rc outbox_feed_relay_start(struct outbox_feed_relay *fr, struct sf_err *
 
 enum sf_rc outbox_feed_relay_stop(struct outbox_feed_relay *fr, struct sf_err *err)
 {
+    return outbox_feed_relay_stop_within(fr, fr != NULL ? fr->drain_ms : 0, err);
+}
+
+enum sf_rc outbox_feed_relay_stop_within(struct outbox_feed_relay *fr, int64_t drain_ms,
+                                         struct sf_err *err)
+{
     struct held_item *h;
     enum sf_rc rc = SF_OK;
 
     if (fr == NULL)
         return SF_OK;
+    drain_ms = SF_MAX(SF_MIN(drain_ms, fr->drain_ms), (int64_t)0);
     pthread_mutex_lock(&fr->mu);
     if (fr->stopped) {
         pthread_mutex_unlock(&fr->mu);
@@ -201,7 +208,7 @@ enum sf_rc outbox_feed_relay_stop(struct outbox_feed_relay *fr, struct sf_err *e
     pthread_mutex_unlock(&fr->mu);
     atomic_store(&fr->stopping, true);
     if (fr->started)
-        rc = feed_processor_stop(fr->fp, fr->drain_ms, err);
+        rc = feed_processor_stop(fr->fp, drain_ms, err);
     pthread_mutex_lock(&fr->mu);
     fr->stopped = true;
     h = fr->held;

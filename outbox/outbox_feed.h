@@ -63,6 +63,14 @@ enum sf_rc outbox_feed_relay_start(struct outbox_feed_relay *fr, struct sf_err *
 enum sf_rc outbox_feed_relay_stop(struct outbox_feed_relay *fr, struct sf_err *err);
 
 /*
+ * The same with in-flight events given min(drain_ms, the relay's drain_ms)
+ * (at least 0): a caller bounding a whole shutdown hands each relay what is
+ * left of it. The owning thread, never a callback.
+ */
+enum sf_rc outbox_feed_relay_stop_within(struct outbox_feed_relay *fr, int64_t drain_ms,
+                                         struct sf_err *err);
+
+/*
  * Stops when still running, then frees the relay and the feed processor.
  * Close the sink first: events still in the producer would otherwise be
  * reported to a freed relay; free waits up to drain_ms for them and, if some

@@ -49,6 +49,10 @@ struct outbox_sink {
     atomic_uint_fast64_t queue_full_waits;
     atomic_bool fatal;
     char fatal_msg[256];
+    /* broker reachability (outbox_brokers); mu guards the reason and the time */
+    atomic_int brokers;
+    int64_t brokers_since_ms;
+    char brokers_msg[256];
 };
 
 /* Per-message state, handed to librdkafka as the message opaque. */
@@ -68,6 +72,47 @@ static void sink_set_fatal(struct outbox_sink *s, const char *why)
     atomic_store(&s->fatal, true);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Records a change of broker reachability (any thread of the sink). */
+static void sink_set_brokers(struct outbox_sink *s, enum outbox_brokers b, const char *why)
+{
+    if (atomic_load(&s->brokers) == (int)b)
+        return;
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&s->brokers, (int)b);
+    s->brokers_since_ms = sf_wall_ms();
+    (void)snprintf(s->brokers_msg, sizeof(s->brokers_msg), "%s", why != NULL ? why : "");
+    pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * librdkafka's statistics (JSON, every statistics.interval.ms): a broker of
+ * ours (not librdkafka's internal or logical ones) in state UP means Kafka is
+ * reachable. Only the way back up is read here: the way down is the
+ * all-brokers-down error, which librdkafka reports at once.
+ */
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    struct outbox_sink *s = opaque;
+    json_t *root = json_loadb(json, len, 0, NULL), *b;
+    const char *name;
+
+    SF_UNUSED(rk);
+    json_object_foreach(json_object_get(root, "brokers"), name, b)
+    {
+        const char *src = json_string_value(json_object_get(b, "source"));
+        const char *state = json_string_value(json_object_get(b, "state"));
+
+        if (src != NULL && (strcmp(src, "internal") == 0 || strcmp(src, "logical") == 0))
+            continue;
+        if (state != NULL && strcmp(state, "UP") == 0) {
+            sink_set_brokers(s, OUTBOX_BROKERS_UP, NULL);
+            break;
+        }
+    }
+    json_decref(root);
+    return 0; /* librdkafka frees json */
 }
 
 /* Maps a delivery error to our result, classified retriable or not. */
@@ -118,6 +163,7 @@ static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         d.rc = SF_OK;
         atomic_fetch_add(&s->delivered, 1);
+        sink_set_brokers(s, OUTBOX_BROKERS_UP, NULL);
     } else {
         d.rc = delivery_error(s, m->err, &err);
         d.err = &err;
@@ -145,6 +191,8 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
     if (e != RD_KAFKA_RESP_ERR__FATAL) {
         /* Transport trouble, brokers down: librdkafka keeps retrying by itself. */
         sf_log_debug("outbox", "kafka: %s: %s", rd_kafka_err2name(e), reason);
+        if (e == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+            sink_set_brokers(s, OUTBOX_BROKERS_DOWN, reason);
         return;
     }
     fatal[0] = '\0';
@@ -230,9 +278,10 @@ static enum sf_rc build_conf(const struct outbox_sink_opts *opts, struct outbox_
     static const struct {
         const char *name, *value;
     } defaults[] = {
-        {"enable.idempotence", "true"},    {"acks", "all"},
-        {"message.timeout.ms", "0"},       {"max.in.flight.requests.per.connection", "5"},
-        {"partitioner", "murmur2_random"}, {"linger.ms", "5"},
+        {"enable.idempotence", "true"},     {"acks", "all"},
+        {"message.timeout.ms", "0"},        {"max.in.flight.requests.per.connection", "5"},
+        {"partitioner", "murmur2_random"},  {"linger.ms", "5"},
+        {"statistics.interval.ms", "1000"}, /* brokers UP: outbox_sink_stats */
     };
     rd_kafka_conf_t *conf;
     char servers[1024];
@@ -281,6 +330,7 @@ static enum sf_rc build_conf(const struct outbox_sink_opts *opts, struct outbox_
     rd_kafka_conf_set_opaque(conf, s);
     rd_kafka_conf_set_dr_msg_cb(conf, on_dr);
     rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_stats_cb(conf, on_stats);
     rd_kafka_conf_set_log_cb(conf, on_log);
     *ret_conf = conf;
     return SF_OK;
@@ -329,6 +379,7 @@ enum sf_rc outbox_sink_new(const struct outbox_sink_opts *opts, struct outbox_si
     atomic_init(&s->stop, false);
     atomic_init(&s->closing, false);
     atomic_init(&s->fatal, false);
+    atomic_init(&s->brokers, OUTBOX_BROKERS_UNKNOWN);
     atomic_init(&s->in_flight, 0);
     atomic_init(&s->published, 0);
     atomic_init(&s->delivered, 0);
@@ -526,21 +577,27 @@ enum sf_rc outbox_sink_flush(struct outbox_sink *s, int64_t timeout_ms, struct s
 
 enum sf_rc outbox_sink_close(struct outbox_sink *s, struct sf_err *err)
 {
+    return outbox_sink_close_within(s, s != NULL ? s->flush_timeout_ms : 0, err);
+}
+
+enum sf_rc outbox_sink_close_within(struct outbox_sink *s, int64_t timeout_ms, struct sf_err *err)
+{
     enum sf_rc rc = SF_OK;
-    int64_t left;
+    int64_t left, wait_ms;
 
     if (s == NULL || s->closed)
         return SF_OK;
+    wait_ms = SF_MAX(SF_MIN(timeout_ms, s->flush_timeout_ms), (int64_t)0);
     atomic_store(&s->closing, true);
-    if (!wait_drained(s, s->flush_timeout_ms)) {
+    if (!wait_drained(s, wait_ms)) {
         left = atomic_load(&s->in_flight);
         /* What Kafka did not confirm in time is purged: the relay leaves it unacknowledged. */
         (void)rd_kafka_purge(s->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         (void)wait_drained(s, SINK_PURGE_WAIT_MS);
         rc = sf_err_set(err, SF_ETIMEOUT, true,
-                        "outbox close: %lld messages not delivered within the %lld ms flush "
-                        "timeout were purged (they stay unacknowledged and are republished)",
-                        (long long)left, (long long)s->flush_timeout_ms);
+                        "outbox close: %lld messages not delivered within %lld ms were purged "
+                        "(they stay unacknowledged and are republished)",
+                        (long long)left, (long long)wait_ms);
     }
     atomic_store(&s->stop, true);
     rd_kafka_yield(s->rk);
@@ -580,10 +637,12 @@ void outbox_sink_stats(struct outbox_sink *s, struct outbox_sink_stats *ret_stat
     st.queue_full_waits = atomic_load(&s->queue_full_waits);
     st.in_flight = atomic_load(&s->in_flight);
     st.fatal = atomic_load(&s->fatal);
-    if (st.fatal) {
-        pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->mu);
+    if (st.fatal)
         (void)snprintf(st.fatal_msg, sizeof(st.fatal_msg), "%s", s->fatal_msg);
-        pthread_mutex_unlock(&s->mu);
-    }
+    st.brokers = (enum outbox_brokers)atomic_load(&s->brokers);
+    st.brokers_since_ms = s->brokers_since_ms;
+    (void)snprintf(st.brokers_msg, sizeof(st.brokers_msg), "%s", s->brokers_msg);
+    pthread_mutex_unlock(&s->mu);
     *ret_stats = st;
 }

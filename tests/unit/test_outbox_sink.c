@@ -1,7 +1,8 @@
 /*
  * test_outbox_sink.c - the Kafka sink against librdkafka's mock cluster over
  * TCP: options, delivery reports, per-key order with broker errors injected,
- * flush on shutdown, purge when Kafka is unreachable, a full queue.
+ * flush on shutdown, purge when Kafka is unreachable (within a caller's
+ * bound too), a full queue, broker reachability in the stats.
  */
 #include "common/sf_base.h"
 
@@ -406,6 +407,74 @@ START_TEST(test_close_purges_when_kafka_unreachable)
 }
 END_TEST
 
+/* Waits (bounded) until the sink says brokers == want. */
+static bool wait_brokers(struct outbox_sink *s, enum outbox_brokers want,
+                         struct outbox_sink_stats *st)
+{
+    int64_t deadline = sf_mono_ms() + 30000;
+
+    for (;;) {
+        outbox_sink_stats(s, st);
+        if (st->brokers == want)
+            return true;
+        if (sf_mono_ms() > deadline)
+            return false;
+        sf_sleep_ms(20);
+    }
+}
+
+START_TEST(test_brokers_down_then_up_in_stats)
+{
+    static const char *const conf[] = {"reconnect.backoff.max.ms", "200", NULL};
+    struct ktest_cluster *kc = cluster(1);
+    struct outbox_sink *s;
+    struct outbox_sink_stats st;
+    struct collector c;
+    struct sf_err err;
+
+    ck_assert_int_eq(ktest_topic_create(kc, "reach", 1, NULL), SF_OK);
+    rd_kafka_mock_broker_set_down(ktest_mock(kc), 1);
+    s = sink_on(ktest_bootstraps(kc), conf, 300);
+    collector_init(&c);
+    ck_assert_int_eq(publish(s, "reach", "k", "v", &c, &err), SF_OK);
+    ck_assert_msg(wait_brokers(s, OUTBOX_BROKERS_DOWN, &st), "brokers %d", (int)st.brokers);
+    ck_assert_int_gt(st.brokers_since_ms, 0);
+    ck_assert_msg(st.brokers_msg[0] != '\0', "no reason given");
+    /* back: the message goes out and the stats say so */
+    rd_kafka_mock_broker_set_up(ktest_mock(kc), 1);
+    ck_assert_msg(wait_brokers(s, OUTBOX_BROKERS_UP, &st), "brokers %d", (int)st.brokers);
+    ck_assert_str_eq(st.brokers_msg, "");
+    ck_assert_int_eq(outbox_sink_flush(s, 30000, &err), SF_OK);
+    ck_assert_uint_eq(c.ok, 1);
+    outbox_sink_free(s);
+    ktest_cluster_free(kc);
+}
+END_TEST
+
+START_TEST(test_close_within_bounds_the_flush)
+{
+    struct ktest_cluster *kc = cluster(1);
+    struct outbox_sink *s;
+    struct collector c;
+    struct sf_err err;
+    int64_t t0;
+
+    ck_assert_int_eq(ktest_topic_create(kc, "bound", 1, NULL), SF_OK);
+    rd_kafka_mock_broker_set_down(ktest_mock(kc), 1);
+    s = sink_on(ktest_bootstraps(kc), NULL, 60000); /* a flush timeout the test never waits */
+    collector_init(&c);
+    ck_assert_int_eq(publish(s, "bound", "k", "v", &c, &err), SF_OK);
+    t0 = sf_mono_ms();
+    ck_assert_int_eq(outbox_sink_close_within(s, 200, &err), SF_ETIMEOUT);
+    ck_assert_msg(strstr(err.msg, "within 200 ms") != NULL, "%s", err.msg);
+    ck_assert_int_lt(sf_mono_ms() - t0, 30000); /* not the 60 s flush timeout */
+    ck_assert_uint_eq(c.calls, 1);
+    ck_assert_int_eq(c.last_rc, SF_ESTATE);
+    outbox_sink_free(s);
+    ktest_cluster_free(kc);
+}
+END_TEST
+
 START_TEST(test_full_queue_waits_then_fails)
 {
     static const char *const conf[] = {"queue.buffering.max.messages", "5", NULL};
@@ -454,6 +523,8 @@ static Suite *sink_suite(void)
     tcase_add_test(tc, test_close_flushes);
     tcase_add_test(tc, test_close_purges_when_kafka_unreachable);
     tcase_add_test(tc, test_full_queue_waits_then_fails);
+    tcase_add_test(tc, test_brokers_down_then_up_in_stats);
+    tcase_add_test(tc, test_close_within_bounds_the_flush);
     suite_add_tcase(s, tc);
     return s;
 }
