@@ -410,13 +410,21 @@ static void load_feed(struct loader *ld, const config_setting_t *root)
 
 static void load_processor(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"workers",           "lanes",
-                                       "queue_limit",       "max_attempts",
-                                       "backoff_base",      "backoff_cap",
-                                       "parking_container", "marker_ttl",
-                                       "event_ttl",         "park_scan_interval",
-                                       "log_level",         "log_json",
-                                       "http_listen",       NULL};
+    static const char *const keys[] = {"workers",
+                                       "lanes",
+                                       "queue_limit",
+                                       "max_attempts",
+                                       "backoff_base",
+                                       "backoff_cap",
+                                       "parking_container",
+                                       "marker_ttl",
+                                       "event_ttl",
+                                       "park_scan_interval",
+                                       "log_level",
+                                       "log_json",
+                                       "http_listen",
+                                       "start_timeout",
+                                       NULL};
     struct cfg_processor *p = &ld->cfg->processor;
     const config_setting_t *g = get_group(ld, root, "processor");
     int64_t v;
@@ -442,6 +450,7 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     get_str(ld, g, "log_level", false, "info", &p->log_level);
     get_bool(ld, g, "log_json", true, &p->log_json);
     get_str(ld, g, "http_listen", false, NULL, &p->http_listen);
+    get_duration(ld, g, "start_timeout", 0, INT64_C(7) * 86400000, 0, &p->start_timeout_ms);
     if (g == NULL)
         return;
     check_keys(ld, g, keys);

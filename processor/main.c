@@ -29,12 +29,26 @@
 /* The embedded copy of config/examples/order-fulfilment.cfg (generated at build time). */
 extern const char proc_demo_config[];
 
+/* 0 while running; the number of the signal that asked to stop (SIGTERM, SIGINT, SIGHUP). */
 static volatile sig_atomic_t g_stop;
 
 static void on_signal(int sig)
 {
-    SF_UNUSED(sig);
-    g_stop = 1;
+    g_stop = sig;
+}
+
+static const char *stop_signal_name(void)
+{
+    switch (g_stop) {
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGINT:
+        return "SIGINT";
+    case SIGHUP:
+        return "SIGHUP";
+    default:
+        return "a signal";
+    }
 }
 
 static void install_signals(void)
@@ -46,6 +60,12 @@ static void install_signals(void)
     sigemptyset(&sa.sa_mask);
     (void)sigaction(SIGTERM, &sa, NULL);
     (void)sigaction(SIGINT, &sa, NULL);
+    /*
+     * SIGHUP drains like SIGTERM (there is no reload: restart to apply a new
+     * configuration). Its default action would kill the process with its
+     * leases held, and the next owner would wait a whole feed.lease_expiry.
+     */
+    (void)sigaction(SIGHUP, &sa, NULL);
     sa.sa_handler = SIG_IGN;
     (void)sigaction(SIGPIPE, &sa, NULL);
 }
@@ -85,7 +105,12 @@ static const char USAGE_RUN[] =
     "Without cosmos.endpoint in FILE, a private cosmolite is started on\n"
     "embedded.data_dir and stopped on exit.\n"
     "\n"
-    "SIGTERM or SIGINT drain in-flight work, checkpoint and release the leases.\n"
+    "SIGTERM, SIGINT or SIGHUP drain in-flight work, checkpoint and release the\n"
+    "leases, all within --drain-timeout (SIGHUP does not reload: restart to apply\n"
+    "a new FILE). At start, a throttled or unreachable Cosmos DB (429, 503, 408,\n"
+    "timeouts) is waited out with backoff, logging what is waited for, for at most\n"
+    "processor.start_timeout (default: until stopped); a missing database stops\n"
+    "the start at once, naming it.\n"
     "`sagafeed pause` / `resume` stop and restart the work of every instance\n"
     "(read every feed.poll_interval; an instance starts paused until it has read\n"
     "the fleet's control document).\n"
@@ -95,7 +120,8 @@ static const char USAGE_RUN[] =
     "      --instance NAME   lease owner name (overrides feed.instance)\n"
     "      --log-level L     debug, info, warn, error (overrides processor.log_level)\n"
     "      --log-text        text log lines instead of JSON\n"
-    "      --drain-timeout D how long to wait for in-flight work at stop (default 10s)\n"
+    "      --drain-timeout D bound of the whole stop: in-flight sagas, Kafka relays and\n"
+    "                        the producer's flush share it (default 10s)\n"
     "      --http HOST:PORT  serve /metrics, /healthz, /readyz (overrides\n"
     "                        processor.http_listen; port 0 picks a free port)\n";
 
@@ -253,7 +279,16 @@ static int cmd_run(int argc, char **argv)
     so.start_paused = true;
     so.on_result = proc_ops_on_result;
     so.result_ctx = ops;
-    if (proc_service_start(&so, &svc, &err) != SF_OK || proc_ops_attach(ops, svc, &err) != SF_OK) {
+    so.stop = &g_stop;
+    if (proc_service_start(&so, &svc, &err) != SF_OK && g_stop) {
+        /* Stopped while start-up waited for Cosmos DB: nothing ran, nothing to drain. */
+        sf_log_info("sagafeed", "stopped by %s before the start finished: %s", stop_signal_name(),
+                    err.msg);
+        proc_ops_free(ops);
+        cfg_free(cfg);
+        return 0;
+    }
+    if (svc == NULL || proc_ops_attach(ops, svc, &err) != SF_OK) {
         sf_log_error("sagafeed", "cannot start: %s", err.msg);
         proc_service_stop(svc, 0);
         proc_ops_free(ops);
@@ -272,8 +307,8 @@ static int cmd_run(int argc, char **argv)
             last_stats = sf_mono_ms();
         }
     }
-    sf_log_info("sagafeed", "stopping: draining in-flight work (up to %lldms)",
-                (long long)drain_ms);
+    sf_log_info("sagafeed", "stopping on %s: draining in-flight work (up to %lldms)",
+                stop_signal_name(), (long long)drain_ms);
     log_stats(svc, "at stop");
     proc_ops_detach(ops);
     proc_service_stop(svc, drain_ms);

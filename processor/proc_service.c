@@ -16,6 +16,12 @@
 
 #define SOURCES_MAX 16
 
+/* Start-up waits (start_wait): first retry after 200 ms, doubling (jittered) up to 10 s. */
+#define START_BACKOFF_BASE_MS 200
+#define START_BACKOFF_CAP_MS  10000
+#define START_LOG_EVERY_MS    30000 /* repeat the "waiting for" line at most this often */
+#define START_SLEEP_STEP_MS   100   /* how often a wait looks at the stop flag */
+
 struct feed_slot {
     struct proc_service *svc;
     const char *container;
@@ -205,6 +211,163 @@ static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_o
     return rc;
 }
 
+/* ---------------------------------------------------------------------------
+ * Start-up waits
+ *
+ * A service that starts while Cosmos DB throttles (429), is busy (503),
+ * times out (408, transport timeouts) or drops connections must not give
+ * up after the client's few quick retries: it waits with a jittered,
+ * doubling backoff (honouring x-ms-retry-after-ms), says what it waits for,
+ * and goes on once the call succeeds. It gives up only on a failure that
+ * cannot heal by itself (a missing database or container, a bad key, a
+ * container partitioned the wrong way), after processor.start_timeout (when
+ * set; by default it waits until stopped), or when SIGTERM/SIGINT/SIGHUP
+ * arrive (opts->stop).
+ */
+
+typedef enum sf_rc (*start_fn)(struct proc_service *s, const struct proc_service_opts *o, void *arg,
+                               struct sf_err *err);
+
+static bool stop_requested(const struct proc_service_opts *o)
+{
+    return o->stop != NULL && *o->stop != 0;
+}
+
+/* Sleeps ms unless stopped first; false when stopped. */
+static bool sleep_unless_stopped(const struct proc_service_opts *o, int64_t ms)
+{
+    int64_t until = sf_mono_ms() + ms;
+
+    while (!stop_requested(o)) {
+        int64_t left = until - sf_mono_ms();
+
+        if (left <= 0)
+            return true;
+        sf_sleep_ms(SF_MIN(left, (int64_t)START_SLEEP_STEP_MS));
+    }
+    return false;
+}
+
+/* Runs fn(s, o, arg) until it succeeds or fails for good (see above); what names the wait. */
+static enum sf_rc start_wait(struct proc_service *s, const struct proc_service_opts *o,
+                             const char *what, start_fn fn, void *arg, struct sf_err *err)
+{
+    int64_t t0 = sf_mono_ms(), limit = s->cfg->processor.start_timeout_ms, last_log = 0;
+    struct sf_backoff b;
+    unsigned attempt = 0;
+    struct sf_err e;
+    enum sf_rc rc;
+
+    sf_backoff_init(&b, START_BACKOFF_BASE_MS, START_BACKOFF_CAP_MS, (uint64_t)sf_mono_us());
+    b.min_ms = START_BACKOFF_BASE_MS / 2;
+    for (;;) {
+        int64_t delay, waited;
+
+        if (stop_requested(o)) {
+            rc = sf_err_set(&e, SF_ESTATE, false, "stopped while waiting for %s", what);
+            break;
+        }
+        sf_err_clear(&e);
+        rc = fn(s, o, arg, &e);
+        if (rc == SF_OK) {
+            if (attempt > 0)
+                sf_log_info("sagafeed", "start: %s answered after %lldms: going on", what,
+                            (long long)(sf_mono_ms() - t0));
+            return SF_OK;
+        }
+        if (!e.retriable)
+            break;
+        attempt++;
+        delay = sf_backoff_next(&b);
+        if (e.retry_after_ms > delay)
+            delay = SF_MIN(e.retry_after_ms, (int64_t)START_BACKOFF_CAP_MS);
+        waited = sf_mono_ms() - t0;
+        if (limit > 0 && waited + delay > limit) {
+            sf_err_prefix(&e,
+                          "gave up waiting for %s after %lldms (processor.start_timeout): ", what,
+                          (long long)waited);
+            break;
+        }
+        if (attempt == 1 || sf_mono_ms() - last_log >= START_LOG_EVERY_MS) {
+            sf_log_warn("sagafeed",
+                        "start: waiting for %s: %s; retrying with backoff (attempt %u, %lldms so "
+                        "far, %s)",
+                        what, e.msg, attempt, (long long)waited,
+                        limit > 0 ? "up to processor.start_timeout" : "until stopped");
+            last_log = sf_mono_ms();
+        } else {
+            sf_log_debug("sagafeed", "start: waiting for %s: %s (attempt %u)", what, e.msg,
+                         attempt);
+        }
+        if (!sleep_unless_stopped(o, delay)) {
+            rc = sf_err_set(&e, SF_ESTATE, false, "stopped while waiting for %s", what);
+            break;
+        }
+    }
+    if (err != NULL)
+        *err = e;
+    return rc;
+}
+
+/* The database must exist (or is created: embedded, create_database); name it when missing. */
+static enum sf_rc start_database(struct proc_service *s, const struct proc_service_opts *o,
+                                 void *arg, struct sf_err *err)
+{
+    const char *db = s->cfg->cosmos.database;
+    enum sf_rc rc;
+
+    SF_UNUSED(arg);
+    if (s->embed != NULL || o->create_database)
+        return cosmos_db_create_if_missing(s->cli, db, NULL, NULL, err);
+    rc = cosmos_db_read(s->cli, db, NULL, err);
+    if (rc == SF_ENOTFOUND)
+        return sf_err_set(err, SF_ENOTFOUND, false,
+                          "database %s does not exist (create it, or fix cosmos.database)", db);
+    if (rc != SF_OK)
+        sf_err_prefix(err, "database %s: ", db);
+    return rc;
+}
+
+static enum sf_rc start_dispatch(struct proc_service *s, const struct proc_service_opts *o,
+                                 void *arg, struct sf_err *err)
+{
+    SF_UNUSED(o);
+    SF_UNUSED(arg);
+    /* Nothing changes when it fails: it may be called again. */
+    return proc_dispatch_start(s->dispatch, err);
+}
+
+static enum sf_rc start_source(struct proc_service *s, const struct proc_service_opts *o, void *arg,
+                               struct sf_err *err)
+{
+    char path[256];
+
+    SF_UNUSED(o);
+    return step_catalog_pk_path(s->catalog, arg, path, err);
+}
+
+static enum sf_rc start_kafka(struct proc_service *s, const struct proc_service_opts *o, void *arg,
+                              struct sf_err *err)
+{
+    struct proc_kafka_opts ko = {.cfg = s->cfg, .cli = s->cli, .instance = o->instance};
+
+    SF_UNUSED(arg);
+    return proc_kafka_start(&ko, &s->kafka, err); /* leaves nothing running on failure */
+}
+
+static enum sf_rc start_slot(struct proc_service *s, const struct proc_service_opts *o, void *arg,
+                             struct sf_err *err)
+{
+    struct feed_slot *slot = arg;
+    enum sf_rc rc = start_feed(s, o, slot, err);
+
+    if (rc != SF_OK) {
+        feed_processor_free(slot->fp);
+        slot->fp = NULL;
+    }
+    return rc;
+}
+
 enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_service **ret_s,
                               struct sf_err *err)
 {
@@ -237,8 +400,11 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
     rc = make_client(s, opts, err);
     if (rc != SF_OK)
         goto fail;
-    if (s->embed != NULL || opts->create_database) {
-        rc = cosmos_db_create_if_missing(s->cli, cfg->cosmos.database, NULL, NULL, err);
+    {
+        char what[COSMOS_NAME_MAX + 16];
+
+        (void)snprintf(what, sizeof(what), "database %s", cfg->cosmos.database);
+        rc = start_wait(s, opts, what, start_database, NULL, err);
         if (rc != SF_OK)
             goto fail;
     }
@@ -273,38 +439,43 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
     rc = proc_dispatch_new(&dopts, &s->dispatch, err);
     if (rc == SF_OK && opts->start_paused)
         proc_dispatch_pause(s->dispatch, true);
-    if (rc == SF_OK)
-        rc = proc_dispatch_start(s->dispatch, err);
+    if (rc == SF_OK) {
+        char what[COSMOS_NAME_MAX + 32];
+
+        (void)snprintf(what, sizeof(what), "parking container %s",
+                       cfg->processor.parking_container);
+        rc = start_wait(s, opts, what, start_dispatch, NULL, err);
+    }
     if (rc != SF_OK)
         goto fail;
     /* Catalog the source containers now: a missing one should stop the start, loudly. */
     n_sources = proc_engine_sources(s->engine, sources, SOURCES_MAX);
     for (size_t i = 0; i < n_sources; i++) {
-        char path[256];
+        char what[COSMOS_NAME_MAX + 32];
 
-        rc = step_catalog_pk_path(s->catalog, sources[i], path, err);
+        (void)snprintf(what, sizeof(what), "source container %s", sources[i]);
+        rc = start_wait(s, opts, what, start_source, (void *)sources[i], err);
         if (rc != SF_OK)
             goto fail;
     }
     /* The relays first: a Kafka setting that cannot work stops the start before any saga. */
     if (cfg->kafka != NULL && !opts->no_kafka) {
-        struct proc_kafka_opts ko = {.cfg = cfg, .cli = s->cli, .instance = opts->instance};
-
-        rc = proc_kafka_start(&ko, &s->kafka, err);
+        rc = start_wait(s, opts, "the Kafka relays' change feeds and lease container", start_kafka,
+                        NULL, err);
         if (rc != SF_OK)
             goto fail;
     }
     for (size_t i = 0; i < n_sources; i++) {
         struct feed_slot *slot = &s->feeds[s->n_feeds];
+        char what[2 * COSMOS_NAME_MAX + 64];
 
         slot->svc = s;
         slot->container = sources[i];
-        rc = start_feed(s, opts, slot, err);
-        if (rc != SF_OK) {
-            feed_processor_free(slot->fp);
-            slot->fp = NULL;
+        (void)snprintf(what, sizeof(what), "the change feed of %s and lease container %s",
+                       sources[i], cfg->feed.lease_container);
+        rc = start_wait(s, opts, what, start_slot, slot, err);
+        if (rc != SF_OK)
             goto fail;
-        }
         s->n_feeds++;
     }
     s->next_scan_ms = sf_mono_ms();

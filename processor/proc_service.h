@@ -21,10 +21,13 @@
 #define PROC_SERVICE_H
 
 #include "common/sf_base.h"
+
+#include <signal.h>
 #include "common/sf_err.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
 #include "processor/proc_dispatch.h"
+#include "processor/proc_kafka.h"
 
 struct proc_service;
 struct feed_processor;
@@ -39,9 +42,21 @@ struct proc_service_opts {
     void *result_ctx;
     bool start_paused; /* start with dispatch and feeds paused (see proc_service_pause) */
     bool no_kafka;     /* run no relay even when cfg has a kafka section (the demo) */
+    /* Set (non-zero) by a signal handler to stop: ends the start-up waits below. NULL: never. */
+    const volatile sig_atomic_t *stop;
 };
 
-/* Starts everything (see above). On failure nothing is left running. */
+/*
+ * Starts everything (see above). On failure nothing is left running.
+ *
+ * Every start-up call to Cosmos DB (the database, the parking, source and
+ * lease containers, the leases) that fails retriably (429, 503, 408,
+ * timeouts, refused or dropped connections) is waited out with a jittered
+ * backoff and a warning naming what it waits for, until it succeeds, for at
+ * most processor.start_timeout (0, the default: no bound), or until *stop
+ * is set (SF_ESTATE "stopped while waiting for ..."). A missing database
+ * fails at once, naming it. Blocks the calling thread meanwhile.
+ */
 enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_service **ret_s,
                               struct sf_err *err);
 

@@ -23,3 +23,16 @@ if(Python3_Interpreter_FOUND AND TARGET sagafeed)
     ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
     LABELS "ops;packaging" TIMEOUT 120)
 endif()
+
+# How `sagafeed run` starts and stops when the world is not perfect: start-up
+# throttling waited out, a missing database named, SIGHUP drains.
+if(TARGET cosmolite AND TARGET sagafeed)
+  sf_unit_test(test_lifecycle_e2e
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lifecycle_e2e.c
+    LIBS sf_e2e
+    LABELS "ops;integration;e2e")
+  add_dependencies(test_lifecycle_e2e cosmolite sagafeed)
+  set_property(TEST test_lifecycle_e2e APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
+  set_tests_properties(test_lifecycle_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()
