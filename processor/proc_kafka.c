@@ -4,9 +4,11 @@
 #include "common/sf_base.h"
 
 #include <errno.h>
+#include <stdint.h>
 
 #include "common/sf_json.h"
 #include "common/sf_log.h"
+#include "common/sf_time.h"
 #include "feed/feed.h"
 #include "outbox/outbox.h"
 #include "outbox/outbox_feed.h"
@@ -33,6 +35,7 @@ struct proc_kafka {
     struct outbox_sink *sink;
     struct relay_slot *slots;
     size_t n_slots;
+    enum outbox_brokers brokers_logged; /* what proc_kafka_tick last said (owning thread) */
 };
 
 /* ---------------------------------------------------------------------------
@@ -481,7 +484,7 @@ enum sf_rc proc_kafka_start(const struct proc_kafka_opts *opts, struct proc_kafk
     *ret_k = k;
     return SF_OK;
 fail:
-    proc_kafka_stop(k);
+    proc_kafka_stop(k, 0);
     free(sources);
     free(routes);
     return rc;
@@ -516,8 +519,32 @@ void proc_kafka_stats(struct proc_kafka *k, struct proc_kafka_stats *ret)
         st.delivered = ss.delivered;
         st.failed = ss.failed;
         st.in_flight = ss.in_flight;
+        st.brokers = ss.brokers;
+        st.brokers_since_ms = ss.brokers_since_ms;
+        (void)snprintf(st.brokers_msg, sizeof(st.brokers_msg), "%s", ss.brokers_msg);
     }
     *ret = st;
+}
+
+void proc_kafka_tick(struct proc_kafka *k)
+{
+    struct outbox_sink_stats ss;
+
+    if (k == NULL || k->sink == NULL)
+        return;
+    outbox_sink_stats(k->sink, &ss);
+    if (ss.brokers == k->brokers_logged || ss.brokers == OUTBOX_BROKERS_UNKNOWN)
+        return;
+    /* Once per change: a broker that stays down is one warning, not one per retry. */
+    if (ss.brokers == OUTBOX_BROKERS_DOWN)
+        sf_log_warn(KAFKA_LOG_COMP,
+                    "no Kafka broker reachable at %s (%s): sagas keep running, their events "
+                    "wait in the outbox and are published once a broker answers",
+                    k->cfg->kafka->brokers != NULL ? k->cfg->kafka->brokers : "bootstrap.servers",
+                    ss.brokers_msg);
+    else if (k->brokers_logged == OUTBOX_BROKERS_DOWN)
+        sf_log_info(KAFKA_LOG_COMP, "a Kafka broker is reachable again: publishing");
+    k->brokers_logged = ss.brokers;
 }
 
 static void log_stats(struct proc_kafka *k, const char *what)
@@ -535,16 +562,28 @@ static void log_stats(struct proc_kafka *k, const char *what)
                 (long long)st.in_flight);
 }
 
-void proc_kafka_stop(struct proc_kafka *k)
+/* What is left of a stop's budget (INT64_MAX without one), never negative. */
+static int64_t budget_left(int64_t deadline)
 {
+    return deadline == INT64_MAX ? INT64_MAX : SF_MAX(deadline - sf_mono_ms(), (int64_t)0);
+}
+
+void proc_kafka_stop(struct proc_kafka *k, int64_t budget_ms)
+{
+    int64_t deadline = budget_ms < 0 ? INT64_MAX : sf_mono_ms() + budget_ms, wait_ms;
     struct sf_err err;
 
     if (k == NULL)
         return;
-    /* 1. Relays stop reading; in-flight events get their time; checkpoints; leases go. */
+    /*
+     * 1. Relays stop reading; in-flight events get their time; checkpoints; leases go.
+     * One after the other, sharing the budget: with Kafka unreachable the first one may
+     * use it all, and the others then checkpoint what was acknowledged and go at once.
+     */
     for (size_t i = 0; i < k->n_slots; i++) {
         sf_err_clear(&err);
-        if (k->slots[i].fr != NULL && outbox_feed_relay_stop(k->slots[i].fr, &err) != SF_OK)
+        if (k->slots[i].fr != NULL &&
+            outbox_feed_relay_stop_within(k->slots[i].fr, budget_left(deadline), &err) != SF_OK)
             sf_log_warn(KAFKA_LOG_COMP, "%s: stopping: %s", k->slots[i].name, err.msg);
     }
     if (k->sink != NULL)
@@ -552,13 +591,14 @@ void proc_kafka_stop(struct proc_kafka *k)
     /* 2. The sink flushes for flush_timeout, then purges (purged: republished after restart). */
     sf_err_clear(&err);
     if (k->sink != NULL) {
-        if (outbox_sink_close(k->sink, &err) == SF_OK)
+        wait_ms = SF_MIN(budget_left(deadline), k->cfg->kafka->flush_timeout_ms);
+        if (outbox_sink_close_within(k->sink, wait_ms, &err) == SF_OK)
             sf_log_info(KAFKA_LOG_COMP, "flushed: every published event is in Kafka");
         else
             sf_log_warn(KAFKA_LOG_COMP,
                         "not flushed within %lldms: %s; the rest is published again after the "
                         "restart",
-                        (long long)k->cfg->kafka->flush_timeout_ms, err.msg);
+                        (long long)wait_ms, err.msg);
     }
     /* 3. Relays, then 4. the sink. */
     for (size_t i = 0; i < k->n_slots; i++) {

@@ -38,6 +38,7 @@
 #include "common/sf_err.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
+#include "outbox/outbox.h"
 
 struct proc_kafka;
 
@@ -68,20 +69,30 @@ enum sf_rc proc_kafka_start(const struct proc_kafka_opts *opts, struct proc_kafk
                             struct sf_err *err);
 
 struct proc_kafka_stats {
-    size_t relays;      /* outbox relays + CDC relays */
-    uint64_t published; /* events handed to Kafka (republished ones included) */
-    uint64_t acked;     /* feed items acknowledged after Kafka stored their event */
-    uint64_t skipped;   /* feed items with nothing to publish */
-    uint64_t invalid;   /* malformed outbox records (reported, skipped) */
-    uint64_t retried;   /* events Kafka rejected and the relay published again */
-    uint64_t held;      /* events left unacknowledged for after a restart */
-    uint64_t delivered; /* sink: acknowledged by Kafka */
-    uint64_t failed;    /* sink: delivery reported with an error (purges included) */
-    int64_t in_flight;  /* sink: published and not reported yet */
+    size_t relays;               /* outbox relays + CDC relays */
+    uint64_t published;          /* events handed to Kafka (republished ones included) */
+    uint64_t acked;              /* feed items acknowledged after Kafka stored their event */
+    uint64_t skipped;            /* feed items with nothing to publish */
+    uint64_t invalid;            /* malformed outbox records (reported, skipped) */
+    uint64_t retried;            /* events Kafka rejected and the relay published again */
+    uint64_t held;               /* events left unacknowledged for after a restart */
+    uint64_t delivered;          /* sink: acknowledged by Kafka */
+    uint64_t failed;             /* sink: delivery reported with an error (purges included) */
+    int64_t in_flight;           /* sink: published and not reported yet */
+    enum outbox_brokers brokers; /* sink: a broker reachable (UP), none (DOWN), not known yet */
+    int64_t brokers_since_ms;    /* wall clock of the last change, 0: never */
+    char brokers_msg[256];       /* why DOWN (librdkafka's words), else "" */
 };
 
 /* A snapshot of the counters, summed over the relays. Any thread. */
 void proc_kafka_stats(struct proc_kafka *k, struct proc_kafka_stats *ret);
+
+/*
+ * Periodic work of the owning thread (every ~100 ms): warns once when the
+ * producer finds no broker reachable (the sagas keep running; their events
+ * wait in the outbox records) and says when one is reachable again.
+ */
+void proc_kafka_tick(struct proc_kafka *k);
 
 /*
  * Stops in the order outbox_feed.h documents: every relay stops reading (its
@@ -89,10 +100,11 @@ void proc_kafka_stats(struct proc_kafka *k, struct proc_kafka_stats *ret);
  * leases released) -> the sink closes (waits kafka.flush_timeout for
  * deliveries, then purges: purged events stay unacknowledged and are
  * published again after the restart) -> the relays are freed -> the sink
- * is freed. Logs the final counters. Call after the sagas drained (their
- * last transitions' events are then in the feed). NULL is a no-op. The
- * owning thread.
+ * is freed. All the waiting together takes at most budget_ms (< 0: no bound
+ * beyond the flush timeouts): each step gets what is left of it. Logs the
+ * final counters. Call after the sagas drained (their last transitions'
+ * events are then in the feed). NULL is a no-op. The owning thread.
  */
-void proc_kafka_stop(struct proc_kafka *k);
+void proc_kafka_stop(struct proc_kafka *k, int64_t budget_ms);
 
 #endif

@@ -331,6 +331,19 @@ static void metrics_feeds(struct proc_ops *ops, struct sf_buf *b)
         free(st[i]);
 }
 
+/* sagafeed_kafka_broker_up: only with Kafka relays, once the producer knows (proc_kafka.h). */
+static void metrics_kafka(struct proc_ops *ops, struct sf_buf *b)
+{
+    struct proc_kafka_stats ks;
+
+    if (!proc_service_kafka_stats(ops->svc, &ks))
+        return;
+    help(b, "sagafeed_kafka_broker_up", "gauge",
+         "1 while a Kafka broker is reachable, 0 while none is (absent until known).");
+    if (ks.brokers != OUTBOX_BROKERS_UNKNOWN)
+        sample_u(b, "sagafeed_kafka_broker_up", NULL, NULL, ks.brokers == OUTBOX_BROKERS_UP);
+}
+
 enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
 {
     if (ops->svc == NULL)
@@ -346,6 +359,7 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
     metrics_items(ops, b);
     metrics_retries(ops, b);
     metrics_feeds(ops, b);
+    metrics_kafka(ops, b);
     help(b, "sagafeed_request_charge_total", "counter", "Request units of every Cosmos call.");
     (void)sf_buf_printf(b, "sagafeed_request_charge_total %.3f\n",
                         cosmos_client_request_charge(proc_service_client(ops->svc)));
@@ -358,7 +372,7 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
  */
 
 /* Ready: owns at least one range and every owned range progressed lately (or paused). */
-static int readiness(struct proc_ops *ops, struct sf_buf *b)
+static int readiness_feeds(struct proc_ops *ops, struct sf_buf *b)
 {
     int64_t now = sf_wall_ms(), deadline = ops->cfg->feed.hang_timeout_ms;
     size_t owned = 0, stale = 0;
@@ -401,6 +415,31 @@ static int readiness(struct proc_ops *ops, struct sf_buf *b)
     (void)sf_buf_printf(b, "ready: %zu lease%s owned and progressing\n", owned,
                         owned == 1 ? "" : "s");
     return 200;
+}
+
+/*
+ * A detail line of /readyz when no Kafka broker is reachable. It does not
+ * make the instance unready: the sagas keep running and their events wait
+ * in the outbox records until a broker answers.
+ */
+static void readiness_kafka(struct proc_ops *ops, struct sf_buf *b)
+{
+    struct proc_kafka_stats ks;
+
+    if (!proc_service_kafka_stats(ops->svc, &ks) || ks.brokers != OUTBOX_BROKERS_DOWN)
+        return;
+    (void)sf_buf_printf(b, "kafka: no broker reachable for %llds (%s); events wait in the outbox\n",
+                        (long long)SF_MAX((sf_wall_ms() - ks.brokers_since_ms) / 1000, (int64_t)0),
+                        ks.brokers_msg);
+}
+
+/* The feeds' readiness (above), then the Kafka detail. */
+static int readiness(struct proc_ops *ops, struct sf_buf *b)
+{
+    int status = readiness_feeds(ops, b);
+
+    readiness_kafka(ops, b);
+    return status;
 }
 
 static int on_http(void *ctx, const char *path, struct sf_buf *b, const char **ret_type)

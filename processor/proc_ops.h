@@ -42,6 +42,10 @@
  *   sagafeed_hang_guard_fired_total{container}, sagafeed_leases_lost_total{container}
  *   sagafeed_request_charge_total              request units of every Cosmos call
  *   sagafeed_paused                            1 while the fleet is paused
+ *   sagafeed_kafka_broker_up                   with a kafka section: 1 while a broker is
+ *                                              reachable, 0 while none is (warned once in the
+ *                                              log, and a detail line of /readyz, which stays
+ *                                              200: sagas run, events wait in the outbox)
  */
 #ifndef PROC_OPS_H
 #define PROC_OPS_H

@@ -491,6 +491,7 @@ void proc_service_tick(struct proc_service *s)
     struct sf_err err;
     size_t n = 0;
 
+    proc_kafka_tick(s->kafka);
     if (sf_mono_ms() < s->next_scan_ms)
         return;
     s->next_scan_ms = sf_mono_ms() + s->cfg->processor.park_scan_interval_ms;
@@ -544,6 +545,14 @@ struct proc_dispatch *proc_service_dispatch(struct proc_service *s)
     return s->dispatch;
 }
 
+bool proc_service_kafka_stats(struct proc_service *s, struct proc_kafka_stats *ret)
+{
+    if (s->kafka == NULL)
+        return false;
+    proc_kafka_stats(s->kafka, ret);
+    return true;
+}
+
 const struct proc_engine *proc_service_engine(struct proc_service *s)
 {
     return s->engine;
@@ -560,14 +569,21 @@ struct feed_processor *proc_service_feed(struct proc_service *s, size_t i,
 
 void proc_service_stop(struct proc_service *s, int64_t drain_ms)
 {
+    int64_t deadline = sf_mono_ms() + SF_MAX(drain_ms, (int64_t)0);
+
     if (s == NULL)
         return;
-    /* 1. Feeds stop reading and wait for in-flight items, then checkpoint and release. */
+    /*
+     * drain_ms bounds the whole stop, not each step: every step below gets what is left,
+     * so N feeds and M Kafka relays never add up to N + M waits of drain_ms each.
+     * 1. Feeds stop reading and wait for in-flight items, then checkpoint and release.
+     */
     for (size_t i = 0; i < s->n_feeds; i++) {
         struct sf_err err;
 
         sf_err_clear(&err);
-        if (feed_processor_stop(s->feeds[i].fp, drain_ms, &err) != SF_OK)
+        if (feed_processor_stop(s->feeds[i].fp, SF_MAX(deadline - sf_mono_ms(), (int64_t)0),
+                                &err) != SF_OK)
             sf_log_warn("sagafeed", "stopping the change feed of %s: %s", s->feeds[i].container,
                         err.msg);
     }
@@ -575,7 +591,7 @@ void proc_service_stop(struct proc_service *s, int64_t drain_ms)
     if (s->dispatch != NULL)
         proc_dispatch_stop(s->dispatch);
     /* 3. The sagas are drained: the relays stop, the sink flushes, both are freed. */
-    proc_kafka_stop(s->kafka);
+    proc_kafka_stop(s->kafka, SF_MAX(deadline - sf_mono_ms(), (int64_t)0));
     proc_dispatch_free(s->dispatch);
     for (size_t i = 0; i < s->n_feeds; i++)
         feed_processor_free(s->feeds[i].fp);

@@ -82,6 +82,12 @@ void proc_service_pause(struct proc_service *s, bool paused);
 /* The dispatcher (borrowed for the service's life), for metrics. */
 struct proc_dispatch *proc_service_dispatch(struct proc_service *s);
 
+/*
+ * The Kafka relays' counters and broker reachability into *ret; false (ret
+ * untouched) when the service runs no relay. Any thread.
+ */
+bool proc_service_kafka_stats(struct proc_service *s, struct proc_kafka_stats *ret);
+
 /* The engine (borrowed for the service's life), for its per-step counts. */
 const struct proc_engine *proc_service_engine(struct proc_service *s);
 
@@ -93,7 +99,12 @@ const struct proc_engine *proc_service_engine(struct proc_service *s);
 struct feed_processor *proc_service_feed(struct proc_service *s, size_t i,
                                          const char **ret_container);
 
-/* Drains (up to drain_ms), stops and frees. NULL is a no-op. */
+/*
+ * Drains, stops and frees, all within drain_ms (plus the final checkpoints
+ * and lease releases): the feeds' in-flight items, then the Kafka relays and
+ * the producer's flush get what is left of it (proc_kafka_stop). NULL is a
+ * no-op.
+ */
 void proc_service_stop(struct proc_service *s, int64_t drain_ms);
 
 /*

@@ -1,6 +1,6 @@
 /*
  * test_lifecycle_e2e.c - how the real `sagafeed run` binary starts and stops
- * when the world is not perfect (issue 13, items 11 and 12).
+ * when the world is not perfect (issue 13, items 11, 12 and 14).
  *
  *   start_waits_throttling  429s on the parking container, 503s and dropped
  *                  connections on the lease container, 408s on the source
@@ -15,6 +15,15 @@
  *   sighup_drains  SIGHUP drains like SIGTERM: exit 0, leases released, so
  *                  a second instance takes over at once (well before the
  *                  feed.lease_expiry of 60 s) and settles new orders
+ *   kafka_stop_bounded  SIGTERM with the broker down and the sagas' events
+ *                  stuck in the producer: exit 0 within --drain-timeout (2 s)
+ *                  plus the final checkpoints, not 3 x kafka.flush_timeout
+ *   kafka_unreachable  a kafka section whose broker is down: one warning
+ *                  (not one per retry), sagafeed_kafka_broker_up 0 and a
+ *                  /readyz detail line, back to 1 once the broker is up;
+ *                  SIGTERM with events stuck in the producer finishes within
+ *                  --drain-timeout (2 s) although kafka.flush_timeout is 10 s
+ *                  and two relays and the producer each used to wait for it
  */
 #include "common/sf_base.h"
 
@@ -26,6 +35,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "processor/proc_demo.h"
+#include "tests/outbox/kafka_support.h"
 #include "tests/support/e2e.h"
 
 #define DB "shop"
@@ -312,6 +322,167 @@ START_TEST(test_sighup_drains)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Kafka unreachable (item 14)
+ */
+
+static int http_port(const char *log)
+{
+    char *text = e2e_slurp(log), *at;
+    int port = 0;
+
+    ck_assert_ptr_nonnull(text);
+    at = strstr(text, "(port ");
+    ck_assert_msg(at != NULL, "no port in %s", text);
+    ck_assert_int_eq(sscanf(at, "(port %d)", &port), 1);
+    free(text);
+    return port;
+}
+
+static char *get(int port, const char *path)
+{
+    char url[128], *body = NULL;
+
+    (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    (void)e2e_http_get(url, &body);
+    ck_assert_ptr_nonnull(body);
+    return body;
+}
+
+/* Waits until /metrics has sagafeed_kafka_broker_up == want. */
+static void wait_broker_up(int port, double want, const char *log)
+{
+    int64_t deadline = sf_mono_ms() + 60000;
+
+    for (;;) {
+        char *m = get(port, "/metrics");
+        double v = e2e_metric_or(m, "sagafeed_kafka_broker_up", -1);
+
+        free(m);
+        if (v == want)
+            return;
+        if (sf_mono_ms() > deadline) {
+            e2e_dump_log(log);
+            ck_abort_msg("sagafeed_kafka_broker_up is %g, not %g", v, want);
+        }
+        sf_sleep_ms(200);
+    }
+}
+
+/*
+ * A mock cluster of one broker, down, and <tmp>/<name>.cfg with a kafka section on it: the
+ * outbox relay of orders and a CDC relay of shipments. kafka.flush_timeout stays at its
+ * 10 s default, so a stop that adds up the relays' and the producer's waits takes 30 s.
+ */
+static struct ktest_cluster *kafka_down(char *cfg, size_t size, const char *name,
+                                        struct harness_cosmolite *h)
+{
+    struct ktest_cluster *kc = NULL;
+    struct sf_err err;
+    struct sf_buf extra;
+
+    ck_assert_msg(ktest_cluster_new(1, &kc, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(ktest_topic_create(kc, "order-events", 2, &err), SF_OK);
+    ck_assert_int_eq(rd_kafka_mock_broker_set_down(ktest_mock(kc), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    sf_buf_init(&extra, 4096);
+    (void)sf_buf_printf(&extra,
+                        "kafka = { brokers = \"%s\"; default_topic = \"order-events\"; "
+                        "options = [ \"reconnect.backoff.max.ms=300\" ]; "
+                        "cdc = ( { container = \"shipments\"; topic = \"order-events\"; } ); };",
+                        ktest_bootstraps(kc));
+    config(cfg, size, name, h, DB, NULL, sf_buf_cstr(&extra));
+    sf_buf_release(&extra);
+    return kc;
+}
+
+/* SIGTERM; the exit must be clean and come within ms (well below what it used to take). */
+static void stop_within(pid_t pid, const char *log, int64_t ms, const char *what)
+{
+    int64_t t0 = sf_mono_ms();
+    int status;
+
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    status = e2e_wait_exit(pid, ms);
+    if (status != 0)
+        e2e_dump_log(log);
+    ck_assert_msg(status == 0, "%s: SIGTERM: status %d after %lldms", what, status,
+                  (long long)(sf_mono_ms() - t0));
+    (void)printf("%s: stopped in %lldms\n", what, (long long)(sf_mono_ms() - t0));
+}
+
+START_TEST(test_kafka_stop_bounded)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = shop(&cli);
+    struct ktest_cluster *kc;
+    char cfg[512], log[512];
+    const char *args[] = {"run", "-c", cfg, "--instance", "k-2", "--drain-timeout", "2s", NULL};
+    pid_t pid;
+
+    kc = kafka_down(cfg, sizeof(cfg), "stopkafka", h);
+    (void)snprintf(log, sizeof(log), "%s/stopkafka.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
+    e2e_create_orders(cli, 0, 6);
+    e2e_wait_settled(cli, DB, 6, 60000, log);
+    /* the outbox relay has the sagas' events in the producer, which cannot deliver them */
+    wait_log(log, "relaying to", 30000);
+    sf_sleep_ms(1000);
+    /* --drain-timeout 2s bounds the whole stop: not 2 relays + the producer x 10 s */
+    stop_within(pid, log, 9000, "kafka_stop_bounded");
+    ck_assert_uint_eq(count_in(log, "not flushed within"), 1);
+    ck_assert_uint_eq(count_in(log, "stopping on SIGTERM"), 1);
+    ktest_cluster_free(kc);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+START_TEST(test_kafka_unreachable)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = shop(&cli);
+    struct ktest_cluster *kc;
+    char cfg[512], log[512], *body;
+    const char *args[] = {"run", "-c",     cfg,           "--instance", "k-1", "--drain-timeout",
+                          "2s",  "--http", "127.0.0.1:0", NULL};
+    pid_t pid;
+    int port;
+
+    kc = kafka_down(cfg, sizeof(cfg), "nokafka", h);
+    (void)snprintf(log, sizeof(log), "%s/nokafka.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
+    wait_log(log, "(port ", 30000);
+    port = http_port(log);
+    e2e_create_orders(cli, 0, 6);
+    e2e_wait_settled(cli, DB, 6, 60000, log); /* sagas run without Kafka */
+    wait_log(log, "no Kafka broker reachable at", 60000);
+    wait_broker_up(port, 0, log);
+    body = get(port, "/readyz");
+    ck_assert_msg(strstr(body, "kafka: no broker reachable") != NULL, "%s", body);
+    free(body);
+    sf_sleep_ms(3000); /* librdkafka keeps reconnecting (every 300 ms) and failing */
+    ck_assert_uint_eq(count_in(log, "no Kafka broker reachable at"), 1);
+    /* back up: the metric and the log say so, the detail line goes */
+    ck_assert_int_eq(rd_kafka_mock_broker_set_up(ktest_mock(kc), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    wait_broker_up(port, 1, log);
+    wait_log(log, "a Kafka broker is reachable again", 30000);
+    body = get(port, "/readyz");
+    ck_assert_msg(strstr(body, "kafka:") == NULL, "%s", body);
+    free(body);
+    /* down again with events stuck in the producer: the stop is bounded by --drain-timeout */
+    ck_assert_int_eq(rd_kafka_mock_broker_set_down(ktest_mock(kc), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    wait_broker_up(port, 0, log);
+    e2e_create_orders(cli, 6, 6);
+    e2e_wait_settled(cli, DB, 12, 60000, log);
+    ck_assert_uint_eq(count_in(log, "no Kafka broker reachable at"), 2); /* once per outage */
+    stop_within(pid, log, 9000, "kafka_unreachable");
+    ck_assert_uint_eq(count_in(log, "not flushed within"), 1);
+    ktest_cluster_free(kc);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 int main(void)
 {
     /* one case per test, so CK_RUN_CASE=sighup_drains runs just that one */
@@ -319,7 +490,9 @@ int main(void)
                                      {"start_missing_database", test_start_missing_database},
                                      {"start_timeout", test_start_timeout},
                                      {"start_sigterm", test_start_sigterm},
-                                     {"sighup_drains", test_sighup_drains}};
+                                     {"sighup_drains", test_sighup_drains},
+                                     {"kafka_unreachable", test_kafka_unreachable},
+                                     {"kafka_stop_bounded", test_kafka_stop_bounded}};
     int rc;
 
     rc = e2e_init("sf-lifecycle");

@@ -25,12 +25,15 @@ if(Python3_Interpreter_FOUND AND TARGET sagafeed)
 endif()
 
 # How `sagafeed run` starts and stops when the world is not perfect: start-up
-# throttling waited out, a missing database named, SIGHUP drains.
+# throttling waited out, a missing database named, SIGHUP drains, a Kafka
+# broker that cannot be reached (warning, metric, /readyz) and a stop bounded
+# by --drain-timeout.
 if(TARGET cosmolite AND TARGET sagafeed)
+  include(${CMAKE_CURRENT_LIST_DIR}/../outbox/kafka_support.cmake)
   sf_unit_test(test_lifecycle_e2e
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lifecycle_e2e.c
-    LIBS sf_e2e
-    LABELS "ops;integration;e2e")
+    LIBS sf_e2e sf_test_kafka
+    LABELS "ops;kafka;integration;e2e")
   add_dependencies(test_lifecycle_e2e cosmolite sagafeed)
   set_property(TEST test_lifecycle_e2e APPEND PROPERTY ENVIRONMENT
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
