@@ -639,7 +639,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "parked") == 0)
         return cmd_parked(argc - 1, argv + 1);
     if (proc_cli_has(argv[1])) {
-        /* Long commands (replay) stop cleanly on SIGINT/SIGTERM; short ones just die. */
+        /* Long commands (replay) stop cleanly on SIGINT/SIGTERM/SIGHUP; short ones just die. */
         if (strcmp(argv[1], "replay") == 0)
             install_signals();
         return proc_cli_main(argc - 1, argv + 1, &g_stop);

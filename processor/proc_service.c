@@ -282,12 +282,14 @@ static enum sf_rc start_wait(struct proc_service *s, const struct proc_service_o
         if (e.retry_after_ms > delay)
             delay = SF_MIN(e.retry_after_ms, (int64_t)START_BACKOFF_CAP_MS);
         waited = sf_mono_ms() - t0;
-        if (limit > 0 && waited + delay > limit) {
+        if (limit > 0 && waited >= limit) {
             sf_err_prefix(&e,
                           "gave up waiting for %s after %lldms (processor.start_timeout): ", what,
                           (long long)waited);
             break;
         }
+        if (limit > 0)
+            delay = SF_MIN(delay, limit - waited); /* one last attempt right at the bound */
         if (attempt == 1 || sf_mono_ms() - last_log >= START_LOG_EVERY_MS) {
             sf_log_warn("sagafeed",
                         "start: waiting for %s: %s; retrying with backoff (attempt %u, %lldms so "
@@ -323,9 +325,7 @@ static enum sf_rc start_database(struct proc_service *s, const struct proc_servi
     if (rc == SF_ENOTFOUND)
         return sf_err_set(err, SF_ENOTFOUND, false,
                           "database %s does not exist (create it, or fix cosmos.database)", db);
-    if (rc != SF_OK)
-        sf_err_prefix(err, "database %s: ", db);
-    return rc;
+    return rc; /* other failures name the request (GET dbs/<db>) */
 }
 
 static enum sf_rc start_dispatch(struct proc_service *s, const struct proc_service_opts *o,
