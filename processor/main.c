@@ -111,6 +111,7 @@ static const char USAGE_RUN[] =
     "timeouts) is waited out with backoff, logging what is waited for, for at most\n"
     "processor.start_timeout (default: until stopped); a missing database stops\n"
     "the start at once, naming it.\n"
+    "\n"
     "`sagafeed pause` / `resume` stop and restart the work of every instance\n"
     "(read every feed.poll_interval; an instance starts paused until it has read\n"
     "the fleet's control document).\n"
@@ -483,6 +484,7 @@ static int cmd_demo(int argc, char **argv)
     so.key = proc_embed_key(emb);
     so.instance = "demo";
     so.no_kafka = true; /* the demo needs no Kafka: its example's kafka section is left out */
+    so.stop = &g_stop;
     t0 = sf_mono_ms();
     if (proc_service_start(&so, &svc, &err) != SF_OK)
         goto fail;
