@@ -18,6 +18,8 @@
  *   kafka_stop_bounded  SIGTERM with the broker down and the sagas' events
  *                  stuck in the producer: exit 0 within --drain-timeout (2 s)
  *                  plus the final checkpoints, not 3 x kafka.flush_timeout
+ *   kafka_no_listener  brokers on a loopback port nobody listens on: the same
+ *                  warning, metric, /readyz line and bounded stop
  *   kafka_unreachable  a kafka section whose broker is down: one warning
  *                  (not one per retry), sagafeed_kafka_broker_up 0 and a
  *                  /readyz detail line, back to 1 once the broker is up;
@@ -27,8 +29,11 @@
  */
 #include "common/sf_base.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/sf_json.h"
@@ -370,29 +375,55 @@ static void wait_broker_up(int port, double want, const char *log)
 }
 
 /*
- * A mock cluster of one broker, down, and <tmp>/<name>.cfg with a kafka section on it: the
- * outbox relay of orders and a CDC relay of shipments. kafka.flush_timeout stays at its
- * 10 s default, so a stop that adds up the relays' and the producer's waits takes 30 s.
+ * <tmp>/<name>.cfg with a kafka section on brokers: the outbox relay of orders and a CDC
+ * relay of shipments. kafka.flush_timeout stays at its 10 s default, so a stop that adds
+ * up the relays' and the producer's waits takes 30 s.
  */
-static struct ktest_cluster *kafka_down(char *cfg, size_t size, const char *name,
-                                        struct harness_cosmolite *h)
+static void kafka_config(char *cfg, size_t size, const char *name, struct harness_cosmolite *h,
+                         const char *brokers)
 {
-    struct ktest_cluster *kc = NULL;
-    struct sf_err err;
     struct sf_buf extra;
 
-    ck_assert_msg(ktest_cluster_new(1, &kc, &err) == SF_OK, "%s", err.msg);
-    ck_assert_int_eq(ktest_topic_create(kc, "order-events", 2, &err), SF_OK);
-    ck_assert_int_eq(rd_kafka_mock_broker_set_down(ktest_mock(kc), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
     sf_buf_init(&extra, 4096);
     (void)sf_buf_printf(&extra,
                         "kafka = { brokers = \"%s\"; default_topic = \"order-events\"; "
                         "options = [ \"reconnect.backoff.max.ms=300\" ]; "
                         "cdc = ( { container = \"shipments\"; topic = \"order-events\"; } ); };",
-                        ktest_bootstraps(kc));
+                        brokers);
     config(cfg, size, name, h, DB, NULL, sf_buf_cstr(&extra));
     sf_buf_release(&extra);
+}
+
+/* A mock cluster of one broker, down, and kafka_config on it. */
+static struct ktest_cluster *kafka_down(char *cfg, size_t size, const char *name,
+                                        struct harness_cosmolite *h)
+{
+    struct ktest_cluster *kc = NULL;
+    struct sf_err err;
+
+    ck_assert_msg(ktest_cluster_new(1, &kc, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(ktest_topic_create(kc, "order-events", 2, &err), SF_OK);
+    ck_assert_int_eq(rd_kafka_mock_broker_set_down(ktest_mock(kc), 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    kafka_config(cfg, size, name, h, ktest_bootstraps(kc));
     return kc;
+}
+
+/* A loopback port nobody listens on (bound, read, closed). */
+static int unused_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    ck_assert_int_ge(fd, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    port = ntohs(a.sin_port);
+    (void)close(fd);
+    return port;
 }
 
 /* SIGTERM; the exit must be clean and come within ms (well below what it used to take). */
@@ -432,6 +463,37 @@ START_TEST(test_kafka_stop_bounded)
     ck_assert_uint_eq(count_in(log, "not flushed within"), 1);
     ck_assert_uint_eq(count_in(log, "stopping on SIGTERM"), 1);
     ktest_cluster_free(kc);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+START_TEST(test_kafka_no_listener)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = shop(&cli);
+    char cfg[512], log[512], brokers[64], *body;
+    const char *args[] = {"run", "-c",     cfg,           "--instance", "k-3", "--drain-timeout",
+                          "2s",  "--http", "127.0.0.1:0", NULL};
+    pid_t pid;
+    int port;
+
+    /* nothing listens there: every connection is refused */
+    (void)snprintf(brokers, sizeof(brokers), "127.0.0.1:%d", unused_port());
+    kafka_config(cfg, sizeof(cfg), "nolistener", h, brokers);
+    (void)snprintf(log, sizeof(log), "%s/nolistener.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
+    wait_log(log, "(port ", 30000);
+    port = http_port(log);
+    e2e_create_orders(cli, 0, 6);
+    e2e_wait_settled(cli, DB, 6, 60000, log);
+    wait_log(log, "no Kafka broker reachable at 127.0.0.1:", 60000);
+    wait_broker_up(port, 0, log);
+    body = get(port, "/readyz");
+    ck_assert_msg(strstr(body, "kafka: no broker reachable") != NULL, "%s", body);
+    free(body);
+    stop_within(pid, log, 9000, "kafka_no_listener");
+    ck_assert_uint_eq(count_in(log, "no Kafka broker reachable at"), 1);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
@@ -492,7 +554,8 @@ int main(void)
                                      {"start_sigterm", test_start_sigterm},
                                      {"sighup_drains", test_sighup_drains},
                                      {"kafka_unreachable", test_kafka_unreachable},
-                                     {"kafka_stop_bounded", test_kafka_stop_bounded}};
+                                     {"kafka_stop_bounded", test_kafka_stop_bounded},
+                                     {"kafka_no_listener", test_kafka_no_listener}};
     int rc;
 
     rc = e2e_init("sf-lifecycle");
