@@ -258,6 +258,7 @@ static enum sf_rc start_wait(struct proc_service *s, const struct proc_service_o
     struct sf_err e;
     enum sf_rc rc;
 
+    sf_err_clear(&e);
     sf_backoff_init(&b, START_BACKOFF_BASE_MS, START_BACKOFF_CAP_MS, (uint64_t)sf_mono_us());
     b.min_ms = START_BACKOFF_BASE_MS / 2;
     for (;;) {
