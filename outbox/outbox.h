@@ -41,13 +41,17 @@
  *     "traceparent": "00-<32 hex>-<16 hex>-01",                  optional (W3C)
  *     "sourceId":    "o-17",                                     optional: the saga item's id
  *     "sourceLsn":   24,                                         optional: the saga item's _lsn
+ *     "sourceSeq":   2,                                          optional: emit order in that pass
  *     "createdAt":   "2026-11-29T19:30:00.123Z",                 optional: when it was built
  *     "ttl":         604800                                      seconds; needs TTL on
  *   }
  *
- * sourceId, sourceLsn and createdAt are for people and benchmarks reading
- * the container; the relay does not publish them (the source-lsn header is
- * the record's own _lsn, the position the relay's checkpoint is made of).
+ * sourceId, sourceLsn, sourceSeq and createdAt are for people and benchmarks
+ * reading the container (saga show orders a saga's events by sourceLsn,
+ * createdAt, sourceSeq: one pass runs several transitions within a
+ * millisecond, a retried pass at the same LSN counts again but later); the relay does not publish
+ * them (the source-lsn header is the record's own _lsn, the position the relay's checkpoint is made
+ * of).
  *
  * The container must have TTL enabled (default TTL -1 or a number) for "ttl"
  * to take effect, and the TTL must exceed the longest possible relay outage:
@@ -134,6 +138,9 @@ struct outbox_record {
     int64_t ttl_s;             /* 0: OUTBOX_DEFAULT_TTL_S; -1: no "ttl" field (never expires) */
     const char *source_id;     /* optional: the id of the item the event is about */
     int64_t source_lsn;        /* optional: that item's _lsn; <= 0: omitted */
+    int64_t source_seq;    /* optional: 1, 2, ... in the order one pass over the item emitted its
+                              events (several transitions share sourceLsn and createdAt); <= 0:
+                              omitted */
     int64_t created_at_ms; /* optional: epoch ms written as ISO 8601 "createdAt"; <= 0: omitted */
 };
 

@@ -12,8 +12,9 @@
 
 /* Fields of the record itself: a partition key path may not start with one of these. */
 static const char *const record_fields[] = {
-    "id",      "type",        "eventType", "topic",    "sagaId",    "workflow",  "epoch",
-    "payload", "traceparent", "ttl",       "sourceId", "sourceLsn", "createdAt", OUTBOX_SYS_FIELD,
+    "id",       "type",      "eventType", "topic",       "sagaId",
+    "workflow", "epoch",     "payload",   "traceparent", "ttl",
+    "sourceId", "sourceLsn", "sourceSeq", "createdAt",   OUTBOX_SYS_FIELD,
 };
 
 #define PK_PATH_MAX    256
@@ -314,6 +315,8 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
         bad |= json_object_set_new(doc, "sourceId", json_string(rec->source_id));
     if (rec->source_lsn > 0)
         bad |= json_object_set_new(doc, "sourceLsn", json_integer(rec->source_lsn));
+    if (rec->source_seq > 0)
+        bad |= json_object_set_new(doc, "sourceSeq", json_integer(rec->source_seq));
     if (rec->created_at_ms > 0) {
         char at[32];
 

@@ -85,15 +85,30 @@ static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
 }
 
-static int by_lsn_then_time(const void *a, const void *b)
+/*
+ * Emit order of a saga's outbox records (outbox.h): the item's LSN orders
+ * passes; within one pass, several transitions share the LSN and often the
+ * millisecond, so sourceSeq (1, 2, ... per pass) orders them. A retried pass
+ * at the same LSN numbers again from 1, but later, hence createdAt before
+ * sourceSeq. The id last, so that the order never depends on the query's.
+ */
+static int by_emit_order(const void *a, const void *b)
 {
     const json_t *x = *(const json_t *const *)a, *y = *(const json_t *const *)b;
     int64_t lx = int_member(x, "sourceLsn", 0), ly = int_member(y, "sourceLsn", 0);
+    int64_t sx = int_member(x, "sourceSeq", 0), sy = int_member(y, "sourceSeq", 0);
     const char *tx = sf_json_str(x, "createdAt"), *ty = sf_json_str(y, "createdAt");
+    const char *ix = sf_json_str(x, "id"), *iy = sf_json_str(y, "id");
+    int c;
 
     if (lx != ly)
         return lx < ly ? -1 : 1;
-    return strcmp(tx != NULL ? tx : "", ty != NULL ? ty : "");
+    c = strcmp(tx != NULL ? tx : "", ty != NULL ? ty : "");
+    if (c != 0)
+        return c;
+    if (sx != sy)
+        return sx < sy ? -1 : 1;
+    return strcmp(ix != NULL ? ix : "", iy != NULL ? iy : "");
 }
 
 static int by_id(const void *a, const void *b)
@@ -124,6 +139,11 @@ static void sort_array(json_t *arr, int (*cmp)(const void *, const void *))
 /* ---------------------------------------------------------------------------
  * saga show
  */
+
+void proc_saga_events_sort(json_t *events)
+{
+    sort_array(events, by_emit_order);
+}
 
 /* The containers where a workflow's markers can be: its source and every literal action target. */
 static size_t marker_containers(const struct cfg_workflow *w, const char **out, size_t max)
@@ -260,7 +280,7 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
             break;
         }
     }
-    sort_array(events, by_lsn_then_time);
+    proc_saga_events_sort(events);
     *ret_found = item != NULL || json_array_size(markers) > 0 || json_array_size(events) > 0 ||
                  json_array_size(parked) > 0;
     *ret = json_pack(

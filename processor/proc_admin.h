@@ -48,6 +48,12 @@
 enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
                           const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err);
 
+/*
+ * Sorts a saga's outbox event records (a JSON array, in place) into the order
+ * the saga emitted them, as proc_saga_show lists them. Any thread.
+ */
+void proc_saga_events_sort(json_t *events);
+
 /* The human-readable form of proc_saga_show's JSON. */
 void proc_saga_print(const json_t *v, FILE *out);
 

@@ -372,6 +372,7 @@ struct run {
      */
     const struct cstep *failed_cs;
     size_t failed_elem;
+    int64_t event_seq; /* outbox records built in this pass (their sourceSeq) */
 };
 
 enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, const json_t *doc,
@@ -462,8 +463,8 @@ static json_t *make_env(const struct run *r, const char *step, const json_t *ele
     return env;
 }
 
-static void make_ctx(const struct run *r, const struct cstep *cs, size_t element,
-                     enum step_phase phase, const json_t *env, struct step_ctx *ctx)
+static void make_ctx(struct run *r, const struct cstep *cs, size_t element, enum step_phase phase,
+                     const json_t *env, struct step_ctx *ctx)
 {
     const struct cfg *cfg = r->e->cfg;
 
@@ -484,6 +485,7 @@ static void make_ctx(const struct run *r, const struct cstep *cs, size_t element
     ctx->source_container = r->it->container;
     ctx->source_pk = r->pk;
     ctx->topic = r->wf->cfg->topic;
+    ctx->event_seq = &r->event_seq;
     if (phase == STEP_DO) {
         ctx->fail_on = cs->cfg->fail_on;
         ctx->n_fail_on = cs->cfg->n_fail_on;
@@ -735,6 +737,7 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         ctx.event_ttl_s = r->e->cfg->processor.event_ttl_s;
         ctx.env = env;
         ctx.source_pk = r->pk;
+        ctx.event_seq = &r->event_seq;
         payload =
             json_pack("{s:s?, s:s, s:s, s:s?}", "id", id, "from", from, "to", to, "reason", reason);
         /* The outbox record (outbox.h): its id is discriminated by the state left. */

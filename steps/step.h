@@ -140,6 +140,12 @@ struct step_ctx {
     const char *topic;            /* default outbox topic, may be NULL */
     const int *fail_on;           /* statuses that are business failures */
     size_t n_fail_on;
+    /*
+     * Events this pass over the item built so far: step_event_build numbers
+     * each record's sourceSeq from it (the order saga show lists them in).
+     * NULL: not numbered.
+     */
+    int64_t *event_seq;
 };
 
 /* true when status is one of ctx->fail_on. */

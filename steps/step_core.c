@@ -496,6 +496,7 @@ enum sf_rc step_event_build(const struct step_ctx *ctx, const char *pk_path, con
     rec.ttl_s = ctx->event_ttl_s;
     rec.source_id = sf_json_str(item, "id");
     rec.source_lsn = ctx->lsn;
+    rec.source_seq = ctx->event_seq != NULL ? ++*ctx->event_seq : 0;
     rec.created_at_ms = sf_wall_ms();
     if (rec.source_id != NULL &&
         (rec.source_id[0] == '\0' || strlen(rec.source_id) > OUTBOX_FIELD_MAX))

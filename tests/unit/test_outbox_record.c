@@ -171,14 +171,17 @@ START_TEST(test_build_saga_fields)
     ck_assert_str_eq(sf_json_str(doc, OUTBOX_SYS_FIELD), OUTBOX_SYS_KIND);
     ck_assert_ptr_null(json_object_get(doc, "sourceId"));
     ck_assert_ptr_null(json_object_get(doc, "sourceLsn"));
+    ck_assert_ptr_null(json_object_get(doc, "sourceSeq"));
     ck_assert_ptr_null(json_object_get(doc, "createdAt"));
     json_decref(doc);
     rec.source_id = "o-17";
     rec.source_lsn = 24;
+    rec.source_seq = 3;
     rec.created_at_ms = INT64_C(1790000000123);
     ck_assert_int_eq(outbox_record_build(&rec, &doc, NULL), SF_OK);
     ck_assert_str_eq(sf_json_str(doc, "sourceId"), "o-17");
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "sourceLsn")), 24);
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "sourceSeq")), 3);
     ck_assert_int_eq(sf_time_parse_iso8601(sf_json_str(doc, "createdAt"), &at), SF_OK);
     ck_assert_int_eq(at, INT64_C(1790000000123));
     json_decref(doc);

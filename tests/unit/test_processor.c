@@ -1,7 +1,8 @@
 /*
  * test_processor.c - processor/ without a server: the lanes (order per lane,
  * parallelism across lanes, backpressure, drain) and workflow compilation
- * diagnostics (check-config's file:line for filters, templates and kinds).
+ * diagnostics (check-config's file:line for filters, templates and kinds),
+ * and the order saga show lists a saga's events in.
  */
 #include "common/sf_base.h"
 
@@ -9,8 +10,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "config/cfg.h"
+#include "processor/proc_admin.h"
 #include "processor/proc_lanes.h"
 #include "processor/proc_service.h"
 
@@ -278,6 +281,83 @@ START_TEST(test_check_config_plugins)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * saga show: events in the order the saga emitted them
+ */
+
+/* An outbox record as the engine writes it; seq <= 0: no sourceSeq (older records). */
+static json_t *event_rec(const char *type, const char *from, json_int_t lsn, const char *at,
+                         json_int_t seq)
+{
+    char id[256];
+    json_t *d;
+
+    (void)snprintf(id, sizeof(id), "ob:order-fulfilment:o-1:%s:%s", type, from);
+    d = json_pack("{s:s, s:s, s:s, s:I, s:s}", "id", id, "sfKind", "event", "eventType", type,
+                  "sourceLsn", lsn, "createdAt", at);
+    ck_assert_ptr_nonnull(d);
+    if (seq > 0)
+        ck_assert_int_eq(json_object_set_new(d, "sourceSeq", json_integer(seq)), 0);
+    return d;
+}
+
+static void assert_types(const json_t *events, const char *const *want, size_t n)
+{
+    ck_assert_uint_eq(json_array_size(events), n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(strcmp(sf_json_str(json_array_get(events, i), "eventType"), want[i]) == 0,
+                      "event %zu is %s, want %s", i,
+                      sf_json_str(json_array_get(events, i), "eventType"), want[i]);
+}
+
+/*
+ * One pass over an item runs several transitions within a millisecond: their
+ * records share sourceLsn and createdAt, and a query returns them by id
+ * (alphabetical, not the order they happened). saga show must list them as
+ * emitted.
+ */
+START_TEST(test_saga_events_same_millisecond_in_transition_order)
+{
+    const char *at = "2026-12-01T17:00:00.123Z";
+    const char *want[] = {"StockReserved", "PaymentCharged", "OrderCompleted"};
+    json_t *ev = json_array();
+
+    ck_assert_int_eq(json_array_append_new(ev, event_rec("OrderCompleted", "charged", 24, at, 3)),
+                     0);
+    ck_assert_int_eq(json_array_append_new(ev, event_rec("PaymentCharged", "reserved", 24, at, 2)),
+                     0);
+    ck_assert_int_eq(json_array_append_new(ev, event_rec("StockReserved", "placed", 24, at, 1)), 0);
+    proc_saga_events_sort(ev);
+    assert_types(ev, want, 3);
+    json_decref(ev);
+}
+END_TEST
+
+/*
+ * Across passes the item's LSN orders; a retried pass at the same LSN starts
+ * counting again, later (createdAt); ten or more events compare as numbers.
+ */
+START_TEST(test_saga_events_order_across_passes_and_retries)
+{
+    const char *want[] = {"E1", "E2",  "E3",  "E4",  "E5", "E6", "E7", "E8",
+                          "E9", "E10", "E11", "E12", "R1", "R2", "N1"};
+    const char *t0 = "2026-12-01T17:00:00.100Z", *t1 = "2026-12-01T17:00:01.500Z";
+    json_t *ev = json_array();
+    char type[16];
+
+    ck_assert_int_eq(json_array_append_new(ev, event_rec("N1", "x", 40, t0, 1)), 0);
+    ck_assert_int_eq(json_array_append_new(ev, event_rec("R2", "b", 24, t1, 2)), 0);
+    ck_assert_int_eq(json_array_append_new(ev, event_rec("R1", "a", 24, t1, 1)), 0);
+    for (int i = 12; i >= 1; i--) {
+        (void)snprintf(type, sizeof(type), "E%d", i);
+        ck_assert_int_eq(json_array_append_new(ev, event_rec(type, type, 24, t0, i)), 0);
+    }
+    proc_saga_events_sort(ev);
+    assert_types(ev, want, SF_ARRAY_LEN(want));
+    json_decref(ev);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("processor");
@@ -292,6 +372,10 @@ int main(void)
     tc = tcase_create("check_config");
     tcase_add_test(tc, test_check_config_compile);
     tcase_add_test(tc, test_check_config_plugins);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("saga_show");
+    tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
+    tcase_add_test(tc, test_saga_events_order_across_passes_and_retries);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

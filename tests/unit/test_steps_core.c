@@ -148,7 +148,23 @@ START_TEST(test_event_doc)
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "sourceLsn")), 42);
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "ttl")), 60);
     ck_assert_ptr_nonnull(sf_json_str(doc, "createdAt"));
+    ck_assert_ptr_null(json_object_get(doc, "sourceSeq")); /* no counter: not numbered */
     json_decref(doc);
+    /* with the pass's counter, each record is numbered in the order it was built */
+    {
+        int64_t seq = 0;
+
+        c.event_seq = &seq;
+        for (int i = 1; i <= 2; i++) {
+            ck_assert_int_eq(step_event_build(&c, "/customerId", "OrderPlaced", NULL, "placed",
+                                              payload, &doc, &err),
+                             SF_OK);
+            ck_assert_int_eq(json_integer_value(json_object_get(doc, "sourceSeq")), i);
+            json_decref(doc);
+        }
+        ck_assert_int_eq(seq, 2);
+        c.event_seq = NULL;
+    }
     /* a malformed traceparent in the item is left out, not an error; no payload is {} */
     c.env = bad_tp;
     ck_assert_int_eq(
