@@ -9,6 +9,7 @@
 #include "processor/proc_admin.h"
 #include "processor/proc_status.h"
 #include "steps/step.h"
+#include "steps/step_tmpl.h"
 
 #define QUERY_DOCS_MAX 10000
 #define LEASE_BODY_MAX (64u << 10)
@@ -174,15 +175,67 @@ static size_t marker_containers(const struct cfg_workflow *w, const char **out, 
     return n;
 }
 
-/* The steps of w with the elements done and undone according to markers. New reference. */
-static json_t *steps_view(const struct cfg_workflow *w, const json_t *markers)
+/*
+ * How many steps of w the item has moved past (steps are a chain in order);
+ * in the compensating or failed state, those before the step that failed.
+ * -1: unknown (no item, an unknown state).
+ */
+static long steps_passed(const struct cfg_workflow *w, const json_t *item)
+{
+    const char *state = sf_json_str(item, w->state_field);
+    const char *failed = sf_json_str(item, "sfFailedStep");
+
+    if (state == NULL || w->n_steps == 0)
+        return -1;
+    if (strcmp(state, w->steps[w->n_steps - 1].to) == 0)
+        return (long)w->n_steps;
+    for (size_t k = 0; k < w->n_steps; k++) {
+        if (strcmp(state, w->steps[k].from) == 0)
+            return (long)k;
+        if (failed != NULL && strcmp(failed, w->steps[k].name) == 0 &&
+            (strcmp(state, w->compensating_state) == 0 || strcmp(state, w->failed_state) == 0))
+            return (long)k;
+    }
+    return -1;
+}
+
+/* true when st's foreach renders to an empty array for item (the engine's rendering). */
+static bool foreach_empty(const struct cfg_workflow *w, const struct cfg_step *st,
+                          const json_t *item)
+{
+    char text[1024];
+    struct step_tmpl *t = NULL;
+    json_t *env = NULL, *arr = NULL;
+    bool empty = false;
+
+    if (st->foreach == NULL || item == NULL)
+        return false;
+    /* "item.lines" and "{{item.lines}}" both name the array (proc_engine.c compile_step). */
+    if (strstr(st->foreach, "{{") != NULL)
+        (void)snprintf(text, sizeof(text), "%s", st->foreach);
+    else
+        (void)snprintf(text, sizeof(text), "{{%s}}", st->foreach);
+    env = json_pack("{s:O, s:s, s:s}", "item", item, "workflow", w->name, "step", st->name);
+    if (env != NULL && step_tmpl_compile_str(text, STEP_TMPL_JSON, &t, NULL) == SF_OK &&
+        step_tmpl_render(t, env, &arr, NULL) == SF_OK)
+        empty = json_is_array(arr) && json_array_size(arr) == 0;
+    json_decref(arr);
+    json_decref(env);
+    step_tmpl_free(t);
+    return empty;
+}
+
+json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const json_t *markers)
 {
     json_t *steps = json_array();
+    long passed = steps_passed(w, item);
 
     for (size_t k = 0; steps != NULL && k < w->n_steps; k++) {
         const struct cfg_step *st = &w->steps[k];
         json_t *done = json_array(), *undone = json_array(), *m;
         const char *status;
+        bool no_elements = false;
+        json_t *view;
         size_t i;
 
         json_array_foreach(markers, i, m)
@@ -194,7 +247,13 @@ static json_t *steps_view(const struct cfg_workflow *w, const json_t *markers)
             (void)json_array_append_new(strcmp(phase, "undo") == 0 ? undone : done,
                                         json_integer(int_member(m, "element", 0)));
         }
-        if (json_array_size(done) == 0)
+        /* An empty foreach runs no element and leaves no marker: only the state tells it ran. */
+        if (json_array_size(done) == 0 && json_array_size(undone) == 0 && passed > (long)k &&
+            foreach_empty(w, st, item))
+            no_elements = true;
+        if (no_elements)
+            status = "done";
+        else if (json_array_size(done) == 0)
             status = "not run";
         else if (json_array_size(undone) >= json_array_size(done))
             status = "compensated";
@@ -202,9 +261,11 @@ static json_t *steps_view(const struct cfg_workflow *w, const json_t *markers)
             status = "partly compensated";
         else
             status = "done";
-        (void)json_array_append_new(
-            steps, json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}", "step", st->name, "from", st->from,
-                             "to", st->to, "status", status, "done", done, "undone", undone));
+        view = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}", "step", st->name, "from", st->from, "to",
+                         st->to, "status", status, "done", done, "undone", undone);
+        if (view != NULL && no_elements)
+            (void)json_object_set_new(view, "elements", json_integer(0));
+        (void)json_array_append_new(steps, view);
     }
     return steps;
 }
@@ -291,8 +352,8 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
                         "reason", json_object_get(item, w->reason_field), "failedStep",
                         json_object_get(item, "sfFailedStep"), "ts", json_object_get(item, "_ts"))
             : json_null(),
-        "steps", steps_view(w, markers), "events", json_incref(events), "parked", parked, "markers",
-        (json_int_t)json_array_size(markers));
+        "steps", proc_saga_steps(w, item, markers), "events", json_incref(events), "parked", parked,
+        "markers", (json_int_t)json_array_size(markers));
     if (*ret == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
 out:
@@ -383,6 +444,8 @@ void proc_saga_print(const json_t *v, FILE *out)
         {
             (void)fprintf(out, "    %-12s %s -> %s: %s", sf_json_str(x, "step"),
                           sf_json_str(x, "from"), sf_json_str(x, "to"), sf_json_str(x, "status"));
+            if (json_is_integer(json_object_get(x, "elements")))
+                (void)fprintf(out, " (no elements)");
             if (json_array_size(json_object_get(x, "done")) > 0) {
                 (void)fprintf(out, " (done: ");
                 print_elements(out, json_object_get(x, "done"));

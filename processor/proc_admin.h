@@ -49,6 +49,16 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
                           const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err);
 
 /*
+ * The steps of workflow w as saga show lists them (new reference): per step
+ * its name, from, to, the elements whose do / undo markers are among
+ * markers, and a status: "not run", "done", "partly compensated",
+ * "compensated". A step the saga's item (NULL: deleted) has moved past whose
+ * foreach array is empty ran with no elements: "done" with "elements": 0.
+ * Any thread.
+ */
+json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const json_t *markers);
+
+/*
  * Sorts a saga's outbox event records (a JSON array, in place) into the order
  * the saga emitted them, as proc_saga_show lists them. Any thread.
  */

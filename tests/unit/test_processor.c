@@ -358,6 +358,117 @@ START_TEST(test_saga_events_order_across_passes_and_retries)
 }
 END_TEST
 
+static const char *SHOP_CFG =
+    "workflows = ( {\n"
+    "  name = \"shop\"; container = \"orders\";\n"
+    "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+    "  steps = (\n"
+    "    { name = \"reserve\"; from = \"placed\"; to = \"reserved\"; foreach = \"item.lines\";\n"
+    "      do = { kind = \"patch\"; container = \"stock\"; id = \"{{it.sku}}\";\n"
+    "             partition_key = \"{{it.sku}}\";\n"
+    "             ops = ( { op = \"incr\"; path = \"/n\"; value = -1; } ); }; },\n"
+    "    { name = \"charge\"; from = \"reserved\"; to = \"charged\";\n"
+    "      do = { kind = \"patch\"; container = \"customers\"; id = \"{{item.c}}\";\n"
+    "             partition_key = \"{{item.c}}\";\n"
+    "             ops = ( { op = \"incr\"; path = \"/b\"; value = -1; } ); }; },\n"
+    "    { name = \"ship\"; from = \"charged\"; to = \"completed\";\n"
+    "      do = { kind = \"patch\"; container = \"customers\"; id = \"{{item.c}}\";\n"
+    "             partition_key = \"{{item.c}}\";\n"
+    "             ops = ( { op = \"set\"; path = \"/s\"; value = 1; } ); }; } );\n"
+    "} );\n";
+
+/* The status saga show gives step `name` of an item (JSON text, or NULL) with markers. */
+static char *step_status(const struct cfg *cfg, const char *item_text, const char *markers_text,
+                         const char *name, json_int_t *ret_elements)
+{
+    json_t *item = item_text != NULL ? json_loads(item_text, 0, NULL) : NULL;
+    json_t *markers = json_loads(markers_text, 0, NULL), *steps, *st;
+    char *status = NULL;
+    size_t i;
+
+    ck_assert_ptr_nonnull(markers);
+    steps = proc_saga_steps(&cfg->workflows[0], item, markers);
+    ck_assert_ptr_nonnull(steps);
+    json_array_foreach(steps, i, st)
+    {
+        if (strcmp(sf_json_str(st, "step"), name) == 0) {
+            status = strdup(sf_json_str(st, "status"));
+            *ret_elements = json_is_integer(json_object_get(st, "elements"))
+                                ? json_integer_value(json_object_get(st, "elements"))
+                                : -1;
+        }
+    }
+    ck_assert_ptr_nonnull(status);
+    json_decref(steps);
+    json_decref(markers);
+    json_decref(item);
+    return status;
+}
+
+static void assert_step(const struct cfg *cfg, const char *item, const char *markers,
+                        const char *name, const char *want, json_int_t want_elements)
+{
+    json_int_t elements = -2;
+    char *got = step_status(cfg, item, markers, name, &elements);
+
+    ck_assert_msg(strcmp(got, want) == 0 && elements == want_elements,
+                  "step %s of %s: %s (elements %lld), want %s (elements %lld)", name,
+                  item != NULL ? item : "(no item)", got, (long long)elements, want,
+                  (long long)want_elements);
+    free(got);
+}
+
+/* A foreach over an empty array runs no element and writes no marker: it still ran. */
+START_TEST(test_saga_steps_zero_elements_ran_not_not_run)
+{
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    const char *done2 = "[{\"step\": \"charge\", \"phase\": \"do\", \"element\": 0},"
+                        " {\"step\": \"ship\", \"phase\": \"do\", \"element\": 0}]";
+    const char *completed = "{\"id\": \"o-1\", \"status\": \"completed\", \"lines\": []}";
+    const char *reserved = "{\"id\": \"o-1\", \"status\": \"reserved\", \"lines\": []}";
+    const char *placed = "{\"id\": \"o-1\", \"status\": \"placed\", \"lines\": []}";
+    const char *cancelled = "{\"id\": \"o-1\", \"status\": \"cancelled\", \"lines\": [],"
+                            " \"sfFailedStep\": \"charge\"}";
+    const char *two = "{\"id\": \"o-1\", \"status\": \"completed\", \"lines\": [{}, {}]}";
+    json_t *view, *item;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(SHOP_CFG, "shop.cfg", &cfg, NULL, &err) == SF_OK, "%s", err.msg);
+    assert_step(cfg, completed, done2, "reserve", "done", 0);
+    assert_step(cfg, completed, done2, "charge", "done", -1);
+    assert_step(cfg, reserved, "[]", "reserve", "done", 0);
+    assert_step(cfg, reserved, "[]", "charge", "not run", -1);
+    /* not yet there, or the failing step itself: not run */
+    assert_step(cfg, placed, "[]", "reserve", "not run", -1);
+    assert_step(cfg, cancelled, "[]", "reserve", "done", 0);
+    assert_step(cfg, cancelled, "[]", "charge", "not run", -1);
+    /* elements there but no markers (expired, or never written): not claimed as done */
+    assert_step(cfg, two, "[]", "reserve", "not run", -1);
+    /* no item (deleted): nothing to tell from */
+    assert_step(cfg, NULL, "[]", "reserve", "not run", -1);
+    /* the text form says so */
+    item = json_loads(completed, 0, NULL);
+    view = json_pack("{s:s, s:b, s:[{s:s, s:s, s:n, s:o, s:[], s:I}]}", "sagaId", "o-1", "found", 1,
+                     "workflows", "workflow", "shop", "container", "orders", "item", "steps",
+                     proc_saga_steps(&cfg->workflows[0], item, NULL), "events", "markers",
+                     (json_int_t)0);
+    ck_assert_ptr_nonnull(view);
+    f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    proc_saga_print(view, f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(strstr(text, "placed -> reserved: done (no elements)") != NULL, "%s", text);
+    free(text);
+    json_decref(view);
+    json_decref(item);
+    cfg_free(cfg);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("processor");
@@ -376,6 +487,7 @@ int main(void)
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
     tcase_add_test(tc, test_saga_events_order_across_passes_and_retries);
+    tcase_add_test(tc, test_saga_steps_zero_elements_ran_not_not_run);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
