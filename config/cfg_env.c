@@ -58,6 +58,21 @@ static const char *type_word(int t)
     }
 }
 
+/* Records on s (a setting this variable made) which variable it came from. */
+static void mark(config_setting_t *s, const char *var, size_t var_len)
+{
+    char *name = config_setting_get_hook(s) == NULL ? strndup(var, var_len) : NULL;
+
+    /* Out of memory only costs the better message: the diagnostic says line 0. */
+    if (name != NULL)
+        config_setting_set_hook(s, name);
+}
+
+const char *cfg_env_origin(const config_setting_t *s)
+{
+    return s != NULL ? config_setting_get_hook(s) : NULL;
+}
+
 /* One variable: name is what follows the prefix ("COSMOS_ENDPOINT"), v its value. */
 static void apply_one(config_t *lc, const char *var, const char *name, size_t name_len,
                       const char *v, struct cfg_diags *d)
@@ -80,8 +95,11 @@ static void apply_one(config_t *lc, const char *var, const char *name, size_t na
         key[i] = (char)tolower((unsigned char)us[1 + i]);
     key[name_len - (size_t)(us - name) - 1] = '\0';
     g = config_setting_get_member(root, group);
-    if (g == NULL)
+    if (g == NULL) {
         g = config_setting_add(root, group, CONFIG_TYPE_GROUP);
+        if (g != NULL)
+            mark(g, var, name_len + strlen(CFG_ENV_PREFIX));
+    }
     if (g == NULL || !config_setting_is_group(g)) {
         cfg_diag_add(d, "environment", 0, "%.*s: '%s' is not a group of settings",
                      (int)SF_MIN(name_len + strlen(CFG_ENV_PREFIX), 200), var, group);
@@ -112,13 +130,17 @@ static void apply_one(config_t *lc, const char *var, const char *name, size_t na
         cfg_diag_add(d, "environment", 0, "%.*s: '%.100s' is not %s (as %s.%s must be)",
                      (int)SF_MIN(name_len + strlen(CFG_ENV_PREFIX), 200), var, v, type_word(type),
                      group, key);
+        return;
     }
+    mark(s, var, name_len + strlen(CFG_ENV_PREFIX));
 }
 
 void cfg_env_apply(config_t *lc, char *const *env, struct cfg_diags *diags)
 {
     size_t plen = strlen(CFG_ENV_PREFIX);
 
+    /* The hooks mark() sets are freed with their settings. */
+    config_set_destructor(lc, free);
     for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
         const char *e = env[i], *eq = strchr(e, '=');
 

@@ -17,7 +17,8 @@
  * Secrets stay out of the file and the environment alike: cosmos.key set
  * this way is refused like an inline key (name the variable that holds it
  * with SAGAFEED_COSMOS_KEY_ENV instead). Settings set from the environment
- * have no line: their diagnostics say line 0.
+ * have no line: every diagnostic about one (or about a group the environment
+ * created) reads "environment:0: SAGAFEED_...: ...", never a line of the file.
  */
 #ifndef CFG_ENV_H
 #define CFG_ENV_H
@@ -34,5 +35,11 @@
  * "environment:0: SAGAFEED_...: what is wrong".
  */
 void cfg_env_apply(config_t *lc, char *const *env, struct cfg_diags *diags);
+
+/*
+ * The name of the variable that set s ("SAGAFEED_COSMOS_KEY_ENV"), or NULL
+ * when s comes from the file. Borrowed: valid while lc holds s.
+ */
+const char *cfg_env_origin(const config_setting_t *s);
 
 #endif

@@ -75,7 +75,11 @@ static void diag(struct loader *ld, const config_setting_t *s, const char *fmt, 
     va_start(ap, fmt);
     (void)vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    cfg_diag_add(ld->diags, src_file(ld, s), src_line(s), "%s", msg);
+    /* A setting the environment made has no line in the file: name its variable instead. */
+    if (cfg_env_origin(s) != NULL)
+        cfg_diag_add(ld->diags, "environment", 0, "%s: %s", cfg_env_origin(s), msg);
+    else
+        cfg_diag_add(ld->diags, src_file(ld, s), src_line(s), "%s", msg);
 }
 
 /* The printable name of a setting for messages: "cosmos.endpoint", "workflows[0].steps[1]". */
@@ -326,7 +330,9 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
             diag(ld, config_setting_get_member(g, "endpoint"),
                  "cosmos.endpoint is set but no key: add key_env or key_file");
     } else if (c->key_env != NULL || c->key_file != NULL) {
-        diag(ld, g, "cosmos: a key without an endpoint; the embedded cosmolite uses its own key");
+        /* At the key setting itself: it may come from the environment, not the file. */
+        diag(ld, config_setting_get_member(g, c->key_env != NULL ? "key_env" : "key_file"),
+             "cosmos: a key without an endpoint; the embedded cosmolite uses its own key");
     }
     if (c->consistency != NULL && strcmp(c->consistency, "Strong") != 0 &&
         strcmp(c->consistency, "BoundedStaleness") != 0 && strcmp(c->consistency, "Session") != 0 &&

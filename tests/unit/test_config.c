@@ -321,6 +321,80 @@ START_TEST(test_file_errors)
 }
 END_TEST
 
+/* Loads text from a file (cfg_load applies the environment); the diagnostics (static). */
+static const struct cfg_diags *load_file_bad(const char *text, char *path, size_t path_size)
+{
+    static struct cfg_diags d;
+    struct cfg *c = NULL;
+    struct sf_err err;
+    int fd;
+
+    (void)snprintf(path, path_size, "/tmp/sf-cfg-env-XXXXXX");
+    fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    (void)close(fd);
+    sf_err_clear(&err);
+    ck_assert_int_eq(cfg_load(path, &c, &d, &err), SF_EINVAL);
+    ck_assert_ptr_null(c);
+    (void)unlink(path);
+    return &d;
+}
+
+/* true when no diagnostic blames the file (every one names the environment). */
+static bool none_blames(const struct cfg_diags *d, const char *path)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (strncmp(d->msg[i], path, strlen(path)) == 0)
+            return false;
+    return true;
+}
+
+/*
+ * A setting that came from a SAGAFEED_* variable is reported as the
+ * environment's, with the variable's name, never at a line of the file (the
+ * file may not even mention it), whichever check refuses it.
+ */
+START_TEST(test_env_settings_blamed_on_environment)
+{
+    char *text = with("cosmos = {\n  database = \"db\";\n};");
+    char path[64];
+    const struct cfg_diags *d;
+
+    /* only the key's variable: the complaint is about it, not the file's cosmos group */
+    ck_assert_int_eq(setenv("SAGAFEED_COSMOS_KEY_ENV", "COSMOS_KEY", 1), 0);
+    d = load_file_bad(text, path, sizeof(path));
+    dump(d);
+    ck_assert(has_diag(d, "environment:0: SAGAFEED_COSMOS_KEY_ENV: ", "without an endpoint"));
+    ck_assert(none_blames(d, path));
+    /* a value refused by validation (not by parsing) names its variable too */
+    ck_assert_int_eq(setenv("SAGAFEED_COSMOS_ENDPOINT", "ftp://cosmos:8081/", 1), 0);
+    d = load_file_bad(text, path, sizeof(path));
+    ck_assert(has_diag(d, "environment:0: SAGAFEED_COSMOS_ENDPOINT: ",
+                       "cosmos.endpoint 'ftp://cosmos:8081/' must be an http"));
+    ck_assert(none_blames(d, path));
+    ck_assert_int_eq(unsetenv("SAGAFEED_COSMOS_ENDPOINT"), 0);
+    ck_assert_int_eq(unsetenv("SAGAFEED_COSMOS_KEY_ENV"), 0);
+    ck_assert_int_eq(setenv("SAGAFEED_FEED_MAX_ITEMS", "0", 1), 0);
+    d = load_file_bad(text, path, sizeof(path));
+    dump(d);
+    ck_assert(has_diag(d, "environment:0: SAGAFEED_FEED_MAX_ITEMS: ", "max_items"));
+    ck_assert(none_blames(d, path));
+    ck_assert_int_eq(unsetenv("SAGAFEED_FEED_MAX_ITEMS"), 0);
+    free(text);
+    /* the same mistake in the file points at key_env's own line, not the group's */
+    text = with("cosmos = {\n  database = \"db\";\n  key_env = \"COSMOS_KEY\";\n};");
+    d = load_file_bad(text, path, sizeof(path));
+    {
+        char want[96];
+
+        (void)snprintf(want, sizeof(want), "%s:3: ", path);
+        ck_assert(has_diag(d, want, "without an endpoint"));
+    }
+    free(text);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -335,6 +409,7 @@ int main(void)
     tcase_add_test(tc, test_bad_workflows);
     tcase_add_test(tc, test_all_problems_reported);
     tcase_add_test(tc, test_file_errors);
+    tcase_add_test(tc, test_env_settings_blamed_on_environment);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
