@@ -1,8 +1,13 @@
 /*
- * sf_url.c - percent-encoding for URL path segments and header values.
+ * sf_url.c - percent-encoding for URL path segments and header values;
+ * endpoint URLs.
  */
 #include "common/sf_base.h"
 
+#include <ctype.h>
+#include <strings.h>
+
+#include "common/sf_parse.h"
 #include "common/sf_url.h"
 
 static bool sf_url_unreserved(unsigned char c)
@@ -81,5 +86,63 @@ enum sf_rc sf_url_decode(char *s, size_t len, size_t *ret_len)
     if (w < len)
         s[w] = '\0'; /* convenience terminator; it lies inside s[0..len) */
     *ret_len = w;
+    return SF_OK;
+}
+
+enum sf_rc sf_url_endpoint_parse(const char *url, struct sf_url_endpoint *ret, struct sf_err *err)
+{
+    struct sf_url_endpoint e;
+    const char *p, *host_end, *path;
+    size_t hlen;
+    int64_t port;
+
+    memset(&e, 0, sizeof(e));
+    if (url == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "must be an http:// or https:// URL");
+    if (strncasecmp(url, "https://", 8) == 0)
+        e.tls = true;
+    else if (strncasecmp(url, "http://", 7) != 0)
+        return sf_err_set(err, SF_EINVAL, false, "must be an http:// or https:// URL");
+    if (strpbrk(url, " \t\r\n?#") != NULL)
+        return sf_err_set(err, SF_EINVAL, false, "contains a space, ?, # or line break");
+    p = url + (e.tls ? 8 : 7);
+    e.authority = p;
+    path = strchr(p, '/');
+    if (path == NULL)
+        path = p + strlen(p);
+    e.authority_len = (size_t)(path - p);
+    if (*p == '[') {
+        host_end = memchr(p, ']', (size_t)(path - p));
+        if (host_end == NULL)
+            return sf_err_set(err, SF_EINVAL, false, "unterminated [IPv6] host");
+        p++;
+        hlen = (size_t)(host_end - p);
+        host_end++;
+    } else {
+        host_end = memchr(p, ':', (size_t)(path - p));
+        if (host_end == NULL)
+            host_end = path;
+        hlen = (size_t)(host_end - p);
+    }
+    if (hlen == 0)
+        return sf_err_set(err, SF_EINVAL, false, "has no host");
+    if (hlen > SF_URL_HOST_MAX)
+        return sf_err_set(err, SF_EINVAL, false, "host longer than %d bytes", SF_URL_HOST_MAX);
+    memcpy(e.host, p, hlen);
+    e.host[hlen] = '\0';
+    e.port = e.tls ? 443 : 80;
+    if (host_end < path) {
+        size_t plen = (size_t)(path - host_end - 1);
+
+        if (*host_end != ':')
+            return sf_err_set(err, SF_EINVAL, false, "junk after the [IPv6] host");
+        if (sf_parse_i64n(host_end + 1, plen, 1, 65535, &port) != SF_OK ||
+            !isdigit((unsigned char)host_end[1]))
+            return sf_err_set(err, SF_EINVAL, false, "port '%.*s' is not 1-65535",
+                              (int)SF_MIN(plen, 32), host_end + 1);
+        e.port = (unsigned)port;
+    }
+    e.path = path;
+    *ret = e;
     return SF_OK;
 }

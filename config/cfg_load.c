@@ -16,6 +16,7 @@
 
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
+#include "common/sf_url.h"
 #include "config/cfg.h"
 #include "config/cfg_env.h"
 #include "outbox/outbox.h"
@@ -281,8 +282,8 @@ static void check_name(struct loader *ld, const config_setting_t *g, const char 
 {
     if (v != NULL && !name_ok(v))
         diag(ld, config_setting_get_member(g, key),
-             "%s '%s' is not a valid name (1-%d bytes, no / \\ ? # or control characters)", key, v,
-             CFG_NAME_MAX);
+             "%s '%.100s%s' is not a valid name (1-%d bytes, no / \\ ? # or control characters)",
+             key, v, strlen(v) > 100 ? "..." : "", CFG_NAME_MAX);
 }
 
 /* ---------------------------------------------------------------------------
@@ -323,9 +324,14 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
         diag(ld, config_setting_get_member(g, "key_file"),
              "cosmos: give key_env or key_file, not both");
     if (c->endpoint != NULL) {
-        if (strncmp(c->endpoint, "http://", 7) != 0 && strncmp(c->endpoint, "https://", 8) != 0)
-            diag(ld, config_setting_get_member(g, "endpoint"),
-                 "cosmos.endpoint '%s' must be an http:// or https:// URL", c->endpoint);
+        struct sf_url_endpoint ep;
+        struct sf_err e;
+
+        /* The client's own parser: what it would refuse at start is refused here. */
+        sf_err_clear(&e);
+        if (sf_url_endpoint_parse(c->endpoint, &ep, &e) != SF_OK)
+            diag(ld, config_setting_get_member(g, "endpoint"), "cosmos.endpoint '%.200s' %s",
+                 c->endpoint, e.msg);
         if (c->key_env == NULL && c->key_file == NULL)
             diag(ld, config_setting_get_member(g, "endpoint"),
                  "cosmos.endpoint is set but no key: add key_env or key_file");
@@ -409,6 +415,7 @@ static void load_feed(struct loader *ld, const config_setting_t *root)
         return;
     check_keys(ld, g, keys);
     check_name(ld, g, "lease_container", f->lease_container);
+    check_name(ld, g, "lease_prefix", f->lease_prefix);
     if (f->renew_interval_ms >= f->lease_expiry_ms)
         diag(ld, g, "feed.renew_interval (%lldms) must be shorter than feed.lease_expiry (%lldms)",
              (long long)f->renew_interval_ms, (long long)f->lease_expiry_ms);

@@ -20,6 +20,7 @@
 #include "common/sf_crypto.h"
 #include "common/sf_log.h"
 #include "common/sf_time.h"
+#include "common/sf_url.h"
 #include "cosmos/cosmos_http.h"
 #include "cosmos/cosmos_int.h"
 
@@ -145,21 +146,25 @@ static enum sf_rc cosmos_load_key(const struct cosmos_options *opts, struct sf_a
     return rc;
 }
 
-/* Copies and checks the endpoint: http(s)://host[:port][/], stored without the slash. */
+/*
+ * Copies and checks the endpoint: http(s)://host[:port][/], stored without
+ * the slash. sf_url_endpoint_parse is the rule check-config applies too.
+ */
 static enum sf_rc cosmos_set_endpoint(struct cosmos_client *cli, const char *ep, struct sf_err *err)
 {
+    struct sf_url_endpoint parts;
     size_t n;
 
-    if (ep == NULL || (strncasecmp(ep, "http://", 7) != 0 && strncasecmp(ep, "https://", 8) != 0))
-        return sf_err_set(err, SF_EINVAL, false, "endpoint must be an http:// or https:// URL");
+    if (sf_url_endpoint_parse(ep, &parts, err) != SF_OK) {
+        sf_err_prefix(err, "endpoint: ");
+        return SF_EINVAL;
+    }
     n = strlen(ep);
     while (n > 0 && ep[n - 1] == '/')
         n--;
     if (n >= sizeof(cli->endpoint))
         return sf_err_set(err, SF_EINVAL, false, "endpoint longer than %zu bytes",
                           sizeof(cli->endpoint) - 1);
-    if (memchr(ep, ' ', n) != NULL || strpbrk(ep, "\r\n?#") != NULL)
-        return sf_err_set(err, SF_EINVAL, false, "endpoint contains a space, ?, # or line break");
     memcpy(cli->endpoint, ep, n);
     cli->endpoint[n] = '\0';
     return SF_OK;

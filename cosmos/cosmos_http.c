@@ -16,6 +16,7 @@
 
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
+#include "common/sf_url.h"
 #include "cosmos/cosmos_http.h"
 
 #define COSMOS_HTTP_IN_SIZE   (64u << 10)
@@ -312,56 +313,32 @@ enum sf_rc cosmos_http_target_init(struct cosmos_http_target *t, const char *end
                                    struct sf_err *err)
 {
     struct addrinfo hints, *res = NULL;
-    const char *p, *host_end, *port_s = "80", *path;
-    char host[256], port[8];
-    size_t hlen;
-    int64_t pv;
+    struct sf_url_endpoint ep;
+    char port_s[8];
     int gai;
 
     memset(t, 0, sizeof(*t));
-    if (strncasecmp(endpoint, "http://", 7) != 0)
+    /* One parser of endpoints for the client and check-config (sf_url.h). */
+    if (sf_url_endpoint_parse(endpoint, &ep, err) != SF_OK) {
+        sf_err_prefix(err, "endpoint: ");
+        return SF_EINVAL;
+    }
+    if (ep.tls)
         return sf_err_set(err, SF_EINVAL, false, "not an http:// endpoint");
-    p = endpoint + 7;
-    path = strchr(p, '/');
-    if (path == NULL)
-        path = p + strlen(p);
-    if (*p == '[') {
-        host_end = memchr(p, ']', (size_t)(path - p));
-        if (host_end == NULL)
-            return sf_err_set(err, SF_EINVAL, false, "endpoint: unterminated [IPv6] host");
-        p++;
-        hlen = (size_t)(host_end - p);
-        host_end++;
-    } else {
-        host_end = memchr(p, ':', (size_t)(path - p));
-        if (host_end == NULL)
-            host_end = path;
-        hlen = (size_t)(host_end - p);
-    }
-    if (hlen == 0 || hlen >= sizeof(host))
-        return sf_err_set(err, SF_EINVAL, false, "endpoint: bad host");
-    memcpy(host, p, hlen);
-    host[hlen] = '\0';
-    if (host_end < path) {
-        if (*host_end != ':' || (size_t)(path - host_end - 1) >= sizeof(port))
-            return sf_err_set(err, SF_EINVAL, false, "endpoint: bad port");
-        memcpy(port, host_end + 1, (size_t)(path - host_end - 1));
-        port[path - host_end - 1] = '\0';
-        if (sf_parse_i64(port, 1, 65535, &pv) != SF_OK)
-            return sf_err_set(err, SF_EINVAL, false, "endpoint: bad port");
-        port_s = port;
-    }
-    if (strlen(path) >= sizeof(t->path_prefix))
+    if (strlen(ep.path) >= sizeof(t->path_prefix))
         return sf_err_set(err, SF_EINVAL, false, "endpoint: path too long");
-    (void)snprintf(t->path_prefix, sizeof(t->path_prefix), "%s", path);
-    (void)snprintf(t->host_header, sizeof(t->host_header), "%.*s", (int)(path - (endpoint + 7)),
-                   endpoint + 7);
+    if (ep.authority_len >= sizeof(t->host_header))
+        return sf_err_set(err, SF_EINVAL, false, "endpoint: host too long");
+    (void)snprintf(t->path_prefix, sizeof(t->path_prefix), "%s", ep.path);
+    (void)snprintf(t->host_header, sizeof(t->host_header), "%.*s", (int)ep.authority_len,
+                   ep.authority);
+    (void)snprintf(port_s, sizeof(port_s), "%u", ep.port);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    gai = getaddrinfo(host, port_s, &hints, &res);
+    gai = getaddrinfo(ep.host, port_s, &hints, &res);
     if (gai != 0 || res == NULL)
-        return sf_err_set(err, SF_ECONN, true, "cannot resolve %s: %s", host, gai_strerror(gai));
+        return sf_err_set(err, SF_ECONN, true, "cannot resolve %s: %s", ep.host, gai_strerror(gai));
     memcpy(&t->addr, res->ai_addr, res->ai_addrlen);
     t->addr_len = res->ai_addrlen;
     freeaddrinfo(res);

@@ -657,6 +657,57 @@ START_TEST(test_url_decode)
 }
 END_TEST
 
+/* The one endpoint parser (client and check-config): what it takes and what it refuses. */
+START_TEST(test_url_endpoint_parse)
+{
+    static const char *const bad[] = {
+        "ftp://h",          "http:/h",         "http://",     "http://:8081",
+        "https://:443/",    "http://h:99999",  "http://h:0",  "http://h:",
+        "http://h:8x",      "http://h:+80",    "http://h:-1", "http://[::1",
+        "http://[::1]x:80", "http://h:80?a",   "http://h/#x", "http://h /",
+        "http://h\r\n:80",  "http://h:65536/", NULL};
+    struct sf_url_endpoint e;
+    struct sf_err err;
+    char host[300];
+
+    ck_assert_int_eq(sf_url_endpoint_parse("https://acct.documents.azure.com:443/", &e, &err),
+                     SF_OK);
+    ck_assert(e.tls);
+    ck_assert_str_eq(e.host, "acct.documents.azure.com");
+    ck_assert_uint_eq(e.port, 443);
+    ck_assert_str_eq(e.path, "/");
+    ck_assert_int_eq(sf_url_endpoint_parse("HTTP://[::1]:8081/base", &e, &err), SF_OK);
+    ck_assert(!e.tls);
+    ck_assert_str_eq(e.host, "::1");
+    ck_assert_uint_eq(e.port, 8081);
+    ck_assert_str_eq(e.path, "/base");
+    ck_assert_uint_eq(e.authority_len, 10); /* "[::1]:8081" */
+    ck_assert_int_eq(sf_url_endpoint_parse("http://h", &e, &err), SF_OK);
+    ck_assert_uint_eq(e.port, 80);
+    ck_assert_str_eq(e.path, "");
+    ck_assert_int_eq(sf_url_endpoint_parse("https://h", &e, &err), SF_OK);
+    ck_assert_uint_eq(e.port, 443);
+    for (size_t i = 0; i < SF_ARRAY_LEN(bad); i++) {
+        sf_err_clear(&err);
+        ck_assert_msg(sf_url_endpoint_parse(bad[i], &e, &err) == SF_EINVAL, "accepted '%s'",
+                      bad[i] != NULL ? bad[i] : "(null)");
+        ck_assert(err.msg[0] != '\0');
+    }
+    ck_assert_int_eq(sf_url_endpoint_parse("http://:8081", &e, &err), SF_EINVAL);
+    ck_assert_str_eq(err.msg, "has no host");
+    ck_assert_int_eq(sf_url_endpoint_parse("http://h:99999", &e, &err), SF_EINVAL);
+    ck_assert_str_eq(err.msg, "port '99999' is not 1-65535");
+    /* a host of 255 bytes is the limit */
+    memset(host, 'a', sizeof(host));
+    memcpy(host, "http://", 7);
+    host[7 + 255] = '\0';
+    ck_assert_int_eq(sf_url_endpoint_parse(host, &e, &err), SF_OK);
+    host[7 + 255] = 'a';
+    host[7 + 256] = '\0';
+    ck_assert_int_eq(sf_url_endpoint_parse(host, &e, &err), SF_EINVAL);
+}
+END_TEST
+
 START_TEST(test_url_round_trip_all_bytes)
 {
     char raw[255], dec[255 * 3 + 1];
@@ -941,6 +992,7 @@ Suite *common_text_suite(void)
     tc = tcase_create("url");
     tcase_add_test(tc, test_url_encode);
     tcase_add_test(tc, test_url_decode);
+    tcase_add_test(tc, test_url_endpoint_parse);
     tcase_add_test(tc, test_url_round_trip_all_bytes);
     suite_add_tcase(s, tc);
 

@@ -189,6 +189,20 @@ static const struct {
     {"cosmos = { endpoint = \"ftp://h\"; key_env = \"K\"; };", "t.cfg:1:", "http:// or https://"},
     {"cosmos = { key_env = \"A\"; key_file = \"/b\"; endpoint = \"http://h\"; };",
      "t.cfg:1:", "not both"},
+    /* what the client refuses at start, check-config refuses at the line */
+    {"cosmos = { key_env = \"K\";\n endpoint = \"http://:8081\"; };", "t.cfg:2:", "no host"},
+    {"cosmos = { key_env = \"K\";\n endpoint = \"https://:443/\"; };", "t.cfg:2:", "no host"},
+    {"cosmos = { key_env = \"K\";\n endpoint = \"http://127.0.0.1:99999\"; };",
+     "t.cfg:2:", "port '99999' is not 1-65535"},
+    {"cosmos = { key_env = \"K\";\n endpoint = \"http://h:0\"; };", "t.cfg:2:", "port '0'"},
+    {"cosmos = { key_env = \"K\";\n endpoint = \"http://h:80x/\"; };", "t.cfg:2:", "port '80x'"},
+    {"cosmos = { key_env = \"K\";\n endpoint = \"http://h:/\"; };", "t.cfg:2:", "port ''"},
+    {"cosmos = { key_env = \"K\";\n endpoint = \"http://[::1:8081\"; };",
+     "t.cfg:2:", "unterminated [IPv6]"},
+    {"cosmos = { key_env = \"K\";\n endpoint = \"http://h:8081?x=1\"; };",
+     "t.cfg:2:", "space, ?, # or line break"},
+    {"feed = {\n lease_prefix = \"a/b\"; };", "t.cfg:2:", "lease_prefix 'a/b' is not a valid"},
+    {"feed = {\n lease_prefix = \"\"; };", "t.cfg:2:", "lease_prefix must not be empty"},
     {"cosmos = { request_timeout = \"soon\"; };", "t.cfg:1:", "is not a duration"},
     {"cosmos = { max_connections = 0; };", "t.cfg:1:", "out of range"},
     {"cosmos = { max_connections = \"8\"; };", "t.cfg:1:", "must be an integer"},
@@ -216,6 +230,62 @@ START_TEST(test_bad_settings)
                       bad[i].extra, bad[i].where, bad[i].needle);
         free(text);
     }
+}
+END_TEST
+
+/* Endpoints the client takes load, and so do the longest names each limit allows. */
+START_TEST(test_endpoint_forms_accepted)
+{
+    static const char *const ok[] = {"https://acct.documents.azure.com:443/",
+                                     "http://127.0.0.1:8081", "http://[::1]:8081/",
+                                     "HTTPS://Acct.Example", "http://h/base/"};
+    char extra[512];
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(ok); i++) {
+        char *text;
+        struct cfg *c;
+
+        (void)snprintf(extra, sizeof(extra), "cosmos = { endpoint = \"%s\"; key_env = \"K\"; };",
+                       ok[i]);
+        text = with(extra);
+        c = load_ok(text);
+        ck_assert_str_eq(c->cosmos.endpoint, ok[i]);
+        cfg_free(c);
+        free(text);
+    }
+}
+END_TEST
+
+/* A 2 MiB lease prefix is refused at its line, and the message does not carry all of it. */
+START_TEST(test_lease_prefix_too_long_refused)
+{
+    static const char head[] = "feed = {\n lease_prefix = \"", tail[] = "\"; };";
+    size_t n = 2u << 20;
+    char *big = malloc(n + 64), *text;
+    const struct cfg_diags *d;
+
+    ck_assert_ptr_nonnull(big);
+    memcpy(big, head, sizeof(head) - 1);
+    memset(big + sizeof(head) - 1, 'p', n);
+    memcpy(big + sizeof(head) - 1 + n, tail, sizeof(tail));
+    text = with(big);
+    d = load_bad(text);
+    if (!has_diag(d, "t.cfg:2:", "lease_prefix"))
+        dump(d);
+    ck_assert(has_diag(d, "t.cfg:2:", "lease_prefix"));
+    ck_assert(has_diag(d, "t.cfg:2:", "1-255 bytes"));
+    free(text);
+    free(big);
+    /* 255 bytes is the limit and fine */
+    big = calloc(1, 512);
+    ck_assert_ptr_nonnull(big);
+    memcpy(big, head, sizeof(head) - 1);
+    memset(big + sizeof(head) - 1, 'p', 255);
+    memcpy(big + sizeof(head) - 1 + 255, tail, sizeof(tail));
+    text = with(big);
+    cfg_free(load_ok(text));
+    free(text);
+    free(big);
 }
 END_TEST
 
@@ -406,6 +476,8 @@ int main(void)
     tcase_add_test(tc, test_examples_load);
     tcase_add_test(tc, test_full_sections);
     tcase_add_test(tc, test_bad_settings);
+    tcase_add_test(tc, test_endpoint_forms_accepted);
+    tcase_add_test(tc, test_lease_prefix_too_long_refused);
     tcase_add_test(tc, test_bad_workflows);
     tcase_add_test(tc, test_all_problems_reported);
     tcase_add_test(tc, test_file_errors);

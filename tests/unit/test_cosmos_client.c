@@ -235,6 +235,13 @@ START_TEST(test_client_options)
     ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
     o.endpoint = "http://x/a b";
     ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    /* the same rule as check-config (sf_url_endpoint_parse), for https too */
+    o.endpoint = "https://:443/";
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no host"));
+    o.endpoint = "https://acct.documents.azure.com:99999/";
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "port '99999'"));
     o.endpoint = NULL;
     ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_EINVAL);
     ck_assert_int_eq(cosmos_client_new(NULL, &c, &err), SF_EINVAL);
