@@ -220,14 +220,78 @@ out:
     return rc;
 }
 
+static size_t source_containers(const struct cfg *cfg, const char **out)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < cfg->n_workflows; i++) {
+        bool seen = false;
+
+        for (size_t j = 0; j < n; j++)
+            seen = seen || strcmp(out[j], cfg->workflows[i].container) == 0;
+        if (!seen)
+            out[n++] = cfg->workflows[i].container;
+    }
+    return n;
+}
+
+/*
+ * The lease prefix of a relay, into out (FEED_PREFIX_MAX bytes): outbox
+ * relays (cdc NULL) "<base>.outbox.<container>", CDC relays
+ * "<base>.cdc.<container>.<topic>", base kafka.lease_prefix or
+ * "<feed.lease_prefix>-kafka". SF_ELIMIT when it does not fit: start and
+ * check-config refuse the same configurations.
+ */
+static enum sf_rc relay_prefix(const struct cfg *cfg, const char *container,
+                               const struct cfg_kafka_cdc *cdc, char *out)
+{
+    const struct cfg_kafka *kc = cfg->kafka;
+    char base[FEED_PREFIX_MAX];
+    int n;
+
+    if (kc->lease_prefix != NULL)
+        n = snprintf(base, sizeof(base), "%s", kc->lease_prefix);
+    else
+        n = snprintf(base, sizeof(base), "%s" KAFKA_PREFIX_SUFF, cfg->feed.lease_prefix);
+    if (n < 0 || (size_t)n >= sizeof(base))
+        return SF_ELIMIT;
+    if (cdc == NULL)
+        n = snprintf(out, FEED_PREFIX_MAX, "%s.outbox.%s", base, container);
+    else
+        n = snprintf(out, FEED_PREFIX_MAX, "%s.cdc.%s.%s", base, container, cdc->topic);
+    return n < 0 || (size_t)n >= FEED_PREFIX_MAX ? SF_ELIMIT : SF_OK;
+}
+
 enum sf_rc proc_kafka_check(const struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
 {
     const struct cfg_kafka *kc = cfg->kafka;
     size_t n_bad = 0;
 
+    const char *sources[CFG_WORKFLOWS_MAX];
+    size_t n_sources;
+
     if (kc == NULL)
         return SF_OK;
     check_options(kc, diags, &n_bad);
+    n_sources = source_containers(cfg, sources);
+    for (size_t i = 0; i < n_sources + kc->n_cdc; i++) {
+        const struct cfg_kafka_cdc *c = i < n_sources ? NULL : &kc->cdc[i - n_sources];
+        char prefix[FEED_PREFIX_MAX];
+
+        if (relay_prefix(cfg, c == NULL ? sources[i] : c->container, c, prefix) == SF_OK)
+            continue;
+        if (c == NULL)
+            cfg_diag_add(diags, kc->file, kc->line,
+                         "kafka relay outbox %.64s: lease prefix over %d bytes; shorten "
+                         "kafka.lease_prefix (or feed.lease_prefix) or the container name",
+                         sources[i], FEED_PREFIX_MAX - 1);
+        else
+            cfg_diag_add(diags, c->file, c->line,
+                         "kafka relay cdc %.64s -> %.64s: lease prefix over %d bytes; shorten "
+                         "kafka.lease_prefix (or feed.lease_prefix), the container or the topic",
+                         c->container, c->topic, FEED_PREFIX_MAX - 1);
+        n_bad++;
+    }
     for (size_t i = 0; i < kc->n_cdc; i++) {
         const struct cfg_kafka_cdc *c = &kc->cdc[i];
         struct step_sql *q = NULL;
@@ -373,21 +437,6 @@ static enum sf_rc slot_start(struct proc_kafka *k, const struct proc_kafka_opts 
 }
 
 /* The distinct saga source containers of cfg, in workflow order. */
-static size_t source_containers(const struct cfg *cfg, const char **out)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < cfg->n_workflows; i++) {
-        bool seen = false;
-
-        for (size_t j = 0; j < n; j++)
-            seen = seen || strcmp(out[j], cfg->workflows[i].container) == 0;
-        if (!seen)
-            out[n++] = cfg->workflows[i].container;
-    }
-    return n;
-}
-
 static enum sf_rc sink_start(struct proc_kafka *k, const struct cfg_kafka *kc, struct sf_err *err)
 {
     struct outbox_sink_opts so;
@@ -414,7 +463,6 @@ enum sf_rc proc_kafka_start(const struct proc_kafka_opts *opts, struct proc_kafk
     const char **sources = NULL;
     struct outbox_route *routes = NULL;
     struct proc_kafka *k = NULL;
-    char base[FEED_PREFIX_MAX];
     size_t n_sources;
     enum sf_rc rc;
 
@@ -441,25 +489,16 @@ enum sf_rc proc_kafka_start(const struct proc_kafka_opts *opts, struct proc_kafk
     rc = sink_start(k, kc, err);
     if (rc != SF_OK)
         goto fail;
-    if (kc->lease_prefix != NULL)
-        (void)snprintf(base, sizeof(base), "%s", kc->lease_prefix);
-    else
-        (void)snprintf(base, sizeof(base), "%s" KAFKA_PREFIX_SUFF, opts->cfg->feed.lease_prefix);
     for (size_t i = 0; i < n_sources + kc->n_cdc; i++) {
         struct relay_slot *slot = &k->slots[i];
         const struct cfg_kafka_cdc *cdc = i < n_sources ? NULL : &kc->cdc[i - n_sources];
         const char *container = cdc == NULL ? sources[i] : cdc->container;
-        int n;
 
-        if (cdc == NULL) {
+        if (cdc == NULL)
             (void)snprintf(slot->name, sizeof(slot->name), "outbox %s", container);
-            n = snprintf(slot->prefix, sizeof(slot->prefix), "%s.outbox.%s", base, container);
-        } else {
+        else
             (void)snprintf(slot->name, sizeof(slot->name), "cdc %s -> %s", container, cdc->topic);
-            n = snprintf(slot->prefix, sizeof(slot->prefix), "%s.cdc.%s.%s", base, container,
-                         cdc->topic);
-        }
-        if (n < 0 || (size_t)n >= sizeof(slot->prefix)) {
+        if (relay_prefix(opts->cfg, container, cdc, slot->prefix) != SF_OK) {
             rc = sf_err_set(err, SF_EINVAL, false, "kafka relay %s: lease prefix over %zu bytes",
                             slot->name, sizeof(slot->prefix) - 1);
             goto fail;

@@ -281,6 +281,56 @@ START_TEST(test_check_config_plugins)
 }
 END_TEST
 
+/*
+ * run builds each Kafka relay's lease prefix from feed.lease_prefix (or
+ * kafka.lease_prefix), the container and the CDC topic, and refuses one over
+ * the feed's limit; check-config must refuse the same, at the kafka section.
+ */
+START_TEST(test_check_config_relay_lease_prefix_too_long)
+{
+    char text[8192], prefix[256], container[256];
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    memset(prefix, 'p', 255);
+    prefix[255] = '\0';
+    memset(container, 'c', 250);
+    container[250] = '\0';
+    (void)snprintf(text, sizeof(text),
+                   "feed = { lease_prefix = \"%s\"; };\n"                               /* 1 */
+                   "kafka = {\n"                                                        /* 2 */
+                   "  brokers = \"127.0.0.1:9092\";\n"                                  /* 3 */
+                   "};\n"                                                               /* 4 */
+                   "workflows = ( { name = \"w\"; container = \"%s\"; topic = \"t\";\n" /* 5 */
+                   "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+                   "  steps = ( { name = \"a\"; from = \"placed\"; to = \"done\";\n"
+                   "    do = { kind = \"patch\"; container = \"p\"; id = \"{{item.id}}\";\n"
+                   "      partition_key = \"k\"; ops = ( { op = \"set\"; path = \"/x\"; "
+                   "value = 1; } ); }; } );\n"
+                   "} );\n",
+                   prefix, container);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(text, "k.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(proc_check_config(cfg, d, &err), SF_EINVAL);
+    ck_assert(has(d, "k.cfg:2:", "kafka relay outbox"));
+    ck_assert(has(d, "k.cfg:2:", "lease prefix"));
+    cfg_free(cfg);
+    /* a short container fits */
+    {
+        char *at = strstr(text, container);
+
+        memmove(at + 1, at + strlen(container), strlen(at + strlen(container)) + 1);
+    }
+    cfg = NULL;
+    ck_assert_msg(cfg_load_string(text, "k.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_check_config(cfg, d, &err) == SF_OK, "%s", err.msg);
+    cfg_free(cfg);
+    free(d);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * saga show: events in the order the saga emitted them
  */
@@ -483,6 +533,7 @@ int main(void)
     tc = tcase_create("check_config");
     tcase_add_test(tc, test_check_config_compile);
     tcase_add_test(tc, test_check_config_plugins);
+    tcase_add_test(tc, test_check_config_relay_lease_prefix_too_long);
     suite_add_tcase(s, tc);
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
