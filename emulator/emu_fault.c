@@ -91,6 +91,8 @@ static enum sf_rc check_rule(const struct fault_rule *r, const char *where, stru
                           "%s: when=after is only possible for drop and status=408 (a %d means "
                           "nothing was applied)",
                           where, r->action.status);
+    if (r->action.after && r->action.kind == EMU_FAULT_STUCK)
+        return sf_err_set(err, SF_EINVAL, false, "%s: when=after makes no sense for stuck", where);
     if (r->probability < 0 || r->probability > 1)
         return sf_err_set(err, SF_EINVAL, false, "%s: probability must be between 0 and 1", where);
     return SF_OK;
@@ -143,6 +145,9 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
         } else if (strcmp(key, "drop") == 0 && !eq) {
             r.action.kind = EMU_FAULT_DROP;
             have_kind = true;
+        } else if (strcmp(key, "stuck") == 0 && !eq) {
+            r.action.kind = EMU_FAULT_STUCK;
+            have_kind = true;
         } else if (strcmp(key, "op") == 0) {
             if (!parse_ops(val, vlen, &r.ops))
                 return sf_err_set(err, SF_EINVAL, false,
@@ -182,7 +187,7 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
     }
     if (!have_kind)
         return sf_err_set(err, SF_EINVAL, false,
-                          "--fault '%s': needs one of status=N, delay=MS or drop", spec);
+                          "--fault '%s': needs one of status=N, delay=MS, drop or stuck", spec);
     SF_UNUSED(have_p);
     if (check_rule(&r, spec, err) != SF_OK)
         return err ? err->rc : SF_EINVAL;
@@ -230,6 +235,11 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
                 return sf_err_set(err, SF_EINVAL, false, "%s.drop: must be a boolean", where);
             if (json_is_true(val))
                 r->action.kind = EMU_FAULT_DROP;
+        } else if (strcmp(key, "stuck") == 0) {
+            if (!json_is_boolean(val))
+                return sf_err_set(err, SF_EINVAL, false, "%s.stuck: must be a boolean", where);
+            if (json_is_true(val))
+                r->action.kind = EMU_FAULT_STUCK;
         } else if (strcmp(key, "op") == 0) {
             const char *s = json_string_value(val);
             if (!s || !parse_ops(s, strlen(s), &r->ops))
@@ -263,10 +273,10 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
         }
     }
     v = json_object_get(j, "status");
-    if (!v && r->action.kind != EMU_FAULT_DROP) {
+    if (!v && r->action.kind != EMU_FAULT_DROP && r->action.kind != EMU_FAULT_STUCK) {
         if (r->action.delay_ms == 0)
-            return sf_err_set(err, SF_EINVAL, false, "%s: needs status, drop:true or delayMs",
-                              where);
+            return sf_err_set(err, SF_EINVAL, false,
+                              "%s: needs status, drop:true, stuck:true or delayMs", where);
         r->action.kind = EMU_FAULT_DELAY;
     }
     return check_rule(r, where, err);
@@ -317,6 +327,8 @@ json_t *emu_faults_to_json(struct emu_faults *f)
             json_object_set_new(o, "status", json_integer(r->action.status));
         if (r->action.kind == EMU_FAULT_DROP)
             json_object_set_new(o, "drop", json_true());
+        if (r->action.kind == EMU_FAULT_STUCK)
+            json_object_set_new(o, "stuck", json_true());
         json_object_set_new(o, "delayMs", json_integer(r->action.delay_ms));
         json_object_set_new(o, "opMask", json_integer(r->ops));
         json_object_set_new(o, "container", json_string(r->coll));

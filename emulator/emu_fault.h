@@ -31,7 +31,12 @@ enum emu_op {
     EMU_OP_ANY = 0xff,
 };
 
-enum emu_fault_kind { EMU_FAULT_STATUS, EMU_FAULT_DELAY, EMU_FAULT_DROP };
+/*
+ * EMU_FAULT_STUCK: a change-feed read ignores its continuation and answers
+ * from the beginning again, so a reader gets the same page (and etag) over
+ * and over, the lying server a reader must notice. Other requests pass.
+ */
+enum emu_fault_kind { EMU_FAULT_STATUS, EMU_FAULT_DELAY, EMU_FAULT_DROP, EMU_FAULT_STUCK };
 
 /* What to do to one request. kind == EMU_FAULT_NONE-equivalent: active false. */
 struct emu_fault_action {
@@ -51,7 +56,7 @@ void emu_faults_free(struct emu_faults *f);
 
 /*
  * Adds a rule from the command-line form
- *   status=429|449|503|408 | delay=MS | drop
+ *   status=429|449|503|408 | delay=MS | drop | stuck
  *   [,op=read|write|patch|batch|query|changefeed|pkranges|meta|any[+...]]
  *   [,coll=NAME] [,p=PROBABILITY] [,count=N] [,retry-after=MS] [,when=before|after]
  * e.g. "status=429,op=write,coll=orders,p=0.1,retry-after=50".
@@ -63,7 +68,7 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
  * Replaces every rule (and optionally the seed) from the admin JSON form
  *   {"seed":42,"rules":[{"status":429,"op":"write","container":"orders",
  *     "probability":0.1,"count":5,"retryAfterMs":50,"delayMs":0,"drop":false,
- *     "when":"before"}]}
+ *     "when":"before"}]}     ("stuck":true instead of status / drop: see EMU_FAULT_STUCK)
  * Atomic: on error the old rules stay. SF_EINVAL naming the rule and field.
  */
 enum sf_rc emu_faults_set_json(struct emu_faults *f, const json_t *body, struct sf_err *err);

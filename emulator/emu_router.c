@@ -166,6 +166,7 @@ struct route {
     int nseg;
     char *seg[EMU_MAX_SEGMENTS]; /* decoded path segments */
     char activity_id[40];
+    bool feed_stuck; /* an EMU_FAULT_STUCK fault: change-feed reads ignore their continuation */
 };
 
 static const char *hdr(const struct route *rt, const char *name)
@@ -787,6 +788,8 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
             q.epk_max = "FF";
     }
     q.pk = pk;
+    if (rt->feed_stuck)
+        inm = NULL; /* the injected lie: from the beginning again, whatever was asked */
     if (inm && strcmp(inm, "*") == 0) {
         q.start = EMU_CF_NOW;
     } else if (inm) {
@@ -1379,6 +1382,7 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
             resp->drop = true;
             goto out;
         }
+        rt.feed_stuck = fa.active && fa.kind == EMU_FAULT_STUCK && op == EMU_OP_CHANGEFEED;
         dispatch(&rt);
         /* "after": the operation is applied, but the client never learns it. */
         if (fa.active && fa.after && fa.kind == EMU_FAULT_DROP)

@@ -24,6 +24,8 @@ START_TEST(spec_parsing)
         "status=429,when=after",
         "status=429,bogus=1",
         "drop=1",
+        "stuck=1",
+        "stuck,op=changefeed,when=after",
     };
 
     ck_assert_ptr_nonnull(f);
@@ -33,6 +35,22 @@ START_TEST(spec_parsing)
                                          &err),
                      SF_OK);
     ck_assert_int_eq(emu_faults_add_spec(f, "drop,op=read,count=2,when=after", &err), SF_OK);
+    ck_assert_int_eq(emu_faults_add_spec(f, "stuck,op=changefeed,coll=orders", &err), SF_OK);
+    {
+        struct emu_fault_action a;
+        json_t *rules = json_loads("{\"rules\":[{\"stuck\":true,\"op\":\"changefeed\"}]}", 0, NULL),
+               *back;
+
+        emu_faults_decide(f, EMU_OP_CHANGEFEED, "orders", &a);
+        ck_assert(a.active && a.kind == EMU_FAULT_STUCK);
+        ck_assert_int_eq(emu_faults_set_json(f, rules, &err), SF_OK);
+        back = emu_faults_to_json(f);
+        ck_assert(json_is_true(
+            json_object_get(json_array_get(json_object_get(back, "rules"), 0), "stuck")));
+        json_decref(back);
+        json_decref(rules);
+        emu_faults_clear(f);
+    }
     ck_assert_int_eq(emu_faults_add_spec(f, "delay=5", &err), SF_OK);
     for (size_t i = 0; i < SF_ARRAY_LEN(bad); i++) {
         sf_err_clear(&err);
