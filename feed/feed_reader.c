@@ -5,7 +5,10 @@
  * Polling adapts to the feed: after a full page the next read goes out at
  * once; after a partial page a short pause lets a few more changes gather;
  * after a 304 the pause doubles from poll_min_ms up to poll_ms. Reads stop
- * while max_inflight items wait for their acks (backpressure).
+ * while max_inflight items wait for their acks (backpressure). A page with
+ * items whose continuation is the one asked from (a server that does not
+ * move on) counts as a failed read: not delivered again, a warning, and the
+ * read-error backoff, instead of the same page at full speed.
  *
  * Checkpoints go out at most every checkpoint_ms while the frontier moves,
  * and at once before a split and on stop. Each one is a fenced lease update
@@ -666,6 +669,16 @@ static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t star
     }
     sf_err_clear(err);
     rc = cosmos_changefeed_read(p->cli, p->db, p->coll, &q, page, err);
+    /*
+     * Items after pos cannot end at pos: the server answered this position
+     * before and did not move on. Those items were delivered (or lie below
+     * the checkpoint); handing them out again at full speed helps nobody.
+     */
+    if (rc == SF_OK && page->count > 0 && pos[0] != '\0' && strcmp(page->continuation, pos) == 0)
+        rc = sf_err_set(err, SF_EPROTO, true,
+                        "the feed returned the same page again (%zu items, continuation %.64s "
+                        "did not advance); backing off",
+                        page->count, pos);
     pthread_mutex_lock(&r->mu);
     r->read_started_mono = 0;
     if (rc == SF_OK) {

@@ -503,6 +503,12 @@ static int64_t faults_fired(void)
     return fired;
 }
 
+/* The first fault rule fired 20 times more than *ctx. */
+static bool fired_pred(void *ctx)
+{
+    return faults_fired() >= *(const int64_t *)ctx + 20;
+}
+
 /* 429s on every kind of lease operation: no item skipped, checkpoints catch up, no stall. */
 START_TEST(lease_throttling)
 {
@@ -681,6 +687,55 @@ START_TEST(start_at_time)
 }
 END_TEST
 
+/*
+ * A server that answers every change-feed read with the same page (the
+ * continuation does not advance): the reader must not hand the same items
+ * out again and again at full speed, but warn, back off and carry on once
+ * the feed moves again.
+ */
+START_TEST(stuck_page_not_redelivered_warns)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct ft_seen seen;
+    struct evlog ev;
+    struct sf_err err;
+    int64_t fired;
+
+    ft_seen_init(&seen, 100);
+    ev_init(&ev);
+    ft_faults(cli, "[{\"stuck\":true,\"op\":\"changefeed\"}]");
+    put_n(0, 5, "k1"); /* one range */
+    ft_feed_options(&o, DB, coll, prefix, "stuck");
+    o.max_items = 2; /* a full page: a reader reads again at once */
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    p = start(&o, &err);
+    ck_assert_int_eq(ft_seen_wait(&seen, 2, 20000), 2);
+    ck_assert_msg(ev_wait(&ev, FEED_EV_READ_ERROR, 1, 20000), "no warning; %d deliveries",
+                  seen.total);
+    pthread_mutex_lock(&ev.mu);
+    ck_assert_msg(strstr(ev.last[FEED_EV_READ_ERROR], "same page") != NULL, "%s",
+                  ev.last[FEED_EV_READ_ERROR]);
+    pthread_mutex_unlock(&ev.mu);
+    /* many more lying answers later, the first page was still handed out once */
+    fired = faults_fired();
+    ck_assert(ft_wait_until(fired_pred, &fired, 20000));
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(seen.total, 2);
+    /* the feed moves again: the rest arrives, once */
+    ft_faults(cli, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 5, 20000), 5);
+    ck_assert(ft_wait_until(settled_pred, p, 10000));
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(seen.order_errors, 0);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
 /* A split during a run: children get leases from the parent's checkpoint; nothing lost or repeated.
  */
 START_TEST(split_during_run)
@@ -744,6 +799,7 @@ static Suite *suite(void)
     tcase_add_test(t, hang_guard_callback);
     tcase_add_test(t, start_at_time);
     tcase_add_test(t, split_during_run);
+    tcase_add_test(t, stuck_page_not_redelivered_warns);
     suite_add_tcase(s, t);
     return s;
 }
