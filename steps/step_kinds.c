@@ -179,6 +179,13 @@ enum sf_rc step_patch_ops_compile(const json_t *params, const char *key, size_t 
             rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
             break;
         }
+        if (strstr(path, "{{") != NULL) {
+            rc = step_tmpl_compile_str(path, STEP_TMPL_POINTER, &o->path_tmpl, err);
+            if (rc != SF_OK) {
+                sf_err_prefix(err, "%s[%zu].path: ", key, i);
+                break;
+            }
+        }
         if (strcmp(op, "remove") == 0) {
             if (value != NULL) {
                 rc = sf_err_set(err, SF_EINVAL, false, "%s[%zu].value: remove takes no value", key,
@@ -214,12 +221,46 @@ void step_patch_ops_release(struct step_patch_ops *ops)
 {
     for (size_t i = 0; i < ops->n; i++) {
         free(ops->ops[i].path);
+        step_tmpl_free(ops->ops[i].path_tmpl);
         free(ops->ops[i].from);
         step_tmpl_free(ops->ops[i].value);
     }
     free(ops->ops);
     ops->ops = NULL;
     ops->n = 0;
+}
+
+/* The path of o for env (new string): as written, or its template rendered and checked. */
+static enum sf_rc render_path(const struct step_patch_op *o, size_t i, const json_t *env,
+                              char **ret_path, struct sf_err *err)
+{
+    char *p = NULL;
+    size_t n;
+    enum sf_rc rc;
+
+    if (o->path_tmpl == NULL) {
+        p = strdup(o->path);
+        if (p == NULL)
+            return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        *ret_path = p;
+        return SF_OK;
+    }
+    rc = step_tmpl_render_str(o->path_tmpl, env, &p, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "ops[%zu].path: ", i);
+        return rc;
+    }
+    n = strlen(p);
+    if (!pointer_ok(p) || strstr(p, "//") != NULL || p[n - 1] == '/') {
+        rc = sf_err_set(err, SF_EINVAL, false,
+                        "ops[%zu].path: %.100s renders '%.200s', not a field that can be patched "
+                        "(an empty segment, /id or a system field)",
+                        i, o->path, p);
+        free(p);
+        return rc;
+    }
+    *ret_path = p;
+    return SF_OK;
 }
 
 enum sf_rc step_patch_ops_render(const struct step_patch_ops *ops, const json_t *env,
@@ -232,9 +273,14 @@ enum sf_rc step_patch_ops_render(const struct step_patch_ops *ops, const json_t 
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     for (size_t i = 0; i < ops->n && rc == SF_OK; i++) {
         const struct step_patch_op *o = &ops->ops[i];
-        json_t *op = json_pack("{s:s, s:s}", "op", o->op, "path", o->path);
-        json_t *v = NULL;
+        char *path = NULL;
+        json_t *op, *v = NULL;
 
+        rc = render_path(o, i, env, &path, err);
+        if (rc != SF_OK)
+            break;
+        op = json_pack("{s:s, s:s}", "op", o->op, "path", path);
+        free(path);
         if (op == NULL) {
             rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
             break;

@@ -25,10 +25,17 @@ enum sf_rc step_param_tmpl(const json_t *params, const char *key, bool required,
 enum sf_rc step_param_name(const json_t *params, const char *key, char out[256],
                            struct sf_err *err);
 
-/* Patch operations: a compiled list of {op, path, value template, from}. */
+/*
+ * Patch operations: a compiled list of {op, path, value template, from}. A
+ * path may hold placeholders ("/holds/{{item.id}}"): they render in pointer
+ * mode (step_tmpl.h: '~' -> ~0, '/' -> ~1 inside the value), and what the
+ * rendering gives must still be a patchable pointer (not /id, no system
+ * field, no empty segment), else that item's step fails with the reason.
+ */
 struct step_patch_op {
     char op[16];
-    char *path;
+    char *path;                  /* as written */
+    struct step_tmpl *path_tmpl; /* NULL: path has no placeholder */
     char *from;
     struct step_tmpl *value; /* NULL for remove */
 };

@@ -240,6 +240,39 @@ static json_t *eval_seg(const struct segment *s, const json_t *env, enum sf_rc *
     return v;
 }
 
+/* Appends s[0..len) as part of one JSON Pointer reference token: '~' -> ~0, '/' -> ~1. */
+static enum sf_rc append_pointer_token(struct sf_buf *out, const char *s, size_t len)
+{
+    enum sf_rc rc = SF_OK;
+    size_t from = 0;
+
+    for (size_t i = 0; i < len && rc == SF_OK; i++) {
+        if (s[i] != '~' && s[i] != '/')
+            continue;
+        rc = sf_buf_append(out, s + from, i - from);
+        if (rc == SF_OK)
+            rc = sf_buf_append(out, s[i] == '~' ? "~0" : "~1", 2);
+        from = i + 1;
+    }
+    return rc == SF_OK ? sf_buf_append(out, s + from, len - from) : rc;
+}
+
+/* A placeholder's value as pointer text: strings raw, others compact JSON, then escaped. */
+static enum sf_rc append_pointer_value(struct sf_buf *out, const json_t *v)
+{
+    struct sf_buf tmp;
+    enum sf_rc rc;
+
+    if (json_is_string(v))
+        return append_pointer_token(out, json_string_value(v), json_string_length(v));
+    sf_buf_init(&tmp, out->max);
+    rc = sf_json_dump(v, &tmp);
+    if (rc == SF_OK)
+        rc = append_pointer_token(out, tmp.data != NULL ? tmp.data : "", tmp.len);
+    sf_buf_release(&tmp);
+    return rc;
+}
+
 static enum sf_rc render_str_into(const struct step_tmpl *t, const json_t *env, struct sf_buf *out,
                                   struct sf_err *err)
 {
@@ -258,6 +291,8 @@ static enum sf_rc render_str_into(const struct step_tmpl *t, const json_t *env, 
             return rc;
         if (t->mode == STEP_TMPL_SQL)
             rc = step_sql_literal(v, out);
+        else if (t->mode == STEP_TMPL_POINTER)
+            rc = append_pointer_value(out, v);
         else if (json_is_string(v))
             rc = sf_buf_append(out, json_string_value(v), json_string_length(v));
         else

@@ -19,7 +19,10 @@
  * an object). A string mixing text and placeholders renders as a string
  * (strings inserted raw, other values as compact JSON). In SQL mode (patch
  * conditions) each placeholder renders as a Cosmos SQL literal - 'quoted'
- * strings - so item data can never change the condition's structure.
+ * strings - so item data can never change the condition's structure. In
+ * pointer mode (patch paths, "/holds/{{item.id}}") each placeholder renders
+ * as text with '~' written ~0 and '/' written ~1 (RFC 6901), so item data
+ * stays inside its segment and can never reach another field.
  *
  * A placeholder whose value is undefined is an error (SF_EINVAL naming the
  * placeholder); write `{{x ?? default}}` for optional values. Compiled
@@ -42,6 +45,7 @@ enum step_tmpl_mode {
     STEP_TMPL_JSON = 0, /* typed JSON value */
     STEP_TMPL_TEXT,     /* a string */
     STEP_TMPL_SQL,      /* Cosmos SQL text with literals spliced in */
+    STEP_TMPL_POINTER,  /* a JSON Pointer with escaped reference tokens spliced in */
 };
 
 /*

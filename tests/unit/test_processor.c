@@ -248,6 +248,14 @@ START_TEST(test_check_config_compile)
                      " ops = ( { op = \"set\"; path = \"/x\"; value = 1; } );",
                      d));
     ck_assert(has(d, "w.cfg:9:", "condition:"));
+    /* a broken template in a patch path points at the path's line */
+    ck_assert(!check("FROM c", "patch",
+                     "container = \"p\"; id = \"x\"; partition_key = \"k\";\n"
+                     "      ops = (\n"
+                     "        { op = \"set\"; path = \"/x\"; value = 1; },\n"
+                     "        { op = \"set\"; path = \"/holds/{{item.id\"; value = 1; } );",
+                     d));
+    ck_assert(has(d, "w.cfg:12:", "ops[1].path: template"));
     ck_assert(!check("FROM c", "create", "container = \"c\"; partition_key = \"k\";", d));
     ck_assert(has(d, "w.cfg:", "document:"));
     free(d);

@@ -234,6 +234,63 @@ START_TEST(test_patch_apply)
 }
 END_TEST
 
+/*
+ * Templates in patch paths render into the pointer with each placeholder's
+ * text escaped as RFC 6901 wants ('~' -> ~0, '/' -> ~1), so item data stays
+ * one segment; what renders a system field, /id or an empty segment is an
+ * error for that item, not a write.
+ */
+START_TEST(test_patch_path_templates)
+{
+    static const struct {
+        const char *path, *item, *want; /* want NULL: render error with "ops[0].path" */
+    } cases[] = {
+        {"/holds/{{item.id}}", "{\"id\":\"o-17\"}", "/holds/o-17"},
+        {"/holds/{{item.id}}", "{\"id\":\"a/b~c\"}", "/holds/a~1b~0c"},
+        {"/holds/{{item.day}}/{{item.n}}", "{\"day\":\"2026-12-01\",\"n\":3}",
+         "/holds/2026-12-01/3"},
+        {"/h-{{item.id}}-x", "{\"id\":\"~/\"}", "/h-~0~1-x"},
+        {"/plain", "{}", "/plain"},
+        {"/holds/{{item.missing}}", "{}", NULL},
+        {"/{{item.k}}", "{\"k\":\"id\"}", NULL},
+        {"/{{item.k}}", "{\"k\":\"_rid\"}", NULL},
+        {"/holds/{{item.k}}", "{\"k\":\"\"}", NULL},
+        {"/{{item.k}}/x", "{\"k\":\"\"}", NULL},
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        char text[512];
+        json_t *params, *env, *ops = NULL;
+        struct step_patch_ops po;
+        struct sf_err err;
+        enum sf_rc rc;
+
+        (void)snprintf(text, sizeof(text),
+                       "{\"ops\":[{\"op\":\"set\",\"path\":\"%s\",\"value\":true}]}",
+                       cases[i].path);
+        params = load(text);
+        (void)snprintf(text, sizeof(text), "{\"item\":%s}", cases[i].item);
+        env = load(text);
+        sf_err_clear(&err);
+        ck_assert_msg(step_patch_ops_compile(params, "ops", 8, &po, &err) == SF_OK, "case %zu: %s",
+                      i, err.msg);
+        rc = step_patch_ops_render(&po, env, &ops, &err);
+        if (cases[i].want != NULL) {
+            ck_assert_msg(rc == SF_OK, "case %zu: %s", i, err.msg);
+            ck_assert_str_eq(sf_json_str(json_array_get(ops, 0), "path"), cases[i].want);
+        } else {
+            ck_assert_msg(rc != SF_OK, "case %zu rendered %s", i,
+                          sf_json_str(json_array_get(ops, 0), "path"));
+            ck_assert_msg(strncmp(err.msg, "ops[0].path", 11) == 0, "case %zu: %s", i, err.msg);
+        }
+        json_decref(ops);
+        step_patch_ops_release(&po);
+        json_decref(env);
+        json_decref(params);
+    }
+}
+END_TEST
+
 /* Compiling kind parameters: errors name the parameter path first. */
 START_TEST(test_kind_params)
 {
@@ -255,6 +312,23 @@ START_TEST(test_kind_params)
          "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
          "\"ops\":[{\"op\":\"frob\",\"path\":\"/a\",\"value\":1}]}",
          "ops[0].op:"},
+        /* a broken template in a path is a compile (check-config) error */
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/holds/{{item.id\",\"value\":1}]}",
+         "ops[0].path:"},
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/holds/{{item.}}\",\"value\":1}]}",
+         "ops[0].path:"},
+        {"rmw",
+         "{\"container\":\"w\",\"id\":\"x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/b/{{ + }}\",\"value\":1}]}",
+         "ops[0].path:"},
+        {"patch",
+         "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
+         "\"ops\":[{\"op\":\"set\",\"path\":\"/holds/{{item.id}}\",\"value\":1}]}",
+         NULL},
         {"patch",
          "{\"container\":\"p\",\"id\":\"x\",\"partition_key\":\"y\","
          "\"ops\":[{\"op\":\"set\",\"path\":\"/a\",\"value\":\"{{it.}}\"}]}",
@@ -442,6 +516,7 @@ int main(void)
     tcase_add_test(tc, test_event_doc);
     tcase_add_test(tc, test_patch_apply);
     tcase_add_test(tc, test_kind_params);
+    tcase_add_test(tc, test_patch_path_templates);
     tcase_add_test(tc, test_registry_rules);
     tcase_add_test(tc, test_plugin_load);
     suite_add_tcase(s, tc);

@@ -214,6 +214,38 @@ START_TEST(test_patch_exactly_once)
 }
 END_TEST
 
+/*
+ * path = "/holds/{{item.id}}" writes the item's key, not the text
+ * "{{item.id}}"; '/' and '~' in the value land inside that one key.
+ */
+START_TEST(test_patch_path_template_writes_rendered_key)
+{
+    static const char *HOLD =
+        "{\"container\":\"products\",\"id\":\"seat-1\",\"partition_key\":\"seats\","
+        "\"ops\":[{\"op\":\"set\",\"path\":\"/holds/{{item.id}}\",\"value\":\"{{item.id}}\"}]}";
+    struct fixture f;
+    struct step_action a;
+    struct step_result r;
+    json_t *d, *holds;
+
+    upsert("products", "[\"seats\"]", "{\"id\":\"seat-1\",\"category\":\"seats\",\"holds\":{}}");
+    fixture_init(&f, "s-hold", "hold", 0, "{\"item\":{\"id\":\"b/7~x\"}}");
+    compile("patch", HOLD, &a);
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    d = read_doc("products", "seat-1", "[\"seats\"]");
+    ck_assert_ptr_nonnull(d);
+    holds = json_object_get(d, "holds");
+    ck_assert_msg(json_object_get(holds, "{{item.id}}") == NULL,
+                  "the template was written as a key");
+    ck_assert_uint_eq(json_object_size(holds), 1);
+    ck_assert_str_eq(sf_json_str(holds, "b/7~x"), "b/7~x");
+    json_decref(d);
+    step_action_release(&a);
+    fixture_release(&f);
+}
+END_TEST
+
 START_TEST(test_batch_sides_and_create)
 {
     struct fixture f;
@@ -583,6 +615,7 @@ int main(void)
     /* first: the one batch on products that the server applies and answers 408 */
     tcase_add_test(tc, test_applied_then_408);
     tcase_add_test(tc, test_patch_exactly_once);
+    tcase_add_test(tc, test_patch_path_template_writes_rendered_key);
     tcase_add_test(tc, test_batch_sides_and_create);
     tcase_add_test(tc, test_event_kind);
     tcase_add_test(tc, test_rmw);
