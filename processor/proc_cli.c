@@ -72,7 +72,8 @@ static const char USAGE_REPLAY[] =
     "      --partition-key K   only this logical partition: a JSON array ('[\"c-1\"]')\n"
     "                          or a string value (c-1)\n"
     "      --workflow W        only items of workflow W\n"
-    "      --dry-run           print what would run; write nothing\n"
+    "      --dry-run           print what would run (or park: each element's templates\n"
+    "                          are rendered); write nothing\n"
     "      --instance NAME     owner name of the replay leases\n"
     "      --log-level L       debug, info, warn (default), error\n";
 

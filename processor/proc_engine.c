@@ -1190,6 +1190,29 @@ void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
     }
     ret->kind = PROC_PLAN_STEP;
     ret->elements = arr != NULL ? json_array_size(arr) : 1;
+    /*
+     * Render each element's side as the run would, sending nothing: a
+     * template that fails here parks the item at once in the real run. A
+     * retriable failure (a metadata read) would be retried there: no verdict.
+     */
+    for (size_t i = 0; i < ret->elements; i++) {
+        json_t *ev = make_env(&r, cs->cfg->name, arr != NULL ? json_array_get(arr, i) : NULL, i);
+        struct step_ctx ctx;
+        enum sf_rc rc;
+
+        if (ev == NULL)
+            break;
+        make_ctx(&r, cs, i, STEP_DO, ev, &ctx);
+        sf_err_clear(&err);
+        rc = step_side_plan(cs->act.actions, cs->act.n, &ctx, &err);
+        json_decref(ev);
+        if (rc != SF_OK && !err.retriable) {
+            ret->kind = PROC_PLAN_ERROR;
+            ret->err = err;
+            sf_err_prefix(&ret->err, "step %s element %zu: ", cs->cfg->name, i);
+            break;
+        }
+    }
 out:
     json_decref(arr);
     json_decref(env);

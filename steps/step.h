@@ -338,6 +338,18 @@ enum sf_rc step_side_check(const struct step_action *actions, size_t n, struct s
 void step_side_run(const struct step_action *actions, size_t n, const struct step_ctx *ctx,
                    struct step_result *res);
 
+/*
+ * What step_side_run would do up to the commit, without sending anything
+ * (replay --dry-run): the targets, the marker and every batchable action's
+ * operations are rendered into a batch that is then dropped, so a template
+ * that fails for this element fails here with the same message. A
+ * standalone action is checked as far as its target (the rest of its
+ * rendering needs its reads). Reads container metadata through ctx's catalog
+ * when not cached; writes nothing. Any thread.
+ */
+enum sf_rc step_side_plan(const struct step_action *actions, size_t n, const struct step_ctx *ctx,
+                          struct sf_err *err);
+
 /* The target of a side (its first action's): where its marker lives. */
 enum sf_rc step_side_target(const struct step_action *actions, size_t n, const struct step_ctx *ctx,
                             struct step_target *ret, struct sf_err *err);

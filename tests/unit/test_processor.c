@@ -14,6 +14,7 @@
 #include "common/sf_time.h"
 #include "config/cfg.h"
 #include "processor/proc_admin.h"
+#include "processor/proc_engine.h"
 #include "processor/proc_lanes.h"
 #include "processor/proc_service.h"
 
@@ -340,6 +341,105 @@ START_TEST(test_check_config_relay_lease_prefix_too_long)
 END_TEST
 
 /* ---------------------------------------------------------------------------
+ * replay --dry-run: the plan sees what the run would park
+ */
+
+static const char *SEATS_CFG =
+    "workflows = ( {\n"
+    "  name = \"booking\"; container = \"bookings\";\n"
+    "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+    "  steps = ( { name = \"hold-seats\"; from = \"requested\"; to = \"held\";\n"
+    "    foreach = \"item.seats\";\n"
+    "    do = { kind = \"patch\"; container = \"seats\"; id = \"{{it.seat}}\";\n"
+    "      partition_key = \"{{item.show}}\"; condition = \"FROM c WHERE c.free = true\";\n"
+    "      ops = ( { op = \"set\"; path = \"/holds/{{item.hold ?? item.id}}\"; value = "
+    "\"{{it.price}}\"; } );\n"
+    "    };\n"
+    "  } );\n"
+    "} );\n";
+
+/* The plan of doc (JSON text) under SEATS_CFG. */
+static void plan_of(const char *doc_text, struct proc_plan *plan)
+{
+    struct cfg *cfg = NULL;
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct step_registry *reg = NULL;
+    struct step_catalog *cat = NULL;
+    struct proc_engine *e = NULL;
+    struct proc_engine_opts eo = {0};
+    json_t *doc = json_loads(doc_text, 0, NULL);
+    struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_nonnull(doc);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(SEATS_CFG, "s.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(step_registry_new(&reg, &err), SF_OK);
+    ck_assert_int_eq(step_registry_add_builtins(reg, &err), SF_OK);
+    /* no client: the containers are known, nothing is read or written */
+    ck_assert_int_eq(step_catalog_new(NULL, "db", &cat, &err), SF_OK);
+    ck_assert_int_eq(step_catalog_set(cat, "bookings", "/buyer"), SF_OK);
+    ck_assert_int_eq(step_catalog_set(cat, "seats", "/show"), SF_OK);
+    eo.cfg = cfg;
+    eo.reg = reg;
+    eo.catalog = cat;
+    ck_assert_msg(proc_engine_new(&eo, &e, d, &err) == SF_OK, "%s", err.msg);
+    it.doc = doc;
+    proc_engine_plan(e, &it, plan);
+    proc_engine_free(e);
+    step_catalog_free(cat);
+    step_registry_free(reg);
+    json_decref(doc);
+    cfg_free(cfg);
+    free(d);
+}
+
+/*
+ * An item whose template fails on the step it is at is parked at once by
+ * the run; the dry run must say so (with the element and the template), not
+ * "would run step".
+ */
+START_TEST(test_plan_reports_park_of_failing_template)
+{
+    struct proc_plan plan;
+
+    plan_of("{\"id\":\"b-1\",\"buyer\":\"u-1\",\"show\":\"s-9\",\"status\":\"requested\","
+            "\"seats\":[{\"seat\":\"A1\",\"price\":10},{\"seat\":\"A2\",\"price\":10}]}",
+            &plan);
+    ck_assert_msg(plan.kind == PROC_PLAN_STEP, "%d: %s", plan.kind, plan.err.msg);
+    ck_assert_str_eq(plan.step, "hold-seats");
+    ck_assert_uint_eq(plan.elements, 2);
+    /* the second seat has no price: the value template is undefined there */
+    plan_of("{\"id\":\"b-2\",\"buyer\":\"u-1\",\"show\":\"s-9\",\"status\":\"requested\","
+            "\"seats\":[{\"seat\":\"A1\",\"price\":10},{\"seat\":\"A2\"}]}",
+            &plan);
+    ck_assert_msg(plan.kind == PROC_PLAN_ERROR, "kind %d for a failing template", plan.kind);
+    ck_assert_msg(strstr(plan.err.msg, "step hold-seats element 1") != NULL &&
+                      strstr(plan.err.msg, "{{it.price}}") != NULL,
+                  "%s", plan.err.msg);
+    /* the id template, and the partition key of the target */
+    plan_of("{\"id\":\"b-3\",\"buyer\":\"u-1\",\"show\":\"s-9\",\"status\":\"requested\","
+            "\"seats\":[{\"price\":10}]}",
+            &plan);
+    ck_assert_int_eq(plan.kind, PROC_PLAN_ERROR);
+    ck_assert_msg(strstr(plan.err.msg, "{{it.seat}}") != NULL, "%s", plan.err.msg);
+    plan_of("{\"id\":\"b-4\",\"buyer\":\"u-1\",\"status\":\"requested\","
+            "\"seats\":[{\"seat\":\"A1\",\"price\":10}]}",
+            &plan);
+    ck_assert_int_eq(plan.kind, PROC_PLAN_ERROR);
+    ck_assert_msg(strstr(plan.err.msg, "{{item.show}}") != NULL, "%s", plan.err.msg);
+    /* a path that renders a system field */
+    plan_of(
+        "{\"id\":\"b-5\",\"hold\":\"\",\"buyer\":\"u-1\",\"show\":\"s-9\",\"status\":\"requested\","
+        "\"seats\":[{\"seat\":\"A1\",\"price\":10}]}",
+        &plan);
+    ck_assert_int_eq(plan.kind, PROC_PLAN_ERROR);
+    ck_assert_msg(strstr(plan.err.msg, "ops[0].path") != NULL, "%s", plan.err.msg);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
  * saga show: events in the order the saga emitted them
  */
 
@@ -542,6 +642,9 @@ int main(void)
     tcase_add_test(tc, test_check_config_compile);
     tcase_add_test(tc, test_check_config_plugins);
     tcase_add_test(tc, test_check_config_relay_lease_prefix_too_long);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("plan");
+    tcase_add_test(tc, test_plan_reports_park_of_failing_template);
     suite_add_tcase(s, tc);
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
