@@ -330,7 +330,7 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
         /* The client's own parser: what it would refuse at start is refused here. */
         sf_err_clear(&e);
         if (sf_url_endpoint_parse(c->endpoint, &ep, &e) != SF_OK)
-            diag(ld, config_setting_get_member(g, "endpoint"), "cosmos.endpoint '%.200s' %s",
+            diag(ld, config_setting_get_member(g, "endpoint"), "cosmos.endpoint '%.200s': %s",
                  c->endpoint, e.msg);
         if (c->key_env == NULL && c->key_file == NULL)
             diag(ld, config_setting_get_member(g, "endpoint"),

@@ -441,7 +441,7 @@ START_TEST(test_env_settings_blamed_on_environment)
     ck_assert_int_eq(setenv("SAGAFEED_COSMOS_ENDPOINT", "ftp://cosmos:8081/", 1), 0);
     d = load_file_bad(text, path, sizeof(path));
     ck_assert(has_diag(d, "environment:0: SAGAFEED_COSMOS_ENDPOINT: ",
-                       "cosmos.endpoint 'ftp://cosmos:8081/' must be an http"));
+                       "cosmos.endpoint 'ftp://cosmos:8081/': must be an http"));
     ck_assert(none_blames(d, path));
     ck_assert_int_eq(unsetenv("SAGAFEED_COSMOS_ENDPOINT"), 0);
     ck_assert_int_eq(unsetenv("SAGAFEED_COSMOS_KEY_ENV"), 0);
