@@ -27,6 +27,7 @@
 #define CFG_DIAG_MAX      64  /* diagnostics kept per load */
 #define CFG_DIAG_LEN      512 /* bytes per diagnostic */
 #define CFG_NAME_MAX      255 /* workflow, step, container and state names */
+#define CFG_INSTANCE_MAX  128 /* feed.instance bytes (feed.h FEED_INSTANCE_MAX) */
 #define CFG_WORKFLOWS_MAX 64
 #define CFG_STEPS_MAX     64
 #define CFG_ACTIONS_MAX   8 /* actions of one step side (one batch) */

@@ -416,9 +416,15 @@ static void load_feed(struct loader *ld, const config_setting_t *root)
     check_keys(ld, g, keys);
     check_name(ld, g, "lease_container", f->lease_container);
     check_name(ld, g, "lease_prefix", f->lease_prefix);
-    if (f->renew_interval_ms >= f->lease_expiry_ms)
-        diag(ld, g, "feed.renew_interval (%lldms) must be shorter than feed.lease_expiry (%lldms)",
+    /* The feed's own rule (feed_processor_new): a lease must survive one missed renewal. */
+    if (f->renew_interval_ms * 2 > f->lease_expiry_ms)
+        diag(ld, g,
+             "feed.renew_interval (%lldms) must be at most half of feed.lease_expiry (%lldms)",
              (long long)f->renew_interval_ms, (long long)f->lease_expiry_ms);
+    if (f->instance != NULL && strlen(f->instance) > CFG_INSTANCE_MAX)
+        diag(ld, config_setting_get_member(g, "instance"),
+             "feed.instance must be 1-%d bytes (it is the owner name in the leases)",
+             CFG_INSTANCE_MAX);
 }
 
 static void load_processor(struct loader *ld, const config_setting_t *root)

@@ -175,6 +175,9 @@ START_TEST(test_full_sections)
 }
 END_TEST
 
+#define I64  "iiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiii"
+#define I129 I64 I64 "i" /* one byte over an instance name's limit */
+
 /* Each case: extra top-level text (line 1..), expected "t.cfg:LINE:" and a substring. */
 static const struct {
     const char *extra;
@@ -210,7 +213,11 @@ static const struct {
     {"cosmos = { consistency = \"Strongest\"; };", "t.cfg:1:", "is not one of"},
     {"cosmos = \"x\";", "t.cfg:1:", "must be a group"},
     {"feed = { start = \"yesterday\"; };", "t.cfg:1:", "ISO 8601"},
-    {"feed = {\n renew_interval = \"30s\"; };", "t.cfg:1:", "must be shorter than"},
+    {"feed = {\n renew_interval = \"30s\"; };", "t.cfg:1:", "at most half of feed.lease_expiry"},
+    /* the feed refuses a renew interval over half the expiry, and long instance names */
+    {"feed = {\n renew_interval = \"15s\"; lease_expiry = \"20s\"; };",
+     "t.cfg:1:", "at most half of feed.lease_expiry"},
+    {"feed = {\n instance = \"" I129 "\"; };", "t.cfg:2:", "feed.instance must be 1-128 bytes"},
     {"processor = { log_level = \"loud\"; };", "t.cfg:1:", "debug, info, warn or error"},
     {"processor = { backoff_base = \"2s\"; backoff_cap = \"1s\"; };", "t.cfg:1:", "below"},
     {"plugins = [ 5 ];", "t.cfg:1:", "plugins[0]"},
