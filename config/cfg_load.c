@@ -475,11 +475,16 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     check_keys(ld, g, keys);
     check_name(ld, g, "parking_container", p->parking_container);
     if (p->http_listen != NULL) {
-        /* HOST:PORT, [IPV6]:PORT or :PORT; the address itself is checked when binding. */
+        /*
+         * HOST:PORT, [IPV6]:PORT or :PORT, the syntax proc_http.c takes; the
+         * address itself is checked when binding.
+         */
         const char *colon = strrchr(p->http_listen, ':');
+        const char *close = strchr(p->http_listen, ']');
+        bool v6_bad = p->http_listen[0] == '[' && (close == NULL || close[1] != ':');
         int64_t port;
 
-        if (colon == NULL || sf_parse_i64(colon + 1, 0, 65535, &port) != SF_OK)
+        if (colon == NULL || v6_bad || sf_parse_i64(colon + 1, 0, 65535, &port) != SF_OK)
             diag(ld, config_setting_get_member(g, "http_listen"),
                  "processor.http_listen '%s' must be HOST:PORT (like \"127.0.0.1:9464\" or "
                  "\":9464\")",

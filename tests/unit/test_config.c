@@ -219,6 +219,8 @@ static const struct {
      "t.cfg:1:", "at most half of feed.lease_expiry"},
     {"feed = {\n instance = \"" I129 "\"; };", "t.cfg:2:", "feed.instance must be 1-128 bytes"},
     {"processor = { log_level = \"loud\"; };", "t.cfg:1:", "debug, info, warn or error"},
+    {"processor = {\n http_listen = \"[::1:9464\"; };", "t.cfg:2:", "must be HOST:PORT"},
+    {"processor = {\n http_listen = \"[::1]9464\"; };", "t.cfg:2:", "must be HOST:PORT"},
     {"processor = { backoff_base = \"2s\"; backoff_cap = \"1s\"; };", "t.cfg:1:", "below"},
     {"plugins = [ 5 ];", "t.cfg:1:", "plugins[0]"},
     {"embedded = { partitions = 4; };\ncosmos = { endpoint = \"http://h\"; key_env = \"K\"; };",
