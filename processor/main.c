@@ -131,8 +131,12 @@ static const char USAGE_CHECK[] =
     "\n"
     "Validates FILE without contacting any server: syntax, unknown keys, types,\n"
     "ranges, secrets (environment or file only), workflow state chains, filters,\n"
-    "templates, step kinds and their parameters, plugins. Every problem is\n"
-    "printed as `file:line: what is wrong`. Exit status 0 when valid, 1 otherwise.\n";
+    "templates (patch paths too), step kinds and their parameters, plugins, and\n"
+    "everything run refuses at start: the endpoint's host and port, name limits\n"
+    "(feed.lease_prefix 1-255 bytes, feed.instance 1-128), renew_interval at most\n"
+    "half of lease_expiry, the Kafka relays' lease prefixes (511 bytes). Every\n"
+    "problem is printed as `file:line: what is wrong` (`environment:0: SAGAFEED_...:`\n"
+    "for a value set from the environment). Exit status 0 when valid, 1 otherwise.\n";
 
 static const char USAGE_DEMO[] =
     "Usage: sagafeed demo [--orders N] [--data DIR] [--keep] [--timeout D]\n"
