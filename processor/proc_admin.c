@@ -7,6 +7,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "processor/proc_admin.h"
+#include "processor/proc_engine.h"
 #include "processor/proc_status.h"
 #include "steps/step.h"
 #include "steps/step_tmpl.h"
@@ -183,7 +184,7 @@ static size_t marker_containers(const struct cfg_workflow *w, const char **out, 
 static long steps_passed(const struct cfg_workflow *w, const json_t *item)
 {
     const char *state = sf_json_str(item, w->state_field);
-    const char *failed = sf_json_str(item, "sfFailedStep");
+    const char *failed = sf_json_str(item, PROC_FAILED_STEP_FIELD);
 
     if (state == NULL || w->n_steps == 0)
         return -1;
@@ -344,16 +345,16 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
     proc_saga_events_sort(events);
     *ret_found = item != NULL || json_array_size(markers) > 0 || json_array_size(events) > 0 ||
                  json_array_size(parked) > 0;
-    *ret = json_pack(
-        "{s:s, s:s, s:s, s:o, s:o, s:o, s:O, s:I}", "workflow", w->name, "container", w->container,
-        "itemId", item_id, "item",
-        item != NULL
-            ? json_pack("{s:O?, s:O?, s:O?, s:O?}", "state", json_object_get(item, w->state_field),
-                        "reason", json_object_get(item, w->reason_field), "failedStep",
-                        json_object_get(item, "sfFailedStep"), "ts", json_object_get(item, "_ts"))
-            : json_null(),
-        "steps", proc_saga_steps(w, item, markers), "events", json_incref(events), "parked", parked,
-        "markers", (json_int_t)json_array_size(markers));
+    *ret = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:O, s:I}", "workflow", w->name, "container",
+                     w->container, "itemId", item_id, "item",
+                     item != NULL ? json_pack("{s:O?, s:O?, s:O?, s:O?}", "state",
+                                              json_object_get(item, w->state_field), "reason",
+                                              json_object_get(item, w->reason_field), "failedStep",
+                                              json_object_get(item, PROC_FAILED_STEP_FIELD), "ts",
+                                              json_object_get(item, "_ts"))
+                                  : json_null(),
+                     "steps", proc_saga_steps(w, item, markers), "events", json_incref(events),
+                     "parked", parked, "markers", (json_int_t)json_array_size(markers));
     if (*ret == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
 out:
