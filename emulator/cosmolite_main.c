@@ -58,6 +58,9 @@ static const char usage[] =
     "                           (join with +), coll=NAME, p=PROBABILITY, count=N,\n"
     "                           retry-after=MS, when=before|after (after: apply, then fail)\n"
     "  --fault-seed N           seed of the fault PRNG (default 1): same seed, same faults\n"
+    "  --latency MS[:JITTER]    hold every response MS milliseconds (+- JITTER, uniform)\n"
+    "                           like a remote Azure region; held responses occupy no\n"
+    "                           thread, so concurrent requests overlap (0..600000, default 0)\n"
     "  --log-level LEVEL        debug (adds one access line per request), info, warn, error\n"
     "                           (default info)\n"
     "  --log-json               log JSON lines instead of text\n"
@@ -102,6 +105,8 @@ struct cosmolite_args {
     const char *faults[64];
     int nfaults;
     uint64_t fault_seed;
+    int latency_ms;
+    int jitter_ms;
 };
 
 static int fail(const char *fmt, ...) SF_PRINTF(1, 2);
@@ -148,6 +153,24 @@ static int parse_listen(const char *s, struct cosmolite_args *a)
     if (sf_parse_i64(colon + 1, 0, 65535, &port) != SF_OK)
         return fail("--listen '%s': port must be 0..65535", s);
     a->port = (int)port;
+    return 0;
+}
+
+/* --latency MS[:JITTER_MS], each 0..600000; the jitter may not exceed MS. */
+static int parse_latency(const char *v, struct cosmolite_args *a)
+{
+    const char *colon = strchr(v, ':');
+    int64_t ms, jitter = 0;
+    size_t len = colon ? (size_t)(colon - v) : strlen(v);
+
+    if (sf_parse_i64n(v, len, 0, 600000, &ms) != SF_OK ||
+        (colon && sf_parse_i64(colon + 1, 0, 600000, &jitter) != SF_OK))
+        return fail("--latency '%s': expected MS or MS:JITTER_MS, each 0..600000", v);
+    if (jitter > ms)
+        return fail("--latency '%s': the jitter (%lld ms) may not exceed the latency (%lld ms)", v,
+                    (long long)jitter, (long long)ms);
+    a->latency_ms = (int)ms;
+    a->jitter_ms = (int)jitter;
     return 0;
 }
 
@@ -255,6 +278,7 @@ enum {
     OPT_SKEW,
     OPT_FAULT,
     OPT_FAULT_SEED,
+    OPT_LATENCY,
     OPT_LOG_LEVEL,
     OPT_LOG_JSON,
     OPT_HELP,
@@ -282,6 +306,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"max-clock-skew", required_argument, NULL, OPT_SKEW},
         {"fault", required_argument, NULL, OPT_FAULT},
         {"fault-seed", required_argument, NULL, OPT_FAULT_SEED},
+        {"latency", required_argument, NULL, OPT_LATENCY},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"log-json", no_argument, NULL, OPT_LOG_JSON},
         {"help", no_argument, NULL, OPT_HELP},
@@ -357,6 +382,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_FAULT_SEED:
             if (sf_parse_u64(optarg, UINT64_MAX, &a->fault_seed) != SF_OK)
                 rc = fail("--fault-seed '%s': expected an unsigned integer", optarg);
+            break;
+        case OPT_LATENCY:
+            rc = parse_latency(optarg, a);
             break;
         case OPT_LOG_LEVEL:
             if (!sf_log_level_parse(optarg, &lvl))
@@ -519,6 +547,8 @@ int main(int argc, char **argv)
     ho.max_connections = a.max_connections;
     ho.tls_cert_pem = cert;
     ho.tls_key_pem = tls_key;
+    ho.latency_ms = a.latency_ms;
+    ho.jitter_ms = a.jitter_ms;
     if (emu_http_start(&ho, &router, &http, &err) != SF_OK) {
         fail("%s", err.msg);
         goto out;
@@ -537,8 +567,15 @@ int main(int argc, char **argv)
                 cert ? "https" : "http", router.listen_host, so.path ? so.path : "in memory",
                 a.partitions, (double)(sf_mono_us() - t0) / 1000.0);
 
+    if (a.latency_ms || a.jitter_ms)
+        sf_log_info("cosmolite", "holding every response %d ms (+- %d ms) to simulate latency",
+                    a.latency_ms, a.jitter_ms);
+
     if (sigwait(&sigs, &sig) == 0)
         sf_log_info("cosmolite", "received %s, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (a.latency_ms || a.jitter_ms)
+        sf_log_info("cosmolite", "latency: at most %d delayed responses were in flight at once",
+                    emu_http_max_delayed(http));
     rc = 0;
 out:
     emu_http_free(http);

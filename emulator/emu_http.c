@@ -3,23 +3,103 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "common/sf_buf.h"
 #include "common/sf_log.h"
+#include "emulator/emu_delay.h"
 #include "emulator/emu_http.h"
 
 struct emu_http {
     struct MHD_Daemon *daemon;
     struct emu_router *router;
     int port;
+    struct emu_delay *delay; /* NULL without --latency */
+    int latency_ms, jitter_ms;
+    bool per_connection; /* one thread per connection (no suspending then) */
+    atomic_uint_fast64_t jitter_seq;
+    pthread_mutex_t hold_mu; /* guards conn_state.fired */
 };
 
 /* Per-request state kept by libmicrohttpd between callbacks. */
 struct conn_state {
     struct sf_buf body;
     bool too_big;
+    bool held;                   /* resp is ready and waits for its latency to pass */
+    struct emu_response resp;    /* valid while held */
+    struct emu_http *h;          /* for the timer callback */
+    struct MHD_Connection *conn; /* to resume */
+    bool fired;                  /* thread per connection: the latency has passed */
+    pthread_cond_t wake;         /* thread per connection: signalled when fired */
 };
+
+/* The latency of one response: latency +- jitter, uniform, at least 0. */
+static int64_t response_delay_ms(struct emu_http *h)
+{
+    uint64_t x;
+
+    if (h->jitter_ms <= 0)
+        return h->latency_ms;
+    /* splitmix64 of a counter: lock-free and well spread, which is all jitter needs. */
+    x = atomic_fetch_add(&h->jitter_seq, 1) + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    int64_t d = h->latency_ms - h->jitter_ms + (int64_t)(x % (uint64_t)(2 * h->jitter_ms + 1));
+    return d > 0 ? d : 0;
+}
+
+/* The timer callback: the held response may go now. */
+static void release_held(void *arg)
+{
+    struct conn_state *st = arg;
+
+    if (!st->h->per_connection) {
+        MHD_resume_connection(st->conn);
+        return;
+    }
+    pthread_mutex_lock(&st->h->hold_mu);
+    st->fired = true;
+    pthread_cond_signal(&st->wake);
+    pthread_mutex_unlock(&st->h->hold_mu);
+}
+
+/*
+ * Holds a ready response for the simulated latency. With a thread pool the
+ * connection is suspended and the response kept in st: returns true, and
+ * libmicrohttpd calls on_request again once the timer resumed it. With one
+ * thread per connection (which libmicrohttpd cannot suspend) the
+ * connection's own thread waits, which holds up no other connection, and
+ * returns false: the caller sends resp. Either way the timer decides when,
+ * so closing the server releases every held response at once.
+ */
+static bool hold_response(struct emu_http *h, struct conn_state *st, struct MHD_Connection *conn,
+                          struct emu_response *resp)
+{
+    st->h = h;
+    st->conn = conn;
+    if (!h->per_connection) {
+        /* Suspend first: the timer may fire at once. Refused (closing, full): resume now. */
+        st->resp = *resp;
+        st->held = true;
+        MHD_suspend_connection(conn);
+        if (!emu_delay_add(h->delay, response_delay_ms(h), release_held, st))
+            MHD_resume_connection(conn);
+        return true;
+    }
+    st->fired = false;
+    pthread_cond_init(&st->wake, NULL);
+    if (emu_delay_add(h->delay, response_delay_ms(h), release_held, st)) {
+        pthread_mutex_lock(&h->hold_mu);
+        while (!st->fired)
+            pthread_cond_wait(&st->wake, &h->hold_mu);
+        pthread_mutex_unlock(&h->hold_mu);
+    }
+    pthread_cond_destroy(&st->wake);
+    return false;
+}
 
 static const char *lookup_header(void *hctx, const char *name)
 {
@@ -118,6 +198,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (st->too_big)
         return MHD_YES; /* the 413 is already queued */
+    if (st->held) {
+        /* Resumed after the latency: send what was computed before. */
+        st->held = false;
+        ret = queue(conn, &st->resp);
+        emu_response_release(&st->resp);
+        return ret;
+    }
 
     req.method = method;
     req.path = url;
@@ -127,6 +214,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req.body_len = st->body.len;
     emu_response_init(&resp, h->router->lim.max_response_bytes);
     emu_router_handle(h->router, &req, &resp);
+    if (h->delay && !resp.drop && hold_response(h, st, conn, &resp))
+        return MHD_YES; /* resp now belongs to st */
     ret = queue(conn, &resp);
     emu_response_release(&resp);
     return ret;
@@ -141,6 +230,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     SF_UNUSED(conn);
     SF_UNUSED(toe);
     if (st) {
+        if (st->held)
+            emu_response_release(&st->resp);
         sf_buf_release(&st->body);
         free(st);
         *con_cls = NULL;
@@ -185,11 +276,28 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     }
     if (tls)
         flags |= MHD_USE_TLS;
+    bool latency = opts->latency_ms > 0 || opts->jitter_ms > 0;
+    if (latency && !(flags & MHD_USE_THREAD_PER_CONNECTION))
+        flags |= MHD_ALLOW_SUSPEND_RESUME;
 
     h = calloc(1, sizeof(*h));
     if (!h)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     h->router = router;
+    h->latency_ms = opts->latency_ms;
+    h->jitter_ms = opts->jitter_ms;
+    h->per_connection = (flags & MHD_USE_THREAD_PER_CONNECTION) != 0;
+    pthread_mutex_init(&h->hold_mu, NULL);
+    if (latency) {
+        /* One held response per connection at most. */
+        enum sf_rc drc =
+            emu_delay_new(opts->max_connections > 0 ? opts->max_connections : 1024, &h->delay, err);
+        if (drc != SF_OK) {
+            pthread_mutex_destroy(&h->hold_mu);
+            free(h);
+            return drc;
+        }
+    }
     if (tls)
         h->daemon = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
@@ -212,6 +320,8 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK,
             unescape_none, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!h->daemon) {
+        emu_delay_free(h->delay);
+        pthread_mutex_destroy(&h->hold_mu);
         free(h);
         return sf_err_set(err, SF_EIO, false,
                           "cannot listen on %s port %d (address in use, no permission, or a bad "
@@ -229,10 +339,20 @@ int emu_http_port(const struct emu_http *h)
     return h->port;
 }
 
+int emu_http_max_delayed(const struct emu_http *h)
+{
+    return h->delay ? emu_delay_max_pending(h->delay) : 0;
+}
+
 void emu_http_free(struct emu_http *h)
 {
     if (!h)
         return;
+    /* libmicrohttpd must not be stopped with connections suspended: resume them all first. */
+    if (h->delay)
+        emu_delay_close(h->delay);
     MHD_stop_daemon(h->daemon);
+    emu_delay_free(h->delay);
+    pthread_mutex_destroy(&h->hold_mu);
     free(h);
 }

@@ -20,6 +20,11 @@ struct emu_http_opts {
     int idle_timeout_s;       /* close idle keep-alive connections after (default 300) */
     const char *tls_cert_pem; /* PEM text; both set = HTTPS */
     const char *tls_key_pem;
+    /* Simulated network latency (--latency MS[:JITTER_MS]): every response is
+     * held latency_ms +- jitter_ms (uniform, never below 0) after it is ready,
+     * on a suspended connection, so delayed responses occupy no thread. 0 = off. */
+    int latency_ms;
+    int jitter_ms;
 };
 
 /*
@@ -31,7 +36,10 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
                           struct emu_http **ret_http, struct sf_err *err);
 /* The bound port (useful with port 0). */
 int emu_http_port(const struct emu_http *h);
-/* Stops accepting, finishes nothing in flight, frees. NULL is a no-op. */
+/* The most delayed responses that were in flight at once (0 without --latency). */
+int emu_http_max_delayed(const struct emu_http *h);
+/* Stops accepting, sends the delayed responses early, finishes nothing else in flight,
+ * frees. NULL is a no-op. */
 void emu_http_free(struct emu_http *h);
 
 #endif
