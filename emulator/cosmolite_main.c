@@ -61,6 +61,10 @@ static const char usage[] =
     "  --latency MS[:JITTER]    hold every response MS milliseconds (+- JITTER, uniform)\n"
     "                           like a remote Azure region; held responses occupy no\n"
     "                           thread, so concurrent requests overlap (0..600000, default 0)\n"
+    "  --default-throughput RU  RU/s of containers created without x-ms-offer-throughput (in\n"
+    "                           a database without any): 400..1000000, steps of 100 (default\n"
+    "                           unlimited). A range past its share answers 429/3200 with\n"
+    "                           x-ms-retry-after-ms; see docs/azure-twin.md\n"
     "  --log-level LEVEL        debug (adds one access line per request), info, warn, error\n"
     "                           (default info)\n"
     "  --log-json               log JSON lines instead of text\n"
@@ -107,6 +111,7 @@ struct cosmolite_args {
     uint64_t fault_seed;
     int latency_ms;
     int jitter_ms;
+    int default_throughput;
 };
 
 static int fail(const char *fmt, ...) SF_PRINTF(1, 2);
@@ -279,6 +284,7 @@ enum {
     OPT_FAULT,
     OPT_FAULT_SEED,
     OPT_LATENCY,
+    OPT_DEFAULT_THROUGHPUT,
     OPT_LOG_LEVEL,
     OPT_LOG_JSON,
     OPT_HELP,
@@ -307,6 +313,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"fault", required_argument, NULL, OPT_FAULT},
         {"fault-seed", required_argument, NULL, OPT_FAULT_SEED},
         {"latency", required_argument, NULL, OPT_LATENCY},
+        {"default-throughput", required_argument, NULL, OPT_DEFAULT_THROUGHPUT},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"log-json", no_argument, NULL, OPT_LOG_JSON},
         {"help", no_argument, NULL, OPT_HELP},
@@ -386,6 +393,13 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_LATENCY:
             rc = parse_latency(optarg, a);
             break;
+        case OPT_DEFAULT_THROUGHPUT:
+            rc =
+                parse_int_opt("--default-throughput", optarg, 400, 1000000, &a->default_throughput);
+            if (rc == 0 && a->default_throughput % 100 != 0)
+                rc = fail("--default-throughput '%s': Azure provisions RU/s in steps of 100",
+                          optarg);
+            break;
         case OPT_LOG_LEVEL:
             if (!sf_log_level_parse(optarg, &lvl))
                 rc = fail("--log-level '%s': expected debug, info, warn or error", optarg);
@@ -446,6 +460,7 @@ int main(int argc, char **argv)
     struct emu_http_opts ho = {0};
     struct emu_http *http = NULL;
     struct emu_faults *faults = NULL;
+    struct emu_ru *ru = NULL;
     struct sweeper sw = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
     pthread_t sweep_thread;
     bool sweeping = false;
@@ -526,6 +541,16 @@ int main(int argc, char **argv)
     }
     router.faults = faults;
     router.tls = cert != NULL;
+    if (!(ru = emu_ru_new())) {
+        fail("out of memory");
+        goto out;
+    }
+    router.ru = ru;
+    router.default_throughput = a.default_throughput;
+    if (emu_router_load_offers(&router, &err) != SF_OK) {
+        fail("cannot load the offers: %s", err.msg);
+        goto out;
+    }
 
     /* Block the stop signals before any thread starts; main waits for them. */
     sigemptyset(&sigs);
@@ -576,6 +601,9 @@ int main(int argc, char **argv)
     if (a.latency_ms || a.jitter_ms)
         sf_log_info("cosmolite", "latency: at most %d delayed responses were in flight at once",
                     emu_http_max_delayed(http));
+    if (emu_ru_throttled(ru) > 0)
+        sf_log_info("cosmolite", "throughput: %llu requests were answered 429/3200",
+                    (unsigned long long)emu_ru_throttled(ru));
     rc = 0;
 out:
     emu_http_free(http);
@@ -588,6 +616,7 @@ out:
     }
     emu_store_free(store);
     emu_faults_free(faults);
+    emu_ru_free(ru);
     free(cert);
     free(tls_key);
     free(key_text);

@@ -459,7 +459,7 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
         emu_response_error(rt->resp, 413, 0, "The query page exceeds the response size limit.");
         goto out;
     }
-    ok(rt, 200, 2.5 + (double)page.count * 0.1);
+    ok(rt, 200, emu_ru_cost_query(page.read, page.count, rt->resp->body.len));
     resp_header(rt->resp, "x-ms-item-count", "%zu", page.count);
     if (page.more)
         resp_header(rt->resp, "x-ms-continuation", "o:%zu", skip + page.count);
@@ -543,6 +543,11 @@ out:
     emu_query_free(q);
 }
 
+/* Provisioned throughput and offers, near the end of this file. */
+static bool requested_throughput(struct route *rt, int64_t *ret_rus);
+static void provision(struct route *rt, int64_t rus, bool use_default);
+static void handle_offers(struct route *rt);
+
 /* ---- account ------------------------------------------------------------ */
 
 static void handle_account(struct route *rt)
@@ -596,6 +601,7 @@ static void handle_dbs(struct route *rt, const char *method)
 {
     struct sf_err err;
     json_t *body;
+    int64_t rus;
 
     sf_err_clear(&err);
     if (strcmp(method, "GET") == 0) {
@@ -610,11 +616,12 @@ static void handle_dbs(struct route *rt, const char *method)
                 query_list(rt, "Databases");
             return;
         }
-        if (!(body = body_json(rt)))
+        if (!requested_throughput(rt, &rus) || !(body = body_json(rt)))
             return;
         if (store_call(rt, emu_store_db_create(rt->r->store, body, &rt->resp->body, &err), &err)) {
             ok(rt, 201, 1);
             etag_from_body(rt);
+            provision(rt, rus, false);
         }
         json_decref(body);
         return;
@@ -645,6 +652,7 @@ static void handle_colls(struct route *rt, const char *method)
 {
     struct sf_err err;
     json_t *body;
+    int64_t rus;
 
     sf_err_clear(&err);
     if (strcmp(method, "GET") == 0) {
@@ -658,13 +666,14 @@ static void handle_colls(struct route *rt, const char *method)
                 query_list(rt, "DocumentCollections");
             return;
         }
-        if (!(body = body_json(rt)))
+        if (!requested_throughput(rt, &rus) || !(body = body_json(rt)))
             return;
         if (store_call(rt,
                        emu_store_coll_create(rt->r->store, rt->seg[1], body, &rt->resp->body, &err),
                        &err)) {
             ok(rt, 201, 1);
             etag_from_body(rt);
+            provision(rt, rus, true);
         }
         json_decref(body);
     } else {
@@ -832,12 +841,38 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
     resp_header(rt->resp, "x-ms-item-count", "%d", res.count);
     if (res.count == 0) {
         sf_buf_reset(&rt->resp->body);
-        ok(rt, 304, 1);
+        ok(rt, 304, emu_ru_cost_feed(0, 0));
     } else {
-        ok(rt, 200, 1 + res.count * 0.1);
+        ok(rt, 200, emu_ru_cost_feed((size_t)res.count, rt->resp->body.len));
     }
 out:
     json_decref(pk);
+}
+
+/*
+ * A batch costs what its operations would cost alone (docs/azure-twin.md),
+ * each document counted as 1 KiB: the store does not report sizes per op.
+ */
+static double batch_cost(const json_t *ops)
+{
+    double sum = 0;
+    size_t i;
+    json_t *o;
+
+    json_array_foreach(ops, i, o)
+    {
+        const char *kind = sf_json_str(o, "operationType");
+        const json_t *doc = json_object_get(o, "resourceBody");
+
+        if (kind && strcasecmp(kind, "Read") == 0)
+            sum += emu_ru_cost_read(1024);
+        else if (kind && strcasecmp(kind, "Delete") == 0)
+            sum += emu_ru_cost_delete();
+        else
+            sum += emu_ru_cost_write(1024, emu_ru_index_terms(doc),
+                                     !kind || strcasecmp(kind, "Create") != 0);
+    }
+    return sum;
 }
 
 /* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
@@ -883,7 +918,7 @@ static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
             rt, emu_store_batch(rt->r->store, c, pk, ops, &rt->resp->body, &status, &meta, &err),
             &err))
         goto out;
-    ok(rt, status, 1 + 5.0 * (double)json_array_size(ops));
+    ok(rt, status, batch_cost(ops));
     session_header(rt, meta.range_id, meta.lsn);
 out:
     json_decref(ops);
@@ -929,7 +964,9 @@ static void handle_docs(struct route *rt, const char *method)
                    emu_store_doc_write(rt->r->store, &c, kind, NULL, pk, body, hdr(rt, "If-Match"),
                                        &rt->resp->body, &meta, &err),
                    &err))
-        doc_written(rt, &meta, 5.71 + (double)rt->req->body_len / 1024.0);
+        doc_written(rt, &meta,
+                    emu_ru_cost_write(rt->req->body_len, emu_ru_index_terms(body),
+                                      kind == EMU_WRITE_UPSERT && meta.status == 200));
 out:
     json_decref(body);
     json_decref(pk);
@@ -960,7 +997,7 @@ static void handle_doc(struct route *rt, const char *method)
                        emu_store_doc_read(rt->r->store, &c, id, pk, hdr(rt, "If-None-Match"),
                                           &rt->resp->body, &meta, &err),
                        &err)) {
-            ok(rt, meta.status, 1);
+            ok(rt, meta.status, emu_ru_cost_read(rt->resp->body.len));
             resp_header(rt->resp, "etag", "%s", meta.etag);
             session_header(rt, meta.range_id, meta.lsn);
         }
@@ -970,13 +1007,14 @@ static void handle_doc(struct route *rt, const char *method)
                        emu_store_doc_write(rt->r->store, &c, EMU_WRITE_REPLACE, id, pk, body,
                                            hdr(rt, "If-Match"), &rt->resp->body, &meta, &err),
                        &err))
-            doc_written(rt, &meta, 10.29 + (double)rt->req->body_len / 1024.0);
+            doc_written(rt, &meta,
+                        emu_ru_cost_write(rt->req->body_len, emu_ru_index_terms(body), true));
     } else if (strcmp(method, "DELETE") == 0) {
         if (store_call(
                 rt,
                 emu_store_doc_delete(rt->r->store, &c, id, pk, hdr(rt, "If-Match"), &meta, &err),
                 &err)) {
-            ok(rt, 204, 5.71);
+            ok(rt, 204, emu_ru_cost_delete());
             session_header(rt, meta.range_id, meta.lsn);
         }
     } else if (strcmp(method, "PATCH") == 0) {
@@ -985,7 +1023,8 @@ static void handle_doc(struct route *rt, const char *method)
                        emu_store_doc_patch(rt->r->store, &c, id, pk, body, hdr(rt, "If-Match"),
                                            &rt->resp->body, &meta, &err),
                        &err))
-            doc_written(rt, &meta, 10.6);
+            doc_written(rt, &meta,
+                        emu_ru_cost_write(rt->resp->body.len, emu_ru_index_terms(body), true));
     } else {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on a document.", method);
     }
@@ -1281,6 +1320,10 @@ static void dispatch(struct route *rt)
         handle_admin(rt);
         return;
     }
+    if (strcmp(rt->seg[0], "offers") == 0) {
+        handle_offers(rt);
+        return;
+    }
     if (strcmp(rt->seg[0], "dbs") != 0 || (n >= 3 && strcmp(rt->seg[2], "colls") != 0) ||
         (n >= 5 && !is_type_seg(rt->seg[4]))) {
         emu_response_error(rt->resp, 404, 0, "Unknown resource path '%s'.", rt->req->path);
@@ -1322,6 +1365,296 @@ static void dispatch(struct route *rt)
     default:
         emu_response_error(rt->resp, 404, 0, "Unknown resource path '%s'.", rt->req->path);
     }
+}
+
+/* ---- provisioned throughput and offers (docs/azure-twin.md) ---------------- */
+
+/* Azure's rule for manual throughput: 400 to 1,000,000 RU/s in steps of 100. */
+#define EMU_RU_MIN 400
+#define EMU_RU_MAX 1000000
+
+/* Checks a requested throughput; answers 400 naming `what` and returns false when bad. */
+static bool throughput_ok(struct route *rt, const char *what, int64_t v)
+{
+    if (v >= EMU_RU_MIN && v <= EMU_RU_MAX && v % 100 == 0)
+        return true;
+    emu_response_error(rt->resp, 400, 0,
+                       "%s is %lld: provisioned throughput must be %d to %d RU/s in steps of "
+                       "100.",
+                       what, (long long)v, EMU_RU_MIN, EMU_RU_MAX);
+    return false;
+}
+
+/*
+ * The throughput a create asks for: x-ms-offer-throughput, or autoscale's
+ * x-ms-cosmos-offer-autopilot-settings {"maxThroughput":N}, metered as a
+ * fixed N. *ret_rus = 0 when neither. false (400 answered) when malformed.
+ */
+static bool requested_throughput(struct route *rt, int64_t *ret_rus)
+{
+    const char *v = hdr(rt, "x-ms-offer-throughput");
+    const char *autopilot = hdr(rt, "x-ms-cosmos-offer-autopilot-settings");
+    int64_t n = 0;
+
+    *ret_rus = 0;
+    if (v) {
+        if (sf_parse_i64(v, 0, INT64_MAX, &n) != SF_OK) {
+            emu_response_error(rt->resp, 400, 0,
+                               "x-ms-offer-throughput '%.64s' is not a whole number of RU/s.", v);
+            return false;
+        }
+        if (!throughput_ok(rt, "x-ms-offer-throughput", n))
+            return false;
+    } else if (autopilot) {
+        json_t *j = json_loads(autopilot, 0, NULL);
+        json_t *m = json_object_get(j, "maxThroughput");
+
+        n = json_is_integer(m) ? json_integer_value(m) : 0;
+        json_decref(j);
+        if (n < 1000 || n > EMU_RU_MAX || n % 1000 != 0) {
+            emu_response_error(rt->resp, 400, 0,
+                               "x-ms-cosmos-offer-autopilot-settings '%.100s': expected "
+                               "{\"maxThroughput\":N} with N from 1000 to %d in steps of 1000.",
+                               autopilot, EMU_RU_MAX);
+            return false;
+        }
+    }
+    *ret_rus = n;
+    return true;
+}
+
+/*
+ * Gives the database or container whose resource is in the response body
+ * its offer of rus RU/s. With use_default, a container created without
+ * throughput, in a database without any, gets --default-throughput.
+ */
+static void provision(struct route *rt, int64_t rus, bool use_default)
+{
+    json_t *v =
+        json_loadb(rt->resp->body.data ? rt->resp->body.data : "", rt->resp->body.len, 0, NULL);
+    const char *rid = sf_json_str(v, "_rid"), *self = sf_json_str(v, "_self");
+    struct sf_err err;
+
+    if (rus == 0 && use_default && rt->r->default_throughput > 0 && self &&
+        strncmp(self, "dbs/", 4) == 0) {
+        char db_rid[16];
+        size_t len = strcspn(self + 4, "/");
+
+        (void)snprintf(db_rid, sizeof(db_rid), "%.*s", (int)SF_MIN(len, sizeof(db_rid) - 1),
+                       self + 4);
+        if (emu_ru_get(rt->r->ru, db_rid) <= 0)
+            rus = rt->r->default_throughput;
+    }
+    sf_err_clear(&err);
+    if (rid && rus > 0) {
+        if (emu_store_offer_put(rt->r->store, rid, rus, NULL, &err) != SF_OK) {
+            sf_log_warn("cosmolite", "created %s but could not store its offer: %s", rid, err.msg);
+            sf_buf_reset(&rt->resp->body);
+            resp_from_err(rt->resp, &err);
+        } else if (rt->r->ru && !emu_ru_set(rt->r->ru, rid, (double)rus)) {
+            sf_log_warn("cosmolite", "too many throughput budgets: %s is not metered", rid);
+        }
+    }
+    json_decref(v);
+}
+
+enum sf_rc emu_router_load_offers(struct emu_router *r, struct sf_err *err)
+{
+    json_t *offers = NULL, *o;
+    size_t i;
+    enum sf_rc rc;
+
+    if (!r->ru)
+        return SF_OK;
+    if ((rc = emu_store_offer_list(r->store, &offers, err)) != SF_OK)
+        return rc;
+    json_array_foreach(offers, i, o)
+    {
+        const char *rid = sf_json_str(o, "offerResourceId");
+        json_t *t = json_object_get(json_object_get(o, "content"), "offerThroughput");
+
+        if (rid && json_is_integer(t) && !emu_ru_set(r->ru, rid, (double)json_integer_value(t)))
+            sf_log_warn("cosmolite", "too many throughput budgets: %s is not metered", rid);
+    }
+    json_decref(offers);
+    return SF_OK;
+}
+
+static void handle_offer_list(struct route *rt)
+{
+    struct sf_err err;
+    json_t *list = NULL, *env;
+    size_t n;
+
+    sf_err_clear(&err);
+    if (!store_call(rt, emu_store_offer_list(rt->r->store, &list, &err), &err))
+        return;
+    n = json_array_size(list);
+    env = json_pack("{s:s,s:o,s:I}", "_rid", "", "Offers", list, "_count", (json_int_t)n);
+    if (!env || sf_json_dump(env, &rt->resp->body) != SF_OK) {
+        json_decref(env);
+        emu_response_error(rt->resp, 500, 0, "Out of memory listing the offers.");
+        return;
+    }
+    json_decref(env);
+    if (strcmp(rt->req->method, "POST") == 0) {
+        query_list(rt, "Offers"); /* container.readOffer() queries by resource link */
+        return;
+    }
+    ok(rt, 200, emu_ru_cost_meta());
+    resp_header(rt->resp, "x-ms-item-count", "%zu", n);
+}
+
+/* PUT /offers/{id}: a new content.offerThroughput, enforced from the next request on. */
+static void handle_offer_replace(struct route *rt, const char *id)
+{
+    struct sf_err err;
+    json_t *body = body_json(rt), *t;
+    const char *bid;
+    char res_rid[16];
+
+    if (!body)
+        return;
+    bid = sf_json_str(body, "id");
+    t = json_object_get(json_object_get(body, "content"), "offerThroughput");
+    if (bid && strcasecmp(bid, id) != 0) {
+        emu_response_error(rt->resp, 400, 0, "The body's id '%.64s' must equal the URL's '%s'.",
+                           bid, id);
+    } else if (!json_is_integer(t)) {
+        emu_response_error(rt->resp, 400, 0,
+                           "The offer body needs content.offerThroughput, a whole number of "
+                           "RU/s (autoscale offers are not supported).");
+    } else if (throughput_ok(rt, "content.offerThroughput", json_integer_value(t))) {
+        sf_err_clear(&err);
+        if (store_call(rt,
+                       emu_store_offer_replace(rt->r->store, id, json_integer_value(t),
+                                               hdr(rt, "If-Match"), &rt->resp->body, res_rid, &err),
+                       &err)) {
+            if (rt->r->ru && !emu_ru_set(rt->r->ru, res_rid, (double)json_integer_value(t)))
+                sf_log_warn("cosmolite", "too many throughput budgets: %s is not metered", res_rid);
+            ok(rt, 200, emu_ru_cost_meta());
+            etag_from_body(rt);
+        }
+    }
+    json_decref(body);
+}
+
+/* /offers (GET list, POST query) and /offers/{id} (GET, PUT). */
+static void handle_offers(struct route *rt)
+{
+    const char *m = rt->req->method;
+    struct sf_err err;
+
+    if (rt->nseg == 1) {
+        if (strcmp(m, "GET") == 0 || (strcmp(m, "POST") == 0 && is_query(rt)))
+            handle_offer_list(rt);
+        else
+            emu_response_error(rt->resp, 405, 0, "%s is not allowed on /offers.", m);
+        return;
+    }
+    if (rt->nseg != 2) {
+        emu_response_error(rt->resp, 404, 0, "Unknown resource path '%s'.", rt->req->path);
+        return;
+    }
+    sf_err_clear(&err);
+    if (strcmp(m, "GET") == 0) {
+        if (store_call(rt, emu_store_offer_read(rt->r->store, rt->seg[1], &rt->resp->body, &err),
+                       &err)) {
+            ok(rt, 200, emu_ru_cost_meta());
+            etag_from_body(rt);
+        }
+    } else if (strcmp(m, "PUT") == 0) {
+        handle_offer_replace(rt, rt->seg[1]);
+    } else {
+        emu_response_error(rt->resp, 405, 0, "%s is not allowed on an offer.", m);
+    }
+}
+
+/* The budget a document request pays from. */
+struct ru_scope {
+    bool on; /* false: unlimited, not a document request, or an unknown container */
+    char owner[16];
+    char range[16]; /* "" = the owner's catch-all bucket */
+    int n_ranges;
+};
+
+static void ru_scope_of(struct route *rt, struct ru_scope *sc)
+{
+    struct emu_ru *ru = rt->r->ru;
+    struct emu_coll_ref c;
+    struct sf_err err;
+    json_t *pk = NULL;
+    const char *range, *pkh;
+    char pk_range[16];
+    int online = 0;
+    bool shared = false;
+
+    memset(sc, 0, sizeof(*sc));
+    if (!emu_ru_active(ru) || rt->nseg < 5 || strcmp(rt->seg[0], "dbs") != 0 ||
+        strcmp(rt->seg[2], "colls") != 0 || strcmp(rt->seg[4], "docs") != 0)
+        return;
+    sf_err_clear(&err);
+    if (emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], false, &c, &err) != SF_OK &&
+        emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], true, &c, &err) != SF_OK)
+        return; /* the handler answers 404 */
+    if (emu_ru_get(ru, c.coll_rid) > 0)
+        (void)snprintf(sc->owner, sizeof(sc->owner), "%s", c.coll_rid);
+    else if ((shared = emu_ru_get(ru, c.db_rid) > 0))
+        (void)snprintf(sc->owner, sizeof(sc->owner), "%s", c.db_rid);
+    else
+        return;
+    range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
+    if (range && strrchr(range, ','))
+        range = strrchr(range, ',') + 1;
+    if (!range && (pkh = hdr(rt, "x-ms-documentdb-partitionkey")))
+        pk = json_loads(pkh, 0, NULL); /* a malformed key is the handler's 400 */
+    if (emu_store_range_of(rt->r->store, &c, pk, pk_range, &online, &err) == SF_OK) {
+        sc->on = true;
+        /* A database's shared throughput is one budget for all its containers. */
+        sc->n_ranges = shared ? 1 : online;
+        (void)snprintf(sc->range, sizeof(sc->range), "%s",
+                       shared ? "" : (range ? range : pk_range));
+    }
+    json_decref(pk);
+}
+
+/* The x-ms-request-charge the handler put on the response. */
+static double resp_charge(const struct emu_response *resp)
+{
+    for (int i = 0; i < resp->nheaders; i++)
+        if (strcasecmp(resp->headers[i].name, "x-ms-request-charge") == 0)
+            return strtod(resp->headers[i].value, NULL);
+    return 0;
+}
+
+/*
+ * dispatch under the request's budget: a range that has spent its share
+ * answers 429/3200 with the time until it refills, before anything is
+ * applied; otherwise the request runs and pays its charge.
+ */
+static void dispatch_metered(struct route *rt)
+{
+    struct ru_scope sc;
+    int64_t wait_ms;
+
+    ru_scope_of(rt, &sc);
+    if (sc.on &&
+        (wait_ms = emu_ru_admit(rt->r->ru, sc.owner, sc.range, sc.n_ranges, sf_mono_us())) > 0) {
+        emu_response_error(rt->resp, 429, 3200,
+                           "Request rate is large. More Request Units may be needed, so no "
+                           "changes were made. Please retry this request later. (cosmolite: "
+                           "partition key range '%s' has spent its share of the %.0f RU/s "
+                           "provisioned on '%s'; budget returns in %lld ms.)",
+                           sc.range[0] ? sc.range : "*", emu_ru_get(rt->r->ru, sc.owner), sc.owner,
+                           (long long)wait_ms);
+        resp_header(rt->resp, "x-ms-retry-after-ms", "%lld", (long long)wait_ms);
+        resp_header(rt->resp, "x-ms-request-charge", "0");
+        return;
+    }
+    dispatch(rt);
+    if (sc.on)
+        emu_ru_charge(rt->r->ru, sc.owner, sc.range, sc.n_ranges, resp_charge(rt->resp),
+                      sf_mono_us());
 }
 
 void emu_router_handle(struct emu_router *r, const struct emu_request *req,
@@ -1383,7 +1716,7 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
             goto out;
         }
         rt.feed_stuck = fa.active && fa.kind == EMU_FAULT_STUCK && op == EMU_OP_CHANGEFEED;
-        dispatch(&rt);
+        dispatch_metered(&rt);
         /* "after": the operation is applied, but the client never learns it. */
         if (fa.active && fa.after && fa.kind == EMU_FAULT_DROP)
             resp->drop = true;
@@ -1391,7 +1724,7 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
             fault_status(&rt, fa.status, fa.retry_after_ms);
         goto out;
     }
-    dispatch(&rt);
+    dispatch_metered(&rt);
 out:
     common_headers(&rt);
     if (resp->body.len > 0 || resp->status >= 400)

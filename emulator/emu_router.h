@@ -12,6 +12,7 @@
 #include "common/sf_buf.h"
 #include "emulator/emu_fault.h"
 #include "emulator/emu_store.h"
+#include "emulator/emu_throughput.h"
 
 /* Every limit of the server; emu_limits_default fills the defaults. */
 struct emu_limits {
@@ -33,6 +34,11 @@ struct emu_router {
     time_t (*now)(void);       /* wall clock seam for tests; NULL = time(NULL) */
     struct emu_faults *faults; /* borrowed; NULL = no fault injection */
     bool skip_auth;            /* fuzz targets only: no cosmolite option sets it */
+    /* Provisioned throughput (docs/azure-twin.md): the budgets, borrowed; NULL = offers
+     * are kept but never enforced. default_throughput is the RU/s of a container created
+     * without any (and outside a database with throughput); 0 = unlimited. */
+    struct emu_ru *ru;
+    int64_t default_throughput;
 };
 
 /* Looks up a request header by case-insensitive name; NULL when absent. */
@@ -73,6 +79,12 @@ void emu_response_release(struct emu_response *resp);
  */
 void emu_router_handle(struct emu_router *r, const struct emu_request *req,
                        struct emu_response *resp);
+
+/*
+ * Loads the stored offers into r->ru (at start-up, before serving), so
+ * throughput provisioned before a restart is enforced after it.
+ */
+enum sf_rc emu_router_load_offers(struct emu_router *r, struct sf_err *err);
 
 /* Fills resp with a Cosmos-style error body {"code","message"} and x-ms-substatus. */
 void emu_response_error(struct emu_response *resp, int status, int substatus, const char *fmt, ...)

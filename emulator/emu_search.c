@@ -6,6 +6,7 @@
 struct scan_ctx {
     struct emu_query_exec *exec;
     struct sf_err *err;
+    size_t read;
 };
 
 /* Sentinel return: the execution needs no more documents. */
@@ -17,6 +18,7 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
     json_t *v;
     enum sf_rc rc;
 
+    sc->read++;
     v = json_loadb(doc, len, 0, NULL);
     if (!v)
         return sf_err_set(sc->err, SF_EIO, false, "a stored document is not valid JSON");
@@ -64,6 +66,7 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
     if (rc == SF_OK) {
         ret_page->count = json_array_size(rows);
         ret_page->more = more;
+        ret_page->read = sc.read;
     }
 out:
     json_decref(rows);

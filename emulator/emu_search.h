@@ -14,6 +14,7 @@
 struct emu_search_page {
     size_t count; /* rows appended */
     bool more;    /* rows remain after this page */
+    size_t read;  /* documents the scan read (what the request charge counts) */
 };
 
 /*

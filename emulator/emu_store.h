@@ -383,4 +383,37 @@ enum sf_rc emu_store_changefeed_all(struct emu_store *s, const struct emu_coll_r
                                     const struct emu_cf_request *req, struct sf_buf *out,
                                     struct emu_cf_result *ret_res, struct sf_err *err);
 
+/* ---- offers (provisioned throughput, emu_store_offer.c) -------------------- */
+
+/*
+ * Creates or replaces the offer of the database or container whose _rid is
+ * res_rid with rus RU/s (the router checks the value). The offer is Azure's
+ * shape: {"id","_rid","_self":"offers/<rid>/","_etag","_ts","offerVersion":"V2",
+ * "offerType":"Invalid","resource":"<the resource's _self>","offerResourceId":
+ * res_rid,"content":{"offerThroughput":rus,...}}; its id stays when it is
+ * replaced. Appends it to out (may be NULL). 404 when res_rid names nothing.
+ */
+enum sf_rc emu_store_offer_put(struct emu_store *s, const char *res_rid, int64_t rus,
+                               struct sf_buf *out, struct sf_err *err);
+/* Every offer of an existing database or container, as a new JSON array. */
+enum sf_rc emu_store_offer_list(struct emu_store *s, json_t **ret_offers, struct sf_err *err);
+/* Appends offer `id` (case-insensitive) to out; 404 when there is none. */
+enum sf_rc emu_store_offer_read(struct emu_store *s, const char *id, struct sf_buf *out,
+                                struct sf_err *err);
+/*
+ * Sets offer `id` to rus RU/s (new _etag); if_match (NULL = any) must equal
+ * its _etag (412). Appends the new offer to out and copies the rid of the
+ * database or container it belongs to into ret_res_rid. 404 when missing.
+ */
+enum sf_rc emu_store_offer_replace(struct emu_store *s, const char *id, int64_t rus,
+                                   const char *if_match, struct sf_buf *out, char ret_res_rid[16],
+                                   struct sf_err *err);
+/*
+ * For throughput budgets: the id of the online range holding partition key
+ * pk (the header array; NULL or malformed gives "") and how many ranges are
+ * online. 404/1003 when the container is gone.
+ */
+enum sf_rc emu_store_range_of(struct emu_store *s, const struct emu_coll_ref *c, const json_t *pk,
+                              char ret_range_id[16], int *ret_online, struct sf_err *err);
+
 #endif

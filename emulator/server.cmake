@@ -3,6 +3,7 @@ add_library(emu_server STATIC
   ${CMAKE_CURRENT_LIST_DIR}/emu_auth.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_router.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_fault.c
+  ${CMAKE_CURRENT_LIST_DIR}/emu_throughput.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_search.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_delay.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_http.c)

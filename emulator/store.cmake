@@ -9,6 +9,7 @@ add_library(emu_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/emu_store_patch.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_store_batch.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_store_avad.c
-  ${CMAKE_CURRENT_LIST_DIR}/emu_store_script.c)
+  ${CMAKE_CURRENT_LIST_DIR}/emu_store_script.c
+  ${CMAKE_CURRENT_LIST_DIR}/emu_store_offer.c)
 target_link_libraries(emu_store PUBLIC
   emu_query sf_common PkgConfig::SQLITE PkgConfig::JANSSON Threads::Threads m)

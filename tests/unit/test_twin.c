@@ -1,0 +1,234 @@
+/*
+ * test_twin.c - the parts of cosmolite that make it behave like a remote,
+ * provisioned Azure account (issue 15): the latency timer (emu_delay), the
+ * request cost model and the per-range RU/s token buckets (emu_throughput).
+ * Clocks are passed in, so nothing here depends on how fast the machine is.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <pthread.h>
+
+#include "common/sf_time.h"
+#include "emulator/emu_delay.h"
+#include "emulator/emu_throughput.h"
+
+/* ---- cost model ---------------------------------------------------------------- */
+
+START_TEST(cost_model_is_close_to_azure)
+{
+    json_t *doc =
+        json_pack("{s:s,s:s,s:i,s:{s:[i,i]}}", "id", "a", "_rid", "x", "n", 1, "o", "b", 1, 2);
+
+    ck_assert_double_eq(emu_ru_cost_read(0), 1.0);
+    ck_assert_double_eq(emu_ru_cost_read(1024), 1.0);
+    ck_assert_double_eq(emu_ru_cost_read(8 * 1024), 1.33); /* Azure's published figures */
+    ck_assert_double_eq(emu_ru_cost_read(12 * 1024), 1.5); /* interpolated */
+    ck_assert_double_eq(emu_ru_cost_read(2048 * 1024), 291.8);
+    /* id, n and two array items are indexed; system properties are not. */
+    ck_assert_uint_eq(emu_ru_index_terms(doc), 4);
+    ck_assert_uint_eq(emu_ru_index_terms(NULL), 0);
+    ck_assert_double_eq(emu_ru_cost_write(1024, 7, false), 5.65);
+    ck_assert_double_eq(emu_ru_cost_write(1024, 7, true), 11.3);
+    ck_assert_double_eq(emu_ru_cost_write(100, 0, false), 4.95);
+    ck_assert_double_eq(emu_ru_cost_write(4096, 0, false), 6.67);
+    ck_assert_double_eq(emu_ru_cost_write(4096 * 1024, 0, false), 2500.0); /* extrapolated */
+    ck_assert_double_eq(emu_ru_cost_delete(), 5.71);
+    ck_assert_double_eq(emu_ru_cost_query(0, 0, 0), 2.3);
+    ck_assert_double_eq(emu_ru_cost_query(100, 10, 10 * 1024), 4.3);
+    ck_assert_double_eq(emu_ru_cost_query(0, 10, 100), 3.3); /* small rows: 0.1 RU each */
+    ck_assert_double_eq(emu_ru_cost_feed(0, 0), 1.0);
+    ck_assert_double_eq(emu_ru_cost_feed(10, 10 * 1024), 3.0);
+    ck_assert_double_eq(emu_ru_cost_meta(), 1.0);
+    json_decref(doc);
+}
+END_TEST
+
+/* ---- budgets ----------------------------------------------------------------- */
+
+START_TEST(unlimited_by_default)
+{
+    struct emu_ru *ru = emu_ru_new();
+
+    ck_assert_ptr_nonnull(ru);
+    ck_assert(!emu_ru_active(ru));
+    ck_assert(!emu_ru_active(NULL));
+    ck_assert_int_eq(emu_ru_admit(ru, "coll", "0", 1, 0), 0);
+    emu_ru_charge(ru, "coll", "0", 1, 1e9, 0);
+    ck_assert_int_eq(emu_ru_admit(ru, "coll", "0", 1, 0), 0);
+    ck_assert(emu_ru_set(ru, "coll", 400));
+    ck_assert(emu_ru_active(ru));
+    ck_assert_double_eq(emu_ru_get(ru, "coll"), 400);
+    ck_assert(emu_ru_set(ru, "coll", 0));
+    ck_assert(!emu_ru_active(ru));
+    ck_assert_double_eq(emu_ru_get(ru, "coll"), 0);
+    ck_assert_uint_eq(emu_ru_throttled(ru), 0);
+    emu_ru_free(ru);
+    emu_ru_free(NULL);
+}
+END_TEST
+
+START_TEST(bucket_refills_per_second_and_says_when)
+{
+    struct emu_ru *ru = emu_ru_new();
+    const int64_t t0 = 1000000000;
+
+    ck_assert(emu_ru_set(ru, "c", 400));
+    /* A new range starts with one second of budget. */
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 1, t0), 0);
+    emu_ru_charge(ru, "c", "0", 1, 400, t0);
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 1, t0), 1); /* empty: back in a moment */
+    emu_ru_charge(ru, "c", "0", 1, 400, t0);                /* debt: one more second */
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 1, t0), 1001);
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 1, t0 + 500000), 501);
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 1, t0 + 1100000), 0);
+    ck_assert_uint_eq(emu_ru_throttled(ru), 3);
+    /* The bucket never holds more than one second, however long it rests. */
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 1, t0 + 100000000), 0);
+    emu_ru_charge(ru, "c", "0", 1, 401, t0 + 100000000);
+    ck_assert_int_gt(emu_ru_admit(ru, "c", "0", 1, t0 + 100000000), 0);
+    /* Debt is capped at EMU_RU_MAX_DEBT_S seconds of budget. */
+    emu_ru_charge(ru, "c", "0", 1, 1e9, t0 + 100000000);
+    ck_assert_int_le(emu_ru_admit(ru, "c", "0", 1, t0 + 100000000), EMU_RU_MAX_DEBT_S * 1000 + 10);
+    emu_ru_free(ru);
+}
+END_TEST
+
+START_TEST(budget_is_split_over_ranges)
+{
+    struct emu_ru *ru = emu_ru_new();
+    const int64_t t0 = 5000000;
+
+    ck_assert(emu_ru_set(ru, "c", 400));
+    /* 4 ranges: 100 RU/s each. Range 0 spends its share; range 1 keeps its own. */
+    emu_ru_charge(ru, "c", "0", 4, 100, t0);
+    ck_assert_int_gt(emu_ru_admit(ru, "c", "0", 4, t0), 0);
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "1", 4, t0), 0);
+    emu_ru_charge(ru, "c", "0", 4, 100, t0);
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 4, t0), 1001); /* 100 RU of debt at 100 RU/s */
+    /* Raising the throughput refills faster from the next request on. */
+    ck_assert(emu_ru_set(ru, "c", 400000));
+    ck_assert_int_eq(emu_ru_admit(ru, "c", "0", 4, t0 + 2000), 0);
+    /* Owners are separate. */
+    ck_assert(emu_ru_set(ru, "d", 400));
+    ck_assert_int_eq(emu_ru_admit(ru, "d", "0", 1, t0), 0);
+    emu_ru_free(ru);
+}
+END_TEST
+
+START_TEST(many_owners_grow_the_table)
+{
+    struct emu_ru *ru = emu_ru_new();
+    char rid[32];
+
+    for (int i = 0; i < 3000; i++) {
+        snprintf(rid, sizeof(rid), "coll%d", i);
+        ck_assert(emu_ru_set(ru, rid, 400 + i));
+    }
+    for (int i = 0; i < 3000; i++) {
+        snprintf(rid, sizeof(rid), "coll%d", i);
+        ck_assert_double_eq(emu_ru_get(ru, rid), 400 + i);
+    }
+    emu_ru_free(ru);
+}
+END_TEST
+
+/* ---- the latency timer ------------------------------------------------------------ */
+
+struct fired {
+    pthread_mutex_t mu;
+    int order[8];
+    int n;
+};
+
+struct tag {
+    struct fired *f;
+    int id;
+};
+
+static void on_fire(void *arg)
+{
+    struct tag *t = arg;
+
+    pthread_mutex_lock(&t->f->mu);
+    t->f->order[t->f->n++] = t->id;
+    pthread_mutex_unlock(&t->f->mu);
+}
+
+static int fired_count(struct fired *f)
+{
+    int n;
+
+    pthread_mutex_lock(&f->mu);
+    n = f->n;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+START_TEST(delay_fires_in_due_order_and_counts_in_flight)
+{
+    struct fired f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct tag t[3] = {{&f, 30}, {&f, 10}, {&f, 20}};
+    struct emu_delay *d = NULL;
+    struct sf_err err;
+    int64_t deadline;
+
+    ck_assert_int_eq(emu_delay_new(8, &d, &err), SF_OK);
+    ck_assert(emu_delay_add(d, 300, on_fire, &t[0]));
+    ck_assert(emu_delay_add(d, 100, on_fire, &t[1]));
+    ck_assert(emu_delay_add(d, 200, on_fire, &t[2]));
+    deadline = sf_mono_ms() + 30000; /* generous: only the outcome is asserted */
+    while (fired_count(&f) < 3 && sf_mono_ms() < deadline)
+        sf_sleep_ms(5);
+    ck_assert_int_eq(fired_count(&f), 3);
+    ck_assert_int_eq(f.order[0], 10);
+    ck_assert_int_eq(f.order[1], 20);
+    ck_assert_int_eq(f.order[2], 30);
+    ck_assert_int_eq(emu_delay_max_pending(d), 3);
+    emu_delay_free(d);
+}
+END_TEST
+
+START_TEST(delay_close_fires_everything_early_and_refuses_more)
+{
+    struct fired f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct tag t[3] = {{&f, 1}, {&f, 2}, {&f, 3}};
+    struct emu_delay *d = NULL;
+    struct sf_err err;
+
+    ck_assert_int_eq(emu_delay_new(2, &d, &err), SF_OK);
+    ck_assert(emu_delay_add(d, 600000, on_fire, &t[0]));
+    ck_assert(emu_delay_add(d, 600000, on_fire, &t[1]));
+    ck_assert(!emu_delay_add(d, 1, on_fire, &t[2])); /* full: the caller answers at once */
+    emu_delay_close(d);
+    ck_assert_int_eq(fired_count(&f), 2); /* not ten minutes later */
+    ck_assert(!emu_delay_add(d, 1, on_fire, &t[2]));
+    emu_delay_close(d); /* idempotent */
+    emu_delay_free(d);
+    emu_delay_free(NULL);
+    ck_assert_int_eq(fired_count(&f), 2);
+    ck_assert_int_eq(emu_delay_new(0, &d, &err), SF_EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("twin");
+    TCase *tc = tcase_create("core");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, cost_model_is_close_to_azure);
+    tcase_add_test(tc, unlimited_by_default);
+    tcase_add_test(tc, bucket_refills_per_second_and_says_when);
+    tcase_add_test(tc, budget_is_split_over_ranges);
+    tcase_add_test(tc, many_owners_grow_the_table);
+    tcase_add_test(tc, delay_fires_in_due_order_and_counts_in_flight);
+    tcase_add_test(tc, delay_close_fires_everything_early_and_refuses_more);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
