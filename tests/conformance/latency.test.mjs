@@ -32,6 +32,20 @@ test("--latency 1000: 32 concurrent requests are all held at once, not queued on
   assert.ok(maxInFlight(srv) >= N, `the server held all ${N} responses at once: ${maxInFlight(srv)}`);
 });
 
+test("--latency 1000 --threads 1: one worker thread still holds 32 responses at once", async (t) => {
+  // With a polling pool the held connections are suspended; with one thread
+  // per connection each waits on its own. Either way none waits behind another.
+  const srv = await startCosmolite(t, { args: ["--latency", "1000", "--threads", "1"] });
+  const N = 32;
+  const t0 = Date.now();
+  const all = await Promise.all(Array.from({ length: N }, () => rawRequest(srv, { path: "/" })));
+  const elapsed = Date.now() - t0;
+  for (const r of all) assert.equal(r.status, 200, show(r));
+  assert.ok(elapsed < (N * 1000) / 4, `${N} requests overlapped on one worker: ${elapsed} ms`);
+  await srv.stop();
+  assert.ok(maxInFlight(srv) >= N, `the server held all ${N} responses at once: ${maxInFlight(srv)}`);
+});
+
 test("--latency 200:100 with the SDK: every operation works and waits at least the latency minus jitter", async (t) => {
   const srv = await startCosmolite(t, { args: ["--latency", "200:100"] });
   const client = srv.client();
