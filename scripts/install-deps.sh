@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libcurl4-openssl-dev libjansson-dev librdkafka-dev libconfig-dev check
       libmicrohttpd-dev libsqlite3-dev libssl-dev nodejs npm openssl kcat
-      valgrind gnuplot-nox jq)
+      valgrind gnuplot-nox jq python3-azure-cosmos)
 
 update=0
 [ "${1:-}" = "--update" ] && update=1

@@ -1,0 +1,131 @@
+"""A second referee for cosmolite's provisioned throughput (issue 15,
+behaviour 2): Debian's python3-azure-cosmos (the v3 SDK, a different code base
+from @azure/cosmos). It creates a container with offerThroughput 400, finds
+its offer the way the v3 SDK does (QueryOffers by resource link), lets its own
+ResourceThrottleRetryPolicy absorb the 429/3200s of a write burst, and replaces
+the offer at run time.
+
+Run: COSMOLITE_BIN=build/emulator/cosmolite /usr/bin/python3 tests/python/test_throughput.py
+Exit status 0 passed, 1 failed, 77 skipped (the package is not installed).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import azure.cosmos.cosmos_client as cosmos_client
+    import azure.cosmos.documents as documents
+    import azure.cosmos.retry_options as retry_options
+except ImportError:
+    print("SKIP: python3-azure-cosmos is not installed (apt-get install python3-azure-cosmos)")
+    sys.exit(77)
+
+KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+
+
+class Cosmolite:
+    """A private cosmolite on an ephemeral loopback port."""
+
+    def __init__(self, *args):
+        self.dir = tempfile.TemporaryDirectory(prefix="cosmolite-py-")
+        port_file = os.path.join(self.dir.name, "port")
+        self.proc = subprocess.Popen(
+            [os.environ["COSMOLITE_BIN"], "--memory", "--listen", "127.0.0.1:0", "--port-file", port_file, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("cosmolite exited: " + self.proc.stderr.read().decode())
+            try:
+                with open(port_file) as f:
+                    text = f.read()
+                if text.endswith("\n"):
+                    self.port = int(text)
+                    break
+            except FileNotFoundError:
+                pass
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("cosmolite did not start within 15 s")
+            time.sleep(0.02)
+        self.endpoint = "http://127.0.0.1:%d/" % self.port
+
+    def stop(self):
+        """SIGTERM; returns cosmolite's stderr, raising unless it exited cleanly."""
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=15)
+        self.dir.cleanup()
+        if self.proc.returncode != 0:
+            raise RuntimeError("cosmolite exited with %d: %s" % (self.proc.returncode, err.decode()))
+        return err.decode()
+
+
+def client_for(srv):
+    policy = documents.ConnectionPolicy()
+    policy.RequestTimeout = 15000
+    # Generous throttle retries: the test is about outcomes, not the default cap of 9.
+    policy.RetryOptions = retry_options.RetryOptions(1000, None, 120)
+    return cosmos_client.CosmosClient(srv.endpoint, {"masterKey": KEY}, policy)
+
+
+class Throughput(unittest.TestCase):
+    def test_offer_429_retries_and_replace(self):
+        srv = Cosmolite("--partitions", "1")
+        try:
+            c = client_for(srv)
+            c.CreateDatabase({"id": "pydb"})
+            # Name-based links: RID-based addressing is another behaviour of issue 15.
+            link = "dbs/pydb/colls/orders"
+            coll = c.CreateContainer(
+                "dbs/pydb",
+                {"id": "orders", "partitionKey": {"paths": ["/pk"], "kind": "Hash"}},
+                {"offerThroughput": 400},
+            )
+            charge = float(c.last_response_headers["x-ms-request-charge"])
+            self.assertGreaterEqual(charge, 0)
+
+            offers = list(
+                c.QueryOffers(
+                    {
+                        "query": "SELECT * FROM root r WHERE r.resource = @link",
+                        "parameters": [{"name": "@link", "value": coll["_self"]}],
+                    }
+                )
+            )
+            self.assertEqual(len(offers), 1, offers)
+            offer = offers[0]
+            self.assertEqual(offer["content"]["offerThroughput"], 400)
+            self.assertEqual(offer["offerResourceId"], coll["_rid"])
+            self.assertEqual(c.ReadOffer(offer["_self"])["id"], offer["id"])
+
+            n = 150  # ~5.3 RU each: about two seconds of 400 RU/s, written as fast as one client can
+            for i in range(n):
+                c.CreateItem(link, {"id": "d%d" % i, "pk": "p%d" % (i % 5), "pad": "x" * 900})
+                write = float(c.last_response_headers["x-ms-request-charge"])
+                self.assertTrue(5 <= write <= 7, "a 1 KiB create costs 5 to 6 RU: %s" % write)
+            count = list(
+                c.QueryItems(link, "SELECT VALUE COUNT(1) FROM c", {"enableCrossPartitionQuery": True})
+            )
+            self.assertEqual(count, [n], "every acknowledged write is there once")
+
+            offer["content"]["offerThroughput"] = 100000
+            replaced = c.ReplaceOffer(offer["_self"], offer)
+            self.assertEqual(replaced["content"]["offerThroughput"], 100000)
+            self.assertEqual(c.ReadOffer(offer["_self"])["content"]["offerThroughput"], 100000)
+            self.assertEqual(len(list(c.ReadOffers())), 1)
+        finally:
+            log = srv.stop()
+        # v3 overwrites last_response_headers after its retries, so the server counts the 429s
+        # that the SDK's ResourceThrottleRetryPolicy absorbed (every write above succeeded).
+        m = re.search(r"throughput: (\d+) requests were answered 429/3200", log)
+        self.assertTrue(m and int(m.group(1)) > 0, "the burst was throttled: " + log[-500:])
+
+
+if __name__ == "__main__":
+    unittest.main()
