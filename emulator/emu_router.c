@@ -547,6 +547,7 @@ out:
 static bool requested_throughput(struct route *rt, int64_t *ret_rus);
 static void provision(struct route *rt, int64_t rus, bool use_default);
 static void handle_offers(struct route *rt);
+static void ru_forget_deleted(struct route *rt);
 
 /* ---- account ------------------------------------------------------------ */
 
@@ -641,8 +642,10 @@ static void handle_db(struct route *rt, const char *method)
             etag_from_body(rt);
         }
     } else if (strcmp(method, "DELETE") == 0) {
-        if (store_call(rt, emu_store_db_delete(rt->r->store, rt->seg[1], &err), &err))
+        if (store_call(rt, emu_store_db_delete(rt->r->store, rt->seg[1], &err), &err)) {
             ok(rt, 204, 1);
+            ru_forget_deleted(rt);
+        }
     } else {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on a database.", method);
     }
@@ -706,8 +709,10 @@ static void handle_coll(struct route *rt, const char *method)
         }
         json_decref(body);
     } else if (strcmp(method, "DELETE") == 0) {
-        if (store_call(rt, emu_store_coll_delete(rt->r->store, db, id, &err), &err))
+        if (store_call(rt, emu_store_coll_delete(rt->r->store, db, id, &err), &err)) {
             ok(rt, 204, 1);
+            ru_forget_deleted(rt);
+        }
     } else {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on a container.", method);
     }
@@ -1478,6 +1483,38 @@ enum sf_rc emu_router_load_offers(struct emu_router *r, struct sf_err *err)
     }
     json_decref(offers);
     return SF_OK;
+}
+
+static bool has_offer(void *ctx, const char *owner_rid)
+{
+    size_t i;
+    json_t *o;
+
+    json_array_foreach((json_t *)ctx, i, o)
+    {
+        const char *rid = sf_json_str(o, "offerResourceId");
+        if (rid && strcmp(rid, owner_rid) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * After a database or container was deleted: its offer (and those of a
+ * deleted database's containers) no longer lists, so its budget is dropped
+ * and, when no budget is left, requests are no longer metered at all.
+ */
+static void ru_forget_deleted(struct route *rt)
+{
+    json_t *offers = NULL;
+    struct sf_err err;
+
+    if (!emu_ru_active(rt->r->ru))
+        return;
+    sf_err_clear(&err);
+    if (emu_store_offer_list(rt->r->store, &offers, &err) == SF_OK)
+        emu_ru_prune(rt->r->ru, has_offer, offers);
+    json_decref(offers);
 }
 
 static void handle_offer_list(struct route *rt)

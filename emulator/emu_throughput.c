@@ -206,6 +206,48 @@ static bool grow(struct emu_ru *ru)
     return true;
 }
 
+/* Whether owner entry o (a key without '/') survives a rebuild. */
+typedef bool (*keep_fn)(void *ctx, const struct ru_entry *o);
+
+/*
+ * Rebuilds the table in place keeping the owners keep() accepts (only those
+ * with a budget are ever kept) and, with keep_buckets, the buckets of kept
+ * owners. Buckets are soft state: a dropped one comes back full. Open
+ * addressing cannot delete in place, hence the rebuild.
+ */
+static void rebuild(struct emu_ru *ru, keep_fn keep, void *ctx, bool keep_buckets)
+{
+    struct ru_entry *old = ru->slots, *n = calloc(ru->cap, sizeof(*n));
+    size_t used = 0;
+
+    if (!n)
+        return; /* keep the old table: still correct, only fuller */
+    for (size_t i = 0; i < ru->cap; i++) {
+        const struct ru_entry *e = &old[i];
+        if (!e->key[0] || e->bucket || e->rus <= 0 || (keep && !keep(ctx, e)))
+            continue;
+        *slot_find(n, ru->cap, e->key) = *e;
+        used++;
+    }
+    for (size_t i = 0; keep_buckets && i < ru->cap; i++) {
+        const struct ru_entry *e = &old[i];
+        char owner[KEY_MAX];
+        const struct ru_entry *o;
+
+        if (!e->key[0] || !e->bucket)
+            continue;
+        (void)snprintf(owner, sizeof(owner), "%.*s", (int)strcspn(e->key, "/"), e->key);
+        o = slot_find(n, ru->cap, owner);
+        if (o->key[0]) {
+            *slot_find(n, ru->cap, e->key) = *e;
+            used++;
+        }
+    }
+    free(old);
+    ru->slots = n;
+    ru->used = used;
+}
+
 /* The entry for key, created (zeroed) when create; NULL when absent or full. */
 static struct ru_entry *entry(struct emu_ru *ru, const char *key, bool create)
 {
@@ -213,11 +255,15 @@ static struct ru_entry *entry(struct emu_ru *ru, const char *key, bool create)
 
     if (e->key[0] || !create)
         return e->key[0] ? e : NULL;
-    if ((ru->used + 1) * 2 > ru->cap) {
-        if (!grow(ru))
+    if ((ru->used + 1) * 2 > ru->cap && !grow(ru)) {
+        /* Full: forget every bucket (they refill) and every unlimited owner, then retry. */
+        rebuild(ru, NULL, NULL, false);
+        if ((ru->used + 1) * 2 > ru->cap && !grow(ru))
             return NULL;
-        e = slot_find(ru->slots, ru->cap, key);
     }
+    e = slot_find(ru->slots, ru->cap, key);
+    if (e->key[0])
+        return e;
     memset(e, 0, sizeof(*e));
     (void)snprintf(e->key, sizeof(e->key), "%s", key);
     ru->used++;
@@ -337,6 +383,35 @@ void emu_ru_charge(struct emu_ru *ru, const char *owner_rid, const char *range_i
 bool emu_ru_active(struct emu_ru *ru)
 {
     return ru && atomic_load(&ru->owners) > 0;
+}
+
+struct prune_ctx {
+    bool (*alive)(void *ctx, const char *owner_rid);
+    void *ctx;
+    int dropped;
+};
+
+static bool keep_alive(void *ctx, const struct ru_entry *o)
+{
+    struct prune_ctx *p = ctx;
+
+    if (p->alive(p->ctx, o->key))
+        return true;
+    p->dropped++;
+    return false;
+}
+
+void emu_ru_prune(struct emu_ru *ru, bool (*alive)(void *ctx, const char *owner_rid), void *ctx)
+{
+    struct prune_ctx p = {.alive = alive, .ctx = ctx};
+    int before;
+
+    pthread_mutex_lock(&ru->mu);
+    before = atomic_load(&ru->owners);
+    rebuild(ru, keep_alive, &p, true);
+    /* Owners with a budget that were not kept stop counting. */
+    atomic_store(&ru->owners, before - p.dropped);
+    pthread_mutex_unlock(&ru->mu);
 }
 
 uint64_t emu_ru_throttled(struct emu_ru *ru)

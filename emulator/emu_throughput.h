@@ -27,8 +27,9 @@
 
 /* The deepest a bucket may go into debt, in seconds of its own budget. */
 #define EMU_RU_MAX_DEBT_S 5
-/* Budget entries kept (containers and databases with a budget, and their ranges). */
-#define EMU_RU_MAX_BUCKETS 65536
+/* Budget entries kept (containers and databases with a budget, and their ranges); a full
+ * registry drops its buckets, which then start again full. */
+#define EMU_RU_MAX_BUCKETS 16384
 
 /* ---- the cost model ---------------------------------------------------------- */
 
@@ -95,6 +96,13 @@ int64_t emu_ru_admit(struct emu_ru *ru, const char *owner_rid, const char *range
 /* Pays charge RU from the bucket(s) emu_ru_admit checked. Unlimited owners pay nothing. */
 void emu_ru_charge(struct emu_ru *ru, const char *owner_rid, const char *range_id, int n_ranges,
                    double charge, int64_t now_us);
+/*
+ * Forgets the owners (and their buckets) for which alive(ctx, owner_rid) is
+ * false: called after a database or container was deleted, with "has an
+ * offer" as the test. A full registry also forgets its buckets (they come
+ * back full) and its unlimited owners by itself, so it never stays full.
+ */
+void emu_ru_prune(struct emu_ru *ru, bool (*alive)(void *ctx, const char *owner_rid), void *ctx);
 /* Whether any owner has a budget (lock-free; false for NULL): else nothing needs metering. */
 bool emu_ru_active(struct emu_ru *ru);
 /* How many requests were refused (429) so far, over every owner. */

@@ -133,6 +133,39 @@ START_TEST(many_owners_grow_the_table)
 }
 END_TEST
 
+static bool only_keep(void *ctx, const char *owner_rid)
+{
+    return strcmp(owner_rid, ctx) == 0;
+}
+
+START_TEST(registry_never_stays_full_and_forgets_deleted_owners)
+{
+    struct emu_ru *ru = emu_ru_new();
+    char range[32], keep[] = "keep", neither[] = "neither";
+
+    ck_assert(emu_ru_set(ru, "keep", 400));
+    ck_assert(emu_ru_set(ru, "gone", 400));
+    /* Far more ranges than EMU_RU_MAX_BUCKETS: old buckets are dropped, owners stay. */
+    for (int i = 0; i < 3 * EMU_RU_MAX_BUCKETS; i++) {
+        snprintf(range, sizeof(range), "%d", i);
+        ck_assert_int_eq(emu_ru_admit(ru, "keep", range, 100000, 0), 0);
+        emu_ru_charge(ru, "keep", range, 100000, 1, 0);
+    }
+    ck_assert_double_eq(emu_ru_get(ru, "keep"), 400);
+    ck_assert_double_eq(emu_ru_get(ru, "gone"), 400);
+    /* A spent bucket survives a prune of another owner. */
+    emu_ru_charge(ru, "keep", "0", 1, 1000, 0);
+    emu_ru_prune(ru, only_keep, keep);
+    ck_assert_double_eq(emu_ru_get(ru, "gone"), 0);
+    ck_assert(emu_ru_active(ru));
+    ck_assert_int_gt(emu_ru_admit(ru, "keep", "0", 1, 0), 0);
+    emu_ru_prune(ru, only_keep, neither);
+    ck_assert(!emu_ru_active(ru));
+    ck_assert_int_eq(emu_ru_admit(ru, "keep", "0", 1, 0), 0);
+    emu_ru_free(ru);
+}
+END_TEST
+
 /* ---- the latency timer ------------------------------------------------------------ */
 
 struct fired {
@@ -223,6 +256,7 @@ int main(void)
     tcase_add_test(tc, bucket_refills_per_second_and_says_when);
     tcase_add_test(tc, budget_is_split_over_ranges);
     tcase_add_test(tc, many_owners_grow_the_table);
+    tcase_add_test(tc, registry_never_stays_full_and_forgets_deleted_owners);
     tcase_add_test(tc, delay_fires_in_due_order_and_counts_in_flight);
     tcase_add_test(tc, delay_close_fires_everything_early_and_refuses_more);
     suite_add_tcase(s, tc);
