@@ -1665,6 +1665,22 @@ static double resp_charge(const struct emu_response *resp)
 }
 
 /*
+ * Every response carries a charge: a failed lookup (404), conflict (409) or
+ * precondition (412) costs what looking cost, as on Azure; a request refused
+ * before any work (400, 401, 403, 413, 429, ...) costs nothing.
+ */
+static void error_charge(struct emu_response *resp)
+{
+    for (int i = 0; i < resp->nheaders; i++)
+        if (strcasecmp(resp->headers[i].name, "x-ms-request-charge") == 0)
+            return;
+    if (resp->status == 404 || resp->status == 409 || resp->status == 412)
+        resp_header(resp, "x-ms-request-charge", "%.2f", emu_ru_cost_read(0));
+    else
+        resp_header(resp, "x-ms-request-charge", "0.00");
+}
+
+/*
  * dispatch under the request's budget: a range that has spent its share
  * answers 429/3200 with the time until it refills, before anything is
  * applied; otherwise the request runs and pays its charge.
@@ -1689,6 +1705,7 @@ static void dispatch_metered(struct route *rt)
         return;
     }
     dispatch(rt);
+    error_charge(rt->resp);
     if (sc.on)
         emu_ru_charge(rt->r->ru, sc.owner, sc.range, sc.n_ranges, resp_charge(rt->resp),
                       sf_mono_us());
@@ -1764,6 +1781,7 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
     dispatch_metered(&rt);
 out:
     common_headers(&rt);
+    error_charge(resp);
     if (resp->body.len > 0 || resp->status >= 400)
         resp_header(resp, "Content-Type", "application/json");
     /* The access log: what operators and benchmarks count requests by. */

@@ -60,6 +60,19 @@ test("request charges follow the cost model: Azure's published figures by size, 
   assert.ok(Number(r.headers["x-ms-request-charge"]) > 1, `a change-feed page costs more than an empty one: ${show(r)}`);
   const del = await container.item("a", "p").delete();
   assert.ok(del.requestCharge >= 5, `delete: ${del.requestCharge} RU`);
+  // Failures carry a charge too, as on Azure: a lookup that found nothing or a conflict costs
+  // what looking cost; a request refused before any work costs 0.
+  const docs = `/dbs/${database.id}/colls/c/docs`;
+  const missing = await rawRequest(srv, { path: `${docs}/nope`, headers: pkHeaders("p") });
+  assert.equal(missing.status, 404, show(missing));
+  assert.equal(Number(missing.headers["x-ms-request-charge"]), 1, `a 404 read: ${show(missing)}`);
+  const body = kibDoc("big", "p");
+  const conflict = await rawRequest(srv, { method: "POST", path: docs, headers: pkHeaders("p"), body });
+  assert.equal(conflict.status, 409, show(conflict));
+  assert.ok(Number(conflict.headers["x-ms-request-charge"]) >= 1, `a 409 create: ${show(conflict)}`);
+  const unsigned = await rawRequest(srv, { path: docs, sign: false });
+  assert.equal(unsigned.status, 401, show(unsigned));
+  assert.equal(unsigned.headers["x-ms-request-charge"], "0.00", `a 401: ${show(unsigned)}`);
   // No throughput anywhere: nothing is ever throttled.
   await srv.stop();
   assert.equal(throttledCount(srv), 0);
