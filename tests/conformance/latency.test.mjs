@@ -16,8 +16,12 @@ function maxInFlight(srv) {
   return Number(m[1]);
 }
 
-test("--latency 1000: 32 concurrent requests are all held at once, not queued one behind another", async (t) => {
-  const srv = await startCosmolite(t, { args: ["--latency", "1000"] });
+// 5 s of latency: long enough that all 32 requests arrive while the first is still held, even
+// on a slow (sanitizer) build, so the in-flight figure does not depend on the machine's speed.
+const HOLD_MS = 5000;
+
+test("--latency 5000: 32 concurrent requests are all held at once, not queued one behind another", async (t) => {
+  const srv = await startCosmolite(t, { args: ["--latency", String(HOLD_MS)] });
   const N = 32;
   const t0 = Date.now();
   // agent:false in rawRequest: each request has its own connection, so the
@@ -25,23 +29,23 @@ test("--latency 1000: 32 concurrent requests are all held at once, not queued on
   const all = await Promise.all(Array.from({ length: N }, () => rawRequest(srv, { path: "/dbs" })));
   const elapsed = Date.now() - t0;
   for (const r of all) assert.equal(r.status, 200, show(r));
-  // Queued one behind another they would need N x 1000 ms; overlapping, about one.
-  assert.ok(elapsed >= 1000, `no response came before its latency (${elapsed} ms)`);
-  assert.ok(elapsed < (N * 1000) / 4, `${N} requests overlapped: ${elapsed} ms, queued would be ${N * 1000} ms`);
+  // Queued one behind another they would need N x HOLD_MS; overlapping, about one.
+  assert.ok(elapsed >= HOLD_MS, `no response came before its latency (${elapsed} ms)`);
+  assert.ok(elapsed < (N * HOLD_MS) / 4, `${N} requests overlapped: ${elapsed} ms, queued would be ${N * HOLD_MS} ms`);
   await srv.stop();
   assert.ok(maxInFlight(srv) >= N, `the server held all ${N} responses at once: ${maxInFlight(srv)}`);
 });
 
-test("--latency 1000 --threads 1: one worker thread still holds 32 responses at once", async (t) => {
+test("--latency 5000 --threads 1: one worker thread still holds 32 responses at once", async (t) => {
   // With a polling pool the held connections are suspended; with one thread
   // per connection each waits on its own. Either way none waits behind another.
-  const srv = await startCosmolite(t, { args: ["--latency", "1000", "--threads", "1"] });
+  const srv = await startCosmolite(t, { args: ["--latency", String(HOLD_MS), "--threads", "1"] });
   const N = 32;
   const t0 = Date.now();
   const all = await Promise.all(Array.from({ length: N }, () => rawRequest(srv, { path: "/" })));
   const elapsed = Date.now() - t0;
   for (const r of all) assert.equal(r.status, 200, show(r));
-  assert.ok(elapsed < (N * 1000) / 4, `${N} requests overlapped on one worker: ${elapsed} ms`);
+  assert.ok(elapsed < (N * HOLD_MS) / 4, `${N} requests overlapped on one worker: ${elapsed} ms`);
   await srv.stop();
   assert.ok(maxInFlight(srv) >= N, `the server held all ${N} responses at once: ${maxInFlight(srv)}`);
 });
