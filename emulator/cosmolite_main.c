@@ -69,7 +69,10 @@ static const char usage[] =
     "                           (default info)\n"
     "  --log-json               log JSON lines instead of text\n"
     "  --help                   show this help\n"
-    "  --version                print the version\n"
+    "  --version                print the version\n";
+
+/* A second string: C11 compilers need not take literals past 4095 bytes. */
+static const char usage_admin[] =
     "\n"
     "Admin requests (signed with the master key like any request):\n"
     "  GET    /_admin/faults    list fault rules and how often each fired\n"
@@ -411,6 +414,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_HELP:
             fputs(usage, stdout);
+            fputs(usage_admin, stdout);
             exit(0);
         case OPT_VERSION:
             printf("cosmolite %s\n", COSMOLITE_VERSION);
