@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Checks a built sagafeed .deb (scripts/package.sh builds it):
+#   - its name, control fields and Depends (computed by dpkg-shlibdeps: every
+#     library the programs link against, from Debian's packages);
+#   - its contents: sagafeed, cosmolite, sagafeed-kafka-mock, the example
+#     plugin, the example configs, the man pages, the systemd unit, the docs,
+#     the alert rules and the dashboard;
+#   - the programs, unpacked into a scratch root (or installed with dpkg -i
+#     when SF_PKG_INSTALL=1): sagafeed --version, check-config on the installed
+#     examples (one loading the installed plugin), cosmolite --help, man -l on
+#     the installed pages, systemd-analyze verify on the unit where it works.
+# Usage: test_deb.sh FILE.deb VERSION. Prints one line per check, then
+# "package: N passed, M failed"; exit status 1 when any failed.
+set -uo pipefail
+deb=${1:?usage: test_deb.sh FILE.deb VERSION}
+version=${2:?usage: test_deb.sh FILE.deb VERSION}
+passed=0
+failed=0
+ok() { echo "ok: $*"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
+try() { # try WHAT COMMAND...: ok when the command succeeds, else its output
+    local what=$1 out
+    shift
+    if out=$("$@" 2>&1); then ok "$what"; else bad "$what"; echo "$out" | tail -20; fi
+}
+finish() {
+    echo "package: $passed passed, $failed failed"
+    [ "$failed" = 0 ]
+    exit
+}
+
+arch=$(dpkg --print-architecture)
+[ -f "$deb" ] || { bad "no package $deb"; finish; }
+[ "$(basename "$deb")" = "sagafeed_${version}_${arch}.deb" ] && ok "file name $(basename "$deb")" ||
+    bad "file name $(basename "$deb"), want sagafeed_${version}_${arch}.deb"
+
+# control fields
+info=$(dpkg-deb -I "$deb")
+echo "$info" | sed -n 's/^ \(Package\|Version\|Architecture\|Depends\|Recommends\|Installed-Size\):/  \1:/p'
+[ "$(dpkg-deb -f "$deb" Package)" = sagafeed ] && ok "Package: sagafeed" || bad "Package field"
+[ "$(dpkg-deb -f "$deb" Version)" = "$version" ] && ok "Version: $version" || bad "Version field"
+depends=$(dpkg-deb -f "$deb" Depends)
+for lib in libc6 libjansson4 libcurl4 librdkafka1 libconfig9 libmicrohttpd12 libsqlite3-0 libssl3; do
+    [[ ",$depends" == *", $lib "* || ",$depends" == *",$lib "* || ",$depends" == *" $lib,"* || ",$depends" == *", $lib" ]] &&
+        ok "Depends on $lib" || bad "Depends lacks $lib: $depends"
+done
+echo "$info" | grep -q ' postinst' && ok "has a postinst (the sagafeed user)" || bad "no postinst"
+
+# contents
+list=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|')
+for f in /usr/bin/sagafeed /usr/bin/cosmolite /usr/bin/sagafeed-kafka-mock \
+    /usr/lib/sagafeed/plugins/sf_plugin_loyalty.so \
+    /usr/share/doc/sagafeed/examples/order-fulfilment.cfg /usr/share/doc/sagafeed/examples/seat-booking.cfg \
+    /usr/share/doc/sagafeed/examples/sagafeed-service.cfg \
+    /usr/share/man/man1/sagafeed.1.gz /usr/share/man/man1/cosmolite.1.gz /usr/share/man/man5/sagafeed.cfg.5.gz \
+    /usr/lib/systemd/system/sagafeed.service /usr/share/doc/sagafeed/operations.md \
+    /usr/share/doc/sagafeed/configuration.md /usr/share/doc/sagafeed/README.md \
+    /usr/share/doc/sagafeed/prometheus/sagafeed.rules.yml /usr/share/doc/sagafeed/grafana/sagafeed-dashboard.json; do
+    grep -qx "$f" <<<"$list" && ok "contains $f" || bad "missing $f"
+done
+echo "contents:"
+grep -v '/$' <<<"$list" | sed 's/^/  /'
+
+# the programs
+if [ "${SF_PKG_INSTALL:-0}" = 1 ]; then
+    root=
+    try "dpkg -i" dpkg -i "$deb"
+    trap 'dpkg -P sagafeed >/dev/null 2>&1' EXIT
+    getent passwd sagafeed >/dev/null && ok "postinst created the sagafeed user" || bad "no sagafeed user"
+else
+    root=$(mktemp -d "${TMPDIR:-/tmp}/sf-deb-XXXXXX")
+    trap 'rm -rf "$root"' EXIT
+    try "dpkg-deb -x into a scratch root" dpkg-deb -x "$deb" "$root"
+fi
+bin=$root/usr/bin
+v=$("$bin/sagafeed" --version 2>&1)
+[ "$v" = "sagafeed $version" ] && ok "sagafeed --version: $v" || bad "sagafeed --version says '$v', the package is $version"
+ex=$root/usr/share/doc/sagafeed/examples
+try "sagafeed check-config examples/order-fulfilment.cfg" "$bin/sagafeed" check-config "$ex/order-fulfilment.cfg"
+try "sagafeed check-config examples/seat-booking.cfg" "$bin/sagafeed" check-config "$ex/seat-booking.cfg"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sf-deb-cfg-XXXXXX")
+cat >"$tmp/plugin.cfg" <<CFG
+plugins = [ "$root/usr/lib/sagafeed/plugins/sf_plugin_loyalty.so" ];
+workflows = ( { name = "w"; container = "orders"; state_field = "status"; failed_state = "f";
+  steps = ( { name = "a"; from = "x"; to = "y";
+    do = { kind = "example.loyalty"; container = "c"; id = "x"; partition_key = "x"; points = 1; };
+  } ); } );
+CFG
+try "sagafeed check-config loads the installed plugin" "$bin/sagafeed" check-config "$tmp/plugin.cfg"
+rm -rf "$tmp"
+try "cosmolite --help" "$bin/cosmolite" --help
+try "sagafeed-kafka-mock --help" "$bin/sagafeed-kafka-mock" --help
+for page in man1/sagafeed.1.gz man1/cosmolite.1.gz man5/sagafeed.cfg.5.gz; do
+    out=$(MANWIDTH=80 man --warnings -l "$root/usr/share/man/$page" 2>&1 >/dev/null)
+    lines=$(MANWIDTH=80 man -l "$root/usr/share/man/$page" 2>/dev/null | wc -l)
+    [ -z "$out" ] && [ "$lines" -gt 50 ] && ok "man -l $page ($lines lines)" || bad "man -l $page: $lines lines, $out"
+done
+if command -v systemd-analyze >/dev/null 2>&1; then
+    # Unpacked, the unit's /usr/bin paths and man: links point into the scratch
+    # root; a copy (same name) says so. Warnings (unknown keys, bad values) fail too.
+    unit=/usr/lib/systemd/system/sagafeed.service
+    if [ -n "$root" ]; then
+        mkdir -p "$root/verify"
+        sed "s|/usr/bin/|$root/usr/bin/|g" "$root$unit" >"$root/verify/sagafeed.service"
+        unit=$root/verify/sagafeed.service
+    fi
+    if out=$(MANPATH=$root/usr/share/man systemd-analyze verify "$unit" 2>&1) && [ -z "$out" ]; then
+        ok "systemd-analyze verify sagafeed.service"
+    elif grep -qiE 'Failed to (connect to|initialize manager)|not been booted|Operation not permitted' <<<"$out"; then
+        echo "skip: systemd-analyze verify cannot run here: $(head -1 <<<"$out")"
+    else
+        bad "systemd-analyze verify sagafeed.service"
+        echo "$out" | tail -20
+    fi
+else
+    echo "skip: no systemd-analyze: the unit was not verified"
+fi
+finish
