@@ -10,6 +10,8 @@ order-fulfilment example and its Kafka relays. Then, by --check:
               packaging/prometheus/sagafeed.rules.yml query is one this
               sagafeed exports (read from its /metrics, not from a list here;
               `up` is Prometheus' own)
+  logs        every line sagafeed logged is JSON with exactly the fields
+              docs/operations.md ("Logs") documents, components included
   prometheus  Debian's prometheus server scrapes that /metrics (its own
               ephemeral loopback port, a temporary TSDB) while orders flow,
               and its HTTP API answers the saga counters; it loads the alert
@@ -312,6 +314,33 @@ def check_dashboard(mport):
           "the PromQL name extractor is wrong")
 
 
+def check_log(log):
+    """Every line of the run's stderr is a JSON object with exactly the fields
+    docs/operations.md ("Logs") documents, and every component it names is there."""
+    ops = open(os.path.join(SRC, "docs/operations.md"), encoding="utf-8").read()
+    logs = ops.split("\n## Logs\n", 1)[-1].split("\n## ", 1)[0]
+    fields = re.findall(r"^\| `(\w+)` \|", logs, re.M)
+    check(fields == ["ts", "level", "comp", "msg"], f"docs/operations.md Logs documents the fields {fields}")
+    comp_row = next((ln for ln in logs.splitlines() if ln.startswith("| `comp` |")), "")
+    n, comps = 0, set()
+    for ln in open(log, encoding="utf-8", errors="replace"):
+        n += 1
+        try:
+            rec = json.loads(ln)
+        except ValueError:
+            check(False, f"log line {n} is not JSON: {ln[:200]!r}")
+            continue
+        check(isinstance(rec, dict) and sorted(rec) == sorted(fields), f"log line {n} has fields {sorted(rec)}")
+        check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", str(rec.get("ts"))) is not None,
+              f"log line {n}: ts {rec.get('ts')!r} is not RFC 3339 UTC with milliseconds")
+        check(rec.get("level") in ("debug", "info", "warn", "error"), f"log line {n}: level {rec.get('level')!r}")
+        comps.add(rec.get("comp"))
+    check(n > 10, f"only {n} log lines")
+    for c in comps:
+        check(f"`{c}`" in comp_row, f"log component {c!r} is not documented in docs/operations.md Logs")
+    print(f"log: {n} JSON lines, fields {fields}, components {sorted(comps)}")
+
+
 def prom_query(pport, q):
     st, body = http_get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q}))
     try:
@@ -373,7 +402,7 @@ def check_prometheus(tmp, procs, endpoint, mport):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--check", choices=["dashboard", "prometheus"], required=True)
+    ap.add_argument("--check", choices=["dashboard", "logs", "prometheus"], required=True)
     a = ap.parse_args()
     if a.check == "prometheus" and not (os.environ.get("PROMETHEUS") or shutil.which("prometheus")):
         print("SKIP: no prometheus binary (apt-get install prometheus); the scrape test did not run")
@@ -387,11 +416,15 @@ def main():
             endpoint, mport, p, log = w
             if a.check == "dashboard":
                 check_dashboard(mport)
+            elif a.check == "logs":
+                wait_for("the 20 sagas", lambda: total(scrape(mport), "sagafeed_sagas_total") >= 20, 120, 0.5)
             else:
                 status = check_prometheus(tmp, procs, endpoint, mport)
             code = procs.stop(p)
             check(code == 0, f"sagafeed run exited {code} on SIGTERM:\n" + open(log, errors="replace").read()[-3000:])
             check("AddressSanitizer" not in open(log, errors="replace").read(), "sanitizer report in the sagafeed log")
+            if a.check == "logs" and code == 0:
+                check_log(log)
     finally:
         procs.stop_all()
     if failures:

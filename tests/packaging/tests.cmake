@@ -16,12 +16,11 @@ if(Python3_Interpreter_FOUND AND TARGET sagafeed AND TARGET sagafeed-man)
     ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
     LABELS "packaging" SKIP_RETURN_CODE 77 TIMEOUT 120)
 
-  foreach(check dashboard prometheus)
-    if(check STREQUAL dashboard)
-      set(name test_packaging_dashboard_queries_exported_metrics)
-    else()
-      set(name test_packaging_prometheus_scrapes_sagas)
-    endif()
+  set(name_dashboard test_packaging_dashboard_queries_exported_metrics)
+  set(name_logs test_packaging_logs_are_documented_json)
+  set(name_prometheus test_packaging_prometheus_scrapes_sagas)
+  foreach(check dashboard logs prometheus)
+    set(name ${name_${check}})
     add_test(NAME ${name}
       COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_observe.py --check ${check})
     set_tests_properties(${name} PROPERTIES
