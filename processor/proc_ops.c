@@ -17,7 +17,7 @@
 #include "processor/proc_ops.h"
 
 #define OPS_WARN_EVERY_MS 30000
-#define OPS_VERSION       "0.1.0"
+#define OPS_VERSION       SF_VERSION /* project(VERSION) in CMakeLists.txt */
 
 struct wf_count {
     const char *name; /* borrowed from the cfg */

@@ -75,6 +75,8 @@ fi
 bin=$root/usr/bin
 v=$("$bin/sagafeed" --version 2>&1)
 [ "$v" = "sagafeed $version" ] && ok "sagafeed --version: $v" || bad "sagafeed --version says '$v', the package is $version"
+v=$("$bin/cosmolite" --version 2>&1)
+[ "$v" = "cosmolite $version" ] && ok "cosmolite --version: $v" || bad "cosmolite --version says '$v', the package is $version"
 ex=$root/usr/share/doc/sagafeed/examples
 try "sagafeed check-config examples/order-fulfilment.cfg" "$bin/sagafeed" check-config "$ex/order-fulfilment.cfg"
 try "sagafeed check-config examples/seat-booking.cfg" "$bin/sagafeed" check-config "$ex/seat-booking.cfg"
