@@ -109,6 +109,9 @@ def split_usage(text, prog):
     syn = []
     while lines and (lines[0].startswith("Usage: ") or lines[0].startswith("       " + prog)):
         syn.append(lines.pop(0).replace("Usage: ", "", 1).strip())
+        # a long synopsis goes on, indented, on the next lines
+        while lines and lines[0].startswith(" ") and not lines[0].strip().startswith(prog):
+            syn.append("    " + lines.pop(0).strip())
     if not syn:
         raise GenError(f"{prog}: help text has no Usage line")
     return syn, "\n".join(lines)
@@ -308,7 +311,7 @@ def main():
     # A fixed date keeps the pages reproducible (SOURCE_DATE_EPOCH when set).
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0)
     date = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d") \
-        if epoch else "sagafeed " + a.version
+        if epoch else ""
     try:
         pages = {
             "sagafeed.1": page_sagafeed(a.sagafeed, a.version, date),
