@@ -5,11 +5,13 @@ docs/configuration.md, so a page can never say something the binary does not:
   sagafeed(1)      `sagafeed --help`, then `sagafeed CMD --help` for every
                    command that the top-level help lists under "Commands:"
   cosmolite(1)     `cosmolite --help`
+  sagafeed-kafka-mock(1)  `sagafeed-kafka-mock --help`
   sagafeed.cfg(5)  docs/configuration.md (Markdown subset: headings, tables,
                    lists, code blocks, inline code, links)
 
-Usage: gen-man.py --sagafeed BIN --cosmolite BIN --config-doc MD --version V --out DIR
-Writes DIR/sagafeed.1, DIR/cosmolite.1, DIR/sagafeed.cfg.5. Exit status 1
+Usage: gen-man.py --sagafeed BIN --cosmolite BIN --kafka-mock BIN --config-doc MD
+                  --version V --out DIR
+Writes DIR/sagafeed.1, DIR/cosmolite.1, DIR/sagafeed-kafka-mock.1, DIR/sagafeed.cfg.5. Exit status 1
 with a message naming the program or file when a help text cannot be read or
 parsed (an unknown layout is an error, not a silently worse page).
 """
@@ -64,6 +66,10 @@ def help_to_roff(text, section_for_heading=".SS"):
         lines = block.split("\n")
         if not lines[0].startswith(" ") and lines[0].endswith(":") and len(lines) == 1:
             out.append(f"{section_for_heading} {esc(lines[0][:-1])}")
+            continue
+        if not lines[0].startswith(" ") and re.search(r"\S {2,}\S", lines[0]):
+            # laid out in columns by hand ("Inspect it with kcat:  kcat ..."): keep it so
+            out += [".PP", ".nf"] + [line(esc(ln)) for ln in lines] + [".fi"]
             continue
         i = 0
         if not lines[0].startswith(" ") and lines[0].endswith(":"):
@@ -192,14 +198,15 @@ def page_sagafeed(bin_, version, date):
     return out
 
 
-def page_cosmolite(bin_, version, date):
+def page_tool(prog, bin_, version, date, what, see_also):
+    """A one-command program's page: NAME, SYNOPSIS and DESCRIPTION from its --help."""
     text = run_help([bin_, "--help"])
-    syn, rest = split_usage(text, "cosmolite")
-    out = header("cosmolite", "1", version, date, "cosmolite --help")
-    out += [".SH NAME", "cosmolite \\- a durable Azure Cosmos DB compatible local server"]
+    syn, rest = split_usage(text, prog)
+    out = header(prog, "1", version, date, prog + " --help")
+    out += [".SH NAME", esc(prog) + " \\- " + esc(what)]
     out += synopsis(syn)
     out += [".SH DESCRIPTION"] + help_to_roff(rest)
-    out += [".SH SEE ALSO", "\\fBsagafeed\\fR(1), \\fBsagafeed.cfg\\fR(5)"]
+    out += [".SH SEE ALSO", see_also]
     return out
 
 
@@ -304,6 +311,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sagafeed", required=True)
     ap.add_argument("--cosmolite", required=True)
+    ap.add_argument("--kafka-mock", required=True)
     ap.add_argument("--config-doc", required=True)
     ap.add_argument("--version", required=True)
     ap.add_argument("--out", required=True)
@@ -315,7 +323,12 @@ def main():
     try:
         pages = {
             "sagafeed.1": page_sagafeed(a.sagafeed, a.version, date),
-            "cosmolite.1": page_cosmolite(a.cosmolite, a.version, date),
+            "cosmolite.1": page_tool("cosmolite", a.cosmolite, a.version, date,
+                                     "a durable Azure Cosmos DB compatible local server",
+                                     "\\fBsagafeed\\fR(1), \\fBsagafeed.cfg\\fR(5)"),
+            "sagafeed-kafka-mock.1": page_tool("sagafeed-kafka-mock", a.kafka_mock, a.version, date,
+                                               "librdkafka's mock Kafka cluster as a program",
+                                               "\\fBsagafeed\\fR(1), \\fBkcat\\fR(1)"),
             "sagafeed.cfg.5": page_config(a.config_doc, a.version, date),
         }
     except GenError as e:

@@ -6,10 +6,11 @@ they say what the binaries say now:
   sagafeed(1)      a section per command `sagafeed --help` lists, holding
                    every option that the command's own --help names
   cosmolite(1)     every option of `cosmolite --help`
+  sagafeed-kafka-mock(1)  every option of its --help
   sagafeed.cfg(5)  every key of docs/configuration.md's tables
 
 Usage: test_man.py MANDIR. Environment: SF_SOURCE_DIR, SF_SAGAFEED_BIN,
-SF_COSMOLITE_BIN. Exit status 0 when every check passed, 1 otherwise, 77
+SF_COSMOLITE_BIN, SF_KAFKA_MOCK_BIN. Exit status 0 when every check passed, 1 otherwise, 77
 when man is not installed.
 """
 import os
@@ -59,7 +60,9 @@ def main():
         print("SKIP: man is not installed (apt-get install man-db): the pages were not rendered")
         return 77
     sagafeed, cosmolite = os.environ["SF_SAGAFEED_BIN"], os.environ["SF_COSMOLITE_BIN"]
-    pages = {n: render(os.path.join(mandir, n)) for n in ("sagafeed.1", "cosmolite.1", "sagafeed.cfg.5")}
+    kmock = os.environ["SF_KAFKA_MOCK_BIN"]
+    pages = {n: render(os.path.join(mandir, n))
+             for n in ("sagafeed.1", "cosmolite.1", "sagafeed-kafka-mock.1", "sagafeed.cfg.5")}
     if any(v is None for v in pages.values()):
         return 1
     for n, t in pages.items():
@@ -90,6 +93,10 @@ def main():
     # cosmolite(1)
     for o in options(helptext([cosmolite, "--help"])):
         check(o in pages["cosmolite.1"], f"cosmolite(1): option {o} of `cosmolite --help` missing")
+
+    # sagafeed-kafka-mock(1)
+    for o in options(helptext([kmock, "--help"])):
+        check(o in pages["sagafeed-kafka-mock.1"], f"sagafeed-kafka-mock(1): option {o} missing")
 
     # sagafeed.cfg(5): the keys of the configuration reference's tables
     doc = open(os.path.join(SRC, "docs", "configuration.md"), encoding="utf-8").read()

@@ -7,7 +7,7 @@ if(Python3_Interpreter_FOUND AND TARGET sagafeed AND TARGET sagafeed-man)
   add_test(NAME test_packaging_man_pages_match_help
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_man.py ${CMAKE_BINARY_DIR}/man)
   set_tests_properties(test_packaging_man_pages_match_help PROPERTIES
-    ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>;SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>"
+    ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>;SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_KAFKA_MOCK_BIN=$<TARGET_FILE:sagafeed-kafka-mock>"
     LABELS "packaging" SKIP_RETURN_CODE 77 TIMEOUT 120)
 
   add_test(NAME test_packaging_alert_rules
