@@ -2,6 +2,7 @@
 # Checks a built sagafeed .deb (scripts/package.sh builds it):
 #   - its name, control fields and Depends (computed by dpkg-shlibdeps: every
 #     library the programs link against, from Debian's packages);
+#   - lintian (Debian's checker) finds no error, where it is installed;
 #   - its contents: sagafeed, cosmolite, sagafeed-kafka-mock, the example
 #     plugin, the example configs, the man pages, the systemd unit, the docs,
 #     the alert rules and the dashboard;
@@ -44,6 +45,7 @@ for lib in libc6 libjansson4 libcurl4 librdkafka1 libconfig9 libmicrohttpd12 lib
     [[ ",$depends" == *", $lib "* || ",$depends" == *",$lib "* || ",$depends" == *" $lib,"* || ",$depends" == *", $lib" ]] &&
         ok "Depends on $lib" || bad "Depends lacks $lib: $depends"
 done
+[[ ",$depends," == *", adduser,"* || ",$depends," == *",adduser,"* ]] && ok "Depends on adduser (postinst)" || bad "Depends lacks adduser"
 echo "$info" | grep -q ' postinst' && ok "has a postinst (the sagafeed user)" || bad "no postinst"
 
 # contents
@@ -56,11 +58,26 @@ for f in /usr/bin/sagafeed /usr/bin/cosmolite /usr/bin/sagafeed-kafka-mock \
     /usr/share/man/man5/sagafeed.cfg.5.gz \
     /usr/lib/systemd/system/sagafeed.service /usr/share/doc/sagafeed/operations.md \
     /usr/share/doc/sagafeed/configuration.md /usr/share/doc/sagafeed/README.md \
+    /usr/share/doc/sagafeed/copyright /usr/share/doc/sagafeed/changelog.gz \
     /usr/share/doc/sagafeed/prometheus/sagafeed.rules.yml /usr/share/doc/sagafeed/grafana/sagafeed-dashboard.json; do
     grep -qx "$f" <<<"$list" && ok "contains $f" || bad "missing $f"
 done
+top=$(dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/share/doc/sagafeed/changelog.gz | gzip -dc | head -1)
+[[ "$top" == "sagafeed ($version) "* ]] && ok "changelog starts with $version" ||
+    bad "changelog's top entry is '$top', the package is $version (packaging/debian/changelog)"
+file=$(dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/bin/sagafeed | file -)
+[[ "$file" == *stripped* && "$file" != *"not stripped"* ]] && ok "binaries stripped" || bad "sagafeed not stripped: $file"
 echo "contents:"
 grep -v '/$' <<<"$list" | sed 's/^/  /'
+
+# Debian's own checker: errors fail, warnings are shown
+if command -v lintian >/dev/null 2>&1; then
+    out=$(lintian --tag-display-limit 0 "$deb" 2>&1 | grep -v 'running with root privileges')
+    [ -n "$out" ] && echo "$out" | sed 's/^/  lintian: /'
+    grep -q '^E: ' <<<"$out" && bad "lintian reports errors" || ok "lintian: no errors"
+else
+    echo "skip: no lintian (apt-get install lintian): the package was not linted"
+fi
 
 # the programs
 if [ "${SF_PKG_INSTALL:-0}" = 1 ]; then
