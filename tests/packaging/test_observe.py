@@ -290,7 +290,35 @@ def scrape(mport):
     return parse_metrics(body) if st == 200 else {}
 
 
+def check_dashboard_layout():
+    """What Grafana needs to import the file: unique panel ids and titles, panels
+    on the 24-column grid without overlap, every query on the datasource
+    variable with its own refId."""
+    d = json.load(open(os.path.join(SRC, "packaging/grafana/sagafeed-dashboard.json"), encoding="utf-8"))
+    panels = d.get("panels", [])
+    check(d.get("uid") and d.get("title") and isinstance(d.get("schemaVersion"), int), "dashboard lacks uid, title or schemaVersion")
+    check(any(v.get("type") == "datasource" and v.get("name") == "datasource"
+              for v in d.get("templating", {}).get("list", [])), "dashboard has no datasource variable")
+    check(len({p.get("id") for p in panels}) == len(panels), "panel ids are not unique")
+    check(len({p.get("title") for p in panels}) == len(panels), "panel titles are not unique")
+    cells = set()
+    for p in panels:
+        g = p.get("gridPos", {})
+        t = p.get("title")
+        if not check(all(isinstance(g.get(k), int) for k in "xywh") and g["x"] + g["w"] <= 24,
+                     f"panel '{t}': gridPos {g} is off the 24-column grid"):
+            continue
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        check(not (mine & cells), f"panel '{t}' overlaps another")
+        cells |= mine
+        check(p.get("datasource", {}).get("uid") == "${datasource}", f"panel '{t}' is not on ${{datasource}}")
+        refs = [x.get("refId") for x in p.get("targets", [])]
+        check(refs and len(set(refs)) == len(refs) and all(x.get("expr") for x in p["targets"]),
+              f"panel '{t}': no queries, or refIds not unique")
+
+
 def check_dashboard(mport):
+    check_dashboard_layout()
     # The sagas count once settled; the relays report as soon as their feeds run.
     m = wait_for("the 20 sagas in /metrics",
                  lambda: (lambda x: x if total(x, "sagafeed_sagas_total") >= 20 else None)(scrape(mport)),
