@@ -24,6 +24,7 @@ Exit status 0 when every check passed, 1 otherwise, 77 when skipped.
 """
 import argparse
 import base64
+import ctypes
 import email.utils
 import hashlib
 import hmac
@@ -89,6 +90,11 @@ def free_port():
         return s.getsockname()[1]
 
 
+def die_with_parent():
+    """In the child: SIGKILL when the test dies (a ctest timeout), so no server outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class Procs:
     """Children started by the test, stopped in reverse order whatever happens."""
 
@@ -98,7 +104,7 @@ class Procs:
     def start(self, name, argv, log, env=None, stdout=None):
         f = open(log, "ab")
         p = subprocess.Popen(argv, stdout=stdout or f, stderr=f, stdin=subprocess.DEVNULL,
-                             env={**os.environ, **(env or {})})
+                             env={**os.environ, **(env or {})}, preexec_fn=die_with_parent)
         self.items.append((name, p, f))
         return p
 
