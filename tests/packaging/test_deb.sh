@@ -41,9 +41,27 @@ echo "$info" | sed -n 's/^ \(Package\|Version\|Architecture\|Depends\|Recommends
 [ "$(dpkg-deb -f "$deb" Package)" = sagafeed ] && ok "Package: sagafeed" || bad "Package field"
 [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] && ok "Version: $version" || bad "Version field"
 depends=$(dpkg-deb -f "$deb" Depends)
-for lib in libc6 libjansson4 libcurl4 librdkafka1 libconfig9 libmicrohttpd12 libsqlite3-0 libssl3; do
-    [[ ",$depends" == *", $lib "* || ",$depends" == *",$lib "* || ",$depends" == *" $lib,"* || ",$depends" == *", $lib" ]] &&
-        ok "Depends on $lib" || bad "Depends lacks $lib: $depends"
+# Depends' package names, one a line (versions and alternatives dropped)
+depnames=$(tr ',|' '\n\n' <<<"$depends" | sed 's/(.*//; s/[[:space:]]//g' | grep -v '^$')
+# Every library an ELF file of the package links against (NEEDED) comes from a
+# package in Depends: what dpkg-shlibdeps is for, checked independently of it.
+elfroot=$(mktemp -d "${TMPDIR:-/tmp}/sf-deb-elf-XXXXXX")
+dpkg-deb -x "$deb" "$elfroot"
+needed=$(find "$elfroot" -type f \( -path '*/bin/*' -o -name '*.so' \) -exec objdump -p {} + 2>/dev/null |
+    awk '$1 == "NEEDED" {print $2}' | sort -u)
+rm -rf "$elfroot"
+[ -n "$needed" ] && ok "NEEDED libraries: $(echo $needed)" || bad "no NEEDED libraries found (objdump -p)"
+for lib in $needed; do
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64|64bit|AArch64/ {print $NF; exit}')
+    [ -n "$path" ] || path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    pkg=$( { dpkg -S "$path" 2>/dev/null || dpkg -S "$(readlink -f "$path")" 2>/dev/null; } | head -1 | cut -d: -f1)
+    if [ -z "$pkg" ]; then
+        bad "$lib ($path): no Debian package provides it"
+    elif grep -qx "$pkg" <<<"$depnames"; then
+        ok "$lib from $pkg, in Depends"
+    else
+        bad "$lib comes from $pkg, which Depends lacks: $depends"
+    fi
 done
 [[ ",$depends," == *", adduser,"* || ",$depends," == *",adduser,"* ]] && ok "Depends on adduser (postinst)" || bad "Depends lacks adduser"
 echo "$info" | grep -q ' postinst' && ok "has a postinst (the sagafeed user)" || bad "no postinst"
