@@ -49,7 +49,10 @@ def run_help(argv):
     return r.stdout
 
 
-ITEM = re.compile(r"^(  +)(\S.*?)(?:\s{2,}(\S.*))?$")
+# "  TERM   description": the term runs to the line's last gap of 2+ spaces
+# ("  GET    /_admin/faults    list fault rules" has a two-word term).
+ITEM = re.compile(r"^(  +)(\S.*\S|\S)(?:\s{2,}(\S.*?))?$")
+ITEM_LAST_GAP = re.compile(r"^(  +)(\S.*\S|\S)\s{2,}(\S(?:(?!\s{2}).)*)$")
 
 
 def help_to_roff(text, section_for_heading=".SS"):
@@ -86,7 +89,7 @@ def help_to_roff(text, section_for_heading=".SS"):
                 out.append(line(esc(ln)))
                 desc_col = None
                 continue
-            m = ITEM.match(ln)
+            m = ITEM_LAST_GAP.match(ln) or ITEM.match(ln)
             indent = len(ln) - len(ln.lstrip(" "))
             if desc_col is not None and indent >= desc_col - 1:
                 out.append(line(esc(ln.strip())))
