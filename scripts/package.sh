@@ -8,6 +8,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
+# dpkg-dev, lintian, man-db, systemd, ... (a no-op when all are there, as in CI after test.sh)
+bash scripts/install-deps.sh
 build=${SF_PKG_BUILD_DIR:-build-pkg}
 # CMAKE_SKIP_INSTALL_ALL_DEPENDENCY: cpack installs what the targets below
 # built, without first building the tests and benchmarks.
