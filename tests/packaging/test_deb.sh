@@ -98,11 +98,17 @@ else
 fi
 
 # the programs
+if [ "${SF_PKG_INSTALL:-0}" = 1 ] && dpkg-query -W -f='${Status}' sagafeed 2>/dev/null | grep -q 'install ok installed'; then
+    echo "note: a sagafeed package is installed already: unpacking into a scratch root instead of dpkg -i"
+    SF_PKG_INSTALL=0
+fi
 if [ "${SF_PKG_INSTALL:-0}" = 1 ]; then
     root=
+    getent passwd sagafeed >/dev/null && had_user="existed before" || had_user="created by postinst"
     try "dpkg -i" dpkg -i "$deb"
     trap 'dpkg -P sagafeed >/dev/null 2>&1' EXIT
-    getent passwd sagafeed >/dev/null && ok "postinst created the sagafeed user" || bad "no sagafeed user"
+    getent passwd sagafeed >/dev/null && ok "the sagafeed user ($had_user)" || bad "no sagafeed user after postinst"
+    [ -d /etc/sagafeed ] && ok "postinst made /etc/sagafeed" || bad "no /etc/sagafeed after postinst"
 else
     root=$(mktemp -d "${TMPDIR:-/tmp}/sf-deb-XXXXXX")
     trap 'rm -rf "$root"' EXIT
