@@ -20,7 +20,7 @@
 #include "emulator/emu_router.h"
 #include "emulator/emu_store.h"
 
-#define COSMOLITE_VERSION "0.1.0"
+#define COSMOLITE_VERSION SF_VERSION /* project(VERSION) in CMakeLists.txt */
 
 static const char usage[] =
     "Usage: cosmolite [OPTIONS]\n"

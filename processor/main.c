@@ -24,7 +24,7 @@
 #include "processor/proc_ops.h"
 #include "processor/proc_service.h"
 
-#define SAGAFEED_VERSION "0.1.0"
+#define SAGAFEED_VERSION SF_VERSION /* project(VERSION) in CMakeLists.txt */
 
 /* The embedded copy of config/examples/order-fulfilment.cfg (generated at build time). */
 extern const char proc_demo_config[];

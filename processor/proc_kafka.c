@@ -586,6 +586,19 @@ void proc_kafka_tick(struct proc_kafka *k)
     k->brokers_logged = ss.brokers;
 }
 
+struct feed_processor *proc_kafka_relay_feed(struct proc_kafka *k, size_t i, const char **ret_name)
+{
+    for (size_t n = 0, j = 0; j < k->n_slots; j++) {
+        if (k->slots[j].fr == NULL)
+            continue;
+        if (n++ == i) {
+            *ret_name = k->slots[j].name;
+            return outbox_feed_relay_processor(k->slots[j].fr);
+        }
+    }
+    return NULL;
+}
+
 static void log_stats(struct proc_kafka *k, const char *what)
 {
     struct proc_kafka_stats st;

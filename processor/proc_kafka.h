@@ -87,6 +87,16 @@ struct proc_kafka_stats {
 /* A snapshot of the counters, summed over the relays. Any thread. */
 void proc_kafka_stats(struct proc_kafka *k, struct proc_kafka_stats *ret);
 
+struct feed_processor;
+
+/*
+ * The change-feed processor of relay i (0, 1, ...; NULL past the last) with
+ * its name ("outbox orders", "cdc shipments -> shipments") in *ret_name: both
+ * borrowed until proc_kafka_stop. For /metrics (the relays' lag per range,
+ * through feed_processor_status). Any thread while the relays run.
+ */
+struct feed_processor *proc_kafka_relay_feed(struct proc_kafka *k, size_t i, const char **ret_name);
+
 /*
  * Periodic work of the owning thread (every ~100 ms): warns once when the
  * producer finds no broker reachable (the sagas keep running; their events

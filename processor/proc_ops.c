@@ -3,18 +3,21 @@
  */
 #include "common/sf_base.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "common/sf_log.h"
 #include "common/sf_time.h"
 #include "feed/feed.h"
 #include "processor/proc_control.h"
 #include "processor/proc_http.h"
+#include "processor/proc_kafka.h"
 #include "processor/proc_ops.h"
 
 #define OPS_WARN_EVERY_MS 30000
-#define OPS_VERSION       "0.1.0"
+#define OPS_VERSION       SF_VERSION /* project(VERSION) in CMakeLists.txt */
 
 struct wf_count {
     const char *name; /* borrowed from the cfg */
@@ -331,21 +334,93 @@ static void metrics_feeds(struct proc_ops *ops, struct sf_buf *b)
         free(st[i]);
 }
 
-/* sagafeed_kafka_broker_up: only with Kafka relays, once the producer knows (proc_kafka.h). */
+/*
+ * The Kafka relays (proc_kafka.h), nothing without them: whether a broker is
+ * reachable (sagafeed_kafka_broker_up, once the producer knows), each relay's
+ * lag per range, counted like the sagas' feeds (unknown lags left out), and
+ * what happened to the events.
+ */
 static void metrics_kafka(struct proc_ops *ops, struct sf_buf *b)
 {
+    static const char *const fam[2][2] = {
+        {"sagafeed_relay_lag_items", "LSNs between a relay range's latest write and its frontier."},
+        {"sagafeed_relay_lag_seconds", "Age of a relay range's oldest unpublished change."}};
+    struct proc_kafka *k = proc_service_kafka(ops->svc);
+    struct feed_status *st[64] = {NULL};
+    const char *names[64];
     struct proc_kafka_stats ks;
+    size_t n = 0;
 
-    if (!proc_service_kafka_stats(ops->svc, &ks))
+    if (k == NULL || !proc_service_kafka_stats(ops->svc, &ks))
         return;
     help(b, "sagafeed_kafka_broker_up", "gauge",
          "1 while a Kafka broker is reachable, 0 while none is (absent until known).");
     if (ks.brokers != OUTBOX_BROKERS_UNKNOWN)
         sample_u(b, "sagafeed_kafka_broker_up", NULL, NULL, ks.brokers == OUTBOX_BROKERS_UP);
+    for (struct feed_processor *fp;
+         n < SF_ARRAY_LEN(st) && (fp = proc_kafka_relay_feed(k, n, &names[n])) != NULL; n++)
+        if (feed_processor_status(fp, &st[n], NULL) != SF_OK)
+            st[n] = NULL;
+    for (size_t f = 0; f < SF_ARRAY_LEN(fam); f++) {
+        help(b, fam[f][0], "gauge", fam[f][1]);
+        for (size_t i = 0; i < n; i++) {
+            for (size_t r = 0; st[i] != NULL && r < st[i]->n; r++) {
+                const struct feed_range_status *rs = &st[i]->ranges[r];
+                int64_t v = f == 0 ? rs->lag_lsn : rs->lag_seconds;
+
+                if (strcmp(rs->state, "running") != 0 || v < 0)
+                    continue;
+                (void)sf_buf_printf(b, "%s{relay=\"", fam[f][0]);
+                put_label(b, names[i]);
+                (void)sf_buf_puts(b, "\",range=\"");
+                put_label(b, rs->range);
+                (void)sf_buf_printf(b, "\"} %lld\n", (long long)v);
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(st[i]);
+    help(b, "sagafeed_kafka_events_total", "counter",
+         "Outbox and CDC events: published (republished included), delivered (acknowledged by "
+         "Kafka), failed, retried, held (left for after a restart).");
+    sample_u(b, "sagafeed_kafka_events_total", "outcome", "published", ks.published);
+    sample_u(b, "sagafeed_kafka_events_total", "outcome", "delivered", ks.delivered);
+    sample_u(b, "sagafeed_kafka_events_total", "outcome", "failed", ks.failed);
+    sample_u(b, "sagafeed_kafka_events_total", "outcome", "retried", ks.retried);
+    sample_u(b, "sagafeed_kafka_events_total", "outcome", "held", ks.held);
+    help(b, "sagafeed_kafka_in_flight", "gauge", "Events handed to Kafka, not acknowledged yet.");
+    sample_u(b, "sagafeed_kafka_in_flight", NULL, NULL,
+             ks.in_flight > 0 ? (uint64_t)ks.in_flight : 0);
+}
+
+/* The resident set size in bytes from /proc/self/statm; false when unreadable (not Linux). */
+static bool rss_bytes(uint64_t *ret)
+{
+    char line[128], *end = NULL, *p;
+    FILE *f = fopen("/proc/self/statm", "r");
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned long long pages;
+    bool ok;
+
+    if (f == NULL)
+        return false;
+    ok = fgets(line, sizeof(line), f) != NULL && page > 0;
+    (void)fclose(f);
+    p = ok ? strchr(line, ' ') : NULL; /* size, then resident, in pages */
+    if (p == NULL)
+        return false;
+    errno = 0;
+    pages = strtoull(p + 1, &end, 10);
+    if (errno != 0 || end == p + 1)
+        return false;
+    *ret = (uint64_t)pages * (uint64_t)page;
+    return true;
 }
 
 enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
 {
+    uint64_t rss;
+
     if (ops->svc == NULL)
         return SF_ESTATE;
     help(b, "sagafeed_info", "gauge", "Version and instance of this process.");
@@ -360,6 +435,10 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
     metrics_retries(ops, b);
     metrics_feeds(ops, b);
     metrics_kafka(ops, b);
+    if (rss_bytes(&rss)) {
+        help(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        sample_u(b, "process_resident_memory_bytes", NULL, NULL, rss);
+    }
     help(b, "sagafeed_request_charge_total", "counter", "Request units of every Cosmos call.");
     (void)sf_buf_printf(b, "sagafeed_request_charge_total %.3f\n",
                         cosmos_client_request_charge(proc_service_client(ops->svc)));

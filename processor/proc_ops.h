@@ -46,6 +46,11 @@
  *                                              reachable, 0 while none is (warned once in the
  *                                              log, and a detail line of /readyz, which stays
  *                                              200: sagas run, events wait in the outbox)
+ *   sagafeed_relay_lag_items{relay,range}      a Kafka relay's lag (proc_kafka_relay_feed),
+ *   sagafeed_relay_lag_seconds{relay,range}    only while relays run
+ *   sagafeed_kafka_events_total{outcome}       published, delivered, failed, retried, held
+ *   sagafeed_kafka_in_flight                   handed to Kafka, not acknowledged yet
+ *   process_resident_memory_bytes              RSS (/proc/self/statm; left out elsewhere)
  */
 #ifndef PROC_OPS_H
 #define PROC_OPS_H

@@ -568,6 +568,11 @@ struct feed_processor *proc_service_feed(struct proc_service *s, size_t i,
     return s->feeds[i].fp;
 }
 
+struct proc_kafka *proc_service_kafka(struct proc_service *s)
+{
+    return s->kafka;
+}
+
 void proc_service_stop(struct proc_service *s, int64_t drain_ms)
 {
     int64_t deadline = sf_mono_ms() + SF_MAX(drain_ms, (int64_t)0);

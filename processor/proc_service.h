@@ -99,6 +99,14 @@ const struct proc_engine *proc_service_engine(struct proc_service *s);
 struct feed_processor *proc_service_feed(struct proc_service *s, size_t i,
                                          const char **ret_container);
 
+struct proc_kafka;
+
+/*
+ * The Kafka relays (proc_kafka.h; borrowed until proc_service_stop), NULL
+ * when none run (no kafka section, or no_kafka). For their metrics.
+ */
+struct proc_kafka *proc_service_kafka(struct proc_service *s);
+
 /*
  * Drains, stops and frees, all within drain_ms (plus the final checkpoints
  * and lease releases): the feeds' in-flight items, then the Kafka relays and
