@@ -722,6 +722,7 @@ START_TEST(test_replay_resume_parked)
     struct harness_cosmolite *h = shop(1, faults, &cli);
     char fixed[512], rlog[512], *out, *text;
     const char *replay[] = {"replay", "-c", fixed, "--from", "beginning", "--to", "now", NULL};
+    int64_t deadline;
     size_t placed;
     bool owned;
     pid_t pid;
@@ -730,7 +731,14 @@ START_TEST(test_replay_resume_parked)
     (void)snprintf(rlog, sizeof(rlog), "%s/rr-replay.log", e2e_tmp);
     /* interrupted mid-way: what is done stays done, its lease stays (free) for a resume */
     pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
-    sf_sleep_ms(700);
+    /*
+     * Interrupt once the replay has settled its first order: by then its
+     * signal handling is in place (a fixed sleep raced with it on a loaded
+     * machine), and the slow effects leave most orders still to do.
+     */
+    deadline = sf_mono_ms() + 30000;
+    while (count_placed(cli, 0, 30) == 30 && sf_mono_ms() < deadline)
+        sf_sleep_ms(20);
     ck_assert_int_eq(kill(pid, SIGINT), 0);
     ck_assert_int_eq(e2e_wait_exit(pid, 30000), 1);
     text = e2e_slurp(rlog);
