@@ -49,6 +49,9 @@ static const char usage[] =
     "  --max-request-bytes SIZE largest request body, e.g. 4m (default 4m); 413 beyond\n"
     "  --max-doc-bytes SIZE     largest document (default 2m); 413 beyond\n"
     "  --max-page-items N       cap of x-ms-max-item-count (default 1000)\n"
+    "  --max-json-depth N       deepest nesting of arrays and objects in a document, patch,\n"
+    "                           query parameter or batch, counting the document itself\n"
+    "                           (default 128 like Azure, 1..512); 400 beyond\n"
     "  --max-clock-skew SECS    accepted x-ms-date distance from the clock (default 900)\n"
     "  --fault SPEC             inject faults into matching requests (repeatable), e.g.\n"
     "                           status=429,op=write,coll=orders,p=0.1,retry-after=50\n"
@@ -98,6 +101,7 @@ struct cosmolite_args {
     uint64_t max_request_bytes;
     uint64_t max_doc_bytes;
     int max_page_items;
+    int max_json_depth;
     int max_clock_skew;
     const char *faults[64];
     int nfaults;
@@ -252,6 +256,7 @@ enum {
     OPT_MAX_REQ,
     OPT_MAX_DOC,
     OPT_MAX_PAGE,
+    OPT_MAX_JSON_DEPTH,
     OPT_SKEW,
     OPT_FAULT,
     OPT_FAULT_SEED,
@@ -279,6 +284,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQ},
         {"max-doc-bytes", required_argument, NULL, OPT_MAX_DOC},
         {"max-page-items", required_argument, NULL, OPT_MAX_PAGE},
+        {"max-json-depth", required_argument, NULL, OPT_MAX_JSON_DEPTH},
         {"max-clock-skew", required_argument, NULL, OPT_SKEW},
         {"fault", required_argument, NULL, OPT_FAULT},
         {"fault-seed", required_argument, NULL, OPT_FAULT_SEED},
@@ -344,6 +350,10 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_MAX_PAGE:
             rc = parse_int_opt("--max-page-items", optarg, 1, 100000, &a->max_page_items);
+            break;
+        case OPT_MAX_JSON_DEPTH:
+            rc = parse_int_opt("--max-json-depth", optarg, 1, EMU_MAX_JSON_DEPTH,
+                               &a->max_json_depth);
             break;
         case OPT_SKEW:
             rc = parse_int_opt("--max-clock-skew", optarg, 1, 86400 * 365, &a->max_clock_skew);
@@ -443,6 +453,8 @@ int main(int argc, char **argv)
         router.lim.max_page_items = a.max_page_items;
     if (a.max_clock_skew)
         router.lim.max_clock_skew_s = a.max_clock_skew;
+    if (a.max_json_depth)
+        router.lim.max_json_depth = (size_t)a.max_json_depth;
 
     key = a.key ? a.key : getenv("COSMOLITE_KEY");
     if (a.key_file) {
@@ -481,6 +493,7 @@ int main(int argc, char **argv)
     so.sync_full = a.sync_full;
     so.partitions = a.partitions;
     so.max_doc_bytes = a.max_doc_bytes ? a.max_doc_bytes : (2u << 20);
+    so.max_json_depth = router.lim.max_json_depth;
     if (emu_store_open(&so, &store, &err) != SF_OK) {
         fail("cannot open the store%s%s: %s", so.path ? " " : "", so.path ? so.path : "", err.msg);
         goto out;

@@ -30,6 +30,7 @@ void emu_limits_default(struct emu_limits *lim)
     lim->default_page_items = 100;
     lim->max_clock_skew_s = 900;
     lim->max_path_segments = 8;
+    lim->max_json_depth = 128;
 }
 
 void emu_response_init(struct emu_response *resp, size_t max_body)
@@ -194,8 +195,13 @@ static json_t *body_json(struct route *rt)
                            "required.");
         return NULL;
     }
-    v = sf_json_parse(rt->req->body, rt->req->body_len, &err);
-    if (!v)
+    v = sf_json_parse_depth(rt->req->body, rt->req->body_len, rt->r->lim.max_json_depth, &err);
+    if (!v && err.rc == SF_ELIMIT)
+        emu_response_error(rt->resp, 400, 0,
+                           "The request body nests arrays and objects too deeply: %s (Azure "
+                           "allows 128 levels; cosmolite's --max-json-depth sets the limit).",
+                           err.msg);
+    else if (!v)
         emu_response_error(rt->resp, 400, 0, "The request body is not valid JSON: %s", err.msg);
     return v;
 }
@@ -214,7 +220,7 @@ static bool pk_header(struct route *rt, json_t **ret_pk)
     if (!v)
         return true;
     sf_err_clear(&err);
-    pk = sf_json_parse(v, strlen(v), &err);
+    pk = sf_json_parse_depth(v, strlen(v), rt->r->lim.max_json_depth, &err);
     if (!pk || !json_is_array(pk) || json_array_size(pk) != 1) {
         emu_response_error(rt->resp, 400, 0,
                            "The partition key header x-ms-documentdb-partitionkey must be a JSON "

@@ -21,7 +21,16 @@ struct emu_limits {
     int default_page_items;    /* page size when the client sends none or -1 (default 100) */
     int max_clock_skew_s;      /* x-ms-date window around the server clock (default 900) */
     int max_path_segments;     /* deeper URLs get 400 (default 8) */
+    size_t max_json_depth;     /* nesting of any JSON that comes in: bodies, documents after a
+                                * patch, query parameters, headers; 400 beyond (default 128
+                                * like Azure, at most EMU_MAX_JSON_DEPTH) */
 };
+/*
+ * The highest --max-json-depth: half of SF_JSON_MAX_DEPTH, the depth every
+ * walker and thread stack is sized for, so that values a query builds
+ * around stored ones (at most the parser's nesting cap deeper) still fit.
+ */
+#define EMU_MAX_JSON_DEPTH 512
 void emu_limits_default(struct emu_limits *lim);
 
 struct emu_router {

@@ -17,9 +17,16 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
     json_t *v;
     enum sf_rc rc;
 
-    v = json_loadb(doc, len, 0, NULL);
-    if (!v)
+    v = sf_json_parse(doc, len, NULL);
+    if (!v) {
+        /* An older cosmolite stored it without a depth limit; never recurse into it. */
+        if (sf_json_text_depth(doc, len, SF_JSON_MAX_DEPTH, NULL) > SF_JSON_MAX_DEPTH)
+            return sf_err_set(sc->err, SF_EINVAL, false,
+                              "a stored document nests deeper than %d levels, which queries "
+                              "cannot read; replace or delete it",
+                              SF_JSON_MAX_DEPTH);
         return sf_err_set(sc->err, SF_EIO, false, "a stored document is not valid JSON");
+    }
     rc = emu_query_exec_add(sc->exec, v, sc->err);
     json_decref(v); /* the execution holds its own references */
     if (rc != SF_OK)
