@@ -182,11 +182,21 @@ static bool hdr_true(const struct route *rt, const char *name)
     return v && strcasecmp(v, "true") == 0;
 }
 
+/*
+ * Levels a request body may add around a document or value: a batch body
+ * [ {"resourceBody": doc} ] holds a document at level 3, a query body
+ * {"parameters": [ {"value": v} ]} a value at level 4. The document or value
+ * itself is held to max_json_depth where it is used (the store checks every
+ * document it writes, parse_query_body every parameter).
+ */
+#define EMU_BODY_ENVELOPE_DEPTH 3
+
 /* Parses the body as JSON; on failure answers 400 and returns NULL. */
 static json_t *body_json(struct route *rt)
 {
     struct sf_err err;
     json_t *v;
+    size_t depth = rt->r->lim.max_json_depth;
 
     sf_err_clear(&err);
     if (rt->req->body_len == 0) {
@@ -195,12 +205,15 @@ static json_t *body_json(struct route *rt)
                            "required.");
         return NULL;
     }
-    v = sf_json_parse_depth(rt->req->body, rt->req->body_len, rt->r->lim.max_json_depth, &err);
+    if (depth != 0)
+        depth += EMU_BODY_ENVELOPE_DEPTH;
+    v = sf_json_parse_depth(rt->req->body, rt->req->body_len, depth, &err);
     if (!v && err.rc == SF_ELIMIT)
         emu_response_error(rt->resp, 400, 0,
-                           "The request body nests arrays and objects too deeply: %s (Azure "
-                           "allows 128 levels; cosmolite's --max-json-depth sets the limit).",
-                           err.msg);
+                           "The request body nests arrays and objects too deeply (%s): "
+                           "documents and values may nest %zu levels (Azure allows 128; "
+                           "cosmolite's --max-json-depth sets the limit).",
+                           err.msg, rt->r->lim.max_json_depth);
     else if (!v)
         emu_response_error(rt->resp, 400, 0, "The request body is not valid JSON: %s", err.msg);
     return v;
@@ -365,6 +378,23 @@ static struct emu_query *parse_query_body(struct route *rt)
         }
         if (json_is_null(params))
             params = NULL;
+        for (size_t i = 0; i < json_array_size(params); i++) {
+            const json_t *pv = json_object_get(json_array_get(params, i), "value");
+            size_t max = rt->r->lim.max_json_depth;
+
+            if (max != 0 && sf_json_depth(pv, max) > max) {
+                emu_response_error(rt->resp, 400, 0,
+                                   "Query parameter %zu (%.64s) nests arrays and objects deeper "
+                                   "than the limit of %zu levels (Azure allows 128; cosmolite's "
+                                   "--max-json-depth sets the limit).",
+                                   i + 1,
+                                   sf_json_str(json_array_get(params, i), "name")
+                                       ? sf_json_str(json_array_get(params, i), "name")
+                                       : "?",
+                                   max);
+                goto out;
+            }
+        }
     }
     if (emu_query_parse(text, params, NULL, &q, &err) != SF_OK) {
         emu_response_error(rt->resp, err.http_status ? err.http_status : 400, 0,
