@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/sf_buf.h"
@@ -32,6 +34,29 @@ struct conn_state {
     struct sf_buf body;
     bool too_big;
 };
+
+/*
+ * True when the client has hung up: the socket reports a hang-up or error,
+ * or reads as end of file (a pipelined next request is data, not a hang-up).
+ */
+static bool conn_gone(void *hctx)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info((struct MHD_Connection *)hctx, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct pollfd p;
+    char c;
+
+    if (ci == NULL)
+        return false;
+    p.fd = ci->connect_fd;
+    p.events = POLLIN | POLLRDHUP;
+    p.revents = 0;
+    if (poll(&p, 1, 0) <= 0)
+        return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP))
+        return true;
+    return (p.revents & POLLIN) && recv(p.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
 
 static const char *lookup_header(void *hctx, const char *name)
 {
@@ -137,6 +162,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req.hctx = conn;
     req.body = st->body.data;
     req.body_len = st->body.len;
+    req.gone = conn_gone;
     emu_response_init(&resp, h->router->lim.max_response_bytes);
     emu_router_handle(h->router, &req, &resp);
     ret = queue(conn, &resp);

@@ -172,6 +172,28 @@ bool emu_query_exec_done(const struct emu_query_exec *e);
 enum sf_rc emu_query_exec_finish(struct emu_query_exec *e, json_t **ret_rows, bool *ret_more,
                                  struct sf_err *err);
 
+/*
+ * How much one execution (one page of one request) may do. The engine looks
+ * at the clock and gone() between documents and every few hundred
+ * evaluation steps (and after every LIKE). When the deadline passes, a
+ * streaming query (emu_query_is_streaming) whose window already holds rows
+ * ends the page there: emu_query_exec_add returns SF_OK, exec_done turns
+ * true and finish reports more rows, so the caller hands a continuation.
+ * Otherwise exec_add fails with SF_ETIMEOUT (http_status 408). gone()
+ * returning true fails it with SF_ECONN: nobody is waiting for the answer.
+ */
+struct emu_query_budget {
+    int64_t deadline_us;     /* sf_mono_us() time to stop by; 0 = no deadline */
+    int timeout_ms;          /* the budget the deadline came from, for messages */
+    bool (*gone)(void *arg); /* NULL = never */
+    void *arg;
+    size_t max_window_bytes; /* streaming: stop adding rows to the window once they are
+                              * estimated at this many bytes (more rows follow); 0 = none */
+};
+
+/* Bounds e by *b (copied); call before the first emu_query_exec_add. */
+void emu_query_exec_set_budget(struct emu_query_exec *e, const struct emu_query_budget *b);
+
 /* Frees an execution. NULL is a no-op. */
 void emu_query_exec_free(struct emu_query_exec *e);
 

@@ -1416,6 +1416,9 @@ static enum sf_rc eval_predicate(const struct qeval *ev, const struct qnode *n, 
             int64_t esc = v[2] != NULL ? (int64_t)(unsigned char)json_string_value(v[2])[0] : -1;
             if ((rc = like_match(v[0], v[1], esc, &m, err)) != SF_OK)
                 goto out;
+            /* One LIKE may take up to LIKE_MAX_STEPS: look at the clock after each. */
+            if ((rc = qclock_tick(ev->clock, QCLOCK_EVERY, err)) != SF_OK)
+                goto out;
             result = m;
         }
     }
@@ -1434,6 +1437,8 @@ enum sf_rc qeval_expr(const struct qeval *ev, const struct qnode *n, json_t **re
     enum sf_rc rc = SF_OK;
     int t;
 
+    if ((rc = qclock_tick(ev->clock, 1, err)) != SF_OK)
+        return rc;
     switch (n->kind) {
     case QN_CONST:
         *ret = json_incref(n->value);

@@ -15,6 +15,7 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_time.h"
 #include "emulator/emu_query_int.h"
 
 struct qrow {
@@ -53,6 +54,9 @@ struct emu_query_exec {
     bool more;         /* streaming: the result has a row after the window */
     bool done;
     bool finished;
+    struct emu_query_budget budget;
+    struct qclock clock; /* .b points at budget once set */
+    size_t window_bytes; /* streaming: estimated bytes of the rows in the window */
 };
 
 static enum sf_rc exec_oom(struct sf_err *err)
@@ -329,12 +333,15 @@ static enum sf_rc stream_row(struct emu_query_exec *e, json_t *v, struct sf_err 
         json_decref(v);
         return SF_OK;
     }
-    if (idx - e->skip >= e->max_rows) {
+    if (idx - e->skip >= e->max_rows || (e->budget.max_window_bytes != 0 && e->nrows > 0 &&
+                                         e->window_bytes >= e->budget.max_window_bytes)) {
         e->more = true;
         e->done = true;
         json_decref(v);
         return SF_OK;
     }
+    if (e->budget.max_window_bytes != 0)
+        e->window_bytes += qval_estimate_capped(v, e->budget.max_window_bytes);
     return row_push(e, v, NULL, err);
 }
 
@@ -363,7 +370,7 @@ static enum sf_rc order_row(struct emu_query_exec *e, const struct qeval *ev, js
 static enum sf_rc exec_row(struct emu_query_exec *e, const json_t *doc, struct sf_err *err)
 {
     const struct emu_query *q = e->q;
-    struct qeval ev = {q, doc, NULL};
+    struct qeval ev = {q, doc, NULL, &e->clock};
     json_t *v = NULL;
     bool match = false, added = true;
     enum sf_rc rc;
@@ -430,11 +437,57 @@ enum sf_rc emu_query_exec_new(const struct emu_query *q, size_t skip, size_t max
     return SF_OK;
 }
 
+enum sf_rc qclock_check(struct qclock *c, struct sf_err *err)
+{
+    const struct emu_query_budget *b = c != NULL ? c->b : NULL;
+    enum sf_rc rc;
+
+    if (b == NULL)
+        return SF_OK;
+    if (b->gone != NULL && b->gone(b->arg))
+        return qerr(err, SF_ECONN, "the client closed the connection; the query stopped");
+    if (b->deadline_us != 0 && sf_mono_us() > b->deadline_us) {
+        rc = qerr(err, SF_ETIMEOUT,
+                  "the query ran past its time budget of %d ms per page without a row to "
+                  "return (cosmolite's --query-timeout-ms); narrow it with WHERE or simplify it",
+                  b->timeout_ms);
+        if (err != NULL) {
+            err->http_status = 408;
+            err->retriable = true;
+        }
+        return rc;
+    }
+    return SF_OK;
+}
+
+void emu_query_exec_set_budget(struct emu_query_exec *e, const struct emu_query_budget *b)
+{
+    e->budget = *b;
+    e->clock.b = &e->budget;
+    e->clock.ticks = 0;
+}
+
 enum sf_rc emu_query_exec_add(struct emu_query_exec *e, const json_t *doc, struct sf_err *err)
 {
+    enum sf_rc rc;
+
     if (e->done || e->finished || doc == NULL)
         return SF_OK;
-    return exec_row(e, doc, err);
+    rc = qclock_check(&e->clock, err);
+    if (rc == SF_OK)
+        rc = exec_row(e, doc, err);
+    if (rc == SF_ETIMEOUT && emu_query_is_streaming(e->q) && e->nrows > 0) {
+        /*
+         * Out of time with rows in hand: end the page with them. This
+         * document produced no row yet, so the continuation (the offset
+         * after the window) resumes exactly here.
+         */
+        sf_err_clear(err);
+        e->more = true;
+        e->done = true;
+        return SF_OK;
+    }
+    return rc;
 }
 
 bool emu_query_exec_done(const struct emu_query_exec *e)
@@ -491,7 +544,7 @@ static enum sf_rc finish_aggs(struct emu_query_exec *e, struct sf_err *err)
 {
     const struct emu_query *q = e->q;
     json_t **results = calloc(q->naggs, sizeof(*results));
-    struct qeval ev = {q, NULL, results};
+    struct qeval ev = {q, NULL, results, NULL};
     json_t *v = NULL;
     enum sf_rc rc = SF_OK;
 
@@ -589,7 +642,7 @@ out:
 enum sf_rc emu_query_match(const struct emu_query *q, const json_t *doc, bool *ret_match,
                            struct sf_err *err)
 {
-    struct qeval ev = {q, doc, NULL};
+    struct qeval ev = {q, doc, NULL, NULL};
     bool match = false;
     enum sf_rc rc = where_matches(&ev, &match, err);
 

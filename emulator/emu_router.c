@@ -31,6 +31,8 @@ void emu_limits_default(struct emu_limits *lim)
     lim->max_clock_skew_s = 900;
     lim->max_path_segments = 8;
     lim->max_json_depth = 128;
+    lim->query_timeout_ms = 5000;
+    lim->max_page_bytes = 4u << 20;
 }
 
 void emu_response_init(struct emu_response *resp, size_t max_body)
@@ -465,11 +467,13 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
 {
     const char *range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
     struct emu_search_page page = {0};
+    struct emu_query_budget budget = {0};
     struct sf_err err;
     json_t *pk = NULL;
     size_t skip;
     int max;
     bool empty = false;
+    int64_t t0 = sf_mono_us();
 
     if (!pk_header(rt, &pk) || !page_size(rt, &max) || !query_offset(rt, &skip))
         goto out;
@@ -484,10 +488,24 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
         range = NULL;
     }
     sf_err_clear(&err);
+    if (rt->r->lim.query_timeout_ms > 0) {
+        budget.timeout_ms = rt->r->lim.query_timeout_ms;
+        budget.deadline_us = t0 + (int64_t)budget.timeout_ms * 1000;
+    }
+    budget.gone = rt->req->gone;
+    budget.arg = rt->req->hctx;
+    budget.max_window_bytes = rt->r->lim.max_page_bytes;
     (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
-    if (!empty && emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, &rt->resp->body,
-                                 &page, &err) != SF_OK) {
+    if (!empty && emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, &budget,
+                                 &rt->resp->body, &page, &err) != SF_OK) {
         sf_buf_reset(&rt->resp->body);
+        if (err.rc == SF_ECONN) {
+            /* Nobody is waiting: stop here and close, as libmicrohttpd would. */
+            sf_log_info("cosmolite", "query on %s/%s abandoned after %.0f ms: %s", c->db, c->coll,
+                        (double)(sf_mono_us() - t0) / 1000.0, "the client closed the connection");
+            rt->resp->drop = true;
+            goto out;
+        }
         resp_from_err(rt->resp, &err);
         goto out;
     }

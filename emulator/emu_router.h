@@ -24,7 +24,13 @@ struct emu_limits {
     size_t max_json_depth;     /* nesting of any JSON that comes in: bodies, documents after a
                                 * patch, query parameters, headers; 400 beyond (default 128
                                 * like Azure, at most EMU_MAX_JSON_DEPTH) */
+    int query_timeout_ms;      /* CPU/wall budget of one query or read-feed page: the page ends
+                                * early with a continuation, or 408 without a row (default 5000) */
+    size_t max_page_bytes;     /* query and read-feed pages end (with a continuation) once their
+                                * documents add up to this (default 4 MiB; one document always
+                                * fits) */
 };
+
 /*
  * The highest --max-json-depth: half of SF_JSON_MAX_DEPTH, the depth every
  * walker and thread stack is sized for, so that values a query builds
@@ -54,6 +60,9 @@ struct emu_request {
     void *hctx;
     const char *body; /* may be NULL when body_len == 0 */
     size_t body_len;
+    /* True once the client has gone (closed its connection), so long work
+     * can stop; NULL = never. Called from the handling thread with hctx. */
+    bool (*gone)(void *hctx);
 };
 
 #define EMU_MAX_RESP_HEADERS 16

@@ -36,18 +36,20 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
 
 enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
                           const struct emu_query *q, const char *range_id, const json_t *pk,
-                          size_t skip, size_t max_rows, struct sf_buf *out,
-                          struct emu_search_page *ret_page, struct sf_err *err)
+                          size_t skip, size_t max_rows, const struct emu_query_budget *budget,
+                          struct sf_buf *out, struct emu_search_page *ret_page, struct sf_err *err)
 {
     struct scan_ctx sc = {.err = err};
     json_t *rows = NULL, *row;
     bool more = false;
-    size_t i;
+    size_t i, start = out->len, count = 0, cut = budget ? budget->max_window_bytes : 0;
     enum sf_rc rc;
 
     rc = emu_query_exec_new(q, skip, max_rows, &sc.exec, err);
     if (rc != SF_OK)
         return rc;
+    if (budget != NULL)
+        emu_query_exec_set_budget(sc.exec, budget);
     rc = emu_store_doc_scan(s, c, range_id, pk, visit, &sc, err);
     if (rc == SCAN_DONE)
         rc = SF_OK;
@@ -57,10 +59,30 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
         goto out;
     json_array_foreach(rows, i, row)
     {
-        if (i > 0 && (rc = sf_buf_putc(out, ',')) != SF_OK)
+        size_t before = out->len;
+
+        if (i > 0)
+            rc = sf_buf_putc(out, ',');
+        if (rc == SF_OK)
+            rc = sf_json_dump(row, out);
+        if (rc == SF_ELIMIT && count > 0) {
+            /* The response buffer is full: page here rather than fail. */
+            out->len = before;
+            out->data[before] = '\0';
+            more = true;
+            rc = SF_OK;
             break;
-        if ((rc = sf_json_dump(row, out)) != SF_OK)
+        }
+        if (rc != SF_OK)
             break;
+        if (cut != 0 && i > 0 && out->len - start > cut) {
+            /* Past the page size: this row opens the next page (the continuation). */
+            out->len = before;
+            out->data[before] = '\0';
+            more = true;
+            break;
+        }
+        count++;
     }
     if (rc == SF_ELIMIT) {
         sf_err_set(err, rc, false, "the query result page exceeds the response size limit");
@@ -69,7 +91,7 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
         goto out;
     }
     if (rc == SF_OK) {
-        ret_page->count = json_array_size(rows);
+        ret_page->count = count;
         ret_page->more = more;
     }
 out:

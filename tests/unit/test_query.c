@@ -1236,6 +1236,153 @@ START_TEST(test_large_inputs)
 }
 END_TEST
 
+/* ---- budgets: time, hang-ups, window bytes ------------------------------------------------ */
+
+static bool client_gone(void *arg)
+{
+    return *(bool *)arg;
+}
+
+/*
+ * Runs text over docs_text with budget b set after the first `before`
+ * documents (so those always go in); returns rc, and the rows and more flag on success.
+ */
+static enum sf_rc run_budgeted(const char *text, const char *docs_text, size_t before,
+                               const struct emu_query_budget *b, json_t **ret_rows, bool *ret_more,
+                               struct sf_err *err)
+{
+    struct emu_query *q = NULL;
+    struct emu_query_exec *e = NULL;
+    json_t *docs = parse_json(docs_text), *doc;
+    enum sf_rc rc;
+    size_t i;
+
+    sf_err_clear(err);
+    *ret_rows = NULL;
+    if ((rc = emu_query_parse(text, NULL, NULL, &q, err)) != SF_OK)
+        goto out;
+    if ((rc = emu_query_exec_new(q, 0, 0, &e, err)) != SF_OK)
+        goto out;
+    if (before == 0)
+        emu_query_exec_set_budget(e, b);
+    json_array_foreach(docs, i, doc)
+    {
+        if ((rc = emu_query_exec_add(e, doc, err)) != SF_OK)
+            goto out;
+        if (i + 1 == before)
+            emu_query_exec_set_budget(e, b);
+    }
+    rc = emu_query_exec_finish(e, ret_rows, ret_more, err);
+out:
+    emu_query_exec_free(e);
+    emu_query_free(q);
+    json_decref(docs);
+    return rc;
+}
+
+START_TEST(test_budget_past_deadline_without_rows_is_408)
+{
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 250};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 0, &b, &rows, &more, &err), SF_ETIMEOUT);
+    ck_assert_int_eq(err.http_status, 408);
+    ck_assert_ptr_nonnull(strstr(err.msg, "250 ms"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "--query-timeout-ms"));
+    /* ORDER BY cannot hand out a partial page: 408 even with rows in hand. */
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c ORDER BY c.id", D1, 2, &b, &rows, &more, &err),
+                     SF_ETIMEOUT);
+    ck_assert_int_eq(run_budgeted("SELECT VALUE COUNT(1) FROM c", D1, 2, &b, &rows, &more, &err),
+                     SF_ETIMEOUT);
+}
+END_TEST
+
+START_TEST(test_budget_past_deadline_with_rows_ends_the_page_with_more)
+{
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 250};
+    struct sf_err err;
+    json_t *rows = NULL, *want = parse_json("[\"1\",\"2\"]");
+    bool more = false;
+
+    ck_assert_int_eq(run_budgeted("SELECT VALUE c.id FROM c", D1, 2, &b, &rows, &more, &err),
+                     SF_OK);
+    ck_assert_msg(json_equal(rows, want), "the rows before the deadline");
+    ck_assert(more);
+    json_decref(rows);
+    json_decref(want);
+}
+END_TEST
+
+static bool gone_on_second_look(void *arg)
+{
+    return ++*(int *)arg >= 2;
+}
+
+START_TEST(test_budget_checked_inside_one_expensive_document)
+{
+    /*
+     * The first look (at the document boundary) passes; only a look inside
+     * the evaluation can see the second answer. Every LIKE looks.
+     */
+    int looks = 0;
+    struct emu_query_budget b = {.gone = gone_on_second_look, .arg = &looks};
+    struct sf_err err;
+    struct emu_query *q = NULL;
+    struct emu_query_exec *e = NULL;
+    json_t *doc = parse_json("{\"s\":\"abc\"}");
+
+    ck_assert_int_eq(emu_query_parse("SELECT * FROM c WHERE c.s LIKE '%x' OR c.s LIKE '%y'", NULL,
+                                     NULL, &q, &err),
+                     SF_OK);
+    ck_assert_int_eq(emu_query_exec_new(q, 0, 0, &e, &err), SF_OK);
+    emu_query_exec_set_budget(e, &b);
+    ck_assert_int_eq(emu_query_exec_add(e, doc, &err), SF_ECONN);
+    ck_assert_int_eq(looks, 2);
+    emu_query_exec_free(e);
+    emu_query_free(q);
+    json_decref(doc);
+}
+END_TEST
+
+START_TEST(test_budget_client_gone_stops_the_query)
+{
+    bool gone = true;
+    struct emu_query_budget b = {.gone = client_gone, .arg = &gone};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 1, &b, &rows, &more, &err), SF_ECONN);
+    gone = false;
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 1, &b, &rows, &more, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 5);
+    ck_assert(!more);
+    json_decref(rows);
+}
+END_TEST
+
+START_TEST(test_budget_window_bytes_cut_streaming_pages)
+{
+    struct emu_query_budget b = {.max_window_bytes = 1};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    /* At least one row per page, and the page says more follow. */
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 0, &b, &rows, &more, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 1);
+    ck_assert(more);
+    json_decref(rows);
+    b.max_window_bytes = 1u << 20;
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 0, &b, &rows, &more, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 5);
+    ck_assert(!more);
+    json_decref(rows);
+}
+END_TEST
+
 static Suite *query_suite(void)
 {
     Suite *s = suite_create("query");
@@ -1272,6 +1419,13 @@ static Suite *query_suite(void)
     tcase_add_test(tc, test_limit_like_steps);
     tcase_add_test(tc, test_limits_default);
     tcase_add_test(tc, test_large_inputs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("budget");
+    tcase_add_test(tc, test_budget_past_deadline_without_rows_is_408);
+    tcase_add_test(tc, test_budget_past_deadline_with_rows_ends_the_page_with_more);
+    tcase_add_test(tc, test_budget_checked_inside_one_expensive_document);
+    tcase_add_test(tc, test_budget_client_gone_stops_the_query);
+    tcase_add_test(tc, test_budget_window_bytes_cut_streaming_pages);
     suite_add_tcase(s, tc);
     return s;
 }
