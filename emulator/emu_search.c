@@ -90,6 +90,16 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
             err->http_status = 413;
         goto out;
     }
+    if (rc == SF_EINVAL) {
+        /* A query can nest stored values deeper still ([[c.v]]); the writer stops at its bound. */
+        sf_err_set(err, rc, false,
+                   "result row %zu of the page nests deeper than %d levels and cannot be "
+                   "returned; select less deeply nested values",
+                   count + 1, SF_JSON_MAX_DEPTH);
+        if (err)
+            err->http_status = 400;
+        goto out;
+    }
     if (rc == SF_OK) {
         ret_page->count = count;
         ret_page->more = more;
