@@ -11,18 +11,6 @@
 #include "common/sf_log.h"
 #include "emulator/emu_http.h"
 
-/*
- * Each connection's thread stack. The handlers recurse: the query parser
- * about 4 KiB a nesting level in the sanitizer build (its cap is 256 levels,
- * the default limit 64), JSON walkers (jansson's parser and json_decref, our
- * writer, the query engine's comparisons) a few hundred bytes a level up to
- * SF_JSON_MAX_DEPTH. 8 MiB holds all of them together with room to spare;
- * it is address space, touched only as deep as a request really goes.
- * tests/conformance/limits.test.mjs runs every walker at its limits on
- * these threads.
- */
-#define EMU_HTTP_THREAD_STACK ((size_t)8 << 20)
-
 struct emu_http {
     struct MHD_Daemon *daemon;
     struct emu_router *router;
@@ -232,7 +220,7 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
         h->daemon = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
-            EMU_HTTP_THREAD_STACK, MHD_OPTION_CONNECTION_LIMIT,
+            EMU_HTTP_THREAD_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
@@ -243,7 +231,7 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
         h->daemon = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
-            EMU_HTTP_THREAD_STACK, MHD_OPTION_CONNECTION_LIMIT,
+            EMU_HTTP_THREAD_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),

@@ -49,11 +49,18 @@
 struct emu_query;
 struct emu_query_exec;
 
+/*
+ * The highest max_depth: the parser recurses through about a dozen
+ * functions a level (about 4 KiB of stack a level in the sanitizer build),
+ * so this is what a thread stack must hold (EMU_HTTP_THREAD_STACK_BYTES).
+ */
+#define EMU_QUERY_MAX_DEPTH 256
+
 /* Limits on everything a query can make the engine hold. 0 means "default". */
 struct emu_query_limits {
     size_t max_text_bytes;  /* query text length, default 256 KiB */
     size_t max_depth;       /* expression nesting (parse and AST height), default 64,
-                             * at most 256 */
+                             * at most EMU_QUERY_MAX_DEPTH */
     size_t max_params;      /* entries in the parameters array, default 256 */
     size_t max_rows;        /* rows held by one execution (ORDER BY, DISTINCT, results),
                              * default 100000 */

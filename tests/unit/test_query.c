@@ -9,8 +9,11 @@
 #include "common/sf_base.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <jansson.h>
 
+#include "common/sf_json.h"
+#include "emulator/emu_http.h"
 #include "emulator/emu_query.h"
 
 /* ---- documents ---------------------------------------------------------------------- */
@@ -1383,6 +1386,130 @@ START_TEST(test_budget_window_bytes_cut_streaming_pages)
 }
 END_TEST
 
+/* ---- recursion bounds against the server's thread stack ----------------------------------- */
+
+/* open x n, then mid, then close x n, as a new string. */
+static char *nest(const char *open, const char *mid, const char *close, size_t n)
+{
+    size_t lo = strlen(open), lm = strlen(mid), lc = strlen(close);
+    char *t = malloc(n * (lo + lc) + lm + 1), *p = t;
+
+    ck_assert_ptr_nonnull(t);
+    for (size_t i = 0; i < n; i++, p += lo)
+        memcpy(p, open, lo);
+    memcpy(p, mid, lm);
+    p += lm;
+    for (size_t i = 0; i < n; i++, p += lc)
+        memcpy(p, close, lc);
+    *p = '\0';
+    return t;
+}
+
+struct stack_case {
+    const char *prefix, *open, *mid, *close, *suffix;
+};
+
+/*
+ * Parses and runs the deepest nesting of each form the parser accepts at
+ * its cap, and runs every value walker over a document at
+ * SF_JSON_MAX_DEPTH. Meant to run on a thread with the server's stack: an
+ * overflow is an ASan report (or a crash), i.e. a failed test.
+ */
+static void *deep_work(void *arg)
+{
+    static const struct stack_case forms[] = {
+        {"SELECT VALUE ", "(", "1", ")", ""},
+        {"SELECT VALUE ", "ABS(", "1", ")", ""},
+        {"SELECT VALUE ", "[", "1", "]", ""},
+        {"SELECT VALUE ", "{\"a\":", "1", "}", ""},
+        {"SELECT VALUE ", "-(", "1", ")", ""},
+        {"SELECT * FROM c WHERE ", "NOT (", "c.x = 1", ")", ""},
+        {"SELECT * FROM c WHERE ", "(c.x = 1 AND ", "true", ")", ""},
+        {"SELECT VALUE ", "(1 ?? ", "2", ")", " FROM c"},
+        {"SELECT VALUE ", "(true ? ", "1", " : 2)", " FROM c"},
+    };
+    struct emu_query_limits lim = {.max_depth = EMU_QUERY_MAX_DEPTH};
+    struct sf_err err;
+    json_t *docs = json_array(), *rows = NULL, *doc;
+    char *inner, *text;
+    size_t deepest;
+
+    SF_UNUSED(arg);
+    json_array_append_new(docs, json_pack("{s:i}", "x", 1));
+    for (size_t f = 0; f < SF_ARRAY_LEN(forms); f++) {
+        struct emu_query *q = NULL;
+
+        for (deepest = EMU_QUERY_MAX_DEPTH; deepest > 0; deepest--) {
+            inner = nest(forms[f].open, forms[f].mid, forms[f].close, deepest);
+            text = malloc(strlen(inner) + 64);
+            ck_assert_ptr_nonnull(text);
+            snprintf(text, strlen(inner) + 64, "%s%s%s", forms[f].prefix, inner, forms[f].suffix);
+            free(inner);
+            sf_err_clear(&err);
+            if (emu_query_parse(text, NULL, &lim, &q, &err) == SF_OK) {
+                free(text);
+                break;
+            }
+            ck_assert_msg(err.rc == SF_ELIMIT, "form %zu at %zu: %s", f, deepest, err.msg);
+            free(text);
+        }
+        ck_assert_msg(deepest >= EMU_QUERY_MAX_DEPTH / 4, "form %zu: only %zu levels parse", f,
+                      deepest);
+        ck_assert_int_eq(emu_query_run(q, docs, &rows, &err), SF_OK);
+        json_decref(rows);
+        emu_query_free(q);
+    }
+    json_decref(docs);
+
+    /* Every value walker at the JSON bound: parse, compare, hash, equal, write, free. */
+    inner = nest("[", "1", "]", SF_JSON_MAX_DEPTH - 1);
+    text = malloc(strlen(inner) + 32);
+    ck_assert_ptr_nonnull(text);
+    snprintf(text, strlen(inner) + 32, "{\"v\":%s}", inner);
+    docs = json_array();
+    for (int i = 0; i < 2; i++) {
+        doc = sf_json_parse(text, strlen(text), &err);
+        ck_assert_msg(doc != NULL, "%s", err.msg);
+        json_array_append_new(docs, doc);
+    }
+    {
+        static const char *const walkers[] = {
+            "SELECT VALUE c.v FROM c ORDER BY c.v",
+            "SELECT DISTINCT VALUE c.v FROM c",
+            "SELECT VALUE c.v = c.v FROM c",
+            "SELECT VALUE ARRAY_CONTAINS([c.v], c.v) FROM c",
+            "SELECT * FROM c WHERE c.v IN ([1], c.v)",
+            "SELECT VALUE LENGTH(ToString(c.v)) FROM c",
+        };
+        for (size_t w = 0; w < SF_ARRAY_LEN(walkers); w++) {
+            struct emu_query *q = NULL;
+            ck_assert_int_eq(emu_query_parse(walkers[w], NULL, NULL, &q, &err), SF_OK);
+            ck_assert_msg(emu_query_run(q, docs, &rows, &err) == SF_OK, "%s: %s", walkers[w],
+                          err.msg);
+            ck_assert_msg(json_array_size(rows) >= 1, "%s: no rows", walkers[w]);
+            json_decref(rows);
+            emu_query_free(q);
+        }
+    }
+    json_decref(docs);
+    free(inner);
+    free(text);
+    return NULL;
+}
+
+START_TEST(test_parser_cap_and_json_bound_fit_the_server_thread_stack)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+
+    ck_assert_int_eq(pthread_attr_init(&attr), 0);
+    ck_assert_int_eq(pthread_attr_setstacksize(&attr, EMU_HTTP_THREAD_STACK_BYTES), 0);
+    ck_assert_int_eq(pthread_create(&th, &attr, deep_work, NULL), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    pthread_attr_destroy(&attr);
+}
+END_TEST
+
 static Suite *query_suite(void)
 {
     Suite *s = suite_create("query");
@@ -1426,6 +1553,9 @@ static Suite *query_suite(void)
     tcase_add_test(tc, test_budget_checked_inside_one_expensive_document);
     tcase_add_test(tc, test_budget_client_gone_stops_the_query);
     tcase_add_test(tc, test_budget_window_bytes_cut_streaming_pages);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("stack");
+    tcase_add_test(tc, test_parser_cap_and_json_bound_fit_the_server_thread_stack);
     suite_add_tcase(s, tc);
     return s;
 }
