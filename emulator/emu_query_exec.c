@@ -448,8 +448,9 @@ enum sf_rc qclock_check(struct qclock *c, struct sf_err *err)
         return qerr(err, SF_ECONN, "the client closed the connection; the query stopped");
     if (b->deadline_us != 0 && sf_mono_us() > b->deadline_us) {
         rc = qerr(err, SF_ETIMEOUT,
-                  "the query ran past its time budget of %d ms per page without a row to "
-                  "return (cosmolite's --query-timeout-ms); narrow it with WHERE or simplify it",
+                  "the query ran past its time budget of %d ms for one page (cosmolite's "
+                  "--query-timeout-ms) before it had a page to return; narrow it with WHERE or "
+                  "simplify it",
                   b->timeout_ms);
         if (err != NULL) {
             err->http_status = 408;
