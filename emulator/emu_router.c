@@ -409,15 +409,38 @@ out:
     return q;
 }
 
-/* Reads "o:<offset>" from x-ms-continuation. Answers 400 and returns false if bad. */
-static bool query_offset(struct route *rt, size_t *ret_skip)
+/*
+ * Reads x-ms-continuation: "o:<offset>" (rows already returned; any query)
+ * or "d:<documents>:<rows>" (a resumable query's scan position, see
+ * emu_query_cursor: *ret_resume true). Answers 400 and returns false if bad.
+ */
+static bool query_offset(struct route *rt, const struct emu_query *q, size_t *ret_skip,
+                         struct emu_query_cursor *ret_cur, bool *ret_resume)
 {
     const char *v = hdr(rt, "x-ms-continuation");
     int64_t n;
 
     *ret_skip = 0;
+    *ret_resume = false;
     if (!v)
         return true;
+    if (strncmp(v, "d:", 2) == 0 && emu_query_is_resumable(q)) {
+        const char *colon = strchr(v + 2, ':');
+        char docs[24];
+        int64_t d, p;
+
+        if (colon && (size_t)(colon - v - 2) < sizeof(docs)) {
+            memcpy(docs, v + 2, (size_t)(colon - v - 2));
+            docs[colon - v - 2] = '\0';
+            if (sf_parse_i64(docs, 0, INT64_MAX, &d) == SF_OK &&
+                sf_parse_i64(colon + 1, 0, INT64_MAX, &p) == SF_OK) {
+                ret_cur->docs = (uint64_t)d;
+                ret_cur->produced = (uint64_t)p;
+                *ret_resume = true;
+                return true;
+            }
+        }
+    }
     if (strncmp(v, "o:", 2) != 0 || sf_parse_i64(v + 2, 0, INT64_MAX, &n) != SF_OK) {
         emu_response_error(rt->resp, 400, 0,
                            "Invalid x-ms-continuation '%.64s': pass back the value of an "
@@ -468,6 +491,8 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     const char *range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
     struct emu_search_page page = {0};
     struct emu_query_budget budget = {0};
+    struct emu_query_cursor from = {0};
+    bool resume = false;
     struct sf_err err;
     json_t *pk = NULL;
     size_t skip;
@@ -475,7 +500,7 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     bool empty = false;
     int64_t t0 = sf_mono_us();
 
-    if (!pk_header(rt, &pk) || !page_size(rt, &max) || !query_offset(rt, &skip))
+    if (!pk_header(rt, &pk) || !page_size(rt, &max) || !query_offset(rt, q, &skip, &from, &resume))
         goto out;
     if (range) {
         const char *comma = strrchr(range, ',');
@@ -496,8 +521,9 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     budget.arg = rt->req->hctx;
     budget.max_window_bytes = rt->r->lim.max_page_bytes;
     (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
-    if (!empty && emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, &budget,
-                                 &rt->resp->body, &page, &err) != SF_OK) {
+    if (!empty &&
+        emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, resume ? &from : NULL,
+                       &budget, &rt->resp->body, &page, &err) != SF_OK) {
         sf_buf_reset(&rt->resp->body);
         if (err.rc == SF_ECONN) {
             /* Nobody is waiting: stop here and close, as libmicrohttpd would. */
@@ -515,7 +541,10 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     }
     ok(rt, 200, 2.5 + (double)page.count * 0.1);
     resp_header(rt->resp, "x-ms-item-count", "%zu", page.count);
-    if (page.more)
+    if (page.more && page.has_next)
+        resp_header(rt->resp, "x-ms-continuation", "d:%llu:%llu",
+                    (unsigned long long)page.next.docs, (unsigned long long)page.next.produced);
+    else if (page.more)
         resp_header(rt->resp, "x-ms-continuation", "o:%zu", skip + page.count);
 out:
     json_decref(pk);

@@ -5,6 +5,7 @@
 
 struct scan_ctx {
     struct emu_query_exec *exec;
+    uint64_t skip_docs; /* a resumed page: documents an earlier page processed */
     struct sf_err *err;
 };
 
@@ -17,6 +18,10 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
     json_t *v;
     enum sf_rc rc;
 
+    if (sc->skip_docs > 0) {
+        sc->skip_docs--; /* read by an earlier page: not even parsed */
+        return SF_OK;
+    }
     v = sf_json_parse(doc, len, NULL);
     if (!v) {
         /* An older cosmolite stored it without a depth limit; never recurse into it. */
@@ -36,8 +41,9 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
 
 enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
                           const struct emu_query *q, const char *range_id, const json_t *pk,
-                          size_t skip, size_t max_rows, const struct emu_query_budget *budget,
-                          struct sf_buf *out, struct emu_search_page *ret_page, struct sf_err *err)
+                          size_t skip, size_t max_rows, const struct emu_query_cursor *from,
+                          const struct emu_query_budget *budget, struct sf_buf *out,
+                          struct emu_search_page *ret_page, struct sf_err *err)
 {
     struct scan_ctx sc = {.err = err};
     json_t *rows = NULL, *row;
@@ -50,6 +56,10 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
         return rc;
     if (budget != NULL)
         emu_query_exec_set_budget(sc.exec, budget);
+    if (from != NULL) {
+        emu_query_exec_resume(sc.exec, from);
+        sc.skip_docs = from->docs;
+    }
     rc = emu_store_doc_scan(s, c, range_id, pk, visit, &sc, err);
     if (rc == SCAN_DONE)
         rc = SF_OK;
@@ -103,6 +113,8 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
     if (rc == SF_OK) {
         ret_page->count = count;
         ret_page->more = more;
+        ret_page->has_next = more && emu_query_is_resumable(q) &&
+                             emu_query_exec_cursor(sc.exec, count, &ret_page->next, NULL) == SF_OK;
     }
 out:
     json_decref(rows);

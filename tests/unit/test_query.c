@@ -1290,7 +1290,10 @@ START_TEST(test_budget_past_deadline_without_rows_is_408)
     json_t *rows = NULL;
     bool more = false;
 
-    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 0, &b, &rows, &more, &err), SF_ETIMEOUT);
+    /* Not even the first document fits: every LIKE looks at the clock. */
+    ck_assert_int_eq(
+        run_budgeted("SELECT * FROM c WHERE c.s LIKE '%x'", D1, 0, &b, &rows, &more, &err),
+        SF_ETIMEOUT);
     ck_assert_int_eq(err.http_status, 408);
     ck_assert_ptr_nonnull(strstr(err.msg, "250 ms"));
     ck_assert_ptr_nonnull(strstr(err.msg, "--query-timeout-ms"));
@@ -1346,6 +1349,94 @@ START_TEST(test_budget_checked_inside_one_expensive_document)
     emu_query_exec_free(e);
     emu_query_free(q);
     json_decref(doc);
+}
+END_TEST
+
+START_TEST(test_budget_first_document_of_a_page_always_runs)
+{
+    /* Past the deadline before the page began: the first document still goes in. */
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 1};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    ck_assert_int_eq(run_budgeted("SELECT VALUE c.id FROM c", D1, 0, &b, &rows, &more, &err),
+                     SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 1);
+    ck_assert(more);
+    json_decref(rows);
+}
+END_TEST
+
+/*
+ * Pages text over docs_text the way the router does, every page past its
+ * deadline (so each page gets exactly its first document) and windows of
+ * `window` rows, resuming by cursor; returns all rows (new) and the pages.
+ */
+static json_t *page_by_cursor(const char *text, const char *docs_text, size_t window,
+                              size_t *ret_pages)
+{
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 1};
+    struct emu_query_cursor cur = {0, 0};
+    struct emu_query *q = NULL;
+    json_t *docs = parse_json(docs_text), *all = json_array();
+    struct sf_err err;
+    size_t pages = 0;
+    bool more = true, resumed = false;
+
+    ck_assert_int_eq(emu_query_parse(text, NULL, NULL, &q, &err), SF_OK);
+    ck_assert(emu_query_is_resumable(q));
+    while (more) {
+        struct emu_query_exec *e = NULL;
+        json_t *rows = NULL;
+
+        ck_assert_uint_lt(pages++, 100);
+        ck_assert_int_eq(emu_query_exec_new(q, 0, window, &e, &err), SF_OK);
+        emu_query_exec_set_budget(e, &b);
+        if (resumed)
+            emu_query_exec_resume(e, &cur);
+        for (size_t i = resumed ? (size_t)cur.docs : 0;
+             i < json_array_size(docs) && !emu_query_exec_done(e); i++)
+            ck_assert_int_eq(emu_query_exec_add(e, json_array_get(docs, i), &err), SF_OK);
+        ck_assert_int_eq(emu_query_exec_finish(e, &rows, &more, &err), SF_OK);
+        json_array_extend(all, rows);
+        if (more)
+            ck_assert_int_eq(emu_query_exec_cursor(e, json_array_size(rows), &cur, &err), SF_OK);
+        resumed = true;
+        json_decref(rows);
+        emu_query_exec_free(e);
+    }
+    emu_query_free(q);
+    json_decref(docs);
+    *ret_pages = pages;
+    return all;
+}
+
+START_TEST(test_budget_resumable_pages_progress_without_rows_and_match_the_full_result)
+{
+    static const char *const queries[] = {
+        "SELECT VALUE c.id FROM c WHERE c.pk = 'b'", /* pages of no rows in between */
+        "SELECT VALUE c.id FROM c WHERE c.id = '5'", /* the only row comes last */
+        "SELECT c.id FROM c OFFSET 1 LIMIT 3",
+        "SELECT TOP 2 VALUE c.id FROM c WHERE c.id != '1'",
+        "SELECT * FROM c",
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(queries); i++) {
+        struct sf_err err;
+        json_t *want = run_query(queries[i], NULL, D1, &err), *got;
+        size_t pages = 0;
+
+        ck_assert_ptr_nonnull(want);
+        for (size_t window = 1; window <= 3; window++) {
+            got = page_by_cursor(queries[i], D1, window, &pages);
+            ck_assert_msg(json_equal(got, want), "%s, window %zu: pages differ from the full run",
+                          queries[i], window);
+            ck_assert_uint_ge(pages, 2);
+            json_decref(got);
+        }
+        json_decref(want);
+    }
 }
 END_TEST
 
@@ -1551,6 +1642,8 @@ static Suite *query_suite(void)
     tcase_add_test(tc, test_budget_past_deadline_without_rows_is_408);
     tcase_add_test(tc, test_budget_past_deadline_with_rows_ends_the_page_with_more);
     tcase_add_test(tc, test_budget_checked_inside_one_expensive_document);
+    tcase_add_test(tc, test_budget_first_document_of_a_page_always_runs);
+    tcase_add_test(tc, test_budget_resumable_pages_progress_without_rows_and_match_the_full_result);
     tcase_add_test(tc, test_budget_client_gone_stops_the_query);
     tcase_add_test(tc, test_budget_window_bytes_cut_streaming_pages);
     suite_add_tcase(s, tc);
