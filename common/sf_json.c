@@ -9,21 +9,114 @@
 
 #include "common/sf_json.h"
 
-json_t *sf_json_parse(const char *text, size_t len, struct sf_err *err)
+size_t sf_json_text_depth(const char *text, size_t len, size_t stop, size_t *ret_at)
+{
+    size_t depth = 0, max = 0, i;
+    bool in_string = false;
+
+    /* One pass, no recursion: brackets outside strings, skipping escapes in them. */
+    for (i = 0; i < len; i++) {
+        char c = text[i];
+
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max) {
+                max = depth;
+                if (ret_at != NULL)
+                    *ret_at = i;
+                if (stop != 0 && max > stop)
+                    break;
+            }
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return max;
+}
+
+json_t *sf_json_parse_depth(const char *text, size_t len, size_t max_depth, struct sf_err *err)
 {
     json_error_t jerr;
     json_t *v;
+    size_t at = 0;
 
     if (text == NULL) {
         sf_err_set(err, SF_EINVAL, false, "invalid JSON: no input");
         return NULL;
     }
-    /* jansson rejects \u0000 in strings and nesting deeper than 2048 levels. */
+    if (max_depth == 0 || max_depth > SF_JSON_MAX_DEPTH)
+        max_depth = SF_JSON_MAX_DEPTH;
+    /*
+     * Measured before jansson sees the text: its parser (and json_decref)
+     * recurse once per level, so the bound has to hold before they run.
+     */
+    if (sf_json_text_depth(text, len, max_depth, &at) > max_depth) {
+        sf_err_set(err, SF_ELIMIT, false,
+                   "JSON nests deeper than the limit of %zu levels (level %zu opens at byte %zu)",
+                   max_depth, max_depth + 1, at + 1);
+        return NULL;
+    }
+    /* jansson rejects \u0000 in strings and invalid UTF-8. */
     v = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
     if (v == NULL)
         sf_err_set(err, SF_EINVAL, false, "invalid JSON at line %d column %d: %s", jerr.line,
                    jerr.column, jerr.text);
     return v;
+}
+
+json_t *sf_json_parse(const char *text, size_t len, struct sf_err *err)
+{
+    return sf_json_parse_depth(text, len, SF_JSON_MAX_DEPTH, err);
+}
+
+/* Bounded recursion: stops descending once past max, so the stack holds max + 1 frames. */
+static size_t sf_json_depth_walk(const json_t *v, size_t level, size_t max)
+{
+    size_t best = level, i, d;
+    const char *key;
+    json_t *kid;
+
+    if (!json_is_object(v) && !json_is_array(v))
+        return level - 1;
+    if (level > max)
+        return level;
+    if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, key, kid)
+        {
+            d = sf_json_depth_walk(kid, level + 1, max);
+            if (d > best)
+                best = d;
+            if (best > max)
+                break;
+        }
+    } else {
+        json_array_foreach(v, i, kid)
+        {
+            d = sf_json_depth_walk(kid, level + 1, max);
+            if (d > best)
+                best = d;
+            if (best > max)
+                break;
+        }
+    }
+    return best;
+}
+
+size_t sf_json_depth(const json_t *v, size_t max)
+{
+    if (v == NULL)
+        return 0;
+    if (max == 0 || max > SF_JSON_MAX_DEPTH)
+        max = SF_JSON_MAX_DEPTH;
+    return sf_json_depth_walk(v, 1, max);
 }
 
 /*
@@ -32,9 +125,6 @@ json_t *sf_json_parse(const char *text, size_t len, struct sf_err *err)
  * not what users stored or what the service returns. We print the shortest
  * form that reads back as the same double.
  */
-
-/* Deeper values cannot come from sf_json_parse; deeper means a cycle or abuse. */
-#define SF_JSON_DUMP_MAX_DEPTH 2048
 
 /* The short escape letter of c ('n' for newline...), or 0 when c needs \u00XX or nothing. */
 static char sf_json_short_escape(unsigned char c)
@@ -172,7 +262,7 @@ static enum sf_rc sf_json_dump_value(const json_t *v, struct sf_buf *out, int de
     void *it;
     bool first = true;
 
-    if (depth > SF_JSON_DUMP_MAX_DEPTH)
+    if (depth > SF_JSON_MAX_DEPTH)
         return SF_EINVAL;
     switch (json_typeof(v)) {
     case JSON_OBJECT:

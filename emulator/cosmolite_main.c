@@ -49,7 +49,18 @@ static const char usage[] =
     "  --max-request-bytes SIZE largest request body, e.g. 4m (default 4m); 413 beyond\n"
     "  --max-doc-bytes SIZE     largest document (default 2m); 413 beyond\n"
     "  --max-page-items N       cap of x-ms-max-item-count (default 1000)\n"
-    "  --max-clock-skew SECS    accepted x-ms-date distance from the clock (default 900)\n"
+    "  --max-page-bytes SIZE    query and read-feed pages end with a continuation once their\n"
+    "                           documents add up to SIZE (default 4m, like Azure)\n"
+    "  --max-json-depth N       deepest nesting of arrays and objects in a document, patch,\n"
+    "                           query parameter or batch, counting the document itself\n"
+    "                           (default 128 like Azure, 1..512); 400 beyond\n"
+    "  --query-timeout-ms MS    time budget of one query page (default 5000): past it the page\n"
+    "                           ends early, maybe empty, with a continuation (408 for ORDER BY\n"
+    "                           or aggregates); a query stops when its client hangs up\n"
+    "  --max-clock-skew SECS    accepted x-ms-date distance from the clock (default 900)\n";
+
+/* The rest of --help (one literal would pass the 4095 bytes C11 compilers must support). */
+static const char usage_faults[] =
     "  --fault SPEC             inject faults into matching requests (repeatable), e.g.\n"
     "                           status=429,op=write,coll=orders,p=0.1,retry-after=50\n"
     "                           SPEC: status=429|449|503|408|500 | delay=MS | drop | stuck\n"
@@ -108,6 +119,9 @@ struct cosmolite_args {
     uint64_t max_request_bytes;
     uint64_t max_doc_bytes;
     int max_page_items;
+    uint64_t max_page_bytes;
+    int max_json_depth;
+    int query_timeout_ms;
     int max_clock_skew;
     const char *faults[64];
     int nfaults;
@@ -283,6 +297,9 @@ enum {
     OPT_MAX_REQ,
     OPT_MAX_DOC,
     OPT_MAX_PAGE,
+    OPT_MAX_PAGE_BYTES,
+    OPT_MAX_JSON_DEPTH,
+    OPT_QUERY_TIMEOUT,
     OPT_SKEW,
     OPT_FAULT,
     OPT_FAULT_SEED,
@@ -312,6 +329,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQ},
         {"max-doc-bytes", required_argument, NULL, OPT_MAX_DOC},
         {"max-page-items", required_argument, NULL, OPT_MAX_PAGE},
+        {"max-page-bytes", required_argument, NULL, OPT_MAX_PAGE_BYTES},
+        {"max-json-depth", required_argument, NULL, OPT_MAX_JSON_DEPTH},
+        {"query-timeout-ms", required_argument, NULL, OPT_QUERY_TIMEOUT},
         {"max-clock-skew", required_argument, NULL, OPT_SKEW},
         {"fault", required_argument, NULL, OPT_FAULT},
         {"fault-seed", required_argument, NULL, OPT_FAULT_SEED},
@@ -380,6 +400,16 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_MAX_PAGE:
             rc = parse_int_opt("--max-page-items", optarg, 1, 100000, &a->max_page_items);
             break;
+        case OPT_MAX_PAGE_BYTES:
+            rc = parse_size_opt("--max-page-bytes", optarg, 1024, 64ull << 20, &a->max_page_bytes);
+            break;
+        case OPT_MAX_JSON_DEPTH:
+            rc = parse_int_opt("--max-json-depth", optarg, 1, EMU_MAX_JSON_DEPTH,
+                               &a->max_json_depth);
+            break;
+        case OPT_QUERY_TIMEOUT:
+            rc = parse_int_opt("--query-timeout-ms", optarg, 1, 3600 * 1000, &a->query_timeout_ms);
+            break;
         case OPT_SKEW:
             rc = parse_int_opt("--max-clock-skew", optarg, 1, 86400 * 365, &a->max_clock_skew);
             break;
@@ -414,6 +444,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_HELP:
             fputs(usage, stdout);
+            fputs(usage_faults, stdout);
             fputs(usage_admin, stdout);
             exit(0);
         case OPT_VERSION:
@@ -490,6 +521,12 @@ int main(int argc, char **argv)
         router.lim.max_page_items = a.max_page_items;
     if (a.max_clock_skew)
         router.lim.max_clock_skew_s = a.max_clock_skew;
+    if (a.max_page_bytes)
+        router.lim.max_page_bytes = (size_t)a.max_page_bytes;
+    if (a.max_json_depth)
+        router.lim.max_json_depth = (size_t)a.max_json_depth;
+    if (a.query_timeout_ms)
+        router.lim.query_timeout_ms = a.query_timeout_ms;
 
     key = a.key ? a.key : getenv("COSMOLITE_KEY");
     if (a.key_file) {
@@ -528,6 +565,7 @@ int main(int argc, char **argv)
     so.sync_full = a.sync_full;
     so.partitions = a.partitions;
     so.max_doc_bytes = a.max_doc_bytes ? a.max_doc_bytes : (2u << 20);
+    so.max_json_depth = router.lim.max_json_depth;
     if (emu_store_open(&so, &store, &err) != SF_OK) {
         fail("cannot open the store%s%s: %s", so.path ? " " : "", so.path ? so.path : "", err.msg);
         goto out;

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/sf_buf.h"
@@ -99,6 +101,29 @@ static bool hold_response(struct emu_http *h, struct conn_state *st, struct MHD_
     }
     pthread_cond_destroy(&st->wake);
     return false;
+}
+
+/*
+ * True when the client has hung up: the socket reports a hang-up or error,
+ * or reads as end of file (a pipelined next request is data, not a hang-up).
+ */
+static bool conn_gone(void *hctx)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info((struct MHD_Connection *)hctx, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct pollfd p;
+    char c;
+
+    if (ci == NULL)
+        return false;
+    p.fd = ci->connect_fd;
+    p.events = POLLIN | POLLRDHUP;
+    p.revents = 0;
+    if (poll(&p, 1, 0) <= 0)
+        return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP))
+        return true;
+    return (p.revents & POLLIN) && recv(p.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 static const char *lookup_header(void *hctx, const char *name)
@@ -212,6 +237,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req.hctx = conn;
     req.body = st->body.data;
     req.body_len = st->body.len;
+    req.gone = conn_gone;
     emu_response_init(&resp, h->router->lim.max_response_bytes);
     emu_router_handle(h->router, &req, &resp);
     if (h->delay && !resp.drop && hold_response(h, st, conn, &resp))
@@ -302,7 +328,7 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
         h->daemon = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
-            (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
+            EMU_HTTP_THREAD_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
@@ -313,7 +339,7 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
         h->daemon = MHD_start_daemon(
             flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
-            (size_t)(256 * 1024), MHD_OPTION_CONNECTION_LIMIT,
+            EMU_HTTP_THREAD_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
             MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),

@@ -12,6 +12,18 @@
 
 struct emu_http;
 
+/*
+ * Each connection's thread stack. The handlers recurse: the query parser
+ * about 4 KiB a nesting level in the sanitizer build (EMU_QUERY_MAX_DEPTH
+ * levels at most, 64 by default), the JSON walkers (jansson's parser and
+ * json_decref, sf_json_dump, the query engine's comparisons and hashes) a
+ * few hundred bytes a level up to SF_JSON_MAX_DEPTH. 8 MiB holds all of
+ * them at once with room to spare; it is address space, touched only as
+ * deep as a request really goes. test_query runs the parser and the
+ * walkers at those bounds on a thread of this size.
+ */
+#define EMU_HTTP_THREAD_STACK_BYTES ((size_t)8 << 20)
+
 struct emu_http_opts {
     const char *host;         /* listen address, e.g. "127.0.0.1" or "::1" */
     int port;                 /* 0 = ephemeral */

@@ -49,11 +49,18 @@
 struct emu_query;
 struct emu_query_exec;
 
+/*
+ * The highest max_depth: the parser recurses through about a dozen
+ * functions a level (about 4 KiB of stack a level in the sanitizer build),
+ * so this is what a thread stack must hold (EMU_HTTP_THREAD_STACK_BYTES).
+ */
+#define EMU_QUERY_MAX_DEPTH 256
+
 /* Limits on everything a query can make the engine hold. 0 means "default". */
 struct emu_query_limits {
     size_t max_text_bytes;  /* query text length, default 256 KiB */
     size_t max_depth;       /* expression nesting (parse and AST height), default 64,
-                             * at most 256 */
+                             * at most EMU_QUERY_MAX_DEPTH */
     size_t max_params;      /* entries in the parameters array, default 256 */
     size_t max_rows;        /* rows held by one execution (ORDER BY, DISTINCT, results),
                              * default 100000 */
@@ -171,6 +178,63 @@ bool emu_query_exec_done(const struct emu_query_exec *e);
  */
 enum sf_rc emu_query_exec_finish(struct emu_query_exec *e, json_t **ret_rows, bool *ret_more,
                                  struct sf_err *err);
+
+/*
+ * How much one execution (one page of one request) may do. The engine looks
+ * at the clock and gone() between documents and every few hundred
+ * evaluation steps (and after every LIKE). When the deadline passes, a
+ * streaming query (emu_query_is_streaming) whose window already holds rows,
+ * or a resumable one (emu_query_is_resumable) that processed a document on
+ * this page, ends the page there: emu_query_exec_add returns SF_OK,
+ * exec_done turns true and finish reports more rows, so the caller hands a
+ * continuation. Otherwise exec_add fails with SF_ETIMEOUT (http_status
+ * 408): not even one document fitted in the budget. gone()
+ * returning true fails it with SF_ECONN: nobody is waiting for the answer.
+ */
+struct emu_query_budget {
+    int64_t deadline_us;     /* sf_mono_us() time to stop by; 0 = no deadline */
+    int timeout_ms;          /* the budget the deadline came from, for messages */
+    bool (*gone)(void *arg); /* NULL = never */
+    void *arg;
+    size_t max_window_bytes; /* streaming: stop adding rows to the window once they are
+                              * estimated at this many bytes (more rows follow); 0 = none */
+};
+
+/* Bounds e by *b (copied); call before the first emu_query_exec_add. */
+void emu_query_exec_set_budget(struct emu_query_exec *e, const struct emu_query_budget *b);
+
+/*
+ * Where a page of a resumable query ends, so the next page can start there
+ * without re-evaluating what came before: it skips the first `docs`
+ * documents of the same scan order unread and numbers rows from `produced`.
+ */
+struct emu_query_cursor {
+    uint64_t docs;     /* documents of the scan already processed */
+    uint64_t produced; /* projected rows they produced (before OFFSET) */
+};
+
+/*
+ * True when pages of q resume by scan position: streaming, no DISTINCT (its
+ * set of seen rows would be lost) and a FROM. Such a page may end with no
+ * rows when its time runs out and still make progress.
+ */
+bool emu_query_is_resumable(const struct emu_query *q);
+
+/*
+ * Starts e where an earlier page ended (emu_query_exec_cursor); call right
+ * after emu_query_exec_new with skip 0, then feed documents from cur->docs
+ * on. Only for resumable queries.
+ */
+void emu_query_exec_resume(struct emu_query_exec *e, const struct emu_query_cursor *cur);
+
+/*
+ * After emu_query_exec_finish of a resumable query: the cursor of a page
+ * that starts at window row i (0 <= i < rows returned), or, for i equal to
+ * the number of rows, right after the window when finish reported more.
+ * SF_ESTATE otherwise.
+ */
+enum sf_rc emu_query_exec_cursor(const struct emu_query_exec *e, size_t i,
+                                 struct emu_query_cursor *ret, struct sf_err *err);
 
 /* Frees an execution. NULL is a no-op. */
 void emu_query_exec_free(struct emu_query_exec *e);

@@ -22,6 +22,7 @@
 #include <math.h>
 
 #include "common/sf_buf.h"
+#include "common/sf_json.h"
 #include "emulator/emu_query_int.h"
 
 #define MAX_FN_ARGS        64
@@ -970,8 +971,9 @@ static void format_number(const json_t *v, char *out, size_t size)
 static enum sf_rc fn_tostring(const struct qeval *ev, json_t *v, json_t **ret, struct sf_err *err)
 {
     char num[40];
-    char *text;
+    struct sf_buf text;
     json_t *r;
+    enum sf_rc rc;
 
     switch (qval_rank(v)) {
     case 0:
@@ -992,14 +994,25 @@ static enum sf_rc fn_tostring(const struct qeval *ev, json_t *v, json_t **ret, s
     }
     if (qval_estimate_capped(v, ev->q->lim.max_value_bytes * 4) > ev->q->lim.max_value_bytes * 4)
         return buf_error(SF_ELIMIT, ev, "TOSTRING", err);
-    if ((text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER)) == NULL)
-        return oom(err);
-    if (strlen(text) > ev->q->lim.max_value_bytes) {
-        free(text);
+    /*
+     * Our writer, not json_dumps: its depth is bounded (SF_JSON_MAX_DEPTH)
+     * where jansson's recurses without limit, and it prints numbers the way
+     * the service does.
+     */
+    sf_buf_init(&text, ev->q->lim.max_value_bytes);
+    rc = sf_json_dump(v, &text);
+    if (rc == SF_ELIMIT) {
+        sf_buf_release(&text);
         return buf_error(SF_ELIMIT, ev, "TOSTRING", err);
     }
-    r = json_string_nocheck(text);
-    free(text);
+    if (rc != SF_OK) {
+        sf_buf_release(&text);
+        return qerr(err, SF_ELIMIT,
+                    "TOSTRING: the value nests deeper than %d levels or cannot be written",
+                    SF_JSON_MAX_DEPTH);
+    }
+    r = json_stringn_nocheck(text.data, text.len);
+    sf_buf_release(&text);
     if (r == NULL)
         return oom(err);
     *ret = r;
@@ -1403,6 +1416,9 @@ static enum sf_rc eval_predicate(const struct qeval *ev, const struct qnode *n, 
             int64_t esc = v[2] != NULL ? (int64_t)(unsigned char)json_string_value(v[2])[0] : -1;
             if ((rc = like_match(v[0], v[1], esc, &m, err)) != SF_OK)
                 goto out;
+            /* One LIKE may take up to LIKE_MAX_STEPS: look at the clock after each. */
+            if ((rc = qclock_tick(ev->clock, QCLOCK_EVERY, err)) != SF_OK)
+                goto out;
             result = m;
         }
     }
@@ -1421,6 +1437,8 @@ enum sf_rc qeval_expr(const struct qeval *ev, const struct qnode *n, json_t **re
     enum sf_rc rc = SF_OK;
     int t;
 
+    if ((rc = qclock_tick(ev->clock, 1, err)) != SF_OK)
+        return rc;
     switch (n->kind) {
     case QN_CONST:
         *ret = json_incref(n->value);

@@ -15,11 +15,15 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_time.h"
 #include "emulator/emu_query_int.h"
 
 struct qrow {
     json_t *value;
     json_t **keys; /* q->norder sort keys (NULL = undefined); NULL without ORDER BY */
+    /* Streaming: where a page starting at this row resumes (emu_query_exec_cursor). */
+    uint64_t doc; /* documents fully processed before this row's document */
+    uint64_t k;   /* this row's number among all projected rows (before OFFSET) */
 };
 
 struct qagg {
@@ -53,6 +57,14 @@ struct emu_query_exec {
     bool more;         /* streaming: the result has a row after the window */
     bool done;
     bool finished;
+    struct emu_query_budget budget;
+    struct qclock clock; /* .b points at budget once set */
+    size_t window_bytes; /* streaming: estimated bytes of the rows in the window */
+    uint64_t docs;       /* documents fully processed, counting those a resume skipped */
+    uint64_t docs_start; /* docs when this page began (emu_query_exec_resume) */
+    bool stopped;        /* streaming: the page ended before the scan; the next page starts at */
+    uint64_t stop_docs;  /* ... this many documents processed */
+    uint64_t stop_k;     /* ... and this row number */
 };
 
 static enum sf_rc exec_oom(struct sf_err *err)
@@ -165,10 +177,10 @@ static void row_release(const struct emu_query *q, struct qrow *r)
 }
 
 /* Appends a row; takes value and keys, also on failure. */
-static enum sf_rc row_push(struct emu_query_exec *e, json_t *value, json_t **keys,
+static enum sf_rc row_push(struct emu_query_exec *e, json_t *value, json_t **keys, uint64_t k,
                            struct sf_err *err)
 {
-    struct qrow tmp = {value, keys};
+    struct qrow tmp = {value, keys, e->docs, k};
     enum sf_rc rc;
 
     if ((rc = rows_limit(e, e->nrows + 1, err)) != SF_OK)
@@ -329,13 +341,20 @@ static enum sf_rc stream_row(struct emu_query_exec *e, json_t *v, struct sf_err 
         json_decref(v);
         return SF_OK;
     }
-    if (idx - e->skip >= e->max_rows) {
+    if (idx - e->skip >= e->max_rows || (e->budget.max_window_bytes != 0 && e->nrows > 0 &&
+                                         e->window_bytes >= e->budget.max_window_bytes)) {
+        /* This row opens the next page: it resumes before this document. */
         e->more = true;
         e->done = true;
+        e->stopped = true;
+        e->stop_docs = e->docs;
+        e->stop_k = k;
         json_decref(v);
         return SF_OK;
     }
-    return row_push(e, v, NULL, err);
+    if (e->budget.max_window_bytes != 0)
+        e->window_bytes += qval_estimate_capped(v, e->budget.max_window_bytes);
+    return row_push(e, v, NULL, k, err);
 }
 
 static enum sf_rc order_row(struct emu_query_exec *e, const struct qeval *ev, json_t *v,
@@ -352,18 +371,18 @@ static enum sf_rc order_row(struct emu_query_exec *e, const struct qeval *ev, js
     for (size_t i = 0; i < q->norder; i++) {
         if ((rc = qeval_expr(ev, q->order[i].expr, &keys[i], err)) != SF_OK ||
             (rc = charge(e, keys[i], err)) != SF_OK) {
-            struct qrow tmp = {v, keys};
+            struct qrow tmp = {v, keys, 0, 0};
             row_release(q, &tmp);
             return rc;
         }
     }
-    return row_push(e, v, keys, err);
+    return row_push(e, v, keys, 0, err);
 }
 
 static enum sf_rc exec_row(struct emu_query_exec *e, const json_t *doc, struct sf_err *err)
 {
     const struct emu_query *q = e->q;
-    struct qeval ev = {q, doc, NULL};
+    struct qeval ev = {q, doc, NULL, &e->clock};
     json_t *v = NULL;
     bool match = false, added = true;
     enum sf_rc rc;
@@ -430,16 +449,107 @@ enum sf_rc emu_query_exec_new(const struct emu_query *q, size_t skip, size_t max
     return SF_OK;
 }
 
+enum sf_rc qclock_check(struct qclock *c, struct sf_err *err)
+{
+    const struct emu_query_budget *b = c != NULL ? c->b : NULL;
+    enum sf_rc rc;
+
+    if (b == NULL)
+        return SF_OK;
+    if (b->gone != NULL && b->gone(b->arg))
+        return qerr(err, SF_ECONN, "the client closed the connection; the query stopped");
+    if (b->deadline_us != 0 && sf_mono_us() > b->deadline_us) {
+        rc = qerr(err, SF_ETIMEOUT,
+                  "the query ran past its time budget of %d ms for one page (cosmolite's "
+                  "--query-timeout-ms) before it had a page to return; narrow it with WHERE or "
+                  "simplify it",
+                  b->timeout_ms);
+        if (err != NULL) {
+            err->http_status = 408;
+            err->retriable = true;
+        }
+        return rc;
+    }
+    return SF_OK;
+}
+
+void emu_query_exec_set_budget(struct emu_query_exec *e, const struct emu_query_budget *b)
+{
+    e->budget = *b;
+    e->clock.b = &e->budget;
+    e->clock.ticks = 0;
+}
+
 enum sf_rc emu_query_exec_add(struct emu_query_exec *e, const json_t *doc, struct sf_err *err)
 {
+    enum sf_rc rc;
+
     if (e->done || e->finished || doc == NULL)
         return SF_OK;
-    return exec_row(e, doc, err);
+    /*
+     * Between documents, but the deadline not before a page's first: that
+     * one always gets its chance, so a page whose documents each fit in the
+     * budget always gets somewhere, however late the scan reached it.
+     */
+    if (e->docs > e->docs_start)
+        rc = qclock_check(&e->clock, err);
+    else if (e->clock.b != NULL && e->clock.b->gone != NULL && e->clock.b->gone(e->clock.b->arg))
+        rc = qerr(err, SF_ECONN, "the client closed the connection; the query stopped");
+    else
+        rc = SF_OK;
+    if (rc == SF_OK)
+        rc = exec_row(e, doc, err);
+    if (rc == SF_OK) {
+        e->docs++;
+        return SF_OK;
+    }
+    /*
+     * Out of time: end the page here if it got anywhere. This document
+     * produced no row yet, so the next page resumes exactly at it: by scan
+     * position when the query is resumable (even after a page of no rows:
+     * the documents it read stay read), else by the offset after the rows.
+     */
+    if (rc == SF_ETIMEOUT && emu_query_is_streaming(e->q) &&
+        (e->nrows > 0 || (emu_query_is_resumable(e->q) && e->docs > e->docs_start))) {
+        sf_err_clear(err);
+        e->more = true;
+        e->done = true;
+        e->stopped = true;
+        e->stop_docs = e->docs;
+        e->stop_k = e->produced;
+        return SF_OK;
+    }
+    return rc;
 }
 
 bool emu_query_exec_done(const struct emu_query_exec *e)
 {
     return e->done;
+}
+
+void emu_query_exec_resume(struct emu_query_exec *e, const struct emu_query_cursor *cur)
+{
+    e->docs = e->docs_start = cur->docs;
+    e->produced = cur->produced;
+    e->skip = cur->produced > e->first ? (size_t)(cur->produced - e->first) : 0;
+}
+
+enum sf_rc emu_query_exec_cursor(const struct emu_query_exec *e, size_t i,
+                                 struct emu_query_cursor *ret, struct sf_err *err)
+{
+    if (!e->finished || !emu_query_is_resumable(e->q))
+        return qerr(err, SF_ESTATE, "the query execution has no cursor");
+    if (i < e->nrows) {
+        ret->docs = e->rows[i].doc;
+        ret->produced = e->rows[i].k;
+        return SF_OK;
+    }
+    if (i == e->nrows && e->stopped) {
+        ret->docs = e->stop_docs;
+        ret->produced = e->stop_k;
+        return SF_OK;
+    }
+    return qerr(err, SF_ESTATE, "the query execution has no rows after row %zu", i);
 }
 
 /* ---- finishing ------------------------------------------------------------------------ */
@@ -491,7 +601,7 @@ static enum sf_rc finish_aggs(struct emu_query_exec *e, struct sf_err *err)
 {
     const struct emu_query *q = e->q;
     json_t **results = calloc(q->naggs, sizeof(*results));
-    struct qeval ev = {q, NULL, results};
+    struct qeval ev = {q, NULL, results, NULL};
     json_t *v = NULL;
     enum sf_rc rc = SF_OK;
 
@@ -506,7 +616,7 @@ static enum sf_rc finish_aggs(struct emu_query_exec *e, struct sf_err *err)
     free(results);
     if (rc != SF_OK || v == NULL)
         return rc;
-    return row_push(e, v, NULL, err);
+    return row_push(e, v, NULL, 0, err);
 }
 
 enum sf_rc emu_query_exec_finish(struct emu_query_exec *e, json_t **ret_rows, bool *ret_more,
@@ -589,7 +699,7 @@ out:
 enum sf_rc emu_query_match(const struct emu_query *q, const json_t *doc, bool *ret_match,
                            struct sf_err *err)
 {
-    struct qeval ev = {q, doc, NULL};
+    struct qeval ev = {q, doc, NULL, NULL};
     bool match = false;
     enum sf_rc rc = where_matches(&ev, &match, err);
 
@@ -606,6 +716,11 @@ bool emu_query_needs_plan(const struct emu_query *q)
 bool emu_query_is_streaming(const struct emu_query *q)
 {
     return q->norder == 0 && q->naggs == 0;
+}
+
+bool emu_query_is_resumable(const struct emu_query *q)
+{
+    return emu_query_is_streaming(q) && !q->distinct && q->has_from;
 }
 
 /* ---- query plan ----------------------------------------------------------------------- */

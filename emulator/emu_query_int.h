@@ -249,10 +249,38 @@ struct emu_query {
 
 /* ---- evaluation ---------------------------------------------------------------- */
 
+/* An execution's budget as evaluation sees it (emu_query_exec_set_budget). */
+struct qclock {
+    const struct emu_query_budget *b; /* NULL = unbounded */
+    uint32_t ticks;                   /* work since the last look at the clock */
+};
+
+/* How many ticks of work between two looks at the clock (a few microseconds). */
+#define QCLOCK_EVERY 256u
+
+/*
+ * Looks at the clock and the client now: SF_ETIMEOUT (408) past the
+ * deadline, SF_ECONN when the client has gone, else SF_OK. c may be NULL.
+ */
+enum sf_rc qclock_check(struct qclock *c, struct sf_err *err);
+
+/* Counts weight units of work; looks at the clock every QCLOCK_EVERY of them. */
+static inline enum sf_rc qclock_tick(struct qclock *c, uint32_t weight, struct sf_err *err)
+{
+    if (c == NULL || c->b == NULL)
+        return SF_OK;
+    c->ticks += weight;
+    if (c->ticks < QCLOCK_EVERY)
+        return SF_OK;
+    c->ticks = 0;
+    return qclock_check(c, err);
+}
+
 struct qeval {
     const struct emu_query *q;
     const json_t *doc;          /* the current document; NULL without FROM */
     json_t *const *agg_results; /* final aggregate values by slot, or NULL */
+    struct qclock *clock;       /* NULL = no budget */
 };
 
 /* Evaluates n. *ret is a new reference or NULL for undefined. Fails only on

@@ -27,8 +27,6 @@
 
 #include "emulator/emu_query_int.h"
 
-#define QUERY_MAX_DEPTH_CAP 256 /* recursion stays far below any thread's stack */
-
 struct qparser {
     const char *text;
     size_t len;
@@ -1352,7 +1350,7 @@ static void limits_fill(struct emu_query_limits *out, const struct emu_query_lim
     if (in->max_text_bytes != 0)
         out->max_text_bytes = in->max_text_bytes;
     if (in->max_depth != 0)
-        out->max_depth = SF_MIN(in->max_depth, QUERY_MAX_DEPTH_CAP);
+        out->max_depth = SF_MIN(in->max_depth, EMU_QUERY_MAX_DEPTH);
     if (in->max_params != 0)
         out->max_params = in->max_params;
     if (in->max_rows != 0)

@@ -30,6 +30,9 @@ void emu_limits_default(struct emu_limits *lim)
     lim->default_page_items = 100;
     lim->max_clock_skew_s = 900;
     lim->max_path_segments = 8;
+    lim->max_json_depth = 128;
+    lim->query_timeout_ms = 5000;
+    lim->max_page_bytes = 4u << 20;
 }
 
 void emu_response_init(struct emu_response *resp, size_t max_body)
@@ -181,11 +184,21 @@ static bool hdr_true(const struct route *rt, const char *name)
     return v && strcasecmp(v, "true") == 0;
 }
 
+/*
+ * Levels a request body may add around a document or value: a batch body
+ * [ {"resourceBody": doc} ] holds a document at level 3, a query body
+ * {"parameters": [ {"value": v} ]} a value at level 4. The document or value
+ * itself is held to max_json_depth where it is used (the store checks every
+ * document it writes, parse_query_body every parameter).
+ */
+#define EMU_BODY_ENVELOPE_DEPTH 3
+
 /* Parses the body as JSON; on failure answers 400 and returns NULL. */
 static json_t *body_json(struct route *rt)
 {
     struct sf_err err;
     json_t *v;
+    size_t depth = rt->r->lim.max_json_depth;
 
     sf_err_clear(&err);
     if (rt->req->body_len == 0) {
@@ -194,8 +207,16 @@ static json_t *body_json(struct route *rt)
                            "required.");
         return NULL;
     }
-    v = sf_json_parse(rt->req->body, rt->req->body_len, &err);
-    if (!v)
+    if (depth != 0)
+        depth += EMU_BODY_ENVELOPE_DEPTH;
+    v = sf_json_parse_depth(rt->req->body, rt->req->body_len, depth, &err);
+    if (!v && err.rc == SF_ELIMIT)
+        emu_response_error(rt->resp, 400, 0,
+                           "The request body nests arrays and objects too deeply (%s): "
+                           "documents and values may nest %zu levels (Azure allows 128; "
+                           "cosmolite's --max-json-depth sets the limit).",
+                           err.msg, rt->r->lim.max_json_depth);
+    else if (!v)
         emu_response_error(rt->resp, 400, 0, "The request body is not valid JSON: %s", err.msg);
     return v;
 }
@@ -214,7 +235,7 @@ static bool pk_header(struct route *rt, json_t **ret_pk)
     if (!v)
         return true;
     sf_err_clear(&err);
-    pk = sf_json_parse(v, strlen(v), &err);
+    pk = sf_json_parse_depth(v, strlen(v), rt->r->lim.max_json_depth, &err);
     if (!pk || !json_is_array(pk) || json_array_size(pk) != 1) {
         emu_response_error(rt->resp, 400, 0,
                            "The partition key header x-ms-documentdb-partitionkey must be a JSON "
@@ -359,6 +380,23 @@ static struct emu_query *parse_query_body(struct route *rt)
         }
         if (json_is_null(params))
             params = NULL;
+        for (size_t i = 0; i < json_array_size(params); i++) {
+            const json_t *pv = json_object_get(json_array_get(params, i), "value");
+            size_t max = rt->r->lim.max_json_depth;
+
+            if (max != 0 && sf_json_depth(pv, max) > max) {
+                emu_response_error(rt->resp, 400, 0,
+                                   "Query parameter %zu (%.64s) nests arrays and objects deeper "
+                                   "than the limit of %zu levels (Azure allows 128; cosmolite's "
+                                   "--max-json-depth sets the limit).",
+                                   i + 1,
+                                   sf_json_str(json_array_get(params, i), "name")
+                                       ? sf_json_str(json_array_get(params, i), "name")
+                                       : "?",
+                                   max);
+                goto out;
+            }
+        }
     }
     if (emu_query_parse(text, params, NULL, &q, &err) != SF_OK) {
         emu_response_error(rt->resp, err.http_status ? err.http_status : 400, 0,
@@ -371,15 +409,38 @@ out:
     return q;
 }
 
-/* Reads "o:<offset>" from x-ms-continuation. Answers 400 and returns false if bad. */
-static bool query_offset(struct route *rt, size_t *ret_skip)
+/*
+ * Reads x-ms-continuation: "o:<offset>" (rows already returned; any query)
+ * or "d:<documents>:<rows>" (a resumable query's scan position, see
+ * emu_query_cursor: *ret_resume true). Answers 400 and returns false if bad.
+ */
+static bool query_offset(struct route *rt, const struct emu_query *q, size_t *ret_skip,
+                         struct emu_query_cursor *ret_cur, bool *ret_resume)
 {
     const char *v = hdr(rt, "x-ms-continuation");
     int64_t n;
 
     *ret_skip = 0;
+    *ret_resume = false;
     if (!v)
         return true;
+    if (strncmp(v, "d:", 2) == 0 && emu_query_is_resumable(q)) {
+        const char *colon = strchr(v + 2, ':');
+        char docs[24];
+        int64_t d, p;
+
+        if (colon && (size_t)(colon - v - 2) < sizeof(docs)) {
+            memcpy(docs, v + 2, (size_t)(colon - v - 2));
+            docs[colon - v - 2] = '\0';
+            if (sf_parse_i64(docs, 0, INT64_MAX, &d) == SF_OK &&
+                sf_parse_i64(colon + 1, 0, INT64_MAX, &p) == SF_OK) {
+                ret_cur->docs = (uint64_t)d;
+                ret_cur->produced = (uint64_t)p;
+                *ret_resume = true;
+                return true;
+            }
+        }
+    }
     if (strncmp(v, "o:", 2) != 0 || sf_parse_i64(v + 2, 0, INT64_MAX, &n) != SF_OK) {
         emu_response_error(rt->resp, 400, 0,
                            "Invalid x-ms-continuation '%.64s': pass back the value of an "
@@ -429,13 +490,17 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
 {
     const char *range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
     struct emu_search_page page = {0};
+    struct emu_query_budget budget = {0};
+    struct emu_query_cursor from = {0};
+    bool resume = false;
     struct sf_err err;
     json_t *pk = NULL;
     size_t skip;
     int max;
     bool empty = false;
+    int64_t t0 = sf_mono_us();
 
-    if (!pk_header(rt, &pk) || !page_size(rt, &max) || !query_offset(rt, &skip))
+    if (!pk_header(rt, &pk) || !page_size(rt, &max) || !query_offset(rt, q, &skip, &from, &resume))
         goto out;
     if (range) {
         const char *comma = strrchr(range, ',');
@@ -448,10 +513,25 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
         range = NULL;
     }
     sf_err_clear(&err);
+    if (rt->r->lim.query_timeout_ms > 0) {
+        budget.timeout_ms = rt->r->lim.query_timeout_ms;
+        budget.deadline_us = t0 + (int64_t)budget.timeout_ms * 1000;
+    }
+    budget.gone = rt->req->gone;
+    budget.arg = rt->req->hctx;
+    budget.max_window_bytes = rt->r->lim.max_page_bytes;
     (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
-    if (!empty && emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, &rt->resp->body,
-                                 &page, &err) != SF_OK) {
+    if (!empty &&
+        emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, resume ? &from : NULL,
+                       &budget, &rt->resp->body, &page, &err) != SF_OK) {
         sf_buf_reset(&rt->resp->body);
+        if (err.rc == SF_ECONN) {
+            /* Nobody is waiting: stop here and close, as libmicrohttpd would. */
+            sf_log_info("cosmolite", "query on %s/%s abandoned after %.0f ms: %s", c->db, c->coll,
+                        (double)(sf_mono_us() - t0) / 1000.0, "the client closed the connection");
+            rt->resp->drop = true;
+            goto out;
+        }
         resp_from_err(rt->resp, &err);
         goto out;
     }
@@ -461,7 +541,10 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     }
     ok(rt, 200, emu_ru_cost_query(page.read, page.count, rt->resp->body.len));
     resp_header(rt->resp, "x-ms-item-count", "%zu", page.count);
-    if (page.more)
+    if (page.more && page.has_next)
+        resp_header(rt->resp, "x-ms-continuation", "d:%llu:%llu",
+                    (unsigned long long)page.next.docs, (unsigned long long)page.next.produced);
+    else if (page.more)
         resp_header(rt->resp, "x-ms-continuation", "o:%zu", skip + page.count);
 out:
     json_decref(pk);

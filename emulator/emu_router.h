@@ -22,7 +22,22 @@ struct emu_limits {
     int default_page_items;    /* page size when the client sends none or -1 (default 100) */
     int max_clock_skew_s;      /* x-ms-date window around the server clock (default 900) */
     int max_path_segments;     /* deeper URLs get 400 (default 8) */
+    size_t max_json_depth;     /* nesting of any JSON that comes in: bodies, documents after a
+                                * patch, query parameters, headers; 400 beyond (default 128
+                                * like Azure, at most EMU_MAX_JSON_DEPTH) */
+    int query_timeout_ms;      /* CPU/wall budget of one query or read-feed page: the page ends
+                                * early with a continuation, or 408 without a row (default 5000) */
+    size_t max_page_bytes;     /* query and read-feed pages end (with a continuation) once their
+                                * documents add up to this (default 4 MiB; one document always
+                                * fits) */
 };
+
+/*
+ * The highest --max-json-depth: half of SF_JSON_MAX_DEPTH, the depth every
+ * walker and thread stack is sized for, so that values a query builds
+ * around stored ones (at most the parser's nesting cap deeper) still fit.
+ */
+#define EMU_MAX_JSON_DEPTH 512
 void emu_limits_default(struct emu_limits *lim);
 
 struct emu_router {
@@ -51,6 +66,9 @@ struct emu_request {
     void *hctx;
     const char *body; /* may be NULL when body_len == 0 */
     size_t body_len;
+    /* True once the client has gone (closed its connection), so long work
+     * can stop; NULL = never. Called from the handling thread with hctx. */
+    bool (*gone)(void *hctx);
 };
 
 #define EMU_MAX_RESP_HEADERS 16

@@ -5,6 +5,7 @@
 
 struct scan_ctx {
     struct emu_query_exec *exec;
+    uint64_t skip_docs; /* a resumed page: documents an earlier page processed */
     struct sf_err *err;
     size_t read;
 };
@@ -18,10 +19,21 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
     json_t *v;
     enum sf_rc rc;
 
+    if (sc->skip_docs > 0) {
+        sc->skip_docs--; /* read by an earlier page: not even parsed */
+        return SF_OK;
+    }
     sc->read++;
-    v = json_loadb(doc, len, 0, NULL);
-    if (!v)
+    v = sf_json_parse(doc, len, NULL);
+    if (!v) {
+        /* An older cosmolite stored it without a depth limit; never recurse into it. */
+        if (sf_json_text_depth(doc, len, SF_JSON_MAX_DEPTH, NULL) > SF_JSON_MAX_DEPTH)
+            return sf_err_set(sc->err, SF_EINVAL, false,
+                              "a stored document nests deeper than %d levels, which queries "
+                              "cannot read; replace or delete it",
+                              SF_JSON_MAX_DEPTH);
         return sf_err_set(sc->err, SF_EIO, false, "a stored document is not valid JSON");
+    }
     rc = emu_query_exec_add(sc->exec, v, sc->err);
     json_decref(v); /* the execution holds its own references */
     if (rc != SF_OK)
@@ -31,18 +43,25 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
 
 enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
                           const struct emu_query *q, const char *range_id, const json_t *pk,
-                          size_t skip, size_t max_rows, struct sf_buf *out,
+                          size_t skip, size_t max_rows, const struct emu_query_cursor *from,
+                          const struct emu_query_budget *budget, struct sf_buf *out,
                           struct emu_search_page *ret_page, struct sf_err *err)
 {
     struct scan_ctx sc = {.err = err};
     json_t *rows = NULL, *row;
     bool more = false;
-    size_t i;
+    size_t i, start = out->len, count = 0, cut = budget ? budget->max_window_bytes : 0;
     enum sf_rc rc;
 
     rc = emu_query_exec_new(q, skip, max_rows, &sc.exec, err);
     if (rc != SF_OK)
         return rc;
+    if (budget != NULL)
+        emu_query_exec_set_budget(sc.exec, budget);
+    if (from != NULL) {
+        emu_query_exec_resume(sc.exec, from);
+        sc.skip_docs = from->docs;
+    }
     rc = emu_store_doc_scan(s, c, range_id, pk, visit, &sc, err);
     if (rc == SCAN_DONE)
         rc = SF_OK;
@@ -52,10 +71,30 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
         goto out;
     json_array_foreach(rows, i, row)
     {
-        if (i > 0 && (rc = sf_buf_putc(out, ',')) != SF_OK)
+        size_t before = out->len;
+
+        if (i > 0)
+            rc = sf_buf_putc(out, ',');
+        if (rc == SF_OK)
+            rc = sf_json_dump(row, out);
+        if (rc == SF_ELIMIT && count > 0) {
+            /* The response buffer is full: page here rather than fail. */
+            out->len = before;
+            out->data[before] = '\0';
+            more = true;
+            rc = SF_OK;
             break;
-        if ((rc = sf_json_dump(row, out)) != SF_OK)
+        }
+        if (rc != SF_OK)
             break;
+        if (cut != 0 && i > 0 && out->len - start > cut) {
+            /* Past the page size: this row opens the next page (the continuation). */
+            out->len = before;
+            out->data[before] = '\0';
+            more = true;
+            break;
+        }
+        count++;
     }
     if (rc == SF_ELIMIT) {
         sf_err_set(err, rc, false, "the query result page exceeds the response size limit");
@@ -63,10 +102,22 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
             err->http_status = 413;
         goto out;
     }
+    if (rc == SF_EINVAL) {
+        /* A query can nest stored values deeper still ([[c.v]]); the writer stops at its bound. */
+        sf_err_set(err, rc, false,
+                   "result row %zu of the page nests deeper than %d levels and cannot be "
+                   "returned; select less deeply nested values",
+                   count + 1, SF_JSON_MAX_DEPTH);
+        if (err)
+            err->http_status = 400;
+        goto out;
+    }
     if (rc == SF_OK) {
-        ret_page->count = json_array_size(rows);
+        ret_page->count = count;
         ret_page->more = more;
         ret_page->read = sc.read;
+        ret_page->has_next = more && emu_query_is_resumable(q) &&
+                             emu_query_exec_cursor(sc.exec, count, &ret_page->next, NULL) == SF_OK;
     }
 out:
     json_decref(rows);

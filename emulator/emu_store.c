@@ -11,6 +11,8 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_json.h"
+
 #include <stdarg.h>
 
 #include "common/sf_crypto.h"
@@ -969,6 +971,8 @@ enum sf_rc emu_store_open(const struct emu_store_opts *opts, struct emu_store **
     s->memory = opts->path == NULL;
     s->partitions = opts->partitions == 0 ? 1 : opts->partitions;
     s->max_doc_bytes = opts->max_doc_bytes == 0 ? EMU_DEFAULT_MAX_DOC : opts->max_doc_bytes;
+    s->max_json_depth =
+        opts->max_json_depth == 0 ? 128 : SF_MIN(opts->max_json_depth, (size_t)SF_JSON_MAX_DEPTH);
     s->now_s = opts->now_s;
     s->now_arg = opts->now_arg;
 

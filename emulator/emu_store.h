@@ -42,6 +42,10 @@ struct emu_store_opts {
                            * containers keep the ranges they were created with */
     size_t max_doc_bytes; /* largest stored document (with its system
                            * properties), 0 = 2 MiB */
+    /* Deepest nesting of arrays and objects in a written document, counting
+     * the document itself (1 = flat); 400 beyond. 0 = 128 (Azure's limit),
+     * at most SF_JSON_MAX_DEPTH. Checked on every write, patches included. */
+    size_t max_json_depth;
     /* Clock for _ts (epoch seconds) and change-feed start times; NULL = the
      * wall clock. Tests inject a fake one. Called with the store lock held. */
     int64_t (*now_s)(void *arg);

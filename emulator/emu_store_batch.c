@@ -96,7 +96,7 @@ static enum sf_rc emu_batch_op_pk(const struct emu_batch_op *op, const struct em
     if (v == NULL || json_is_null(v))
         return SF_OK;
     if (json_is_string(v))
-        v = parsed = json_loadb(json_string_value(v), json_string_length(v), JSON_DECODE_ANY, NULL);
+        v = parsed = sf_json_parse_depth(json_string_value(v), json_string_length(v), 8, NULL);
     rc = emu_store_pk_from_header(&mine, v, "batch operation", err);
     if (rc == SF_OK) {
         if (strcmp(sf_buf_cstr(&mine.text), sf_buf_cstr(&key->text)) != 0)

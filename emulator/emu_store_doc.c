@@ -241,6 +241,17 @@ static enum sf_rc emu_doc_user_json(struct emu_store *s, const json_t *body, str
     enum sf_rc rc;
     size_t i;
 
+    /*
+     * Every write passes here (patch results and batch operations too), so
+     * no document deeper than the limit is ever stored: whatever reads it
+     * later (the query engine, the next patch) recurses within bounds.
+     */
+    if (sf_json_depth(body, s->max_json_depth) > s->max_json_depth)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "document '%.64s' nests arrays and objects deeper than the limit of "
+                              "%zu levels, counting the document itself (Azure allows 128; "
+                              "cosmolite's --max-json-depth sets the limit)",
+                              op->id, s->max_json_depth);
     /* Copy only when needed: most creates carry no system properties. */
     for (i = 0; i < SF_ARRAY_LEN(emu_doc_system); i++) {
         if (json_object_get(body, emu_doc_system[i]) == NULL)

@@ -198,6 +198,7 @@ struct emu_store {
     bool memory;
     int partitions;
     size_t max_doc_bytes;
+    size_t max_json_depth; /* nesting of a stored document, counting itself */
     int max_batch_ops;
     size_t max_batch_bytes;
     int64_t (*now_s)(void *arg);

@@ -491,8 +491,17 @@ enum sf_rc emu_store_patch_apply(struct emu_store *s, struct emu_tx *tx, const j
                             id, if_match);
     if (rc != SF_OK)
         goto out;
-    doc = json_loadb(cur.data, cur.len, 0, NULL);
-    if (doc == NULL) {
+    doc = sf_json_parse(cur.data, cur.len, NULL);
+    if (doc == NULL &&
+        sf_json_text_depth(cur.data, cur.len, SF_JSON_MAX_DEPTH, NULL) > SF_JSON_MAX_DEPTH) {
+        /* Stored by an older cosmolite without a depth limit: refuse, never recurse into it. */
+        rc = emu_store_fail(err, SF_EINVAL, 400, 0,
+                            "document '%.64s' is stored nesting deeper than %d levels, which "
+                            "cosmolite cannot patch; replace or delete it",
+                            id, SF_JSON_MAX_DEPTH);
+        goto out;
+    }
+    if (!json_is_object(doc)) {
         rc = emu_store_fail(err, SF_EIO, 500, 0, "document '%.64s': stored text is corrupt", id);
         goto out;
     }

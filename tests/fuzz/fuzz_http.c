@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *text = malloc(size + 1), *line, *save = NULL, *body = NULL, *method, *path, *sp;
     struct fuzz_req f = {0};
-    struct emu_request req;
+    struct emu_request req = {0};
     struct emu_response resp;
     size_t body_len = 0;
 

@@ -783,8 +783,89 @@ START_TEST(test_json_deep_nesting_rejected)
     memset(text + DEPTH, ']', DEPTH);
     sf_err_clear(&err);
     ck_assert_ptr_null(sf_json_parse(text, (size_t)2 * DEPTH, &err));
-    ck_assert_int_eq(err.rc, SF_EINVAL);
+    ck_assert_int_eq(err.rc, SF_ELIMIT);
     free(text);
+}
+END_TEST
+
+/* "[[...[1]...]]" with levels brackets, as a new string. */
+static char *nested_text(size_t levels)
+{
+    char *t = malloc(2 * levels + 2);
+
+    ck_assert_ptr_nonnull(t);
+    memset(t, '[', levels);
+    t[levels] = '1';
+    memset(t + levels + 1, ']', levels);
+    t[2 * levels + 1] = '\0';
+    return t;
+}
+
+START_TEST(test_json_text_depth_counts_brackets_outside_strings)
+{
+    const char *s = "{\"a\":[\"[[[\\\"{{\",{\"b\":[]}]}";
+    size_t at = 0;
+
+    ck_assert_uint_eq(sf_json_text_depth("", 0, 0, NULL), 0);
+    ck_assert_uint_eq(sf_json_text_depth("5", 1, 0, NULL), 0);
+    ck_assert_uint_eq(sf_json_text_depth("{}", 2, 0, NULL), 1);
+    /* Brackets in strings (also after an escaped quote) do not count. */
+    ck_assert_uint_eq(sf_json_text_depth(s, strlen(s), 0, &at), 4);
+    ck_assert_int_eq(s[at], '[');
+    /* stop: counting ends once past it. */
+    ck_assert_uint_eq(sf_json_text_depth("[[[[[", 5, 2, &at), 3);
+    ck_assert_uint_eq(at, 2);
+}
+END_TEST
+
+START_TEST(test_json_parse_depth_limit_is_exact)
+{
+    char *ok = nested_text(128), *over = nested_text(129), *huge = nested_text(1250);
+    struct sf_err err;
+    json_t *v;
+
+    v = sf_json_parse_depth(ok, strlen(ok), 128, &err);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_uint_eq(sf_json_depth(v, 0), 128);
+    ck_assert_uint_eq(sf_json_depth(v, 100), 101); /* stops walking past max */
+    json_decref(v);
+    sf_err_clear(&err);
+    ck_assert_ptr_null(sf_json_parse_depth(over, strlen(over), 128, &err));
+    ck_assert_int_eq(err.rc, SF_ELIMIT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "128 levels"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "byte 129"));
+    /* The default ceiling: SF_JSON_MAX_DEPTH, whatever a caller asks. */
+    v = sf_json_parse_depth(huge, strlen(huge), 0, &err);
+    ck_assert_ptr_null(v);
+    ck_assert_int_eq(err.rc, SF_ELIMIT);
+    ck_assert_ptr_null(sf_json_parse_depth(huge, strlen(huge), 5000, &err));
+    ck_assert_ptr_null(sf_json_parse(huge, strlen(huge), &err));
+    v = json_integer(0);
+    ck_assert_uint_eq(sf_json_depth(v, 0), 0);
+    json_decref(v);
+    free(ok);
+    free(over);
+    free(huge);
+}
+END_TEST
+
+START_TEST(test_json_dump_refuses_values_deeper_than_the_walkers_bound)
+{
+    /* Built through the API, so no parser limit applies: the writer must stop by itself. */
+    json_t *root = json_array(), *cur = root;
+    struct sf_buf b;
+
+    for (int i = 1; i < SF_JSON_MAX_DEPTH + 100; i++) {
+        json_t *kid = json_array();
+        json_array_append_new(cur, kid);
+        cur = kid;
+    }
+    sf_buf_init(&b, 1u << 20);
+    ck_assert_int_eq(sf_json_dump(root, &b), SF_EINVAL);
+    ck_assert_uint_eq(b.len, 0);
+    ck_assert_uint_eq(sf_json_depth(root, 0), SF_JSON_MAX_DEPTH + 1);
+    sf_buf_release(&b);
+    json_decref(root);
 }
 END_TEST
 
@@ -999,6 +1080,9 @@ Suite *common_text_suite(void)
     tc = tcase_create("json");
     tcase_add_test(tc, test_json_parse);
     tcase_add_test(tc, test_json_deep_nesting_rejected);
+    tcase_add_test(tc, test_json_text_depth_counts_brackets_outside_strings);
+    tcase_add_test(tc, test_json_parse_depth_limit_is_exact);
+    tcase_add_test(tc, test_json_dump_refuses_values_deeper_than_the_walkers_bound);
     tcase_add_test(tc, test_json_dump);
     tcase_add_test(tc, test_json_dump_numbers_and_escapes);
     tcase_add_test(tc, test_json_dump_round_trips_doubles);

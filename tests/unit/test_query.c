@@ -9,8 +9,11 @@
 #include "common/sf_base.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <jansson.h>
 
+#include "common/sf_json.h"
+#include "emulator/emu_http.h"
 #include "emulator/emu_query.h"
 
 /* ---- documents ---------------------------------------------------------------------- */
@@ -1236,6 +1239,368 @@ START_TEST(test_large_inputs)
 }
 END_TEST
 
+/* ---- budgets: time, hang-ups, window bytes ------------------------------------------------ */
+
+static bool client_gone(void *arg)
+{
+    return *(bool *)arg;
+}
+
+/*
+ * Runs text over docs_text with budget b set after the first `before`
+ * documents (so those always go in); returns rc, and the rows and more flag on success.
+ */
+static enum sf_rc run_budgeted(const char *text, const char *docs_text, size_t before,
+                               const struct emu_query_budget *b, json_t **ret_rows, bool *ret_more,
+                               struct sf_err *err)
+{
+    struct emu_query *q = NULL;
+    struct emu_query_exec *e = NULL;
+    json_t *docs = parse_json(docs_text), *doc;
+    enum sf_rc rc;
+    size_t i;
+
+    sf_err_clear(err);
+    *ret_rows = NULL;
+    if ((rc = emu_query_parse(text, NULL, NULL, &q, err)) != SF_OK)
+        goto out;
+    if ((rc = emu_query_exec_new(q, 0, 0, &e, err)) != SF_OK)
+        goto out;
+    if (before == 0)
+        emu_query_exec_set_budget(e, b);
+    json_array_foreach(docs, i, doc)
+    {
+        if ((rc = emu_query_exec_add(e, doc, err)) != SF_OK)
+            goto out;
+        if (i + 1 == before)
+            emu_query_exec_set_budget(e, b);
+    }
+    rc = emu_query_exec_finish(e, ret_rows, ret_more, err);
+out:
+    emu_query_exec_free(e);
+    emu_query_free(q);
+    json_decref(docs);
+    return rc;
+}
+
+START_TEST(test_budget_past_deadline_without_rows_is_408)
+{
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 250};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    /* Not even the first document fits: every LIKE looks at the clock. */
+    ck_assert_int_eq(
+        run_budgeted("SELECT * FROM c WHERE c.s LIKE '%x'", D1, 0, &b, &rows, &more, &err),
+        SF_ETIMEOUT);
+    ck_assert_int_eq(err.http_status, 408);
+    ck_assert_ptr_nonnull(strstr(err.msg, "250 ms"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "--query-timeout-ms"));
+    /* ORDER BY cannot hand out a partial page: 408 even with rows in hand. */
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c ORDER BY c.id", D1, 2, &b, &rows, &more, &err),
+                     SF_ETIMEOUT);
+    ck_assert_int_eq(run_budgeted("SELECT VALUE COUNT(1) FROM c", D1, 2, &b, &rows, &more, &err),
+                     SF_ETIMEOUT);
+}
+END_TEST
+
+START_TEST(test_budget_past_deadline_with_rows_ends_the_page_with_more)
+{
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 250};
+    struct sf_err err;
+    json_t *rows = NULL, *want = parse_json("[\"1\",\"2\"]");
+    bool more = false;
+
+    ck_assert_int_eq(run_budgeted("SELECT VALUE c.id FROM c", D1, 2, &b, &rows, &more, &err),
+                     SF_OK);
+    ck_assert_msg(json_equal(rows, want), "the rows before the deadline");
+    ck_assert(more);
+    json_decref(rows);
+    json_decref(want);
+}
+END_TEST
+
+static bool gone_on_second_look(void *arg)
+{
+    return ++*(int *)arg >= 2;
+}
+
+START_TEST(test_budget_checked_inside_one_expensive_document)
+{
+    /*
+     * The first look (at the document boundary) passes; only a look inside
+     * the evaluation can see the second answer. Every LIKE looks.
+     */
+    int looks = 0;
+    struct emu_query_budget b = {.gone = gone_on_second_look, .arg = &looks};
+    struct sf_err err;
+    struct emu_query *q = NULL;
+    struct emu_query_exec *e = NULL;
+    json_t *doc = parse_json("{\"s\":\"abc\"}");
+
+    ck_assert_int_eq(emu_query_parse("SELECT * FROM c WHERE c.s LIKE '%x' OR c.s LIKE '%y'", NULL,
+                                     NULL, &q, &err),
+                     SF_OK);
+    ck_assert_int_eq(emu_query_exec_new(q, 0, 0, &e, &err), SF_OK);
+    emu_query_exec_set_budget(e, &b);
+    ck_assert_int_eq(emu_query_exec_add(e, doc, &err), SF_ECONN);
+    ck_assert_int_eq(looks, 2);
+    emu_query_exec_free(e);
+    emu_query_free(q);
+    json_decref(doc);
+}
+END_TEST
+
+START_TEST(test_budget_first_document_of_a_page_always_runs)
+{
+    /* Past the deadline before the page began: the first document still goes in. */
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 1};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    ck_assert_int_eq(run_budgeted("SELECT VALUE c.id FROM c", D1, 0, &b, &rows, &more, &err),
+                     SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 1);
+    ck_assert(more);
+    json_decref(rows);
+}
+END_TEST
+
+/*
+ * Pages text over docs_text the way the router does, every page past its
+ * deadline (so each page gets exactly its first document) and windows of
+ * `window` rows, resuming by cursor; returns all rows (new) and the pages.
+ */
+static json_t *page_by_cursor(const char *text, const char *docs_text, size_t window,
+                              size_t *ret_pages)
+{
+    struct emu_query_budget b = {.deadline_us = 1, .timeout_ms = 1};
+    struct emu_query_cursor cur = {0, 0};
+    struct emu_query *q = NULL;
+    json_t *docs = parse_json(docs_text), *all = json_array();
+    struct sf_err err;
+    size_t pages = 0;
+    bool more = true, resumed = false;
+
+    ck_assert_int_eq(emu_query_parse(text, NULL, NULL, &q, &err), SF_OK);
+    ck_assert(emu_query_is_resumable(q));
+    while (more) {
+        struct emu_query_exec *e = NULL;
+        json_t *rows = NULL;
+
+        ck_assert_uint_lt(pages++, 100);
+        ck_assert_int_eq(emu_query_exec_new(q, 0, window, &e, &err), SF_OK);
+        emu_query_exec_set_budget(e, &b);
+        if (resumed)
+            emu_query_exec_resume(e, &cur);
+        for (size_t i = resumed ? (size_t)cur.docs : 0;
+             i < json_array_size(docs) && !emu_query_exec_done(e); i++)
+            ck_assert_int_eq(emu_query_exec_add(e, json_array_get(docs, i), &err), SF_OK);
+        ck_assert_int_eq(emu_query_exec_finish(e, &rows, &more, &err), SF_OK);
+        json_array_extend(all, rows);
+        if (more)
+            ck_assert_int_eq(emu_query_exec_cursor(e, json_array_size(rows), &cur, &err), SF_OK);
+        resumed = true;
+        json_decref(rows);
+        emu_query_exec_free(e);
+    }
+    emu_query_free(q);
+    json_decref(docs);
+    *ret_pages = pages;
+    return all;
+}
+
+START_TEST(test_budget_resumable_pages_progress_without_rows_and_match_the_full_result)
+{
+    static const char *const queries[] = {
+        "SELECT VALUE c.id FROM c WHERE c.pk = 'b'", /* pages of no rows in between */
+        "SELECT VALUE c.id FROM c WHERE c.id = '5'", /* the only row comes last */
+        "SELECT c.id FROM c OFFSET 1 LIMIT 3",
+        "SELECT TOP 2 VALUE c.id FROM c WHERE c.id != '1'",
+        "SELECT * FROM c",
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(queries); i++) {
+        struct sf_err err;
+        json_t *want = run_query(queries[i], NULL, D1, &err), *got;
+        size_t pages = 0;
+
+        ck_assert_ptr_nonnull(want);
+        for (size_t window = 1; window <= 3; window++) {
+            got = page_by_cursor(queries[i], D1, window, &pages);
+            ck_assert_msg(json_equal(got, want), "%s, window %zu: pages differ from the full run",
+                          queries[i], window);
+            ck_assert_uint_ge(pages, 2);
+            json_decref(got);
+        }
+        json_decref(want);
+    }
+}
+END_TEST
+
+START_TEST(test_budget_client_gone_stops_the_query)
+{
+    bool gone = true;
+    struct emu_query_budget b = {.gone = client_gone, .arg = &gone};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 1, &b, &rows, &more, &err), SF_ECONN);
+    gone = false;
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 1, &b, &rows, &more, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 5);
+    ck_assert(!more);
+    json_decref(rows);
+}
+END_TEST
+
+START_TEST(test_budget_window_bytes_cut_streaming_pages)
+{
+    struct emu_query_budget b = {.max_window_bytes = 1};
+    struct sf_err err;
+    json_t *rows = NULL;
+    bool more = false;
+
+    /* At least one row per page, and the page says more follow. */
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 0, &b, &rows, &more, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 1);
+    ck_assert(more);
+    json_decref(rows);
+    b.max_window_bytes = 1u << 20;
+    ck_assert_int_eq(run_budgeted("SELECT * FROM c", D1, 0, &b, &rows, &more, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(rows), 5);
+    ck_assert(!more);
+    json_decref(rows);
+}
+END_TEST
+
+/* ---- recursion bounds against the server's thread stack ----------------------------------- */
+
+/* open x n, then mid, then close x n, as a new string. */
+static char *nest(const char *open, const char *mid, const char *close, size_t n)
+{
+    size_t lo = strlen(open), lm = strlen(mid), lc = strlen(close);
+    char *t = malloc(n * (lo + lc) + lm + 1), *p = t;
+
+    ck_assert_ptr_nonnull(t);
+    for (size_t i = 0; i < n; i++, p += lo)
+        memcpy(p, open, lo);
+    memcpy(p, mid, lm);
+    p += lm;
+    for (size_t i = 0; i < n; i++, p += lc)
+        memcpy(p, close, lc);
+    *p = '\0';
+    return t;
+}
+
+struct stack_case {
+    const char *prefix, *open, *mid, *close, *suffix;
+};
+
+/*
+ * Parses and runs the deepest nesting of each form the parser accepts at
+ * its cap, and runs every value walker over a document at
+ * SF_JSON_MAX_DEPTH. Meant to run on a thread with the server's stack: an
+ * overflow is an ASan report (or a crash), i.e. a failed test.
+ */
+static void *deep_work(void *arg)
+{
+    static const struct stack_case forms[] = {
+        {"SELECT VALUE ", "(", "1", ")", ""},
+        {"SELECT VALUE ", "ABS(", "1", ")", ""},
+        {"SELECT VALUE ", "[", "1", "]", ""},
+        {"SELECT VALUE ", "{\"a\":", "1", "}", ""},
+        {"SELECT VALUE ", "-(", "1", ")", ""},
+        {"SELECT * FROM c WHERE ", "NOT (", "c.x = 1", ")", ""},
+        {"SELECT * FROM c WHERE ", "(c.x = 1 AND ", "true", ")", ""},
+        {"SELECT VALUE ", "(1 ?? ", "2", ")", " FROM c"},
+        {"SELECT VALUE ", "(true ? ", "1", " : 2)", " FROM c"},
+    };
+    struct emu_query_limits lim = {.max_depth = EMU_QUERY_MAX_DEPTH};
+    struct sf_err err;
+    json_t *docs = json_array(), *rows = NULL, *doc;
+    char *inner, *text;
+    size_t deepest;
+
+    SF_UNUSED(arg);
+    json_array_append_new(docs, json_pack("{s:i}", "x", 1));
+    for (size_t f = 0; f < SF_ARRAY_LEN(forms); f++) {
+        struct emu_query *q = NULL;
+
+        for (deepest = EMU_QUERY_MAX_DEPTH; deepest > 0; deepest--) {
+            inner = nest(forms[f].open, forms[f].mid, forms[f].close, deepest);
+            text = malloc(strlen(inner) + 64);
+            ck_assert_ptr_nonnull(text);
+            snprintf(text, strlen(inner) + 64, "%s%s%s", forms[f].prefix, inner, forms[f].suffix);
+            free(inner);
+            sf_err_clear(&err);
+            if (emu_query_parse(text, NULL, &lim, &q, &err) == SF_OK) {
+                free(text);
+                break;
+            }
+            ck_assert_msg(err.rc == SF_ELIMIT, "form %zu at %zu: %s", f, deepest, err.msg);
+            free(text);
+        }
+        ck_assert_msg(deepest >= EMU_QUERY_MAX_DEPTH / 4, "form %zu: only %zu levels parse", f,
+                      deepest);
+        ck_assert_int_eq(emu_query_run(q, docs, &rows, &err), SF_OK);
+        json_decref(rows);
+        emu_query_free(q);
+    }
+    json_decref(docs);
+
+    /* Every value walker at the JSON bound: parse, compare, hash, equal, write, free. */
+    inner = nest("[", "1", "]", SF_JSON_MAX_DEPTH - 1);
+    text = malloc(strlen(inner) + 32);
+    ck_assert_ptr_nonnull(text);
+    snprintf(text, strlen(inner) + 32, "{\"v\":%s}", inner);
+    docs = json_array();
+    for (int i = 0; i < 2; i++) {
+        doc = sf_json_parse(text, strlen(text), &err);
+        ck_assert_msg(doc != NULL, "%s", err.msg);
+        json_array_append_new(docs, doc);
+    }
+    {
+        static const char *const walkers[] = {
+            "SELECT VALUE c.v FROM c ORDER BY c.v",
+            "SELECT DISTINCT VALUE c.v FROM c",
+            "SELECT VALUE c.v = c.v FROM c",
+            "SELECT VALUE ARRAY_CONTAINS([c.v], c.v) FROM c",
+            "SELECT * FROM c WHERE c.v IN ([1], c.v)",
+            "SELECT VALUE LENGTH(ToString(c.v)) FROM c",
+        };
+        for (size_t w = 0; w < SF_ARRAY_LEN(walkers); w++) {
+            struct emu_query *q = NULL;
+            ck_assert_int_eq(emu_query_parse(walkers[w], NULL, NULL, &q, &err), SF_OK);
+            ck_assert_msg(emu_query_run(q, docs, &rows, &err) == SF_OK, "%s: %s", walkers[w],
+                          err.msg);
+            ck_assert_msg(json_array_size(rows) >= 1, "%s: no rows", walkers[w]);
+            json_decref(rows);
+            emu_query_free(q);
+        }
+    }
+    json_decref(docs);
+    free(inner);
+    free(text);
+    return NULL;
+}
+
+START_TEST(test_parser_cap_and_json_bound_fit_the_server_thread_stack)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+
+    ck_assert_int_eq(pthread_attr_init(&attr), 0);
+    ck_assert_int_eq(pthread_attr_setstacksize(&attr, EMU_HTTP_THREAD_STACK_BYTES), 0);
+    ck_assert_int_eq(pthread_create(&th, &attr, deep_work, NULL), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    pthread_attr_destroy(&attr);
+}
+END_TEST
+
 static Suite *query_suite(void)
 {
     Suite *s = suite_create("query");
@@ -1272,6 +1637,18 @@ static Suite *query_suite(void)
     tcase_add_test(tc, test_limit_like_steps);
     tcase_add_test(tc, test_limits_default);
     tcase_add_test(tc, test_large_inputs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("budget");
+    tcase_add_test(tc, test_budget_past_deadline_without_rows_is_408);
+    tcase_add_test(tc, test_budget_past_deadline_with_rows_ends_the_page_with_more);
+    tcase_add_test(tc, test_budget_checked_inside_one_expensive_document);
+    tcase_add_test(tc, test_budget_first_document_of_a_page_always_runs);
+    tcase_add_test(tc, test_budget_resumable_pages_progress_without_rows_and_match_the_full_result);
+    tcase_add_test(tc, test_budget_client_gone_stops_the_query);
+    tcase_add_test(tc, test_budget_window_bytes_cut_streaming_pages);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("stack");
+    tcase_add_test(tc, test_parser_cap_and_json_bound_fit_the_server_thread_stack);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -456,6 +456,124 @@ START_TEST(pkranges_incremental_304)
 }
 END_TEST
 
+/* ---- hostile queries: depth, hang-ups, page bytes --------------------------------------- */
+
+static void post_doc(const char *body)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+
+    sign(&t, "POST", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+    run("POST", "/dbs/d/colls/c/docs", &t, body, &r);
+    ck_assert_msg(r.status == 201, "create: %d %s", r.status, sf_buf_cstr(&r.body));
+    emu_response_release(&r);
+}
+
+static bool always_gone(void *hctx)
+{
+    SF_UNUSED(hctx);
+    return true;
+}
+
+/* POSTs query text (a JSON body) to the container's docs; gone may be NULL. */
+static void run_query_req(const char *body, bool (*gone)(void *), struct emu_response *resp)
+{
+    static struct test_req t;
+    struct emu_request req;
+
+    memset(&t, 0, sizeof(t));
+    sign(&t, "POST", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "x-ms-documentdb-isquery", "True");
+    add_hdr(&t, "content-type", "application/query+json");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+    memset(&req, 0, sizeof(req));
+    req.method = "POST";
+    req.path = "/dbs/d/colls/c/docs";
+    req.header = lookup;
+    req.hctx = &t;
+    req.body = body;
+    req.body_len = strlen(body);
+    req.gone = gone;
+    emu_response_init(resp, 1 << 20);
+    emu_router_handle(&router, &req, resp);
+}
+
+START_TEST(query_result_row_deeper_than_the_writer_bound_is_400)
+{
+    /* A document near SF_JSON_MAX_DEPTH (storable only with a raised limit, as an
+     * older server stored it) wrapped deeper by the query itself. */
+    struct emu_store_opts so = {.partitions = 1, .max_doc_bytes = 2u << 20, .max_json_depth = 1024};
+    struct sf_err err;
+    struct emu_response r;
+    size_t levels = 1000, n = 0;
+    char *doc = malloc(2 * levels + 64), *q = malloc(256);
+
+    emu_store_free(store);
+    ck_assert_int_eq(emu_store_open(&so, &store, &err), SF_OK);
+    router.store = store;
+    router.lim.max_json_depth = 1024;
+    make_container();
+    n = (size_t)snprintf(doc, 64, "{\"id\":\"deep\",\"pk\":\"p1\",\"v\":");
+    memset(doc + n, '[', levels);
+    doc[n + levels] = '1';
+    memset(doc + n + levels + 1, ']', levels);
+    snprintf(doc + n + 2 * levels + 1, 8, "}");
+    post_doc(doc);
+    snprintf(q, 256,
+             "{\"query\":\"SELECT VALUE "
+             "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[c.v]]]]]]]]]]]]]]]]]]]]]]]]]]]]]] FROM c\"}");
+    run_query_req(q, NULL, &r);
+    ck_assert_msg(r.status == 400, "%d %s", r.status, sf_buf_cstr(&r.body));
+    ck_assert_ptr_nonnull(strstr(sf_buf_cstr(&r.body), "nests deeper"));
+    emu_response_release(&r);
+    free(doc);
+    free(q);
+}
+END_TEST
+
+START_TEST(query_of_a_hung_up_client_is_dropped)
+{
+    struct emu_response r;
+
+    make_container();
+    post_doc("{\"id\":\"a\",\"pk\":\"p1\"}");
+    run_query_req("{\"query\":\"SELECT * FROM c\"}", always_gone, &r);
+    ck_assert(r.drop); /* nobody to answer: the connection is closed */
+    emu_response_release(&r);
+    run_query_req("{\"query\":\"SELECT * FROM c\"}", NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(!r.drop);
+    emu_response_release(&r);
+}
+END_TEST
+
+START_TEST(query_pages_end_at_max_page_bytes_with_a_continuation)
+{
+    struct emu_response r;
+    char doc[2200];
+    json_t *v;
+
+    router.lim.max_page_bytes = 4096;
+    make_container();
+    for (int i = 0; i < 6; i++) {
+        char pad[1001];
+        memset(pad, 'x', 1000);
+        pad[1000] = '\0';
+        snprintf(doc, sizeof(doc), "{\"id\":\"d%d\",\"pk\":\"p1\",\"pad\":\"%s\"}", i, pad);
+        post_doc(doc);
+    }
+    run_query_req("{\"query\":\"SELECT * FROM c ORDER BY c.id\"}", NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_le(r.body.len, 4096 + 64);
+    v = resp_json(&r);
+    ck_assert_uint_eq(json_array_size(json_object_get(v, "Documents")), 3);
+    ck_assert_str_eq(resp_hdr(&r, "x-ms-continuation"), "o:3");
+    json_decref(v);
+    emu_response_release(&r);
+}
+END_TEST
+
 static Suite *router_suite(void)
 {
     Suite *s = suite_create("router");
@@ -473,6 +591,9 @@ static Suite *router_suite(void)
     tcase_add_test(tc, bad_bodies_and_headers);
     tcase_add_test(tc, change_feed_pages_and_304);
     tcase_add_test(tc, pkranges_incremental_304);
+    tcase_add_test(tc, query_result_row_deeper_than_the_writer_bound_is_400);
+    tcase_add_test(tc, query_of_a_hung_up_client_is_dropped);
+    tcase_add_test(tc, query_pages_end_at_max_page_bytes_with_a_continuation);
     suite_add_tcase(s, tc);
     return s;
 }
