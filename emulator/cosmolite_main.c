@@ -44,8 +44,18 @@ static const char usage[] =
     "  --tls-cert FILE          serve HTTPS with this PEM certificate (needs --tls-key)\n"
     "  --tls-key FILE           PEM private key for --tls-cert\n"
     "  --port-file FILE         write the bound port to FILE once ready to serve\n"
-    "  --threads N              HTTP worker threads (default: number of CPUs)\n"
+    "  --threads N              serve from a pool of N threads, each polling many connections\n"
+    "                           (1..256; a slow request holds up its thread's others);\n"
+    "                           default: one thread per connection\n"
     "  --max-connections N      concurrent connections (default 1024)\n"
+    "  --reserved-connections N keep N connection slots for clients that make progress: past\n"
+    "                           max-connections - N open, a new connection closes the oldest\n"
+    "                           one not answering a request (default max-connections/8, >= 1)\n"
+    "  --request-timeout-s SECS a connection must send a complete request (headers and body)\n"
+    "                           within SECS of connecting or of its next request's headers,\n"
+    "                           else it is closed (default 10)\n"
+    "  --idle-timeout-s SECS    close keep-alive connections idle between requests after SECS\n"
+    "                           (default 300)\n"
     "  --max-request-bytes SIZE largest request body, e.g. 4m (default 4m); 413 beyond\n"
     "  --max-doc-bytes SIZE     largest document (default 2m); 413 beyond\n"
     "  --max-page-items N       cap of x-ms-max-item-count (default 1000)\n"
@@ -61,7 +71,10 @@ static const char usage[] =
     "                           (default info)\n"
     "  --log-json               log JSON lines instead of text\n"
     "  --help                   show this help\n"
-    "  --version                print the version\n"
+    "  --version                print the version\n";
+
+/* A second string: C11 compilers need not take literals past 4095 bytes. */
+static const char usage_admin[] =
     "\n"
     "Admin requests (signed with the master key like any request):\n"
     "  GET    /_admin/faults    list fault rules and how often each fired\n"
@@ -94,6 +107,9 @@ struct cosmolite_args {
     const char *port_file;
     int threads;
     int max_connections;
+    int reserved_connections; /* -1 = default */
+    int request_timeout_s;
+    int idle_timeout_s;
     uint64_t max_request_bytes;
     uint64_t max_doc_bytes;
     int max_page_items;
@@ -248,6 +264,9 @@ enum {
     OPT_PORT_FILE,
     OPT_THREADS,
     OPT_MAX_CONN,
+    OPT_RESERVED_CONN,
+    OPT_REQUEST_TIMEOUT,
+    OPT_IDLE_TIMEOUT,
     OPT_MAX_REQ,
     OPT_MAX_DOC,
     OPT_MAX_PAGE,
@@ -275,6 +294,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"port-file", required_argument, NULL, OPT_PORT_FILE},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"max-connections", required_argument, NULL, OPT_MAX_CONN},
+        {"reserved-connections", required_argument, NULL, OPT_RESERVED_CONN},
+        {"request-timeout-s", required_argument, NULL, OPT_REQUEST_TIMEOUT},
+        {"idle-timeout-s", required_argument, NULL, OPT_IDLE_TIMEOUT},
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQ},
         {"max-doc-bytes", required_argument, NULL, OPT_MAX_DOC},
         {"max-page-items", required_argument, NULL, OPT_MAX_PAGE},
@@ -334,6 +356,16 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_MAX_CONN:
             rc = parse_int_opt("--max-connections", optarg, 1, 65536, &a->max_connections);
             break;
+        case OPT_RESERVED_CONN:
+            rc =
+                parse_int_opt("--reserved-connections", optarg, 0, 65535, &a->reserved_connections);
+            break;
+        case OPT_REQUEST_TIMEOUT:
+            rc = parse_int_opt("--request-timeout-s", optarg, 1, 86400, &a->request_timeout_s);
+            break;
+        case OPT_IDLE_TIMEOUT:
+            rc = parse_int_opt("--idle-timeout-s", optarg, 1, 86400, &a->idle_timeout_s);
+            break;
         case OPT_MAX_REQ:
             rc = parse_size_opt("--max-request-bytes", optarg, 1024, 1ull << 30,
                                 &a->max_request_bytes);
@@ -368,6 +400,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_HELP:
             fputs(usage, stdout);
+            fputs(usage_admin, stdout);
             exit(0);
         case OPT_VERSION:
             printf("cosmolite %s\n", COSMOLITE_VERSION);
@@ -387,6 +420,10 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         return fail("--tls-cert and --tls-key must be given together");
     if (a->key && a->key_file)
         return fail("--key and --key-file exclude each other");
+    if (a->reserved_connections >= 0 &&
+        a->reserved_connections >= (a->max_connections ? a->max_connections : 1024))
+        return fail("--reserved-connections %d must be below --max-connections %d",
+                    a->reserved_connections, a->max_connections ? a->max_connections : 1024);
     return 0;
 }
 
@@ -410,7 +447,7 @@ static int write_port_file(const char *path, int port)
 
 int main(int argc, char **argv)
 {
-    struct cosmolite_args a = {.port = 8081, .partitions = 1};
+    struct cosmolite_args a = {.port = 8081, .partitions = 1, .reserved_connections = -1};
     struct emu_store_opts so = {0};
     struct emu_store *store = NULL;
     struct emu_router router;
@@ -516,6 +553,9 @@ int main(int argc, char **argv)
     ho.port = a.port;
     ho.threads = a.threads;
     ho.max_connections = a.max_connections;
+    ho.reserved_connections = a.reserved_connections;
+    ho.request_timeout_s = a.request_timeout_s;
+    ho.idle_timeout_s = a.idle_timeout_s;
     ho.tls_cert_pem = cert;
     ho.tls_key_pem = tls_key;
     if (emu_http_start(&ho, &router, &http, &err) != SF_OK) {

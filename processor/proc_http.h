@@ -5,6 +5,14 @@
  *
  * Threads: the server runs one internal thread; the callback is called on
  * it, one request at a time. Start and stop from the owning thread.
+ *
+ * Connections (common/sf_connguard.h): at most PROC_HTTP_CONNECTIONS_MAX;
+ * each must send a complete request within PROC_HTTP_REQUEST_TIMEOUT_S of
+ * connecting (or of its next request's headers); past
+ * PROC_HTTP_CONNECTIONS_MAX - PROC_HTTP_CONNECTIONS_RESERVED open, a new one
+ * closes the oldest that is not being answered, so slow or idle clients
+ * cannot make /healthz unreachable. Keep-alive connections idle between
+ * requests are closed after PROC_HTTP_IDLE_TIMEOUT_S.
  */
 #ifndef PROC_HTTP_H
 #define PROC_HTTP_H
@@ -13,7 +21,11 @@
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
 
-#define PROC_HTTP_BODY_MAX (8u << 20) /* a metrics page larger than this is an error (500) */
+#define PROC_HTTP_BODY_MAX             (8u << 20) /* a larger metrics page is an error (500) */
+#define PROC_HTTP_CONNECTIONS_MAX      32
+#define PROC_HTTP_CONNECTIONS_RESERVED 4
+#define PROC_HTTP_REQUEST_TIMEOUT_S    5
+#define PROC_HTTP_IDLE_TIMEOUT_S       10
 
 struct proc_http;
 
