@@ -97,10 +97,15 @@ static const char *status_code_name(int status)
         return "TooManyRequests";
     case 449:
         return "RetryWith";
+    case 500:
+        return "InternalServerError";
     case 503:
         return "ServiceUnavailable";
+    case 507:
+        return "InsufficientStorage";
     default:
-        return "InternalServerError";
+        /* A status without a name of its own says at least its class. */
+        return status >= 500 ? "InternalServerError" : "BadRequest";
     }
 }
 

@@ -616,6 +616,127 @@ START_TEST(rid_form_signature_opens_only_the_resource_with_that_rid)
 }
 END_TEST
 
+/* Creates container name in database d (partitioned on /pk), with extra container JSON. */
+static void make_coll(const char *name, const char *extra)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char body[256];
+
+    snprintf(body, sizeof(body),
+             "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\"}%s}", name,
+             extra);
+    sign(&t, "POST", "colls", "dbs/d");
+    run("POST", "/dbs/d/colls", &t, body, &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+}
+
+/* One change-feed request on dbs/d/colls/<coll>; returns the status, etag into etag[64]. */
+static int feed_get(const char *coll, const char *aim, const char *inm, char *etag, char *msg,
+                    size_t msg_cap)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char link[64], path[80];
+    int status;
+
+    snprintf(link, sizeof(link), "dbs/d/colls/%s", coll);
+    snprintf(path, sizeof(path), "/%s/docs", link);
+    sign(&t, "GET", "docs", link);
+    add_hdr(&t, "A-IM", aim);
+    add_hdr(&t, "x-ms-documentdb-partitionkeyrangeid", "0");
+    if (inm)
+        add_hdr(&t, "If-None-Match", inm);
+    run("GET", path, &t, NULL, &r);
+    status = r.status;
+    if (etag)
+        snprintf(etag, 64, "%s", resp_hdr(&r, "etag") ? resp_hdr(&r, "etag") : "");
+    if (msg)
+        snprintf(msg, msg_cap, "%.*s", (int)r.body.len, r.body.data ? r.body.data : "");
+    emu_response_release(&r);
+    return status;
+}
+
+/*
+ * Issue 13 item 6: a change-feed continuation of another container was
+ * taken as is, and every change of this container up to that LSN was
+ * skipped. A continuation this container never issued is a 400, in both
+ * feed modes; its own continuations, "*" and the current LSN still work.
+ */
+START_TEST(changefeed_continuation_of_another_container_is_400)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char busy_etag[64], etag[64], msg[1024];
+
+    make_container();
+    make_coll("quiet", "");
+    make_coll("quietav", ",\"changeFeedPolicy\":{\"retentionDuration\":10}");
+    sign(&t, "POST", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    for (int i = 0; i < 5; i++) {
+        char body[64];
+        snprintf(body, sizeof(body), "{\"id\":\"%d\",\"pk\":\"p\"}", i);
+        run("POST", "/dbs/d/colls/c/docs", &t, body, &r);
+        ck_assert_int_eq(r.status, 201);
+        emu_response_release(&r);
+    }
+    ck_assert_int_eq(feed_get("c", "Incremental Feed", NULL, busy_etag, NULL, 0), 200);
+    ck_assert_str_eq(busy_etag, "\"5\"");
+
+    ck_assert_int_eq(feed_get("quiet", "Incremental Feed", busy_etag, NULL, msg, sizeof(msg)), 400);
+    ck_assert_msg(strstr(msg, "not issued by container 'quiet'") != NULL, "%s", msg);
+    ck_assert_int_eq(feed_get("quietav", "Full-Fidelity Feed", busy_etag, NULL, msg, sizeof(msg)),
+                     400);
+    ck_assert_msg(strstr(msg, "not issued by container 'quietav'") != NULL, "%s", msg);
+
+    /* Its own: from now, then the etag it gave. */
+    ck_assert_int_eq(feed_get("quiet", "Incremental Feed", "*", etag, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("quiet", "Incremental Feed", etag, NULL, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("quietav", "Full-Fidelity Feed", "*", etag, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("quietav", "Full-Fidelity Feed", etag, NULL, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("c", "Incremental Feed", busy_etag, NULL, NULL, 0), 304);
+}
+END_TEST
+
+/*
+ * Issue 13 item 6: a 507 (disk full) said "InternalServerError". Every
+ * status cosmolite answers with names itself, with the message kept.
+ */
+START_TEST(error_bodies_name_their_status)
+{
+    static const struct {
+        int status;
+        const char *code;
+    } names[] = {
+        {400, "BadRequest"},         {401, "Unauthorized"},
+        {403, "Forbidden"},          {404, "NotFound"},
+        {405, "MethodNotAllowed"},   {408, "RequestTimeout"},
+        {409, "Conflict"},           {410, "Gone"},
+        {412, "PreconditionFailed"}, {413, "RequestEntityTooLarge"},
+        {424, "FailedDependency"},   {429, "TooManyRequests"},
+        {449, "RetryWith"},          {500, "InternalServerError"},
+        {503, "ServiceUnavailable"}, {507, "InsufficientStorage"},
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(names); i++) {
+        struct emu_response r;
+        json_t *v;
+
+        emu_response_init(&r, 4096);
+        emu_response_error(&r, names[i].status, 0, "message %d", names[i].status);
+        ck_assert_int_eq(r.status, names[i].status);
+        v = resp_json(&r);
+        ck_assert_str_eq(json_string_value(json_object_get(v, "code")), names[i].code);
+        ck_assert_int_eq(strtol(json_string_value(json_object_get(v, "message")) + 8, NULL, 10),
+                         names[i].status);
+        json_decref(v);
+        emu_response_release(&r);
+    }
+}
+END_TEST
+
 static Suite *router_suite(void)
 {
     Suite *s = suite_create("router");
@@ -635,6 +756,8 @@ static Suite *router_suite(void)
     tcase_add_test(tc, pkranges_incremental_304);
     tcase_add_test(tc, rid_form_signature_does_not_open_a_named_document);
     tcase_add_test(tc, rid_form_signature_opens_only_the_resource_with_that_rid);
+    tcase_add_test(tc, changefeed_continuation_of_another_container_is_400);
+    tcase_add_test(tc, error_bodies_name_their_status);
     suite_add_tcase(s, tc);
     return s;
 }
