@@ -33,7 +33,11 @@ static const char usage[] =
     "  --listen HOST:PORT       address to serve on (default 127.0.0.1:8081; port 0 picks a\n"
     "                           free port; IPv6 as [::1]:8081)\n"
     "  --data DIR               keep data in DIR/cosmolite.db (default ./cosmolite-data);\n"
-    "                           every acknowledged write survives kill -9\n"
+    "                           every acknowledged write survives kill -9. DIR is created\n"
+    "                           0700, the files 0600; a file that is not cosmolite's or\n"
+    "                           fails SQLite's quick_check is refused at start\n"
+    "  --no-quick-check         skip the quick_check of an existing data file at start (it\n"
+    "                           reads the whole file, about a second per GiB)\n"
     "  --memory                 keep everything in memory (lost on exit)\n"
     "  --sync normal|full       SQLite durability: normal survives a process crash (default),\n"
     "                           full also survives power loss\n"
@@ -98,6 +102,7 @@ struct cosmolite_args {
     int port;
     const char *data_dir;
     bool memory;
+    bool no_quick_check;
     bool sync_full;
     const char *key;
     const char *key_file;
@@ -255,6 +260,7 @@ enum {
     OPT_LISTEN = 256,
     OPT_DATA,
     OPT_MEMORY,
+    OPT_NO_QUICK_CHECK,
     OPT_SYNC,
     OPT_KEY,
     OPT_KEY_FILE,
@@ -285,6 +291,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"data", required_argument, NULL, OPT_DATA},
         {"memory", no_argument, NULL, OPT_MEMORY},
+        {"no-quick-check", no_argument, NULL, OPT_NO_QUICK_CHECK},
         {"sync", required_argument, NULL, OPT_SYNC},
         {"key", required_argument, NULL, OPT_KEY},
         {"key-file", required_argument, NULL, OPT_KEY_FILE},
@@ -323,6 +330,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_MEMORY:
             a->memory = true;
+            break;
+        case OPT_NO_QUICK_CHECK:
+            a->no_quick_check = true;
             break;
         case OPT_SYNC:
             if (strcmp(optarg, "full") == 0)
@@ -445,6 +455,47 @@ static int write_port_file(const char *path, int port)
     return rename(tmp, path);
 }
 
+/*
+ * Creates the data directory 0700 (the documents and the master key's users
+ * are nobody else's business) and makes sure the database files are 0600:
+ * new ones through the umask, those of an older cosmolite by chmod. A
+ * directory that others can enter is kept (it may be shared on purpose) but
+ * named in a warning. Writes DIR/cosmolite.db into db_path. 0 or 1 (failed).
+ */
+static int prepare_data_dir(const char *dir, char *db_path, size_t cap)
+{
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    struct stat st;
+    char p[4096];
+
+    (void)umask(077);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fail("cannot create data directory %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (stat(dir, &st) != 0) {
+        fail("data directory %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fail("data directory %s is not a directory", dir);
+        return 1;
+    }
+    if (st.st_mode & 077)
+        sf_log_warn("cosmolite",
+                    "data directory %s has mode %04o: other users can list it; chmod 700 it", dir,
+                    (unsigned)(st.st_mode & 07777));
+    snprintf(db_path, cap, "%s/cosmolite.db", dir);
+    for (size_t i = 0; i < SF_ARRAY_LEN(suffixes); i++) {
+        snprintf(p, sizeof(p), "%s%s", db_path, suffixes[i]);
+        if (stat(p, &st) == 0 && (st.st_mode & 077) && chmod(p, 0600) != 0) {
+            fail("cannot make %s private (chmod 600): %s", p, strerror(errno));
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct cosmolite_args a = {.port = 8081, .partitions = 1, .reserved_connections = -1};
@@ -507,13 +558,11 @@ int main(int argc, char **argv)
 
     if (!a.memory) {
         const char *dir = a.data_dir ? a.data_dir : "cosmolite-data";
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-            fail("cannot create data directory %s: %s", dir, strerror(errno));
+        if (prepare_data_dir(dir, db_path, sizeof(db_path)) != 0)
             goto out;
-        }
-        snprintf(db_path, sizeof(db_path), "%s/cosmolite.db", dir);
         so.path = db_path;
     }
+    so.skip_quick_check = a.no_quick_check;
     so.sync_full = a.sync_full;
     so.partitions = a.partitions;
     so.max_doc_bytes = a.max_doc_bytes ? a.max_doc_bytes : (2u << 20);

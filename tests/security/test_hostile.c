@@ -1,6 +1,8 @@
 /*
- * test_connections.c - clients that hold connections without making progress
- * cannot shut others out (issue 13 item 3), over raw loopback sockets.
+ * test_hostile.c - what a hostile tester tried on the servers (issue 13):
+ * clients that hold connections without making progress cannot shut others
+ * out (over raw loopback sockets), and cosmolite's data files are private and
+ * never someone else's.
  *
  *   cosmolite  a table full of silent and byte-dripping sockets still lets a
  *              real request through (the reserve); a request that does not
@@ -11,6 +13,11 @@
  *   ops        sagafeed's /metrics, /healthz listener (proc_http) answers
  *              /healthz while its whole connection table drips bytes, and
  *              cuts a request that never completes.
+ *   files      cosmolite creates its data directory 0700 and its database
+ *              0600 (and makes an older, wider database file 0600); it
+ *              refuses to start on a foreign SQLite file or a damaged one
+ *              named cosmolite.db, saying which file and why, and leaves it
+ *              as it was.
  *
  * Every wait is bounded generously and the assertions are on outcomes (a
  * response arrived, the server closed the socket), never on durations.
@@ -22,7 +29,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sqlite3.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -163,6 +173,17 @@ static int get_through_flood(int port, int n, bool all_drip, const char *path)
     return status;
 }
 
+static struct harness_cosmolite *start_durable(const char *const *args)
+{
+    struct harness_cosmolite_opts ho = {.extra_args = args};
+    struct harness_cosmolite *h = NULL;
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    return h;
+}
+
 static struct harness_cosmolite *start(const char *const *args)
 {
     struct harness_cosmolite_opts ho = {.memory = true, .extra_args = args};
@@ -291,6 +312,124 @@ START_TEST(cosmolite_threads_option_bounds_the_threads)
 }
 END_TEST
 
+/* A fresh directory under $TMPDIR or /tmp; rm_data removes what cosmolite leaves in one. */
+static void mk_tmp(char *dir, size_t cap)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    (void)snprintf(dir, cap, "%s/sf-hostile-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void rm_data(const char *data)
+{
+    static const char *const files[] = {"cosmolite.db", "cosmolite.db-wal", "cosmolite.db-shm",
+                                        "cosmolite.db-journal"};
+    char p[600];
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(files); i++) {
+        (void)snprintf(p, sizeof(p), "%s/%s", data, files[i]);
+        (void)unlink(p);
+    }
+    (void)rmdir(data);
+}
+
+static unsigned mode_of(const char *path)
+{
+    struct stat st;
+
+    ck_assert_msg(stat(path, &st) == 0, "stat %s: %s", path, strerror(errno));
+    return (unsigned)(st.st_mode & 0777);
+}
+
+/* Issue 13 item 6: the data directory was 0755 and the database 0644. */
+START_TEST(files_data_dir_and_database_are_private)
+{
+    char tmp[256], data[300], db[340];
+    const char *args[] = {"--data", data, NULL};
+    struct harness_cosmolite *h;
+    struct sf_err err;
+    mode_t old = umask(022); /* the usual umask, whatever the test runner's */
+
+    mk_tmp(tmp, sizeof(tmp));
+    (void)snprintf(data, sizeof(data), "%s/data", tmp);
+    (void)snprintf(db, sizeof(db), "%s/cosmolite.db", data);
+    h = start_durable(args);
+    ck_assert_uint_eq(mode_of(data), 0700);
+    ck_assert_uint_eq(mode_of(db), 0600);
+    ck_assert_int_eq(harness_cosmolite_stop(h, SIGTERM, 0, NULL, &err), SF_OK);
+
+    /* A file an older cosmolite left 0644 is made private at the next start. */
+    ck_assert_int_eq(chmod(db, 0644), 0);
+    ck_assert_int_eq(harness_cosmolite_restart(h, &err), SF_OK);
+    ck_assert_uint_eq(mode_of(db), 0600);
+    harness_cosmolite_free(h);
+    (void)umask(old);
+    rm_data(data);
+    (void)rmdir(tmp);
+}
+END_TEST
+
+/* Starting must fail; the start error (which quotes the server log) must contain want. */
+static void start_refused(const char *data, const char *want)
+{
+    const char *args[] = {"--data", data, NULL};
+    struct harness_cosmolite_opts ho = {.extra_args = args};
+    struct harness_cosmolite *h = NULL;
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    ck_assert_int_ne(harness_cosmolite_start(&ho, &h, &err), SF_OK);
+    ck_assert_ptr_null(h);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "start error lacks '%s': %s", want, err.msg);
+    ck_assert_msg(strstr(err.msg, "cosmolite.db") != NULL, "start error names no file: %s",
+                  err.msg);
+}
+
+static void sql_on(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_close(db), SQLITE_OK);
+}
+
+/* Issue 13 item 6: a corrupt or foreign file named cosmolite.db was used silently. */
+START_TEST(files_foreign_or_damaged_database_is_refused)
+{
+    char tmp[256], data[300], db[340];
+    struct stat before, after;
+    FILE *f;
+
+    mk_tmp(tmp, sizeof(tmp));
+    (void)snprintf(data, sizeof(data), "%s/data", tmp);
+    (void)snprintf(db, sizeof(db), "%s/cosmolite.db", data);
+    ck_assert_int_eq(mkdir(data, 0700), 0);
+
+    /* Another application's database: refused and untouched. */
+    sql_on(db, "CREATE TABLE ledger(id INTEGER PRIMARY KEY, amount REAL);"
+               "INSERT INTO ledger(amount) VALUES (1.5);");
+    ck_assert_int_eq(stat(db, &before), 0);
+    start_refused(data, "not a cosmolite data file");
+    ck_assert_int_eq(stat(db, &after), 0);
+    ck_assert_int_eq(after.st_size, before.st_size);
+    ck_assert_int_eq(after.st_mtime, before.st_mtime);
+    rm_data(data);
+
+    /* Not SQLite at all. */
+    ck_assert_int_eq(mkdir(data, 0700), 0);
+    f = fopen(db, "wb");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 200; i++)
+        (void)fputs("a text file that happens to be called cosmolite.db\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    start_refused(data, "not a SQLite database");
+    rm_data(data);
+    (void)rmdir(tmp);
+}
+END_TEST
+
 static int ops_answer(void *ctx, const char *path, struct sf_buf *body, const char **ret_type)
 {
     SF_UNUSED(ctx);
@@ -334,32 +473,37 @@ START_TEST(ops_listener_cuts_an_incomplete_request)
 }
 END_TEST
 
-static Suite *connections_suite(void)
+static Suite *hostile_suite(void)
 {
-    Suite *s = suite_create("connections");
+    Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("cosmolite");
     TCase *ops = tcase_create("ops");
+    TCase *files = tcase_create("files");
     char bin[4096];
 
     tcase_set_timeout(tc, 300);
     tcase_set_timeout(ops, 300);
+    tcase_set_timeout(files, 300);
     if (harness_cosmolite_bin(NULL, bin, sizeof(bin))) {
         tcase_add_test(tc, cosmolite_full_table_of_idle_sockets_still_serves);
         tcase_add_test(tc, cosmolite_request_deadline_frees_a_full_table);
         tcase_add_test(tc, cosmolite_incomplete_request_is_cut_at_the_deadline);
         tcase_add_test(tc, cosmolite_keepalive_outlives_the_request_deadline);
         tcase_add_test(tc, cosmolite_threads_option_bounds_the_threads);
+        tcase_add_test(files, files_data_dir_and_database_are_private);
+        tcase_add_test(files, files_foreign_or_damaged_database_is_refused);
     }
     tcase_add_test(ops, ops_listener_answers_healthz_past_slow_connections);
     tcase_add_test(ops, ops_listener_cuts_an_incomplete_request);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, ops);
+    suite_add_tcase(s, files);
     return s;
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(connections_suite());
+    SRunner *sr = srunner_create(hostile_suite());
     int failed;
 
     srunner_run_all(sr, CK_NORMAL);
