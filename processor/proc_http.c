@@ -159,16 +159,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return ok;
 }
 
-enum sf_rc proc_http_start(const char *listen, proc_http_fn fn, void *ctx, struct proc_http **ret_h,
-                           struct sf_err *err)
+enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *lim, proc_http_fn fn,
+                           void *ctx, struct proc_http **ret_h, struct sf_err *err)
 {
     struct sockaddr_storage ss;
     socklen_t len = 0;
     struct proc_http *h;
     const union MHD_DaemonInfo *info;
-    const struct sf_connguard_opts go = {.max_connections = PROC_HTTP_CONNECTIONS_MAX,
-                                         .reserved = PROC_HTTP_CONNECTIONS_RESERVED,
-                                         .request_timeout_s = PROC_HTTP_REQUEST_TIMEOUT_S};
+    int max_conn =
+        lim != NULL && lim->max_connections > 0 ? lim->max_connections : PROC_HTTP_CONNECTIONS_MAX;
+    int idle_s =
+        lim != NULL && lim->idle_timeout_s > 0 ? lim->idle_timeout_s : PROC_HTTP_IDLE_TIMEOUT_S;
+    const struct sf_connguard_opts go = {.max_connections = max_conn,
+                                         .reserved = max_conn > 1 ? SF_MAX(1, max_conn / 8) : 0,
+                                         .request_timeout_s =
+                                             lim != NULL && lim->request_timeout_s > 0
+                                                 ? lim->request_timeout_s
+                                                 : PROC_HTTP_REQUEST_TIMEOUT_S};
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
     enum sf_rc rc = resolve(listen, &ss, &len, err);
 
@@ -187,10 +194,9 @@ enum sf_rc proc_http_start(const char *listen, proc_http_fn fn, void *ctx, struc
         flags |= MHD_USE_IPv6;
     h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)PROC_HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)PROC_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION,
-                                 on_connection, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                                 MHD_OPTION_END);
+                                 (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)idle_s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
         sf_connguard_free(h->guard);
         free(h);

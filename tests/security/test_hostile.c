@@ -446,7 +446,7 @@ START_TEST(ops_listener_answers_healthz_past_slow_connections)
     int status;
 
     sf_err_clear(&err);
-    ck_assert_msg(proc_http_start("127.0.0.1:0", ops_answer, NULL, &h, &err) == SF_OK, "%s",
+    ck_assert_msg(proc_http_start("127.0.0.1:0", NULL, ops_answer, NULL, &h, &err) == SF_OK, "%s",
                   err.msg);
     status = get_through_flood(proc_http_port(h), PROC_HTTP_CONNECTIONS_MAX, true, "/healthz");
     ck_assert_int_eq(status, 200);
@@ -461,7 +461,7 @@ START_TEST(ops_listener_cuts_an_incomplete_request)
     int fd;
 
     sf_err_clear(&err);
-    ck_assert_msg(proc_http_start("127.0.0.1:0", ops_answer, NULL, &h, &err) == SF_OK, "%s",
+    ck_assert_msg(proc_http_start("127.0.0.1:0", NULL, ops_answer, NULL, &h, &err) == SF_OK, "%s",
                   err.msg);
     fd = tcp_connect(proc_http_port(h), 1000);
     ck_assert_int_ge(fd, 0);
@@ -469,6 +469,26 @@ START_TEST(ops_listener_cuts_an_incomplete_request)
     ck_assert_msg(closed_by_server(fd, true), "a dripping request was kept");
     close(fd);
     ck_assert_int_eq(get_once(proc_http_port(h), "/healthz"), 200);
+    proc_http_stop(h);
+}
+END_TEST
+
+/* The same with the limits of a config (processor.http_*): a table of 4, a 1 s deadline. */
+START_TEST(ops_listener_honours_configured_limits)
+{
+    const struct proc_http_limits lim = {.max_connections = 4, .request_timeout_s = 1};
+    struct proc_http *h = NULL;
+    struct sf_err err;
+    int fd;
+
+    sf_err_clear(&err);
+    ck_assert_msg(proc_http_start("127.0.0.1:0", &lim, ops_answer, NULL, &h, &err) == SF_OK, "%s",
+                  err.msg);
+    ck_assert_int_eq(get_through_flood(proc_http_port(h), 4, true, "/healthz"), 200);
+    fd = tcp_connect(proc_http_port(h), 1000);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_msg(closed_by_server(fd, false), "a silent connection outlived a 1 s deadline");
+    close(fd);
     proc_http_stop(h);
 }
 END_TEST
@@ -495,6 +515,7 @@ static Suite *hostile_suite(void)
     }
     tcase_add_test(ops, ops_listener_answers_healthz_past_slow_connections);
     tcase_add_test(ops, ops_listener_cuts_an_incomplete_request);
+    tcase_add_test(ops, ops_listener_honours_configured_limits);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, ops);
     suite_add_tcase(s, files);
