@@ -4,7 +4,8 @@
  * answers). GET and HEAD only; bodies are built per request by a callback.
  *
  * Threads: the server runs one internal thread; the callback is called on
- * it, one request at a time. Start and stop from the owning thread.
+ * it, one request at a time (a second thread enforces the request deadline).
+ * Start and stop from the owning thread.
  *
  * Connections (common/sf_connguard.h): at most max_connections; each must
  * send a complete request within request_timeout_s of connecting (or of its

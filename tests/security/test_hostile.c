@@ -272,6 +272,30 @@ START_TEST(cosmolite_keepalive_outlives_the_request_deadline)
 }
 END_TEST
 
+/* Every connection limit is checked at start, with the option named. */
+START_TEST(cosmolite_bad_connection_options_are_refused)
+{
+    static const char *const cases[][5] = {
+        {"--max-connections", "4", "--reserved-connections", "4", "--reserved-connections 4"},
+        {"--request-timeout-s", "0", NULL, NULL, "--request-timeout-s '0'"},
+        {"--idle-timeout-s", "-5", NULL, NULL, "--idle-timeout-s '-5'"},
+        {"--threads", "0", NULL, NULL, "--threads '0'"},
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        const char *args[] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL};
+        struct harness_cosmolite_opts ho = {.memory = true, .extra_args = args};
+        struct harness_cosmolite *h = NULL;
+        struct sf_err err;
+
+        sf_err_clear(&err);
+        ck_assert_int_ne(harness_cosmolite_start(&ho, &h, &err), SF_OK);
+        ck_assert_ptr_null(h);
+        ck_assert_msg(strstr(err.msg, cases[i][4]) != NULL, "case %zu: %s", i, err.msg);
+    }
+}
+END_TEST
+
 static int count_threads(pid_t pid)
 {
     char path[64];
@@ -510,6 +534,7 @@ static Suite *hostile_suite(void)
         tcase_add_test(tc, cosmolite_incomplete_request_is_cut_at_the_deadline);
         tcase_add_test(tc, cosmolite_keepalive_outlives_the_request_deadline);
         tcase_add_test(tc, cosmolite_threads_option_bounds_the_threads);
+        tcase_add_test(tc, cosmolite_bad_connection_options_are_refused);
         tcase_add_test(files, files_data_dir_and_database_are_private);
         tcase_add_test(files, files_foreign_or_damaged_database_is_refused);
     }
