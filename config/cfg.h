@@ -94,11 +94,14 @@ struct cfg_processor {
     int64_t marker_ttl_s;
     int64_t event_ttl_s;
     int64_t park_scan_interval_ms;
-    const char *log_level;    /* "debug".."error", default "info" */
-    bool log_json;            /* default true */
-    const char *http_listen;  /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */
-    int64_t start_timeout_ms; /* how long `run` waits out a throttled or unreachable Cosmos DB
-                                 at start; 0: until stopped (the default) */
+    const char *log_level;           /* "debug".."error", default "info" */
+    bool log_json;                   /* default true */
+    const char *http_listen;         /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */
+    unsigned http_max_connections;   /* that listener's connections (default 32) */
+    int64_t http_request_timeout_ms; /* deadline for a complete request (default 5s) */
+    int64_t http_idle_timeout_ms;    /* keep-alive idle timeout (default 10s) */
+    int64_t start_timeout_ms;        /* how long `run` waits out a throttled or unreachable
+                                        Cosmos DB at start; 0: until stopped (the default) */
 };
 
 struct cfg_plugin {

@@ -443,6 +443,9 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                                        "log_json",
                                        "http_listen",
                                        "start_timeout",
+                                       "http_max_connections",
+                                       "http_request_timeout",
+                                       "http_idle_timeout",
                                        NULL};
     struct cfg_processor *p = &ld->cfg->processor;
     const config_setting_t *g = get_group(ld, root, "processor");
@@ -470,6 +473,10 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     get_bool(ld, g, "log_json", true, &p->log_json);
     get_str(ld, g, "http_listen", false, NULL, &p->http_listen);
     get_duration(ld, g, "start_timeout", 0, INT64_C(7) * 86400000, 0, &p->start_timeout_ms);
+    get_int(ld, g, "http_max_connections", 2, 4096, 32, &v);
+    p->http_max_connections = (unsigned)v;
+    get_duration(ld, g, "http_request_timeout", 1000, 3600000, 5000, &p->http_request_timeout_ms);
+    get_duration(ld, g, "http_idle_timeout", 1000, 86400000, 10000, &p->http_idle_timeout_ms);
     if (g == NULL)
         return;
     check_keys(ld, g, keys);

@@ -33,7 +33,11 @@ static const char usage[] =
     "  --listen HOST:PORT       address to serve on (default 127.0.0.1:8081; port 0 picks a\n"
     "                           free port; IPv6 as [::1]:8081)\n"
     "  --data DIR               keep data in DIR/cosmolite.db (default ./cosmolite-data);\n"
-    "                           every acknowledged write survives kill -9\n"
+    "                           every acknowledged write survives kill -9. DIR is created\n"
+    "                           0700, the files 0600; a file that is not cosmolite's or\n"
+    "                           fails SQLite's quick_check is refused at start\n"
+    "  --no-quick-check         skip the quick_check of an existing data file at start (it\n"
+    "                           reads the whole file, about a second per GiB)\n"
     "  --memory                 keep everything in memory (lost on exit)\n"
     "  --sync normal|full       SQLite durability: normal survives a process crash (default),\n"
     "                           full also survives power loss\n"
@@ -44,8 +48,18 @@ static const char usage[] =
     "  --tls-cert FILE          serve HTTPS with this PEM certificate (needs --tls-key)\n"
     "  --tls-key FILE           PEM private key for --tls-cert\n"
     "  --port-file FILE         write the bound port to FILE once ready to serve\n"
-    "  --threads N              HTTP worker threads (default: number of CPUs)\n"
+    "  --threads N              serve from a pool of N threads, each polling many connections\n"
+    "                           (1..256; a slow request holds up its thread's others);\n"
+    "                           default: one thread per connection\n"
     "  --max-connections N      concurrent connections (default 1024)\n"
+    "  --reserved-connections N keep N connection slots for clients that make progress: past\n"
+    "                           max-connections - N open, a new connection closes the oldest\n"
+    "                           one not answering a request (default max-connections/8, >= 1)\n"
+    "  --request-timeout-s SECS a connection must send a complete request (headers and body)\n"
+    "                           within SECS of connecting or of its next request's headers,\n"
+    "                           else it is closed (default 10)\n"
+    "  --idle-timeout-s SECS    close keep-alive connections idle between requests after SECS\n"
+    "                           (default 300)\n"
     "  --max-request-bytes SIZE largest request body, e.g. 4m (default 4m); 413 beyond\n"
     "  --max-doc-bytes SIZE     largest document (default 2m); 413 beyond\n"
     "  --max-page-items N       cap of x-ms-max-item-count (default 1000)\n"
@@ -107,6 +121,7 @@ struct cosmolite_args {
     int port;
     const char *data_dir;
     bool memory;
+    bool no_quick_check;
     bool sync_full;
     const char *key;
     const char *key_file;
@@ -116,6 +131,9 @@ struct cosmolite_args {
     const char *port_file;
     int threads;
     int max_connections;
+    int reserved_connections; /* -1 = default */
+    int request_timeout_s;
+    int idle_timeout_s;
     uint64_t max_request_bytes;
     uint64_t max_doc_bytes;
     int max_page_items;
@@ -285,6 +303,7 @@ enum {
     OPT_LISTEN = 256,
     OPT_DATA,
     OPT_MEMORY,
+    OPT_NO_QUICK_CHECK,
     OPT_SYNC,
     OPT_KEY,
     OPT_KEY_FILE,
@@ -294,6 +313,9 @@ enum {
     OPT_PORT_FILE,
     OPT_THREADS,
     OPT_MAX_CONN,
+    OPT_RESERVED_CONN,
+    OPT_REQUEST_TIMEOUT,
+    OPT_IDLE_TIMEOUT,
     OPT_MAX_REQ,
     OPT_MAX_DOC,
     OPT_MAX_PAGE,
@@ -317,6 +339,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"data", required_argument, NULL, OPT_DATA},
         {"memory", no_argument, NULL, OPT_MEMORY},
+        {"no-quick-check", no_argument, NULL, OPT_NO_QUICK_CHECK},
         {"sync", required_argument, NULL, OPT_SYNC},
         {"key", required_argument, NULL, OPT_KEY},
         {"key-file", required_argument, NULL, OPT_KEY_FILE},
@@ -326,6 +349,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"port-file", required_argument, NULL, OPT_PORT_FILE},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"max-connections", required_argument, NULL, OPT_MAX_CONN},
+        {"reserved-connections", required_argument, NULL, OPT_RESERVED_CONN},
+        {"request-timeout-s", required_argument, NULL, OPT_REQUEST_TIMEOUT},
+        {"idle-timeout-s", required_argument, NULL, OPT_IDLE_TIMEOUT},
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQ},
         {"max-doc-bytes", required_argument, NULL, OPT_MAX_DOC},
         {"max-page-items", required_argument, NULL, OPT_MAX_PAGE},
@@ -358,6 +384,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_MEMORY:
             a->memory = true;
             break;
+        case OPT_NO_QUICK_CHECK:
+            a->no_quick_check = true;
+            break;
         case OPT_SYNC:
             if (strcmp(optarg, "full") == 0)
                 a->sync_full = true;
@@ -389,6 +418,16 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_MAX_CONN:
             rc = parse_int_opt("--max-connections", optarg, 1, 65536, &a->max_connections);
+            break;
+        case OPT_RESERVED_CONN:
+            rc =
+                parse_int_opt("--reserved-connections", optarg, 0, 65535, &a->reserved_connections);
+            break;
+        case OPT_REQUEST_TIMEOUT:
+            rc = parse_int_opt("--request-timeout-s", optarg, 1, 86400, &a->request_timeout_s);
+            break;
+        case OPT_IDLE_TIMEOUT:
+            rc = parse_int_opt("--idle-timeout-s", optarg, 1, 86400, &a->idle_timeout_s);
             break;
         case OPT_MAX_REQ:
             rc = parse_size_opt("--max-request-bytes", optarg, 1024, 1ull << 30,
@@ -465,6 +504,10 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         return fail("--tls-cert and --tls-key must be given together");
     if (a->key && a->key_file)
         return fail("--key and --key-file exclude each other");
+    if (a->reserved_connections >= 0 &&
+        a->reserved_connections >= (a->max_connections ? a->max_connections : 1024))
+        return fail("--reserved-connections %d must be below --max-connections %d",
+                    a->reserved_connections, a->max_connections ? a->max_connections : 1024);
     return 0;
 }
 
@@ -486,9 +529,50 @@ static int write_port_file(const char *path, int port)
     return rename(tmp, path);
 }
 
+/*
+ * Creates the data directory 0700 (the documents and the master key's users
+ * are nobody else's business) and makes sure the database files are 0600:
+ * new ones through the umask, those of an older cosmolite by chmod. A
+ * directory that others can enter is kept (it may be shared on purpose) but
+ * named in a warning. Writes DIR/cosmolite.db into db_path. 0 or 1 (failed).
+ */
+static int prepare_data_dir(const char *dir, char *db_path, size_t cap)
+{
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    struct stat st;
+    char p[4096];
+
+    (void)umask(077);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fail("cannot create data directory %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (stat(dir, &st) != 0) {
+        fail("data directory %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fail("data directory %s is not a directory", dir);
+        return 1;
+    }
+    if (st.st_mode & 077)
+        sf_log_warn("cosmolite",
+                    "data directory %s has mode %04o: other users can list it; chmod 700 it", dir,
+                    (unsigned)(st.st_mode & 07777));
+    snprintf(db_path, cap, "%s/cosmolite.db", dir);
+    for (size_t i = 0; i < SF_ARRAY_LEN(suffixes); i++) {
+        snprintf(p, sizeof(p), "%s%s", db_path, suffixes[i]);
+        if (stat(p, &st) == 0 && (st.st_mode & 077) && chmod(p, 0600) != 0) {
+            fail("cannot make %s private (chmod 600): %s", p, strerror(errno));
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    struct cosmolite_args a = {.port = 8081, .partitions = 1};
+    struct cosmolite_args a = {.port = 8081, .partitions = 1, .reserved_connections = -1};
     struct emu_store_opts so = {0};
     struct emu_store *store = NULL;
     struct emu_router router;
@@ -555,13 +639,11 @@ int main(int argc, char **argv)
 
     if (!a.memory) {
         const char *dir = a.data_dir ? a.data_dir : "cosmolite-data";
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-            fail("cannot create data directory %s: %s", dir, strerror(errno));
+        if (prepare_data_dir(dir, db_path, sizeof(db_path)) != 0)
             goto out;
-        }
-        snprintf(db_path, sizeof(db_path), "%s/cosmolite.db", dir);
         so.path = db_path;
     }
+    so.skip_quick_check = a.no_quick_check;
     so.sync_full = a.sync_full;
     so.partitions = a.partitions;
     so.max_doc_bytes = a.max_doc_bytes ? a.max_doc_bytes : (2u << 20);
@@ -612,6 +694,9 @@ int main(int argc, char **argv)
     ho.port = a.port;
     ho.threads = a.threads;
     ho.max_connections = a.max_connections;
+    ho.reserved_connections = a.reserved_connections;
+    ho.request_timeout_s = a.request_timeout_s;
+    ho.idle_timeout_s = a.idle_timeout_s;
     ho.tls_cert_pem = cert;
     ho.tls_key_pem = tls_key;
     ho.latency_ms = a.latency_ms;

@@ -81,7 +81,7 @@ static void quote_payload(const struct sf_buf *payload, char *out, size_t cap)
 }
 
 enum sf_rc emu_auth_check(const struct sf_auth_key *key, const struct emu_auth_input *in,
-                          time_t now, int max_skew_s, struct sf_err *err)
+                          time_t now, int max_skew_s, bool *ret_by_rid, struct sf_err *err)
 {
     char token[EMU_AUTH_MAX_HEADER], type[32], ver[16], sig[128], expect[45];
     char quoted[2048];
@@ -89,6 +89,7 @@ enum sf_rc emu_auth_check(const struct sf_auth_key *key, const struct emu_auth_i
     const char *date_value = in->x_ms_date ? in->x_ms_date : in->date;
     size_t len;
     time_t t;
+    bool by_rid = false;
     enum sf_rc rc = SF_EAUTH;
 
     sf_buf_init(&payload, 4096);
@@ -164,6 +165,7 @@ enum sf_rc emu_auth_check(const struct sf_auth_key *key, const struct emu_auth_i
                      alt);
         sf_buf_release(&alt_payload);
         if (strlen(sig) == 44 && sf_ct_equal(sig, alt, 44)) {
+            by_rid = true;
             rc = SF_OK;
             goto out;
         }
@@ -178,5 +180,7 @@ out:
     sf_buf_release(&payload);
     if (rc == SF_OK && err)
         err->http_status = 0;
+    if (rc == SF_OK && ret_by_rid)
+        *ret_by_rid = by_rid;
     return rc;
 }

@@ -14,7 +14,8 @@ struct emu_auth_input {
     const char *verb;          /* "GET", "POST", ... */
     const char *rtype;         /* resource type derived from the path ("docs", "") */
     const char *link;          /* name-based resource link (unescaped ids) */
-    const char *rid_link;      /* RID-based alternative (lowercased), or NULL */
+    const char *rid_link;      /* RID-based alternative (lowercased), or NULL: offer it only
+                                  when the path addresses that very resource by its _rid */
     const char *authorization; /* the authorization header as received */
     const char *x_ms_date;     /* x-ms-date header */
     const char *date;          /* date header (used when x-ms-date is absent) */
@@ -26,9 +27,11 @@ struct emu_auth_input {
  * Returns SF_OK, or SF_EAUTH with err->http_status 401 (missing or bad
  * signature, malformed date) or 403 (date outside the window), and a message
  * that quotes the payload the server signed, as the real service does.
- * The comparison of signatures is constant-time.
+ * The comparison of signatures is constant-time. On success *ret_by_rid (may
+ * be NULL) tells whether the RID-based link was the one signed: the caller
+ * must then resolve the path by _rid only, never by name.
  */
 enum sf_rc emu_auth_check(const struct sf_auth_key *key, const struct emu_auth_input *in,
-                          time_t now, int max_skew_s, struct sf_err *err);
+                          time_t now, int max_skew_s, bool *ret_by_rid, struct sf_err *err);
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/sf_buf.h"
+#include "common/sf_connguard.h"
 #include "common/sf_log.h"
 #include "emulator/emu_delay.h"
 #include "emulator/emu_http.h"
@@ -17,6 +18,7 @@
 struct emu_http {
     struct MHD_Daemon *daemon;
     struct emu_router *router;
+    struct sf_connguard *guard; /* request deadline and connection reserve */
     int port;
     struct emu_delay *delay; /* NULL without --latency */
     int latency_ms, jitter_ms;
@@ -28,6 +30,7 @@ struct emu_http {
 /* Per-request state kept by libmicrohttpd between callbacks. */
 struct conn_state {
     struct sf_buf body;
+    struct sf_connguard_conn *gc; /* the connection's guard entry, or NULL */
     bool too_big;
     bool held;                   /* resp is ready and waits for its latency to pass */
     struct emu_response resp;    /* valid while held */
@@ -126,6 +129,31 @@ static bool conn_gone(void *hctx)
     return (p.revents & POLLIN) && recv(p.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+/* The guard entry that on_connection stored as the connection's socket context. */
+static struct sf_connguard_conn *guard_conn(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct emu_http *h = cls;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+        *socket_context = ci ? sf_connguard_open(h->guard, ci->connect_fd) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        sf_connguard_close(h->guard, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static const char *lookup_header(void *hctx, const char *name)
 {
     return MHD_lookup_connection_value((struct MHD_Connection *)hctx, MHD_HEADER_KIND, name);
@@ -202,11 +230,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         sf_buf_init(&st->body, h->router->lim.max_request_bytes);
         *con_cls = st;
+        st->gc = guard_conn(conn);
+        sf_connguard_request_begin(h->guard, st->gc);
         if (cl) {
             char *end = NULL;
             unsigned long long n = strtoull(cl, &end, 10);
             if (end && *end == '\0' && n > h->router->lim.max_request_bytes) {
                 st->too_big = true;
+                sf_connguard_request_ready(h->guard, st->gc);
                 return too_large(h, conn, (size_t)n);
             }
         }
@@ -216,6 +247,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!st->too_big && sf_buf_append(&st->body, upload_data, *upload_data_size) != SF_OK) {
             st->too_big = true;
             *upload_data_size = 0;
+            sf_connguard_request_ready(h->guard, st->gc);
             return too_large(h, conn, st->body.len);
         }
         *upload_data_size = 0;
@@ -230,6 +262,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         emu_response_release(&st->resp);
         return ret;
     }
+    sf_connguard_request_ready(h->guard, st->gc);
 
     req.method = method;
     req.path = url;
@@ -250,11 +283,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    struct emu_http *h = cls;
     struct conn_state *st = *con_cls;
 
-    SF_UNUSED(cls);
-    SF_UNUSED(conn);
     SF_UNUSED(toe);
+    sf_connguard_request_done(h->guard, st ? st->gc : guard_conn(conn));
     if (st) {
         if (st->held)
             emu_response_release(&st->resp);
@@ -275,14 +308,20 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
 {
     struct emu_http *h = NULL;
     struct sockaddr_storage ss;
+    struct sf_connguard_opts go = {0};
+    struct MHD_OptionItem mo[20];
+    int nmo = 0;
     /*
-     * One thread per connection: the kernel then spreads busy connections
-     * over every core. A fixed epoll pool lets one worker accept (and keep)
-     * every connection of a burst, serialising them on one core.
+     * By default one thread per connection: the kernel then spreads busy
+     * connections over every core. A fixed epoll pool lets one worker accept
+     * (and keep) every connection of a burst, serialising them on one core,
+     * and a slow request holds up its worker's other connections; --threads
+     * asks for that pool anyway (a bounded thread count).
      */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     const union MHD_DaemonInfo *info;
+    unsigned max_conn = (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024);
+    enum sf_rc rc = SF_OK;
 
     bool tls = opts->tls_cert_pem && opts->tls_key_pem;
 
@@ -302,6 +341,10 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     }
     if (tls)
         flags |= MHD_USE_TLS;
+    if (opts->threads > 0)
+        flags |= MHD_USE_EPOLL;
+    else
+        flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
     bool latency = opts->latency_ms > 0 || opts->jitter_ms > 0;
     if (latency && !(flags & MHD_USE_THREAD_PER_CONNECTION))
         flags |= MHD_ALLOW_SUSPEND_RESUME;
@@ -314,50 +357,55 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     h->jitter_ms = opts->jitter_ms;
     h->per_connection = (flags & MHD_USE_THREAD_PER_CONNECTION) != 0;
     pthread_mutex_init(&h->hold_mu, NULL);
-    if (latency) {
-        /* One held response per connection at most. */
-        enum sf_rc drc =
-            emu_delay_new(opts->max_connections > 0 ? opts->max_connections : 1024, &h->delay, err);
-        if (drc != SF_OK) {
-            pthread_mutex_destroy(&h->hold_mu);
-            free(h);
-            return drc;
-        }
+    /* One held response per connection at most. */
+    if (latency && (rc = emu_delay_new((int)max_conn, &h->delay, err)) != SF_OK)
+        goto out;
+    go.max_connections = (int)max_conn;
+    go.reserved = opts->reserved_connections >= 0 ? opts->reserved_connections
+                                                  : EMU_HTTP_RESERVED_DEFAULT((int)max_conn);
+    go.request_timeout_s = opts->request_timeout_s > 0 ? opts->request_timeout_s : 10;
+    if ((rc = sf_connguard_new(&go, &h->guard, err)) != SF_OK)
+        goto out;
+
+#define MO(opt, v, p) mo[nmo++] = (struct MHD_OptionItem){(opt), (intptr_t)(v), (p)}
+    MO(MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h);
+    MO(MHD_OPTION_SOCK_ADDR, 0, &ss);
+    MO(MHD_OPTION_THREAD_STACK_SIZE, EMU_HTTP_THREAD_STACK_BYTES, NULL);
+    MO(MHD_OPTION_CONNECTION_LIMIT, max_conn, NULL);
+    MO(MHD_OPTION_CONNECTION_TIMEOUT, opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300, NULL);
+    MO(MHD_OPTION_NOTIFY_COMPLETED, on_completed, h);
+    MO(MHD_OPTION_NOTIFY_CONNECTION, on_connection, h);
+    MO(MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, h);
+    MO(MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL);
+    if (opts->threads > 0)
+        MO(MHD_OPTION_THREAD_POOL_SIZE, opts->threads, NULL);
+    if (tls) {
+        MO(MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)(uintptr_t)opts->tls_cert_pem);
+        MO(MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)(uintptr_t)opts->tls_key_pem);
     }
-    if (tls)
-        h->daemon = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
-            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
-            EMU_HTTP_THREAD_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
-            MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK,
-            unescape_none, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_HTTPS_MEM_CERT,
-            opts->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY, opts->tls_key_pem, MHD_OPTION_END);
-    else
-        h->daemon = MHD_start_daemon(
-            flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h,
-            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_STACK_SIZE,
-            EMU_HTTP_THREAD_STACK_BYTES, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024),
-            MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)(opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300),
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK,
-            unescape_none, h, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+    MO(MHD_OPTION_END, 0, NULL);
+#undef MO
+    h->daemon =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, mo, MHD_OPTION_END);
     if (!h->daemon) {
-        emu_delay_free(h->delay);
-        pthread_mutex_destroy(&h->hold_mu);
-        free(h);
-        return sf_err_set(err, SF_EIO, false,
-                          "cannot listen on %s port %d (address in use, no permission, or a bad "
-                          "TLS certificate/key)",
-                          opts->host, opts->port);
+        rc = sf_err_set(err, SF_EIO, false,
+                        "cannot listen on %s port %d (address in use, no permission, or a bad "
+                        "TLS certificate/key)",
+                        opts->host, opts->port);
+        goto out;
     }
     info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? (int)info->port : opts->port;
     *ret_http = h;
-    return SF_OK;
+    h = NULL;
+out:
+    if (h) {
+        emu_delay_free(h->delay);
+        pthread_mutex_destroy(&h->hold_mu);
+        sf_connguard_free(h->guard);
+        free(h);
+    }
+    return rc;
 }
 
 int emu_http_port(const struct emu_http *h)
@@ -380,5 +428,6 @@ void emu_http_free(struct emu_http *h)
     MHD_stop_daemon(h->daemon);
     emu_delay_free(h->delay);
     pthread_mutex_destroy(&h->hold_mu);
+    sf_connguard_free(h->guard); /* after the daemon: its close callbacks use the guard */
     free(h);
 }

@@ -24,12 +24,24 @@ struct emu_http;
  */
 #define EMU_HTTP_THREAD_STACK_BYTES ((size_t)8 << 20)
 
+/* The reserve when none is given: an eighth of the table, at least 1 (0 for a table of 1). */
+#define EMU_HTTP_RESERVED_DEFAULT(max) ((max) > 1 ? SF_MAX(1, (max) / 8) : 0)
+
+/*
+ * Connections (sf_connguard.h): each must deliver a complete request within
+ * request_timeout_s of connecting (and of its next request's headers); when
+ * more than max_connections - reserved_connections are open, a new one
+ * closes the oldest connection that is not answering a complete request.
+ * Between requests, keep-alive connections live for idle_timeout_s.
+ */
 struct emu_http_opts {
     const char *host;         /* listen address, e.g. "127.0.0.1" or "::1" */
     int port;                 /* 0 = ephemeral */
-    int threads;              /* worker threads (default: number of CPUs) */
-    int max_connections;      /* concurrent connections (default 1024) */
-    int idle_timeout_s;       /* close idle keep-alive connections after (default 300) */
+    int threads;              /* > 0: a pool of that many threads; 0: one thread per connection */
+    int max_connections;      /* concurrent connections (0 = 1024) */
+    int reserved_connections; /* < 0: EMU_HTTP_RESERVED_DEFAULT; else 0..max_connections-1 */
+    int request_timeout_s;    /* deadline for a complete request (0 = 10) */
+    int idle_timeout_s;       /* close idle keep-alive connections after (0 = 300) */
     const char *tls_cert_pem; /* PEM text; both set = HTTPS */
     const char *tls_key_pem;
     /* Simulated network latency (--latency MS[:JITTER_MS]): every response is

@@ -100,10 +100,15 @@ static const char *status_code_name(int status)
         return "TooManyRequests";
     case 449:
         return "RetryWith";
+    case 500:
+        return "InternalServerError";
     case 503:
         return "ServiceUnavailable";
+    case 507:
+        return "InsufficientStorage";
     default:
-        return "InternalServerError";
+        /* A status without a name of its own says at least its class. */
+        return status >= 500 ? "InternalServerError" : "BadRequest";
     }
 }
 
@@ -170,6 +175,7 @@ struct route {
     char *seg[EMU_MAX_SEGMENTS]; /* decoded path segments */
     char activity_id[40];
     bool feed_stuck; /* an EMU_FAULT_STUCK fault: change-feed reads ignore their continuation */
+    bool by_rid;     /* signed with the RID-form link: resolve seg[1], seg[3] as _rids only */
 };
 
 static const char *hdr(const struct route *rt, const char *name)
@@ -801,14 +807,20 @@ static void handle_coll(struct route *rt, const char *method)
     }
 }
 
-/* Resolves the container named by seg[1] and seg[3] (by name, else by _rid). */
+/*
+ * Resolves the container named by seg[1] and seg[3]: by name, else by _rid;
+ * by _rid alone when the request was signed for the RID-form link, so that
+ * signature never reaches a container whose names happen to equal the RIDs.
+ */
 static bool resolve_coll(struct route *rt, struct emu_coll_ref *c)
 {
     struct sf_err err;
     enum sf_rc rc;
 
     sf_err_clear(&err);
-    rc = emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], false, c, &err);
+    rc = emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], rt->by_rid, c, &err);
+    if (rt->by_rid)
+        return store_call(rt, rc, &err);
     if (rc == SF_ENOTFOUND) {
         struct sf_err err2;
         sf_err_clear(&err2);
@@ -1242,12 +1254,20 @@ static bool is_type_seg(const char *s)
  * Derives the resource type and link that the client signed (PROTOCOL.md
  * section 1): an even segment count names a resource (type = the
  * second-to-last segment, link = the path); an odd count names a feed
- * (type = last segment, link = its parent). The RID-based form is the last
- * named _rid, lowercased.
+ * (type = last segment, link = its parent).
+ *
+ * The RID-based form (the lowercased _rid of the last named resource, as .NET
+ * signs dbs/<dbRid>/colls/<collRid>/...) is offered only where the router
+ * resolves RIDs, a container's feeds (docs, pkranges, scripts), and only when
+ * seg[1] and seg[3] are the _rids of one existing container: a name is never
+ * taken for a RID, or a token signed for the RID "secret" would open the
+ * document named SECRET anywhere.
  */
 static void auth_link(const struct route *rt, char *rtype, size_t tcap, struct sf_buf *link,
                       char *rid_link, size_t rcap)
 {
+    struct emu_coll_ref c;
+    struct sf_err err;
     int n = rt->nseg, upto;
 
     rtype[0] = '\0';
@@ -1266,13 +1286,26 @@ static void auth_link(const struct route *rt, char *rtype, size_t tcap, struct s
             (void)sf_buf_putc(link, '/');
         (void)sf_buf_puts(link, rt->seg[i]);
     }
-    if (upto > 0) {
-        const char *rid = rt->seg[upto - 1];
-        size_t j = 0;
-        for (; rid[j] && j + 1 < rcap; j++)
-            rid_link[j] = (char)tolower((unsigned char)rid[j]);
-        rid_link[j] = '\0';
+    /*
+     * An offer's id is its _rid, and the SDKs sign an offer by that RID
+     * (lower-cased): the RID form names the same one resource.
+     */
+    if (n == 2 && strcmp(rt->seg[0], "offers") == 0 && strlen(rt->seg[1]) < rcap) {
+        for (size_t j = 0; rt->seg[1][j]; j++)
+            rid_link[j] = (char)tolower((unsigned char)rt->seg[1][j]);
+        rid_link[strlen(rt->seg[1])] = '\0';
+        return;
     }
+    if (n != 5 || strcmp(rt->seg[0], "dbs") != 0 || strcmp(rt->seg[2], "colls") != 0 ||
+        !rt->r->store)
+        return;
+    sf_err_clear(&err);
+    if (emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], true, &c, &err) != SF_OK ||
+        strcmp(c.coll_rid, rt->seg[3]) != 0 || strlen(c.coll_rid) >= rcap)
+        return;
+    for (size_t j = 0; c.coll_rid[j]; j++)
+        rid_link[j] = (char)tolower((unsigned char)c.coll_rid[j]);
+    rid_link[strlen(c.coll_rid)] = '\0';
 }
 
 /* The operation kind and container of a request, for fault rules. */
@@ -1832,7 +1865,7 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
     if (auth.x_ms_date && !*auth.x_ms_date)
         auth.x_ms_date = NULL;
     if (!r->skip_auth &&
-        emu_auth_check(&r->key, &auth, now, r->lim.max_clock_skew_s, &err) != SF_OK) {
+        emu_auth_check(&r->key, &auth, now, r->lim.max_clock_skew_s, &rt.by_rid, &err) != SF_OK) {
         emu_response_error(resp, err.http_status ? err.http_status : 401, 0, "%s", err.msg);
         goto out;
     }

@@ -36,6 +36,9 @@
  * Version 1 numbered rowids globally, indexed docs by (cid, lsn) and
  * (cid, pk, id), and lacked exp, scripts and avlog.
  */
+#define EMU_STR_(x) #x
+#define EMU_STR(x)  EMU_STR_(x)
+
 static const char emu_schema_v2[] =
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE dbs(rid TEXT NOT NULL UNIQUE, id TEXT NOT NULL UNIQUE,"
@@ -68,7 +71,8 @@ static const char emu_schema_v2_extra[] =
     "CREATE TABLE avlog(cid INTEGER NOT NULL, lsn INTEGER NOT NULL, seq INTEGER NOT NULL,"
     " ts INTEGER NOT NULL, epk TEXT NOT NULL, pk TEXT NOT NULL, body TEXT NOT NULL,"
     " PRIMARY KEY(cid, lsn, seq));"
-    "PRAGMA user_version = 2;";
+    "PRAGMA user_version = 2;"
+    "PRAGMA application_id = " EMU_STR(EMU_APPLICATION_ID) ";";
 
 /*
  * Version 1 -> 2: the documents move to the version 2 table, each row to its
@@ -201,6 +205,15 @@ enum sf_rc emu_store_sql_fail(struct emu_store *s, int sqlrc, const char *what, 
         return emu_store_fail(err, SF_EIO, 503, 0, "%s: database is busy (%s)", what, detail);
     if (primary == SQLITE_FULL)
         return emu_store_fail(err, SF_EIO, 507, 0, "%s: disk full (%s)", what, detail);
+    if (primary == SQLITE_NOTADB)
+        return emu_store_fail(err, SF_EIO, 500, 0,
+                              "%s: the data file is not a SQLite database (a foreign or damaged "
+                              "file; move it away)",
+                              what);
+    if (primary == SQLITE_CORRUPT)
+        return emu_store_fail(err, SF_EIO, 500, 0,
+                              "%s: the data file is corrupt (%s); restore a backup or move it away",
+                              what, detail);
     return emu_store_fail(err, SF_EIO, 500, 0, "%s: %s (sqlite %d)", what, detail, sqlrc);
 }
 
@@ -795,6 +808,85 @@ static enum sf_rc emu_migrate_from_v1(struct emu_store *s, struct sf_err *err)
     return rc;
 }
 
+/* Whether table name exists (in the main schema). */
+static enum sf_rc emu_has_table(struct emu_store *s, const char *name, bool *ret,
+                                struct sf_err *err)
+{
+    char sql[128], v[32];
+    enum sf_rc rc;
+
+    (void)snprintf(sql, sizeof(sql),
+                   "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '%s'", name);
+    rc = emu_pragma_text(s, sql, v, sizeof(v), err);
+    if (rc == SF_OK)
+        *ret = strcmp(v, "0") != 0;
+    return rc;
+}
+
+/*
+ * Refuses a file that is not cosmolite's before anything reads or writes its
+ * tables: another application's database (a different application_id, or
+ * tables of its own) or a damaged one (quick_check). A file of an older
+ * cosmolite (application_id 0 but cosmolite's schema) is adopted and marked.
+ */
+static enum sf_rc emu_check_file(struct emu_store *s, const struct emu_store_opts *opts,
+                                 struct sf_err *err)
+{
+    char v[512];
+    int64_t app = 0, version = 0, tables = 0;
+    bool meta = false, colls = false, docs = false;
+    enum sf_rc rc;
+
+    rc = emu_pragma_text(s, "PRAGMA application_id", v, sizeof(v), err);
+    if (rc == SF_OK && sf_parse_i64(v, INT32_MIN, INT32_MAX, &app) != SF_OK)
+        rc = emu_store_fail(err, SF_EIO, 500, 0, "unreadable application_id '%s'", v);
+    if (rc == SF_OK)
+        rc = emu_pragma_text(s, "PRAGMA user_version", v, sizeof(v), err);
+    if (rc == SF_OK && sf_parse_i64(v, INT32_MIN, INT32_MAX, &version) != SF_OK)
+        rc = emu_store_fail(err, SF_EIO, 500, 0, "unreadable user_version '%s'", v);
+    if (rc == SF_OK)
+        rc = emu_pragma_text(s, "SELECT count(*) FROM sqlite_master", v, sizeof(v), err);
+    if (rc == SF_OK && sf_parse_i64(v, 0, INT64_MAX, &tables) != SF_OK)
+        rc = emu_store_fail(err, SF_EIO, 500, 0, "unreadable schema size '%s'", v);
+    if (rc != SF_OK)
+        return rc;
+    if (app != 0 && app != EMU_APPLICATION_ID)
+        return emu_store_fail(err, SF_EIO, 500, 0,
+                              "not a cosmolite data file: its SQLite application_id is 0x%08llx "
+                              "(cosmolite's is 0x%08x); move it away or use another --data "
+                              "directory",
+                              (unsigned long long)(uint32_t)app, (unsigned)EMU_APPLICATION_ID);
+    if (app == 0 && tables > 0) {
+        rc = emu_has_table(s, "meta", &meta, err);
+        if (rc == SF_OK)
+            rc = emu_has_table(s, "colls", &colls, err);
+        if (rc == SF_OK)
+            rc = emu_has_table(s, "docs", &docs, err);
+        if (rc != SF_OK)
+            return rc;
+        if (version < 1 || version > EMU_SCHEMA_VERSION || !meta || !colls || !docs)
+            return emu_store_fail(err, SF_EIO, 500, 0,
+                                  "not a cosmolite data file: a SQLite database with %lld schema "
+                                  "objects, user_version %lld and no cosmolite application_id; "
+                                  "move it away or use another --data directory",
+                                  (long long)tables, (long long)version);
+        /* An older cosmolite's file: mark it, so the next start knows it at once. */
+        rc = emu_exec_script(s, "PRAGMA application_id = " EMU_STR(EMU_APPLICATION_ID),
+                             "marking the data file", err);
+        if (rc != SF_OK)
+            return rc;
+    }
+    if (s->memory || opts->skip_quick_check || tables == 0)
+        return SF_OK;
+    rc = emu_pragma_text(s, "PRAGMA quick_check(1)", v, sizeof(v), err);
+    if (rc == SF_OK && strcmp(v, "ok") != 0)
+        rc = emu_store_fail(err, SF_EIO, 500, 0,
+                            "the data file is corrupt (quick_check: %s); restore a backup or move "
+                            "it away",
+                            v);
+    return rc;
+}
+
 /* Creates the schema in an empty database, upgrades an older one, or checks that it is ours. */
 static enum sf_rc emu_schema_init(struct emu_store *s, struct sf_err *err)
 {
@@ -986,6 +1078,8 @@ enum sf_rc emu_store_open(const struct emu_store_opts *opts, struct emu_store **
         goto out;
     }
     rc = emu_configure(s, opts, err);
+    if (rc == SF_OK)
+        rc = emu_check_file(s, opts, err);
     if (rc == SF_OK)
         rc = emu_schema_init(s, err);
     if (rc == SF_OK)

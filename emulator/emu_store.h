@@ -57,12 +57,18 @@ struct emu_store_opts {
      * bytes as serialised JSON (0 = 2 MiB). */
     int max_batch_ops;
     size_t max_batch_bytes;
+    /* Skip PRAGMA quick_check of an existing data file at open (it reads
+     * every page: about a second per GiB). The identity check stays. */
+    bool skip_quick_check;
 };
 
 /*
  * Opens (creating if needed) the store. *ret_store is a new store to
- * emu_store_free. Errors: SF_EINVAL (bad partitions), SF_EIO with 500 (not a
- * cosmolite file, a newer schema version, I/O) or 503 (file in use).
+ * emu_store_free. An existing file must be cosmolite's (its application_id,
+ * or a pre-application_id cosmolite schema, which is then marked) and pass
+ * PRAGMA quick_check. Errors: SF_EINVAL (bad partitions), SF_EIO with 500
+ * (not a SQLite file, another application's file, a corrupt file, a newer
+ * schema version, I/O; the message says which) or 503 (file in use).
  */
 enum sf_rc emu_store_open(const struct emu_store_opts *opts, struct emu_store **ret_store,
                           struct sf_err *err);

@@ -166,6 +166,8 @@ static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_r
 
     memset(&res, 0, sizeof(res));
     rc = emu_store_coll_get(s, c, &coll, err);
+    if (rc == SF_OK)
+        rc = emu_store_cf_cont_check(coll, req, err);
     if (rc != SF_OK)
         return rc;
     if (coll->avad_minutes <= 0)

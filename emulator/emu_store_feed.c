@@ -195,6 +195,8 @@ static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_co
     if (rc == SF_OK)
         rc = emu_store_scope(coll, req->range_id, req->epk_min, req->epk_max, "change feed", &sc,
                              err);
+    if (rc == SF_OK)
+        rc = emu_store_cf_cont_check(coll, req, err);
     if (rc != SF_OK)
         return rc;
     if (req->start == EMU_CF_AFTER_LSN)
@@ -263,6 +265,19 @@ out:
     if (ret_res != NULL)
         *ret_res = res;
     return SF_OK;
+}
+
+enum sf_rc emu_store_cf_cont_check(const struct emu_coll *coll, const struct emu_cf_request *req,
+                                   struct sf_err *err)
+{
+    if (req->start != EMU_CF_AFTER_LSN || req->after_lsn <= coll->lsn)
+        return SF_OK;
+    return emu_store_fail(err, SF_EINVAL, 400, 0,
+                          "change feed: the continuation \"%lld\" was not issued by container "
+                          "'%s' (_rid %s), whose latest LSN is %lld: it belongs to another "
+                          "container (or one deleted and created again); start from the "
+                          "beginning, now or a point in time instead",
+                          (long long)req->after_lsn, coll->id, coll->rid, (long long)coll->lsn);
 }
 
 /* Checks a change-feed request's start; 400 for an unknown one or a negative LSN. */

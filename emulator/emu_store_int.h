@@ -46,6 +46,8 @@
 #include "emulator/emu_store.h"
 
 #define EMU_SCHEMA_VERSION 2
+/* PRAGMA application_id of a cosmolite data file ("COSL"): tells it from any other SQLite file. */
+#define EMU_APPLICATION_ID 1129272140 /* 0x434f534c */
 
 #define EMU_MAX_DBS       1024  /* databases per store */
 #define EMU_MAX_COLLS     4096  /* containers per store */
@@ -485,6 +487,15 @@ struct emu_cf_scope {
 enum sf_rc emu_store_scope(const struct emu_coll *coll, const char *range_id, const char *epk_min,
                            const char *epk_max, const char *what, struct emu_cf_scope *sc,
                            struct sf_err *err);
+
+/*
+ * 400 when req starts after an LSN this container never reached: a change
+ * feed continuation (a bare LSN, as the service's) of another container, or
+ * of one deleted and created again. Taken as is, it would skip every change
+ * up to that number. Store lock held.
+ */
+enum sf_rc emu_store_cf_cont_check(const struct emu_coll *coll, const struct emu_cf_request *req,
+                                   struct sf_err *err);
 
 /*
  * Appends the page items from the bound feed statement st (columns lsn,

@@ -8,14 +8,13 @@
 
 #include <microhttpd.h>
 
+#include "common/sf_connguard.h"
 #include "common/sf_parse.h"
 #include "processor/proc_http.h"
 
-#define HTTP_CONNECTIONS_MAX 32u
-#define HTTP_TIMEOUT_S       10u
-
 struct proc_http {
     struct MHD_Daemon *daemon;
+    struct sf_connguard *guard;
     proc_http_fn fn;
     void *ctx;
     int port;
@@ -97,6 +96,40 @@ static enum MHD_Result answer(struct MHD_Connection *conn, int status, const cha
     return ok;
 }
 
+static struct sf_connguard_conn *guard_conn(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct proc_http *h = cls;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+        *socket_context = ci != NULL ? sf_connguard_open(h->guard, ci->connect_fd) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        sf_connguard_close(h->guard, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct proc_http *h = cls;
+
+    SF_UNUSED(con_cls);
+    SF_UNUSED(toe);
+    sf_connguard_request_done(h->guard, guard_conn(conn));
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -110,6 +143,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     SF_UNUSED(version);
     SF_UNUSED(upload_data);
     SF_UNUSED(con_cls);
+    /* Answered on the first call (headers complete): nothing more to wait for. */
+    sf_connguard_request_begin(h->guard, guard_conn(conn));
+    sf_connguard_request_ready(h->guard, guard_conn(conn));
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         static const char msg[] = "only GET and HEAD\n";
 
@@ -123,14 +159,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return ok;
 }
 
-enum sf_rc proc_http_start(const char *listen, proc_http_fn fn, void *ctx, struct proc_http **ret_h,
-                           struct sf_err *err)
+enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *lim, proc_http_fn fn,
+                           void *ctx, struct proc_http **ret_h, struct sf_err *err)
 {
     struct sockaddr_storage ss;
     socklen_t len = 0;
     struct proc_http *h;
     const union MHD_DaemonInfo *info;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
+    int max_conn =
+        lim != NULL && lim->max_connections > 0 ? lim->max_connections : PROC_HTTP_CONNECTIONS_MAX;
+    int idle_s =
+        lim != NULL && lim->idle_timeout_s > 0 ? lim->idle_timeout_s : PROC_HTTP_IDLE_TIMEOUT_S;
+    const struct sf_connguard_opts go = {.max_connections = max_conn,
+                                         .reserved = max_conn > 1 ? SF_MAX(1, max_conn / 8) : 0,
+                                         .request_timeout_s =
+                                             lim != NULL && lim->request_timeout_s > 0
+                                                 ? lim->request_timeout_s
+                                                 : PROC_HTTP_REQUEST_TIMEOUT_S};
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
     enum sf_rc rc = resolve(listen, &ss, &len, err);
 
     if (rc != SF_OK)
@@ -140,13 +186,19 @@ enum sf_rc proc_http_start(const char *listen, proc_http_fn fn, void *ctx, struc
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     h->fn = fn;
     h->ctx = ctx;
+    if ((rc = sf_connguard_new(&go, &h->guard, err)) != SF_OK) {
+        free(h);
+        return rc;
+    }
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->daemon =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                         (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTIONS_MAX,
-                         MHD_OPTION_CONNECTION_TIMEOUT, HTTP_TIMEOUT_S, MHD_OPTION_END);
+    h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)idle_s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
+        sf_connguard_free(h->guard);
         free(h);
         return sf_err_set(err, SF_EIO, false,
                           "cannot serve HTTP on %s (address in use or not available)", listen);
@@ -167,5 +219,6 @@ void proc_http_stop(struct proc_http *h)
     if (h == NULL)
         return;
     MHD_stop_daemon(h->daemon);
+    sf_connguard_free(h->guard); /* after the daemon: its close callbacks use the guard */
     free(h);
 }

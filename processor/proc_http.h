@@ -4,7 +4,15 @@
  * answers). GET and HEAD only; bodies are built per request by a callback.
  *
  * Threads: the server runs one internal thread; the callback is called on
- * it, one request at a time. Start and stop from the owning thread.
+ * it, one request at a time (a second thread enforces the request deadline).
+ * Start and stop from the owning thread.
+ *
+ * Connections (common/sf_connguard.h): at most max_connections; each must
+ * send a complete request within request_timeout_s of connecting (or of its
+ * next request's headers); past max_connections minus an eighth (at least
+ * one) open, a new one closes the oldest that is not being answered, so slow
+ * or idle clients cannot make /healthz unreachable. Keep-alive connections
+ * idle between requests are closed after idle_timeout_s.
  */
 #ifndef PROC_HTTP_H
 #define PROC_HTTP_H
@@ -13,7 +21,17 @@
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
 
-#define PROC_HTTP_BODY_MAX (8u << 20) /* a metrics page larger than this is an error (500) */
+#define PROC_HTTP_BODY_MAX          (8u << 20) /* a larger metrics page is an error (500) */
+#define PROC_HTTP_CONNECTIONS_MAX   32         /* defaults of struct proc_http_limits */
+#define PROC_HTTP_REQUEST_TIMEOUT_S 5
+#define PROC_HTTP_IDLE_TIMEOUT_S    10
+
+/* The listener's limits (processor.http_* in the config); 0 = the default. */
+struct proc_http_limits {
+    int max_connections;   /* 2.. (PROC_HTTP_CONNECTIONS_MAX) */
+    int request_timeout_s; /* PROC_HTTP_REQUEST_TIMEOUT_S */
+    int idle_timeout_s;    /* PROC_HTTP_IDLE_TIMEOUT_S */
+};
 
 struct proc_http;
 
@@ -32,9 +50,12 @@ typedef int (*proc_http_fn)(void *ctx, const char *path, struct sf_buf *body,
  */
 enum sf_rc proc_http_check_listen(const char *listen, struct sf_err *err);
 
-/* Binds listen and serves with fn(ctx, ...). *ret_h is written only on success. */
-enum sf_rc proc_http_start(const char *listen, proc_http_fn fn, void *ctx, struct proc_http **ret_h,
-                           struct sf_err *err);
+/*
+ * Binds listen and serves with fn(ctx, ...) under lim (NULL: the defaults).
+ * *ret_h is written only on success.
+ */
+enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *lim, proc_http_fn fn,
+                           void *ctx, struct proc_http **ret_h, struct sf_err *err);
 
 /* The bound port. */
 int proc_http_port(const struct proc_http *h);

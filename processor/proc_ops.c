@@ -570,7 +570,11 @@ enum sf_rc proc_ops_attach(struct proc_ops *ops, struct proc_service *svc, struc
                                 "retrying every poll interval");
     ops->next_poll_ms = sf_mono_ms() + ops->cfg->feed.poll_interval_ms;
     if (ops->listen != NULL) {
-        enum sf_rc rc = proc_http_start(ops->listen, on_http, ops, &ops->http, err);
+        const struct proc_http_limits lim = {
+            .max_connections = (int)ops->cfg->processor.http_max_connections,
+            .request_timeout_s = (int)(ops->cfg->processor.http_request_timeout_ms / 1000),
+            .idle_timeout_s = (int)(ops->cfg->processor.http_idle_timeout_ms / 1000)};
+        enum sf_rc rc = proc_http_start(ops->listen, &lim, on_http, ops, &ops->http, err);
 
         if (rc != SF_OK) {
             ops->svc = NULL;

@@ -95,6 +95,9 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->processor.max_attempts, 6);
     ck_assert_str_eq(c->processor.parking_container, "parked");
     ck_assert_int_eq(c->processor.marker_ttl_s, 7 * 86400);
+    ck_assert_uint_eq(c->processor.http_max_connections, 32);
+    ck_assert_int_eq(c->processor.http_request_timeout_ms, 5000);
+    ck_assert_int_eq(c->processor.http_idle_timeout_ms, 10000);
     ck_assert_uint_eq(c->n_workflows, 1);
     ck_assert_str_eq(c->workflows[0].saga_id, "{{item.id}}");
     ck_assert_str_eq(c->workflows[0].compensating_state, "compensating");
@@ -222,6 +225,8 @@ static const struct {
     {"processor = {\n http_listen = \"[::1:9464\"; };", "t.cfg:2:", "must be HOST:PORT"},
     {"processor = {\n http_listen = \"[::1]9464\"; };", "t.cfg:2:", "must be HOST:PORT"},
     {"processor = { backoff_base = \"2s\"; backoff_cap = \"1s\"; };", "t.cfg:1:", "below"},
+    {"processor = { http_max_connections = 1; };", "t.cfg:1:", "out of range"},
+    {"processor = { http_request_timeout = \"100ms\"; };", "t.cfg:1:", "out of range"},
     {"plugins = [ 5 ];", "t.cfg:1:", "plugins[0]"},
     {"embedded = { partitions = 4; };\ncosmos = { endpoint = \"http://h\"; key_env = \"K\"; };",
      "t.cfg:1:", "has no effect"},

@@ -5,6 +5,7 @@
 #include "common/sf_base.h"
 
 #include <check.h>
+#include <ctype.h>
 #include <strings.h>
 
 #include "common/sf_auth.h"
@@ -574,6 +575,286 @@ START_TEST(query_pages_end_at_max_page_bytes_with_a_continuation)
 }
 END_TEST
 
+/* Reads the container's _rid and its database's _rid from a GET of dbs/d/colls/c. */
+static void coll_rids(const char *db, const char *coll, char *db_rid, char *coll_rid, size_t cap)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char link[128], path[160];
+    json_t *v;
+
+    snprintf(link, sizeof(link), "dbs/%s/colls/%s", db, coll);
+    snprintf(path, sizeof(path), "/%s", link);
+    sign(&t, "GET", "colls", link);
+    run("GET", path, &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    v = resp_json(&r);
+    snprintf(coll_rid, cap, "%s", json_string_value(json_object_get(v, "_rid")));
+    /* A container's _self is dbs/<dbRid>/colls/<collRid>/. */
+    ck_assert_int_eq(sscanf(json_string_value(json_object_get(v, "_self")), "dbs/%63[^/]/", db_rid),
+                     1);
+    ck_assert_uint_lt(strlen(db_rid), cap);
+    json_decref(v);
+    emu_response_release(&r);
+}
+
+static void lower(char *s)
+{
+    for (; *s; s++)
+        *s = (char)tolower((unsigned char)*s);
+}
+
+/*
+ * Issue 13 item 5: a signature over the RID-form link "secret" opened the
+ * document named SECRET (the last path segment, lowercased, was taken as a
+ * RID). A name is never a RID: read and delete must both be refused.
+ */
+START_TEST(rid_form_signature_does_not_open_a_named_document)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+
+    sign(&t, "POST", "dbs", "");
+    run("POST", "/dbs", &t, "{\"id\":\"other\"}", &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+    memset(&t, 0, sizeof(t));
+    sign(&t, "POST", "colls", "dbs/other");
+    run("POST", "/dbs/other/colls", &t,
+        "{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\"}}", &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+    memset(&t, 0, sizeof(t));
+    sign(&t, "POST", "docs", "dbs/other/colls/orders");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    run("POST", "/dbs/other/colls/orders/docs", &t, "{\"id\":\"SECRET\",\"pk\":\"p\"}", &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "docs", "secret");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    run("GET", "/dbs/other/colls/orders/docs/SECRET", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    emu_response_release(&r);
+
+    memset(&t, 0, sizeof(t));
+    sign(&t, "DELETE", "docs", "secret");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    run("DELETE", "/dbs/other/colls/orders/docs/SECRET", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    emu_response_release(&r);
+
+    /* Still there: read it with a name-form signature. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "docs", "dbs/other/colls/orders/docs/SECRET");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    run("GET", "/dbs/other/colls/orders/docs/SECRET", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    emu_response_release(&r);
+}
+END_TEST
+
+/*
+ * The class: a RID-form signature is good for the one resource whose _rid it
+ * names, addressed by RIDs, and nothing else: not for a container addressed
+ * by name (whose last segment is not its _rid), and not for another
+ * container whose *names* equal the first one's RIDs.
+ */
+START_TEST(rid_form_signature_opens_only_the_resource_with_that_rid)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char db_rid[64], coll_rid[64], low[64], path[200], body[200];
+    json_t *v;
+
+    make_container();
+    coll_rids("d", "c", db_rid, coll_rid, sizeof(db_rid));
+    snprintf(low, sizeof(low), "%s", coll_rid);
+    lower(low);
+
+    /* The genuine RID-form request works (the .NET SDK sends these). */
+    snprintf(path, sizeof(path), "/dbs/%s/colls/%s/pkranges", db_rid, coll_rid);
+    sign(&t, "GET", "pkranges", low);
+    run("GET", path, &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    emu_response_release(&r);
+
+    /* The same signature on the container by name: its last segment "c" is no _rid. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "pkranges", "c");
+    run("GET", "/dbs/d/colls/c/pkranges", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    emu_response_release(&r);
+
+    /* A decoy whose names are the RIDs of d/c, holding one document. */
+    memset(&t, 0, sizeof(t));
+    snprintf(body, sizeof(body), "{\"id\":\"%s\"}", db_rid);
+    sign(&t, "POST", "dbs", "");
+    run("POST", "/dbs", &t, body, &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+    memset(&t, 0, sizeof(t));
+    snprintf(path, sizeof(path), "dbs/%s", db_rid);
+    snprintf(body, sizeof(body), "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"/pk\"]}}",
+             coll_rid);
+    sign(&t, "POST", "colls", path);
+    snprintf(path, sizeof(path), "/dbs/%s/colls", db_rid);
+    run("POST", path, &t, body, &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+    memset(&t, 0, sizeof(t));
+    snprintf(path, sizeof(path), "dbs/%s/colls/%s", db_rid, coll_rid);
+    sign(&t, "POST", "docs", path);
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    snprintf(path, sizeof(path), "/dbs/%s/colls/%s/docs", db_rid, coll_rid);
+    run("POST", path, &t, "{\"id\":\"decoy\",\"pk\":\"p\"}", &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+
+    /* RID-signed read feed: answers from d/c (empty), never from the decoy. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "docs", low);
+    run("GET", path, &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    v = resp_json(&r);
+    ck_assert_str_eq(json_string_value(json_object_get(v, "_rid")), coll_rid);
+    ck_assert_int_eq(json_array_size(json_object_get(v, "Documents")), 0);
+    json_decref(v);
+    emu_response_release(&r);
+
+    /* A document's path never takes a RID-form signature (documents are addressed by id). */
+    memset(&t, 0, sizeof(t));
+    snprintf(path, sizeof(path), "/dbs/%s/colls/%s/docs/decoy", db_rid, coll_rid);
+    sign(&t, "GET", "docs", "decoy");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    run("GET", path, &t, NULL, &r);
+    ck_assert_int_eq(r.status, 401);
+    emu_response_release(&r);
+}
+END_TEST
+
+/* Creates container name in database d (partitioned on /pk), with extra container JSON. */
+static void make_coll(const char *name, const char *extra)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char body[256];
+
+    snprintf(body, sizeof(body),
+             "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\"}%s}", name,
+             extra);
+    sign(&t, "POST", "colls", "dbs/d");
+    run("POST", "/dbs/d/colls", &t, body, &r);
+    ck_assert_int_eq(r.status, 201);
+    emu_response_release(&r);
+}
+
+/* One change-feed request on dbs/d/colls/<coll>; returns the status, etag into etag[64]. */
+static int feed_get(const char *coll, const char *aim, const char *inm, char *etag, char *msg,
+                    size_t msg_cap)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char link[64], path[80];
+    int status;
+
+    snprintf(link, sizeof(link), "dbs/d/colls/%s", coll);
+    snprintf(path, sizeof(path), "/%s/docs", link);
+    sign(&t, "GET", "docs", link);
+    add_hdr(&t, "A-IM", aim);
+    add_hdr(&t, "x-ms-documentdb-partitionkeyrangeid", "0");
+    if (inm)
+        add_hdr(&t, "If-None-Match", inm);
+    run("GET", path, &t, NULL, &r);
+    status = r.status;
+    if (etag)
+        snprintf(etag, 64, "%s", resp_hdr(&r, "etag") ? resp_hdr(&r, "etag") : "");
+    if (msg)
+        snprintf(msg, msg_cap, "%.*s", (int)r.body.len, r.body.data ? r.body.data : "");
+    emu_response_release(&r);
+    return status;
+}
+
+/*
+ * Issue 13 item 6: a change-feed continuation of another container was
+ * taken as is, and every change of this container up to that LSN was
+ * skipped. A continuation this container never issued is a 400, in both
+ * feed modes; its own continuations, "*" and the current LSN still work.
+ */
+START_TEST(changefeed_continuation_of_another_container_is_400)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char busy_etag[64], etag[64], msg[1024];
+
+    make_container();
+    make_coll("quiet", "");
+    make_coll("quietav", ",\"changeFeedPolicy\":{\"retentionDuration\":10}");
+    sign(&t, "POST", "docs", "dbs/d/colls/c");
+    add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p\"]");
+    for (int i = 0; i < 5; i++) {
+        char body[64];
+        snprintf(body, sizeof(body), "{\"id\":\"%d\",\"pk\":\"p\"}", i);
+        run("POST", "/dbs/d/colls/c/docs", &t, body, &r);
+        ck_assert_int_eq(r.status, 201);
+        emu_response_release(&r);
+    }
+    ck_assert_int_eq(feed_get("c", "Incremental Feed", NULL, busy_etag, NULL, 0), 200);
+    ck_assert_str_eq(busy_etag, "\"5\"");
+
+    ck_assert_int_eq(feed_get("quiet", "Incremental Feed", busy_etag, NULL, msg, sizeof(msg)), 400);
+    ck_assert_msg(strstr(msg, "not issued by container 'quiet'") != NULL, "%s", msg);
+    ck_assert_int_eq(feed_get("quietav", "Full-Fidelity Feed", busy_etag, NULL, msg, sizeof(msg)),
+                     400);
+    ck_assert_msg(strstr(msg, "not issued by container 'quietav'") != NULL, "%s", msg);
+
+    /* Its own: from now, then the etag it gave. */
+    ck_assert_int_eq(feed_get("quiet", "Incremental Feed", "*", etag, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("quiet", "Incremental Feed", etag, NULL, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("quietav", "Full-Fidelity Feed", "*", etag, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("quietav", "Full-Fidelity Feed", etag, NULL, NULL, 0), 304);
+    ck_assert_int_eq(feed_get("c", "Incremental Feed", busy_etag, NULL, NULL, 0), 304);
+}
+END_TEST
+
+/*
+ * Issue 13 item 6: a 507 (disk full) said "InternalServerError". Every
+ * status cosmolite answers with names itself, with the message kept.
+ */
+START_TEST(error_bodies_name_their_status)
+{
+    static const struct {
+        int status;
+        const char *code;
+    } names[] = {
+        {400, "BadRequest"},         {401, "Unauthorized"},
+        {403, "Forbidden"},          {404, "NotFound"},
+        {405, "MethodNotAllowed"},   {408, "RequestTimeout"},
+        {409, "Conflict"},           {410, "Gone"},
+        {412, "PreconditionFailed"}, {413, "RequestEntityTooLarge"},
+        {424, "FailedDependency"},   {429, "TooManyRequests"},
+        {449, "RetryWith"},          {500, "InternalServerError"},
+        {503, "ServiceUnavailable"}, {507, "InsufficientStorage"},
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(names); i++) {
+        struct emu_response r;
+        json_t *v;
+
+        emu_response_init(&r, 4096);
+        emu_response_error(&r, names[i].status, 0, "message %d", names[i].status);
+        ck_assert_int_eq(r.status, names[i].status);
+        v = resp_json(&r);
+        ck_assert_str_eq(json_string_value(json_object_get(v, "code")), names[i].code);
+        ck_assert_int_eq(strtol(json_string_value(json_object_get(v, "message")) + 8, NULL, 10),
+                         names[i].status);
+        json_decref(v);
+        emu_response_release(&r);
+    }
+}
+END_TEST
+
 static Suite *router_suite(void)
 {
     Suite *s = suite_create("router");
@@ -594,6 +875,10 @@ static Suite *router_suite(void)
     tcase_add_test(tc, query_result_row_deeper_than_the_writer_bound_is_400);
     tcase_add_test(tc, query_of_a_hung_up_client_is_dropped);
     tcase_add_test(tc, query_pages_end_at_max_page_bytes_with_a_continuation);
+    tcase_add_test(tc, rid_form_signature_does_not_open_a_named_document);
+    tcase_add_test(tc, rid_form_signature_opens_only_the_resource_with_that_rid);
+    tcase_add_test(tc, changefeed_continuation_of_another_container_is_400);
+    tcase_add_test(tc, error_bodies_name_their_status);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1147,11 +1147,28 @@ START_TEST(test_cf_beginning_now_after)
     ck_assert_int_eq(res.count, 0);
     ck_assert_int_eq(res.continuation, 6);
     json_decref(page);
-    q.after_lsn = 50; /* ahead of the container: never moved backwards */
+    q.after_lsn = 6; /* the current LSN: nothing new, the cursor stays */
     page = feed(s, &c, &q, &res);
     ck_assert_int_eq(res.count, 0);
-    ck_assert_int_eq(res.continuation, 50);
+    ck_assert_int_eq(res.continuation, 6);
     json_decref(page);
+    /*
+     * Ahead of the container: not a cursor it issued (another container's),
+     * and taking it would skip the next 44 changes. Refused, not kept.
+     */
+    q.after_lsn = 50;
+    {
+        struct sf_buf out;
+        struct sf_err err;
+
+        sf_buf_init(&out, OUT_MAX);
+        sf_err_clear(&err);
+        ck_assert_int_eq(emu_store_changefeed(s, &c, &q, &out, &res, &err), SF_EINVAL);
+        ck_assert_int_eq(err.http_status, 400);
+        ck_assert_ptr_nonnull(strstr(err.msg, "not issued"));
+        ck_assert_uint_eq(out.len, 0);
+        sf_buf_release(&out);
+    }
     emu_store_free(s);
 }
 END_TEST
@@ -1751,6 +1768,138 @@ START_TEST(test_open_failures)
 }
 END_TEST
 
+/* One integer a (closed) file answers to sql, e.g. a PRAGMA. */
+static long long int_on_file(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    long long v;
+
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    v = sqlite3_column_int64(st, 0);
+    (void)sqlite3_finalize(st);
+    ck_assert_int_eq(sqlite3_close(db), SQLITE_OK);
+    return v;
+}
+
+#define COSMOLITE_APP_ID 0x434f534cLL
+
+/*
+ * Issue 13 item 6: another application's SQLite file named like the store
+ * was used silently (cosmolite's tables were added to it). It is refused,
+ * with a message that says so, and left as it was; so is a file that carries
+ * another application_id. A store marks its file; a file of an older
+ * cosmolite (no application_id, cosmolite's schema) still opens and is marked.
+ */
+START_TEST(test_foreign_file_refused)
+{
+    struct emu_store_opts o = {0};
+    struct emu_store *s = NULL;
+    struct sf_err err;
+    char dir[64], path[128];
+
+    mk_dir(dir, path);
+    o.path = path;
+    sql_on_file(path, "CREATE TABLE invoices(id INTEGER PRIMARY KEY, total REAL);"
+                      "INSERT INTO invoices(total) VALUES (12.5);");
+    sf_err_clear(&err);
+    ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(err.msg, "not a cosmolite data file") != NULL, "%s", err.msg);
+    ck_assert_ptr_nonnull(strstr(err.msg, path));
+    ck_assert_int_eq(int_on_file(path, "SELECT count(*) FROM sqlite_master"), 1);
+    ck_assert_int_eq(int_on_file(path, "SELECT count(*) FROM invoices"), 1);
+    rm_dir(dir, path);
+
+    /* Another application's id, even with a user_version cosmolite knows. */
+    mk_dir(dir, path);
+    o.path = path;
+    sql_on_file(path, "PRAGMA application_id = 305419896; PRAGMA user_version = 2;");
+    sf_err_clear(&err);
+    ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
+    ck_assert_msg(strstr(err.msg, "application_id is 0x12345678") != NULL, "%s", err.msg);
+    ck_assert_int_eq(int_on_file(path, "SELECT count(*) FROM sqlite_master"), 0);
+    rm_dir(dir, path);
+
+    /* Ours: marked at creation; an unmarked file of an older cosmolite is adopted. */
+    mk_dir(dir, path);
+    s = open_store(path, 1, 0);
+    mkdb(s, "db");
+    emu_store_free(s);
+    ck_assert_int_eq(int_on_file(path, "PRAGMA application_id"), COSMOLITE_APP_ID);
+    sql_on_file(path, "PRAGMA application_id = 0");
+    s = open_store(path, 1, 0);
+    emu_store_free(s);
+    ck_assert_int_eq(int_on_file(path, "PRAGMA application_id"), COSMOLITE_APP_ID);
+    rm_dir(dir, path);
+}
+END_TEST
+
+/* Overwrites page `page` (1-based, 4 KiB pages) of a closed file with garbage. */
+static void smash_page(const char *path, long page)
+{
+    char junk[4096];
+    FILE *f = fopen(path, "r+b");
+
+    ck_assert_ptr_nonnull(f);
+    memset(junk, 0x5a, sizeof(junk));
+    ck_assert_int_eq(fseek(f, (page - 1) * 4096, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(junk, 1, sizeof(junk), f), sizeof(junk));
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/*
+ * Issue 13 item 6: a damaged store file was used silently (until a read hit
+ * the damage). It is refused at open with "corrupt" and what quick_check
+ * found; skip_quick_check opts out of the check (not of the identity check).
+ */
+START_TEST(test_corrupt_file_refused)
+{
+    struct emu_store_opts o = {0};
+    struct emu_store *s = NULL;
+    struct emu_coll_ref c;
+    struct sf_err err;
+    char dir[64], path[128], id[256];
+    long pages;
+
+    mk_dir(dir, path);
+    s = open_store(path, 1, 0);
+    mkdb(s, "db");
+    mkcoll(s, "db", "c", "/pk");
+    c = ref(s, "db", "c");
+    for (int i = 0; i < 800; i++) {
+        (void)snprintf(id, sizeof(id), "doc-%04d-%0200d", i, i);
+        put(s, &c, id, "p", i, NULL);
+    }
+    emu_store_free(s);
+    s = NULL;
+    ck_assert_int_eq(int_on_file(path, "PRAGMA page_size"), 4096);
+    pages = (long)int_on_file(path, "PRAGMA page_count");
+    ck_assert_int_gt(pages, 20);
+    smash_page(path, pages - 3); /* a leaf of the documents, not read at open */
+    o.path = path;
+    sf_err_clear(&err);
+    ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(err.msg, "corrupt") != NULL, "%s", err.msg);
+    ck_assert_ptr_nonnull(strstr(err.msg, path));
+    rm_dir(dir, path);
+
+    /* Not SQLite at all: said so. */
+    mk_dir(dir, path);
+    s = open_store(path, 1, 0);
+    emu_store_free(s);
+    s = NULL;
+    smash_page(path, 1);
+    sf_err_clear(&err);
+    ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
+    ck_assert_msg(strstr(err.msg, "not a SQLite database") != NULL, "%s", err.msg);
+    rm_dir(dir, path);
+}
+END_TEST
+
 START_TEST(test_locked_file)
 {
     struct emu_store_opts o = {0};
@@ -1957,6 +2106,8 @@ static Suite *store_suite(void)
     tcase_add_test(dur, test_retired_range);
     tcase_add_test(dur, test_cf_batch_lsn_not_split);
     tcase_add_test(dur, test_open_failures);
+    tcase_add_test(dur, test_foreign_file_refused);
+    tcase_add_test(dur, test_corrupt_file_refused);
     tcase_add_test(dur, test_locked_file);
     tcase_add_test(dur, test_disk_full);
     tcase_add_test(dur, test_threads);
