@@ -24,9 +24,12 @@
  * Threads
  * -------
  * - feed_processor_start spawns one lease-manager thread. It renews owned
- *   leases, lists the leases every acquire interval, takes expired ones,
- *   balances to an equal share (stealing at most one lease per round), runs
- *   the hang guard, and starts one reader thread per owned range.
+ *   leases, lists the leases every acquire interval (sooner when a lease of
+ *   another owner is about to expire), takes expired ones, balances to an
+ *   equal share (stealing at most one lease per round, never one that just
+ *   moved), runs the hang guard, and starts one reader thread per owned
+ *   range. In its first round it takes back, with new epochs, the leases
+ *   still under its own instance name (a restart of the same instance).
  * - Each reader thread reads its range's change feed, calls the consume
  *   callback once per item, and writes that range's checkpoints.
  * - The consume callback runs on reader threads (several at once for
@@ -113,12 +116,13 @@ struct feed_options {
     const char *lease_db;     /* lease database [db] */
     const char *lease_coll;   /* lease container, by /id; created when missing (required) */
     const char *lease_prefix; /* lease id prefix (required, no '/', '\\', '?', '#') */
-    const char *instance;     /* owner name [<hostname>-<pid>-<random>] */
+    const char *instance;     /* owner name, unique among live processes [<host>-<pid>-<rnd>] */
 
     enum feed_start start; /* for leases created at bootstrap [beginning] */
     time_t start_time;     /* FEED_START_TIME */
 
-    int64_t lease_expiry_ms;      /* a lease not renewed this long is free [20000] */
+    int64_t lease_expiry_ms;      /* not renewed this long (by its timestamp, or unchanged on
+                                     our own clock): free [20000] */
     int64_t renew_ms;             /* renew owned leases this often [5000] */
     int64_t acquire_ms;           /* acquire / balance round period [5000] */
     int64_t poll_ms;              /* longest idle wait between reads of a range [500] */

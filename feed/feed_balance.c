@@ -8,7 +8,18 @@
  * expired leases first (a crashed host's leases, released ones); only when
  * none is free does it steal, one lease per round, from the busiest host.
  * Stealing one at a time lets every host re-count before the next move, so
- * the fleet converges without leases bouncing back and forth.
+ * the fleet converges without leases bouncing back and forth. Two rules make
+ * that hold even when hosts see different listings (a restarted host whose
+ * old leases still look alive to the others): a steal needs an imbalance of
+ * at least two (so the victim, one lease poorer, is never poorer than the
+ * thief and has no reason to steal back), and a lease that changed owner
+ * within the last expiry is never stolen.
+ *
+ * A restarted process that keeps its instance name adopts, in its first
+ * round, the live leases still under that name: they are its own, and the
+ * new epoch of the take fences anything its previous process might still
+ * write. Waiting for their expiry would stall those ranges, and the other
+ * hosts, counting them as ours, would not take them either.
  *
  * O(n * hosts) per round with n <= 4096 leases: cheap next to the listing
  * query that precedes it.
@@ -77,14 +88,17 @@ size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t o
                 expired[nexp++] = i;
             continue;
         }
-        /* A live lease of another host (or one still under our name, from before a restart). */
+        /* A live lease of another host, or one still under our name from before a restart. */
         if (strcmp(l->owner, in->me) != 0) {
             long h = host_index(hosts, &nhosts, in->n + 1, l->owner);
 
             if (h >= 0)
                 hosts[h].count++;
+        } else if (in->adopt && !l->cooldown && picked < out_cap) {
+            out[picked++] = i;
         }
     }
+    mine += (unsigned)picked;
     hosts[0].count = mine;
     target = (unsigned)((in->n + nhosts - 1) / nhosts);
     if (in->max_leases != 0 && target > in->max_leases)
@@ -94,22 +108,27 @@ size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t o
     if (deficit <= 0)
         goto out;
     if (nexp > 0) {
+        long want = (long)picked + deficit;
+
         shuffle(expired, nexp, in->rng);
-        for (size_t i = 0; i < nexp && (long)picked < deficit && picked < out_cap; i++)
+        for (size_t i = 0; i < nexp && (long)picked < want && picked < out_cap; i++)
             out[picked++] = expired[i];
         goto out;
     }
+    if (picked > 0)
+        goto out; /* adopted our own: re-count next round before stealing */
     for (size_t h = 1; h < nhosts; h++)
         if (busiest < 0 || hosts[h].count > hosts[busiest].count)
             busiest = (long)h;
-    if (busiest > 0 && hosts[busiest].count > target - (deficit > 1 ? 1u : 0u)) {
+    if (busiest > 0 && hosts[busiest].count > target - (deficit > 1 ? 1u : 0u) &&
+        hosts[busiest].count >= mine + 2) {
         size_t *cand = expired; /* unused here: nothing expired */
         size_t nc = 0;
 
         for (size_t i = 0; i < in->n; i++) {
             const struct feed_balance_lease *l = &in->leases[i];
 
-            if (!l->mine && !l->expired && !l->cooldown &&
+            if (!l->mine && !l->expired && !l->cooldown && !l->moved &&
                 strcmp(l->owner, hosts[busiest].owner) == 0)
                 cand[nc++] = i;
         }

@@ -215,6 +215,7 @@ struct feed_balance_lease {
     bool expired;      /* free or not renewed within the expiry */
     bool mine;         /* held by this instance's readers right now */
     bool cooldown;     /* this instance must not take it now (hang guard) */
+    bool moved;        /* its owner changed within the last expiry, as seen here: never stolen */
 };
 
 struct feed_balance_in {
@@ -222,17 +223,28 @@ struct feed_balance_in {
     const struct feed_balance_lease *leases;
     size_t n;
     unsigned max_leases; /* 0 = none */
-    uint64_t *rng;       /* for random picks */
+    /*
+     * The first round after start: live leases still under our own name
+     * (written by this instance's previous process) are ours and taken at
+     * once, whatever the target, instead of waiting for their expiry. Only
+     * then: later, such a lease is a second process misusing our name, and
+     * taking it back every round would make the two fight.
+     */
+    bool adopt;
+    uint64_t *rng; /* for random picks */
 };
 
 /*
  * Which leases to take this round, as indexes into in->leases written to
- * out (at most out_cap). Expired leases first, up to this instance's
+ * out (at most out_cap). When in->adopt, first every live lease under our
+ * name that we do not run. Then expired leases, up to this instance's
  * deficit from ceil(leases / live hosts); when none is expired and the
  * deficit is positive, steals one lease from the host that holds the most
  * if it holds more than the target (more than target - 1 when the deficit
- * is 2 or more). *ret_steal tells whether the pick is a steal.
- * Returns how many were written.
+ * is 2 or more) and at least two more than we do, never a lease that moved
+ * within the last expiry (hysteresis: a steal can never be answered by a
+ * steal back, so the fleet converges without bouncing). *ret_steal tells
+ * whether the pick is a steal. Returns how many were written.
  */
 size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t out_cap,
                          bool *ret_steal, unsigned *ret_target);
@@ -319,6 +331,22 @@ struct feed_cooldown {
     int64_t until_mono;
 };
 
+/*
+ * What the manager saw of one lease in its listings, on its own clock:
+ * when the owner (or epoch) last changed and when the etag last changed.
+ * A lease whose etag stood still for the expiry is expired whatever its
+ * timestamp says (a writer whose clock runs ahead cannot keep a dead lease
+ * alive), and a lease that just moved is not stolen again (hysteresis).
+ */
+struct feed_seen {
+    char token[FEED_TOKEN_MAX + 1];
+    char owner[FEED_INSTANCE_MAX + 1];
+    int64_t epoch;
+    char etag[COSMOS_ETAG_MAX];
+    int64_t moved_mono; /* 0: no change of owner seen since this instance started */
+    int64_t etag_mono;  /* when this etag was first seen */
+};
+
 struct feed_processor {
     struct cosmos_client *cli;
     struct feed_store store;
@@ -343,6 +371,9 @@ struct feed_processor {
     struct feed_reader *retired; /* joined, waiting for outstanding acks */
     struct feed_cooldown *cool;
     size_t n_cool;
+    struct feed_seen *seen; /* the last listing (manager thread only) */
+    size_t n_seen;
+    bool adopted; /* the first listing after start was balanced (own leases adopted) */
     unsigned hang_total;
     unsigned lost_total;
     int64_t last_list_err_mono;

@@ -557,14 +557,90 @@ static struct feed_reader *find_running(struct feed_processor *p, const char *to
     return NULL;
 }
 
-static void balance(struct feed_processor *p)
+/*
+ * Updates p->seen from a listing: carries each lease's history forward by
+ * token, notes owner and etag changes on our clock. On OOM the old table
+ * stays (the next round tries again; expiry then goes by timestamps only).
+ */
+static void seen_update(struct feed_processor *p, const struct feed_lease *leases, size_t n,
+                        int64_t now)
+{
+    struct feed_seen *v = calloc(n ? n : 1, sizeof(*v));
+
+    if (v == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const struct feed_lease *l = &leases[i];
+        const struct feed_seen *old = NULL;
+
+        for (size_t k = 0; k < p->n_seen && old == NULL; k++)
+            if (strcmp(p->seen[k].token, l->token) == 0)
+                old = &p->seen[k];
+        (void)snprintf(v[i].token, sizeof(v[i].token), "%s", l->token);
+        (void)snprintf(v[i].owner, sizeof(v[i].owner), "%s", l->owner);
+        (void)snprintf(v[i].etag, sizeof(v[i].etag), "%s", l->etag);
+        v[i].epoch = l->epoch;
+        if (old == NULL) {
+            v[i].etag_mono = now;
+            continue;
+        }
+        v[i].moved_mono = old->moved_mono;
+        v[i].etag_mono = strcmp(old->etag, l->etag) == 0 ? old->etag_mono : now;
+        if (strcmp(old->owner, l->owner) != 0 || old->epoch != l->epoch)
+            v[i].moved_mono = now;
+    }
+    free(p->seen);
+    p->seen = v;
+    p->n_seen = n;
+}
+
+/* p->seen of token (after seen_update with the same listing), or NULL. */
+static const struct feed_seen *seen_of(const struct feed_processor *p, const char *token)
+{
+    for (size_t k = 0; k < p->n_seen; k++)
+        if (strcmp(p->seen[k].token, token) == 0)
+            return &p->seen[k];
+    return NULL;
+}
+
+/*
+ * Whether l has expired: free, never written, its timestamp older than the
+ * expiry, or its etag unchanged for the expiry on our own clock. *ret_left
+ * gets the ms until it expires when it has not (the sooner of both clocks).
+ */
+static bool lease_expired(const struct feed_processor *p, const struct feed_lease *l,
+                          int64_t now_wall, int64_t now, int64_t *ret_left)
+{
+    const struct feed_seen *s = seen_of(p, l->token);
+    int64_t by_ts, by_etag = INT64_MAX;
+
+    *ret_left = INT64_MAX;
+    if (l->owner[0] == '\0' || l->ts_ms < 0)
+        return true;
+    by_ts = l->ts_ms + p->o.lease_expiry_ms - now_wall;
+    if (s != NULL)
+        by_etag = s->etag_mono + p->o.lease_expiry_ms - now;
+    if (by_ts < 0 || by_etag < 0)
+        return true;
+    *ret_left = SF_MIN(by_ts, by_etag);
+    return false;
+}
+
+/*
+ * One acquire round: lists the leases, marks our readers whose lease moved
+ * on as lost, and takes what the balancing decision picks. Returns how many
+ * ms from now the next live lease of another owner expires (INT64_MAX: none),
+ * so the manager can take it as soon as it is free rather than up to an
+ * acquire interval later.
+ */
+static int64_t balance(struct feed_processor *p)
 {
     struct feed_lease *leases = NULL;
     struct feed_balance_lease *view = NULL;
     size_t n = 0, *picks = NULL, npicks;
     unsigned target;
     bool steal;
-    int64_t now_wall = sf_wall_ms(), now = sf_mono_ms();
+    int64_t now_wall = sf_wall_ms(), now = sf_mono_ms(), next_expiry = INT64_MAX;
     struct sf_err err;
     enum sf_rc rc;
 
@@ -577,8 +653,9 @@ static void balance(struct feed_processor *p)
                       "listing leases failed (acquire and balance skipped this round): %s",
                       err.msg);
         }
-        return;
+        return INT64_MAX;
     }
+    seen_update(p, leases, n, now);
     p->last_list_err_mono = 0;
     view = calloc(n ? n : 1, sizeof(*view));
     picks = calloc(n ? n : 1, sizeof(*picks));
@@ -610,22 +687,29 @@ static void balance(struct feed_processor *p)
     }
     for (size_t i = 0; i < n; i++) {
         const struct feed_lease *l = &leases[i];
+        const struct feed_seen *s = seen_of(p, l->token);
+        int64_t left;
 
         view[i].token = l->token;
         view[i].owner = l->owner;
         view[i].mine = find_running(p, l->token) != NULL;
-        view[i].expired =
-            l->owner[0] == '\0' || l->ts_ms < 0 || now_wall - l->ts_ms > p->o.lease_expiry_ms;
+        view[i].expired = lease_expired(p, l, now_wall, now, &left);
         view[i].cooldown = cooldown_has(p, l->token, now);
+        view[i].moved =
+            s != NULL && s->moved_mono != 0 && now - s->moved_mono < p->o.lease_expiry_ms;
+        if (!view[i].mine && !view[i].expired && strcmp(l->owner, p->instance) != 0)
+            next_expiry = SF_MIN(next_expiry, left);
     }
     {
         struct feed_balance_in in = {.me = p->instance,
                                      .leases = view,
                                      .n = n,
                                      .max_leases = p->o.max_leases,
+                                     .adopt = !p->adopted,
                                      .rng = &p->rng};
 
         npicks = feed_balance_pick(&in, picks, n, &steal, &target);
+        p->adopted = true;
     }
     for (size_t k = 0; k < npicks; k++) {
         const struct feed_lease *seen = &leases[picks[k]];
@@ -650,8 +734,10 @@ static void balance(struct feed_processor *p)
             feed_emit(p, FEED_EV_ACQUIRED, NULL, NULL,
                       "%s lease %s of range %s%s%s at epoch %lld (target %u per instance)",
                       steal ? "stole" : "took", got.id, got.token,
-                      prev[0] ? (steal ? " from " : " expired, from ") : " (free)", prev,
-                      (long long)got.epoch, target);
+                      strcmp(prev, p->instance) == 0
+                          ? " back from this instance's previous process "
+                          : (prev[0] ? (steal ? " from " : " expired, from ") : " (free)"),
+                      strcmp(prev, p->instance) == 0 ? "" : prev, (long long)got.epoch, target);
         else if (rc != SF_EPRECOND && rc != SF_ENOTFOUND)
             feed_emit(p, FEED_EV_LEASE_ERROR, NULL, &err, "acquiring lease %s failed: %s", seen->id,
                       err.msg);
@@ -661,6 +747,7 @@ out:
     free(view);
     free(picks);
     feed_store_list_free(leases, n);
+    return next_expiry;
 }
 
 static void *manager_main(void *arg)
@@ -678,8 +765,11 @@ static void *manager_main(void *arg)
         hang_guard(p);
         now = sf_mono_ms();
         if (now >= next_acquire) {
-            balance(p);
-            next_acquire = sf_mono_ms() + p->o.acquire_ms;
+            int64_t expiry_in = balance(p);
+
+            /* Take a lease the moment it expires, not up to an acquire interval later. */
+            next_acquire = sf_mono_ms() + (expiry_in < p->o.acquire_ms ? SF_MAX(expiry_in, 0) + 1
+                                                                       : p->o.acquire_ms);
         }
         pthread_mutex_lock(&p->mu);
         if (!p->stopping && !p->wake)
@@ -741,6 +831,7 @@ enum sf_rc feed_processor_start(struct feed_processor *p, struct sf_err *err)
     pthread_mutex_lock(&p->mu);
     p->stopping = false;
     p->running = true;
+    p->adopted = false;
     e = pthread_create(&p->manager, NULL, manager_main, p);
     if (e != 0) {
         p->running = false;
@@ -823,6 +914,7 @@ void feed_processor_free(struct feed_processor *p)
         feed_reader_free(r);
     }
     free(p->cool);
+    free(p->seen);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->ev_mu);
     pthread_mutex_destroy(&p->mu);

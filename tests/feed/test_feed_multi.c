@@ -6,6 +6,12 @@
  * output files covers every id: at least once, nothing skipped). A final
  * SIGTERM stops the survivors gracefully: exit 0 and every lease released.
  *
+ * restart_same_name_adopts_own_leases: a worker killed with -9 and started
+ * again under the same name takes its own leases back at once (a new epoch
+ * each, one owner change per lease) instead of waiting for their expiry
+ * (60 s here), and nobody steals anything afterwards: the sum of the epochs
+ * rises by exactly the restarted worker's share and then stands still.
+ *
  * Lease timings are short (expiry 2 s, renew and acquire 500 ms). Exits 77
  * (skipped) when cosmolite or feed_worker is missing.
  */
@@ -42,9 +48,9 @@ struct worker {
     pid_t pid;
 };
 
-static pid_t spawn(struct worker *w)
+static pid_t spawn_with(struct worker *w, const char *prefix, const char *expiry_ms)
 {
-    char expiry[] = "2000", renew[] = "500", acquire[] = "500", poll[] = "100";
+    char expiry[16], renew[] = "500", acquire[] = "500", poll[] = "100";
     const char *argv[] = {worker_bin,
                           "--endpoint",
                           harness_cosmolite_endpoint(srv),
@@ -55,7 +61,7 @@ static pid_t spawn(struct worker *w)
                           "--coll",
                           COLL,
                           "--prefix",
-                          PREFIX,
+                          prefix,
                           "--name",
                           w->name,
                           "--out",
@@ -69,8 +75,10 @@ static pid_t spawn(struct worker *w)
                           "--poll",
                           poll,
                           NULL};
-    pid_t pid = fork();
+    pid_t pid;
 
+    (void)snprintf(expiry, sizeof(expiry), "%s", expiry_ms);
+    pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         int fd = open(w->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -84,6 +92,11 @@ static pid_t spawn(struct worker *w)
         _exit(127);
     }
     return pid;
+}
+
+static pid_t spawn(struct worker *w)
+{
+    return spawn_with(w, PREFIX, "2000");
 }
 
 /* Which ids the union of the output files covers; returns the distinct count. */
@@ -135,6 +148,7 @@ struct owners_wait {
     struct cosmos_client *cli;
     const size_t *want; /* per worker */
     struct worker *ws;
+    const char *prefix; /* NULL: PREFIX */
 };
 
 static bool owners_pred(void *ctx)
@@ -142,7 +156,8 @@ static bool owners_pred(void *ctx)
     struct owners_wait *o = ctx;
 
     for (size_t i = 0; i < WORKERS; i++)
-        if (ft_leases_of(o->cli, DB, "leases", PREFIX, o->ws[i].name) != o->want[i])
+        if (ft_leases_of(o->cli, DB, "leases", o->prefix ? o->prefix : PREFIX, o->ws[i].name) !=
+            o->want[i])
             return false;
     return true;
 }
@@ -225,6 +240,125 @@ START_TEST(three_workers_kill_one)
 }
 END_TEST
 
+/* Sum of the epochs of every lease under prefix: each owner change adds one. */
+static int64_t epoch_sum(struct cosmos_client *cli, const char *prefix, size_t *ret_n)
+{
+    struct feed_lease_info *v = NULL;
+    size_t n = 0;
+    int64_t sum = 0;
+    struct sf_err err;
+
+    ck_assert_msg(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err) == SF_OK, "%s",
+                  err.msg);
+    for (size_t i = 0; i < n; i++)
+        sum += v[i].epoch;
+    free(v);
+    *ret_n = n;
+    return sum;
+}
+
+/* The leases of one owner as they were, to be found again owned by it one epoch later. */
+struct adopt_wait {
+    struct cosmos_client *cli;
+    const char *prefix;
+    const char *owner;
+    struct feed_lease_info was[6];
+    size_t n_was;
+};
+
+static void adopt_snapshot(struct adopt_wait *a)
+{
+    struct feed_lease_info *v = NULL;
+    size_t n = 0;
+    struct sf_err err;
+
+    ck_assert_msg(feed_leases_list(a->cli, DB, "leases", a->prefix, &v, &n, &err) == SF_OK, "%s",
+                  err.msg);
+    a->n_was = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].owner, a->owner) == 0 && a->n_was < SF_ARRAY_LEN(a->was))
+            a->was[a->n_was++] = v[i];
+    free(v);
+}
+
+static bool adopted_pred(void *ctx)
+{
+    struct adopt_wait *a = ctx;
+    struct feed_lease_info *v = NULL;
+    size_t n = 0, ok = 0;
+    struct sf_err err;
+
+    if (feed_leases_list(a->cli, DB, "leases", a->prefix, &v, &n, &err) != SF_OK)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < a->n_was; k++)
+            if (strcmp(v[i].range, a->was[k].range) == 0 && strcmp(v[i].owner, a->owner) == 0 &&
+                v[i].epoch > a->was[k].epoch)
+                ok++;
+    free(v);
+    return ok == a->n_was;
+}
+
+START_TEST(restart_same_name_adopts_own_leases)
+{
+    static struct adopt_wait aw;
+    static const char prefix[] = "restart-test";
+    struct worker ws[WORKERS];
+    struct cosmos_client *cli;
+    const size_t balanced[WORKERS] = {2, 2, 2};
+    struct owners_wait ow;
+    int64_t before, after, later;
+    size_t n;
+    int status;
+
+    cli = ft_client(harness_cosmolite_endpoint(srv), harness_cosmolite_key(srv));
+    ft_container(cli, DB, COLL, "/pk");
+    for (int i = 0; i < WORKERS; i++) {
+        (void)snprintf(ws[i].name, sizeof(ws[i].name), "r%d", i);
+        (void)snprintf(ws[i].out, sizeof(ws[i].out), "%s/r%d.out", dir, i);
+        (void)snprintf(ws[i].log, sizeof(ws[i].log), "%s/r%d.log", dir, i);
+        /* An expiry far beyond the waits below: only adoption can hand the leases back. */
+        ws[i].pid = spawn_with(&ws[i], prefix, "60000");
+    }
+    ow = (struct owners_wait){.cli = cli, .want = balanced, .ws = ws, .prefix = prefix};
+    ck_assert_msg(ft_wait_until(owners_pred, &ow, 30000), "workers did not balance to 2/2/2");
+    /* Let any balancing moves of the start settle, then count. */
+    sf_sleep_ms(2000);
+    ck_assert_msg(owners_pred(&ow), "the 2/2/2 balance did not hold (logs in %s)", dir);
+    before = epoch_sum(cli, prefix, &n);
+    ck_assert_uint_eq(n, 6);
+    aw = (struct adopt_wait){.cli = cli, .prefix = prefix, .owner = ws[1].name};
+    adopt_snapshot(&aw);
+    ck_assert_uint_eq(aw.n_was, 2);
+
+    ck_assert_int_eq(kill(ws[1].pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(ws[1].pid, &status, 0), ws[1].pid);
+    ws[1].pid = spawn_with(&ws[1], prefix, "60000");
+    /* Its own two leases come back to it long before they could expire (60 s). */
+    ck_assert_msg(ft_wait_until(adopted_pred, &aw, 20000),
+                  "the restarted worker did not take its own leases back (logs in %s)", dir);
+    after = epoch_sum(cli, prefix, &n);
+    /* Several acquire rounds (500 ms each) later: no lease moved again. */
+    sf_sleep_ms(3000);
+    later = epoch_sum(cli, prefix, &n);
+    ck_assert_msg(owners_pred(&ow), "leases moved after the restart (logs in %s)", dir);
+    ck_assert_msg(after - before == 2,
+                  "%lld owner changes for the restart (want 2: one per adopted lease; logs in %s)",
+                  (long long)(after - before), dir);
+    ck_assert_msg(later == after, "%lld more owner changes after the restart settled (logs in %s)",
+                  (long long)(later - after), dir);
+
+    for (int i = 0; i < WORKERS; i++)
+        ck_assert_int_eq(kill(ws[i].pid, SIGTERM), 0);
+    for (int i = 0; i < WORKERS; i++) {
+        ck_assert_int_eq(waitpid(ws[i].pid, &status, 0), ws[i].pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d status %d", i,
+                      status);
+    }
+    cosmos_client_free(cli);
+}
+END_TEST
+
 int main(void)
 {
     struct harness_cosmolite_opts o = {.memory = true, .partitions = 6};
@@ -255,8 +389,9 @@ int main(void)
     }
     s = suite_create("feed_multi");
     t = tcase_create("multi");
-    tcase_set_timeout(t, 110);
+    tcase_set_timeout(t, 200);
     tcase_add_test(t, three_workers_kill_one);
+    tcase_add_test(t, restart_same_name_adopts_own_leases);
     suite_add_tcase(s, t);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
@@ -267,10 +402,14 @@ int main(void)
         char path[600];
 
         for (int i = 0; i < WORKERS; i++) {
-            (void)snprintf(path, sizeof(path), "%s/w%d.out", dir, i);
-            (void)unlink(path);
-            (void)snprintf(path, sizeof(path), "%s/w%d.log", dir, i);
-            (void)unlink(path);
+            static const char *const exts[] = {"out", "log"};
+
+            for (const char *w = "wr"; *w != '\0'; w++) {
+                for (size_t k = 0; k < SF_ARRAY_LEN(exts); k++) {
+                    (void)snprintf(path, sizeof(path), "%s/%c%d.%s", dir, *w, i, exts[k]);
+                    (void)unlink(path);
+                }
+            }
         }
         (void)rmdir(dir);
     } else {

@@ -11,5 +11,5 @@ if(TARGET sf_feed AND TARGET cosmolite)
   add_dependencies(test_feed_multi cosmolite feed_worker)
   set_property(TEST test_feed_multi APPEND PROPERTY ENVIRONMENT
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_FEED_WORKER=$<TARGET_FILE:feed_worker>")
-  set_tests_properties(test_feed_multi PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+  set_tests_properties(test_feed_multi PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 240)
 endif()

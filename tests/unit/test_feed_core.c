@@ -395,6 +395,114 @@ START_TEST(balance_converges)
 }
 END_TEST
 
+START_TEST(balance_adopts_own_leases_at_start)
+{
+    struct bal b = {0};
+    size_t out[16];
+    bool steal;
+    unsigned target;
+    struct feed_balance_in in;
+
+    /* A restarted under its name: its 2 leases still say "A" and look alive. */
+    bal_add(&b, "A", false, false);
+    bal_add(&b, "B", false, false);
+    bal_add(&b, "A", false, false);
+    bal_add(&b, "B", false, false);
+    bal_add(&b, "C", false, false);
+    bal_add(&b, "C", false, false);
+    b.rng = 5;
+    in = (struct feed_balance_in){.me = "A", .leases = b.l, .n = b.n, .adopt = true, .rng = &b.rng};
+    ck_assert_uint_eq(feed_balance_pick(&in, out, 16, &steal, &target), 2);
+    ck_assert(!steal);
+    ck_assert_uint_eq(target, 2);
+    ck_assert_uint_eq(out[0], 0);
+    ck_assert_uint_eq(out[1], 2);
+    /* Adopted ones count towards the target: with a free lease too, A takes just one more. */
+    bal_add(&b, "", true, false);
+    bal_add(&b, "", true, false);
+    in.n = b.n;
+    ck_assert_uint_eq(feed_balance_pick(&in, out, 16, &steal, &target), 3);
+    ck_assert_uint_eq(target, 3);
+    ck_assert(!steal);
+    ck_assert_uint_ge(out[2], 6);
+}
+END_TEST
+
+START_TEST(balance_never_steals_a_lease_that_just_moved)
+{
+    struct bal b = {0};
+    size_t out[16];
+    bool steal;
+    unsigned target;
+
+    /* B holds 4, A none: a steal is due, but only of a lease that did not just change owner. */
+    for (int i = 0; i < 4; i++)
+        bal_add(&b, "B", false, false);
+    for (int i = 0; i < 4; i++)
+        b.l[i].moved = true;
+    ck_assert_uint_eq(bal_pick(&b, "A", out, &steal, &target), 0);
+    b.l[2].moved = false;
+    ck_assert_uint_eq(bal_pick(&b, "A", out, &steal, &target), 1);
+    ck_assert(steal);
+    ck_assert_uint_eq(out[0], 2);
+}
+END_TEST
+
+/*
+ * 12 leases over A, B, C at 4 each; A is killed and restarted under its
+ * name. The others keep counting A's leases as A's (they look alive), the
+ * new A adopts them in its first round: exactly 4 owner changes, then
+ * nothing moves for many rounds. Without adoption A stole from B and C,
+ * who stole back from the "busy" A: epochs climbed every round.
+ */
+START_TEST(balance_restart_under_same_name_does_not_bounce)
+{
+    const char *hosts[] = {"A", "B", "C"};
+    const char *owner[12];
+    int running[12]; /* which host runs it: -1 nobody (the dead A's) */
+    int moved_round[12];
+    uint64_t rng = 42;
+    int changes = 0, counts[3] = {0};
+
+    for (int i = 0; i < 12; i++) {
+        owner[i] = hosts[i % 3];
+        running[i] = i % 3 == 0 ? -1 : i % 3;
+        moved_round[i] = -100;
+    }
+    for (int round = 0; round < 30; round++) {
+        for (int h = 0; h < 3; h++) {
+            struct feed_balance_lease l[12];
+            struct feed_balance_in in = {
+                .me = hosts[h], .leases = l, .n = 12, .adopt = h == 0 && round == 0, .rng = &rng};
+            size_t out[12], n;
+            bool steal;
+            unsigned target;
+
+            for (int i = 0; i < 12; i++)
+                l[i] = (struct feed_balance_lease){.token = "x",
+                                                   .owner = owner[i],
+                                                   .mine = running[i] == h,
+                                                   .moved = round - moved_round[i] < 4};
+            n = feed_balance_pick(&in, out, 12, &steal, &target);
+            for (size_t k = 0; k < n; k++) {
+                owner[out[k]] = hosts[h];
+                running[out[k]] = h;
+                moved_round[out[k]] = round;
+                changes++;
+            }
+        }
+    }
+    for (int i = 0; i < 12; i++) {
+        ck_assert_int_ge(running[i], 0);
+        counts[running[i]]++;
+    }
+    ck_assert_int_eq(changes, 4);
+    ck_assert_int_eq(counts[0], 4);
+    ck_assert_int_eq(counts[1], 4);
+    ck_assert_int_eq(counts[2], 4);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * Lease documents
  */
@@ -573,6 +681,9 @@ static Suite *suite(void)
     tcase_add_test(t, balance_deficit_two_steals_from_target_holder);
     tcase_add_test(t, balance_cooldown_and_max);
     tcase_add_test(t, balance_converges);
+    tcase_add_test(t, balance_adopts_own_leases_at_start);
+    tcase_add_test(t, balance_never_steals_a_lease_that_just_moved);
+    tcase_add_test(t, balance_restart_under_same_name_does_not_bounce);
     suite_add_tcase(s, t);
     t = tcase_create("lease");
     tcase_add_test(t, lease_parse_dotnet);

@@ -434,6 +434,110 @@ START_TEST(graceful_handoff)
 }
 END_TEST
 
+/*
+ * Bootstraps the prefix's 4 leases (a processor that takes and releases
+ * them), then rewrites each as if owner had just renewed it with its clock
+ * at wall_ms: what a process killed with -9 leaves behind.
+ */
+static void leases_left_by(const char *owner, int64_t wall_ms, int64_t *ret_epochs)
+{
+    struct feed_store st = {.cli = cli};
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_lease *v = NULL;
+    struct ft_seen none;
+    size_t n = 0;
+    struct sf_err err;
+
+    ft_seen_init(&none, 10);
+    ft_feed_options(&o, DB, coll, prefix, "bootstrapper");
+    o.consume = consume_sync;
+    o.consume_ctx = &none;
+    p = start(&o, &err);
+    ck_assert(wait_owned(p, 4, 10000));
+    feed_processor_free(p);
+    ft_seen_release(&none);
+    (void)snprintf(st.db, sizeof(st.db), "%s", DB);
+    (void)snprintf(st.coll, sizeof(st.coll), "leases");
+    (void)snprintf(st.prefix, sizeof(st.prefix), "%s", prefix);
+    ck_assert_msg(feed_store_list(&st, &v, &n, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        (void)snprintf(v[i].owner, sizeof(v[i].owner), "%s", owner);
+        v[i].epoch++;
+        v[i].ts_ms = wall_ms;
+        ck_assert_msg(feed_store_replace(&st, &v[i], &err) == SF_OK, "%s", err.msg);
+        ret_epochs[i] = v[i].epoch;
+    }
+    feed_store_list_free(v, n);
+}
+
+/*
+ * A process restarted under the name its killed predecessor used takes
+ * those leases at once (one epoch up each, for fencing) instead of waiting
+ * out their expiry (60 s here) as if another instance held them.
+ */
+START_TEST(restart_same_name_takes_own_leases_at_once)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_lease_info *v;
+    struct ft_seen seen;
+    int64_t epochs[4];
+    size_t n;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 100);
+    leases_left_by("A", sf_wall_ms(), epochs);
+    ft_feed_options(&o, DB, coll, prefix, "A");
+    o.lease_expiry_ms = 60000;
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    p = start(&o, &err);
+    ck_assert_msg(wait_owned(p, 4, 15000), "its own leases were not taken before they expired");
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    ck_assert_uint_eq(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(v[i].owner, "A");
+        ck_assert_int_eq(v[i].epoch, epochs[i] + 1); /* a new epoch fences the old process */
+    }
+    free(v);
+    put_n(0, 20, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 20, 20000), 20);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
+/*
+ * A dead owner whose clock ran an hour ahead left timestamps in the future.
+ * Its leases still expire for a successor: their etag stood still for the
+ * expiry on the successor's own clock.
+ */
+START_TEST(dead_owner_with_clock_ahead_expires_on_our_clock)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct ft_seen seen;
+    int64_t epochs[4];
+    struct sf_err err;
+
+    ft_seen_init(&seen, 100);
+    leases_left_by("ghost", sf_wall_ms() + 3600000, epochs);
+    ft_feed_options(&o, DB, coll, prefix, "B");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    p = start(&o, &err);
+    /* Expiry 2 s: well within the wait, while the timestamps claim another hour. */
+    ck_assert_msg(wait_owned(p, 4, 20000), "the dead owner's leases never expired");
+    ck_assert_uint_eq(ft_leases_of(cli, DB, "leases", prefix, "ghost"), 0);
+    put_n(0, 20, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 20, 20000), 20);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
 /* Another owner takes a lease behind the processor's back: it stops that range, writes nothing. */
 START_TEST(stale_owner_stops)
 {
@@ -793,6 +897,8 @@ static Suite *suite(void)
     tcase_add_test(t, checkpoint_waits_for_oldest);
     tcase_add_test(t, lag_not_started);
     tcase_add_test(t, graceful_handoff);
+    tcase_add_test(t, restart_same_name_takes_own_leases_at_once);
+    tcase_add_test(t, dead_owner_with_clock_ahead_expires_on_our_clock);
     tcase_add_test(t, stale_owner_stops);
     tcase_add_test(t, lease_throttling);
     tcase_add_test(t, hang_guard_no_ack);
