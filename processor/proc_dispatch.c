@@ -12,9 +12,11 @@
 #include "processor/proc_dispatch.h"
 #include "processor/proc_lanes.h"
 
-#define BLOCKED_MAX  100000
-#define REPLAY_MAX   10000 /* documents replayed per key and scan */
-#define PARK_KEY_MAX 2048
+#define BLOCKED_MAX   100000
+#define REPLAY_MAX    10000  /* documents replayed per key and round */
+#define REPLAY_ROUNDS 8      /* re-listings of a key within one replay (late waiting records) */
+#define REFRESH_MAX   200000 /* parking records read per scan for the blocked keys */
+#define PARK_KEY_MAX  2048
 
 enum task_kind { TASK_ITEM, TASK_REPLAY };
 
@@ -41,6 +43,9 @@ struct proc_dispatch {
     size_t n_blocked;
     char **replaying; /* keys with a replay task queued */
     size_t n_replaying;
+    /* keys this instance blocked or unblocked since the running scan listed the records */
+    char **touched;
+    size_t n_touched;
     uint64_t rng;
     _Atomic uint64_t st[10];
     atomic_bool paused;                                 /* proc_dispatch_pause */
@@ -140,6 +145,15 @@ static void block_key(struct proc_dispatch *d, const char *k)
     pthread_mutex_lock(&d->mu);
     if (!set_add(&d->blocked, &d->n_blocked, k))
         sf_log_error("sagafeed", "cannot record blocked key %s (too many blocked keys)", k);
+    (void)set_add(&d->touched, &d->n_touched, k); /* newer than a listing a scan is reading */
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void unblock_key(struct proc_dispatch *d, const char *k)
+{
+    pthread_mutex_lock(&d->mu);
+    set_del(d->blocked, &d->n_blocked, k);
+    (void)set_add(&d->touched, &d->n_touched, k);
     pthread_mutex_unlock(&d->mu);
 }
 
@@ -446,27 +460,22 @@ out:
     return SF_OK;
 }
 
-/* Replays every parked document of one key in LSN order (see proc_dispatch_scan). */
-static void handle_replay(struct proc_dispatch *d, struct task *t)
+/*
+ * Replays the listed records of one key in LSN order, deleting each that
+ * succeeds. false when one still fails (its record then heads the key: status
+ * "parked", the new error, replayRequested cleared) or the replay cannot go
+ * on (stopping, a failed delete). *ret_done counts the records replayed.
+ */
+static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, const char *pk,
+                        size_t *ret_done)
 {
-    json_t *docs = NULL;
+    size_t n = json_array_size(docs);
+    json_t **v = calloc(n > 0 ? n : 1, sizeof(*v));
     struct sf_err err;
-    size_t n, done = 0;
-    json_t **v = NULL;
-    struct sf_buf pk;
+    bool ok = false;
 
-    sf_err_clear(&err);
-    sf_buf_init(&pk, PARK_KEY_MAX * 2);
-    if (parked_query(d->o.cli, d->db, d->parking, t->park_key, NULL, &docs, &err) != SF_OK ||
-        pk_string(t->park_key, &pk) != SF_OK) {
-        sf_log_warn("sagafeed", "replay of %s: listing its parked items failed: %s", t->park_key,
-                    err.msg);
-        goto out;
-    }
-    n = json_array_size(docs);
-    v = calloc(n > 0 ? n : 1, sizeof(*v));
     if (v == NULL)
-        goto out;
+        return false;
     for (size_t i = 0; i < n; i++)
         v[i] = json_array_get(docs, i);
     qsort(v, n, sizeof(*v), by_lsn);
@@ -484,32 +493,66 @@ static void handle_replay(struct proc_dispatch *d, struct task *t)
         bool park = false;
         const char *id = sf_json_str(pd, "id");
 
-        if (it.container == NULL || !json_is_object(it.doc) || id == NULL)
-            continue;
+        if (it.container == NULL || !json_is_object(it.doc) || id == NULL) {
+            sf_log_warn("sagafeed",
+                        "replay of %s stopped: parking record %s lacks sourceContainer, item or "
+                        "id; the key stays blocked until it is fixed or deleted",
+                        t->park_key, id ? id : "(no id)");
+            goto out;
+        }
         memset(&res, 0, sizeof(res));
         if (!run_with_retries(d, &it, &res, &attempts, &park))
             goto out;
         if (park) {
-            /* Still failing: record the new error; the key stays blocked. */
-            json_t *ops = json_pack("[{s:s, s:s, s:b}, {s:s, s:s, s:s}, {s:s, s:s, s:I}]", "op",
-                                    "set", "path", "/replayRequested", 0, "op", "set", "path",
-                                    "/error/message", "value", res.err.msg, "op", "incr", "path",
-                                    "/attempts", "value", (json_int_t)attempts);
+            /*
+             * Still failing: record the new error; the record now heads the key
+             * (status "parked", also when it was a waiting one), which stays
+             * blocked until the next replay request. "/error" is set whole: a
+             * waiting record has none to patch into.
+             */
+            json_t *ops = json_pack(
+                "[{s:s, s:s, s:b}, {s:s, s:s, s:s}, {s:s, s:s, s:{s:s, s:s, s:i, s:i, s:b}}, "
+                "{s:s, s:s, s:I}]",
+                "op", "set", "path", "/replayRequested", "value", 0, "op", "set", "path", "/status",
+                "value", "parked", "op", "set", "path", "/error", "value", "message", res.err.msg,
+                "rc", sf_rc_str(res.err.rc), "httpStatus", res.err.http_status, "substatus",
+                res.err.substatus, "retriable", res.err.retriable, "op", "incr", "path",
+                "/attempts", "value", (json_int_t)attempts);
             struct sf_buf ops_text;
 
             sf_buf_init(&ops_text, 1u << 20);
-            if (ops != NULL && sf_json_dump(ops, &ops_text) == SF_OK)
-                (void)cosmos_doc_patch(d->o.cli, d->db, d->parking, id, sf_buf_cstr(&pk),
-                                       sf_buf_cstr(&ops_text), NULL, NULL, NULL, &err);
+            sf_err_clear(&err);
+            if (ops == NULL || sf_json_dump(ops, &ops_text) != SF_OK)
+                sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+            else
+                (void)cosmos_doc_patch(d->o.cli, d->db, d->parking, id, pk, sf_buf_cstr(&ops_text),
+                                       NULL, NULL, NULL, &err);
+            if (err.rc != SF_OK)
+                sf_log_warn("sagafeed", "replay of %s: recording the new error on %s failed: %s",
+                            t->park_key, id, err.msg);
             json_decref(ops);
             sf_buf_release(&ops_text);
             sf_log_warn("sagafeed", "replay of %s stopped: item %s still fails: %s", t->park_key,
                         sf_json_str(it.doc, "id"), res.err.msg);
+            /* The request is used up: the records behind it wait for the next one. */
+            for (size_t k = i + 1; k < n; k++) {
+                const char *later = sf_json_str(v[k], "id");
+
+                if (later == NULL || !json_is_true(json_object_get(v[k], "replayRequested")))
+                    continue;
+                sf_err_clear(&err);
+                if (cosmos_doc_patch(d->o.cli, d->db, d->parking, later, pk,
+                                     "[{\"op\":\"set\",\"path\":\"/replayRequested\","
+                                     "\"value\":false}]",
+                                     NULL, NULL, NULL, &err) != SF_OK &&
+                    err.rc != SF_ENOTFOUND)
+                    sf_log_warn("sagafeed", "replay of %s: clearing the request on %s failed: %s",
+                                t->park_key, later, err.msg);
+            }
             goto out;
         }
         sf_err_clear(&err);
-        if (cosmos_doc_delete(d->o.cli, d->db, d->parking, id, sf_buf_cstr(&pk), NULL, NULL,
-                              &err) != SF_OK &&
+        if (cosmos_doc_delete(d->o.cli, d->db, d->parking, id, pk, NULL, NULL, &err) != SF_OK &&
             err.rc != SF_ENOTFOUND) {
             sf_log_warn("sagafeed", "replay of %s: deleting parked item %s failed: %s", t->park_key,
                         id, err.msg);
@@ -517,18 +560,64 @@ static void handle_replay(struct proc_dispatch *d, struct task *t)
         }
         count_outcome(d, &res);
         stat_add(d, ST_REPLAYED, 1);
-        done++;
+        (*ret_done)++;
     }
-    pthread_mutex_lock(&d->mu);
-    set_del(d->blocked, &d->n_blocked, t->park_key);
-    pthread_mutex_unlock(&d->mu);
+    ok = true;
+out:
+    free(v);
+    return ok;
+}
+
+/*
+ * Replays every parked and waiting record of one key (see
+ * proc_dispatch_scan). The key's records are listed again after each pass:
+ * another instance that still had the key blocked may have parked later
+ * items behind it meanwhile, and those must be replayed too, not left to
+ * re-block the key after a restart. The key unblocks here once its logical
+ * partition in the parking container is empty - the truth every instance's
+ * scan reads, so it unblocks on all of them within one park_scan_interval.
+ */
+static void handle_replay(struct proc_dispatch *d, struct task *t)
+{
+    json_t *docs = NULL;
+    struct sf_err err;
+    size_t done = 0;
+    bool clear = false;
+    struct sf_buf pk;
+
+    sf_buf_init(&pk, PARK_KEY_MAX * 2);
+    if (pk_string(t->park_key, &pk) != SF_OK)
+        goto out;
+    for (unsigned round = 0; round <= REPLAY_ROUNDS; round++) {
+        sf_err_clear(&err);
+        if (parked_query(d->o.cli, d->db, d->parking, t->park_key, NULL, &docs, &err) != SF_OK) {
+            sf_log_warn("sagafeed", "replay of %s: listing its parked items failed: %s",
+                        t->park_key, err.msg);
+            goto out;
+        }
+        if (json_array_size(docs) == 0) {
+            clear = true;
+            break;
+        }
+        if (round == REPLAY_ROUNDS || !replay_docs(d, t, docs, sf_buf_cstr(&pk), &done))
+            break;
+        json_decref(docs);
+        docs = NULL;
+    }
+    if (!clear) {
+        sf_log_warn("sagafeed",
+                    "replay of %s: %zu item%s replayed, records remain; the key stays blocked "
+                    "(the next scan goes on with new records)",
+                    t->park_key, done, done == 1 ? "" : "s");
+        goto out;
+    }
+    unblock_key(d, t->park_key);
     sf_log_info("sagafeed", "replayed %zu parked item%s of %s; the key flows again", done,
                 done == 1 ? "" : "s", t->park_key);
 out:
     pthread_mutex_lock(&d->mu);
     set_del(d->replaying, &d->n_replaying, t->park_key);
     pthread_mutex_unlock(&d->mu);
-    free(v);
     json_decref(docs);
     sf_buf_release(&pk);
 }
@@ -607,6 +696,7 @@ void proc_dispatch_free(struct proc_dispatch *d)
     proc_lanes_free(d->lanes, drop_task, d);
     set_free(d->blocked, d->n_blocked);
     set_free(d->replaying, d->n_replaying);
+    set_free(d->touched, d->n_touched);
     pthread_mutex_destroy(&d->mu);
     free(d->db);
     free(d->parking);
@@ -776,31 +866,108 @@ size_t proc_dispatch_blocked_count(struct proc_dispatch *d)
     return n;
 }
 
-enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_err *err)
+/* What the parking records say about one key (the key is borrowed from the listing). */
+struct park_key_info {
+    const char *key;
+    bool head;      /* a record with status "parked": the key waits for a replay request */
+    bool requested; /* some record has replayRequested */
+};
+
+static int park_key_cmp(const void *a, const void *b)
 {
-    json_t *docs = NULL;
-    size_t i, queued = 0;
-    json_t *doc;
+    return strcmp(((const struct park_key_info *)a)->key, ((const struct park_key_info *)b)->key);
+}
+
+/*
+ * Every parking record's key, status and replay flag (a small projection,
+ * cross-partition), at most REFRESH_MAX of them: *ret_complete is false when
+ * more exist. *ret_docs is a new array.
+ */
+static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bool *ret_complete,
+                                  struct sf_err *err)
+{
+    struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
+    struct cosmos_query *q = NULL;
+    struct sf_buf sql;
+    json_t *all = json_array();
+    bool complete = true;
     enum sf_rc rc;
 
-    rc = parked_query(d->o.cli, d->db, d->parking, NULL, "c.replayRequested = true", &docs, err);
-    if (rc != SF_OK)
+    sf_buf_init(&sql, 256);
+    if (all == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    (void)sf_buf_printf(&sql,
+                        "SELECT c.parkKey, c.status, c.replayRequested FROM c WHERE c.%s = "
+                        "'parked'",
+                        STEP_SYS_FIELD);
+    rc = cosmos_query_new(d->o.cli, d->db, d->parking, sf_buf_cstr(&sql), &qo, &q, err);
+    while (rc == SF_OK && !cosmos_query_done(q)) {
+        json_t *page = NULL;
+
+        rc = cosmos_query_next(q, &page, err);
+        if (rc != SF_OK)
+            break;
+        if (json_array_size(all) + json_array_size(page) > REFRESH_MAX) {
+            json_decref(page);
+            complete = false;
+            break;
+        }
+        (void)json_array_extend(all, page);
+        json_decref(page);
+    }
+    cosmos_query_free(q);
+    sf_buf_release(&sql);
+    if (rc != SF_OK) {
+        json_decref(all);
         return rc;
+    }
+    *ret_docs = all;
+    *ret_complete = complete;
+    return SF_OK;
+}
+
+/* The listing's distinct keys, sorted, flags merged. *ret_n of them; NULL on OOM. */
+static struct park_key_info *park_keys_of(const json_t *docs, size_t *ret_n)
+{
+    size_t n = json_array_size(docs), nk = 0, i;
+    struct park_key_info *v = calloc(n > 0 ? n : 1, sizeof(*v));
+    const json_t *doc;
+
+    if (v == NULL)
+        return NULL;
     json_array_foreach(docs, i, doc)
     {
-        const char *k = sf_json_str(doc, "parkKey");
-        struct task *t;
-        bool fresh;
+        const char *k = sf_json_str(doc, "parkKey"), *st = sf_json_str(doc, "status");
 
         if (k == NULL)
             continue;
-        pthread_mutex_lock(&d->mu);
-        fresh =
-            !set_has(d->replaying, d->n_replaying, k) && set_add(&d->replaying, &d->n_replaying, k);
-        pthread_mutex_unlock(&d->mu);
-        if (!fresh)
-            continue;
-        t = calloc(1, sizeof(*t));
+        v[nk].key = k;
+        v[nk].head = st == NULL || strcmp(st, "waiting") != 0;
+        v[nk++].requested = json_is_true(json_object_get(doc, "replayRequested"));
+    }
+    qsort(v, nk, sizeof(*v), park_key_cmp);
+    n = 0;
+    for (i = 0; i < nk; i++) {
+        if (n > 0 && strcmp(v[n - 1].key, v[i].key) == 0) {
+            v[n - 1].head |= v[i].head;
+            v[n - 1].requested |= v[i].requested;
+        } else {
+            v[n++] = v[i];
+        }
+    }
+    *ret_n = n;
+    return v;
+}
+
+/* Queues one replay task per key (each already in d->replaying); returns how many were queued. */
+static size_t queue_replays(struct proc_dispatch *d, const char *const *keys, size_t n)
+{
+    size_t queued = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const char *k = keys[i];
+        struct task *t = calloc(1, sizeof(*t));
+
         if (t != NULL) {
             t->kind = TASK_REPLAY;
             t->park_key = strdup(k);
@@ -816,10 +983,83 @@ enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_
         }
         queued++;
     }
-    json_decref(docs);
+    return queued;
+}
+
+enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_err *err)
+{
+    json_t *docs = NULL;
+    struct park_key_info *keys = NULL;
+    const char **replay = NULL;
+    size_t nk = 0, nr = 0, added = 0, removed = 0, queued = 0;
+    bool complete = false;
+    enum sf_rc rc;
+
+    /* From here on, what this instance blocks or unblocks is newer than the listing. */
+    pthread_mutex_lock(&d->mu);
+    set_free(d->touched, d->n_touched);
+    d->touched = NULL;
+    d->n_touched = 0;
+    pthread_mutex_unlock(&d->mu);
+    rc = park_keys_query(d, &docs, &complete, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "listing parking records: ");
+        return rc;
+    }
+    keys = park_keys_of(docs, &nk);
+    replay = calloc(nk > 0 ? nk : 1, sizeof(*replay));
+    if (keys == NULL || replay == NULL) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory scanning parking records");
+        goto out;
+    }
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < nk; i++) {
+        const char *k = keys[i].key;
+
+        if (set_has(d->replaying, d->n_replaying, k))
+            continue;
+        /* A key with records is blocked on every instance, whoever parked it. */
+        if (!set_has(d->touched, d->n_touched, k) && !set_has(d->blocked, d->n_blocked, k)) {
+            if (set_add(&d->blocked, &d->n_blocked, k))
+                added++;
+        }
+        /*
+         * Replay what was asked for, and waiting records nothing heads any
+         * more (written behind a key another instance had already replayed):
+         * left alone they would block the key for good.
+         */
+        if ((keys[i].requested || !keys[i].head) && set_add(&d->replaying, &d->n_replaying, k))
+            replay[nr++] = k;
+    }
+    /* A key without records was replayed (here or elsewhere): it flows again. */
+    for (size_t j = d->n_blocked; complete && j-- > 0;) {
+        const char *k = d->blocked[j];
+        struct park_key_info probe = {.key = k};
+
+        if (set_has(d->touched, d->n_touched, k) || set_has(d->replaying, d->n_replaying, k) ||
+            bsearch(&probe, keys, nk, sizeof(*keys), park_key_cmp) != NULL)
+            continue;
+        free(d->blocked[j]);
+        d->blocked[j] = d->blocked[--d->n_blocked];
+        removed++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    queued = queue_replays(d, replay, nr);
+    if (added > 0)
+        sf_log_info("sagafeed", "%zu more partition key%s blocked by parked items (seen in %s)",
+                    added, added == 1 ? " is" : "s are", d->parking);
+    if (removed > 0)
+        sf_log_info("sagafeed",
+                    "%zu partition key%s unblocked: %s parked items were replayed (by this or "
+                    "another instance)",
+                    removed, removed == 1 ? "" : "s", removed == 1 ? "its" : "their");
     if (ret_n != NULL)
         *ret_n = queued;
-    return SF_OK;
+out:
+    free(replay);
+    free(keys);
+    json_decref(docs);
+    return rc;
 }
 
 enum sf_rc proc_parked_list(struct cosmos_client *cli, const char *db,

@@ -11,7 +11,10 @@
  * the item, its LSN, partition key, attempts and the error. From then on its
  * key is blocked: later items of that key are parked behind it as "waiting"
  * (so the feed's checkpoint moves on and memory stays bounded) until the
- * parked item is replayed; other keys keep flowing.
+ * parked item is replayed; other keys keep flowing. The parking container,
+ * not this process's memory, says which keys are blocked: every instance
+ * re-reads it (proc_dispatch_scan), so blocking and a replay's unblocking
+ * hold fleet-wide.
  *
  * The item's ack callback runs exactly once, after its saga settled or it
  * was parked - so a checkpoint never passes an item whose effects are not
@@ -118,16 +121,24 @@ void proc_dispatch_pause(struct proc_dispatch *d, bool paused);
  */
 void proc_dispatch_retries_by_status(struct proc_dispatch *d, uint64_t out[PROC_STATUS_MAX + 1]);
 
-/* Partition keys blocked by a parked item right now. Any thread. */
+/* Partition keys blocked by parked items (any instance's) as of the last scan. Any thread. */
 size_t proc_dispatch_blocked_count(struct proc_dispatch *d);
 
 /*
- * Scans the parking container for keys whose documents ask for a replay
- * (replayRequested = true) and queues one replay per key on its lane: every
- * parked and waiting item of the key is re-run in LSN order from the item's
- * current version; each success deletes its document; the key unblocks when
- * none is left. A failure keeps the key blocked (the document records the
- * new error and attempts). Returns the number of keys queued.
+ * Reads the parking container (the fleet's truth about blocked keys; call
+ * every park_scan_interval): a key with records is blocked here too, whoever
+ * parked it; a blocked key without records (replayed by any instance)
+ * unblocks. Keys whose records ask for a replay (replayRequested = true), or
+ * whose waiting records nothing heads any more, get one replay each on their
+ * lane: every parked and waiting item of the key is re-run in LSN order from
+ * the item's current version; each success deletes its record; the key's
+ * records are listed again until none is left (items parked behind it
+ * meanwhile, by any instance, are replayed too), then it unblocks. A failure
+ * keeps the key blocked: the failing record gets the new error and attempts
+ * and heads the key (status "parked"); the replay request of every record is
+ * cleared, so nothing runs again until the next request. Keys this instance
+ * blocked or unblocked while the listing was read keep their new state.
+ * *ret_n (may be NULL) gets the number of keys queued.
  */
 enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_err *err);
 

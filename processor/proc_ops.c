@@ -273,7 +273,8 @@ static void metrics_retries(struct proc_ops *ops, struct sf_buf *b)
         }
         free(by);
     }
-    help(b, "sagafeed_parked_keys", "gauge", "Partition keys blocked by a parked item.");
+    help(b, "sagafeed_parked_keys", "gauge",
+         "Partition keys blocked by parked items (fleet-wide, as of the last parking scan).");
     sample_u(b, "sagafeed_parked_keys", NULL, NULL, proc_dispatch_blocked_count(d));
 }
 

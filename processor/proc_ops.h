@@ -32,7 +32,8 @@
  *                                              a lock; sum over workflow and step for totals.
  *   sagafeed_retries_total{status}             engine calls repeated after a transient
  *                                              error, by HTTP status ("0": transport)
- *   sagafeed_parked_keys                       partition keys blocked by a parked item
+ *   sagafeed_parked_keys                       partition keys blocked by parked items,
+ *                                              fleet-wide (as of the last parking scan)
  *   sagafeed_leases_owned{container}           ranges this instance reads
  *   sagafeed_lag_items{container,range}        LSNs behind (only once known)
  *   sagafeed_lag_seconds{container,range}      age of the oldest unprocessed change

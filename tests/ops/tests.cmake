@@ -10,6 +10,17 @@ if(TARGET cosmolite AND TARGET sagafeed)
   set_property(TEST test_ops_e2e APPEND PROPERTY ENVIRONMENT
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
   set_tests_properties(test_ops_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+  # `parked replay` with three instances: the parking container is the truth
+  # about blocked keys, so a replay anywhere unblocks the key everywhere.
+  sf_unit_test(test_parked_fleet
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_parked_fleet.c
+    LIBS sf_e2e
+    LABELS "ops;integration;e2e")
+  add_dependencies(test_parked_fleet cosmolite sagafeed)
+  set_property(TEST test_parked_fleet APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
+  set_tests_properties(test_parked_fleet PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
 
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they
