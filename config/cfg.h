@@ -94,6 +94,7 @@ struct cfg_processor {
     int64_t marker_ttl_s;
     int64_t event_ttl_s;
     int64_t park_scan_interval_ms;
+    unsigned park_scan_max;          /* parking records one scan reads, default 100000 */
     const char *log_level;           /* "debug".."error", default "info" */
     bool log_json;                   /* default true */
     const char *http_listen;         /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */

@@ -439,6 +439,7 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                                        "marker_ttl",
                                        "event_ttl",
                                        "park_scan_interval",
+                                       "park_scan_max",
                                        "log_level",
                                        "log_json",
                                        "http_listen",
@@ -469,6 +470,8 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                  &v);
     p->event_ttl_s = v / 1000;
     get_duration(ld, g, "park_scan_interval", 100, 3600000, 2000, &p->park_scan_interval_ms);
+    get_int(ld, g, "park_scan_max", 1, 10000000, 100000, &v);
+    p->park_scan_max = (unsigned)v;
     get_str(ld, g, "log_level", false, "info", &p->log_level);
     get_bool(ld, g, "log_json", true, &p->log_json);
     get_str(ld, g, "http_listen", false, NULL, &p->http_listen);

@@ -165,7 +165,8 @@ static const char USAGE_PARKED[] =
     "replay: the running service re-runs each key's items in LSN order within\n"
     "processor.park_scan_interval, deletes each record that succeeds, and the key\n"
     "flows again on every instance (each re-reads the parking container every\n"
-    "processor.park_scan_interval) once none is left. KEY is\n"
+    "processor.park_scan_interval, at most processor.park_scan_max records) once\n"
+    "none is left. KEY is\n"
     "\"<container>|<partition key JSON>\", e.g. 'orders|[\"c-007\"]'.\n"
     "Needs cosmos.endpoint in FILE.\n";
 

@@ -12,11 +12,11 @@
 #include "processor/proc_dispatch.h"
 #include "processor/proc_lanes.h"
 
-#define BLOCKED_MAX   100000
-#define REPLAY_MAX    10000  /* documents replayed per key and round */
-#define REPLAY_ROUNDS 8      /* re-listings of a key within one replay (late waiting records) */
-#define REFRESH_MAX   200000 /* parking records read per scan for the blocked keys */
-#define PARK_KEY_MAX  2048
+#define BLOCKED_MAX      100000
+#define REPLAY_MAX       10000  /* documents replayed per key and round */
+#define REPLAY_ROUNDS    8      /* re-listings of a key within one replay (late waiting records) */
+#define SCAN_MAX_DEFAULT 100000 /* parking records read per scan (proc_dispatch_opts.scan_max) */
+#define PARK_KEY_MAX     2048
 
 enum task_kind { TASK_ITEM, TASK_REPLAY };
 
@@ -46,6 +46,7 @@ struct proc_dispatch {
     /* keys this instance blocked or unblocked since the running scan listed the records */
     char **touched;
     size_t n_touched;
+    bool scan_capped; /* the last scan stopped at scan_max (warned once per spell) */
     uint64_t rng;
     _Atomic uint64_t st[10];
     atomic_bool paused;                                 /* proc_dispatch_pause */
@@ -880,7 +881,7 @@ static int park_key_cmp(const void *a, const void *b)
 
 /*
  * Every parking record's key, status and replay flag (a small projection,
- * cross-partition), at most REFRESH_MAX of them: *ret_complete is false when
+ * cross-partition), at most d->o.scan_max of them: *ret_complete is false when
  * more exist. *ret_docs is a new array.
  */
 static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bool *ret_complete,
@@ -890,6 +891,7 @@ static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bo
     struct cosmos_query *q = NULL;
     struct sf_buf sql;
     json_t *all = json_array();
+    size_t max = d->o.scan_max > 0 ? d->o.scan_max : SCAN_MAX_DEFAULT;
     bool complete = true;
     enum sf_rc rc;
 
@@ -907,13 +909,15 @@ static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bo
         rc = cosmos_query_next(q, &page, err);
         if (rc != SF_OK)
             break;
-        if (json_array_size(all) + json_array_size(page) > REFRESH_MAX) {
-            json_decref(page);
-            complete = false;
-            break;
+        for (size_t i = 0; i < json_array_size(page) && complete; i++) {
+            if (json_array_size(all) >= max)
+                complete = false;
+            else
+                (void)json_array_append(all, json_array_get(page, i));
         }
-        (void)json_array_extend(all, page);
         json_decref(page);
+        if (!complete)
+            break;
     }
     cosmos_query_free(q);
     sf_buf_release(&sql);
@@ -1043,6 +1047,12 @@ enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_
         d->blocked[j] = d->blocked[--d->n_blocked];
         removed++;
     }
+    if (!complete && !d->scan_capped)
+        sf_log_warn("sagafeed",
+                    "%s holds more than %zu parking records (processor.park_scan_max): keys "
+                    "are blocked as seen, but no key is unblocked until a scan reads them all",
+                    d->parking, json_array_size(docs));
+    d->scan_capped = !complete;
     pthread_mutex_unlock(&d->mu);
     queued = queue_replays(d, replay, nr);
     if (added > 0)

@@ -52,6 +52,12 @@ struct proc_dispatch_opts {
     unsigned lanes, workers, queue_limit;
     unsigned max_attempts;
     int64_t backoff_base_ms, backoff_cap_ms;
+    /*
+     * Parking records one proc_dispatch_scan reads [100000]. Beyond it the
+     * scan still blocks the keys it saw but unblocks none (it cannot know
+     * the rest have no records) and says so in a warning.
+     */
+    unsigned scan_max;
     proc_result_fn on_result; /* optional */
     void *result_ctx;
 };

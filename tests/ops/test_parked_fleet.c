@@ -16,6 +16,8 @@
  *   failed_replay  a replay on which a waiting item still fails: its record
  *                 heads the key, which stays blocked everywhere and is not
  *                 replayed again by itself; fixed and replayed, it flows.
+ *   scan_max      processor.park_scan_max caps what one scan reads: beyond
+ *                 it a warning, keys stay blocked; replayed, they flow.
  *
  * Every wait is bounded generously and asserts on outcomes, not on time.
  */
@@ -258,19 +260,22 @@ static const char good_lines[] =
  * cosmolite with the shop (3 partitions) and INSTANCES running instances
  * named <tag>-0.. (a tag per test: their logs must not mix).
  */
-static struct cosmos_client *fleet_start(struct inst *v, const char *tag)
+static struct cosmos_client *fleet_start_with(struct inst *v, const char *tag,
+                                              const char *processor)
 {
     struct harness_cosmolite_opts ho = {.memory = true, .partitions = 3};
     struct proc_demo_opts dopt = {.orders = 0};
-    struct e2e_config c = {.name = "pf",
-                           .db = "shop",
-                           .example = "order-fulfilment.cfg",
-                           .feed = E2E_FEED_SMALL,
-                           .extra =
-                               "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
-                               "park_scan_interval = \"200ms\"; http_listen = \"127.0.0.1:0\"; };"};
+    struct e2e_config c = {
+        .name = "pf", .db = "shop", .example = "order-fulfilment.cfg", .feed = E2E_FEED_SMALL};
+    char extra[512];
     struct cosmos_client *cli;
     struct sf_err err;
+
+    (void)snprintf(extra, sizeof(extra),
+                   "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
+                   "park_scan_interval = \"200ms\"; http_listen = \"127.0.0.1:0\"; %s };",
+                   processor);
+    c.extra = extra;
 
     ck_assert_msg(harness_cosmolite_start(&ho, &srv, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(srv);
@@ -284,6 +289,11 @@ static struct cosmos_client *fleet_start(struct inst *v, const char *tag)
         inst_start(&v[i]);
     }
     return cli;
+}
+
+static struct cosmos_client *fleet_start(struct inst *v, const char *tag)
+{
+    return fleet_start_with(v, tag, "");
 }
 
 static void fix_order(struct cosmos_client *cli, const char *id)
@@ -448,10 +458,44 @@ START_TEST(test_failed_replay_keeps_key_blocked)
 }
 END_TEST
 
+/*
+ * processor.park_scan_max is enforced: a scan that meets more records than
+ * that says so and unblocks nothing it has not seen the end of; once the
+ * replay removed the records, the key flows on every instance.
+ */
+START_TEST(test_scan_max_enforced)
+{
+    struct inst v[INSTANCES];
+    struct cosmos_client *cli = fleet_start_with(v, "capped", "park_scan_max = 1;");
+
+    order(cli, "o-bad", "\"oops\"");
+    ck_assert_msg(any_log(v, "parked item o-bad", 20000), "o-bad was not parked");
+    fix_order(cli, "o-bad");
+    order(cli, "o-2", good_lines);
+    ck_assert_msg(wait_waiting_for(cli, "o-2", 20000), "o-2 did not wait behind o-bad");
+    if (!any_log(v, "holds more than 1 parking records (processor.park_scan_max)", 20000) ||
+        !wait_parked_keys(v, 1, 20000)) {
+        dump_logs(v);
+        ck_abort_msg("no instance reported the scan limit, or the key was not blocked everywhere");
+    }
+    request_replay();
+    if (!wait_status(cli, "o-2", "completed", 20000) || !wait_parking_count(cli, 0, 20000) ||
+        !wait_parked_keys(v, 0, 20000)) {
+        dump_logs(v);
+        ck_abort_msg("the key did not unblock everywhere once its records were replayed");
+    }
+    for (int i = 0; i < INSTANCES; i++)
+        e2e_stop(v[i].pid, v[i].log);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(srv);
+}
+END_TEST
+
 int main(void)
 {
     const struct e2e_case tests[] = {{"replay_unblocks_fleet", test_replay_unblocks_fleet},
-                                     {"failed_replay", test_failed_replay_keeps_key_blocked}};
+                                     {"failed_replay", test_failed_replay_keeps_key_blocked},
+                                     {"scan_max", test_scan_max_enforced}};
     int rc;
 
     rc = e2e_init("sf-parked-fleet");
