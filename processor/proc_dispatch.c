@@ -704,11 +704,15 @@ void proc_dispatch_free(struct proc_dispatch *d)
     free(d);
 }
 
+static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bool *ret_complete,
+                                  struct sf_err *err);
+
 enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err)
 {
     struct cosmos_container_def def = {.id = d->parking, .pk_path = PROC_PARK_PK_PATH};
     struct cosmos_container_info info;
     json_t *docs = NULL;
+    bool complete;
     size_t i;
     json_t *doc;
     enum sf_rc rc;
@@ -722,7 +726,8 @@ enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err)
         return sf_err_set(err, SF_EINVAL, false,
                           "parking container %s must be partitioned by %s, not %s", d->parking,
                           PROC_PARK_PK_PATH, info.pk_paths[0]);
-    rc = parked_query(d->o.cli, d->db, d->parking, NULL, NULL, &docs, err);
+    /* The keys only (a small projection), capped like every scan; the scans keep them fresh. */
+    rc = park_keys_query(d, &docs, &complete, err);
     if (rc != SF_OK) {
         sf_err_prefix(err, "loading parked items: ");
         return rc;
