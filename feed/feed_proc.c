@@ -558,6 +558,22 @@ static struct feed_reader *find_running(struct feed_processor *p, const char *to
 }
 
 /*
+ * p->seen of token, or NULL. Listings come sorted by token, so entry `hint`
+ * (the lease's index in the listing) is nearly always the one: O(1) per
+ * lease instead of a scan.
+ */
+static const struct feed_seen *seen_of(const struct feed_processor *p, const char *token,
+                                       size_t hint)
+{
+    if (hint < p->n_seen && strcmp(p->seen[hint].token, token) == 0)
+        return &p->seen[hint];
+    for (size_t k = 0; k < p->n_seen; k++)
+        if (strcmp(p->seen[k].token, token) == 0)
+            return &p->seen[k];
+    return NULL;
+}
+
+/*
  * Updates p->seen from a listing: carries each lease's history forward by
  * token, notes owner and etag changes on our clock. On OOM the old table
  * stays (the next round tries again; expiry then goes by timestamps only).
@@ -571,11 +587,7 @@ static void seen_update(struct feed_processor *p, const struct feed_lease *lease
         return;
     for (size_t i = 0; i < n; i++) {
         const struct feed_lease *l = &leases[i];
-        const struct feed_seen *old = NULL;
-
-        for (size_t k = 0; k < p->n_seen && old == NULL; k++)
-            if (strcmp(p->seen[k].token, l->token) == 0)
-                old = &p->seen[k];
+        const struct feed_seen *old = seen_of(p, l->token, i);
         (void)snprintf(v[i].token, sizeof(v[i].token), "%s", l->token);
         (void)snprintf(v[i].owner, sizeof(v[i].owner), "%s", l->owner);
         (void)snprintf(v[i].etag, sizeof(v[i].etag), "%s", l->etag);
@@ -594,24 +606,16 @@ static void seen_update(struct feed_processor *p, const struct feed_lease *lease
     p->n_seen = n;
 }
 
-/* p->seen of token (after seen_update with the same listing), or NULL. */
-static const struct feed_seen *seen_of(const struct feed_processor *p, const char *token)
-{
-    for (size_t k = 0; k < p->n_seen; k++)
-        if (strcmp(p->seen[k].token, token) == 0)
-            return &p->seen[k];
-    return NULL;
-}
-
 /*
  * Whether l has expired: free, never written, its timestamp older than the
- * expiry, or its etag unchanged for the expiry on our own clock. *ret_left
+ * expiry, or its etag unchanged for the expiry on our own clock (s: what we
+ * saw of it, NULL when nothing). *ret_left
  * gets the ms until it expires when it has not (the sooner of both clocks).
  */
 static bool lease_expired(const struct feed_processor *p, const struct feed_lease *l,
-                          int64_t now_wall, int64_t now, int64_t *ret_left)
+                          const struct feed_seen *s, int64_t now_wall, int64_t now,
+                          int64_t *ret_left)
 {
-    const struct feed_seen *s = seen_of(p, l->token);
     int64_t by_ts, by_etag = INT64_MAX;
 
     *ret_left = INT64_MAX;
@@ -687,13 +691,13 @@ static int64_t balance(struct feed_processor *p)
     }
     for (size_t i = 0; i < n; i++) {
         const struct feed_lease *l = &leases[i];
-        const struct feed_seen *s = seen_of(p, l->token);
+        const struct feed_seen *s = seen_of(p, l->token, i);
         int64_t left;
 
         view[i].token = l->token;
         view[i].owner = l->owner;
         view[i].mine = find_running(p, l->token) != NULL;
-        view[i].expired = lease_expired(p, l, now_wall, now, &left);
+        view[i].expired = lease_expired(p, l, s, now_wall, now, &left);
         view[i].cooldown = cooldown_has(p, l->token, now);
         view[i].moved =
             s != NULL && s->moved_mono != 0 && now - s->moved_mono < p->o.lease_expiry_ms;
