@@ -95,9 +95,12 @@ size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t o
             if (h >= 0)
                 hosts[h].count++;
         } else if (in->adopt && !l->cooldown && picked < out_cap) {
-            out[picked++] = i;
+            out[picked++] = i; /* ours; max_leases is applied below */
         }
     }
+    /* Over max_leases (lowered since the last run?): adopt only up to it; the rest expire. */
+    if (in->max_leases != 0 && mine + picked > in->max_leases)
+        picked = mine >= in->max_leases ? 0 : in->max_leases - mine;
     mine += (unsigned)picked;
     hosts[0].count = mine;
     target = (unsigned)((in->n + nhosts - 1) / nhosts);

@@ -237,7 +237,7 @@ struct feed_balance_in {
 /*
  * Which leases to take this round, as indexes into in->leases written to
  * out (at most out_cap). When in->adopt, first every live lease under our
- * name that we do not run. Then expired leases, up to this instance's
+ * name that we do not run (up to max_leases). Then expired leases, up to this instance's
  * deficit from ceil(leases / live hosts); when none is expired and the
  * deficit is positive, steals one lease from the host that holds the most
  * if it holds more than the target (more than target - 1 when the deficit

@@ -425,6 +425,11 @@ START_TEST(balance_adopts_own_leases_at_start)
     ck_assert_uint_eq(target, 3);
     ck_assert(!steal);
     ck_assert_uint_ge(out[2], 6);
+    /* max_leases still holds: with 1, only one of its own is taken back. */
+    in.max_leases = 1;
+    ck_assert_uint_eq(feed_balance_pick(&in, out, 16, &steal, &target), 1);
+    ck_assert_uint_eq(target, 1);
+    ck_assert_uint_eq(out[0], 0);
 }
 END_TEST
 
