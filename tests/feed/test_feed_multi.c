@@ -299,6 +299,36 @@ static bool adopted_pred(void *ctx)
     return ok == a->n_was;
 }
 
+/* Whether a worker's output file holds an item whose id starts with prefix. */
+static bool out_has(const char *path, const char *prefix)
+{
+    FILE *f = fopen(path, "r");
+    char line[1200];
+    bool found = false;
+
+    if (f == NULL)
+        return false;
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        const char *sp = strchr(line, ' ');
+
+        found = sp != NULL && strncmp(sp + 1, prefix, strlen(prefix)) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
+struct out_wait {
+    const char *path;
+    const char *prefix;
+};
+
+static bool out_pred(void *ctx)
+{
+    const struct out_wait *o = ctx;
+
+    return out_has(o->path, o->prefix);
+}
+
 START_TEST(restart_same_name_adopts_own_leases)
 {
     static struct adopt_wait aw;
@@ -347,6 +377,20 @@ START_TEST(restart_same_name_adopts_own_leases)
                   (long long)(after - before), dir);
     ck_assert_msg(later == after, "%lld more owner changes after the restart settled (logs in %s)",
                   (long long)(later - after), dir);
+    /* And it reads its ranges: new items reach the restarted worker, long before any expiry. */
+    for (int i = 0; i < 60; i++) {
+        char id[16], pk[16];
+
+        (void)snprintf(id, sizeof(id), "n%d", i);
+        (void)snprintf(pk, sizeof(pk), "k%d", i % 53);
+        ft_put(cli, DB, COLL, id, pk, i);
+    }
+    {
+        struct out_wait wo = {.path = ws[1].out, .prefix = "n"};
+
+        ck_assert_msg(ft_wait_until(out_pred, &wo, 20000),
+                      "the restarted worker processed nothing of its ranges (logs in %s)", dir);
+    }
 
     for (int i = 0; i < WORKERS; i++)
         ck_assert_int_eq(kill(ws[i].pid, SIGTERM), 0);
