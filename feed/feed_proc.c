@@ -739,7 +739,7 @@ static int64_t balance(struct feed_processor *p)
                       "%s lease %s of range %s%s%s at epoch %lld (target %u per instance)",
                       steal ? "stole" : "took", got.id, got.token,
                       strcmp(prev, p->instance) == 0
-                          ? " back from this instance's previous process "
+                          ? " back from this instance's previous process"
                           : (prev[0] ? (steal ? " from " : " expired, from ") : " (free)"),
                       strcmp(prev, p->instance) == 0 ? "" : prev, (long long)got.epoch, target);
         else if (rc != SF_EPRECOND && rc != SF_ENOTFOUND)
