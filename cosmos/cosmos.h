@@ -65,6 +65,8 @@
 #define COSMOS_BATCH_MAX_BYTES  (2u << 20)
 #define COSMOS_PATCH_MAX_OPS    10
 #define COSMOS_PKRANGES_MAX     4096
+/* x-ms-retry-after-ms values above this are read as this (the policy caps them further). */
+#define COSMOS_RETRY_AFTER_MAX_MS INT64_C(3600000)
 
 struct cosmos_client;
 
@@ -136,6 +138,37 @@ bool cosmos_client_tls_insecure(const struct cosmos_client *cli);
  * since it was created, to a thousandth. Any thread.
  */
 double cosmos_client_request_charge(struct cosmos_client *cli);
+
+/*
+ * Retries the client absorbed itself (attempts after the first of a call),
+ * by operation and by the outcome that caused them. Callers see only a
+ * call's final outcome, so without these counters heavy throttling is
+ * invisible to them.
+ */
+struct cosmos_retry_stat {
+    const char *op;    /* "read", "readfeed", "create", "upsert", "replace", "patch", "delete",
+                          "batch", "query", "changefeed", "pkranges", "meta" (static) */
+    const char *cause; /* "429", "449", "408", "500", "503", "404/1002", "403/3",
+                          "unconfirmed" (a 2xx without the answer it needs), "connection",
+                          "timeout", "other" (static) */
+    uint64_t n;
+};
+#define COSMOS_RETRY_STATS_MAX 132 /* operations x causes */
+
+/*
+ * Writes the non-zero counters (at most max) to out, ordered by operation
+ * then cause, and returns how many it wrote. Any thread.
+ */
+size_t cosmos_client_retry_stats(struct cosmos_client *cli, struct cosmos_retry_stat *out,
+                                 size_t max);
+
+/*
+ * Retries absorbed by the calls the calling thread made, through any
+ * client, since the thread started. A worker takes the difference around a
+ * piece of work to report that work's retries. The only per-thread state of
+ * the library: a counter, never reset.
+ */
+uint64_t cosmos_thread_retries(void);
 
 /* ---------------------------------------------------------------------------
  * Responses

@@ -193,6 +193,21 @@ enum sf_rc cosmos_batch_patch(struct cosmos_batch *b, const char *id, const char
     return rc;
 }
 
+/* The results a batch answer must hold, parsed by the retry loop (cosmos_req.confirm). */
+struct cosmos_batch_confirm {
+    size_t n_ops;
+    struct cosmos_batch_result *res;
+};
+
+static enum sf_rc cosmos_confirm_batch(void *ctx, const struct cosmos_response *resp,
+                                       struct sf_err *err)
+{
+    struct cosmos_batch_confirm *c = ctx;
+
+    return cosmos_batch_result_parse(resp->status, resp->body.data, resp->body.len, c->n_ops,
+                                     c->res, err);
+}
+
 enum sf_rc cosmos_batch_execute(struct cosmos_client *cli, const char *db, const char *coll,
                                 const struct cosmos_batch *b, const struct cosmos_req_opts *opts,
                                 struct cosmos_batch_result *ret, struct sf_err *err)
@@ -200,6 +215,7 @@ enum sf_rc cosmos_batch_execute(struct cosmos_client *cli, const char *db, const
     const char *segs[] = {"dbs", db, "colls", coll, "docs"};
     struct cosmos_response resp;
     struct cosmos_batch_result res;
+    struct cosmos_batch_confirm conf;
     struct cosmos_req req;
     enum sf_rc rc;
 
@@ -239,10 +255,15 @@ enum sf_rc cosmos_batch_execute(struct cosmos_client *cli, const char *db, const
     }
     req.body = req.owned_body.data;
     req.body_len = req.owned_body.len;
+    /*
+     * Committed or not, the answer must list every operation's result: a 200
+     * without them (a proxy's page) proves nothing and is retried like a 503.
+     */
+    conf.n_ops = json_array_size(b->ops);
+    conf.res = &res;
+    req.confirm = cosmos_confirm_batch;
+    req.confirm_ctx = &conf;
     rc = cosmos_exec(cli, &req, &resp, err);
-    if (rc == SF_OK)
-        rc = cosmos_batch_result_parse(resp.status, resp.body.data, resp.body.len,
-                                       json_array_size(b->ops), &res, err);
     if (rc == SF_OK) {
         res.request_charge = resp.total_charge;
         (void)snprintf(res.activity_id, sizeof(res.activity_id), "%s", resp.activity_id);

@@ -63,6 +63,8 @@ struct cosmos_client {
     atomic_uint_fast64_t seq; /* per-request jitter seeds */
     /* request units charged to every call of this client, in thousandths (metrics) */
     atomic_uint_fast64_t charge_milli;
+    /* retries this client absorbed, by operation and cause (metrics) */
+    atomic_uint_fast64_t retries[COSMOS_OPK_N][COSMOS_RB_N];
     uint64_t seed_base;
 
     struct cosmos_pkr_cache *pkr_cache;
@@ -239,6 +241,9 @@ enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_cl
         cli->seed_base = (uint64_t)sf_mono_us(); /* jitter only: not a secret */
     atomic_init(&cli->seq, 0);
     atomic_init(&cli->charge_milli, 0);
+    for (int k = 0; k < COSMOS_OPK_N; k++)
+        for (int b = 0; b < COSMOS_RB_N; b++)
+            atomic_init(&cli->retries[k][b], 0);
     /* Reference counted by libcurl; thread-safe in libcurl >= 7.84. */
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         rc = sf_err_set(err, SF_EIO, false, "libcurl initialisation failed");
@@ -317,6 +322,47 @@ const char *cosmos_client_endpoint(const struct cosmos_client *cli)
 double cosmos_client_request_charge(struct cosmos_client *cli)
 {
     return (double)atomic_load(&cli->charge_milli) / 1000.0;
+}
+
+/* Retries absorbed by this thread's calls (cosmos_thread_retries). */
+static _Thread_local uint64_t cosmos_tls_retries;
+
+uint64_t cosmos_thread_retries(void)
+{
+    return cosmos_tls_retries;
+}
+
+size_t cosmos_client_retry_stats(struct cosmos_client *cli, struct cosmos_retry_stat *out,
+                                 size_t max)
+{
+    size_t n = 0;
+
+    for (int k = 0; k < COSMOS_OPK_N; k++) {
+        for (int b = 0; b < COSMOS_RB_N && n < max; b++) {
+            uint64_t v = atomic_load(&cli->retries[k][b]);
+
+            if (v == 0)
+                continue;
+            out[n].op = cosmos_op_kind_name((enum cosmos_op_kind)k);
+            out[n].cause = cosmos_retry_bucket_name((enum cosmos_retry_bucket)b);
+            out[n].n = v;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Counts one retry of req after the outcome (net, resp, unconfirmed). */
+static void cosmos_retry_note(struct cosmos_client *cli, const struct cosmos_req *req,
+                              enum cosmos_net net, const struct cosmos_response *resp,
+                              bool unconfirmed)
+{
+    enum cosmos_op_kind k = cosmos_req_kind(req);
+    enum cosmos_retry_bucket b =
+        cosmos_retry_bucket_of(net, resp->status, resp->substatus, unconfirmed);
+
+    atomic_fetch_add(&cli->retries[k][b], 1);
+    cosmos_tls_retries++;
 }
 
 bool cosmos_client_tls_insecure(const struct cosmos_client *cli)
@@ -701,7 +747,7 @@ static void cosmos_attempt_date(struct cosmos_conn *conn, char date[30])
 /* Fills err from the final outcome of a call. */
 static enum sf_rc cosmos_fail(const struct cosmos_req *req, const struct cosmos_response *resp,
                               const struct cosmos_verdict *v, enum cosmos_net net,
-                              const char *net_msg, struct sf_err *err)
+                              const char *net_msg, bool unconfirmed, struct sf_err *err)
 {
     char code[48], text[256];
 
@@ -714,6 +760,11 @@ static enum sf_rc cosmos_fail(const struct cosmos_req *req, const struct cosmos_
         err->retry_after_ms = resp->retry_after_ms;
         err->request_charge = resp->total_charge;
         (void)snprintf(err->activity_id, sizeof(err->activity_id), "%s", resp->activity_id);
+        if (unconfirmed)
+            return sf_err_set(err, v->rc, v->retriable, "%s %s: not confirmed: %s%s (attempts %u)",
+                              req->verb, req->link.len ? sf_buf_cstr(&req->link) : "/", net_msg,
+                              v->retriable ? "" : "; the write may or may not have been applied",
+                              resp->attempts);
         cosmos_error_body(resp->body.data, resp->body.len, code, sizeof(code), text, sizeof(text));
         return sf_err_set(err, v->rc, v->retriable, "%s %s: HTTP %d/%d%s%s%s%s (attempts %u)",
                           req->verb, req->link.len ? sf_buf_cstr(&req->link) : "/", resp->status,
@@ -734,6 +785,7 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
     char date[30], auth[SF_AUTH_HEADER_SIZE], net_msg[256];
     uint64_t seed = cosmos_mix(cli->seed_base + atomic_fetch_add(&cli->seq, 1));
     int64_t wait = 0;
+    bool unconfirmed = false;
 
     cosmos_response_reset(resp);
     if (cli->transport.send == NULL) {
@@ -774,14 +826,30 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
                              (uint_fast64_t)(resp->request_charge * 1000.0 + 0.5));
         v = cosmos_classify(net, resp->status, resp->substatus, req->cls, req->guarded,
                             req->accept_304);
+        unconfirmed = false;
+        if (v.success && req->confirm != NULL) {
+            struct sf_err cerr;
+
+            sf_err_clear(&cerr);
+            if (req->confirm(req->confirm_ctx, resp, &cerr) != SF_OK) {
+                /* A success status alone proves nothing: no answer, no success. */
+                v = cosmos_classify_unconfirmed(req->cls, req->guarded);
+                unconfirmed = true;
+                (void)snprintf(net_msg, sizeof(net_msg), "%.200s", cerr.msg);
+            }
+        }
         if (v.success)
             break;
         if (!cosmos_retry_next(&st, &v, resp->retry_after_ms, cli->clock.now_ms(cli->clock.ctx),
                                &wait))
             break;
+        cosmos_retry_note(cli, req, net, resp, unconfirmed);
         sf_log_debug("cosmos", "%s %s: %s %d/%d, retry %u in %lld ms", req->verb,
-                     sf_buf_cstr(&req->link), net == COSMOS_NET_OK ? "HTTP" : net_msg, resp->status,
-                     resp->substatus, st.attempts, (long long)wait);
+                     sf_buf_cstr(&req->link),
+                     unconfirmed            ? net_msg
+                     : net == COSMOS_NET_OK ? "HTTP"
+                                            : net_msg,
+                     resp->status, resp->substatus, st.attempts, (long long)wait);
         /* 404/1002: the session's writes are not visible here yet; retry without the token. */
         if (net == COSMOS_NET_OK && resp->status == 404 && resp->substatus == 1002)
             cosmos_req_header_del(req, "x-ms-session-token");
@@ -793,5 +861,5 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         sf_err_clear(err);
         return SF_OK;
     }
-    return cosmos_fail(req, resp, &v, net, net_msg, err);
+    return cosmos_fail(req, resp, &v, net, net_msg, unconfirmed, err);
 }

@@ -38,6 +38,35 @@ static enum sf_rc cosmos_run(struct cosmos_client *cli, struct cosmos_req *req,
     return rc;
 }
 
+/*
+ * Confirmation of document answers (cosmos_req.confirm): ctx is the request,
+ * whose Prefer header says whether a write asked for a minimal answer.
+ */
+static enum sf_rc cosmos_confirm_doc_req(void *ctx, const struct cosmos_response *resp,
+                                         struct sf_err *err)
+{
+    const struct cosmos_req *req = ctx;
+    const char *prefer = cosmos_req_header_get(req, "Prefer");
+    bool minimal =
+        req->cls == COSMOS_OP_WRITE && prefer != NULL && strstr(prefer, "return=minimal") != NULL;
+
+    return cosmos_confirm_doc(resp, minimal, err);
+}
+
+static enum sf_rc cosmos_confirm_no_doc_req(void *ctx, const struct cosmos_response *resp,
+                                            struct sf_err *err)
+{
+    SF_UNUSED(ctx);
+    return cosmos_confirm_no_doc(resp, err);
+}
+
+static enum sf_rc cosmos_confirm_object_req(void *ctx, const struct cosmos_response *resp,
+                                            struct sf_err *err)
+{
+    SF_UNUSED(ctx);
+    return cosmos_confirm_object(resp, err);
+}
+
 /* Applies per-request options to req. */
 static enum sf_rc cosmos_apply_opts(struct cosmos_req *req, const struct cosmos_req_opts *o,
                                     struct sf_err *err)
@@ -72,6 +101,10 @@ static enum sf_rc cosmos_req_start(struct cosmos_client *cli, struct cosmos_req 
     enum sf_rc rc = cosmos_req_target(req, verb, segs, n, err);
 
     req->cls = cls;
+    /* Metadata answers are JSON objects (a delete's is empty); documents override this. */
+    req->confirm =
+        strcmp(verb, "DELETE") == 0 ? cosmos_confirm_no_doc_req : cosmos_confirm_object_req;
+    req->confirm_ctx = req;
     if (rc == SF_OK)
         rc = cosmos_req_common(cli, req, err);
     return rc;
@@ -612,6 +645,9 @@ static enum sf_rc cosmos_doc_op(struct cosmos_client *cli, const char *verb, con
     cosmos_req_init(&req);
     rc = cosmos_req_start(cli, &req, verb, segs, id != NULL ? 6 : 5, cls, err);
     req.guarded = guarded;
+    /* Success means the document (or, for a delete, its absence) was answered. */
+    req.confirm = strcmp(verb, "DELETE") == 0 ? cosmos_confirm_no_doc_req : cosmos_confirm_doc_req;
+    req.confirm_ctx = &req;
     if (rc == SF_OK)
         rc = cosmos_req_pk(&req, pk_json, err);
     if (rc == SF_OK && extra_name != NULL)
@@ -719,6 +755,8 @@ enum sf_rc cosmos_doc_patch(struct cosmos_client *cli, const char *db, const cha
     cosmos_req_init(&req);
     rc = cosmos_req_start(cli, &req, "PATCH", segs, 6, COSMOS_OP_WRITE, err);
     req.guarded = condition != NULL;
+    req.confirm = cosmos_confirm_doc_req;
+    req.confirm_ctx = &req;
     if (rc == SF_OK)
         rc = cosmos_req_pk(&req, pk_json, err);
     if (rc == SF_OK)
@@ -811,6 +849,20 @@ static enum sf_rc cosmos_cf_headers(struct cosmos_req *req, const struct cosmos_
     return sf_err_set(err, SF_EINVAL, false, "change feed: unknown start %d", (int)q->start);
 }
 
+/* The page a change-feed answer must hold, parsed by the retry loop (cosmos_req.confirm). */
+struct cosmos_cf_confirm {
+    const char *range_id;
+    struct cosmos_cf_page *page;
+};
+
+static enum sf_rc cosmos_confirm_cf_page(void *ctx, const struct cosmos_response *resp,
+                                         struct sf_err *err)
+{
+    struct cosmos_cf_confirm *c = ctx;
+
+    return cosmos_cf_page_parse(resp, c->range_id, c->page, err);
+}
+
 enum sf_rc cosmos_changefeed_read(struct cosmos_client *cli, const char *db, const char *coll,
                                   const struct cosmos_cf_req *q, struct cosmos_cf_page *ret,
                                   struct sf_err *err)
@@ -819,6 +871,7 @@ enum sf_rc cosmos_changefeed_read(struct cosmos_client *cli, const char *db, con
     struct cosmos_response resp;
     struct cosmos_req req;
     struct cosmos_cf_page page;
+    struct cosmos_cf_confirm conf;
     char range_id[64];
     const char *rid = NULL;
     enum sf_rc rc;
@@ -839,12 +892,15 @@ enum sf_rc cosmos_changefeed_read(struct cosmos_client *cli, const char *db, con
     }
     rc = cosmos_req_start(cli, &req, "GET", segs, 5, COSMOS_OP_READ, err);
     req.accept_304 = true;
+    /* A page that does not parse is retried like a 503 (a read may always be repeated). */
+    conf.range_id = rid;
+    conf.page = &page;
+    req.confirm = cosmos_confirm_cf_page;
+    req.confirm_ctx = &conf;
     if (rc == SF_OK)
         rc = cosmos_cf_headers(&req, q, rid, err);
     if (rc == SF_OK)
         rc = cosmos_exec(cli, &req, &resp, err);
-    if (rc == SF_OK)
-        rc = cosmos_cf_page_parse(&resp, rid, &page, err);
     if (rc == SF_OK && page.continuation[0] == '\0' && q->start == COSMOS_CF_CONTINUATION)
         (void)snprintf(page.continuation, sizeof(page.continuation), "%s", q->continuation);
     if (rc == SF_OK)

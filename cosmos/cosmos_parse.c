@@ -69,6 +69,122 @@ json_t *cosmos_response_json(const struct cosmos_response *resp, struct sf_err *
 }
 
 /* ---------------------------------------------------------------------------
+ * Confirming success answers
+ */
+
+/* true when the body is only whitespace. */
+static bool cosmos_body_blank(const struct cosmos_response *resp)
+{
+    for (size_t i = 0; i < resp->body.len; i++)
+        if (resp->body.data[i] != ' ' && resp->body.data[i] != '\t' && resp->body.data[i] != '\r' &&
+            resp->body.data[i] != '\n')
+            return false;
+    return true;
+}
+
+/* A short, printable picture of what came instead ("<html>..."), for the message. */
+static void cosmos_body_peek(const struct cosmos_response *resp, char *out, size_t size)
+{
+    size_t n = SF_MIN(resp->body.len, size - 1);
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)resp->body.data[i];
+
+        out[i] = (c < 0x20 || c >= 0x7f) ? ' ' : (char)c;
+    }
+    out[n] = '\0';
+}
+
+/* The body as a JSON value, or NULL with a message saying what came instead. */
+static json_t *cosmos_confirm_json(const struct cosmos_response *resp, struct sf_err *err)
+{
+    char peek[40];
+    json_t *v;
+
+    if (cosmos_body_blank(resp)) {
+        sf_err_set(err, SF_EPROTO, false, "HTTP %d answer has no body", resp->status);
+        return NULL;
+    }
+    v = sf_json_parse(resp->body.data, resp->body.len, NULL);
+    if (v == NULL) {
+        cosmos_body_peek(resp, peek, sizeof(peek));
+        sf_err_set(err, SF_EPROTO, false, "HTTP %d answer is not JSON (%zu bytes: \"%s\")",
+                   resp->status, resp->body.len, peek);
+    }
+    return v;
+}
+
+enum sf_rc cosmos_confirm_doc(const struct cosmos_response *resp, bool minimal, struct sf_err *err)
+{
+    const char *etag;
+    enum sf_rc rc = SF_OK;
+    json_t *v = NULL;
+
+    if (resp->status == 304)
+        return SF_OK; /* only ever accepted for a conditional read */
+    if (minimal && cosmos_body_blank(resp)) {
+        if (resp->etag[0] != '"')
+            return sf_err_set(err, SF_EPROTO, false,
+                              "HTTP %d minimal answer has no etag: the write is not confirmed",
+                              resp->status);
+        return SF_OK;
+    }
+    v = cosmos_confirm_json(resp, err);
+    if (v == NULL)
+        return SF_EPROTO;
+    if (!json_is_object(v)) {
+        rc = sf_err_set(err, SF_EPROTO, false, "HTTP %d answer is JSON but not a document",
+                        resp->status);
+        goto out;
+    }
+    etag = sf_json_str(v, "_etag");
+    if (etag != NULL && resp->etag[0] != '\0' && strcmp(etag, resp->etag) != 0)
+        rc = sf_err_set(err, SF_EPROTO, false,
+                        "HTTP %d answer's etag header %.64s differs from its document's _etag "
+                        "%.64s",
+                        resp->status, resp->etag, etag);
+out:
+    json_decref(v);
+    return rc;
+}
+
+enum sf_rc cosmos_confirm_no_doc(const struct cosmos_response *resp, struct sf_err *err)
+{
+    json_t *v;
+
+    if (cosmos_body_blank(resp)) {
+        if (resp->status != 204)
+            return sf_err_set(err, SF_EPROTO, false,
+                              "HTTP %d with an empty body where 204 No Content was expected",
+                              resp->status);
+        return SF_OK;
+    }
+    v = cosmos_confirm_json(resp, err);
+    if (v == NULL)
+        return SF_EPROTO;
+    json_decref(v);
+    return SF_OK;
+}
+
+enum sf_rc cosmos_confirm_object(const struct cosmos_response *resp, struct sf_err *err)
+{
+    json_t *v;
+    bool obj;
+
+    if (resp->status == 304)
+        return SF_OK; /* only ever accepted for a conditional read */
+    v = cosmos_confirm_json(resp, err);
+    obj = json_is_object(v);
+    json_decref(v);
+    if (v == NULL)
+        return SF_EPROTO;
+    if (!obj)
+        return sf_err_set(err, SF_EPROTO, false, "HTTP %d answer is JSON but not an object",
+                          resp->status);
+    return SF_OK;
+}
+
+/* ---------------------------------------------------------------------------
  * Header lines
  */
 
@@ -85,6 +201,28 @@ static enum sf_rc cosmos_copy_field(char *dst, size_t size, const char *s, size_
 static bool cosmos_name_is(const char *name, size_t nlen, const char *want)
 {
     return strlen(want) == nlen && strncasecmp(name, want, nlen) == 0;
+}
+
+/*
+ * x-ms-retry-after-ms is a hint: a bad one must not turn a retriable answer
+ * into a failure. Digits give their value, clamped to
+ * COSMOS_RETRY_AFTER_MAX_MS (the retry policy caps it further); anything
+ * else (empty, negative, a fraction, text) gives -1, "no hint", and the
+ * caller uses its normal backoff.
+ */
+static int64_t cosmos_retry_after_value(const char *v, size_t vlen)
+{
+    int64_t ms = 0;
+
+    if (vlen == 0)
+        return -1;
+    for (size_t i = 0; i < vlen; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        if (ms < COSMOS_RETRY_AFTER_MAX_MS)
+            ms = ms * 10 + (v[i] - '0');
+    }
+    return SF_MIN(ms, (int64_t)COSMOS_RETRY_AFTER_MAX_MS);
 }
 
 /* Parses "HTTP/1.1 200 OK" (also "HTTP/2 200"). */
@@ -151,9 +289,7 @@ enum sf_rc cosmos_response_header(struct cosmos_response *resp, const char *line
             return sf_err_set(err, SF_EPROTO, false, "bad x-ms-substatus");
         resp->substatus = (int)i64;
     } else if (cosmos_name_is(line, nlen, "x-ms-retry-after-ms")) {
-        if (sf_parse_i64n(v, vlen, 0, INT64_C(86400000), &i64) != SF_OK)
-            return sf_err_set(err, SF_EPROTO, false, "bad x-ms-retry-after-ms");
-        resp->retry_after_ms = i64;
+        resp->retry_after_ms = cosmos_retry_after_value(v, vlen);
     } else if (cosmos_name_is(line, nlen, "x-ms-item-count")) {
         if (sf_parse_i64n(v, vlen, 0, INT64_MAX, &i64) != SF_OK)
             return sf_err_set(err, SF_EPROTO, false, "bad x-ms-item-count");
@@ -414,9 +550,12 @@ static enum sf_rc cosmos_batch_op_parse(const json_t *o, size_t i,
         return sf_err_set(err, SF_EPROTO, false, "batch result %zu is not an object", i);
     if (json_object_get(o, "statusCode") == NULL ||
         !cosmos_int_member(o, "statusCode", 100, 599, 0, &status) ||
-        !cosmos_int_member(o, "subStatusCode", 0, INT32_MAX, 0, &sub) ||
-        !cosmos_int_member(o, "retryAfterMilliseconds", 0, INT64_C(86400000), -1, &retry))
+        !cosmos_int_member(o, "subStatusCode", 0, INT32_MAX, 0, &sub))
         return sf_err_set(err, SF_EPROTO, false, "batch result %zu: bad status fields", i);
+    /* A hint, like the header: a bad one is no hint, a huge one is clamped. */
+    if (!cosmos_int_member(o, "retryAfterMilliseconds", 0, INT64_MAX, -1, &retry))
+        retry = -1;
+    retry = SF_MIN(retry, (int64_t)COSMOS_RETRY_AFTER_MAX_MS);
     op->status = (int)status;
     op->substatus = (int)sub;
     op->retry_after_ms = retry;

@@ -49,6 +49,16 @@ struct cosmos_req {
     bool guarded;    /* a write that is safe to repeat (see cosmos.h) */
     bool accept_304; /* 304 counts as success */
     bool no_retry;
+    /*
+     * What a success must look like before it counts: a 2xx from a proxy or
+     * a lying server proves nothing was stored. confirm checks the answer
+     * (and may parse it into confirm_ctx); SF_EPROTO refuses it, and that
+     * attempt is then handled like a 503: repeated when the request may be
+     * (a read or a guarded write), else reported as "may have been applied"
+     * (retriable false). NULL: any success status counts.
+     */
+    enum sf_rc (*confirm)(void *ctx, const struct cosmos_response *resp, struct sf_err *err);
+    void *confirm_ctx;
 };
 
 void cosmos_req_init(struct cosmos_req *req);
@@ -109,6 +119,23 @@ enum sf_rc cosmos_response_header(struct cosmos_response *resp, const char *line
                                   struct sf_err *err);
 
 /*
+ * Confirms that a success answer carries a document: a JSON object body
+ * (whose "_etag", when an etag header came too, equals it), or, for a write
+ * that asked for a minimal answer, an empty body with an etag header. An
+ * accepted 304 carries neither. SF_EPROTO saying what is missing otherwise.
+ */
+enum sf_rc cosmos_confirm_doc(const struct cosmos_response *resp, bool minimal, struct sf_err *err);
+
+/*
+ * Confirms a success answer that carries no document (a delete): 204 with
+ * an empty body, or a JSON body. SF_EPROTO otherwise (a 200 text/html page).
+ */
+enum sf_rc cosmos_confirm_no_doc(const struct cosmos_response *resp, struct sf_err *err);
+
+/* Confirms a success answer whose body is a JSON object (metadata). SF_EPROTO otherwise. */
+enum sf_rc cosmos_confirm_object(const struct cosmos_response *resp, struct sf_err *err);
+
+/*
  * Parses an error body {"code":"NotFound","message":"..."} into code (may be
  * "") and message (may be ""), truncating to the given sizes. Never fails:
  * a body that is not such an object gives its first bytes as the message,
@@ -146,6 +173,55 @@ struct cosmos_verdict {
  */
 struct cosmos_verdict cosmos_classify(enum cosmos_net net, int status, int substatus,
                                       enum cosmos_op_class cls, bool guarded, bool accept_304);
+
+/*
+ * The verdict on a success status whose answer was not confirmed (see
+ * cosmos_req.confirm): SF_EPROTO, treated like a 503 - retried and
+ * retriable for reads and guarded writes, neither for an unguarded write
+ * (the server may or may not have applied it).
+ */
+struct cosmos_verdict cosmos_classify_unconfirmed(enum cosmos_op_class cls, bool guarded);
+
+/*
+ * Where a retry is counted (cosmos_client_retry_stats): the operation of
+ * req ("read", "upsert", "batch"...) and the outcome that caused the retry
+ * (COSMOS_RB_*). Pure.
+ */
+enum cosmos_retry_bucket {
+    COSMOS_RB_429 = 0,
+    COSMOS_RB_449,
+    COSMOS_RB_408,
+    COSMOS_RB_500,
+    COSMOS_RB_503,
+    COSMOS_RB_404_1002,
+    COSMOS_RB_403_3,
+    COSMOS_RB_UNCONFIRMED, /* a success status without the answer it needs */
+    COSMOS_RB_CONNECTION,  /* connection failed or dropped */
+    COSMOS_RB_TIMEOUT,     /* timed out after sending */
+    COSMOS_RB_OTHER,
+    COSMOS_RB_N
+};
+enum cosmos_op_kind {
+    COSMOS_OPK_READ = 0,
+    COSMOS_OPK_READFEED,
+    COSMOS_OPK_CREATE,
+    COSMOS_OPK_UPSERT,
+    COSMOS_OPK_REPLACE,
+    COSMOS_OPK_PATCH,
+    COSMOS_OPK_DELETE,
+    COSMOS_OPK_BATCH,
+    COSMOS_OPK_QUERY,
+    COSMOS_OPK_CHANGEFEED,
+    COSMOS_OPK_PKRANGES,
+    COSMOS_OPK_META,
+    COSMOS_OPK_N
+};
+enum cosmos_op_kind cosmos_req_kind(const struct cosmos_req *req);
+enum cosmos_retry_bucket cosmos_retry_bucket_of(enum cosmos_net net, int status, int substatus,
+                                                bool unconfirmed);
+const char *cosmos_op_kind_name(enum cosmos_op_kind k);
+/* A bucket's label: "429", "404/1002", "unconfirmed", "connection"... (static). */
+const char *cosmos_retry_bucket_name(enum cosmos_retry_bucket b);
 
 /* Retry state of one call. */
 struct cosmos_retry_state {

@@ -155,6 +155,15 @@ static enum sf_rc cosmos_query_headers(struct cosmos_query *q, struct cosmos_req
     return rc;
 }
 
+/* A query answer must be a page of documents: parsed by the retry loop (cosmos_req.confirm). */
+static enum sf_rc cosmos_confirm_query_page(void *ctx, const struct cosmos_response *resp,
+                                            struct sf_err *err)
+{
+    json_t **docs = ctx;
+
+    return cosmos_query_page_parse(resp->body.data, resp->body.len, docs, err);
+}
+
 enum sf_rc cosmos_query_next(struct cosmos_query *q, json_t **ret_docs, struct sf_err *err)
 {
     const char *segs[] = {"dbs", q->db, "colls", q->coll, "docs"};
@@ -178,9 +187,9 @@ enum sf_rc cosmos_query_next(struct cosmos_query *q, json_t **ret_docs, struct s
     req.body = req.owned_body.data;
     req.body_len = req.owned_body.len;
     q->started = true;
+    req.confirm = cosmos_confirm_query_page;
+    req.confirm_ctx = &docs;
     rc = cosmos_exec(q->cli, &req, &q->resp, err);
-    if (rc == SF_OK)
-        rc = cosmos_query_page_parse(q->resp.body.data, q->resp.body.len, &docs, err);
     if (rc != SF_OK)
         goto out;
     sf_buf_reset(&q->continuation);

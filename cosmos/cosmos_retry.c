@@ -4,6 +4,8 @@
  */
 #include "common/sf_base.h"
 
+#include <strings.h>
+
 #include "cosmos/cosmos_proto.h"
 
 #define COSMOS_DEFAULT_ATTEMPTS     9
@@ -153,4 +155,108 @@ bool cosmos_retry_next(struct cosmos_retry_state *st, const struct cosmos_verdic
         return false;
     *ret_wait_ms = wait;
     return true;
+}
+
+struct cosmos_verdict cosmos_classify_unconfirmed(enum cosmos_op_class cls, bool guarded)
+{
+    struct cosmos_verdict v = {false, false, COSMOS_RETRY_NO, SF_EPROTO};
+
+    /* Like a 503: nothing says the server did what it answered. */
+    if (cls == COSMOS_OP_READ || guarded) {
+        v.retriable = true;
+        v.retry = COSMOS_RETRY_BACKOFF;
+    }
+    return v;
+}
+
+/* ---------------------------------------------------------------------------
+ * Where retries are counted
+ */
+
+static bool cosmos_hdr_true(const struct cosmos_req *req, const char *name)
+{
+    const char *v = cosmos_req_header_get(req, name);
+
+    return v != NULL && strcasecmp(v, "true") == 0;
+}
+
+enum cosmos_op_kind cosmos_req_kind(const struct cosmos_req *req)
+{
+    /* A link with an even number of segments ends in an id: one resource. */
+    size_t slashes = 0;
+    bool one;
+
+    for (size_t i = 0; i < req->link.len; i++)
+        slashes += req->link.data[i] == '/';
+    one = req->link.len > 0 && slashes % 2 == 1;
+    if (strcmp(req->rtype, "pkranges") == 0)
+        return COSMOS_OPK_PKRANGES;
+    if (strcmp(req->rtype, "docs") != 0)
+        return COSMOS_OPK_META;
+    if (strcmp(req->verb, "GET") == 0) {
+        if (one)
+            return COSMOS_OPK_READ;
+        return cosmos_req_header_get(req, "A-IM") != NULL ? COSMOS_OPK_CHANGEFEED
+                                                          : COSMOS_OPK_READFEED;
+    }
+    if (strcmp(req->verb, "PUT") == 0)
+        return COSMOS_OPK_REPLACE;
+    if (strcmp(req->verb, "PATCH") == 0)
+        return COSMOS_OPK_PATCH;
+    if (strcmp(req->verb, "DELETE") == 0)
+        return COSMOS_OPK_DELETE;
+    if (cosmos_hdr_true(req, "x-ms-cosmos-is-batch-request"))
+        return COSMOS_OPK_BATCH;
+    if (cosmos_hdr_true(req, "x-ms-documentdb-isquery"))
+        return COSMOS_OPK_QUERY;
+    if (cosmos_hdr_true(req, "x-ms-documentdb-is-upsert"))
+        return COSMOS_OPK_UPSERT;
+    return COSMOS_OPK_CREATE;
+}
+
+enum cosmos_retry_bucket cosmos_retry_bucket_of(enum cosmos_net net, int status, int substatus,
+                                                bool unconfirmed)
+{
+    if (net == COSMOS_NET_TIMEOUT)
+        return COSMOS_RB_TIMEOUT;
+    if (net != COSMOS_NET_OK)
+        return COSMOS_RB_CONNECTION;
+    if (unconfirmed)
+        return COSMOS_RB_UNCONFIRMED;
+    switch (status) {
+    case 429:
+        return COSMOS_RB_429;
+    case 449:
+        return COSMOS_RB_449;
+    case 408:
+        return COSMOS_RB_408;
+    case 500:
+        return COSMOS_RB_500;
+    case 503:
+        return COSMOS_RB_503;
+    case 404:
+        return substatus == 1002 ? COSMOS_RB_404_1002 : COSMOS_RB_OTHER;
+    case 403:
+        return substatus == 3 ? COSMOS_RB_403_3 : COSMOS_RB_OTHER;
+    default:
+        return COSMOS_RB_OTHER;
+    }
+}
+
+const char *cosmos_op_kind_name(enum cosmos_op_kind k)
+{
+    static const char *const names[COSMOS_OPK_N] = {"read",    "readfeed",   "create",   "upsert",
+                                                    "replace", "patch",      "delete",   "batch",
+                                                    "query",   "changefeed", "pkranges", "meta"};
+
+    return (unsigned)k < COSMOS_OPK_N ? names[k] : "other";
+}
+
+const char *cosmos_retry_bucket_name(enum cosmos_retry_bucket b)
+{
+    static const char *const names[COSMOS_RB_N] = {"429",        "449",      "408",   "500",
+                                                   "503",        "404/1002", "403/3", "unconfirmed",
+                                                   "connection", "timeout",  "other"};
+
+    return (unsigned)b < COSMOS_RB_N ? names[b] : "other";
 }

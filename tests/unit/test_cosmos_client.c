@@ -643,9 +643,14 @@ START_TEST(test_batch)
         "{\"operationType\":\"Delete\",\"id\":\"o4\"},{\"operationType\":\"Upsert\","
         "\"resourceBody\":{\"id\":\"o5\",\"pk\":\"p1\"}}]");
 
-    /* A result count that does not match is a protocol error. */
-    add(COSMOS_NET_OK, 200, NULL, "[{\"statusCode\":200}]");
+    /*
+     * A result count that does not match confirms nothing: retried like a
+     * 503 (the batch is guarded), then a transient protocol error.
+     */
+    for (i = 0; i < 9; i++)
+        add(COSMOS_NET_OK, 200, NULL, "[{\"statusCode\":200}]");
     ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_EPROTO);
+    ck_assert(err.retriable);
     ck_assert_uint_eq(res.n, 0);
     /* Whole-request failures are errors. */
     add(COSMOS_NET_OK, 413, NULL, "{\"code\":\"RequestEntityTooLarge\",\"message\":\"big\"}");
@@ -659,7 +664,7 @@ START_TEST(test_batch)
     add(COSMOS_NET_OK, 503, NULL, NULL);
     ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_EHTTP);
     ck_assert(!err.retriable);
-    ck_assert_int_eq(sc.pos, 5);
+    ck_assert_int_eq(sc.pos, 13);
     /* 100 operations at most. */
     for (i = 1; i < COSMOS_BATCH_MAX_OPS; i++)
         ck_assert_int_eq(cosmos_batch_read(b, "x", NULL, &err), SF_OK);
@@ -900,6 +905,240 @@ START_TEST(test_pkranges_cache)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * A success status is not enough: the answer must confirm it (issue 13)
+ */
+
+#define HTML_PAGE "<html><body>200 OK</body></html>"
+
+/* Writes sagafeed relies on, each answered first by a proxy's "200 text/html" page. */
+START_TEST(test_write_html_200_is_not_success)
+{
+    struct cosmos_req_opts idem = {.idempotent = true}, guard = {.if_match = "\"e1\""};
+    struct cosmos_response r;
+    struct sf_err err;
+
+    cosmos_response_init(&r, 0);
+    /* The parking upsert (idempotent): retried until the document comes back. */
+    add(COSMOS_NET_OK, 200, "content-type: text/html\n", HTML_PAGE);
+    add(COSMOS_NET_OK, 201, "etag: \"e2\"\n", "{\"id\":\"a\",\"_etag\":\"\\\"e2\\\"\"}");
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", &idem, &r, &err),
+        SF_OK);
+    ck_assert_uint_eq(r.attempts, 2);
+    ck_assert_str_eq(r.etag, "\"e2\"");
+    /* A lease or checkpoint replace (If-Match): an empty 200 without etag confirms nothing. */
+    add(COSMOS_NET_OK, 200, NULL, NULL);
+    add(COSMOS_NET_OK, 200, "etag: \"e3\"\n", "{\"id\":\"a\",\"_etag\":\"\\\"e3\\\"\"}");
+    ck_assert_int_eq(cosmos_doc_replace(cli, DB, COLL, "a", PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                        &guard, &r, &err),
+                     SF_OK);
+    ck_assert_uint_eq(r.attempts, 2);
+    /* A create (marker-like, create-only id) and a conditional patch (a transition). */
+    add(COSMOS_NET_OK, 201, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 201, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(
+        cosmos_doc_create(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", NULL, &r, &err),
+        SF_OK);
+    ck_assert_uint_eq(r.attempts, 2);
+    add(COSMOS_NET_OK, 200, NULL, "[1,2]"); /* JSON, but not a document */
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_patch(cli, DB, COLL, "a", PK,
+                                      "[{\"op\":\"set\",\"path\":\"/s\",\"value\":\"B\"}]",
+                                      "FROM c WHERE c.s = 'A'", NULL, &r, &err),
+                     SF_OK);
+    ck_assert_uint_eq(r.attempts, 2);
+    /* A guarded delete: 204 confirms, a 200 page does not. */
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_doc_delete(cli, DB, COLL, "a", PK, &guard, &r, &err), SF_OK);
+    ck_assert_uint_eq(r.attempts, 2);
+    /* An etag header that is not the document's: something in between rewrote the answer. */
+    add(COSMOS_NET_OK, 200, "etag: \"x\"\n", "{\"id\":\"a\",\"_etag\":\"\\\"y\\\"\"}");
+    add(COSMOS_NET_OK, 200, "etag: \"y\"\n", "{\"id\":\"a\",\"_etag\":\"\\\"y\\\"\"}");
+    ck_assert_int_eq(cosmos_doc_replace(cli, DB, COLL, "a", PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                        &guard, &r, &err),
+                     SF_OK);
+    ck_assert_uint_eq(r.attempts, 2);
+    ck_assert_int_eq(sc.pos, sc.n);
+    cosmos_response_release(&r);
+}
+END_TEST
+
+/* Never confirmed: a guarded write gives up retriable; an unguarded one may have been applied. */
+START_TEST(test_write_never_confirmed_fails)
+{
+    struct cosmos_retry_policy p = {.max_attempts = 3};
+    struct cosmos_req_opts idem = {.idempotent = true};
+    struct sf_err err;
+
+    teardown();
+    make_client(&p);
+    for (int i = 0; i < 3; i++)
+        add(COSMOS_NET_OK, 200, "content-type: text/html\n", HTML_PAGE);
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", &idem, NULL, &err),
+        SF_EPROTO);
+    ck_assert(err.retriable);
+    ck_assert_int_eq(err.http_status, 200);
+    ck_assert_msg(strstr(err.msg, "not confirmed") != NULL && strstr(err.msg, "not JSON") != NULL,
+                  "%s", err.msg);
+    ck_assert_int_eq(sc.pos, 3);
+    /* Unguarded: one attempt, not retriable (like a 503 after sending). */
+    add(COSMOS_NET_OK, 200, "content-type: text/html\n", HTML_PAGE);
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", NULL, NULL, &err),
+        SF_EPROTO);
+    ck_assert(!err.retriable);
+    ck_assert_int_eq(sc.pos, 4);
+    /* A minimal answer needs its etag. */
+    add(COSMOS_NET_OK, 201, NULL, NULL);
+    add(COSMOS_NET_OK, 201, "etag: \"m\"\n", NULL);
+    ck_assert_int_eq(cosmos_doc_create(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                       &(struct cosmos_req_opts){.minimal = true}, NULL, &err),
+                     SF_OK);
+    ck_assert_int_eq(sc.pos, 6);
+}
+END_TEST
+
+/* Reads, batches, feeds and queries whose 2xx body is not what they need: retried, transient. */
+START_TEST(test_read_malformed_2xx_is_transient)
+{
+    struct cosmos_retry_policy p = {.max_attempts = 2};
+    struct cosmos_batch_result res;
+    struct cosmos_batch *b = NULL;
+    struct cosmos_cf_req cf = {.range_id = "0", .start = COSMOS_CF_BEGINNING};
+    struct cosmos_cf_page page;
+    struct cosmos_query_opts qo = {.pk_json = PK};
+    struct cosmos_query *q = NULL;
+    json_t *docs = NULL;
+    struct sf_err err;
+
+    teardown();
+    make_client(&p);
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":");
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_EPROTO);
+    ck_assert_msg(err.retriable, "a malformed 2xx must be transient: %s", err.msg);
+
+    /* A guarded batch (a marker create): a page instead of the results is retried. */
+    cosmos_batch_result_init(&res);
+    ck_assert_int_eq(cosmos_batch_new(PK, &b, &err), SF_OK);
+    ck_assert_int_eq(cosmos_batch_create(b, "{\"id\":\"m1\",\"pk\":\"p1\"}", NULL, &err), SF_OK);
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 200, NULL, "[{\"statusCode\":201}]");
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_OK);
+    ck_assert(res.committed);
+    add(COSMOS_NET_OK, 200, NULL, "[]");
+    add(COSMOS_NET_OK, 200, NULL, "[]");
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_EPROTO);
+    ck_assert(err.retriable);
+    cosmos_batch_free(b);
+    cosmos_batch_result_release(&res);
+
+    /* A change-feed page and a query page. */
+    cosmos_cf_page_init(&page);
+    add(COSMOS_NET_OK, 200, "etag: \"5\"\n", HTML_PAGE);
+    add(COSMOS_NET_OK, 200, "etag: \"5\"\n", "{\"Documents\":[{\"id\":\"a\",\"_lsn\":5}]}");
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &cf, &page, &err), SF_OK);
+    ck_assert_uint_eq(page.count, 1);
+    cosmos_cf_page_release(&page);
+    ck_assert_int_eq(cosmos_query_new(cli, DB, COLL, "SELECT * FROM c", &qo, &q, &err), SF_OK);
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 200, NULL, "{\"Documents\":[{\"id\":\"a\"}]}");
+    ck_assert_int_eq(cosmos_query_next(q, &docs, &err), SF_OK);
+    ck_assert_uint_eq(json_array_size(docs), 1);
+    json_decref(docs);
+    cosmos_query_free(q);
+    ck_assert_int_eq(sc.pos, sc.n);
+}
+END_TEST
+
+/* A bad x-ms-retry-after-ms is no hint (normal backoff); a huge one is capped. */
+START_TEST(test_retry_after_malformed_or_huge_is_clamped)
+{
+    struct cosmos_response r;
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: soon\n", NULL);
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: -5\n", NULL);
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 99999999999999999999999\n", NULL);
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 12.5\n", NULL);
+    add(COSMOS_NET_OK, 201, "etag: \"e1\"\n", "{\"id\":\"a\"}");
+    cosmos_response_init(&r, 0);
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", NULL, &r, &err),
+        SF_OK);
+    ck_assert_uint_eq(r.attempts, 5);
+    ck_assert_int_eq(sc.n_sleeps, 4);
+    /* Backoff steps (base 20, cap 1000), then the throttle cap (5000), then backoff again. */
+    ck_assert(sc.sleeps[0] >= 0 && sc.sleeps[0] <= 1000);
+    ck_assert(sc.sleeps[1] >= 0 && sc.sleeps[1] <= 1000);
+    ck_assert_int_eq(sc.sleeps[2], 5000);
+    ck_assert(sc.sleeps[3] >= 0 && sc.sleeps[3] <= 1000);
+    cosmos_response_release(&r);
+    /* The same parse applies to the hint inside a batch result. */
+    {
+        struct cosmos_batch_result res;
+
+        cosmos_batch_result_init(&res);
+        ck_assert_int_eq(
+            cosmos_batch_result_parse(207, "[{\"statusCode\":429,\"retryAfterMilliseconds\":-3}]",
+                                      48, 1, &res, &err),
+            SF_OK);
+        ck_assert_int_eq(res.ops[0].retry_after_ms, -1);
+        cosmos_batch_result_release(&res);
+        ck_assert_int_eq(
+            cosmos_batch_result_parse(
+                207, "[{\"statusCode\":429,\"retryAfterMilliseconds\":1e300}]", 51, 1, &res, &err),
+            SF_OK);
+        ck_assert_int_eq(res.ops[0].retry_after_ms, -1);
+        cosmos_batch_result_release(&res);
+    }
+}
+END_TEST
+
+/* Item 16: retries the client absorbs are counted per operation and cause, and per thread. */
+START_TEST(test_absorbed_retries_counted)
+{
+    struct cosmos_retry_stat st[COSMOS_RETRY_STATS_MAX];
+    uint64_t before = cosmos_thread_retries();
+    struct cosmos_req_opts idem = {.idempotent = true};
+    size_t n;
+
+    ck_assert_uint_eq(cosmos_client_retry_stats(cli, st, SF_ARRAY_LEN(st)), 0);
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 5\n", NULL);
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 5\n", NULL);
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 201, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(
+        cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}", &idem, NULL, NULL),
+        SF_OK);
+    add(COSMOS_NET_OK, 503, NULL, NULL);
+    add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\n", NULL);
+    add(COSMOS_NET_NOT_SENT, 0, NULL, NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, NULL), SF_OK);
+    ck_assert_uint_eq(cosmos_thread_retries() - before, 6);
+    n = cosmos_client_retry_stats(cli, st, SF_ARRAY_LEN(st));
+    ck_assert_uint_eq(n, 5);
+    /* Ordered by operation, then cause. */
+    ck_assert_str_eq(st[0].op, "read");
+    ck_assert_str_eq(st[0].cause, "503");
+    ck_assert_str_eq(st[1].cause, "404/1002");
+    ck_assert_str_eq(st[2].cause, "connection");
+    ck_assert_str_eq(st[3].op, "upsert");
+    ck_assert_str_eq(st[3].cause, "429");
+    ck_assert_uint_eq(st[3].n, 2);
+    ck_assert_str_eq(st[4].cause, "unconfirmed");
+    ck_assert_uint_eq(st[4].n, 1);
+    ck_assert_uint_eq(cosmos_client_retry_stats(cli, st, 2), 2);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("cosmos_client");
@@ -915,6 +1154,14 @@ static Suite *client_suite(void)
     tcase_add_test(t, test_unguarded_write_not_retried);
     tcase_add_test(t, test_guarded_writes_retried);
     tcase_add_test(t, test_reads_retried_and_special_statuses);
+    suite_add_tcase(s, t);
+    t = tcase_create("confirm");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_write_html_200_is_not_success);
+    tcase_add_test(t, test_write_never_confirmed_fails);
+    tcase_add_test(t, test_read_malformed_2xx_is_transient);
+    tcase_add_test(t, test_retry_after_malformed_or_huge_is_clamped);
+    tcase_add_test(t, test_absorbed_retries_counted);
     suite_add_tcase(s, t);
     t = tcase_create("ops");
     tcase_add_checked_fixture(t, setup, teardown);

@@ -283,8 +283,20 @@ START_TEST(test_response_headers)
     ck_assert_int_eq(r.retry_after_ms, -1);
     ck_assert_int_eq(r.item_count, -1);
 
-    ck_assert_int_eq(feed_headers(&r, "x-ms-retry-after-ms: soon\r\n", &err), SF_EPROTO);
-    ck_assert_int_eq(feed_headers(&r, "x-ms-retry-after-ms: -5\r\n", &err), SF_EPROTO);
+    /* retry-after is a hint: a bad one is no hint (-1), a huge one is clamped (issue 13). */
+    ck_assert_int_eq(feed_headers(&r, "x-ms-retry-after-ms: soon\r\n", &err), SF_OK);
+    ck_assert_int_eq(r.retry_after_ms, -1);
+    ck_assert_int_eq(feed_headers(&r, "x-ms-retry-after-ms: 70\r\n", &err), SF_OK);
+    ck_assert_int_eq(feed_headers(&r, "x-ms-retry-after-ms: -5\r\n", &err), SF_OK);
+    ck_assert_int_eq(r.retry_after_ms, -1);
+    ck_assert_int_eq(feed_headers(&r, "x-ms-retry-after-ms: \r\n", &err), SF_OK);
+    ck_assert_int_eq(r.retry_after_ms, -1);
+    ck_assert_int_eq(feed_headers(&r, "x-ms-retry-after-ms: 1.5\r\n", &err), SF_OK);
+    ck_assert_int_eq(r.retry_after_ms, -1);
+    ck_assert_int_eq(
+        feed_headers(&r, "x-ms-retry-after-ms: 123456789012345678901234567890\r\n", &err), SF_OK);
+    ck_assert_int_eq(r.retry_after_ms, COSMOS_RETRY_AFTER_MAX_MS);
+    r.retry_after_ms = -1;
     ck_assert_int_eq(feed_headers(&r, "x-ms-substatus: 12x\r\n", &err), SF_EPROTO);
     ck_assert_int_eq(feed_headers(&r, "x-ms-request-charge: nan\r\n", &err), SF_EPROTO);
     ck_assert_int_eq(feed_headers(&r, "x-ms-item-count: \r\n", &err), SF_EPROTO);
