@@ -86,6 +86,9 @@ static bool valid_status(int64_t s)
 /* Checks a finished rule for contradictions. */
 static enum sf_rc check_rule(const struct fault_rule *r, const char *where, struct sf_err *err)
 {
+    if (r->action.after && r->action.kind == EMU_FAULT_LIE)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "%s: when=after is not possible for lie (a lie applies nothing)", where);
     if (r->action.after && r->action.kind == EMU_FAULT_STATUS && r->action.status != 408)
         return sf_err_set(err, SF_EINVAL, false,
                           "%s: when=after is only possible for drop and status=408 (a %d means "
@@ -148,6 +151,16 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
         } else if (strcmp(key, "stuck") == 0 && !eq) {
             r.action.kind = EMU_FAULT_STUCK;
             have_kind = true;
+        } else if (strcmp(key, "lie") == 0 && !eq) {
+            r.action.kind = EMU_FAULT_LIE;
+            have_kind = true;
+        } else if (strcmp(key, "retry-after-text") == 0) {
+            if (vlen >= sizeof(r.action.retry_after_text) || strpbrk(val, "\r\n") != NULL)
+                return sf_err_set(err, SF_EINVAL, false,
+                                  "--fault '%s': retry-after-text must be one line of at most "
+                                  "%zu bytes",
+                                  spec, sizeof(r.action.retry_after_text) - 1);
+            memcpy(r.action.retry_after_text, val, vlen + 1);
         } else if (strcmp(key, "op") == 0) {
             if (!parse_ops(val, vlen, &r.ops))
                 return sf_err_set(err, SF_EINVAL, false,
@@ -187,7 +200,8 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
     }
     if (!have_kind)
         return sf_err_set(err, SF_EINVAL, false,
-                          "--fault '%s': needs one of status=N, delay=MS, drop or stuck", spec);
+                          "--fault '%s': needs one of status=N, delay=MS, drop, stuck or lie",
+                          spec);
     SF_UNUSED(have_p);
     if (check_rule(&r, spec, err) != SF_OK)
         return err ? err->rc : SF_EINVAL;
@@ -240,6 +254,20 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
                 return sf_err_set(err, SF_EINVAL, false, "%s.stuck: must be a boolean", where);
             if (json_is_true(val))
                 r->action.kind = EMU_FAULT_STUCK;
+        } else if (strcmp(key, "lie") == 0) {
+            if (!json_is_boolean(val))
+                return sf_err_set(err, SF_EINVAL, false, "%s.lie: must be a boolean", where);
+            if (json_is_true(val))
+                r->action.kind = EMU_FAULT_LIE;
+        } else if (strcmp(key, "retryAfterText") == 0) {
+            const char *t = json_string_value(val);
+
+            if (t == NULL || strlen(t) >= sizeof(r->action.retry_after_text) ||
+                strpbrk(t, "\r\n") != NULL)
+                return sf_err_set(err, SF_EINVAL, false,
+                                  "%s.retryAfterText: must be one line of at most %zu bytes", where,
+                                  sizeof(r->action.retry_after_text) - 1);
+            snprintf(r->action.retry_after_text, sizeof(r->action.retry_after_text), "%s", t);
         } else if (strcmp(key, "op") == 0) {
             const char *s = json_string_value(val);
             if (!s || !parse_ops(s, strlen(s), &r->ops))
@@ -273,10 +301,12 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
         }
     }
     v = json_object_get(j, "status");
-    if (!v && r->action.kind != EMU_FAULT_DROP && r->action.kind != EMU_FAULT_STUCK) {
+    if (!v && r->action.kind != EMU_FAULT_DROP && r->action.kind != EMU_FAULT_STUCK &&
+        r->action.kind != EMU_FAULT_LIE) {
         if (r->action.delay_ms == 0)
             return sf_err_set(err, SF_EINVAL, false,
-                              "%s: needs status, drop:true, stuck:true or delayMs", where);
+                              "%s: needs status, drop:true, stuck:true, lie:true or delayMs",
+                              where);
         r->action.kind = EMU_FAULT_DELAY;
     }
     return check_rule(r, where, err);
@@ -329,6 +359,10 @@ json_t *emu_faults_to_json(struct emu_faults *f)
             json_object_set_new(o, "drop", json_true());
         if (r->action.kind == EMU_FAULT_STUCK)
             json_object_set_new(o, "stuck", json_true());
+        if (r->action.kind == EMU_FAULT_LIE)
+            json_object_set_new(o, "lie", json_true());
+        if (r->action.retry_after_text[0] != '\0')
+            json_object_set_new(o, "retryAfterText", json_string(r->action.retry_after_text));
         json_object_set_new(o, "delayMs", json_integer(r->action.delay_ms));
         json_object_set_new(o, "opMask", json_integer(r->ops));
         json_object_set_new(o, "container", json_string(r->coll));

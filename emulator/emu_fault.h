@@ -35,8 +35,17 @@ enum emu_op {
  * EMU_FAULT_STUCK: a change-feed read ignores its continuation and answers
  * from the beginning again, so a reader gets the same page (and etag) over
  * and over, the lying server a reader must notice. Other requests pass.
+ * EMU_FAULT_LIE answers "200 OK" with an HTML page and applies nothing: a
+ * misconfigured proxy or a lying server, which a client must not take for
+ * success.
  */
-enum emu_fault_kind { EMU_FAULT_STATUS, EMU_FAULT_DELAY, EMU_FAULT_DROP, EMU_FAULT_STUCK };
+enum emu_fault_kind {
+    EMU_FAULT_STATUS,
+    EMU_FAULT_DELAY,
+    EMU_FAULT_DROP,
+    EMU_FAULT_STUCK,
+    EMU_FAULT_LIE
+};
 
 /* What to do to one request. kind == EMU_FAULT_NONE-equivalent: active false. */
 struct emu_fault_action {
@@ -44,8 +53,9 @@ struct emu_fault_action {
     enum emu_fault_kind kind;
     int status; /* EMU_FAULT_STATUS: 429, 449, 503, 408 */
     int64_t retry_after_ms;
-    int64_t delay_ms; /* EMU_FAULT_DELAY (also applied before a status or drop) */
-    bool after;       /* apply the operation first (drop / 408 only) */
+    char retry_after_text[32]; /* sent as x-ms-retry-after-ms instead when not "" (bad hints) */
+    int64_t delay_ms;          /* EMU_FAULT_DELAY (also applied before a status or drop) */
+    bool after;                /* apply the operation first (drop / 408 only) */
 };
 
 struct emu_faults;
@@ -56,9 +66,10 @@ void emu_faults_free(struct emu_faults *f);
 
 /*
  * Adds a rule from the command-line form
- *   status=429|449|503|408 | delay=MS | drop | stuck
+ *   status=429|449|503|408 | delay=MS | drop | stuck | lie
  *   [,op=read|write|patch|batch|query|changefeed|pkranges|meta|any[+...]]
- *   [,coll=NAME] [,p=PROBABILITY] [,count=N] [,retry-after=MS] [,when=before|after]
+ *   [,coll=NAME] [,p=PROBABILITY] [,count=N] [,retry-after=MS]
+ *   [,retry-after-text=TEXT] [,when=before|after]
  * e.g. "status=429,op=write,coll=orders,p=0.1,retry-after=50".
  * SF_EINVAL with a message naming the bad field.
  */
@@ -68,7 +79,10 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
  * Replaces every rule (and optionally the seed) from the admin JSON form
  *   {"seed":42,"rules":[{"status":429,"op":"write","container":"orders",
  *     "probability":0.1,"count":5,"retryAfterMs":50,"delayMs":0,"drop":false,
- *     "when":"before"}]}     ("stuck":true instead of status / drop: see EMU_FAULT_STUCK)
+ *     "when":"before"}]}     ("stuck":true instead of status / drop: see EMU_FAULT_STUCK;
+ *     "lie":true likewise: see EMU_FAULT_LIE; "retryAfterText":"soon" as below)
+ * retry-after-text (retryAfterText) sends that text as the hint of a 429,
+ * 449 or 503 instead of a number: clients must survive bad hints.
  * Atomic: on error the old rules stay. SF_EINVAL naming the rule and field.
  */
 enum sf_rc emu_faults_set_json(struct emu_faults *f, const json_t *body, struct sf_err *err);

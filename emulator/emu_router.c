@@ -1334,19 +1334,34 @@ static enum emu_op classify(const struct route *rt, const char **ret_coll)
     return EMU_OP_WRITE;
 }
 
-static void fault_status(struct route *rt, int status, int64_t retry_after_ms)
+static void fault_status(struct route *rt, const struct emu_fault_action *fa)
 {
-    if (status == 429) {
+    int status = fa->status;
+
+    if (status == 429)
         emu_response_error(rt->resp, 429, 3200,
                            "Request rate is large. More Request Units may be needed, so no "
                            "changes were made. Please retry this request later. (injected "
                            "fault)");
-        resp_header(rt->resp, "x-ms-retry-after-ms", "%lld", (long long)retry_after_ms);
-    } else {
+    else
         emu_response_error(rt->resp, status, 0, "Injected fault: %d.", status);
-        if (status == 449 || status == 503)
-            resp_header(rt->resp, "x-ms-retry-after-ms", "%lld", (long long)retry_after_ms);
-    }
+    if (status != 429 && status != 449 && status != 503)
+        return;
+    if (fa->retry_after_text[0] != '\0')
+        resp_header(rt->resp, "x-ms-retry-after-ms", "%s", fa->retry_after_text);
+    else
+        resp_header(rt->resp, "x-ms-retry-after-ms", "%lld", (long long)fa->retry_after_ms);
+}
+
+/* The "lie" fault: what a misconfigured proxy answers - 200 and a web page, nothing applied. */
+static void fault_lie(struct route *rt)
+{
+    static const char page[] = "<html><head><title>OK</title></head><body>OK</body></html>\n";
+
+    rt->resp->status = 200;
+    sf_buf_reset(&rt->resp->body);
+    (void)sf_buf_append(&rt->resp->body, page, sizeof(page) - 1);
+    resp_header(rt->resp, "Content-Type", "text/html");
 }
 
 /* POST /_admin/split {"db":..,"coll":..,"range":..}: splits a range in two. */
@@ -1837,6 +1852,7 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
     const char *aid;
     struct sf_err err;
     time_t now = r->now ? r->now() : time(NULL);
+    bool lie = false; /* a "lie" fault answers text/html */
 
     sf_buf_init(&link, 8192);
     sf_err_clear(&err);
@@ -1878,7 +1894,12 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
         if (fa.active && fa.delay_ms > 0)
             sf_sleep_ms(fa.delay_ms);
         if (fa.active && !fa.after && fa.kind == EMU_FAULT_STATUS) {
-            fault_status(&rt, fa.status, fa.retry_after_ms);
+            fault_status(&rt, &fa);
+            goto out;
+        }
+        if (fa.active && fa.kind == EMU_FAULT_LIE) {
+            fault_lie(&rt);
+            lie = true;
             goto out;
         }
         if (fa.active && !fa.after && fa.kind == EMU_FAULT_DROP) {
@@ -1891,14 +1912,14 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
         if (fa.active && fa.after && fa.kind == EMU_FAULT_DROP)
             resp->drop = true;
         else if (fa.active && fa.after && fa.kind == EMU_FAULT_STATUS)
-            fault_status(&rt, fa.status, fa.retry_after_ms);
+            fault_status(&rt, &fa);
         goto out;
     }
     dispatch_metered(&rt);
 out:
     common_headers(&rt);
     error_charge(resp);
-    if (resp->body.len > 0 || resp->status >= 400)
+    if (!lie && (resp->body.len > 0 || resp->status >= 400))
         resp_header(resp, "Content-Type", "application/json");
     /* The access log: what operators and benchmarks count requests by. */
     if (sf_log_get_level() == SF_LOG_DEBUG) {

@@ -24,6 +24,10 @@
  *   injected           ~10% of all requests fail: 429, 503, 408 after the
  *                      write applied, dropped connections before and after
  *                      applying; every rule must have fired
+ *   lying              a server that answers "200 text/html" without applying
+ *                      (saga batches, reads, pages, leases, parking) and sends
+ *                      malformed retry hints: nothing parks, every order
+ *                      settles ($SF_FAULT_LYING_ORDERS, default 600)
  *
  * Kafka broker errors are covered where the Kafka producer is: the relay's
  * per-key order through broker errors (tests/unit/test_outbox_relay.c),
@@ -430,13 +434,97 @@ START_TEST(test_injected)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * A server that lies: 200 text/html without applying, and malformed retry hints
+ */
+
+/* Documents in the parking container (parked and waiting records), or -1 when unreadable. */
+static long long parked_docs(struct cosmos_client *cli)
+{
+    struct cosmos_query_opts qo = {.cross_partition = true};
+    struct cosmos_query *q = NULL;
+    json_t *docs = NULL;
+    struct sf_err err;
+    long long n = -1;
+
+    if (cosmos_query_new(cli, DB, "parked", "SELECT VALUE COUNT(1) FROM c", &qo, &q, &err) ==
+            SF_OK &&
+        cosmos_query_next(q, &docs, &err) == SF_OK)
+        n = json_integer_value(json_array_get(docs, 0));
+    json_decref(docs);
+    cosmos_query_free(q);
+    return n;
+}
+
+START_TEST(test_lying)
+{
+    /*
+     * What sagafeed relies on is answered "200 text/html" now and then, with
+     * nothing applied: saga batches and patches (markers, effects,
+     * transitions), reads, feed and query pages, and the lease, checkpoint and
+     * parking writes. Throttling and unavailability come with malformed,
+     * negative and huge retry hints. None of it is a success or a reason to
+     * park: every order must settle and the data must add up. (The test's own
+     * order writes to "orders" are not lied to, so every order exists.)
+     */
+    static const char *const faults[] = {
+        "--fault",
+        "lie,op=batch+patch,p=0.06",
+        "--fault",
+        "lie,op=write,coll=parked,p=0.5",
+        "--fault",
+        "lie,op=write,coll=leases,p=0.05",
+        "--fault",
+        "lie,op=read+changefeed+query,p=0.03",
+        "--fault",
+        "status=429,op=batch+patch+read+changefeed+query,p=0.02,"
+        "retry-after-text=soon",
+        "--fault",
+        "status=449,op=write,coll=leases,p=0.05,retry-after-text=-1",
+        "--fault",
+        "status=503,op=batch+patch,p=0.02,retry-after-text=-5",
+        "--fault",
+        "status=429,op=batch,p=0.01,retry-after-text=99999999999",
+        "--fault-seed",
+        "13",
+        NULL};
+    unsigned orders = env_unsigned("SF_FAULT_LYING_ORDERS", 600);
+    struct proc_demo_opts dopt = {.orders = orders};
+    struct world w;
+    struct fu_writer *wr;
+    pid_t pid;
+    long long fired, parked;
+
+    world_start(&w, "lying", 4, faults, &dopt);
+    pid = world_spawn(&w, "fault-1", NULL);
+    wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
+    fu_writer_join(wr);
+    /* Before the fix, lied-to orders were parked at once or neither settled nor parked. */
+    fu_wait_settled(w.cli, DB, orders, 240000, w.log);
+    world_stop_sagafeed(&w, pid, NULL);
+    (void)fu_print_final_counters(w.log, "lying sagafeed");
+    (void)printf("lying: fault rules\n");
+    /* The parking lie fires only when something parks, which must not happen here. */
+    fired = fu_faults_report(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), 8, false);
+    (void)printf("lying: %lld faults in all\n", fired);
+    ck_assert_int_gt(fired, 0);
+    fu_faults_clear(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h));
+    parked = parked_docs(w.cli);
+    (void)printf("lying: %lld parking documents\n", parked);
+    ck_assert_msg(parked == 0, "%lld items parked although every fault was transient", parked);
+    fu_verify(w.cli, DB, orders, "200 text/html without applying, malformed retry hints");
+    world_free(&w);
+}
+END_TEST
+
 int main(void)
 {
     const struct e2e_case tests[] = {{"kill9_sagafeed", test_kill9_sagafeed},
                                      {"kill9_cosmolite", test_kill9_cosmolite},
                                      {"instances", test_instances},
                                      {"split", test_split},
-                                     {"injected", test_injected}};
+                                     {"injected", test_injected},
+                                     {"lying", test_lying}};
     int rc;
 
     rc = e2e_init("sf-fault");

@@ -26,6 +26,9 @@ START_TEST(spec_parsing)
         "drop=1",
         "stuck=1",
         "stuck,op=changefeed,when=after",
+        "lie=1",
+        "lie,when=after",
+        "status=429,retry-after-text=0123456789012345678901234567890123456789",
     };
 
     ck_assert_ptr_nonnull(f);
@@ -52,11 +55,41 @@ START_TEST(spec_parsing)
         emu_faults_clear(f);
     }
     ck_assert_int_eq(emu_faults_add_spec(f, "delay=5", &err), SF_OK);
+    ck_assert_int_eq(emu_faults_add_spec(f, "lie,op=write+batch,coll=parked,p=0.5", &err), SF_OK);
+    ck_assert_int_eq(emu_faults_add_spec(f, "status=429,retry-after-text=soon", &err), SF_OK);
     for (size_t i = 0; i < SF_ARRAY_LEN(bad); i++) {
         sf_err_clear(&err);
         ck_assert_msg(emu_faults_add_spec(f, bad[i], &err) != SF_OK, "accepted '%s'", bad[i]);
         ck_assert_msg(err.msg[0] != '\0', "no message for '%s'", bad[i]);
     }
+    emu_faults_free(f);
+}
+END_TEST
+
+/* The lying-server fault and a malformed hint come back from both forms (issue 13). */
+START_TEST(lie_and_bad_hint_rules)
+{
+    struct emu_faults *f = emu_faults_new(1);
+    struct emu_fault_action a;
+    struct sf_err err;
+    json_t *rules = json_loads("{\"rules\":[{\"lie\":true,\"op\":\"batch\",\"count\":1},"
+                               "{\"status\":429,\"retryAfterText\":\"-5\"}]}",
+                               0, NULL);
+    json_t *bad = json_loads("{\"rules\":[{\"lie\":true,\"when\":\"after\"}]}", 0, NULL);
+
+    ck_assert_int_eq(emu_faults_set_json(f, rules, &err), SF_OK);
+    ck_assert_int_ne(emu_faults_set_json(f, bad, &err), SF_OK);
+    emu_faults_decide(f, EMU_OP_BATCH, "orders", &a);
+    ck_assert(a.active && a.kind == EMU_FAULT_LIE);
+    emu_faults_decide(f, EMU_OP_BATCH, "orders", &a);
+    ck_assert(a.active && a.kind == EMU_FAULT_STATUS && a.status == 429);
+    ck_assert_str_eq(a.retry_after_text, "-5");
+    emu_faults_clear(f);
+    ck_assert_int_eq(emu_faults_add_spec(f, "lie", &err), SF_OK);
+    emu_faults_decide(f, EMU_OP_WRITE, "parked", &a);
+    ck_assert(a.active && a.kind == EMU_FAULT_LIE && !a.after);
+    json_decref(rules);
+    json_decref(bad);
     emu_faults_free(f);
 }
 END_TEST
@@ -156,6 +189,7 @@ int main(void)
 
     tcase_add_test(tc, spec_parsing);
     tcase_add_test(tc, matching_and_counts);
+    tcase_add_test(tc, lie_and_bad_hint_rules);
     tcase_add_test(tc, probability_is_seeded);
     tcase_add_test(tc, json_rules_replace_atomically);
     suite_add_tcase(s, tc);
