@@ -57,7 +57,8 @@ struct cfg_cosmos {
     unsigned max_connections;
     const char *ca_file; /* NULL: system store */
     bool tls_verify;
-    const char *consistency; /* NULL: account default */
+    const char *consistency;    /* NULL: account default */
+    int64_t max_retry_after_ms; /* longest wait an x-ms-retry-after-ms hint may ask for */
     int line;
 };
 

@@ -295,7 +295,8 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
     static const char *const keys[] = {
         "endpoint", "key_env",         "key_file",        "key",
         "database", "connect_timeout", "request_timeout", "max_connections",
-        "ca_file",  "tls_verify",      "consistency",     NULL};
+        "ca_file",  "tls_verify",      "consistency",     "max_retry_after",
+        NULL};
     struct cfg_cosmos *c = &ld->cfg->cosmos;
     const config_setting_t *g = get_group(ld, root, "cosmos");
     int64_t v;
@@ -312,6 +313,8 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
     get_str(ld, g, "ca_file", false, NULL, &c->ca_file);
     get_bool(ld, g, "tls_verify", true, &c->tls_verify);
     get_str(ld, g, "consistency", false, NULL, &c->consistency);
+    /* A hint from the service, or from whatever answers in its place: never an unbounded wait. */
+    get_duration(ld, g, "max_retry_after", 1, 3600000, 5000, &c->max_retry_after_ms);
     if (g == NULL)
         return;
     check_keys(ld, g, keys);

@@ -162,6 +162,9 @@ struct cosmos_retry_stat {
 size_t cosmos_client_retry_stats(struct cosmos_client *cli, struct cosmos_retry_stat *out,
                                  size_t max);
 
+/* The sum of every counter of cosmos_client_retry_stats. Any thread. */
+uint64_t cosmos_client_retries(struct cosmos_client *cli);
+
 /*
  * Retries absorbed by the calls the calling thread made, through any
  * client, since the thread started. A worker takes the difference around a
@@ -199,7 +202,10 @@ void cosmos_response_release(struct cosmos_response *resp);
 /* Empties every field, keeping storage (called at the start of each attempt). */
 void cosmos_response_reset(struct cosmos_response *resp);
 
-/* Parses the body as JSON. Returns a new reference, or NULL with err (SF_EPROTO) when empty/bad. */
+/*
+ * Parses the body as JSON. Returns a new reference, or NULL with err
+ * (SF_EPROTO, retriable: a malformed answer is transient) when empty/bad.
+ */
 json_t *cosmos_response_json(const struct cosmos_response *resp, struct sf_err *err);
 
 /*

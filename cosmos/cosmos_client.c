@@ -352,6 +352,16 @@ size_t cosmos_client_retry_stats(struct cosmos_client *cli, struct cosmos_retry_
     return n;
 }
 
+uint64_t cosmos_client_retries(struct cosmos_client *cli)
+{
+    uint64_t n = 0;
+
+    for (int k = 0; k < COSMOS_OPK_N; k++)
+        for (int b = 0; b < COSMOS_RB_N; b++)
+            n += atomic_load(&cli->retries[k][b]);
+    return n;
+}
+
 /* Counts one retry of req after the outcome (net, resp, unconfirmed). */
 static void cosmos_retry_note(struct cosmos_client *cli, const struct cosmos_req *req,
                               enum cosmos_net net, const struct cosmos_response *resp,

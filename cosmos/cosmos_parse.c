@@ -58,13 +58,14 @@ json_t *cosmos_response_json(const struct cosmos_response *resp, struct sf_err *
 {
     json_t *v;
 
+    /* Transient: the next answer may well be whole (the call itself succeeded). */
     if (resp->body.len == 0) {
-        sf_err_set(err, SF_EPROTO, false, "response has no body (HTTP %d)", resp->status);
+        sf_err_set(err, SF_EPROTO, true, "response has no body (HTTP %d)", resp->status);
         return NULL;
     }
     v = sf_json_parse(resp->body.data, resp->body.len, err);
     if (v == NULL)
-        sf_err_set(err, SF_EPROTO, false, "response body is not JSON (HTTP %d)", resp->status);
+        sf_err_set(err, SF_EPROTO, true, "response body is not JSON (HTTP %d)", resp->status);
     return v;
 }
 

@@ -193,14 +193,14 @@ static void log_stats(struct proc_service *s, const char *what)
     proc_service_feed_status(s, &leases, &pending);
     sf_log_info("sagafeed",
                 "%s: items %llu, completed %llu, failed %llu, skipped %llu, retries %llu, "
-                "parked %llu, waiting %llu, replayed %llu, effects %llu (%llu already applied), "
-                "leases %zu, unacknowledged %lld",
+                "cosmos retries %llu, parked %llu, waiting %llu, replayed %llu, effects %llu "
+                "(%llu already applied), leases %zu, unacknowledged %lld",
                 what, (unsigned long long)st.items, (unsigned long long)st.completed,
                 (unsigned long long)st.failed, (unsigned long long)st.skipped,
-                (unsigned long long)st.retries, (unsigned long long)st.parked,
-                (unsigned long long)st.waiting, (unsigned long long)st.replayed,
-                (unsigned long long)st.effects, (unsigned long long)st.already, leases,
-                (long long)pending);
+                (unsigned long long)st.retries, (unsigned long long)st.cosmos_retries,
+                (unsigned long long)st.parked, (unsigned long long)st.waiting,
+                (unsigned long long)st.replayed, (unsigned long long)st.effects,
+                (unsigned long long)st.already, leases, (long long)pending);
 }
 
 /* ---------------------------------------------------------------------------

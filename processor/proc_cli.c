@@ -152,6 +152,7 @@ int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client
     co.connect_timeout_ms = cfg->cosmos.connect_timeout_ms;
     co.request_timeout_ms = cfg->cosmos.request_timeout_ms;
     co.consistency_level = cfg->cosmos.consistency;
+    co.retry.throttle_wait_cap_ms = cfg->cosmos.max_retry_after_ms;
     co.max_connections = 8;
     sf_err_clear(&err);
     if (cosmos_client_new(&co, ret, &err) != SF_OK) {
@@ -365,11 +366,12 @@ static void print_replay_summary(const struct proc_replay_opts *o,
                      s->parked_items == 1 ? "" : "s");
     } else {
         (void)printf("  dispatched %llu: completed %llu, failed %llu, skipped %llu, parked %llu, "
-                     "waiting %llu, retries %llu\n",
+                     "waiting %llu, retries %llu, cosmos retries %llu\n",
                      (unsigned long long)s->dispatched, (unsigned long long)s->stats.completed,
                      (unsigned long long)s->stats.failed, (unsigned long long)s->stats.skipped,
                      (unsigned long long)s->stats.parked, (unsigned long long)s->stats.waiting,
-                     (unsigned long long)s->stats.retries);
+                     (unsigned long long)s->stats.retries,
+                     (unsigned long long)s->stats.cosmos_retries);
         (void)printf("  effects: %llu applied, %llu already applied\n",
                      (unsigned long long)s->stats.effects, (unsigned long long)s->stats.already);
         (void)printf("  parked: %zu key%s (%zu item%s) marked for replay\n", s->parked_keys,

@@ -197,9 +197,10 @@ static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t ret
     pthread_mutex_unlock(&d->mu);
     b.attempt = attempt > 30 ? 30 : attempt;
     ms = sf_backoff_next(&b);
-    /* The service knows best how long to wait after a 429. */
+    /* The service knows best how long to wait after a 429, within reason. */
     if (retry_after_ms > ms)
-        ms = SF_MIN(retry_after_ms, d->o.backoff_cap_ms * 4);
+        ms = SF_MIN(retry_after_ms, d->o.max_retry_after_ms > 0 ? d->o.max_retry_after_ms
+                                                                : d->o.backoff_cap_ms * 4);
     return ms;
 }
 
@@ -355,6 +356,8 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
         .container = t->container, .doc = t->doc, .lsn = t->lsn, .epoch = t->epoch};
     unsigned attempts = 0;
     bool park = false;
+    /* This thread runs one item at a time: the difference is this item's absorbed retries. */
+    uint64_t retries0 = cosmos_thread_retries(), retries;
 
     memset(&res, 0, sizeof(res));
     if (!gate(d))
@@ -373,24 +376,28 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     }
     if (!run_with_retries(d, t, &res, &attempts, &park))
         return; /* stopping: no ack, the feed redelivers */
+    retries = cosmos_thread_retries() - retries0;
     if (park) {
         if (!park_write(d, t, "parked", &res, attempts))
             return;
         block_key(d, t->park_key);
         stat_add(d, ST_PARKED, 1);
         sf_log_warn("sagafeed",
-                    "parked item %s (key %s, lsn %lld) after %u attempt%s: %s; later items of "
-                    "this key wait until it is replayed",
+                    "parked item %s (key %s, lsn %lld) after %u attempt%s and %llu Cosmos "
+                    "request retr%s: %s; later items of this key wait until it is replayed",
                     sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn, attempts,
-                    attempts == 1 ? "" : "s", res.err.msg);
+                    attempts == 1 ? "" : "s", (unsigned long long)retries,
+                    retries == 1 ? "y" : "ies", res.err.msg);
     } else {
         count_outcome(d, &res);
         if (res.outcome == PROC_COMPLETED || res.outcome == PROC_FAILED)
             sf_log_debug("sagafeed",
                          "saga %s of %s is %s%s%s (%u effects, %u already, %u "
-                         "transitions)",
+                         "transitions; %u attempt%s, %llu Cosmos request retr%s)",
                          res.saga_id, res.workflow, res.state, res.reason[0] ? ": " : "",
-                         res.reason, res.effects, res.already, res.transitions);
+                         res.reason, res.effects, res.already, res.transitions, attempts,
+                         attempts == 1 ? "" : "s", (unsigned long long)retries,
+                         retries == 1 ? "y" : "ies");
     }
     if (d->o.on_result != NULL)
         d->o.on_result(d->o.result_ctx, &it, &res, attempts, park);
@@ -844,6 +851,7 @@ void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret)
     ret->failed = atomic_load(&d->st[ST_FAILED]);
     ret->skipped = atomic_load(&d->st[ST_SKIPPED]);
     ret->retries = atomic_load(&d->st[ST_RETRIES]);
+    ret->cosmos_retries = d->o.cli != NULL ? cosmos_client_retries(d->o.cli) : 0;
     ret->parked = atomic_load(&d->st[ST_PARKED]);
     ret->waiting = atomic_load(&d->st[ST_WAITING]);
     ret->replayed = atomic_load(&d->st[ST_REPLAYED]);

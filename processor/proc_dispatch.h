@@ -58,22 +58,24 @@ struct proc_dispatch_opts {
      * the rest have no records) and says so in a warning.
      */
     unsigned scan_max;
-    proc_result_fn on_result; /* optional */
+    int64_t max_retry_after_ms; /* cap of a retry-after hint; 0: 4 x backoff_cap_ms */
+    proc_result_fn on_result;   /* optional */
     void *result_ctx;
 };
 
 /* Counters since start. */
 struct proc_stats {
-    uint64_t items;     /* submitted */
-    uint64_t completed; /* sagas settled in the success state (counted once) */
-    uint64_t failed;    /* sagas settled in the failed state (counted once) */
-    uint64_t skipped;   /* deliveries with nothing to do (other versions, non-sagas) */
-    uint64_t retries;   /* engine calls repeated after a transient error */
-    uint64_t parked;    /* items parked after errors */
-    uint64_t waiting;   /* items parked behind a blocked key */
-    uint64_t replayed;  /* parked items replayed successfully */
-    uint64_t effects;   /* step elements applied */
-    uint64_t already;   /* step elements found already applied */
+    uint64_t items;          /* submitted */
+    uint64_t completed;      /* sagas settled in the success state (counted once) */
+    uint64_t failed;         /* sagas settled in the failed state (counted once) */
+    uint64_t skipped;        /* deliveries with nothing to do (other versions, non-sagas) */
+    uint64_t retries;        /* engine calls repeated after a transient error */
+    uint64_t cosmos_retries; /* requests the Cosmos client repeated itself (429, 503...) */
+    uint64_t parked;         /* items parked after errors */
+    uint64_t waiting;        /* items parked behind a blocked key */
+    uint64_t replayed;       /* parked items replayed successfully */
+    uint64_t effects;        /* step elements applied */
+    uint64_t already;        /* step elements found already applied */
 };
 
 /* Creates the dispatcher and starts its workers. No I/O. */

@@ -254,6 +254,19 @@ static void metrics_items(struct proc_ops *ops, struct sf_buf *b)
     pthread_mutex_unlock(&ops->mu);
 }
 
+/* The retries the Cosmos client absorbed: invisible in sagafeed_retries_total. */
+static void metrics_cosmos_retries(struct proc_ops *ops, struct sf_buf *b)
+{
+    struct cosmos_retry_stat st[COSMOS_RETRY_STATS_MAX];
+    size_t n = cosmos_client_retry_stats(proc_service_client(ops->svc), st, SF_ARRAY_LEN(st));
+
+    help(b, "sagafeed_cosmos_retries_total", "counter",
+         "Cosmos requests the client repeated itself, by operation and cause.");
+    for (size_t i = 0; i < n; i++)
+        (void)sf_buf_printf(b, "sagafeed_cosmos_retries_total{op=\"%s\",cause=\"%s\"} %llu\n",
+                            st[i].op, st[i].cause, (unsigned long long)st[i].n);
+}
+
 static void metrics_retries(struct proc_ops *ops, struct sf_buf *b)
 {
     struct proc_dispatch *d = proc_service_dispatch(ops->svc);
@@ -273,6 +286,7 @@ static void metrics_retries(struct proc_ops *ops, struct sf_buf *b)
         }
         free(by);
     }
+    metrics_cosmos_retries(ops, b);
     help(b, "sagafeed_parked_keys", "gauge",
          "Partition keys blocked by parked items (fleet-wide, as of the last parking scan).");
     sample_u(b, "sagafeed_parked_keys", NULL, NULL, proc_dispatch_blocked_count(d));

@@ -392,6 +392,7 @@ static enum sf_rc make_dispatch(struct replay *rp, struct sf_err *err)
     d.max_attempts = cfg->processor.max_attempts;
     d.backoff_base_ms = cfg->processor.backoff_base_ms;
     d.backoff_cap_ms = cfg->processor.backoff_cap_ms;
+    d.max_retry_after_ms = cfg->cosmos.max_retry_after_ms;
     rc = proc_dispatch_new(&d, &rp->dispatch, err);
     if (rc == SF_OK)
         rc = proc_dispatch_start(rp->dispatch, err);

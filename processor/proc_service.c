@@ -158,6 +158,7 @@ static enum sf_rc make_client(struct proc_service *s, const struct proc_service_
     co.consistency_level = c->consistency;
     co.retry.max_attempts = 4; /* the dispatcher retries with its own, longer backoff */
     co.retry.budget_ms = 10000;
+    co.retry.throttle_wait_cap_ms = c->max_retry_after_ms;
     if (o->endpoint != NULL) {
         co.endpoint = o->endpoint;
         co.key = o->key;
@@ -436,6 +437,7 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
     dopts.scan_max = cfg->processor.park_scan_max;
     dopts.backoff_base_ms = cfg->processor.backoff_base_ms;
     dopts.backoff_cap_ms = cfg->processor.backoff_cap_ms;
+    dopts.max_retry_after_ms = cfg->cosmos.max_retry_after_ms;
     dopts.on_result = opts->on_result;
     dopts.result_ctx = opts->result_ctx;
     rc = proc_dispatch_new(&dopts, &s->dispatch, err);

@@ -503,6 +503,10 @@ START_TEST(test_lying)
     fu_wait_settled(w.cli, DB, orders, 240000, w.log);
     world_stop_sagafeed(&w, pid, NULL);
     (void)fu_print_final_counters(w.log, "lying sagafeed");
+    /* Hundreds of requests were repeated by the client: the summary must say so. */
+    ck_assert_msg(!e2e_wait_log(w.log, "cosmos retries 0,", 1) &&
+                      e2e_wait_log(w.log, ", cosmos retries ", 1),
+                  "the summary does not count the client's retries");
     (void)printf("lying: fault rules\n");
     /* The parking lie fires only when something parks, which must not happen here. */
     fired = fu_faults_report(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), 8, false);

@@ -431,6 +431,12 @@ START_TEST(test_metrics)
     }
     ck_assert_double_eq(e2e_metric(m, "sagafeed_retries_total{status=\"503\"}"), 1);
     ck_assert_double_eq(e2e_metric_or(m, "sagafeed_retries_total{status=\"429\"}", 0), 0);
+    /* The other three 503s were absorbed by the client: counted too, by operation and cause. */
+    ck_assert_double_eq(e2e_metric(m, "sagafeed_cosmos_retries_total{op=\"batch\",cause=\"503\"}"),
+                        3);
+    ck_assert_double_eq(
+        e2e_metric_or(m, "sagafeed_cosmos_retries_total{op=\"batch\",cause=\"429\"}", 0), 0);
+    ck_assert_msg(strstr(m, "# TYPE sagafeed_cosmos_retries_total counter") != NULL, "%s", m);
     ck_assert_double_ge(e2e_metric(m, "sagafeed_items_received_total"), 16);
     ck_assert_double_eq(e2e_metric(m, "sagafeed_parked_keys"), 0);
     ck_assert_double_eq(e2e_metric(m, "sagafeed_leases_owned{container=\"orders\"}"), 2);
@@ -460,6 +466,9 @@ START_TEST(test_metrics)
     ck_assert_msg(strstr(body, "ready (paused)") != NULL, "%s", body);
     free(body);
     e2e_stop(pid, log);
+    /* The summary counts them as well: "retries 0" alone hid them. */
+    ck_assert_msg(e2e_wait_log(log, "retries 1, cosmos retries 3,", 5000),
+                  "no 'cosmos retries 3' in the summary");
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }

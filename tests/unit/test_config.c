@@ -84,6 +84,7 @@ START_TEST(test_defaults)
     ck_assert_ptr_null(c->cosmos.endpoint);
     ck_assert_str_eq(c->cosmos.database, "sagafeed");
     ck_assert_int_eq(c->cosmos.request_timeout_ms, 30000);
+    ck_assert_int_eq(c->cosmos.max_retry_after_ms, 5000);
     ck_assert(c->cosmos.tls_verify);
     ck_assert_str_eq(c->embedded.data_dir, "sagafeed-data");
     ck_assert_str_eq(c->feed.lease_container, "leases");
@@ -154,7 +155,8 @@ START_TEST(test_full_sections)
 {
     char *text = with("cosmos = { endpoint = \"https://a.documents.azure.com:443/\";\n"
                       "  key_env = \"COSMOS_KEY\"; database = \"shop\"; request_timeout = \"2s\";\n"
-                      "  connect_timeout = 1500; consistency = \"Session\"; };\n"
+                      "  connect_timeout = 1500; consistency = \"Session\";\n"
+                      "  max_retry_after = \"250ms\"; };\n"
                       "feed = { start = \"2026-01-31T12:00:00Z\"; poll_interval = \"250ms\";\n"
                       "  lease_expiry = \"30s\"; renew_interval = \"10s\"; max_items = 50; };\n"
                       "processor = { workers = 2; marker_ttl = \"2h\"; log_json = false; };\n"
@@ -165,6 +167,7 @@ START_TEST(test_full_sections)
     ck_assert_str_eq(c->cosmos.key_env, "COSMOS_KEY");
     ck_assert_int_eq(c->cosmos.request_timeout_ms, 2000);
     ck_assert_int_eq(c->cosmos.connect_timeout_ms, 1500);
+    ck_assert_int_eq(c->cosmos.max_retry_after_ms, 250);
     ck_assert_int_eq(c->feed.start, CFG_START_TIME);
     ck_assert_int_eq(c->feed.start_time_ms, INT64_C(1769860800000));
     ck_assert_int_eq(c->feed.max_items, 50);
@@ -173,7 +176,7 @@ START_TEST(test_full_sections)
     ck_assert(!c->processor.log_json);
     ck_assert_uint_eq(c->n_plugins, 1);
     ck_assert_str_eq(c->plugins[0].path, "/x/a.so");
-    ck_assert_int_eq(c->plugins[0].line, 7);
+    ck_assert_int_eq(c->plugins[0].line, 8);
     cfg_free(c);
     free(text);
 }
@@ -212,6 +215,7 @@ static const struct {
     {"feed = {\n lease_prefix = \"\"; };", "t.cfg:2:", "lease_prefix must not be empty"},
     {"cosmos = { request_timeout = \"soon\"; };", "t.cfg:1:", "is not a duration"},
     {"cosmos = { max_connections = 0; };", "t.cfg:1:", "out of range"},
+    {"cosmos = { max_retry_after = \"2h\"; };", "t.cfg:1:", "max_retry_after"},
     {"cosmos = { max_connections = \"8\"; };", "t.cfg:1:", "must be an integer"},
     {"cosmos = { tls_verify = 1; };", "t.cfg:1:", "must be true or false"},
     {"cosmos = { consistency = \"Strongest\"; };", "t.cfg:1:", "is not one of"},

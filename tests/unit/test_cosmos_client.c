@@ -1136,6 +1136,7 @@ START_TEST(test_absorbed_retries_counted)
     ck_assert_str_eq(st[4].cause, "unconfirmed");
     ck_assert_uint_eq(st[4].n, 1);
     ck_assert_uint_eq(cosmos_client_retry_stats(cli, st, 2), 2);
+    ck_assert_uint_eq(cosmos_client_retries(cli), 6);
 }
 END_TEST
 
