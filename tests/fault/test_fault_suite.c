@@ -28,6 +28,10 @@
  *                      (saga batches, reads, pages, leases, parking) and sends
  *                      malformed retry hints: nothing parks, every order
  *                      settles ($SF_FAULT_LYING_ORDERS, default 600)
+ *   parking_lies       every order parks (a 503 on every reservation) while
+ *                      half the parking writes are answered "200 text/html"
+ *                      unstored: every unsettled order must have its parking
+ *                      record ($SF_FAULT_PARKING_ORDERS, default 60)
  *
  * Kafka broker errors are covered where the Kafka producer is: the relay's
  * per-key order through broker errors (tests/unit/test_outbox_relay.c),
@@ -80,8 +84,9 @@ struct world {
     int64_t t0;
 };
 
-static void world_start(struct world *w, const char *name, int partitions,
-                        const char *const *cosmolite_args, const struct proc_demo_opts *dopt)
+static void world_start_with(struct world *w, const char *name, int partitions,
+                             const char *const *cosmolite_args, const struct proc_demo_opts *dopt,
+                             const char *settings)
 {
     struct harness_cosmolite_opts ho = {.partitions = partitions, .extra_args = cosmolite_args};
     struct sf_err err;
@@ -98,8 +103,14 @@ static void world_start(struct world *w, const char *name, int partitions,
                                                .endpoint = harness_cosmolite_endpoint(w->h),
                                                .db = DB,
                                                .example = "order-fulfilment.cfg",
-                                               .extra = PROCESSOR_SETTINGS});
+                                               .extra = settings});
     (void)snprintf(w->log, sizeof(w->log), "%s/%s-sagafeed.log", e2e_tmp, name);
+}
+
+static void world_start(struct world *w, const char *name, int partitions,
+                        const char *const *cosmolite_args, const struct proc_demo_opts *dopt)
+{
+    world_start_with(w, name, partitions, cosmolite_args, dopt, PROCESSOR_SETTINGS);
 }
 
 static pid_t world_spawn(struct world *w, const char *instance, const char *log)
@@ -521,6 +532,97 @@ START_TEST(test_lying)
 }
 END_TEST
 
+/*
+ * Orders that are neither settled nor recorded in the parking container
+ * (as parked, or waiting behind a parked item of their key); -1 when the
+ * containers cannot be read.
+ */
+static long long neither_settled_nor_parked(struct cosmos_client *cli, bool print)
+{
+    json_t *open = NULL, *parked = NULL, *v;
+    struct sf_err err;
+    long long n = 0;
+    size_t i;
+
+    if (proc_demo_query(cli, DB, "orders",
+                        "SELECT VALUE c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
+                        "('completed', 'cancelled'))",
+                        &open, &err) != SF_OK ||
+        proc_demo_query(cli, DB, "parked",
+                        "SELECT VALUE c.sourceId FROM c WHERE c.sourceContainer = 'orders'",
+                        &parked, &err) != SF_OK) {
+        json_decref(open);
+        return -1;
+    }
+    json_array_foreach(open, i, v)
+    {
+        bool found = false;
+        size_t k;
+        json_t *p;
+
+        json_array_foreach(parked, k, p) found = found || json_equal(p, v);
+        if (!found && print && n < 5)
+            (void)printf("  order %s is neither settled nor parked\n", json_string_value(v));
+        n += !found;
+    }
+    json_decref(open);
+    json_decref(parked);
+    return n;
+}
+
+START_TEST(test_parking_lies)
+{
+    /*
+     * Every stock reservation fails (503), so every order parks after two
+     * engine attempts, or waits behind a parked order of its key; half the
+     * parking writes are answered "200 text/html" without being stored.
+     * Every order that is not settled must have its parking record: before
+     * parking writes were confirmed, the lied-to ones were acknowledged and
+     * checkpointed past with no record anywhere.
+     */
+    static const char *const faults[] = {"--fault",
+                                         "status=503,op=batch,coll=products",
+                                         "--fault",
+                                         "lie,op=write,coll=parked,p=0.5",
+                                         "--fault-seed",
+                                         "7",
+                                         NULL};
+    unsigned orders = env_unsigned("SF_FAULT_PARKING_ORDERS", 60);
+    struct proc_demo_opts dopt = {.orders = orders};
+    struct world w;
+    struct sf_err err;
+    size_t total = 0, settled = 0;
+    long long neither = -1;
+    int64_t deadline;
+    pid_t pid;
+
+    world_start_with(&w, "parking", 2, faults, &dopt,
+                     "processor = { workers = 4; max_attempts = 2; backoff_base = \"10ms\"; "
+                     "backoff_cap = \"50ms\"; log_json = true; };");
+    ck_assert_msg(proc_demo_seed_orders(w.cli, DB, &dopt, 0, orders, &err) == SF_OK, "%s", err.msg);
+    pid = world_spawn(&w, "fault-1", NULL);
+    /* Until every order settled or has its record (or the bound: then the count says why). */
+    deadline = sf_mono_ms() + 120000;
+    while (sf_mono_ms() < deadline) {
+        if ((neither = neither_settled_nor_parked(w.cli, false)) == 0)
+            break;
+        sf_sleep_ms(500);
+    }
+    world_stop_sagafeed(&w, pid, NULL);
+    (void)fu_print_final_counters(w.log, "parking sagafeed");
+    (void)printf("parking: fault rules\n");
+    (void)fu_faults_report(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), 2, true);
+    fu_faults_clear(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h));
+    ck_assert_msg(proc_demo_count(w.cli, DB, &total, &settled, &err) == SF_OK, "%s", err.msg);
+    neither = neither_settled_nor_parked(w.cli, true);
+    (void)printf("parking: %zu orders, %zu settled, %lld parking documents, %lld neither\n", total,
+                 settled, parked_docs(w.cli), neither);
+    ck_assert_uint_eq(total, orders);
+    ck_assert_msg(neither == 0, "%lld orders neither settled nor parked", neither);
+    world_free(&w);
+}
+END_TEST
+
 int main(void)
 {
     const struct e2e_case tests[] = {{"kill9_sagafeed", test_kill9_sagafeed},
@@ -528,7 +630,8 @@ int main(void)
                                      {"instances", test_instances},
                                      {"split", test_split},
                                      {"injected", test_injected},
-                                     {"lying", test_lying}};
+                                     {"lying", test_lying},
+                                     {"parking_lies", test_parking_lies}};
     int rc;
 
     rc = e2e_init("sf-fault");
