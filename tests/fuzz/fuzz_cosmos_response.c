@@ -99,6 +99,11 @@ static void fuzz_misc(const struct cosmos_response *resp)
                                        &lsn);
     v = cosmos_response_json(resp, NULL);
     json_decref(v);
+    /* What confirms a success: never crashes, whatever came instead. */
+    (void)cosmos_confirm_doc(resp, false, NULL);
+    (void)cosmos_confirm_doc(resp, true, NULL);
+    (void)cosmos_confirm_no_doc(resp, NULL);
+    (void)cosmos_confirm_object(resp, NULL);
 }
 
 /* The raw bytes as an HTTP response, in pieces of `step` bytes. */

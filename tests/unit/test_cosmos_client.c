@@ -1057,6 +1057,41 @@ START_TEST(test_read_malformed_2xx_is_transient)
 }
 END_TEST
 
+/* Metadata and partition key ranges are read the same way: a page is not a resource. */
+START_TEST(test_meta_html_200_retried)
+{
+    struct cosmos_container_info ci;
+    struct cosmos_db_info di;
+    struct cosmos_pkranges *r = NULL;
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"sagas\",\"_rid\":\"R==\"}");
+    ck_assert_int_eq(cosmos_db_read(cli, DB, &di, &err), SF_OK);
+    ck_assert_str_eq(di.rid, "R==");
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    add(COSMOS_NET_OK, 200, NULL,
+        "{\"id\":\"orders\",\"_rid\":\"C==\",\"partitionKey\":{\"paths\":[\"/pk\"],"
+        "\"kind\":\"Hash\",\"version\":2}}");
+    ck_assert_int_eq(cosmos_container_read(cli, DB, COLL, &ci, &err), SF_OK);
+    ck_assert_str_eq(ci.rid, "C==");
+    add(COSMOS_NET_OK, 200, "etag: \"p1\"\n", HTML_PAGE);
+    add(COSMOS_NET_OK, 200, "etag: \"p1\"\n",
+        "{\"_rid\":\"C==\",\"PartitionKeyRanges\":[{\"id\":\"0\",\"minInclusive\":\"\","
+        "\"maxExclusive\":\"FF\"}]}");
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, COLL, true, &r, &err), SF_OK);
+    ck_assert_uint_eq(r->n, 1);
+    free(r);
+    /* A database delete (unguarded): a 200 page is not the 204 it answers, and may be a lie. */
+    add(COSMOS_NET_OK, 200, NULL, HTML_PAGE);
+    ck_assert_int_eq(cosmos_db_delete(cli, DB, &err), SF_EPROTO);
+    ck_assert(!err.retriable);
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_db_delete(cli, DB, &err), SF_OK);
+    ck_assert_int_eq(sc.pos, sc.n);
+}
+END_TEST
+
 /* A bad x-ms-retry-after-ms is no hint (normal backoff); a huge one is capped. */
 START_TEST(test_retry_after_malformed_or_huge_is_clamped)
 {
@@ -1161,6 +1196,7 @@ static Suite *client_suite(void)
     tcase_add_test(t, test_write_html_200_is_not_success);
     tcase_add_test(t, test_write_never_confirmed_fails);
     tcase_add_test(t, test_read_malformed_2xx_is_transient);
+    tcase_add_test(t, test_meta_html_200_retried);
     tcase_add_test(t, test_retry_after_malformed_or_huge_is_clamped);
     tcase_add_test(t, test_absorbed_retries_counted);
     suite_add_tcase(s, t);
