@@ -617,6 +617,12 @@ enum sf_rc cosmos_batch_result_parse(int http_status, const char *body, size_t l
                         r.first_failure, r.ops[r.first_failure].status);
         goto out;
     }
+    /* A rollback names its cause; one that does not is no answer (and is retried). */
+    if (!r.committed && r.first_failure < 0) {
+        rc = sf_err_set(err, SF_EPROTO, false, "batch: HTTP %d but no operation failed",
+                        http_status);
+        goto out;
+    }
     for (i = 0; r.committed && i < r.n; i++)
         if (r.ops[i].status == 424) {
             rc = sf_err_set(err, SF_EPROTO, false, "batch: HTTP 200 with a 424 operation");

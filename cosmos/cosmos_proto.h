@@ -261,7 +261,8 @@ enum sf_rc cosmos_cf_page_parse(const struct cosmos_response *resp, const char *
 
 /*
  * Parses a batch response body (a JSON array of n_ops results) for HTTP 200
- * or 207. SF_EPROTO for a wrong shape or count, or a 200 carrying a failed op.
+ * or 207. SF_EPROTO for a wrong shape or count, a 200 carrying a failed op, or
+ * a 207 without one.
  * ret must be initialised; it is filled only on success.
  */
 enum sf_rc cosmos_batch_result_parse(int http_status, const char *body, size_t len, size_t n_ops,

@@ -1036,6 +1036,11 @@ START_TEST(test_read_malformed_2xx_is_transient)
     add(COSMOS_NET_OK, 200, NULL, "[]");
     ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_EPROTO);
     ck_assert(err.retriable);
+    /* A rollback without a cause is no answer either. */
+    add(COSMOS_NET_OK, 207, NULL, "[{\"statusCode\":424}]");
+    add(COSMOS_NET_OK, 207, NULL, "[{\"statusCode\":409}]");
+    ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_OK);
+    ck_assert_int_eq(res.first_failure, 0);
     cosmos_batch_free(b);
     cosmos_batch_result_release(&res);
 
