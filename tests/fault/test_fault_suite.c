@@ -610,6 +610,9 @@ START_TEST(test_parking_lies)
     }
     world_stop_sagafeed(&w, pid, NULL);
     (void)fu_print_final_counters(w.log, "parking sagafeed");
+    /* Each engine attempt's batch was tried 4 times by the client: the parked line says so. */
+    ck_assert_msg(e2e_wait_log(w.log, "after 2 attempts and 6 Cosmos request retries", 1),
+                  "a parked item's line does not count the client's retries");
     (void)printf("parking: fault rules\n");
     (void)fu_faults_report(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), 2, true);
     fu_faults_clear(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h));
