@@ -260,9 +260,48 @@ pid_t e2e_spawn_bin(const char *bin, const char *env, const char *log, const cha
     return fork_exec(bin, env, false, log, NULL, false, args);
 }
 
+/*
+ * Waits (at most 20 s) until sagafeed catches SIGTERM or has exited. A test
+ * that signals it before it installed its handlers kills it with the default
+ * action (143 instead of a drained stop), which a loaded machine made happen
+ * now and then. The name tells the exec'd sagafeed from the forked copy of
+ * the test, whose handlers are not sagafeed's.
+ */
+static void wait_catches_sigterm(pid_t pid)
+{
+    int64_t deadline = sf_mono_ms() + 20000;
+    char path[64], line[256];
+
+    (void)snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    while (sf_mono_ms() < deadline) {
+        FILE *f = fopen(path, "r");
+        bool named = false, caught = false, gone = f == NULL;
+
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            unsigned long long mask;
+
+            if (strncmp(line, "Name:", 5) == 0)
+                named = strstr(line, "sagafeed") != NULL;
+            else if (strncmp(line, "State:", 6) == 0 && strchr(line, 'Z') != NULL)
+                gone = true;
+            else if (sscanf(line, "SigCgt: %llx", &mask) == 1)
+                caught = ((mask >> (SIGTERM - 1)) & 1) != 0;
+        }
+        if (f != NULL)
+            (void)fclose(f);
+        if ((named && caught) || gone)
+            return;
+        sf_sleep_ms(5);
+    }
+}
+
 pid_t e2e_spawn(const char *key, const char *log, const char *const *args)
 {
-    return fork_exec(sagafeed_bin(), key_env(key), true, log, NULL, false, args);
+    pid_t pid = fork_exec(sagafeed_bin(), key_env(key), true, log, NULL, false, args);
+
+    if (pid > 0)
+        wait_catches_sigterm(pid);
+    return pid;
 }
 
 int e2e_wait_exit(pid_t pid, int64_t timeout_ms)

@@ -109,7 +109,11 @@ void e2e_make_config(char *out, size_t size, const struct e2e_config *c);
  * child gets PR_SET_PDEATHSIG(SIGKILL), so it cannot outlive the test.
  */
 pid_t e2e_spawn_bin(const char *bin, const char *env, const char *log, const char *const *args);
-/* Starts `sagafeed ARGS...` the same way with SF_TEST_KEY = key (unset when key is NULL). */
+/*
+ * Starts `sagafeed ARGS...` the same way with SF_TEST_KEY = key (unset when
+ * key is NULL), and returns once it catches SIGTERM (or has exited), so that
+ * a signal the test sends next meets sagafeed's own handling.
+ */
 pid_t e2e_spawn(const char *key, const char *log, const char *const *args);
 /* Waits for pid's exit: its status (128 + signal when killed), -1 after timeout (then killed). */
 int e2e_wait_exit(pid_t pid, int64_t timeout_ms);
