@@ -40,7 +40,11 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
         rc = sc->view->fn(sc->view->ctx, v, &seen);
         if (rc != SF_OK || !seen) {
             json_decref(v);
-            return rc;
+            if (rc != SF_OK)
+                return rc;
+            /* Hidden, but scanned: a resumed page must not read it again. */
+            emu_query_exec_pass(sc->exec);
+            return emu_query_exec_done(sc->exec) ? SCAN_DONE : SF_OK;
         }
         if (seen != v) {
             json_decref(v);

@@ -43,9 +43,8 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
  * How a stale secondary sees one document (emu_replica.h): fn gets each
  * scanned document (borrowed) and returns in *ret_doc the document the
  * query should see instead: doc itself (borrowed), a new reference it made,
- * or NULL to skip it. ctx is passed through. A skipped document is not
- * counted in a resume cursor, so callers with a view page by offset, not by
- * cursor.
+ * or NULL to skip it (it still counts as scanned, so resume cursors stay
+ * scan positions). ctx is passed through.
  */
 struct emu_search_view {
     enum sf_rc (*fn)(void *ctx, json_t *doc, json_t **ret_doc);
