@@ -234,12 +234,16 @@ void emu_replica_note(struct emu_replica *rep, const char *coll_rid, int64_t lsn
     cost = e->before_len + strlen(key) + ENTRY_OVERHEAD;
     pthread_mutex_lock(&rep->lock);
     replica_catch_up(rep, now_ms);
+    if (cost > rep->o.max_pending_bytes) {
+        /* An image larger than the whole journal is applied at once. */
+        rep->dropped++;
+        pthread_mutex_unlock(&rep->lock);
+        entry_free(e);
+        return;
+    }
     while (rep->bytes + cost > rep->o.max_pending_bytes && replica_drop_oldest(rep))
         ;
-    c = coll_find(rep, coll_rid, true);
-    if (!c || cost > rep->o.max_pending_bytes) {
-        /* An image larger than the whole journal is applied at once. */
-        rep->dropped += c != NULL;
+    if (!(c = coll_find(rep, coll_rid, true))) {
         pthread_mutex_unlock(&rep->lock);
         entry_free(e);
         return;
@@ -475,6 +479,8 @@ enum sf_rc emu_replica_filter_feed(struct sf_buf *body, int64_t horizon, int64_t
     json_array_foreach(docs, i, d)
     {
         json_t *lsn = json_object_get(d, "_lsn");
+        if (!lsn) /* AllVersionsAndDeletes items */
+            lsn = json_object_get(json_object_get(d, "metadata"), "lsn");
         if (json_is_integer(lsn) && json_integer_value(lsn) > horizon)
             dropped = true;
         else if (json_array_append(kept, d) != 0)
