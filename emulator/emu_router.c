@@ -966,9 +966,15 @@ static bool resolve_coll(struct route *rt, struct emu_coll_ref *c)
             rc = SF_OK;
     }
     if (rc == SF_OK) {
-        /* The SDKs file session tokens under the container these name. */
+        /*
+         * The SDKs file session tokens under the container these name. A name
+         * too long for a header value is left out rather than cut: the SDKs
+         * then fall back to the request's path, which names it whole.
+         */
         resp_header(rt->resp, "x-ms-content-path", "%s", c->coll_rid);
-        resp_header(rt->resp, "x-ms-alt-content-path", "dbs/%.60s/colls/%.60s", c->db, c->coll);
+        if (strlen(c->db) + strlen(c->coll) + sizeof("dbs//colls/") <=
+            sizeof(rt->resp->headers[0].value))
+            resp_header(rt->resp, "x-ms-alt-content-path", "dbs/%s/colls/%s", c->db, c->coll);
     }
     return store_call(rt, rc, &err);
 }
