@@ -584,6 +584,43 @@ static bool query_offset(struct route *rt, const struct emu_query *q, size_t *re
     return true;
 }
 
+/*
+ * A read over the whole container (no range header) answers the compound
+ * token "<range>:-1#<lsn>,..." of every online range, as Azure's gateway
+ * does; left out when it does not fit a header value (a cut token would be
+ * malformed to the SDKs).
+ */
+static void compound_session_header(struct route *rt, const struct emu_coll_ref *c,
+                                    const struct emu_replica_view *view)
+{
+    struct lsn_ctx lc = {.rt = rt, .c = c};
+    struct sf_buf b, tok;
+    struct sf_err err;
+    json_t *v = NULL, *r;
+    char etag[64];
+    int64_t lsn = view_lsn(view, primary_lsn(&lc));
+    size_t i;
+
+    sf_buf_init(&b, 16u << 20);
+    sf_buf_init(&tok, sizeof(rt->resp->headers[0].value) - 1);
+    sf_err_clear(&err);
+    if (lsn < 0 || emu_store_pkranges(rt->r->store, c->db, c->coll, &b, etag, &err) != SF_OK ||
+        !(v = json_loadb(b.data ? b.data : "", b.len, 0, NULL)))
+        goto out;
+    json_array_foreach(json_object_get(v, "PartitionKeyRanges"), i, r)
+    {
+        const char *id = sf_json_str(r, "id");
+        if (!id || sf_buf_printf(&tok, "%s%s:-1#%lld", i ? "," : "", id, (long long)lsn) != SF_OK)
+            goto out;
+    }
+    if (tok.len > 0)
+        resp_header(rt->resp, "x-ms-session-token", "%s", sf_buf_cstr(&tok));
+out:
+    json_decref(v);
+    sf_buf_release(&tok);
+    sf_buf_release(&b);
+}
+
 /* The id of the range whose minInclusive is "" (the first), or "" if unknown. */
 static void first_range_id(struct route *rt, const struct emu_coll_ref *c, char out[16])
 {
@@ -648,6 +685,8 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     if (range) {
         struct lsn_ctx lc = {.rt = rt, .c = c};
         session_header(rt, range, view_lsn(&view, primary_lsn(&lc)));
+    } else {
+        compound_session_header(rt, c, &view);
     }
     if (range && !pk && emu_query_needs_plan(q)) {
         char first[16];

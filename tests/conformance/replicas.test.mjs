@@ -73,6 +73,20 @@ test("writes and reads answer Azure-shaped session tokens and x-ms-content-path"
   assert.equal(r.status, 200, show(r));
   assert.match(r.headers["x-ms-session-token"] ?? "", TOKEN, show(r));
   assert.equal(r.headers["x-ms-content-path"], c.rid, show(r));
+
+  // A query over the whole container answers every range's token, compound.
+  const q = await rawRequest(srv, {
+    method: "POST",
+    path: `/dbs/${dbId}/colls/${c.id}/docs`,
+    headers: {
+      "content-type": "application/query+json",
+      "x-ms-documentdb-isquery": "true",
+      "x-ms-session-token": w.headers["x-ms-session-token"],
+    },
+    body: { query: "SELECT * FROM c" },
+  });
+  assert.equal(q.status, 200, show(q));
+  assert.match(q.headers["x-ms-session-token"] ?? "", /^0:-1#\d+,1:-1#\d+$/, show(q));
 });
 
 test("the SDK with Session consistency reads its own writes through its tokens", async () => {
