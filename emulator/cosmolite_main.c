@@ -91,7 +91,21 @@ static const char usage_faults[] =
     "  --default-throughput RU  RU/s of containers created without x-ms-offer-throughput (in\n"
     "                           a database without any): 400..1000000, steps of 100 (default\n"
     "                           unlimited). A range past its share answers 429/3200 with\n"
-    "                           x-ms-retry-after-ms; see docs/azure-twin.md\n"
+    "                           x-ms-retry-after-ms; see docs/azure-twin.md\n";
+
+/* And on (each literal under the 4095 bytes C11 compilers must support). */
+static const char usage_replica[] =
+    "  --replica-lag MS         every range gets secondaries that apply writes MS later\n"
+    "                           (1..600000; default off: every read sees every write). A\n"
+    "                           read without x-ms-session-token (or with consistency\n"
+    "                           Eventual/ConsistentPrefix) is served by the lagging one;\n"
+    "                           see docs/azure-session.md\n"
+    "  --replica-wait MS        how long a read waits for a session token no replica has\n"
+    "                           reached before 404/1002 ReadSessionNotAvailable (0..60000,\n"
+    "                           default 1000)\n"
+    "  --replica-max-pending-mb N\n"
+    "                           MiB for writes the secondaries have not applied yet\n"
+    "                           (1..65536, default 64); when full, the oldest apply early\n"
     "  --log-level LEVEL        debug (adds one access line per request), info, warn, error\n"
     "                           (default info)\n"
     "  --log-json               log JSON lines instead of text\n"
@@ -149,6 +163,9 @@ struct cosmolite_args {
     int latency_ms;
     int jitter_ms;
     int default_throughput;
+    int replica_lag_ms;
+    int replica_wait_ms;
+    int replica_max_pending_mb;
 };
 
 static int fail(const char *fmt, ...) SF_PRINTF(1, 2);
@@ -329,6 +346,9 @@ enum {
     OPT_FAULT_SEED,
     OPT_LATENCY,
     OPT_DEFAULT_THROUGHPUT,
+    OPT_REPLICA_LAG,
+    OPT_REPLICA_WAIT,
+    OPT_REPLICA_PENDING,
     OPT_LOG_LEVEL,
     OPT_LOG_JSON,
     OPT_HELP,
@@ -365,6 +385,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"fault-seed", required_argument, NULL, OPT_FAULT_SEED},
         {"latency", required_argument, NULL, OPT_LATENCY},
         {"default-throughput", required_argument, NULL, OPT_DEFAULT_THROUGHPUT},
+        {"replica-lag", required_argument, NULL, OPT_REPLICA_LAG},
+        {"replica-wait", required_argument, NULL, OPT_REPLICA_WAIT},
+        {"replica-max-pending-mb", required_argument, NULL, OPT_REPLICA_PENDING},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"log-json", no_argument, NULL, OPT_LOG_JSON},
         {"help", no_argument, NULL, OPT_HELP},
@@ -474,6 +497,16 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
                 rc = fail("--default-throughput '%s': Azure provisions RU/s in steps of 100",
                           optarg);
             break;
+        case OPT_REPLICA_LAG:
+            rc = parse_int_opt("--replica-lag", optarg, 1, 600000, &a->replica_lag_ms);
+            break;
+        case OPT_REPLICA_WAIT:
+            rc = parse_int_opt("--replica-wait", optarg, 0, 60000, &a->replica_wait_ms);
+            break;
+        case OPT_REPLICA_PENDING:
+            rc = parse_int_opt("--replica-max-pending-mb", optarg, 1, 65536,
+                               &a->replica_max_pending_mb);
+            break;
         case OPT_LOG_LEVEL:
             if (!sf_log_level_parse(optarg, &lvl))
                 rc = fail("--log-level '%s': expected debug, info, warn or error", optarg);
@@ -486,6 +519,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_HELP:
             fputs(usage, stdout);
             fputs(usage_faults, stdout);
+            fputs(usage_replica, stdout);
             fputs(usage_admin, stdout);
             exit(0);
         case OPT_VERSION:
@@ -574,7 +608,11 @@ static int prepare_data_dir(const char *dir, char *db_path, size_t cap)
 
 int main(int argc, char **argv)
 {
-    struct cosmolite_args a = {.port = 8081, .partitions = 1, .reserved_connections = -1};
+    struct cosmolite_args a = {.port = 8081,
+                               .partitions = 1,
+                               .reserved_connections = -1,
+                               .replica_wait_ms = 1000,
+                               .replica_max_pending_mb = 64};
     struct emu_store_opts so = {0};
     struct emu_store *store = NULL;
     struct emu_router router;
@@ -582,6 +620,7 @@ int main(int argc, char **argv)
     struct emu_http *http = NULL;
     struct emu_faults *faults = NULL;
     struct emu_ru *ru = NULL;
+    struct emu_replica *replica = NULL;
     struct sweeper sw = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
     pthread_t sweep_thread;
     bool sweeping = false;
@@ -667,6 +706,18 @@ int main(int argc, char **argv)
     }
     router.faults = faults;
     router.tls = cert != NULL;
+    if (a.replica_lag_ms > 0) {
+        struct emu_replica_opts ro = {
+            .lag_ms = a.replica_lag_ms,
+            .wait_ms = a.replica_wait_ms,
+            .max_pending_bytes = (size_t)a.replica_max_pending_mb << 20,
+        };
+        if (!(replica = emu_replica_new(&ro))) {
+            fail("out of memory");
+            goto out;
+        }
+        router.replica = replica;
+    }
     if (!(ru = emu_ru_new())) {
         fail("out of memory");
         goto out;
@@ -725,8 +776,19 @@ int main(int argc, char **argv)
         sf_log_info("cosmolite", "holding every response %d ms (+- %d ms) to simulate latency",
                     a.latency_ms, a.jitter_ms);
 
+    if (replica)
+        sf_log_info("cosmolite",
+                    "replicas: secondaries apply writes %d ms late; reads without a session "
+                    "token may miss them",
+                    a.replica_lag_ms);
+
     if (sigwait(&sigs, &sig) == 0)
         sf_log_info("cosmolite", "received %s, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (replica && emu_replica_dropped(replica) > 0)
+        sf_log_info("cosmolite",
+                    "replicas: %llu writes were applied early because "
+                    "--replica-max-pending-mb was full",
+                    (unsigned long long)emu_replica_dropped(replica));
     if (a.latency_ms || a.jitter_ms)
         sf_log_info("cosmolite", "latency: at most %d delayed responses were in flight at once",
                     emu_http_max_delayed(http));
@@ -746,6 +808,7 @@ out:
     emu_store_free(store);
     emu_faults_free(faults);
     emu_ru_free(ru);
+    emu_replica_free(replica);
     free(cert);
     free(tls_key);
     free(key_text);

@@ -166,6 +166,13 @@ enum sf_rc emu_query_exec_new(const struct emu_query *q, size_t skip, size_t max
  */
 enum sf_rc emu_query_exec_add(struct emu_query_exec *e, const json_t *doc, struct sf_err *err);
 
+/*
+ * Counts a scanned document the query must not see (a lagging replica does
+ * not have it yet), so resume cursors stay positions in the scan. Ignored
+ * after emu_query_exec_done.
+ */
+void emu_query_exec_pass(struct emu_query_exec *e);
+
 /* True when no further document can change the result (window full, TOP or
  * LIMIT reached on a streaming query): the caller may stop scanning. */
 bool emu_query_exec_done(const struct emu_query_exec *e);

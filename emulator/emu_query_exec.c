@@ -480,6 +480,12 @@ void emu_query_exec_set_budget(struct emu_query_exec *e, const struct emu_query_
     e->clock.ticks = 0;
 }
 
+void emu_query_exec_pass(struct emu_query_exec *e)
+{
+    if (!e->done && !e->finished)
+        e->docs++;
+}
+
 enum sf_rc emu_query_exec_add(struct emu_query_exec *e, const json_t *doc, struct sf_err *err)
 {
     enum sf_rc rc;

@@ -16,6 +16,7 @@
 #include "common/sf_time.h"
 #include "common/sf_url.h"
 #include "emulator/emu_auth.h"
+#include "emulator/emu_replica.h"
 #include "emulator/emu_router.h"
 #include "emulator/emu_search.h"
 
@@ -336,6 +337,131 @@ static bool page_size(struct route *rt, int *ret_n)
     return true;
 }
 
+/* ---- replicas and session consistency (emu_replica.h) ------------------------ */
+
+struct lsn_ctx {
+    struct route *rt;
+    const struct emu_coll_ref *c;
+};
+
+static int64_t primary_lsn(void *arg)
+{
+    struct lsn_ctx *lc = arg;
+    struct sf_err err;
+    int64_t lsn = -1;
+
+    sf_err_clear(&err);
+    (void)emu_store_coll_lsn(lc->rt->r->store, lc->c, &lsn, &err);
+    return lsn;
+}
+
+/*
+ * Decides which replica serves a read scoped to range (NULL = unknown) from
+ * x-ms-consistency-level and x-ms-session-token. Answers the error and
+ * returns false when the headers are bad or the token cannot be met.
+ */
+static bool replica_view(struct route *rt, const struct emu_coll_ref *c, const char *range,
+                         struct emu_replica_view *ret_view)
+{
+    struct lsn_ctx lc = {.rt = rt, .c = c};
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    return store_call(
+        rt,
+        emu_replica_read_view(rt->r->replica, c->coll_rid, range, hdr(rt, "x-ms-consistency-level"),
+                              hdr(rt, "x-ms-session-token"), primary_lsn, &lc, ret_view, &err),
+        &err);
+}
+
+/* The session token's LSN a read answers with: its replica's, never past the primary's. */
+static int64_t view_lsn(const struct emu_replica_view *v, int64_t lsn)
+{
+    return v->stale ? SF_MIN(lsn, v->horizon) : lsn;
+}
+
+/* What a write needs to tell the secondaries: the document's key and its image before. */
+struct replica_write {
+    char *key;
+    bool existed;
+    struct sf_buf before;
+};
+
+static void replica_write_release(struct replica_write *w)
+{
+    free(w->key);
+    w->key = NULL;
+    sf_buf_release(&w->before);
+}
+
+/*
+ * Reads the image of document id (NULL: the body's id) before a write, when
+ * --replica-lag is on. pk is the header array or NULL (then the body's value
+ * counts). Best effort: a write that cannot be keyed is simply not journaled.
+ */
+static void replica_write_begin(struct route *rt, const struct emu_coll_ref *c, const char *id,
+                                const json_t *pk, const json_t *body, struct replica_write *w)
+{
+    const json_t *pkv;
+    json_t *pkarr = NULL;
+    struct emu_doc_meta meta;
+    struct sf_err err;
+
+    w->key = NULL;
+    w->existed = false;
+    sf_buf_init(&w->before, rt->r->lim.max_response_bytes);
+    if (!rt->r->replica)
+        return;
+    if (!id)
+        id = sf_json_str(body, "id");
+    pkv = pk ? json_array_get(pk, 0) : emu_replica_pk_value(body, c->pk_path);
+    if (!id || !(w->key = emu_replica_doc_key(pkv, id)))
+        return;
+    pkarr = pkv ? json_pack("[O]", pkv) : json_array();
+    sf_err_clear(&err);
+    if (pkarr &&
+        emu_store_doc_read(rt->r->store, c, id, pkarr, NULL, &w->before, &meta, &err) == SF_OK)
+        w->existed = true;
+    else
+        sf_buf_reset(&w->before);
+    json_decref(pkarr);
+}
+
+/* Journals a write the primary committed at lsn. */
+static void replica_write_done(struct route *rt, const struct emu_coll_ref *c,
+                               const struct replica_write *w, int64_t lsn)
+{
+    if (rt->r->replica && w->key)
+        emu_replica_note(rt->r->replica, c->coll_rid, lsn, w->key,
+                         w->existed ? (w->before.data ? w->before.data : "") : NULL, w->before.len,
+                         sf_mono_us() / 1000);
+}
+
+struct stale_scan {
+    struct emu_replica *rep;
+    const struct emu_coll_ref *c;
+    int64_t horizon;
+    struct sf_buf buf;
+};
+
+/* emu_search_view: a document as the secondary at the horizon has it. */
+static enum sf_rc stale_doc(void *arg, json_t *doc, json_t **ret_doc)
+{
+    struct stale_scan *ss = arg;
+    char *key = emu_replica_doc_key_of(doc, ss->c->pk_path);
+    bool exists = false;
+
+    *ret_doc = doc;
+    if (!key)
+        return SF_OK;
+    sf_buf_reset(&ss->buf);
+    if (emu_replica_before(ss->rep, ss->c->coll_rid, key, ss->horizon, &exists, &ss->buf))
+        *ret_doc =
+            exists ? json_loadb(ss->buf.data ? ss->buf.data : "", ss->buf.len, 0, NULL) : NULL;
+    free(key);
+    return SF_OK;
+}
+
 /* ---- queries ---------------------------------------------------------------- */
 
 static bool is_query(const struct route *rt)
@@ -458,6 +584,43 @@ static bool query_offset(struct route *rt, const struct emu_query *q, size_t *re
     return true;
 }
 
+/*
+ * A read over the whole container (no range header) answers the compound
+ * token "<range>:-1#<lsn>,..." of every online range, as Azure's gateway
+ * does; left out when it does not fit a header value (a cut token would be
+ * malformed to the SDKs).
+ */
+static void compound_session_header(struct route *rt, const struct emu_coll_ref *c,
+                                    const struct emu_replica_view *view)
+{
+    struct lsn_ctx lc = {.rt = rt, .c = c};
+    struct sf_buf b, tok;
+    struct sf_err err;
+    json_t *v = NULL, *r;
+    char etag[64];
+    int64_t lsn = view_lsn(view, primary_lsn(&lc));
+    size_t i;
+
+    sf_buf_init(&b, 16u << 20);
+    sf_buf_init(&tok, sizeof(rt->resp->headers[0].value) - 1);
+    sf_err_clear(&err);
+    if (lsn < 0 || emu_store_pkranges(rt->r->store, c->db, c->coll, &b, etag, &err) != SF_OK ||
+        !(v = json_loadb(b.data ? b.data : "", b.len, 0, NULL)))
+        goto out;
+    json_array_foreach(json_object_get(v, "PartitionKeyRanges"), i, r)
+    {
+        const char *id = sf_json_str(r, "id");
+        if (!id || sf_buf_printf(&tok, "%s%s:-1#%lld", i ? "," : "", id, (long long)lsn) != SF_OK)
+            goto out;
+    }
+    if (tok.len > 0)
+        resp_header(rt->resp, "x-ms-session-token", "%s", sf_buf_cstr(&tok));
+out:
+    json_decref(v);
+    sf_buf_release(&tok);
+    sf_buf_release(&b);
+}
+
 /* The id of the range whose minInclusive is "" (the first), or "" if unknown. */
 static void first_range_id(struct route *rt, const struct emu_coll_ref *c, char out[16])
 {
@@ -499,6 +662,9 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     struct emu_query_budget budget = {0};
     struct emu_query_cursor from = {0};
     bool resume = false;
+    struct emu_replica_view view;
+    struct stale_scan ss = {.rep = rt->r->replica, .c = c};
+    struct emu_search_view sv = {.fn = stale_doc, .ctx = &ss};
     struct sf_err err;
     json_t *pk = NULL;
     size_t skip;
@@ -506,11 +672,21 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     bool empty = false;
     int64_t t0 = sf_mono_us();
 
+    sf_buf_init(&ss.buf, rt->r->lim.max_response_bytes);
     if (!pk_header(rt, &pk) || !page_size(rt, &max) || !query_offset(rt, q, &skip, &from, &resume))
         goto out;
     if (range) {
         const char *comma = strrchr(range, ',');
         range = comma ? comma + 1 : range;
+    }
+    if (!replica_view(rt, c, range, &view))
+        goto out;
+    ss.horizon = view.horizon;
+    if (range) {
+        struct lsn_ctx lc = {.rt = rt, .c = c};
+        session_header(rt, range, view_lsn(&view, primary_lsn(&lc)));
+    } else {
+        compound_session_header(rt, c, &view);
     }
     if (range && !pk && emu_query_needs_plan(q)) {
         char first[16];
@@ -527,9 +703,9 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     budget.arg = rt->req->hctx;
     budget.max_window_bytes = rt->r->lim.max_page_bytes;
     (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
-    if (!empty &&
-        emu_search_run(rt->r->store, c, q, range, pk, skip, (size_t)max, resume ? &from : NULL,
-                       &budget, &rt->resp->body, &page, &err) != SF_OK) {
+    if (!empty && emu_search_run_view(rt->r->store, c, q, range, pk, view.stale ? &sv : NULL, skip,
+                                      (size_t)max, resume ? &from : NULL, &budget, &rt->resp->body,
+                                      &page, &err) != SF_OK) {
         sf_buf_reset(&rt->resp->body);
         if (err.rc == SF_ECONN) {
             /* Nobody is waiting: stop here and close, as libmicrohttpd would. */
@@ -553,6 +729,7 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     else if (page.more)
         resp_header(rt->resp, "x-ms-continuation", "o:%zu", skip + page.count);
 out:
+    sf_buf_release(&ss.buf);
     json_decref(pk);
 }
 
@@ -825,7 +1002,18 @@ static bool resolve_coll(struct route *rt, struct emu_coll_ref *c)
         struct sf_err err2;
         sf_err_clear(&err2);
         if (emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], true, c, &err2) == SF_OK)
-            return true;
+            rc = SF_OK;
+    }
+    if (rc == SF_OK) {
+        /*
+         * The SDKs file session tokens under the container these name. A name
+         * too long for a header value is left out rather than cut: the SDKs
+         * then fall back to the request's path, which names it whole.
+         */
+        resp_header(rt->resp, "x-ms-content-path", "%s", c->coll_rid);
+        if (strlen(c->db) + strlen(c->coll) + sizeof("dbs//colls/") <=
+            sizeof(rt->resp->headers[0].value))
+            resp_header(rt->resp, "x-ms-alt-content-path", "dbs/%s/colls/%s", c->db, c->coll);
     }
     return store_call(rt, rc, &err);
 }
@@ -868,6 +1056,7 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
     const char *ims = hdr(rt, "If-Modified-Since");
     struct emu_cf_request q = {0};
     struct emu_cf_result res;
+    struct emu_replica_view view;
     struct sf_err err;
     json_t *pk = NULL;
 
@@ -899,6 +1088,8 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
     q.pk = pk;
     if (rt->feed_stuck)
         inm = NULL; /* the injected lie: from the beginning again, whatever was asked */
+    if (!replica_view(rt, c, q.range_id, &view))
+        goto out;
     if (inm && strcmp(inm, "*") == 0) {
         q.start = EMU_CF_NOW;
     } else if (inm) {
@@ -936,8 +1127,15 @@ static void handle_changefeed(struct route *rt, const struct emu_coll_ref *c)
                         : emu_store_changefeed(rt->r->store, c, &q, &rt->resp->body, &res, &err),
                     &err))
         goto out;
+    if (view.stale &&
+        emu_replica_filter_feed(&rt->resp->body, view.horizon,
+                                q.start == EMU_CF_AFTER_LSN ? q.after_lsn : 0, res.continuation,
+                                &res.continuation, &res.count) != SF_OK) {
+        emu_response_error(rt->resp, 500, 0, "Cannot build the secondary's change feed page.");
+        goto out;
+    }
     resp_header(rt->resp, "etag", "\"%lld\"", (long long)res.continuation);
-    session_header(rt, res.range_id, res.range_lsn);
+    session_header(rt, res.range_id, view_lsn(&view, res.range_lsn));
     resp_header(rt->resp, "x-ms-item-count", "%d", res.count);
     if (res.count == 0) {
         sf_buf_reset(&rt->resp->body);
@@ -975,12 +1173,47 @@ static double batch_cost(const json_t *ops)
     return sum;
 }
 
+/*
+ * The before-images of a batch's writes (--replica-lag only): a new array
+ * of one replica_write per operation in *ret_ws, and its length.
+ */
+static size_t replica_batch_begin(struct route *rt, const struct emu_coll_ref *c, const json_t *pk,
+                                  const json_t *ops, struct replica_write **ret_ws)
+{
+    struct replica_write *ws;
+    const json_t *op;
+    size_t i, n = json_array_size(ops);
+
+    *ret_ws = NULL;
+    if (!rt->r->replica || n == 0 || !(ws = calloc(n, sizeof(*ws))))
+        return 0;
+    json_array_foreach(ops, i, op)
+    {
+        const char *type = sf_json_str(op, "operationType");
+        const json_t *body = json_object_get(op, "resourceBody");
+        const char *id = sf_json_str(op, "id");
+
+        if (type && strcasecmp(type, "Read") == 0)
+            body = NULL, id = NULL; /* journals nothing: no key */
+        else if (!id)
+            id = sf_json_str(body, "id");
+        if (id)
+            replica_write_begin(rt, c, id, pk, body, &ws[i]);
+        else
+            sf_buf_init(&ws[i].before, 0);
+    }
+    *ret_ws = ws;
+    return n;
+}
+
 /* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
 static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
 {
     struct emu_doc_meta meta;
     struct sf_err err;
     json_t *ops = NULL, *pk = NULL;
+    struct replica_write *ws = NULL;
+    size_t nw = 0;
     int status = 0;
 
     if (!pk_header(rt, &pk))
@@ -1012,6 +1245,7 @@ static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
                 (void)json_object_set_new(o, "minimalReturnPreference", json_true());
         }
     }
+    nw = replica_batch_begin(rt, c, pk, ops, &ws);
     sf_err_clear(&err);
     memset(&meta, 0, sizeof(meta));
     if (!store_call(
@@ -1020,7 +1254,12 @@ static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
         goto out;
     ok(rt, status, batch_cost(ops));
     session_header(rt, meta.range_id, meta.lsn);
+    for (size_t i = 0; status == 200 && i < nw; i++)
+        replica_write_done(rt, c, &ws[i], meta.lsn);
 out:
+    for (size_t i = 0; i < nw; i++)
+        replica_write_release(&ws[i]);
+    free(ws);
     json_decref(ops);
     json_decref(pk);
 }
@@ -1032,10 +1271,15 @@ static void handle_docs(struct route *rt, const char *method)
     struct sf_err err;
     json_t *body = NULL, *pk = NULL;
     enum emu_write_kind kind = EMU_WRITE_CREATE;
+    struct replica_write w = {0};
 
     if (!resolve_coll(rt, &c))
         return;
     sf_err_clear(&err);
+    sf_buf_init(&w.before, 0);
+    if (!store_call(rt, emu_replica_check_consistency(hdr(rt, "x-ms-consistency-level"), &err),
+                    &err))
+        return;
     if (strcmp(method, "GET") == 0) {
         if (hdr(rt, "A-IM")) {
             handle_changefeed(rt, &c);
@@ -1060,16 +1304,78 @@ static void handle_docs(struct route *rt, const char *method)
         kind = EMU_WRITE_UPSERT;
     if (!pk_header(rt, &pk) || !(body = body_json(rt)))
         goto out;
+    replica_write_begin(rt, &c, NULL, pk, body, &w);
     if (store_call(rt,
                    emu_store_doc_write(rt->r->store, &c, kind, NULL, pk, body, hdr(rt, "If-Match"),
                                        &rt->resp->body, &meta, &err),
-                   &err))
+                   &err)) {
         doc_written(rt, &meta,
                     emu_ru_cost_write(rt->req->body_len, emu_ru_index_terms(body),
                                       kind == EMU_WRITE_UPSERT && meta.status == 200));
+        replica_write_done(rt, &c, &w, meta.lsn);
+    }
 out:
+    replica_write_release(&w);
     json_decref(body);
     json_decref(pk);
+}
+
+/*
+ * A point read: the primary's document, or with --replica-lag and no token
+ * to honour, the lagging secondary's (the journal's image before the first
+ * write it has not applied; a 404 when that write created the document).
+ */
+static void read_doc(struct route *rt, const struct emu_coll_ref *c, const char *id,
+                     const json_t *pk)
+{
+    struct emu_replica_view view;
+    struct emu_doc_meta meta;
+    struct sf_buf before;
+    struct sf_err err;
+    enum sf_rc rc;
+    char *key = NULL;
+    bool exists = false;
+    json_t *doc = NULL;
+
+    sf_buf_init(&before, rt->r->lim.max_response_bytes);
+    if (!replica_view(rt, c, NULL, &view))
+        goto out;
+    sf_err_clear(&err);
+    memset(&meta, 0, sizeof(meta));
+    rc = emu_store_doc_read(rt->r->store, c, id, pk, hdr(rt, "If-None-Match"), &rt->resp->body,
+                            &meta, &err);
+    if (view.stale && pk && (rc == SF_OK || rc == SF_ENOTFOUND) &&
+        (key = emu_replica_doc_key(json_array_size(pk) ? json_array_get(pk, 0) : NULL, id)) &&
+        emu_replica_before(rt->r->replica, c->coll_rid, key, view.horizon, &exists, &before)) {
+        sf_buf_reset(&rt->resp->body);
+        if (!exists) {
+            emu_response_error(rt->resp, 404, 0,
+                               "Entity with the specified id does not exist in the system (the "
+                               "secondary that served the read has not applied its creation "
+                               "yet: --replica-lag).");
+            goto out;
+        }
+        if (sf_buf_append(&rt->resp->body, before.data ? before.data : "", before.len) != SF_OK) {
+            emu_response_error(rt->resp, 413, 0, "The document exceeds the response size limit.");
+            goto out;
+        }
+        doc = json_loadb(before.data ? before.data : "", before.len, 0, NULL);
+        snprintf(meta.etag, sizeof(meta.etag), "%s",
+                 sf_json_str(doc, "_etag") ? sf_json_str(doc, "_etag") : "");
+        meta.status = 200;
+        rc = SF_OK;
+    }
+    if (!store_call(rt, rc, &err))
+        goto out;
+    ok(rt, meta.status, emu_ru_cost_read(rt->resp->body.len));
+    resp_header(rt->resp, "etag", "%s", meta.etag);
+    /* A document the primary deleted has no range to name: no token then. */
+    if (meta.range_id[0])
+        session_header(rt, meta.range_id, view_lsn(&view, meta.lsn));
+out:
+    sf_buf_release(&before);
+    json_decref(doc);
+    free(key);
 }
 
 static void handle_doc(struct route *rt, const char *method)
@@ -1079,6 +1385,7 @@ static void handle_doc(struct route *rt, const char *method)
     struct sf_err err;
     json_t *body = NULL, *pk = NULL;
     const char *id = rt->seg[5];
+    struct replica_write w = {0};
 
     if (strpbrk(id, "\\?#")) {
         emu_response_error(rt->resp, 400, 0,
@@ -1092,42 +1399,51 @@ static void handle_doc(struct route *rt, const char *method)
     if (!pk_header(rt, &pk))
         return;
     sf_err_clear(&err);
+    sf_buf_init(&w.before, 0);
     if (strcmp(method, "GET") == 0) {
-        if (store_call(rt,
-                       emu_store_doc_read(rt->r->store, &c, id, pk, hdr(rt, "If-None-Match"),
-                                          &rt->resp->body, &meta, &err),
-                       &err)) {
-            ok(rt, meta.status, emu_ru_cost_read(rt->resp->body.len));
-            resp_header(rt->resp, "etag", "%s", meta.etag);
-            session_header(rt, meta.range_id, meta.lsn);
-        }
+        read_doc(rt, &c, id, pk);
+    } else if (!store_call(rt,
+                           emu_replica_check_consistency(hdr(rt, "x-ms-consistency-level"), &err),
+                           &err)) {
+        /* answered */
     } else if (strcmp(method, "PUT") == 0) {
-        if ((body = body_json(rt)) &&
-            store_call(rt,
-                       emu_store_doc_write(rt->r->store, &c, EMU_WRITE_REPLACE, id, pk, body,
-                                           hdr(rt, "If-Match"), &rt->resp->body, &meta, &err),
-                       &err))
-            doc_written(rt, &meta,
-                        emu_ru_cost_write(rt->req->body_len, emu_ru_index_terms(body), true));
+        if ((body = body_json(rt))) {
+            replica_write_begin(rt, &c, id, pk, body, &w);
+            if (store_call(rt,
+                           emu_store_doc_write(rt->r->store, &c, EMU_WRITE_REPLACE, id, pk, body,
+                                               hdr(rt, "If-Match"), &rt->resp->body, &meta, &err),
+                           &err)) {
+                doc_written(rt, &meta,
+                            emu_ru_cost_write(rt->req->body_len, emu_ru_index_terms(body), true));
+                replica_write_done(rt, &c, &w, meta.lsn);
+            }
+        }
     } else if (strcmp(method, "DELETE") == 0) {
+        replica_write_begin(rt, &c, id, pk, NULL, &w);
         if (store_call(
                 rt,
                 emu_store_doc_delete(rt->r->store, &c, id, pk, hdr(rt, "If-Match"), &meta, &err),
                 &err)) {
             ok(rt, 204, emu_ru_cost_delete());
             session_header(rt, meta.range_id, meta.lsn);
+            replica_write_done(rt, &c, &w, meta.lsn);
         }
     } else if (strcmp(method, "PATCH") == 0) {
-        if ((body = body_json(rt)) &&
-            store_call(rt,
-                       emu_store_doc_patch(rt->r->store, &c, id, pk, body, hdr(rt, "If-Match"),
-                                           &rt->resp->body, &meta, &err),
-                       &err))
-            doc_written(rt, &meta,
-                        emu_ru_cost_write(rt->resp->body.len, emu_ru_index_terms(body), true));
+        if ((body = body_json(rt))) {
+            replica_write_begin(rt, &c, id, pk, NULL, &w);
+            if (store_call(rt,
+                           emu_store_doc_patch(rt->r->store, &c, id, pk, body, hdr(rt, "If-Match"),
+                                               &rt->resp->body, &meta, &err),
+                           &err)) {
+                doc_written(rt, &meta,
+                            emu_ru_cost_write(rt->resp->body.len, emu_ru_index_terms(body), true));
+                replica_write_done(rt, &c, &w, meta.lsn);
+            }
+        }
     } else {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on a document.", method);
     }
+    replica_write_release(&w);
     json_decref(body);
     json_decref(pk);
 }

@@ -11,6 +11,7 @@
 #include "common/sf_base.h"
 #include "common/sf_buf.h"
 #include "emulator/emu_fault.h"
+#include "emulator/emu_replica.h"
 #include "emulator/emu_store.h"
 #include "emulator/emu_throughput.h"
 
@@ -54,6 +55,9 @@ struct emu_router {
      * without any (and outside a database with throughput); 0 = unlimited. */
     struct emu_ru *ru;
     int64_t default_throughput;
+    /* Lagging secondaries (--replica-lag, docs/azure-session.md), borrowed; NULL = every
+     * read is served by the primary. */
+    struct emu_replica *replica;
 };
 
 /* Looks up a request header by case-insensitive name; NULL when absent. */
@@ -71,7 +75,7 @@ struct emu_request {
     bool (*gone)(void *hctx);
 };
 
-#define EMU_MAX_RESP_HEADERS 16
+#define EMU_MAX_RESP_HEADERS 24
 
 struct emu_resp_header {
     const char *name; /* static string */

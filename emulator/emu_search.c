@@ -8,6 +8,7 @@ struct scan_ctx {
     uint64_t skip_docs; /* a resumed page: documents an earlier page processed */
     struct sf_err *err;
     size_t read;
+    const struct emu_search_view *view;
 };
 
 /* Sentinel return: the execution needs no more documents. */
@@ -34,6 +35,22 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
                               SF_JSON_MAX_DEPTH);
         return sf_err_set(sc->err, SF_EIO, false, "a stored document is not valid JSON");
     }
+    if (sc->view) {
+        json_t *seen = NULL;
+        rc = sc->view->fn(sc->view->ctx, v, &seen);
+        if (rc != SF_OK || !seen) {
+            json_decref(v);
+            if (rc != SF_OK)
+                return rc;
+            /* Hidden, but scanned: a resumed page must not read it again. */
+            emu_query_exec_pass(sc->exec);
+            return emu_query_exec_done(sc->exec) ? SCAN_DONE : SF_OK;
+        }
+        if (seen != v) {
+            json_decref(v);
+            v = seen;
+        }
+    }
     rc = emu_query_exec_add(sc->exec, v, sc->err);
     json_decref(v); /* the execution holds its own references */
     if (rc != SF_OK)
@@ -47,7 +64,18 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
                           const struct emu_query_budget *budget, struct sf_buf *out,
                           struct emu_search_page *ret_page, struct sf_err *err)
 {
-    struct scan_ctx sc = {.err = err};
+    return emu_search_run_view(s, c, q, range_id, pk, NULL, skip, max_rows, from, budget, out,
+                               ret_page, err);
+}
+
+enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c,
+                               const struct emu_query *q, const char *range_id, const json_t *pk,
+                               const struct emu_search_view *view, size_t skip, size_t max_rows,
+                               const struct emu_query_cursor *from,
+                               const struct emu_query_budget *budget, struct sf_buf *out,
+                               struct emu_search_page *ret_page, struct sf_err *err)
+{
+    struct scan_ctx sc = {.err = err, .view = view};
     json_t *rows = NULL, *row;
     bool more = false;
     size_t i, start = out->len, count = 0, cut = budget ? budget->max_window_bytes : 0;

@@ -39,4 +39,24 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
                           const struct emu_query_budget *budget, struct sf_buf *out,
                           struct emu_search_page *ret_page, struct sf_err *err);
 
+/*
+ * How a stale secondary sees one document (emu_replica.h): fn gets each
+ * scanned document (borrowed) and returns in *ret_doc the document the
+ * query should see instead: doc itself (borrowed), a new reference it made,
+ * or NULL to skip it (it still counts as scanned, so resume cursors stay
+ * scan positions). ctx is passed through.
+ */
+struct emu_search_view {
+    enum sf_rc (*fn)(void *ctx, json_t *doc, json_t **ret_doc);
+    void *ctx;
+};
+
+/* emu_search_run over the documents as view shows them (view NULL: as stored). */
+enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c,
+                               const struct emu_query *q, const char *range_id, const json_t *pk,
+                               const struct emu_search_view *view, size_t skip, size_t max_rows,
+                               const struct emu_query_cursor *from,
+                               const struct emu_query_budget *budget, struct sf_buf *out,
+                               struct emu_search_page *ret_page, struct sf_err *err);
+
 #endif

@@ -4,7 +4,9 @@
  * Input: "METHOD PATH\n" then "Name: value\n" header lines, an empty line,
  * and the body. Requests run against an in-memory store that keeps its state
  * across inputs (so sequences build up documents), with authentication off
- * so the fuzzer reaches the handlers, and once more with it on.
+ * so the fuzzer reaches the handlers, once more with it on, and once more
+ * with lagging secondaries (--replica-lag) so session tokens, stale views and
+ * the journal are fuzzed too.
  */
 #include "common/sf_base.h"
 
@@ -35,6 +37,7 @@ static const char *lookup(void *hctx, const char *name)
 
 static struct emu_store *store;
 static struct emu_router router;
+static struct emu_replica *replica;
 
 static void init_once(void)
 {
@@ -49,6 +52,10 @@ static void init_once(void)
     router.lim.max_response_bytes = 1 << 20;
     (void)sf_auth_key_decode(SF_EMULATOR_KEY, &router.key, &err);
     router.store = store;
+    /* A lag no input outlives; no waiting; a small journal so a long run stays bounded. */
+    struct emu_replica_opts ro = {.lag_ms = 600000, .wait_ms = 0, .max_pending_bytes = 1 << 20};
+    if (!(replica = emu_replica_new(&ro)))
+        abort();
     snprintf(router.listen_host, sizeof(router.listen_host), "127.0.0.1:8081");
 }
 
@@ -97,8 +104,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     req.hctx = &f;
     req.body = body;
     req.body_len = body_len;
-    for (int pass = 0; pass < 2; pass++) {
-        router.skip_auth = pass == 0;
+    for (int pass = 0; pass < 3; pass++) {
+        router.skip_auth = pass != 1;
+        router.replica = pass == 2 ? replica : NULL;
         emu_response_init(&resp, router.lim.max_response_bytes);
         emu_router_handle(&router, &req, &resp);
         if (resp.status < 200 || resp.status > 599)
