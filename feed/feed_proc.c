@@ -598,7 +598,14 @@ static void seen_update(struct feed_processor *p, const struct feed_lease *lease
         }
         v[i].moved_mono = old->moved_mono;
         v[i].etag_mono = strcmp(old->etag, l->etag) == 0 ? old->etag_mono : now;
-        if (strcmp(old->owner, l->owner) != 0 || old->epoch != l->epoch)
+        /*
+         * A move is a lease going from one owner to another (or back to its
+         * owner under a new epoch): what a steal-back would undo. A free or
+         * new lease being taken is no move, else leases created and taken at
+         * a fleet's start could not be balanced for a whole expiry.
+         */
+        if (old->owner[0] != '\0' && l->owner[0] != '\0' &&
+            (strcmp(old->owner, l->owner) != 0 || old->epoch != l->epoch))
             v[i].moved_mono = now;
     }
     free(p->seen);
