@@ -18,7 +18,7 @@
  *    name a target partition and append operations to the step's batch; the
  *    engine adds the marker and commits. Several batchable actions of one
  *    step with the same target share one batch.
- *  - standalone kinds (guarded read-modify-write, HTTP call, most plugins)
+ *  - standalone kinds (guarded read-modify-write, HTTP call, delete, most plugins)
  *    perform their effect themselves with step_effect_begin/commit (or
  *    step_marker_create after a non-Cosmos effect), which keep the marker
  *    rules.
@@ -256,7 +256,7 @@ struct step_target {
 void step_target_release(struct step_target *t);
 
 struct step_kind {
-    const char *name; /* "patch", "create", "rmw", "event", "http", or a plugin's "x.y" */
+    const char *name; /* "patch", "create", "rmw", "event", "http", "delete", or a plugin's "x.y" */
     /*
      * Validates params (a JSON object, the action's keys except "kind") and
      * compiles them into *ret_state. Error messages start with the offending
@@ -292,7 +292,7 @@ enum sf_rc step_registry_add(struct step_registry *reg, const struct step_kind *
 /* The kind named name, or NULL. */
 const struct step_kind *step_registry_find(const struct step_registry *reg, const char *name);
 
-/* Registers patch, create, rmw, event and http. */
+/* Registers patch, create, rmw, event, http and delete. */
 enum sf_rc step_registry_add_builtins(struct step_registry *reg, struct sf_err *err);
 
 /*
