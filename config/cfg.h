@@ -130,6 +130,11 @@ struct cfg_step {
     const char *from;
     const char *to;
     const char *foreach; /* template path of an array ("{{item.lines}}" or "item.lines"), or NULL */
+    /*
+     * Cosmos SQL "FROM c WHERE ..." on the saga's item, or NULL: when false the
+     * step is skipped (no effect, no undo) and the saga still moves from -> to.
+     */
+    const char *when;
     struct cfg_action actions[CFG_ACTIONS_MAX]; /* "do": one batch or one standalone action */
     size_t n_actions;
     struct cfg_action undo[CFG_ACTIONS_MAX]; /* "undo", may be empty */

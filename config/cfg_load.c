@@ -685,7 +685,7 @@ static void load_fail_on(struct loader *ld, const config_setting_t *g, struct cf
 
 static void load_step(struct loader *ld, const config_setting_t *g, struct cfg_step *st)
 {
-    static const char *const keys[] = {"name", "from",    "to",     "foreach", "do",
+    static const char *const keys[] = {"name", "from",    "to",     "foreach", "when", "do",
                                        "undo", "fail_on", "reason", "event",   NULL};
 
     st->file = src_file(ld, g);
@@ -700,6 +700,7 @@ static void load_step(struct loader *ld, const config_setting_t *g, struct cfg_s
     get_str(ld, g, "from", true, NULL, &st->from);
     get_str(ld, g, "to", true, NULL, &st->to);
     get_str(ld, g, "foreach", false, NULL, &st->foreach);
+    get_str(ld, g, "when", false, NULL, &st->when);
     get_str(ld, g, "reason", false, NULL, &st->reason);
     get_str(ld, g, "event", false, NULL, &st->event);
     check_name(ld, g, "name", st->name);

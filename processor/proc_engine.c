@@ -68,6 +68,7 @@ struct cstep {
     struct side act;
     struct side undo;
     struct step_tmpl *foreach; /* JSON mode, NULL without foreach */
+    struct step_sql *when;     /* NULL: the step always runs */
     struct step_tmpl *reason;  /* TEXT mode */
     /* the mutable part: outcome counters (proc_engine_step_counts) */
     _Atomic uint64_t counts[PROC_STEP_COUNTS];
@@ -152,6 +153,7 @@ void proc_engine_free(struct proc_engine *e)
             side_release(&w->steps[j].act);
             side_release(&w->steps[j].undo);
             step_tmpl_free(w->steps[j].foreach);
+            step_sql_free(w->steps[j].when);
             step_tmpl_free(w->steps[j].reason);
         }
         free(w->steps);
@@ -237,6 +239,21 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
         if (step_tmpl_compile_str(text, STEP_TMPL_JSON, &cs->foreach, &err) != SF_OK)
             cfg_diag_add(d, s->file, s->line, "workflow '%s' step '%s' foreach: %s", w->name,
                          s->name, err.msg);
+    }
+    if (s->when != NULL) {
+        int line = cfg_line(s->setting, "when", s->line);
+        json_t *probe = json_object();
+        bool m;
+
+        sf_err_clear(&err);
+        if (step_sql_compile(s->when, &cs->when, &err) != SF_OK)
+            cfg_diag_add(d, s->file, line, "workflow '%s' step '%s' when: %s", w->name, s->name,
+                         err.msg);
+        /* No parameters exist for `when`: one used is an error now, not at the first item. */
+        else if (probe != NULL && step_sql_match(cs->when, probe, NULL, &m, &err) != SF_OK)
+            cfg_diag_add(d, s->file, line, "workflow '%s' step '%s' when: %s", w->name, s->name,
+                         err.msg);
+        json_decref(probe);
     }
     (void)snprintf(reason, sizeof(reason), "%s", s->reason != NULL ? s->reason : "");
     if (s->reason == NULL)
@@ -524,6 +541,28 @@ static bool step_elements(struct run *r, const struct cstep *cs, json_t **ret_ar
 }
 
 /*
+ * Does step cs apply to the item as it is now? true without a `when`.
+ * false with res set (park) when the condition cannot be evaluated.
+ */
+static bool step_applies(struct run *r, const struct cstep *cs, bool *ret_applies)
+{
+    struct sf_err err;
+
+    *ret_applies = true;
+    if (cs->when == NULL)
+        return true;
+    sf_err_clear(&err);
+    if (step_sql_match(cs->when, r->doc, NULL, ret_applies, &err) != SF_OK) {
+        char context[256];
+
+        (void)snprintf(context, sizeof(context), "step %s when", cs->cfg->name);
+        set_error(r, PROC_PARK, &err, context);
+        return false;
+    }
+    return true;
+}
+
+/*
  * Runs the do side of step cs for every element. Returns STEP_OK when all
  * are applied (now or before), STEP_FAILED with *ret_status and *ret_elem on
  * a business failure, or STEP_RETRY/STEP_FATAL with res filled.
@@ -605,7 +644,18 @@ static bool run_undo(struct run *r, const struct cstep *cs, bool known, size_t d
     size_t n;
     bool ok = true;
 
+    bool applies = true;
+
     if (cs->undo.n == 0)
+        return true;
+    /*
+     * A step whose `when` is false was skipped: no effect, nothing to undo
+     * (and its templates may not even render for this item). The fields a
+     * `when` reads are the item's data, which the saga does not change.
+     */
+    if (!step_applies(r, cs, &applies))
+        return false;
+    if (!applies)
         return true;
     if (!step_elements(r, cs, &arr))
         return false;
@@ -861,7 +911,8 @@ static enum trans_result compensate(struct run *r, const char *state)
      */
     for (size_t k = top; k-- > 0;) {
         const struct cstep *cs = &r->wf->steps[k];
-        bool batched = do_side_batched(cs);
+        /* A step with a `when` may have been skipped: only its markers know. */
+        bool batched = do_side_batched(cs) && cs->when == NULL;
         bool ok;
 
         if (failed_known && k + 1 < top && batched)
@@ -937,6 +988,21 @@ static void advance(struct run *r)
         if (cs == NULL) {
             r->res->outcome = PROC_SKIPPED; /* a state this workflow does not act on */
             return;
+        }
+        {
+            bool applies = true;
+
+            if (!step_applies(r, cs, &applies))
+                return;
+            if (!applies) {
+                /* Skipped: no effect, no marker; the state still moves and its event goes out. */
+                r->res->skipped_steps++;
+                tr = transition(r, from, cs->cfg->to,
+                                cs->cfg->event != NULL ? cs->cfg->event : cs->cfg->to, NULL, NULL);
+                if (tr == TRANS_STOP)
+                    return;
+                continue;
+            }
         }
         switch (run_forward(r, cs, &status, &fail_env)) {
         case STEP_OK:
@@ -1183,6 +1249,21 @@ void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
     if (cs == NULL)
         goto out; /* a state this workflow does not act on */
     (void)snprintf(ret->step, sizeof(ret->step), "%s", cs->cfg->name);
+    if (cs->when != NULL) {
+        bool applies = true;
+
+        if (step_sql_match(cs->when, r.doc, NULL, &applies, &err) != SF_OK) {
+            ret->kind = PROC_PLAN_ERROR;
+            ret->err = err;
+            sf_err_prefix(&ret->err, "step %s when: ", cs->cfg->name);
+            goto out;
+        }
+        if (!applies) {
+            ret->kind = PROC_PLAN_STEP;
+            ret->skipped = true; /* no element runs; the state moves on */
+            goto out;
+        }
+    }
     if (!step_elements(&r, cs, &arr)) {
         ret->kind = PROC_PLAN_ERROR;
         ret->err = res.err;

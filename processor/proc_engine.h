@@ -101,6 +101,7 @@ struct proc_result {
     char reason[STEP_REASON_MAX]; /* failure reason, when the saga failed */
     unsigned effects;             /* step elements applied now */
     unsigned already;             /* step elements found applied before */
+    unsigned skipped_steps;       /* steps passed over because their `when` was false */
     unsigned transitions;         /* state transitions written */
     bool settled_now;             /* this call wrote the final transition */
     struct sf_err err;            /* PROC_RETRY / PROC_PARK */
@@ -113,7 +114,7 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
 /* What proc_engine_plan found (replay --dry-run). */
 enum proc_plan_kind {
     PROC_PLAN_NONE = 0,   /* not a saga item, no workflow matches, or a state nothing acts on */
-    PROC_PLAN_STEP,       /* the step `step` would run (for `elements` elements) */
+    PROC_PLAN_STEP,       /* the step `step` would run (for `elements` elements) or be skipped */
     PROC_PLAN_COMPENSATE, /* the saga is compensating: undo, then the failed state */
     PROC_PLAN_SETTLED,    /* the saga is settled (final or failed state): nothing to do */
     PROC_PLAN_ERROR,      /* processing would park it at once (err: filter, template) */
@@ -126,6 +127,7 @@ struct proc_plan {
     char state[CFG_NAME_MAX + 1];
     char step[CFG_NAME_MAX + 1];
     size_t elements;
+    bool skipped; /* PROC_PLAN_STEP: the step's `when` is false, it would be skipped */
     struct sf_err err;
 };
 
