@@ -159,6 +159,11 @@ struct cfg_workflow {
     const char *compensating_state; /* default "compensating" */
     const char *failed_state;       /* required */
     const char *topic;              /* outbox topic of transition events, NULL: no events */
+    /*
+     * `deadline`: a saga not settled this long after its item's creation
+     * compensates with reason "deadline exceeded"; 0: none (the default).
+     */
+    int64_t deadline_ms;
     struct cfg_step *steps;
     size_t n_steps;
     const char *file;

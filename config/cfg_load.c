@@ -794,10 +794,19 @@ static void load_filter_params(struct loader *ld, const config_setting_t *wg, js
 
 static void load_workflow(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
 {
-    static const char *const keys[] = {
-        "name",         "container", "filter",       "filter_params",
-        "state_field",  "saga_id",   "reason_field", "compensating_state",
-        "failed_state", "topic",     "steps",        NULL};
+    static const char *const keys[] = {"name",
+                                       "container",
+                                       "filter",
+                                       "filter_params",
+                                       "state_field",
+                                       "saga_id",
+                                       "reason_field",
+                                       "compensating_state",
+                                       "failed_state",
+                                       "topic",
+                                       "steps",
+                                       "deadline",
+                                       NULL};
     const config_setting_t *steps;
 
     w->file = src_file(ld, g);
@@ -821,6 +830,8 @@ static void load_workflow(struct loader *ld, const config_setting_t *g, struct c
     get_str(ld, g, "compensating_state", false, "compensating", &w->compensating_state);
     get_str(ld, g, "failed_state", true, NULL, &w->failed_state);
     get_str(ld, g, "topic", false, NULL, &w->topic);
+    /* 0: no deadline. At most a year: a deadline is a business promise, not a ttl. */
+    get_duration(ld, g, "deadline", 1000, 366LL * 24 * 3600 * 1000, 0, &w->deadline_ms);
     check_name(ld, g, "name", w->name);
     check_name(ld, g, "container", w->container);
     check_name(ld, g, "failed_state", w->failed_state);

@@ -52,6 +52,7 @@
 
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
+#include "common/sf_time.h"
 #include "processor/proc_engine.h"
 #include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
@@ -721,6 +722,35 @@ static enum sf_rc sql_str(const char *s, struct sf_buf *out)
     return rc;
 }
 
+/*
+ * The saga's deadline in epoch ms into *ret_ms: the stamped field, else
+ * (before the first transition) the item's _ts plus the workflow's deadline.
+ * false when the workflow has none or the item tells no time.
+ */
+static bool deadline_at(const struct cworkflow *wf, const json_t *doc, int64_t *ret_ms)
+{
+    const json_t *v = json_object_get(doc, PROC_DEADLINE_FIELD);
+    const json_t *ts = json_object_get(doc, "_ts");
+
+    if (wf->cfg->deadline_ms <= 0)
+        return false;
+    if (json_is_integer(v)) {
+        *ret_ms = (int64_t)json_integer_value(v);
+        return true;
+    }
+    if (!json_is_integer(ts))
+        return false;
+    *ret_ms = (int64_t)json_integer_value(ts) * 1000 + wf->cfg->deadline_ms;
+    return true;
+}
+
+static bool deadline_passed(const struct cworkflow *wf, const json_t *doc)
+{
+    int64_t at = 0;
+
+    return deadline_at(wf, doc, &at) && sf_wall_ms() >= at;
+}
+
 enum trans_result { TRANS_OK, TRANS_LOST, TRANS_STOP };
 
 /*
@@ -755,6 +785,16 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)snprintf(rf, sizeof(rf), "/%s", w->reason_field);
         (void)json_array_append_new(
             ops, json_pack("{s:s, s:s, s:s}", "op", "set", "path", rf, "value", reason));
+    }
+    {
+        int64_t at = 0;
+
+        /* The first transition makes the deadline durable on the item (proc_engine.h). */
+        if (ops != NULL && json_object_get(r->doc, PROC_DEADLINE_FIELD) == NULL &&
+            deadline_at(r->wf, r->doc, &at))
+            (void)json_array_append_new(ops, json_pack("{s:s, s:s, s:I}", "op", "set", "path",
+                                                       "/" PROC_DEADLINE_FIELD, "value",
+                                                       (json_int_t)at));
     }
     if (ops != NULL && failed_step != NULL)
         (void)json_array_append_new(ops,
@@ -988,6 +1028,23 @@ static void advance(struct run *r)
         if (cs == NULL) {
             r->res->outcome = PROC_SKIPPED; /* a state this workflow does not act on */
             return;
+        }
+        if (deadline_passed(r->wf, r->doc)) {
+            /*
+             * Not settled in time: compensate what was done, once - the CAS
+             * into the compensating state decides which delivery does it.
+             * The current step counts as failed: its applied elements (read
+             * from their markers) are undone with the earlier steps.
+             */
+            tr = transition(r, from, w->compensating_state, w->compensating_state,
+                            PROC_DEADLINE_REASON, cs->cfg->name);
+            if (tr == TRANS_OK) {
+                r->res->deadline_exceeded = true;
+                count_step(cs, PROC_STEP_BUSINESS_FAILURE);
+            }
+            if (tr == TRANS_STOP)
+                return;
+            continue;
         }
         {
             bool applies = true;
@@ -1248,6 +1305,11 @@ void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
     cs = find_step(r.wf, state, &k);
     if (cs == NULL)
         goto out; /* a state this workflow does not act on */
+    if (deadline_passed(r.wf, r.doc)) {
+        ret->kind = PROC_PLAN_COMPENSATE;
+        ret->deadline_exceeded = true;
+        goto out;
+    }
     (void)snprintf(ret->step, sizeof(ret->step), "%s", cs->cfg->name);
     if (cs->when != NULL) {
         bool applies = true;

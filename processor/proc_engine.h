@@ -30,6 +30,15 @@
 /* The field holding the failed step's name while compensating. */
 #define PROC_FAILED_STEP_FIELD "sfFailedStep"
 
+/*
+ * The field holding a saga's deadline (epoch milliseconds) when its workflow
+ * has a `deadline`: stamped by the first transition as the item's _ts (its
+ * last write before sagafeed moved it: its creation) plus the deadline, so a
+ * restart, a handoff or a replay finds the same instant on the item itself.
+ */
+#define PROC_DEADLINE_FIELD  "sfDeadline"
+#define PROC_DEADLINE_REASON "deadline exceeded"
+
 struct proc_engine;
 
 struct proc_engine_opts {
@@ -102,6 +111,7 @@ struct proc_result {
     unsigned effects;             /* step elements applied now */
     unsigned already;             /* step elements found applied before */
     unsigned skipped_steps;       /* steps passed over because their `when` was false */
+    bool deadline_exceeded;       /* this call moved the saga into compensation: too late */
     unsigned transitions;         /* state transitions written */
     bool settled_now;             /* this call wrote the final transition */
     struct sf_err err;            /* PROC_RETRY / PROC_PARK */
@@ -127,7 +137,8 @@ struct proc_plan {
     char state[CFG_NAME_MAX + 1];
     char step[CFG_NAME_MAX + 1];
     size_t elements;
-    bool skipped; /* PROC_PLAN_STEP: the step's `when` is false, it would be skipped */
+    bool skipped;           /* PROC_PLAN_STEP: the step's `when` is false, it would be skipped */
+    bool deadline_exceeded; /* PROC_PLAN_COMPENSATE: because the workflow's deadline passed */
     struct sf_err err;
 };
 

@@ -627,6 +627,8 @@ static void print_plan(struct replay *rp, const struct scope *sc, const json_t *
         else if (plan.kind == PROC_PLAN_STEP)
             (void)fprintf(out, "would run step %s (%zu element%s)\n", plan.step, plan.elements,
                           plan.elements == 1 ? "" : "s");
+        else if (plan.kind == PROC_PLAN_COMPENSATE && plan.deadline_exceeded)
+            (void)fprintf(out, "would compensate (deadline exceeded)\n");
         else if (plan.kind == PROC_PLAN_COMPENSATE)
             (void)fprintf(out, "would compensate (undo completed steps)\n");
         else if (plan.kind == PROC_PLAN_SETTLED)

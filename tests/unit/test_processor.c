@@ -735,6 +735,66 @@ START_TEST(test_when_false_step_skipped_in_plan_and_show)
 }
 END_TEST
 
+/*
+ * deadline = "15m": the instant is the stamped sfDeadline, else the item's
+ * _ts plus the deadline; once passed, the dry run says it would compensate.
+ */
+START_TEST(test_deadline_passed_plans_compensation)
+{
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct proc_plan plan;
+    char text[4096], doc[512];
+    const char *at = strstr(WHEN_CFG, "  steps = (");
+    long long now_s = (long long)(sf_wall_ms() / 1000);
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_nonnull(at);
+    (void)snprintf(text, sizeof(text), "%.*s  deadline = \"15m\";\n%s", (int)(at - WHEN_CFG),
+                   WHEN_CFG, at);
+    /* written just now: 15 minutes to go */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":%lld}", now_s);
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_STEP && !plan.deadline_exceeded, "%d: %s", plan.kind,
+                  plan.err.msg);
+    /* written an hour ago, never stamped: too late */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":%lld}",
+                   now_s - 3600);
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_COMPENSATE && plan.deadline_exceeded, "%d", plan.kind);
+    /* the stamped instant wins over _ts (a later write moved _ts on) */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":%lld,"
+                   "\"sfDeadline\":%lld}",
+                   now_s, (now_s - 1) * 1000);
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_COMPENSATE && plan.deadline_exceeded, "%d", plan.kind);
+    /* settled sagas have no deadline left */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"confirmed\",\"sfDeadline\":1}");
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_int_eq(plan.kind, PROC_PLAN_SETTLED);
+    /* without a deadline the same old item just runs */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":1}");
+    ck_assert(when_plan(WHEN_CFG, doc, &plan, d));
+    ck_assert_int_eq(plan.kind, PROC_PLAN_STEP);
+    /* check-config: a deadline must be a duration of at least 1s */
+    (void)snprintf(text, sizeof(text), "%.*s  deadline = \"soon\";\n%s", (int)(at - WHEN_CFG),
+                   WHEN_CFG, at);
+    {
+        struct cfg *cfg = NULL;
+        struct sf_err err;
+
+        memset(d, 0, sizeof(*d));
+        ck_assert(cfg_load_string(text, "t.cfg", &cfg, d, &err) != SF_OK);
+        ck_assert(has(d, "t.cfg:4:", "deadline"));
+    }
+    free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("processor");
@@ -759,6 +819,7 @@ int main(void)
     tcase_add_test(tc, test_saga_events_order_across_passes_and_retries);
     tcase_add_test(tc, test_saga_steps_zero_elements_ran_not_not_run);
     tcase_add_test(tc, test_when_false_step_skipped_in_plan_and_show);
+    tcase_add_test(tc, test_deadline_passed_plans_compensation);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
