@@ -95,10 +95,12 @@ struct cfg_processor {
     int64_t marker_ttl_s;
     int64_t event_ttl_s;
     int64_t park_scan_interval_ms;
-    unsigned park_scan_max;          /* parking records one scan reads, default 100000 */
-    const char *log_level;           /* "debug".."error", default "info" */
-    bool log_json;                   /* default true */
-    const char *http_listen;         /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */
+    unsigned park_scan_max;    /* parking records one scan reads, default 100000 */
+    const char *log_level;     /* "debug".."error", default "info" */
+    bool log_json;             /* default true */
+    const char *http_listen;   /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */
+    int64_t timer_interval_ms; /* how often `run` looks for waits past their timeout or deadline */
+    unsigned timer_batch;      /* at most this many such sagas woken per look */
     unsigned http_max_connections;   /* that listener's connections (default 32) */
     int64_t http_request_timeout_ms; /* deadline for a complete request (default 5s) */
     int64_t http_idle_timeout_ms;    /* keep-alive idle timeout (default 10s) */

@@ -443,6 +443,8 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                                        "event_ttl",
                                        "park_scan_interval",
                                        "park_scan_max",
+                                       "timer_interval",
+                                       "timer_batch",
                                        "log_level",
                                        "log_json",
                                        "http_listen",
@@ -475,6 +477,9 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     get_duration(ld, g, "park_scan_interval", 100, 3600000, 2000, &p->park_scan_interval_ms);
     get_int(ld, g, "park_scan_max", 1, 10000000, 100000, &v);
     p->park_scan_max = (unsigned)v;
+    get_duration(ld, g, "timer_interval", 100, 3600000, 1000, &p->timer_interval_ms);
+    get_int(ld, g, "timer_batch", 1, 100000, 500, &v);
+    p->timer_batch = (unsigned)v;
     get_str(ld, g, "log_level", false, "info", &p->log_level);
     get_bool(ld, g, "log_json", true, &p->log_json);
     get_str(ld, g, "http_listen", false, NULL, &p->http_listen);

@@ -270,6 +270,11 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
             no_elements = true;
         if (json_array_size(done) == 0 && json_array_size(undone) == 0 && when_false(st, item))
             status = "skipped";
+        else if (json_array_size(done) == 0 && item != NULL &&
+                 json_is_object(json_object_get(item, PROC_WAIT_FIELD)) &&
+                 sf_json_str(json_object_get(item, PROC_WAIT_FIELD), "step") != NULL &&
+                 strcmp(sf_json_str(json_object_get(item, PROC_WAIT_FIELD), "step"), st->name) == 0)
+            status = "waiting";
         else if (no_elements)
             status = "done";
         else if (json_array_size(done) == 0)

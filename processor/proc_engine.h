@@ -38,6 +38,16 @@
  */
 #define PROC_DEADLINE_FIELD  "sfDeadline"
 #define PROC_DEADLINE_REASON "deadline exceeded"
+/*
+ * A saga set aside by an await step: {"step", "since", "until" (epoch ms, 0:
+ * no timeout), "container"} on the item, written by a compare-and-set on its
+ * state, so the timeout survives restarts, handoff and replays; set to null
+ * by the next transition. PROC_WOKEN_FIELD is what a wake writes (the
+ * awaited document's _lsn, or the time): the item's own change feed then
+ * delivers it to its lane again.
+ */
+#define PROC_WAIT_FIELD  "sfWait"
+#define PROC_WOKEN_FIELD "sfWoken"
 
 struct proc_engine;
 
@@ -58,8 +68,22 @@ enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engi
                            struct cfg_diags *diags, struct sf_err *err);
 void proc_engine_free(struct proc_engine *e);
 
-/* Distinct source containers of all workflows (for the feed processors). */
+/*
+ * Distinct containers whose change feeds the workflows need (for the feed
+ * processors): every source container, then every container an await step
+ * waits on (its documents wake the waiting sagas).
+ */
 size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max);
+
+/*
+ * The durable timer: wakes (PROC_WOKEN_FIELD) up to max waiting sagas whose
+ * await timeout or workflow deadline has passed, found by one query per
+ * workflow with await steps over its source container. Each wake is a
+ * conditional patch (only while the saga still waits), so two instances
+ * sweeping at once only cost a write. *ret_n: sagas woken. Any thread.
+ */
+enum sf_rc proc_engine_sweep(const struct proc_engine *e, size_t max, size_t *ret_n,
+                             struct sf_err *err);
 
 /*
  * What the engine counts per step since proc_engine_new (its one mutable
@@ -112,6 +136,8 @@ struct proc_result {
     unsigned already;             /* step elements found applied before */
     unsigned skipped_steps;       /* steps passed over because their `when` was false */
     bool deadline_exceeded;       /* this call moved the saga into compensation: too late */
+    bool waiting;                 /* PROC_SKIPPED: the saga waits for a document (await) */
+    unsigned woken;               /* waiting sagas this delivery (an awaited document) woke */
     unsigned transitions;         /* state transitions written */
     bool settled_now;             /* this call wrote the final transition */
     struct sf_err err;            /* PROC_RETRY / PROC_PARK */

@@ -1,22 +1,25 @@
 /*
  * test_travel_e2e.c - end-to-end: the travel booking workflow
  * (config/examples/travel-booking.cfg: `delete` undos, a `when` on the car
- * step, a templated patch path, a workflow `deadline`) run by the real
+ * step, a templated patch path, an `await` with a timeout, a workflow
+ * `deadline`) run by the real
  * `sagafeed` binary against a real cosmolite while `kill -9` hits sagafeed.
  *
  *   travel_kill9  240 bookings (a third without a car, some seats asked for
  *                 twice, wallets too small for every booking of their
  *                 customer, rooms for half of them, one in twelve written
- *                 with a deadline already passed), five kill -9s while they
- *                 run. Afterwards: every booking settled; seats, rooms,
+ *                 with a deadline already passed, one in seven never
+ *                 confirmed by the "payment provider", the others confirmed
+ *                 before or after their saga starts waiting), five kill -9s
+ *                 while they run. Afterwards: every booking settled; seats, rooms,
  *                 holds, cars and wallets conserved exactly against the
  *                 confirmed bookings; every do-marker of a cancelled booking
  *                 undone once; no marker of a skipped car step; each
  *                 booking's transition events exactly once; every passed
  *                 deadline honoured once (reason "deadline exceeded",
- *                 nothing held).
- *
- * Not covered: `kind = "await"` (not implemented yet).
+ *                 nothing held); every wait ended once: confirmed with its
+ *                 await marker, or timed out (3 s here) and refunded; no
+ *                 saga left waiting.
  */
 #include "common/sf_base.h"
 
@@ -39,9 +42,20 @@
 
 struct booking_spec {
     char id[24], cust[24], flight[24], seat[24], hotel[24];
-    bool car, expired;
+    bool car, expired, unconfirmed;
     int total;
 };
+
+/* The number in "b-017". */
+static int atoi_id(const char *id)
+{
+    long v = 0;
+
+    for (const char *p = id; *p != '\0'; p++)
+        if (*p >= '0' && *p <= '9')
+            v = v * 10 + (*p - '0');
+    return (int)v;
+}
 
 static void spec_of(int i, struct booking_spec *b)
 {
@@ -54,6 +68,7 @@ static void spec_of(int i, struct booking_spec *b)
     (void)snprintf(b->hotel, sizeof(b->hotel), "h-%d", i % HOTELS);
     b->car = i % 3 != 0;
     b->expired = i % 12 == 5;
+    b->unconfirmed = i % 7 == 3;
     b->total = 100 + (i % 5) * 50;
 }
 
@@ -84,6 +99,20 @@ static void write_booking(struct cosmos_client *cli, int i)
                    "\"2026-12-%02d\",\"total\":%d%s%s}",
                    b.id, b.cust, b.flight, b.seat, b.hotel, 1 + i % 28, b.total, car, dl);
     create(cli, "bookings", b.cust, body);
+}
+
+/* The payment provider's confirmation of booking i (none for the unconfirmed ones). */
+static void write_confirmation(struct cosmos_client *cli, int i)
+{
+    struct booking_spec b;
+    char body[256];
+
+    spec_of(i, &b);
+    if (b.unconfirmed)
+        return;
+    (void)snprintf(body, sizeof(body), "{\"id\":\"conf-%s\",\"bookingId\":\"%s\",\"amount\":%d}",
+                   b.id, b.id, b.total);
+    create(cli, "confirmations", b.id, body);
 }
 
 /* The number of settled bookings (confirmed or cancelled); the confirmed ones in *ret_confirmed. */
@@ -132,12 +161,14 @@ static int markers_of(json_t *const *markers, size_t n, const char *id, const ch
 
 START_TEST(test_travel_kill9)
 {
-    static const char *const colls[][2] = {{"bookings", "/customerId"},
-                                           {"seats", "/flight"},
-                                           {"hotels", "/hotel"},
-                                           {"cars", "/city"},
-                                           {"wallets", "/customerId"}};
-    static const char *const effect_colls[] = {"seats", "hotels", "cars", "wallets"};
+    static const char *const colls[][2] = {
+        {"bookings", "/customerId"}, {"seats", "/flight"},       {"hotels", "/hotel"},
+        {"cars", "/city"},           {"wallets", "/customerId"}, {"confirmations", "/bookingId"}};
+    static const char *const effect_colls[] = {"seats", "hotels", "cars", "wallets",
+                                               "confirmations"};
+    static const char *const edits[] = {"timeout = \"30s\"", "timeout = \"3s\"",
+                                        "not confirmed within 30s", "not confirmed within 3s",
+                                        NULL};
     struct harness_cosmolite_opts ho = {.memory = true, .partitions = 2};
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
@@ -145,9 +176,10 @@ START_TEST(test_travel_kill9)
     char cfg[512], log[512];
     const char *args[] = {"run", "-c", cfg, "--instance", "travel-1", "--log-level", "warn", NULL};
     uint64_t rng = (uint64_t)sf_mono_us() | 1;
-    json_t *bookings, *seats, *hotels, *cars, *wallets, *events, *markers[4], *d;
+    json_t *bookings, *seats, *hotels, *cars, *wallets, *events, *markers[5], *d;
     long long rooms = 0, holds = 0, balance = 0, paid = 0;
     int kills = 0, settled = 0, confirmed = 0, cancelled = 0, expired = 0, skipped_cars = 0;
+    int timed_out = 0;
     int64_t t0 = sf_mono_ms(), until;
     size_t i;
     pid_t pid;
@@ -184,20 +216,27 @@ START_TEST(test_travel_kill9)
                         .endpoint = harness_cosmolite_endpoint(h),
                         .db = DB,
                         .example = "travel-booking.cfg",
-                        .extra = "processor = { workers = 8; max_attempts = 20; backoff_base = "
-                                 "\"10ms\"; backoff_cap = \"500ms\"; };"});
+                        .edits = edits,
+                        .extra =
+                            "processor = { workers = 8; max_attempts = 20; backoff_base = "
+                            "\"10ms\"; backoff_cap = \"500ms\"; timer_interval = \"200ms\"; };"});
     (void)snprintf(log, sizeof(log), "%s/travel-sagafeed.log", e2e_tmp);
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* Bookings arrive in five waves; after each, sagafeed dies at a random moment. */
     for (int wave = 0; wave < 5; wave++) {
         for (int k = wave * (BOOKINGS / 5); k < (wave + 1) * (BOOKINGS / 5); k++)
             write_booking(cli, k);
+        /* the previous wave's confirmations: some sagas wait already, some not yet */
+        for (int k = (wave - 1) * (BOOKINGS / 5); wave > 0 && k < wave * (BOOKINGS / 5); k++)
+            write_confirmation(cli, k);
         sf_sleep_ms(150 + (int64_t)(sf_rand_next(&rng) % 900));
         ck_assert_int_eq(kill(pid, SIGKILL), 0);
         ck_assert_int_eq(e2e_wait_exit(pid, 10000), 128 + SIGKILL);
         kills++;
         pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     }
+    for (int k = 4 * (BOOKINGS / 5); k < BOOKINGS; k++)
+        write_confirmation(cli, k);
     until = sf_mono_ms() + 150000;
     while (sf_mono_ms() < until && (settled = count_settled(cli, &confirmed)) < BOOKINGS)
         sf_sleep_ms(200);
@@ -228,8 +267,9 @@ START_TEST(test_travel_kill9)
     {
         const char *id = sf_json_str(d, "id"), *s = sf_json_str(d, "status");
         bool has_car = json_object_get(d, "car") != NULL;
-        int dos = markers_of(markers, 4, id, "do", NULL);
-        int undos = markers_of(markers, 4, id, "undo", NULL);
+        int num = atoi_id(id);
+        int dos = markers_of(markers, 5, id, "do", NULL);
+        int undos = markers_of(markers, 5, id, "undo", NULL);
         int n_events = 0;
         json_t *e;
         size_t j;
@@ -252,20 +292,21 @@ START_TEST(test_travel_kill9)
         json_array_foreach(hotels, q, sd) held |=
             json_object_get(json_object_get(sd, "holds"), id) != NULL;
         if (!has_car) {
-            ck_assert_msg(markers_of(markers, 4, id, "do", "rent_car") == 0,
+            ck_assert_msg(markers_of(markers, 5, id, "do", "rent_car") == 0,
                           "%s: a skipped car step left a marker", id);
             skipped_cars++;
         }
         if (strcmp(s, "confirmed") == 0) {
             confirmed++;
             paid += json_integer_value(json_object_get(d, "total"));
-            ck_assert_msg(dos == (has_car ? 4 : 3) && undos == 0, "%s confirmed: %d do, %d undo",
+            ck_assert_msg(dos == (has_car ? 5 : 4) && undos == 0, "%s confirmed: %d do, %d undo",
                           id, dos, undos);
+            ck_assert_msg(num % 7 != 3, "%s confirmed without a confirmation", id);
             ck_assert_msg(seat_mine && held && car_there == has_car,
                           "%s confirmed: seat %d, room hold %d, car %d", id, seat_mine, held,
                           car_there);
-            /* SeatHeld, RoomHeld, CarRented (skipped or not), BookingConfirmed */
-            ck_assert_msg(n_events == 4, "%s confirmed with %d events", id, n_events);
+            /* SeatHeld, RoomHeld, CarRented (skipped or not), PaymentCharged, BookingConfirmed */
+            ck_assert_msg(n_events == 5, "%s confirmed with %d events", id, n_events);
         } else {
             ck_assert_str_eq(s, "cancelled");
             cancelled++;
@@ -274,9 +315,15 @@ START_TEST(test_travel_kill9)
                           "%s cancelled but holds: seat %d, room %d, car %d", id, seat_mine, held,
                           car_there);
             /* the transitions it passed, then cancelling and cancelled: each once */
-            ck_assert_msg(n_events >= 2 && n_events <= 5, "%s cancelled with %d events", id,
+            ck_assert_msg(n_events >= 2 && n_events <= 6, "%s cancelled with %d events", id,
                           n_events);
+            if (strcmp(sf_json_str(d, "reason"), "payment not confirmed within 3s") == 0) {
+                timed_out++;
+                ck_assert_msg(num % 7 == 3, "%s timed out although confirmed", id);
+                ck_assert_str_eq(sf_json_str(d, "sfFailedStep"), "confirm_payment");
+            }
         }
+        ck_assert_msg(!json_is_object(json_object_get(d, "sfWait")), "%s settled but waiting", id);
         if (json_integer_value(json_object_get(d, "sfDeadline")) == 1) {
             expired++;
             ck_assert_str_eq(s, "cancelled");
@@ -293,9 +340,10 @@ START_TEST(test_travel_kill9)
     ck_assert_int_gt(confirmed, 0);
     ck_assert_int_gt(cancelled - expired, 0);
     ck_assert_int_eq(expired, BOOKINGS / 12);
-    (void)printf("travel: %d bookings (%d confirmed, %d cancelled of which %d by deadline), "
-                 "%d without a car; kill -9 %d times; settled in %lldms\n",
-                 BOOKINGS, confirmed, cancelled, expired, skipped_cars, kills,
+    ck_assert_int_gt(timed_out, 0);
+    (void)printf("travel: %d bookings (%d confirmed, %d cancelled of which %d by deadline, %d by "
+                 "an await timeout), %d without a car; kill -9 %d times; settled in %lldms\n",
+                 BOOKINGS, confirmed, cancelled, expired, timed_out, skipped_cars, kills,
                  (long long)(sf_mono_ms() - t0));
     for (size_t c = 0; c < SF_ARRAY_LEN(effect_colls); c++)
         json_decref(markers[c]);

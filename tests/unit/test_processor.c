@@ -728,6 +728,11 @@ START_TEST(test_when_false_step_skipped_in_plan_and_show)
                 "[{\"step\": \"pay\", \"phase\": \"do\", \"element\": 0}]", "car", "skipped", -1);
     assert_step(cfg, "{\"id\":\"b-2\",\"status\":\"confirmed\"}",
                 "[{\"step\": \"pay\", \"phase\": \"do\", \"element\": 0}]", "pay", "done", -1);
+    /* an await step the saga is set aside at: "waiting" */
+    assert_step(cfg, "{\"id\":\"b-3\",\"status\":\"car_done\",\"sfWait\":{\"step\":\"pay\"}}", "[]",
+                "pay", "waiting", -1);
+    assert_step(cfg, "{\"id\":\"b-3\",\"status\":\"confirmed\",\"sfWait\":null}", "[]", "pay",
+                "not run", -1);
     assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"confirmed\",\"car\":{}}",
                 "[{\"step\": \"car\", \"phase\": \"do\", \"element\": 0}]", "car", "done", -1);
     cfg_free(cfg);

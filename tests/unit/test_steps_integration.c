@@ -337,6 +337,54 @@ START_TEST(test_delete_exactly_once_and_guards)
 }
 END_TEST
 
+/*
+ * kind = "await": nothing there -> STEP_WAIT with the timeout, after the
+ * waiting record exists in the awaited document's partition; there and
+ * matching -> the marker, then "already" even if the document changes.
+ */
+START_TEST(test_await_waits_then_sees_document_once)
+{
+    static const char *AW = "{\"container\":\"products\",\"id\":\"conf-{{item.id}}\","
+                            "\"partition_key\":\"confirmations\","
+                            "\"condition\":\"FROM c WHERE c.amount = {{item.total}}\","
+                            "\"timeout\":\"30s\"}";
+    struct fixture f;
+    struct step_action a;
+    struct step_result r;
+    json_t *rec;
+
+    fixture_init(&f, "s-aw", "confirm", 0, "{\"item\":{\"id\":\"o-aw\",\"total\":30}}");
+    compile("await", AW, &a);
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_WAIT, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    ck_assert_int_eq(r.wait_timeout_ms, 30000);
+    rec = read_doc("products", "sf|aw|wf|s-aw|confirm", "[\"confirmations\"]");
+    ck_assert_msg(rec != NULL, "no waiting record");
+    ck_assert_str_eq(sf_json_str(rec, "sfKind"), "waiting");
+    ck_assert_str_eq(sf_json_str(rec, "awaitId"), "conf-o-aw");
+    ck_assert_str_eq(sf_json_str(rec, "sourceContainer"), "orders");
+    ck_assert_str_eq(sf_json_str(rec, "sourceId"), "o-aw");
+    ck_assert_str_eq(sf_json_str(rec, "sourcePk"), "c-1");
+    json_decref(rec);
+    /* there, but the condition is false: still waiting */
+    upsert("products", "[\"confirmations\"]",
+           "{\"id\":\"conf-o-aw\",\"category\":\"confirmations\",\"amount\":29}");
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_WAIT, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    upsert("products", "[\"confirmations\"]",
+           "{\"id\":\"conf-o-aw\",\"category\":\"confirmations\",\"amount\":30}");
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    /* seen once: a redelivery answers from the marker even after the document changed */
+    upsert("products", "[\"confirmations\"]",
+           "{\"id\":\"conf-o-aw\",\"category\":\"confirmations\",\"amount\":1}");
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_int_eq(r.outcome, STEP_ALREADY);
+    step_action_release(&a);
+    fixture_release(&f);
+}
+END_TEST
+
 START_TEST(test_batch_sides_and_create)
 {
     struct fixture f;
@@ -711,6 +759,7 @@ int main(void)
     tcase_add_test(tc, test_event_kind);
     tcase_add_test(tc, test_rmw);
     tcase_add_test(tc, test_delete_exactly_once_and_guards);
+    tcase_add_test(tc, test_await_waits_then_sees_document_once);
     tcase_add_test(tc, test_http_idempotency);
     tcase_add_test(tc, test_plugin_kind_runs);
     suite_add_tcase(s, tc);
