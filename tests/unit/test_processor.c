@@ -15,6 +15,7 @@
 #include "config/cfg.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_status.h"
 #include "processor/proc_lanes.h"
 #include "processor/proc_service.h"
 
@@ -687,6 +688,30 @@ static bool when_plan(const char *text, const char *doc_text, struct proc_plan *
     return ok;
 }
 
+/* status, lag, leases and replay know the awaited container's feed that run follows. */
+START_TEST(test_cfg_sources_include_awaited_containers)
+{
+    static const char *AW_CFG =
+        "workflows = ( { name = \"pay\"; container = \"orders\"; state_field = \"status\";\n"
+        "  failed_state = \"cancelled\";\n"
+        "  steps = ( { name = \"confirm\"; from = \"charged\"; to = \"confirmed\";\n"
+        "    do = { kind = \"await\"; container = \"confirmations\"; id = \"conf-{{item.id}}\";\n"
+        "           partition_key = \"{{item.id}}\"; timeout = \"30s\"; }; } ); } );\n";
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    const char *src[8];
+    size_t n;
+
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(AW_CFG, "a.cfg", &cfg, NULL, &err) == SF_OK, "%s", err.msg);
+    n = proc_cfg_sources(cfg, src, SF_ARRAY_LEN(src));
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(src[0], "orders");
+    ck_assert_str_eq(src[1], "confirmations");
+    cfg_free(cfg);
+}
+END_TEST
+
 START_TEST(test_when_false_step_skipped_in_plan_and_show)
 {
     struct cfg_diags *d = calloc(1, sizeof(*d));
@@ -824,6 +849,7 @@ int main(void)
     tcase_add_test(tc, test_saga_events_order_across_passes_and_retries);
     tcase_add_test(tc, test_saga_steps_zero_elements_ran_not_not_run);
     tcase_add_test(tc, test_when_false_step_skipped_in_plan_and_show);
+    tcase_add_test(tc, test_cfg_sources_include_awaited_containers);
     tcase_add_test(tc, test_deadline_passed_plans_compensation);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
