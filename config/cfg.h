@@ -95,10 +95,12 @@ struct cfg_processor {
     int64_t marker_ttl_s;
     int64_t event_ttl_s;
     int64_t park_scan_interval_ms;
-    unsigned park_scan_max;          /* parking records one scan reads, default 100000 */
-    const char *log_level;           /* "debug".."error", default "info" */
-    bool log_json;                   /* default true */
-    const char *http_listen;         /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */
+    unsigned park_scan_max;    /* parking records one scan reads, default 100000 */
+    const char *log_level;     /* "debug".."error", default "info" */
+    bool log_json;             /* default true */
+    const char *http_listen;   /* "HOST:PORT" of /metrics, /healthz, /readyz; NULL: off */
+    int64_t timer_interval_ms; /* how often `run` looks for waits past their timeout or deadline */
+    unsigned timer_batch;      /* at most this many such sagas woken per look */
     unsigned http_max_connections;   /* that listener's connections (default 32) */
     int64_t http_request_timeout_ms; /* deadline for a complete request (default 5s) */
     int64_t http_idle_timeout_ms;    /* keep-alive idle timeout (default 10s) */
@@ -130,6 +132,11 @@ struct cfg_step {
     const char *from;
     const char *to;
     const char *foreach; /* template path of an array ("{{item.lines}}" or "item.lines"), or NULL */
+    /*
+     * Cosmos SQL "FROM c WHERE ..." on the saga's item, or NULL: when false the
+     * step is skipped (no effect, no undo) and the saga still moves from -> to.
+     */
+    const char *when;
     struct cfg_action actions[CFG_ACTIONS_MAX]; /* "do": one batch or one standalone action */
     size_t n_actions;
     struct cfg_action undo[CFG_ACTIONS_MAX]; /* "undo", may be empty */
@@ -154,6 +161,11 @@ struct cfg_workflow {
     const char *compensating_state; /* default "compensating" */
     const char *failed_state;       /* required */
     const char *topic;              /* outbox topic of transition events, NULL: no events */
+    /*
+     * `deadline`: a saga not settled this long after its item's creation
+     * compensates with reason "deadline exceeded"; 0: none (the default).
+     */
+    int64_t deadline_ms;
     struct cfg_step *steps;
     size_t n_steps;
     const char *file;

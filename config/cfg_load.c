@@ -443,6 +443,8 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                                        "event_ttl",
                                        "park_scan_interval",
                                        "park_scan_max",
+                                       "timer_interval",
+                                       "timer_batch",
                                        "log_level",
                                        "log_json",
                                        "http_listen",
@@ -475,6 +477,9 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     get_duration(ld, g, "park_scan_interval", 100, 3600000, 2000, &p->park_scan_interval_ms);
     get_int(ld, g, "park_scan_max", 1, 10000000, 100000, &v);
     p->park_scan_max = (unsigned)v;
+    get_duration(ld, g, "timer_interval", 100, 3600000, 1000, &p->timer_interval_ms);
+    get_int(ld, g, "timer_batch", 1, 100000, 500, &v);
+    p->timer_batch = (unsigned)v;
     get_str(ld, g, "log_level", false, "info", &p->log_level);
     get_bool(ld, g, "log_json", true, &p->log_json);
     get_str(ld, g, "http_listen", false, NULL, &p->http_listen);
@@ -685,7 +690,7 @@ static void load_fail_on(struct loader *ld, const config_setting_t *g, struct cf
 
 static void load_step(struct loader *ld, const config_setting_t *g, struct cfg_step *st)
 {
-    static const char *const keys[] = {"name", "from",    "to",     "foreach", "do",
+    static const char *const keys[] = {"name", "from",    "to",     "foreach", "when", "do",
                                        "undo", "fail_on", "reason", "event",   NULL};
 
     st->file = src_file(ld, g);
@@ -700,6 +705,7 @@ static void load_step(struct loader *ld, const config_setting_t *g, struct cfg_s
     get_str(ld, g, "from", true, NULL, &st->from);
     get_str(ld, g, "to", true, NULL, &st->to);
     get_str(ld, g, "foreach", false, NULL, &st->foreach);
+    get_str(ld, g, "when", false, NULL, &st->when);
     get_str(ld, g, "reason", false, NULL, &st->reason);
     get_str(ld, g, "event", false, NULL, &st->event);
     check_name(ld, g, "name", st->name);
@@ -793,10 +799,19 @@ static void load_filter_params(struct loader *ld, const config_setting_t *wg, js
 
 static void load_workflow(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
 {
-    static const char *const keys[] = {
-        "name",         "container", "filter",       "filter_params",
-        "state_field",  "saga_id",   "reason_field", "compensating_state",
-        "failed_state", "topic",     "steps",        NULL};
+    static const char *const keys[] = {"name",
+                                       "container",
+                                       "filter",
+                                       "filter_params",
+                                       "state_field",
+                                       "saga_id",
+                                       "reason_field",
+                                       "compensating_state",
+                                       "failed_state",
+                                       "topic",
+                                       "steps",
+                                       "deadline",
+                                       NULL};
     const config_setting_t *steps;
 
     w->file = src_file(ld, g);
@@ -820,6 +835,8 @@ static void load_workflow(struct loader *ld, const config_setting_t *g, struct c
     get_str(ld, g, "compensating_state", false, "compensating", &w->compensating_state);
     get_str(ld, g, "failed_state", true, NULL, &w->failed_state);
     get_str(ld, g, "topic", false, NULL, &w->topic);
+    /* 0: no deadline. At most a year: a deadline is a business promise, not a ttl. */
+    get_duration(ld, g, "deadline", 1000, 366LL * 24 * 3600 * 1000, 0, &w->deadline_ms);
     check_name(ld, g, "name", w->name);
     check_name(ld, g, "container", w->container);
     check_name(ld, g, "failed_state", w->failed_state);

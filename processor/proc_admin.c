@@ -10,6 +10,7 @@
 #include "processor/proc_engine.h"
 #include "processor/proc_status.h"
 #include "steps/step.h"
+#include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
 
 #define QUERY_DOCS_MAX 10000
@@ -226,6 +227,21 @@ static bool foreach_empty(const struct cfg_workflow *w, const struct cfg_step *s
     return empty;
 }
 
+/* true when st has a `when` that is false for item: the engine skipped (or will skip) it. */
+static bool when_false(const struct cfg_step *st, const json_t *item)
+{
+    struct step_sql *q = NULL;
+    bool m = true;
+
+    if (st->when == NULL || item == NULL)
+        return false;
+    if (step_sql_compile(st->when, &q, NULL) != SF_OK ||
+        step_sql_match(q, item, NULL, &m, NULL) != SF_OK)
+        m = true; /* cannot tell: the markers speak */
+    step_sql_free(q);
+    return !m;
+}
+
 json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const json_t *markers)
 {
     json_t *steps = json_array();
@@ -252,7 +268,14 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
         if (json_array_size(done) == 0 && json_array_size(undone) == 0 && passed > (long)k &&
             foreach_empty(w, st, item))
             no_elements = true;
-        if (no_elements)
+        if (json_array_size(done) == 0 && json_array_size(undone) == 0 && when_false(st, item))
+            status = "skipped";
+        else if (json_array_size(done) == 0 && item != NULL &&
+                 json_is_object(json_object_get(item, PROC_WAIT_FIELD)) &&
+                 sf_json_str(json_object_get(item, PROC_WAIT_FIELD), "step") != NULL &&
+                 strcmp(sf_json_str(json_object_get(item, PROC_WAIT_FIELD), "step"), st->name) == 0)
+            status = "waiting";
+        else if (no_elements)
             status = "done";
         else if (json_array_size(done) == 0)
             status = "not run";

@@ -72,8 +72,9 @@ static const char USAGE_REPLAY[] =
     "      --partition-key K   only this logical partition: a JSON array ('[\"c-1\"]')\n"
     "                          or a string value (c-1)\n"
     "      --workflow W        only items of workflow W\n"
-    "      --dry-run           print what would run (or park: each element's templates\n"
-    "                          are rendered); write nothing\n"
+    "      --dry-run           print what would run, be skipped (a false `when`) or\n"
+    "                          compensate (a passed deadline), or park (each element's\n"
+    "                          templates are rendered); write nothing\n"
     "      --instance NAME     owner name of the replay leases\n"
     "      --log-level L       debug, info, warn (default), error\n";
 
@@ -82,7 +83,8 @@ static const char USAGE_SAGA[] =
     "\n"
     "Everything known about saga ID: its item's state (and failure reason), each\n"
     "step with the elements whose do and undo markers exist (so what was applied\n"
-    "and what was compensated), its outbox events in order, and parked records.\n"
+    "and what was compensated; `skipped` for a false `when`, `waiting` for an\n"
+    "await it is set aside at), its outbox events in order, and parked records.\n"
     "Exit status 1 when nothing at all is found.\n";
 
 static const char USAGE_LEASES[] =

@@ -52,6 +52,7 @@
 
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
+#include "common/sf_time.h"
 #include "processor/proc_engine.h"
 #include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
@@ -68,6 +69,8 @@ struct cstep {
     struct side act;
     struct side undo;
     struct step_tmpl *foreach; /* JSON mode, NULL without foreach */
+    struct step_sql *when;     /* NULL: the step always runs */
+    const char *await_coll;    /* the container an await step waits on (borrowed), or NULL */
     struct step_tmpl *reason;  /* TEXT mode */
     /* the mutable part: outcome counters (proc_engine_step_counts) */
     _Atomic uint64_t counts[PROC_STEP_COUNTS];
@@ -152,6 +155,7 @@ void proc_engine_free(struct proc_engine *e)
             side_release(&w->steps[j].act);
             side_release(&w->steps[j].undo);
             step_tmpl_free(w->steps[j].foreach);
+            step_sql_free(w->steps[j].when);
             step_tmpl_free(w->steps[j].reason);
         }
         free(w->steps);
@@ -225,6 +229,20 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
     cs->cfg = s;
     compile_side(o, w, s, s->actions, s->n_actions, "do", &cs->act, d);
     compile_side(o, w, s, s->undo, s->n_undo, "undo", &cs->undo, d);
+    for (size_t i = 0; i < s->n_undo; i++)
+        if (s->undo[i].kind != NULL && strcmp(s->undo[i].kind, "await") == 0)
+            cfg_diag_add(d, s->file, s->undo[i].line,
+                         "workflow '%s' step '%s' undo: an await undoes nothing; it belongs in do",
+                         w->name, s->name);
+    if (s->n_actions == 1 && s->actions[0].kind != NULL &&
+        strcmp(s->actions[0].kind, "await") == 0) {
+        cs->await_coll = sf_json_str(s->actions[0].params, "container");
+        if (s->foreach != NULL)
+            cfg_diag_add(d, s->file, cfg_line(s->setting, "foreach", s->line),
+                         "workflow '%s' step '%s': an await step waits for one document; "
+                         "it takes no foreach",
+                         w->name, s->name);
+    }
     if (s->foreach != NULL) {
         char text[1024];
 
@@ -237,6 +255,21 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
         if (step_tmpl_compile_str(text, STEP_TMPL_JSON, &cs->foreach, &err) != SF_OK)
             cfg_diag_add(d, s->file, s->line, "workflow '%s' step '%s' foreach: %s", w->name,
                          s->name, err.msg);
+    }
+    if (s->when != NULL) {
+        int line = cfg_line(s->setting, "when", s->line);
+        json_t *probe = json_object();
+        bool m;
+
+        sf_err_clear(&err);
+        if (step_sql_compile(s->when, &cs->when, &err) != SF_OK)
+            cfg_diag_add(d, s->file, line, "workflow '%s' step '%s' when: %s", w->name, s->name,
+                         err.msg);
+        /* No parameters exist for `when`: one used is an error now, not at the first item. */
+        else if (probe != NULL && step_sql_match(cs->when, probe, NULL, &m, &err) != SF_OK)
+            cfg_diag_add(d, s->file, line, "workflow '%s' step '%s' when: %s", w->name, s->name,
+                         err.msg);
+        json_decref(probe);
     }
     (void)snprintf(reason, sizeof(reason), "%s", s->reason != NULL ? s->reason : "");
     if (s->reason == NULL)
@@ -344,6 +377,17 @@ size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t
             seen = strcmp(out[j], e->wfs[i].cfg->container) == 0;
         if (!seen && n < max)
             out[n++] = e->wfs[i].cfg->container;
+    }
+    for (size_t i = 0; i < e->n; i++) {
+        for (size_t k = 0; k < e->wfs[i].n; k++) {
+            const char *c = e->wfs[i].steps[k].await_coll;
+            bool seen = c == NULL;
+
+            for (size_t j = 0; j < n && !seen; j++)
+                seen = strcmp(out[j], c) == 0;
+            if (!seen && n < max)
+                out[n++] = c;
+        }
     }
     return n;
 }
@@ -524,12 +568,34 @@ static bool step_elements(struct run *r, const struct cstep *cs, json_t **ret_ar
 }
 
 /*
+ * Does step cs apply to the item as it is now? true without a `when`.
+ * false with res set (park) when the condition cannot be evaluated.
+ */
+static bool step_applies(struct run *r, const struct cstep *cs, bool *ret_applies)
+{
+    struct sf_err err;
+
+    *ret_applies = true;
+    if (cs->when == NULL)
+        return true;
+    sf_err_clear(&err);
+    if (step_sql_match(cs->when, r->doc, NULL, ret_applies, &err) != SF_OK) {
+        char context[256];
+
+        (void)snprintf(context, sizeof(context), "step %s when", cs->cfg->name);
+        set_error(r, PROC_PARK, &err, context);
+        return false;
+    }
+    return true;
+}
+
+/*
  * Runs the do side of step cs for every element. Returns STEP_OK when all
  * are applied (now or before), STEP_FAILED with *ret_status and *ret_elem on
  * a business failure, or STEP_RETRY/STEP_FATAL with res filled.
  */
 static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int *ret_status,
-                                     json_t **ret_env)
+                                     json_t **ret_env, int64_t *ret_wait_ms)
 {
     json_t *arr = NULL;
     size_t n;
@@ -558,6 +624,11 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
         } else if (sr.outcome == STEP_ALREADY) {
             r->res->already++;
             count_step(cs, PROC_STEP_ALREADY);
+        } else if (sr.outcome == STEP_WAIT) {
+            *ret_wait_ms = sr.wait_timeout_ms;
+            out = STEP_WAIT;
+            json_decref(env);
+            break;
         } else if (sr.outcome == STEP_FAILED) {
             r->failed_cs = cs;
             r->failed_elem = i;
@@ -605,7 +676,18 @@ static bool run_undo(struct run *r, const struct cstep *cs, bool known, size_t d
     size_t n;
     bool ok = true;
 
+    bool applies = true;
+
     if (cs->undo.n == 0)
+        return true;
+    /*
+     * A step whose `when` is false was skipped: no effect, nothing to undo
+     * (and its templates may not even render for this item). The fields a
+     * `when` reads are the item's data, which the saga does not change.
+     */
+    if (!step_applies(r, cs, &applies))
+        return false;
+    if (!applies)
         return true;
     if (!step_elements(r, cs, &arr))
         return false;
@@ -671,6 +753,35 @@ static enum sf_rc sql_str(const char *s, struct sf_buf *out)
     return rc;
 }
 
+/*
+ * The saga's deadline in epoch ms into *ret_ms: the stamped field, else
+ * (before the first transition) the item's _ts plus the workflow's deadline.
+ * false when the workflow has none or the item tells no time.
+ */
+static bool deadline_at(const struct cworkflow *wf, const json_t *doc, int64_t *ret_ms)
+{
+    const json_t *v = json_object_get(doc, PROC_DEADLINE_FIELD);
+    const json_t *ts = json_object_get(doc, "_ts");
+
+    if (wf->cfg->deadline_ms <= 0)
+        return false;
+    if (json_is_integer(v)) {
+        *ret_ms = (int64_t)json_integer_value(v);
+        return true;
+    }
+    if (!json_is_integer(ts))
+        return false;
+    *ret_ms = (int64_t)json_integer_value(ts) * 1000 + wf->cfg->deadline_ms;
+    return true;
+}
+
+static bool deadline_passed(const struct cworkflow *wf, const json_t *doc)
+{
+    int64_t at = 0;
+
+    return deadline_at(wf, doc, &at) && sf_wall_ms() >= at;
+}
+
 enum trans_result { TRANS_OK, TRANS_LOST, TRANS_STOP };
 
 /*
@@ -706,6 +817,20 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)json_array_append_new(
             ops, json_pack("{s:s, s:s, s:s}", "op", "set", "path", rf, "value", reason));
     }
+    {
+        int64_t at = 0;
+
+        /* The first transition makes the deadline durable on the item (proc_engine.h). */
+        if (ops != NULL && json_object_get(r->doc, PROC_DEADLINE_FIELD) == NULL &&
+            deadline_at(r->wf, r->doc, &at))
+            (void)json_array_append_new(ops, json_pack("{s:s, s:s, s:I}", "op", "set", "path",
+                                                       "/" PROC_DEADLINE_FIELD, "value",
+                                                       (json_int_t)at));
+    }
+    /* Leaving a wait: the timer must not find it again. */
+    if (ops != NULL && json_is_object(json_object_get(r->doc, PROC_WAIT_FIELD)))
+        (void)json_array_append_new(
+            ops, json_pack("{s:s, s:s, s:n}", "op", "set", "path", "/" PROC_WAIT_FIELD, "value"));
     if (ops != NULL && failed_step != NULL)
         (void)json_array_append_new(ops,
                                     json_pack("{s:s, s:s, s:s}", "op", "set", "path",
@@ -800,6 +925,246 @@ out:
     return tr;
 }
 
+enum wait_result { WAIT_SET_ASIDE, WAIT_TIMED_OUT, WAIT_LOST, WAIT_STOP };
+
+/*
+ * Step cs (an await) found nothing: set the saga aside. The first time, a
+ * compare-and-set on the state records PROC_WAIT_FIELD with the timeout's
+ * instant; later passes read it back and time out once it has passed.
+ */
+static enum wait_result handle_wait(struct run *r, const struct cstep *cs, const char *from,
+                                    int64_t wait_ms)
+{
+    const json_t *w = json_object_get(r->doc, PROC_WAIT_FIELD);
+    const char *id = sf_json_str(r->doc, "id");
+    struct cosmos_response resp;
+    struct sf_buf cond, ops_text;
+    struct sf_err err;
+    json_t *ops = NULL, *fresh = NULL;
+    enum wait_result wr = WAIT_STOP;
+    int64_t now = sf_wall_ms();
+    enum sf_rc rc;
+
+    if (json_is_object(w) && sf_json_str(w, "step") != NULL &&
+        strcmp(sf_json_str(w, "step"), cs->cfg->name) == 0) {
+        int64_t until = (int64_t)json_integer_value(json_object_get(w, "until"));
+
+        if (until > 0 && now >= until)
+            return WAIT_TIMED_OUT;
+        r->res->outcome = PROC_SKIPPED;
+        r->res->waiting = true;
+        return WAIT_SET_ASIDE;
+    }
+    sf_err_clear(&err);
+    cosmos_response_init(&resp, COSMOS_BATCH_MAX_BYTES * 2);
+    sf_buf_init(&cond, 64u << 10);
+    sf_buf_init(&ops_text, 64u << 10);
+    ops =
+        json_pack("[{s:s, s:s, s:{s:s, s:I, s:I, s:s?}}]", "op", "set", "path", "/" PROC_WAIT_FIELD,
+                  "value", "step", cs->cfg->name, "since", (json_int_t)now, "until",
+                  (json_int_t)(wait_ms > 0 ? now + wait_ms : 0), "container", cs->await_coll);
+    rc = ops != NULL ? sf_buf_printf(&cond, "FROM c WHERE c[\"%s\"] = ", r->wf->cfg->state_field)
+                     : SF_ENOMEM;
+    if (rc == SF_OK)
+        rc = sql_str(from, &cond);
+    if (rc == SF_OK)
+        rc = sf_json_dump(ops, &ops_text);
+    if (rc != SF_OK) {
+        (void)sf_err_set(&err, rc, false, "building the wait record failed");
+        set_error(r, PROC_PARK, &err, NULL);
+        goto out;
+    }
+    rc = cosmos_doc_patch(r->e->cli, r->e->cfg->cosmos.database, r->it->container, id,
+                          sf_buf_cstr(&r->pk_json), sf_buf_cstr(&ops_text), sf_buf_cstr(&cond),
+                          NULL, &resp, &err);
+    if (rc == SF_OK)
+        fresh = cosmos_response_json(&resp, &err);
+    if (fresh != NULL) {
+        json_decref(r->doc);
+        r->doc = fresh;
+        r->res->outcome = PROC_SKIPPED;
+        r->res->waiting = true;
+        wr = WAIT_SET_ASIDE;
+    } else if (rc == SF_EPRECOND || (rc == SF_ENOTFOUND && resp.substatus == 0)) {
+        wr = reread(r) ? WAIT_LOST : WAIT_STOP; /* someone moved it: look again */
+    } else {
+        set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "setting the saga aside");
+    }
+out:
+    json_decref(ops);
+    sf_buf_release(&cond);
+    sf_buf_release(&ops_text);
+    cosmos_response_release(&resp);
+    return wr;
+}
+
+/*
+ * Wakes one waiting saga: a conditional patch of PROC_WOKEN_FIELD on its
+ * item (only while it still waits, and at step when not NULL), so the item's
+ * own change feed delivers it to its own lane - per-key order holds and the
+ * wake is as durable as any write. SF_OK also when it no longer waits.
+ */
+static enum sf_rc wake_saga(const struct proc_engine *e, const char *container, const char *id,
+                            const json_t *pk, const char *step, int64_t mark, struct sf_err *err)
+{
+    struct cosmos_response resp;
+    struct sf_buf cond, pkj;
+    char ops[128];
+    enum sf_rc rc;
+
+    cosmos_response_init(&resp, 1u << 20);
+    sf_buf_init(&cond, 4096);
+    sf_buf_init(&pkj, 1u << 20);
+    (void)snprintf(ops, sizeof(ops), "[{\"op\":\"set\",\"path\":\"/%s\",\"value\":%lld}]",
+                   PROC_WOKEN_FIELD, (long long)mark);
+    rc = sf_buf_puts(&cond, "FROM c WHERE IS_OBJECT(c." PROC_WAIT_FIELD ")");
+    if (rc == SF_OK && step != NULL) {
+        rc = sf_buf_puts(&cond, " AND c." PROC_WAIT_FIELD ".step = ");
+        if (rc == SF_OK)
+            rc = sql_str(step, &cond);
+    }
+    if (rc == SF_OK)
+        rc = step_pk_json(pk, &pkj);
+    if (rc != SF_OK) {
+        rc = sf_err_set(err, rc, false, "building the wake of %s failed", id);
+        goto out;
+    }
+    rc = cosmos_doc_patch(e->cli, e->cfg->cosmos.database, container, id, sf_buf_cstr(&pkj), ops,
+                          sf_buf_cstr(&cond), NULL, &resp, err);
+    if (rc == SF_EPRECOND || (rc == SF_ENOTFOUND && resp.substatus == 0))
+        rc = SF_OK; /* moved on, or gone: nothing to wake */
+    if (rc != SF_OK)
+        sf_err_prefix(err, "waking %s/%s: ", container, id);
+out:
+    cosmos_response_release(&resp);
+    sf_buf_release(&cond);
+    sf_buf_release(&pkj);
+    return rc;
+}
+
+/* true when some await step waits on container. */
+static bool awaited(const struct proc_engine *e, const char *container)
+{
+    for (size_t i = 0; i < e->n; i++)
+        for (size_t k = 0; k < e->wfs[i].n; k++)
+            if (e->wfs[i].steps[k].await_coll != NULL &&
+                strcmp(e->wfs[i].steps[k].await_coll, container) == 0)
+                return true;
+    return false;
+}
+
+/*
+ * r's item is a document of an awaited container: wake the sagas whose
+ * waiting records (step.h) in its partition name its id. One
+ * single-partition query per document. false (res set to retry or park)
+ * when that fails: the delivery is then retried, so no wake is lost.
+ */
+static bool wake_waiters(struct run *r)
+{
+    const struct proc_engine *e = r->e;
+    struct cosmos_query_opts qo = {0};
+    struct cosmos_query *q = NULL;
+    struct sf_buf pkj, idj;
+    struct sf_err err;
+    json_t *pk = NULL, *docs = NULL, *rec;
+    bool ok;
+    enum sf_rc rc;
+    size_t i;
+
+    sf_err_clear(&err);
+    sf_buf_init(&pkj, 1u << 20);
+    sf_buf_init(&idj, 4096);
+    rc = proc_engine_pk(e, r->it->container, r->it->doc, &pk, &err);
+    if (rc == SF_OK && (step_pk_json(pk, &pkj) != SF_OK ||
+                        sf_json_dump(json_object_get(r->it->doc, "id"), &idj) != SF_OK))
+        rc = sf_err_set(&err, SF_ELIMIT, false, "partition key or id too large");
+    qo.pk_json = sf_buf_cstr(&pkj);
+    if (rc == SF_OK)
+        rc = cosmos_query_new(e->cli, e->cfg->cosmos.database, r->it->container,
+                              "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
+                              "' AND c.awaitId = @id",
+                              &qo, &q, &err);
+    if (rc == SF_OK)
+        rc = cosmos_query_param(q, "@id", sf_buf_cstr(&idj), &err);
+    while (rc == SF_OK && !cosmos_query_done(q)) {
+        rc = cosmos_query_next(q, &docs, &err);
+        json_array_foreach(docs, i, rec)
+        {
+            if (rc != SF_OK)
+                break;
+            if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
+                continue;
+            rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
+                           json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
+                           &err);
+            if (rc == SF_OK)
+                r->res->woken++;
+        }
+        json_decref(docs);
+        docs = NULL;
+    }
+    if (rc != SF_OK)
+        set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "waking waiting sagas");
+    ok = rc == SF_OK;
+    cosmos_query_free(q);
+    json_decref(pk);
+    sf_buf_release(&pkj);
+    sf_buf_release(&idj);
+    return ok;
+}
+
+enum sf_rc proc_engine_sweep(const struct proc_engine *e, size_t max, size_t *ret_n,
+                             struct sf_err *err)
+{
+    size_t n = 0;
+    enum sf_rc rc = SF_OK;
+    char now[32];
+
+    (void)snprintf(now, sizeof(now), "%lld", (long long)sf_wall_ms());
+    for (size_t w = 0; w < e->n && rc == SF_OK && n < max; w++) {
+        struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 100};
+        struct cosmos_query *q = NULL;
+        json_t *docs = NULL, *d;
+        bool has_await = false;
+        size_t i;
+
+        for (size_t k = 0; k < e->wfs[w].n; k++)
+            has_await |= e->wfs[w].steps[k].await_coll != NULL;
+        if (!has_await)
+            continue;
+        rc = cosmos_query_new(e->cli, e->cfg->cosmos.database, e->wfs[w].cfg->container,
+                              "SELECT * FROM c WHERE IS_OBJECT(c." PROC_WAIT_FIELD
+                              ") AND ((c." PROC_WAIT_FIELD ".until > 0 AND c." PROC_WAIT_FIELD
+                              ".until <= @now) OR (IS_NUMBER(c." PROC_DEADLINE_FIELD
+                              ") AND c." PROC_DEADLINE_FIELD " <= @now))",
+                              &qo, &q, err);
+        if (rc == SF_OK)
+            rc = cosmos_query_param(q, "@now", now, err);
+        while (rc == SF_OK && n < max && !cosmos_query_done(q)) {
+            rc = cosmos_query_next(q, &docs, err);
+            json_array_foreach(docs, i, d)
+            {
+                json_t *pk = NULL;
+
+                if (rc != SF_OK || n >= max)
+                    break;
+                rc = proc_engine_pk(e, e->wfs[w].cfg->container, d, &pk, err);
+                if (rc == SF_OK)
+                    rc = wake_saga(e, e->wfs[w].cfg->container, sf_json_str(d, "id"), pk, NULL,
+                                   sf_wall_ms(), err);
+                json_decref(pk);
+                if (rc == SF_OK)
+                    n++;
+            }
+            json_decref(docs);
+            docs = NULL;
+        }
+        cosmos_query_free(q);
+    }
+    *ret_n = n;
+    return rc;
+}
+
 static const struct cstep *find_step(const struct cworkflow *wf, const char *state, size_t *ret_k)
 {
     for (size_t k = 0; k < wf->n; k++) {
@@ -861,7 +1226,8 @@ static enum trans_result compensate(struct run *r, const char *state)
      */
     for (size_t k = top; k-- > 0;) {
         const struct cstep *cs = &r->wf->steps[k];
-        bool batched = do_side_batched(cs);
+        /* A step with a `when` may have been skipped: only its markers know. */
+        bool batched = do_side_batched(cs) && cs->when == NULL;
         bool ok;
 
         if (failed_known && k + 1 < top && batched)
@@ -938,7 +1304,56 @@ static void advance(struct run *r)
             r->res->outcome = PROC_SKIPPED; /* a state this workflow does not act on */
             return;
         }
-        switch (run_forward(r, cs, &status, &fail_env)) {
+        if (deadline_passed(r->wf, r->doc)) {
+            /*
+             * Not settled in time: compensate what was done, once - the CAS
+             * into the compensating state decides which delivery does it.
+             * The current step counts as failed: its applied elements (read
+             * from their markers) are undone with the earlier steps.
+             */
+            tr = transition(r, from, w->compensating_state, w->compensating_state,
+                            PROC_DEADLINE_REASON, cs->cfg->name);
+            if (tr == TRANS_OK) {
+                r->res->deadline_exceeded = true;
+                count_step(cs, PROC_STEP_BUSINESS_FAILURE);
+            }
+            if (tr == TRANS_STOP)
+                return;
+            continue;
+        }
+        {
+            bool applies = true;
+
+            if (!step_applies(r, cs, &applies))
+                return;
+            if (!applies) {
+                /* Skipped: no effect, no marker; the state still moves and its event goes out. */
+                r->res->skipped_steps++;
+                tr = transition(r, from, cs->cfg->to,
+                                cs->cfg->event != NULL ? cs->cfg->event : cs->cfg->to, NULL, NULL);
+                if (tr == TRANS_STOP)
+                    return;
+                continue;
+            }
+        }
+        int64_t wait_ms = 0;
+        enum step_outcome oc = run_forward(r, cs, &status, &fail_env, &wait_ms);
+
+        if (oc == STEP_WAIT) {
+            enum wait_result wr = handle_wait(r, cs, from, wait_ms);
+
+            if (wr == WAIT_LOST)
+                continue;
+            if (wr != WAIT_TIMED_OUT)
+                return; /* set aside (res says waiting), or stopped (res set) */
+            /* The wait timed out: a business failure of this step, status 408. */
+            status = 408;
+            fail_env = make_env(r, cs->cfg->name, NULL, 0);
+            r->failed_cs = cs;
+            r->failed_elem = 0;
+            oc = STEP_FAILED;
+        }
+        switch (oc) {
         case STEP_OK:
         case STEP_ALREADY:
             tr = transition(r, from, cs->cfg->to,
@@ -1066,6 +1481,9 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
     if (!json_is_object(it->doc) || json_object_get(it->doc, STEP_SYS_FIELD) != NULL ||
         !json_is_string(json_object_get(it->doc, "id")))
         goto out; /* markers, events, parked records: never sagas */
+    /* A document some saga may be waiting for: wake it first (its own lane runs it). */
+    if (e->cli != NULL && awaited(e, it->container) && !wake_waiters(&r))
+        goto out;
     if (!select_workflow(&r, it->doc))
         goto out;
     (void)snprintf(res->workflow, sizeof(res->workflow), "%s", r.wf->cfg->name);
@@ -1182,7 +1600,27 @@ void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
     cs = find_step(r.wf, state, &k);
     if (cs == NULL)
         goto out; /* a state this workflow does not act on */
+    if (deadline_passed(r.wf, r.doc)) {
+        ret->kind = PROC_PLAN_COMPENSATE;
+        ret->deadline_exceeded = true;
+        goto out;
+    }
     (void)snprintf(ret->step, sizeof(ret->step), "%s", cs->cfg->name);
+    if (cs->when != NULL) {
+        bool applies = true;
+
+        if (step_sql_match(cs->when, r.doc, NULL, &applies, &err) != SF_OK) {
+            ret->kind = PROC_PLAN_ERROR;
+            ret->err = err;
+            sf_err_prefix(&ret->err, "step %s when: ", cs->cfg->name);
+            goto out;
+        }
+        if (!applies) {
+            ret->kind = PROC_PLAN_STEP;
+            ret->skipped = true; /* no element runs; the state moves on */
+            goto out;
+        }
+    }
     if (!step_elements(&r, cs, &arr)) {
         ret->kind = PROC_PLAN_ERROR;
         ret->err = res.err;

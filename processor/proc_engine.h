@@ -30,6 +30,25 @@
 /* The field holding the failed step's name while compensating. */
 #define PROC_FAILED_STEP_FIELD "sfFailedStep"
 
+/*
+ * The field holding a saga's deadline (epoch milliseconds) when its workflow
+ * has a `deadline`: stamped by the first transition as the item's _ts (its
+ * last write before sagafeed moved it: its creation) plus the deadline, so a
+ * restart, a handoff or a replay finds the same instant on the item itself.
+ */
+#define PROC_DEADLINE_FIELD  "sfDeadline"
+#define PROC_DEADLINE_REASON "deadline exceeded"
+/*
+ * A saga set aside by an await step: {"step", "since", "until" (epoch ms, 0:
+ * no timeout), "container"} on the item, written by a compare-and-set on its
+ * state, so the timeout survives restarts, handoff and replays; set to null
+ * by the next transition. PROC_WOKEN_FIELD is what a wake writes (the
+ * awaited document's _lsn, or the time): the item's own change feed then
+ * delivers it to its lane again.
+ */
+#define PROC_WAIT_FIELD  "sfWait"
+#define PROC_WOKEN_FIELD "sfWoken"
+
 struct proc_engine;
 
 struct proc_engine_opts {
@@ -49,8 +68,22 @@ enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engi
                            struct cfg_diags *diags, struct sf_err *err);
 void proc_engine_free(struct proc_engine *e);
 
-/* Distinct source containers of all workflows (for the feed processors). */
+/*
+ * Distinct containers whose change feeds the workflows need (for the feed
+ * processors): every source container, then every container an await step
+ * waits on (its documents wake the waiting sagas).
+ */
 size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max);
+
+/*
+ * The durable timer: wakes (PROC_WOKEN_FIELD) up to max waiting sagas whose
+ * await timeout or workflow deadline has passed, found by one query per
+ * workflow with await steps over its source container. Each wake is a
+ * conditional patch (only while the saga still waits), so two instances
+ * sweeping at once only cost a write. *ret_n: sagas woken. Any thread.
+ */
+enum sf_rc proc_engine_sweep(const struct proc_engine *e, size_t max, size_t *ret_n,
+                             struct sf_err *err);
 
 /*
  * What the engine counts per step since proc_engine_new (its one mutable
@@ -101,6 +134,10 @@ struct proc_result {
     char reason[STEP_REASON_MAX]; /* failure reason, when the saga failed */
     unsigned effects;             /* step elements applied now */
     unsigned already;             /* step elements found applied before */
+    unsigned skipped_steps;       /* steps passed over because their `when` was false */
+    bool deadline_exceeded;       /* this call moved the saga into compensation: too late */
+    bool waiting;                 /* PROC_SKIPPED: the saga waits for a document (await) */
+    unsigned woken;               /* waiting sagas this delivery (an awaited document) woke */
     unsigned transitions;         /* state transitions written */
     bool settled_now;             /* this call wrote the final transition */
     struct sf_err err;            /* PROC_RETRY / PROC_PARK */
@@ -113,7 +150,7 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
 /* What proc_engine_plan found (replay --dry-run). */
 enum proc_plan_kind {
     PROC_PLAN_NONE = 0,   /* not a saga item, no workflow matches, or a state nothing acts on */
-    PROC_PLAN_STEP,       /* the step `step` would run (for `elements` elements) */
+    PROC_PLAN_STEP,       /* the step `step` would run (for `elements` elements) or be skipped */
     PROC_PLAN_COMPENSATE, /* the saga is compensating: undo, then the failed state */
     PROC_PLAN_SETTLED,    /* the saga is settled (final or failed state): nothing to do */
     PROC_PLAN_ERROR,      /* processing would park it at once (err: filter, template) */
@@ -126,6 +163,8 @@ struct proc_plan {
     char state[CFG_NAME_MAX + 1];
     char step[CFG_NAME_MAX + 1];
     size_t elements;
+    bool skipped;           /* PROC_PLAN_STEP: the step's `when` is false, it would be skipped */
+    bool deadline_exceeded; /* PROC_PLAN_COMPENSATE: because the workflow's deadline passed */
     struct sf_err err;
 };
 

@@ -622,9 +622,13 @@ static void print_plan(struct replay *rp, const struct scope *sc, const json_t *
     if (out != NULL) {
         (void)fprintf(out, "lsn %lld %s %s %s %s: state %s: ", (long long)lsn, sc->container,
                       sf_json_str(doc, "id"), sf_buf_cstr(&pkj), plan.workflow, plan.state);
-        if (plan.kind == PROC_PLAN_STEP)
+        if (plan.kind == PROC_PLAN_STEP && plan.skipped)
+            (void)fprintf(out, "would skip step %s (its when is false)\n", plan.step);
+        else if (plan.kind == PROC_PLAN_STEP)
             (void)fprintf(out, "would run step %s (%zu element%s)\n", plan.step, plan.elements,
                           plan.elements == 1 ? "" : "s");
+        else if (plan.kind == PROC_PLAN_COMPENSATE && plan.deadline_exceeded)
+            (void)fprintf(out, "would compensate (deadline exceeded)\n");
         else if (plan.kind == PROC_PLAN_COMPENSATE)
             (void)fprintf(out, "would compensate (undo completed steps)\n");
         else if (plan.kind == PROC_PLAN_SETTLED)

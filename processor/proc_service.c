@@ -39,6 +39,7 @@ struct proc_service {
     struct feed_slot feeds[SOURCES_MAX];
     size_t n_feeds;
     int64_t next_scan_ms;
+    int64_t next_timer_ms;    /* the next look for waits past their timeout (proc_engine_sweep) */
     struct proc_kafka *kafka; /* the outbox/CDC relays; NULL without a kafka section */
 };
 
@@ -496,6 +497,17 @@ void proc_service_tick(struct proc_service *s)
     size_t n = 0;
 
     proc_kafka_tick(s->kafka);
+    if (sf_mono_ms() >= s->next_timer_ms) {
+        size_t woken = 0;
+
+        s->next_timer_ms = sf_mono_ms() + s->cfg->processor.timer_interval_ms;
+        sf_err_clear(&err);
+        if (proc_engine_sweep(s->engine, s->cfg->processor.timer_batch, &woken, &err) != SF_OK)
+            sf_log_warn("sagafeed", "looking for timed-out waits failed: %s", err.msg);
+        else if (woken > 0)
+            sf_log_info("sagafeed", "woke %zu waiting saga%s past a timeout or deadline", woken,
+                        woken == 1 ? "" : "s");
+    }
     if (sf_mono_ms() < s->next_scan_ms)
         return;
     s->next_scan_ms = sf_mono_ms() + s->cfg->processor.park_scan_interval_ms;

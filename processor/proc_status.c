@@ -29,6 +29,22 @@ size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max)
         if (!seen && n < max)
             out[n++] = cfg->workflows[i].container;
     }
+    /* The containers await steps wait on: run follows their change feeds too. */
+    for (size_t i = 0; i < cfg->n_workflows; i++) {
+        for (size_t k = 0; k < cfg->workflows[i].n_steps; k++) {
+            const struct cfg_step *st = &cfg->workflows[i].steps[k];
+            const char *c = st->n_actions == 1 && st->actions[0].kind != NULL &&
+                                    strcmp(st->actions[0].kind, "await") == 0
+                                ? sf_json_str(st->actions[0].params, "container")
+                                : NULL;
+            bool seen = c == NULL;
+
+            for (size_t j = 0; j < n && !seen; j++)
+                seen = strcmp(out[j], c) == 0;
+            if (!seen && n < max)
+                out[n++] = c;
+        }
+    }
     return n;
 }
 

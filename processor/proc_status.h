@@ -51,8 +51,10 @@ struct proc_fleet_view {
 enum sf_rc proc_lease_prefix(const struct cfg *cfg, const char *container, char *out, size_t size);
 
 /*
- * The source containers of cfg's workflows, each once, in config order,
- * into out (borrowed from cfg). Returns how many.
+ * The containers whose change feeds cfg's workflows follow, each once, into
+ * out (borrowed from cfg): the source containers in config order, then the
+ * containers await steps wait on (proc_engine_sources' order). Returns how
+ * many.
  */
 size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max);
 

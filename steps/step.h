@@ -18,7 +18,7 @@
  *    name a target partition and append operations to the step's batch; the
  *    engine adds the marker and commits. Several batchable actions of one
  *    step with the same target share one batch.
- *  - standalone kinds (guarded read-modify-write, HTTP call, most plugins)
+ *  - standalone kinds (guarded read-modify-write, HTTP call, delete, await, most plugins)
  *    perform their effect themselves with step_effect_begin/commit (or
  *    step_marker_create after a non-Cosmos effect), which keep the marker
  *    rules.
@@ -64,15 +64,22 @@ enum step_outcome {
     STEP_FAILED,  /* business failure: nothing applied; compensate */
     STEP_RETRY,   /* transient: nothing known applied; retrying may succeed */
     STEP_FATAL,   /* neither (bad template, 400, ...): park the item */
+    /*
+     * await only: what it waits for is not there yet. Nothing applied, no
+     * marker; the waiting record exists (step_await.c), so the saga can be
+     * set aside and woken by the awaited container's change feed.
+     */
+    STEP_WAIT,
 };
 
 struct step_result {
     enum step_outcome outcome;
-    int status;        /* the HTTP status that decided, 0 when none */
-    struct sf_err err; /* details for STEP_RETRY / STEP_FATAL (and STEP_FAILED) */
+    int status;              /* the HTTP status that decided, 0 when none */
+    struct sf_err err;       /* details for STEP_RETRY / STEP_FATAL (and STEP_FAILED) */
+    int64_t wait_timeout_ms; /* STEP_WAIT: the longest the saga may wait, 0: no limit */
 };
 
-/* A static name: "ok", "already", "failed", "retry", "fatal". */
+/* A static name: "ok", "already", "failed", "retry", "fatal", "wait". */
 const char *step_outcome_str(enum step_outcome o);
 
 /* Sets res to outcome with a printf message (err.rc = rc, err.retriable = outcome == STEP_RETRY).
@@ -219,6 +226,24 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
                         struct step_result *res);
 
 /* ---------------------------------------------------------------------------
+ * Waiting records (kind "await")
+ *
+ * A saga waiting for a document (container, id, pk) leaves one record in
+ * that document's logical partition, id step_det_id("aw", {workflow, saga,
+ * step}), before it is set aside:
+ *   {"id", "sfKind": "waiting", "workflow", "sagaId", "step",
+ *    "awaitId": <the awaited id>, "sourceContainer", "sourceId",
+ *    "sourcePk": <the saga item's partition key value>, "epoch", "at",
+ *    "ttl": <marker ttl>, <pk field>: <pk>}
+ * The engine reads these records when a document of that container arrives
+ * on its change feed (one single-partition query by awaitId) and wakes the
+ * sagas they name. Written before the await's last look for the document, so
+ * a document written at any moment is either seen by that look or finds the
+ * record.
+ */
+#define STEP_WAITING_KIND "waiting"
+
+/* ---------------------------------------------------------------------------
  * Outbox events
  */
 
@@ -256,7 +281,7 @@ struct step_target {
 void step_target_release(struct step_target *t);
 
 struct step_kind {
-    const char *name; /* "patch", "create", "rmw", "event", "http", or a plugin's "x.y" */
+    const char *name; /* "patch", "create", "rmw", "event", "http", "delete", "await", or "x.y" */
     /*
      * Validates params (a JSON object, the action's keys except "kind") and
      * compiles them into *ret_state. Error messages start with the offending
@@ -292,7 +317,7 @@ enum sf_rc step_registry_add(struct step_registry *reg, const struct step_kind *
 /* The kind named name, or NULL. */
 const struct step_kind *step_registry_find(const struct step_registry *reg, const char *name);
 
-/* Registers patch, create, rmw, event and http. */
+/* Registers patch, create, rmw, event, http, delete and await. */
 enum sf_rc step_registry_add_builtins(struct step_registry *reg, struct sf_err *err);
 
 /*

@@ -29,6 +29,8 @@ const char *step_outcome_str(enum step_outcome o)
         return "retry";
     case STEP_FATAL:
         return "fatal";
+    case STEP_WAIT:
+        return "wait";
     }
     return "?";
 }

@@ -206,7 +206,7 @@ static bool subset(const json_t *want, const json_t *got, char *why, size_t why_
 static void run_case(const char *file)
 {
     const char *src = getenv("SF_SOURCE_DIR");
-    char path[1024], db[64], why[512];
+    char path[1024], db[256], why[512];
     char *case_text, *cfg_text, *cfg_sub;
     json_t *c, *expect, *v, *arr;
     struct cfg *cfg = NULL;
@@ -237,8 +237,8 @@ static void run_case(const char *file)
     ck_assert_msg(c != NULL, "%s: %s", file, err.msg);
     free(case_text);
     /* a database per case: cases never see each other's documents */
-    (void)snprintf(db, sizeof(db), "case-%.40s", file);
-    *strrchr(db, '.') = '\0';
+    /* the name without ".json" (a long name must not cut the extension off first) */
+    (void)snprintf(db, sizeof(db), "case-%.*s", (int)(strlen(file) - 5), file);
     (void)snprintf(path, sizeof(path), "%s/%s", src, sf_json_str(c, "config"));
     cfg_text = slurp(path);
     ck_assert_msg(cfg_text != NULL, "%s: cannot read config %s", file, path);

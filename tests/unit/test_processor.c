@@ -15,6 +15,7 @@
 #include "config/cfg.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_status.h"
 #include "processor/proc_lanes.h"
 #include "processor/proc_service.h"
 
@@ -627,6 +628,203 @@ START_TEST(test_saga_steps_zero_elements_ran_not_not_run)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * when = "FROM c WHERE ...": a step that does not apply is skipped
+ */
+
+static const char *WHEN_CFG =
+    "workflows = ( {\n"                                                /* 1 */
+    "  name = \"trip\"; container = \"bookings\";\n"                   /* 2 */
+    "  state_field = \"status\"; failed_state = \"cancelled\";\n"      /* 3 */
+    "  steps = (\n"                                                    /* 4 */
+    "    { name = \"car\"; from = \"requested\"; to = \"car_done\";\n" /* 5 */
+    "      when = \"FROM c WHERE IS_DEFINED(c.car)\";\n"               /* 6 */
+    "      do = { kind = \"create\"; container = \"cars\";\n"          /* 7 */
+    "             partition_key = \"{{item.car.city}}\";\n"            /* 8 */
+    "             document = { id = \"car-{{item.id}}\"; }; }; },\n"   /* 9 */
+    "    { name = \"pay\"; from = \"car_done\"; to = \"confirmed\";\n" /* 10 */
+    "      do = { kind = \"patch\"; container = \"wallets\"; id = \"{{item.c}}\";\n"
+    "             partition_key = \"{{item.c}}\";\n"
+    "             ops = ( { op = \"incr\"; path = \"/b\"; value = -1; } ); }; } );\n"
+    "} );\n";
+
+/* Compiles text (check-config's compile) and plans doc_text with it. */
+static bool when_plan(const char *text, const char *doc_text, struct proc_plan *plan,
+                      struct cfg_diags *d)
+{
+    struct cfg *cfg = NULL;
+    struct step_registry *reg = NULL;
+    struct step_catalog *cat = NULL;
+    struct proc_engine *e = NULL;
+    struct proc_engine_opts eo = {0};
+    json_t *doc = json_loads(doc_text, 0, NULL);
+    struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
+    struct sf_err err;
+    bool ok;
+
+    ck_assert_ptr_nonnull(doc);
+    memset(d, 0, sizeof(*d));
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(text, "t.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(step_registry_new(&reg, &err), SF_OK);
+    ck_assert_int_eq(step_registry_add_builtins(reg, &err), SF_OK);
+    ck_assert_int_eq(step_catalog_new(NULL, "db", &cat, &err), SF_OK);
+    ck_assert_int_eq(step_catalog_set(cat, "bookings", "/c"), SF_OK);
+    ck_assert_int_eq(step_catalog_set(cat, "cars", "/city"), SF_OK);
+    ck_assert_int_eq(step_catalog_set(cat, "wallets", "/c"), SF_OK);
+    eo.cfg = cfg;
+    eo.reg = reg;
+    eo.catalog = cat;
+    ok = proc_engine_new(&eo, &e, d, &err) == SF_OK;
+    if (ok) {
+        it.doc = doc;
+        proc_engine_plan(e, &it, plan);
+    }
+    proc_engine_free(e);
+    step_catalog_free(cat);
+    step_registry_free(reg);
+    json_decref(doc);
+    cfg_free(cfg);
+    return ok;
+}
+
+/* status, lag, leases and replay know the awaited container's feed that run follows. */
+START_TEST(test_cfg_sources_include_awaited_containers)
+{
+    static const char *AW_CFG =
+        "workflows = ( { name = \"pay\"; container = \"orders\"; state_field = \"status\";\n"
+        "  failed_state = \"cancelled\";\n"
+        "  steps = ( { name = \"confirm\"; from = \"charged\"; to = \"confirmed\";\n"
+        "    do = { kind = \"await\"; container = \"confirmations\"; id = \"conf-{{item.id}}\";\n"
+        "           partition_key = \"{{item.id}}\"; timeout = \"30s\"; }; } ); } );\n";
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    const char *src[8];
+    size_t n;
+
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(AW_CFG, "a.cfg", &cfg, NULL, &err) == SF_OK, "%s", err.msg);
+    n = proc_cfg_sources(cfg, src, SF_ARRAY_LEN(src));
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(src[0], "orders");
+    ck_assert_str_eq(src[1], "confirmations");
+    cfg_free(cfg);
+}
+END_TEST
+
+START_TEST(test_when_false_step_skipped_in_plan_and_show)
+{
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct proc_plan plan;
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    char bad[4096];
+    const char *at;
+
+    ck_assert_ptr_nonnull(d);
+    /* replay --dry-run: a booking with a car would run the step, one without skips it */
+    ck_assert(when_plan(WHEN_CFG,
+                        "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"requested\","
+                        "\"car\":{\"city\":\"rome\"}}",
+                        &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_STEP && !plan.skipped, "%d: %s", plan.kind, plan.err.msg);
+    ck_assert_str_eq(plan.step, "car");
+    ck_assert(
+        when_plan(WHEN_CFG, "{\"id\":\"b-2\",\"c\":\"u\",\"status\":\"requested\"}", &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_STEP && plan.skipped,
+                  "kind %d skipped %d: %s (the car template would not even render)", plan.kind,
+                  plan.skipped, plan.err.msg);
+    /* check-config: a broken `when` is an error at its own line */
+    at = strstr(WHEN_CFG, "IS_DEFINED(c.car)");
+    ck_assert_ptr_nonnull(at);
+    (void)snprintf(bad, sizeof(bad), "%.*sIS_DEFINED(c.car) AND (%s", (int)(at - WHEN_CFG),
+                   WHEN_CFG, at + strlen("IS_DEFINED(c.car)"));
+    ck_assert(!when_plan(bad, "{\"id\":\"b-3\",\"status\":\"requested\"}", &plan, d));
+    ck_assert(has(d, "t.cfg:6:", "step 'car' when:"));
+    /* a parameter nobody can give it */
+    (void)snprintf(bad, sizeof(bad), "%.*sc.car = @car%s", (int)(at - WHEN_CFG), WHEN_CFG,
+                   at + strlen("IS_DEFINED(c.car)"));
+    ck_assert(!when_plan(bad, "{\"id\":\"b-3\",\"status\":\"requested\"}", &plan, d));
+    ck_assert(has(d, "t.cfg:6:", "step 'car' when:"));
+    /* saga show: a passed step whose when is false is "skipped", not "not run" */
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(WHEN_CFG, "t.cfg", &cfg, NULL, &err) == SF_OK, "%s", err.msg);
+    assert_step(cfg, "{\"id\":\"b-2\",\"status\":\"confirmed\"}",
+                "[{\"step\": \"pay\", \"phase\": \"do\", \"element\": 0}]", "car", "skipped", -1);
+    assert_step(cfg, "{\"id\":\"b-2\",\"status\":\"confirmed\"}",
+                "[{\"step\": \"pay\", \"phase\": \"do\", \"element\": 0}]", "pay", "done", -1);
+    /* an await step the saga is set aside at: "waiting" */
+    assert_step(cfg, "{\"id\":\"b-3\",\"status\":\"car_done\",\"sfWait\":{\"step\":\"pay\"}}", "[]",
+                "pay", "waiting", -1);
+    assert_step(cfg, "{\"id\":\"b-3\",\"status\":\"confirmed\",\"sfWait\":null}", "[]", "pay",
+                "not run", -1);
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"confirmed\",\"car\":{}}",
+                "[{\"step\": \"car\", \"phase\": \"do\", \"element\": 0}]", "car", "done", -1);
+    cfg_free(cfg);
+    free(d);
+}
+END_TEST
+
+/*
+ * deadline = "15m": the instant is the stamped sfDeadline, else the item's
+ * _ts plus the deadline; once passed, the dry run says it would compensate.
+ */
+START_TEST(test_deadline_passed_plans_compensation)
+{
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct proc_plan plan;
+    char text[4096], doc[512];
+    const char *at = strstr(WHEN_CFG, "  steps = (");
+    long long now_s = (long long)(sf_wall_ms() / 1000);
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_nonnull(at);
+    (void)snprintf(text, sizeof(text), "%.*s  deadline = \"15m\";\n%s", (int)(at - WHEN_CFG),
+                   WHEN_CFG, at);
+    /* written just now: 15 minutes to go */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":%lld}", now_s);
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_STEP && !plan.deadline_exceeded, "%d: %s", plan.kind,
+                  plan.err.msg);
+    /* written an hour ago, never stamped: too late */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":%lld}",
+                   now_s - 3600);
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_COMPENSATE && plan.deadline_exceeded, "%d", plan.kind);
+    /* the stamped instant wins over _ts (a later write moved _ts on) */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":%lld,"
+                   "\"sfDeadline\":%lld}",
+                   now_s, (now_s - 1) * 1000);
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_msg(plan.kind == PROC_PLAN_COMPENSATE && plan.deadline_exceeded, "%d", plan.kind);
+    /* settled sagas have no deadline left */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"confirmed\",\"sfDeadline\":1}");
+    ck_assert(when_plan(text, doc, &plan, d));
+    ck_assert_int_eq(plan.kind, PROC_PLAN_SETTLED);
+    /* without a deadline the same old item just runs */
+    (void)snprintf(doc, sizeof(doc),
+                   "{\"id\":\"b-1\",\"c\":\"u\",\"status\":\"car_done\",\"_ts\":1}");
+    ck_assert(when_plan(WHEN_CFG, doc, &plan, d));
+    ck_assert_int_eq(plan.kind, PROC_PLAN_STEP);
+    /* check-config: a deadline must be a duration of at least 1s */
+    (void)snprintf(text, sizeof(text), "%.*s  deadline = \"soon\";\n%s", (int)(at - WHEN_CFG),
+                   WHEN_CFG, at);
+    {
+        struct cfg *cfg = NULL;
+        struct sf_err err;
+
+        memset(d, 0, sizeof(*d));
+        ck_assert(cfg_load_string(text, "t.cfg", &cfg, d, &err) != SF_OK);
+        ck_assert(has(d, "t.cfg:4:", "deadline"));
+    }
+    free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("processor");
@@ -650,6 +848,9 @@ int main(void)
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
     tcase_add_test(tc, test_saga_events_order_across_passes_and_retries);
     tcase_add_test(tc, test_saga_steps_zero_elements_ran_not_not_run);
+    tcase_add_test(tc, test_when_false_step_skipped_in_plan_and_show);
+    tcase_add_test(tc, test_cfg_sources_include_awaited_containers);
+    tcase_add_test(tc, test_deadline_passed_plans_compensation);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -369,6 +369,37 @@ START_TEST(test_kind_params)
          "{\"container\":\"w\",\"id\":\"x\",\"partition_key\":\"y\",\"max_retries\":0,"
          "\"ops\":[{\"op\":\"set\",\"path\":\"/b\",\"value\":1}]}",
          "max_retries:"},
+        /* kind = "await": container, id, partition_key, optional condition, timeout */
+        {"await",
+         "{\"container\":\"conf\",\"id\":\"conf-{{item.id}}\",\"partition_key\":\"{{item.id}}\","
+         "\"condition\":\"FROM c WHERE c.amount = {{item.total}}\",\"timeout\":\"30s\"}",
+         NULL},
+        {"await",
+         "{\"container\":\"conf\",\"id\":\"x\",\"partition_key\":\"k\",\"timeout\":\"soon\"}",
+         "timeout:"},
+        {"await",
+         "{\"container\":\"conf\",\"id\":\"x\",\"partition_key\":\"k\",\"timeout\":\"10ms\"}",
+         "timeout:"},
+        {"await", "{\"container\":\"conf\",\"partition_key\":\"k\"}", "id:"},
+        {"await",
+         "{\"container\":\"conf\",\"id\":\"x\",\"partition_key\":\"k\",\"condition\":\"FROM c "
+         "WHERE (\"}",
+         "condition:"},
+        /* kind = "delete": container, id, partition_key, optional if_match / condition */
+        {"delete",
+         "{\"container\":\"h\",\"id\":\"hold-{{item.id}}\",\"partition_key\":\"{{item.day}}\","
+         "\"if_match\":\"{{item.holdEtag}}\",\"condition\":\"FROM c WHERE c.owner = "
+         "{{item.id}}\"}",
+         NULL},
+        {"delete", "{\"container\":\"h\",\"partition_key\":\"k\"}", "id:"},
+        {"delete", "{\"container\":\"h\",\"id\":\"x\"}", "partition_key:"},
+        {"delete", "{\"container\":\"h\",\"id\":\"x\",\"partition_key\":\"k\",\"ops\":[]}", "ops:"},
+        {"delete",
+         "{\"container\":\"h\",\"id\":\"x\",\"partition_key\":\"k\",\"condition\":\"FROM c "
+         "WHERE (\"}",
+         "condition:"},
+        {"delete", "{\"container\":\"h\",\"id\":\"x\",\"partition_key\":\"k\",\"if_match\":\"{{\"}",
+         "if_match:"},
         {"http",
          "{\"url\":\"http://127.0.0.1:9/pay/{{item.id}}\",\"body\":{\"a\":\"{{item.total}}\"}}",
          NULL},

@@ -246,6 +246,145 @@ START_TEST(test_patch_path_template_writes_rendered_key)
 }
 END_TEST
 
+/*
+ * kind = "delete": exactly once behind its marker; a document already gone
+ * counts as done (and leaves the marker, so compensation sees it); a false
+ * condition or a stale if_match is a business failure that deletes nothing.
+ */
+START_TEST(test_delete_exactly_once_and_guards)
+{
+    static const char *DEL = "{\"container\":\"products\",\"id\":\"{{it.id}}\","
+                             "\"partition_key\":\"holds\"}";
+    static const char *DEL_COND = "{\"container\":\"products\",\"id\":\"{{it.id}}\","
+                                  "\"partition_key\":\"holds\","
+                                  "\"condition\":\"FROM c WHERE c.owner = {{item.id}}\"}";
+    static const char *DEL_ETAG = "{\"container\":\"products\",\"id\":\"{{it.id}}\","
+                                  "\"partition_key\":\"holds\",\"if_match\":\"{{it.etag}}\"}";
+    struct fixture f;
+    struct step_action a, ac, ae;
+    struct step_result r;
+    bool exists = false;
+    json_t *pk = json_string("holds"), *d;
+    struct sf_err err;
+    char etag[COSMOS_ETAG_MAX];
+
+    upsert("products", "[\"holds\"]", "{\"id\":\"h-1\",\"category\":\"holds\"}");
+    fixture_init(&f, "s-del", "free", 0, "{\"item\":{\"id\":\"o-1\"},\"it\":{\"id\":\"h-1\"}}");
+    compile("delete", DEL, &a);
+    compile("delete", DEL_COND, &ac);
+    compile("delete", DEL_ETAG, &ae);
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    d = read_doc("products", "h-1", "[\"holds\"]");
+    ck_assert_msg(d == NULL, "h-1 still exists");
+    /* redelivered: the marker answers first */
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_int_eq(r.outcome, STEP_ALREADY);
+    /* a document that is already gone: done, and the marker records it */
+    f.ctx.element = 1;
+    json_object_set_new(json_object_get(f.env, "it"), "id", json_string("h-never"));
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    ck_assert_int_eq(step_marker_exists(&f.ctx, STEP_DO, "products", pk, &exists, &err), SF_OK);
+    ck_assert(exists);
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_int_eq(r.outcome, STEP_ALREADY);
+    /* condition false: 412, a business failure; nothing deleted, no marker */
+    upsert("products", "[\"holds\"]", "{\"id\":\"h-2\",\"category\":\"holds\",\"owner\":\"o-9\"}");
+    f.ctx.element = 2;
+    json_object_set_new(json_object_get(f.env, "it"), "id", json_string("h-2"));
+    step_side_run(&ac, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_FAILED, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    ck_assert_int_eq(r.status, 412);
+    ck_assert_int_eq(step_marker_exists(&f.ctx, STEP_DO, "products", pk, &exists, &err), SF_OK);
+    ck_assert(!exists);
+    d = read_doc("products", "h-2", "[\"holds\"]");
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_null(json_object_get(d, "sfDeleting"));
+    json_decref(d);
+    /* condition true: deleted */
+    json_object_set_new(json_object_get(f.env, "item"), "id", json_string("o-9"));
+    step_side_run(&ac, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    d = read_doc("products", "h-2", "[\"holds\"]");
+    ck_assert_msg(d == NULL, "h-2 still exists");
+    /* if_match: a stale ETag fails, the current one deletes */
+    upsert("products", "[\"holds\"]", "{\"id\":\"h-3\",\"category\":\"holds\"}");
+    d = read_doc("products", "h-3", "[\"holds\"]");
+    ck_assert_ptr_nonnull(d);
+    (void)snprintf(etag, sizeof(etag), "%s", sf_json_str(d, "_etag"));
+    json_decref(d);
+    upsert("products", "[\"holds\"]", "{\"id\":\"h-3\",\"category\":\"holds\",\"v\":2}");
+    f.ctx.element = 3;
+    json_object_set_new(json_object_get(f.env, "it"), "id", json_string("h-3"));
+    json_object_set_new(json_object_get(f.env, "it"), "etag", json_string(etag));
+    step_side_run(&ae, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_FAILED, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    d = read_doc("products", "h-3", "[\"holds\"]");
+    ck_assert_ptr_nonnull(d);
+    (void)snprintf(etag, sizeof(etag), "%s", sf_json_str(d, "_etag"));
+    json_decref(d);
+    json_object_set_new(json_object_get(f.env, "it"), "etag", json_string(etag));
+    step_side_run(&ae, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    d = read_doc("products", "h-3", "[\"holds\"]");
+    ck_assert_msg(d == NULL, "h-3 still exists");
+    step_action_release(&a);
+    step_action_release(&ac);
+    step_action_release(&ae);
+    json_decref(pk);
+    fixture_release(&f);
+}
+END_TEST
+
+/*
+ * kind = "await": nothing there -> STEP_WAIT with the timeout, after the
+ * waiting record exists in the awaited document's partition; there and
+ * matching -> the marker, then "already" even if the document changes.
+ */
+START_TEST(test_await_waits_then_sees_document_once)
+{
+    static const char *AW = "{\"container\":\"products\",\"id\":\"conf-{{item.id}}\","
+                            "\"partition_key\":\"confirmations\","
+                            "\"condition\":\"FROM c WHERE c.amount = {{item.total}}\","
+                            "\"timeout\":\"30s\"}";
+    struct fixture f;
+    struct step_action a;
+    struct step_result r;
+    json_t *rec;
+
+    fixture_init(&f, "s-aw", "confirm", 0, "{\"item\":{\"id\":\"o-aw\",\"total\":30}}");
+    compile("await", AW, &a);
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_WAIT, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    ck_assert_int_eq(r.wait_timeout_ms, 30000);
+    rec = read_doc("products", "sf|aw|wf|s-aw|confirm", "[\"confirmations\"]");
+    ck_assert_msg(rec != NULL, "no waiting record");
+    ck_assert_str_eq(sf_json_str(rec, "sfKind"), "waiting");
+    ck_assert_str_eq(sf_json_str(rec, "awaitId"), "conf-o-aw");
+    ck_assert_str_eq(sf_json_str(rec, "sourceContainer"), "orders");
+    ck_assert_str_eq(sf_json_str(rec, "sourceId"), "o-aw");
+    ck_assert_str_eq(sf_json_str(rec, "sourcePk"), "c-1");
+    json_decref(rec);
+    /* there, but the condition is false: still waiting */
+    upsert("products", "[\"confirmations\"]",
+           "{\"id\":\"conf-o-aw\",\"category\":\"confirmations\",\"amount\":29}");
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_WAIT, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    upsert("products", "[\"confirmations\"]",
+           "{\"id\":\"conf-o-aw\",\"category\":\"confirmations\",\"amount\":30}");
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    /* seen once: a redelivery answers from the marker even after the document changed */
+    upsert("products", "[\"confirmations\"]",
+           "{\"id\":\"conf-o-aw\",\"category\":\"confirmations\",\"amount\":1}");
+    step_side_run(&a, 1, &f.ctx, &r);
+    ck_assert_int_eq(r.outcome, STEP_ALREADY);
+    step_action_release(&a);
+    fixture_release(&f);
+}
+END_TEST
+
 START_TEST(test_batch_sides_and_create)
 {
     struct fixture f;
@@ -619,6 +758,8 @@ int main(void)
     tcase_add_test(tc, test_batch_sides_and_create);
     tcase_add_test(tc, test_event_kind);
     tcase_add_test(tc, test_rmw);
+    tcase_add_test(tc, test_delete_exactly_once_and_guards);
+    tcase_add_test(tc, test_await_waits_then_sees_document_once);
     tcase_add_test(tc, test_http_idempotency);
     tcase_add_test(tc, test_plugin_kind_runs);
     suite_add_tcase(s, tc);

@@ -1,0 +1,278 @@
+/*
+ * step_await.c - the await kind ("await").
+ *
+ * Waits until a document exists (container, id, partition_key) and, with
+ * `condition`, matches it (Cosmos SQL evaluated here on the document, like
+ * rmw's `require`). When it is there, the element's marker is created in
+ * the document's partition (the "effect" of an await is having seen it) and
+ * the step succeeds; a redelivery answers "already" from the marker, even if
+ * the document changed or expired since.
+ *
+ * When it is not there, the kind writes the waiting record (step.h) in the
+ * document's partition, looks once more, and answers STEP_WAIT with the
+ * `timeout` (0: none). Why the second look: a document written between the
+ * first read and the record would otherwise wake nobody - after the record
+ * exists, every later write of the document reaches the engine's wake path.
+ * The engine then sets the saga aside (no worker, no polling) and keeps the
+ * timeout durably on the item (proc_engine.c).
+ */
+#include "common/sf_base.h"
+
+#include "common/sf_json.h"
+#include "common/sf_parse.h"
+#include "common/sf_time.h"
+#include "steps/step_kinds.h"
+#include "steps/step_sql.h"
+
+#define AWAIT_TIMEOUT_MAX_MS (366LL * 24 * 3600 * 1000)
+
+struct await_state {
+    char coll[256];
+    struct step_tmpl *id;
+    struct step_tmpl *pk;
+    struct step_tmpl *condition; /* SQL mode, may be NULL */
+    int64_t timeout_ms;          /* 0: wait for ever */
+};
+
+static void await_free(void *p)
+{
+    struct await_state *st = p;
+
+    if (st == NULL)
+        return;
+    step_tmpl_free(st->id);
+    step_tmpl_free(st->pk);
+    step_tmpl_free(st->condition);
+    free(st);
+}
+
+static enum sf_rc await_compile(const json_t *params, void **ret_state, struct sf_err *err)
+{
+    static const char *const allowed[] = {"container", "id",      "partition_key",
+                                          "condition", "timeout", NULL};
+    struct await_state *st = calloc(1, sizeof(*st));
+    const json_t *to = json_object_get(params, "timeout");
+    enum sf_rc rc;
+
+    if (st == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = step_params_check(params, allowed, err);
+    if (rc == SF_OK)
+        rc = step_param_name(params, "container", st->coll, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &st->id, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, &st->condition, err);
+    if (rc == SF_OK && st->condition != NULL && step_tmpl_is_constant(st->condition)) {
+        struct step_sql *q = NULL;
+
+        rc = step_sql_compile(sf_json_str(params, "condition"), &q, err);
+        if (rc != SF_OK)
+            sf_err_prefix(err, "condition: ");
+        step_sql_free(q);
+    }
+    if (rc == SF_OK && to != NULL) {
+        int64_t ms = -1;
+
+        if (json_is_string(to) && sf_parse_duration_ms(json_string_value(to), &ms) != SF_OK)
+            ms = -1;
+        else if (json_is_integer(to))
+            ms = (int64_t)json_integer_value(to);
+        if (ms < 1000 || ms > AWAIT_TIMEOUT_MAX_MS)
+            rc = sf_err_set(err, SF_EINVAL, false,
+                            "timeout: must be a duration from 1s to 366d (like \"30s\")");
+        else
+            st->timeout_ms = ms;
+    }
+    if (rc != SF_OK) {
+        await_free(st);
+        return rc;
+    }
+    *ret_state = st;
+    return SF_OK;
+}
+
+static enum sf_rc await_target(const void *state, const struct step_ctx *ctx,
+                               struct step_target *ret, struct sf_err *err)
+{
+    const struct await_state *st = state;
+    json_t *v = NULL;
+    enum sf_rc rc = step_render_pk(st->pk, ctx->env, &v, err);
+
+    if (rc != SF_OK)
+        return rc;
+    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", st->coll);
+    ret->pk = v;
+    return SF_OK;
+}
+
+/* Is the awaited document there (and matching)? Errors: the read's, or the condition's. */
+static enum sf_rc await_look(const struct await_state *st, const struct step_ctx *ctx,
+                             const char *id, const char *pk_json, bool *ret_there,
+                             struct sf_err *err)
+{
+    struct cosmos_response resp;
+    struct sf_buf text;
+    struct step_sql *q = NULL;
+    json_t *doc = NULL, *env = NULL;
+    enum sf_rc rc;
+
+    *ret_there = false;
+    cosmos_response_init(&resp, COSMOS_BATCH_MAX_BYTES * 2);
+    sf_buf_init(&text, 64u << 10);
+    rc = cosmos_doc_read(ctx->cli, ctx->db, st->coll, id, pk_json, NULL, &resp, err);
+    if (rc == SF_ENOTFOUND && resp.substatus == 0) {
+        rc = SF_OK; /* not yet */
+        goto out;
+    }
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "reading %s/%s: ", st->coll, id);
+        goto out;
+    }
+    doc = cosmos_response_json(&resp, err);
+    if (doc == NULL) {
+        rc = err->rc != SF_OK ? err->rc : SF_EPROTO;
+        goto out;
+    }
+    if (st->condition == NULL) {
+        *ret_there = true;
+        goto out;
+    }
+    env = json_copy((json_t *)ctx->env);
+    if (env == NULL || json_object_set(env, "doc", doc) != 0) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        goto out;
+    }
+    rc = step_tmpl_render_text(st->condition, env, &text, err);
+    if (rc == SF_OK)
+        rc = step_sql_compile(sf_buf_cstr(&text), &q, err);
+    if (rc == SF_OK)
+        rc = step_sql_match(q, doc, NULL, ret_there, err);
+    if (rc != SF_OK)
+        sf_err_prefix(err, "condition: ");
+out:
+    step_sql_free(q);
+    json_decref(env);
+    json_decref(doc);
+    sf_buf_release(&text);
+    cosmos_response_release(&resp);
+    return rc;
+}
+
+/* Writes (upserts: idempotent) the waiting record into (coll, pk). */
+static enum sf_rc await_record(const struct await_state *st, const struct step_ctx *ctx,
+                               const char *id, const json_t *pk, const char *pk_json,
+                               struct sf_err *err)
+{
+    const char *parts[3] = {ctx->workflow, ctx->saga_id, ctx->step};
+    const json_t *item = ctx->env != NULL ? json_object_get(ctx->env, "item") : NULL;
+    char rid[STEP_ID_MAX], pk_path[256], at[32];
+    struct cosmos_response resp;
+    struct sf_buf body;
+    json_t *doc = NULL;
+    enum sf_rc rc;
+
+    cosmos_response_init(&resp, 1u << 20);
+    sf_buf_init(&body, 1u << 20);
+    step_det_id("aw", parts, SF_ARRAY_LEN(parts), rid);
+    sf_time_iso8601(sf_wall_ms(), at);
+    rc = step_catalog_pk_path(ctx->catalog, st->coll, pk_path, err);
+    if (rc != SF_OK)
+        goto out;
+    doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:O?, s:I, s:s, s:I}", "id", rid,
+                    STEP_SYS_FIELD, STEP_WAITING_KIND, "workflow", ctx->workflow, "sagaId",
+                    ctx->saga_id, "step", ctx->step, "awaitId", id, "sourceContainer",
+                    ctx->source_container, "sourceId", sf_json_str(item, "id"), "sourcePk",
+                    ctx->source_pk, "epoch", (json_int_t)ctx->epoch, "at", at, "ttl",
+                    (json_int_t)ctx->marker_ttl_s);
+    if (doc == NULL) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "building the waiting record failed");
+        goto out;
+    }
+    if (ctx->source_pk == NULL)
+        (void)json_object_set_new(doc, "sourcePk", json_null());
+    rc = step_pk_put(doc, pk_path, pk, err);
+    if (rc == SF_OK && sf_json_dump(doc, &body) != SF_OK)
+        rc = sf_err_set(err, SF_ELIMIT, false, "waiting record too large");
+    if (rc == SF_OK) {
+        rc = cosmos_doc_upsert(ctx->cli, ctx->db, st->coll, pk_json, sf_buf_cstr(&body), NULL,
+                               &resp, err);
+        if (rc != SF_OK)
+            sf_err_prefix(err, "writing the waiting record in %s: ", st->coll);
+    }
+out:
+    json_decref(doc);
+    sf_buf_release(&body);
+    cosmos_response_release(&resp);
+    return rc;
+}
+
+static void await_run(const void *state, const struct step_ctx *ctx, struct step_result *res)
+{
+    const struct await_state *st = state;
+    struct step_target tgt;
+    struct sf_buf pkj;
+    struct sf_err err;
+    char *id = NULL;
+    bool exists = false, there = false;
+    enum sf_rc rc;
+
+    memset(res, 0, sizeof(*res));
+    memset(&tgt, 0, sizeof(tgt));
+    sf_err_clear(&err);
+    sf_buf_init(&pkj, 1u << 20);
+    rc = await_target(st, ctx, &tgt, &err);
+    if (rc == SF_OK) {
+        rc = step_tmpl_render_str(st->id, ctx->env, &id, &err);
+        if (rc != SF_OK)
+            sf_err_prefix(&err, "id: ");
+        else if (id[0] == '\0')
+            rc = sf_err_set(&err, SF_EINVAL, false, "id: rendered an empty id");
+    }
+    if (rc == SF_OK && step_pk_json(tgt.pk, &pkj) != SF_OK)
+        rc = sf_err_set(&err, SF_ELIMIT, false, "partition key too large");
+    if (rc != SF_OK) {
+        res->err = err;
+        res->outcome = STEP_FATAL;
+        goto out;
+    }
+    /* Seen before: the marker decides, whatever the document is now. */
+    rc = step_marker_exists(ctx, STEP_DO, st->coll, tgt.pk, &exists, &err);
+    if (rc == SF_OK && exists) {
+        res->outcome = STEP_ALREADY;
+        goto out;
+    }
+    if (rc == SF_OK)
+        rc = await_look(st, ctx, id, sf_buf_cstr(&pkj), &there, &err);
+    if (rc == SF_OK && !there) {
+        rc = await_record(st, ctx, id, tgt.pk, sf_buf_cstr(&pkj), &err);
+        if (rc == SF_OK)
+            rc = await_look(st, ctx, id, sf_buf_cstr(&pkj), &there, &err);
+    }
+    if (rc != SF_OK) {
+        step_result_from_call(ctx, &err, res);
+        if (res->outcome == STEP_FAILED)
+            res->outcome = STEP_FATAL; /* an await fails only by its timeout */
+        goto out;
+    }
+    if (!there) {
+        res->outcome = STEP_WAIT;
+        res->wait_timeout_ms = st->timeout_ms;
+        goto out;
+    }
+    step_marker_create(ctx, st->coll, tgt.pk, res);
+out:
+    free(id);
+    step_target_release(&tgt);
+    sf_buf_release(&pkj);
+}
+
+const struct step_kind step_kind_await = {
+    .name = "await",
+    .compile = await_compile,
+    .free_state = await_free,
+    .target = await_target,
+    .run = await_run,
+};

@@ -1,0 +1,205 @@
+/*
+ * step_delete.c - the delete kind ("delete").
+ *
+ * Deletes one document (container, id, partition_key), optionally guarded by
+ * `if_match` (an ETag template) and/or `condition` (Cosmos SQL on the
+ * document), exactly once like every effect: the delete goes in one batch
+ * with the creation of the element's marker in the document's partition.
+ *
+ * Why a 404 counts as done: the effect of a delete is "the document is not
+ * there". When it is already gone (a redelivery after someone else removed
+ * it, or a user who deleted it by hand), the batch rolls back on the delete;
+ * the marker is then created alone, so that compensation and `saga show`
+ * see the element as done and a later delivery answers "already". A 409 on
+ * the marker still means "applied before" and wins over everything.
+ *
+ * Why `condition` is a patch: a transactional batch can guard a delete with
+ * an ETag only. A conditional patch of the same document in the same batch
+ * (setting DELETE_GUARD_FIELD, never visible: the delete that follows
+ * removes the document in the same transaction) carries the condition; when
+ * it is false the patch answers 412 and the batch rolls back, which is a
+ * business failure when 412 is in the step's fail_on (the default).
+ *
+ * Standalone (it runs itself): a delete cannot share a batch with other
+ * actions, because its 404 needs the retry with the marker alone.
+ */
+#include "common/sf_base.h"
+
+#include "common/sf_json.h"
+#include "steps/step_kinds.h"
+#include "steps/step_sql.h"
+
+#define DELETE_GUARD_FIELD "/sfDeleting"
+
+struct delete_state {
+    char coll[256];
+    struct step_tmpl *id;
+    struct step_tmpl *pk;
+    struct step_tmpl *if_match;  /* TEXT mode, may be NULL */
+    struct step_tmpl *condition; /* SQL mode, may be NULL */
+};
+
+static void delete_free(void *p)
+{
+    struct delete_state *st = p;
+
+    if (st == NULL)
+        return;
+    step_tmpl_free(st->id);
+    step_tmpl_free(st->pk);
+    step_tmpl_free(st->if_match);
+    step_tmpl_free(st->condition);
+    free(st);
+}
+
+static enum sf_rc delete_compile(const json_t *params, void **ret_state, struct sf_err *err)
+{
+    static const char *const allowed[] = {"container", "id",        "partition_key",
+                                          "if_match",  "condition", NULL};
+    struct delete_state *st = calloc(1, sizeof(*st));
+    enum sf_rc rc;
+
+    if (st == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = step_params_check(params, allowed, err);
+    if (rc == SF_OK)
+        rc = step_param_name(params, "container", st->coll, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &st->id, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "if_match", false, STEP_TMPL_TEXT, &st->if_match, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, &st->condition, err);
+    if (rc == SF_OK && st->condition != NULL && step_tmpl_is_constant(st->condition)) {
+        struct step_sql *q = NULL;
+
+        rc = step_sql_compile(sf_json_str(params, "condition"), &q, err);
+        if (rc != SF_OK)
+            sf_err_prefix(err, "condition: ");
+        step_sql_free(q);
+    }
+    if (rc != SF_OK) {
+        delete_free(st);
+        return rc;
+    }
+    *ret_state = st;
+    return SF_OK;
+}
+
+static enum sf_rc delete_target(const void *state, const struct step_ctx *ctx,
+                                struct step_target *ret, struct sf_err *err)
+{
+    const struct delete_state *st = state;
+    json_t *v = NULL;
+    enum sf_rc rc = step_render_pk(st->pk, ctx->env, &v, err);
+
+    if (rc != SF_OK)
+        return rc;
+    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", st->coll);
+    ret->pk = v;
+    return SF_OK;
+}
+
+/* Appends the guard (conditional patch) and the delete to eff's batch. */
+static enum sf_rc delete_add_ops(const struct delete_state *st, const struct step_ctx *ctx,
+                                 const char *id, struct step_effect *eff, struct sf_err *err)
+{
+    struct sf_buf cond;
+    char *etag = NULL;
+    json_t *ops = NULL;
+    struct cosmos_batch_op_opts bo = {0};
+    enum sf_rc rc = SF_OK;
+
+    sf_buf_init(&cond, 64u << 10);
+    if (st->if_match != NULL) {
+        rc = step_tmpl_render_str(st->if_match, ctx->env, &etag, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "if_match: ");
+            goto out;
+        }
+        if (etag[0] == '\0') {
+            rc = sf_err_set(err, SF_EINVAL, false, "if_match: rendered an empty ETag");
+            goto out;
+        }
+        bo.if_match = etag;
+    }
+    if (st->condition != NULL) {
+        rc = step_tmpl_render_text(st->condition, ctx->env, &cond, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "condition: ");
+            goto out;
+        }
+        ops = json_pack("[{s:s, s:s, s:b}]", "op", "set", "path", DELETE_GUARD_FIELD, "value", 1);
+        if (ops == NULL) {
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+            goto out;
+        }
+        rc = cosmos_batch_patch_ops(eff->batch, id, ops, sf_buf_cstr(&cond), &bo, err);
+        bo.if_match = NULL; /* the patch changed the ETag; the delete follows it */
+    }
+    if (rc == SF_OK)
+        rc = cosmos_batch_delete(eff->batch, id, &bo, err);
+out:
+    json_decref(ops);
+    free(etag);
+    sf_buf_release(&cond);
+    return rc;
+}
+
+static void delete_run(const void *state, const struct step_ctx *ctx, struct step_result *res)
+{
+    const struct delete_state *st = state;
+    struct step_target tgt;
+    struct step_effect eff;
+    struct step_ctx wctx = *ctx;
+    struct sf_err err;
+    char *id = NULL;
+    enum sf_rc rc;
+
+    memset(res, 0, sizeof(*res));
+    memset(&tgt, 0, sizeof(tgt));
+    memset(&eff, 0, sizeof(eff));
+    sf_err_clear(&err);
+    rc = delete_target(st, ctx, &tgt, &err);
+    if (rc == SF_OK) {
+        rc = step_tmpl_render_str(st->id, ctx->env, &id, &err);
+        if (rc != SF_OK)
+            sf_err_prefix(&err, "id: ");
+        else if (id[0] == '\0')
+            rc = sf_err_set(&err, SF_EINVAL, false, "id: rendered an empty id");
+    }
+    if (rc == SF_OK)
+        rc = step_effect_begin(ctx, tgt.coll, tgt.pk, &eff, &err);
+    if (rc == SF_OK)
+        rc = delete_add_ops(st, ctx, id, &eff, &err);
+    if (rc != SF_OK) {
+        step_result_from_call(ctx, &err, res);
+        if (!err.retriable)
+            res->outcome = STEP_FATAL;
+        goto out;
+    }
+    /* No business statuses at the commit: a 404 must come back as itself. */
+    wctx.n_fail_on = 0;
+    step_effect_commit(&wctx, &eff, res);
+    if (res->outcome == STEP_FATAL && res->status == 404) {
+        /* Already gone: the effect holds; record it with the marker alone. */
+        step_marker_create(ctx, tgt.coll, tgt.pk, res);
+    } else if (res->outcome == STEP_FATAL && res->status != 0 &&
+               step_ctx_fails_on(ctx, res->status)) {
+        res->outcome = STEP_FAILED;
+    }
+out:
+    step_effect_release(&eff);
+    step_target_release(&tgt);
+    free(id);
+}
+
+const struct step_kind step_kind_delete = {
+    .name = "delete",
+    .compile = delete_compile,
+    .free_state = delete_free,
+    .target = delete_target,
+    .run = delete_run,
+};
