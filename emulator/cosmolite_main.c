@@ -17,6 +17,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "emulator/emu_http.h"
+#include "emulator/emu_regions.h"
 #include "emulator/emu_router.h"
 #include "emulator/emu_store.h"
 
@@ -112,6 +113,17 @@ static const char usage_replica[] =
     "  --help                   show this help\n"
     "  --version                print the version\n";
 
+/* Regions: a string of their own, as each literal must stay under 4095 bytes. */
+static const char usage_regions[] =
+    "  --regions SPEC           simulate an account in several Azure regions, each served on\n"
+    "                           its own address by this process over the one store, e.g.\n"
+    "                           \"West Europe=127.0.0.1:8081,North Europe=127.0.0.1:8082\"\n"
+    "                           (replaces --listen; port 0 = free port; at most 16). The\n"
+    "                           first is the write region: GET / lists it in\n"
+    "                           writableLocations and all in readableLocations; writes to\n"
+    "                           another region answer 403/3 WriteForbidden; --port-file gets\n"
+    "                           the first region's port. See docs/azure-regions.md\n";
+
 /* A second string: C11 compilers need not take literals past 4095 bytes. */
 static const char usage_admin[] =
     "\n"
@@ -127,8 +139,11 @@ static const char usage_admin[] =
     "                           {\"db\":\"shop\",\"coll\":\"orders\",\"range\":\"0\"}; the "
     "children\n"
     "                           list it in \"parents\", requests scoped to it get 410/1002\n"
+    "  POST   /_admin/failover  with --regions: move the write region,\n"
+    "                           {\"writeRegion\":\"North Europe\"}\n"
+    "  GET    /_admin/regions   with --regions: the regions, the write region, requests\n"
     "  (sign them like any request: the resource type is \"_admin\", the link\n"
-    "  \"_admin/faults\" or \"_admin/split\")\n"
+    "  \"_admin/faults\", \"_admin/split\", \"_admin/failover\" or \"_admin/regions\")\n"
     "\n"
     "Signals: SIGTERM or SIGINT stop the server cleanly.\n";
 
@@ -166,6 +181,8 @@ struct cosmolite_args {
     int replica_lag_ms;
     int replica_wait_ms;
     int replica_max_pending_mb;
+    bool listen_given;
+    const char *regions;
 };
 
 static int fail(const char *fmt, ...) SF_PRINTF(1, 2);
@@ -349,6 +366,7 @@ enum {
     OPT_REPLICA_LAG,
     OPT_REPLICA_WAIT,
     OPT_REPLICA_PENDING,
+    OPT_REGIONS,
     OPT_LOG_LEVEL,
     OPT_LOG_JSON,
     OPT_HELP,
@@ -388,6 +406,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"replica-lag", required_argument, NULL, OPT_REPLICA_LAG},
         {"replica-wait", required_argument, NULL, OPT_REPLICA_WAIT},
         {"replica-max-pending-mb", required_argument, NULL, OPT_REPLICA_PENDING},
+        {"regions", required_argument, NULL, OPT_REGIONS},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"log-json", no_argument, NULL, OPT_LOG_JSON},
         {"help", no_argument, NULL, OPT_HELP},
@@ -401,6 +420,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
     while (rc == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case OPT_LISTEN:
+            a->listen_given = true;
             rc = parse_listen(optarg, a);
             break;
         case OPT_DATA:
@@ -507,6 +527,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             rc = parse_int_opt("--replica-max-pending-mb", optarg, 1, 65536,
                                &a->replica_max_pending_mb);
             break;
+        case OPT_REGIONS:
+            a->regions = optarg;
+            break;
         case OPT_LOG_LEVEL:
             if (!sf_log_level_parse(optarg, &lvl))
                 rc = fail("--log-level '%s': expected debug, info, warn or error", optarg);
@@ -518,6 +541,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_HELP:
             fputs(usage, stdout);
+            fputs(usage_regions, stdout);
             fputs(usage_faults, stdout);
             fputs(usage_replica, stdout);
             fputs(usage_admin, stdout);
@@ -538,6 +562,8 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         return fail("--data and --memory exclude each other");
     if ((a->tls_cert == NULL) != (a->tls_key == NULL))
         return fail("--tls-cert and --tls-key must be given together");
+    if (a->regions && a->listen_given)
+        return fail("--regions gives every region its own address: drop --listen");
     if (a->key && a->key_file)
         return fail("--key and --key-file exclude each other");
     if (a->reserved_connections >= 0 &&
@@ -617,7 +643,12 @@ int main(int argc, char **argv)
     struct emu_store *store = NULL;
     struct emu_router router;
     struct emu_http_opts ho = {0};
-    struct emu_http *http = NULL;
+    /* One server per region (one without --regions), each with its own router: the
+     * routers differ only in the region they serve and the address they advertise. */
+    struct emu_router routers[EMU_REGIONS_MAX];
+    struct emu_http *https[EMU_REGIONS_MAX] = {0};
+    struct emu_regions *regions = NULL;
+    int nsrv = 1;
     struct emu_faults *faults = NULL;
     struct emu_ru *ru = NULL;
     struct emu_replica *replica = NULL;
@@ -637,6 +668,13 @@ int main(int argc, char **argv)
         return rc;
     rc = 1;
     sf_err_clear(&err);
+    if (a.regions) {
+        if (emu_regions_parse(a.regions, &regions, &err) != SF_OK) {
+            fail("%s", err.msg);
+            goto out;
+        }
+        nsrv = emu_regions_count(regions);
+    }
 
     memset(&router, 0, sizeof(router));
     emu_limits_default(&router.lim);
@@ -743,8 +781,6 @@ int main(int argc, char **argv)
     }
     sweeping = true;
 
-    ho.host = a.host;
-    ho.port = a.port;
     ho.threads = a.threads;
     ho.max_connections = a.max_connections;
     ho.reserved_connections = a.reserved_connections;
@@ -754,23 +790,44 @@ int main(int argc, char **argv)
     ho.tls_key_pem = tls_key;
     ho.latency_ms = a.latency_ms;
     ho.jitter_ms = a.jitter_ms;
-    if (emu_http_start(&ho, &router, &http, &err) != SF_OK) {
-        fail("%s", err.msg);
-        goto out;
+    router.regions = regions;
+    for (int i = 0; i < nsrv; i++) {
+        struct emu_router *ri = &routers[i];
+        const char *host = regions ? emu_regions_host(regions, i) : a.host;
+        int port;
+
+        *ri = router;
+        ri->region = i;
+        ho.host = host;
+        ho.port = regions ? emu_regions_port(regions, i) : a.port;
+        if (emu_http_start(&ho, ri, &https[i], &err) != SF_OK) {
+            if (regions)
+                fail("region '%s': %s", emu_regions_name(regions, i), err.msg);
+            else
+                fail("%s", err.msg);
+            goto out;
+        }
+        port = emu_http_port(https[i]);
+        if (regions)
+            emu_regions_set_port(regions, i, port, cert != NULL);
+        if (strchr(host, ':'))
+            snprintf(ri->listen_host, sizeof(ri->listen_host), "[%s]:%d", host, port);
+        else
+            snprintf(ri->listen_host, sizeof(ri->listen_host), "%s:%d", host, port);
+        if (regions)
+            sf_log_info("cosmolite", "region '%s' listening on %s://%s/",
+                        emu_regions_name(regions, i), cert ? "https" : "http", ri->listen_host);
     }
-    if (strchr(a.host, ':'))
-        snprintf(router.listen_host, sizeof(router.listen_host), "[%s]:%d", a.host,
-                 emu_http_port(http));
-    else
-        snprintf(router.listen_host, sizeof(router.listen_host), "%s:%d", a.host,
-                 emu_http_port(http));
-    if (a.port_file && write_port_file(a.port_file, emu_http_port(http)) != 0) {
+    if (a.port_file && write_port_file(a.port_file, emu_http_port(https[0])) != 0) {
         fail("cannot write --port-file %s: %s", a.port_file, strerror(errno));
         goto out;
     }
     sf_log_info("cosmolite", "listening on %s://%s/ (%s, %d partition(s) per container) in %.1f ms",
-                cert ? "https" : "http", router.listen_host, so.path ? so.path : "in memory",
+                cert ? "https" : "http", routers[0].listen_host, so.path ? so.path : "in memory",
                 a.partitions, (double)(sf_mono_us() - t0) / 1000.0);
+    if (regions)
+        sf_log_info("cosmolite", "%d regions; the write region is '%s'", nsrv,
+                    emu_regions_name(regions, 0));
 
     if (a.latency_ms || a.jitter_ms)
         sf_log_info("cosmolite", "holding every response %d ms (+- %d ms) to simulate latency",
@@ -791,13 +848,14 @@ int main(int argc, char **argv)
                     (unsigned long long)emu_replica_dropped(replica));
     if (a.latency_ms || a.jitter_ms)
         sf_log_info("cosmolite", "latency: at most %d delayed responses were in flight at once",
-                    emu_http_max_delayed(http));
+                    emu_http_max_delayed(https[0]));
     if (emu_ru_throttled(ru) > 0)
         sf_log_info("cosmolite", "throughput: %llu requests were answered 429/3200",
                     (unsigned long long)emu_ru_throttled(ru));
     rc = 0;
 out:
-    emu_http_free(http);
+    for (int i = 0; i < nsrv; i++)
+        emu_http_free(https[i]);
     if (sweeping) {
         pthread_mutex_lock(&sw.lock);
         sw.stop = true;
@@ -809,6 +867,7 @@ out:
     emu_faults_free(faults);
     emu_ru_free(ru);
     emu_replica_free(replica);
+    emu_regions_free(regions);
     free(cert);
     free(tls_key);
     free(key_text);

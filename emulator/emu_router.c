@@ -821,7 +821,7 @@ static void handle_account(struct route *rt)
 {
     const char *host = hdr(rt, "Host");
     char url[300];
-    json_t *loc, *acct = NULL;
+    json_t *loc, *wloc = NULL, *acct = NULL;
     const char *qcfg =
         "{\"maxSqlQueryInputLength\":262144,\"maxJoinsPerSqlQuery\":5,"
         "\"maxLogicalAndPerSqlQuery\":500,\"maxLogicalOrPerSqlQuery\":500,"
@@ -837,12 +837,18 @@ static void handle_account(struct route *rt)
      * later request to writableLocations[0]. */
     snprintf(url, sizeof(url), "%s://%s/", rt->r->tls ? "https" : "http",
              host ? host : rt->r->listen_host);
-    loc = json_pack("[{s:s,s:s}]", "name", "local", "databaseAccountEndpoint", url);
-    if (loc)
+    if (rt->r->regions) {
+        wloc = emu_regions_locations(rt->r->regions, true);
+        loc = emu_regions_locations(rt->r->regions, false);
+    } else {
+        loc = json_pack("[{s:s,s:s}]", "name", "local", "databaseAccountEndpoint", url);
+        wloc = json_incref(loc);
+    }
+    if (loc && wloc)
         acct = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:b,s:{s:b,s:i,s:i},s:{s:s,s:i,s:i},"
                          "s:{s:i,s:i},s:{s:i,s:i},s:s}",
                          "_self", "", "id", "cosmolite", "_rid", url, "media", "//media/",
-                         "addresses", "//addresses/", "_dbs", "//dbs/", "writableLocations", loc,
+                         "addresses", "//addresses/", "_dbs", "//dbs/", "writableLocations", wloc,
                          "readableLocations", loc, "enableMultipleWriteLocations", 0,
                          "userReplicationPolicy", "asyncReplication", 0, "minReplicaSetSize", 1,
                          "maxReplicasetSize", 4, "userConsistencyPolicy", "defaultConsistencyLevel",
@@ -851,6 +857,7 @@ static void handle_account(struct route *rt)
                          "readPolicy", "primaryReadCoefficient", 1, "secondaryReadCoefficient", 1,
                          "queryEngineConfiguration", qcfg);
     json_decref(loc);
+    json_decref(wloc);
     if (!acct || sf_json_dump(acct, &rt->resp->body) != SF_OK) {
         json_decref(acct);
         emu_response_error(rt->resp, 500, 0, "Out of memory building the account response.");
@@ -1709,6 +1716,54 @@ static void handle_split(struct route *rt)
     json_decref(body);
 }
 
+/*
+ * POST /_admin/failover {"writeRegion":..} moves the write region;
+ * GET /_admin/regions (or /_admin/failover) lists the regions. Both answer
+ * the regions' state (emu_regions_dump).
+ */
+static void handle_regions(struct route *rt)
+{
+    const char *m = rt->req->method, *name;
+    struct emu_regions *g = rt->r->regions;
+    struct sf_err err;
+    json_t *body;
+
+    if (!g) {
+        emu_response_error(rt->resp, 400, 0,
+                           "This server has one region: start cosmolite with --regions "
+                           "\"NAME=HOST:PORT,...\" to simulate several.");
+        return;
+    }
+    if (strcmp(m, "POST") == 0 && strcmp(rt->seg[1], "failover") == 0) {
+        if (!(body = body_json(rt)))
+            return;
+        sf_err_clear(&err);
+        if (!(name = sf_json_str(body, "writeRegion"))) {
+            json_decref(body);
+            emu_response_error(rt->resp, 400, 0,
+                               "The failover body must be {\"writeRegion\":\"<region name>\"}.");
+            return;
+        }
+        if (emu_regions_failover(g, name, &err) != SF_OK) {
+            json_decref(body);
+            emu_response_error(rt->resp, 400, 0, "%s", err.msg);
+            return;
+        }
+        sf_log_info("cosmolite", "failover: the write region is now '%s'",
+                    emu_regions_name(g, emu_regions_write_index(g)));
+        json_decref(body);
+    } else if (strcmp(m, "GET") != 0) {
+        emu_response_error(rt->resp, 405, 0,
+                           "Use POST /_admin/failover or GET /_admin/regions, not %s.", m);
+        return;
+    }
+    if (emu_regions_dump(g, &rt->resp->body) != SF_OK) {
+        emu_response_error(rt->resp, 500, 0, "Out of memory.");
+        return;
+    }
+    ok(rt, 200, 0);
+}
+
 /* /_admin/faults: GET lists the rules, PUT/POST replaces them, DELETE clears. */
 static void handle_admin(struct route *rt)
 {
@@ -1720,9 +1775,15 @@ static void handle_admin(struct route *rt)
         handle_split(rt);
         return;
     }
+    if (rt->nseg == 2 &&
+        (strcmp(rt->seg[1], "failover") == 0 || strcmp(rt->seg[1], "regions") == 0)) {
+        handle_regions(rt);
+        return;
+    }
     if (rt->nseg != 2 || strcmp(rt->seg[1], "faults") != 0) {
         emu_response_error(rt->resp, 404, 0,
-                           "Unknown admin resource '%s' (known: /_admin/faults, /_admin/split).",
+                           "Unknown admin resource '%s' (known: /_admin/faults, /_admin/split, "
+                           "/_admin/failover, /_admin/regions).",
                            rt->req->path);
         return;
     }
@@ -2158,6 +2219,31 @@ static void dispatch_metered(struct route *rt)
                       sf_mono_us());
 }
 
+/*
+ * With --regions: counts the request for its region and answers a write sent
+ * to a region that is not the write region 403/3 (WriteForbidden), as Azure's
+ * read regions do; that sub-status is what makes the SDKs re-read GET / and
+ * follow a failover. Reads, queries and the admin API work in every region.
+ */
+static bool region_refuses(struct route *rt)
+{
+    const char *m = rt->req->method;
+    struct emu_regions *g = rt->r->regions;
+    int w = emu_regions_write_index(g);
+    bool write = strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0 &&
+                 !(strcmp(m, "POST") == 0 && is_query(rt)) &&
+                 !(rt->nseg > 0 && strcmp(rt->seg[0], "_admin") == 0);
+    bool refuse = write && rt->r->region != w;
+
+    emu_regions_count_request(g, rt->r->region, refuse);
+    if (refuse)
+        emu_response_error(rt->resp, 403, 3,
+                           "The requested operation cannot be performed at this region: '%s' "
+                           "is a read region, the write region is '%s'.",
+                           emu_regions_name(g, rt->r->region), emu_regions_name(g, w));
+    return refuse;
+}
+
 void emu_router_handle(struct emu_router *r, const struct emu_request *req,
                        struct emu_response *resp)
 {
@@ -2201,6 +2287,8 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
         emu_response_error(resp, err.http_status ? err.http_status : 401, 0, "%s", err.msg);
         goto out;
     }
+    if (r->regions && region_refuses(&rt))
+        goto out;
     /* The admin API is how faults are turned off: never inject into it. */
     if (r->faults && !(rt.nseg > 0 && strcmp(rt.seg[0], "_admin") == 0)) {
         struct emu_fault_action fa;

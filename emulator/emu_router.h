@@ -12,6 +12,7 @@
 #include "common/sf_buf.h"
 #include "emulator/emu_fault.h"
 #include "emulator/emu_replica.h"
+#include "emulator/emu_regions.h"
 #include "emulator/emu_store.h"
 #include "emulator/emu_throughput.h"
 
@@ -58,6 +59,11 @@ struct emu_router {
     /* Lagging secondaries (--replica-lag, docs/azure-session.md), borrowed; NULL = every
      * read is served by the primary. */
     struct emu_replica *replica;
+    /* Regions (--regions, docs/azure-regions.md): borrowed and shared by every region's
+     * router; NULL = one region, as before. region = the index of the one this router
+     * serves: GET / lists them all, writes answer 403/3 unless it is the write region. */
+    struct emu_regions *regions;
+    int region;
 };
 
 /* Looks up a request header by case-insensitive name; NULL when absent. */

@@ -7,6 +7,7 @@ add_library(emu_server STATIC
   ${CMAKE_CURRENT_LIST_DIR}/emu_search.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_delay.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_replica.c
+  ${CMAKE_CURRENT_LIST_DIR}/emu_regions.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_http.c)
 target_link_libraries(emu_server PUBLIC emu_store emu_query sf_common PkgConfig::MHD PkgConfig::JANSSON)
 

@@ -102,7 +102,10 @@ class Cosmolite {
 
   _args() {
     const o = this.opts;
-    const args = ["--listen", `127.0.0.1:${this.port}`, "--port-file", this._portFile];
+    // regions: a --regions spec instead of --listen (the port file gets the first region's port).
+    const args = o.regions
+      ? ["--regions", o.regions, "--port-file", this._portFile]
+      : ["--listen", `127.0.0.1:${this.port}`, "--port-file", this._portFile];
     if (o.memory) args.push("--memory");
     else args.push("--data", this.dataDir);
     if (o.key) args.push("--key", o.key);
@@ -277,7 +280,7 @@ class Cosmolite {
 /**
  * Starts a cosmolite with a fresh temp data dir. `t` is a node:test context
  * (or anything with after()) whose end stops the server; pass null to manage
- * it yourself. Options: partitions, memory, key, maxRequestBytes, logLevel, args.
+ * it yourself. Options: partitions, memory, key, maxRequestBytes, logLevel, regions, args.
  */
 export async function startCosmolite(t, opts = {}) {
   const srv = new Cosmolite(opts);
