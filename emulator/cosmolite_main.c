@@ -669,10 +669,9 @@ int main(int argc, char **argv)
     rc = 1;
     sf_err_clear(&err);
     if (a.regions) {
-        if (emu_regions_parse(a.regions, &regions, &err) != SF_OK) {
-            fail("%s", err.msg);
-            goto out;
-        }
+        /* A usage error like any other option's: exit 2, nothing to clean up yet. */
+        if (emu_regions_parse(a.regions, &regions, &err) != SF_OK)
+            return fail("%s", err.msg);
         nsrv = emu_regions_count(regions);
     }
 

@@ -7,6 +7,7 @@
 // follows it. The server's own per-region counters (GET /_admin/regions) say
 // which region served what, so the assertions do not rest on the client's word.
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { test } from "node:test";
 
 import { httpCode, rawRequest, show, startCosmolite, uid } from "./harness.mjs";
@@ -210,4 +211,17 @@ test("failover under load: the SDK (endpoint discovery on) follows the new write
     ),
     httpCode(403, 3),
   );
+});
+
+test("--regions: a bad spec, or --regions with --listen, stops cosmolite at start with a message naming the problem", () => {
+  const run = (...args) => spawnSync(process.env.COSMOLITE_BIN, ["--memory", ...args], { encoding: "utf8", timeout: 10_000 });
+  const both = run("--regions", SPEC, "--listen", "127.0.0.1:0");
+  assert.equal(both.status, 2, both.stderr);
+  assert.match(both.stderr, /--regions gives every region its own address: drop --listen/);
+  const dup = run("--regions", "West Europe=127.0.0.1:0,westeurope=127.0.0.1:0");
+  assert.equal(dup.status, 2, dup.stderr);
+  assert.match(dup.stderr, /region 'westeurope' is listed twice/);
+  const port = run("--regions", "West Europe=127.0.0.1:99999");
+  assert.match(port.stderr, /region 'West Europe': port must be 0..65535/);
+  assert.equal(port.status, 2, port.stderr);
 });
