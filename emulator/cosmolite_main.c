@@ -845,9 +845,12 @@ int main(int argc, char **argv)
                     "replicas: %llu writes were applied early because "
                     "--replica-max-pending-mb was full",
                     (unsigned long long)emu_replica_dropped(replica));
-    if (a.latency_ms || a.jitter_ms)
-        sf_log_info("cosmolite", "latency: at most %d delayed responses were in flight at once",
-                    emu_http_max_delayed(https[0]));
+    /* Each region holds its own responses: one figure per region. */
+    for (int i = 0; (a.latency_ms || a.jitter_ms) && i < nsrv; i++)
+        sf_log_info("cosmolite",
+                    "latency%s%s%s: at most %d delayed responses were in flight at once",
+                    regions ? " in '" : "", regions ? emu_regions_name(regions, i) : "",
+                    regions ? "'" : "", emu_http_max_delayed(https[i]));
     if (emu_ru_throttled(ru) > 0)
         sf_log_info("cosmolite", "throughput: %llu requests were answered 429/3200",
                     (unsigned long long)emu_ru_throttled(ru));
