@@ -122,7 +122,11 @@ static const char usage_regions[] =
     "                           first is the write region: GET / lists it in\n"
     "                           writableLocations and all in readableLocations; writes to\n"
     "                           another region answer 403/3 WriteForbidden; --port-file gets\n"
-    "                           the first region's port. See docs/azure-regions.md\n";
+    "                           the first region's port. See docs/azure-regions.md\n"
+    "  --region-lag MS          with --regions: the regions that do not write see each write\n"
+    "                           MS late (reads without a session token, or Eventual, miss\n"
+    "                           younger writes; 1..600000; journal bounded by\n"
+    "                           --replica-max-pending-mb); excludes --replica-lag\n";
 
 /* A second string: C11 compilers need not take literals past 4095 bytes. */
 static const char usage_admin[] =
@@ -183,6 +187,7 @@ struct cosmolite_args {
     int replica_max_pending_mb;
     bool listen_given;
     const char *regions;
+    int region_lag_ms;
 };
 
 static int fail(const char *fmt, ...) SF_PRINTF(1, 2);
@@ -367,6 +372,7 @@ enum {
     OPT_REPLICA_WAIT,
     OPT_REPLICA_PENDING,
     OPT_REGIONS,
+    OPT_REGION_LAG,
     OPT_LOG_LEVEL,
     OPT_LOG_JSON,
     OPT_HELP,
@@ -407,6 +413,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"replica-wait", required_argument, NULL, OPT_REPLICA_WAIT},
         {"replica-max-pending-mb", required_argument, NULL, OPT_REPLICA_PENDING},
         {"regions", required_argument, NULL, OPT_REGIONS},
+        {"region-lag", required_argument, NULL, OPT_REGION_LAG},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"log-json", no_argument, NULL, OPT_LOG_JSON},
         {"help", no_argument, NULL, OPT_HELP},
@@ -530,6 +537,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_REGIONS:
             a->regions = optarg;
             break;
+        case OPT_REGION_LAG:
+            rc = parse_int_opt("--region-lag", optarg, 1, 600000, &a->region_lag_ms);
+            break;
         case OPT_LOG_LEVEL:
             if (!sf_log_level_parse(optarg, &lvl))
                 rc = fail("--log-level '%s': expected debug, info, warn or error", optarg);
@@ -564,6 +574,10 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         return fail("--tls-cert and --tls-key must be given together");
     if (a->regions && a->listen_given)
         return fail("--regions gives every region its own address: drop --listen");
+    if (a->region_lag_ms && !a->regions)
+        return fail("--region-lag needs --regions (it delays the regions that do not write)");
+    if (a->region_lag_ms && a->replica_lag_ms)
+        return fail("--region-lag and --replica-lag exclude each other (one lagging view)");
     if (a->key && a->key_file)
         return fail("--key and --key-file exclude each other");
     if (a->reserved_connections >= 0 &&
@@ -743,9 +757,10 @@ int main(int argc, char **argv)
     }
     router.faults = faults;
     router.tls = cert != NULL;
-    if (a.replica_lag_ms > 0) {
+    if (a.replica_lag_ms > 0 || a.region_lag_ms > 0) {
+        /* --region-lag is the same lagging view, seen only outside the write region. */
         struct emu_replica_opts ro = {
-            .lag_ms = a.replica_lag_ms,
+            .lag_ms = a.region_lag_ms ? a.region_lag_ms : a.replica_lag_ms,
             .wait_ms = a.replica_wait_ms,
             .max_pending_bytes = (size_t)a.replica_max_pending_mb << 20,
         };
@@ -754,6 +769,7 @@ int main(int argc, char **argv)
             goto out;
         }
         router.replica = replica;
+        router.region_lag = a.region_lag_ms > 0;
     }
     if (!(ru = emu_ru_new())) {
         fail("out of memory");
@@ -832,7 +848,12 @@ int main(int argc, char **argv)
         sf_log_info("cosmolite", "holding every response %d ms (+- %d ms) to simulate latency",
                     a.latency_ms, a.jitter_ms);
 
-    if (replica)
+    if (replica && a.region_lag_ms)
+        sf_log_info("cosmolite",
+                    "regions: the regions that do not write apply writes %d ms late; reads "
+                    "there without a session token may miss them",
+                    a.region_lag_ms);
+    else if (replica)
         sf_log_info("cosmolite",
                     "replicas: secondaries apply writes %d ms late; reads without a session "
                     "token may miss them",

@@ -364,12 +364,16 @@ static bool replica_view(struct route *rt, const struct emu_coll_ref *c, const c
                          struct emu_replica_view *ret_view)
 {
     struct lsn_ctx lc = {.rt = rt, .c = c};
+    struct emu_replica *rep = rt->r->replica;
     struct sf_err err;
 
+    /* --region-lag: the write region reads its own writes; only the other regions lag. */
+    if (rt->r->region_lag && emu_regions_write_index(rt->r->regions) == rt->r->region)
+        rep = NULL;
     sf_err_clear(&err);
     return store_call(
         rt,
-        emu_replica_read_view(rt->r->replica, c->coll_rid, range, hdr(rt, "x-ms-consistency-level"),
+        emu_replica_read_view(rep, c->coll_rid, range, hdr(rt, "x-ms-consistency-level"),
                               hdr(rt, "x-ms-session-token"), primary_lsn, &lc, ret_view, &err),
         &err);
 }

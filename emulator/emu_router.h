@@ -64,6 +64,9 @@ struct emu_router {
      * serves: GET / lists them all, writes answer 403/3 unless it is the write region. */
     struct emu_regions *regions;
     int region;
+    /* --region-lag: replica (above) models the read regions' lag, so reads in the write
+     * region are served fresh and those elsewhere by the lagging view. */
+    bool region_lag;
 };
 
 /* Looks up a request header by case-insensitive name; NULL when absent. */

@@ -225,3 +225,54 @@ test("--regions: a bad spec, or --regions with --listen, stops cosmolite at star
   assert.match(port.stderr, /region 'West Europe': port must be 0..65535/);
   assert.equal(port.status, 2, port.stderr);
 });
+
+test("--region-lag 10000: a read region misses a write younger than the lag, the write region sees it at once, and after a failover the roles swap", async (t) => {
+  const srv = await startCosmolite(t, { memory: true, regions: SPEC, args: ["--region-lag", "10000"] });
+  const eps = await endpoints(srv);
+  const west = at(srv, eps[WEST]);
+  const north = at(srv, eps[NORTH]);
+  const client = srv.client();
+  const { database } = await client.databases.create({ id: uid("db") });
+  const { container } = await database.containers.create({ id: "c", partitionKey: "/pk" });
+  const get = (where, id) =>
+    rawRequest(where, {
+      path: `/dbs/${database.id}/colls/c/docs/${id}`,
+      headers: { "x-ms-documentdb-partitionkey": '["p"]' },
+    });
+
+  await container.items.create({ id: "d1", pk: "p", v: 1 });
+  // 10 s is far longer than a create followed by a read takes, even on a loaded machine.
+  const stale = await get(north, "d1");
+  assert.equal(stale.status, 404, `North Europe has not applied the write yet: ${show(stale)}`);
+  const fresh = await get(west, "d1");
+  assert.equal(fresh.status, 200, `the write region reads its own write: ${show(fresh)}`);
+  // The SDK reading in the read region: Eventual takes the lagging view, its session
+  // token (Session, the default) is met by a replica that has the write.
+  const reader = srv.client({ connectionPolicy: { preferredLocations: [NORTH] } });
+  const rc = reader.database(database.id).container("c");
+  const ev = await rc.item("d1", "p").read({ consistencyLevel: "Eventual" });
+  assert.equal(ev.statusCode, 404, "an Eventual read in the lagging region misses the young write");
+
+  // The read region catches up (bounded generously; no timing asserted).
+  const deadline = Date.now() + 90_000;
+  let caught;
+  while (Date.now() < deadline && (caught = await get(north, "d1")).status !== 200) await new Promise((r) => setTimeout(r, 250));
+  assert.equal(caught.status, 200, `North Europe applied the write in the end: ${show(caught)}`);
+  assert.equal(caught.json.v, 1);
+
+  await failover(srv, NORTH);
+  await container.items.create({ id: "d2", pk: "p", v: 2 });
+  assert.equal((await get(north, "d2")).status, 200, "the new write region reads its own write at once");
+  const westStale = await get(west, "d2");
+  assert.equal(westStale.status, 404, `West Europe, now a read region, lags: ${show(westStale)}`);
+});
+
+test("--region-lag without --regions, or with --replica-lag, is a usage error", () => {
+  const run = (...args) => spawnSync(process.env.COSMOLITE_BIN, ["--memory", ...args], { encoding: "utf8", timeout: 10_000 });
+  const alone = run("--region-lag", "100");
+  assert.equal(alone.status, 2, alone.stderr);
+  assert.match(alone.stderr, /--region-lag needs --regions/);
+  const both = run("--regions", SPEC, "--region-lag", "100", "--replica-lag", "100");
+  assert.equal(both.status, 2, both.stderr);
+  assert.match(both.stderr, /exclude each other/);
+});
