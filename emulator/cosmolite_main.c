@@ -127,8 +127,12 @@ static const char usage_admin[] =
     "                           {\"db\":\"shop\",\"coll\":\"orders\",\"range\":\"0\"}; the "
     "children\n"
     "                           list it in \"parents\", requests scoped to it get 410/1002\n"
+    "  POST   /_admin/merge     merge two adjacent ranges into one:\n"
+    "                           {\"db\":\"shop\",\"coll\":\"orders\",\"ranges\":[\"1\",\"2\"]};\n"
+    "                           the new range lists both in \"parents\", requests scoped\n"
+    "                           to either get 410/1002 (continuations stay valid by EPK)\n"
     "  (sign them like any request: the resource type is \"_admin\", the link\n"
-    "  \"_admin/faults\" or \"_admin/split\")\n"
+    "  \"_admin/faults\", \"_admin/split\" or \"_admin/merge\")\n"
     "\n"
     "Signals: SIGTERM or SIGINT stop the server cleanly.\n";
 

@@ -1709,6 +1709,42 @@ static void handle_split(struct route *rt)
     json_decref(body);
 }
 
+/*
+ * POST /_admin/merge {"db":..,"coll":..,"ranges":["1","2"]}: merges two
+ * adjacent ranges into one (emu_store_merge).
+ */
+static void handle_merge(struct route *rt)
+{
+    struct sf_err err;
+    json_t *body, *ranges;
+    const char *db, *coll, *a = NULL, *b = NULL;
+
+    if (strcmp(rt->req->method, "POST") != 0) {
+        emu_response_error(rt->resp, 405, 0, "Use POST /_admin/merge.");
+        return;
+    }
+    if (!(body = body_json(rt)))
+        return;
+    db = sf_json_str(body, "db");
+    coll = sf_json_str(body, "coll");
+    ranges = json_object_get(body, "ranges");
+    if (json_is_array(ranges) && json_array_size(ranges) == 2) {
+        a = json_string_value(json_array_get(ranges, 0));
+        b = json_string_value(json_array_get(ranges, 1));
+    }
+    if (!db || !coll || !a || !b) {
+        emu_response_error(rt->resp, 400, 0,
+                           "The merge body must be {\"db\":\"...\",\"coll\":\"...\",\"ranges\":"
+                           "[\"<range id>\",\"<adjacent range id>\"]}.");
+    } else {
+        sf_err_clear(&err);
+        if (store_call(rt, emu_store_merge(rt->r->store, db, coll, a, b, &rt->resp->body, &err),
+                       &err))
+            ok(rt, 200, 0);
+    }
+    json_decref(body);
+}
+
 /* /_admin/faults: GET lists the rules, PUT/POST replaces them, DELETE clears. */
 static void handle_admin(struct route *rt)
 {
@@ -1720,9 +1756,14 @@ static void handle_admin(struct route *rt)
         handle_split(rt);
         return;
     }
+    if (rt->nseg == 2 && strcmp(rt->seg[1], "merge") == 0) {
+        handle_merge(rt);
+        return;
+    }
     if (rt->nseg != 2 || strcmp(rt->seg[1], "faults") != 0) {
         emu_response_error(rt->resp, 404, 0,
-                           "Unknown admin resource '%s' (known: /_admin/faults, /_admin/split).",
+                           "Unknown admin resource '%s' (known: /_admin/faults, /_admin/split, "
+                           "/_admin/merge).",
                            rt->req->path);
         return;
     }

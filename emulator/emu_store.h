@@ -349,6 +349,26 @@ enum sf_rc emu_store_ttl_sweep(struct emu_store *s, int max_docs, int *ret_purge
 enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll,
                            const char *range_id, struct sf_buf *out, struct sf_err *err);
 
+/* ---- merges (emu_store_merge.c) -------------------------------------------- */
+
+/*
+ * Merges online ranges range_a and range_b of container (db, coll), which must
+ * be adjacent (in either order), into one new range spanning both, with a
+ * fresh id (counting every range the container ever had, as for splits) whose
+ * "parents" list every ancestor of both, ending with the two parent ids (left
+ * one first). Both parents become retired (requests scoped to them by range
+ * id get 410/1002) and the pkranges etag changes. No document moves and LSNs
+ * continue, so a parent's change-feed continuation is valid on the merged
+ * range when scoped by the parent's EPK span. Appends
+ * {"parents":[left,right],"merged":range} to out (the range as
+ * emu_store_pkranges shows it). 404 unknown container or range; 400 a retired
+ * range, the same range twice, ranges that are not adjacent, or
+ * EMU_MAX_RANGES reached.
+ */
+enum sf_rc emu_store_merge(struct emu_store *s, const char *db, const char *coll,
+                           const char *range_a, const char *range_b, struct sf_buf *out,
+                           struct sf_err *err);
+
 /* ---- server-side scripts (stored, never executed) -------------------------- */
 
 /*
