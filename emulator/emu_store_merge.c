@@ -132,7 +132,7 @@ static enum sf_rc emu_merge_locked(struct emu_store *s, const char *db, const ch
     struct emu_range merged, *grown, *left, *right;
     struct emu_coll *coll;
     struct sf_buf parents;
-    size_t a, b, start = out->len;
+    size_t a, b, li, ri, start = out->len;
     char etag[64];
     int64_t seq, now = emu_store_now(s), version;
     sqlite3_stmt *st;
@@ -152,12 +152,10 @@ static enum sf_rc emu_merge_locked(struct emu_store *s, const char *db, const ch
         goto out;
     }
     /* Either order is accepted; the left parent is the one whose span comes first. */
-    left = &coll->ranges[a];
-    right = &coll->ranges[b];
-    if (strcmp(left->max, right->min) != 0) {
-        left = &coll->ranges[b];
-        right = &coll->ranges[a];
-    }
+    li = strcmp(coll->ranges[a].max, coll->ranges[b].min) == 0 ? a : b;
+    ri = li == a ? b : a;
+    left = &coll->ranges[li];
+    right = &coll->ranges[ri];
     if (strcmp(left->max, right->min) != 0) {
         rc = emu_store_fail(err, SF_EINVAL, 400, 0,
                             "merge: ranges '%s' [%s, %s) and '%s' [%s, %s) are not adjacent", a_id,
@@ -187,9 +185,9 @@ static enum sf_rc emu_merge_locked(struct emu_store *s, const char *db, const ch
         rc = emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
         goto out;
     }
-    left = grown + (left - coll->ranges);
-    right = grown + (right - coll->ranges);
     coll->ranges = grown;
+    left = &grown[li];
+    right = &grown[ri];
     version = coll->ranges_version + 1;
     rc = emu_store_begin(s, err);
     if (rc == SF_OK)
