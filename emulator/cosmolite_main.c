@@ -146,8 +146,13 @@ static const char usage_admin[] =
     "  POST   /_admin/failover  with --regions: move the write region,\n"
     "                           {\"writeRegion\":\"North Europe\"}\n"
     "  GET    /_admin/regions   with --regions: the regions, the write region, requests\n"
+    "  POST   /_admin/merge     merge two adjacent ranges into one:\n"
+    "                           {\"db\":\"shop\",\"coll\":\"orders\",\"ranges\":[\"1\",\"2\"]};\n"
+    "                           the new range lists both in \"parents\", requests scoped\n"
+    "                           to either get 410/1002 (continuations stay valid by EPK)\n"
     "  (sign them like any request: the resource type is \"_admin\", the link\n"
-    "  \"_admin/faults\", \"_admin/split\", \"_admin/failover\" or \"_admin/regions\")\n"
+    "  \"_admin/faults\", \"_admin/split\", \"_admin/merge\", \"_admin/failover\" or\n"
+    "  \"_admin/regions\")\n"
     "\n"
     "Signals: SIGTERM or SIGINT stop the server cleanly.\n";
 

@@ -177,6 +177,13 @@ struct route {
     char activity_id[40];
     bool feed_stuck; /* an EMU_FAULT_STUCK fault: change-feed reads ignore their continuation */
     bool by_rid;     /* signed with the RID-form link: resolve seg[1], seg[3] as _rids only */
+    /* A path of _rids (emu_store_rid_path): rid_ok when ridp names a resource. */
+    bool rid_ok;
+    bool rid_missing; /* RID-shaped, but a _rid names nothing: rid_err says which */
+    struct sf_err rid_err;
+    bool rid_named;      /* the segments were replaced by ridp's names */
+    const char *pk_text; /* the partition key to use instead of the header, or NULL */
+    struct emu_rid_path ridp;
 };
 
 static const char *hdr(const struct route *rt, const char *name)
@@ -234,7 +241,7 @@ static json_t *body_json(struct route *rt)
  */
 static bool pk_header(struct route *rt, json_t **ret_pk)
 {
-    const char *v = hdr(rt, "x-ms-documentdb-partitionkey");
+    const char *v = rt->pk_text ? rt->pk_text : hdr(rt, "x-ms-documentdb-partitionkey");
     struct sf_err err;
     json_t *pk;
 
@@ -1007,7 +1014,14 @@ static bool resolve_coll(struct route *rt, struct emu_coll_ref *c)
 
     sf_err_clear(&err);
     rc = emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], rt->by_rid, c, &err);
-    if (rt->by_rid)
+    if (rc == SF_OK && rt->rid_named && strcmp(c->coll_rid, rt->ridp.coll_rid) != 0) {
+        /* Replaced under the same name since the path was resolved: not the _rid's container. */
+        rc =
+            sf_err_set(&err, SF_ENOTFOUND, false, "no container with _rid '%s'", rt->ridp.coll_rid);
+        err.http_status = 404;
+        err.substatus = 1003;
+    }
+    if (rt->by_rid || rt->rid_named)
         return store_call(rt, rc, &err);
     if (rc == SF_ENOTFOUND) {
         struct sf_err err2;
@@ -1583,18 +1597,16 @@ static bool is_type_seg(const char *s)
  * second-to-last segment, link = the path); an odd count names a feed
  * (type = last segment, link = its parent).
  *
- * The RID-based form (the lowercased _rid of the last named resource, as .NET
- * signs dbs/<dbRid>/colls/<collRid>/...) is offered only where the router
- * resolves RIDs, a container's feeds (docs, pkranges, scripts), and only when
- * seg[1] and seg[3] are the _rids of one existing container: a name is never
- * taken for a RID, or a token signed for the RID "secret" would open the
- * document named SECRET anywhere.
+ * The RID-based form (the lowercased _rid of the last named resource, as the
+ * SDKs sign a _self link dbs/<dbRid>/colls/<collRid>/docs/<docRid>) is
+ * offered only when every id in the path is the _rid of an existing resource
+ * inside the one before it (emu_store_rid_path, kept in rt->ridp): a name is
+ * never taken for a RID, or a token signed for the RID "secret" would open
+ * the document named SECRET anywhere.
  */
-static void auth_link(const struct route *rt, char *rtype, size_t tcap, struct sf_buf *link,
+static void auth_link(struct route *rt, char *rtype, size_t tcap, struct sf_buf *link,
                       char *rid_link, size_t rcap)
 {
-    struct emu_coll_ref c;
-    struct sf_err err;
     int n = rt->nseg, upto;
 
     rtype[0] = '\0';
@@ -1623,16 +1635,62 @@ static void auth_link(const struct route *rt, char *rtype, size_t tcap, struct s
         rid_link[strlen(rt->seg[1])] = '\0';
         return;
     }
-    if (n != 5 || strcmp(rt->seg[0], "dbs") != 0 || strcmp(rt->seg[2], "colls") != 0 ||
-        !rt->r->store)
+    if (n < 2 || n > 6 || strcmp(rt->seg[0], "dbs") != 0 || !rt->r->store)
         return;
+    sf_err_clear(&rt->rid_err);
+    switch (emu_store_rid_path(rt->r->store, rt->seg, n, &rt->ridp, &rt->rid_err)) {
+    case SF_OK:
+        rt->rid_ok = true;
+        break;
+    case SF_ENOTFOUND:
+        rt->rid_missing = true; /* answered 404 if the RID form is what was signed */
+        break;
+    default:
+        return;
+    }
+    if (strlen(rt->ridp.link) < rcap)
+        (void)snprintf(rid_link, rcap, "%s", rt->ridp.link);
+}
+
+/*
+ * After a RID-form signature: points the path's segments at the names of the
+ * resources its _rids named (so every handler resolves them as usual) and,
+ * for a document, checks the partition key header against the document's or
+ * supplies it. False (response written) when the header names another
+ * partition: the _rid is not there.
+ */
+static bool rid_rename(struct route *rt)
+{
+    struct sf_err err;
+    json_t *want = NULL, *got = NULL;
+    const char *v, *doc_rid = rt->nseg == 6 ? rt->seg[5] : "";
+    bool same;
+
+    rt->seg[1] = rt->ridp.db;
+    if (rt->nseg >= 4)
+        rt->seg[3] = rt->ridp.coll;
+    if (rt->nseg == 6)
+        rt->seg[5] = rt->ridp.child;
+    rt->rid_named = true;
+    rt->by_rid = false; /* the segments are names now */
+    if (rt->nseg != 6 || strcmp(rt->seg[4], "docs") != 0)
+        return true;
+    v = hdr(rt, "x-ms-documentdb-partitionkey");
+    if (!v) {
+        rt->pk_text = rt->ridp.pk;
+        return true;
+    }
     sf_err_clear(&err);
-    if (emu_store_coll_resolve(rt->r->store, rt->seg[1], rt->seg[3], true, &c, &err) != SF_OK ||
-        strcmp(c.coll_rid, rt->seg[3]) != 0 || strlen(c.coll_rid) >= rcap)
-        return;
-    for (size_t j = 0; c.coll_rid[j]; j++)
-        rid_link[j] = (char)tolower((unsigned char)c.coll_rid[j]);
-    rid_link[strlen(c.coll_rid)] = '\0';
+    want = sf_json_parse(rt->ridp.pk, strlen(rt->ridp.pk), &err);
+    got = sf_json_parse(v, strlen(v), &err);
+    same = want && got && json_equal(want, got);
+    json_decref(want);
+    json_decref(got);
+    if (!same)
+        emu_response_error(rt->resp, 404, 0,
+                           "The document with _rid '%.32s' is not in partition key %.200s.",
+                           doc_rid, v);
+    return same;
 }
 
 /* The operation kind and container of a request, for fault rules. */
@@ -1768,6 +1826,42 @@ static void handle_regions(struct route *rt)
     ok(rt, 200, 0);
 }
 
+/*
+ * POST /_admin/merge {"db":..,"coll":..,"ranges":["1","2"]}: merges two
+ * adjacent ranges into one (emu_store_merge).
+ */
+static void handle_merge(struct route *rt)
+{
+    struct sf_err err;
+    json_t *body, *ranges;
+    const char *db, *coll, *a = NULL, *b = NULL;
+
+    if (strcmp(rt->req->method, "POST") != 0) {
+        emu_response_error(rt->resp, 405, 0, "Use POST /_admin/merge.");
+        return;
+    }
+    if (!(body = body_json(rt)))
+        return;
+    db = sf_json_str(body, "db");
+    coll = sf_json_str(body, "coll");
+    ranges = json_object_get(body, "ranges");
+    if (json_is_array(ranges) && json_array_size(ranges) == 2) {
+        a = json_string_value(json_array_get(ranges, 0));
+        b = json_string_value(json_array_get(ranges, 1));
+    }
+    if (!db || !coll || !a || !b) {
+        emu_response_error(rt->resp, 400, 0,
+                           "The merge body must be {\"db\":\"...\",\"coll\":\"...\",\"ranges\":"
+                           "[\"<range id>\",\"<adjacent range id>\"]}.");
+    } else {
+        sf_err_clear(&err);
+        if (store_call(rt, emu_store_merge(rt->r->store, db, coll, a, b, &rt->resp->body, &err),
+                       &err))
+            ok(rt, 200, 0);
+    }
+    json_decref(body);
+}
+
 /* /_admin/faults: GET lists the rules, PUT/POST replaces them, DELETE clears. */
 static void handle_admin(struct route *rt)
 {
@@ -1784,10 +1878,14 @@ static void handle_admin(struct route *rt)
         handle_regions(rt);
         return;
     }
+    if (rt->nseg == 2 && strcmp(rt->seg[1], "merge") == 0) {
+        handle_merge(rt);
+        return;
+    }
     if (rt->nseg != 2 || strcmp(rt->seg[1], "faults") != 0) {
         emu_response_error(rt->resp, 404, 0,
                            "Unknown admin resource '%s' (known: /_admin/faults, /_admin/split, "
-                           "/_admin/failover, /_admin/regions).",
+                           "/_admin/merge, /_admin/failover, /_admin/regions).",
                            rt->req->path);
         return;
     }
@@ -2292,6 +2390,12 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
         goto out;
     }
     if (r->regions && region_refuses(&rt))
+        goto out;
+    if (rt.by_rid && rt.rid_missing) {
+        (void)store_call(&rt, SF_ENOTFOUND, &rt.rid_err);
+        goto out;
+    }
+    if (rt.by_rid && rt.rid_ok && !rid_rename(&rt))
         goto out;
     /* The admin API is how faults are turned off: never inject into it. */
     if (r->faults && !(rt.nseg > 0 && strcmp(rt.seg[0], "_admin") == 0)) {

@@ -349,6 +349,53 @@ enum sf_rc emu_store_ttl_sweep(struct emu_store *s, int max_docs, int *ret_purge
 enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll,
                            const char *range_id, struct sf_buf *out, struct sf_err *err);
 
+/* ---- merges (emu_store_merge.c) -------------------------------------------- */
+
+/*
+ * Merges online ranges range_a and range_b of container (db, coll), which must
+ * be adjacent (in either order), into one new range spanning both, with a
+ * fresh id (counting every range the container ever had, as for splits) whose
+ * "parents" list every ancestor of both, ending with the two parent ids (left
+ * one first). Both parents become retired (requests scoped to them by range
+ * id get 410/1002) and the pkranges etag changes. No document moves and LSNs
+ * continue, so a parent's change-feed continuation is valid on the merged
+ * range when scoped by the parent's EPK span. Appends
+ * {"parents":[left,right],"merged":range} to out (the range as
+ * emu_store_pkranges shows it). 404 unknown container or range; 400 a retired
+ * range, the same range twice, ranges that are not adjacent, or
+ * EMU_MAX_RANGES reached.
+ */
+enum sf_rc emu_store_merge(struct emu_store *s, const char *db, const char *coll,
+                           const char *range_a, const char *range_b, struct sf_buf *out,
+                           struct sf_err *err);
+
+/* ---- RID-based addressing (emu_store_rid.c) ------------------------------- */
+
+/* What a RID-form path names (each field "" when the path stops before it). */
+struct emu_rid_path {
+    char db[256]; /* the database's id */
+    char db_rid[16];
+    char coll[256]; /* the container's id */
+    char coll_rid[16];
+    char child[1024]; /* the document's or script's id */
+    char pk[2048];    /* a document's partition key as stored (a JSON array, the header's form) */
+    char link[32];    /* the RID-form signature link: the last _rid in the path, lowercased */
+};
+
+/*
+ * Resolves a path whose ids are _rids: seg[0..nseg) decoded segments,
+ * "dbs",<dbRid>[,"colls"[,<collRid>[,<type>[,<rid>]]]] with <type> docs,
+ * sprocs, triggers or udfs when a sixth segment is given. Each _rid is
+ * matched as a _rid only (never as a name) and must belong to the resource
+ * before it; database, container and document _rids have 8, 12 and 24
+ * characters. Fills *ret on success; 404 when a _rid names nothing there
+ * (1003 for a database or container), ret->link then still set (the request
+ * is a RID-form one all the same); 400 for any other shape. Takes the store
+ * lock only for paths of that shape.
+ */
+enum sf_rc emu_store_rid_path(struct emu_store *s, char *const *seg, int nseg,
+                              struct emu_rid_path *ret, struct sf_err *err);
+
 /* ---- server-side scripts (stored, never executed) -------------------------- */
 
 /*

@@ -94,8 +94,8 @@ enum sf_rc emu_store_scope(const struct emu_coll *coll, const char *range_id, co
                                   coll->id, range_id);
         if (!sc->range->online)
             return emu_store_fail(err, SF_EGONE, 410, 1002,
-                                  "%s: partition key range '%s' is gone (split); refresh the "
-                                  "ranges",
+                                  "%s: partition key range '%s' is gone (split or merged); "
+                                  "refresh the ranges",
                                   what, sc->range->id);
         (void)snprintf(sc->min, sizeof(sc->min), "%s", sc->range->min);
         (void)snprintf(sc->max, sizeof(sc->max), "%s", sc->range->max);

@@ -40,6 +40,8 @@
 #include <sqlite3.h>
 #include <stdatomic.h>
 
+#include <jansson.h>
+
 #include "common/sf_base.h"
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
@@ -507,5 +509,29 @@ enum sf_rc emu_store_cf_cont_check(const struct emu_coll *coll, const struct emu
 enum sf_rc emu_store_feed_page(struct emu_store *s, sqlite3_stmt *st, int max_items, bool add_lsn,
                                struct sf_buf *out, int *ret_count, int64_t *ret_last,
                                struct sf_err *err);
+
+/* ---- partition key ranges (emu_store_res.c), shared with merges (emu_store_merge.c) ---- */
+
+/* The columns of a pkranges row, as emu_range_put prints them (all borrowed). */
+struct emu_range_row {
+    const char *id, *rid, *min, *max, *parents, *etag;
+    int64_t lsn, ts;
+};
+
+/* The cached container db/id by names: 404/1003 for a missing database, 404/0 otherwise. */
+enum sf_rc emu_coll_find(struct emu_store *s, const char *db_id, const char *id,
+                         struct emu_coll **ret_coll, struct sf_err *err);
+/* Inserts one range row (parents: its JSON array text) inside the open transaction. */
+enum sf_rc emu_range_insert(struct emu_store *s, const struct emu_coll *coll,
+                            const struct emu_range *r, const char *parents, int64_t lsn, int64_t ts,
+                            const char *etag, struct sf_err *err);
+/* Appends one range resource as the pkranges feed shows it (n_online: for throughputFraction). */
+enum sf_rc emu_range_put(const struct emu_coll *coll, const struct emu_range_row *row,
+                         size_t n_online, struct sf_buf *out);
+/* The stored "parents" array of range id: a new reference in *ret (caller decrefs). */
+enum sf_rc emu_range_parents(struct emu_store *s, const struct emu_coll *coll, const char *id,
+                             json_t **ret, struct sf_err *err);
+/* The rid of the container's seq-th range. */
+void emu_range_rid(const struct emu_coll *coll, int64_t seq, char out[EMU_RID_LEN]);
 
 #endif

@@ -578,7 +578,7 @@ static enum sf_rc emu_coll_new_rid(struct emu_store *s, const struct emu_db *db,
 }
 
 /* The rid of the container's seq-th range: container bytes + seq, top nibble 5. */
-static void emu_range_rid(const struct emu_coll *coll, int64_t seq, char out[EMU_RID_LEN])
+void emu_range_rid(const struct emu_coll *coll, int64_t seq, char out[EMU_RID_LEN])
 {
     unsigned char b[16];
     int i;
@@ -590,10 +590,9 @@ static void emu_range_rid(const struct emu_coll *coll, int64_t seq, char out[EMU
     emu_store_rid_encode(b, sizeof(b), out, EMU_RID_LEN);
 }
 
-/* Inserts one range row inside the open transaction. */
-static enum sf_rc emu_range_insert(struct emu_store *s, const struct emu_coll *coll,
-                                   const struct emu_range *r, const char *parents, int64_t lsn,
-                                   int64_t ts, const char *etag, struct sf_err *err)
+enum sf_rc emu_range_insert(struct emu_store *s, const struct emu_coll *coll,
+                            const struct emu_range *r, const char *parents, int64_t lsn, int64_t ts,
+                            const char *etag, struct sf_err *err)
 {
     sqlite3_stmt *st = emu_store_stmt(s, ST_RANGE_INSERT);
 
@@ -778,9 +777,8 @@ enum sf_rc emu_store_coll_create(struct emu_store *s, const char *db, const json
     return rc;
 }
 
-/* The cached container db/id by names: 404/1003 for a missing database, 404/0 otherwise. */
-static enum sf_rc emu_coll_find(struct emu_store *s, const char *db_id, const char *id,
-                                struct emu_coll **ret_coll, struct sf_err *err)
+enum sf_rc emu_coll_find(struct emu_store *s, const char *db_id, const char *id,
+                         struct emu_coll **ret_coll, struct sf_err *err)
 {
     struct emu_db *db;
     struct emu_coll *coll;
@@ -1116,12 +1114,6 @@ out:
 
 /* ---- partition key ranges ------------------------------------------------------ */
 
-/* The columns of a pkranges row, as emu_range_put prints them. */
-struct emu_range_row {
-    const char *id, *rid, *min, *max, *parents, *etag;
-    int64_t lsn, ts;
-};
-
 /* Reads a ST_RANGE_LIST row; false when a text column is NULL (SQLite out of memory). */
 static bool emu_range_row_get(sqlite3_stmt *st, struct emu_range_row *row)
 {
@@ -1137,9 +1129,8 @@ static bool emu_range_row_get(sqlite3_stmt *st, struct emu_range_row *row)
            row->parents != NULL && row->etag != NULL;
 }
 
-/* Appends one range resource. */
-static enum sf_rc emu_range_put(const struct emu_coll *coll, const struct emu_range_row *row,
-                                size_t n_online, struct sf_buf *out)
+enum sf_rc emu_range_put(const struct emu_coll *coll, const struct emu_range_row *row,
+                         size_t n_online, struct sf_buf *out)
 {
     int64_t prefix = 0;
     enum sf_rc rc;
@@ -1161,10 +1152,10 @@ static enum sf_rc emu_range_put(const struct emu_coll *coll, const struct emu_ra
                            ",\"minInclusive\":\"%s\",\"maxExclusive\":\"%s\",\"ridPrefix\":%lld,"
                            "\"_self\":\"dbs/%s/colls/%s/pkranges/%s/\","
                            "\"throughputFraction\":%.17g,\"status\":\"online\",\"parents\":%s,"
-                           "\"_ts\":%lld,\"_lsn\":%lld}",
+                           "\"lsn\":%lld,\"_ts\":%lld,\"_lsn\":%lld}",
                            row->min, row->max, (long long)prefix, coll->db_rid, coll->rid, row->rid,
                            1.0 / (double)(n_online > 0 ? n_online : 1), row->parents,
-                           (long long)row->ts, (long long)row->lsn);
+                           (long long)row->lsn, (long long)row->ts, (long long)row->lsn);
     return rc;
 }
 
@@ -1303,9 +1294,8 @@ static bool emu_epk_mid(const char *min, const char *max, char out[33])
     return true;
 }
 
-/* The stored "parents" JSON of range id (borrowed into a new string in *ret). */
-static enum sf_rc emu_range_parents(struct emu_store *s, const struct emu_coll *coll,
-                                    const char *id, json_t **ret, struct sf_err *err)
+enum sf_rc emu_range_parents(struct emu_store *s, const struct emu_coll *coll, const char *id,
+                             json_t **ret, struct sf_err *err)
 {
     sqlite3_stmt *st = emu_store_stmt(s, ST_RANGE_LIST);
     struct emu_range_row row;

@@ -4,6 +4,8 @@
 add_library(emu_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/emu_store.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_store_res.c
+  ${CMAKE_CURRENT_LIST_DIR}/emu_store_merge.c
+  ${CMAKE_CURRENT_LIST_DIR}/emu_store_rid.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_store_doc.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_store_feed.c
   ${CMAKE_CURRENT_LIST_DIR}/emu_store_patch.c

@@ -485,7 +485,7 @@ static bool handle_split(struct feed_reader *r, struct sf_err *err)
     struct feed_processor *p = r->p;
     struct cosmos_pkranges *ranges = NULL;
     struct feed_lease parent;
-    char names[512] = "";
+    char names[512] = "", min[sizeof(r->lease.min)], max[sizeof(r->lease.max)];
     bool done = false;
     size_t want = 0;
     enum sf_rc rc;
@@ -516,6 +516,28 @@ static bool handle_split(struct feed_reader *r, struct sf_err *err)
         sf_err_set(err, SF_EGONE, true, "range %s is gone but no range names it as a parent yet",
                    r->token);
         goto out;
+    }
+    /*
+     * A merge: the new range is wider than this lease. Taking it over from this
+     * lease's checkpoint would lose or repeat the sibling's changes between the two
+     * parents' checkpoints, so the lease stays where it is (loudly) until leases
+     * follow merges by EPK (docs/azure-merges.md).
+     */
+    pthread_mutex_lock(&r->lease_mu);
+    (void)snprintf(min, sizeof(min), "%s", r->lease.min);
+    (void)snprintf(max, sizeof(max), "%s", r->lease.max);
+    pthread_mutex_unlock(&r->lease_mu);
+    for (size_t i = 0; i < ranges->n; i++) {
+        const struct cosmos_pkrange *c = &ranges->ranges[i];
+
+        if (list_has(c->parents, r->token) &&
+            (strcmp(c->min, min) < 0 || strcmp(c->max, max) > 0)) {
+            sf_err_set(err, SF_EGONE, true,
+                       "range %s was merged into range %s [%s, %s); this version follows "
+                       "splits only, so the lease stays at its checkpoint",
+                       r->token, c->id, c->min, c->max);
+            goto out;
+        }
     }
     free(r->children);
     r->n_children = 0;

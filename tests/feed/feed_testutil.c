@@ -95,6 +95,21 @@ enum sf_rc ft_split(struct cosmos_client *cli, const char *db, const char *coll,
     return rc;
 }
 
+enum sf_rc ft_merge(struct cosmos_client *cli, const char *db, const char *coll, const char *a,
+                    const char *b, struct sf_err *err)
+{
+    json_t *body = json_pack("{s:s,s:s,s:[s,s]}", "db", db, "coll", coll, "ranges", a, b);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    enum sf_rc rc;
+
+    if (text == NULL)
+        die("merge body", NULL);
+    rc = ft_admin(cli, "POST", "merge", text, NULL, err);
+    free(text);
+    json_decref(body);
+    return rc;
+}
+
 void ft_put(struct cosmos_client *cli, const char *db, const char *coll, const char *id,
             const char *pk, int n)
 {

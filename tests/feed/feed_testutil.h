@@ -38,6 +38,10 @@ void ft_faults(struct cosmos_client *cli, const char *rules);
 enum sf_rc ft_split(struct cosmos_client *cli, const char *db, const char *coll, const char *range,
                     struct sf_err *err);
 
+/* POST /_admin/merge {"db":..,"coll":..,"ranges":[a,b]}. */
+enum sf_rc ft_merge(struct cosmos_client *cli, const char *db, const char *coll, const char *a,
+                    const char *b, struct sf_err *err);
+
 /* Creates {"id":id,"pk":pk,"n":n}; aborts on failure. */
 void ft_put(struct cosmos_client *cli, const char *db, const char *coll, const char *id,
             const char *pk, int n);

@@ -886,6 +886,52 @@ START_TEST(split_during_run)
 }
 END_TEST
 
+/*
+ * A merge during a run: a lease must not take over the merged range from its own
+ * checkpoint (the sibling's changes between the two checkpoints would be lost or
+ * repeated). Until leases follow merges by EPK, the parents stay, at their checkpoints,
+ * and the read error names the merge.
+ */
+START_TEST(merge_during_run_keeps_parents)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_lease_info *v;
+    struct ft_seen seen;
+    struct evlog ev;
+    size_t n;
+    bool merged_lease = false, parents[2] = {false, false};
+    struct sf_err err;
+
+    ft_seen_init(&seen, 1000);
+    ev_init(&ev);
+    ft_feed_options(&o, DB, coll, prefix, "merger");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    o.on_event = on_event;
+    o.event_ctx = &ev;
+    p = start(&o, &err);
+    put_n(0, 100, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 100, 20000), 100);
+    ck_assert_msg(ft_merge(cli, DB, coll, "1", "2", &err) == SF_OK,
+                  "cosmolite cannot merge (POST /_admin/merge): %s", err.msg);
+    put_n(100, 200, NULL);
+    ck_assert(ev_wait(&ev, FEED_EV_READ_ERROR, 1, 15000));
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    for (size_t i = 0; i < n; i++) {
+        merged_lease |= strcmp(v[i].range, "4") == 0;
+        parents[0] |= strcmp(v[i].range, "1") == 0;
+        parents[1] |= strcmp(v[i].range, "2") == 0;
+    }
+    free(v);
+    ck_assert_msg(!merged_lease, "no lease takes the merged range from one parent's checkpoint");
+    ck_assert_msg(parents[0] && parents[1], "both parent leases stay");
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
@@ -894,6 +940,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 90);
     tcase_add_test(t, drain_several_ranges);
+    tcase_add_test(t, merge_during_run_keeps_parents);
     tcase_add_test(t, checkpoint_waits_for_oldest);
     tcase_add_test(t, lag_not_started);
     tcase_add_test(t, graceful_handoff);
