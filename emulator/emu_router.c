@@ -184,6 +184,8 @@ struct route {
     bool rid_named;      /* the segments were replaced by ridp's names */
     const char *pk_text; /* the partition key to use instead of the header, or NULL */
     struct emu_rid_path ridp;
+    const struct ru_scope *ru_sc; /* the request's throughput budget (dispatch_metered) */
+    bool ru_paid;                 /* the handler paid its charge itself (bulk, per operation) */
 };
 
 static const char *hdr(const struct route *rt, const char *name)
@@ -1231,6 +1233,9 @@ static size_t replica_batch_begin(struct route *rt, const struct emu_coll_ref *c
     return n;
 }
 
+/* Bulk: at the end of this file, next to the budgets it pays from. */
+static void handle_bulk(struct route *rt, const struct emu_coll_ref *c);
+
 /* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
 static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
 {
@@ -1240,7 +1245,13 @@ static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
     struct replica_write *ws = NULL;
     size_t nw = 0;
     int status = 0;
+    const char *atomic = hdr(rt, "x-ms-cosmos-batch-atomic");
 
+    /* The SDKs' bulk APIs: non-atomic, scoped by range (docs/azure-bulk.md). */
+    if (atomic && strcasecmp(atomic, "false") == 0) {
+        handle_bulk(rt, c);
+        return;
+    }
     if (!pk_header(rt, &pk))
         return;
     if (!pk) {
@@ -2314,9 +2325,11 @@ static void dispatch_metered(struct route *rt)
         resp_header(rt->resp, "x-ms-request-charge", "0");
         return;
     }
+    rt->ru_sc = &sc;
     dispatch(rt);
+    rt->ru_sc = NULL;
     error_charge(rt->resp);
-    if (sc.on)
+    if (sc.on && !rt->ru_paid)
         emu_ru_charge(rt->r->ru, sc.owner, sc.range, sc.n_ranges, resp_charge(rt->resp),
                       sf_mono_us());
 }
@@ -2445,4 +2458,99 @@ out:
     }
     sf_buf_release(&link);
     free(path);
+}
+
+/* ---- bulk: non-atomic batches scoped by range (docs/azure-bulk.md) ---------- */
+
+/* What a bulk request's operations pay, one at a time (struct emu_bulk_gate). */
+struct bulk_meter {
+    struct route *rt;
+    double total;
+};
+
+/* An operation may run while its range's bucket holds budget (emu_ru_admit). */
+static int64_t bulk_admit(void *ctx, size_t i)
+{
+    struct bulk_meter *m = ctx;
+    const struct ru_scope *sc = m->rt->ru_sc;
+
+    (void)i;
+    if (sc == NULL || !sc->on)
+        return 0;
+    return emu_ru_admit(m->rt->r->ru, sc->owner, sc->range, sc->n_ranges, sf_mono_us());
+}
+
+/*
+ * An operation costs what it would cost alone (docs/azure-twin.md): a failed
+ * lookup (404, 409, 412) what looking cost, a refused or unrun one nothing.
+ */
+static double bulk_charge(void *ctx, size_t i, const json_t *op, int status, size_t doc_bytes)
+{
+    struct bulk_meter *m = ctx;
+    const struct ru_scope *sc = m->rt->ru_sc;
+    const char *kind = sf_json_str(op, "operationType");
+    double cost;
+
+    (void)i;
+    if (status == 404 || status == 409 || status == 412)
+        cost = emu_ru_cost_read(0);
+    else if (status >= 300 && status != 304)
+        cost = 0;
+    else if (kind && strcasecmp(kind, "Read") == 0)
+        cost = emu_ru_cost_read(doc_bytes);
+    else if (kind && strcasecmp(kind, "Delete") == 0)
+        cost = emu_ru_cost_delete();
+    else
+        cost = emu_ru_cost_write(doc_bytes, emu_ru_index_terms(json_object_get(op, "resourceBody")),
+                                 status == 200);
+    if (sc != NULL && sc->on)
+        emu_ru_charge(m->rt->r->ru, sc->owner, sc->range, sc->n_ranges, cost, sf_mono_us());
+    m->total += cost;
+    return cost;
+}
+
+/*
+ * Bulk (x-ms-cosmos-batch-atomic: false): each operation succeeds or fails
+ * on its own, metered one by one, so the ones past the range's budget answer
+ * 429/3200 inside a 207 while the others apply.
+ */
+static void handle_bulk(struct route *rt, const struct emu_coll_ref *c)
+{
+    struct bulk_meter m = {.rt = rt};
+    struct emu_bulk_gate gate = {.admit = bulk_admit, .charge = bulk_charge, .ctx = &m};
+    struct emu_doc_meta meta;
+    struct sf_err err;
+    const char *coe = hdr(rt, "x-ms-cosmos-batch-continue-on-error");
+    json_t *ops = NULL;
+    size_t i;
+    json_t *o;
+
+    if (!(ops = body_json(rt)))
+        return;
+    if (!json_is_array(ops)) {
+        emu_response_error(rt->resp, 400, 0,
+                           "A bulk request body must be a JSON array of "
+                           "operations.");
+        goto out;
+    }
+    if (prefer_minimal(rt)) {
+        json_array_foreach(ops, i, o)
+        {
+            if (json_is_object(o) && json_object_get(o, "minimalReturnPreference") == NULL)
+                (void)json_object_set_new(o, "minimalReturnPreference", json_true());
+        }
+    }
+    sf_err_clear(&err);
+    memset(&meta, 0, sizeof(meta));
+    if (!store_call(rt,
+                    emu_store_bulk(rt->r->store, c, hdr(rt, "x-ms-documentdb-partitionkeyrangeid"),
+                                   ops, !(coe && strcasecmp(coe, "false") == 0), &gate,
+                                   &rt->resp->body, &meta, &err),
+                    &err))
+        goto out;
+    rt->ru_paid = true;
+    ok(rt, meta.status, m.total);
+    session_header(rt, meta.range_id, meta.lsn);
+out:
+    json_decref(ops);
 }

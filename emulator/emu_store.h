@@ -317,6 +317,54 @@ enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, co
                            const json_t *ops, struct sf_buf *out, int *ret_status,
                            struct emu_doc_meta *ret_meta, struct sf_err *err);
 
+/*
+ * What a bulk request asks of its caller for every operation it is about to
+ * run (emu_store_bulk): the request-unit budget, kept outside the store.
+ * Both are called under the store's lock, in operation order; neither may
+ * call back into the store.
+ */
+struct emu_bulk_gate {
+    /* 0 when operation i may run, else the milliseconds (>= 1) until budget returns. */
+    int64_t (*admit)(void *ctx, size_t i);
+    /*
+     * Operation i (op) ended with status (a 4xx when it failed on its own),
+     * having read or written a document of doc_bytes: returns its charge in
+     * RU, which the caller has paid.
+     */
+    double (*charge)(void *ctx, size_t i, const json_t *op, int status, size_t doc_bytes);
+    void *ctx;
+};
+
+/*
+ * Executes a bulk request: a non-atomic batch scoped to partition key range
+ * range_id (the x-ms-documentdb-partitionkeyrangeid header, optionally
+ * "<collRid>,<rangeId>"), as the SDKs' bulk APIs send it. ops has the shape
+ * of a transactional batch's (emu_store_batch); each operation names its own
+ * partition key ("partitionKey", a JSON-array string or array; else the
+ * document's value at the container's key path) and succeeds or fails on its
+ * own: the successful ones are kept (they share one LSN, as a batch's
+ * writes), a failed one changes nothing. In order, operation i answers:
+ * - 429/3200 with "retryAfterMilliseconds" when gate->admit refuses it (and
+ *   so does every later one: budget does not return within one request);
+ * - 424 when continue_on_error is false and an earlier one failed;
+ * - 400 when its partition key is malformed, 410/1002 when its key is not
+ *   in range_id (the client's routing map is stale);
+ * - else its own outcome, as in a batch.
+ * Appends the result array ({"statusCode", "subStatusCode" when not 0,
+ * "requestCharge" from gate->charge, "eTag", "resourceBody", "message" for a
+ * failure}) to out. ret_meta: status 200 when every operation succeeded, else
+ * 207; range_id; lsn (the unit's, or the container's when nothing was
+ * written). Whole-request errors return non-OK with err->http_status: 400 (no
+ * range id, a range the container never had, or the batch checks of
+ * emu_store_batch: malformed, empty, too many operations), 413 (too many
+ * bytes), 410/1002 (a range retired by a split), 404/1003 (stale container).
+ * gate may be NULL (nothing metered, every charge 0).
+ */
+enum sf_rc emu_store_bulk(struct emu_store *s, const struct emu_coll_ref *c, const char *range_id,
+                          const json_t *ops, bool continue_on_error,
+                          const struct emu_bulk_gate *gate, struct sf_buf *out,
+                          struct emu_doc_meta *ret_meta, struct sf_err *err);
+
 /* ---- TTL ------------------------------------------------------------------ */
 
 /*

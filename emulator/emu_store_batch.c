@@ -14,22 +14,9 @@
 #include "common/sf_json.h"
 #include "emulator/emu_store_int.h"
 
-enum emu_batch_kind { B_CREATE, B_UPSERT, B_READ, B_REPLACE, B_DELETE, B_PATCH };
-
 static const char *const emu_batch_names[] = {
     [B_CREATE] = "Create",   [B_UPSERT] = "Upsert", [B_READ] = "Read",
     [B_REPLACE] = "Replace", [B_DELETE] = "Delete", [B_PATCH] = "Patch",
-};
-
-/* One checked operation; everything borrowed from the request. */
-struct emu_batch_op {
-    enum emu_batch_kind kind;
-    const json_t *op;
-    const char *id;     /* Read, Replace, Delete, Patch */
-    const json_t *body; /* resourceBody: the document, or the patch request */
-    const char *if_match;
-    const char *if_none_match;
-    bool minimal; /* minimalReturnPreference: a write answers without its document */
 };
 
 /* What happened to the operation that ran (or failed). */
@@ -46,8 +33,8 @@ static enum sf_rc emu_batch_bad(struct sf_err *err, size_t i, const char *what)
 }
 
 /* Checks the shape of operation i (a malformed one fails the whole request). */
-static enum sf_rc emu_batch_op_parse(const json_t *o, size_t i, struct emu_batch_op *op,
-                                     struct sf_err *err)
+enum sf_rc emu_store_batch_op_parse(const json_t *o, size_t i, struct emu_batch_op *op,
+                                    struct sf_err *err)
 {
     const char *type = sf_json_str(o, "operationType");
     const json_t *v;
@@ -138,10 +125,9 @@ static enum sf_rc emu_batch_put_ok(struct sf_buf *res, const struct emu_doc_meta
 }
 
 /* Runs operation i inside tx; doc receives the resource it returns (if any). */
-static enum sf_rc emu_batch_run_op(struct emu_store *s, struct emu_tx *tx, const json_t *pk,
-                                   const struct emu_pk *key, const struct emu_batch_op *op,
-                                   size_t i, struct sf_buf *doc, struct emu_doc_meta *meta,
-                                   struct sf_err *err)
+enum sf_rc emu_store_batch_op_run(struct emu_store *s, struct emu_tx *tx, const json_t *pk,
+                                  const struct emu_pk *key, const struct emu_batch_op *op, size_t i,
+                                  struct sf_buf *doc, struct emu_doc_meta *meta, struct sf_err *err)
 {
     static const enum emu_write_kind kinds[] = {[B_CREATE] = EMU_WRITE_CREATE,
                                                 [B_UPSERT] = EMU_WRITE_UPSERT,
@@ -220,7 +206,7 @@ static enum sf_rc emu_batch_run(struct emu_store *s, struct emu_tx *tx, const js
     for (i = 0; rc == SF_OK && i < n; i++) {
         sf_buf_reset(&doc);
         sf_err_clear(&op_err);
-        rc = emu_batch_run_op(s, tx, pk, key, &ops[i], i, &doc, &meta, &op_err);
+        rc = emu_store_batch_op_run(s, tx, pk, key, &ops[i], i, &doc, &meta, &op_err);
         if (rc != SF_OK && op_err.http_status >= 400 && op_err.http_status < 500) {
             /* The operation's own failure: the batch answers 207. */
             *ret_failed = i;
@@ -247,17 +233,13 @@ static enum sf_rc emu_batch_run(struct emu_store *s, struct emu_tx *tx, const js
 }
 
 /* Checks the request as a whole: size, count and every operation's shape. */
-static enum sf_rc emu_batch_check(struct emu_store *s, const json_t *pk, const json_t *ops,
-                                  struct emu_batch_op *parsed, struct sf_err *err)
+enum sf_rc emu_store_batch_check(struct emu_store *s, const json_t *ops,
+                                 struct emu_batch_op *parsed, struct sf_err *err)
 {
     struct sf_buf probe;
     enum sf_rc rc;
     size_t i;
 
-    if (pk == NULL)
-        return emu_store_fail(err, SF_EINVAL, 400, 0,
-                              "batch: the partition key header (x-ms-documentdb-partitionkey) is "
-                              "required");
     if (!json_is_array(ops) || json_array_size(ops) == 0)
         return emu_store_fail(err, SF_EINVAL, 400, 0,
                               "batch: the body must be a non-empty array of operations");
@@ -276,7 +258,7 @@ static enum sf_rc emu_batch_check(struct emu_store *s, const json_t *pk, const j
     if (rc != SF_OK)
         return emu_store_fail(err, SF_ENOMEM, 500, 0, "batch: out of memory");
     for (i = 0; i < json_array_size(ops); i++) {
-        rc = emu_batch_op_parse(json_array_get(ops, i), i, &parsed[i], err);
+        rc = emu_store_batch_op_parse(json_array_get(ops, i), i, &parsed[i], err);
         if (rc != SF_OK)
             return rc;
     }
@@ -300,7 +282,11 @@ enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, co
 
     if (out == NULL || ret_status == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_batch: missing argument");
-    rc = emu_batch_check(s, pk, ops, parsed, err);
+    if (pk == NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "batch: the partition key header (x-ms-documentdb-partitionkey) is "
+                              "required");
+    rc = emu_store_batch_check(s, ops, parsed, err);
     if (rc == SF_OK)
         rc = emu_store_pk_from_header(&key, pk, "batch", err);
     if (rc != SF_OK)

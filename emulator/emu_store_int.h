@@ -455,6 +455,44 @@ enum sf_rc emu_store_patch_apply(struct emu_store *s, struct emu_tx *tx, const j
                                  struct sf_buf *text, struct emu_doc_meta *meta,
                                  struct sf_err *err);
 
+/* ---- batch operations, shared by batches and bulk (emu_store_batch.c) ---- */
+
+enum emu_batch_kind { B_CREATE, B_UPSERT, B_READ, B_REPLACE, B_DELETE, B_PATCH };
+
+/* One checked operation; everything borrowed from the request. */
+struct emu_batch_op {
+    enum emu_batch_kind kind;
+    const json_t *op;
+    const char *id;     /* Read, Replace, Delete, Patch */
+    const json_t *body; /* resourceBody: the document, or the patch request */
+    const char *if_match;
+    const char *if_none_match;
+    bool minimal; /* minimalReturnPreference: a write answers without its document */
+};
+
+/*
+ * Checks a batch body as a whole: a non-empty array of at most max_batch_ops
+ * operations, at most max_batch_bytes serialised, each well-formed (parsed
+ * into parsed[], which holds EMU_BATCH_OPS_LIMIT). 400 / 413 naming the
+ * operation otherwise. Needs no lock.
+ */
+enum sf_rc emu_store_batch_check(struct emu_store *s, const json_t *ops,
+                                 struct emu_batch_op *parsed, struct sf_err *err);
+/* Checks the shape of operation i (o) into *op; 400 naming i when malformed. */
+enum sf_rc emu_store_batch_op_parse(const json_t *o, size_t i, struct emu_batch_op *op,
+                                    struct sf_err *err);
+/*
+ * Runs operation i inside tx in partition key (pk: the header array, key:
+ * its parsed form; an op's own "partitionKey" must agree, 400/1001). doc
+ * receives the resource it returns, meta its outcome. An operation's own
+ * failure is non-OK with a 4xx err->http_status; anything else is the
+ * request's failure.
+ */
+enum sf_rc emu_store_batch_op_run(struct emu_store *s, struct emu_tx *tx, const json_t *pk,
+                                  const struct emu_pk *key, const struct emu_batch_op *op, size_t i,
+                                  struct sf_buf *doc, struct emu_doc_meta *meta,
+                                  struct sf_err *err);
+
 /* ---- AllVersionsAndDeletes log (emu_store_avad.c) ---- */
 
 enum emu_av_op { EMU_AV_CREATE, EMU_AV_REPLACE, EMU_AV_DELETE };
