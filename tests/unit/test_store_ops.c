@@ -1,6 +1,6 @@
 /*
  * test_store_ops.c - cosmolite's storage beyond point operations
- * (emulator/emu_store.h): patch, transactional batches, TTL, splits, scripts,
+ * (emulator/emu_store.h): patch, transactional batches, bulk, TTL, splits, scripts,
  * the AllVersionsAndDeletes log, scans, group commit and the schema upgrade.
  *
  * Stores use a fake clock so expiry and retention are exact.
@@ -1476,6 +1476,216 @@ START_TEST(test_split_durable_and_narrow)
 }
 END_TEST
 
+/* ---- bulk (non-atomic batches by range) ------------------------------------------------- */
+
+/* A gate that admits operations until `refuse_from`, and records what it was asked. */
+struct test_gate {
+    size_t refuse_from;
+    size_t admits;
+    size_t charges;
+    int last_status;
+};
+
+static int64_t test_admit(void *ctx, size_t i)
+{
+    struct test_gate *g = ctx;
+
+    g->admits++;
+    return i >= g->refuse_from ? 42 : 0;
+}
+
+static double test_charge(void *ctx, size_t i, const json_t *op, int status, size_t doc_bytes)
+{
+    struct test_gate *g = ctx;
+
+    (void)i;
+    (void)op;
+    (void)doc_bytes;
+    g->charges++;
+    g->last_status = status;
+    return 2.5;
+}
+
+/* Runs a bulk on range; returns the parsed result array (NULL with *ret_rc on failure). */
+static json_t *bulk(struct emu_store *s, const struct emu_coll_ref *c, const char *range,
+                    const char *ops_text, bool continue_on_error, struct test_gate *tg,
+                    struct emu_doc_meta *meta, enum sf_rc *ret_rc, struct sf_err *err)
+{
+    struct emu_bulk_gate gate = {.admit = test_admit, .charge = test_charge, .ctx = tg};
+    json_t *ops = J(ops_text), *v = NULL;
+    struct sf_buf out;
+    enum sf_rc rc;
+
+    sf_buf_init(&out, OUT_MAX);
+    sf_err_clear(err);
+    rc = emu_store_bulk(s, c, range, ops, continue_on_error, tg != NULL ? &gate : NULL, &out, meta,
+                        err);
+    if (rc == SF_OK) {
+        v = parse(&out);
+        ck_assert(json_is_array(v));
+        ck_assert_uint_eq(json_array_size(v), json_array_size(ops));
+    } else {
+        ck_assert_uint_eq(out.len, 0);
+    }
+    if (ret_rc != NULL)
+        *ret_rc = rc;
+    sf_buf_release(&out);
+    json_decref(ops);
+    return v;
+}
+
+START_TEST(test_bulk_each_op_alone)
+{
+    struct test_gate tg = {.refuse_from = SIZE_MAX};
+    struct emu_doc_meta meta = {0};
+    struct emu_coll_ref c;
+    struct emu_store *s = setup(1, "", &c);
+    struct sf_err err;
+    enum sf_rc rc;
+    json_t *res, *v;
+
+    put(s, &c, "{\"id\":\"e\",\"pk\":\"p\",\"n\":1}");
+    /* Failures in the middle leave the writes around them in place, sharing one LSN. */
+    res = bulk(s, &c, "0",
+               "[{\"operationType\":\"Create\",\"partitionKey\":\"[\\\"p\\\"]\","
+               "\"resourceBody\":{\"id\":\"x\",\"pk\":\"p\"}},"
+               "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"e\",\"pk\":\"p\"}},"
+               "{\"operationType\":\"Replace\",\"id\":\"nope\",\"partitionKey\":[\"p\"],"
+               "\"resourceBody\":{\"id\":\"nope\",\"pk\":\"p\"}},"
+               "{\"operationType\":\"Delete\",\"id\":\"e\",\"partitionKey\":\"[\\\"p\\\"]\","
+               "\"ifMatch\":\"\\\"stale\\\"\"},"
+               "{\"operationType\":\"Upsert\",\"resourceBody\":{\"id\":\"y\",\"pk\":\"p\"}},"
+               "{\"operationType\":\"Read\",\"id\":\"e\",\"partitionKey\":\"[\\\"p\\\"]\"},"
+               "{\"operationType\":\"Read\",\"id\":\"e\",\"partitionKey\":\"[\\\"p\\\"\"}]",
+               true, &tg, &meta, &rc, &err);
+    ck_assert_msg(res != NULL, "bulk: %s", err.msg);
+    ck_assert_int_eq(op_status(res, 0), 201);
+    ck_assert_int_eq(op_status(res, 1), 409);
+    ck_assert_int_eq(op_status(res, 2), 404);
+    ck_assert_int_eq(op_status(res, 3), 412);
+    ck_assert_int_eq(op_status(res, 4), 201);
+    ck_assert_int_eq(op_status(res, 5), 200);
+    ck_assert_int_eq(op_status(res, 6), 400); /* a malformed key fails that operation alone */
+    ck_assert_ptr_nonnull(strstr(sval(json_array_get(res, 6), "message"), "operation 6"));
+    ck_assert_int_eq(ival(json_object_get(json_array_get(res, 5), "resourceBody"), "n"), 1);
+    ck_assert_int_eq(meta.status, 207);
+    ck_assert_int_eq(meta.lsn, 2);
+    ck_assert_str_eq(meta.range_id, "0");
+    ck_assert_uint_eq(tg.admits, 6); /* every operation that reached the store */
+    json_decref(res);
+    v = get(s, &c, "x", "[\"p\"]");
+    ck_assert_ptr_nonnull(v);
+    json_decref(v);
+    v = get(s, &c, "y", "[\"p\"]");
+    ck_assert_ptr_nonnull(v);
+    json_decref(v);
+    v = get(s, &c, "e", "[\"p\"]");
+    ck_assert_int_eq(ival(v, "n"), 1);
+    json_decref(v);
+    ck_assert_ptr_null(get(s, &c, "nope", "[\"p\"]"));
+
+    /* Budget spent from operation 1 on: 429/3200 with the hint, nothing of them applied. */
+    tg = (struct test_gate){.refuse_from = 1};
+    res = bulk(s, &c, "0",
+               "[{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"t0\",\"pk\":\"p\"}},"
+               "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"t1\",\"pk\":\"p\"}},"
+               "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"t2\",\"pk\":\"p\"}}]",
+               true, &tg, &meta, &rc, &err);
+    ck_assert_msg(res != NULL, "bulk: %s", err.msg);
+    ck_assert_int_eq(op_status(res, 0), 201);
+    ck_assert_int_eq(op_status(res, 1), 429);
+    ck_assert_int_eq(op_status(res, 2), 429);
+    ck_assert_int_eq(ival(json_array_get(res, 2), "subStatusCode"), 3200);
+    ck_assert_int_eq(ival(json_array_get(res, 2), "retryAfterMilliseconds"), 42);
+    ck_assert_uint_eq(tg.admits, 2);  /* not asked again once it refused */
+    ck_assert_uint_eq(tg.charges, 1); /* only the operation that ran pays */
+    json_decref(res);
+    ck_assert_ptr_null(get(s, &c, "t1", "[\"p\"]"));
+
+    /* continue-on-error false: after the first failure the rest answer 424 and do not run. */
+    res = bulk(s, &c, "0",
+               "[{\"operationType\":\"Delete\",\"id\":\"absent\"},"
+               "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"c1\",\"pk\":\"p\"}}]",
+               false, NULL, &meta, &rc, &err);
+    ck_assert_msg(res != NULL, "bulk: %s", err.msg);
+    ck_assert_int_eq(op_status(res, 0), 404);
+    ck_assert_int_eq(op_status(res, 1), 424);
+    json_decref(res);
+    ck_assert_ptr_null(get(s, &c, "c1", "[\"p\"]"));
+
+    /* Whole-request errors: no range, an unknown range, a malformed operation. */
+    res = bulk(s, &c, NULL, "[{\"operationType\":\"Read\",\"id\":\"e\"}]", true, NULL, &meta, &rc,
+               &err);
+    ck_assert_ptr_null(res);
+    ck_assert_int_eq(err.http_status, 400);
+    res = bulk(s, &c, "7", "[{\"operationType\":\"Read\",\"id\":\"e\"}]", true, NULL, &meta, &rc,
+               &err);
+    ck_assert_ptr_null(res);
+    ck_assert_int_eq(err.http_status, 400);
+    ck_assert_ptr_nonnull(strstr(err.msg, "'7'"));
+    res = bulk(s, &c, "0", "[{\"operationType\":\"Nope\"}]", true, NULL, &meta, &rc, &err);
+    ck_assert_ptr_null(res);
+    ck_assert_int_eq(err.http_status, 400);
+    /* Only reads: 200, and no LSN taken (t0's bulk took LSN 3: one per bulk). */
+    res = bulk(s, &c, "0", "[{\"operationType\":\"Read\",\"id\":\"e\",\"partitionKey\":[\"p\"]}]",
+               true, NULL, &meta, &rc, &err);
+    ck_assert_msg(res != NULL, "bulk: %s", err.msg);
+    ck_assert_int_eq(meta.status, 200);
+    ck_assert_int_eq(meta.lsn, 3);
+    json_decref(res);
+    emu_store_free(s);
+}
+END_TEST
+
+START_TEST(test_bulk_after_split)
+{
+    struct emu_doc_meta meta = {0};
+    struct emu_coll_ref c;
+    struct emu_store *s = setup(1, "", &c);
+    struct sf_err err;
+    enum sf_rc rc;
+    json_t *res, *kids;
+    char ops[4096];
+    const char *range;
+    int i, home = -1, away = -1;
+
+    kids = split(s, "c", "0", &rc, &err);
+    ck_assert_msg(kids != NULL, "split: %s", err.msg);
+    json_decref(kids);
+    /* The retired range answers 410/1002 for the whole request. */
+    res = bulk(s, &c, "0", "[{\"operationType\":\"Read\",\"id\":\"e\"}]", true, NULL, &meta, &rc,
+               &err);
+    ck_assert_ptr_null(res);
+    ck_assert_int_eq(err.http_status, 410);
+    ck_assert_int_eq(err.substatus, 1002);
+    /* Find a key on child "1" and one on child "2". */
+    for (i = 0; i < 64 && (home < 0 || away < 0); i++) {
+        char body[64];
+
+        (void)snprintf(body, sizeof(body), "{\"id\":\"probe\",\"pk\":\"k%d\"}", i);
+        range = put(s, &c, body).range_id;
+        if (strcmp(range, "1") == 0 && home < 0)
+            home = i;
+        else if (strcmp(range, "2") == 0 && away < 0)
+            away = i;
+    }
+    ck_assert(home >= 0 && away >= 0);
+    /* A key the range does not hold fails alone with 410/1002; the other applies. */
+    (void)snprintf(ops, sizeof(ops),
+                   "[{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"a\",\"pk\":\"k%d\"}},"
+                   "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"b\",\"pk\":\"k%d\"}}]",
+                   away, home);
+    res = bulk(s, &c, "1", ops, true, NULL, &meta, &rc, &err);
+    ck_assert_msg(res != NULL, "bulk: %s", err.msg);
+    ck_assert_int_eq(op_status(res, 0), 410);
+    ck_assert_int_eq(ival(json_array_get(res, 0), "subStatusCode"), 1002);
+    ck_assert_int_eq(op_status(res, 1), 201);
+    ck_assert_str_eq(meta.range_id, "1");
+    json_decref(res);
+    emu_store_free(s);
+}
+END_TEST
+
 /* ---- scripts ----------------------------------------------------------------------------- */
 
 static json_t *script(struct emu_store *s, const struct emu_coll_ref *c, const char *kind,
@@ -2083,6 +2293,8 @@ static Suite *store_ops_suite(void)
     tcase_add_test(b, test_batch_rollback);
     tcase_add_test(b, test_batch_limits);
     tcase_add_test(b, test_batch_pk_mismatch);
+    tcase_add_test(b, test_bulk_each_op_alone);
+    tcase_add_test(b, test_bulk_after_split);
     tcase_add_test(t, test_ttl_default);
     tcase_add_test(t, test_ttl_minus_one_and_off);
     tcase_add_test(t, test_ttl_expired_id_reuse);
