@@ -2466,6 +2466,8 @@ out:
 struct bulk_meter {
     struct route *rt;
     double total;
+    bool *applied; /* per operation: it succeeded (NULL: not tracked) */
+    size_t n;
 };
 
 /* An operation may run while its range's bucket holds budget (emu_ru_admit). */
@@ -2505,8 +2507,55 @@ static double bulk_charge(void *ctx, size_t i, const json_t *op, int status, siz
                                  status == 200);
     if (sc != NULL && sc->on)
         emu_ru_charge(m->rt->r->ru, sc->owner, sc->range, sc->n_ranges, cost, sf_mono_us());
+    if (m->applied && i < m->n)
+        m->applied[i] = status < 300 && status != 304;
     m->total += cost;
     return cost;
+}
+
+/*
+ * The before-images of a bulk's writes (--replica-lag only), like
+ * replica_batch_begin but with each operation's own partition key: a new
+ * array of one replica_write per operation in *ret_ws, and its length.
+ */
+static size_t replica_bulk_begin(struct route *rt, const struct emu_coll_ref *c, const json_t *ops,
+                                 struct replica_write **ret_ws)
+{
+    struct replica_write *ws;
+    const json_t *op;
+    size_t i, n = json_array_size(ops);
+
+    *ret_ws = NULL;
+    if (!rt->r->replica || n == 0 || !(ws = calloc(n, sizeof(*ws))))
+        return 0;
+    json_array_foreach(ops, i, op)
+    {
+        const char *type = sf_json_str(op, "operationType");
+        const json_t *body = json_object_get(op, "resourceBody");
+        const json_t *pkv = json_object_get(op, "partitionKey");
+        const char *id = sf_json_str(op, "id");
+        json_t *pk = NULL;
+
+        if (json_is_string(pkv))
+            pk = json_loadb(json_string_value(pkv), json_string_length(pkv), 0, NULL);
+        else if (json_is_array(pkv))
+            pk = json_incref((json_t *)pkv);
+        if (pk && (!json_is_array(pk) || json_array_size(pk) != 1)) {
+            json_decref(pk); /* undefined or malformed: the body's value, if any */
+            pk = NULL;
+        }
+        if (type && strcasecmp(type, "Read") == 0)
+            body = NULL, id = NULL; /* journals nothing: no key */
+        else if (!id)
+            id = sf_json_str(body, "id");
+        if (id)
+            replica_write_begin(rt, c, id, pk, body, &ws[i]);
+        else
+            sf_buf_init(&ws[i].before, 0);
+        json_decref(pk);
+    }
+    *ret_ws = ws;
+    return n;
 }
 
 /*
@@ -2521,8 +2570,9 @@ static void handle_bulk(struct route *rt, const struct emu_coll_ref *c)
     struct emu_doc_meta meta;
     struct sf_err err;
     const char *coe = hdr(rt, "x-ms-cosmos-batch-continue-on-error");
+    struct replica_write *ws = NULL;
     json_t *ops = NULL;
-    size_t i;
+    size_t i, nw = 0;
     json_t *o;
 
     if (!(ops = body_json(rt)))
@@ -2540,6 +2590,9 @@ static void handle_bulk(struct route *rt, const struct emu_coll_ref *c)
                 (void)json_object_set_new(o, "minimalReturnPreference", json_true());
         }
     }
+    /* With --replica-lag the secondaries learn each applied write, as for a point write. */
+    if ((nw = replica_bulk_begin(rt, c, ops, &ws)) > 0 && (m.applied = calloc(nw, sizeof(bool))))
+        m.n = nw;
     sf_err_clear(&err);
     memset(&meta, 0, sizeof(meta));
     if (!store_call(rt,
@@ -2551,6 +2604,13 @@ static void handle_bulk(struct route *rt, const struct emu_coll_ref *c)
     rt->ru_paid = true;
     ok(rt, meta.status, m.total);
     session_header(rt, meta.range_id, meta.lsn);
+    for (i = 0; i < m.n; i++)
+        if (m.applied[i])
+            replica_write_done(rt, c, &ws[i], meta.lsn);
 out:
+    for (i = 0; i < nw; i++)
+        replica_write_release(&ws[i]);
+    free(ws);
+    free(m.applied);
     json_decref(ops);
 }

@@ -390,3 +390,24 @@ test("an atomic batch is unchanged: without x-ms-cosmos-batch-atomic: false a fa
   );
   assert.equal((await container.item("x1", "same").read()).statusCode, 404);
 });
+
+test("bulk under --replica-lag: its writes reach the secondaries late like any write; the SDK with Session reads them through the bulk's token", async (t) => {
+  const rsrv = await startCosmolite(t, { partitions: 2, args: ["--replica-lag", "600000", "--replica-wait", "200"] });
+  const { database: db } = await rsrv.client({ consistencyLevel: "Session" }).databases.create({ id: uid("db") });
+  const { container: s } = await db.containers.create({ id: "c", partitionKey: "/pk" });
+  // Written before the restart: the secondaries start caught up with it.
+  await s.items.create({ id: "old", pk: "p-old", v: 1 });
+  await rsrv.restart();
+  const s2 = rsrv.client({ consistencyLevel: "Session" }).database(db.id).container("c");
+  const p2 = rsrv.client().database(db.id).container("c");
+  const results = await s2.items.executeBulkOperations([
+    { operationType: BulkOperationType.Create, partitionKey: "p-new", resourceBody: { id: "new", pk: "p-new", v: 1 } },
+    { operationType: BulkOperationType.Replace, id: "old", partitionKey: "p-old", resourceBody: { id: "old", pk: "p-old", v: 2 } },
+    { operationType: BulkOperationType.Create, partitionKey: "p-old", resourceBody: { id: "old", pk: "p-old", v: 9 } }, // 409
+  ]);
+  assert.deepEqual(results.map(statusOf), [201, 200, 409]);
+  assert.equal((await p2.item("new", "p-new").read()).statusCode, 404, "a secondary lacks the bulk's create");
+  assert.equal((await p2.item("old", "p-old").read()).resource.v, 1, "and has the version before its replace");
+  assert.equal((await s2.item("new", "p-new").read()).statusCode, 200, "Session reads its bulk's writes");
+  assert.equal((await s2.item("old", "p-old").read()).resource.v, 2);
+});
