@@ -357,7 +357,7 @@ struct emu_bulk_gate {
  * written). Whole-request errors return non-OK with err->http_status: 400 (no
  * range id, a range the container never had, or the batch checks of
  * emu_store_batch: malformed, empty, too many operations), 413 (too many
- * bytes), 410/1002 (a range retired by a split), 404/1003 (stale container).
+ * bytes), 410/1002 (a range retired by a split or merge), 404/1003 (stale container).
  * gate may be NULL (nothing metered, every charge 0).
  */
 enum sf_rc emu_store_bulk(struct emu_store *s, const struct emu_coll_ref *c, const char *range_id,

@@ -278,10 +278,11 @@ static enum sf_rc emu_bulk_range(const struct emu_coll *coll, const char *range_
                               "(x-ms-documentdb-partitionkeyrangeid)",
                               coll->id, range_id);
     if (!r->online)
-        return emu_store_fail(err, SF_EGONE, 410, 1002,
-                              "bulk: partition key range '%s' is gone (split); refresh the ranges "
-                              "and send each operation to the range that now holds its key",
-                              r->id);
+        return emu_store_fail(
+            err, SF_EGONE, 410, 1002,
+            "bulk: partition key range '%s' is gone (split or merged); refresh the ranges "
+            "and send each operation to the range that now holds its key",
+            r->id);
     *ret = r;
     return SF_OK;
 }

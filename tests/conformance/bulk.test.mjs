@@ -12,7 +12,7 @@ import { after, before, test } from "node:test";
 
 import { BulkOperationType } from "@azure/cosmos";
 
-import { rawRequest, show, splitRange, startCosmolite, uid } from "./harness.mjs";
+import { adminRequest, rawRequest, show, splitRange, startCosmolite, uid } from "./harness.mjs";
 
 let srv;
 let client;
@@ -291,6 +291,44 @@ test("bulk during a split: requests for the retired range get 410/1002 and both 
     Array(60).fill(201),
   );
   legacy.forEach((r, i) => assert.equal(r.resourceBody.id, `o${i}`, "in input order"));
+  const { resources } = await container.items.query("SELECT VALUE COUNT(1) FROM c").fetchAll();
+  assert.equal(resources[0], 122, "every operation applied once");
+});
+
+test("bulk after a merge: the merged-away ranges answer 410/1002 and both SDK APIs re-group onto the new range", async () => {
+  const { container, id } = await newContainer();
+  const ranges = await rangeIds(container);
+  const warm = await container.items.executeBulkOperations([
+    { operationType: BulkOperationType.Create, partitionKey: "w", resourceBody: { id: "warm", pk: "w" } },
+  ]);
+  assert.equal(statusOf(warm[0]), 201);
+  await container.items.bulk([{ operationType: BulkOperationType.Create, partitionKey: "w", resourceBody: { id: "warm2", pk: "w" } }]);
+  const r = await adminRequest(srv, "POST", "merge", { db: database.id, coll: id, ranges: [ranges[0], ranges[1]] });
+  assert.equal(r.status, 200, show(r));
+  const gone = await rawBulk(`/dbs/${database.id}/colls/${id}/docs`, ranges[1], [
+    { operationType: "Read", id: "warm", partitionKey: '["w"]' },
+  ]);
+  assert.equal(gone.status, 410, show(gone));
+  assert.equal(gone.headers["x-ms-substatus"], "1002");
+
+  const current = await container.items.executeBulkOperations(
+    Array.from({ length: 60 }, (_, i) => ({
+      operationType: BulkOperationType.Create,
+      partitionKey: `p${i}`,
+      resourceBody: { id: `n${i}`, pk: `p${i}` },
+    })),
+  );
+  assert.deepEqual(current.map(statusOf), Array(60).fill(201));
+  const legacy = await container.items.bulk(
+    Array.from({ length: 60 }, (_, i) => ({
+      operationType: BulkOperationType.Create,
+      resourceBody: { id: `o${i}`, pk: `p${i}` },
+    })),
+  );
+  assert.deepEqual(
+    legacy.map((x) => x.statusCode),
+    Array(60).fill(201),
+  );
   const { resources } = await container.items.query("SELECT VALUE COUNT(1) FROM c").fetchAll();
   assert.equal(resources[0], 122, "every operation applied once");
 });
