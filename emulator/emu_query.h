@@ -5,7 +5,7 @@
  * documents the caller feeds in:
  *
  *   SELECT [DISTINCT] [TOP n] [VALUE] <* | item [AS alias], ... | expr>
- *   [FROM <name> [[AS] alias]] [WHERE expr]
+ *   [FROM <name> [[AS] alias]] [WHERE expr] [GROUP BY expr, ...]
  *   [ORDER BY expr [ASC|DESC], ...] [OFFSET n LIMIT m]
  *
  * and the patch-condition fragment `FROM c WHERE expr`.
@@ -26,7 +26,11 @@
  * (NOT a = b is NOT (a = b)); `cond ? x : y` takes x only when cond is exactly
  * true; undefined elements of array literals are dropped; string functions
  * count Unicode code points and fold case for ASCII and Latin-1 only.
- * Not supported (clear 400s): JOIN, FROM x IN y, GROUP BY, subqueries, UDFs.
+ * GROUP BY keeps one row per distinct key tuple (undefined is a key of its own),
+ * in order of first appearance; outside aggregates the select list may only
+ * use the grouping expressions (as written), read from the group's first document.
+ * Not supported (clear 400s): JOIN, FROM x IN y, subqueries, UDFs, ORDER BY with
+ * GROUP BY.
  *
  * Lifetime and threads: a parsed struct emu_query is immutable and may be
  * used from several threads at once. A struct emu_query_exec belongs to one
@@ -79,7 +83,7 @@ void emu_query_limits_default(struct emu_query_limits *lim);
  * values are copied into the query by reference (json_incref), so params may
  * be released afterwards. lim may be NULL for defaults. Unknown functions,
  * unresolved identifiers, unbound parameters, misplaced aggregates and
- * unsupported clauses (JOIN, GROUP BY, subqueries) are 400 errors.
+ * unsupported clauses (JOIN, subqueries) are 400 errors.
  * On success *ret_q is a new query to free with emu_query_free.
  */
 enum sf_rc emu_query_parse(const char *text, const json_t *params,
@@ -109,7 +113,7 @@ enum sf_rc emu_query_match(const struct emu_query *q, const json_t *doc, bool *r
 /*
  * True when the real gateway refuses to run this query shape across
  * partitions without a query plan (400, substatus 1004): TOP, ORDER BY,
- * DISTINCT, OFFSET/LIMIT or aggregates.
+ * DISTINCT, OFFSET/LIMIT, aggregates or GROUP BY.
  */
 bool emu_query_needs_plan(const struct emu_query *q);
 
@@ -144,6 +148,19 @@ enum emu_query_plan_kind {
  */
 enum sf_rc emu_query_plan(const struct emu_query *q, enum emu_query_plan_kind kind,
                           json_t **ret_plan, struct sf_err *err);
+
+/*
+ * The gateway's plan (cosmolite --gateway-query-plans, emu_qplan.c): the
+ * truthful queryInfo plus the rewritten per-range query ("" when the original
+ * serves: TOP or DISTINCT alone) and, for GROUP BY, groupByExpressions,
+ * groupByAliases and groupByAliasToAggregateType. composite_aggregates: the
+ * client declared CompositeAggregate in x-ms-cosmos-supported-query-features,
+ * so MIN/MAX partials are {"min"|"max": v, "count": n}. Fails with SF_EINVAL
+ * (400) for shapes whose partial answers cosmolite cannot combine (an
+ * aggregate inside a larger expression). *ret_plan is a new reference.
+ */
+enum sf_rc emu_query_plan_gateway(const struct emu_query *q, bool composite_aggregates,
+                                  json_t **ret_plan, struct sf_err *err);
 
 /*
  * Starts an execution of q. Rows are numbered 0.. in the final result (after

@@ -33,6 +33,15 @@ struct qagg {
     json_t *best;  /* MIN/MAX so far */
 };
 
+/* One GROUP BY group: its key, the first document (for the grouping expressions) and
+ * its aggregate states. */
+struct qgroup {
+    json_t *key; /* [{"item": v} or {} for undefined, ...] */
+    uint64_t hash;
+    json_t *doc;
+    struct qagg *aggs;
+};
+
 /* Open-addressing hash set of distinct projected values. */
 struct qset {
     uint64_t *hashes;
@@ -53,6 +62,11 @@ struct emu_query_exec {
     size_t bytes; /* estimated bytes held by rows, keys and the distinct set */
     struct qagg *aggs;
     struct qset seen;
+    struct qgroup *groups; /* GROUP BY, in order of first appearance */
+    size_t ngroups;
+    size_t groups_cap;
+    size_t *gslots; /* open addressing: group index + 1, 0 = free */
+    size_t gslots_cap;
     uint64_t produced; /* streaming: distinct projected rows so far */
     bool more;         /* streaming: the result has a row after the window */
     bool done;
@@ -303,19 +317,136 @@ static enum sf_rc agg_result(const struct qagg *a, enum qfn fn, json_t **ret, st
     }
 }
 
-static enum sf_rc agg_row(struct emu_query_exec *e, const struct qeval *ev, struct sf_err *err)
+static enum sf_rc agg_row(const struct emu_query *q, struct qagg *aggs, const struct qeval *ev,
+                          struct sf_err *err)
 {
-    const struct emu_query *q = e->q;
-
     for (size_t i = 0; i < q->naggs; i++) {
         json_t *v = NULL;
         enum sf_rc rc = qeval_expr(ev, q->aggs[i]->kids[0], &v, err);
         if (rc != SF_OK)
             return rc;
-        agg_feed(&e->aggs[i], (enum qfn)q->aggs[i]->op, v);
+        agg_feed(&aggs[i], (enum qfn)q->aggs[i]->op, v);
         json_decref(v);
     }
     return SF_OK;
+}
+
+/* ---- GROUP BY -------------------------------------------------------------------------- */
+
+/* The group key of the current document: a new array of {"item": v} ({} when undefined). */
+static enum sf_rc group_key(const struct qeval *ev, json_t **ret, struct sf_err *err)
+{
+    const struct emu_query *q = ev->q;
+    json_t *key = json_array();
+    enum sf_rc rc = SF_OK;
+
+    if (key == NULL)
+        return exec_oom(err);
+    for (size_t i = 0; i < q->ngroup && rc == SF_OK; i++) {
+        json_t *v = NULL, *item = json_object();
+        if (item == NULL || json_array_append_new(key, item) != 0) {
+            rc = exec_oom(err);
+            break;
+        }
+        if ((rc = qeval_expr(ev, q->group[i].expr, &v, err)) == SF_OK && v != NULL &&
+            json_object_set_new(item, "item", v) != 0)
+            rc = exec_oom(err);
+    }
+    if (rc != SF_OK) {
+        json_decref(key);
+        return rc;
+    }
+    *ret = key;
+    return SF_OK;
+}
+
+/* Grows the slot table to keep its load under 50% and re-inserts every group. */
+static enum sf_rc group_slots_grow(struct emu_query_exec *e, struct sf_err *err)
+{
+    size_t cap = e->gslots_cap == 0 ? 16 : e->gslots_cap * 2;
+    size_t *slots = calloc(cap, sizeof(*slots));
+
+    if (slots == NULL)
+        return exec_oom(err);
+    for (size_t g = 0; g < e->ngroups; g++) {
+        size_t i = e->groups[g].hash & (cap - 1);
+        while (slots[i] != 0)
+            i = (i + 1) & (cap - 1);
+        slots[i] = g + 1;
+    }
+    free(e->gslots);
+    e->gslots = slots;
+    e->gslots_cap = cap;
+    return SF_OK;
+}
+
+/* The group of key (taken), created with doc as its first document when new. */
+static enum sf_rc group_find(struct emu_query_exec *e, json_t *key, const json_t *doc,
+                             struct qgroup **ret, struct sf_err *err)
+{
+    uint64_t h = qval_hash(key);
+    struct qgroup *g;
+    enum sf_rc rc;
+    size_t i;
+
+    for (i = h & (e->gslots_cap - 1); e->gslots_cap != 0 && e->gslots[i] != 0;
+         i = (i + 1) & (e->gslots_cap - 1)) {
+        g = &e->groups[e->gslots[i] - 1];
+        if (g->hash == h && qval_equal(g->key, key)) {
+            json_decref(key);
+            *ret = g;
+            return SF_OK;
+        }
+    }
+    if ((rc = rows_limit(e, e->ngroups + 1, err)) != SF_OK || (rc = charge(e, key, err)) != SF_OK)
+        goto fail;
+    if (e->ngroups == e->groups_cap) {
+        size_t cap = e->groups_cap == 0 ? 16 : e->groups_cap * 2;
+        struct qgroup *groups = realloc(e->groups, cap * sizeof(*groups));
+        if (groups == NULL) {
+            rc = exec_oom(err);
+            goto fail;
+        }
+        e->groups = groups;
+        e->groups_cap = cap;
+    }
+    g = &e->groups[e->ngroups];
+    memset(g, 0, sizeof(*g));
+    if (e->q->naggs > 0 && (g->aggs = calloc(e->q->naggs, sizeof(*g->aggs))) == NULL) {
+        rc = exec_oom(err);
+        goto fail;
+    }
+    g->key = key;
+    g->hash = h;
+    g->doc = json_incref((json_t *)doc);
+    e->ngroups++;
+    if (e->ngroups * 2 > e->gslots_cap) {
+        /* Re-inserts every group, the new one included; on failure the group
+         * stays recorded and is freed with the execution. */
+        if ((rc = group_slots_grow(e, err)) != SF_OK)
+            return rc;
+    } else {
+        for (i = h & (e->gslots_cap - 1); e->gslots[i] != 0; i = (i + 1) & (e->gslots_cap - 1))
+            ;
+        e->gslots[i] = e->ngroups;
+    }
+    *ret = g;
+    return SF_OK;
+fail:
+    json_decref(key);
+    return rc;
+}
+
+static enum sf_rc group_row(struct emu_query_exec *e, const struct qeval *ev, struct sf_err *err)
+{
+    struct qgroup *g = NULL;
+    json_t *key = NULL;
+    enum sf_rc rc;
+
+    if ((rc = group_key(ev, &key, err)) != SF_OK ||
+        (rc = group_find(e, key, ev->doc, &g, err)) != SF_OK)
+        return rc;
+    return agg_row(e->q, g->aggs, ev, err);
 }
 
 /* ---- adding documents -------------------------------------------------------------------- */
@@ -389,8 +520,10 @@ static enum sf_rc exec_row(struct emu_query_exec *e, const json_t *doc, struct s
 
     if ((rc = where_matches(&ev, &match, err)) != SF_OK || !match)
         return rc;
+    if (q->ngroup > 0)
+        return group_row(e, &ev, err);
     if (q->naggs > 0)
-        return agg_row(e, &ev, err);
+        return agg_row(q, e->aggs, &ev, err);
     if ((rc = project(&ev, &v, err)) != SF_OK || v == NULL)
         return rc;
     if (q->distinct) {
@@ -435,7 +568,7 @@ enum sf_rc emu_query_exec_new(const struct emu_query *q, size_t skip, size_t max
         free(e);
         return exec_oom(err);
     }
-    if (e->count == 0 && q->norder == 0 && q->naggs == 0)
+    if (e->count == 0 && emu_query_is_streaming(q))
         e->done = true; /* TOP 0 / LIMIT 0 */
     if (!q->has_from) {
         /* SELECT without FROM evaluates its projection once, over no document. */
@@ -602,19 +735,24 @@ static enum sf_rc sort_rows(struct emu_query_exec *e, struct sf_err *err)
     return SF_OK;
 }
 
-/* The aggregate query's single row (or none when SELECT VALUE gives undefined). */
-static enum sf_rc finish_aggs(struct emu_query_exec *e, struct sf_err *err)
+/*
+ * The row of an aggregate query or of one group (none when SELECT VALUE gives
+ * undefined): the projection over doc (a group's first document, or NULL) with
+ * the aggregates' final values.
+ */
+static enum sf_rc finish_aggs(struct emu_query_exec *e, const struct qagg *aggs, const json_t *doc,
+                              struct sf_err *err)
 {
     const struct emu_query *q = e->q;
-    json_t **results = calloc(q->naggs, sizeof(*results));
-    struct qeval ev = {q, NULL, results, NULL};
+    json_t **results = calloc(q->naggs + 1, sizeof(*results));
+    struct qeval ev = {q, doc, results, &e->clock};
     json_t *v = NULL;
     enum sf_rc rc = SF_OK;
 
     if (results == NULL)
         return exec_oom(err);
     for (size_t i = 0; i < q->naggs && rc == SF_OK; i++)
-        rc = agg_result(&e->aggs[i], (enum qfn)q->aggs[i]->op, &results[i], err);
+        rc = agg_result(&aggs[i], (enum qfn)q->aggs[i]->op, &results[i], err);
     if (rc == SF_OK)
         rc = project(&ev, &v, err);
     for (size_t i = 0; i < q->naggs; i++)
@@ -637,11 +775,17 @@ enum sf_rc emu_query_exec_finish(struct emu_query_exec *e, json_t **ret_rows, bo
     if (e->finished)
         return qerr(err, SF_ESTATE, "the query execution is already finished");
     e->finished = true;
-    if (q->naggs > 0 && (rc = finish_aggs(e, err)) != SF_OK)
+    if (q->ngroup > 0) {
+        for (size_t g = 0; g < e->ngroups; g++) {
+            if ((rc = finish_aggs(e, e->groups[g].aggs, e->groups[g].doc, err)) != SF_OK)
+                return rc;
+        }
+    } else if (q->naggs > 0 && (rc = finish_aggs(e, e->aggs, NULL, err)) != SF_OK) {
         return rc;
+    }
     if (q->norder > 0 && (rc = sort_rows(e, err)) != SF_OK)
         return rc;
-    if (q->naggs > 0 || q->norder > 0) {
+    if (!emu_query_is_streaming(q)) {
         /* Buffered: apply OFFSET/LIMIT/TOP, then the caller's window. */
         uint64_t lo = SF_MIN(e->first, (uint64_t)e->nrows);
         uint64_t hi = lo + SF_MIN(e->count, (uint64_t)e->nrows - lo);
@@ -673,6 +817,15 @@ void emu_query_exec_free(struct emu_query_exec *e)
     for (size_t i = 0; e->aggs != NULL && i < e->q->naggs; i++)
         json_decref(e->aggs[i].best);
     free(e->aggs);
+    for (size_t g = 0; g < e->ngroups; g++) {
+        json_decref(e->groups[g].key);
+        json_decref(e->groups[g].doc);
+        for (size_t i = 0; e->groups[g].aggs != NULL && i < e->q->naggs; i++)
+            json_decref(e->groups[g].aggs[i].best);
+        free(e->groups[g].aggs);
+    }
+    free(e->groups);
+    free(e->gslots);
     set_release(&e->seen);
     free(e);
 }
@@ -716,12 +869,13 @@ enum sf_rc emu_query_match(const struct emu_query *q, const json_t *doc, bool *r
 
 bool emu_query_needs_plan(const struct emu_query *q)
 {
-    return q->has_top || q->norder > 0 || q->distinct || q->has_offset || q->naggs > 0;
+    return q->has_top || q->norder > 0 || q->distinct || q->has_offset || q->naggs > 0 ||
+           q->ngroup > 0;
 }
 
 bool emu_query_is_streaming(const struct emu_query *q)
 {
-    return q->norder == 0 && q->naggs == 0;
+    return q->norder == 0 && q->naggs == 0 && q->ngroup == 0;
 }
 
 bool emu_query_is_resumable(const struct emu_query *q)

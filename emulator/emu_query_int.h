@@ -217,6 +217,8 @@ void qnode_free(struct qnode *n);
 struct qselect_item {
     struct qnode *expr;
     json_t *name; /* output property name (alias, derived or "$N") */
+    size_t pos;   /* the expression as written: text[pos, end) */
+    size_t end;
 };
 
 struct qorder_item {
@@ -245,6 +247,16 @@ struct emu_query {
     int64_t limit;
     struct qnode **aggs; /* borrowed pointers to the QN_AGG nodes, by slot */
     size_t naggs;
+    struct qorder_item *group; /* GROUP BY expressions (desc unused), text as written */
+    size_t ngroup;
+    /* The text and the spans of its clauses as written, for the gateway's
+     * rewritten per-range query (emu_qplan.c); spans are byte offsets. */
+    char *text;
+    json_t *alias;               /* the FROM alias (NULL without FROM) */
+    size_t proj_pos, proj_end;   /* after SELECT [DISTINCT] [TOP n]: "*", "VALUE e" or the list */
+    size_t value_pos;            /* SELECT VALUE: where e starts (e ends at proj_end) */
+    size_t from_pos, from_end;   /* "FROM <name> [[AS] alias]" */
+    size_t where_pos, where_end; /* the WHERE condition */
 };
 
 /* ---- evaluation ---------------------------------------------------------------- */

@@ -38,6 +38,7 @@ struct qparser {
     size_t auto_names; /* next "$N" */
     const char *alias; /* the FROM alias inside text, or NULL */
     size_t alias_len;
+    size_t prev_end; /* end of the last token consumed: spans of clauses as written */
     struct sf_err *err;
 };
 
@@ -152,6 +153,7 @@ static bool tok_reserved(const struct qparser *p, const struct qtoken *t)
 
 static enum sf_rc advance(struct qparser *p)
 {
+    p->prev_end = p->tok.pos + p->tok.len;
     return qlex_next(p->text, p->len, &p->scan, &p->tok, p->err);
 }
 
@@ -1054,8 +1056,10 @@ static enum sf_rc parse_select_list(struct qparser *p)
         q->items = items;
         it = &q->items[q->nitems];
         memset(it, 0, sizeof(*it));
+        it->pos = p->tok.pos;
         if ((rc = parse_expr(p, &it->expr)) != SF_OK)
             goto out;
+        it->end = p->prev_end;
         q->nitems++;
         if (at_kw(p, "AS")) {
             if ((rc = advance(p)) != SF_OK || (rc = expect_name(p, "an alias after AS")) != SF_OK)
@@ -1110,20 +1114,24 @@ static enum sf_rc parse_select(struct qparser *p)
         if ((rc = advance(p)) != SF_OK || (rc = parse_count(p, "TOP", &q->top)) != SF_OK)
             return rc;
     }
+    q->proj_pos = p->tok.pos;
     if (p->tok.kind == QT_STAR) {
         q->select_star = true;
-        return advance(p);
-    }
-    if (at_kw(p, "VALUE")) {
+        rc = advance(p);
+    } else if (at_kw(p, "VALUE")) {
         q->select_value = true;
         if ((rc = advance(p)) != SF_OK)
             return rc;
         if (p->tok.kind == QT_STAR)
             return qerr_at(p->err, SF_EINVAL, "syntax error", p->tok.pos,
                            "SELECT VALUE needs an expression, not '*'");
-        return parse_expr(p, &q->value_expr);
+        q->value_pos = p->tok.pos;
+        rc = parse_expr(p, &q->value_expr);
+    } else {
+        rc = parse_select_list(p);
     }
-    return parse_select_list(p);
+    q->proj_end = p->prev_end;
+    return rc;
 }
 
 /* FROM <name> [[AS] alias]; sets p->alias. */
@@ -1131,6 +1139,7 @@ static enum sf_rc parse_from(struct qparser *p)
 {
     enum sf_rc rc;
 
+    p->q->from_pos = p->tok.pos;
     if ((rc = expect_kw(p, "FROM")) != SF_OK)
         return rc;
     if (p->tok.kind == QT_LPAREN)
@@ -1162,7 +1171,38 @@ static enum sf_rc parse_from(struct qparser *p)
     if (at_kw(p, "JOIN"))
         return qerr_at(p->err, SF_EINVAL, "query error", p->tok.pos,
                        "JOIN is not supported by cosmolite");
+    p->q->from_end = p->prev_end;
+    if ((p->q->alias = json_stringn_nocheck(p->alias, p->alias_len)) == NULL)
+        return qerr(p->err, SF_ENOMEM, "out of memory parsing the query");
     return SF_OK;
+}
+
+/* GROUP BY expr, ...: the expressions and their text as written. */
+static enum sf_rc parse_group_by(struct qparser *p)
+{
+    struct emu_query *q = p->q;
+    enum sf_rc rc;
+
+    if ((rc = advance(p)) != SF_OK || (rc = expect_kw(p, "BY")) != SF_OK)
+        return rc;
+    for (;;) {
+        struct qorder_item *g = realloc(q->group, (q->ngroup + 1) * sizeof(*g));
+        size_t pos = p->tok.pos;
+        if (g == NULL)
+            return qerr(p->err, SF_ENOMEM, "out of memory parsing the query");
+        q->group = g;
+        g = &q->group[q->ngroup];
+        memset(g, 0, sizeof(*g));
+        if ((rc = parse_expr(p, &g->expr)) != SF_OK)
+            return rc;
+        q->ngroup++;
+        if ((g->text = json_stringn(p->text + pos, p->prev_end - pos)) == NULL)
+            return qerr(p->err, SF_ENOMEM, "out of memory parsing the query");
+        if (p->tok.kind != QT_COMMA)
+            return SF_OK;
+        if ((rc = advance(p)) != SF_OK)
+            return rc;
+    }
 }
 
 static enum sf_rc parse_order_by(struct qparser *p)
@@ -1201,11 +1241,11 @@ static enum sf_rc parse_order_by(struct qparser *p)
 
 /* ---- name resolution and placement checks ---------------------------------------- */
 
-enum qctx { CTX_SELECT, CTX_WHERE, CTX_ORDER };
+enum qctx { CTX_SELECT, CTX_WHERE, CTX_ORDER, CTX_GROUP };
 
 static enum sf_rc resolve(struct qparser *p, struct qnode *n, enum qctx ctx, bool in_agg)
 {
-    static const char *const ctx_names[] = {"the select list", "WHERE", "ORDER BY"};
+    static const char *const ctx_names[] = {"the select list", "WHERE", "ORDER BY", "GROUP BY"};
     struct emu_query *q = p->q;
     enum sf_rc rc;
 
@@ -1265,6 +1305,54 @@ static const struct qnode *bare_root(const struct qnode *n)
     return NULL;
 }
 
+/*
+ * With GROUP BY, whatever the select list reads from the document outside an
+ * aggregate must be one of the grouping expressions (compared as written, as
+ * the service compares them structurally): it is read from the group's first
+ * document, so anything else would depend on which document that is.
+ */
+static const struct qnode *ungrouped_root(const struct qparser *p, const struct qnode *n)
+{
+    const struct emu_query *q = p->q;
+
+    if (n->kind == QN_AGG)
+        return NULL;
+    for (size_t i = 0; i < q->ngroup; i++) {
+        const json_t *t = q->group[i].text;
+        size_t len = n->end - n->pos;
+        if (len == json_string_length(t) &&
+            memcmp(p->text + n->pos, json_string_value(t), len) == 0)
+            return NULL;
+    }
+    if (n->kind == QN_ROOT)
+        return n;
+    for (size_t i = 0; i < n->nkids; i++) {
+        const struct qnode *r = ungrouped_root(p, n->kids[i]);
+        if (r != NULL)
+            return r;
+    }
+    return NULL;
+}
+
+static enum sf_rc check_group(struct qparser *p)
+{
+    const struct emu_query *q = p->q;
+    const struct qnode *r = q->value_expr != NULL ? ungrouped_root(p, q->value_expr) : NULL;
+
+    if (q->select_star)
+        return qerr(p->err, SF_EINVAL, "query error: SELECT * cannot be combined with GROUP BY");
+    for (size_t i = 0; r == NULL && i < q->nitems; i++)
+        r = ungrouped_root(p, q->items[i].expr);
+    if (r != NULL)
+        return qerr_at(p->err, SF_EINVAL, "query error", r->pos,
+                       "a document reference in a select list with GROUP BY must be one of the "
+                       "GROUP BY expressions or inside an aggregate function");
+    if (q->norder > 0)
+        return qerr_at(p->err, SF_EINVAL, "query error", q->order[0].expr->pos,
+                       "ORDER BY cannot be combined with GROUP BY");
+    return SF_OK;
+}
+
 static enum sf_rc check_query(struct qparser *p)
 {
     struct emu_query *q = p->q;
@@ -1284,6 +1372,12 @@ static enum sf_rc check_query(struct qparser *p)
         if ((rc = resolve(p, q->order[i].expr, CTX_ORDER, false)) != SF_OK)
             return rc;
     }
+    for (size_t i = 0; i < q->ngroup; i++) {
+        if ((rc = resolve(p, q->group[i].expr, CTX_GROUP, false)) != SF_OK)
+            return rc;
+    }
+    if (q->ngroup > 0)
+        return check_group(p);
     if (q->naggs > 0) {
         const struct qnode *r = q->value_expr != NULL ? bare_root(q->value_expr) : NULL;
         for (size_t i = 0; r == NULL && i < q->nitems; i++)
@@ -1377,6 +1471,13 @@ void emu_query_free(struct emu_query *q)
         json_decref(q->order[i].text);
     }
     free(q->order);
+    for (size_t i = 0; i < q->ngroup; i++) {
+        qnode_free(q->group[i].expr);
+        json_decref(q->group[i].text);
+    }
+    free(q->group);
+    json_decref(q->alias);
+    free(q->text);
     free(q->aggs);
     free(q);
 }
@@ -1397,17 +1498,25 @@ static enum sf_rc parse_clauses(struct qparser *p, bool condition)
             return rc;
     }
     if (at_kw(p, "WHERE")) {
-        if ((rc = advance(p)) != SF_OK || (rc = parse_expr(p, &q->where)) != SF_OK)
+        if ((rc = advance(p)) != SF_OK)
             return rc;
+        q->where_pos = p->tok.pos;
+        if ((rc = parse_expr(p, &q->where)) != SF_OK)
+            return rc;
+        q->where_end = p->prev_end;
     }
     if (condition) {
         if (p->tok.kind != QT_EOF)
             return expected(p, q->where == NULL ? "WHERE or end of condition" : "end of condition");
         return SF_OK;
     }
-    if (at_kw(p, "GROUP"))
-        return qerr_at(p->err, SF_EINVAL, "query error", p->tok.pos,
-                       "GROUP BY is not supported by cosmolite");
+    if (at_kw(p, "GROUP")) {
+        if (!q->has_from)
+            return qerr_at(p->err, SF_EINVAL, "query error", p->tok.pos,
+                           "GROUP BY needs a FROM clause");
+        if ((rc = parse_group_by(p)) != SF_OK)
+            return rc;
+    }
     if (at_kw(p, "ORDER") && (rc = parse_order_by(p)) != SF_OK)
         return rc;
     if (at_kw(p, "OFFSET")) {
@@ -1426,7 +1535,7 @@ static enum sf_rc parse_clauses(struct qparser *p, bool condition)
         const char *parts[8];
         size_t n = 0;
         char what[128] = "";
-        bool before_order = q->norder == 0 && !q->has_offset;
+        bool before_order = q->norder == 0 && !q->has_offset && q->ngroup == 0;
         if (before_order && q->where == NULL && !q->has_from) {
             if (q->nitems > 0)
                 parts[n++] = "','";
@@ -1434,6 +1543,8 @@ static enum sf_rc parse_clauses(struct qparser *p, bool condition)
         }
         if (before_order && q->where == NULL)
             parts[n++] = "WHERE";
+        if (before_order && q->has_from)
+            parts[n++] = "GROUP BY";
         if (before_order)
             parts[n++] = "ORDER BY";
         if (!q->has_offset)
@@ -1488,6 +1599,10 @@ static enum sf_rc parse_common(const char *text, const json_t *params,
     }
     if ((rc = parse_clauses(&p, condition)) != SF_OK || (rc = check_query(&p)) != SF_OK)
         goto out;
+    if ((q->text = strndup(text, len)) == NULL) {
+        rc = qerr(err, SF_ENOMEM, "out of memory parsing the query");
+        goto out;
+    }
     *ret_q = q;
     q = NULL;
 out:

@@ -437,6 +437,23 @@ static const struct qcase result_cases[] = {
     {"SELECT TOP 0 VALUE COUNT(1) FROM c", NULL, D1, "[]"},
     {"SELECT VALUE COUNT(1) FROM c OFFSET 1 LIMIT 1", NULL, D1, "[]"},
     {"SELECT VALUE SUM(c.q) FROM c", NULL, "[{\"q\":1},{\"q\":2.5},{\"q\":null}]", "[]"},
+    /* GROUP BY: one row per key in order of first appearance; undefined is a key */
+    {"SELECT c.pk, COUNT(1) AS n FROM c GROUP BY c.pk", NULL, D1,
+     "[{\"pk\":\"a\",\"n\":2},{\"pk\":\"b\",\"n\":2},{\"pk\":\"c\",\"n\":1}]"},
+    {"SELECT c.b, COUNT(1) AS n FROM c GROUP BY c.b", NULL, D1,
+     "[{\"b\":true,\"n\":1},{\"b\":false,\"n\":1},{\"n\":2},{\"b\":null,\"n\":1}]"},
+    {"SELECT VALUE COUNT(1) FROM c WHERE IS_DEFINED(c.pk) GROUP BY c.pk", NULL, D1, "[2,2,1]"},
+    {"SELECT VALUE c.pk FROM c GROUP BY c.pk", NULL, D1, "[\"a\",\"b\",\"c\"]"},
+    {"SELECT c.pk, MAX(c.s) AS m, SUM(c.n) AS t FROM c WHERE c.pk = 'a' GROUP BY c.pk", NULL, D1,
+     "[{\"pk\":\"a\",\"m\":\"apple\",\"t\":3.5}]"},
+    {"SELECT LOWER(c.pk) AS k FROM c WHERE IS_DEFINED(c.pk) GROUP BY LOWER(c.pk)", NULL, D1,
+     "[{\"k\":\"a\"},{\"k\":\"b\"},{\"k\":\"c\"}]"},
+    {"SELECT [{\"item\": c.pk}] AS groupByItems, {\"n\": {\"item\": COUNT(1)}} AS payload "
+     "FROM c WHERE c.pk = 'b' GROUP BY c.pk",
+     NULL, D1, "[{\"groupByItems\":[{\"item\":\"b\"}],\"payload\":{\"n\":{\"item\":2}}}]"},
+    {"SELECT c.pk FROM c GROUP BY c.pk OFFSET 1 LIMIT 5", NULL, D1,
+     "[{\"pk\":\"b\"},{\"pk\":\"c\"}]"},
+    {"SELECT VALUE COUNT(1) FROM c WHERE false GROUP BY c.pk", NULL, D1, "[]"},
 };
 
 START_TEST(test_result_case)
@@ -505,7 +522,14 @@ static const struct qerr_case error_cases[] = {
     {"SELECT c.a, c.b AS a FROM c", NULL, SF_EINVAL, "name 'a' is used more than once"},
     {"SELECT 1, 2 AS $1", NULL, SF_EINVAL, "unexpected character '$'"},
     {"SELECT * FROM c JOIN t IN c.tags", NULL, SF_EINVAL, "position 17: JOIN is not supported"},
-    {"SELECT * FROM c GROUP BY c.pk", NULL, SF_EINVAL, "GROUP BY is not supported"},
+    {"SELECT * FROM c GROUP BY c.pk", NULL, SF_EINVAL, "SELECT * cannot be combined with GROUP BY"},
+    {"SELECT c.id, COUNT(1) AS n FROM c GROUP BY c.pk", NULL, SF_EINVAL,
+     "position 8: a document reference in a select list with GROUP BY must be one of"},
+    {"SELECT c.pk FROM c GROUP BY c.pk ORDER BY c.pk", NULL, SF_EINVAL,
+     "ORDER BY cannot be combined with GROUP BY"},
+    {"SELECT c.pk FROM c GROUP BY COUNT(1)", NULL, SF_EINVAL,
+     "aggregate function COUNT is not allowed in GROUP BY"},
+    {"SELECT 1 GROUP BY 1", NULL, SF_EINVAL, "GROUP BY needs a FROM clause"},
     {"SELECT * FROM t IN c.tags", NULL, SF_EINVAL, "iteration is not supported"},
     {"SELECT * FROM c.children", NULL, SF_EINVAL, "FROM over a path"},
     {"SELECT * FROM (SELECT * FROM c)", NULL, SF_EINVAL, "subqueries in FROM are not supported"},
@@ -554,7 +578,7 @@ static const struct qerr_case error_cases[] = {
      "the ESCAPE string must be exactly one character"},
     {"SELECT * FROM c WHERE c.s LIKE 'a' ESCAPE 1", NULL, SF_EINVAL, "expected a string after"},
     {"SELECT VALUE c.id FROM c WHERE c.id = 1 c.x", NULL, SF_EINVAL,
-     "position 41: expected ORDER BY, OFFSET or end of query, found 'c'"},
+     "position 41: expected GROUP BY, ORDER BY, OFFSET or end of query, found 'c'"},
     {"SELECT c.id c.x FROM c", NULL, SF_EINVAL,
      "position 13: expected ',', FROM, WHERE, ORDER BY, OFFSET or end of query"},
     {"SELECT * FROM c ORDER BY c.a LIMIT 1", NULL, SF_EINVAL,
@@ -961,6 +985,124 @@ START_TEST(test_plan_describe)
     assert_info(p, "limit", "7");
     assert_info(p, "top", "null");
     json_decref(p);
+}
+END_TEST
+
+static json_t *gateway_plan_of(const char *text, bool composite)
+{
+    struct emu_query *q = must_parse(text, NULL);
+    struct sf_err err;
+    json_t *plan = NULL;
+
+    ck_assert_int_eq(emu_query_plan_gateway(q, composite, &plan, &err), SF_OK);
+    emu_query_free(q);
+    return plan;
+}
+
+/* The rewritten per-range query, exactly, and that the engine runs it. */
+static void assert_rewrite(const char *text, bool composite, const char *want)
+{
+    json_t *p = gateway_plan_of(text, composite);
+    const char *got =
+        json_string_value(json_object_get(json_object_get(p, "queryInfo"), "rewrittenQuery"));
+    char *runnable = NULL;
+
+    ck_assert_msg(got != NULL && strcmp(got, want) == 0, "%s\n  rewrites to %s\n  not %s", text,
+                  got, want);
+    if (*want) {
+        /* The SDKs replace the placeholder with "true" (or a resume filter). */
+        const char *ph = strstr(want, "{documentdb-formattableorderbyquery-filter}");
+        size_t at = ph ? (size_t)(ph - want) : strlen(want);
+        size_t n = strlen(want) + 8;
+        runnable = malloc(n);
+        ck_assert_ptr_nonnull(runnable);
+        (void)snprintf(runnable, n, "%.*s%s%s", (int)at, want, ph ? "true" : "",
+                       ph ? ph + strlen("{documentdb-formattableorderbyquery-filter}") : "");
+        struct sf_err err;
+        json_t *rows = run_query(runnable, NULL, D1, &err);
+        ck_assert_msg(rows != NULL, "%s does not run: %s", runnable, err.msg);
+        json_decref(rows);
+    }
+    free(runnable);
+    json_decref(p);
+}
+
+START_TEST(test_plan_gateway_rewrites_per_range_queries)
+{
+    assert_rewrite(
+        "SELECT c.id FROM c WHERE c.n > 1 ORDER BY c.s DESC, c.id", true,
+        "SELECT c._rid, [{\"item\": c.s}, {\"item\": c.id}] AS orderByItems, "
+        "{\"id\": c.id} AS payload FROM c WHERE "
+        "({documentdb-formattableorderbyquery-filter}) AND (c.n > 1) ORDER BY c.s DESC, c.id");
+    assert_rewrite(
+        "SELECT TOP 3 * FROM root r ORDER BY r.n", true,
+        "SELECT TOP 3 r._rid, [{\"item\": r.n}] AS orderByItems, r AS payload FROM root r "
+        "WHERE ({documentdb-formattableorderbyquery-filter}) ORDER BY r.n");
+    assert_rewrite("SELECT DISTINCT VALUE c.s FROM c ORDER BY c.s", true,
+                   "SELECT DISTINCT [{\"item\": c.s}] AS orderByItems, c.s AS payload FROM c WHERE "
+                   "({documentdb-formattableorderbyquery-filter}) ORDER BY c.s");
+    assert_rewrite("SELECT VALUE COUNT(1) FROM c WHERE c.pk = 'a'", true,
+                   "SELECT VALUE [{\"item\": COUNT(1)}] FROM c WHERE c.pk = 'a'");
+    assert_rewrite("SELECT VALUE AVG(c.n) FROM c", false,
+                   "SELECT VALUE [{\"item\": {\"sum\": SUM(c.n), \"count\": COUNT(c.n)}}] FROM c");
+    assert_rewrite("SELECT VALUE MIN(c.n) FROM c", false,
+                   "SELECT VALUE [{\"item\": MIN(c.n)}] FROM c");
+    assert_rewrite("SELECT VALUE MIN(c.n) FROM c", true,
+                   "SELECT VALUE [{\"item\": {\"min\": MIN(c.n), \"count\": COUNT(c.n)}}] FROM c");
+    assert_rewrite("SELECT COUNT(1) AS n, MAX(c.s) AS m FROM c", true,
+                   "SELECT {\"n\": {\"item\": COUNT(1)}, \"m\": {\"item\": {\"max\": MAX(c.s), "
+                   "\"count\": COUNT(c.s)}}} AS payload FROM c");
+    assert_rewrite("SELECT c.pk, COUNT(1) AS n FROM c GROUP BY c.pk", true,
+                   "SELECT [{\"item\": c.pk}] AS groupByItems, {\"pk\": c.pk, \"n\": {\"item\": "
+                   "COUNT(1)}} AS payload FROM c GROUP BY c.pk");
+    assert_rewrite(
+        "SELECT VALUE SUM(c.n) FROM c GROUP BY c.pk", true,
+        "SELECT [{\"item\": c.pk}] AS groupByItems, [{\"item\": SUM(c.n)}] AS payload FROM c "
+        "GROUP BY c.pk");
+    assert_rewrite("SELECT * FROM c OFFSET 5 LIMIT 10", true, "SELECT * FROM c OFFSET 0 LIMIT 15");
+    assert_rewrite("SELECT TOP 2 c.id FROM c", true, "");
+    assert_rewrite("SELECT DISTINCT c.pk FROM c", true, "");
+}
+END_TEST
+
+START_TEST(test_plan_gateway_describes_group_by)
+{
+    json_t *p = gateway_plan_of("SELECT c.pk, COUNT(1) AS n FROM c GROUP BY c.pk", true);
+
+    assert_info(p, "groupByExpressions", "[\"c.pk\"]");
+    assert_info(p, "groupByAliases", "[\"pk\",\"n\"]");
+    assert_info(p, "groupByAliasToAggregateType", "{\"pk\":null,\"n\":\"Count\"}");
+    assert_info(p, "aggregates", "[]");
+    json_decref(p);
+    p = gateway_plan_of("SELECT VALUE MAX(c.n) FROM c GROUP BY c.pk", true);
+    assert_info(p, "groupByExpressions", "[\"c.pk\"]");
+    assert_info(p, "aggregates", "[\"Max\"]");
+    assert_info(p, "hasSelectValue", "true");
+    json_decref(p);
+}
+END_TEST
+
+START_TEST(test_plan_gateway_refuses_what_cannot_be_merged)
+{
+    static const char *const texts[] = {
+        "SELECT VALUE COUNT(1) + 1 FROM c",
+        "SELECT COUNT(1) AS n, 1 AS one FROM c",
+        "SELECT c.pk, COUNT(1) * 2 AS n FROM c GROUP BY c.pk",
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(texts); i++) {
+        struct emu_query *q = must_parse(texts[i], NULL);
+        struct sf_err err;
+        json_t *plan = NULL;
+
+        sf_err_clear(&err);
+        ck_assert_int_eq(emu_query_plan_gateway(q, true, &plan, &err), SF_EINVAL);
+        ck_assert_int_eq(err.http_status, 400);
+        ck_assert_msg(strstr(err.msg, "cannot run this query cross-partition") != NULL, "%s: %s",
+                      texts[i], err.msg);
+        ck_assert_ptr_null(plan);
+        emu_query_free(q);
+    }
 }
 END_TEST
 
@@ -1628,6 +1770,9 @@ static Suite *query_suite(void)
     tcase_add_test(tc, test_plan_passthrough);
     tcase_add_test(tc, test_plan_describe);
     tcase_add_test(tc, test_needs_plan);
+    tcase_add_test(tc, test_plan_gateway_rewrites_per_range_queries);
+    tcase_add_test(tc, test_plan_gateway_describes_group_by);
+    tcase_add_test(tc, test_plan_gateway_refuses_what_cannot_be_merged);
     suite_add_tcase(s, tc);
     tc = tcase_create("limits");
     tcase_add_test(tc, test_limit_text_and_depth);
