@@ -128,6 +128,15 @@ static const char usage_regions[] =
     "                           younger writes; 1..600000; journal bounded by\n"
     "                           --replica-max-pending-mb); excludes --replica-lag\n";
 
+/* The gateway's query behaviour (its own literal, for the same 4095-byte reason). */
+static const char usage_qplan[] =
+    "  --gateway-query-plans    answer query plans as Azure's gateway does (rewritten per-range\n"
+    "                           queries, ORDER BY merge, partial aggregates, GROUP BY done by\n"
+    "                           the SDK), run each range request over its range only, and\n"
+    "                           refuse an unscoped cross-partition query that needs a plan\n"
+    "                           with 400/1004; see docs/azure-qplan.md (default off: the\n"
+    "                           first range's request answers the whole query)\n";
+
 /* A second string: C11 compilers need not take literals past 4095 bytes. */
 static const char usage_admin[] =
     "\n"
@@ -180,6 +189,7 @@ struct cosmolite_args {
     uint64_t max_page_bytes;
     int max_json_depth;
     int query_timeout_ms;
+    bool gateway_query_plans;
     int max_clock_skew;
     const char *faults[64];
     int nfaults;
@@ -368,6 +378,7 @@ enum {
     OPT_MAX_PAGE_BYTES,
     OPT_MAX_JSON_DEPTH,
     OPT_QUERY_TIMEOUT,
+    OPT_GATEWAY_QUERY_PLANS,
     OPT_SKEW,
     OPT_FAULT,
     OPT_FAULT_SEED,
@@ -409,6 +420,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"max-page-bytes", required_argument, NULL, OPT_MAX_PAGE_BYTES},
         {"max-json-depth", required_argument, NULL, OPT_MAX_JSON_DEPTH},
         {"query-timeout-ms", required_argument, NULL, OPT_QUERY_TIMEOUT},
+        {"gateway-query-plans", no_argument, NULL, OPT_GATEWAY_QUERY_PLANS},
         {"max-clock-skew", required_argument, NULL, OPT_SKEW},
         {"fault", required_argument, NULL, OPT_FAULT},
         {"fault-seed", required_argument, NULL, OPT_FAULT_SEED},
@@ -506,6 +518,9 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_QUERY_TIMEOUT:
             rc = parse_int_opt("--query-timeout-ms", optarg, 1, 3600 * 1000, &a->query_timeout_ms);
             break;
+        case OPT_GATEWAY_QUERY_PLANS:
+            a->gateway_query_plans = true;
+            break;
         case OPT_SKEW:
             rc = parse_int_opt("--max-clock-skew", optarg, 1, 86400 * 365, &a->max_clock_skew);
             break;
@@ -559,6 +574,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             fputs(usage_regions, stdout);
             fputs(usage_faults, stdout);
             fputs(usage_replica, stdout);
+            fputs(usage_qplan, stdout);
             fputs(usage_admin, stdout);
             exit(0);
         case OPT_VERSION:
@@ -708,6 +724,7 @@ int main(int argc, char **argv)
         router.lim.max_json_depth = (size_t)a.max_json_depth;
     if (a.query_timeout_ms)
         router.lim.query_timeout_ms = a.query_timeout_ms;
+    router.lim.gateway_query_plans = a.gateway_query_plans;
 
     key = a.key ? a.key : getenv("COSMOLITE_KEY");
     if (a.key_file) {

@@ -659,6 +659,49 @@ static void first_range_id(struct route *rt, const struct emu_coll_ref *c, char 
     sf_buf_release(&b);
 }
 
+/* The client declared CompositeAggregate: its MIN/MAX read {"min"|"max": v, "count": n}. */
+static bool composite_aggregates(const struct route *rt)
+{
+    const char *f = hdr(rt, "x-ms-cosmos-supported-query-features");
+    return f != NULL && strstr(f, "CompositeAggregate") != NULL;
+}
+
+/*
+ * --gateway-query-plans: a cross-partition query that needs client-side work,
+ * sent without a range or partition key, answers as Azure's gateway does:
+ * 400 sub-status 1004 with the plan as a JSON string in additionalErrorInfo
+ * (what the v3 SDKs, Debian's python3-azure-cosmos among them, read).
+ */
+static void gateway_needs_plan(struct route *rt, const struct emu_query *q)
+{
+    struct sf_err err;
+    json_t *plan = NULL, *body = NULL;
+    char *info = NULL;
+
+    sf_err_clear(&err);
+    if (emu_query_plan_gateway(q, composite_aggregates(rt), &plan, &err) != SF_OK) {
+        emu_response_error(rt->resp, 400, 0, "Cannot plan the query: %s", err.msg);
+        goto out;
+    }
+    emu_response_error(rt->resp, 400, 1004,
+                       "Cross partition query is required but disabled or cannot be served by "
+                       "the gateway: run it with the query plan in additionalErrorInfo "
+                       "(ORDER BY, TOP, OFFSET LIMIT, DISTINCT, aggregates or GROUP BY).");
+    if ((info = json_dumps(plan, JSON_COMPACT)) == NULL ||
+        (body = json_loadb(rt->resp->body.data, rt->resp->body.len, 0, NULL)) == NULL ||
+        json_object_set_new(body, "additionalErrorInfo", json_string(info)) != 0) {
+        emu_response_error(rt->resp, 500, 0, "Out of memory.");
+        goto out;
+    }
+    sf_buf_reset(&rt->resp->body);
+    if (sf_json_dump(body, &rt->resp->body) != SF_OK)
+        emu_response_error(rt->resp, 500, 0, "Out of memory.");
+out:
+    free(info);
+    json_decref(body);
+    json_decref(plan);
+}
+
 /*
  * Runs a query or a read feed page over documents. The SDKs send a
  * cross-partition query once per partition key range and concatenate the
@@ -666,7 +709,8 @@ static void first_range_id(struct route *rt, const struct emu_coll_ref *c, char 
  * query whose result depends on every document (ORDER BY, aggregates,
  * DISTINCT, TOP, OFFSET/LIMIT) runs over the whole container on the request
  * for the first range and yields nothing on the others: the concatenation
- * is then exactly the global result.
+ * is then exactly the global result. With --gateway-query-plans the plan is
+ * the real one and every range request runs over its own range.
  */
 static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu_query *q)
 {
@@ -701,7 +745,14 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     } else {
         compound_session_header(rt, c, &view);
     }
-    if (range && !pk && emu_query_needs_plan(q)) {
+    if (rt->r->lim.gateway_query_plans && !pk && emu_query_needs_plan(q)) {
+        /* As Azure's gateway: a range request runs over its range only (the SDK
+         * merges); an unscoped one is refused with the plan (400/1004). */
+        if (!range) {
+            gateway_needs_plan(rt, q);
+            goto out;
+        }
+    } else if (range && !pk && emu_query_needs_plan(q)) {
         char first[16];
         first_range_id(rt, c, first);
         empty = strcmp(first, range) != 0;
@@ -751,13 +802,16 @@ static void handle_query(struct route *rt, const struct emu_coll_ref *c)
     struct emu_query *q = parse_query_body(rt);
     struct sf_err err;
     json_t *plan = NULL;
+    enum sf_rc rc;
 
     if (!q)
         return;
     if (hdr_true(rt, "x-ms-cosmos-is-query-plan-request")) {
         sf_err_clear(&err);
-        if (emu_query_plan(q, EMU_QUERY_PLAN_PASSTHROUGH, &plan, &err) != SF_OK ||
-            sf_json_dump(plan, &rt->resp->body) != SF_OK) {
+        rc = rt->r->lim.gateway_query_plans
+                 ? emu_query_plan_gateway(q, composite_aggregates(rt), &plan, &err)
+                 : emu_query_plan(q, EMU_QUERY_PLAN_PASSTHROUGH, &plan, &err);
+        if (rc != SF_OK || sf_json_dump(plan, &rt->resp->body) != SF_OK) {
             emu_response_error(rt->resp, 400, 0, "Cannot plan the query: %s", err.msg);
         } else {
             ok(rt, 200, 1);

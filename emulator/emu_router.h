@@ -32,6 +32,8 @@ struct emu_limits {
     size_t max_page_bytes;     /* query and read-feed pages end (with a continuation) once their
                                 * documents add up to this (default 4 MiB; one document always
                                 * fits) */
+    bool gateway_query_plans;  /* not a limit: answer query plans as Azure's gateway does and run
+                                * range requests over their range (--gateway-query-plans, off) */
 };
 
 /*
