@@ -172,6 +172,9 @@ test("COUNT, SUM, MIN, MAX and AVG give the global values", async () => {
   assert.deepEqual(await all("SELECT VALUE MAX(c.s) FROM c"), [ss[ss.length - 1]]);
   assert.deepEqual(await all("SELECT VALUE AVG(c.n) FROM c"), [ns.reduce((a, b) => a + b, 0) / ns.length]);
   assert.deepEqual(await all("SELECT VALUE MIN(c.n) FROM c WHERE c.n > 1000"), []);
+  // One document: every other range hands over an empty partial ({"count": 0}).
+  assert.deepEqual(await all("SELECT VALUE MIN(c.n) FROM c WHERE c.id = 'd7'"), [docs[7].n]);
+  assert.deepEqual(await all("SELECT VALUE MAX(c.s) FROM c WHERE c.id = 'd7'"), [docs[7].s]);
   assert.deepEqual(await all("SELECT COUNT(1) AS cnt, SUM(c.n) AS total FROM c WHERE c.team = 'red'"), [
     { cnt: 16, total: docs.filter((d) => d.team === "red").reduce((a, d) => a + d.n, 0) },
   ]);

@@ -58,6 +58,8 @@ class QueryPlans(unittest.TestCase):
         self.assertEqual(self.query("SELECT VALUE MIN(c.n) FROM c WHERE c.n > 3"), [4])
         self.assertEqual(self.query("SELECT VALUE MAX(c.team) FROM c"), [max(TEAMS)])
         self.assertEqual(self.query("SELECT VALUE AVG(c.n) FROM c"), [sum(ns) / len(ns)])
+        # One document: the other ranges' partials are empty ([{}]) and skipped.
+        self.assertEqual(self.query("SELECT VALUE MIN(c.n) FROM c WHERE c.id = 'd7'"), [self.docs[7]["n"]])
         red = [d for d in self.docs if d["team"] == "red"]
         self.assertEqual(self.query("SELECT VALUE COUNT(1) FROM c WHERE c.team = 'red'"), [len(red)])
 
