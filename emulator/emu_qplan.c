@@ -25,8 +25,11 @@
 #include "common/sf_buf.h"
 #include "emulator/emu_query_int.h"
 
-/* Generous: the rewritten query is a few times the original at most. */
-#define QPLAN_MAX_TEXT (4u * 1024 * 1024)
+/*
+ * The rewritten query is a few times the original at most (AVG and MIN/MAX
+ * repeat their argument): bounded by the query's own text limit, times 4.
+ */
+#define QPLAN_GROWTH 4u
 
 struct qplan {
     const struct emu_query *q;
@@ -302,13 +305,13 @@ enum sf_rc emu_query_plan_gateway(const struct emu_query *q, bool composite_aggr
     json_t *plan = NULL, *info, *text;
     enum sf_rc rc;
 
-    sf_buf_init(&p.b, QPLAN_MAX_TEXT);
+    sf_buf_init(&p.b, q->lim.max_text_bytes * QPLAN_GROWTH + 4096);
     if ((rc = emu_query_plan(q, EMU_QUERY_PLAN_DESCRIBE, &plan, err)) != SF_OK)
         goto out;
     info = json_object_get(plan, "queryInfo");
     if (q->norder > 0 || q->naggs > 0 || q->ngroup > 0 || q->has_offset) {
         if ((rc = rewrite(&p, err)) != SF_OK) {
-            if (rc == SF_ENOMEM)
+            if (rc == SF_ENOMEM || rc == SF_ELIMIT)
                 rc = qerr(err, SF_ENOMEM, "out of memory planning the query");
             goto out;
         }
