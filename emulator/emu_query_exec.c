@@ -446,6 +446,8 @@ static enum sf_rc group_row(struct emu_query_exec *e, const struct qeval *ev, st
     if ((rc = group_key(ev, &key, err)) != SF_OK ||
         (rc = group_find(e, key, ev->doc, &g, err)) != SF_OK)
         return rc;
+    if (g == NULL) /* group_find sets g on success; this keeps the compiler's proof simple */
+        return sf_err_set(err, SF_ESTATE, false, "GROUP BY: no group for a row");
     return agg_row(e->q, g->aggs, ev, err);
 }
 

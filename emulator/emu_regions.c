@@ -47,8 +47,12 @@ static bool name_eq(const char *a, const char *b)
 static void region_url(struct emu_region *r, bool tls)
 {
     bool v6 = strchr(r->host, ':') != NULL;
-    snprintf(r->url, sizeof(r->url), "%s://%s%s%s:%d/", tls ? "https" : "http", v6 ? "[" : "",
-             r->host, v6 ? "]" : "", r->port);
+    char url[sizeof(r->url)];
+
+    /* Formatted apart: r->host and r->url share the struct, which snprintf's restrict forbids. */
+    snprintf(url, sizeof(url), "%s://%s%s%s:%d/", tls ? "https" : "http", v6 ? "[" : "", r->host,
+             v6 ? "]" : "", r->port);
+    memcpy(r->url, url, sizeof(url));
 }
 
 /* Parses one "NAME=HOST:PORT" of len bytes into *r. */
