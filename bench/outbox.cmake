@@ -1,8 +1,8 @@
 # outbox_bench: events/s through the outbox relay into sagafeed-kafka-mock
 # (a separate process) and the relay's RSS (bench/README.md "outbox_bench").
-if(TARGET sf_outbox AND TARGET sf_feed AND TARGET sf_bench_util AND TARGET cosmolite)
+if(TARGET sf_processor AND TARGET sf_bench_util AND TARGET cosmolite)
   add_executable(outbox_bench outbox_bench.c)
-  target_link_libraries(outbox_bench PRIVATE sf_outbox sf_feed sf_bench_util Threads::Threads)
+  target_link_libraries(outbox_bench PRIVATE sf_processor sf_bench_util Threads::Threads)
   target_compile_definitions(outbox_bench PRIVATE
     SF_BENCH_COSMOLITE_PATH="$<TARGET_FILE:cosmolite>"
     SF_BENCH_KAFKA_MOCK_PATH="$<TARGET_FILE:sagafeed-kafka-mock>")

@@ -35,7 +35,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "outbox/outbox.h"
-#include "outbox/outbox_feed.h"
+#include "processor/proc_relay.h"
 
 #ifndef SF_BENCH_COSMOLITE_PATH
 #define SF_BENCH_COSMOLITE_PATH "cosmolite"
@@ -377,9 +377,9 @@ static void phase_feed(const struct args *a, const char *bootstrap, const char *
     struct cosmos_options co;
     struct cosmos_client *cli = NULL;
     struct cosmos_container_def def;
-    struct outbox_feed_relay_opts fo;
-    struct outbox_feed_relay *fr = NULL;
-    struct outbox_feed_relay_stats st;
+    struct proc_relay_opts fo;
+    struct proc_relay *fr = NULL;
+    struct proc_relay_stats st;
     struct outbox_sink *sink;
     struct sampler smp;
     struct bench_mem base;
@@ -439,11 +439,11 @@ static void phase_feed(const struct args *a, const char *bootstrap, const char *
 
     sampler_start(&smp);
     t0 = sf_mono_us();
-    if (outbox_feed_relay_new(cli, cli, sink, &fo, &fr, &err) != SF_OK ||
-        outbox_feed_relay_start(fr, &err) != SF_OK)
+    if (proc_relay_new(cli, cli, sink, &fo, &fr, &err) != SF_OK ||
+        proc_relay_start(fr, &err) != SF_OK)
         die("feed relay", &err);
     for (;;) {
-        outbox_feed_relay_stats(fr, &st);
+        proc_relay_stats(fr, &st);
         if (t_first == 0 && st.acked_events > 0)
             t_first = sf_mono_us();
         if ((int64_t)st.acked_events >= a->feed_events)
@@ -462,9 +462,9 @@ static void phase_feed(const struct args *a, const char *bootstrap, const char *
     res->steady_seconds = (double)(t_end - t_first) / 1e6;
     res->startup_seconds = (double)(t_first - t0) / 1e6;
 
-    (void)outbox_feed_relay_stop(fr, NULL);
+    (void)proc_relay_stop(fr, NULL);
     (void)outbox_sink_close(sink, NULL);
-    outbox_feed_relay_free(fr);
+    proc_relay_free(fr);
     outbox_sink_free(sink);
     cosmos_client_free(cli);
     (void)bench_proc_stop(srv, SIGTERM, 10000, NULL, NULL, NULL);

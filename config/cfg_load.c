@@ -19,7 +19,7 @@
 #include "common/sf_url.h"
 #include "config/cfg.h"
 #include "config/cfg_env.h"
-#include "outbox/outbox.h"
+#include "record/record.h"
 
 struct cfg_priv {
     config_t lc;

@@ -11,7 +11,7 @@
 #include "common/sf_time.h"
 #include "feed/feed.h"
 #include "outbox/outbox.h"
-#include "outbox/outbox_feed.h"
+#include "processor/proc_relay.h"
 #include "processor/proc_kafka.h"
 #include "steps/step.h"
 #include "steps/step_sql.h"
@@ -27,7 +27,7 @@ struct relay_slot {
     char prefix[FEED_PREFIX_MAX];
     struct step_sql *filter;     /* CDC: compiled filter, NULL: every document */
     const json_t *filter_params; /* CDC: borrowed from the cfg */
-    struct outbox_feed_relay *fr;
+    struct proc_relay *fr;
 };
 
 struct proc_kafka {
@@ -402,7 +402,7 @@ static enum sf_rc slot_start(struct proc_kafka *k, const struct proc_kafka_opts 
                              struct sf_err *err)
 {
     const struct cfg_kafka *kc = o->cfg->kafka;
-    struct outbox_feed_relay_opts ro;
+    struct proc_relay_opts ro;
     enum sf_rc rc;
 
     memset(&ro, 0, sizeof(ro));
@@ -424,9 +424,9 @@ static enum sf_rc slot_start(struct proc_kafka *k, const struct proc_kafka_opts 
         ro.relay.cdc_skip_outbox_records = true;
     }
     ro.drain_ms = kc->flush_timeout_ms;
-    rc = outbox_feed_relay_new(o->cli, o->cli, k->sink, &ro, &slot->fr, err);
+    rc = proc_relay_new(o->cli, o->cli, k->sink, &ro, &slot->fr, err);
     if (rc == SF_OK)
-        rc = outbox_feed_relay_start(slot->fr, err);
+        rc = proc_relay_start(slot->fr, err);
     if (rc != SF_OK) {
         sf_err_prefix(err, "kafka relay %s: ", slot->name);
         return rc;
@@ -540,11 +540,11 @@ void proc_kafka_stats(struct proc_kafka *k, struct proc_kafka_stats *ret)
 
     memset(&st, 0, sizeof(st));
     for (size_t i = 0; i < k->n_slots; i++) {
-        struct outbox_feed_relay_stats fs;
+        struct proc_relay_stats fs;
 
         if (k->slots[i].fr == NULL)
             continue;
-        outbox_feed_relay_stats(k->slots[i].fr, &fs);
+        proc_relay_stats(k->slots[i].fr, &fs);
         st.relays++;
         st.published += fs.relay.published + fs.relay.retried;
         st.acked += fs.acked_events;
@@ -593,7 +593,7 @@ struct feed_processor *proc_kafka_relay_feed(struct proc_kafka *k, size_t i, con
             continue;
         if (n++ == i) {
             *ret_name = k->slots[j].name;
-            return outbox_feed_relay_processor(k->slots[j].fr);
+            return proc_relay_processor(k->slots[j].fr);
         }
     }
     return NULL;
@@ -635,7 +635,7 @@ void proc_kafka_stop(struct proc_kafka *k, int64_t budget_ms)
     for (size_t i = 0; i < k->n_slots; i++) {
         sf_err_clear(&err);
         if (k->slots[i].fr != NULL &&
-            outbox_feed_relay_stop_within(k->slots[i].fr, budget_left(deadline), &err) != SF_OK)
+            proc_relay_stop_within(k->slots[i].fr, budget_left(deadline), &err) != SF_OK)
             sf_log_warn(KAFKA_LOG_COMP, "%s: stopping: %s", k->slots[i].name, err.msg);
     }
     if (k->sink != NULL)
@@ -654,7 +654,7 @@ void proc_kafka_stop(struct proc_kafka *k, int64_t budget_ms)
     }
     /* 3. Relays, then 4. the sink. */
     for (size_t i = 0; i < k->n_slots; i++) {
-        outbox_feed_relay_free(k->slots[i].fr);
+        proc_relay_free(k->slots[i].fr);
         step_sql_free(k->slots[i].filter);
     }
     outbox_sink_free(k->sink);

@@ -1,6 +1,6 @@
 /*
  * proc_kafka.h - the outbox relays of `sagafeed run`: the `kafka` section of
- * the configuration brought to life with outbox/ (outbox.h, outbox_feed.h).
+ * the configuration brought to life with outbox/ (outbox.h) on the change feed (proc_relay.h).
  *
  * What runs
  * ---------
@@ -105,7 +105,7 @@ struct feed_processor *proc_kafka_relay_feed(struct proc_kafka *k, size_t i, con
 void proc_kafka_tick(struct proc_kafka *k);
 
 /*
- * Stops in the order outbox_feed.h documents: every relay stops reading (its
+ * Stops in the order proc_relay.h documents: every relay stops reading (its
  * in-flight events get kafka.flush_timeout to be acknowledged; checkpoints;
  * leases released) -> the sink closes (waits kafka.flush_timeout for
  * deliveries, then purges: purged events stay unacknowledged and are

@@ -36,7 +36,7 @@
 #include "common/sf_base.h"
 #include "common/sf_err.h"
 #include "cosmos/cosmos.h"
-#include "outbox/outbox.h"
+#include "record/record.h"
 
 /*
  * The ABI a plugin is built for; the host passes its own to the init symbol.
@@ -52,7 +52,7 @@
 /*
  * The field that tags every document sagafeed writes besides effects
  * (markers "marker", parked items "parked", outbox records "event"). One
- * definition, in outbox.h, because the outbox record format writes it too.
+ * definition, in record/record.h, because the outbox record format writes it too.
  */
 #define STEP_SYS_FIELD OUTBOX_SYS_FIELD
 
@@ -250,7 +250,7 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
 /*
  * Builds the outbox record of an event that ctx's saga emits into *ret_doc
  * (a new reference, written only on success) for cosmos_batch_create_doc.
- * The format is outbox/outbox.h's (the one format; built by
+ * The format is record/record.h's (the one format; built by
  * outbox_record_build): written in the source
  * item's partition (pk_path, ctx->source_pk) in the same batch as the state
  * transition or effect that emits it, so the event exists if and only if

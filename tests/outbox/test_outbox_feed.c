@@ -28,7 +28,7 @@
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
 #include "outbox/outbox.h"
-#include "outbox/outbox_feed.h"
+#include "processor/proc_relay.h"
 #include "tests/outbox/kafka_support.h"
 #include "tests/support/harness.h"
 
@@ -62,8 +62,7 @@ static struct cosmos_client *client(const char *endpoint, const char *key)
     return cli;
 }
 
-static void feed_relay_opts(struct outbox_feed_relay_opts *o, const char *instance,
-                            int64_t checkpoint_ms)
+static void feed_relay_opts(struct proc_relay_opts *o, const char *instance, int64_t checkpoint_ms)
 {
     memset(o, 0, sizeof(*o));
     o->feed.db = DB;
@@ -107,10 +106,10 @@ static const char *env_or_die(const char *name)
  */
 static int run_child(void)
 {
-    struct outbox_feed_relay_opts o;
+    struct proc_relay_opts o;
     struct outbox_sink_opts so;
     struct outbox_sink *sink = NULL;
-    struct outbox_feed_relay *fr = NULL;
+    struct proc_relay *fr = NULL;
     struct cosmos_client *cli;
     struct sigaction sa;
     struct sf_err err;
@@ -131,18 +130,18 @@ static int run_child(void)
     if (outbox_sink_new(&so, &sink, &err) != SF_OK)
         goto out;
     feed_relay_opts(&o, env_or_die("OBX_INSTANCE"), ckpt_ms);
-    if (outbox_feed_relay_new(cli, cli, sink, &o, &fr, &err) != SF_OK ||
-        outbox_feed_relay_start(fr, &err) != SF_OK)
+    if (proc_relay_new(cli, cli, sink, &o, &fr, &err) != SF_OK ||
+        proc_relay_start(fr, &err) != SF_OK)
         goto out;
     while (!child_stop)
         sf_sleep_ms(20);
-    if (outbox_feed_relay_stop(fr, &err) != SF_OK || outbox_sink_close(sink, &err) != SF_OK)
+    if (proc_relay_stop(fr, &err) != SF_OK || outbox_sink_close(sink, &err) != SF_OK)
         goto out;
     rc = 0;
 out:
     if (rc != 0)
         fprintf(stderr, "relay child: %s\n", err.msg);
-    outbox_feed_relay_free(fr);
+    proc_relay_free(fr);
     outbox_sink_free(sink);
     cosmos_client_free(cli);
     return rc;
@@ -421,11 +420,11 @@ static void wait_checkpoint_at_least(struct env *e, int64_t lsn, int64_t timeout
 
 START_TEST(test_end_to_end_checkpoint_follows_acks)
 {
-    struct outbox_feed_relay_opts o;
-    struct outbox_feed_relay_stats st;
+    struct proc_relay_opts o;
+    struct proc_relay_stats st;
     struct outbox_sink_opts so;
     struct outbox_sink *sink = NULL;
-    struct outbox_feed_relay *fr = NULL;
+    struct proc_relay *fr = NULL;
     struct ktest_msgs ms;
     struct audit a;
     struct sf_err err;
@@ -440,8 +439,8 @@ START_TEST(test_end_to_end_checkpoint_follows_acks)
     so.flush_timeout_ms = 5000;
     ck_assert_int_eq(outbox_sink_new(&so, &sink, NULL), SF_OK);
     feed_relay_opts(&o, "relay-a", 100);
-    ck_assert_msg(outbox_feed_relay_new(e.cli, e.cli, sink, &o, &fr, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(outbox_feed_relay_start(fr, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_relay_new(e.cli, e.cli, sink, &o, &fr, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_relay_start(fr, &err) == SF_OK, "%s", err.msg);
 
     consume(&e, (size_t)total_written(&e), &ms);
     audit_topic(&ms, &e, &a);
@@ -462,7 +461,7 @@ START_TEST(test_end_to_end_checkpoint_follows_acks)
     ck_assert_msg(before < pending_lsn,
                   "checkpoint moved to %lld, past the unacknowledged event at LSN %lld",
                   (long long)before, (long long)pending_lsn);
-    outbox_feed_relay_stats(fr, &st);
+    proc_relay_stats(fr, &st);
     ck_assert_uint_eq(st.relay.acked, 100);
     ck_assert_uint_eq(st.relay.in_flight, 20);
     ck_assert_uint_eq(st.held, 0);
@@ -478,12 +477,12 @@ START_TEST(test_end_to_end_checkpoint_follows_acks)
     wait_checkpoint_at_least(&e, a.max_lsn, 10000);
     ktest_msgs_release(&ms);
 
-    ck_assert_msg(outbox_feed_relay_stop(fr, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_relay_stop(fr, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(outbox_sink_close(sink, &err) == SF_OK, "%s", err.msg);
-    outbox_feed_relay_stats(fr, &st);
+    proc_relay_stats(fr, &st);
     ck_assert_uint_eq(st.acked_events, 120);
     ck_assert_uint_eq(st.acked_invalid, 0);
-    outbox_feed_relay_free(fr);
+    proc_relay_free(fr);
     outbox_sink_free(sink);
     env_stop(&e);
 }
@@ -569,10 +568,10 @@ END_TEST
 START_TEST(test_cdc_mode_through_feed)
 {
     json_t *completed = json_string("completed");
-    struct outbox_feed_relay_opts o;
+    struct proc_relay_opts o;
     struct outbox_sink_opts so;
     struct outbox_sink *sink = NULL;
-    struct outbox_feed_relay *fr = NULL;
+    struct proc_relay *fr = NULL;
     struct ktest_msgs ms;
     struct sf_err err;
     struct env e;
@@ -592,9 +591,9 @@ START_TEST(test_cdc_mode_through_feed)
     o.relay.filter_field = "state";
     o.relay.filter_value = completed;
     o.relay.cdc_skip_outbox_records = true;
-    ck_assert_msg(outbox_feed_relay_new(e.cli, e.cli, sink, &o, &fr, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_relay_new(e.cli, e.cli, sink, &o, &fr, &err) == SF_OK, "%s", err.msg);
     json_decref(completed);
-    ck_assert_msg(outbox_feed_relay_start(fr, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_relay_start(fr, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(ktest_consume(ktest_bootstraps(e.kc), "orders-cdc", 60, 30000, &ms, &err) ==
                       SF_OK,
                   "%s", err.msg);
@@ -617,9 +616,9 @@ START_TEST(test_cdc_mode_through_feed)
         json_decref(doc);
     }
     ktest_msgs_release(&ms);
-    ck_assert_msg(outbox_feed_relay_stop(fr, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_relay_stop(fr, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(outbox_sink_close(sink, &err) == SF_OK, "%s", err.msg);
-    outbox_feed_relay_free(fr);
+    proc_relay_free(fr);
     outbox_sink_free(sink);
     env_stop(&e);
 }

@@ -1,12 +1,12 @@
-# outbox/ on the change feed: the relay against a real cosmolite and
+# The outbox relay on the change feed (processor/proc_relay.c): the relay against a real cosmolite and
 # librdkafka's mock cluster, including kill -9 of a relay process (it
 # re-executes itself with --relay-child). Labels outbox, kafka, integration;
 # exit 77 = skipped when no cosmolite binary exists.
-if(TARGET sf_outbox AND TARGET sf_feed AND TARGET cosmolite)
+if(TARGET sf_processor AND TARGET cosmolite)
   include(${CMAKE_CURRENT_LIST_DIR}/kafka_support.cmake)
   sf_unit_test(test_outbox_feed
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_feed.c
-    LIBS sf_outbox sf_feed sf_test_kafka sf_test_harness Threads::Threads
+    LIBS sf_processor sf_test_kafka sf_test_harness Threads::Threads
     LABELS "outbox;kafka;integration")
   add_dependencies(test_outbox_feed cosmolite)
   set_property(TEST test_outbox_feed APPEND PROPERTY

@@ -9,7 +9,7 @@
 
 #include "common/sf_json.h"
 #include "common/sf_time.h"
-#include "outbox/outbox.h"
+#include "record/record.h"
 
 static json_t *parse(const char *text)
 {

@@ -1,7 +1,7 @@
 /*
- * outbox_feed.h - the relay on the change feed processor (feed/).
+ * proc_relay.h - the relay on the change feed processor (feed/).
  *
- * A struct outbox_feed_relay tails one source container under its own lease
+ * A struct proc_relay tails one source container under its own lease
  * prefix (so its progress is its own lease checkpoint, independent of the
  * saga processor's), offers every item to an outbox relay (outbox.h) and
  * acknowledges the item:
@@ -17,14 +17,14 @@
  * longer moves a checkpoint.
  *
  * Shutdown, in this order (each step from the thread that owns the objects):
- *   outbox_feed_relay_stop(fr)   stop reading; in-flight events get drain_ms
+ *   proc_relay_stop(fr)   stop reading; in-flight events get drain_ms
  *                                to be acknowledged; checkpoint; release leases
  *   outbox_sink_close(sink)      wait flush_timeout_ms, purge the rest
- *   outbox_feed_relay_free(fr)
+ *   proc_relay_free(fr)
  *   outbox_sink_free(sink)
  */
-#ifndef OUTBOX_FEED_H
-#define OUTBOX_FEED_H
+#ifndef PROC_RELAY_H
+#define PROC_RELAY_H
 
 #include "common/sf_base.h"
 #include "common/sf_err.h"
@@ -32,9 +32,9 @@
 #include "feed/feed.h"
 #include "outbox/outbox.h"
 
-struct outbox_feed_relay;
+struct proc_relay;
 
-struct outbox_feed_relay_opts {
+struct proc_relay_opts {
     struct feed_options feed;       /* copied; consume and consume_ctx are the relay's own */
     struct outbox_relay_opts relay; /* copied; on_done and done_ctx are the relay's own */
     int64_t drain_ms;               /* stop: time for in-flight events to be acknowledged [10000] */
@@ -46,13 +46,12 @@ struct outbox_feed_relay_opts {
  * fr) and a feed processor on cli / lease_cli (borrowed). Validates both
  * option sets. *ret_fr is written only on success. Any thread.
  */
-enum sf_rc outbox_feed_relay_new(struct cosmos_client *cli, struct cosmos_client *lease_cli,
-                                 struct outbox_sink *sink,
-                                 const struct outbox_feed_relay_opts *opts,
-                                 struct outbox_feed_relay **ret_fr, struct sf_err *err);
+enum sf_rc proc_relay_new(struct cosmos_client *cli, struct cosmos_client *lease_cli,
+                          struct outbox_sink *sink, const struct proc_relay_opts *opts,
+                          struct proc_relay **ret_fr, struct sf_err *err);
 
 /* Starts the feed processor (feed_processor_start). The owning thread. */
-enum sf_rc outbox_feed_relay_start(struct outbox_feed_relay *fr, struct sf_err *err);
+enum sf_rc proc_relay_start(struct proc_relay *fr, struct sf_err *err);
 
 /*
  * Stops the feed (feed_processor_stop with drain_ms): what Kafka acknowledged
@@ -60,15 +59,14 @@ enum sf_rc outbox_feed_relay_start(struct outbox_feed_relay *fr, struct sf_err *
  * held items (ignored by the stopped feed). No-op when not running. The
  * owning thread, never a callback.
  */
-enum sf_rc outbox_feed_relay_stop(struct outbox_feed_relay *fr, struct sf_err *err);
+enum sf_rc proc_relay_stop(struct proc_relay *fr, struct sf_err *err);
 
 /*
  * The same with in-flight events given min(drain_ms, the relay's drain_ms)
  * (at least 0): a caller bounding a whole shutdown hands each relay what is
  * left of it. The owning thread, never a callback.
  */
-enum sf_rc outbox_feed_relay_stop_within(struct outbox_feed_relay *fr, int64_t drain_ms,
-                                         struct sf_err *err);
+enum sf_rc proc_relay_stop_within(struct proc_relay *fr, int64_t drain_ms, struct sf_err *err);
 
 /*
  * Stops when still running, then frees the relay and the feed processor.
@@ -76,12 +74,12 @@ enum sf_rc outbox_feed_relay_stop_within(struct outbox_feed_relay *fr, int64_t d
  * reported to a freed relay; free waits up to drain_ms for them and, if some
  * remain, leaks the two objects rather than risk that. NULL is a no-op.
  */
-void outbox_feed_relay_free(struct outbox_feed_relay *fr);
+void proc_relay_free(struct proc_relay *fr);
 
 /* The feed processor, for feed_processor_status. Borrowed for fr's life. */
-struct feed_processor *outbox_feed_relay_processor(struct outbox_feed_relay *fr);
+struct feed_processor *proc_relay_processor(struct proc_relay *fr);
 
-struct outbox_feed_relay_stats {
+struct proc_relay_stats {
     struct outbox_relay_stats relay;
     uint64_t acked_skipped; /* acknowledged without publishing (not for the relay) */
     uint64_t acked_invalid; /* malformed records acknowledged after being reported */
@@ -91,6 +89,6 @@ struct outbox_feed_relay_stats {
 };
 
 /* A snapshot of the counters. Any thread. */
-void outbox_feed_relay_stats(struct outbox_feed_relay *fr, struct outbox_feed_relay_stats *ret);
+void proc_relay_stats(struct proc_relay *fr, struct proc_relay_stats *ret);
 
 #endif

@@ -1,14 +1,14 @@
 /*
- * outbox_record.c - the outbox record format: building it (saga engine),
- * reading it back (relay), event ids and message keys. outbox.h documents
- * the format; this file is the only code that knows its field names.
+ * record.c - the outbox record format: building it (saga engine),
+ * reading it back (relay), event ids, topic names and message keys. record.h
+ * documents the format; this file is the only code that knows its field names.
  */
 #include "common/sf_base.h"
 
 #include "common/sf_crypto.h"
 #include "common/sf_json.h"
 #include "common/sf_time.h"
-#include "outbox/outbox.h"
+#include "record/record.h"
 
 /* Fields of the record itself: a partition key path may not start with one of these. */
 static const char *const record_fields[] = {

@@ -1,5 +1,5 @@
 /*
- * outbox_feed.c - the relay on the change feed processor (outbox_feed.h).
+ * proc_relay.c - the relay on the change feed processor (proc_relay.h).
  *
  * The one rule: a feed item is acknowledged while the feed runs only when
  * its event is in Kafka or it has no event to publish. Everything else is
@@ -12,7 +12,7 @@
 #include <stdatomic.h>
 
 #include "common/sf_time.h"
-#include "outbox/outbox_feed.h"
+#include "processor/proc_relay.h"
 
 #define FEED_RELAY_DRAIN_DEFAULT_MS 10000
 #define FEED_RELAY_RETRY_DEFAULT_MS 10
@@ -23,7 +23,7 @@ struct held_item {
     struct feed_item *item;
 };
 
-struct outbox_feed_relay {
+struct proc_relay {
     struct feed_processor *fp;
     struct outbox_relay *relay;
     struct outbox_sink *sink;
@@ -40,7 +40,7 @@ struct outbox_feed_relay {
 };
 
 /* Keeps item unacknowledged until the feed stops, or acks it at once when it already has. */
-static void hold(struct outbox_feed_relay *fr, struct feed_item *item)
+static void hold(struct proc_relay *fr, struct feed_item *item)
 {
     struct held_item *h = malloc(sizeof(*h));
     bool late;
@@ -70,7 +70,7 @@ static void hold(struct outbox_feed_relay *fr, struct feed_item *item)
 /* The relay's on_done: runs on the sink's poll thread (or the relay's retry thread). */
 static void on_done(void *ctx, void *item_ctx, enum sf_rc rc, const struct sf_err *err)
 {
-    struct outbox_feed_relay *fr = ctx;
+    struct proc_relay *fr = ctx;
     struct feed_item *item = item_ctx;
 
     SF_UNUSED(err);
@@ -85,7 +85,7 @@ static void on_done(void *ctx, void *item_ctx, enum sf_rc rc, const struct sf_er
 /* The feed's consumer: runs on a reader thread, in _lsn order within a range. */
 static void consume(void *ctx, struct feed_item *item)
 {
-    struct outbox_feed_relay *fr = ctx;
+    struct proc_relay *fr = ctx;
     struct outbox_item it;
     enum outbox_disposition disp;
     struct sf_err err;
@@ -123,12 +123,11 @@ static void consume(void *ctx, struct feed_item *item)
     }
 }
 
-enum sf_rc outbox_feed_relay_new(struct cosmos_client *cli, struct cosmos_client *lease_cli,
-                                 struct outbox_sink *sink,
-                                 const struct outbox_feed_relay_opts *opts,
-                                 struct outbox_feed_relay **ret_fr, struct sf_err *err)
+enum sf_rc proc_relay_new(struct cosmos_client *cli, struct cosmos_client *lease_cli,
+                          struct outbox_sink *sink, const struct proc_relay_opts *opts,
+                          struct proc_relay **ret_fr, struct sf_err *err)
 {
-    struct outbox_feed_relay *fr;
+    struct proc_relay *fr;
     struct outbox_relay_opts ro;
     struct feed_options fo;
     enum sf_rc rc;
@@ -167,7 +166,7 @@ fail:
     return rc;
 }
 
-enum sf_rc outbox_feed_relay_start(struct outbox_feed_relay *fr, struct sf_err *err)
+enum sf_rc proc_relay_start(struct proc_relay *fr, struct sf_err *err)
 {
     enum sf_rc rc;
 
@@ -186,13 +185,12 @@ enum sf_rc outbox_feed_relay_start(struct outbox_feed_relay *fr, struct sf_err *
     return rc;
 }
 
-enum sf_rc outbox_feed_relay_stop(struct outbox_feed_relay *fr, struct sf_err *err)
+enum sf_rc proc_relay_stop(struct proc_relay *fr, struct sf_err *err)
 {
-    return outbox_feed_relay_stop_within(fr, fr != NULL ? fr->drain_ms : 0, err);
+    return proc_relay_stop_within(fr, fr != NULL ? fr->drain_ms : 0, err);
 }
 
-enum sf_rc outbox_feed_relay_stop_within(struct outbox_feed_relay *fr, int64_t drain_ms,
-                                         struct sf_err *err)
+enum sf_rc proc_relay_stop_within(struct proc_relay *fr, int64_t drain_ms, struct sf_err *err)
 {
     struct held_item *h;
     enum sf_rc rc = SF_OK;
@@ -223,14 +221,14 @@ enum sf_rc outbox_feed_relay_stop_within(struct outbox_feed_relay *fr, int64_t d
     return rc;
 }
 
-void outbox_feed_relay_free(struct outbox_feed_relay *fr)
+void proc_relay_free(struct proc_relay *fr)
 {
     struct outbox_relay_stats st;
     int64_t deadline;
 
     if (fr == NULL)
         return;
-    (void)outbox_feed_relay_stop(fr, NULL);
+    (void)proc_relay_stop(fr, NULL);
     /* Events still in the producer report to this relay: wait (the sink should be closed). */
     deadline = sf_mono_ms() + fr->drain_ms;
     for (;;) {
@@ -247,14 +245,14 @@ void outbox_feed_relay_free(struct outbox_feed_relay *fr)
     free(fr);
 }
 
-struct feed_processor *outbox_feed_relay_processor(struct outbox_feed_relay *fr)
+struct feed_processor *proc_relay_processor(struct proc_relay *fr)
 {
     return fr->fp;
 }
 
-void outbox_feed_relay_stats(struct outbox_feed_relay *fr, struct outbox_feed_relay_stats *ret)
+void proc_relay_stats(struct proc_relay *fr, struct proc_relay_stats *ret)
 {
-    struct outbox_feed_relay_stats st;
+    struct proc_relay_stats st;
 
     memset(&st, 0, sizeof(st));
     outbox_relay_stats(fr->relay, &st.relay);
