@@ -1,0 +1,12 @@
+# The module edges against the allowed-dependency table of docs/architecture.md
+# (scripts/check-deps.py): the tree itself, and a copy with a forbidden edge
+# put back, which must fail. Label "design"; no build products needed.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  add_test(NAME design_deps_match_architecture_table
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/check-deps.py --root ${CMAKE_SOURCE_DIR})
+  add_test(NAME design_deps_reject_forbidden_edge
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_check_deps.sh ${CMAKE_SOURCE_DIR})
+  set_tests_properties(design_deps_match_architecture_table design_deps_reject_forbidden_edge
+    PROPERTIES LABELS design)
+endif()
