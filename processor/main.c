@@ -1,5 +1,6 @@
 /*
- * main.c - the sagafeed command line: run, check-config, demo, parked.
+ * main.c - the sagafeed command line: the one command table (dispatch and
+ * --help come from it) and the commands run, check-config, demo, parked.
  *
  * The globals of the program live here and only here: the log sink (in
  * common/sf_log), the parsed command line, and the stop flag set by the
@@ -70,28 +71,15 @@ static void install_signals(void)
     (void)sigaction(SIGPIPE, &sa, NULL);
 }
 
-static const char USAGE[] =
-    "Usage: sagafeed COMMAND [OPTIONS]\n"
-    "\n"
-    "A change-feed driven saga processor for Azure Cosmos DB.\n"
-    "\n"
-    "Commands:\n"
-    "  run -c FILE           run the workflows of FILE as a service\n"
-    "  check-config FILE     validate FILE; print file:line: problems\n"
-    "  demo [--orders N]     the order fulfilment demo on a private cosmolite\n"
-    "  parked list|replay -c FILE [--key K]\n"
-    "                        list parked items, or ask the service to replay them\n"
-    "  status -c FILE        leases: owner, epoch, checkpoint, lag, last progress\n"
-    "  lag -c FILE           lag per range in items (LSNs) and seconds\n"
-    "  pause|resume -c FILE  stop / restart the whole fleet's work (control document)\n"
-    "  replay -c FILE --from X --to Y\n"
-    "                        re-run a bounded window of the change feed (--dry-run)\n"
-    "  saga show ID -c FILE  a saga's state, completed steps (markers) and events\n"
-    "  leases export|import|reset -c FILE\n"
-    "                        save, restore or move (--to-time) the fleet's positions\n"
-    "  --help, --version\n"
-    "\n"
-    "`sagafeed COMMAND --help` explains each command.\n";
+/* The usage's head and tail; the command lines between them come from the table (commands[]). */
+static const char USAGE_HEAD[] = "Usage: sagafeed COMMAND [OPTIONS]\n"
+                                 "\n"
+                                 "A change-feed driven saga processor for Azure Cosmos DB.\n"
+                                 "\n"
+                                 "Commands:\n";
+static const char USAGE_TAIL[] = "  --help, --version\n"
+                                 "\n"
+                                 "`sagafeed COMMAND --help` explains each command.\n";
 
 static const char USAGE_RUN[] =
     "Usage: sagafeed run -c FILE [--instance NAME] [--log-level LEVEL] [--log-text]\n"
@@ -209,7 +197,7 @@ static void log_stats(struct proc_service *s, const char *what)
  * run
  */
 
-static int cmd_run(int argc, char **argv)
+static int cmd_run(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"instance", required_argument, NULL, 'i'},
@@ -229,6 +217,7 @@ static int cmd_run(int argc, char **argv)
     struct sf_err err;
     int c, status;
 
+    SF_UNUSED(stop);
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -269,7 +258,7 @@ static int cmd_run(int argc, char **argv)
             return 2;
         }
     }
-    status = proc_cli_load("run", path, &cfg);
+    status = proc_cli_setup(self, path, &cfg, &(struct cosmos_client *){NULL});
     if (status != 0)
         return status;
     setup_logging(cfg, level, text);
@@ -334,7 +323,8 @@ static int cmd_run(int argc, char **argv)
  * check-config
  */
 
-static int cmd_check(int argc, char **argv)
+static int cmd_check(const struct proc_cmd *self, int argc, char **argv,
+                     volatile sig_atomic_t *stop)
 {
     struct cfg_diags *d;
     struct cfg *cfg = NULL;
@@ -342,6 +332,8 @@ static int cmd_check(int argc, char **argv)
     size_t steps = 0;
     int status = 0;
 
+    SF_UNUSED(self);
+    SF_UNUSED(stop);
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         return proc_cli_usage(USAGE_CHECK, 0);
     }
@@ -384,7 +376,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
-static int cmd_demo(int argc, char **argv)
+static int cmd_demo(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"orders", required_argument, NULL, 'n'},
                                          {"data", required_argument, NULL, 'd'},
@@ -409,6 +401,8 @@ static int cmd_demo(int argc, char **argv)
     int c, status = 1;
     size_t total = 0, settled = 0;
 
+    SF_UNUSED(self);
+    SF_UNUSED(stop);
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int64_t v;
 
@@ -537,7 +531,8 @@ out:
  * parked
  */
 
-static int cmd_parked(int argc, char **argv)
+static int cmd_parked(const struct proc_cmd *self, int argc, char **argv,
+                      volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"key", required_argument, NULL, 'k'},
@@ -549,6 +544,7 @@ static int cmd_parked(int argc, char **argv)
     struct sf_err err;
     int c, status;
 
+    SF_UNUSED(stop);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         return proc_cli_usage(USAGE_PARKED, argc < 2 ? 2 : 0);
     }
@@ -572,7 +568,8 @@ static int cmd_parked(int argc, char **argv)
         (strcmp(verb, "list") != 0 && strcmp(verb, "replay") != 0)) {
         return proc_cli_usage(USAGE_PARKED, 2);
     }
-    status = proc_cli_load("parked", path, &cfg);
+    /* Not proc_cli_setup: a missing endpoint has parked's own message (and exit status 1). */
+    status = proc_cli_load(self->name, path, &cfg);
     if (status != 0)
         return status;
     sf_err_clear(&err);
@@ -581,7 +578,7 @@ static int cmd_parked(int argc, char **argv)
         (void)fprintf(stderr, "sagafeed parked: %s has no cosmos.endpoint\n", path);
         goto out;
     }
-    if (proc_cli_client("parked", cfg, &cli) != 0)
+    if (proc_cli_client(self->name, cfg, &cli) != 0)
         goto out;
     if (strcmp(verb, "list") == 0) {
         json_t *docs = NULL;
@@ -624,6 +621,58 @@ out:
     return status;
 }
 
+/* ---------------------------------------------------------------------------
+ * The command table: dispatch and `sagafeed --help` both come from it.
+ */
+
+static const struct proc_cmd commands[] = {
+    /* name, synopsis, summary, needs_config, needs_client, stoppable, run */
+    {"run", "run -c FILE", "run the workflows of FILE as a service", true, false, false, cmd_run},
+    /* check-config loads FILE itself: every problem, not the first, with file:line. */
+    {"check-config", "check-config FILE", "validate FILE; print file:line: problems", false, false,
+     false, cmd_check},
+    {"demo", "demo [--orders N]", "the order fulfilment demo on a private cosmolite", false, false,
+     false, cmd_demo},
+    {"parked", "parked list|replay -c FILE [--key K]",
+     "list parked items, or ask the service to replay them", true, true, false, cmd_parked},
+    {"status", "status -c FILE", "leases: owner, epoch, checkpoint, lag, last progress", true, true,
+     false, proc_cli_status},
+    {"lag", "lag -c FILE", "lag per range in items (LSNs) and seconds", true, true, false,
+     proc_cli_lag},
+    {"pause", "pause|resume -c FILE", "stop / restart the whole fleet's work (control document)",
+     true, true, false, proc_cli_pause},
+    {"resume", NULL, NULL, true, true, false, proc_cli_resume},
+    {"replay", "replay -c FILE --from X --to Y",
+     "re-run a bounded window of the change feed (--dry-run)", true, true, true, proc_cli_replay},
+    {"saga", "saga show ID -c FILE", "a saga's state, completed steps (markers) and events", true,
+     true, false, proc_cli_saga},
+    {"leases", "leases export|import|reset -c FILE",
+     "save, restore or move (--to-time) the fleet's positions", true, true, false, proc_cli_leases},
+};
+
+#define USAGE_SYNOPSIS_WIDTH 20 /* longer synopses get a line of their own */
+
+/* `sagafeed --help`: one line per row with a synopsis, the summary in a column. */
+static int usage(int status)
+{
+    FILE *out = status == 0 ? stdout : stderr;
+
+    (void)fputs(USAGE_HEAD, out);
+    for (size_t i = 0; i < SF_ARRAY_LEN(commands); i++) {
+        const struct proc_cmd *c = &commands[i];
+
+        if (c->synopsis == NULL)
+            continue;
+        if (strlen(c->synopsis) <= USAGE_SYNOPSIS_WIDTH)
+            (void)fprintf(out, "  %-*s  %s\n", USAGE_SYNOPSIS_WIDTH, c->synopsis, c->summary);
+        else
+            (void)fprintf(out, "  %s\n  %-*s  %s\n", c->synopsis, USAGE_SYNOPSIS_WIDTH, "",
+                          c->summary);
+    }
+    (void)fputs(USAGE_TAIL, out);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     /*
@@ -632,31 +681,26 @@ int main(int argc, char **argv)
      * small at no measurable cost (the threads mostly wait on the network).
      */
     (void)mallopt(M_ARENA_MAX, 2);
-    if (argc < 2) {
-        return proc_cli_usage(USAGE, 2);
-    }
+    if (argc < 2)
+        return usage(2);
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        return proc_cli_usage(USAGE, 0);
-    }
+        strcmp(argv[1], "help") == 0)
+        return usage(0);
     if (strcmp(argv[1], "--version") == 0) {
         (void)printf("sagafeed %s\n", SAGAFEED_VERSION);
         return 0;
     }
-    if (strcmp(argv[1], "run") == 0)
-        return cmd_run(argc - 1, argv + 1);
-    if (strcmp(argv[1], "check-config") == 0)
-        return cmd_check(argc - 1, argv + 1);
-    if (strcmp(argv[1], "demo") == 0)
-        return cmd_demo(argc - 1, argv + 1);
-    if (strcmp(argv[1], "parked") == 0)
-        return cmd_parked(argc - 1, argv + 1);
-    if (proc_cli_has(argv[1])) {
-        /* Long commands (replay) stop cleanly on SIGINT/SIGTERM/SIGHUP; short ones just die. */
-        if (strcmp(argv[1], "replay") == 0)
+    for (size_t i = 0; i < SF_ARRAY_LEN(commands); i++) {
+        const struct proc_cmd *c = &commands[i];
+
+        if (strcmp(argv[1], c->name) != 0)
+            continue;
+        if (c->stoppable)
             install_signals();
-        return proc_cli_main(argc - 1, argv + 1, &g_stop);
+        optind = 1;
+        return c->run(c, argc - 1, argv + 1, &g_stop);
     }
-    (void)fprintf(stderr, "sagafeed: unknown command '%s'\n\n%s", argv[1], USAGE);
+    (void)fprintf(stderr, "sagafeed: unknown command '%s'\n\n", argv[1]);
+    (void)usage(2);
     return 2;
 }

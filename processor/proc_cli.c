@@ -164,6 +164,24 @@ int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client
     return 0;
 }
 
+int proc_cli_setup(const struct proc_cmd *cmd, const char *path, struct cfg **ret_cfg,
+                   struct cosmos_client **ret_cli)
+{
+    struct cosmos_client *cli = NULL;
+    struct cfg *cfg = NULL;
+    int status = 0;
+
+    if (cmd->needs_config && (status = proc_cli_load(cmd->name, path, &cfg)) != 0)
+        return status;
+    if (cmd->needs_client && (status = proc_cli_client(cmd->name, cfg, &cli)) != 0) {
+        cfg_free(cfg);
+        return status;
+    }
+    *ret_cfg = cfg;
+    *ret_cli = cli;
+    return 0;
+}
+
 static void print_json(const json_t *v)
 {
     struct sf_buf b;
@@ -190,7 +208,7 @@ static void whoami(char *out, size_t size)
  * status, lag
  */
 
-static int cmd_status(int argc, char **argv, bool lag_only)
+static int cmd_status(const struct proc_cmd *self, int argc, char **argv, bool lag_only)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"json", no_argument, NULL, 'j'},
@@ -224,8 +242,7 @@ static int cmd_status(int argc, char **argv, bool lag_only)
         (void)fputs(usage, stderr);
         return 2;
     }
-    if ((status = proc_cli_load(cmd, path, &cfg)) != 0 ||
-        (status = proc_cli_client(cmd, cfg, &cli)) != 0)
+    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_status_collect(cli, cfg, true, &v, &err) != SF_OK) {
@@ -257,7 +274,7 @@ out:
  * pause, resume
  */
 
-static int cmd_pause(int argc, char **argv, bool paused)
+static int cmd_pause(const struct proc_cmd *self, int argc, char **argv, bool paused)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"reason", required_argument, NULL, 'r'},
@@ -297,8 +314,7 @@ static int cmd_pause(int argc, char **argv, bool paused)
         return 2;
     }
     whoami(me, sizeof(me));
-    if ((status = proc_cli_load(cmd, path, &cfg)) != 0 ||
-        (status = proc_cli_client(cmd, cfg, &cli)) != 0)
+    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_control_write(cli, cfg, paused, by != NULL ? by : me, reason, &ctl, &err) != SF_OK) {
@@ -383,7 +399,7 @@ static void print_replay_summary(const struct proc_replay_opts *o,
     (void)printf("  took %lldms\n", (long long)s->elapsed_ms);
 }
 
-static int cmd_replay(int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"from", required_argument, NULL, 'f'},
@@ -458,8 +474,7 @@ static int cmd_replay(int argc, char **argv, volatile sig_atomic_t *stop)
         return status;
     sf_log_set_level(lvl);
     sf_log_set_json(false);
-    if ((status = proc_cli_load("replay", path, &cfg)) != 0 ||
-        (status = proc_cli_client("replay", cfg, &cli)) != 0)
+    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     ro.cfg = cfg;
     ro.cli = cli;
@@ -489,7 +504,7 @@ out:
  * saga show
  */
 
-static int cmd_saga(int argc, char **argv)
+int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"workflow", required_argument, NULL, 'w'},
@@ -510,6 +525,7 @@ static int cmd_saga(int argc, char **argv)
         return proc_cli_usage(USAGE_SAGA, help ? 0 : 2);
     }
     optind = 2;
+    SF_UNUSED(stop);
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -531,8 +547,7 @@ static int cmd_saga(int argc, char **argv)
         return proc_cli_usage(USAGE_SAGA, 2);
     }
     id = argv[optind];
-    if ((status = proc_cli_load("saga", path, &cfg)) != 0 ||
-        (status = proc_cli_client("saga", cfg, &cli)) != 0)
+    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_saga_show(cli, cfg, id, workflow, &v, &found, &err) != SF_OK) {
@@ -603,7 +618,7 @@ static int leases_import(struct cosmos_client *cli, const struct cfg *cfg, const
     return status;
 }
 
-static int cmd_leases(int argc, char **argv)
+int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"output", required_argument, NULL, 'o'},
@@ -627,6 +642,7 @@ static int cmd_leases(int argc, char **argv)
     }
     verb = argv[1];
     optind = 2;
+    SF_UNUSED(stop);
     while ((c = getopt_long(argc, argv, "c:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -672,8 +688,7 @@ static int cmd_leases(int argc, char **argv)
             return 2;
         }
     }
-    if ((status = proc_cli_load("leases", path, &cfg)) != 0 ||
-        (status = proc_cli_client("leases", cfg, &cli)) != 0)
+    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     if (strcmp(verb, "export") == 0) {
         status = leases_export(cli, cfg, out_path);
@@ -700,39 +715,29 @@ out:
 }
 
 /* ---------------------------------------------------------------------------
- * Dispatch
+ * The entry points of main.c's command table
  */
 
-bool proc_cli_has(const char *name)
+int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const char *const names[] = {"status", "lag",  "pause", "resume",
-                                        "replay", "saga", "leases"};
-
-    for (size_t i = 0; i < SF_ARRAY_LEN(names); i++)
-        if (strcmp(name, names[i]) == 0)
-            return true;
-    return false;
+    SF_UNUSED(stop);
+    return cmd_status(cmd, argc, argv, false);
 }
 
-int proc_cli_main(int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_cli_lag(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    const char *cmd = argv[0];
+    SF_UNUSED(stop);
+    return cmd_status(cmd, argc, argv, true);
+}
 
-    optind = 1;
-    if (strcmp(cmd, "status") == 0)
-        return cmd_status(argc, argv, false);
-    if (strcmp(cmd, "lag") == 0)
-        return cmd_status(argc, argv, true);
-    if (strcmp(cmd, "pause") == 0)
-        return cmd_pause(argc, argv, true);
-    if (strcmp(cmd, "resume") == 0)
-        return cmd_pause(argc, argv, false);
-    if (strcmp(cmd, "replay") == 0)
-        return cmd_replay(argc, argv, stop);
-    if (strcmp(cmd, "saga") == 0)
-        return cmd_saga(argc, argv);
-    if (strcmp(cmd, "leases") == 0)
-        return cmd_leases(argc, argv);
-    (void)fprintf(stderr, "sagafeed: unknown command '%s'\n", cmd);
-    return 2;
+int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
+{
+    SF_UNUSED(stop);
+    return cmd_pause(cmd, argc, argv, true);
+}
+
+int proc_cli_resume(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
+{
+    SF_UNUSED(stop);
+    return cmd_pause(cmd, argc, argv, false);
 }

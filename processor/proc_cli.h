@@ -2,8 +2,9 @@
  * proc_cli.h - the operator commands of sagafeed: status, lag, pause,
  * resume, replay, saga show, leases export|import|reset.
  *
- * main.c owns the program's globals and hands each command its arguments
- * (argv[0] is the command name) and the stop flag its signal handler sets.
+ * main.c owns the program's globals and the command table (struct proc_cmd)
+ * and hands each command its row, its arguments (argv[0] is the command
+ * name) and the stop flag its signal handler sets.
  * Each command prints its results on stdout, problems on stderr, and
  * returns the exit status: 0 done, 1 failed, 2 bad usage or configuration.
  */
@@ -14,11 +15,44 @@
 
 #include "common/sf_base.h"
 
-/* true when name is one of the commands of this file. */
 struct cfg;
 struct cosmos_client;
 
-bool proc_cli_has(const char *name);
+/*
+ * One row of sagafeed's command table (main.c), as git's commands[]: the
+ * dispatcher finds argv[1] there, --help is printed from it, and the
+ * needs_* flags tell proc_cli_setup what a command gets before it works.
+ */
+struct proc_cmd {
+    const char *name;     /* argv[1] */
+    const char *synopsis; /* the command's line in `sagafeed --help`; NULL: shares the row above */
+    const char *summary;  /* what it does, after the synopsis */
+    bool needs_config;    /* -c FILE is loaded (proc_cli_setup) */
+    bool needs_client;    /* a client for FILE's cosmos.endpoint is made (needs_config too) */
+    bool stoppable;       /* main installs the stop signals first: SIGINT/SIGTERM/SIGHUP set
+                           *stop and the command ends cleanly (short ones just die) */
+    /* Runs the command: argv[0] is its name. Returns the exit status. Main thread only. */
+    int (*run)(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+};
+
+/* The operator commands of this file, for main.c's table. */
+int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_cli_lag(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_cli_resume(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_cli_replay(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_cli_saga(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_cli_leases(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+
+/*
+ * What cmd's flags ask for, for the configuration at path: loads it
+ * (needs_config) and makes a client for its account (needs_client), printing
+ * every problem to stderr as proc_cli_load and proc_cli_client do. Returns 0
+ * with *ret_cfg (cfg_free) and *ret_cli (cosmos_client_free; NULL without
+ * needs_client) new, or their exit status with nothing to free.
+ */
+int proc_cli_setup(const struct proc_cmd *cmd, const char *path, struct cfg **ret_cfg,
+                   struct cosmos_client **ret_cli);
 
 /*
  * Loads FILE for command cmd, printing every file:line problem to stderr.
@@ -35,11 +69,5 @@ int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client
 
 /* Prints a command's usage (stdout for status 0, asked for; stderr otherwise); returns status. */
 int proc_cli_usage(const char *usage, int status);
-
-/*
- * Runs command argv[0]. stop (may be NULL) is polled by long commands
- * (replay) to stop early and cleanly. Main thread only (uses getopt).
- */
-int proc_cli_main(int argc, char **argv, volatile sig_atomic_t *stop);
 
 #endif
