@@ -2,7 +2,7 @@
 # same writes issued directly, latency at half load, and sagafeed's RSS.
 if(TARGET sagafeed AND TARGET cosmolite)
   add_executable(saga_bench saga_bench.c)
-  target_link_libraries(saga_bench PRIVATE sf_bench_util sf_processor sf_test_harness
+  target_link_libraries(saga_bench PRIVATE sf_bench_util sf_demo sf_processor sf_test_harness
     PkgConfig::JANSSON Threads::Threads)
   target_compile_definitions(saga_bench PRIVATE
     SF_BENCH_SOURCE_DIR="${CMAKE_SOURCE_DIR}"

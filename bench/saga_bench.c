@@ -42,7 +42,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "processor/proc_engine.h"
 #include "steps/step.h"
 #include "tests/support/harness.h"

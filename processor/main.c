@@ -8,7 +8,6 @@
  */
 #include "common/sf_base.h"
 
-#include <ftw.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
@@ -20,15 +19,12 @@
 #include "common/sf_time.h"
 #include "config/cfg.h"
 #include "processor/proc_cli.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "processor/proc_embed.h"
 #include "processor/proc_ops.h"
 #include "processor/proc_service.h"
 
 #define SAGAFEED_VERSION SF_VERSION /* project(VERSION) in CMakeLists.txt */
-
-/* The embedded copy of config/examples/order-fulfilment.cfg (generated at build time). */
-extern const char proc_demo_config[];
 
 /* 0 while running; the number of the signal that asked to stop (SIGTERM, SIGINT, SIGHUP). */
 static volatile sig_atomic_t g_stop;
@@ -129,23 +125,6 @@ static const char USAGE_CHECK[] =
     "half of lease_expiry, the Kafka relays' lease prefixes (511 bytes). Every\n"
     "problem is printed as `file:line: what is wrong` (`environment:0: SAGAFEED_...:`\n"
     "for a value set from the environment). Exit status 0 when valid, 1 otherwise.\n";
-
-static const char USAGE_DEMO[] =
-    "Usage: sagafeed demo [--orders N] [--data DIR] [--keep] [--timeout D]\n"
-    "\n"
-    "The order fulfilment demo: starts a private cosmolite, creates the\n"
-    "containers, seeds products, customers and N orders (some fail on stock or\n"
-    "balance), runs the order-fulfilment workflow (config/examples/\n"
-    "order-fulfilment.cfg) until every saga settles, and prints a summary:\n"
-    "completed and cancelled orders with reasons, and a conservation check of\n"
-    "stock and balances, with markers, ledger entries and events counted.\n"
-    "\n"
-    "Options:\n"
-    "      --orders N        number of orders (default 200)\n"
-    "      --data DIR        cosmolite data directory (default: a temporary one)\n"
-    "      --keep            keep the temporary data directory\n"
-    "      --timeout D       give up after D (default 120s)\n"
-    "      --seed N          seed of the generated data (default 42)\n";
 
 static const char USAGE_PARKED[] =
     "Usage: sagafeed parked list -c FILE [--key KEY]\n"
@@ -365,169 +344,6 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv,
 }
 
 /* ---------------------------------------------------------------------------
- * demo
- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    SF_UNUSED(st);
-    SF_UNUSED(flag);
-    SF_UNUSED(ftw);
-    return remove(path);
-}
-
-static int cmd_demo(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
-{
-    static const struct option opts[] = {{"orders", required_argument, NULL, 'n'},
-                                         {"data", required_argument, NULL, 'd'},
-                                         {"keep", no_argument, NULL, 'k'},
-                                         {"timeout", required_argument, NULL, 't'},
-                                         {"seed", required_argument, NULL, 's'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
-    struct proc_demo_opts dopt = {.orders = 200};
-    struct proc_demo_report *rep = NULL;
-    struct cfg_diags *diags = NULL;
-    struct cfg *cfg = NULL;
-    struct proc_embed *emb = NULL;
-    struct proc_service *svc = NULL;
-    struct proc_service_opts so = {0};
-    struct cosmos_client *cli = NULL;
-    struct sf_err err;
-    char tmpdir[] = "/tmp/sagafeed-demo-XXXXXX";
-    const char *data = NULL;
-    bool keep = false, temp = false;
-    int64_t timeout_ms = 120000, t0, deadline;
-    int c, status = 1;
-    size_t total = 0, settled = 0;
-
-    SF_UNUSED(self);
-    SF_UNUSED(stop);
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        int64_t v;
-
-        switch (c) {
-        case 'n':
-            if (sf_parse_i64(optarg, 1, 1000000, &v) != SF_OK) {
-                (void)fprintf(stderr, "sagafeed demo: --orders wants 1..1000000\n");
-                return 2;
-            }
-            dopt.orders = (unsigned)v;
-            break;
-        case 'd':
-            data = optarg;
-            break;
-        case 'k':
-            keep = true;
-            break;
-        case 't':
-            if (sf_parse_duration_ms(optarg, &timeout_ms) != SF_OK) {
-                (void)fprintf(stderr, "sagafeed demo: bad --timeout '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 's':
-            if (sf_parse_i64(optarg, 1, INT64_MAX, &v) != SF_OK) {
-                (void)fprintf(stderr, "sagafeed demo: bad --seed '%s'\n", optarg);
-                return 2;
-            }
-            dopt.seed = (uint64_t)v;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_DEMO, 0);
-        default:
-            return proc_cli_usage(USAGE_DEMO, 2);
-        }
-    }
-    if (optind != argc) {
-        return proc_cli_usage(USAGE_DEMO, 2);
-    }
-    sf_err_clear(&err);
-    diags = calloc(1, sizeof(*diags));
-    rep = calloc(1, sizeof(*rep));
-    if (diags == NULL || rep == NULL)
-        goto out;
-    if (cfg_load_string(proc_demo_config, "config/examples/order-fulfilment.cfg", &cfg, diags,
-                        &err) != SF_OK) {
-        (void)fprintf(stderr, "built-in demo configuration: %s\n", err.msg);
-        goto out;
-    }
-    sf_log_set_level(SF_LOG_WARN);
-    sf_log_set_json(false);
-    install_signals();
-    if (data == NULL) {
-        if (mkdtemp(tmpdir) == NULL) {
-            perror("mkdtemp");
-            goto out;
-        }
-        data = tmpdir;
-        temp = true;
-    }
-    {
-        struct proc_embed_opts po = {.data_dir = data,
-                                     .partitions = cfg->embedded.partitions,
-                                     .start_timeout_ms = cfg->embedded.start_timeout_ms};
-        struct cosmos_options co = {.max_connections = 8};
-
-        if (proc_embed_start(&po, &emb, &err) != SF_OK)
-            goto fail;
-        (void)printf("cosmolite: %s (data in %s)\n", proc_embed_endpoint(emb), data);
-        co.endpoint = proc_embed_endpoint(emb);
-        co.key = proc_embed_key(emb);
-        if (cosmos_client_new(&co, &cli, &err) != SF_OK)
-            goto fail;
-    }
-    t0 = sf_mono_ms();
-    if (proc_demo_create(cli, cfg->cosmos.database, cfg->embedded.partitions, &err) != SF_OK ||
-        proc_demo_seed_catalog(cli, cfg->cosmos.database, &dopt, &err) != SF_OK ||
-        proc_demo_seed_orders(cli, cfg->cosmos.database, &dopt, 0, dopt.orders, &err) != SF_OK)
-        goto fail;
-    (void)printf("seeded %u orders, %u products, %u customers in %lldms; running sagafeed...\n",
-                 dopt.orders, 24u, 60u, (long long)(sf_mono_ms() - t0));
-    so.cfg = cfg;
-    so.endpoint = proc_embed_endpoint(emb);
-    so.key = proc_embed_key(emb);
-    so.instance = "demo";
-    so.no_kafka = true; /* the demo needs no Kafka: its example's kafka section is left out */
-    so.stop = &g_stop;
-    t0 = sf_mono_ms();
-    if (proc_service_start(&so, &svc, &err) != SF_OK)
-        goto fail;
-    deadline = t0 + timeout_ms;
-    while (!g_stop && sf_mono_ms() < deadline) {
-        proc_service_tick(svc);
-        sf_sleep_ms(250);
-        if (proc_demo_count(cli, cfg->cosmos.database, &total, &settled, &err) != SF_OK)
-            continue;
-        if (settled >= dopt.orders)
-            break;
-    }
-    (void)printf("%zu of %u sagas settled in %lldms\n", settled, dopt.orders,
-                 (long long)(sf_mono_ms() - t0));
-    proc_service_stop(svc, 5000);
-    svc = NULL;
-    if (proc_demo_verify(cli, cfg->cosmos.database, rep, &err) != SF_OK)
-        goto fail;
-    proc_demo_print(rep, stdout);
-    status = rep->conserved && rep->exactly_once && rep->unsettled == 0 ? 0 : 1;
-    goto out;
-fail:
-    (void)fprintf(stderr, "sagafeed demo: %s\n", err.msg);
-out:
-    proc_service_stop(svc, 0);
-    cosmos_client_free(cli);
-    proc_embed_stop(emb);
-    if (temp && !keep)
-        (void)nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    else if (temp)
-        (void)printf("data kept in %s\n", tmpdir);
-    cfg_free(cfg);
-    free(diags);
-    free(rep);
-    return status;
-}
-
-/* ---------------------------------------------------------------------------
  * parked
  */
 
@@ -632,7 +448,7 @@ static const struct proc_cmd commands[] = {
     {"check-config", "check-config FILE", "validate FILE; print file:line: problems", false, false,
      false, cmd_check},
     {"demo", "demo [--orders N]", "the order fulfilment demo on a private cosmolite", false, false,
-     false, cmd_demo},
+     true, proc_demo_main},
     {"parked", "parked list|replay -c FILE [--key K]",
      "list parked items, or ask the service to replay them", true, true, false, cmd_parked},
     {"status", "status -c FILE", "leases: owner, epoch, checkpoint, lag, last progress", true, true,

@@ -31,6 +31,7 @@ LIBS = {
     "sf_steps": "steps",
     "sf_outbox": "outbox",
     "sf_processor": "processor",
+    "sf_demo": "demo",
     "PkgConfig::JANSSON": "jansson",
     "PkgConfig::CURL": "libcurl",
     "OpenSSL::Crypto": "libcrypto",
@@ -55,7 +56,8 @@ def read_table(path):
             m = re.match(r"^\|\s*`([a-z_-]+)/`\s*\|.*\|([^|]*)\|\s*$", line)
             if not m:
                 continue
-            uses = [u.strip() for u in m.group(2).split(",")]
+            # "demo (the sagafeed binary only)": the note is for people.
+            uses = [re.sub(r"\s*\(.*", "", u).strip() for u in m.group(2).split(",")]
             if "everything" in uses:
                 continue
             table[m.group(1)] = {u for u in uses if u}

@@ -32,7 +32,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/support/harness.h"
 
 #define DB         "shop"

@@ -5,7 +5,7 @@
 # cleanly (figures from a sanitizer build mean nothing).
 if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_processor)
   add_executable(saga_timeline ${CMAKE_CURRENT_LIST_DIR}/saga_timeline.c)
-  target_link_libraries(saga_timeline PRIVATE sf_processor sf_test_harness Threads::Threads)
+  target_link_libraries(saga_timeline PRIVATE sf_demo sf_processor sf_test_harness Threads::Threads)
   target_compile_definitions(saga_timeline PRIVATE
     SF_TIMELINE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
     SF_TIMELINE_SAGAFEED_PATH="$<TARGET_FILE:sagafeed>"

@@ -2,7 +2,7 @@
  * fault_util.h - helpers shared by the fault suite (tests/fault) and the
  * security tests (tests/security): cosmolite's fault rules and splits,
  * background order writers, and the end-of-run checks of the order
- * fulfilment demo (processor/proc_demo.h). Running the `sagafeed` binary,
+ * fulfilment demo (demo/proc_demo.h). Running the `sagafeed` binary,
  * configs and raw signed requests are in tests/support/e2e.h.
  *
  * Everything here is test code: failures abort the current Check test with
@@ -17,7 +17,7 @@
 
 #include "common/sf_base.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/support/e2e.h"
 
 /* PUT /_admin/faults with rules_json ({"seed":..,"rules":[...]}); aborts unless 200. */

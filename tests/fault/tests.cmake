@@ -11,7 +11,7 @@
 #   SF_FAULT_ORDERS=N   orders of the other cases (default 2,000)
 if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_processor)
   add_library(sf_test_fault_util STATIC ${CMAKE_CURRENT_LIST_DIR}/fault_util.c)
-  target_link_libraries(sf_test_fault_util PUBLIC sf_e2e sf_processor sf_cosmos sf_common
+  target_link_libraries(sf_test_fault_util PUBLIC sf_e2e sf_demo sf_processor sf_cosmos sf_common
     PkgConfig::JANSSON PkgConfig::CHECK Threads::Threads)
 
   add_executable(test_fault_suite ${CMAKE_CURRENT_LIST_DIR}/test_fault_suite.c)

@@ -39,7 +39,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/outbox/kafka_support.h"
 #include "tests/support/e2e.h"
 

@@ -37,7 +37,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/support/e2e.h"
 
 /* A config of the shop example for the test's cosmolite, small pages (E2E_FEED_SMALL). */

@@ -30,7 +30,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/support/e2e.h"
 
 #define INSTANCES 3

@@ -28,7 +28,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/support/e2e.h"
 
 /* ---------------------------------------------------------------------------

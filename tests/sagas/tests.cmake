@@ -2,7 +2,7 @@
 if(TARGET cosmolite AND TARGET sf_processor)
   sf_unit_test(test_saga_cases
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_saga_cases.c
-    LIBS sf_processor sf_test_harness
+    LIBS sf_demo sf_processor sf_test_harness
     LABELS "sagas;integration")
   set_target_properties(test_saga_cases PROPERTIES ENABLE_EXPORTS ON)
   target_link_options(test_saga_cases PRIVATE

@@ -37,7 +37,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/fault/fault_util.h"
 
 #define DB "shop"

@@ -18,7 +18,7 @@
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 #include "tests/support/e2e.h"
 
 #define E2E_FILE_MAX (64u << 20) /* logs, outputs and bodies we read back */

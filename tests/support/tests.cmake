@@ -12,6 +12,6 @@ endif()
 # SF_SAGAFEED_BIN (or fill e2e_sagafeed) and SF_SOURCE_DIR.
 if(NOT TARGET sf_e2e AND TARGET sf_processor)
   add_library(sf_e2e STATIC ${CMAKE_CURRENT_LIST_DIR}/e2e.c)
-  target_link_libraries(sf_e2e PUBLIC sf_test_harness sf_processor sf_cosmos sf_common
+  target_link_libraries(sf_e2e PUBLIC sf_test_harness sf_demo sf_processor sf_cosmos sf_common
     PkgConfig::CURL PkgConfig::JANSSON PkgConfig::CHECK)
 endif()

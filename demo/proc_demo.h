@@ -1,7 +1,8 @@
 /*
  * proc_demo.h - the order fulfilment demo's data: containers, seeding, and
  * the checks that every saga settled and every effect landed exactly once.
- * Used by `sagafeed demo`, the end-to-end tests and the benchmark.
+ * Used by `sagafeed demo`, the end-to-end tests and the benchmark; a target of
+ * its own (sf_demo), not part of the product library.
  *
  * Seeded data (deterministic for a seed):
  *   products  (/category)   id p-NN, category, price, stock, initialStock
@@ -19,6 +20,7 @@
 #include "common/sf_base.h"
 #include "common/sf_err.h"
 #include "cosmos/cosmos.h"
+#include "processor/proc_cli.h"
 
 #define PROC_DEMO_PROBLEMS_MAX 32
 
@@ -78,5 +80,13 @@ enum sf_rc proc_demo_verify(struct cosmos_client *cli, const char *db, struct pr
 
 /* Prints the summary: outcomes with reasons, conservation, exactly-once counts. */
 void proc_demo_print(const struct proc_demo_report *r, FILE *out);
+
+/*
+ * `sagafeed demo` (proc_demo_cmd.c), a row of main.c's command table: seeds
+ * a private cosmolite, runs the example workflow until every saga settles or
+ * *stop is set, verifies and prints. Returns the exit status (0: conserved
+ * and exactly once). Main thread only (getopt).
+ */
+int proc_demo_main(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
 
 #endif

@@ -8,7 +8,7 @@
 
 #include "common/sf_json.h"
 #include "common/sf_time.h"
-#include "processor/proc_demo.h"
+#include "demo/proc_demo.h"
 
 static const char *const CATEGORIES[] = {"books", "games", "music", "tools"};
 
