@@ -208,12 +208,13 @@ static void whoami(char *out, size_t size)
  * status, lag
  */
 
-static int cmd_status(const struct proc_cmd *self, int argc, char **argv, bool lag_only)
+int proc_cli_status(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
+    const bool lag_only = strcmp(self->name, "lag") == 0;
     const char *usage = lag_only ? USAGE_LAG : USAGE_STATUS, *cmd = argv[0], *path = NULL;
     struct proc_fleet_view *v = NULL;
     struct cosmos_client *cli = NULL;
@@ -222,6 +223,7 @@ static int cmd_status(const struct proc_cmd *self, int argc, char **argv, bool l
     bool json = false;
     int c, status;
 
+    SF_UNUSED(stop);
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -274,13 +276,14 @@ out:
  * pause, resume
  */
 
-static int cmd_pause(const struct proc_cmd *self, int argc, char **argv, bool paused)
+int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"reason", required_argument, NULL, 'r'},
                                          {"by", required_argument, NULL, 'b'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
+    const bool paused = strcmp(self->name, "pause") == 0;
     const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
@@ -289,6 +292,7 @@ static int cmd_pause(const struct proc_cmd *self, int argc, char **argv, bool pa
     char me[384];
     int c, status;
 
+    SF_UNUSED(stop);
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -712,32 +716,4 @@ out:
     cosmos_client_free(cli);
     cfg_free(cfg);
     return status;
-}
-
-/* ---------------------------------------------------------------------------
- * The entry points of main.c's command table
- */
-
-int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
-{
-    SF_UNUSED(stop);
-    return cmd_status(cmd, argc, argv, false);
-}
-
-int proc_cli_lag(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
-{
-    SF_UNUSED(stop);
-    return cmd_status(cmd, argc, argv, true);
-}
-
-int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
-{
-    SF_UNUSED(stop);
-    return cmd_pause(cmd, argc, argv, true);
-}
-
-int proc_cli_resume(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop)
-{
-    SF_UNUSED(stop);
-    return cmd_pause(cmd, argc, argv, false);
 }

@@ -35,11 +35,13 @@ struct proc_cmd {
     int (*run)(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
 };
 
-/* The operator commands of this file, for main.c's table. */
+/*
+ * The operator commands of this file, for main.c's table. One handler
+ * serves a pair of rows and tells them apart by cmd->name: status and lag
+ * (lag prints the lag columns only), pause and resume.
+ */
 int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
-int proc_cli_lag(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
 int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
-int proc_cli_resume(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
 int proc_cli_replay(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
 int proc_cli_saga(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
 int proc_cli_leases(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
