@@ -32,8 +32,10 @@ struct conn_state {
     struct sf_buf body;
     struct sf_connguard_conn *gc; /* the connection's guard entry, or NULL */
     bool too_big;
-    bool held;                   /* resp is ready and waits for its latency to pass */
-    struct emu_response resp;    /* valid while held */
+    bool held; /* resp is ready and waits for its latency to pass */
+    /* Valid while held; allocated only then, since it is ~4 KB that calloc would
+     * otherwise clear on every request of the default (no latency) mode. */
+    struct emu_response *resp;
     struct emu_http *h;          /* for the timer callback */
     struct MHD_Connection *conn; /* to resume */
     bool fired;                  /* thread per connection: the latency has passed */
@@ -86,8 +88,12 @@ static bool hold_response(struct emu_http *h, struct conn_state *st, struct MHD_
     st->h = h;
     st->conn = conn;
     if (!h->per_connection) {
+        /* Out of memory: send it now rather than fail the request. */
+        st->resp = malloc(sizeof(*st->resp));
+        if (!st->resp)
+            return false;
         /* Suspend first: the timer may fire at once. Refused (closing, full): resume now. */
-        st->resp = *resp;
+        *st->resp = *resp;
         st->held = true;
         MHD_suspend_connection(conn);
         if (!emu_delay_add(h->delay, response_delay_ms(h), release_held, st))
@@ -258,8 +264,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st->held) {
         /* Resumed after the latency: send what was computed before. */
         st->held = false;
-        ret = queue(conn, &st->resp);
-        emu_response_release(&st->resp);
+        ret = queue(conn, st->resp);
+        emu_response_release(st->resp);
+        free(st->resp);
+        st->resp = NULL;
         return ret;
     }
     sf_connguard_request_ready(h->guard, st->gc);
@@ -289,8 +297,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     SF_UNUSED(toe);
     sf_connguard_request_done(h->guard, st ? st->gc : guard_conn(conn));
     if (st) {
-        if (st->held)
-            emu_response_release(&st->resp);
+        if (st->held) {
+            emu_response_release(st->resp);
+            free(st->resp);
+        }
         sf_buf_release(&st->body);
         free(st);
         *con_cls = NULL;
