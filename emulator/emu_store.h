@@ -514,6 +514,14 @@ enum sf_rc emu_store_offer_replace(struct emu_store *s, const char *id, int64_t 
                                    const char *if_match, struct sf_buf *out, char ret_res_rid[16],
                                    struct sf_err *err);
 /*
+ * Appends the ids of container (db, coll)'s online ranges, comma-separated, in
+ * the order emu_store_pkranges lists them: what a compound session token
+ * needs, without building and parsing that listing on every read. 404/1003
+ * when the container is gone; out's limit gives its error.
+ */
+enum sf_rc emu_store_online_range_ids(struct emu_store *s, const char *db, const char *coll,
+                                      struct sf_buf *out, struct sf_err *err);
+/*
  * For throughput budgets: the id of the online range holding partition key
  * pk (the header array; NULL or malformed gives "") and how many ranges are
  * online. 404/1003 when the container is gone.

@@ -1220,6 +1220,33 @@ enum sf_rc emu_store_pkranges(struct emu_store *s, const char *db, const char *c
     return rc;
 }
 
+enum sf_rc emu_store_online_range_ids(struct emu_store *s, const char *db, const char *coll_id,
+                                      struct sf_buf *out, struct sf_err *err)
+{
+    struct emu_coll *coll;
+    enum sf_rc rc;
+    size_t i, n = 0;
+
+    emu_store_lock(s);
+    rc = emu_coll_find(s, db, coll_id, &coll, err);
+    if (rc != SF_OK) {
+        if (err != NULL && rc == SF_ENOTFOUND)
+            err->substatus = 1003;
+        goto out;
+    }
+    /* coll->ranges is in creation order, the rowid order emu_store_pkranges lists. */
+    for (i = 0; i < coll->n_ranges && rc == SF_OK; i++) {
+        if (!coll->ranges[i].online)
+            continue;
+        rc = sf_buf_printf(out, "%s%s", n++ ? "," : "", coll->ranges[i].id);
+        if (rc != SF_OK)
+            rc = emu_store_out_fail(rc, "listing partition key range ids", err);
+    }
+out:
+    emu_store_unlock(s);
+    return rc;
+}
+
 /* ---- splits ---------------------------------------------------------------------- */
 
 /*
