@@ -1257,6 +1257,49 @@ static void fill(struct emu_store *s, const struct emu_coll_ref *c, int from, in
     }
 }
 
+/* The online ids, comma-separated, as the pkranges listing shows them. */
+static void listing_ids(struct emu_store *s, const char *coll, struct sf_buf *out)
+{
+    char etag[64];
+    json_t *list = ranges(s, coll, etag), *rg;
+    size_t i;
+
+    ck_assert_ptr_nonnull(list);
+    json_array_foreach(json_object_get(list, "PartitionKeyRanges"), i, rg)
+        ck_assert_int_eq(sf_buf_printf(out, "%s%s", i ? "," : "", sval(rg, "id")), SF_OK);
+    json_decref(list);
+}
+
+/* The compound session token's ids come from here: they must match the listing, in order. */
+START_TEST(test_online_range_ids_match_pkranges_listing)
+{
+    struct emu_coll_ref c;
+    struct emu_store *s = setup(3, "", &c);
+    struct sf_buf got, want;
+    struct sf_err err;
+    json_t *r;
+
+    sf_buf_init(&got, OUT_MAX);
+    sf_buf_init(&want, OUT_MAX);
+    fill(s, &c, 0, 20);
+    r = split(s, "c", "1", NULL, &err);
+    ck_assert_msg(r != NULL, "split: %s", err.msg);
+    json_decref(r);
+    ck_assert_int_eq(emu_store_online_range_ids(s, "db", "c", &got, &err), SF_OK);
+    listing_ids(s, "c", &want);
+    ck_assert_str_eq(sf_buf_cstr(&got), "0,2,3,4");
+    ck_assert_str_eq(sf_buf_cstr(&got), sf_buf_cstr(&want));
+
+    sf_buf_reset(&got);
+    ck_assert_int_eq(emu_store_online_range_ids(s, "db", "nope", &got, &err), SF_ENOTFOUND);
+    ck_assert_int_eq(err.substatus, 1003);
+    ck_assert_uint_eq(got.len, 0);
+    sf_buf_release(&got);
+    sf_buf_release(&want);
+    emu_store_free(s);
+}
+END_TEST
+
 START_TEST(test_split_ranges)
 {
     struct emu_coll_ref c;
@@ -2301,6 +2344,7 @@ static Suite *store_ops_suite(void)
     tcase_add_test(t, test_ttl_container_change);
     tcase_add_test(t, test_ttl_durable);
     tcase_add_test(sp, test_split_ranges);
+    tcase_add_test(sp, test_online_range_ids_match_pkranges_listing);
     tcase_add_test(sp, test_split_continuation);
     tcase_add_test(sp, test_split_durable_and_narrow);
     tcase_add_test(sc, test_scripts);
