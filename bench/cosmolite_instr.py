@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--requests", type=int, default=300, help="requests per phase (default 300)")
     ap.add_argument("--fill", type=int, default=1000, help="documents before the phases (default 1000)")
     ap.add_argument("--keep", help="keep callgrind's dumps in this directory")
-    ap.add_argument("--annotate", action="store_true", help="print callgrind_annotate's top functions per phase")
+    ap.add_argument("--annotate", action="store_true", help="print callgrind_annotate --inclusive=yes per phase on stderr (self costs of a zeroed dump all land on clone)")
     a = ap.parse_args()
 
     tmp = tempfile.TemporaryDirectory(prefix="cosmolite-instr-")
@@ -188,7 +188,7 @@ def main():
                     total = int(line.split()[1])
         print("%s %d" % (name, round(total / n)))
         if a.annotate:
-            r = subprocess.run(["callgrind_annotate", "--threshold=98", path], capture_output=True, text=True)
+            r = subprocess.run(["callgrind_annotate", "--inclusive=yes", path], capture_output=True, text=True)
             sys.stderr.write("== %s (%s)\n%s\n" % (name, path, r.stdout))
 
 
