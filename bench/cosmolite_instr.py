@@ -85,7 +85,8 @@ def main():
     ap.add_argument("--requests", type=int, default=300, help="requests per phase (default 300)")
     ap.add_argument("--fill", type=int, default=1000, help="documents before the phases (default 1000)")
     ap.add_argument("--keep", help="keep callgrind's dumps in this directory")
-    ap.add_argument("--annotate", action="store_true", help="print callgrind_annotate --inclusive=yes per phase on stderr (self costs of a zeroed dump all land on clone)")
+    ap.add_argument("--annotate", action="store_true",
+                    help="print callgrind_annotate --inclusive=yes per phase on stderr")
     a = ap.parse_args()
 
     tmp = tempfile.TemporaryDirectory(prefix="cosmolite-instr-")
