@@ -108,6 +108,8 @@ struct cosmos_options {
     const char *consistency_level;
     /* Send http:// through libcurl too (default: the built-in HTTP/1.1 transport). */
     bool use_libcurl;
+    /* container ranges whose latest session token is kept and sent on reads [4096] */
+    size_t max_session_ranges;
     struct cosmos_retry_policy retry;
     const struct cosmos_clock *clock; /* NULL = real monotonic clock and sleep */
 };
