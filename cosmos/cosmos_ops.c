@@ -814,7 +814,12 @@ static enum sf_rc cosmos_cf_headers(struct cosmos_req *req, const struct cosmos_
 
     if (rc == SF_OK && range_id != NULL)
         rc = cosmos_req_header(req, "x-ms-documentdb-partitionkeyrangeid", range_id, err);
-    if (rc == SF_OK && q->epk_min != NULL) {
+    /*
+     * The whole key space needs no EPK headers (the SDKs send none then); an empty start
+     * would be dropped by libcurl and leave an end EPK without a start.
+     */
+    if (rc == SF_OK && q->epk_min != NULL &&
+        !(q->epk_min[0] == '\0' && (q->epk_max == NULL || strcmp(q->epk_max, "FF") == 0))) {
         rc = cosmos_req_header(req, "x-ms-start-epk", q->epk_min, err);
         if (rc == SF_OK)
             rc =
