@@ -687,17 +687,22 @@ START_TEST(test_batch)
         ck_assert_int_eq(cosmos_batch_patch_ops(b, "o1", ops, NULL, NULL, &err), SF_OK);
         cosmos_batch_set_minimal(b, true);
         ck_assert_int_eq(cosmos_batch_create_doc(b, doc, NULL, &err), SF_OK);
+        /* A read under minimal still asks for its document: no minimalReturnPreference. */
+        ck_assert_int_eq(cosmos_batch_read(b, "m2", NULL, &err), SF_OK);
         ck_assert_int_eq(cosmos_batch_create_doc(b, str, NULL, &err), SF_EINVAL);
         ck_assert_int_eq(cosmos_batch_patch_ops(b, "o1", arr, NULL, NULL, &err), SF_EINVAL);
         ck_assert_int_eq(cosmos_batch_patch_ops(b, NULL, ops, NULL, NULL, &err), SF_EINVAL);
-        ck_assert_uint_eq(cosmos_batch_count(b), 2);
-        add(COSMOS_NET_OK, 200, NULL, "[{\"statusCode\":200},{\"statusCode\":201}]");
+        ck_assert_uint_eq(cosmos_batch_count(b), 3);
+        add(COSMOS_NET_OK, 200, NULL,
+            "[{\"statusCode\":200},{\"statusCode\":201},{\"statusCode\":200,"
+            "\"resourceBody\":{\"id\":\"m2\"}}]");
         ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_OK);
         ck_assert_str_eq(sc.sent[sc.pos - 1].body,
                          "[{\"operationType\":\"Patch\",\"id\":\"o1\",\"resourceBody\":{"
                          "\"operations\":[{\"op\":\"incr\",\"path\":\"/n\",\"value\":2}]}},"
                          "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"m2\",\"pk\":"
-                         "\"p1\"},\"minimalReturnPreference\":true}]");
+                         "\"p1\"},\"minimalReturnPreference\":true},"
+                         "{\"operationType\":\"Read\",\"id\":\"m2\"}]");
         ck_assert(res.committed);
         ck_assert_ptr_null(res.ops[1].body);
         cosmos_batch_free(b);
