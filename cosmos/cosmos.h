@@ -84,7 +84,7 @@ struct cosmos_clock {
 struct cosmos_retry_policy {
     unsigned max_attempts;        /* attempts including the first [9] */
     int64_t budget_ms;            /* total time across attempts and waits [30000] */
-    int64_t throttle_wait_cap_ms; /* longest single 429 wait [5000] */
+    int64_t throttle_wait_cap_ms; /* longest single 429 wait: the hint up to this [10000] */
     int64_t backoff_base_ms;      /* first backoff step [20] */
     int64_t backoff_cap_ms;       /* largest backoff step [1000] */
 };

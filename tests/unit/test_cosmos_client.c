@@ -258,6 +258,19 @@ END_TEST
  * Retries
  */
 
+/* The service asked for 7 s: the default cap (10 s) honours it. */
+START_TEST(test_retry_after_7s_honoured_by_default)
+{
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 7000\n", NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_int_eq(sc.n_sleeps, 1);
+    ck_assert_int_eq(sc.sleeps[0], 7000);
+}
+END_TEST
+
 START_TEST(test_retry_after_honoured)
 {
     struct cosmos_response r;
@@ -1222,10 +1235,10 @@ START_TEST(test_retry_after_malformed_or_huge_is_clamped)
         SF_OK);
     ck_assert_uint_eq(r.attempts, 5);
     ck_assert_int_eq(sc.n_sleeps, 4);
-    /* Backoff steps (base 20, cap 1000), then the throttle cap (5000), then backoff again. */
+    /* Backoff steps (base 20, cap 1000), then the throttle cap (10000), then backoff again. */
     ck_assert(sc.sleeps[0] >= 0 && sc.sleeps[0] <= 1000);
     ck_assert(sc.sleeps[1] >= 0 && sc.sleeps[1] <= 1000);
-    ck_assert_int_eq(sc.sleeps[2], 5000);
+    ck_assert_int_eq(sc.sleeps[2], 10000);
     ck_assert(sc.sleeps[3] >= 0 && sc.sleeps[3] <= 1000);
     cosmos_response_release(&r);
     /* The same parse applies to the hint inside a batch result. */
@@ -1410,6 +1423,7 @@ static Suite *client_suite(void)
     t = tcase_create("retry");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_retry_after_honoured);
+    tcase_add_test(t, test_retry_after_7s_honoured_by_default);
     tcase_add_test(t, test_retry_after_capped_and_exhausted);
     tcase_add_test(t, test_retry_budget);
     tcase_add_test(t, test_unguarded_write_not_retried);

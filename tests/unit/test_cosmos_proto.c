@@ -488,7 +488,7 @@ START_TEST(test_retry_defaults)
     cosmos_retry_policy_defaults(&p);
     ck_assert_uint_eq(p.max_attempts, 9);
     ck_assert_int_eq(p.budget_ms, 30000);
-    ck_assert_int_eq(p.throttle_wait_cap_ms, 5000);
+    ck_assert_int_eq(p.throttle_wait_cap_ms, 10000);
     ck_assert(p.backoff_base_ms > 0 && p.backoff_cap_ms >= p.backoff_base_ms);
 }
 END_TEST
