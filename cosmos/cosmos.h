@@ -337,6 +337,15 @@ long cosmos_pkranges_find(const struct cosmos_pkranges *r, const char *epk);
 enum sf_rc cosmos_pk_epk(const char *pk_json, char out[33], struct sf_err *err);
 
 /*
+ * The same for a container whose partitionKey.version is pk_version: 2 hashes
+ * as cosmos_pk_epk, 1 (legacy containers) with the V1 hash (up to
+ * SF_EPK_V1_MAX chars). out_size must exceed SF_EPK_V1_MAX. SF_EINVAL for a
+ * bad key, version or size.
+ */
+enum sf_rc cosmos_pk_epk_version(const char *pk_json, int pk_version, char *out, size_t out_size,
+                                 struct sf_err *err);
+
+/*
  * Appends the partition key header value for one string key ("[\"a b\"]"),
  * JSON-escaped, to out.
  */

@@ -607,6 +607,30 @@ out:
     return SF_OK;
 }
 
+enum sf_rc cosmos_pk_epk_version(const char *pk_json, int pk_version, char *out, size_t out_size,
+                                 struct sf_err *err)
+{
+    json_t *v = NULL;
+    enum sf_rc rc;
+
+    if (pk_version == 2)
+        return out_size >= 33 ? cosmos_pk_epk(pk_json, out, err)
+                              : sf_err_set(err, SF_EINVAL, false, "EPK buffer too small");
+    if (pk_version != 1 || out_size <= SF_EPK_V1_MAX)
+        return sf_err_set(err, SF_EINVAL, false, "partition key version %d or buffer size %zu",
+                          pk_version, out_size);
+    v = pk_json != NULL ? sf_json_parse(pk_json, strlen(pk_json), err) : NULL;
+    if (!json_is_array(v) || json_array_size(v) != 1) {
+        json_decref(v);
+        return sf_err_set(err, SF_EINVAL, false, "partition key must be a one-element JSON array");
+    }
+    rc = sf_epk_v1(json_array_get(v, 0), out, out_size);
+    json_decref(v);
+    if (rc != SF_OK)
+        return sf_err_set(err, rc, false, "partition key value cannot be hashed (V1)");
+    return SF_OK;
+}
+
 enum sf_rc cosmos_pk_epk(const char *pk_json, char out[33], struct sf_err *err)
 {
     json_t *v = pk_json != NULL ? sf_json_parse(pk_json, strlen(pk_json), err) : NULL;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/sf_auth.h"
+#include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "cosmos/cosmos_int.h"
 
@@ -1023,6 +1024,20 @@ START_TEST(test_pkranges_cache)
     ck_assert_int_eq(cosmos_pk_epk("[5]", epk, &err), SF_OK);
     ck_assert_str_eq(epk, "19C08621B135968252FB34B4CF66F811");
     ck_assert_int_eq(cosmos_pk_epk("\"redmond\"", epk, &err), SF_EINVAL);
+    /* Legacy (partitionKey.version 1) containers hash with V1 (vectors: the JS SDK's v1.js). */
+    {
+        char v1[SF_EPK_V1_MAX + 1];
+
+        ck_assert_int_eq(cosmos_pk_epk_version("[\"customer-42\"]", 1, v1, sizeof(v1), &err),
+                         SF_OK);
+        ck_assert_str_eq(v1, "05C1A5CFDFA7800864767475706E66732E353300");
+        ck_assert_int_eq(cosmos_pk_epk_version("[5]", 1, v1, sizeof(v1), &err), SF_OK);
+        ck_assert_str_eq(v1, "05C1D9C1C5517C05C014");
+        ck_assert_int_eq(cosmos_pk_epk_version("[\"redmond\"]", 2, v1, sizeof(v1), &err), SF_OK);
+        ck_assert_str_eq(v1, "22E342F38A486A088463DFF7838A5963");
+        ck_assert_int_eq(cosmos_pk_epk_version("[5]", 3, v1, sizeof(v1), &err), SF_EINVAL);
+        ck_assert_int_eq(cosmos_pk_epk_version("[5]", 1, v1, 33, &err), SF_EINVAL);
+    }
 }
 END_TEST
 
