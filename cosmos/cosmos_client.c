@@ -923,6 +923,10 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
     }
     if (conn != NULL)
         cosmos_pool_put(cli, conn);
+    if (coll_len > 0 && net == COSMOS_NET_OK &&
+        ((v.success && strcmp(req->verb, "DELETE") == 0 && strcmp(req->rtype, "colls") == 0) ||
+         (!v.success && resp->status == 404 && resp->substatus == 1002)))
+        cosmos_session_forget(cli->session, req->link.data, coll_len);
     if (v.success) {
         sf_err_clear(err);
         return SF_OK;

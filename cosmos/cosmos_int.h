@@ -78,6 +78,13 @@ enum sf_rc cosmos_session_merge(struct cosmos_session *s, const char *coll, size
 enum sf_rc cosmos_session_get(struct cosmos_session *s, const char *coll, size_t coll_len,
                               struct sf_buf *out);
 
+/*
+ * Forgets container coll's tokens: after it was deleted (a container created again
+ * under the name numbers its writes afresh), or when no replica meets them (404/1002
+ * to the end of the retries), so later reads are not refused forever.
+ */
+void cosmos_session_forget(struct cosmos_session *s, const char *coll, size_t coll_len);
+
 /* How many ranges were not tracked because the table was full. */
 uint64_t cosmos_session_dropped(struct cosmos_session *s);
 

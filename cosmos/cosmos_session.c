@@ -215,6 +215,22 @@ enum sf_rc cosmos_session_get(struct cosmos_session *s, const char *coll, size_t
     return rc;
 }
 
+void cosmos_session_forget(struct cosmos_session *s, const char *coll, size_t coll_len)
+{
+    size_t i, j = 0;
+
+    pthread_mutex_lock(&s->mu);
+    for (i = 0; i < s->n; i++) {
+        if (strlen(s->v[i].coll) == coll_len && memcmp(s->v[i].coll, coll, coll_len) == 0)
+            continue;
+        if (j != i)
+            s->v[j] = s->v[i];
+        j++;
+    }
+    s->n = j;
+    pthread_mutex_unlock(&s->mu);
+}
+
 uint64_t cosmos_session_dropped(struct cosmos_session *s)
 {
     uint64_t n;

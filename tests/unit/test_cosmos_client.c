@@ -1428,6 +1428,40 @@ START_TEST(test_session_token_from_writes_sent_on_reads)
 }
 END_TEST
 
+/* Tokens no replica meets, or of a deleted container, are forgotten: reads are not refused forever.
+ */
+START_TEST(test_session_tokens_forgotten_after_1002_or_delete)
+{
+    struct cosmos_retry_policy p = {.max_attempts = 2};
+    struct sf_err err;
+
+    cosmos_client_free(cli);
+    make_client(&p);
+    add(COSMOS_NET_OK, 201, "x-ms-session-token: 0:-1#50\n", "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                       &(struct cosmos_req_opts){.idempotent = true}, NULL, &err),
+                     SF_OK);
+    add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\n", NULL);
+    add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\n", NULL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_ENOTFOUND);
+    ck_assert(err.retriable);
+    ck_assert_str_eq(sent_hdr(2, "x-ms-session-token"), "0:-1#50");
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_ptr_null(sent_hdr(3, "x-ms-session-token"));
+    /* A deleted container's tokens go with it. */
+    add(COSMOS_NET_OK, 201, "x-ms-session-token: 0:-1#60\n", "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                       &(struct cosmos_req_opts){.idempotent = true}, NULL, &err),
+                     SF_OK);
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_container_delete(cli, DB, COLL, &err), SF_OK);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_ptr_null(sent_hdr(6, "x-ms-session-token"));
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("cosmos_client");
@@ -1469,6 +1503,7 @@ static Suite *client_suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_session_tokens_merge_per_range_newest_wins);
     tcase_add_test(t, test_session_token_from_writes_sent_on_reads);
+    tcase_add_test(t, test_session_tokens_forgotten_after_1002_or_delete);
     suite_add_tcase(s, t);
     return s;
 }
