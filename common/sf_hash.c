@@ -206,3 +206,185 @@ enum sf_rc sf_epk_v2_array(const json_t *pk_array, char *out, size_t out_size)
     }
     return SF_OK;
 }
+
+/* ---------------------------------------------------------------------------
+ * V1
+ */
+
+static uint32_t sf_rotl32(uint32_t x, int r)
+{
+    return (x << r) | (x >> (32 - r));
+}
+
+/* MurmurHash3_x86_32, seed 0 (Austin Appleby's public-domain algorithm). */
+static uint32_t sf_murmur3_x86_32(const unsigned char *p, size_t len)
+{
+    const uint32_t c1 = 0xcc9e2d51, c2 = 0x1b873593;
+    uint32_t h = 0, k;
+    size_t i, nblocks = len / 4;
+
+    for (i = 0; i < nblocks; i++) {
+        k = (uint32_t)p[i * 4] | (uint32_t)p[i * 4 + 1] << 8 | (uint32_t)p[i * 4 + 2] << 16 |
+            (uint32_t)p[i * 4 + 3] << 24;
+        k *= c1;
+        k = sf_rotl32(k, 15);
+        k *= c2;
+        h ^= k;
+        h = sf_rotl32(h, 13);
+        h = h * 5 + 0xe6546b64;
+    }
+    k = 0;
+    switch (len & 3) {
+    case 3:
+        k ^= (uint32_t)p[nblocks * 4 + 2] << 16;
+        /* fall through */
+    case 2:
+        k ^= (uint32_t)p[nblocks * 4 + 1] << 8;
+        /* fall through */
+    case 1:
+        k ^= p[nblocks * 4];
+        k *= c1;
+        k = sf_rotl32(k, 15);
+        k *= c2;
+        h ^= k;
+        break;
+    default:
+        break;
+    }
+    h ^= (uint32_t)len;
+    h ^= h >> 16;
+    h *= 0x85ebca6b;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35;
+    h ^= h >> 16;
+    return h;
+}
+
+/* A byte sink with a fixed capacity (ok turns false when full). */
+struct sf_v1_buf {
+    unsigned char b[SF_EPK_V1_MAX / 2];
+    size_t n;
+    bool ok;
+};
+
+static void sf_v1_put(struct sf_v1_buf *o, unsigned char c)
+{
+    if (o->n < sizeof(o->b))
+        o->b[o->n++] = c;
+    else
+        o->ok = false;
+}
+
+/* The binary encoding of a number (JS writeNumberForBinaryEncodingBigInt). */
+static void sf_v1_number(struct sf_v1_buf *o, double d)
+{
+    uint64_t raw, payload;
+    unsigned char byte = 0;
+    bool first = true;
+
+    memcpy(&raw, &d, sizeof(raw));
+    payload = raw < UINT64_C(0x8000000000000000) ? raw ^ UINT64_C(0x8000000000000000) : ~raw + 1;
+    sf_v1_put(o, SF_EPK_NUMBER);
+    sf_v1_put(o, (unsigned char)(payload >> 56));
+    payload <<= 8;
+    do {
+        if (!first)
+            sf_v1_put(o, byte);
+        first = false;
+        byte = (unsigned char)((payload >> 56) | 1);
+        payload <<= 7;
+    } while (payload != 0);
+    if ((byte & 0xFE) != 0)
+        sf_v1_put(o, (unsigned char)(byte & 0xFE));
+}
+
+/*
+ * The UTF-8 bytes of a string's first 100 UTF-16 units into t (JS substr):
+ * a 4-byte character cut in half leaves a lone surrogate, which encodes as U+FFFD.
+ */
+static size_t sf_v1_truncate(const char *s, size_t len, unsigned char *t)
+{
+    size_t i = 0, n = 0, units = 0;
+
+    while (i < len && units < 100) {
+        unsigned char c = (unsigned char)s[i];
+        size_t w = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+
+        if (i + w > len)
+            w = len - i;
+        if (w == 4 && units == 99) {
+            t[n++] = 0xEF;
+            t[n++] = 0xBF;
+            t[n++] = 0xBD;
+            break;
+        }
+        memcpy(t + n, s + i, w);
+        n += w;
+        i += w;
+        units += w == 4 ? 2 : 1;
+    }
+    return n;
+}
+
+enum sf_rc sf_epk_v1(const json_t *pk_value, char *out, size_t out_size)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    struct sf_v1_buf h = {.ok = true}, e = {.ok = true};
+    unsigned char t[400]; /* 100 units of UTF-8: at most 4 bytes per 2 units, 3 per unit */
+    size_t tn = 0, i;
+    double d = 0;
+    int kind;
+
+    if (out_size <= SF_EPK_V1_MAX)
+        return SF_EINVAL;
+    out[0] = '\0';
+    if (pk_value == NULL || (json_is_object(pk_value) && json_object_size(pk_value) == 0))
+        kind = SF_EPK_UNDEFINED;
+    else if (json_is_null(pk_value))
+        kind = SF_EPK_NULL;
+    else if (json_is_false(pk_value))
+        kind = SF_EPK_FALSE;
+    else if (json_is_true(pk_value))
+        kind = SF_EPK_TRUE;
+    else if (json_is_number(pk_value))
+        kind = SF_EPK_NUMBER;
+    else if (json_is_string(pk_value))
+        kind = SF_EPK_STRING;
+    else
+        return SF_EINVAL;
+    /* What is hashed: the typed value (a number as its 8 little-endian bytes). */
+    sf_v1_put(&h, (unsigned char)kind);
+    if (kind == SF_EPK_NUMBER) {
+        uint64_t bits;
+
+        d = json_number_value(pk_value);
+        memcpy(&bits, &d, sizeof(bits));
+        for (i = 0; i < 8; i++)
+            sf_v1_put(&h, (unsigned char)(bits >> (8 * i)));
+    } else if (kind == SF_EPK_STRING) {
+        tn = sf_v1_truncate(json_string_value(pk_value), json_string_length(pk_value), t);
+        for (i = 0; i < tn; i++)
+            sf_v1_put(&h, t[i]);
+        sf_v1_put(&h, SF_EPK_UNDEFINED);
+    }
+    /* The key: the hash as a number, then the value's binary encoding. */
+    sf_v1_number(&e, (double)sf_murmur3_x86_32(h.b, h.n));
+    if (kind == SF_EPK_NUMBER) {
+        sf_v1_number(&e, d);
+    } else if (kind == SF_EPK_STRING) {
+        sf_v1_put(&e, SF_EPK_STRING);
+        for (i = 0; i < tn; i++)
+            sf_v1_put(&e, t[i] < 255 ? (unsigned char)(t[i] + 1) : t[i]);
+        sf_v1_put(&e, SF_EPK_UNDEFINED);
+    } else {
+        sf_v1_put(&e, (unsigned char)kind);
+    }
+    if (!h.ok || !e.ok)
+        return SF_EINVAL;
+    for (i = 0; i < e.n; i++) {
+        out[i * 2] = hex[e.b[i] >> 4];
+        out[i * 2 + 1] = hex[e.b[i] & 15];
+    }
+    out[e.n * 2] = '\0';
+    return SF_OK;
+}

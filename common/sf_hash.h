@@ -30,4 +30,15 @@ enum sf_rc sf_epk_v2(const json_t *pk_value, char out[33]);
  */
 enum sf_rc sf_epk_v2_array(const json_t *pk_array, char *out, size_t out_size);
 
+/*
+ * The V1 EPK of a partition key value (containers with partitionKey.version
+ * 1, the default of containers made before V2): MurmurHash3 x86 32-bit of the
+ * typed value, then the binary-encoded hash and value (strings cut to 100
+ * UTF-16 units), as uppercase hex (JS SDK hashing/v1.js, .NET
+ * PartitionKeyInternal). Writes at most SF_EPK_V1_MAX chars + NUL into out.
+ * SF_EINVAL for arrays, non-empty objects or out_size <= SF_EPK_V1_MAX.
+ */
+#define SF_EPK_V1_MAX 1024
+enum sf_rc sf_epk_v1(const json_t *pk_value, char *out, size_t out_size);
+
 #endif

@@ -314,7 +314,7 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
     get_bool(ld, g, "tls_verify", true, &c->tls_verify);
     get_str(ld, g, "consistency", false, NULL, &c->consistency);
     /* A hint from the service, or from whatever answers in its place: never an unbounded wait. */
-    get_duration(ld, g, "max_retry_after", 1, 3600000, 5000, &c->max_retry_after_ms);
+    get_duration(ld, g, "max_retry_after", 1, 3600000, 10000, &c->max_retry_after_ms);
     if (g == NULL)
         return;
     check_keys(ld, g, keys);

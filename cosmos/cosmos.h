@@ -84,7 +84,7 @@ struct cosmos_clock {
 struct cosmos_retry_policy {
     unsigned max_attempts;        /* attempts including the first [9] */
     int64_t budget_ms;            /* total time across attempts and waits [30000] */
-    int64_t throttle_wait_cap_ms; /* longest single 429 wait [5000] */
+    int64_t throttle_wait_cap_ms; /* longest single 429 wait: the hint up to this [10000] */
     int64_t backoff_base_ms;      /* first backoff step [20] */
     int64_t backoff_cap_ms;       /* largest backoff step [1000] */
 };
@@ -108,6 +108,8 @@ struct cosmos_options {
     const char *consistency_level;
     /* Send http:// through libcurl too (default: the built-in HTTP/1.1 transport). */
     bool use_libcurl;
+    /* container ranges whose latest session token is kept and sent on reads [4096] */
+    size_t max_session_ranges;
     struct cosmos_retry_policy retry;
     const struct cosmos_clock *clock; /* NULL = real monotonic clock and sleep */
 };
@@ -333,6 +335,15 @@ long cosmos_pkranges_find(const struct cosmos_pkranges *r, const char *epk);
 
 /* The EPK (32 uppercase hex + NUL) of a partition key given as its JSON array text ("[\"a\"]"). */
 enum sf_rc cosmos_pk_epk(const char *pk_json, char out[33], struct sf_err *err);
+
+/*
+ * The same for a container whose partitionKey.version is pk_version: 2 hashes
+ * as cosmos_pk_epk, 1 (legacy containers) with the V1 hash (up to
+ * SF_EPK_V1_MAX chars). out_size must exceed SF_EPK_V1_MAX. SF_EINVAL for a
+ * bad key, version or size.
+ */
+enum sf_rc cosmos_pk_epk_version(const char *pk_json, int pk_version, char *out, size_t out_size,
+                                 struct sf_err *err);
 
 /*
  * Appends the partition key header value for one string key ("[\"a b\"]"),

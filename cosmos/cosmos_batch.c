@@ -91,7 +91,9 @@ static enum sf_rc cosmos_batch_add(struct cosmos_batch *b, const char *type, con
          json_object_set_new(op, "ifMatch", json_string(opts->if_match)) != 0) ||
         (opts != NULL && opts->if_none_match != NULL &&
          json_object_set_new(op, "ifNoneMatch", json_string(opts->if_none_match)) != 0) ||
-        (b->minimal && json_object_set_new(op, "minimalReturnPreference", json_true()) != 0) ||
+        /* Writes only: a Read asked for a minimal answer would come back without its document. */
+        (b->minimal && strcmp(type, "Read") != 0 &&
+         json_object_set_new(op, "minimalReturnPreference", json_true()) != 0) ||
         json_array_append(b->ops, op) != 0) {
         rc = sf_err_set(err, SF_EINVAL, false, "batch %s: id or etag is not valid UTF-8", type);
         goto out;

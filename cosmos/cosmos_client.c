@@ -68,6 +68,7 @@ struct cosmos_client {
     uint64_t seed_base;
 
     struct cosmos_pkr_cache *pkr_cache;
+    struct cosmos_session *session; /* latest session token per container and range */
 };
 
 /* ---------------------------------------------------------------------------
@@ -233,7 +234,8 @@ enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_cl
     cli->ca_file = cosmos_strdup_opt(opts->ca_file, &oom);
     cli->consistency = cosmos_strdup_opt(opts->consistency_level, &oom);
     cli->pkr_cache = cosmos_pkr_cache_new();
-    if (oom || cli->pkr_cache == NULL) {
+    cli->session = cosmos_session_new(opts->max_session_ranges);
+    if (oom || cli->pkr_cache == NULL || cli->session == NULL) {
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
         goto out;
     }
@@ -308,6 +310,7 @@ void cosmos_client_free(struct cosmos_client *cli)
     pthread_mutex_destroy(&cli->pool_mu);
     curl_global_cleanup();
     cosmos_pkr_cache_free(cli->pkr_cache);
+    cosmos_session_free(cli->session);
     free(cli->ca_file);
     free(cli->consistency);
     explicit_bzero(&cli->key, sizeof(cli->key));
@@ -579,7 +582,15 @@ static struct curl_slist *cosmos_curl_headers(const struct cosmos_req *req, cons
     size_t i;
 
     for (i = 0; i < req->n_hdrs; i++) {
-        tmp = curl_slist_append(list, req->hdrs.data + req->hdr_off[i]);
+        const char *h = req->hdrs.data + req->hdr_off[i], *colon = strchr(h, ':');
+
+        /* libcurl drops "Name:" with no value; "Name;" is how it sends an empty one. */
+        if (colon != NULL && colon[1 + strspn(colon + 1, " ")] == '\0') {
+            (void)snprintf(line, sizeof(line), "%.*s;", (int)(colon - h), h);
+            tmp = curl_slist_append(list, line);
+        } else {
+            tmp = curl_slist_append(list, h);
+        }
         if (tmp == NULL)
             goto fail;
         list = tmp;
@@ -785,6 +796,32 @@ static enum sf_rc cosmos_fail(const struct cosmos_req *req, const struct cosmos_
                       req->link.len ? sf_buf_cstr(&req->link) : "/", net_msg, resp->attempts);
 }
 
+struct cosmos_session *cosmos_client_session(struct cosmos_client *cli)
+{
+    return cli->session;
+}
+
+/*
+ * Adds the container's session token to a document read (point read, query,
+ * read feed, change feed) that carries none of its caller's: reads then see
+ * this client's writes and never go back behind what it has read.
+ */
+static enum sf_rc cosmos_exec_session(struct cosmos_client *cli, struct cosmos_req *req,
+                                      size_t coll_len, struct sf_err *err)
+{
+    struct sf_buf tok;
+    enum sf_rc rc = SF_OK;
+
+    if (coll_len == 0 || req->cls != COSMOS_OP_READ || strcmp(req->rtype, "docs") != 0 ||
+        cosmos_req_header_get(req, "x-ms-session-token") != NULL)
+        return SF_OK;
+    sf_buf_init(&tok, COSMOS_HEADER_MAX);
+    if (cosmos_session_get(cli->session, req->link.data, coll_len, &tok) == SF_OK && tok.len > 0)
+        rc = cosmos_req_header(req, "x-ms-session-token", sf_buf_cstr(&tok), err);
+    sf_buf_release(&tok);
+    return rc;
+}
+
 enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
                        struct cosmos_response *resp, struct sf_err *err)
 {
@@ -796,12 +833,21 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
     uint64_t seed = cosmos_mix(cli->seed_base + atomic_fetch_add(&cli->seq, 1));
     int64_t wait = 0;
     bool unconfirmed = false;
+    size_t coll_len =
+        req->link.len > 0 ? cosmos_session_container(req->link.data, req->link.len) : 0;
+    enum sf_rc rc;
 
     cosmos_response_reset(resp);
     if (cli->transport.send == NULL) {
         conn = cosmos_pool_get(cli);
         if (conn == NULL)
             return sf_err_set(err, SF_ENOMEM, false, "cannot create an HTTP handle");
+    }
+    rc = cosmos_exec_session(cli, req, coll_len, err);
+    if (rc != SF_OK) {
+        if (conn != NULL)
+            cosmos_pool_put(cli, conn);
+        return rc;
     }
     cosmos_retry_start(&st, &cli->retry, cli->clock.now_ms(cli->clock.ctx), seed);
     if (req->no_retry)
@@ -834,6 +880,14 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         if (resp->request_charge > 0)
             atomic_fetch_add(&cli->charge_milli,
                              (uint_fast64_t)(resp->request_charge * 1000.0 + 0.5));
+        /*
+         * Every answer's token is kept, writes' included: that is what lets the next
+         * read see this write. Not a 404/1002's (it names what the replica lacks).
+         */
+        if (net == COSMOS_NET_OK && coll_len > 0 && resp->session_token.len > 0 &&
+            !(resp->status == 404 && resp->substatus == 1002))
+            (void)cosmos_session_merge(cli->session, req->link.data, coll_len,
+                                       resp->session_token.data, resp->session_token.len);
         v = cosmos_classify(net, resp->status, resp->substatus, req->cls, req->guarded,
                             req->accept_304);
         unconfirmed = false;
@@ -860,13 +914,19 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
                      : net == COSMOS_NET_OK ? "HTTP"
                                             : net_msg,
                      resp->status, resp->substatus, st.attempts, (long long)wait);
-        /* 404/1002: the session's writes are not visible here yet; retry without the token. */
-        if (net == COSMOS_NET_OK && resp->status == 404 && resp->substatus == 1002)
-            cosmos_req_header_del(req, "x-ms-session-token");
+        /*
+         * 404/1002: the session's writes are not readable here yet. The retry keeps the
+         * token (as the Java and .NET SDKs do): without it a lagging replica would answer,
+         * and an old lease or a missing item is worse than a wait.
+         */
         cli->clock.sleep_ms(cli->clock.ctx, wait);
     }
     if (conn != NULL)
         cosmos_pool_put(cli, conn);
+    if (coll_len > 0 && net == COSMOS_NET_OK &&
+        ((v.success && strcmp(req->verb, "DELETE") == 0 && strcmp(req->rtype, "colls") == 0) ||
+         (!v.success && resp->status == 404 && resp->substatus == 1002)))
+        cosmos_session_forget(cli->session, req->link.data, coll_len);
     if (v.success) {
         sf_err_clear(err);
         return SF_OK;

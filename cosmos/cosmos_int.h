@@ -52,4 +52,50 @@ struct cosmos_pkr_cache *cosmos_client_pkr_cache(struct cosmos_client *cli);
 /* Removes every header named name (case-insensitive). */
 void cosmos_req_header_del(struct cosmos_req *req, const char *name);
 
+/*
+ * Session tokens (cosmos_session.c): the latest token per container and
+ * partition key range, merged from every response and sent on reads.
+ * Thread-safe. A table of at most max_entries ranges (0 = the default);
+ * ranges past it are not tracked (counted by cosmos_session_dropped).
+ */
+#define COSMOS_SESSION_DEFAULT_MAX 4096
+struct cosmos_session;
+struct cosmos_session *cosmos_session_new(size_t max_entries);
+void cosmos_session_free(struct cosmos_session *s);
+struct cosmos_session *cosmos_client_session(struct cosmos_client *cli);
+
+/*
+ * Merges a response's x-ms-session-token (compound "<range>:<token>,...",
+ * V1 or V2 tokens) into container coll ("dbs/<db>/colls/<coll>"): per range
+ * the newer token wins (larger version, then larger global LSN). SF_EPROTO
+ * when any pair is malformed (nothing is merged then), SF_EINVAL for an
+ * empty token or container.
+ */
+enum sf_rc cosmos_session_merge(struct cosmos_session *s, const char *coll, size_t coll_len,
+                                const char *token, size_t len);
+
+/* The compound token of container coll into out (reset first; empty when none known). */
+enum sf_rc cosmos_session_get(struct cosmos_session *s, const char *coll, size_t coll_len,
+                              struct sf_buf *out);
+
+/*
+ * Forgets container coll's tokens: after it was deleted (a container created again
+ * under the name numbers its writes afresh), or when no replica meets them (404/1002
+ * to the end of the retries), so later reads are not refused forever.
+ */
+void cosmos_session_forget(struct cosmos_session *s, const char *coll, size_t coll_len);
+
+/* How many ranges were not tracked because the table was full. */
+uint64_t cosmos_session_dropped(struct cosmos_session *s);
+
+/*
+ * One token (no range id): V1 "<lsn>" -> version -1; V2 "<version>#<lsn>[#r=l]...".
+ * SF_EINVAL when malformed. ret_* written only on success.
+ */
+enum sf_rc cosmos_session_token_parse(const char *tok, size_t len, int64_t *ret_version,
+                                      int64_t *ret_lsn);
+
+/* The length of the "dbs/<db>/colls/<coll>" prefix of a resource link, 0 when none. */
+size_t cosmos_session_container(const char *link, size_t len);
+
 #endif

@@ -607,6 +607,30 @@ out:
     return SF_OK;
 }
 
+enum sf_rc cosmos_pk_epk_version(const char *pk_json, int pk_version, char *out, size_t out_size,
+                                 struct sf_err *err)
+{
+    json_t *v = NULL;
+    enum sf_rc rc;
+
+    if (pk_version == 2)
+        return out_size >= 33 ? cosmos_pk_epk(pk_json, out, err)
+                              : sf_err_set(err, SF_EINVAL, false, "EPK buffer too small");
+    if (pk_version != 1 || out_size <= SF_EPK_V1_MAX)
+        return sf_err_set(err, SF_EINVAL, false, "partition key version %d or buffer size %zu",
+                          pk_version, out_size);
+    v = pk_json != NULL ? sf_json_parse(pk_json, strlen(pk_json), err) : NULL;
+    if (!json_is_array(v) || json_array_size(v) != 1) {
+        json_decref(v);
+        return sf_err_set(err, SF_EINVAL, false, "partition key must be a one-element JSON array");
+    }
+    rc = sf_epk_v1(json_array_get(v, 0), out, out_size);
+    json_decref(v);
+    if (rc != SF_OK)
+        return sf_err_set(err, rc, false, "partition key value cannot be hashed (V1)");
+    return SF_OK;
+}
+
 enum sf_rc cosmos_pk_epk(const char *pk_json, char out[33], struct sf_err *err)
 {
     json_t *v = pk_json != NULL ? sf_json_parse(pk_json, strlen(pk_json), err) : NULL;
@@ -814,7 +838,12 @@ static enum sf_rc cosmos_cf_headers(struct cosmos_req *req, const struct cosmos_
 
     if (rc == SF_OK && range_id != NULL)
         rc = cosmos_req_header(req, "x-ms-documentdb-partitionkeyrangeid", range_id, err);
-    if (rc == SF_OK && q->epk_min != NULL) {
+    /*
+     * The whole key space needs no EPK headers (the SDKs send none then); an empty start
+     * would be dropped by libcurl and leave an end EPK without a start.
+     */
+    if (rc == SF_OK && q->epk_min != NULL &&
+        !(q->epk_min[0] == '\0' && (q->epk_max == NULL || strcmp(q->epk_max, "FF") == 0))) {
         rc = cosmos_req_header(req, "x-ms-start-epk", q->epk_min, err);
         if (rc == SF_OK)
             rc =

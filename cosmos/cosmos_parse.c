@@ -688,6 +688,26 @@ static enum sf_rc cosmos_pkrange_fill(const json_t *o, size_t i, struct cosmos_p
     return SF_OK;
 }
 
+/* Whether id is among the parents of any of the n ranges. */
+static bool cosmos_pkrange_is_parent(const struct cosmos_pkrange *v, size_t n, const char *id)
+{
+    size_t idlen = strlen(id), i;
+
+    for (i = 0; i < n; i++) {
+        const char *p = v[i].parents;
+
+        while (*p != '\0') {
+            size_t len = strcspn(p, ",");
+
+            if (len == idlen && memcmp(p, id, len) == 0)
+                return true;
+            p += len;
+            p += *p == ',';
+        }
+    }
+    return false;
+}
+
 enum sf_rc cosmos_pkranges_parse(const char *body, size_t len, const char *etag,
                                  struct cosmos_pkranges **ret, struct sf_err *err)
 {
@@ -721,6 +741,35 @@ enum sf_rc cosmos_pkranges_parse(const char *body, size_t len, const char *etag,
         rc = cosmos_pkrange_fill(o, i, &r->ranges[i], err);
         if (rc != SF_OK)
             goto out;
+    }
+    /*
+     * Mid-split the service lists a parent next to its children (as the SDKs' routing
+     * maps do, a range that is another's parent is gone): keep the children only.
+     */
+    {
+        bool *drop = calloc(n, sizeof(*drop));
+        size_t kept = 0;
+
+        if (drop == NULL) {
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+            goto out;
+        }
+        /* Decide first, compact after: a dropped range's parents still count. */
+        for (i = 0; i < n; i++)
+            drop[i] = cosmos_pkrange_is_parent(r->ranges, n, r->ranges[i].id);
+        for (i = 0; i < n; i++) {
+            if (drop[i])
+                continue;
+            if (kept != i)
+                r->ranges[kept] = r->ranges[i];
+            kept++;
+        }
+        free(drop);
+        n = kept;
+        if (n == 0) {
+            rc = sf_err_set(err, SF_EPROTO, false, "pkranges: every range is another's parent");
+            goto out;
+        }
     }
     r->n = n;
     qsort(r->ranges, n, sizeof(r->ranges[0]), cosmos_pkrange_cmp);

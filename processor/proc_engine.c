@@ -474,8 +474,14 @@ static bool reread(struct run *r)
         cosmos_response_release(&resp);
         return true; /* what we hold is current */
     }
-    if (rc == SF_ENOTFOUND && resp.substatus == 0) {
-        r->res->outcome = PROC_SKIPPED; /* deleted meanwhile: nothing left to do */
+    if (rc == SF_ENOTFOUND) {
+        /*
+         * The change feed showed the item, so a 404 is a replica that has not seen it yet
+         * as often as a delete: retry, never skip (a skip would be checkpointed past). A
+         * real delete keeps answering 404 and parks after max_attempts, in sight.
+         */
+        err.retriable = true;
+        set_error(r, PROC_RETRY, &err, "re-reading the item (not found)");
         cosmos_response_release(&resp);
         return false;
     }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/sf_crypto.h"
+#include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
@@ -29,7 +30,8 @@ struct scope {
     const char *container; /* borrowed from the cfg */
     char token[FEED_TOKEN_MAX + 1];
     const char *range_id; /* points at token; NULL for a partition key scope */
-    char min[128], max[128];
+    char min[SF_EPK_V1_MAX + 1], max[SF_EPK_V1_MAX + 1]; /* a V1 key's EPK may be long */
+    int pk_version; /* the container's partitionKey.version: how its EPKs hash */
     char lease_id[COSMOS_ID_MAX + 1];
     char etag[COSMOS_ETAG_MAX];
     int64_t epoch;
@@ -434,15 +436,32 @@ static enum sf_rc make_scopes(struct replay *rp, struct sf_err *err)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     for (size_t i = 0; rc == SF_OK && i < rp->n_sources; i++) {
         struct cosmos_pkranges *ranges = NULL;
+        struct cosmos_container_info ci;
 
+        /* Legacy containers hash keys with V1: their ranges' bounds are V1 EPKs. */
+        rc = cosmos_container_read(o->cli, o->cfg->cosmos.database, rp->sources[i], &ci, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "container %s: ", rp->sources[i]);
+            break;
+        }
         if (o->pk_json != NULL) {
-            char epk[33], token[40];
+            char epk[SF_EPK_V1_MAX + 1], token[40];
 
-            rc = cosmos_pk_epk(o->pk_json, epk, err);
+            rc = cosmos_pk_epk_version(o->pk_json, ci.pk_version, epk, sizeof(epk), err);
             if (rc != SF_OK)
                 break;
-            (void)snprintf(token, sizeof(token), "pk-%s", epk);
+            /* The token names the key by a V2 hash whatever the container: short and stable. */
+            {
+                char v2[33];
+
+                rc = cosmos_pk_epk(o->pk_json, v2, err);
+                if (rc != SF_OK)
+                    break;
+                (void)snprintf(token, sizeof(token), "pk-%s", v2);
+            }
             rc = add_scope(rp, rp->sources[i], token, epk, epk, err);
+            if (rc == SF_OK)
+                rp->scopes[rp->n_scopes - 1].pk_version = ci.pk_version;
             continue;
         }
         rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, rp->sources[i], true, &ranges,
@@ -458,6 +477,8 @@ static enum sf_rc make_scopes(struct replay *rp, struct sf_err *err)
                 continue;
             range_found = true;
             rc = add_scope(rp, rp->sources[i], r->id, r->min, r->max, err);
+            if (rc == SF_OK)
+                rp->scopes[rp->n_scopes - 1].pk_version = ci.pk_version;
         }
         free(ranges);
     }
@@ -529,6 +550,7 @@ static enum sf_rc split_scope(struct replay *rp, struct scope *sc, struct sf_err
         if (rc != SF_OK)
             break;
         child = &rp->scopes[rp->n_scopes - 1];
+        child->pk_version = sc->pk_version;
         (void)snprintf(child->cont, sizeof(child->cont), "%s", sc->cont);
         child->upper_lsn = sc->upper_lsn;
         child->from_split = true;
@@ -793,7 +815,8 @@ static bool parked_in_scope(const struct replay *rp, const json_t *pd)
     int64_t lsn = int_member(pd, "lsn", -1), ts = int_member(item, "_ts", -1);
     struct sf_buf pkj;
     bool in = false;
-    char epk[33];
+    char epk[SF_EPK_V1_MAX + 1];
+    int pk_version = 2;
 
     if (container == NULL)
         return false;
@@ -810,9 +833,15 @@ static bool parked_in_scope(const struct replay *rp, const json_t *pd)
         return false;
     if (o->range == NULL && o->pk_json == NULL)
         return true;
+    for (size_t i = 0; i < rp->n_scopes; i++) {
+        if (strcmp(rp->scopes[i].container, container) == 0) {
+            pk_version = rp->scopes[i].pk_version;
+            break;
+        }
+    }
     sf_buf_init(&pkj, 4096);
     in = sf_json_dump(json_object_get(pd, "partitionKey"), &pkj) == SF_OK &&
-         cosmos_pk_epk(sf_buf_cstr(&pkj), epk, NULL) == SF_OK;
+         cosmos_pk_epk_version(sf_buf_cstr(&pkj), pk_version, epk, sizeof(epk), NULL) == SF_OK;
     sf_buf_release(&pkj);
     if (!in)
         return false;

@@ -206,6 +206,7 @@ START_TEST(test_poison)
         sf_sleep_ms(100);
     ck_assert_str_eq(s3, "completed");
     sf_sleep_ms(500);
+    e2e_replicas_settle(); /* `parked list` is a new process: its first reads carry no token */
     ck_assert_str_eq(e2e_status(cli, "o-bad", "c-001", s1, sizeof(s1)), "placed");
     ck_assert_str_eq(e2e_status(cli, "o-next", "c-001", s2, sizeof(s2)), "placed"); /* waits */
     ck_assert_int_eq(e2e_run(harness_cosmolite_key(h), NULL, list, &out, NULL), 0);
@@ -239,6 +240,7 @@ START_TEST(test_poison)
     ck_assert_str_eq(s1, "completed");
     ck_assert_str_eq(s2, "completed");
     /* nothing is left parked, and the key flows again */
+    e2e_replicas_settle();
     ck_assert_int_eq(e2e_run(harness_cosmolite_key(h), NULL, list, &out, NULL), 0);
     ck_assert_msg(strstr(out, "0 parked items") != NULL, "%s", out);
     free(out);
@@ -354,6 +356,7 @@ START_TEST(test_seat_race)
         e2e_dump_log(log);
     ck_assert_int_eq(confirmed, 1);
     ck_assert_int_eq(rejected, 9);
+    e2e_replicas_settle(); /* the seat and wallets were written by sagafeed, not this client */
     winner = winner_buf;
     seat = e2e_read(cli, "tickets", "seats", "A1", "arena");
     ck_assert_ptr_nonnull(seat);
@@ -376,6 +379,7 @@ START_TEST(test_seat_race)
     ck_assert_int_eq(charged, 1);
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
     ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
+    e2e_replicas_settle(); /* the releases were sagafeed's writes */
     /* a clean stop released every lease (owner null), so another instance takes over at once */
     {
         struct feed_lease_info *leases = NULL;

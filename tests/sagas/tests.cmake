@@ -24,6 +24,15 @@ if(TARGET cosmolite AND TARGET sagafeed)
   set_property(TEST test_sagas_e2e APPEND PROPERTY ENVIRONMENT
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
   set_tests_properties(test_sagas_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+  # The same suite under Session consistency with lagging replicas: token-less reads see
+  # old leases and miss new items, so this guards that every read carries its session.
+  add_test(NAME test_sagas_e2e_replica_lag COMMAND test_sagas_e2e)
+  set_property(TEST test_sagas_e2e_replica_lag APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
+    "SF_COSMOLITE_ARGS=--replica-lag 500"
+    "CK_DEFAULT_TIMEOUT=60;SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_BUILD_DIR=${CMAKE_BINARY_DIR}")
+  set_tests_properties(test_sagas_e2e_replica_lag PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+    LABELS "sagas;integration;e2e;azure")
 endif()
 
 # End to end: the travel booking workflow (delete, when, templated paths,

@@ -467,6 +467,22 @@ json_t *e2e_query_all(struct cosmos_client *cli, const char *db, const char *col
     return all;
 }
 
+void e2e_replicas_settle(void)
+{
+    const char *env = getenv("SF_COSMOLITE_ARGS");
+    const char *lag = env != NULL ? strstr(env, "--replica-lag") : NULL;
+    int64_t ms = 0;
+
+    if (lag == NULL)
+        return;
+    lag += strlen("--replica-lag");
+    lag += strspn(lag, " \t=");
+    if (sf_parse_i64n(lag, strcspn(lag, " \t"), 0, INT64_C(3600000), &ms) != SF_OK)
+        ck_abort_msg("SF_COSMOLITE_ARGS: --replica-lag wants milliseconds: %s", env);
+    /* Secondaries apply every write exactly the lag late: then token-less reads see it all. */
+    sf_sleep_ms(ms + 250);
+}
+
 void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int64_t ms,
                       const char *log)
 {
@@ -475,8 +491,11 @@ void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, in
     struct sf_err err;
 
     while (sf_mono_ms() < deadline) {
-        if (proc_demo_count(cli, db, &total, &settled, &err) == SF_OK && settled >= want)
+        /* Settled states are final, so a lagging replica's count only undercounts. */
+        if (proc_demo_count(cli, db, &total, &settled, &err) == SF_OK && settled >= want) {
+            e2e_replicas_settle();
             return;
+        }
         sf_sleep_ms(100);
     }
     if (log != NULL)

@@ -212,6 +212,27 @@ static enum sf_rc harness_args(struct harness_cosmolite *h,
     }
     for (i = 0; ok && opts->extra_args != NULL && opts->extra_args[i] != NULL; i++)
         ok = harness_arg(h, opts->extra_args[i]);
+    /* $SF_COSMOLITE_ARGS: whitespace-separated options for every server (a suite run again
+     * under Azure-like conditions, e.g. "--replica-lag 500"). */
+    {
+        const char *env = getenv("SF_COSMOLITE_ARGS"), *p = env;
+        char word[256];
+
+        while (ok && p != NULL && *p != '\0') {
+            size_t n = strcspn(p, " \t");
+
+            if (n > 0) {
+                ok = n < sizeof(word);
+                if (ok) {
+                    memcpy(word, p, n);
+                    word[n] = '\0';
+                    ok = harness_arg(h, word);
+                }
+            }
+            p += n;
+            p += strspn(p, " \t");
+        }
+    }
     return ok ? SF_OK : sf_err_set(err, SF_ELIMIT, false, "too many cosmolite arguments");
 }
 

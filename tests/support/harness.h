@@ -9,6 +9,8 @@
  *
  * Which binary: opts->bin, else $SF_COSMOLITE_BIN (ctest sets it to
  * $<TARGET_FILE:cosmolite>), else $SF_BUILD_DIR/emulator/cosmolite.
+ * $SF_COSMOLITE_ARGS (whitespace-separated) is appended to every server's
+ * options, so a suite can run again under Azure-like conditions.
  * harness_cosmolite_bin() tells whether one exists, so a suite can skip
  * cleanly (and say so) when it was built without the server.
  *

@@ -476,6 +476,64 @@ START_TEST(test_epk_v2_array)
 }
 END_TEST
 
+/* V1 EPKs as the official JS SDK (4.9.3, hashing/v1.js) computes them. */
+START_TEST(test_epk_v1_matches_sdk)
+{
+    static const struct {
+        const char *json, *epk;
+    } v[] = {
+        {"\"abc\"", "05C1ED155F4F7C0862636400"},
+        {"\"\"", "05C1CF33970FF80800"},
+        {"5", "05C1D9C1C5517C05C014"},
+        {"-1.5", "05C1E901090F44054008"},
+        {"0", "05C1BF6DA115600580"},
+        {"1e+300", "05C1AB5FCFAF8005FE37F30F918103D738"},
+        {"true", "05C1D7C5A903D803"},
+        {"false", "05C1DB857D857C02"},
+        {"null", "05C1ED45D7475601"},
+        {"\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+         "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
+         "05C1DD45A3938C087979797979797979797979797979797979797979797979797979797979797979797979797"
+         "97979797979797979797979797979797979797979797979797979797979797979797979797979797979797979"
+         "7979797979797979797979797979797979797900"},
+        {"\"\xc3"
+         "\xa9"
+         "\xe2"
+         "\x82"
+         "\xac"
+         "\xf0"
+         "\x9d"
+         "\x84"
+         "\x9e"
+         "\"",
+         "05C1D1CB71CB6C08C4AAE383ADF19E859F00"},
+        {"\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaaaaaaa\xf0"
+         "\x9d"
+         "\x84"
+         "\x9e"
+         "\"",
+         "05C1E153DB4558086262626262626262626262626262626262626262626262626262626262626262626262626"
+         "26262626262626262626262626262626262626262626262626262626262626262626262626262626262626262"
+         "626262626262626262626262626262626262F0C0BE00"},
+        {"\"customer-42\"", "05C1A5CFDFA7800864767475706E66732E353300"},
+    };
+    char out[SF_EPK_V1_MAX + 1];
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(v); i++) {
+        json_t *j = json_loads(v[i].json, JSON_DECODE_ANY, NULL);
+
+        ck_assert_ptr_nonnull(j);
+        ck_assert_int_eq(sf_epk_v1(j, out, sizeof(out)), SF_OK);
+        ck_assert_msg(strcmp(out, v[i].epk) == 0, "%s: %s, want %s", v[i].json, out, v[i].epk);
+        json_decref(j);
+    }
+    ck_assert_int_eq(sf_epk_v1(NULL, out, sizeof(out)), SF_OK);
+    ck_assert_str_eq(out, "05C1D529E345DC00"); /* undefined, as JS [undefined] and [{}] */
+    ck_assert_int_eq(sf_epk_v1(NULL, out, 10), SF_EINVAL);
+}
+END_TEST
+
 static Suite *common_crypto_suite(void)
 {
     Suite *s = suite_create("common_crypto");
@@ -508,6 +566,7 @@ static Suite *common_crypto_suite(void)
     tcase_add_test(tc, test_epk_v2_vectors);
     tcase_add_test(tc, test_epk_v2_encoding_of_order_1);
     tcase_add_test(tc, test_epk_v2_rejects_and_range);
+    tcase_add_test(tc, test_epk_v1_matches_sdk);
     tcase_add_test(tc, test_epk_v2_array);
     suite_add_tcase(s, tc);
     return s;

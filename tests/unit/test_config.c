@@ -84,7 +84,7 @@ START_TEST(test_defaults)
     ck_assert_ptr_null(c->cosmos.endpoint);
     ck_assert_str_eq(c->cosmos.database, "sagafeed");
     ck_assert_int_eq(c->cosmos.request_timeout_ms, 30000);
-    ck_assert_int_eq(c->cosmos.max_retry_after_ms, 5000);
+    ck_assert_int_eq(c->cosmos.max_retry_after_ms, 10000);
     ck_assert(c->cosmos.tls_verify);
     ck_assert_str_eq(c->embedded.data_dir, "sagafeed-data");
     ck_assert_str_eq(c->feed.lease_container, "leases");

@@ -7,12 +7,17 @@
  */
 #include "common/sf_base.h"
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <strings.h>
 #include <unistd.h>
 
 #include "common/sf_auth.h"
+#include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "cosmos/cosmos_int.h"
 
@@ -254,6 +259,19 @@ END_TEST
  * Retries
  */
 
+/* The service asked for 7 s: the default cap (10 s) honours it. */
+START_TEST(test_retry_after_7s_honoured_by_default)
+{
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 429, "x-ms-retry-after-ms: 7000\n", NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_int_eq(sc.n_sleeps, 1);
+    ck_assert_int_eq(sc.sleeps[0], 7000);
+}
+END_TEST
+
 START_TEST(test_retry_after_honoured)
 {
     struct cosmos_response r;
@@ -434,12 +452,12 @@ START_TEST(test_reads_retried_and_special_statuses)
     ck_assert_int_eq(sc.pos, 4);
     ck_assert_int_eq(sc.n_sleeps, 3);
 
-    /* 404/1002: retried, and without the session token. */
+    /* 404/1002: retried with the same token (token-less, a lagging replica would answer). */
     add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\n", NULL);
     add(COSMOS_NET_OK, 200, NULL, "{}");
     ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, &sess, NULL, &err), SF_OK);
     ck_assert_str_eq(sent_hdr(4, "x-ms-session-token"), "0:-1#9");
-    ck_assert_ptr_null(sent_hdr(5, "x-ms-session-token"));
+    ck_assert_str_eq(sent_hdr(5, "x-ms-session-token"), "0:-1#9");
 
     /* Plain 404 is final; 410 goes back to the caller. */
     add(COSMOS_NET_OK, 404, NULL, "{\"code\":\"NotFound\",\"message\":\"gone\"}");
@@ -683,17 +701,22 @@ START_TEST(test_batch)
         ck_assert_int_eq(cosmos_batch_patch_ops(b, "o1", ops, NULL, NULL, &err), SF_OK);
         cosmos_batch_set_minimal(b, true);
         ck_assert_int_eq(cosmos_batch_create_doc(b, doc, NULL, &err), SF_OK);
+        /* A read under minimal still asks for its document: no minimalReturnPreference. */
+        ck_assert_int_eq(cosmos_batch_read(b, "m2", NULL, &err), SF_OK);
         ck_assert_int_eq(cosmos_batch_create_doc(b, str, NULL, &err), SF_EINVAL);
         ck_assert_int_eq(cosmos_batch_patch_ops(b, "o1", arr, NULL, NULL, &err), SF_EINVAL);
         ck_assert_int_eq(cosmos_batch_patch_ops(b, NULL, ops, NULL, NULL, &err), SF_EINVAL);
-        ck_assert_uint_eq(cosmos_batch_count(b), 2);
-        add(COSMOS_NET_OK, 200, NULL, "[{\"statusCode\":200},{\"statusCode\":201}]");
+        ck_assert_uint_eq(cosmos_batch_count(b), 3);
+        add(COSMOS_NET_OK, 200, NULL,
+            "[{\"statusCode\":200},{\"statusCode\":201},{\"statusCode\":200,"
+            "\"resourceBody\":{\"id\":\"m2\"}}]");
         ck_assert_int_eq(cosmos_batch_execute(cli, DB, COLL, b, NULL, &res, &err), SF_OK);
         ck_assert_str_eq(sc.sent[sc.pos - 1].body,
                          "[{\"operationType\":\"Patch\",\"id\":\"o1\",\"resourceBody\":{"
                          "\"operations\":[{\"op\":\"incr\",\"path\":\"/n\",\"value\":2}]}},"
                          "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"m2\",\"pk\":"
-                         "\"p1\"},\"minimalReturnPreference\":true}]");
+                         "\"p1\"},\"minimalReturnPreference\":true},"
+                         "{\"operationType\":\"Read\",\"id\":\"m2\"}]");
         ck_assert(res.committed);
         ck_assert_ptr_null(res.ops[1].body);
         cosmos_batch_free(b);
@@ -856,6 +879,105 @@ START_TEST(test_changefeed)
 }
 END_TEST
 
+/* The whole key space sends no EPK headers; a sub-range from the start sends an empty start. */
+START_TEST(test_changefeed_whole_range_omits_epk_headers)
+{
+    struct cosmos_cf_req q = {.epk_min = "", .epk_max = "FF", .start = COSMOS_CF_BEGINNING};
+    struct cosmos_cf_page page;
+    struct sf_err err;
+
+    cosmos_cf_page_init(&page);
+    add(COSMOS_NET_OK, 200, "etag: \"p1\"\n",
+        "{\"_rid\":\"r\",\"PartitionKeyRanges\":[{\"id\":\"0\",\"minInclusive\":\"\","
+        "\"maxExclusive\":\"FF\"}]}");
+    add(COSMOS_NET_OK, 304, "etag: \"3\"\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(1, "x-ms-documentdb-partitionkeyrangeid"), "0");
+    ck_assert_ptr_null(sent_hdr(1, "x-ms-start-epk"));
+    ck_assert_ptr_null(sent_hdr(1, "x-ms-end-epk"));
+    ck_assert_ptr_null(sent_hdr(1, "x-ms-read-key-type"));
+    q.epk_max = NULL; /* NULL is the end too */
+    add(COSMOS_NET_OK, 304, "etag: \"3\"\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_ptr_null(sent_hdr(2, "x-ms-start-epk"));
+    q.epk_max = "3F";
+    add(COSMOS_NET_OK, 304, "etag: \"3\"\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &q, &page, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(3, "x-ms-start-epk"), "");
+    ck_assert_str_eq(sent_hdr(3, "x-ms-end-epk"), "3F");
+    cosmos_cf_page_release(&page);
+}
+END_TEST
+
+/* A raw loopback server that keeps the first request's header block and answers 304. */
+struct raw_server {
+    int fd, port;
+    pthread_t th;
+    char req[8192];
+};
+
+static void *raw_server_main(void *arg)
+{
+    struct raw_server *rs = arg;
+    int c = accept(rs->fd, NULL, NULL);
+    size_t n = 0;
+    static const char answer[] = "HTTP/1.1 304 Not Modified\r\netag: \"3\"\r\n"
+                                 "Content-Length: 0\r\nConnection: close\r\n\r\n";
+
+    if (c < 0)
+        return NULL;
+    while (n < sizeof(rs->req) - 1) {
+        ssize_t got = read(c, rs->req + n, sizeof(rs->req) - 1 - n);
+
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+        rs->req[n] = '\0';
+        if (strstr(rs->req, "\r\n\r\n") != NULL)
+            break;
+    }
+    (void)!write(c, answer, sizeof(answer) - 1);
+    (void)close(c);
+    return NULL;
+}
+
+/* libcurl drops a header whose value is empty unless told otherwise: the start EPK "" must go. */
+START_TEST(test_libcurl_sends_empty_start_epk)
+{
+    struct raw_server rs = {0};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    struct cosmos_options o = {.key = SF_EMULATOR_KEY, .use_libcurl = true};
+    struct cosmos_cf_req q = {
+        .range_id = "0", .epk_min = "", .epk_max = "3F", .start = COSMOS_CF_BEGINNING};
+    struct cosmos_client *c = NULL;
+    struct cosmos_cf_page page;
+    struct sf_err err;
+    char endpoint[64];
+
+    rs.fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(rs.fd, 0);
+    ck_assert_int_eq(bind(rs.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(rs.fd, 4), 0);
+    ck_assert_int_eq(getsockname(rs.fd, (struct sockaddr *)&a, &alen), 0);
+    (void)snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", ntohs(a.sin_port));
+    o.endpoint = endpoint;
+    o.retry.max_attempts = 1;
+    ck_assert_int_eq(pthread_create(&rs.th, NULL, raw_server_main, &rs), 0);
+    ck_assert_int_eq(cosmos_client_new(&o, &c, &err), SF_OK);
+    cosmos_cf_page_init(&page);
+    ck_assert_msg(cosmos_changefeed_read(c, DB, COLL, &q, &page, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(pthread_join(rs.th, NULL), 0);
+    ck_assert_msg(strcasestr(rs.req, "\r\nx-ms-start-epk:\r\n") != NULL ||
+                      strcasestr(rs.req, "\r\nx-ms-start-epk: \r\n") != NULL,
+                  "no empty start EPK in:\n%s", rs.req);
+    ck_assert_msg(strcasestr(rs.req, "\r\nx-ms-end-epk: 3F\r\n") != NULL, "%s", rs.req);
+    cosmos_cf_page_release(&page);
+    cosmos_client_free(c);
+    (void)close(rs.fd);
+}
+END_TEST
+
 START_TEST(test_pkranges_cache)
 {
     struct cosmos_pkranges *r = NULL;
@@ -902,6 +1024,20 @@ START_TEST(test_pkranges_cache)
     ck_assert_int_eq(cosmos_pk_epk("[5]", epk, &err), SF_OK);
     ck_assert_str_eq(epk, "19C08621B135968252FB34B4CF66F811");
     ck_assert_int_eq(cosmos_pk_epk("\"redmond\"", epk, &err), SF_EINVAL);
+    /* Legacy (partitionKey.version 1) containers hash with V1 (vectors: the JS SDK's v1.js). */
+    {
+        char v1[SF_EPK_V1_MAX + 1];
+
+        ck_assert_int_eq(cosmos_pk_epk_version("[\"customer-42\"]", 1, v1, sizeof(v1), &err),
+                         SF_OK);
+        ck_assert_str_eq(v1, "05C1A5CFDFA7800864767475706E66732E353300");
+        ck_assert_int_eq(cosmos_pk_epk_version("[5]", 1, v1, sizeof(v1), &err), SF_OK);
+        ck_assert_str_eq(v1, "05C1D9C1C5517C05C014");
+        ck_assert_int_eq(cosmos_pk_epk_version("[\"redmond\"]", 2, v1, sizeof(v1), &err), SF_OK);
+        ck_assert_str_eq(v1, "22E342F38A486A088463DFF7838A5963");
+        ck_assert_int_eq(cosmos_pk_epk_version("[5]", 3, v1, sizeof(v1), &err), SF_EINVAL);
+        ck_assert_int_eq(cosmos_pk_epk_version("[5]", 1, v1, 33, &err), SF_EINVAL);
+    }
 }
 END_TEST
 
@@ -1114,10 +1250,10 @@ START_TEST(test_retry_after_malformed_or_huge_is_clamped)
         SF_OK);
     ck_assert_uint_eq(r.attempts, 5);
     ck_assert_int_eq(sc.n_sleeps, 4);
-    /* Backoff steps (base 20, cap 1000), then the throttle cap (5000), then backoff again. */
+    /* Backoff steps (base 20, cap 1000), then the throttle cap (10000), then backoff again. */
     ck_assert(sc.sleeps[0] >= 0 && sc.sleeps[0] <= 1000);
     ck_assert(sc.sleeps[1] >= 0 && sc.sleeps[1] <= 1000);
-    ck_assert_int_eq(sc.sleeps[2], 5000);
+    ck_assert_int_eq(sc.sleeps[2], 10000);
     ck_assert(sc.sleeps[3] >= 0 && sc.sleeps[3] <= 1000);
     cosmos_response_release(&r);
     /* The same parse applies to the hint inside a batch result. */
@@ -1180,6 +1316,152 @@ START_TEST(test_absorbed_retries_counted)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Session tokens
+ */
+
+/* The store alone: V1 and V2 shapes, compound values, per range, never backwards. */
+START_TEST(test_session_tokens_merge_per_range_newest_wins)
+{
+    struct cosmos_session *s = cosmos_session_new(3);
+    const char *c = "dbs/d/colls/c", *c2 = "dbs/d/colls/other";
+    struct sf_buf out;
+    int64_t ver, lsn;
+
+    sf_buf_init(&out, 4096);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(cosmos_session_token_parse("57", 2, &ver, &lsn), SF_OK);
+    ck_assert(ver == -1 && lsn == 57);
+    ck_assert_int_eq(cosmos_session_token_parse("2#33#3=12#1=9", 13, &ver, &lsn), SF_OK);
+    ck_assert(ver == 2 && lsn == 33);
+    ck_assert_int_eq(cosmos_session_token_parse("-1#8", 4, &ver, &lsn), SF_OK);
+    ck_assert(ver == -1 && lsn == 8);
+    ck_assert_int_eq(cosmos_session_token_parse("1#x", 3, &ver, &lsn), SF_EINVAL);
+    ck_assert_int_eq(cosmos_session_token_parse("1#2#3", 5, &ver, &lsn), SF_EINVAL);
+    ck_assert_int_eq(cosmos_session_token_parse("", 0, &ver, &lsn), SF_EINVAL);
+
+    ck_assert_int_eq(cosmos_session_merge(s, c, strlen(c), "0:-1#5", 6), SF_OK);
+    ck_assert_int_eq(cosmos_session_get(s, c, strlen(c), &out), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&out), "0:-1#5");
+    /* A compound answer: range 0 older (a lagging replica) is ignored, range 1 is new. */
+    ck_assert_int_eq(cosmos_session_merge(s, c, strlen(c), "0:-1#3,1:-1#7", 13), SF_OK);
+    ck_assert_int_eq(cosmos_session_get(s, c, strlen(c), &out), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&out), "0:-1#5,1:-1#7");
+    /* A newer version wins even with a lower LSN (a failover); V1 tokens merge by LSN. */
+    ck_assert_int_eq(cosmos_session_merge(s, c, strlen(c), "1:2#4#1=4", 9), SF_OK);
+    ck_assert_int_eq(cosmos_session_merge(s, c2, strlen(c2), "0:12", 4), SF_OK);
+    ck_assert_int_eq(cosmos_session_merge(s, c2, strlen(c2), "0:11", 4), SF_OK);
+    ck_assert_int_eq(cosmos_session_get(s, c, strlen(c), &out), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&out), "0:-1#5,1:2#4#1=4");
+    ck_assert_int_eq(cosmos_session_get(s, c2, strlen(c2), &out), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&out), "0:12");
+    /* Malformed: nothing merged, not even its good pairs. */
+    ck_assert_int_eq(cosmos_session_merge(s, c, strlen(c), "0:-1#99,1:", 10), SF_EPROTO);
+    ck_assert_int_eq(cosmos_session_merge(s, c, strlen(c), "-1#99", 5), SF_EPROTO);
+    ck_assert_int_eq(cosmos_session_get(s, c, strlen(c), &out), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&out), "0:-1#5,1:2#4#1=4");
+    /* The cap: a fourth range is not tracked, and counted. */
+    ck_assert_int_eq(cosmos_session_merge(s, c, strlen(c), "9:-1#1", 6), SF_OK);
+    ck_assert_uint_eq(cosmos_session_dropped(s), 1);
+    ck_assert_int_eq(cosmos_session_get(s, "dbs/d/colls/none", 16, &out), SF_OK);
+    ck_assert_uint_eq(out.len, 0);
+    /* Container prefixes of resource links. */
+    ck_assert_uint_eq(cosmos_session_container("dbs/d/colls/c/docs/x", 20), 13);
+    ck_assert_uint_eq(cosmos_session_container("dbs/d/colls/c", 13), 13);
+    ck_assert_uint_eq(cosmos_session_container("dbs/d", 5), 0);
+    ck_assert_uint_eq(cosmos_session_container("dbs/d/users/u", 13), 0);
+    sf_buf_release(&out);
+    cosmos_session_free(s);
+}
+END_TEST
+
+/* The client keeps every answer's token and sends it on the container's reads. */
+START_TEST(test_session_token_from_writes_sent_on_reads)
+{
+    struct cosmos_cf_req cf = {.range_id = "1", .start = COSMOS_CF_BEGINNING, .max_items = 10};
+    struct cosmos_req_opts mine = {.session_token = "0:-1#1"};
+    struct cosmos_cf_page page;
+    struct sf_err err;
+    json_t *docs = NULL;
+    struct cosmos_query *q = NULL;
+
+    cosmos_cf_page_init(&page);
+    /* Nothing known yet: a read sends no token. */
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_ptr_null(sent_hdr(0, "x-ms-session-token"));
+    /* A write's token... */
+    add(COSMOS_NET_OK, 201, "x-ms-session-token: 0:-1#5\n", "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                       &(struct cosmos_req_opts){.idempotent = true}, NULL, &err),
+                     SF_OK);
+    ck_assert_ptr_null(sent_hdr(1, "x-ms-session-token"));
+    /* ...goes on the next point read, query and change-feed read of that container. */
+    add(COSMOS_NET_OK, 200, "x-ms-session-token: 0:-1#4,1:-1#7\n", "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(2, "x-ms-session-token"), "0:-1#5");
+    add(COSMOS_NET_OK, 200, NULL, "{\"Documents\":[],\"_count\":0}");
+    ck_assert_int_eq(cosmos_query_new(cli, DB, COLL, "SELECT * FROM c",
+                                      &(struct cosmos_query_opts){.pk_json = PK}, &q, &err),
+                     SF_OK);
+    ck_assert_int_eq(cosmos_query_next(q, &docs, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(3, "x-ms-session-token"), "0:-1#5,1:-1#7");
+    json_decref(docs);
+    cosmos_query_free(q);
+    add(COSMOS_NET_OK, 304, "etag: \"9\"\n", NULL);
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, COLL, &cf, &page, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(4, "x-ms-session-token"), "0:-1#5,1:-1#7");
+    /* Another container knows nothing; a caller's own token is sent as given. */
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, "leases", "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_ptr_null(sent_hdr(5, "x-ms-session-token"));
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, &mine, NULL, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(6, "x-ms-session-token"), "0:-1#1");
+    /* A 404/1002's token is not kept; the retry carries the same token. */
+    add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\nx-ms-session-token: 0:-1#99\n", NULL);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_str_eq(sent_hdr(7, "x-ms-session-token"), "0:-1#5,1:-1#7");
+    ck_assert_str_eq(sent_hdr(8, "x-ms-session-token"), "0:-1#5,1:-1#7");
+    cosmos_cf_page_release(&page);
+}
+END_TEST
+
+/* Tokens no replica meets, or of a deleted container, are forgotten: reads are not refused forever.
+ */
+START_TEST(test_session_tokens_forgotten_after_1002_or_delete)
+{
+    struct cosmos_retry_policy p = {.max_attempts = 2};
+    struct sf_err err;
+
+    cosmos_client_free(cli);
+    make_client(&p);
+    add(COSMOS_NET_OK, 201, "x-ms-session-token: 0:-1#50\n", "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                       &(struct cosmos_req_opts){.idempotent = true}, NULL, &err),
+                     SF_OK);
+    add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\n", NULL);
+    add(COSMOS_NET_OK, 404, "x-ms-substatus: 1002\n", NULL);
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_ENOTFOUND);
+    ck_assert(err.retriable);
+    ck_assert_str_eq(sent_hdr(2, "x-ms-session-token"), "0:-1#50");
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_ptr_null(sent_hdr(3, "x-ms-session-token"));
+    /* A deleted container's tokens go with it. */
+    add(COSMOS_NET_OK, 201, "x-ms-session-token: 0:-1#60\n", "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, COLL, PK, "{\"id\":\"a\",\"pk\":\"p1\"}",
+                                       &(struct cosmos_req_opts){.idempotent = true}, NULL, &err),
+                     SF_OK);
+    add(COSMOS_NET_OK, 204, NULL, NULL);
+    ck_assert_int_eq(cosmos_container_delete(cli, DB, COLL, &err), SF_OK);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"a\"}");
+    ck_assert_int_eq(cosmos_doc_read(cli, DB, COLL, "a", PK, NULL, NULL, &err), SF_OK);
+    ck_assert_ptr_null(sent_hdr(6, "x-ms-session-token"));
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("cosmos_client");
@@ -1190,6 +1472,7 @@ static Suite *client_suite(void)
     t = tcase_create("retry");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_retry_after_honoured);
+    tcase_add_test(t, test_retry_after_7s_honoured_by_default);
     tcase_add_test(t, test_retry_after_capped_and_exhausted);
     tcase_add_test(t, test_retry_budget);
     tcase_add_test(t, test_unguarded_write_not_retried);
@@ -1213,6 +1496,14 @@ static Suite *client_suite(void)
     tcase_add_test(t, test_query_paging);
     tcase_add_test(t, test_changefeed);
     tcase_add_test(t, test_pkranges_cache);
+    tcase_add_test(t, test_changefeed_whole_range_omits_epk_headers);
+    tcase_add_test(t, test_libcurl_sends_empty_start_epk);
+    suite_add_tcase(s, t);
+    t = tcase_create("session");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_session_tokens_merge_per_range_newest_wins);
+    tcase_add_test(t, test_session_token_from_writes_sent_on_reads);
+    tcase_add_test(t, test_session_tokens_forgotten_after_1002_or_delete);
     suite_add_tcase(s, t);
     return s;
 }

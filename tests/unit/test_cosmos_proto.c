@@ -488,7 +488,7 @@ START_TEST(test_retry_defaults)
     cosmos_retry_policy_defaults(&p);
     ck_assert_uint_eq(p.max_attempts, 9);
     ck_assert_int_eq(p.budget_ms, 30000);
-    ck_assert_int_eq(p.throttle_wait_cap_ms, 5000);
+    ck_assert_int_eq(p.throttle_wait_cap_ms, 10000);
     ck_assert(p.backoff_base_ms > 0 && p.backoff_cap_ms >= p.backoff_base_ms);
 }
 END_TEST
@@ -671,6 +671,33 @@ START_TEST(test_pkranges_parse)
 }
 END_TEST
 
+/* Mid-split the service lists the parent next to its children: the parent is dropped. */
+START_TEST(test_pkranges_mid_split_drops_parents)
+{
+    const char *body = "{\"PartitionKeyRanges\":["
+                       "{\"id\":\"0\",\"minInclusive\":\"\",\"maxExclusive\":\"FF\"},"
+                       "{\"id\":\"1\",\"minInclusive\":\"\",\"maxExclusive\":\"7F\","
+                       "\"parents\":[\"0\"]},"
+                       "{\"id\":\"3\",\"minInclusive\":\"7F\",\"maxExclusive\":\"BF\","
+                       "\"parents\":[\"0\",\"2\"]},"
+                       "{\"id\":\"2\",\"minInclusive\":\"7F\",\"maxExclusive\":\"FF\","
+                       "\"parents\":[\"0\"]},"
+                       "{\"id\":\"4\",\"minInclusive\":\"BF\",\"maxExclusive\":\"FF\","
+                       "\"parents\":[\"0\",\"2\"]}]}";
+    struct cosmos_pkranges *r = NULL;
+    struct sf_err err;
+
+    ck_assert_msg(cosmos_pkranges_parse(body, strlen(body), NULL, &r, &err) == SF_OK, "%s",
+                  err.msg);
+    ck_assert_uint_eq(r->n, 3);
+    ck_assert_str_eq(r->ranges[0].id, "1");
+    ck_assert_str_eq(r->ranges[1].id, "3");
+    ck_assert_str_eq(r->ranges[2].id, "4");
+    ck_assert_int_eq(cosmos_pkranges_find(r, "C0"), 2);
+    free(r);
+}
+END_TEST
+
 START_TEST(test_container_parse)
 {
     const char *body = "{\"id\":\"orders\",\"_rid\":\"Sl8fALN4sw4=\",\"_etag\":\"\\\"e\\\"\","
@@ -735,6 +762,7 @@ static Suite *proto_suite(void)
     tcase_add_test(t, test_batch_result_parse);
     tcase_add_test(t, test_error_body);
     tcase_add_test(t, test_pkranges_parse);
+    tcase_add_test(t, test_pkranges_mid_split_drops_parents);
     tcase_add_test(t, test_container_parse);
     tcase_add_test(t, test_query_page_parse);
     suite_add_tcase(s, t);
