@@ -247,9 +247,13 @@ static enum sf_rc cosmos_regions_refresh(struct cosmos_client *cli, struct cosmo
     r->generation++;
     r->next_refresh_ms = sf_mono_ms() + r->refresh_ms;
     pthread_mutex_unlock(&r->mu);
-    if (strcmp(old_write, write.name) != 0)
-        sf_log_info("cosmos", "write region %s (%s)%s%s; reads from %s", write.name,
-                    write.route.endpoint, old_write[0] ? ", was " : "", old_write, read.name);
+    /* A failover is an operator's event (info); the first view is only a detail. */
+    if (old_write[0] != '\0' && strcmp(old_write, write.name) != 0)
+        sf_log_info("cosmos", "write region %s (%s), was %s; reads from %s", write.name,
+                    write.route.endpoint, old_write, read.name);
+    else if (old_write[0] == '\0')
+        sf_log_debug("cosmos", "write region %s (%s); reads from %s", write.name,
+                     write.route.endpoint, read.name);
 out:
     json_decref(root);
     cosmos_response_release(&resp);
