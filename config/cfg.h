@@ -47,6 +47,9 @@ void cfg_diag_add(struct cfg_diags *d, const char *file, int line, const char *f
 
 enum cfg_start { CFG_START_BEGINNING = 0, CFG_START_NOW, CFG_START_TIME };
 
+#define CFG_REGIONS_MAX     16 /* cosmos.preferred_regions entries (COSMOS_REGIONS_MAX) */
+#define CFG_REGION_NAME_MAX 63
+
 struct cfg_cosmos {
     const char *endpoint; /* NULL: run a private cosmolite (struct cfg_embedded) */
     const char *key_env;  /* environment variable holding the key, or NULL */
@@ -59,6 +62,12 @@ struct cfg_cosmos {
     bool tls_verify;
     const char *consistency;    /* NULL: account default */
     int64_t max_retry_after_ms; /* longest wait an x-ms-retry-after-ms hint may ask for */
+    /* Regions (docs/azure-regions.md): see cosmos_options. */
+    bool endpoint_discovery; /* read GET / and route by region [true] */
+    const char *preferred_regions[CFG_REGIONS_MAX];
+    size_t n_preferred_regions;
+    bool read_from_preferred;   /* reads to the first preferred readable region [false] */
+    int64_t account_refresh_ms; /* re-read GET / this often [60000] */
     int line;
 };
 

@@ -8,6 +8,7 @@
  */
 #include "common/sf_base.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <unistd.h>
@@ -290,13 +291,97 @@ static void check_name(struct loader *ld, const config_setting_t *g, const char 
  * Sections
  */
 
+/* The SDKs compare region names without white space and case: so do duplicates here. */
+static bool region_names_equal(const char *a, const char *b)
+{
+    for (;;) {
+        while (*a == ' ' || *a == '\t')
+            a++;
+        while (*b == ' ' || *b == '\t')
+            b++;
+        if (*a == '\0' || *b == '\0')
+            return *a == *b;
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return false;
+        a++;
+        b++;
+    }
+}
+
+/* cosmos.preferred_regions: a list of 1..16 distinct names of 1..63 printable bytes. */
+static void load_preferred_regions(struct loader *ld, const config_setting_t *g,
+                                   struct cfg_cosmos *c)
+{
+    const config_setting_t *l = config_setting_get_member(g, "preferred_regions");
+    int n;
+
+    if (l == NULL)
+        return;
+    if (!config_setting_is_list(l) && !config_setting_is_array(l)) {
+        diag(ld, l,
+             "cosmos.preferred_regions must be a list of region names [ \"West Europe\", "
+             "... ], not %s",
+             type_name(config_setting_type(l)));
+        return;
+    }
+    n = config_setting_length(l);
+    if (n > CFG_REGIONS_MAX) {
+        diag(ld, l, "cosmos.preferred_regions has %d names, at most %d", n, CFG_REGIONS_MAX);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const char *name = config_setting_get_string(e);
+        size_t len = name != NULL ? strlen(name) : 0;
+        bool printable = true;
+
+        if (name == NULL) {
+            diag(ld, e, "cosmos.preferred_regions[%d] must be a string, not %s", i,
+                 type_name(config_setting_type(e)));
+            continue;
+        }
+        for (size_t k = 0; k < len; k++)
+            printable =
+                printable && (unsigned char)name[k] >= 0x20 && (unsigned char)name[k] < 0x7F;
+        if (len == 0 || len > CFG_REGION_NAME_MAX || !printable) {
+            diag(ld, e, "cosmos.preferred_regions[%d] '%.80s' must be 1..%d printable bytes", i,
+                 name, CFG_REGION_NAME_MAX);
+            continue;
+        }
+        for (size_t k = 0; k < c->n_preferred_regions; k++) {
+            if (region_names_equal(c->preferred_regions[k], name)) {
+                diag(ld, e,
+                     "cosmos.preferred_regions[%d] '%s' repeats '%s' (names compare without "
+                     "spaces and case)",
+                     i, name, c->preferred_regions[k]);
+                name = NULL;
+                break;
+            }
+        }
+        if (name != NULL)
+            c->preferred_regions[c->n_preferred_regions++] = name;
+    }
+}
+
 static void load_cosmos(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {
-        "endpoint", "key_env",         "key_file",        "key",
-        "database", "connect_timeout", "request_timeout", "max_connections",
-        "ca_file",  "tls_verify",      "consistency",     "max_retry_after",
-        NULL};
+    static const char *const keys[] = {"endpoint",
+                                       "key_env",
+                                       "key_file",
+                                       "key",
+                                       "database",
+                                       "connect_timeout",
+                                       "request_timeout",
+                                       "max_connections",
+                                       "ca_file",
+                                       "tls_verify",
+                                       "consistency",
+                                       "max_retry_after",
+                                       "endpoint_discovery",
+                                       "preferred_regions",
+                                       "read_from_preferred",
+                                       "account_refresh",
+                                       NULL};
     struct cfg_cosmos *c = &ld->cfg->cosmos;
     const config_setting_t *g = get_group(ld, root, "cosmos");
     int64_t v;
@@ -315,8 +400,12 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
     get_str(ld, g, "consistency", false, NULL, &c->consistency);
     /* A hint from the service, or from whatever answers in its place: never an unbounded wait. */
     get_duration(ld, g, "max_retry_after", 1, 3600000, 10000, &c->max_retry_after_ms);
+    get_bool(ld, g, "endpoint_discovery", true, &c->endpoint_discovery);
+    get_bool(ld, g, "read_from_preferred", false, &c->read_from_preferred);
+    get_duration(ld, g, "account_refresh", 1000, 3600000, 60000, &c->account_refresh_ms);
     if (g == NULL)
         return;
+    load_preferred_regions(ld, g, c);
     check_keys(ld, g, keys);
     check_name(ld, g, "database", c->database);
     if (config_setting_get_member(g, "key") != NULL)

@@ -112,7 +112,33 @@ struct cosmos_options {
     size_t max_session_ranges;
     struct cosmos_retry_policy retry;
     const struct cosmos_clock *clock; /* NULL = real monotonic clock and sleep */
+    /*
+     * Regions (cosmos_account.c, docs/azure-regions.md). With discover_regions
+     * the client reads GET / at the endpoint before its first request and every
+     * account_refresh_ms, sends writes to the account's write region, and after
+     * a 403/3 (WriteForbidden) re-reads the account and retries there. Reads go
+     * to the write region, or with read_from_preferred to the first of
+     * preferred_regions (names compared as the SDKs do: spaces dropped, case
+     * folded) that the account lists as readable. Without discover_regions
+     * every request goes to endpoint.
+     */
+    bool discover_regions;
+    const char *const *preferred_regions; /* n_preferred_regions names, most preferred first */
+    size_t n_preferred_regions;           /* at most COSMOS_REGIONS_MAX */
+    bool read_from_preferred;
+    int64_t account_refresh_ms; /* [60000] */
 };
+
+#define COSMOS_REGIONS_MAX     16 /* regions an account may list; preferred names */
+#define COSMOS_REGION_NAME_MAX 63 /* bytes of a region name */
+
+/*
+ * The regions the client currently sends writes and reads to, as the account
+ * names them; "" before the account was read or without discover_regions.
+ * Any thread.
+ */
+void cosmos_client_regions(struct cosmos_client *cli, char write_region[COSMOS_REGION_NAME_MAX + 1],
+                           char read_region[COSMOS_REGION_NAME_MAX + 1]);
 
 /*
  * Creates a client. Reads and decodes the key (SF_EINVAL when missing,

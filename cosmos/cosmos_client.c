@@ -37,6 +37,7 @@ struct cosmos_conn {
     char errbuf[CURL_ERROR_SIZE];
     time_t date_sec; /* x-ms-date formatted once per second per connection */
     char date[30];
+    char http_host[300]; /* built-in transport: the host:port its socket is connected to */
 };
 
 struct cosmos_client {
@@ -69,6 +70,7 @@ struct cosmos_client {
 
     struct cosmos_pkr_cache *pkr_cache;
     struct cosmos_session *session; /* latest session token per container and range */
+    struct cosmos_regions *regions; /* NULL: every request to endpoint */
 };
 
 /* ---------------------------------------------------------------------------
@@ -231,6 +233,9 @@ enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_cl
             goto out;
         cli->own_http = true;
     }
+    rc = cosmos_regions_new(opts, cli->own_http, &cli->regions, err);
+    if (rc != SF_OK)
+        goto out;
     cli->ca_file = cosmos_strdup_opt(opts->ca_file, &oom);
     cli->consistency = cosmos_strdup_opt(opts->consistency_level, &oom);
     cli->pkr_cache = cosmos_pkr_cache_new();
@@ -275,6 +280,7 @@ out:
         if (curl_inited)
             curl_global_cleanup();
         cosmos_pkr_cache_free(cli->pkr_cache);
+        cosmos_regions_free(cli->regions);
         free(cli->ca_file);
         free(cli->consistency);
         explicit_bzero(&cli->key, sizeof(cli->key));
@@ -311,10 +317,22 @@ void cosmos_client_free(struct cosmos_client *cli)
     curl_global_cleanup();
     cosmos_pkr_cache_free(cli->pkr_cache);
     cosmos_session_free(cli->session);
+    cosmos_regions_free(cli->regions);
     free(cli->ca_file);
     free(cli->consistency);
     explicit_bzero(&cli->key, sizeof(cli->key));
     free(cli);
+}
+
+void cosmos_client_regions(struct cosmos_client *cli, char write_region[COSMOS_REGION_NAME_MAX + 1],
+                           char read_region[COSMOS_REGION_NAME_MAX + 1])
+{
+    if (cli->regions == NULL) {
+        write_region[0] = '\0';
+        read_region[0] = '\0';
+        return;
+    }
+    cosmos_regions_names(cli->regions, write_region, read_region);
 }
 
 const char *cosmos_client_endpoint(const struct cosmos_client *cli)
@@ -622,7 +640,7 @@ fail:
     return NULL;
 }
 
-static enum cosmos_net cosmos_curl_send(struct cosmos_client *cli, struct cosmos_conn *c,
+static enum cosmos_net cosmos_curl_send(const char *endpoint, struct cosmos_conn *c,
                                         const struct cosmos_req *req, const char *date,
                                         const char *auth, struct cosmos_response *resp, char *msg,
                                         size_t msg_size)
@@ -638,7 +656,7 @@ static enum cosmos_net cosmos_curl_send(struct cosmos_client *cli, struct cosmos
     x.resp = resp;
     x.allow_resend = req->cls == COSMOS_OP_READ || req->guarded;
     sf_buf_reset(&c->url);
-    if (sf_buf_puts(&c->url, cli->endpoint) != SF_OK ||
+    if (sf_buf_puts(&c->url, endpoint) != SF_OK ||
         sf_buf_append(&c->url, req->path.data, req->path.len) != SF_OK) {
         (void)snprintf(msg, msg_size, "URL too long");
         return COSMOS_NET_FATAL;
@@ -705,6 +723,26 @@ static enum cosmos_net cosmos_curl_send(struct cosmos_client *cli, struct cosmos
     if (resp->status == 0)
         resp->status = (int)code;
     return COSMOS_NET_OK;
+}
+
+/*
+ * The built-in transport to target t. A pooled socket still connected to
+ * another region is closed first: a connection serves one address.
+ */
+static enum cosmos_net cosmos_http_send_to(struct cosmos_client *cli, struct cosmos_conn *conn,
+                                           const struct cosmos_http_target *t,
+                                           const struct cosmos_req *req, const char *date,
+                                           const char *auth, struct cosmos_response *resp,
+                                           char *msg, size_t msg_size)
+{
+    if (strcmp(conn->http_host, t->host_header) != 0) {
+        cosmos_http_conn_release(&conn->http);
+        cosmos_http_conn_init(&conn->http);
+        (void)snprintf(conn->http_host, sizeof(conn->http_host), "%s", t->host_header);
+    }
+    return cosmos_http_send(&conn->http, t, cli->connect_timeout_ms, cli->request_timeout_ms, req,
+                            date, auth, req->cls == COSMOS_OP_READ || req->guarded, resp, msg,
+                            msg_size);
 }
 
 /* ---------------------------------------------------------------------------
@@ -836,8 +874,14 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
     size_t coll_len =
         req->link.len > 0 ? cosmos_session_container(req->link.data, req->link.len) : 0;
     enum sf_rc rc;
+    /* GET / always asks the configured endpoint, as the SDKs do. */
+    bool routed = cli->regions != NULL && !(req->rtype[0] == '\0' && req->path.len == 1);
+    struct cosmos_route route;
 
     cosmos_response_reset(resp);
+    memset(&route, 0, sizeof(route));
+    if (routed)
+        cosmos_regions_route(cli, cli->regions, cosmos_req_is_write(req), &route);
     if (cli->transport.send == NULL) {
         conn = cosmos_pool_get(cli);
         if (conn == NULL)
@@ -865,12 +909,11 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         resp->total_charge = total;
         resp->attempts = attempts;
         if (conn != NULL && conn->easy != NULL)
-            net = cosmos_curl_send(cli, conn, req, date, auth, resp, net_msg, sizeof(net_msg));
+            net = cosmos_curl_send(route.endpoint[0] ? route.endpoint : cli->endpoint, conn, req,
+                                   date, auth, resp, net_msg, sizeof(net_msg));
         else if (conn != NULL)
-            net = cosmos_http_send(&conn->http, &cli->target, cli->connect_timeout_ms,
-                                   cli->request_timeout_ms, req, date, auth,
-                                   req->cls == COSMOS_OP_READ || req->guarded, resp, net_msg,
-                                   sizeof(net_msg));
+            net = cosmos_http_send_to(cli, conn, route.has_target ? &route.target : &cli->target,
+                                      req, date, auth, resp, net_msg, sizeof(net_msg));
         else
             net = cli->transport.send(cli->transport.ctx, req, date, auth, resp, net_msg,
                                       sizeof(net_msg));
@@ -919,6 +962,23 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
          * token (as the Java and .NET SDKs do): without it a lagging replica would answer,
          * and an old lease or a missing item is worse than a wait.
          */
+        /*
+         * 403/3: this region no longer takes writes. Re-read the account (with
+         * our connection back in the pool: the read needs one) and retry where
+         * it now says to write, as the SDKs' endpoint discovery does.
+         */
+        if (routed && net == COSMOS_NET_OK && resp->status == 403 && resp->substatus == 3) {
+            if (conn != NULL)
+                cosmos_pool_put(cli, conn);
+            conn = NULL;
+            cosmos_regions_write_forbidden(cli, cli->regions, &route);
+            cosmos_regions_route(cli, cli->regions, cosmos_req_is_write(req), &route);
+            if (cli->transport.send == NULL) {
+                conn = cosmos_pool_get(cli);
+                if (conn == NULL)
+                    return sf_err_set(err, SF_ENOMEM, false, "cannot create an HTTP handle");
+            }
+        }
         cli->clock.sleep_ms(cli->clock.ctx, wait);
     }
     if (conn != NULL)

@@ -6,7 +6,10 @@
 #define COSMOS_INT_H
 
 #include "cosmos/cosmos.h"
+#include "cosmos/cosmos_http.h"
 #include "cosmos/cosmos_proto.h"
+
+#define COSMOS_ROUTE_ENDPOINT_MAX 512
 
 /*
  * One HTTP attempt. Implementations fill resp through cosmos_response_header
@@ -48,6 +51,43 @@ struct cosmos_pkr_cache;
 struct cosmos_pkr_cache *cosmos_pkr_cache_new(void);
 void cosmos_pkr_cache_free(struct cosmos_pkr_cache *c);
 struct cosmos_pkr_cache *cosmos_client_pkr_cache(struct cosmos_client *cli);
+
+/* ---------------------------------------------------------------------------
+ * Regions (cosmos_account.c)
+ */
+
+/* Where one request goes: a copy, so a refresh never pulls it from under a send. */
+struct cosmos_route {
+    char endpoint[COSMOS_ROUTE_ENDPOINT_MAX]; /* "" = the client's endpoint */
+    struct cosmos_http_target target;         /* its address (built-in transport) */
+    bool has_target;
+};
+
+struct cosmos_regions;
+
+/* NULL in *ret when opts->discover_regions is off. Checks the preferred names. */
+enum sf_rc cosmos_regions_new(const struct cosmos_options *opts, bool own_http,
+                              struct cosmos_regions **ret, struct sf_err *err);
+void cosmos_regions_free(struct cosmos_regions *r);
+
+/*
+ * Fills route for a write or a read, reading the account first when it was
+ * never read or is due (one thread reads; the others use the last view).
+ * Never fails: without a usable account view the route is the endpoint.
+ * Call without holding a pooled connection (the account read takes one).
+ */
+void cosmos_regions_route(struct cosmos_client *cli, struct cosmos_regions *r, bool write,
+                          struct cosmos_route *route);
+
+/* A 403/3 came from route: re-reads the account unless another thread just did. */
+void cosmos_regions_write_forbidden(struct cosmos_client *cli, struct cosmos_regions *r,
+                                    const struct cosmos_route *route);
+
+/* Current region names (see cosmos_client_regions). */
+void cosmos_regions_names(struct cosmos_regions *r, char *write_region, char *read_region);
+
+/* true when req changes data (what a read region refuses with 403/3). */
+bool cosmos_req_is_write(const struct cosmos_req *req);
 
 /* Removes every header named name (case-insensitive). */
 void cosmos_req_header_del(struct cosmos_req *req, const char *name);

@@ -155,6 +155,11 @@ int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client
     co.request_timeout_ms = cfg->cosmos.request_timeout_ms;
     co.consistency_level = cfg->cosmos.consistency;
     co.retry.throttle_wait_cap_ms = cfg->cosmos.max_retry_after_ms;
+    co.discover_regions = cfg->cosmos.endpoint_discovery;
+    co.preferred_regions = cfg->cosmos.preferred_regions;
+    co.n_preferred_regions = cfg->cosmos.n_preferred_regions;
+    co.read_from_preferred = cfg->cosmos.read_from_preferred;
+    co.account_refresh_ms = cfg->cosmos.account_refresh_ms;
     co.max_connections = 8;
     sf_err_clear(&err);
     if (cosmos_client_new(&co, ret, &err) != SF_OK) {

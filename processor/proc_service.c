@@ -160,6 +160,11 @@ static enum sf_rc make_client(struct proc_service *s, const struct proc_service_
     co.retry.max_attempts = 4; /* the dispatcher retries with its own, longer backoff */
     co.retry.budget_ms = 10000;
     co.retry.throttle_wait_cap_ms = c->max_retry_after_ms;
+    co.discover_regions = c->endpoint_discovery;
+    co.preferred_regions = c->preferred_regions;
+    co.n_preferred_regions = c->n_preferred_regions;
+    co.read_from_preferred = c->read_from_preferred;
+    co.account_refresh_ms = c->account_refresh_ms;
     if (o->endpoint != NULL) {
         co.endpoint = o->endpoint;
         co.key = o->key;

@@ -47,3 +47,15 @@ if(TARGET cosmolite AND TARGET sagafeed)
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
   set_tests_properties(test_travel_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
 endif()
+
+# End to end: a two-region cosmolite with a failover mid-run (docs/azure-regions.md).
+if(TARGET cosmolite AND TARGET sagafeed)
+  sf_unit_test(test_regions_e2e
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_regions_e2e.c
+    LIBS sf_e2e
+    LABELS "sagas;integration;e2e;regions")
+  add_dependencies(test_regions_e2e cosmolite sagafeed)
+  set_property(TEST test_regions_e2e APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
+  set_tests_properties(test_regions_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+endif()

@@ -33,6 +33,7 @@ struct harness_cosmolite {
     char *args[HARNESS_MAX_ARGS]; /* owned strings of the fixed arguments */
     int n_args;
     int port;
+    bool regions; /* --regions replaces --listen */
     pid_t pid;
     int64_t start_timeout_ms;
 };
@@ -124,8 +125,10 @@ static enum sf_rc harness_spawn(struct harness_cosmolite *h, int port, struct sf
 
     (void)snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     argv[n++] = h->bin;
-    argv[n++] = (char *)"--listen";
-    argv[n++] = listen;
+    if (!h->regions) {
+        argv[n++] = (char *)"--listen";
+        argv[n++] = listen;
+    }
     for (i = 0; i < h->n_args; i++)
         argv[n++] = h->args[i];
     argv[n] = NULL;
@@ -206,6 +209,10 @@ static enum sf_rc harness_args(struct harness_cosmolite *h,
     }
     ok = ok && harness_arg(h, "--port-file") && harness_arg(h, h->port_file);
     ok = ok && harness_arg(h, "--key") && harness_arg(h, h->key);
+    if (opts->regions != NULL) {
+        h->regions = true;
+        ok = ok && harness_arg(h, "--regions") && harness_arg(h, opts->regions);
+    }
     if (opts->partitions > 0) {
         (void)snprintf(num, sizeof(num), "%d", opts->partitions);
         ok = ok && harness_arg(h, "--partitions") && harness_arg(h, num);

@@ -46,6 +46,12 @@ struct harness_cosmolite_opts {
     const char *key;               /* --key; NULL = the well-known emulator key */
     const char *const *extra_args; /* NULL-terminated extra arguments ("--fault", "..."), or NULL */
     int64_t start_timeout_ms;      /* wait for the port file; 0 = 15000 */
+    /*
+     * --regions spec ("West Europe=127.0.0.1:0,North Europe=127.0.0.1:0")
+     * instead of --listen; the endpoint is then the first region's. A restart
+     * gives port-0 regions new ports. NULL: one region.
+     */
+    const char *regions;
 };
 
 /*

@@ -23,3 +23,14 @@ if(TARGET cosmolite)
     ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
   set_tests_properties(test_cosmos_integration PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+# Regions: the client against a two-region cosmolite (--regions, failover).
+if(TARGET cosmolite)
+  sf_unit_test(test_cosmos_regions
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_regions.c
+    LIBS sf_cosmos sf_test_harness Threads::Threads
+    LABELS "cosmos;integration")
+  add_dependencies(test_cosmos_regions cosmolite)
+  set_property(TEST test_cosmos_regions APPEND PROPERTY
+    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
+  set_tests_properties(test_cosmos_regions PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()

@@ -86,6 +86,10 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c->cosmos.request_timeout_ms, 30000);
     ck_assert_int_eq(c->cosmos.max_retry_after_ms, 10000);
     ck_assert(c->cosmos.tls_verify);
+    ck_assert(c->cosmos.endpoint_discovery);
+    ck_assert(!c->cosmos.read_from_preferred);
+    ck_assert_uint_eq(c->cosmos.n_preferred_regions, 0);
+    ck_assert_int_eq(c->cosmos.account_refresh_ms, 60000);
     ck_assert_str_eq(c->embedded.data_dir, "sagafeed-data");
     ck_assert_str_eq(c->feed.lease_container, "leases");
     ck_assert_int_eq(c->feed.start, CFG_START_BEGINNING);
@@ -156,7 +160,9 @@ START_TEST(test_full_sections)
     char *text = with("cosmos = { endpoint = \"https://a.documents.azure.com:443/\";\n"
                       "  key_env = \"COSMOS_KEY\"; database = \"shop\"; request_timeout = \"2s\";\n"
                       "  connect_timeout = 1500; consistency = \"Session\";\n"
-                      "  max_retry_after = \"250ms\"; };\n"
+                      "  max_retry_after = \"250ms\";\n"
+                      "  preferred_regions = [ \"North Europe\", \"West Europe\" ];\n"
+                      "  read_from_preferred = true; account_refresh = \"30s\"; };\n"
                       "feed = { start = \"2026-01-31T12:00:00Z\"; poll_interval = \"250ms\";\n"
                       "  lease_expiry = \"30s\"; renew_interval = \"10s\"; max_items = 50; };\n"
                       "processor = { workers = 2; marker_ttl = \"2h\"; log_json = false; };\n"
@@ -168,6 +174,11 @@ START_TEST(test_full_sections)
     ck_assert_int_eq(c->cosmos.request_timeout_ms, 2000);
     ck_assert_int_eq(c->cosmos.connect_timeout_ms, 1500);
     ck_assert_int_eq(c->cosmos.max_retry_after_ms, 250);
+    ck_assert_uint_eq(c->cosmos.n_preferred_regions, 2);
+    ck_assert_str_eq(c->cosmos.preferred_regions[0], "North Europe");
+    ck_assert_str_eq(c->cosmos.preferred_regions[1], "West Europe");
+    ck_assert(c->cosmos.read_from_preferred);
+    ck_assert_int_eq(c->cosmos.account_refresh_ms, 30000);
     ck_assert_int_eq(c->feed.start, CFG_START_TIME);
     ck_assert_int_eq(c->feed.start_time_ms, INT64_C(1769860800000));
     ck_assert_int_eq(c->feed.max_items, 50);
@@ -176,7 +187,7 @@ START_TEST(test_full_sections)
     ck_assert(!c->processor.log_json);
     ck_assert_uint_eq(c->n_plugins, 1);
     ck_assert_str_eq(c->plugins[0].path, "/x/a.so");
-    ck_assert_int_eq(c->plugins[0].line, 8);
+    ck_assert_int_eq(c->plugins[0].line, 10);
     cfg_free(c);
     free(text);
 }
@@ -217,6 +228,17 @@ static const struct {
     {"cosmos = { max_connections = 0; };", "t.cfg:1:", "out of range"},
     {"cosmos = { max_retry_after = \"2h\"; };", "t.cfg:1:", "max_retry_after"},
     {"cosmos = { max_connections = \"8\"; };", "t.cfg:1:", "must be an integer"},
+    /* regions: names as cosmolite and the SDKs take them, each refused at its line */
+    {"cosmos = {\n preferred_regions = \"West Europe\"; };", "t.cfg:2:", "must be a list"},
+    {"cosmos = {\n preferred_regions = [ \"West Europe\",\n \"westeurope\" ]; };",
+     "t.cfg:3:", "repeats 'West Europe'"},
+    {"cosmos = {\n preferred_regions = [ \"\" ]; };", "t.cfg:2:", "1..63 printable bytes"},
+    {"cosmos = {\n preferred_regions = [ 1 ]; };", "t.cfg:2:", "must be a string"},
+    {"cosmos = { preferred_regions = [ \"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\","
+     "\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\" ]; };",
+     "t.cfg:1:", "at most 16"},
+    {"cosmos = { read_from_preferred = \"yes\"; };", "t.cfg:1:", "must be true or false"},
+    {"cosmos = { account_refresh = \"10ms\"; };", "t.cfg:1:", "account_refresh"},
     {"cosmos = { tls_verify = 1; };", "t.cfg:1:", "must be true or false"},
     {"cosmos = { consistency = \"Strongest\"; };", "t.cfg:1:", "is not one of"},
     {"cosmos = \"x\";", "t.cfg:1:", "must be a group"},

@@ -1462,6 +1462,82 @@ START_TEST(test_session_tokens_forgotten_after_1002_or_delete)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Regions (cosmos_account.c) without a server
+ */
+
+#define ACCOUNT_IN(region, port)                                                                   \
+    "{\"id\":\"a\",\"writableLocations\":[{\"name\":\"" region "\",\"databaseAccountEndpoint\":"   \
+    "\"http://127.0.0.1:" port "/\"}],\"readableLocations\":[{\"name\":\"" region                  \
+    "\",\"databaseAccountEndpoint\":\"http://127.0.0.1:" port "/\"}]}"
+
+static void make_regions_client(void)
+{
+    struct cosmos_options o;
+    struct cosmos_transport t = {fake_send, &sc};
+    struct sf_err err;
+
+    cosmos_client_free(cli);
+    memset(&o, 0, sizeof(o));
+    o.endpoint = "http://127.0.0.1:1/";
+    o.key = SF_EMULATOR_KEY;
+    o.clock = &fake_clock;
+    o.discover_regions = true;
+    o.account_refresh_ms = 3600000;
+    ck_assert_msg(cosmos_client_new(&o, &cli, &err) == SF_OK, "%s", err.msg);
+    cosmos_client_set_transport(cli, &t);
+}
+
+/* An account that cannot be read (an old server, a proxy) must not stop requests. */
+START_TEST(test_regions_unreadable_account_falls_back_to_endpoint)
+{
+    struct cosmos_response resp;
+    struct sf_err err;
+    char w[COSMOS_REGION_NAME_MAX + 1], r[COSMOS_REGION_NAME_MAX + 1];
+
+    make_regions_client();
+    add(COSMOS_NET_OK, 500, NULL, "{}");                      /* GET /: one attempt only */
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"d\",\"pk\":1}"); /* the read itself */
+    cosmos_response_init(&resp, 0);
+    ck_assert_msg(cosmos_doc_read(cli, "db", "c", "d", "[1]", NULL, &resp, &err) == SF_OK, "%s",
+                  err.msg);
+    ck_assert_str_eq(sc.sent[0].path, "/");
+    ck_assert_str_eq(sc.sent[1].path, "/dbs/db/colls/c/docs/d");
+    ck_assert_int_eq(sc.pos, 2);
+    cosmos_client_regions(cli, w, r);
+    ck_assert_str_eq(w, "");
+    cosmos_response_release(&resp);
+}
+END_TEST
+
+/* A 403/3 re-reads the account once and the retry goes to the new write region. */
+START_TEST(test_regions_403_3_rereads_account_then_retries)
+{
+    struct cosmos_response resp;
+    struct sf_err err;
+    char w[COSMOS_REGION_NAME_MAX + 1], r[COSMOS_REGION_NAME_MAX + 1];
+
+    make_regions_client();
+    add(COSMOS_NET_OK, 200, NULL, ACCOUNT_IN("West Europe", "2"));
+    add(COSMOS_NET_OK, 403, "x-ms-substatus: 3\n", "{\"code\":\"Forbidden\"}");
+    add(COSMOS_NET_OK, 200, NULL, ACCOUNT_IN("North Europe", "3"));
+    add(COSMOS_NET_OK, 201, NULL, "{\"id\":\"d\",\"pk\":1}");
+    cosmos_response_init(&resp, 0);
+    ck_assert_msg(cosmos_doc_create(cli, "db", "c", "[1]", "{\"id\":\"d\",\"pk\":1}", NULL, &resp,
+                                    &err) == SF_OK,
+                  "%s", err.msg);
+    ck_assert_int_eq(sc.pos, 4);
+    ck_assert_str_eq(sc.sent[0].path, "/");
+    ck_assert_str_eq(sc.sent[1].verb, "POST");
+    ck_assert_str_eq(sc.sent[2].path, "/");
+    ck_assert_str_eq(sc.sent[3].verb, "POST");
+    cosmos_client_regions(cli, w, r);
+    ck_assert_str_eq(w, "North Europe");
+    ck_assert_str_eq(r, "North Europe");
+    cosmos_response_release(&resp);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("cosmos_client");
@@ -1504,6 +1580,11 @@ static Suite *client_suite(void)
     tcase_add_test(t, test_session_tokens_merge_per_range_newest_wins);
     tcase_add_test(t, test_session_token_from_writes_sent_on_reads);
     tcase_add_test(t, test_session_tokens_forgotten_after_1002_or_delete);
+    suite_add_tcase(s, t);
+    t = tcase_create("regions");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_regions_unreadable_account_falls_back_to_endpoint);
+    tcase_add_test(t, test_regions_403_3_rereads_account_then_retries);
     suite_add_tcase(s, t);
     return s;
 }
