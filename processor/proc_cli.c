@@ -679,11 +679,11 @@ int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, volatile
     }
     if (to != NULL) {
         if (strcmp(to, "now") == 0) {
-            ro.kind = PROC_RESET_NOW;
+            ro.how.kind = FEED_ADMIN_RESET_NOW;
         } else if (strcmp(to, "beginning") == 0) {
-            ro.kind = PROC_RESET_BEGINNING;
-        } else if (sf_time_parse_iso8601(to, &ro.time_ms) == SF_OK) {
-            ro.kind = PROC_RESET_TIME;
+            ro.how.kind = FEED_ADMIN_RESET_BEGINNING;
+        } else if (sf_time_parse_iso8601(to, &ro.how.time_ms) == SF_OK) {
+            ro.how.kind = FEED_ADMIN_RESET_TIME;
         } else {
             (void)fprintf(stderr,
                           "sagafeed leases reset: --to-time '%s' is not an ISO 8601 time "
