@@ -136,9 +136,8 @@ enum sf_rc feed_admin_check(const json_t *lease, struct sf_err *err)
     return SF_OK;
 }
 
-/* Reads one lease: *ret_doc new or NULL when absent, etag filled. */
-static enum sf_rc lease_get(const struct feed_admin_set *set, const char *id, json_t **ret_doc,
-                            char *etag, struct sf_err *err)
+enum sf_rc feed_raw_read(struct cosmos_client *cli, const char *db, const char *coll,
+                         const char *id, json_t **ret_doc, char *etag, struct sf_err *err)
 {
     struct cosmos_response resp;
     struct sf_buf pk;
@@ -149,8 +148,7 @@ static enum sf_rc lease_get(const struct feed_admin_set *set, const char *id, js
     sf_buf_init(&pk, COSMOS_ID_MAX * 6 + 16);
     rc = cosmos_pk_string(id, &pk);
     if (rc == SF_OK)
-        rc = cosmos_doc_read(set->cli, set->db, set->lease_coll, id, sf_buf_cstr(&pk), NULL, &resp,
-                             err);
+        rc = cosmos_doc_read(cli, db, coll, id, sf_buf_cstr(&pk), NULL, &resp, err);
     if (rc == SF_ENOTFOUND) {
         sf_err_clear(err);
         rc = SF_OK;
@@ -164,6 +162,13 @@ static enum sf_rc lease_get(const struct feed_admin_set *set, const char *id, js
     if (rc == SF_OK)
         *ret_doc = doc;
     return rc;
+}
+
+/* One lease of set: *ret_doc new or NULL when absent, etag filled. */
+static enum sf_rc lease_get(const struct feed_admin_set *set, const char *id, json_t **ret_doc,
+                            char *etag, struct sf_err *err)
+{
+    return feed_raw_read(set->cli, set->db, set->lease_coll, id, ret_doc, etag, err);
 }
 
 /* Creates (etag "") or replaces (If-Match etag) a lease; etag follows. */

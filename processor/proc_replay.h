@@ -25,9 +25,9 @@
  * A replay keeps its positions in lease documents of its own in
  * feed.lease_container, under the prefix
  *   "<feed.lease_prefix>.replay-<16 hex: hash of the window>.<container>"
- * one per range ("..<range>", or "..pk-<EPK>" for a partition key), shaped
- * like feed leases (Owner, epoch, ContinuationToken, timestamp) plus the
- * window in "properties". Live leases ("<feed.lease_prefix>.<container>..")
+ * one per range ("..<range>", or "..pk-<EPK>" for a partition key): claims
+ * of feed_claim.h (shaped like feed leases: Owner, epoch, ContinuationToken,
+ * timestamp) with the window and its progress in "properties". Live leases ("<feed.lease_prefix>.<container>..")
  * are never read or written. Two replays of the same window cannot run at
  * once (the second finds the first's live lease and stops); an interrupted
  * replay (SIGINT, a crash) is resumed by running the same command again; a
