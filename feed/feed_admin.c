@@ -7,7 +7,6 @@
 #include "common/sf_base.h"
 
 #include "common/sf_json.h"
-#include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "feed/feed_admin.h"
 #include "feed/feed_int.h"
@@ -355,12 +354,8 @@ static enum sf_rc range_now(const struct feed_admin_set *set, const char *range,
     cosmos_cf_page_init(&page);
     rc = cosmos_changefeed_read(set->cli, set->db, set->coll, &q, &page, err);
     if (rc == SF_OK) {
-        size_t n = strlen(page.continuation);
-
         (void)snprintf(cont, COSMOS_ETAG_MAX, "%s", page.continuation);
-        *lsn = -1;
-        if (n >= 3 && page.continuation[0] == '"' &&
-            sf_parse_i64n(page.continuation + 1, n - 2, 0, INT64_MAX, lsn) != SF_OK)
+        if (!feed_cont_lsn(page.continuation, lsn))
             *lsn = -1;
     }
     cosmos_cf_page_release(&page);

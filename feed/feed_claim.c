@@ -164,3 +164,131 @@ enum sf_rc feed_claim_delete(const struct feed_claim_store *st, const struct fee
     sf_buf_release(&pk);
     return rc == SF_ENOTFOUND ? SF_OK : rc;
 }
+
+/* ---------------------------------------------------------------------------
+ * Reading between bounds
+ */
+
+static void cf_req(const struct feed_claim_window *w, const struct feed_claim *c,
+                   struct cosmos_cf_req *q)
+{
+    memset(q, 0, sizeof(*q));
+    q->range_id = w->pk_json == NULL ? c->token : NULL;
+    q->pk_json = w->pk_json;
+    q->max_items = w->max_items;
+}
+
+enum sf_rc feed_claim_read(const struct feed_claim_window *w, const struct feed_claim *c,
+                           struct cosmos_cf_page *page, struct sf_err *err)
+{
+    struct cosmos_cf_req q;
+    char first[COSMOS_ETAG_MAX];
+
+    cf_req(w, c, &q);
+    /* LSNs are the feed's continuations: "from lsn N" is the position just before N. */
+    if (c->cont[0] == '\0' && w->from == FEED_CLAIM_FROM_LSN && w->from_lsn > 1)
+        (void)snprintf(first, sizeof(first), "\"%lld\"", (long long)(w->from_lsn - 1));
+    else
+        (void)snprintf(first, sizeof(first), "%s", c->cont);
+    if (first[0] != '\0') {
+        q.start = COSMOS_CF_CONTINUATION;
+        q.continuation = first;
+    } else if (w->from == FEED_CLAIM_FROM_TIME) {
+        q.start = COSMOS_CF_TIME;
+        q.start_time = (time_t)w->from_s;
+    } else {
+        q.start = COSMOS_CF_BEGINNING;
+    }
+    return cosmos_changefeed_read(w->cli, w->db, w->coll, &q, page, err);
+}
+
+enum feed_claim_verdict feed_claim_classify(const struct feed_claim_window *w, int64_t upper_lsn,
+                                            const json_t *doc, int64_t *ret_lsn)
+{
+    int64_t lsn = int_member(doc, "_lsn", -1), ts = int_member(doc, "_ts", -1);
+
+    *ret_lsn = lsn;
+    if ((upper_lsn >= 0 && lsn > upper_lsn) || ts > w->to_s)
+        return FEED_CLAIM_PAST;
+    if ((w->from == FEED_CLAIM_FROM_LSN && lsn < w->from_lsn) ||
+        (w->from == FEED_CLAIM_FROM_TIME && ts < w->from_s))
+        return FEED_CLAIM_SKIP;
+    return FEED_CLAIM_IN;
+}
+
+enum sf_rc feed_claim_now(const struct feed_claim_window *w, const struct feed_claim *c,
+                          int64_t *ret_lsn, struct sf_err *err)
+{
+    struct cosmos_cf_req q;
+    struct cosmos_cf_page page;
+    int64_t v = -1;
+    enum sf_rc rc;
+
+    cf_req(w, c, &q);
+    q.start = COSMOS_CF_NOW;
+    q.max_items = 1;
+    cosmos_cf_page_init(&page);
+    rc = cosmos_changefeed_read(w->cli, w->db, w->coll, &q, &page, err);
+    if (rc == SF_OK) {
+        /* The cursor of "now" is the range's current LSN, quoted ("\"80\""). */
+        if (feed_cont_lsn(page.continuation, &v))
+            *ret_lsn = v;
+        else if (page.latest_lsn >= 0)
+            *ret_lsn = page.latest_lsn;
+        else
+            rc = sf_err_set(err, SF_EPROTO, false, "cannot tell the current position of %s %s",
+                            w->coll, c->token);
+    }
+    cosmos_cf_page_release(&page);
+    return rc;
+}
+
+enum sf_rc feed_claim_children(const struct feed_claim_window *w, const struct feed_claim *c,
+                               struct feed_claim *out, size_t cap, size_t *ret_n,
+                               struct sf_err *err)
+{
+    struct cosmos_pkranges *ranges = NULL;
+    size_t n = 0, tlen = strlen(c->token), ilen = strlen(c->id), base;
+    enum sf_rc rc;
+
+    if (ilen < tlen + 2 || strcmp(c->id + ilen - tlen, c->token) != 0)
+        return sf_err_set(err, SF_EINVAL, false, "claim %s does not end in its token %s", c->id,
+                          c->token);
+    base = ilen - tlen; /* "<prefix>.." */
+    rc = cosmos_pkranges_get(w->cli, w->db, w->coll, true, &ranges, err);
+    for (size_t k = 0; rc == SF_OK && k < ranges->n; k++) {
+        const struct cosmos_pkrange *r = &ranges->ranges[k];
+        struct feed_claim *ch;
+        int len;
+
+        if (strcmp(r->id, c->token) == 0 || strcmp(r->min, c->min) < 0 ||
+            strcmp(r->max, c->max) > 0)
+            continue;
+        if (n >= cap) {
+            rc =
+                sf_err_set(err, SF_ELIMIT, false, "more than %zu ranges replace %s", cap, c->token);
+            break;
+        }
+        ch = &out[n];
+        memset(ch, 0, sizeof(*ch));
+        len = snprintf(ch->id, sizeof(ch->id), "%.*s%s", (int)base, c->id, r->id);
+        if (len < 0 || (size_t)len >= sizeof(ch->id) ||
+            feed_copy(ch->token, sizeof(ch->token), r->id) != SF_OK ||
+            feed_copy(ch->min, sizeof(ch->min), r->min) != SF_OK ||
+            feed_copy(ch->max, sizeof(ch->max), r->max) != SF_OK) {
+            rc = sf_err_set(err, SF_ELIMIT, false, "range %s: id or bounds too long", r->id);
+            break;
+        }
+        (void)snprintf(ch->cont, sizeof(ch->cont), "%s", c->cont);
+        n++;
+    }
+    free(ranges);
+    if (rc == SF_OK && n == 0)
+        rc = sf_err_set(err, SF_EGONE, true,
+                        "range %s of %s is gone and no range replaces it yet; run the same "
+                        "command again",
+                        c->token, w->coll);
+    if (rc == SF_OK)
+        *ret_n = n;
+    return rc;
+}

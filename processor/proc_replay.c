@@ -332,37 +332,43 @@ static enum sf_rc make_scopes(struct replay *rp, struct sf_err *err)
     return rc;
 }
 
+/* The change-feed window of one scope's container (feed_claim.h). */
+static struct feed_claim_window scope_window(const struct replay *rp, const struct scope *sc)
+{
+    const struct proc_replay_opts *o = rp->o;
+    struct feed_claim_window w = {.cli = o->cli,
+                                  .db = o->cfg->cosmos.database,
+                                  .coll = sc->container,
+                                  .pk_json = sc->range_id == NULL ? o->pk_json : NULL,
+                                  .max_items = o->cfg->feed.max_items,
+                                  .to_s = INT64_MAX};
+
+    if (o->from.kind == PROC_BOUND_LSN) {
+        w.from = FEED_CLAIM_FROM_LSN;
+        w.from_lsn = o->from.lsn;
+    } else if (o->from.kind == PROC_BOUND_TIME) {
+        w.from = FEED_CLAIM_FROM_TIME;
+        w.from_s = bound_s(&o->from);
+    }
+    if (o->to.kind == PROC_BOUND_TIME)
+        w.to_s = bound_s(&o->to);
+    return w;
+}
+
+/* The scope's upper LSN: the --to lsn, or "now" as resolved for it; -1 none. */
+static int64_t scope_upper(const struct replay *rp, const struct scope *sc)
+{
+    if (rp->o->to.kind == PROC_BOUND_LSN)
+        return rp->o->to.lsn;
+    return rp->o->to.kind == PROC_BOUND_NOW ? sc->upper_lsn : -1;
+}
+
 /* The position of "now" in a scope: the LSN of its latest write. */
 static enum sf_rc resolve_now(struct replay *rp, struct scope *sc, struct sf_err *err)
 {
-    struct cosmos_cf_req q = {.range_id = sc->range_id,
-                              .pk_json = sc->range_id == NULL ? rp->o->pk_json : NULL,
-                              .start = COSMOS_CF_NOW,
-                              .max_items = 1};
-    struct cosmos_cf_page page;
-    const char *c;
-    size_t n;
-    int64_t v = -1;
-    enum sf_rc rc;
+    struct feed_claim_window w = scope_window(rp, sc);
 
-    cosmos_cf_page_init(&page);
-    rc = cosmos_changefeed_read(rp->o->cli, rp->o->cfg->cosmos.database, sc->container, &q, &page,
-                                err);
-    if (rc == SF_OK) {
-        /* The cursor of "now" is the range's current LSN, quoted ("\"80\""). */
-        c = page.continuation;
-        n = strlen(c);
-        if (n >= 3 && c[0] == '"' && c[n - 1] == '"' &&
-            sf_parse_i64n(c + 1, n - 2, 0, INT64_MAX, &v) == SF_OK)
-            sc->upper_lsn = v;
-        else if (page.latest_lsn >= 0)
-            sc->upper_lsn = page.latest_lsn;
-        else
-            rc = sf_err_set(err, SF_EPROTO, false, "cannot tell the current position of %s %s",
-                            sc->container, sc->claim.token);
-    }
-    cosmos_cf_page_release(&page);
-    return rc;
+    return feed_claim_now(&w, &sc->claim, &sc->upper_lsn, err);
 }
 
 /*
@@ -374,36 +380,30 @@ static enum sf_rc resolve_now(struct replay *rp, struct scope *sc, struct sf_err
  */
 static enum sf_rc split_scope(struct replay *rp, struct scope *sc, struct sf_err *err)
 {
-    struct cosmos_pkranges *ranges = NULL;
     const struct proc_replay_opts *o = rp->o;
-    size_t first = rp->n_scopes;
+    struct feed_claim_window w = scope_window(rp, sc);
+    struct feed_claim *kids = calloc(SCOPES_MAX, sizeof(*kids));
+    size_t first = rp->n_scopes, n = 0;
     enum sf_rc rc;
 
-    rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, sc->container, true, &ranges, err);
-    for (size_t k = 0; rc == SF_OK && k < ranges->n; k++) {
-        const struct cosmos_pkrange *r = &ranges->ranges[k];
+    if (kids == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = feed_claim_children(&w, &sc->claim, kids, SCOPES_MAX, &n, err);
+    for (size_t k = 0; rc == SF_OK && k < n; k++) {
         struct scope *child;
         bool resumed;
 
-        if (strcmp(r->id, sc->claim.token) == 0 || strcmp(r->min, sc->claim.min) < 0 ||
-            strcmp(r->max, sc->claim.max) > 0)
-            continue;
-        rc = add_scope(rp, sc->container, r->id, r->min, r->max, err);
+        rc = add_scope(rp, sc->container, kids[k].token, kids[k].min, kids[k].max, err);
         if (rc != SF_OK)
             break;
         child = &rp->scopes[rp->n_scopes - 1];
-        (void)snprintf(child->claim.cont, sizeof(child->claim.cont), "%s", sc->claim.cont);
+        (void)snprintf(child->claim.cont, sizeof(child->claim.cont), "%s", kids[k].cont);
         child->upper_lsn = sc->upper_lsn;
         child->from_split = true;
         if (!o->dry_run)
             rc = lease_acquire(rp, child, &resumed, err);
     }
-    free(ranges);
-    if (rc == SF_OK && rp->n_scopes == first)
-        rc = sf_err_set(err, SF_EGONE, true,
-                        "range %s of %s is gone and no range replaces it yet; run the same "
-                        "command again",
-                        sc->claim.token, sc->container);
+    free(kids);
     if (rc != SF_OK)
         return rc;
     if (o->out != NULL) {
@@ -433,17 +433,16 @@ enum verdict { V_SKIP, V_IN, V_PAST };
 static enum verdict classify(const struct replay *rp, const struct scope *sc, const json_t *doc,
                              int64_t *ret_lsn)
 {
-    const struct proc_replay_opts *o = rp->o;
-    int64_t lsn = int_member(doc, "_lsn", -1), ts = int_member(doc, "_ts", -1);
+    struct feed_claim_window w = scope_window(rp, sc);
 
-    *ret_lsn = lsn;
-    if ((o->to.kind == PROC_BOUND_LSN && lsn > o->to.lsn) ||
-        (o->to.kind == PROC_BOUND_NOW && sc->upper_lsn >= 0 && lsn > sc->upper_lsn) ||
-        (o->to.kind == PROC_BOUND_TIME && ts > bound_s(&o->to)))
+    switch (feed_claim_classify(&w, scope_upper(rp, sc), doc, ret_lsn)) {
+    case FEED_CLAIM_PAST:
         return V_PAST;
-    if ((o->from.kind == PROC_BOUND_LSN && lsn < o->from.lsn) ||
-        (o->from.kind == PROC_BOUND_TIME && ts < bound_s(&o->from)))
+    case FEED_CLAIM_SKIP:
         return V_SKIP;
+    case FEED_CLAIM_IN:
+        break;
+    }
     /* sagafeed's own records (events, markers, parking documents) are never sagas. */
     if (!json_is_object(doc) || json_object_get(doc, STEP_SYS_FIELD) != NULL)
         return V_SKIP;
@@ -553,17 +552,10 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
     struct cosmos_cf_page page;
     int64_t lsn = -1;
     enum sf_rc rc = SF_OK;
-    char first[COSMOS_ETAG_MAX];
+    struct feed_claim_window win = scope_window(rp, sc);
 
     cosmos_cf_page_init(&page);
-    if (sc->claim.cont[0] == '\0' && o->from.kind == PROC_BOUND_LSN && o->from.lsn > 1)
-        (void)snprintf(first, sizeof(first), "\"%lld\"", (long long)(o->from.lsn - 1));
-    else
-        (void)snprintf(first, sizeof(first), "%s", sc->claim.cont);
     while (!sc->done) {
-        struct cosmos_cf_req q = {.range_id = sc->range_id,
-                                  .pk_json = sc->range_id == NULL ? o->pk_json : NULL,
-                                  .max_items = o->cfg->feed.max_items};
         uint64_t in_page = 0;
         size_t i;
         json_t *doc;
@@ -572,16 +564,7 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
             rp->sum->interrupted = true;
             break;
         }
-        if (first[0] != '\0') {
-            q.start = COSMOS_CF_CONTINUATION;
-            q.continuation = first;
-        } else if (o->from.kind == PROC_BOUND_TIME) {
-            q.start = COSMOS_CF_TIME;
-            q.start_time = (time_t)bound_s(&o->from);
-        } else {
-            q.start = COSMOS_CF_BEGINNING;
-        }
-        rc = cosmos_changefeed_read(o->cli, o->cfg->cosmos.database, sc->container, &q, &page, err);
+        rc = feed_claim_read(&win, &sc->claim, &page, err);
         if (rc == SF_EGONE && sc->range_id != NULL) {
             sf_err_clear(err);
             rc = split_scope(rp, sc, err);
@@ -631,10 +614,8 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
         /* Nothing newer exists: the scope is complete whatever its upper bound. */
         if (page.count == 0 || page.not_modified)
             sc->done = true;
-        if (page.continuation[0] != '\0') {
+        if (page.continuation[0] != '\0')
             (void)snprintf(sc->claim.cont, sizeof(sc->claim.cont), "%s", page.continuation);
-            (void)snprintf(first, sizeof(first), "%s", page.continuation);
-        }
         sc->processed += (int64_t)in_page;
         if (!o->dry_run && (rc = lease_save(rp, sc, true, err)) != SF_OK)
             break;

@@ -348,6 +348,36 @@ START_TEST(claim_refused_while_held_taken_over_when_free)
 }
 END_TEST
 
+/* Bounds are inclusive; the upper LSN and time end the window, the lower ones skip. */
+START_TEST(claim_classify_bounds)
+{
+    struct feed_claim_window w = {
+        .from = FEED_CLAIM_FROM_LSN, .from_lsn = 5, .to_s = 1000, .max_items = 10};
+    json_t *d = json_pack("{s:i, s:i}", "_lsn", 4, "_ts", 900);
+    int64_t lsn;
+
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_SKIP);
+    ck_assert_int_eq(lsn, 4);
+    (void)json_object_set_new(d, "_lsn", json_integer(5));
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_IN);
+    (void)json_object_set_new(d, "_lsn", json_integer(9));
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_IN);
+    (void)json_object_set_new(d, "_lsn", json_integer(10));
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_PAST);
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_IN);
+    (void)json_object_set_new(d, "_ts", json_integer(1001));
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_PAST);
+    w.from = FEED_CLAIM_FROM_TIME;
+    w.from_s = 950;
+    w.to_s = INT64_MAX;
+    (void)json_object_set_new(d, "_ts", json_integer(949));
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_SKIP);
+    (void)json_object_set_new(d, "_ts", json_integer(950));
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_IN);
+    json_decref(d);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_admin");
@@ -362,6 +392,7 @@ static Suite *suite(void)
     tcase_add_test(t, reset_missing_lease_not_found);
     tcase_add_test(t, lag_notices_split);
     tcase_add_test(t, claim_refused_while_held_taken_over_when_free);
+    tcase_add_test(t, claim_classify_bounds);
     suite_add_tcase(s, t);
     return s;
 }
