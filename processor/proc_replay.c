@@ -15,6 +15,7 @@
 #include "feed/feed_claim.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_replay.h"
+#include "processor/proc_setup.h"
 #include "processor/proc_status.h"
 #include "steps/step.h"
 
@@ -211,30 +212,17 @@ static enum sf_rc make_window(struct replay *rp, struct sf_err *err)
 
 static enum sf_rc make_engine(struct replay *rp, struct sf_err *err)
 {
-    const struct proc_replay_opts *o = rp->o;
-    struct proc_engine_opts eo = {0};
     struct cfg_diags *diags = calloc(1, sizeof(*diags));
+    struct proc_setup_engine eng;
     enum sf_rc rc;
 
     if (diags == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = step_registry_new(&rp->reg, err);
-    if (rc == SF_OK)
-        rc = step_registry_add_builtins(rp->reg, err);
-    for (size_t i = 0; rc == SF_OK && i < o->cfg->n_plugins; i++) {
-        rc = step_plugin_load(rp->reg, o->cfg->plugins[i].path, err);
-        if (rc != SF_OK)
-            sf_err_prefix(err, "plugin %s: ", o->cfg->plugins[i].path);
-    }
-    if (rc == SF_OK)
-        rc = step_catalog_new(o->cli, o->cfg->cosmos.database, &rp->cat, err);
-    if (rc == SF_OK) {
-        eo.cfg = &rp->sub;
-        eo.reg = rp->reg;
-        eo.cli = o->cli;
-        eo.catalog = rp->cat;
-        rc = proc_engine_new(&eo, &rp->engine, diags, err);
-    }
+    /* The engine knows only rp->sub's workflows (--workflow). */
+    rc = proc_setup_engine_build(&rp->sub, rp->o->cli, false, diags, &eng, err);
+    rp->reg = eng.reg;
+    rp->cat = eng.catalog;
+    rp->engine = eng.engine;
     free(diags);
     return rc;
 }
