@@ -36,22 +36,16 @@ static enum sf_rc docs_under(const struct feed_admin_set *set, json_t **ret, str
     struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
     struct cosmos_query *q = NULL;
     struct sf_buf param;
-    json_t *all = json_array(), *pv = NULL;
-    char *ptext = NULL;
+    json_t *all = json_array();
     enum sf_rc rc;
 
     sf_buf_init(&param, COSMOS_ID_MAX * 6 + 16);
-    if (all == NULL || (pv = json_string(set->prefix)) == NULL ||
-        (ptext = json_dumps(pv, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL) {
+    if (all == NULL) {
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
         goto out;
     }
-    /* The parameter value is the JSON string "<prefix>..". */
-    if (sf_buf_append(&param, ptext, strlen(ptext) - 1) != SF_OK ||
-        sf_buf_puts(&param, FEED_LEASE_SEP "\"") != SF_OK) {
-        rc = sf_err_set(err, SF_ELIMIT, false, "lease prefix too long");
+    if ((rc = feed_prefix_param(set->prefix, &param, err)) != SF_OK)
         goto out;
-    }
     rc = cosmos_query_new(set->cli, set->db, set->lease_coll,
                           "SELECT * FROM c WHERE STARTSWITH(c.id, @p)", &qo, &q, err);
     if (rc == SF_OK)
@@ -79,8 +73,6 @@ static enum sf_rc docs_under(const struct feed_admin_set *set, json_t **ret, str
         sf_err_prefix(err, "querying %s: ", set->lease_coll);
 out:
     cosmos_query_free(q);
-    json_decref(pv);
-    free(ptext);
     sf_buf_release(&param);
     if (rc == SF_OK)
         *ret = all;

@@ -67,6 +67,12 @@ json_t *feed_lease_to_json(const struct feed_lease *l);
 enum sf_rc feed_raw_read(struct cosmos_client *cli, const char *db, const char *coll,
                          const char *id, json_t **ret_doc, char *etag, struct sf_err *err);
 
+/*
+ * Appends the query parameter value for "ids under prefix": the JSON
+ * string "<prefix>.." (SF_ELIMIT when out is full).
+ */
+enum sf_rc feed_prefix_param(const char *prefix, struct sf_buf *out, struct sf_err *err);
+
 /* Fills the public view. */
 void feed_lease_info_from(const struct feed_lease *l, struct feed_lease_info *ret);
 
