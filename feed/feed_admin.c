@@ -81,6 +81,16 @@ out:
     return rc;
 }
 
+const char *feed_admin_lease_token(const json_t *lease)
+{
+    return sf_json_str(lease, "LeaseToken");
+}
+
+const char *feed_admin_lease_position(const json_t *lease)
+{
+    return sf_json_str(lease, "ContinuationToken");
+}
+
 bool feed_admin_owns(const struct feed_admin_set *set, const json_t *lease)
 {
     const char *id = sf_json_str(lease, "id"), *tok = sf_json_str(lease, "LeaseToken");

@@ -59,6 +59,10 @@ struct feed_admin_fenced {
  */
 enum sf_rc feed_admin_export(const struct feed_admin_set *set, json_t **ret, struct sf_err *err);
 
+/* An exported lease's range token and position, borrowed from lease; NULL when absent or null. */
+const char *feed_admin_lease_token(const json_t *lease);
+const char *feed_admin_lease_position(const json_t *lease);
+
 /*
  * True when lease (an exported document) is a lease of set: its id is
  * "<prefix>..<LeaseToken>".

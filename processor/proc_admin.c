@@ -612,7 +612,7 @@ enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, 
         struct feed_admin_fenced f;
         struct feed_admin_set set;
         const char *src = lease_source(cfg, l, prefix, sizeof(prefix));
-        const char *cont = sf_json_str(l, "ContinuationToken");
+        const char *cont = feed_admin_lease_position(l);
 
         rc = lease_set(cfg, cli, src, prefix, sizeof(prefix), &set, err);
         if (rc == SF_OK)
@@ -654,7 +654,7 @@ enum sf_rc proc_leases_reset(struct cosmos_client *cli, const struct cfg *cfg,
             rc = feed_admin_export(&set, &docs, err);
         json_array_foreach(docs, k, d)
         {
-            const char *tok = sf_json_str(d, "LeaseToken");
+            const char *tok = feed_admin_lease_token(d);
             struct feed_admin_fenced f;
 
             if (rc != SF_OK)

@@ -119,6 +119,8 @@ START_TEST(export_only_own_prefix_without_system_fields)
     json_array_foreach(v, i, l)
     {
         ck_assert(feed_admin_owns(&set, l));
+        ck_assert_ptr_nonnull(feed_admin_lease_token(l));
+        ck_assert_ptr_null(feed_admin_lease_position(l)); /* from the beginning: no position */
         ck_assert_ptr_null(json_object_get(l, "_etag"));
         ck_assert_ptr_null(json_object_get(l, "_rid"));
         ck_assert_ptr_null(json_object_get(l, "_ts"));
