@@ -15,6 +15,7 @@
 #include "demo/proc_demo.h"
 #include "processor/proc_embed.h"
 #include "processor/proc_service.h"
+#include "processor/proc_setup.h"
 
 /* The embedded copy of config/examples/order-fulfilment.cfg (generated at build time). */
 extern const char proc_demo_config[];
@@ -133,13 +134,16 @@ int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, volatile 
         struct proc_embed_opts po = {.data_dir = data,
                                      .partitions = cfg->embedded.partitions,
                                      .start_timeout_ms = cfg->embedded.start_timeout_ms};
-        struct cosmos_options co = {.max_connections = 8};
+        struct cosmos_options co;
 
         if (proc_embed_start(&po, &emb, &err) != SF_OK)
             goto fail;
         (void)printf("cosmolite: %s (data in %s)\n", proc_embed_endpoint(emb), data);
+        proc_setup_cosmos(cfg, PROC_CLIENT_TOOL, &co);
         co.endpoint = proc_embed_endpoint(emb);
         co.key = proc_embed_key(emb);
+        co.key_env = NULL;
+        co.key_file = NULL;
         if (cosmos_client_new(&co, &cli, &err) != SF_OK)
             goto fail;
     }

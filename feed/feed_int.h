@@ -58,6 +58,21 @@ enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf
  */
 json_t *feed_lease_to_json(const struct feed_lease *l);
 
+/*
+ * Reads document id (partition key: the id) of coll as raw JSON: *ret_doc
+ * new, or NULL when absent (SF_OK); etag (COSMOS_ETAG_MAX) filled when
+ * found. For the lease documents feed_admin.c and feed_claim.c rewrite
+ * whole.
+ */
+enum sf_rc feed_raw_read(struct cosmos_client *cli, const char *db, const char *coll,
+                         const char *id, json_t **ret_doc, char *etag, struct sf_err *err);
+
+/*
+ * Appends the query parameter value for "ids under prefix": the JSON
+ * string "<prefix>.." (SF_ELIMIT when out is full).
+ */
+enum sf_rc feed_prefix_param(const char *prefix, struct sf_buf *out, struct sf_err *err);
+
 /* Fills the public view. */
 void feed_lease_info_from(const struct feed_lease *l, struct feed_lease_info *ret);
 

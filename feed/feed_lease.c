@@ -477,6 +477,23 @@ static enum sf_rc list_add(struct feed_store *st, const json_t *doc, struct feed
     return SF_OK;
 }
 
+enum sf_rc feed_prefix_param(const char *prefix, struct sf_buf *out, struct sf_err *err)
+{
+    json_t *pv = json_string(prefix);
+    char *ptext = pv != NULL ? json_dumps(pv, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    enum sf_rc rc = SF_OK;
+
+    /* The parameter value is the JSON string "<prefix>..". */
+    if (ptext == NULL)
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    else if (sf_buf_append(out, ptext, strlen(ptext) - 1) != SF_OK ||
+             sf_buf_puts(out, FEED_LEASE_SEP "\"") != SF_OK)
+        rc = sf_err_set(err, SF_ELIMIT, false, "lease prefix too long");
+    json_decref(pv);
+    free(ptext);
+    return rc;
+}
+
 enum sf_rc feed_store_list(struct feed_store *st, struct feed_lease **ret, size_t *ret_n,
                            struct sf_err *err)
 {
@@ -484,27 +501,18 @@ enum sf_rc feed_store_list(struct feed_store *st, struct feed_lease **ret, size_
     struct cosmos_query *q = NULL;
     struct feed_lease *v = NULL;
     struct sf_buf param;
-    json_t *docs = NULL, *pv = NULL, *d;
-    char *ptext = NULL;
+    json_t *docs = NULL, *d;
     size_t n = 0, idx;
     enum sf_rc rc;
 
     sf_buf_init(&param, COSMOS_ID_MAX * 6 + 16);
     v = calloc(FEED_LEASES_MAX, sizeof(*v));
-    pv = json_string(st->prefix);
-    if (v == NULL || pv == NULL) {
+    if (v == NULL) {
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory listing leases");
         goto out;
     }
-    /* The parameter value is the JSON string "<prefix>..". */
-    ptext = json_dumps(pv, JSON_ENCODE_ANY | JSON_COMPACT);
-    json_decref(pv);
-    pv = NULL;
-    if (ptext == NULL || sf_buf_append(&param, ptext, strlen(ptext) - 1) != SF_OK ||
-        sf_buf_puts(&param, FEED_LEASE_SEP "\"") != SF_OK) {
-        rc = sf_err_set(err, SF_ELIMIT, false, "lease prefix too long");
+    if ((rc = feed_prefix_param(st->prefix, &param, err)) != SF_OK)
         goto out;
-    }
     rc = cosmos_query_new(st->cli, st->db, st->coll,
                           "SELECT * FROM c WHERE STARTSWITH(c.id, @prefix)", &qo, &q, err);
     if (rc == SF_OK)
@@ -532,8 +540,6 @@ enum sf_rc feed_store_list(struct feed_store *st, struct feed_lease **ret, size_
 out:
     if (v != NULL)
         feed_store_list_free(v, n);
-    json_decref(pv);
-    free(ptext);
     cosmos_query_free(q);
     sf_buf_release(&param);
     return rc;

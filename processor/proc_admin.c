@@ -6,6 +6,7 @@
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
+#include "feed/feed_admin.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_status.h"
@@ -14,8 +15,6 @@
 #include "steps/step_tmpl.h"
 
 #define QUERY_DOCS_MAX 10000
-#define LEASE_BODY_MAX (64u << 10)
-#define FENCE_RETRIES  5
 #define SOURCES_MAX    64
 #define CONTAINERS_MAX 64
 
@@ -502,54 +501,22 @@ void proc_saga_print(const json_t *v, FILE *out)
 }
 
 /* ---------------------------------------------------------------------------
- * Leases
+ * Leases: feed_admin.h does the fenced writes; this part maps a
+ * configuration onto lease sets, one per source container.
  */
 
-static const char *const SYSTEM_FIELDS[] = {"_rid", "_self",        "_etag",
-                                            "_ts",  "_attachments", "_lsn"};
-
-/* The live leases of one container's prefix, raw (new array). */
-static enum sf_rc leases_of(struct cosmos_client *cli, const struct cfg *cfg, const char *container,
-                            json_t **ret, struct sf_err *err)
+/* The lease set of one source container of cfg. */
+static enum sf_rc lease_set(const struct cfg *cfg, struct cosmos_client *cli, const char *container,
+                            char *prefix, size_t size, struct feed_admin_set *ret,
+                            struct sf_err *err)
 {
-    char prefix[1024], *ptext;
-    json_t *docs = NULL, *out = json_array(), *d;
-    size_t i, plen;
-    enum sf_rc rc;
-
-    if (proc_lease_prefix(cfg, container, prefix, sizeof(prefix) - 2) != SF_OK) {
-        json_decref(out);
-        return sf_err_set(err, SF_ELIMIT, false, "lease prefix too long");
-    }
-    plen = strlen(prefix);
-    memcpy(prefix + plen, "..", 3);
-    ptext = json_text(prefix);
-    if (ptext == NULL || out == NULL) {
-        free(ptext);
-        json_decref(out);
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    }
-    {
-        const char *p[] = {"@p", ptext, NULL};
-
-        rc = query_all(cli, cfg->cosmos.database, cfg->feed.lease_container,
-                       "SELECT * FROM c WHERE STARTSWITH(c.id, @p)", p, &docs, err);
-    }
-    free(ptext);
-    if (rc != SF_OK) {
-        json_decref(out);
-        return rc;
-    }
-    json_array_foreach(docs, i, d)
-    {
-        /* "<prefix>..<token>" with a LeaseToken: a lease (a longer prefix's id has no token). */
-        const char *id = sf_json_str(d, "id"), *tok = sf_json_str(d, "LeaseToken");
-
-        if (id != NULL && tok != NULL && strcmp(id + plen + 2, tok) == 0)
-            (void)json_array_append(out, d);
-    }
-    json_decref(docs);
-    *ret = out;
+    if (proc_lease_prefix(cfg, container, prefix, size) != SF_OK)
+        return sf_err_set(err, SF_ELIMIT, false, "lease prefix of %s too long", container);
+    *ret = (struct feed_admin_set){.cli = cli,
+                                   .db = cfg->cosmos.database,
+                                   .lease_coll = cfg->feed.lease_container,
+                                   .coll = container,
+                                   .prefix = prefix};
     return SF_OK;
 }
 
@@ -565,16 +532,15 @@ enum sf_rc proc_leases_export(struct cosmos_client *cli, const struct cfg *cfg, 
     if (all == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     for (size_t i = 0; rc == SF_OK && i < n; i++) {
-        json_t *docs = NULL, *d;
-        size_t k;
+        struct feed_admin_set set;
+        char prefix[FEED_PREFIX_MAX + 1];
+        json_t *docs = NULL;
 
-        rc = leases_of(cli, cfg, sources[i], &docs, err);
-        json_array_foreach(docs, k, d)
-        {
-            for (size_t s = 0; s < SF_ARRAY_LEN(SYSTEM_FIELDS); s++)
-                (void)json_object_del(d, SYSTEM_FIELDS[s]);
-            (void)json_array_append(all, d);
-        }
+        rc = lease_set(cfg, cli, sources[i], prefix, sizeof(prefix), &set, err);
+        if (rc == SF_OK)
+            rc = feed_admin_export(&set, &docs, err);
+        if (rc == SF_OK)
+            (void)json_array_extend(all, docs);
         json_decref(docs);
     }
     if (rc != SF_OK) {
@@ -590,184 +556,32 @@ enum sf_rc proc_leases_export(struct cosmos_client *cli, const struct cfg *cfg, 
     return *ret != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
 }
 
-/* Reads one lease: *ret_doc new or NULL when absent, etag filled. */
-static enum sf_rc lease_get(struct cosmos_client *cli, const struct cfg *cfg, const char *id,
-                            json_t **ret_doc, char *etag, struct sf_err *err)
-{
-    struct cosmos_response resp;
-    struct sf_buf pk;
-    json_t *doc = NULL;
-    enum sf_rc rc;
-
-    cosmos_response_init(&resp, LEASE_BODY_MAX);
-    sf_buf_init(&pk, COSMOS_ID_MAX * 6 + 16);
-    rc = cosmos_pk_string(id, &pk);
-    if (rc == SF_OK)
-        rc = cosmos_doc_read(cli, cfg->cosmos.database, cfg->feed.lease_container, id,
-                             sf_buf_cstr(&pk), NULL, &resp, err);
-    if (rc == SF_ENOTFOUND) {
-        sf_err_clear(err);
-        rc = SF_OK;
-    } else if (rc == SF_OK) {
-        doc = cosmos_response_json(&resp, err);
-        rc = doc != NULL ? SF_OK : SF_EPROTO;
-        (void)snprintf(etag, COSMOS_ETAG_MAX, "%s", resp.etag);
-    }
-    cosmos_response_release(&resp);
-    sf_buf_release(&pk);
-    if (rc == SF_OK)
-        *ret_doc = doc;
-    return rc;
-}
-
-/* Creates (etag "" ) or replaces (If-Match etag) a lease; etag follows. */
-static enum sf_rc lease_write(struct cosmos_client *cli, const struct cfg *cfg, json_t *doc,
-                              char *etag, struct sf_err *err)
-{
-    struct cosmos_response resp;
-    struct sf_buf pk, body;
-    const char *id = sf_json_str(doc, "id");
-    char ts[32];
-    enum sf_rc rc;
-
-    for (size_t s = 0; s < SF_ARRAY_LEN(SYSTEM_FIELDS); s++)
-        (void)json_object_del(doc, SYSTEM_FIELDS[s]);
-    sf_time_iso8601(sf_wall_ms(), ts);
-    (void)json_object_set_new(doc, "timestamp", json_string(ts));
-    cosmos_response_init(&resp, LEASE_BODY_MAX);
-    sf_buf_init(&pk, COSMOS_ID_MAX * 6 + 16);
-    sf_buf_init(&body, LEASE_BODY_MAX);
-    if (id == NULL || cosmos_pk_string(id, &pk) != SF_OK || sf_json_dump(doc, &body) != SF_OK)
-        rc = sf_err_set(err, SF_EINVAL, false, "lease document without a usable id");
-    else if (etag[0] == '\0')
-        rc = cosmos_doc_create(cli, cfg->cosmos.database, cfg->feed.lease_container,
-                               sf_buf_cstr(&pk), sf_buf_cstr(&body), NULL, &resp, err);
-    else
-        rc = cosmos_doc_replace(cli, cfg->cosmos.database, cfg->feed.lease_container, id,
-                                sf_buf_cstr(&pk), sf_buf_cstr(&body),
-                                &(struct cosmos_req_opts){.if_match = etag}, &resp, err);
-    if (rc == SF_OK)
-        (void)snprintf(etag, COSMOS_ETAG_MAX, "%s", resp.etag);
-    cosmos_response_release(&resp);
-    sf_buf_release(&pk);
-    sf_buf_release(&body);
-    return rc;
-}
-
-/* Applies the new position to a lease document (step 2). */
-typedef enum sf_rc (*position_fn)(json_t *doc, void *ctx, struct sf_err *err);
-
-struct fenced {
-    int64_t epoch_before, epoch_after;
-    char owner_before[256];
-};
-
 /*
- * The two fenced writes of proc_admin.h. absent_ok: a missing lease is
- * created by position() alone (import). *ret tells what changed.
+ * The source container of cfg whose lease set holds lease, or NULL.
+ * prefix receives that set's prefix.
  */
-static enum sf_rc lease_fenced(struct cosmos_client *cli, const struct cfg *cfg, const char *id,
-                               position_fn position, void *ctx, bool absent_ok, struct fenced *ret,
-                               struct sf_err *err)
-{
-    enum sf_rc rc = SF_OK;
-
-    for (int attempt = 0; attempt <= FENCE_RETRIES; attempt++) {
-        json_t *doc = NULL;
-        char etag[COSMOS_ETAG_MAX] = "";
-        const char *owner;
-        int64_t epoch;
-
-        rc = lease_get(cli, cfg, id, &doc, etag, err);
-        if (rc != SF_OK)
-            return rc;
-        if (doc == NULL) {
-            if (!absent_ok)
-                return sf_err_set(err, SF_ENOTFOUND, false, "lease %s no longer exists", id);
-            doc = json_pack("{s:s}", "id", id);
-            memset(ret, 0, sizeof(*ret));
-            ret->epoch_before = -1;
-            rc = doc != NULL ? position(doc, ctx, err) : SF_ENOMEM;
-            if (rc == SF_OK)
-                rc = lease_write(cli, cfg, doc, etag, err);
-            ret->epoch_after = int_member(doc, "epoch", 0);
-            json_decref(doc);
-            if (rc == SF_ECONFLICT)
-                continue;
-            return rc;
-        }
-        owner = sf_json_str(doc, "Owner");
-        epoch = int_member(doc, "epoch", 0);
-        ret->epoch_before = epoch;
-        (void)snprintf(ret->owner_before, sizeof(ret->owner_before), "%s",
-                       owner != NULL ? owner : "");
-        /* 1. fence: a new owner and epoch, so the old owner's next write fails */
-        (void)json_object_set_new(doc, "Owner", json_string(PROC_ADMIN_OWNER));
-        (void)json_object_set_new(doc, "epoch", json_integer(epoch + 1));
-        rc = lease_write(cli, cfg, doc, etag, err);
-        /* 2. the new position, free for the next acquire round */
-        if (rc == SF_OK)
-            rc = position(doc, ctx, err);
-        if (rc == SF_OK) {
-            (void)json_object_set_new(doc, "Owner", json_null());
-            if (int_member(doc, "epoch", 0) < epoch + 2)
-                (void)json_object_set_new(doc, "epoch", json_integer(epoch + 2));
-            rc = lease_write(cli, cfg, doc, etag, err);
-        }
-        ret->epoch_after = int_member(doc, "epoch", 0);
-        json_decref(doc);
-        if (rc != SF_EPRECOND)
-            return rc;
-        /* an instance took it between the writes (or before the first): start over */
-    }
-    return rc == SF_EPRECOND
-               ? sf_err_set(err, SF_EPRECOND, true, "lease %s kept changing; try again", id)
-               : rc;
-}
-
-/* import: the exported fields over the stored lease, epoch above both. */
-static enum sf_rc import_position(json_t *doc, void *ctx, struct sf_err *err)
-{
-    const json_t *src = ctx;
-    const char *key;
-    json_t *v;
-    int64_t epoch = SF_MAX(int_member(doc, "epoch", 0), int_member(src, "epoch", 0)) + 1;
-
-    json_object_foreach((json_t *)src, key, v)
-    {
-        if (strcmp(key, "id") == 0 || strcmp(key, "Owner") == 0 || strcmp(key, "epoch") == 0 ||
-            key[0] == '_')
-            continue;
-        if (json_object_set(doc, key, v) != 0)
-            return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    }
-    (void)json_object_set_new(doc, "Owner", json_null());
-    (void)json_object_set_new(doc, "epoch", json_integer(epoch));
-    return SF_OK;
-}
-
-/* Checks that id is a live lease of cfg: "<lease_prefix>.<container>..<token>". */
-static bool lease_of_cfg(const struct cfg *cfg, const char *id, const char *token)
+static const char *lease_source(const struct cfg *cfg, const json_t *lease, char *prefix,
+                                size_t size)
 {
     const char *sources[SOURCES_MAX];
     size_t n = proc_cfg_sources(cfg, sources, SOURCES_MAX);
 
     for (size_t i = 0; i < n; i++) {
-        char want[2048], prefix[1024];
+        struct feed_admin_set set;
+        struct sf_err ignored;
 
-        if (proc_lease_prefix(cfg, sources[i], prefix, sizeof(prefix)) != SF_OK)
-            continue;
-        (void)snprintf(want, sizeof(want), "%s..%s", prefix, token);
-        if (strcmp(want, id) == 0)
-            return true;
+        if (lease_set(cfg, NULL, sources[i], prefix, size, &set, &ignored) == SF_OK &&
+            feed_admin_owns(&set, lease))
+            return sources[i];
     }
-    return false;
+    return NULL;
 }
 
 enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, const json_t *doc,
                               FILE *out, size_t *ret_n, struct sf_err *err)
 {
     const json_t *leases = json_object_get(doc, "leases"), *l;
+    char prefix[FEED_PREFIX_MAX + 1];
     size_t i, n = 0;
     enum sf_rc rc = SF_OK;
 
@@ -780,34 +594,29 @@ enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, 
     /* All or nothing: check every lease before the first write. */
     json_array_foreach(leases, i, l)
     {
-        const char *id = sf_json_str(l, "id"), *tok = sf_json_str(l, "LeaseToken");
+        const char *id = sf_json_str(l, "id");
 
-        if (id == NULL || tok == NULL || !lease_of_cfg(cfg, id, tok))
+        if (lease_source(cfg, l, prefix, sizeof(prefix)) == NULL)
             return sf_err_set(err, SF_EINVAL, false,
                               "leases[%zu] (%s) is not a lease of this configuration (prefix "
                               "'%s.<container>..')",
                               i, id != NULL ? id : "no id", cfg->feed.lease_prefix);
-        if (json_object_get(l, "ContinuationToken") != NULL &&
-            !json_is_null(json_object_get(l, "ContinuationToken")) &&
-            !json_is_string(json_object_get(l, "ContinuationToken")))
-            return sf_err_set(err, SF_EINVAL, false,
-                              "leases[%zu] (%s): ContinuationToken must be a string or null", i,
-                              id);
-    }
-    {
-        struct cosmos_container_def def = {.id = cfg->feed.lease_container, .pk_path = "/id"};
-
-        rc = cosmos_container_create_if_missing(cli, cfg->cosmos.database, &def, NULL, NULL, err);
+        rc = feed_admin_check(l, err);
+        if (rc != SF_OK) {
+            sf_err_prefix(err, "leases[%zu] (%s): ", i, id);
+            return rc;
+        }
     }
     json_array_foreach(leases, i, l)
     {
-        struct fenced f;
-        const char *cont = sf_json_str(l, "ContinuationToken");
+        struct feed_admin_fenced f;
+        struct feed_admin_set set;
+        const char *src = lease_source(cfg, l, prefix, sizeof(prefix));
+        const char *cont = feed_admin_lease_position(l);
 
-        if (rc != SF_OK)
-            break;
-        rc =
-            lease_fenced(cli, cfg, sf_json_str(l, "id"), import_position, (void *)l, true, &f, err);
+        rc = lease_set(cfg, cli, src, prefix, sizeof(prefix), &set, err);
+        if (rc == SF_OK)
+            rc = feed_admin_import(&set, l, &f, err);
         if (rc != SF_OK)
             break;
         n++;
@@ -823,63 +632,6 @@ enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, 
     return rc;
 }
 
-struct reset_ctx {
-    const struct proc_reset_opts *o;
-    const char *cont; /* PROC_RESET_NOW: the resolved position */
-    int64_t lsn;
-};
-
-static enum sf_rc reset_position(json_t *doc, void *ctx, struct sf_err *err)
-{
-    const struct reset_ctx *rc = ctx;
-    json_t *props = json_object();
-    char at[32];
-
-    if (props == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    switch (rc->o->kind) {
-    case PROC_RESET_TIME:
-        sf_time_iso8601(rc->o->time_ms, at);
-        (void)json_object_set_new(props, "startTime", json_string(at));
-        (void)json_object_set_new(doc, "ContinuationToken", json_null());
-        break;
-    case PROC_RESET_BEGINNING:
-        (void)json_object_set_new(doc, "ContinuationToken", json_null());
-        break;
-    case PROC_RESET_NOW:
-        (void)json_object_set_new(doc, "ContinuationToken", json_string(rc->cont));
-        if (rc->lsn >= 0)
-            (void)json_object_set_new(props, "lsn", json_integer(rc->lsn));
-        break;
-    }
-    /* The old checkpoint's lsn/ts describe the old position: drop them. */
-    (void)json_object_set_new(doc, "properties", props);
-    return SF_OK;
-}
-
-/* The current position of a range (for --to-time now). */
-static enum sf_rc range_now(struct cosmos_client *cli, const struct cfg *cfg, const char *container,
-                            const char *range, char *cont, int64_t *lsn, struct sf_err *err)
-{
-    struct cosmos_cf_req q = {.range_id = range, .start = COSMOS_CF_NOW, .max_items = 1};
-    struct cosmos_cf_page page;
-    enum sf_rc rc;
-
-    cosmos_cf_page_init(&page);
-    rc = cosmos_changefeed_read(cli, cfg->cosmos.database, container, &q, &page, err);
-    if (rc == SF_OK) {
-        size_t n = strlen(page.continuation);
-
-        (void)snprintf(cont, COSMOS_ETAG_MAX, "%s", page.continuation);
-        *lsn = -1;
-        if (n >= 3 && page.continuation[0] == '"' &&
-            sf_parse_i64n(page.continuation + 1, n - 2, 0, INT64_MAX, lsn) != SF_OK)
-            *lsn = -1;
-    }
-    cosmos_cf_page_release(&page);
-    return rc;
-}
-
 enum sf_rc proc_leases_reset(struct cosmos_client *cli, const struct cfg *cfg,
                              const struct proc_reset_opts *opts, FILE *out, size_t *ret_n,
                              struct sf_err *err)
@@ -889,31 +641,27 @@ enum sf_rc proc_leases_reset(struct cosmos_client *cli, const struct cfg *cfg,
     enum sf_rc rc = SF_OK;
 
     for (size_t i = 0; rc == SF_OK && i < n_sources; i++) {
+        struct feed_admin_set set;
+        char prefix[FEED_PREFIX_MAX + 1];
         json_t *docs = NULL, *d;
         size_t k;
 
         if (opts->container != NULL && strcmp(opts->container, sources[i]) != 0)
             continue;
         matched++;
-        rc = leases_of(cli, cfg, sources[i], &docs, err);
+        rc = lease_set(cfg, cli, sources[i], prefix, sizeof(prefix), &set, err);
+        if (rc == SF_OK)
+            rc = feed_admin_export(&set, &docs, err);
         json_array_foreach(docs, k, d)
         {
-            struct reset_ctx ctx = {.o = opts, .lsn = -1};
-            const char *tok = sf_json_str(d, "LeaseToken");
-            char cont[COSMOS_ETAG_MAX] = "";
-            struct fenced f;
+            const char *tok = feed_admin_lease_token(d);
+            struct feed_admin_fenced f;
 
             if (rc != SF_OK)
                 break;
             if (opts->range != NULL && strcmp(opts->range, tok) != 0)
                 continue;
-            if (opts->kind == PROC_RESET_NOW) {
-                rc = range_now(cli, cfg, sources[i], tok, cont, &ctx.lsn, err);
-                if (rc != SF_OK)
-                    break;
-                ctx.cont = cont;
-            }
-            rc = lease_fenced(cli, cfg, sf_json_str(d, "id"), reset_position, &ctx, false, &f, err);
+            rc = feed_admin_reset_lease(&set, sf_json_str(d, "id"), tok, &opts->how, &f, err);
             if (rc != SF_OK)
                 break;
             n++;

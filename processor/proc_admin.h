@@ -4,19 +4,11 @@
  *
  * Leases
  * ------
- * The live leases of a configuration are the documents
- * "<feed.lease_prefix>.<container>..<range>" of feed.lease_container (feed.h
- * describes their fields). Import and reset change positions, so they fence
- * first: every change is two If-Match writes of the lease,
- *   1. Owner = "sagafeed-admin", epoch + 1 (the fencing token): the instance
- *      that held the lease fails its next renew or checkpoint (412, then it
- *      sees the new owner and epoch) and stops that range, before
- *   2. the new position is written with Owner = null and epoch + 1 again,
- *      so any instance takes the lease at its next acquire round and starts
- *      reading from there.
- * A write that loses a race starts both steps over (at most 5 times). Items
- * an old owner was still working on finish with exactly-once effects
- * (markers); only its checkpoint can no longer land.
+ * The live leases of a configuration are the lease sets
+ * "<feed.lease_prefix>.<container>" of feed.lease_container, one per source
+ * container. Import and reset change positions through feed_admin.h, which
+ * fences the owner out first (FEED_ADMIN_OWNER, epoch + 1) and then frees
+ * the lease at its new position.
  *
  * Export writes {"sagafeed":"leases","version":1,"exportedAt":ISO,
  * "database":..,"leaseContainer":..,"leasePrefix":..,"leases":[<documents
@@ -36,8 +28,7 @@
 #include "common/sf_err.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
-
-#define PROC_ADMIN_OWNER "sagafeed-admin"
+#include "feed/feed_admin.h"
 
 /*
  * Everything known about saga id (new reference): per workflow (or only
@@ -80,17 +71,10 @@ enum sf_rc proc_leases_export(struct cosmos_client *cli, const struct cfg *cfg, 
 enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, const json_t *doc,
                               FILE *out, size_t *ret_n, struct sf_err *err);
 
-enum proc_reset_kind {
-    PROC_RESET_TIME = 0,  /* read from time_ms on (whole seconds) */
-    PROC_RESET_BEGINNING, /* read every live item again */
-    PROC_RESET_NOW,       /* skip everything written so far */
-};
-
 struct proc_reset_opts {
-    enum proc_reset_kind kind;
-    int64_t time_ms;
-    const char *container; /* NULL: every source container */
-    const char *range;     /* NULL: every range */
+    struct feed_admin_reset how; /* where to */
+    const char *container;       /* NULL: every source container */
+    const char *range;           /* NULL: every range */
 };
 
 /* Moves the leases' positions (fenced, see above); one line per lease on out. */

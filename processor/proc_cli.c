@@ -15,6 +15,7 @@
 #include "processor/proc_admin.h"
 #include "processor/proc_control.h"
 #include "processor/proc_replay.h"
+#include "processor/proc_setup.h"
 #include "processor/proc_status.h"
 
 static const char USAGE_STATUS[] =
@@ -136,7 +137,7 @@ int proc_cli_usage(const char *usage, int status)
 
 int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
 {
-    struct cosmos_options co = {0};
+    struct cosmos_options co;
     struct sf_err err;
 
     if (cfg->cosmos.endpoint == NULL) {
@@ -146,21 +147,7 @@ int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client
                       cmd, cfg->path);
         return 2;
     }
-    co.endpoint = cfg->cosmos.endpoint;
-    co.key_env = cfg->cosmos.key_env;
-    co.key_file = cfg->cosmos.key_file;
-    co.ca_file = cfg->cosmos.ca_file;
-    co.tls_verify_off = !cfg->cosmos.tls_verify;
-    co.connect_timeout_ms = cfg->cosmos.connect_timeout_ms;
-    co.request_timeout_ms = cfg->cosmos.request_timeout_ms;
-    co.consistency_level = cfg->cosmos.consistency;
-    co.retry.throttle_wait_cap_ms = cfg->cosmos.max_retry_after_ms;
-    co.discover_regions = cfg->cosmos.endpoint_discovery;
-    co.preferred_regions = cfg->cosmos.preferred_regions;
-    co.n_preferred_regions = cfg->cosmos.n_preferred_regions;
-    co.read_from_preferred = cfg->cosmos.read_from_preferred;
-    co.account_refresh_ms = cfg->cosmos.account_refresh_ms;
-    co.max_connections = 8;
+    proc_setup_cosmos(cfg, PROC_CLIENT_TOOL, &co);
     sf_err_clear(&err);
     if (cosmos_client_new(&co, ret, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
@@ -684,11 +671,11 @@ int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, volatile
     }
     if (to != NULL) {
         if (strcmp(to, "now") == 0) {
-            ro.kind = PROC_RESET_NOW;
+            ro.how.kind = FEED_ADMIN_RESET_NOW;
         } else if (strcmp(to, "beginning") == 0) {
-            ro.kind = PROC_RESET_BEGINNING;
-        } else if (sf_time_parse_iso8601(to, &ro.time_ms) == SF_OK) {
-            ro.kind = PROC_RESET_TIME;
+            ro.how.kind = FEED_ADMIN_RESET_BEGINNING;
+        } else if (sf_time_parse_iso8601(to, &ro.how.time_ms) == SF_OK) {
+            ro.how.kind = FEED_ADMIN_RESET_TIME;
         } else {
             (void)fprintf(stderr,
                           "sagafeed leases reset: --to-time '%s' is not an ISO 8601 time "

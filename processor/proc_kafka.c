@@ -13,6 +13,7 @@
 #include "outbox/outbox.h"
 #include "processor/proc_relay.h"
 #include "processor/proc_kafka.h"
+#include "processor/proc_setup.h"
 #include "steps/step.h"
 #include "steps/step_sql.h"
 
@@ -372,25 +373,10 @@ static bool cdc_match(void *ctx, const json_t *doc)
 static void feed_opts(const struct proc_kafka_opts *o, const struct relay_slot *slot,
                       const char *container, bool from_beginning, struct feed_options *fo)
 {
-    const struct cfg_feed *f = &o->cfg->feed;
-
-    memset(fo, 0, sizeof(*fo));
-    fo->db = o->cfg->cosmos.database;
-    fo->coll = container;
-    fo->lease_coll = f->lease_container;
+    proc_setup_feed(o->cfg, container, o->instance, fo);
     fo->lease_prefix = slot->prefix;
-    fo->instance = o->instance != NULL ? o->instance : f->instance;
-    fo->start = from_beginning               ? FEED_START_BEGINNING
-                : f->start == CFG_START_NOW  ? FEED_START_NOW
-                : f->start == CFG_START_TIME ? FEED_START_TIME
-                                             : FEED_START_BEGINNING;
-    fo->start_time = (time_t)(f->start_time_ms / 1000);
-    fo->lease_expiry_ms = f->lease_expiry_ms;
-    fo->renew_ms = f->renew_interval_ms;
-    fo->acquire_ms = f->acquire_interval_ms;
-    fo->poll_ms = f->poll_interval_ms;
-    fo->progress_deadline_ms = f->hang_timeout_ms;
-    fo->max_items = f->max_items;
+    if (from_beginning)
+        fo->start = FEED_START_BEGINNING;
     fo->on_event = on_feed_event;
     fo->event_ctx = (void *)slot;
 }

@@ -13,31 +13,26 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "feed/feed.h"
+#include "feed/feed_claim.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_replay.h"
+#include "processor/proc_setup.h"
 #include "processor/proc_status.h"
 #include "steps/step.h"
 
 #define SCOPES_MAX        COSMOS_PKRANGES_MAX
-#define LEASE_BODY_MAX    (64u << 10)
-#define LEASE_RETRIES     5
 #define STOP_DRAIN_MS     10000 /* after a stop request, in-flight items get this long */
 #define PROGRESS_EVERY_MS 200
 #define SOURCES_MAX       64
 
 /* One range (or one logical partition) of one container. */
 struct scope {
-    const char *container; /* borrowed from the cfg */
-    char token[FEED_TOKEN_MAX + 1];
-    const char *range_id; /* points at token; NULL for a partition key scope */
-    char min[SF_EPK_V1_MAX + 1], max[SF_EPK_V1_MAX + 1]; /* a V1 key's EPK may be long */
-    int pk_version; /* the container's partitionKey.version: how its EPKs hash */
-    char lease_id[COSMOS_ID_MAX + 1];
-    char etag[COSMOS_ETAG_MAX];
-    int64_t epoch;
-    char cont[COSMOS_ETAG_MAX]; /* "" = start at the lower bound */
-    int64_t upper_lsn;          /* the resolved upper bound, -1 none (time bounds) */
-    int64_t processed;          /* items dispatched so far (across runs) */
+    const char *container;   /* borrowed from the cfg */
+    struct feed_claim claim; /* its lease; claim.cont "" = start at the lower bound */
+    const char *range_id;    /* points at claim.token; NULL for a partition key scope */
+    int pk_version;          /* the container's partitionKey.version: how its EPKs hash */
+    int64_t upper_lsn;       /* the resolved upper bound, -1 none (time bounds) */
+    int64_t processed;       /* items dispatched so far (across runs) */
     bool done;
     bool from_split; /* took over a split range's position during this run */
 };
@@ -53,6 +48,7 @@ struct replay {
     struct proc_engine *engine;
     struct proc_dispatch *dispatch; /* NULL in a dry run */
     char me[FEED_INSTANCE_MAX + 1];
+    struct feed_claim_store store; /* the replay's leases, owner me */
     char tag[17];
     json_t *window; /* the window as given, stored in each lease */
     struct scope *scopes;
@@ -121,87 +117,9 @@ static int64_t bound_s(const struct proc_bound *b)
 }
 
 /* ---------------------------------------------------------------------------
- * Replay leases (see proc_replay.h): plain JSON, If-Match on every write
+ * Replay leases (see proc_replay.h): feed_claim.h owns the lease fields;
+ * the window's own state rides in the lease's properties.
  */
-
-static json_t *lease_doc(const struct replay *rp, const struct scope *sc, bool owned)
-{
-    char ts[32];
-
-    sf_time_iso8601(sf_wall_ms(), ts);
-    return json_pack("{s:s, s:i, s:s, s:{s:{s:s, s:s}}, s:o, s:o, s:s, s:s, s:I,"
-                     " s:{s:O, s:s, s:I, s:b, s:I}}",
-                     "id", sc->lease_id, "version", 0, "LeaseToken", sc->token, "FeedRange",
-                     "Range", "min", sc->min, "max", sc->max, "Owner",
-                     owned ? json_string(rp->me) : json_null(), "ContinuationToken",
-                     sc->cont[0] ? json_string(sc->cont) : json_null(), "timestamp", ts, "Mode",
-                     "Incremental Feed", "epoch", (json_int_t)sc->epoch, "properties", "replay",
-                     rp->window, "container", sc->container, "upperLsn", (json_int_t)sc->upper_lsn,
-                     "done", sc->done, "processed", (json_int_t)sc->processed);
-}
-
-/* Reads the scope's lease: *ret_doc new or NULL when absent; *etag filled. */
-static enum sf_rc lease_read(struct replay *rp, const struct scope *sc, json_t **ret_doc,
-                             char *etag, struct sf_err *err)
-{
-    struct cosmos_response resp;
-    struct sf_buf pk;
-    json_t *doc = NULL;
-    enum sf_rc rc;
-
-    cosmos_response_init(&resp, LEASE_BODY_MAX);
-    sf_buf_init(&pk, COSMOS_ID_MAX * 6 + 16);
-    rc = cosmos_pk_string(sc->lease_id, &pk);
-    if (rc == SF_OK)
-        rc = cosmos_doc_read(rp->o->cli, rp->o->cfg->cosmos.database,
-                             rp->o->cfg->feed.lease_container, sc->lease_id, sf_buf_cstr(&pk), NULL,
-                             &resp, err);
-    if (rc == SF_ENOTFOUND) {
-        sf_err_clear(err);
-        rc = SF_OK;
-    } else if (rc == SF_OK) {
-        doc = cosmos_response_json(&resp, err);
-        if (doc == NULL)
-            rc = SF_EPROTO;
-        else
-            (void)snprintf(etag, COSMOS_ETAG_MAX, "%s", resp.etag);
-    }
-    cosmos_response_release(&resp);
-    sf_buf_release(&pk);
-    if (rc == SF_OK)
-        *ret_doc = doc;
-    return rc;
-}
-
-/* Creates (etag "") or replaces (If-Match sc->etag) the lease; sc->etag follows. */
-static enum sf_rc lease_put(struct replay *rp, struct scope *sc, bool owned, struct sf_err *err)
-{
-    struct cosmos_response resp;
-    struct sf_buf pk, body;
-    json_t *doc = lease_doc(rp, sc, owned);
-    const char *db = rp->o->cfg->cosmos.database, *coll = rp->o->cfg->feed.lease_container;
-    enum sf_rc rc;
-
-    cosmos_response_init(&resp, LEASE_BODY_MAX);
-    sf_buf_init(&pk, COSMOS_ID_MAX * 6 + 16);
-    sf_buf_init(&body, LEASE_BODY_MAX);
-    if (doc == NULL || sf_json_dump(doc, &body) != SF_OK || cosmos_pk_string(sc->lease_id, &pk))
-        rc = sf_err_set(err, SF_ENOMEM, false, "building replay lease %s failed", sc->lease_id);
-    else if (sc->etag[0] == '\0')
-        rc = cosmos_doc_create(rp->o->cli, db, coll, sf_buf_cstr(&pk), sf_buf_cstr(&body), NULL,
-                               &resp, err);
-    else
-        rc = cosmos_doc_replace(rp->o->cli, db, coll, sc->lease_id, sf_buf_cstr(&pk),
-                                sf_buf_cstr(&body), &(struct cosmos_req_opts){.if_match = sc->etag},
-                                &resp, err);
-    if (rc == SF_OK)
-        (void)snprintf(sc->etag, sizeof(sc->etag), "%s", resp.etag);
-    json_decref(doc);
-    cosmos_response_release(&resp);
-    sf_buf_release(&pk);
-    sf_buf_release(&body);
-    return rc;
-}
 
 static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
 {
@@ -210,110 +128,56 @@ static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
 }
 
+static json_t *scope_props(const struct replay *rp, const struct scope *sc)
+{
+    return json_pack("{s:O, s:s, s:I, s:b, s:I}", "replay", rp->window, "container", sc->container,
+                     "upperLsn", (json_int_t)sc->upper_lsn, "done", sc->done, "processed",
+                     (json_int_t)sc->processed);
+}
+
 /*
  * Takes the scope's lease: creates it, or takes over one that is free or
- * expired (resuming from its position), or fails when another replay of the
- * same window holds it.
+ * expired (resuming from its position and state), or fails when another
+ * replay of the same window holds it.
  */
 static enum sf_rc lease_acquire(struct replay *rp, struct scope *sc, bool *ret_resumed,
                                 struct sf_err *err)
 {
-    enum sf_rc rc = SF_OK;
+    json_t *props = scope_props(rp, sc), *stored = NULL;
+    enum sf_rc rc;
 
-    for (int attempt = 0; attempt <= LEASE_RETRIES; attempt++) {
-        json_t *doc = NULL, *props;
-        const char *owner, *ts, *cont;
-        int64_t at = -1, upper = sc->upper_lsn;
-
-        sc->etag[0] = '\0';
-        rc = lease_read(rp, sc, &doc, sc->etag, err);
-        if (rc != SF_OK)
-            return rc;
-        if (doc == NULL) {
-            sc->epoch = 1;
-            rc = lease_put(rp, sc, true, err);
-            if (rc == SF_ECONFLICT)
-                continue; /* another replay created it just now: look again */
-            *ret_resumed = false;
-            return rc;
-        }
-        owner = sf_json_str(doc, "Owner");
-        ts = sf_json_str(doc, "timestamp");
-        if (ts == NULL || sf_time_parse_iso8601(ts, &at) != SF_OK)
-            at = -1;
-        if (owner != NULL && owner[0] != '\0' && strcmp(owner, rp->me) != 0 && at >= 0 &&
-            sf_wall_ms() - at < rp->o->cfg->feed.lease_expiry_ms) {
-            rc = sf_err_set(err, SF_ESTATE, false,
-                            "another replay of this window (%s) holds %s, renewed %lldms ago; "
-                            "wait for it or for the lease to expire (%lldms)",
-                            owner, sc->lease_id, (long long)(sf_wall_ms() - at),
-                            (long long)rp->o->cfg->feed.lease_expiry_ms);
-            json_decref(doc);
-            return rc;
-        }
-        props = json_object_get(doc, "properties");
-        cont = sf_json_str(doc, "ContinuationToken");
-        (void)snprintf(sc->cont, sizeof(sc->cont), "%s", cont != NULL ? cont : "");
-        sc->epoch = int_member(doc, "epoch", 0) + 1;
-        sc->done = json_is_true(json_object_get(props, "done"));
-        sc->processed = int_member(props, "processed", 0);
+    if (props == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = feed_claim_acquire(&rp->store, &sc->claim, props, &stored, err);
+    json_decref(props);
+    *ret_resumed = false;
+    if (rc == SF_OK && stored != NULL) {
+        sc->done = json_is_true(json_object_get(stored, "done"));
+        sc->processed = int_member(stored, "processed", 0);
         /* A resumed replay keeps the bound it resolved first ("now" does not move on). */
-        upper = int_member(props, "upperLsn", upper);
-        sc->upper_lsn = upper;
-        json_decref(doc);
-        rc = lease_put(rp, sc, true, err);
-        if (rc == SF_EPRECOND)
-            continue;
-        *ret_resumed = sc->cont[0] != '\0' || sc->done;
-        return rc;
+        sc->upper_lsn = int_member(stored, "upperLsn", sc->upper_lsn);
+        *ret_resumed = sc->claim.cont[0] != '\0' || sc->done;
     }
-    return rc == SF_OK
-               ? sf_err_set(err, SF_EPRECOND, true, "replay lease %s keeps changing", sc->lease_id)
-               : rc;
+    json_decref(stored);
+    return rc;
 }
 
 /* Writes the scope's position; fails (SF_ESTATE) when another replay took the lease. */
 static enum sf_rc lease_save(struct replay *rp, struct scope *sc, bool owned, struct sf_err *err)
 {
-    enum sf_rc rc = lease_put(rp, sc, owned, err);
+    json_t *props = scope_props(rp, sc);
+    enum sf_rc rc;
 
-    if (rc == SF_EPRECOND) {
-        json_t *doc = NULL;
-        char etag[COSMOS_ETAG_MAX] = "";
-        const char *owner;
-
-        rc = lease_read(rp, sc, &doc, etag, err);
-        if (rc != SF_OK)
-            return rc;
-        owner = doc != NULL ? sf_json_str(doc, "Owner") : NULL;
-        if (doc == NULL || owner == NULL || strcmp(owner, rp->me) != 0 ||
-            int_member(doc, "epoch", -1) != sc->epoch) {
-            rc = sf_err_set(err, SF_ESTATE, false,
-                            "replay lease %s was taken over by '%s' (epoch %lld): stopping",
-                            sc->lease_id, owner != NULL ? owner : "(deleted)",
-                            (long long)int_member(doc, "epoch", -1));
-        } else {
-            (void)snprintf(sc->etag, sizeof(sc->etag), "%s", etag);
-            rc = lease_put(rp, sc, owned, err);
-        }
-        json_decref(doc);
-    }
+    if (props == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = feed_claim_save(&rp->store, &sc->claim, owned, props, err);
+    json_decref(props);
     return rc;
 }
 
 static enum sf_rc lease_delete(struct replay *rp, struct scope *sc, struct sf_err *err)
 {
-    struct sf_buf pk;
-    enum sf_rc rc;
-
-    sf_buf_init(&pk, COSMOS_ID_MAX * 6 + 16);
-    rc = cosmos_pk_string(sc->lease_id, &pk);
-    if (rc == SF_OK)
-        rc = cosmos_doc_delete(rp->o->cli, rp->o->cfg->cosmos.database,
-                               rp->o->cfg->feed.lease_container, sc->lease_id, sf_buf_cstr(&pk),
-                               &(struct cosmos_req_opts){.if_match = sc->etag}, NULL, err);
-    sf_buf_release(&pk);
-    return rc == SF_ENOTFOUND ? SF_OK : rc;
+    return feed_claim_delete(&rp->store, &sc->claim, err);
 }
 
 /* ---------------------------------------------------------------------------
@@ -350,30 +214,17 @@ static enum sf_rc make_window(struct replay *rp, struct sf_err *err)
 
 static enum sf_rc make_engine(struct replay *rp, struct sf_err *err)
 {
-    const struct proc_replay_opts *o = rp->o;
-    struct proc_engine_opts eo = {0};
     struct cfg_diags *diags = calloc(1, sizeof(*diags));
+    struct proc_setup_engine eng;
     enum sf_rc rc;
 
     if (diags == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = step_registry_new(&rp->reg, err);
-    if (rc == SF_OK)
-        rc = step_registry_add_builtins(rp->reg, err);
-    for (size_t i = 0; rc == SF_OK && i < o->cfg->n_plugins; i++) {
-        rc = step_plugin_load(rp->reg, o->cfg->plugins[i].path, err);
-        if (rc != SF_OK)
-            sf_err_prefix(err, "plugin %s: ", o->cfg->plugins[i].path);
-    }
-    if (rc == SF_OK)
-        rc = step_catalog_new(o->cli, o->cfg->cosmos.database, &rp->cat, err);
-    if (rc == SF_OK) {
-        eo.cfg = &rp->sub;
-        eo.reg = rp->reg;
-        eo.cli = o->cli;
-        eo.catalog = rp->cat;
-        rc = proc_engine_new(&eo, &rp->engine, diags, err);
-    }
+    /* The engine knows only rp->sub's workflows (--workflow). */
+    rc = proc_setup_engine_build(&rp->sub, rp->o->cli, false, diags, &eng, err);
+    rp->reg = eng.reg;
+    rp->cat = eng.catalog;
+    rp->engine = eng.engine;
     free(diags);
     return rc;
 }
@@ -412,14 +263,14 @@ static enum sf_rc add_scope(struct replay *rp, const char *container, const char
     sc = &rp->scopes[rp->n_scopes];
     memset(sc, 0, sizeof(*sc));
     sc->container = container;
-    (void)snprintf(sc->token, sizeof(sc->token), "%s", token);
-    sc->range_id = rp->o->pk_json == NULL ? sc->token : NULL;
-    (void)snprintf(sc->min, sizeof(sc->min), "%s", min);
-    (void)snprintf(sc->max, sizeof(sc->max), "%s", max);
+    (void)snprintf(sc->claim.token, sizeof(sc->claim.token), "%s", token);
+    sc->range_id = rp->o->pk_json == NULL ? sc->claim.token : NULL;
+    (void)snprintf(sc->claim.min, sizeof(sc->claim.min), "%s", min);
+    (void)snprintf(sc->claim.max, sizeof(sc->claim.max), "%s", max);
     sc->upper_lsn = -1;
-    n = snprintf(sc->lease_id, sizeof(sc->lease_id), "%s.%s..%s", rp->sum->prefix, container,
+    n = snprintf(sc->claim.id, sizeof(sc->claim.id), "%s.%s..%s", rp->sum->prefix, container,
                  token);
-    if (n < 0 || (size_t)n >= sizeof(sc->lease_id))
+    if (n < 0 || (size_t)n >= sizeof(sc->claim.id))
         return sf_err_set(err, SF_ELIMIT, false, "replay lease id too long");
     rp->n_scopes++;
     return SF_OK;
@@ -490,37 +341,43 @@ static enum sf_rc make_scopes(struct replay *rp, struct sf_err *err)
     return rc;
 }
 
+/* The change-feed window of one scope's container (feed_claim.h). */
+static struct feed_claim_window scope_window(const struct replay *rp, const struct scope *sc)
+{
+    const struct proc_replay_opts *o = rp->o;
+    struct feed_claim_window w = {.cli = o->cli,
+                                  .db = o->cfg->cosmos.database,
+                                  .coll = sc->container,
+                                  .pk_json = sc->range_id == NULL ? o->pk_json : NULL,
+                                  .max_items = o->cfg->feed.max_items,
+                                  .to_s = INT64_MAX};
+
+    if (o->from.kind == PROC_BOUND_LSN) {
+        w.from = FEED_CLAIM_FROM_LSN;
+        w.from_lsn = o->from.lsn;
+    } else if (o->from.kind == PROC_BOUND_TIME) {
+        w.from = FEED_CLAIM_FROM_TIME;
+        w.from_s = bound_s(&o->from);
+    }
+    if (o->to.kind == PROC_BOUND_TIME)
+        w.to_s = bound_s(&o->to);
+    return w;
+}
+
+/* The scope's upper LSN: the --to lsn, or "now" as resolved for it; -1 none. */
+static int64_t scope_upper(const struct replay *rp, const struct scope *sc)
+{
+    if (rp->o->to.kind == PROC_BOUND_LSN)
+        return rp->o->to.lsn;
+    return rp->o->to.kind == PROC_BOUND_NOW ? sc->upper_lsn : -1;
+}
+
 /* The position of "now" in a scope: the LSN of its latest write. */
 static enum sf_rc resolve_now(struct replay *rp, struct scope *sc, struct sf_err *err)
 {
-    struct cosmos_cf_req q = {.range_id = sc->range_id,
-                              .pk_json = sc->range_id == NULL ? rp->o->pk_json : NULL,
-                              .start = COSMOS_CF_NOW,
-                              .max_items = 1};
-    struct cosmos_cf_page page;
-    const char *c;
-    size_t n;
-    int64_t v = -1;
-    enum sf_rc rc;
+    struct feed_claim_window w = scope_window(rp, sc);
 
-    cosmos_cf_page_init(&page);
-    rc = cosmos_changefeed_read(rp->o->cli, rp->o->cfg->cosmos.database, sc->container, &q, &page,
-                                err);
-    if (rc == SF_OK) {
-        /* The cursor of "now" is the range's current LSN, quoted ("\"80\""). */
-        c = page.continuation;
-        n = strlen(c);
-        if (n >= 3 && c[0] == '"' && c[n - 1] == '"' &&
-            sf_parse_i64n(c + 1, n - 2, 0, INT64_MAX, &v) == SF_OK)
-            sc->upper_lsn = v;
-        else if (page.latest_lsn >= 0)
-            sc->upper_lsn = page.latest_lsn;
-        else
-            rc = sf_err_set(err, SF_EPROTO, false, "cannot tell the current position of %s %s",
-                            sc->container, sc->token);
-    }
-    cosmos_cf_page_release(&page);
-    return rc;
+    return feed_claim_now(&w, &sc->claim, &sc->upper_lsn, err);
 }
 
 /*
@@ -532,43 +389,38 @@ static enum sf_rc resolve_now(struct replay *rp, struct scope *sc, struct sf_err
  */
 static enum sf_rc split_scope(struct replay *rp, struct scope *sc, struct sf_err *err)
 {
-    struct cosmos_pkranges *ranges = NULL;
     const struct proc_replay_opts *o = rp->o;
-    size_t first = rp->n_scopes;
+    struct feed_claim_window w = scope_window(rp, sc);
+    struct feed_claim *kids = calloc(SCOPES_MAX, sizeof(*kids));
+    size_t first = rp->n_scopes, n = 0;
     enum sf_rc rc;
 
-    rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, sc->container, true, &ranges, err);
-    for (size_t k = 0; rc == SF_OK && k < ranges->n; k++) {
-        const struct cosmos_pkrange *r = &ranges->ranges[k];
+    if (kids == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = feed_claim_children(&w, &sc->claim, kids, SCOPES_MAX, &n, err);
+    for (size_t k = 0; rc == SF_OK && k < n; k++) {
         struct scope *child;
         bool resumed;
 
-        if (strcmp(r->id, sc->token) == 0 || strcmp(r->min, sc->min) < 0 ||
-            strcmp(r->max, sc->max) > 0)
-            continue;
-        rc = add_scope(rp, sc->container, r->id, r->min, r->max, err);
+        rc = add_scope(rp, sc->container, kids[k].token, kids[k].min, kids[k].max, err);
         if (rc != SF_OK)
             break;
         child = &rp->scopes[rp->n_scopes - 1];
         child->pk_version = sc->pk_version;
-        (void)snprintf(child->cont, sizeof(child->cont), "%s", sc->cont);
+        (void)snprintf(child->claim.cont, sizeof(child->claim.cont), "%s", kids[k].cont);
         child->upper_lsn = sc->upper_lsn;
         child->from_split = true;
         if (!o->dry_run)
             rc = lease_acquire(rp, child, &resumed, err);
     }
-    free(ranges);
-    if (rc == SF_OK && rp->n_scopes == first)
-        rc = sf_err_set(err, SF_EGONE, true,
-                        "range %s of %s is gone and no range replaces it yet; run the same "
-                        "command again",
-                        sc->token, sc->container);
+    free(kids);
     if (rc != SF_OK)
         return rc;
     if (o->out != NULL) {
-        (void)fprintf(o->out, "range %s of %s split; continuing on", sc->token, sc->container);
+        (void)fprintf(o->out, "range %s of %s split; continuing on", sc->claim.token,
+                      sc->container);
         for (size_t i = first; i < rp->n_scopes; i++)
-            (void)fprintf(o->out, " %s", rp->scopes[i].token);
+            (void)fprintf(o->out, " %s", rp->scopes[i].claim.token);
         (void)fputc('\n', o->out);
     }
     sc->done = true;
@@ -591,17 +443,16 @@ enum verdict { V_SKIP, V_IN, V_PAST };
 static enum verdict classify(const struct replay *rp, const struct scope *sc, const json_t *doc,
                              int64_t *ret_lsn)
 {
-    const struct proc_replay_opts *o = rp->o;
-    int64_t lsn = int_member(doc, "_lsn", -1), ts = int_member(doc, "_ts", -1);
+    struct feed_claim_window w = scope_window(rp, sc);
 
-    *ret_lsn = lsn;
-    if ((o->to.kind == PROC_BOUND_LSN && lsn > o->to.lsn) ||
-        (o->to.kind == PROC_BOUND_NOW && sc->upper_lsn >= 0 && lsn > sc->upper_lsn) ||
-        (o->to.kind == PROC_BOUND_TIME && ts > bound_s(&o->to)))
+    switch (feed_claim_classify(&w, scope_upper(rp, sc), doc, ret_lsn)) {
+    case FEED_CLAIM_PAST:
         return V_PAST;
-    if ((o->from.kind == PROC_BOUND_LSN && lsn < o->from.lsn) ||
-        (o->from.kind == PROC_BOUND_TIME && ts < bound_s(&o->from)))
+    case FEED_CLAIM_SKIP:
         return V_SKIP;
+    case FEED_CLAIM_IN:
+        break;
+    }
     /* sagafeed's own records (events, markers, parking documents) are never sagas. */
     if (!json_is_object(doc) || json_object_get(doc, STEP_SYS_FIELD) != NULL)
         return V_SKIP;
@@ -670,7 +521,7 @@ static void progress(struct replay *rp, const struct scope *sc, int64_t lsn, boo
     rp->last_progress_ms = sf_mono_ms();
     (void)fprintf(
         p, "\rreplay %s %s: read %llu, in window %llu, %s %llu, at lsn %lld%s\033[K", sc->container,
-        sc->token, (unsigned long long)rp->sum->read, (unsigned long long)rp->sum->in_window,
+        sc->claim.token, (unsigned long long)rp->sum->read, (unsigned long long)rp->sum->in_window,
         rp->o->dry_run ? "planned" : "done",
         (unsigned long long)(rp->o->dry_run ? rp->sum->dispatched : atomic_load(&rp->acked)),
         (long long)lsn, "");
@@ -711,17 +562,10 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
     struct cosmos_cf_page page;
     int64_t lsn = -1;
     enum sf_rc rc = SF_OK;
-    char first[COSMOS_ETAG_MAX];
+    struct feed_claim_window win = scope_window(rp, sc);
 
     cosmos_cf_page_init(&page);
-    if (sc->cont[0] == '\0' && o->from.kind == PROC_BOUND_LSN && o->from.lsn > 1)
-        (void)snprintf(first, sizeof(first), "\"%lld\"", (long long)(o->from.lsn - 1));
-    else
-        (void)snprintf(first, sizeof(first), "%s", sc->cont);
     while (!sc->done) {
-        struct cosmos_cf_req q = {.range_id = sc->range_id,
-                                  .pk_json = sc->range_id == NULL ? o->pk_json : NULL,
-                                  .max_items = o->cfg->feed.max_items};
         uint64_t in_page = 0;
         size_t i;
         json_t *doc;
@@ -730,16 +574,7 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
             rp->sum->interrupted = true;
             break;
         }
-        if (first[0] != '\0') {
-            q.start = COSMOS_CF_CONTINUATION;
-            q.continuation = first;
-        } else if (o->from.kind == PROC_BOUND_TIME) {
-            q.start = COSMOS_CF_TIME;
-            q.start_time = (time_t)bound_s(&o->from);
-        } else {
-            q.start = COSMOS_CF_BEGINNING;
-        }
-        rc = cosmos_changefeed_read(o->cli, o->cfg->cosmos.database, sc->container, &q, &page, err);
+        rc = feed_claim_read(&win, &sc->claim, &page, err);
         if (rc == SF_EGONE && sc->range_id != NULL) {
             sf_err_clear(err);
             rc = split_scope(rp, sc, err);
@@ -766,7 +601,7 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
                 continue;
             }
             rc = proc_dispatch_submit(rp->dispatch, sc->container, json_incref(doc), NULL, lsn,
-                                      sc->epoch, on_ack, rp, err);
+                                      sc->claim.epoch, on_ack, rp, err);
             if (rc != SF_OK)
                 break;
             rp->submitted++;
@@ -789,10 +624,8 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
         /* Nothing newer exists: the scope is complete whatever its upper bound. */
         if (page.count == 0 || page.not_modified)
             sc->done = true;
-        if (page.continuation[0] != '\0') {
-            (void)snprintf(sc->cont, sizeof(sc->cont), "%s", page.continuation);
-            (void)snprintf(first, sizeof(first), "%s", page.continuation);
-        }
+        if (page.continuation[0] != '\0')
+            (void)snprintf(sc->claim.cont, sizeof(sc->claim.cont), "%s", page.continuation);
         sc->processed += (int64_t)in_page;
         if (!o->dry_run && (rc = lease_save(rp, sc, true, err)) != SF_OK)
             break;
@@ -850,8 +683,8 @@ static bool parked_in_scope(const struct replay *rp, const json_t *pd)
 
         if (strcmp(sc->container, container) != 0)
             continue;
-        if (o->pk_json != NULL ? strcmp(sc->min, epk) == 0
-                               : strcmp(epk, sc->min) >= 0 && strcmp(epk, sc->max) < 0)
+        if (o->pk_json != NULL ? strcmp(sc->claim.min, epk) == 0
+                               : strcmp(epk, sc->claim.min) >= 0 && strcmp(epk, sc->claim.max) < 0)
             return true;
     }
     return false;
@@ -970,7 +803,8 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
             rp->sum->resumed++;
             if (o->out != NULL)
                 (void)fprintf(o->out, "resuming %s %s of an interrupted replay from %s\n",
-                              sc->container, sc->token, sc->done ? "its end" : sc->cont);
+                              sc->container, sc->claim.token,
+                              sc->done ? "its end" : sc->claim.cont);
         }
         rp->sum->ranges++;
         rc = replay_scope(rp, sc, err);
@@ -1022,6 +856,11 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
         host[sizeof(host) - 1] = '\0';
         (void)snprintf(rp.me, sizeof(rp.me), "replay-%s-%d", host, (int)getpid());
     }
+    rp.store = (struct feed_claim_store){.cli = opts->cli,
+                                         .db = opts->cfg->cosmos.database,
+                                         .lease_coll = opts->cfg->feed.lease_container,
+                                         .me = rp.me,
+                                         .expiry_ms = opts->cfg->feed.lease_expiry_ms};
     rc = make_window(&rp, err);
     if (rc == SF_OK)
         rc = make_engine(&rp, err);

@@ -25,14 +25,15 @@
  * A replay keeps its positions in lease documents of its own in
  * feed.lease_container, under the prefix
  *   "<feed.lease_prefix>.replay-<16 hex: hash of the window>.<container>"
- * one per range ("..<range>", or "..pk-<EPK>" for a partition key), shaped
- * like feed leases (Owner, epoch, ContinuationToken, timestamp) plus the
- * window in "properties". Live leases ("<feed.lease_prefix>.<container>..")
- * are never read or written. Two replays of the same window cannot run at
- * once (the second finds the first's live lease and stops); an interrupted
- * replay (SIGINT, a crash) is resumed by running the same command again; a
- * finished one deletes its leases. The epoch of its lease is stamped on the
- * markers it writes, like a live lease's.
+ * one per range ("..<range>", or "..pk-<EPK>" for a partition key): claims
+ * of feed_claim.h (shaped like feed leases: Owner, epoch, ContinuationToken,
+ * timestamp) with the window and its progress in "properties". Live leases
+ * ("<feed.lease_prefix>.<container>..") are never read or written. Two
+ * replays of the same window cannot run at once (the second finds the
+ * first's live lease and stops); an interrupted replay (SIGINT, a crash) is
+ * resumed by running the same command again; a finished one deletes its
+ * leases. The epoch of its lease is stamped on the markers it writes, like
+ * a live lease's.
  *
  * Parked items: the parked items (and those waiting behind them) whose LSN
  * lies in the window are marked for replay (proc_parked_request_replay), so

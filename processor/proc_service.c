@@ -12,6 +12,7 @@
 #include "processor/proc_engine.h"
 #include "processor/proc_kafka.h"
 #include "processor/proc_service.h"
+#include "processor/proc_setup.h"
 #include "steps/step.h"
 
 #define SOURCES_MAX 16
@@ -43,47 +44,11 @@ struct proc_service {
     struct proc_kafka *kafka; /* the outbox/CDC relays; NULL without a kafka section */
 };
 
-static enum sf_rc load_plugins(const struct cfg *cfg, struct step_registry *reg,
-                               struct cfg_diags *diags, struct sf_err *err)
-{
-    enum sf_rc rc = SF_OK;
-
-    for (size_t i = 0; i < cfg->n_plugins; i++) {
-        struct sf_err e;
-
-        sf_err_clear(&e);
-        if (step_plugin_load(reg, cfg->plugins[i].path, &e) != SF_OK) {
-            cfg_diag_add(diags, cfg->plugins[i].file, cfg->plugins[i].line, "%s", e.msg);
-            if (rc == SF_OK)
-                *err = e;
-            rc = SF_EINVAL;
-        }
-    }
-    return rc;
-}
-
 enum sf_rc proc_check_config(const struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
 {
-    struct step_registry *reg = NULL;
-    struct step_catalog *cat = NULL;
-    struct proc_engine *e = NULL;
-    struct proc_engine_opts eo = {0};
-    enum sf_rc rc, prc;
+    struct proc_setup_engine eng;
+    enum sf_rc rc = proc_setup_engine_build(cfg, NULL, true, diags, &eng, err);
 
-    rc = step_registry_new(&reg, err);
-    if (rc == SF_OK)
-        rc = step_registry_add_builtins(reg, err);
-    if (rc != SF_OK)
-        goto out;
-    prc = load_plugins(cfg, reg, diags, err);
-    eo.cfg = cfg;
-    eo.reg = reg;
-    rc = step_catalog_new(NULL, cfg->cosmos.database, &cat, err);
-    eo.catalog = cat;
-    if (rc == SF_OK)
-        rc = proc_engine_new(&eo, &e, diags, err);
-    if (rc == SF_OK && prc != SF_OK)
-        rc = prc;
     if (cfg->kafka != NULL) {
         struct sf_err kerr;
 
@@ -93,10 +58,7 @@ enum sf_rc proc_check_config(const struct cfg *cfg, struct cfg_diags *diags, str
             rc = SF_EINVAL;
         }
     }
-out:
-    proc_engine_free(e);
-    step_catalog_free(cat);
-    step_registry_free(reg);
+    proc_setup_engine_release(&eng);
     return rc;
 }
 
@@ -148,33 +110,15 @@ static void on_feed_event(void *ctx, const struct feed_event *ev)
 static enum sf_rc make_client(struct proc_service *s, const struct proc_service_opts *o,
                               struct sf_err *err)
 {
-    const struct cfg_cosmos *c = &s->cfg->cosmos;
-    struct cosmos_options co = {0};
+    struct cosmos_options co;
 
-    co.connect_timeout_ms = c->connect_timeout_ms;
-    co.request_timeout_ms = c->request_timeout_ms;
-    co.max_connections = SF_MAX(c->max_connections, s->cfg->processor.workers + 8);
-    co.ca_file = c->ca_file;
-    co.tls_verify_off = !c->tls_verify;
-    co.consistency_level = c->consistency;
-    co.retry.max_attempts = 4; /* the dispatcher retries with its own, longer backoff */
-    co.retry.budget_ms = 10000;
-    co.retry.throttle_wait_cap_ms = c->max_retry_after_ms;
-    co.discover_regions = c->endpoint_discovery;
-    co.preferred_regions = c->preferred_regions;
-    co.n_preferred_regions = c->n_preferred_regions;
-    co.read_from_preferred = c->read_from_preferred;
-    co.account_refresh_ms = c->account_refresh_ms;
-    if (o->endpoint != NULL) {
-        co.endpoint = o->endpoint;
-        co.key = o->key;
-    } else if (s->embed != NULL) {
-        co.endpoint = proc_embed_endpoint(s->embed);
-        co.key = proc_embed_key(s->embed);
-    } else {
-        co.endpoint = c->endpoint;
-        co.key_env = c->key_env;
-        co.key_file = c->key_file;
+    proc_setup_cosmos(s->cfg, PROC_CLIENT_SERVICE, &co);
+    if (o->endpoint != NULL || s->embed != NULL) {
+        /* Credentials of their own: none of the configured account's. */
+        co.endpoint = o->endpoint != NULL ? o->endpoint : proc_embed_endpoint(s->embed);
+        co.key = o->endpoint != NULL ? o->key : proc_embed_key(s->embed);
+        co.key_env = NULL;
+        co.key_file = NULL;
     }
     return cosmos_client_new(&co, &s->cli, err);
 }
@@ -182,27 +126,13 @@ static enum sf_rc make_client(struct proc_service *s, const struct proc_service_
 static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_opts *o,
                              struct feed_slot *slot, struct sf_err *err)
 {
-    const struct cfg_feed *f = &s->cfg->feed;
-    struct feed_options fo = {0};
+    struct feed_options fo;
     char prefix[FEED_PREFIX_MAX];
     enum sf_rc rc;
 
-    (void)snprintf(prefix, sizeof(prefix), "%s.%s", f->lease_prefix, slot->container);
-    fo.db = s->cfg->cosmos.database;
-    fo.coll = slot->container;
-    fo.lease_coll = f->lease_container;
+    (void)snprintf(prefix, sizeof(prefix), "%s.%s", s->cfg->feed.lease_prefix, slot->container);
+    proc_setup_feed(s->cfg, slot->container, o->instance, &fo);
     fo.lease_prefix = prefix;
-    fo.instance = o->instance != NULL ? o->instance : f->instance;
-    fo.start = f->start == CFG_START_NOW    ? FEED_START_NOW
-               : f->start == CFG_START_TIME ? FEED_START_TIME
-                                            : FEED_START_BEGINNING;
-    fo.start_time = (time_t)(f->start_time_ms / 1000);
-    fo.lease_expiry_ms = f->lease_expiry_ms;
-    fo.renew_ms = f->renew_interval_ms;
-    fo.acquire_ms = f->acquire_interval_ms;
-    fo.poll_ms = f->poll_interval_ms;
-    fo.progress_deadline_ms = f->hang_timeout_ms;
-    fo.max_items = f->max_items;
     fo.max_inflight = s->cfg->processor.queue_limit;
     fo.consume = on_item;
     fo.consume_ctx = slot;
@@ -381,7 +311,6 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
 {
     const struct cfg *cfg = opts->cfg;
     struct proc_service *s = calloc(1, sizeof(*s));
-    struct proc_engine_opts eo = {0};
     struct proc_dispatch_opts dopts = {0};
     struct cfg_diags diags;
     const char *sources[SOURCES_MAX];
@@ -416,22 +345,17 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
         if (rc != SF_OK)
             goto fail;
     }
-    rc = step_registry_new(&s->reg, err);
-    if (rc == SF_OK)
-        rc = step_registry_add_builtins(s->reg, err);
-    if (rc == SF_OK)
-        rc = load_plugins(cfg, s->reg, &diags, err);
-    if (rc == SF_OK)
-        rc = step_catalog_new(s->cli, cfg->cosmos.database, &s->catalog, err);
-    if (rc != SF_OK)
-        goto fail;
-    eo.cfg = cfg;
-    eo.reg = s->reg;
-    eo.cli = s->cli;
-    eo.catalog = s->catalog;
-    rc = proc_engine_new(&eo, &s->engine, &diags, err);
-    if (rc != SF_OK)
-        goto fail;
+    {
+        struct proc_setup_engine eng;
+
+        rc = proc_setup_engine_build(cfg, s->cli, false, &diags, &eng, err);
+        /* The service frees them on every path (proc_service_free). */
+        s->reg = eng.reg;
+        s->catalog = eng.catalog;
+        s->engine = eng.engine;
+        if (rc != SF_OK)
+            goto fail;
+    }
     dopts.engine = s->engine;
     dopts.cli = s->cli;
     dopts.db = cfg->cosmos.database;

@@ -5,6 +5,7 @@
 
 #include "common/sf_json.h"
 #include "common/sf_time.h"
+#include "feed/feed_admin.h"
 #include "processor/proc_status.h"
 
 #define SOURCES_MAX 64
@@ -48,47 +49,23 @@ size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max)
     return n;
 }
 
-/* One change-feed read after the checkpoint: the estimator of PROTOCOL.md section 10. */
+/* The estimator of PROTOCOL.md section 10, on r's lease (feed_admin.h). */
 static void measure_lag(struct cosmos_client *cli, const struct cfg *cfg, struct proc_range_view *r,
                         int64_t now_ms)
 {
-    struct cosmos_cf_req q = {.range_id = r->lease.range,
-                              .start = COSMOS_CF_CONTINUATION,
-                              .continuation = r->lease.continuation,
-                              .max_items = 1};
-    struct cosmos_cf_page page;
-    struct sf_err err;
-    enum sf_rc rc;
+    char prefix[FEED_PREFIX_MAX + 1] = "";
+    struct feed_admin_set set = {.cli = cli,
+                                 .db = cfg->cosmos.database,
+                                 .lease_coll = cfg->feed.lease_container,
+                                 .coll = r->container,
+                                 .prefix = prefix};
+    struct feed_admin_lag lag;
 
-    cosmos_cf_page_init(&page);
-    sf_err_clear(&err);
-    rc = cosmos_changefeed_read(cli, cfg->cosmos.database, r->container, &q, &page, &err);
-    if (rc == SF_EGONE) {
-        char range[sizeof(r->lease.range)];
-
-        /* A copy: gcc cannot tell the two members of *r apart (-Wrestrict). */
-        memcpy(range, r->lease.range, sizeof(range));
-        (void)snprintf(r->note, sizeof(r->note),
-                       "range %s split; its owner replaces the lease by its children", range);
-    } else if (rc != SF_OK) {
-        (void)snprintf(r->note, sizeof(r->note), "lag unknown: %.200s", err.msg);
-    } else if (page.count == 0) {
-        r->lag_known = true;
-        r->lag_lsn = 0;
-        r->lag_seconds = 0;
-    } else {
-        const json_t *first = json_array_get(page.items, 0);
-        json_t *lsn = json_object_get(first, "_lsn"), *ts = json_object_get(first, "_ts");
-
-        r->lag_known = true;
-        if (page.latest_lsn >= 0 && json_is_integer(lsn))
-            r->lag_lsn = SF_MAX(0, page.latest_lsn - ((int64_t)json_integer_value(lsn) - 1));
-        else
-            r->lag_lsn = (int64_t)page.count; /* at least that much */
-        if (json_is_integer(ts))
-            r->lag_seconds = SF_MAX(0, now_ms / 1000 - (int64_t)json_integer_value(ts));
-    }
-    cosmos_cf_page_release(&page);
+    feed_admin_lag_estimate(&set, &r->lease, now_ms, &lag);
+    r->lag_known = lag.known;
+    r->lag_lsn = lag.lsn;
+    r->lag_seconds = lag.seconds;
+    (void)snprintf(r->note, sizeof(r->note), "%s", lag.note);
 }
 
 enum sf_rc proc_status_collect(struct cosmos_client *cli, const struct cfg *cfg, bool with_lag,

@@ -3,11 +3,14 @@
  */
 #include "common/sf_base.h"
 
+#include <check.h>
+
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos_int.h"
 #include "tests/feed/feed_testutil.h"
+#include "tests/support/harness.h"
 
 static void die(const char *what, const struct sf_err *err)
 {
@@ -252,4 +255,29 @@ size_t ft_leases_of(struct cosmos_client *cli, const char *db, const char *coll,
             k++;
     free(v);
     return k;
+}
+
+int ft_suite_main(Suite *(*make)(void), struct harness_cosmolite **srv)
+{
+    struct harness_cosmolite_opts o = {.memory = true, .partitions = 4};
+    char bin[4096];
+    struct sf_err err;
+    SRunner *sr;
+    int failed;
+
+    if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
+        fprintf(stderr, "SKIPPED: no cosmolite binary (set SF_COSMOLITE_BIN)\n");
+        return 77;
+    }
+    if (harness_cosmolite_start(&o, srv, &err) != SF_OK) {
+        fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
+        return EXIT_FAILURE;
+    }
+    sr = srunner_create(make());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    harness_cosmolite_free(*srv);
+    *srv = NULL;
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

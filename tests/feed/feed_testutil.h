@@ -84,4 +84,13 @@ bool ft_wait_until(bool (*pred)(void *ctx), void *ctx, int64_t timeout_ms);
 size_t ft_leases_of(struct cosmos_client *cli, const char *db, const char *coll, const char *prefix,
                     const char *owner);
 
+/*
+ * The main() of a feed suite against one cosmolite (in memory, 4 ranges):
+ * starts it into *srv, runs make()'s suite, stops it. Returns the exit
+ * status: 77 (skipped) without a cosmolite binary.
+ */
+struct harness_cosmolite;
+typedef struct Suite Suite;
+int ft_suite_main(Suite *(*make)(void), struct harness_cosmolite **srv);
+
 #endif

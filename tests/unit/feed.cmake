@@ -9,9 +9,9 @@ if(TARGET sf_feed)
     LABELS feed)
   if(TARGET cosmolite)
     add_library(sf_feed_testutil STATIC ${CMAKE_SOURCE_DIR}/tests/feed/feed_testutil.c)
-    target_link_libraries(sf_feed_testutil PUBLIC sf_feed sf_cosmos sf_test_harness
+    target_link_libraries(sf_feed_testutil PUBLIC sf_feed sf_cosmos sf_test_harness PkgConfig::CHECK
       Threads::Threads)
-    foreach(t test_feed_lease test_feed_proc)
+    foreach(t test_feed_lease test_feed_proc test_feed_admin)
       sf_unit_test(${t}
         SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
         LIBS sf_feed_testutil

@@ -959,24 +959,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    struct harness_cosmolite_opts o = {.memory = true, .partitions = 4};
-    char bin[4096];
-    struct sf_err err;
-    SRunner *sr;
-    int failed;
-
-    if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
-        fprintf(stderr, "SKIPPED: no cosmolite binary (set SF_COSMOLITE_BIN)\n");
-        return 77;
-    }
-    if (harness_cosmolite_start(&o, &srv, &err) != SF_OK) {
-        fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    harness_cosmolite_free(srv);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return ft_suite_main(suite, &srv);
 }

@@ -1,0 +1,124 @@
+/*
+ * proc_setup.c - a configuration turned into the machinery once
+ * (proc_setup.h).
+ */
+#include "common/sf_base.h"
+
+#include "processor/proc_setup.h"
+
+#define TOOL_CONNECTIONS     8
+#define SERVICE_SPARE_CONNS  8     /* above one per worker: feeds, leases, relays */
+#define SERVICE_RETRY_TRIES  4     /* the dispatcher retries with its own, longer backoff */
+#define SERVICE_RETRY_BUDGET 10000 /* ms */
+
+void proc_setup_cosmos(const struct cfg *cfg, enum proc_client_use use, struct cosmos_options *ret)
+{
+    const struct cfg_cosmos *c = &cfg->cosmos;
+    struct cosmos_options co = {0};
+
+    co.endpoint = c->endpoint;
+    co.key_env = c->key_env;
+    co.key_file = c->key_file;
+    co.ca_file = c->ca_file;
+    co.tls_verify_off = !c->tls_verify;
+    co.connect_timeout_ms = c->connect_timeout_ms;
+    co.request_timeout_ms = c->request_timeout_ms;
+    co.consistency_level = c->consistency;
+    co.retry.throttle_wait_cap_ms = c->max_retry_after_ms;
+    co.discover_regions = c->endpoint_discovery;
+    co.preferred_regions = c->preferred_regions;
+    co.n_preferred_regions = c->n_preferred_regions;
+    co.read_from_preferred = c->read_from_preferred;
+    co.account_refresh_ms = c->account_refresh_ms;
+    if (use == PROC_CLIENT_SERVICE) {
+        co.max_connections =
+            SF_MAX(c->max_connections, cfg->processor.workers + SERVICE_SPARE_CONNS);
+        co.retry.max_attempts = SERVICE_RETRY_TRIES;
+        co.retry.budget_ms = SERVICE_RETRY_BUDGET;
+    } else {
+        co.max_connections = TOOL_CONNECTIONS;
+    }
+    *ret = co;
+}
+
+void proc_setup_feed(const struct cfg *cfg, const char *container, const char *instance,
+                     struct feed_options *ret)
+{
+    const struct cfg_feed *f = &cfg->feed;
+
+    memset(ret, 0, sizeof(*ret));
+    ret->db = cfg->cosmos.database;
+    ret->coll = container;
+    ret->lease_coll = f->lease_container;
+    ret->instance = instance != NULL ? instance : f->instance;
+    ret->start = f->start == CFG_START_NOW    ? FEED_START_NOW
+                 : f->start == CFG_START_TIME ? FEED_START_TIME
+                                              : FEED_START_BEGINNING;
+    ret->start_time = (time_t)(f->start_time_ms / 1000);
+    ret->lease_expiry_ms = f->lease_expiry_ms;
+    ret->renew_ms = f->renew_interval_ms;
+    ret->acquire_ms = f->acquire_interval_ms;
+    ret->poll_ms = f->poll_interval_ms;
+    ret->progress_deadline_ms = f->hang_timeout_ms;
+    ret->max_items = f->max_items;
+}
+
+/* Every plugin of cfg into reg; each failure a diagnostic, the first one in *err. */
+static enum sf_rc load_plugins(const struct cfg *cfg, struct step_registry *reg,
+                               struct cfg_diags *diags, struct sf_err *err)
+{
+    enum sf_rc rc = SF_OK;
+
+    for (size_t i = 0; i < cfg->n_plugins; i++) {
+        struct sf_err e;
+
+        sf_err_clear(&e);
+        if (step_plugin_load(reg, cfg->plugins[i].path, &e) != SF_OK) {
+            cfg_diag_add(diags, cfg->plugins[i].file, cfg->plugins[i].line, "%s", e.msg);
+            if (rc == SF_OK && err != NULL)
+                *err = e;
+            rc = SF_EINVAL;
+        }
+    }
+    return rc;
+}
+
+enum sf_rc proc_setup_engine_build(const struct cfg *cfg, struct cosmos_client *cli, bool all_diags,
+                                   struct cfg_diags *diags, struct proc_setup_engine *ret,
+                                   struct sf_err *err)
+{
+    struct proc_engine_opts eo = {0};
+    enum sf_rc rc, prc = SF_OK;
+
+    memset(ret, 0, sizeof(*ret));
+    rc = step_registry_new(&ret->reg, err);
+    if (rc == SF_OK)
+        rc = step_registry_add_builtins(ret->reg, err);
+    if (rc != SF_OK)
+        goto out;
+    prc = load_plugins(cfg, ret->reg, diags, err);
+    if (prc != SF_OK && !all_diags) {
+        rc = prc;
+        goto out;
+    }
+    rc = step_catalog_new(cli, cfg->cosmos.database, &ret->catalog, err);
+    if (rc != SF_OK)
+        goto out;
+    eo.cfg = cfg;
+    eo.reg = ret->reg;
+    eo.cli = cli;
+    eo.catalog = ret->catalog;
+    rc = proc_engine_new(&eo, &ret->engine, diags, err);
+    if (rc == SF_OK && prc != SF_OK)
+        rc = prc;
+out:
+    return rc;
+}
+
+void proc_setup_engine_release(struct proc_setup_engine *e)
+{
+    proc_engine_free(e->engine);
+    step_catalog_free(e->catalog);
+    step_registry_free(e->reg);
+    memset(e, 0, sizeof(*e));
+}

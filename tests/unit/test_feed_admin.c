@@ -1,0 +1,405 @@
+/*
+ * test_feed_admin.c - the operator repairs of feed_admin.h against a real
+ * cosmolite: export sees only its own prefix's leases, import and reset
+ * fence the current owner out (its next write fails) and free the lease,
+ * bad exports are refused before anything is written, and the lag
+ * estimate reads the range after the checkpoint (and notices a split).
+ * Also the single-owner claims of bounded readers (feed_claim.h).
+ *
+ * One cosmolite (in memory, 4 ranges per container) serves the whole run;
+ * each test uses its own monitored container and lease prefix. Exits 77
+ * (skipped) when no cosmolite binary exists.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <unistd.h>
+
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "feed/feed_admin.h"
+#include "feed/feed_claim.h"
+#include "feed/feed_int.h"
+#include "tests/feed/feed_testutil.h"
+#include "tests/support/harness.h"
+
+#define DB "fadmin"
+
+static struct harness_cosmolite *srv;
+static struct cosmos_client *cli;
+static char coll[64];
+static char prefix[64];
+static struct feed_store st;
+static struct feed_admin_set set;
+
+static void setup(void)
+{
+    static int n;
+    struct feed_bootstrap b = {.db = DB,
+                               .start = FEED_START_BEGINNING,
+                               .instance = "test",
+                               .lock_stale_ms = 30000,
+                               .wait_ms = 20000};
+    struct sf_err err;
+
+    cli = ft_client(harness_cosmolite_endpoint(srv), harness_cosmolite_key(srv));
+    (void)snprintf(coll, sizeof(coll), "c%d-%d", (int)getpid(), n);
+    (void)snprintf(prefix, sizeof(prefix), "p%d-%d", (int)getpid(), n++);
+    ft_container(cli, DB, coll, "/pk");
+    ft_container(cli, DB, "leases", "/id");
+    memset(&st, 0, sizeof(st));
+    st.cli = cli;
+    (void)snprintf(st.db, sizeof(st.db), DB);
+    (void)snprintf(st.coll, sizeof(st.coll), "leases");
+    (void)snprintf(st.prefix, sizeof(st.prefix), "%s", prefix);
+    b.cli = cli;
+    b.coll = coll;
+    ck_assert_msg(feed_store_bootstrap(&st, &b, NULL, &err) == SF_OK, "%s", err.msg);
+    set = (struct feed_admin_set){
+        .cli = cli, .db = DB, .lease_coll = "leases", .coll = coll, .prefix = prefix};
+}
+
+static void teardown(void)
+{
+    cosmos_client_free(cli);
+    cli = NULL;
+}
+
+/* Lease token taken by owner, as an instance would; *ret holds its etag. */
+static void take(const char *token, const char *owner, struct feed_lease *ret)
+{
+    struct feed_lease seen;
+    char id[256];
+    struct sf_err err;
+
+    feed_lease_init(&seen);
+    ck_assert_int_eq(feed_lease_id(&st, token, id, sizeof(id)), SF_OK);
+    ck_assert_int_eq(feed_store_read(&st, id, &seen, &err), SF_OK);
+    ck_assert_msg(feed_lease_acquire(&st, &seen, owner, ret, &err) == SF_OK, "%s", err.msg);
+    feed_lease_release(&seen);
+}
+
+static void read_lease(const char *token, struct feed_lease *ret)
+{
+    char id[256];
+    struct sf_err err;
+
+    ck_assert_int_eq(feed_lease_id(&st, token, id, sizeof(id)), SF_OK);
+    ck_assert_msg(feed_store_read(&st, id, ret, &err) == SF_OK, "%s", err.msg);
+}
+
+static json_t *export_all(void)
+{
+    json_t *v = NULL;
+    struct sf_err err;
+
+    ck_assert_msg(feed_admin_export(&set, &v, &err) == SF_OK, "%s", err.msg);
+    return v;
+}
+
+/* Only "<prefix>..<token>" documents, without system fields; a longer prefix is another set. */
+START_TEST(export_only_own_prefix_without_system_fields)
+{
+    struct feed_store other = st;
+    struct feed_bootstrap b = {.cli = cli,
+                               .db = DB,
+                               .coll = coll,
+                               .start = FEED_START_BEGINNING,
+                               .instance = "test",
+                               .lock_stale_ms = 30000,
+                               .wait_ms = 20000};
+    json_t *v, *l;
+    size_t i;
+    struct sf_err err;
+
+    (void)snprintf(other.prefix, sizeof(other.prefix), "%s.", prefix);
+    ck_assert_int_eq(feed_store_bootstrap(&other, &b, NULL, &err), SF_OK);
+    v = export_all();
+    ck_assert_uint_eq(json_array_size(v), 4);
+    json_array_foreach(v, i, l)
+    {
+        ck_assert(feed_admin_owns(&set, l));
+        ck_assert_ptr_nonnull(feed_admin_lease_token(l));
+        ck_assert_ptr_null(feed_admin_lease_position(l)); /* from the beginning: no position */
+        ck_assert_ptr_null(json_object_get(l, "_etag"));
+        ck_assert_ptr_null(json_object_get(l, "_rid"));
+        ck_assert_ptr_null(json_object_get(l, "_ts"));
+    }
+    json_decref(v);
+}
+END_TEST
+
+/* Import fences the owner out: its next write with the old etag fails, the lease is free. */
+START_TEST(import_fences_owner_and_frees_lease)
+{
+    struct feed_lease held, after;
+    struct feed_admin_fenced f;
+    json_t *v, *l = NULL, *e;
+    size_t i;
+    struct sf_err err;
+
+    feed_lease_init(&held);
+    feed_lease_init(&after);
+    take("1", "inst-a", &held);
+    v = export_all();
+    json_array_foreach(v, i, e)
+    {
+        if (strcmp(sf_json_str(e, "LeaseToken"), "1") == 0)
+            l = e;
+    }
+    ck_assert_ptr_nonnull(l);
+    (void)json_object_set_new(l, "ContinuationToken", json_string("\"7\""));
+    ck_assert_msg(feed_admin_import(&set, l, &f, &err) == SF_OK, "%s", err.msg);
+    ck_assert_str_eq(f.owner_before, "inst-a");
+    ck_assert_int_eq(f.epoch_before, held.epoch);
+    ck_assert_int_gt(f.epoch_after, held.epoch + 1);
+    read_lease("1", &after);
+    ck_assert_str_eq(after.owner, "");
+    ck_assert_str_eq(after.cont, "\"7\"");
+    ck_assert_int_eq(after.epoch, f.epoch_after);
+    /* The old owner's write with its etag is refused. */
+    ck_assert_int_eq(feed_store_replace(&st, &held, &err), SF_EPRECOND);
+    json_decref(v);
+    feed_lease_release(&held);
+    feed_lease_release(&after);
+}
+END_TEST
+
+/* A lease that does not exist yet is created; another prefix's lease and bad fields are refused. */
+START_TEST(import_creates_missing_and_refuses_foreign)
+{
+    char id[256];
+    json_t *l;
+    struct feed_admin_fenced f;
+    struct feed_lease got;
+    struct sf_err err;
+
+    feed_lease_init(&got);
+    (void)snprintf(id, sizeof(id), "%s..9", prefix);
+    l = json_pack("{s:s, s:s, s:s, s:i}", "id", id, "LeaseToken", "9", "ContinuationToken", "\"3\"",
+                  "epoch", 4);
+    ck_assert_msg(feed_admin_import(&set, l, &f, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(f.epoch_before, -1);
+    ck_assert_int_eq(f.epoch_after, 5);
+    read_lease("9", &got);
+    ck_assert_str_eq(got.owner, "");
+    ck_assert_str_eq(got.cont, "\"3\"");
+    json_decref(l);
+
+    (void)snprintf(id, sizeof(id), "%s.x..1", prefix);
+    l = json_pack("{s:s, s:s}", "id", id, "LeaseToken", "1");
+    ck_assert(!feed_admin_owns(&set, l));
+    ck_assert_int_eq(feed_admin_import(&set, l, &f, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not a lease of prefix"));
+    json_decref(l);
+
+    (void)snprintf(id, sizeof(id), "%s..1", prefix);
+    l = json_pack("{s:s, s:s, s:i}", "id", id, "LeaseToken", "1", "ContinuationToken", 5);
+    ck_assert_int_eq(feed_admin_check(l, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "ContinuationToken must be a string or null"));
+    ck_assert_int_eq(feed_admin_import(&set, l, &f, &err), SF_EINVAL);
+    json_decref(l);
+    feed_lease_release(&got);
+}
+END_TEST
+
+/* Reset to now skips what was written; the checkpoint then has no lag; beginning clears it. */
+START_TEST(reset_now_then_no_lag_then_beginning)
+{
+    struct feed_lease_info *v;
+    struct feed_admin_reset now = {.kind = FEED_ADMIN_RESET_NOW};
+    struct feed_admin_reset beg = {.kind = FEED_ADMIN_RESET_BEGINNING};
+    size_t n;
+    int64_t total = 0;
+    struct sf_err err;
+
+    for (int i = 0; i < 20; i++) {
+        char id[16];
+
+        (void)snprintf(id, sizeof(id), "i%d", i);
+        ft_put(cli, DB, coll, id, id, i);
+    }
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    ck_assert_uint_eq(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        struct feed_admin_fenced f;
+
+        ck_assert_msg(feed_admin_reset_lease(&set, v[i].id, v[i].range, &now, &f, &err) == SF_OK,
+                      "%s", err.msg);
+        ck_assert_int_eq(f.epoch_after, v[i].epoch + 2);
+    }
+    free(v);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    for (size_t i = 0; i < n; i++) {
+        struct feed_admin_lag lag;
+
+        ck_assert_str_ne(v[i].continuation, "");
+        ck_assert_str_eq(v[i].owner, "");
+        feed_admin_lag_estimate(&set, &v[i], sf_wall_ms(), &lag);
+        ck_assert_msg(lag.known, "%s", lag.note);
+        ck_assert_int_eq(lag.lsn, 0);
+        ck_assert_int_eq(lag.seconds, 0);
+    }
+    free(v);
+    /* Written after the reset: lag again, in some range. */
+    for (int i = 20; i < 30; i++) {
+        char id[16];
+
+        (void)snprintf(id, sizeof(id), "i%d", i);
+        ft_put(cli, DB, coll, id, id, i);
+    }
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    for (size_t i = 0; i < n; i++) {
+        struct feed_admin_lag lag;
+
+        feed_admin_lag_estimate(&set, &v[i], sf_wall_ms(), &lag);
+        ck_assert_msg(lag.known, "%s", lag.note);
+        ck_assert_str_eq(lag.note, "");
+        total += lag.lsn;
+        if (lag.lsn > 0)
+            ck_assert_int_ge(lag.seconds, 0);
+    }
+    ck_assert_int_ge(total, 1);
+    ck_assert_msg(feed_admin_reset_lease(&set, v[0].id, v[0].range, &beg, NULL, &err) == SF_OK,
+                  "%s", err.msg);
+    free(v);
+    {
+        struct feed_lease got;
+
+        feed_lease_init(&got);
+        read_lease("0", &got);
+        ck_assert_str_eq(got.cont, "");
+        ck_assert_int_eq(got.ckpt_lsn, -1);
+        feed_lease_release(&got);
+    }
+}
+END_TEST
+
+/* A lease that is gone is not recreated by reset. */
+START_TEST(reset_missing_lease_not_found)
+{
+    struct feed_admin_reset beg = {.kind = FEED_ADMIN_RESET_BEGINNING};
+    char id[256];
+    struct sf_err err;
+
+    (void)snprintf(id, sizeof(id), "%s..42", prefix);
+    ck_assert_int_eq(feed_admin_reset_lease(&set, id, "42", &beg, NULL, &err), SF_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no longer exists"));
+}
+END_TEST
+
+/* The estimate of a range that split says so instead of a number. */
+START_TEST(lag_notices_split)
+{
+    struct feed_lease_info *v;
+    struct feed_admin_reset now = {.kind = FEED_ADMIN_RESET_NOW};
+    struct feed_admin_lag lag;
+    size_t n;
+    struct sf_err err;
+
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    ck_assert_int_eq(feed_admin_reset_lease(&set, v[1].id, v[1].range, &now, NULL, &err), SF_OK);
+    free(v);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    ck_assert_str_eq(v[1].range, "1");
+    ck_assert_msg(ft_split(cli, DB, coll, "1", &err) == SF_OK,
+                  "cosmolite cannot split (POST /_admin/split): %s", err.msg);
+    feed_admin_lag_estimate(&set, &v[1], sf_wall_ms(), &lag);
+    ck_assert(!lag.known);
+    ck_assert(lag.split);
+    ck_assert_int_eq(lag.lsn, -1);
+    ck_assert_ptr_nonnull(strstr(lag.note, "split"));
+    free(v);
+}
+END_TEST
+
+/* A claim held and renewed is refused to another owner; freed, it is taken over with its state. */
+START_TEST(claim_refused_while_held_taken_over_when_free)
+{
+    struct feed_claim_store a = {
+        .cli = cli, .db = DB, .lease_coll = "leases", .me = "reader-a", .expiry_ms = 60000};
+    struct feed_claim_store b = a;
+    struct feed_claim ca = {0}, cb = {0};
+    json_t *props = json_pack("{s:i}", "processed", 3), *got = NULL;
+    struct sf_err err;
+
+    b.me = "reader-b";
+    (void)snprintf(ca.id, sizeof(ca.id), "%s.w..0", prefix);
+    (void)snprintf(ca.token, sizeof(ca.token), "0");
+    (void)snprintf(ca.max, sizeof(ca.max), "FF");
+    cb = ca;
+    ck_assert_msg(feed_claim_acquire(&a, &ca, props, &got, &err) == SF_OK, "%s", err.msg);
+    ck_assert_ptr_null(got);
+    ck_assert_int_eq(ca.epoch, 1);
+    ck_assert_int_eq(feed_claim_acquire(&b, &cb, props, &got, &err), SF_ESTATE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "reader-a"));
+    (void)snprintf(ca.cont, sizeof(ca.cont), "\"9\"");
+    ck_assert_msg(feed_claim_save(&a, &ca, false, props, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(feed_claim_acquire(&b, &cb, props, &got, &err) == SF_OK, "%s", err.msg);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(json_integer_value(json_object_get(got, "processed")), 3);
+    ck_assert_str_eq(cb.cont, "\"9\"");
+    ck_assert_int_eq(cb.epoch, 2);
+    json_decref(got);
+    /* The old owner's next write is fenced out. */
+    ck_assert_int_eq(feed_claim_save(&a, &ca, true, props, &err), SF_ESTATE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "taken over by 'reader-b'"));
+    ck_assert_msg(feed_claim_delete(&b, &cb, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(feed_claim_delete(&b, &cb, &err) == SF_OK, "%s", err.msg);
+    json_decref(props);
+}
+END_TEST
+
+/* Bounds are inclusive; the upper LSN and time end the window, the lower ones skip. */
+START_TEST(claim_classify_bounds)
+{
+    struct feed_claim_window w = {
+        .from = FEED_CLAIM_FROM_LSN, .from_lsn = 5, .to_s = 1000, .max_items = 10};
+    json_t *d = json_pack("{s:i, s:i}", "_lsn", 4, "_ts", 900);
+    int64_t lsn;
+
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_SKIP);
+    ck_assert_int_eq(lsn, 4);
+    (void)json_object_set_new(d, "_lsn", json_integer(5));
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_IN);
+    (void)json_object_set_new(d, "_lsn", json_integer(9));
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_IN);
+    (void)json_object_set_new(d, "_lsn", json_integer(10));
+    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_PAST);
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_IN);
+    (void)json_object_set_new(d, "_ts", json_integer(1001));
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_PAST);
+    w.from = FEED_CLAIM_FROM_TIME;
+    w.from_s = 950;
+    w.to_s = INT64_MAX;
+    (void)json_object_set_new(d, "_ts", json_integer(949));
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_SKIP);
+    (void)json_object_set_new(d, "_ts", json_integer(950));
+    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_IN);
+    json_decref(d);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("feed_admin");
+    TCase *t = tcase_create("admin");
+
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, export_only_own_prefix_without_system_fields);
+    tcase_add_test(t, import_fences_owner_and_frees_lease);
+    tcase_add_test(t, import_creates_missing_and_refuses_foreign);
+    tcase_add_test(t, reset_now_then_no_lag_then_beginning);
+    tcase_add_test(t, reset_missing_lease_not_found);
+    tcase_add_test(t, lag_notices_split);
+    tcase_add_test(t, claim_refused_while_held_taken_over_when_free);
+    tcase_add_test(t, claim_classify_bounds);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return ft_suite_main(suite, &srv);
+}
