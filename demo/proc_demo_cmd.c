@@ -21,7 +21,7 @@
 extern const char proc_demo_config[];
 
 static const char USAGE_DEMO[] =
-    "Usage: sagafeed demo [--orders N] [--data DIR] [--keep] [--timeout D]\n"
+    "Usage: sagafeed demo [--orders N] [--data DIR] [--keep] [--timeout D] [--seed N]\n"
     "\n"
     "The order fulfilment demo: starts a private cosmolite, creates the\n"
     "containers, seeds products, customers and N orders (some fail on stock or\n"

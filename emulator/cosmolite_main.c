@@ -106,12 +106,7 @@ static const char usage_replica[] =
     "                           default 1000)\n"
     "  --replica-max-pending-mb N\n"
     "                           MiB for writes the secondaries have not applied yet\n"
-    "                           (1..65536, default 64); when full, the oldest apply early\n"
-    "  --log-level LEVEL        debug (adds one access line per request), info, warn, error\n"
-    "                           (default info)\n"
-    "  --log-json               log JSON lines instead of text\n"
-    "  --help                   show this help\n"
-    "  --version                print the version\n";
+    "                           (1..65536, default 64); when full, the oldest apply early\n";
 
 /* Regions: a string of their own, as each literal must stay under 4095 bytes. */
 static const char usage_regions[] =
@@ -139,6 +134,11 @@ static const char usage_qplan[] =
 
 /* A second string: C11 compilers need not take literals past 4095 bytes. */
 static const char usage_admin[] =
+    "  --log-level LEVEL        debug (adds one access line per request), info, warn, error\n"
+    "                           (default info)\n"
+    "  --log-json               log JSON lines instead of text\n"
+    "  --help                   show this help\n"
+    "  --version                print the version\n"
     "\n"
     "Admin requests (signed with the master key like any request):\n"
     "  GET    /_admin/faults    list fault rules and how often each fired\n"

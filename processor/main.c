@@ -79,6 +79,7 @@ static const char USAGE_TAIL[] = "  --help, --version\n"
 
 static const char USAGE_RUN[] =
     "Usage: sagafeed run -c FILE [--instance NAME] [--log-level LEVEL] [--log-text]\n"
+    "                    [--drain-timeout D] [--http HOST:PORT]\n"
     "\n"
     "Runs every workflow of the configuration FILE: tails the change feed of each\n"
     "source container (sharing the work with other instances through leases),\n"
@@ -119,8 +120,8 @@ static const char USAGE_CHECK[] =
     "ranges, secrets (environment or file only), workflow state chains, filters,\n"
     "templates (patch paths too), step kinds and their parameters (await: no\n"
     "foreach, no undo, timeout 1s-366d), step `when` conditions, workflow\n"
-    "deadlines (1s-366d), plugins, and\n"
-    "everything run refuses at start: the endpoint's host and port, name limits\n"
+    "deadlines (1s-366d), plugins, and everything run refuses at start: the\n"
+    "endpoint's host and port, name limits\n"
     "(feed.lease_prefix 1-255 bytes, feed.instance 1-128), renew_interval at most\n"
     "half of lease_expiry, the Kafka relays' lease prefixes (511 bytes). Every\n"
     "problem is printed as `file:line: what is wrong` (`environment:0: SAGAFEED_...:`\n"
@@ -135,9 +136,8 @@ static const char USAGE_PARKED[] =
     "processor.park_scan_interval, deletes each record that succeeds, and the key\n"
     "flows again on every instance (each re-reads the parking container every\n"
     "processor.park_scan_interval, at most processor.park_scan_max records) once\n"
-    "none is left. KEY is\n"
-    "\"<container>|<partition key JSON>\", e.g. 'orders|[\"c-007\"]'.\n"
-    "Needs cosmos.endpoint in FILE.\n";
+    "none is left. KEY is \"<container>|<partition key JSON>\", e.g.\n"
+    "'orders|[\"c-007\"]'. Needs cosmos.endpoint in FILE.\n";
 
 /* ---------------------------------------------------------------------------
  * Helpers

@@ -9,16 +9,14 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import { ChangeFeedMode, ChangeFeedPolicy, ChangeFeedRetentionTimeSpan, ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startCosmolite, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startWithDatabase, uid, userFields } from "./harness.mjs";
 
 let srv;
 let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
 });
 after(async () => {
   await srv?.stop();

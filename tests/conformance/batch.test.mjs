@@ -9,7 +9,7 @@ import { after, before, test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startCosmolite, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startWithDatabase, uid, userFields } from "./harness.mjs";
 
 let srv;
 let client;
@@ -19,9 +19,7 @@ let collId;
 let docsPath;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
   collId = uid("coll");
   ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
   docsPath = `/dbs/${database.id}/colls/${collId}/docs`;

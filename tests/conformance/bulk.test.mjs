@@ -12,16 +12,14 @@ import { after, before, test } from "node:test";
 
 import { BulkOperationType } from "@azure/cosmos";
 
-import { adminRequest, rawRequest, show, splitRange, startCosmolite, uid } from "./harness.mjs";
+import { adminRequest, rawRequest, show, splitRange, startCosmolite, startWithDatabase, uid } from "./harness.mjs";
 
 let srv;
 let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null, { partitions: 4 });
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase({ partitions: 4 }));
 });
 after(async () => {
   await srv?.stop();

@@ -7,16 +7,14 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, startCosmolite, uid } from "./harness.mjs";
+import { docKey as keyOf, drainChangeFeed, startWithDatabase, uid } from "./harness.mjs";
 
 let srv;
 let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
 });
 after(async () => {
   await srv?.stop();
@@ -27,7 +25,6 @@ async function newContainer() {
   return container;
 }
 
-const keyOf = (doc) => `${JSON.stringify(doc.pk)}|${doc.id}`;
 
 /**
  * Checks the feed contract on `items`: each (pk,id) at most once, every item

@@ -541,3 +541,52 @@ export function userFields(doc) {
   }
   return out;
 }
+
+/**
+ * Starts a cosmolite (startCosmolite(null, opts)) and creates a database with
+ * a fresh id through the SDK. Resolves {srv, client, database}; the caller
+ * stops srv. If the database cannot be created the server is stopped first.
+ */
+export async function startWithDatabase(opts = {}) {
+  const srv = await startCosmolite(null, opts);
+  try {
+    const client = srv.client();
+    const { database } = await client.databases.create({ id: uid("db") });
+    return { srv, client, database };
+  } catch (e) {
+    await srv.stop();
+    throw e;
+  }
+}
+
+/**
+ * Creates database `db` and its container `coll` (partition key /pk, hash v2)
+ * with raw requests; throws unless both answer 201.
+ */
+export async function createRawContainer(srv, db, coll) {
+  let r = await rawRequest(srv, { method: "POST", path: "/dbs", body: { id: db } });
+  if (r.status !== 201) throw new Error(`POST /dbs ${db}: ${show(r)}`);
+  r = await rawRequest(srv, {
+    method: "POST",
+    path: `/dbs/${db}/colls`,
+    body: { id: coll, partitionKey: { paths: ["/pk"], kind: "Hash", version: 2 } },
+  });
+  if (r.status !== 201) throw new Error(`POST /dbs/${db}/colls ${coll}: ${show(r)}`);
+}
+
+/** A document's identity across logical partitions: `<pk JSON>|<id>`. */
+export const docKey = (doc) => `${JSON.stringify(doc.pk)}|${doc.id}`;
+
+/**
+ * Upserts docs {id: k<i>, pk: pk-<i>, v} for i in [from, to), each in its own
+ * logical partition, one at a time. Resolves the documents written.
+ */
+export async function writeRange(container, from, to, v = 1) {
+  const out = [];
+  for (let i = from; i < to; i++) {
+    const d = { id: `k${i}`, pk: `pk-${i}`, v };
+    await container.items.upsert(d);
+    out.push(d);
+  }
+  return out;
+}

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { httpCode as code, ridBytes, startCosmolite, uid } from "./harness.mjs";
+import { httpCode as code, ridBytes, startWithDatabase, uid } from "./harness.mjs";
 
 let srv;
 let client;
@@ -11,9 +11,7 @@ let database;
 let dbRid;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
   dbRid = (await database.read()).resource._rid;
 });
 after(async () => {

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { after, before, test } from "node:test";
 
-import { authHeader, drainQuery, pkHeaders, rawRequest, rfc1123, show, signature, startCosmolite, uid } from "./harness.mjs";
+import { authHeader, createRawContainer, drainQuery, pkHeaders, rawRequest, rfc1123, show, signature, startCosmolite, uid } from "./harness.mjs";
 
 const DB = "limitsdb";
 const COLL = "c";
@@ -23,15 +23,8 @@ let small; // --max-page-bytes 64k
 let patient; // --query-timeout-ms 600000: only a hang-up stops a query
 let hasty; // --query-timeout-ms 1: every page runs out of time after its first document
 
-async function setup(s) {
-  let r = await rawRequest(s, { method: "POST", path: "/dbs", body: { id: DB } });
-  assert.equal(r.status, 201, show(r));
-  r = await rawRequest(s, {
-    method: "POST",
-    path: `/dbs/${DB}/colls`,
-    body: { id: COLL, partitionKey: { paths: ["/pk"], kind: "Hash", version: 2 } },
-  });
-  assert.equal(r.status, 201, show(r));
+function setup(s) {
+  return createRawContainer(s, DB, COLL);
 }
 
 before(async () => {

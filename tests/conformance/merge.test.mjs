@@ -11,7 +11,7 @@ import { after, before, test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { adminRequest, drainChangeFeed, rawRequest, sdkEpk, show, splitRange, startCosmolite, uid } from "./harness.mjs";
+import { adminRequest, docKey as keyOf, drainChangeFeed, rawRequest, sdkEpk, show, splitRange, startWithDatabase, uid, writeRange } from "./harness.mjs";
 
 const PARTITIONS = 4;
 let srv;
@@ -19,9 +19,7 @@ let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null, { partitions: PARTITIONS });
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase({ partitions: PARTITIONS }));
 });
 after(async () => {
   await srv?.stop();
@@ -37,17 +35,7 @@ async function newContainer() {
   return { container, id, rid: resource._rid };
 }
 
-const keyOf = (d) => `${JSON.stringify(d.pk)}|${d.id}`;
 
-async function writeRange(container, from, to, v = 1) {
-  const out = [];
-  for (let i = from; i < to; i++) {
-    const d = { id: `k${i}`, pk: `pk-${i}`, v };
-    await container.items.upsert(d);
-    out.push(d);
-  }
-  return out;
-}
 
 /** No change twice (same key and version), and exactly the expected latest versions. */
 function assertChanges(items, expected, what) {

@@ -5,7 +5,7 @@ import { after, before, test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, sdkEpk, startCosmolite, uid } from "./harness.mjs";
+import { docKey as keyOf, drainChangeFeed, sdkEpk, startWithDatabase, uid } from "./harness.mjs";
 
 const PARTITIONS = 4;
 let srv;
@@ -13,9 +13,7 @@ let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null, { partitions: PARTITIONS });
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase({ partitions: PARTITIONS }));
 });
 after(async () => {
   await srv?.stop();
@@ -26,7 +24,6 @@ async function newContainer() {
   return container;
 }
 
-const keyOf = (doc) => `${JSON.stringify(doc.pk)}|${doc.id}`;
 
 function assertOnce(items, expectedKeys, what) {
   const counts = new Map();

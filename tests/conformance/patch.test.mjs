@@ -8,7 +8,7 @@ import { after, before, test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startCosmolite, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startWithDatabase, uid, userFields } from "./harness.mjs";
 
 let srv;
 let client;
@@ -17,9 +17,7 @@ let container;
 let collId;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
   collId = uid("coll");
   ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
 });

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { drainQuery, httpCode as code, pkHeaders, rawRequest, sdkEpk, show, startCosmolite, uid, userFields } from "./harness.mjs";
+import { drainQuery, httpCode as code, pkHeaders, rawRequest, sdkEpk, show, startWithDatabase, uid, userFields } from "./harness.mjs";
 
 const PARTITIONS = 4;
 let srv;
@@ -42,9 +42,7 @@ const DOCS = Array.from({ length: N }, (_, i) => makeDoc(i));
 const byId = new Map(DOCS.map((d) => [d.id, d]));
 
 before(async () => {
-  srv = await startCosmolite(null, { partitions: PARTITIONS });
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase({ partitions: PARTITIONS }));
   collId = uid("coll");
   ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
   docsPath = `/dbs/${database.id}/colls/${collId}/docs`;

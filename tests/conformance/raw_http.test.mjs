@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import { after, before, test } from "node:test";
 
-import { authHeader, rawRequest, resourceFor, rfc1123, show, signature, startCosmolite } from "./harness.mjs";
+import { authHeader, createRawContainer, rawRequest, resourceFor, rfc1123, show, signature, startCosmolite } from "./harness.mjs";
 
 let srv;
 let small; // a second server with a tiny --max-request-bytes
@@ -18,16 +18,7 @@ const SMALL_LIMIT = 4096;
 before(async () => {
   srv = await startCosmolite(null);
   small = await startCosmolite(null, { maxRequestBytes: SMALL_LIMIT, memory: true });
-  for (const s of [srv, small]) {
-    let r = await rawRequest(s, { method: "POST", path: "/dbs", body: { id: DB } });
-    assert.equal(r.status, 201, show(r));
-    r = await rawRequest(s, {
-      method: "POST",
-      path: `/dbs/${DB}/colls`,
-      body: { id: COLL, partitionKey: { paths: ["/pk"], kind: "Hash", version: 2 } },
-    });
-    assert.equal(r.status, 201, show(r));
-  }
+  for (const s of [srv, small]) await createRawContainer(s, DB, COLL);
 });
 after(async () => {
   try {

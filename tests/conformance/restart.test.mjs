@@ -6,9 +6,8 @@ import { test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, startCosmolite, uid } from "./harness.mjs";
+import { docKey as keyOf, drainChangeFeed, startCosmolite, uid } from "./harness.mjs";
 
-const keyOf = (doc) => `${JSON.stringify(doc.pk)}|${doc.id}`;
 
 function assertExactlyKeys(items, keys, what) {
   const got = items.map(keyOf).sort();

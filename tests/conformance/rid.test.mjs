@@ -7,16 +7,14 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { rawRequest, resourceFor, show, startCosmolite, uid } from "./harness.mjs";
+import { rawRequest, resourceFor, show, startWithDatabase, uid } from "./harness.mjs";
 
 let srv;
 let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
 });
 after(async () => {
   await srv?.stop();

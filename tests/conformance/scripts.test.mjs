@@ -7,16 +7,14 @@ import { after, before, test } from "node:test";
 
 import { TriggerOperation, TriggerType } from "@azure/cosmos";
 
-import { httpCode as code, rawRequest, show, startCosmolite, uid } from "./harness.mjs";
+import { httpCode as code, rawRequest, show, startWithDatabase, uid } from "./harness.mjs";
 
 let srv;
 let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
 });
 after(async () => {
   await srv?.stop();

@@ -8,16 +8,14 @@ import { after, before, test } from "node:test";
 
 import { ChangeFeedMode, ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, pkHeaders, rawRequest, sdkEpk, show, splitRange, startCosmolite, uid } from "./harness.mjs";
+import { docKey as keyOf, drainChangeFeed, pkHeaders, rawRequest, sdkEpk, show, splitRange, startCosmolite, startWithDatabase, uid, writeRange } from "./harness.mjs";
 
 let srv;
 let client;
 let database;
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
 });
 after(async () => {
   await srv?.stop();
@@ -29,18 +27,7 @@ async function newContainer() {
   return { container, id, rid: resource._rid };
 }
 
-const keyOf = (d) => `${JSON.stringify(d.pk)}|${d.id}`;
 
-/** Writes docs k<from>..k<to-1>, each in its own logical partition. */
-async function writeRange(container, from, to, v = 1) {
-  const out = [];
-  for (let i = from; i < to; i++) {
-    const d = { id: `k${i}`, pk: `pk-${i}`, v };
-    await container.items.upsert(d);
-    out.push(d);
-  }
-  return out;
-}
 
 /** No change twice (same key and version), and exactly the expected latest versions. */
 function assertChanges(items, expected, what) {

@@ -10,7 +10,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, startCosmolite, uid } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, startWithDatabase, uid } from "./harness.mjs";
 
 let srv;
 let client;
@@ -45,9 +45,7 @@ async function readable(container, id, pk = "p") {
 }
 
 before(async () => {
-  srv = await startCosmolite(null);
-  client = srv.client();
-  ({ database } = await client.databases.create({ id: uid("db") }));
+  ({ srv, client, database } = await startWithDatabase());
   const mk = async (defaultTtl) => {
     const body = { id: uid("coll"), partitionKey: "/pk" };
     if (defaultTtl !== undefined) body.defaultTtl = defaultTtl;

@@ -11,7 +11,8 @@ Exit status 0 passed, 1 failed, 77 skipped (the package is not installed).
 """
 import unittest
 
-from test_throughput import Cosmolite, client_for  # exits 77 without the package
+from sf_cosmolite import Cosmolite  # exits 77 without the package
+from test_throughput import client_for
 
 TEAMS = ["red", "green", "blue"]
 

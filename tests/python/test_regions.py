@@ -10,93 +10,26 @@ The server's per-region counters (GET /_admin/regions) say who served what.
 Run: COSMOLITE_BIN=build/emulator/cosmolite /usr/bin/python3 tests/python/test_regions.py
 Exit status 0 passed, 1 failed, 77 skipped (the package is not installed).
 """
-import base64
-import email.utils
-import hashlib
-import hmac
-import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
 import unittest
-import urllib.parse
-import urllib.request
 
-try:
-    import azure.cosmos.cosmos_client as cosmos_client
-    import azure.cosmos.documents as documents
-except ImportError:
-    print("SKIP: python3-azure-cosmos is not installed (apt-get install python3-azure-cosmos)")
-    sys.exit(77)
+import sf_cosmolite  # exits 77 without the package
+from sf_cosmolite import KEY
 
-KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+import azure.cosmos.cosmos_client as cosmos_client  # noqa: E402
+import azure.cosmos.documents as documents  # noqa: E402
+
 WEST, NORTH = "West Europe", "North Europe"
 
 
-class Cosmolite:
+class Cosmolite(sf_cosmolite.Cosmolite):
     """A private cosmolite serving two regions on ephemeral loopback ports."""
 
     def __init__(self):
-        self.dir = tempfile.TemporaryDirectory(prefix="cosmolite-py-")
-        port_file = os.path.join(self.dir.name, "port")
-        spec = "%s=127.0.0.1:0,%s=127.0.0.1:0" % (WEST, NORTH)
-        self.proc = subprocess.Popen(
-            [os.environ["COSMOLITE_BIN"], "--memory", "--regions", spec, "--port-file", port_file],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("cosmolite exited: " + self.proc.stderr.read().decode())
-            try:
-                with open(port_file) as f:
-                    text = f.read()
-                if text.endswith("\n"):
-                    self.port = int(text)
-                    break
-            except FileNotFoundError:
-                pass
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError("cosmolite did not start within 15 s")
-            time.sleep(0.02)
-        self.endpoint = "http://127.0.0.1:%d/" % self.port
-
-    def admin(self, method, what, body=None):
-        """A signed /_admin request (resource type "_admin", link "_admin/<what>")."""
-        date = email.utils.formatdate(usegmt=True)
-        payload = "%s\n_admin\n_admin/%s\n%s\n\n" % (method.lower(), what, date.lower())
-        sig = base64.b64encode(
-            hmac.new(base64.b64decode(KEY), payload.encode(), hashlib.sha256).digest()
-        ).decode()
-        req = urllib.request.Request(
-            self.endpoint + "_admin/" + what,
-            method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={
-                "x-ms-date": date,
-                "x-ms-version": "2018-12-31",
-                "authorization": urllib.parse.quote("type=master&ver=1.0&sig=" + sig, safe=""),
-                "content-type": "application/json",
-            },
-        )
-        with urllib.request.urlopen(req, timeout=15) as r:
-            return json.loads(r.read())
+        super().__init__("--regions", "%s=127.0.0.1:0,%s=127.0.0.1:0" % (WEST, NORTH), listen=False)
 
     def regions(self):
         st = self.admin("GET", "regions")
         return st["writeRegion"], {r["name"]: r for r in st["regions"]}
-
-    def stop(self):
-        self.proc.terminate()
-        _, err = self.proc.communicate(timeout=15)
-        self.dir.cleanup()
-        if self.proc.returncode != 0:
-            raise RuntimeError("cosmolite exited with %d: %s" % (self.proc.returncode, err.decode()))
-        return err.decode()
 
 
 class Regions(unittest.TestCase):

@@ -14,7 +14,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_throughput import KEY, Cosmolite  # noqa: E402 (exits 77 without the SDK)
+from sf_cosmolite import KEY, Cosmolite  # noqa: E402 (exits 77 without the SDK)
 
 import azure.cosmos.cosmos_client as cosmos_client  # noqa: E402
 import azure.cosmos.documents as documents  # noqa: E402

@@ -8,62 +8,15 @@ the offer at run time.
 Run: COSMOLITE_BIN=build/emulator/cosmolite /usr/bin/python3 tests/python/test_throughput.py
 Exit status 0 passed, 1 failed, 77 skipped (the package is not installed).
 """
-import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
 import unittest
 
-try:
-    import azure.cosmos.cosmos_client as cosmos_client
-    import azure.cosmos.documents as documents
-    import azure.cosmos.retry_options as retry_options
-except ImportError:
-    print("SKIP: python3-azure-cosmos is not installed (apt-get install python3-azure-cosmos)")
-    sys.exit(77)
+from sf_cosmolite import KEY, Cosmolite  # exits 77 without the package
 
-KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
-
-
-class Cosmolite:
-    """A private cosmolite on an ephemeral loopback port."""
-
-    def __init__(self, *args):
-        self.dir = tempfile.TemporaryDirectory(prefix="cosmolite-py-")
-        port_file = os.path.join(self.dir.name, "port")
-        self.proc = subprocess.Popen(
-            [os.environ["COSMOLITE_BIN"], "--memory", "--listen", "127.0.0.1:0", "--port-file", port_file, *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 15
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("cosmolite exited: " + self.proc.stderr.read().decode())
-            try:
-                with open(port_file) as f:
-                    text = f.read()
-                if text.endswith("\n"):
-                    self.port = int(text)
-                    break
-            except FileNotFoundError:
-                pass
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError("cosmolite did not start within 15 s")
-            time.sleep(0.02)
-        self.endpoint = "http://127.0.0.1:%d/" % self.port
-
-    def stop(self):
-        """SIGTERM; returns cosmolite's stderr, raising unless it exited cleanly."""
-        self.proc.terminate()
-        _, err = self.proc.communicate(timeout=15)
-        self.dir.cleanup()
-        if self.proc.returncode != 0:
-            raise RuntimeError("cosmolite exited with %d: %s" % (self.proc.returncode, err.decode()))
-        return err.decode()
+import azure.cosmos.cosmos_client as cosmos_client  # noqa: E402
+import azure.cosmos.documents as documents  # noqa: E402
+import azure.cosmos.retry_options as retry_options  # noqa: E402
 
 
 def client_for(srv):
