@@ -92,6 +92,7 @@ enum feed_event_kind {
     FEED_EV_READ_ERROR,       /* a change-feed read failed (retrying) */
     FEED_EV_LEASE_ERROR,      /* a lease operation failed (retrying) */
     FEED_EV_CHECKPOINT_ERROR, /* a checkpoint write failed (retrying later) */
+    FEED_EV_MERGE,            /* a range merged; the lease goes on by EPK over its own span */
 };
 
 /* What happened. Every pointer is borrowed for the duration of the callback. */

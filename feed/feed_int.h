@@ -38,6 +38,12 @@ struct feed_lease {
     int64_t ckpt_lsn;           /* properties.lsn, -1 */
     int64_t ckpt_ts;            /* properties.ts, -1 */
     int64_t start_time;         /* properties.startTime in epoch seconds, -1 when absent */
+    /*
+     * "version": 0 = the lease is read as partition key range `token`; 1 = an EPK
+     * lease, read as [min, max) of whichever range holds that span (after a merge, or
+     * a split of a merged range: PROTOCOL.md section 10, docs/architecture.md).
+     */
+    int version;
     char etag[COSMOS_ETAG_MAX];
     json_t *doc; /* the document as stored, unknown fields kept (owned, may be NULL) */
 };

@@ -114,6 +114,12 @@ enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf
         goto fail;
     }
     l.epoch = v ? int_field(doc, "epoch", 0) : 0;
+    v = json_object_get(doc, "version");
+    if (v != NULL && !json_is_null(v) && !json_is_integer(v)) {
+        rc = sf_err_set(err, SF_EPROTO, false, "lease %s: \"version\" is not a number", l.id);
+        goto fail;
+    }
+    l.version = int_field(doc, "version", 0) == 1 ? 1 : 0;
     range = json_object_get(json_object_get(doc, "FeedRange"), "Range");
     if (range != NULL) {
         if ((rc = str_field(range, "min", false, l.min, sizeof(l.min), err)) != SF_OK ||
@@ -170,7 +176,8 @@ json_t *feed_lease_to_json(const struct feed_lease *l)
         }
     }
     sf_time_iso8601(l->ts_ms >= 0 ? l->ts_ms : sf_wall_ms(), ts);
-    ok = set_new(doc, "id", json_string(l->id)) && set_new(doc, "version", json_integer(0)) &&
+    ok = set_new(doc, "id", json_string(l->id)) &&
+         set_new(doc, "version", json_integer(l->version)) &&
          set_new(doc, "LeaseToken", json_string(l->token)) &&
          set_new(doc, "FeedRange",
                  json_pack("{s:{s:s,s:s}}", "Range", "min", l->min, "max", l->max)) &&

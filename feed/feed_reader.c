@@ -379,38 +379,35 @@ out:
  * Splits
  */
 
-/* true when id appears in the comma-separated list. */
-static bool list_has(const char *list, const char *id)
-{
-    size_t n = strlen(id);
-
-    for (const char *s = list; *s;) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-
-        if (len == n && memcmp(s, id, n) == 0)
-            return true;
-        s += len + (e ? 1 : 0);
-    }
-    return false;
-}
-
-/* Creates (or, after an earlier attempt of ours, finds) the child lease for range c. */
+/*
+ * Creates (or, after an earlier attempt of ours, finds) the child lease for the
+ * part [min, max) of range c that this lease covered: a range lease when that is
+ * all of c, else an EPK lease "<parent token>.<range id>".
+ */
 static enum sf_rc create_child(struct feed_reader *r, const struct feed_lease *parent,
-                               const struct cosmos_pkrange *c, struct sf_err *err)
+                               const struct cosmos_pkrange *c, const char *min, const char *max,
+                               struct sf_err *err)
 {
     struct feed_processor *p = r->p;
     struct feed_lease l;
+    char token[2 * FEED_TOKEN_MAX + 2];
     enum sf_rc rc;
 
     feed_lease_init(&l);
-    if (feed_lease_id(&p->store, c->id, l.id, sizeof(l.id)) != SF_OK ||
-        feed_copy(l.token, sizeof(l.token), c->id) != SF_OK) {
-        rc = sf_err_set(err, SF_ELIMIT, false, "lease id for range %s too long", c->id);
+    l.version = strcmp(min, c->min) == 0 && strcmp(max, c->max) == 0 ? 0 : 1;
+    if (l.version == 0)
+        (void)snprintf(token, sizeof(token), "%s", c->id);
+    else
+        (void)snprintf(token, sizeof(token), "%s.%s", parent->token, c->id);
+    if (feed_copy(l.token, sizeof(l.token), token) != SF_OK ||
+        feed_lease_id(&p->store, l.token, l.id, sizeof(l.id)) != SF_OK) {
+        rc = sf_err_set(err, SF_ELIMIT, false,
+                        "lease token for range %s of lease %s too long (at most %d bytes)", c->id,
+                        parent->token, FEED_TOKEN_MAX);
         goto out;
     }
-    (void)snprintf(l.min, sizeof(l.min), "%s", c->min);
-    (void)snprintf(l.max, sizeof(l.max), "%s", c->max);
+    (void)snprintf(l.min, sizeof(l.min), "%s", min);
+    (void)snprintf(l.max, sizeof(l.max), "%s", max);
     (void)snprintf(l.owner, sizeof(l.owner), "%s", p->instance);
     (void)snprintf(l.cont, sizeof(l.cont), "%s", parent->cont);
     l.epoch = parent->epoch + 1;
@@ -473,28 +470,57 @@ static enum sf_rc delete_parent(struct feed_reader *r, struct sf_err *err)
     return rc;
 }
 
+/* Makes the lease an EPK lease over its own span (after a merge). */
+static void mut_epk(struct feed_lease *l, void *ctx)
+{
+    (void)ctx;
+    l->version = 1;
+}
+
+/* What handle_gone did. */
+enum gone { GONE_FAILED, GONE_SPLIT, GONE_GO_ON };
+
+/* EPK comparisons: "" is the first, "FF" the last, hex digits in between. */
+static const char *epk_max_of(const char *a, const char *b)
+{
+    return strcmp(a, b) >= 0 ? a : b;
+}
+
+static const char *epk_min_of(const char *a, const char *b)
+{
+    return strcmp(a, b) <= 0 ? a : b;
+}
+
 /*
- * Handles 410 "range gone": waits for every delivered item's ack, writes
- * the final checkpoint, creates one lease per child range starting at that
- * checkpoint (so nothing is skipped and nothing before it is read again),
- * and deletes the parent lease. Returns true when the split is done (the
- * reader then exits and the manager adopts the children).
+ * Handles 410 "range gone": waits for every delivered item's ack, writes the
+ * final checkpoint, then looks at the ranges now overlapping the lease's span.
+ * Several (a split): one lease per part of the span, each starting at that
+ * checkpoint (so nothing is skipped and nothing before it is read again), and
+ * the parent lease is deleted (GONE_SPLIT: the reader exits and the manager
+ * adopts the children). One (a merge, or a merged range that was renamed): the
+ * lease stays and goes on from its checkpoint, reading only its own span of that
+ * range by EPK (GONE_GO_ON). Taking the merged range over from this lease's
+ * checkpoint would lose or repeat the sibling's changes between the two parents'
+ * checkpoints; the LSN sequence is the container's, so the continuation stays
+ * valid on the merged range when scoped by EPK (PROTOCOL.md sections 8 and 10).
  */
-static bool handle_split(struct feed_reader *r, struct sf_err *err)
+static enum gone handle_gone(struct feed_reader *r, struct sf_err *err)
 {
     struct feed_processor *p = r->p;
     struct cosmos_pkranges *ranges = NULL;
     struct feed_lease parent;
     char names[512] = "", min[sizeof(r->lease.min)], max[sizeof(r->lease.max)];
-    bool done = false;
+    enum gone done = GONE_FAILED;
+    const struct cosmos_pkrange *only = NULL;
     size_t want = 0;
+    int version;
     enum sf_rc rc;
 
     feed_lease_init(&parent);
     pthread_mutex_lock(&r->mu);
     if (r->state != FR_RUNNING) {
         pthread_mutex_unlock(&r->mu);
-        return false;
+        return GONE_FAILED;
     }
     r->state = FR_SPLITTING;
     pthread_mutex_unlock(&r->mu);
@@ -506,38 +532,53 @@ static bool handle_split(struct feed_reader *r, struct sf_err *err)
         goto out;
     rc = cosmos_pkranges_get(p->cli, p->db, p->coll, true, &ranges, err);
     if (rc != SF_OK) {
-        sf_err_prefix(err, "split of range %s: ", r->token);
+        sf_err_prefix(err, "split or merge of range %s: ", r->token);
         goto out;
     }
-    for (size_t i = 0; i < ranges->n; i++)
-        if (list_has(ranges->ranges[i].parents, r->token))
-            want++;
-    if (want == 0) {
-        sf_err_set(err, SF_EGONE, true, "range %s is gone but no range names it as a parent yet",
-                   r->token);
-        goto out;
-    }
-    /*
-     * A merge: the new range is wider than this lease. Taking it over from this
-     * lease's checkpoint would lose or repeat the sibling's changes between the two
-     * parents' checkpoints, so the lease stays where it is (loudly) until leases
-     * follow merges by EPK (docs/azure-merges.md).
-     */
     pthread_mutex_lock(&r->lease_mu);
     (void)snprintf(min, sizeof(min), "%s", r->lease.min);
     (void)snprintf(max, sizeof(max), "%s", r->lease.max);
+    version = r->lease.version;
     pthread_mutex_unlock(&r->lease_mu);
     for (size_t i = 0; i < ranges->n; i++) {
         const struct cosmos_pkrange *c = &ranges->ranges[i];
 
-        if (list_has(c->parents, r->token) &&
-            (strcmp(c->min, min) < 0 || strcmp(c->max, max) > 0)) {
+        if (strcmp(c->min, max) < 0 && strcmp(c->max, min) > 0) {
+            want++;
+            only = c;
+        }
+    }
+    if (want == 0) {
+        sf_err_set(err, SF_EGONE, true, "range %s is gone but no range covers [%s, %s) yet",
+                   r->token, min, max);
+        goto out;
+    }
+    if (want == 1) {
+        if (strcmp(only->min, min) > 0 || strcmp(only->max, max) < 0) {
             sf_err_set(err, SF_EGONE, true,
-                       "range %s was merged into range %s [%s, %s); this version follows "
-                       "splits only, so the lease stays at its checkpoint",
-                       r->token, c->id, c->min, c->max);
+                       "range %s is gone and range %s [%s, %s) covers only part of [%s, %s)",
+                       r->token, only->id, only->min, only->max, min, max);
             goto out;
         }
+        if (version == 0) {
+            pthread_mutex_lock(&r->lease_mu);
+            rc = feed_lease_update(&p->store, &r->lease, mut_epk, NULL, err);
+            pthread_mutex_unlock(&r->lease_mu);
+            if (rc == SF_ESTATE) {
+                feed_reader_lost(r, err);
+                goto out;
+            }
+            if (rc != SF_OK) {
+                sf_err_prefix(err, "merge of range %s: ", r->token);
+                goto out;
+            }
+            feed_emit(p, FEED_EV_MERGE, r, NULL,
+                      "range %s was merged into range %s [%s, %s); lease %s goes on from its "
+                      "checkpoint scoped to its own span [%s, %s)",
+                      r->token, only->id, only->min, only->max, r->lease_id, min, max);
+        }
+        done = GONE_GO_ON;
+        goto out;
     }
     free(r->children);
     r->n_children = 0;
@@ -549,12 +590,15 @@ static bool handle_split(struct feed_reader *r, struct sf_err *err)
     feed_lease_copy(&parent, &r->lease);
     pthread_mutex_unlock(&r->lease_mu);
     for (size_t i = 0; i < ranges->n; i++) {
-        if (!list_has(ranges->ranges[i].parents, r->token))
+        const struct cosmos_pkrange *c = &ranges->ranges[i];
+
+        if (strcmp(c->min, max) >= 0 || strcmp(c->max, min) <= 0)
             continue;
-        if (create_child(r, &parent, &ranges->ranges[i], err) != SF_OK)
+        if (create_child(r, &parent, c, epk_max_of(c->min, min), epk_min_of(c->max, max), err) !=
+            SF_OK)
             goto out;
         (void)snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
-                       names[0] ? ", " : "", ranges->ranges[i].id);
+                       names[0] ? ", " : "", c->id);
     }
     rc = delete_parent(r, err);
     if (rc == SF_ESTATE) {
@@ -570,14 +614,12 @@ static bool handle_split(struct feed_reader *r, struct sf_err *err)
     feed_emit(p, FEED_EV_SPLIT, r, NULL,
               "range %s split into %s; child leases continue from %s, parent lease deleted",
               r->token, names, parent.cont[0] ? parent.cont : "the start position");
-    done = true;
+    done = GONE_SPLIT;
 out:
-    if (!done) {
-        pthread_mutex_lock(&r->mu);
-        if (r->state == FR_SPLITTING)
-            r->state = FR_RUNNING;
-        pthread_mutex_unlock(&r->mu);
-    }
+    pthread_mutex_lock(&r->mu);
+    if (r->state == FR_SPLITTING)
+        r->state = FR_RUNNING;
+    pthread_mutex_unlock(&r->mu);
     feed_lease_release(&parent);
     free(ranges);
     return done;
@@ -678,8 +720,23 @@ static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t star
 {
     struct feed_processor *p = r->p;
     struct cosmos_cf_req q = {.range_id = r->token, .max_items = p->o.max_items};
+    char min[sizeof(r->lease.min)], max[sizeof(r->lease.max)];
     enum sf_rc rc;
 
+    /*
+     * An EPK lease (after a merge) reads its own span of whichever range holds
+     * it now: the client resolves the range from its cache, a stale cache gives a
+     * 410 and handle_gone refreshes it.
+     */
+    pthread_mutex_lock(&r->lease_mu);
+    if (r->lease.version == 1) {
+        (void)snprintf(min, sizeof(min), "%s", r->lease.min);
+        (void)snprintf(max, sizeof(max), "%s", r->lease.max);
+        q.range_id = NULL;
+        q.epk_min = min;
+        q.epk_max = max;
+    }
+    pthread_mutex_unlock(&r->lease_mu);
     if (pos[0] != '\0') {
         q.start = COSMOS_CF_CONTINUATION;
         q.continuation = pos;
@@ -809,8 +866,14 @@ static void *reader_main(void *arg)
             continue;
         }
         if (rc == SF_EGONE && err.substatus != 1007) {
-            if (handle_split(r, &err) || told_to_stop(r))
+            enum gone g = handle_gone(r, &err);
+
+            if (g == GONE_SPLIT || told_to_stop(r))
                 break;
+            if (g == GONE_GO_ON) {
+                next_read = now;
+                continue;
+            }
         }
         read_failed(r, &err);
         next_read = now + sf_backoff_next(&backoff);

@@ -887,12 +887,12 @@ START_TEST(split_during_run)
 END_TEST
 
 /*
- * A merge during a run: a lease must not take over the merged range from its own
- * checkpoint (the sibling's changes between the two checkpoints would be lost or
- * repeated). Until leases follow merges by EPK, the parents stay, at their checkpoints,
- * and the read error names the merge.
+ * A merge during a run: each parent lease goes on from its own checkpoint on the
+ * merged range, scoped by its EPK span, so every change of both spans is delivered
+ * once. Taking the merged range over from one parent's checkpoint would lose or
+ * repeat the sibling's changes; no such lease may appear.
  */
-START_TEST(merge_during_run_keeps_parents)
+static void merge_run(const char *name, int order)
 {
     struct feed_options o;
     struct feed_processor *p;
@@ -900,12 +900,11 @@ START_TEST(merge_during_run_keeps_parents)
     struct ft_seen seen;
     struct evlog ev;
     size_t n;
-    bool merged_lease = false, parents[2] = {false, false};
     struct sf_err err;
 
     ft_seen_init(&seen, 1000);
     ev_init(&ev);
-    ft_feed_options(&o, DB, coll, prefix, "merger");
+    ft_feed_options(&o, DB, coll, prefix, name);
     o.consume = consume_sync;
     o.consume_ctx = &seen;
     o.on_event = on_event;
@@ -913,22 +912,49 @@ START_TEST(merge_during_run_keeps_parents)
     p = start(&o, &err);
     put_n(0, 100, NULL);
     ck_assert_int_eq(ft_seen_wait(&seen, 100, 20000), 100);
-    ck_assert_msg(ft_merge(cli, DB, coll, "1", "2", &err) == SF_OK,
-                  "cosmolite cannot merge (POST /_admin/merge): %s", err.msg);
-    put_n(100, 200, NULL);
-    ck_assert(ev_wait(&ev, FEED_EV_READ_ERROR, 1, 15000));
-    ck_assert_int_eq(seen.dups, 0);
-    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
-    for (size_t i = 0; i < n; i++) {
-        merged_lease |= strcmp(v[i].range, "4") == 0;
-        parents[0] |= strcmp(v[i].range, "1") == 0;
-        parents[1] |= strcmp(v[i].range, "2") == 0;
+    if (order == 1) { /* split, then merge a child with its neighbour: 1 -> 4, 5; 5 + 2 -> 6 */
+        ck_assert_msg(ft_split(cli, DB, coll, "1", &err) == SF_OK, "split: %s", err.msg);
+        put_n(100, 150, NULL);
+        ck_assert(ev_wait(&ev, FEED_EV_SPLIT, 1, 15000));
+        ck_assert_int_eq(ft_seen_wait(&seen, 150, 20000), 150);
+        ck_assert_msg(ft_merge(cli, DB, coll, "5", "2", &err) == SF_OK, "merge: %s", err.msg);
+    } else {
+        ck_assert_msg(ft_merge(cli, DB, coll, "1", "2", &err) == SF_OK,
+                      "cosmolite cannot merge (POST /_admin/merge): %s", err.msg);
+        put_n(100, 150, NULL);
+        ck_assert_int_eq(ft_seen_wait(&seen, 150, 20000), 150);
+        if (order == 2) /* merge, then split the merged range: 1 + 2 -> 4; 4 -> 5, 6 */
+            ck_assert_msg(ft_split(cli, DB, coll, "4", &err) == SF_OK, "split: %s", err.msg);
     }
+    put_n(150, 300, NULL);
+    ck_assert_int_eq(ft_seen_wait(&seen, 300, 30000), 300);
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(seen.order_errors, 0);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    /* The merged range ("4", or "6" after the split) is never one lease taken from one parent. */
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(strcmp(v[i].range, order == 1 ? "6" : "4") != 0,
+                      "lease %s takes the merged range from one parent's checkpoint", v[i].id);
     free(v);
-    ck_assert_msg(!merged_lease, "no lease takes the merged range from one parent's checkpoint");
-    ck_assert_msg(parents[0] && parents[1], "both parent leases stay");
     feed_processor_free(p);
     ft_seen_release(&seen);
+}
+
+START_TEST(merge_during_run_continues_parents_by_epk)
+{
+    merge_run("merger", 0);
+}
+END_TEST
+
+START_TEST(split_then_merge_delivers_every_change_once)
+{
+    merge_run("splitmerger", 1);
+}
+END_TEST
+
+START_TEST(merge_then_split_delivers_every_change_once)
+{
+    merge_run("mergesplitter", 2);
 }
 END_TEST
 
@@ -940,7 +966,9 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 90);
     tcase_add_test(t, drain_several_ranges);
-    tcase_add_test(t, merge_during_run_keeps_parents);
+    tcase_add_test(t, merge_during_run_continues_parents_by_epk);
+    tcase_add_test(t, split_then_merge_delivers_every_change_once);
+    tcase_add_test(t, merge_then_split_delivers_every_change_once);
     tcase_add_test(t, checkpoint_waits_for_oldest);
     tcase_add_test(t, lag_not_started);
     tcase_add_test(t, graceful_handoff);
