@@ -271,6 +271,23 @@ size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t o
                          bool *ret_steal, unsigned *ret_target);
 
 /* ---------------------------------------------------------------------------
+ * Merges (feed_merge.c)
+ */
+
+/*
+ * The handover after a merge, tried by the reader of EPK lease mine (as just
+ * checkpointed, nothing pending). When mine is the leftmost lease inside its
+ * range and the leases inside that range tile it, are all EPK leases and all
+ * hold mine's continuation (caught up), creates the range lease at that
+ * continuation (owner p->instance, epoch above all of theirs) and deletes the
+ * siblings (fenced by If-Match), and sets *ret_done with the new lease in
+ * *ret_merged; the caller then deletes mine. Otherwise *ret_done is false and
+ * nothing changed (SF_OK when simply not caught up yet).
+ */
+enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease *mine,
+                               struct feed_lease *ret_merged, bool *ret_done, struct sf_err *err);
+
+/* ---------------------------------------------------------------------------
  * Utilities
  */
 
@@ -341,6 +358,8 @@ struct feed_reader {
     unsigned hang_fired;
     char ckpt_cont[COSMOS_ETAG_MAX];
     char last_error[512];
+
+    int64_t handover_mono; /* last merge handover attempt (reader thread only) */
 
     /* split results: written by the reader before it exits, read by the manager after join */
     struct feed_lease *children;

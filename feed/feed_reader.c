@@ -625,6 +625,78 @@ out:
     return done;
 }
 
+/*
+ * After a 304 on an EPK lease (at most once per acquire interval): when the
+ * leases of its merged range have caught up, hands over to one lease for the
+ * range (feed_merge.c). Returns true when done: this lease is deleted and the
+ * reader exits, the manager starting the range lease like a split's child.
+ */
+static bool try_handover(struct feed_reader *r, const char *pos)
+{
+    struct feed_processor *p = r->p;
+    struct feed_lease mine, merged;
+    struct sf_err err;
+    bool done = false, idle;
+    int64_t now = sf_mono_ms();
+    enum sf_rc rc;
+
+    if (now - r->handover_mono < p->o.acquire_ms)
+        return false;
+    r->handover_mono = now;
+    feed_lease_init(&mine);
+    feed_lease_init(&merged);
+    pthread_mutex_lock(&r->mu);
+    idle = r->state == FR_RUNNING && feed_track_pending(&r->track) == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!idle || checkpoint(r, true, false) != SF_OK)
+        goto out;
+    pthread_mutex_lock(&r->lease_mu);
+    feed_lease_copy(&mine, &r->lease);
+    pthread_mutex_unlock(&r->lease_mu);
+    if (mine.version != 1 || strcmp(mine.cont, pos) != 0)
+        goto out;
+    sf_err_clear(&err);
+    rc = feed_merge_handover(p, &mine, &merged, &done, &err);
+    if (rc != SF_OK) {
+        feed_emit(p, FEED_EV_LEASE_ERROR, r, &err, "merge handover of lease %s failed: %s",
+                  r->lease_id, err.msg);
+        goto out;
+    }
+    if (!done)
+        goto out;
+    done = false;
+    for (size_t i = 0; i < r->n_children; i++)
+        feed_lease_release(&r->children[i]);
+    free(r->children);
+    r->n_children = 0;
+    if ((r->children = calloc(1, sizeof(*r->children))) == NULL)
+        goto out; /* the range lease and this one overlap: changes repeat, none is lost */
+    rc = delete_parent(r, &err);
+    if (rc == SF_ESTATE)
+        feed_reader_lost(r, &err);
+    if (rc != SF_OK) {
+        free(r->children);
+        r->children = NULL;
+        goto out;
+    }
+    feed_lease_init(&r->children[0]);
+    feed_lease_copy(&r->children[0], &merged);
+    r->n_children = 1;
+    pthread_mutex_lock(&r->mu);
+    r->state = FR_SPLIT;
+    r->stop = true;
+    pthread_mutex_unlock(&r->mu);
+    feed_emit(p, FEED_EV_MERGE, r, NULL,
+              "the leases of merged range %s caught up at %s; lease %s takes over the range, the "
+              "parents' EPK leases are deleted",
+              merged.token, merged.cont, merged.id);
+    done = true;
+out:
+    feed_lease_release(&mine);
+    feed_lease_release(&merged);
+    return done;
+}
+
 /* ---------------------------------------------------------------------------
  * The read loop
  */
@@ -863,6 +935,8 @@ static void *reader_main(void *arg)
             }
             if (page.continuation[0] != '\0')
                 (void)snprintf(pos, sizeof(pos), "%s", page.continuation);
+            if (page.count == 0 && try_handover(r, pos))
+                break;
             continue;
         }
         if (rc == SF_EGONE && err.substatus != 1007) {
