@@ -754,6 +754,13 @@ enum sf_rc cosmos_req_common(struct cosmos_client *cli, struct cosmos_req *req, 
     enum sf_rc rc;
 
     rc = cosmos_req_header(req, "x-ms-version", COSMOS_API_VERSION, err);
+    /*
+     * SDKSupportedCapabilities.PartitionMerge, sent on every request as @azure/cosmos
+     * (request.js getHeaders) and .NET do: accounts with merge enabled refuse clients
+     * that do not declare it. The feed follows merges by EPK (feed_reader.c, feed_merge.c).
+     */
+    if (rc == SF_OK)
+        rc = cosmos_req_header(req, "x-ms-cosmos-sdk-supportedcapabilities", "1", err);
     if (rc == SF_OK)
         rc = cosmos_req_header(req, "Accept", "application/json", err);
     if (rc == SF_OK && cli->consistency != NULL)

@@ -71,6 +71,21 @@ char *fu_split(const char *endpoint, const char *key, const char *db, const char
     return out;
 }
 
+char *fu_merge(const char *endpoint, const char *key, const char *db, const char *coll,
+               const char *a, const char *b)
+{
+    char body[512], *out = NULL;
+    long st;
+
+    (void)snprintf(body, sizeof(body), "{\"db\":\"%s\",\"coll\":\"%s\",\"ranges\":[\"%s\",\"%s\"]}",
+                   db, coll, a, b);
+    st = e2e_admin(endpoint, key, "POST", "merge", body, &out);
+    ck_assert_msg(st == 200, "POST /_admin/merge %s: %ld %s", body, st, out);
+    (void)printf("merge of %s/%s ranges %s and %s: %s\n", db, coll, a, b, out);
+    (void)fflush(stdout);
+    return out;
+}
+
 /* ---------------------------------------------------------------------------
  * Writers
  */

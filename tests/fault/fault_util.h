@@ -34,6 +34,9 @@ long long fu_faults_report(const char *endpoint, const char *key, size_t want_ru
 /* DELETE /_admin/faults: no more injected faults (before verification). */
 void fu_faults_clear(const char *endpoint, const char *key);
 
+/* POST /_admin/merge of two adjacent ranges; prints and returns the response body (new). */
+char *fu_merge(const char *endpoint, const char *key, const char *db, const char *coll,
+               const char *a, const char *b);
 /* POST /_admin/split of one partition key range; prints and returns the response body (new). */
 char *fu_split(const char *endpoint, const char *key, const char *db, const char *coll,
                const char *range);

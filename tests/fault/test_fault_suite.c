@@ -400,6 +400,45 @@ START_TEST(test_split)
 }
 END_TEST
 
+/*
+ * Merges in the middle of a run: 0 + 1 -> 2 while orders flow, a split of the
+ * merged range (2 -> 3, 4), and a merge of those children again (3 + 4 -> 5).
+ * The parents' leases go on by EPK and hand over once caught up; every order
+ * settles once and the money adds up.
+ */
+START_TEST(test_merge)
+{
+    unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
+    struct proc_demo_opts dopt = {.orders = orders};
+    struct world w;
+    struct fu_writer *wr;
+    struct sf_err err;
+    size_t total = 0, settled = 0;
+    const char *ep, *key;
+    pid_t pid;
+
+    world_start(&w, "merge", 2, NULL, &dopt);
+    ep = harness_cosmolite_endpoint(w.h);
+    key = harness_cosmolite_key(w.h);
+    pid = world_spawn(&w, "fault-1", NULL);
+    wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
+    sf_sleep_ms(2000);
+    (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+    (void)printf("merge: before the first merge %zu orders, %zu settled\n", total, settled);
+    free(fu_merge(ep, key, DB, "orders", "0", "1"));
+    sf_sleep_ms(1500);
+    free(fu_split(ep, key, DB, "orders", "2"));
+    sf_sleep_ms(1500);
+    free(fu_merge(ep, key, DB, "orders", "3", "4"));
+    fu_writer_join(wr);
+    fu_wait_settled(w.cli, DB, orders, 300000, w.log);
+    world_stop_sagafeed(&w, pid, NULL);
+    (void)fu_print_final_counters(w.log, "merge sagafeed");
+    fu_verify(w.cli, DB, orders, "merges and a split in the middle of a run");
+    world_free(&w);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * ~10% injected 429/503/408 and dropped connections
  */
@@ -632,6 +671,7 @@ int main(void)
                                      {"kill9_cosmolite", test_kill9_cosmolite},
                                      {"instances", test_instances},
                                      {"split", test_split},
+                                     {"merge", test_merge},
                                      {"injected", test_injected},
                                      {"lying", test_lying},
                                      {"parking_lies", test_parking_lies}};

@@ -22,7 +22,7 @@ if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_processor)
   set(sf_fault_env
     "CK_DEFAULT_TIMEOUT=900;SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_BUILD_DIR=${CMAKE_BINARY_DIR}"
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  foreach(sf_case kill9_sagafeed kill9_cosmolite instances split injected lying parking_lies)
+  foreach(sf_case kill9_sagafeed kill9_cosmolite instances split merge injected lying parking_lies)
     add_test(NAME fault_${sf_case} COMMAND test_fault_suite)
     set_tests_properties(fault_${sf_case} PROPERTIES
       ENVIRONMENT "${sf_fault_env};CK_RUN_CASE=${sf_case};SF_FAULT_KILL9_ORDERS_DEFAULT=10000"

@@ -504,6 +504,8 @@ START_TEST(test_doc_requests)
     ck_assert_str_eq(sc.sent[0].rtype, "docs");
     ck_assert_str_eq(sent_hdr(0, "x-ms-documentdb-partitionkey"), "[\"caf\\u00E9 \\\"q\\\"\"]");
     ck_assert_str_eq(sent_hdr(0, "x-ms-version"), "2020-07-15");
+    /* Declares partition merge support, as the SDKs do (PartitionMerge = 1). */
+    ck_assert_str_eq(sent_hdr(0, "x-ms-cosmos-sdk-supportedcapabilities"), "1");
     ck_assert_ptr_null(sent_hdr(0, "x-ms-documentdb-is-upsert"));
     ck_assert_str_eq(sc.sent[0].body, "{\"id\":\"a b\",\"pk\":\"x\"}");
     ck_assert(strstr(sc.sent[0].date, "GMT") != NULL);
