@@ -48,6 +48,9 @@ struct worker {
     pid_t pid;
 };
 
+/* The monitored container: COLL, or the merge test's own (its ranges change). */
+static const char *cur_coll = COLL;
+
 static pid_t spawn_with(struct worker *w, const char *prefix, const char *expiry_ms)
 {
     char expiry[16], renew[] = "500", acquire[] = "500", poll[] = "100";
@@ -59,7 +62,7 @@ static pid_t spawn_with(struct worker *w, const char *prefix, const char *expiry
                           "--db",
                           DB,
                           "--coll",
-                          COLL,
+                          cur_coll,
                           "--prefix",
                           prefix,
                           "--name",
@@ -169,7 +172,7 @@ static void put_range(struct cosmos_client *cli, int from, int to)
 
         (void)snprintf(id, sizeof(id), "i%d", i);
         (void)snprintf(pk, sizeof(pk), "k%d", i % 53);
-        ft_put(cli, DB, COLL, id, pk, i);
+        ft_put(cli, DB, cur_coll, id, pk, i);
     }
 }
 
@@ -403,6 +406,82 @@ START_TEST(restart_same_name_adopts_own_leases)
 }
 END_TEST
 
+/* true when the leases under prefix are one per current range, each owned. */
+static bool one_lease_per_range(void *ctx)
+{
+    struct cosmos_client *cli = ctx;
+    struct cosmos_pkranges *r = NULL;
+    struct feed_lease_info *v = NULL;
+    size_t n = 0, hits = 0;
+    struct sf_err err;
+
+    if (cosmos_pkranges_get(cli, DB, cur_coll, true, &r, &err) != SF_OK ||
+        feed_leases_list(cli, DB, "leases", "merge-test", &v, &n, &err) != SF_OK) {
+        free(r);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < r->n; j++)
+            hits += strcmp(v[i].range, r->ranges[j].id) == 0 && v[i].owner[0] != '\0';
+    hits = hits == n && n == r->n;
+    free(v);
+    free(r);
+    return hits != 0;
+}
+
+/*
+ * Three workers while ranges merge and split under them: 0 + 1 -> 6 (two
+ * owners' leases, as balanced), 2 -> 7, 8, then 8 + 3 -> 9. Every item is
+ * delivered (at least once), and once idle the EPK leases hand over to one
+ * lease per range across processes.
+ */
+START_TEST(three_workers_merge_and_split_mid_run)
+{
+    struct worker ws[WORKERS];
+    struct cosmos_client *cli;
+    static struct cover_wait cw;
+    int status, missing = 0;
+    struct sf_err err;
+
+    cli = ft_client(harness_cosmolite_endpoint(srv), harness_cosmolite_key(srv));
+    cur_coll = "mitems";
+    ft_container(cli, DB, cur_coll, "/pk");
+    for (int i = 0; i < WORKERS; i++) {
+        (void)snprintf(ws[i].name, sizeof(ws[i].name), "m%d", i);
+        (void)snprintf(ws[i].out, sizeof(ws[i].out), "%s/m%d.out", dir, i);
+        (void)snprintf(ws[i].log, sizeof(ws[i].log), "%s/m%d.log", dir, i);
+        ws[i].pid = spawn_with(&ws[i], "merge-test", "2000");
+    }
+    ck_assert_msg(ft_wait_until(one_lease_per_range, cli, 30000), "workers took no leases");
+    put_range(cli, 0, ITEMS / 2);
+    ck_assert_msg(ft_merge(cli, DB, cur_coll, "0", "1", &err) == SF_OK, "merge: %s", err.msg);
+    ck_assert_msg(ft_split(cli, DB, cur_coll, "2", &err) == SF_OK, "split: %s", err.msg);
+    put_range(cli, ITEMS / 2, ITEMS * 3 / 4);
+    ck_assert_msg(ft_merge(cli, DB, cur_coll, "8", "3", &err) == SF_OK, "merge: %s", err.msg);
+    put_range(cli, ITEMS * 3 / 4, ITEMS);
+    cw.ws = ws;
+    cw.want = ITEMS;
+    if (!ft_wait_until(cover_pred, &cw, 60000)) {
+        for (int i = 0; i < ITEMS; i++)
+            if (cw.count[i] == 0 && missing++ < 10)
+                fprintf(stderr, "missing item i%d\n", i);
+        ck_abort_msg("%d items never consumed (logs in %s)", missing, dir);
+    }
+    ck_assert_msg(ft_wait_until(one_lease_per_range, cli, 60000),
+                  "the merged ranges' EPK leases did not hand over (logs in %s)", dir);
+    fprintf(stderr, "merge: %d deliveries for %d items\n", cw.total, ITEMS);
+    for (int i = 0; i < WORKERS; i++)
+        ck_assert_int_eq(kill(ws[i].pid, SIGTERM), 0);
+    for (int i = 0; i < WORKERS; i++) {
+        ck_assert_int_eq(waitpid(ws[i].pid, &status, 0), ws[i].pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d status %d", i,
+                      status);
+    }
+    cur_coll = COLL;
+    cosmos_client_free(cli);
+}
+END_TEST
+
 int main(void)
 {
     struct harness_cosmolite_opts o = {.memory = true, .partitions = 6};
@@ -436,6 +515,7 @@ int main(void)
     tcase_set_timeout(t, 200);
     tcase_add_test(t, three_workers_kill_one);
     tcase_add_test(t, restart_same_name_adopts_own_leases);
+    tcase_add_test(t, three_workers_merge_and_split_mid_run);
     suite_add_tcase(s, t);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
