@@ -64,15 +64,7 @@ static enum sf_rc await_compile(const json_t *params, void **ret_state, struct s
     if (rc == SF_OK)
         rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
     if (rc == SF_OK)
-        rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, &st->condition, err);
-    if (rc == SF_OK && st->condition != NULL && step_tmpl_is_constant(st->condition)) {
-        struct step_sql *q = NULL;
-
-        rc = step_sql_compile(sf_json_str(params, "condition"), &q, err);
-        if (rc != SF_OK)
-            sf_err_prefix(err, "condition: ");
-        step_sql_free(q);
-    }
+        rc = step_param_condition(params, &st->condition, err);
     if (rc == SF_OK && to != NULL) {
         int64_t ms = -1;
 
@@ -98,14 +90,8 @@ static enum sf_rc await_target(const void *state, const struct step_ctx *ctx,
                                struct step_target *ret, struct sf_err *err)
 {
     const struct await_state *st = state;
-    json_t *v = NULL;
-    enum sf_rc rc = step_render_pk(st->pk, ctx->env, &v, err);
 
-    if (rc != SF_OK)
-        return rc;
-    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", st->coll);
-    ret->pk = v;
-    return SF_OK;
+    return step_target_render(st->coll, st->pk, ctx, ret, err);
 }
 
 /* Is the awaited document there (and matching)? Errors: the read's, or the condition's. */

@@ -27,7 +27,6 @@
 
 #include "common/sf_json.h"
 #include "steps/step_kinds.h"
-#include "steps/step_sql.h"
 
 #define DELETE_GUARD_FIELD "/sfDeleting"
 
@@ -71,15 +70,7 @@ static enum sf_rc delete_compile(const json_t *params, void **ret_state, struct 
     if (rc == SF_OK)
         rc = step_param_tmpl(params, "if_match", false, STEP_TMPL_TEXT, &st->if_match, err);
     if (rc == SF_OK)
-        rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, &st->condition, err);
-    if (rc == SF_OK && st->condition != NULL && step_tmpl_is_constant(st->condition)) {
-        struct step_sql *q = NULL;
-
-        rc = step_sql_compile(sf_json_str(params, "condition"), &q, err);
-        if (rc != SF_OK)
-            sf_err_prefix(err, "condition: ");
-        step_sql_free(q);
-    }
+        rc = step_param_condition(params, &st->condition, err);
     if (rc != SF_OK) {
         delete_free(st);
         return rc;
@@ -92,14 +83,8 @@ static enum sf_rc delete_target(const void *state, const struct step_ctx *ctx,
                                 struct step_target *ret, struct sf_err *err)
 {
     const struct delete_state *st = state;
-    json_t *v = NULL;
-    enum sf_rc rc = step_render_pk(st->pk, ctx->env, &v, err);
 
-    if (rc != SF_OK)
-        return rc;
-    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", st->coll);
-    ret->pk = v;
-    return SF_OK;
+    return step_target_render(st->coll, st->pk, ctx, ret, err);
 }
 
 /* Appends the guard (conditional patch) and the delete to eff's batch. */

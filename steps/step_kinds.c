@@ -16,6 +16,7 @@
 
 #include "common/sf_json.h"
 #include "steps/step_kinds.h"
+#include "steps/step_sql.h"
 
 /* ---------------------------------------------------------------------------
  * Parameter helpers
@@ -81,6 +82,21 @@ enum sf_rc step_param_name(const json_t *params, const char *key, char out[256],
         return sf_err_set(err, SF_EINVAL, false, "%s: '%s' is not a valid container name", key, s);
     (void)snprintf(out, 256, "%s", s);
     return SF_OK;
+}
+
+enum sf_rc step_param_condition(const json_t *params, struct step_tmpl **ret_t, struct sf_err *err)
+{
+    struct step_sql *q = NULL;
+    enum sf_rc rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, ret_t, err);
+
+    /* A condition without placeholders is checked now, so check-config reports it. */
+    if (rc != SF_OK || *ret_t == NULL || !step_tmpl_is_constant(*ret_t))
+        return rc;
+    rc = step_sql_compile(sf_json_str(params, "condition"), &q, err);
+    if (rc != SF_OK)
+        sf_err_prefix(err, "condition: ");
+    step_sql_free(q);
+    return rc;
 }
 
 enum sf_rc step_render_pk(const struct step_tmpl *t, const json_t *env, json_t **ret_pk,
@@ -480,9 +496,9 @@ static enum sf_rc patch_compile(const json_t *params, void **ret_state, struct s
     return SF_OK;
 }
 
-static enum sf_rc coll_pk_target(const char *coll, const struct step_tmpl *pk,
-                                 const struct step_ctx *ctx, struct step_target *ret,
-                                 struct sf_err *err)
+enum sf_rc step_target_render(const char *coll, const struct step_tmpl *pk,
+                              const struct step_ctx *ctx, struct step_target *ret,
+                              struct sf_err *err)
 {
     json_t *v = NULL;
     enum sf_rc rc = step_render_pk(pk, ctx->env, &v, err);
@@ -499,7 +515,7 @@ static enum sf_rc patch_target(const void *state, const struct step_ctx *ctx,
 {
     const struct patch_state *st = state;
 
-    return coll_pk_target(st->coll, st->pk, ctx, ret, err);
+    return step_target_render(st->coll, st->pk, ctx, ret, err);
 }
 
 static enum sf_rc patch_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
@@ -609,7 +625,7 @@ static enum sf_rc create_target(const void *state, const struct step_ctx *ctx,
 {
     const struct create_state *st = state;
 
-    return coll_pk_target(st->coll, st->pk, ctx, ret, err);
+    return step_target_render(st->coll, st->pk, ctx, ret, err);
 }
 
 static enum sf_rc create_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,

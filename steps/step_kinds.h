@@ -67,6 +67,18 @@ enum sf_rc step_patch_apply(json_t *doc, const json_t *ops, struct sf_err *err);
 enum sf_rc step_render_pk(const struct step_tmpl *t, const json_t *env, json_t **ret_pk,
                           struct sf_err *err);
 
+/*
+ * The optional "condition" parameter as an SQL-mode template; one without
+ * placeholders is compiled now, so a bad one fails at load ("condition: ...").
+ * *ret_t stays NULL when absent.
+ */
+enum sf_rc step_param_condition(const json_t *params, struct step_tmpl **ret_t, struct sf_err *err);
+
+/* The target of a step on container coll with partition key template pk, rendered in ctx. */
+enum sf_rc step_target_render(const char *coll, const struct step_tmpl *pk,
+                              const struct step_ctx *ctx, struct step_target *ret,
+                              struct sf_err *err);
+
 /* Fills res from a failed cosmos call: retriable -> RETRY, listed in fail_on -> FAILED, else FATAL.
  */
 void step_result_from_call(const struct step_ctx *ctx, const struct sf_err *err,

@@ -93,14 +93,8 @@ static enum sf_rc rmw_target(const void *state, const struct step_ctx *ctx, stru
                              struct sf_err *err)
 {
     const struct rmw_state *st = state;
-    json_t *v = NULL;
-    enum sf_rc rc = step_render_pk(st->pk, ctx->env, &v, err);
 
-    if (rc != SF_OK)
-        return rc;
-    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", st->coll);
-    ret->pk = v;
-    return SF_OK;
+    return step_target_render(st->coll, st->pk, ctx, ret, err);
 }
 
 /* Checks `require` against doc. */
