@@ -27,9 +27,7 @@
 #define AWAIT_TIMEOUT_MAX_MS (366LL * 24 * 3600 * 1000)
 
 struct await_state {
-    char coll[256];
-    struct step_tmpl *id;
-    struct step_tmpl *pk;
+    struct step_docref ref;      /* first: step_docref_target */
     struct step_tmpl *condition; /* SQL mode, may be NULL */
     int64_t timeout_ms;          /* 0: wait for ever */
 };
@@ -40,31 +38,20 @@ static void await_free(void *p)
 
     if (st == NULL)
         return;
-    step_tmpl_free(st->id);
-    step_tmpl_free(st->pk);
+    step_docref_release(&st->ref);
     step_tmpl_free(st->condition);
     free(st);
 }
 
-static enum sf_rc await_compile(const json_t *params, void **ret_state, struct sf_err *err)
+static enum sf_rc await_fill(const json_t *params, void *state, struct sf_err *err)
 {
-    static const char *const allowed[] = {"container", "id",      "partition_key",
-                                          "condition", "timeout", NULL};
-    struct await_state *st = calloc(1, sizeof(*st));
+    struct await_state *st = state;
     const json_t *to = json_object_get(params, "timeout");
     enum sf_rc rc;
 
-    if (st == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = step_params_check(params, allowed, err);
+    rc = step_docref_compile(params, true, &st->ref, err);
     if (rc == SF_OK)
-        rc = step_param_name(params, "container", st->coll, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &st->id, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
-    if (rc == SF_OK)
-        rc = step_param_condition(params, &st->condition, err);
+        rc = step_param_condition(params, "condition", &st->condition, err);
     if (rc == SF_OK && to != NULL) {
         int64_t ms = -1;
 
@@ -78,20 +65,16 @@ static enum sf_rc await_compile(const json_t *params, void **ret_state, struct s
         else
             st->timeout_ms = ms;
     }
-    if (rc != SF_OK) {
-        await_free(st);
-        return rc;
-    }
-    *ret_state = st;
-    return SF_OK;
+    return rc;
 }
 
-static enum sf_rc await_target(const void *state, const struct step_ctx *ctx,
-                               struct step_target *ret, struct sf_err *err)
+static enum sf_rc await_compile(const json_t *params, void **ret_state, struct sf_err *err)
 {
-    const struct await_state *st = state;
+    static const char *const allowed[] = {"container", "id",      "partition_key",
+                                          "condition", "timeout", NULL};
 
-    return step_target_render(st->coll, st->pk, ctx, ret, err);
+    return step_compile_state(params, allowed, sizeof(struct await_state), await_fill, await_free,
+                              ret_state, err);
 }
 
 /* Is the awaited document there (and matching)? Errors: the read's, or the condition's. */
@@ -108,13 +91,13 @@ static enum sf_rc await_look(const struct await_state *st, const struct step_ctx
     *ret_there = false;
     cosmos_response_init(&resp, COSMOS_BATCH_MAX_BYTES * 2);
     sf_buf_init(&text, 64u << 10);
-    rc = cosmos_doc_read(ctx->cli, ctx->db, st->coll, id, pk_json, NULL, &resp, err);
+    rc = cosmos_doc_read(ctx->cli, ctx->db, st->ref.coll, id, pk_json, NULL, &resp, err);
     if (rc == SF_ENOTFOUND && resp.substatus == 0) {
         rc = SF_OK; /* not yet */
         goto out;
     }
     if (rc != SF_OK) {
-        sf_err_prefix(err, "reading %s/%s: ", st->coll, id);
+        sf_err_prefix(err, "reading %s/%s: ", st->ref.coll, id);
         goto out;
     }
     doc = cosmos_response_json(&resp, err);
@@ -164,7 +147,7 @@ static enum sf_rc await_record(const struct await_state *st, const struct step_c
     sf_buf_init(&body, 1u << 20);
     step_det_id("aw", parts, SF_ARRAY_LEN(parts), rid);
     sf_time_iso8601(sf_wall_ms(), at);
-    rc = step_catalog_pk_path(ctx->catalog, st->coll, pk_path, err);
+    rc = step_catalog_pk_path(ctx->catalog, st->ref.coll, pk_path, err);
     if (rc != SF_OK)
         goto out;
     doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:O?, s:I, s:s, s:I}", "id", rid,
@@ -183,10 +166,10 @@ static enum sf_rc await_record(const struct await_state *st, const struct step_c
     if (rc == SF_OK && sf_json_dump(doc, &body) != SF_OK)
         rc = sf_err_set(err, SF_ELIMIT, false, "waiting record too large");
     if (rc == SF_OK) {
-        rc = cosmos_doc_upsert(ctx->cli, ctx->db, st->coll, pk_json, sf_buf_cstr(&body), NULL,
+        rc = cosmos_doc_upsert(ctx->cli, ctx->db, st->ref.coll, pk_json, sf_buf_cstr(&body), NULL,
                                &resp, err);
         if (rc != SF_OK)
-            sf_err_prefix(err, "writing the waiting record in %s: ", st->coll);
+            sf_err_prefix(err, "writing the waiting record in %s: ", st->ref.coll);
     }
 out:
     json_decref(doc);
@@ -209,23 +192,14 @@ static void await_run(const void *state, const struct step_ctx *ctx, struct step
     memset(&tgt, 0, sizeof(tgt));
     sf_err_clear(&err);
     sf_buf_init(&pkj, 1u << 20);
-    rc = await_target(st, ctx, &tgt, &err);
-    if (rc == SF_OK) {
-        rc = step_tmpl_render_str(st->id, ctx->env, &id, &err);
-        if (rc != SF_OK)
-            sf_err_prefix(&err, "id: ");
-        else if (id[0] == '\0')
-            rc = sf_err_set(&err, SF_EINVAL, false, "id: rendered an empty id");
-    }
-    if (rc == SF_OK && step_pk_json(tgt.pk, &pkj) != SF_OK)
-        rc = sf_err_set(&err, SF_ELIMIT, false, "partition key too large");
+    rc = step_docref_render(&st->ref, ctx, &tgt, &id, &pkj, &err);
     if (rc != SF_OK) {
         res->err = err;
         res->outcome = STEP_FATAL;
         goto out;
     }
     /* Seen before: the marker decides, whatever the document is now. */
-    rc = step_marker_exists(ctx, STEP_DO, st->coll, tgt.pk, &exists, &err);
+    rc = step_marker_exists(ctx, STEP_DO, st->ref.coll, tgt.pk, &exists, &err);
     if (rc == SF_OK && exists) {
         res->outcome = STEP_ALREADY;
         goto out;
@@ -248,7 +222,7 @@ static void await_run(const void *state, const struct step_ctx *ctx, struct step
         res->wait_timeout_ms = st->timeout_ms;
         goto out;
     }
-    step_marker_create(ctx, st->coll, tgt.pk, res);
+    step_marker_create(ctx, st->ref.coll, tgt.pk, res);
 out:
     free(id);
     step_target_release(&tgt);
@@ -259,6 +233,6 @@ const struct step_kind step_kind_await = {
     .name = "await",
     .compile = await_compile,
     .free_state = await_free,
-    .target = await_target,
+    .target = step_docref_target,
     .run = await_run,
 };

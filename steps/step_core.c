@@ -13,6 +13,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "steps/step.h"
+#include "steps/step_kinds.h"
 
 #define CATALOG_MAX 256
 
@@ -662,10 +663,41 @@ enum sf_rc step_side_target(const struct step_action *actions, size_t n, const s
     return actions[0].kind->target(actions[0].state, ctx, ret, err);
 }
 
+enum sf_rc step_side_add_ops(const struct step_action *actions, size_t n,
+                             const struct step_ctx *ctx, const struct step_target *tgt,
+                             struct step_effect *eff, struct sf_err *err)
+{
+    enum sf_rc rc = SF_OK;
+
+    for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        if (i > 0) {
+            struct step_target other;
+
+            memset(&other, 0, sizeof(other));
+            rc = actions[i].kind->target(actions[i].state, ctx, &other, err);
+            if (rc == SF_OK &&
+                (strcmp(other.coll, tgt->coll) != 0 || (other.pk == NULL) != (tgt->pk == NULL) ||
+                 (other.pk != NULL && !json_equal(other.pk, tgt->pk))))
+                rc = sf_err_set(err, SF_EINVAL, false,
+                                "actions %zu and 0 of step '%s' target different partitions; "
+                                "one step's actions must share one batch",
+                                i, ctx->step);
+            step_target_release(&other);
+            if (rc != SF_OK)
+                break;
+        }
+        rc =
+            actions[i].kind->add_ops(actions[i].state, ctx, eff->pk_path, tgt->pk, eff->batch, err);
+        if (rc != SF_OK)
+            sf_err_prefix(err, "action %zu (%s): ", i, actions[i].kind->name);
+    }
+    return rc;
+}
+
 void step_side_run(const struct step_action *actions, size_t n, const struct step_ctx *ctx,
                    struct step_result *res)
 {
-    struct step_target tgt, other;
+    struct step_target tgt;
     struct step_effect eff;
     struct sf_err err;
     enum sf_rc rc;
@@ -673,7 +705,6 @@ void step_side_run(const struct step_action *actions, size_t n, const struct ste
     memset(res, 0, sizeof(*res));
     memset(&eff, 0, sizeof(eff));
     memset(&tgt, 0, sizeof(tgt));
-    memset(&other, 0, sizeof(other));
     sf_err_clear(&err);
     if (n == 1 && actions[0].kind->run != NULL) {
         actions[0].kind->run(actions[0].state, ctx, res);
@@ -682,25 +713,8 @@ void step_side_run(const struct step_action *actions, size_t n, const struct ste
     rc = step_side_target(actions, n, ctx, &tgt, &err);
     if (rc == SF_OK)
         rc = step_effect_begin(ctx, tgt.coll, tgt.pk, &eff, &err);
-    for (size_t i = 0; rc == SF_OK && i < n; i++) {
-        if (i > 0) {
-            memset(&other, 0, sizeof(other));
-            rc = actions[i].kind->target(actions[i].state, ctx, &other, &err);
-            if (rc == SF_OK &&
-                (strcmp(other.coll, tgt.coll) != 0 || (other.pk == NULL) != (tgt.pk == NULL) ||
-                 (other.pk != NULL && !json_equal(other.pk, tgt.pk))))
-                rc = sf_err_set(&err, SF_EINVAL, false,
-                                "actions %zu and 0 of step '%s' target different partitions; "
-                                "one step's actions must share one batch",
-                                i, ctx->step);
-            step_target_release(&other);
-            if (rc != SF_OK)
-                break;
-        }
-        rc = actions[i].kind->add_ops(actions[i].state, ctx, eff.pk_path, tgt.pk, eff.batch, &err);
-        if (rc != SF_OK)
-            sf_err_prefix(&err, "action %zu (%s): ", i, actions[i].kind->name);
-    }
+    if (rc == SF_OK)
+        rc = step_side_add_ops(actions, n, ctx, &tgt, &eff, &err);
     if (rc != SF_OK) {
         result_from_err(res, &err);
         if (rc == SF_EINVAL || rc == SF_ELIMIT)

@@ -31,9 +31,7 @@
 #define DELETE_GUARD_FIELD "/sfDeleting"
 
 struct delete_state {
-    char coll[256];
-    struct step_tmpl *id;
-    struct step_tmpl *pk;
+    struct step_docref ref;      /* first: step_docref_target */
     struct step_tmpl *if_match;  /* TEXT mode, may be NULL */
     struct step_tmpl *condition; /* SQL mode, may be NULL */
 };
@@ -44,47 +42,32 @@ static void delete_free(void *p)
 
     if (st == NULL)
         return;
-    step_tmpl_free(st->id);
-    step_tmpl_free(st->pk);
+    step_docref_release(&st->ref);
     step_tmpl_free(st->if_match);
     step_tmpl_free(st->condition);
     free(st);
+}
+
+static enum sf_rc delete_fill(const json_t *params, void *state, struct sf_err *err)
+{
+    struct delete_state *st = state;
+    enum sf_rc rc;
+
+    rc = step_docref_compile(params, true, &st->ref, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "if_match", false, STEP_TMPL_TEXT, &st->if_match, err);
+    if (rc == SF_OK)
+        rc = step_param_condition(params, "condition", &st->condition, err);
+    return rc;
 }
 
 static enum sf_rc delete_compile(const json_t *params, void **ret_state, struct sf_err *err)
 {
     static const char *const allowed[] = {"container", "id",        "partition_key",
                                           "if_match",  "condition", NULL};
-    struct delete_state *st = calloc(1, sizeof(*st));
-    enum sf_rc rc;
 
-    if (st == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = step_params_check(params, allowed, err);
-    if (rc == SF_OK)
-        rc = step_param_name(params, "container", st->coll, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &st->id, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "if_match", false, STEP_TMPL_TEXT, &st->if_match, err);
-    if (rc == SF_OK)
-        rc = step_param_condition(params, &st->condition, err);
-    if (rc != SF_OK) {
-        delete_free(st);
-        return rc;
-    }
-    *ret_state = st;
-    return SF_OK;
-}
-
-static enum sf_rc delete_target(const void *state, const struct step_ctx *ctx,
-                                struct step_target *ret, struct sf_err *err)
-{
-    const struct delete_state *st = state;
-
-    return step_target_render(st->coll, st->pk, ctx, ret, err);
+    return step_compile_state(params, allowed, sizeof(struct delete_state), delete_fill,
+                              delete_free, ret_state, err);
 }
 
 /* Appends the guard (conditional patch) and the delete to eff's batch. */
@@ -147,14 +130,7 @@ static void delete_run(const void *state, const struct step_ctx *ctx, struct ste
     memset(&tgt, 0, sizeof(tgt));
     memset(&eff, 0, sizeof(eff));
     sf_err_clear(&err);
-    rc = delete_target(st, ctx, &tgt, &err);
-    if (rc == SF_OK) {
-        rc = step_tmpl_render_str(st->id, ctx->env, &id, &err);
-        if (rc != SF_OK)
-            sf_err_prefix(&err, "id: ");
-        else if (id[0] == '\0')
-            rc = sf_err_set(&err, SF_EINVAL, false, "id: rendered an empty id");
-    }
+    rc = step_docref_render(&st->ref, ctx, &tgt, &id, NULL, &err);
     if (rc == SF_OK)
         rc = step_effect_begin(ctx, tgt.coll, tgt.pk, &eff, &err);
     if (rc == SF_OK)
@@ -185,6 +161,6 @@ const struct step_kind step_kind_delete = {
     .name = "delete",
     .compile = delete_compile,
     .free_state = delete_free,
-    .target = delete_target,
+    .target = step_docref_target,
     .run = delete_run,
 };

@@ -72,6 +72,27 @@ enum sf_rc step_param_tmpl(const json_t *params, const char *key, bool required,
     return rc;
 }
 
+enum sf_rc step_compile_state(const json_t *params, const char *const *allowed, size_t size,
+                              enum sf_rc (*fill)(const json_t *params, void *state,
+                                                 struct sf_err *err),
+                              void (*free_state)(void *state), void **ret_state, struct sf_err *err)
+{
+    void *st = calloc(1, size);
+    enum sf_rc rc;
+
+    if (st == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = step_params_check(params, allowed, err);
+    if (rc == SF_OK)
+        rc = fill(params, st, err);
+    if (rc != SF_OK) {
+        free_state(st);
+        return rc;
+    }
+    *ret_state = st;
+    return SF_OK;
+}
+
 enum sf_rc step_param_name(const json_t *params, const char *key, char out[256], struct sf_err *err)
 {
     const char *s = sf_json_str(params, key);
@@ -84,17 +105,18 @@ enum sf_rc step_param_name(const json_t *params, const char *key, char out[256],
     return SF_OK;
 }
 
-enum sf_rc step_param_condition(const json_t *params, struct step_tmpl **ret_t, struct sf_err *err)
+enum sf_rc step_param_condition(const json_t *params, const char *key, struct step_tmpl **ret_t,
+                                struct sf_err *err)
 {
     struct step_sql *q = NULL;
-    enum sf_rc rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, ret_t, err);
+    enum sf_rc rc = step_param_tmpl(params, key, false, STEP_TMPL_SQL, ret_t, err);
 
     /* A condition without placeholders is checked now, so check-config reports it. */
     if (rc != SF_OK || *ret_t == NULL || !step_tmpl_is_constant(*ret_t))
         return rc;
-    rc = step_sql_compile(sf_json_str(params, "condition"), &q, err);
+    rc = step_sql_compile(sf_json_str(params, key), &q, err);
     if (rc != SF_OK)
-        sf_err_prefix(err, "condition: ");
+        sf_err_prefix(err, "%s: ", key);
     step_sql_free(q);
     return rc;
 }
@@ -448,9 +470,7 @@ enum sf_rc step_patch_apply(json_t *doc, const json_t *ops, struct sf_err *err)
  */
 
 struct patch_state {
-    char coll[256];
-    struct step_tmpl *id;
-    struct step_tmpl *pk;
+    struct step_docref ref;      /* first: step_docref_target */
     struct step_tmpl *condition; /* SQL mode, may be NULL */
     struct step_patch_ops ops;
 };
@@ -461,61 +481,90 @@ static void patch_free(void *p)
 
     if (st == NULL)
         return;
-    step_tmpl_free(st->id);
-    step_tmpl_free(st->pk);
+    step_docref_release(&st->ref);
     step_tmpl_free(st->condition);
     step_patch_ops_release(&st->ops);
     free(st);
+}
+
+static enum sf_rc patch_fill(const json_t *params, void *state, struct sf_err *err)
+{
+    struct patch_state *st = state;
+    enum sf_rc rc;
+
+    rc = step_docref_compile(params, true, &st->ref, err);
+    if (rc == SF_OK)
+        rc = step_param_condition(params, "condition", &st->condition, err);
+    if (rc == SF_OK)
+        rc = step_patch_ops_compile(params, "ops", COSMOS_PATCH_MAX_OPS, &st->ops, err);
+    return rc;
 }
 
 static enum sf_rc patch_compile(const json_t *params, void **ret_state, struct sf_err *err)
 {
     static const char *const allowed[] = {"container", "id",  "partition_key",
                                           "condition", "ops", NULL};
-    struct patch_state *st = calloc(1, sizeof(*st));
-    enum sf_rc rc;
 
-    if (st == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = step_params_check(params, allowed, err);
-    if (rc == SF_OK)
-        rc = step_param_name(params, "container", st->coll, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &st->id, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "condition", false, STEP_TMPL_SQL, &st->condition, err);
-    if (rc == SF_OK)
-        rc = step_patch_ops_compile(params, "ops", COSMOS_PATCH_MAX_OPS, &st->ops, err);
-    if (rc != SF_OK) {
-        patch_free(st);
-        return rc;
-    }
-    *ret_state = st;
-    return SF_OK;
+    return step_compile_state(params, allowed, sizeof(struct patch_state), patch_fill, patch_free,
+                              ret_state, err);
 }
 
-enum sf_rc step_target_render(const char *coll, const struct step_tmpl *pk,
-                              const struct step_ctx *ctx, struct step_target *ret,
-                              struct sf_err *err)
+enum sf_rc step_docref_compile(const json_t *params, bool with_id, struct step_docref *ref,
+                               struct sf_err *err)
 {
+    enum sf_rc rc = step_param_name(params, "container", ref->coll, err);
+
+    if (rc == SF_OK && with_id)
+        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &ref->id, err);
+    if (rc == SF_OK)
+        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &ref->pk, err);
+    return rc;
+}
+
+void step_docref_release(struct step_docref *ref)
+{
+    step_tmpl_free(ref->id);
+    step_tmpl_free(ref->pk);
+    ref->id = ref->pk = NULL;
+}
+
+enum sf_rc step_docref_target(const void *state, const struct step_ctx *ctx,
+                              struct step_target *ret, struct sf_err *err)
+{
+    const struct step_docref *ref = state;
     json_t *v = NULL;
-    enum sf_rc rc = step_render_pk(pk, ctx->env, &v, err);
+    enum sf_rc rc = step_render_pk(ref->pk, ctx->env, &v, err);
 
     if (rc != SF_OK)
         return rc;
-    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", coll);
+    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", ref->coll);
     ret->pk = v;
     return SF_OK;
 }
 
-static enum sf_rc patch_target(const void *state, const struct step_ctx *ctx,
-                               struct step_target *ret, struct sf_err *err)
+enum sf_rc step_docref_id(const struct step_docref *ref, const struct step_ctx *ctx, char **ret_id,
+                          struct sf_err *err)
 {
-    const struct patch_state *st = state;
+    enum sf_rc rc = step_tmpl_render_str(ref->id, ctx->env, ret_id, err);
 
-    return step_target_render(st->coll, st->pk, ctx, ret, err);
+    if (rc != SF_OK)
+        sf_err_prefix(err, "id: ");
+    else if ((*ret_id)[0] == '\0')
+        rc = sf_err_set(err, SF_EINVAL, false, "id: rendered an empty id");
+    return rc;
+}
+
+enum sf_rc step_docref_render(const struct step_docref *ref, const struct step_ctx *ctx,
+                              struct step_target *tgt, char **ret_id, struct sf_buf *pkj,
+                              struct sf_err *err)
+{
+    enum sf_rc rc = step_docref_target(ref, ctx, tgt, err);
+
+    if (rc == SF_OK)
+        rc = step_docref_id(ref, ctx, ret_id, err);
+    if (rc == SF_OK && pkj != NULL && step_pk_json(tgt->pk, pkj) != SF_OK)
+        rc = sf_err_set(err, SF_ELIMIT, false, "partition key too large");
+    return rc;
 }
 
 static enum sf_rc patch_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
@@ -529,11 +578,9 @@ static enum sf_rc patch_add_ops(const void *state, const struct step_ctx *ctx, c
 
     SF_UNUSED(pk);
     sf_buf_init(&cond, 64u << 10);
-    rc = step_tmpl_render_str(st->id, ctx->env, &id, err);
-    if (rc != SF_OK) {
-        sf_err_prefix(err, "id: ");
+    rc = step_docref_id(&st->ref, ctx, &id, err);
+    if (rc != SF_OK)
         goto out;
-    }
     rc = step_patch_ops_render(&st->ops, ctx->env, &ops, err);
     if (rc != SF_OK)
         goto out;
@@ -564,7 +611,7 @@ const struct step_kind step_kind_patch = {
     .name = "patch",
     .compile = patch_compile,
     .free_state = patch_free,
-    .target = patch_target,
+    .target = step_docref_target,
     .add_ops = patch_add_ops,
 };
 
@@ -573,8 +620,7 @@ const struct step_kind step_kind_patch = {
  */
 
 struct create_state {
-    char coll[256];
-    struct step_tmpl *pk;
+    struct step_docref ref; /* first: step_docref_target */
     struct step_tmpl *doc;
 };
 
@@ -584,25 +630,18 @@ static void create_free(void *p)
 
     if (st == NULL)
         return;
-    step_tmpl_free(st->pk);
+    step_docref_release(&st->ref);
     step_tmpl_free(st->doc);
     free(st);
 }
 
-static enum sf_rc create_compile(const json_t *params, void **ret_state, struct sf_err *err)
+static enum sf_rc create_fill(const json_t *params, void *state, struct sf_err *err)
 {
-    static const char *const allowed[] = {"container", "partition_key", "document", NULL};
-    struct create_state *st = calloc(1, sizeof(*st));
+    struct create_state *st = state;
     const json_t *doc = json_object_get(params, "document");
     enum sf_rc rc;
 
-    if (st == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = step_params_check(params, allowed, err);
-    if (rc == SF_OK)
-        rc = step_param_name(params, "container", st->coll, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
+    rc = step_docref_compile(params, false, &st->ref, err);
     if (rc == SF_OK && (!json_is_object(doc) || !json_is_string(json_object_get(doc, "id"))))
         rc = sf_err_set(err, SF_EINVAL, false,
                         "document: must be a group with an id (a template such as "
@@ -612,20 +651,15 @@ static enum sf_rc create_compile(const json_t *params, void **ret_state, struct 
             sf_err_set(err, SF_EINVAL, false, "document.%s: reserved for sagafeed", STEP_SYS_FIELD);
     if (rc == SF_OK)
         rc = step_param_tmpl(params, "document", true, STEP_TMPL_JSON, &st->doc, err);
-    if (rc != SF_OK) {
-        create_free(st);
-        return rc;
-    }
-    *ret_state = st;
-    return SF_OK;
+    return rc;
 }
 
-static enum sf_rc create_target(const void *state, const struct step_ctx *ctx,
-                                struct step_target *ret, struct sf_err *err)
+static enum sf_rc create_compile(const json_t *params, void **ret_state, struct sf_err *err)
 {
-    const struct create_state *st = state;
+    static const char *const allowed[] = {"container", "partition_key", "document", NULL};
 
-    return step_target_render(st->coll, st->pk, ctx, ret, err);
+    return step_compile_state(params, allowed, sizeof(struct create_state), create_fill,
+                              create_free, ret_state, err);
 }
 
 static enum sf_rc create_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
@@ -655,7 +689,7 @@ const struct step_kind step_kind_create = {
     .name = "create",
     .compile = create_compile,
     .free_state = create_free,
-    .target = create_target,
+    .target = step_docref_target,
     .add_ops = create_add_ops,
 };
 
@@ -680,18 +714,13 @@ static void event_free(void *p)
     free(st);
 }
 
-static enum sf_rc event_compile(const json_t *params, void **ret_state, struct sf_err *err)
+static enum sf_rc event_fill(const json_t *params, void *state, struct sf_err *err)
 {
-    static const char *const allowed[] = {"type", "payload", "topic", NULL};
-    struct event_state *st = calloc(1, sizeof(*st));
+    struct event_state *st = state;
     const char *topic = sf_json_str(params, "topic");
     enum sf_rc rc;
 
-    if (st == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = step_params_check(params, allowed, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "type", true, STEP_TMPL_TEXT, &st->type, err);
+    rc = step_param_tmpl(params, "type", true, STEP_TMPL_TEXT, &st->type, err);
     if (rc == SF_OK)
         rc = step_param_tmpl(params, "payload", false, STEP_TMPL_JSON, &st->payload, err);
     if (rc == SF_OK && json_object_get(params, "topic") != NULL &&
@@ -699,12 +728,15 @@ static enum sf_rc event_compile(const json_t *params, void **ret_state, struct s
         rc = sf_err_set(err, SF_EINVAL, false, "topic: must be a topic name");
     if (rc == SF_OK && topic != NULL)
         (void)snprintf(st->topic, sizeof(st->topic), "%s", topic);
-    if (rc != SF_OK) {
-        event_free(st);
-        return rc;
-    }
-    *ret_state = st;
-    return SF_OK;
+    return rc;
+}
+
+static enum sf_rc event_compile(const json_t *params, void **ret_state, struct sf_err *err)
+{
+    static const char *const allowed[] = {"type", "payload", "topic", NULL};
+
+    return step_compile_state(params, allowed, sizeof(struct event_state), event_fill, event_free,
+                              ret_state, err);
 }
 
 static enum sf_rc event_target(const void *state, const struct step_ctx *ctx,

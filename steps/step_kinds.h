@@ -19,6 +19,16 @@ extern const struct step_kind step_kind_await;
 /* Fails with "<key>: unknown parameter" for keys of params not in allowed (NULL-terminated). */
 enum sf_rc step_params_check(const json_t *params, const char *const *allowed, struct sf_err *err);
 
+/*
+ * The frame of a built-in kind's compile: a zeroed state of size bytes, params
+ * checked against allowed (NULL-terminated), then fill; on any failure the
+ * state is freed with free_state and nothing is handed out.
+ */
+enum sf_rc
+step_compile_state(const json_t *params, const char *const *allowed, size_t size,
+                   enum sf_rc (*fill)(const json_t *params, void *state, struct sf_err *err),
+                   void (*free_state)(void *state), void **ret_state, struct sf_err *err);
+
 /* A required/optional string parameter compiled as a template in mode. */
 enum sf_rc step_param_tmpl(const json_t *params, const char *key, bool required,
                            enum step_tmpl_mode mode, struct step_tmpl **ret_t, struct sf_err *err);
@@ -68,16 +78,55 @@ enum sf_rc step_render_pk(const struct step_tmpl *t, const json_t *env, json_t *
                           struct sf_err *err);
 
 /*
- * The optional "condition" parameter as an SQL-mode template; one without
- * placeholders is compiled now, so a bad one fails at load ("condition: ...").
- * *ret_t stays NULL when absent.
+ * An optional SQL condition parameter (params[key], e.g. "condition" or
+ * "require") as an SQL-mode template; one without placeholders is compiled
+ * now, so a bad one fails at load ("<key>: ..."). *ret_t stays NULL when absent.
  */
-enum sf_rc step_param_condition(const json_t *params, struct step_tmpl **ret_t, struct sf_err *err);
+enum sf_rc step_param_condition(const json_t *params, const char *key, struct step_tmpl **ret_t,
+                                struct sf_err *err);
 
-/* The target of a step on container coll with partition key template pk, rendered in ctx. */
-enum sf_rc step_target_render(const char *coll, const struct step_tmpl *pk,
-                              const struct step_ctx *ctx, struct step_target *ret,
+/*
+ * The document a built-in kind works on: parameters "container",
+ * "partition_key" and (for all but create) "id". A kind's state struct holds
+ * one as its FIRST member, so step_docref_target can serve as the kind's
+ * .target callback for any of them.
+ */
+struct step_docref {
+    char coll[256];
+    struct step_tmpl *id; /* TEXT mode; NULL when compiled without an id */
+    struct step_tmpl *pk; /* JSON mode */
+};
+
+/* Compiles the three parameters (id only when with_id); errors name the parameter. */
+enum sf_rc step_docref_compile(const json_t *params, bool with_id, struct step_docref *ref,
+                               struct sf_err *err);
+void step_docref_release(struct step_docref *ref);
+
+/* .target callback: state starts with a struct step_docref; renders container and key. */
+enum sf_rc step_docref_target(const void *state, const struct step_ctx *ctx,
+                              struct step_target *ret, struct sf_err *err);
+
+/*
+ * Everything a run needs of its document: the target (container and key), the
+ * id (caller frees) and, when pkj is not NULL, the key as JSON text in pkj.
+ * The caller releases tgt, *ret_id and pkj whatever it returns.
+ */
+enum sf_rc step_docref_render(const struct step_docref *ref, const struct step_ctx *ctx,
+                              struct step_target *tgt, char **ret_id, struct sf_buf *pkj,
                               struct sf_err *err);
+
+/* Renders the id in ctx (caller frees *ret_id); an empty id is an error ("id: ..."). */
+enum sf_rc step_docref_id(const struct step_docref *ref, const struct step_ctx *ctx, char **ret_id,
+                          struct sf_err *err);
+
+/*
+ * Appends each action's operations to eff's batch (a side's actions share one
+ * batch): every action after the first must target tgt's partition. Used by
+ * the run and by the dry-run plan, so both fail alike.
+ */
+enum sf_rc step_side_add_ops(const struct step_action *actions, size_t n,
+                             const struct step_ctx *ctx, const struct step_target *tgt,
+                             struct step_effect *eff, struct sf_err *err);
 
 /* Fills res from a failed cosmos call: retriable -> RETRY, listed in fail_on -> FAILED, else FATAL.
  */

@@ -23,9 +23,7 @@
 #include "steps/step_sql.h"
 
 struct rmw_state {
-    char coll[256];
-    struct step_tmpl *id;
-    struct step_tmpl *pk;
+    struct step_docref ref;    /* first: step_docref_target */
     struct step_tmpl *require; /* SQL mode, may be NULL */
     struct step_patch_ops ops;
     int max_retries;
@@ -37,42 +35,22 @@ static void rmw_free(void *p)
 
     if (st == NULL)
         return;
-    step_tmpl_free(st->id);
-    step_tmpl_free(st->pk);
+    step_docref_release(&st->ref);
     step_tmpl_free(st->require);
     step_patch_ops_release(&st->ops);
     free(st);
 }
 
-static enum sf_rc rmw_compile(const json_t *params, void **ret_state, struct sf_err *err)
+static enum sf_rc rmw_fill(const json_t *params, void *state, struct sf_err *err)
 {
-    static const char *const allowed[] = {"container",   "id", "partition_key", "require", "ops",
-                                          "max_retries", NULL};
-    struct rmw_state *st = calloc(1, sizeof(*st));
+    struct rmw_state *st = state;
     const json_t *mr = json_object_get(params, "max_retries");
     enum sf_rc rc;
 
-    if (st == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     st->max_retries = 10;
-    rc = step_params_check(params, allowed, err);
+    rc = step_docref_compile(params, true, &st->ref, err);
     if (rc == SF_OK)
-        rc = step_param_name(params, "container", st->coll, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "id", true, STEP_TMPL_TEXT, &st->id, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "partition_key", true, STEP_TMPL_JSON, &st->pk, err);
-    if (rc == SF_OK)
-        rc = step_param_tmpl(params, "require", false, STEP_TMPL_SQL, &st->require, err);
-    if (rc == SF_OK && st->require != NULL && step_tmpl_is_constant(st->require)) {
-        /* a constant condition can be checked for syntax now */
-        struct step_sql *q = NULL;
-
-        rc = step_sql_compile(sf_json_str(params, "require"), &q, err);
-        if (rc != SF_OK)
-            sf_err_prefix(err, "require: ");
-        step_sql_free(q);
-    }
+        rc = step_param_condition(params, "require", &st->require, err);
     if (rc == SF_OK)
         rc = step_patch_ops_compile(params, "ops", 64, &st->ops, err);
     if (rc == SF_OK && mr != NULL) {
@@ -81,20 +59,16 @@ static enum sf_rc rmw_compile(const json_t *params, void **ret_state, struct sf_
         else
             st->max_retries = (int)json_integer_value(mr);
     }
-    if (rc != SF_OK) {
-        rmw_free(st);
-        return rc;
-    }
-    *ret_state = st;
-    return SF_OK;
+    return rc;
 }
 
-static enum sf_rc rmw_target(const void *state, const struct step_ctx *ctx, struct step_target *ret,
-                             struct sf_err *err)
+static enum sf_rc rmw_compile(const json_t *params, void **ret_state, struct sf_err *err)
 {
-    const struct rmw_state *st = state;
+    static const char *const allowed[] = {"container",   "id", "partition_key", "require", "ops",
+                                          "max_retries", NULL};
 
-    return step_target_render(st->coll, st->pk, ctx, ret, err);
+    return step_compile_state(params, allowed, sizeof(struct rmw_state), rmw_fill, rmw_free,
+                              ret_state, err);
 }
 
 /* Checks `require` against doc. */
@@ -143,9 +117,9 @@ static void rmw_round(const struct rmw_state *st, const struct step_ctx *ctx, co
     sf_err_clear(&err);
     cosmos_response_init(&resp, COSMOS_BATCH_MAX_BYTES * 2);
     sf_buf_init(&body, COSMOS_BATCH_MAX_BYTES);
-    rc = cosmos_doc_read(ctx->cli, ctx->db, st->coll, id, pk_json, NULL, &resp, &err);
+    rc = cosmos_doc_read(ctx->cli, ctx->db, st->ref.coll, id, pk_json, NULL, &resp, &err);
     if (rc != SF_OK) {
-        sf_err_prefix(&err, "reading %s/%s: ", st->coll, id);
+        sf_err_prefix(&err, "reading %s/%s: ", st->ref.coll, id);
         step_result_from_call(ctx, &err, res);
         goto out;
     }
@@ -168,7 +142,8 @@ static void rmw_round(const struct rmw_state *st, const struct step_ctx *ctx, co
         goto out;
     }
     if (!ok) {
-        step_result_set(res, STEP_FAILED, SF_EPRECOND, "require is false for %s/%s", st->coll, id);
+        step_result_set(res, STEP_FAILED, SF_EPRECOND, "require is false for %s/%s", st->ref.coll,
+                        id);
         res->status = 412;
         goto out;
     }
@@ -187,7 +162,7 @@ static void rmw_round(const struct rmw_state *st, const struct step_ctx *ctx, co
             rc = step_patch_apply(doc, ops, &err);
     }
     if (rc == SF_OK)
-        rc = step_effect_begin(ctx, st->coll, pk, &eff, &err);
+        rc = step_effect_begin(ctx, st->ref.coll, pk, &eff, &err);
     if (rc == SF_OK && !json_equal((json_t *)step_pk_get(doc, eff.pk_path), (json_t *)pk))
         rc = sf_err_set(&err, SF_EINVAL, false, "ops: must not change the partition key %s",
                         eff.pk_path);
@@ -234,20 +209,13 @@ static void rmw_run(const void *state, const struct step_ctx *ctx, struct step_r
     memset(&tgt, 0, sizeof(tgt));
     sf_err_clear(&err);
     sf_buf_init(&pkj, 1u << 20);
-    rc = rmw_target(st, ctx, &tgt, &err);
-    if (rc == SF_OK) {
-        rc = step_tmpl_render_str(st->id, ctx->env, &id, &err);
-        if (rc != SF_OK)
-            sf_err_prefix(&err, "id: ");
-    }
-    if (rc == SF_OK && step_pk_json(tgt.pk, &pkj) != SF_OK)
-        rc = sf_err_set(&err, SF_ELIMIT, false, "partition key too large");
+    rc = step_docref_render(&st->ref, ctx, &tgt, &id, &pkj, &err);
     if (rc != SF_OK) {
         res->err = err;
         res->outcome = STEP_FATAL;
         goto out;
     }
-    rc = step_marker_exists(ctx, ctx->phase, st->coll, tgt.pk, &exists, &err);
+    rc = step_marker_exists(ctx, ctx->phase, st->ref.coll, tgt.pk, &exists, &err);
     if (rc != SF_OK) {
         step_result_from_call(ctx, &err, res);
         if (res->outcome == STEP_FAILED)
@@ -265,7 +233,7 @@ static void rmw_run(const void *state, const struct step_ctx *ctx, struct step_r
     }
     /* Contention persisted: transient by nature, let the engine back off and retry. */
     step_result_set(res, STEP_RETRY, SF_EPRECOND,
-                    "%s/%s kept changing under read-modify-write (%d attempts)", st->coll, id,
+                    "%s/%s kept changing under read-modify-write (%d attempts)", st->ref.coll, id,
                     st->max_retries);
 out:
     free(id);
@@ -277,6 +245,6 @@ const struct step_kind step_kind_rmw = {
     .name = "rmw",
     .compile = rmw_compile,
     .free_state = rmw_free,
-    .target = rmw_target,
+    .target = step_docref_target,
     .run = rmw_run,
 };
