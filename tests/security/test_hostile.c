@@ -40,6 +40,7 @@
 #include "common/sf_time.h"
 #include "processor/proc_http.h"
 #include "tests/support/harness.h"
+#include "tests/support/check_run.h"
 
 #define BOUND_MS 60000 /* how long anything may take before the test calls it broken */
 
@@ -549,11 +550,5 @@ static Suite *hostile_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(hostile_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sf_check_run(hostile_suite());
 }

@@ -22,7 +22,7 @@ endif()
 # are private and foreign or damaged ones are refused (one ctest per case).
 if(TARGET cosmolite AND TARGET sf_processor)
   add_executable(test_hostile ${CMAKE_CURRENT_LIST_DIR}/test_hostile.c)
-  target_link_libraries(test_hostile PRIVATE sf_demo sf_processor sf_test_harness PkgConfig::SQLITE
+  target_link_libraries(test_hostile PRIVATE sf_demo sf_processor sf_test_harness sf_check_run PkgConfig::SQLITE
     PkgConfig::CHECK)
   add_dependencies(test_hostile cosmolite)
   foreach(sf_case cosmolite ops files)

@@ -13,6 +13,7 @@
 
 #include "common/sf_connguard.h"
 #include "common/sf_time.h"
+#include "tests/support/check_run.h"
 
 struct pair {
     int server, client;
@@ -179,17 +180,11 @@ int main(void)
 {
     Suite *s = suite_create("connguard");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, reserve_closes_the_oldest_waiting_then_idle_never_busy);
     tcase_add_test(tc, everyone_busy_evicts_nobody);
     tcase_add_test(tc, deadline_cuts_waiting_spares_idle_and_busy);
     tcase_add_test(tc, bad_options_are_refused);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sf_check_run(s);
 }

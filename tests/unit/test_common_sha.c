@@ -9,6 +9,7 @@
 #include "common/sf_crypto.h"
 #include "common/sf_sha256.h"
 #include "common/sf_time.h"
+#include "tests/support/check_run.h"
 
 static void hex_of(const unsigned char *d, size_t n, char *out)
 {
@@ -75,15 +76,9 @@ int main(void)
 {
     Suite *s = suite_create("sha256");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, fips_examples);
     tcase_add_test(tc, matches_libcrypto_at_every_length);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sf_check_run(s);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config/cfg.h"
+#include "tests/support/check_run.h"
 
 /* A minimal valid workflow, with a hole (%s) for extra top-level settings. */
 static const char *BASE =
@@ -511,8 +512,6 @@ int main(void)
 {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_examples_load);
@@ -525,9 +524,5 @@ int main(void)
     tcase_add_test(tc, test_file_errors);
     tcase_add_test(tc, test_env_settings_blamed_on_environment);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(s);
 }

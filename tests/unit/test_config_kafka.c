@@ -10,6 +10,7 @@
 #include "common/sf_buf.h"
 #include "common/sf_json.h"
 #include "config/cfg.h"
+#include "tests/support/check_run.h"
 
 /* A minimal valid config; the kafka section (or nothing) goes first, at line 1. */
 #define BASE                                                                                       \
@@ -272,8 +273,6 @@ int main(void)
 {
     Suite *s = suite_create("config_kafka");
     TCase *tc = tcase_create("kafka");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_absent);
     tcase_add_test(tc, test_full_section);
@@ -282,9 +281,5 @@ int main(void)
     tcase_add_test(tc, test_wrong_shapes);
     tcase_add_test(tc, test_seat_booking_example);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(s);
 }

@@ -20,6 +20,7 @@
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "cosmos/cosmos_int.h"
+#include "tests/support/check_run.h"
 
 #define MAX_STEPS 32
 
@@ -1593,11 +1594,5 @@ static Suite *client_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(client_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_check_run(client_suite());
 }

@@ -17,6 +17,7 @@
 
 #include "common/sf_time.h"
 #include "cosmos/cosmos_http.h"
+#include "tests/support/check_run.h"
 
 /* Parses text in pieces of `step` bytes (0: at split point `split`) into resp. */
 static enum sf_rc parse_pieces(const char *text, size_t len, size_t split, size_t step,
@@ -495,11 +496,5 @@ static Suite *http_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(http_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_check_run(http_suite());
 }

@@ -10,6 +10,7 @@
 
 #include "common/sf_auth.h"
 #include "cosmos/cosmos_proto.h"
+#include "tests/support/check_run.h"
 
 #define VEC_KEY                                                                                    \
     "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+Pw=="
@@ -771,11 +772,5 @@ static Suite *proto_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(proto_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_check_run(proto_suite());
 }

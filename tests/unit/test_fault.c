@@ -7,6 +7,7 @@
 #include <check.h>
 
 #include "emulator/emu_fault.h"
+#include "tests/support/check_run.h"
 
 START_TEST(spec_parsing)
 {
@@ -184,8 +185,6 @@ int main(void)
 {
     Suite *s = suite_create("fault");
     TCase *tc = tcase_create("rules");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, spec_parsing);
     tcase_add_test(tc, matching_and_counts);
@@ -193,9 +192,5 @@ int main(void)
     tcase_add_test(tc, probability_is_seeded);
     tcase_add_test(tc, json_rules_replace_atomically);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sf_check_run(s);
 }

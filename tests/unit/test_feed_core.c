@@ -9,6 +9,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "feed/feed_int.h"
+#include "tests/support/check_run.h"
 
 /* ---------------------------------------------------------------------------
  * Tracker
@@ -704,11 +705,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_check_run(suite());
 }

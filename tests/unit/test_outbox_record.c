@@ -10,6 +10,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "record/record.h"
+#include "tests/support/check_run.h"
 
 static json_t *parse(const char *text)
 {
@@ -383,11 +384,5 @@ static Suite *record_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(record_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(record_suite());
 }

@@ -13,6 +13,7 @@
 #include "common/sf_time.h"
 #include "outbox/outbox.h"
 #include "tests/outbox/kafka_support.h"
+#include "tests/support/check_run.h"
 
 #define TRACEPARENT "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 #define MAX_ITEMS   4096
@@ -654,11 +655,5 @@ static Suite *relay_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(relay_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(relay_suite());
 }

@@ -12,6 +12,7 @@
 #include "common/sf_time.h"
 #include "outbox/outbox.h"
 #include "tests/outbox/kafka_support.h"
+#include "tests/support/check_run.h"
 
 /* Counts delivery reports; the callbacks run on the sink's poll thread. */
 struct collector {
@@ -531,11 +532,5 @@ static Suite *sink_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(sink_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(sink_suite());
 }

@@ -18,6 +18,7 @@
 #include "processor/proc_status.h"
 #include "processor/proc_lanes.h"
 #include "processor/proc_service.h"
+#include "tests/support/check_run.h"
 
 /* ---------------------------------------------------------------------------
  * Lanes
@@ -829,8 +830,6 @@ int main(void)
 {
     Suite *s = suite_create("processor");
     TCase *tc = tcase_create("lanes");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_lanes_order_and_parallelism);
     tcase_add_test(tc, test_lanes_parallel_across_lanes);
@@ -852,9 +851,5 @@ int main(void)
     tcase_add_test(tc, test_cfg_sources_include_awaited_containers);
     tcase_add_test(tc, test_deadline_passed_plans_compensation);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(s);
 }

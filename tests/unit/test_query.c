@@ -15,6 +15,7 @@
 #include "common/sf_json.h"
 #include "emulator/emu_http.h"
 #include "emulator/emu_query.h"
+#include "tests/support/check_run.h"
 
 /* ---- documents ---------------------------------------------------------------------- */
 
@@ -1800,11 +1801,5 @@ static Suite *query_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(query_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_check_run(query_suite());
 }

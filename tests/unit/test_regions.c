@@ -10,6 +10,7 @@
 
 #include "common/sf_buf.h"
 #include "emulator/emu_regions.h"
+#include "tests/support/check_run.h"
 
 /* Parses spec, which must fail; returns the message. */
 static const char *parse_fails(const char *spec)
@@ -136,16 +137,10 @@ int main(void)
 {
     Suite *s = suite_create("regions");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, regions_parse_names_hosts_and_ports);
     tcase_add_test(tc, regions_bad_specs_get_errors_naming_the_entry);
     tcase_add_test(tc, regions_failover_moves_the_write_region_and_reorders_the_locations);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return sf_check_run(s);
 }

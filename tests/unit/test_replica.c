@@ -12,6 +12,7 @@
 
 #include "common/sf_time.h"
 #include "emulator/emu_replica.h"
+#include "tests/support/check_run.h"
 
 static int64_t fake_primary = 100;
 
@@ -223,8 +224,6 @@ int main(void)
 {
     Suite *s = suite_create("replica");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, tokens_in_both_shapes_and_compound);
     tcase_add_test(tc, consistency_may_only_weaken);
@@ -233,9 +232,5 @@ int main(void)
     tcase_add_test(tc, feed_page_loses_the_tail_past_the_horizon);
     tcase_add_test(tc, document_keys);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return sf_check_run(s);
 }

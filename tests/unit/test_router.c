@@ -14,6 +14,7 @@
 #include "common/sf_time.h"
 #include "emulator/emu_router.h"
 #include "emulator/emu_store.h"
+#include "tests/support/check_run.h"
 
 #define FIXED_NOW 1743508800 /* Tue, 01 Apr 2025 12:00:00 GMT */
 
@@ -885,11 +886,5 @@ static Suite *router_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(router_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return sf_check_run(router_suite());
 }

@@ -11,6 +11,7 @@
 #include "common/sf_json.h"
 #include "steps/step.h"
 #include "steps/step_kinds.h"
+#include "tests/support/check_run.h"
 
 static json_t *load(const char *text)
 {
@@ -539,8 +540,6 @@ int main(void)
 {
     Suite *s = suite_create("steps_core");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_marker_ids);
     tcase_add_test(tc, test_marker_doc_and_pk);
@@ -551,9 +550,5 @@ int main(void)
     tcase_add_test(tc, test_registry_rules);
     tcase_add_test(tc, test_plugin_load);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(s);
 }

@@ -9,6 +9,7 @@
 #include "common/sf_json.h"
 #include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
+#include "tests/support/check_run.h"
 
 static const char *DOC =
     "{\"id\":\"o-1\",\"type\":\"order\",\"status\":\"placed\",\"total\":30,\"ratio\":0.5,"
@@ -334,11 +335,5 @@ static Suite *sql_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(sql_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(sql_suite());
 }

@@ -14,6 +14,7 @@
 
 #include "common/sf_hash.h"
 #include "emulator/emu_store.h"
+#include "tests/support/check_run.h"
 
 #define OUT_MAX (64u * 1024u * 1024u)
 
@@ -2367,11 +2368,5 @@ static Suite *store_ops_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(store_ops_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_check_run(store_ops_suite());
 }

@@ -12,6 +12,7 @@
 #include "common/sf_time.h"
 #include "emulator/emu_delay.h"
 #include "emulator/emu_throughput.h"
+#include "tests/support/check_run.h"
 
 /* ---- cost model ---------------------------------------------------------------- */
 
@@ -248,8 +249,6 @@ int main(void)
 {
     Suite *s = suite_create("twin");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, cost_model_is_close_to_azure);
     tcase_add_test(tc, unlimited_by_default);
@@ -260,9 +259,5 @@ int main(void)
     tcase_add_test(tc, delay_fires_in_due_order_and_counts_in_flight);
     tcase_add_test(tc, delay_close_fires_everything_early_and_refuses_more);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return sf_check_run(s);
 }
