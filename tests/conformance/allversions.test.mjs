@@ -4,23 +4,15 @@
 // continuation; every create, replace, upsert, patch and delete appears, in
 // order, with metadata.operationType and the previous image.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { ChangeFeedMode, ChangeFeedPolicy, ChangeFeedRetentionTimeSpan, ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startWithDatabase, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, useDatabase, uid, userFields } from "./harness.mjs";
 
-let srv;
-let client;
-let database;
-
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
-});
-after(async () => {
-  await srv?.stop();
-});
+let srv, client, database;
+useDatabase((e) => ({ srv, client, database } = e));
 
 async function newContainer(extra = {}) {
   const { container, resource } = await database.containers.create({

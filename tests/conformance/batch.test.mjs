@@ -5,11 +5,11 @@
 // nothing in the change feed), the 100-operation and 2 MB limits, and
 // operations aimed at another partition key.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startWithDatabase, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, useDatabase, uid, userFields } from "./harness.mjs";
 
 let srv;
 let client;
@@ -18,14 +18,11 @@ let container;
 let collId;
 let docsPath;
 
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
+useDatabase(async (e) => {
+  ({ srv, client, database } = e);
   collId = uid("coll");
   ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
   docsPath = `/dbs/${database.id}/colls/${collId}/docs`;
-});
-after(async () => {
-  await srv?.stop();
 });
 
 function rawBatch(pk, ops, extraHeaders = {}) {

@@ -2,23 +2,15 @@
 // getChangeFeedIterator with Beginning / Now / Time / Continuation, whole
 // container and per partition key, and the legacy items.changeFeed API.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { docKey as keyOf, drainChangeFeed, startWithDatabase, uid } from "./harness.mjs";
+import { docKey as keyOf, drainChangeFeed, useDatabase, uid } from "./harness.mjs";
 
-let srv;
-let client;
-let database;
-
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
-});
-after(async () => {
-  await srv?.stop();
-});
+let srv, client, database;
+useDatabase((e) => ({ srv, client, database } = e));
 
 async function newContainer() {
   const { container } = await database.containers.create({ id: uid("coll"), partitionKey: "/pk" });

@@ -27,6 +27,7 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { CosmosClient } from "@azure/cosmos";
+import { after, before } from "node:test";
 
 /** The well-known emulator key; cosmolite's default. */
 export const EMULATOR_KEY =
@@ -557,6 +558,25 @@ export async function startWithDatabase(opts = {}) {
     await srv.stop();
     throw e;
   }
+}
+
+/**
+ * The usual frame of a test file: one cosmolite with a database for all of
+ * the file's tests, started in before() and stopped in after(). set receives
+ * {srv, client, database} once they exist (the file keeps them in its own
+ * variables: `useDatabase((e) => ({ srv, client, database } = e))`); it may
+ * be async, to make the file's containers.
+ */
+export function useDatabase(set, opts = {}) {
+  let srv;
+  before(async () => {
+    const env = await startWithDatabase(opts);
+    srv = env.srv;
+    await set(env);
+  });
+  after(async () => {
+    await srv?.stop();
+  });
 }
 
 /**

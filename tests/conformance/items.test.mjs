@@ -1,21 +1,18 @@
 // Item CRUD, conflicts, ETag concurrency, system properties, awkward ids and
 // partition key values, through the official SDK.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { httpCode as code, ridBytes, startWithDatabase, uid } from "./harness.mjs";
+import { httpCode as code, ridBytes, useDatabase, uid } from "./harness.mjs";
 
 let srv;
 let client;
 let database;
 let dbRid;
 
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
+useDatabase(async (e) => {
+  ({ srv, client, database } = e);
   dbRid = (await database.read()).resource._rid;
-});
-after(async () => {
-  await srv?.stop();
 });
 
 async function newContainer(pkPath = "/pk") {

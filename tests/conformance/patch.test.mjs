@@ -4,11 +4,11 @@
 // cases (missing target, > 10 ops, id / partition key / system properties,
 // missing document); conditional patch and If-Match; atomicity; the change feed.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, startWithDatabase, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, useDatabase, uid, userFields } from "./harness.mjs";
 
 let srv;
 let client;
@@ -16,13 +16,10 @@ let database;
 let container;
 let collId;
 
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
+useDatabase(async (e) => {
+  ({ srv, client, database } = e);
   collId = uid("coll");
   ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
-});
-after(async () => {
-  await srv?.stop();
 });
 
 const BASE = {

@@ -5,20 +5,12 @@
 // _rid, never across containers or databases, never with a signature made
 // for another resource.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { rawRequest, resourceFor, show, startWithDatabase, uid } from "./harness.mjs";
+import { rawRequest, resourceFor, show, useDatabase, uid } from "./harness.mjs";
 
-let srv;
-let client;
-let database;
-
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
-});
-after(async () => {
-  await srv?.stop();
-});
+let srv, client, database;
+useDatabase((e) => ({ srv, client, database } = e));
 
 const trim = (link) => link.replace(/^\/+|\/+$/g, "");
 

@@ -3,22 +3,14 @@
 // like any resource; executing a stored procedure answers 400 "not
 // supported", as the official Linux emulator does.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { TriggerOperation, TriggerType } from "@azure/cosmos";
 
-import { httpCode as code, rawRequest, show, startWithDatabase, uid } from "./harness.mjs";
+import { httpCode as code, rawRequest, show, useDatabase, uid } from "./harness.mjs";
 
-let srv;
-let client;
-let database;
-
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
-});
-after(async () => {
-  await srv?.stop();
-});
+let srv, client, database;
+useDatabase((e) => ({ srv, client, database } = e));
 
 async function newContainer() {
   const { container } = await database.containers.create({ id: uid("coll"), partitionKey: "/pk" });

@@ -4,22 +4,14 @@
 // with "parents" naming the parent; requests scoped to the retired range get
 // 410 with substatus 1002; queries and point operations keep working.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { ChangeFeedMode, ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { docKey as keyOf, drainChangeFeed, pkHeaders, rawRequest, sdkEpk, show, splitRange, startCosmolite, startWithDatabase, uid, writeRange } from "./harness.mjs";
+import { docKey as keyOf, drainChangeFeed, pkHeaders, rawRequest, sdkEpk, show, splitRange, startCosmolite, useDatabase, uid, writeRange } from "./harness.mjs";
 
-let srv;
-let client;
-let database;
-
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase());
-});
-after(async () => {
-  await srv?.stop();
-});
+let srv, client, database;
+useDatabase((e) => ({ srv, client, database } = e));
 
 async function newContainer() {
   const id = uid("coll");
