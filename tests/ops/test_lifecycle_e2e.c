@@ -331,19 +331,6 @@ END_TEST
  * Kafka unreachable (item 14)
  */
 
-static int http_port(const char *log)
-{
-    char *text = e2e_slurp(log), *at;
-    int port = 0;
-
-    ck_assert_ptr_nonnull(text);
-    at = strstr(text, "(port ");
-    ck_assert_msg(at != NULL, "no port in %s", text);
-    ck_assert_int_eq(sscanf(at, "(port %d)", &port), 1);
-    free(text);
-    return port;
-}
-
 static char *get(int port, const char *path)
 {
     char url[128], *body = NULL;
@@ -484,7 +471,7 @@ START_TEST(test_kafka_no_listener)
     (void)snprintf(log, sizeof(log), "%s/nolistener.log", e2e_tmp);
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     wait_log(log, "(port ", 30000);
-    port = http_port(log);
+    port = e2e_ops_port(log);
     e2e_create_orders(cli, 0, 6);
     e2e_wait_settled(cli, DB, 6, 60000, log);
     wait_log(log, "no Kafka broker reachable at 127.0.0.1:", 60000);
@@ -514,7 +501,7 @@ START_TEST(test_kafka_unreachable)
     (void)snprintf(log, sizeof(log), "%s/nokafka.log", e2e_tmp);
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     wait_log(log, "(port ", 30000);
-    port = http_port(log);
+    port = e2e_ops_port(log);
     e2e_create_orders(cli, 0, 6);
     e2e_wait_settled(cli, DB, 6, 60000, log); /* sagas run without Kafka */
     wait_log(log, "no Kafka broker reachable at", 60000);

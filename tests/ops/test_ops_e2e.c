@@ -333,19 +333,6 @@ END_TEST
  * metrics, health, readiness
  */
 
-static int http_port(const char *log)
-{
-    char *text = e2e_slurp(log), *at;
-    int port = 0;
-
-    ck_assert_ptr_nonnull(text);
-    at = strstr(text, "(port ");
-    ck_assert_msg(at != NULL, "no port in %s", text);
-    ck_assert_int_eq(sscanf(at, "(port %d)", &port), 1);
-    free(text);
-    return port;
-}
-
 static char *get(int port, const char *path, int want)
 {
     char url[128], *body = NULL;
@@ -381,7 +368,7 @@ START_TEST(test_metrics)
     ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 0, 16, &err) == SF_OK, "%s", err.msg);
     pid = e2e_spawn(harness_cosmolite_key(h), log, run);
     ck_assert_msg(e2e_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
-    port = http_port(log);
+    port = e2e_ops_port(log);
     e2e_wait_settled(cli, "shop", 16, 30000, NULL);
     wait_caught_up(h, cfg, 2);
     ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
@@ -1010,7 +997,7 @@ START_TEST(test_leases)
     e2e_create_orders(cli, 0, 6);
     pid = e2e_spawn(harness_cosmolite_key(h), log, run);
     ck_assert_msg(e2e_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
-    port = http_port(log);
+    port = e2e_ops_port(log);
     e2e_wait_settled(cli, "shop", 6, 20000, NULL);
     wait_caught_up(h, cfg, 1);
     /* export: the one lease, at its checkpoint */

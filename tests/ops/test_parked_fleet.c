@@ -47,19 +47,6 @@ struct inst {
 static char cfg_path[512];
 static struct harness_cosmolite *srv;
 
-static int http_port(const char *log)
-{
-    char *text = e2e_slurp(log), *at;
-    int port = 0;
-
-    ck_assert_ptr_nonnull(text);
-    at = strstr(text, "(port ");
-    ck_assert_msg(at != NULL, "no port in %s", text);
-    ck_assert_int_eq(sscanf(at, "(port %d)", &port), 1);
-    free(text);
-    return port;
-}
-
 /* Starts (or restarts) an instance under its fixed name, a fresh log per start. */
 static void inst_start(struct inst *in)
 {
@@ -69,7 +56,7 @@ static void inst_start(struct inst *in)
     in->pid = e2e_spawn(harness_cosmolite_key(srv), in->log, run);
     ck_assert_msg(e2e_wait_log(in->log, "serving /metrics", 15000), "%s: no HTTP endpoint",
                   in->name);
-    in->port = http_port(in->log);
+    in->port = e2e_ops_port(in->log);
 }
 
 static void all_restart(struct inst *v)

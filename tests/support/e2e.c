@@ -684,6 +684,19 @@ double e2e_metric_or(const char *text, const char *sample, double dflt)
     return dflt;
 }
 
+int e2e_ops_port(const char *log)
+{
+    char *text = e2e_slurp(log), *at;
+    int port = 0;
+
+    ck_assert_ptr_nonnull(text);
+    at = strstr(text, "(port ");
+    ck_assert_msg(at != NULL, "no port in %s", text);
+    ck_assert_int_eq(sscanf(at, "(port %d)", &port), 1);
+    free(text);
+    return port;
+}
+
 double e2e_metric(const char *text, const char *sample)
 {
     double v = e2e_metric_or(text, sample, -12345.0);

@@ -199,6 +199,8 @@ json_t *e2e_admin_faults(const char *endpoint, const char *key);
 
 /* GET url: HTTP status, body into *ret_body (new string). */
 int e2e_http_get(const char *url, char **ret_body);
+/* The operations port sagafeed printed in its log ("... (port N)"); asserts it is there. */
+int e2e_ops_port(const char *log);
 /* The value of one Prometheus sample ("name{labels}" exactly as printed); asserts it exists. */
 double e2e_metric(const char *text, const char *sample);
 /* Same, but dflt when absent. */
