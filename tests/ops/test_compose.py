@@ -19,16 +19,10 @@ import subprocess
 import sys
 import tempfile
 
-SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import SRC, check, failures  # noqa: E402
+
 SAGAFEED = os.environ.get("SF_SAGAFEED_BIN")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 # ---------------------------------------------------------------------------

@@ -15,18 +15,12 @@ import shutil
 import subprocess
 import sys
 
-SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import SRC, check, failures  # noqa: E402
+
 DIR = os.path.join(SRC, "packaging", "prometheus")
 WANT = ["SagafeedRangeStalled", "SagafeedLagHigh", "SagafeedParkedItems", "SagafeedFleetPausedTooLong",
         "SagafeedThrottled", "SagafeedKafkaRelayBehind", "SagafeedInstanceDown"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def slug(heading):
