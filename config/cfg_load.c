@@ -1087,37 +1087,69 @@ static void load_kafka_options(struct loader *ld, const config_setting_t *g, con
         load_kafka_option(ld, config_setting_get_elem(l, (unsigned)i), key, i, src, k);
 }
 
+/*
+ * The list g.<name> of at most max entries, each a group shaped like hint:
+ * a zeroed array of n + 1 elements of size bytes in *ret and n returned;
+ * 0 and *ret NULL when absent or wrong (the reason is a diagnostic). Entries
+ * that are not groups get their diagnostic here and are NULL in *ret_elems.
+ */
+static int load_group_list(struct loader *ld, const config_setting_t *g, const char *name, int max,
+                           const char *hint, size_t size, void **ret,
+                           const config_setting_t ***ret_elems)
+{
+    const config_setting_t *l = config_setting_get_member(g, name);
+    int n;
+
+    *ret = NULL;
+    *ret_elems = NULL;
+    if (l == NULL)
+        return 0;
+    n = config_setting_length(l);
+    if (!config_setting_is_list(l)) {
+        diag(ld, l, "kafka.%s must be a list ( %s, ... )", name, hint);
+        return 0;
+    }
+    if (n > max) {
+        diag(ld, l, "kafka.%s: too many entries (at most %d)", name, max);
+        return 0;
+    }
+    *ret = calloc((size_t)n + 1, size);
+    *ret_elems = calloc((size_t)n + 1, sizeof(**ret_elems));
+    if (*ret == NULL || *ret_elems == NULL) {
+        free(*ret);
+        free((void *)*ret_elems);
+        *ret = NULL;
+        *ret_elems = NULL;
+        diag(ld, l, "out of memory");
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+
+        if (config_setting_is_group(e))
+            (*ret_elems)[i] = e;
+        else
+            diag(ld, e, "kafka.%s[%d] must be a group %s", name, i, hint);
+    }
+    return n;
+}
+
 static void load_kafka_routes(struct loader *ld, const config_setting_t *g, struct cfg_kafka *k)
 {
     static const char *const keys[] = {"event", "topic", NULL};
-    const config_setting_t *l = config_setting_get_member(g, "routes");
-    int n;
+    const config_setting_t **elems;
+    void *arr;
+    int n =
+        load_group_list(ld, g, "routes", CFG_KAFKA_ROUTES_MAX,
+                        "{ event = \"...\"; topic = \"...\"; }", sizeof(*k->routes), &arr, &elems);
 
-    if (l == NULL)
-        return;
-    n = config_setting_length(l);
-    if (!config_setting_is_list(l)) {
-        diag(ld, l, "kafka.routes must be a list ( { event = \"...\"; topic = \"...\"; }, ... )");
-        return;
-    }
-    if (n > CFG_KAFKA_ROUTES_MAX) {
-        diag(ld, l, "kafka: too many routes (at most %d)", CFG_KAFKA_ROUTES_MAX);
-        return;
-    }
-    k->routes = calloc((size_t)n + 1, sizeof(*k->routes));
-    if (k->routes == NULL) {
-        diag(ld, l, "out of memory");
-        return;
-    }
+    k->routes = arr;
     for (int i = 0; i < n; i++) {
-        const config_setting_t *r = config_setting_get_elem(l, (unsigned)i);
+        const config_setting_t *r = elems[i];
         struct cfg_kafka_route *rt = &k->routes[k->n_routes];
 
-        if (!config_setting_is_group(r)) {
-            diag(ld, r, "kafka.routes[%d] must be a group { event = \"...\"; topic = \"...\"; }",
-                 i);
+        if (r == NULL)
             continue;
-        }
         check_keys(ld, r, keys);
         get_str(ld, r, "event", true, NULL, &rt->event_type);
         get_str(ld, r, "topic", true, NULL, &rt->topic);
@@ -1131,39 +1163,25 @@ static void load_kafka_routes(struct loader *ld, const config_setting_t *g, stru
                      rt->event_type, k->routes[j].line);
         k->n_routes++;
     }
+    free((void *)elems);
 }
 
 static void load_kafka_cdc(struct loader *ld, const config_setting_t *g, struct cfg_kafka *k)
 {
     static const char *const keys[] = {"container", "filter", "filter_params", "topic", NULL};
-    const config_setting_t *l = config_setting_get_member(g, "cdc");
-    int n;
+    const config_setting_t **elems;
+    void *arr;
+    int n =
+        load_group_list(ld, g, "cdc", CFG_KAFKA_CDC_MAX,
+                        "{ container = \"...\"; topic = \"...\"; }", sizeof(*k->cdc), &arr, &elems);
 
-    if (l == NULL)
-        return;
-    n = config_setting_length(l);
-    if (!config_setting_is_list(l)) {
-        diag(ld, l, "kafka.cdc must be a list ( { container = \"...\"; topic = \"...\"; }, ... )");
-        return;
-    }
-    if (n > CFG_KAFKA_CDC_MAX) {
-        diag(ld, l, "kafka: too many cdc entries (at most %d)", CFG_KAFKA_CDC_MAX);
-        return;
-    }
-    k->cdc = calloc((size_t)n + 1, sizeof(*k->cdc));
-    if (k->cdc == NULL) {
-        diag(ld, l, "out of memory");
-        return;
-    }
+    k->cdc = arr;
     for (int i = 0; i < n; i++) {
-        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const config_setting_t *e = elems[i];
         struct cfg_kafka_cdc *c = &k->cdc[k->n_cdc];
 
-        if (!config_setting_is_group(e)) {
-            diag(ld, e, "kafka.cdc[%d] must be a group { container = \"...\"; topic = \"...\"; }",
-                 i);
+        if (e == NULL)
             continue;
-        }
         c->file = src_file(ld, e);
         c->line = src_line(e);
         check_keys(ld, e, keys);
@@ -1189,6 +1207,7 @@ static void load_kafka_cdc(struct loader *ld, const config_setting_t *g, struct 
                      "line %d)",
                      c->container, c->topic, k->cdc[j].line);
     }
+    free((void *)elems);
 }
 
 static void kafka_free(struct cfg_kafka *k)
