@@ -1090,12 +1090,13 @@ static void load_kafka_options(struct loader *ld, const config_setting_t *g, con
 /*
  * The list g.<name> of at most max entries, each a group shaped like hint:
  * a zeroed array of n + 1 elements of size bytes in *ret and n returned;
+ * each group's keys are checked against keys;
  * 0 and *ret NULL when absent or wrong (the reason is a diagnostic). Entries
  * that are not groups get their diagnostic here and are NULL in *ret_elems.
  */
-static int load_group_list(struct loader *ld, const config_setting_t *g, const char *name, int max,
-                           const char *hint, size_t size, void **ret,
-                           const config_setting_t ***ret_elems)
+static int load_group_list(struct loader *ld, const config_setting_t *g, const char *name,
+                           const char *const *keys, int max, const char *hint, size_t size,
+                           void **ret, const config_setting_t ***ret_elems)
 {
     const config_setting_t *l = config_setting_get_member(g, name);
     int n;
@@ -1126,9 +1127,10 @@ static int load_group_list(struct loader *ld, const config_setting_t *g, const c
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
 
-        if (config_setting_is_group(e))
+        if (config_setting_is_group(e)) {
             (*ret_elems)[i] = e;
-        else
+            check_keys(ld, e, keys);
+        } else
             diag(ld, e, "kafka.%s[%d] must be a group %s", name, i, hint);
     }
     return n;
@@ -1140,7 +1142,7 @@ static void load_kafka_routes(struct loader *ld, const config_setting_t *g, stru
     const config_setting_t **elems;
     void *arr;
     int n =
-        load_group_list(ld, g, "routes", CFG_KAFKA_ROUTES_MAX,
+        load_group_list(ld, g, "routes", keys, CFG_KAFKA_ROUTES_MAX,
                         "{ event = \"...\"; topic = \"...\"; }", sizeof(*k->routes), &arr, &elems);
 
     k->routes = arr;
@@ -1150,7 +1152,6 @@ static void load_kafka_routes(struct loader *ld, const config_setting_t *g, stru
 
         if (r == NULL)
             continue;
-        check_keys(ld, r, keys);
         get_str(ld, r, "event", true, NULL, &rt->event_type);
         get_str(ld, r, "topic", true, NULL, &rt->topic);
         check_topic(ld, r, "topic", rt->topic);
@@ -1172,7 +1173,7 @@ static void load_kafka_cdc(struct loader *ld, const config_setting_t *g, struct 
     const config_setting_t **elems;
     void *arr;
     int n =
-        load_group_list(ld, g, "cdc", CFG_KAFKA_CDC_MAX,
+        load_group_list(ld, g, "cdc", keys, CFG_KAFKA_CDC_MAX,
                         "{ container = \"...\"; topic = \"...\"; }", sizeof(*k->cdc), &arr, &elems);
 
     k->cdc = arr;
@@ -1184,7 +1185,6 @@ static void load_kafka_cdc(struct loader *ld, const config_setting_t *g, struct 
             continue;
         c->file = src_file(ld, e);
         c->line = src_line(e);
-        check_keys(ld, e, keys);
         get_str(ld, e, "container", true, NULL, &c->container);
         get_str(ld, e, "filter", false, NULL, &c->filter);
         get_str(ld, e, "topic", true, NULL, &c->topic);
