@@ -207,6 +207,13 @@ const char *feed_item_range(const struct feed_item *it);
 int64_t feed_item_lsn(const struct feed_item *it);
 /* Its partition key as the JSON array text of the header ("[\"a\"]", "[{}]" when missing). */
 const char *feed_item_pk(const struct feed_item *it);
+/*
+ * The partition key path its key was read from ("/a/b"), the container's as
+ * read at start: with feed_item_pk the consumer has the key without looking
+ * the container up again. NULL for a hierarchical key (feed_item_pk then has
+ * one value per path). Borrowed until the ack.
+ */
+const char *feed_item_pk_path(const struct feed_item *it);
 /* The epoch of the lease under which it was delivered (stamp it on markers). */
 int64_t feed_item_epoch(const struct feed_item *it);
 

@@ -89,6 +89,13 @@ const char *feed_item_pk(const struct feed_item *it)
     return it->pk;
 }
 
+const char *feed_item_pk_path(const struct feed_item *it)
+{
+    const struct feed_processor *p = it->r->p;
+
+    return p->n_pk_paths == 1 ? p->pk_paths[0] : NULL;
+}
+
 int64_t feed_item_epoch(const struct feed_item *it)
 {
     return it->r->epoch;

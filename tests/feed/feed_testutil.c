@@ -162,7 +162,9 @@ void ft_seen_add(struct ft_seen *s, const struct feed_item *it)
         (void)sf_parse_i64(id + 1, 0, s->max - 1, &n);
     (void)snprintf(want, sizeof(want), "[\"%s\"]", pk ? pk : "");
     pthread_mutex_lock(&s->mu);
-    if (strcmp(want, feed_item_pk(it)) != 0 || feed_item_epoch(it) < 1)
+    /* the key comes with its path, so a consumer never looks the container up */
+    if (strcmp(want, feed_item_pk(it)) != 0 || feed_item_pk_path(it) == NULL ||
+        strcmp(feed_item_pk_path(it), "/pk") != 0 || feed_item_epoch(it) < 1)
         s->bad_pk++;
     for (r = 0; r < s->n_ranges; r++)
         if (strcmp(s->ranges[r], range) == 0)

@@ -59,7 +59,7 @@ struct ft_seen {
     int total;        /* deliveries */
     int dups;         /* deliveries beyond the first */
     int order_errors; /* an item's LSN lower than the previous one of its range */
-    int bad_pk;       /* the pk did not match the document, or the epoch was < 1 */
+    int bad_pk;       /* the pk (or its path, /pk) did not match the document, or epoch < 1 */
     char ranges[64][64];
     int64_t last_lsn[64];
     size_t n_ranges;
