@@ -26,6 +26,7 @@ struct task {
     char *container;
     json_t *doc;
     char *pk_json;
+    char *pk_path; /* NULL: the engine looks it up (hierarchical keys, callers without one) */
     char *park_key;
     int64_t lsn, epoch;
     proc_ack_fn ack;
@@ -78,6 +79,7 @@ static void task_free(struct task *t)
     free(t->container);
     json_decref(t->doc);
     free(t->pk_json);
+    free(t->pk_path);
     free(t->park_key);
     free(t);
 }
@@ -296,6 +298,19 @@ out:
  * Running items
  */
 
+/* The engine's view of t: borrows t's strings and document. */
+static struct proc_item task_item(const struct task *t)
+{
+    struct proc_item it = {.container = t->container,
+                           .doc = t->doc,
+                           .lsn = t->lsn,
+                           .epoch = t->epoch,
+                           .pk_json = t->pk_json,
+                           .pk_path = t->pk_path};
+
+    return it;
+}
+
 /*
  * Runs the engine with retries. Returns false when stopped mid-way (no ack).
  * *ret_parked tells whether the last result asks for parking.
@@ -303,8 +318,7 @@ out:
 static bool run_with_retries(struct proc_dispatch *d, const struct task *t, struct proc_result *res,
                              unsigned *ret_attempts, bool *ret_park)
 {
-    struct proc_item it = {
-        .container = t->container, .doc = t->doc, .lsn = t->lsn, .epoch = t->epoch};
+    struct proc_item it = task_item(t);
     unsigned max = d->o.max_attempts > 0 ? d->o.max_attempts : 1;
 
     *ret_park = false;
@@ -352,8 +366,7 @@ static void count_outcome(struct proc_dispatch *d, const struct proc_result *res
 static void handle_item(struct proc_dispatch *d, struct task *t)
 {
     struct proc_result res;
-    struct proc_item it = {
-        .container = t->container, .doc = t->doc, .lsn = t->lsn, .epoch = t->epoch};
+    struct proc_item it = task_item(t);
     unsigned attempts = 0;
     bool park = false;
     /* This thread runs one item at a time: the difference is this item's absorbed retries. */
@@ -761,8 +774,8 @@ static void noop_ack(void *ctx)
 }
 
 enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
-                                const char *pk_json, int64_t lsn, int64_t epoch, proc_ack_fn ack,
-                                void *ack_ctx, struct sf_err *err)
+                                const char *pk_json, const char *pk_path, int64_t lsn,
+                                int64_t epoch, proc_ack_fn ack, void *ack_ctx, struct sf_err *err)
 {
     struct task *t;
     struct sf_buf key;
@@ -772,9 +785,9 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, 
      * sagafeed's own records (outbox events, markers, parked items) are never
      * sagas: settle them here, on the feed's thread, instead of paying a lane
      * hand-off for each. Acks may come in any order, so this cannot overtake
-     * anything that matters.
+     * anything that matters. This is the one check: the engine never sees them.
      */
-    if (json_is_object(doc) && json_object_get(doc, STEP_SYS_FIELD) != NULL) {
+    if (proc_item_is_system(doc)) {
         stat_add(d, ST_ITEMS, 1);
         stat_add(d, ST_SKIPPED, 1);
         if (d->o.on_result != NULL) {
@@ -805,6 +818,8 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, 
     t->container = strdup(container);
     if (pk_json != NULL) {
         t->pk_json = strdup(pk_json);
+        if (pk_path != NULL && (t->pk_path = strdup(pk_path)) == NULL)
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
     } else {
         json_t *pk = NULL;
         struct sf_buf b;

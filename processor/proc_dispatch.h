@@ -95,15 +95,20 @@ typedef void (*proc_ack_fn)(void *ack_ctx);
 
 /*
  * Queues an item. doc is taken (a new reference the dispatcher releases).
- * pk_json is the partition key header text ("[\"a\"]"), copied; NULL to
- * derive it from doc. ack(ack_ctx) runs exactly once when the item settled
- * or parked - never when it is dropped at stop; for sagafeed's own records
- * (sfKind set: events, markers) it runs at once, on the calling thread. Blocks while the queue is
- * full. SF_ESTATE when stopping (nothing taken, ack never runs).
+ * pk_json and pk_path are its partition key as the feed computed it
+ * (feed_item_pk, feed_item_pk_path: the header text "[\"a\"]" and the
+ * container's path), copied and handed to the engine, which then looks
+ * nothing up; pk_json NULL derives both from doc through the engine's
+ * catalog, pk_path NULL (a hierarchical key) lets the engine look the path
+ * up. ack(ack_ctx) runs exactly once when the item settled or parked -
+ * never when it is dropped at stop; for sagafeed's own records
+ * (proc_item_is_system: events, markers) it runs at once, on the calling
+ * thread, counted once as skipped. Blocks while the queue is full.
+ * SF_ESTATE when stopping (nothing taken, ack never runs).
  */
 enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
-                                const char *pk_json, int64_t lsn, int64_t epoch, proc_ack_fn ack,
-                                void *ack_ctx, struct sf_err *err);
+                                const char *pk_json, const char *pk_path, int64_t lsn,
+                                int64_t epoch, proc_ack_fn ack, void *ack_ctx, struct sf_err *err);
 
 /* Waits until nothing is queued or running (timeout_ms; -1 forever). */
 enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms);

@@ -433,6 +433,62 @@ enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, co
     return SF_OK;
 }
 
+static void run_init(struct run *r, const struct proc_engine *e, const struct proc_item *it,
+                     struct proc_result *res)
+{
+    memset(r, 0, sizeof(*r));
+    r->e = e;
+    r->it = it;
+    r->res = res;
+    sf_buf_init(&r->pk_json, 1u << 20);
+}
+
+/* Frees what the run holds (not r itself). */
+static void run_release(struct run *r)
+{
+    json_decref(r->doc);
+    json_decref(r->pk);
+    free(r->saga_id);
+    sf_buf_release(&r->pk_json);
+}
+
+/*
+ * Fills r->pk_path, r->pk and r->pk_json for the delivered item, once per
+ * run (later calls are no-ops). The key the feed computed comes with the
+ * item; only an item without it (a direct caller, a hierarchical key) costs
+ * a catalog lookup, which then also says what is wrong with the container.
+ */
+static enum sf_rc run_pk(struct run *r, struct sf_err *err)
+{
+    const struct proc_item *it = r->it;
+    bool carried = it->pk_json != NULL && it->pk_path != NULL;
+    const json_t *v;
+    enum sf_rc rc = SF_OK;
+
+    if (r->pk_json.len > 0)
+        return SF_OK;
+    if (carried) {
+        if (strlen(it->pk_path) >= sizeof(r->pk_path))
+            return sf_err_set(err, SF_ELIMIT, false, "partition key path too long");
+        memcpy(r->pk_path, it->pk_path, strlen(it->pk_path) + 1);
+    } else {
+        rc = step_catalog_pk_path(r->e->catalog, it->container, r->pk_path, err);
+    }
+    if (rc != SF_OK)
+        return rc;
+    v = step_pk_get(it->doc, r->pk_path);
+    r->pk = v != NULL ? json_incref((json_t *)v) : NULL;
+    rc = carried ? sf_buf_puts(&r->pk_json, it->pk_json) : step_pk_json(r->pk, &r->pk_json);
+    if (rc != SF_OK)
+        return sf_err_set(err, rc, false, "partition key too large");
+    return SF_OK;
+}
+
+bool proc_item_is_system(const json_t *doc)
+{
+    return json_is_object(doc) && json_object_get(doc, STEP_SYS_FIELD) != NULL;
+}
+
 static void set_error(struct run *r, enum proc_outcome o, const struct sf_err *err,
                       const char *context)
 {
@@ -1070,21 +1126,19 @@ static bool wake_waiters(struct run *r)
     const struct proc_engine *e = r->e;
     struct cosmos_query_opts qo = {0};
     struct cosmos_query *q = NULL;
-    struct sf_buf pkj, idj;
+    struct sf_buf idj;
     struct sf_err err;
-    json_t *pk = NULL, *docs = NULL, *rec;
+    json_t *docs = NULL, *rec;
     bool ok;
     enum sf_rc rc;
     size_t i;
 
     sf_err_clear(&err);
-    sf_buf_init(&pkj, 1u << 20);
     sf_buf_init(&idj, 4096);
-    rc = proc_engine_pk(e, r->it->container, r->it->doc, &pk, &err);
-    if (rc == SF_OK && (step_pk_json(pk, &pkj) != SF_OK ||
-                        sf_json_dump(json_object_get(r->it->doc, "id"), &idj) != SF_OK))
-        rc = sf_err_set(&err, SF_ELIMIT, false, "partition key or id too large");
-    qo.pk_json = sf_buf_cstr(&pkj);
+    rc = run_pk(r, &err);
+    if (rc == SF_OK && sf_json_dump(json_object_get(r->it->doc, "id"), &idj) != SF_OK)
+        rc = sf_err_set(&err, SF_ELIMIT, false, "id too large");
+    qo.pk_json = sf_buf_cstr(&r->pk_json);
     if (rc == SF_OK)
         rc = cosmos_query_new(e->cli, e->cfg->cosmos.database, r->it->container,
                               "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
@@ -1113,8 +1167,6 @@ static bool wake_waiters(struct run *r)
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "waking waiting sagas");
     ok = rc == SF_OK;
     cosmos_query_free(q);
-    json_decref(pk);
-    sf_buf_release(&pkj);
     sf_buf_release(&idj);
     return ok;
 }
@@ -1476,17 +1528,13 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
     json_t *env = NULL;
 
     memset(res, 0, sizeof(*res));
-    memset(&r, 0, sizeof(r));
     sf_err_clear(&res->err);
     sf_err_clear(&err);
-    r.e = e;
-    r.it = it;
-    r.res = res;
-    sf_buf_init(&r.pk_json, 1u << 20);
+    run_init(&r, e, it, res);
     res->outcome = PROC_SKIPPED;
-    if (!json_is_object(it->doc) || json_object_get(it->doc, STEP_SYS_FIELD) != NULL ||
-        !json_is_string(json_object_get(it->doc, "id")))
-        goto out; /* markers, events, parked records: never sagas */
+    /* sagafeed's own records never get here: the dispatcher settled them (proc_item_is_system) */
+    if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
+        goto out;
     /* A document some saga may be waiting for: wake it first (its own lane runs it). */
     if (e->cli != NULL && awaited(e, it->container) && !wake_waiters(&r))
         goto out;
@@ -1508,12 +1556,7 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
     (void)snprintf(res->saga_id, sizeof(res->saga_id), "%s", r.saga_id);
     if (terminal(&r, state))
         goto out; /* settled sagas cost no I/O */
-    if (proc_engine_pk(e, it->container, r.doc, &r.pk, &err) != SF_OK) {
-        set_error(&r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "partition key");
-        goto out;
-    }
-    if (step_catalog_pk_path(e->catalog, it->container, r.pk_path, &err) != SF_OK ||
-        step_pk_json(r.pk, &r.pk_json) != SF_OK) {
+    if (run_pk(&r, &err) != SF_OK) {
         set_error(&r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "partition key");
         goto out;
     }
@@ -1540,10 +1583,7 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
         settled_put(&r, res->outcome == PROC_FAILED);
 out:
     json_decref(env);
-    json_decref(r.doc);
-    json_decref(r.pk);
-    free(r.saga_id);
-    sf_buf_release(&r.pk_json);
+    run_release(&r);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1563,16 +1603,11 @@ void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
 
     memset(ret, 0, sizeof(*ret));
     memset(&res, 0, sizeof(res));
-    memset(&r, 0, sizeof(r));
     sf_err_clear(&ret->err);
     sf_err_clear(&err);
-    r.e = e;
-    r.it = it;
-    r.res = &res;
-    sf_buf_init(&r.pk_json, 1u << 20);
+    run_init(&r, e, it, &res);
     ret->kind = PROC_PLAN_NONE;
-    if (!json_is_object(it->doc) || json_object_get(it->doc, STEP_SYS_FIELD) != NULL ||
-        !json_is_string(json_object_get(it->doc, "id")))
+    if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
         goto out;
     if (!select_workflow(&r, it->doc)) {
         if (res.outcome == PROC_PARK) {
@@ -1660,7 +1695,5 @@ void proc_engine_plan(const struct proc_engine *e, const struct proc_item *it,
 out:
     json_decref(arr);
     json_decref(env);
-    json_decref(r.doc);
-    free(r.saga_id);
-    sf_buf_release(&r.pk_json);
+    run_release(&r);
 }

@@ -118,13 +118,28 @@ enum proc_outcome {
 
 const char *proc_outcome_str(enum proc_outcome o);
 
-/* One item as the feed delivered it. */
+/*
+ * One item as the feed delivered it. Never one of sagafeed's own records
+ * (STEP_SYS_FIELD set: markers, events, parked items): the dispatcher keeps
+ * those from the engine (proc_item_is_system, its one check).
+ */
 struct proc_item {
     const char *container; /* source container */
     const json_t *doc;     /* the document (borrowed) */
     int64_t lsn;
     int64_t epoch;
+    /*
+     * Its partition key as the feed computed it (feed_item_pk and
+     * feed_item_pk_path): the header text ("[\"a\"]", "[{}]" when
+     * undefined) and the container's path it was read from. Borrowed. With
+     * either NULL the engine reads both from doc through its catalog.
+     */
+    const char *pk_json;
+    const char *pk_path;
 };
+
+/* true when doc is one of sagafeed's own records, never a saga (STEP_SYS_FIELD set). */
+bool proc_item_is_system(const json_t *doc);
 
 struct proc_result {
     enum proc_outcome outcome;

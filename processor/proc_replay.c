@@ -600,8 +600,8 @@ static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_er
                 rp->sum->dispatched++;
                 continue;
             }
-            rc = proc_dispatch_submit(rp->dispatch, sc->container, json_incref(doc), NULL, lsn,
-                                      sc->claim.epoch, on_ack, rp, err);
+            rc = proc_dispatch_submit(rp->dispatch, sc->container, json_incref(doc), NULL, NULL,
+                                      lsn, sc->claim.epoch, on_ack, rp, err);
             if (rc != SF_OK)
                 break;
             rp->submitted++;

@@ -24,8 +24,15 @@
  *                                     (outbox event types of a saga, any order)
  *        "markers": {"o-1": {"do": 4, "undo": 0}},
  *        "parked": 1                  (documents in the parking container)
- *     }
+ *     },
+ *     "pk_from_feed": true            (optional: deliver as the feed does, see below)
  *   }
+ *
+ * With "pk_from_feed" every delivery hands over its partition key the way
+ * the feed computed it - "pk", the header text ("[\"c-1\"]", "[{}]" when
+ * the field is missing), with its container's path from "containers" - and
+ * the engine's catalog knows the step targets only (declared, no service):
+ * an engine that looked the source's key up again would park the item.
  */
 #include "common/sf_base.h"
 
@@ -212,7 +219,7 @@ static void run_case(const char *file)
     struct cfg *cfg = NULL;
     struct cfg_diags diags;
     struct step_registry *reg = NULL;
-    struct step_catalog *cat = NULL;
+    struct step_catalog *cat = NULL, *engine_cat = NULL;
     struct proc_engine *engine = NULL;
     struct proc_dispatch *disp = NULL;
     struct proc_engine_opts eo = {0};
@@ -274,6 +281,22 @@ static void run_case(const char *file)
     eo.reg = reg;
     eo.cli = g_cli;
     eo.catalog = cat;
+    if (json_is_true(json_object_get(c, "pk_from_feed"))) {
+        /* the targets only: the source containers' keys come with the deliveries */
+        ck_assert_int_eq(step_catalog_new(NULL, db, &engine_cat, &err), SF_OK);
+        json_array_foreach(json_object_get(c, "containers"), i, v)
+        {
+            bool source = false;
+
+            for (size_t w = 0; w < cfg->n_workflows; w++)
+                source = source || strcmp(cfg->workflows[w].container, sf_json_str(v, "id")) == 0;
+            if (!source)
+                ck_assert_int_eq(
+                    step_catalog_set(engine_cat, sf_json_str(v, "id"), sf_json_str(v, "pk")),
+                    SF_OK);
+        }
+        eo.catalog = engine_cat;
+    }
     ck_assert_msg(proc_engine_new(&eo, &engine, &diags, &err) == SF_OK, "%s: %s", file, err.msg);
     pthread_mutex_init(&oc.mu, NULL);
     oc.by_id = json_object();
@@ -297,12 +320,14 @@ static void run_case(const char *file)
         const json_t *doc = json_object_get(v, "doc");
         json_int_t times = json_integer_value(json_object_get(v, "times"));
         char pk_path[256];
+        const char *feed_pk = sf_json_str(v, "pk");
 
         ck_assert_int_eq(step_catalog_pk_path(cat, coll, pk_path, &err), SF_OK);
         if (json_is_true(json_object_get(v, "write")))
             put_doc(db, coll, pk_path, doc, true);
         for (json_int_t t = 0; t < (times > 0 ? times : 1); t++) {
-            ck_assert_int_eq(proc_dispatch_submit(disp, coll, json_deep_copy(doc), NULL,
+            ck_assert_int_eq(proc_dispatch_submit(disp, coll, json_deep_copy(doc), feed_pk,
+                                                  feed_pk != NULL ? pk_path : NULL,
                                                   (int64_t)(100 + i), 1, NULL, NULL, &err),
                              SF_OK);
             /* one at a time: a case reads like a story, and redeliveries come after */
@@ -419,6 +444,7 @@ static void run_case(const char *file)
     }
     proc_dispatch_free(disp);
     proc_engine_free(engine);
+    step_catalog_free(engine_cat);
     step_catalog_free(cat);
     step_registry_free(reg);
     json_decref(oc.by_id);
