@@ -202,6 +202,94 @@ uint64_t cosmos_client_retries(struct cosmos_client *cli);
 uint64_t cosmos_thread_retries(void);
 
 /* ---------------------------------------------------------------------------
+ * Transient failures: the one classifier
+ *
+ * Every part of sagafeed that decides "try again or give up" after a call
+ * (the client's retry loop, step effects, state transitions, the http step
+ * kind's calls to other services) asks cosmos_outcome_classify, so that one
+ * status means one thing wherever it is met.
+ */
+
+/* What was called: decides which statuses are transient and whether a repeat is safe. */
+enum cosmos_call_kind {
+    COSMOS_CALL_READ = 0, /* a Cosmos request without effect (read, query, feed): repeatable */
+    COSMOS_CALL_WRITE,    /* a Cosmos request that may change data: repeatable when guarded */
+    /*
+     * One operation's status in a rolled-back (207) transactional batch:
+     * the batch applied nothing, so any transient cause is retriable, guard
+     * or not, and every 5xx counts (the partition failed, not the request).
+     */
+    COSMOS_CALL_BATCH_OP,
+    /*
+     * A call to another HTTP service (the http step kind): guarded when it
+     * carries an idempotency key. Cosmos's own codes (449, 404/1002, 403/3,
+     * 410) mean nothing there; gateways' 502 and 504 do.
+     */
+    COSMOS_CALL_HTTP,
+};
+
+/* Pseudo statuses for attempts that got no HTTP answer. */
+#define COSMOS_STATUS_NO_ANSWER 0    /* sent (maybe in part), then the connection failed */
+#define COSMOS_STATUS_NOT_SENT  (-1) /* failed before any byte left: nothing can have applied */
+#define COSMOS_STATUS_TIMED_OUT (-2) /* sent, and no answer came within the timeout */
+
+/* Why an outcome is (or is not) transient. */
+enum cosmos_cause {
+    COSMOS_CAUSE_NONE = 0,   /* a success, or an answer that repeating cannot change */
+    COSMOS_CAUSE_THROTTLED,  /* 429: wait x-ms-retry-after-ms */
+    COSMOS_CAUSE_RETRY_WITH, /* 449: a transient write conflict */
+    COSMOS_CAUSE_TIMEOUT,    /* 408, or COSMOS_STATUS_TIMED_OUT */
+    COSMOS_CAUSE_SERVER,     /* 5xx */
+    COSMOS_CAUSE_GONE,       /* 410: the range moved; refresh the ranges, then retry */
+    COSMOS_CAUSE_SESSION,    /* 404/1002: the session's LSN is not readable here yet */
+    COSMOS_CAUSE_FAILOVER,   /* 403/3: WriteForbidden while the write region moves */
+    COSMOS_CAUSE_CONNECTION, /* COSMOS_STATUS_NO_ANSWER or COSMOS_STATUS_NOT_SENT */
+};
+
+struct cosmos_outcome {
+    bool retriable;        /* repeating the same call may succeed and is safe: sf_err.retriable */
+    bool may_have_applied; /* the call may have taken effect although it failed */
+    enum cosmos_cause cause;
+};
+
+/*
+ * Classifies one call's outcome: status (an HTTP status or a
+ * COSMOS_STATUS_* pseudo status), substatus (x-ms-substatus, 0 when none),
+ * what was called, and whether the call is guarded (a replay cannot apply it
+ * twice: a create-only id, If-Match, a patch condition, `idempotent`, an
+ * idempotency key). Pure; any thread. The contract, R = retriable, G = only
+ * when guarded, - = no; A = may have applied (for WRITE and HTTP; never for
+ * READ or BATCH_OP):
+ *
+ *   status            READ  WRITE  BATCH_OP  HTTP  A  cause
+ *   2xx, 304          -     -      -         -     A  NONE
+ *   429               R     R      R         R        THROTTLED
+ *   449               R     R      R         -        RETRY_WITH
+ *   408               R     G      R         G     A  TIMEOUT
+ *   500, 503          R     G      R         G     A  SERVER
+ *   502, 504          -     -      R         G     A  SERVER
+ *   other 5xx         -     -      R         -     A  SERVER
+ *   410 (any sub)     R     R      R         -        GONE
+ *   404/1002          R     R      R         -        SESSION
+ *   403/3             R     R      R         -        FAILOVER
+ *   other statuses    -     -      -         -        NONE
+ *   NOT_SENT          R     R      R         R        CONNECTION
+ *   NO_ANSWER         R     G      R         G     A  CONNECTION
+ *   TIMED_OUT         R     G      R         G     A  TIMEOUT
+ *
+ * A whole Cosmos request answered 502/504 came from something between us
+ * and the gateway (which itself answers 500/503), so PROTOCOL.md section 9
+ * does not retry it. 410 is retriable, but only after the caller refreshed
+ * its partition key ranges (the client does not repeat it by itself).
+ */
+struct cosmos_outcome cosmos_outcome_classify(int status, int substatus, enum cosmos_call_kind call,
+                                              bool guarded);
+
+/* A cause's label: "none", "throttled", "retry-with", "timeout", "server", "gone", "session",
+ * "failover", "connection" (static). */
+const char *cosmos_cause_name(enum cosmos_cause cause);
+
+/* ---------------------------------------------------------------------------
  * Responses
  */
 
@@ -485,6 +573,8 @@ struct cosmos_batch_op_result {
     int substatus; /* subStatusCode, 0 when absent */
     int64_t retry_after_ms;
     double request_charge;
+    /* status and substatus judged by cosmos_outcome_classify as COSMOS_CALL_BATCH_OP */
+    bool retriable;
     char etag[COSMOS_ETAG_MAX];
     json_t *body; /* resourceBody: owned by the result, NULL when absent */
 };

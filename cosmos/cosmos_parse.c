@@ -560,6 +560,9 @@ static enum sf_rc cosmos_batch_op_parse(const json_t *o, size_t i,
     op->status = (int)status;
     op->substatus = (int)sub;
     op->retry_after_ms = retry;
+    /* A batch is all or nothing: a failed operation applied nothing. */
+    op->retriable =
+        cosmos_outcome_classify(op->status, op->substatus, COSMOS_CALL_BATCH_OP, false).retriable;
     charge = json_object_get(o, "requestCharge");
     op->request_charge = json_is_number(charge) ? json_number_value(charge) : 0;
     etag = sf_json_str(o, "eTag");

@@ -52,79 +52,133 @@ static enum sf_rc cosmos_status_rc(int status)
     }
 }
 
-struct cosmos_verdict cosmos_classify(enum cosmos_net net, int status, int substatus,
-                                      enum cosmos_op_class cls, bool guarded, bool accept_304)
+/* The status of a 5xx classified for call: whether it is worth repeating at all. */
+static bool cosmos_server_transient(int status, enum cosmos_call_kind call)
 {
-    struct cosmos_verdict v = {false, false, COSMOS_RETRY_NO, SF_EHTTP};
-    /* Repeating is safe for reads and for writes whose replay cannot double-apply. */
-    bool repeatable = cls == COSMOS_OP_READ || guarded;
-
-    switch (net) {
-    case COSMOS_NET_OK:
+    switch (call) {
+    case COSMOS_CALL_BATCH_OP:
+        return true;
+    case COSMOS_CALL_HTTP:
+        return status == 500 || status == 502 || status == 503 || status == 504;
+    case COSMOS_CALL_READ:
+    case COSMOS_CALL_WRITE:
         break;
-    case COSMOS_NET_NOT_SENT:
-        /* Nothing reached the server: any request may be repeated. */
-        v.rc = SF_ECONN;
-        v.retriable = true;
-        v.retry = COSMOS_RETRY_BACKOFF;
-        return v;
-    case COSMOS_NET_MAYBE_SENT:
-    case COSMOS_NET_TIMEOUT:
-        v.rc = net == COSMOS_NET_TIMEOUT ? SF_ETIMEOUT : SF_ECONN;
-        v.retriable = repeatable;
-        v.retry = repeatable ? COSMOS_RETRY_BACKOFF : COSMOS_RETRY_NO;
-        return v;
-    case COSMOS_NET_FATAL:
-        v.rc = SF_EIO;
-        return v;
     }
+    return status == 500 || status == 503;
+}
 
-    if ((status >= 200 && status <= 299) || (status == 304 && accept_304)) {
-        v.success = true;
-        v.rc = SF_OK;
-        return v;
+struct cosmos_outcome cosmos_outcome_classify(int status, int substatus, enum cosmos_call_kind call,
+                                              bool guarded)
+{
+    struct cosmos_outcome o = {false, false, COSMOS_CAUSE_NONE};
+    bool http = call == COSMOS_CALL_HTTP;
+    /*
+     * What a repeat risks: nothing for a read or a rolled-back batch's
+     * operation; a second effect for a write, unless its guard absorbs it.
+     */
+    bool effect = call == COSMOS_CALL_WRITE || http;
+    bool repeatable = !effect || guarded;
+
+    if ((status >= 200 && status <= 299) || status == 304) {
+        o.may_have_applied = effect;
+        return o;
     }
-    v.rc = cosmos_status_rc(status);
     switch (status) {
-    case 429: /* throttled: nothing applied */
-        v.retriable = true;
-        v.retry = COSMOS_RETRY_THROTTLE;
-        break;
-    case 449: /* RetryWith: transient conflict, nothing applied */
-        v.retriable = true;
-        v.retry = COSMOS_RETRY_BACKOFF;
-        break;
-    case 408: /* a write may or may not have committed */
-    case 500:
-    case 503:
-        v.retriable = repeatable;
-        v.retry = repeatable ? COSMOS_RETRY_BACKOFF : COSMOS_RETRY_NO;
-        break;
-    case 410:
-        /*
-         * Range gone / split / stale cache: retriable once the caller
-         * refreshed its ranges, which only it can do for its lease.
-         */
-        v.retriable = true;
-        break;
-    case 404:
-        /* 1002: the session's LSN is not yet readable here; nothing was applied. */
-        if (substatus == 1002) {
-            v.retriable = true;
-            v.retry = COSMOS_RETRY_BACKOFF;
-        }
-        break;
-    case 403:
-        /* 3: WriteForbidden during a failover; nothing applied. */
-        if (substatus == 3) {
-            v.retriable = true;
-            v.retry = COSMOS_RETRY_BACKOFF;
-        }
-        break;
+    case COSMOS_STATUS_NOT_SENT:
+        o.cause = COSMOS_CAUSE_CONNECTION;
+        o.retriable = true;
+        return o;
+    case COSMOS_STATUS_NO_ANSWER:
+    case COSMOS_STATUS_TIMED_OUT:
+    case 408:
+        o.cause =
+            status == COSMOS_STATUS_NO_ANSWER ? COSMOS_CAUSE_CONNECTION : COSMOS_CAUSE_TIMEOUT;
+        o.retriable = repeatable;
+        o.may_have_applied = effect;
+        return o;
+    case 429: /* nothing applied */
+        o.cause = COSMOS_CAUSE_THROTTLED;
+        o.retriable = true;
+        return o;
     default:
         break;
     }
+    if (status >= 500 && status <= 599) {
+        o.cause = COSMOS_CAUSE_SERVER;
+        o.retriable = repeatable && cosmos_server_transient(status, call);
+        o.may_have_applied = effect;
+        return o;
+    }
+    /* The rest are Cosmos's own codes, which mean nothing from another service. */
+    if (http)
+        return o;
+    if (status == 449)
+        o.cause = COSMOS_CAUSE_RETRY_WITH;
+    else if (status == 410)
+        o.cause = COSMOS_CAUSE_GONE;
+    else if (status == 404 && substatus == 1002)
+        o.cause = COSMOS_CAUSE_SESSION;
+    else if (status == 403 && substatus == 3)
+        o.cause = COSMOS_CAUSE_FAILOVER;
+    /* None of these applied anything. */
+    o.retriable = o.cause != COSMOS_CAUSE_NONE;
+    return o;
+}
+
+const char *cosmos_cause_name(enum cosmos_cause cause)
+{
+    static const char *const names[] = {"none", "throttled", "retry-with", "timeout",   "server",
+                                        "gone", "session",   "failover",   "connection"};
+
+    return (unsigned)cause < SF_ARRAY_LEN(names) ? names[cause] : "none";
+}
+
+/* The client's verdict from the classifier's: how it repeats the attempt itself. */
+static struct cosmos_verdict cosmos_verdict_of(struct cosmos_outcome o, enum sf_rc rc)
+{
+    struct cosmos_verdict v = {false, o.retriable, COSMOS_RETRY_NO, rc};
+
+    /* 410 waits for the caller's range refresh; the others are repeated here. */
+    if (o.retriable && o.cause != COSMOS_CAUSE_GONE)
+        v.retry = o.cause == COSMOS_CAUSE_THROTTLED ? COSMOS_RETRY_THROTTLE : COSMOS_RETRY_BACKOFF;
     return v;
+}
+
+static enum cosmos_call_kind cosmos_call_of(enum cosmos_op_class cls)
+{
+    return cls == COSMOS_OP_READ ? COSMOS_CALL_READ : COSMOS_CALL_WRITE;
+}
+
+struct cosmos_verdict cosmos_classify(enum cosmos_net net, int status, int substatus,
+                                      enum cosmos_op_class cls, bool guarded, bool accept_304)
+{
+    struct cosmos_verdict ok = {true, false, COSMOS_RETRY_NO, SF_OK};
+    struct cosmos_verdict fatal = {false, false, COSMOS_RETRY_NO, SF_EIO};
+    enum sf_rc rc = SF_ECONN;
+
+    /* A transport outcome is judged as its pseudo status. */
+    switch (net) {
+    case COSMOS_NET_OK:
+        /* (A 304 nobody asked for is an error, and nothing to repeat.) */
+        if ((status >= 200 && status <= 299) || (status == 304 && accept_304))
+            return ok;
+        rc = cosmos_status_rc(status);
+        break;
+    case COSMOS_NET_NOT_SENT:
+        status = COSMOS_STATUS_NOT_SENT;
+        break;
+    case COSMOS_NET_MAYBE_SENT:
+        status = COSMOS_STATUS_NO_ANSWER;
+        break;
+    case COSMOS_NET_TIMEOUT:
+        status = COSMOS_STATUS_TIMED_OUT;
+        rc = SF_ETIMEOUT;
+        break;
+    case COSMOS_NET_FATAL:
+        return fatal;
+    }
+    return cosmos_verdict_of(
+        cosmos_outcome_classify(status, substatus, cosmos_call_of(cls), guarded), rc);
 }
 
 void cosmos_retry_start(struct cosmos_retry_state *st, const struct cosmos_retry_policy *policy,
@@ -159,14 +213,9 @@ bool cosmos_retry_next(struct cosmos_retry_state *st, const struct cosmos_verdic
 
 struct cosmos_verdict cosmos_classify_unconfirmed(enum cosmos_op_class cls, bool guarded)
 {
-    struct cosmos_verdict v = {false, false, COSMOS_RETRY_NO, SF_EPROTO};
-
     /* Like a 503: nothing says the server did what it answered. */
-    if (cls == COSMOS_OP_READ || guarded) {
-        v.retriable = true;
-        v.retry = COSMOS_RETRY_BACKOFF;
-    }
-    return v;
+    return cosmos_verdict_of(cosmos_outcome_classify(503, 0, cosmos_call_of(cls), guarded),
+                             SF_EPROTO);
 }
 
 /* ---------------------------------------------------------------------------

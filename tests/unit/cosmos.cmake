@@ -4,6 +4,11 @@ sf_unit_test(test_cosmos_proto
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_proto.c
   LIBS sf_cosmos
   LABELS cosmos)
+# The classifier of transient failures, table by table (no server).
+sf_unit_test(test_cosmos_classify
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_classify.c
+  LIBS sf_cosmos
+  LABELS cosmos)
 sf_unit_test(test_cosmos_http
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_http.c
   LIBS sf_cosmos Threads::Threads
