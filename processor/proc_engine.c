@@ -969,10 +969,10 @@ static enum trans_result transition(struct run *r, const char *from, const char 
     }
     {
         long f = br.first_failure;
-        int status = f >= 0 && (size_t)f < br.n ? br.ops[f].status : 0;
+        bool known = f >= 0 && (size_t)f < br.n;
+        int status = known ? br.ops[f].status : 0;
 
-        (void)sf_err_set(&err, SF_EHTTP,
-                         status == 429 || status == 449 || status == 408 || status >= 500,
+        (void)sf_err_set(&err, SF_EHTTP, known && br.ops[f].retriable,
                          "transition %s -> %s: operation %ld answered %d", from, to, f, status);
         err.http_status = status;
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);

@@ -210,7 +210,8 @@ enum sf_rc step_effect_begin(const struct step_ctx *ctx, const char *coll, const
  *   committed                       -> STEP_OK
  *   409 on the marker (operation 0) -> STEP_ALREADY
  *   an effect op fails with a status in ctx->fail_on -> STEP_FAILED (res->status)
- *   429/449/408/5xx, transport errors (retriable) -> STEP_RETRY
+ *   a retriable error or operation result (cosmos_outcome_classify: 429, 449,
+ *   408, any 5xx of a rolled-back batch, transport errors) -> STEP_RETRY
  *   anything else                   -> STEP_FATAL
  */
 void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,

@@ -385,11 +385,6 @@ void step_effect_release(struct step_effect *eff)
     memset(eff, 0, sizeof(*eff));
 }
 
-static bool status_transient(int s)
-{
-    return s == 429 || s == 449 || s == 408 || s == 500 || s == 503;
-}
-
 void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
                         struct step_result *res)
 {
@@ -427,7 +422,7 @@ void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
     } else if (br.first_failure > 0 && step_ctx_fails_on(ctx, op->status)) {
         step_result_set(res, STEP_FAILED, SF_EHTTP, "operation %ld on %s answered %d",
                         br.first_failure, eff->coll, op->status);
-    } else if (status_transient(op->status)) {
+    } else if (op->retriable) {
         step_result_set(res, STEP_RETRY, SF_EHTTP, "operation %ld on %s answered %d (transient)",
                         br.first_failure, eff->coll, op->status);
     } else {

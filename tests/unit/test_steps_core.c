@@ -1,14 +1,17 @@
 /*
  * test_steps_core.c - steps/ without a server: deterministic ids, markers,
  * partition keys, local patch application, kind parameter validation, the
- * registry and plugin loading.
+ * registry and plugin loading, and how an effect's batch answer is judged
+ * (a client whose transport answers from a script).
  */
 #include "common/sf_base.h"
 
 #include <check.h>
 #include <stdlib.h>
 
+#include "common/sf_auth.h"
 #include "common/sf_json.h"
+#include "cosmos/cosmos_int.h"
 #include "steps/step.h"
 #include "steps/step_kinds.h"
 #include "tests/support/check_run.h"
@@ -536,6 +539,105 @@ START_TEST(test_plugin_load)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Judging an effect's batch answer: one scripted 207 per call.
+ */
+
+struct batch_script {
+    int http_status;
+    const char *body;
+    int calls;
+};
+
+static enum cosmos_net batch_send(void *ctx, const struct cosmos_req *req, const char *date,
+                                  const char *auth, struct cosmos_response *resp, char *msg,
+                                  size_t msg_size)
+{
+    struct batch_script *bs = ctx;
+    char line[64];
+
+    SF_UNUSED(req);
+    SF_UNUSED(date);
+    SF_UNUSED(auth);
+    SF_UNUSED(msg);
+    SF_UNUSED(msg_size);
+    bs->calls++;
+    (void)snprintf(line, sizeof(line), "HTTP/1.1 %d X\r\n", bs->http_status);
+    ck_assert_int_eq(cosmos_response_header(resp, line, strlen(line), NULL), SF_OK);
+    ck_assert_int_eq(sf_buf_puts(&resp->body, bs->body), SF_OK);
+    return COSMOS_NET_OK;
+}
+
+/* Commits marker + one patch in "products" against a transport answering bs. */
+static void commit_scripted(struct batch_script *bs, struct step_result *res)
+{
+    struct cosmos_options o = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct cosmos_transport t = {batch_send, bs};
+    struct cosmos_client *cli = NULL;
+    struct step_catalog *cat = NULL;
+    struct step_effect eff;
+    struct step_ctx c;
+    struct sf_err err;
+    json_t *pk = json_string("books");
+
+    ck_assert_msg(cosmos_client_new(&o, &cli, &err) == SF_OK, "%s", err.msg);
+    cosmos_client_set_transport(cli, &t);
+    ck_assert_int_eq(step_catalog_new(cli, "shop", &cat, &err), SF_OK);
+    ck_assert_int_eq(step_catalog_set(cat, "products", "/category"), SF_OK);
+    ctx_init(&c, "s-1", 0);
+    c.cli = cli;
+    c.db = "shop";
+    c.catalog = cat;
+    ck_assert_msg(step_effect_begin(&c, "products", pk, &eff, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(cosmos_batch_patch(eff.batch, "p-1",
+                                     "[{\"op\":\"incr\",\"path\":\"/n\","
+                                     "\"value\":-1}]",
+                                     NULL, NULL, &err) == SF_OK,
+                  "%s", err.msg);
+    step_effect_commit(&c, &eff, res);
+    step_effect_release(&eff);
+    step_catalog_free(cat);
+    cosmos_client_free(cli);
+    json_decref(pk);
+}
+
+/*
+ * A transition's batch answered 502 on an operation is retried; the same 502
+ * on a step effect's operation must be too (it parked the item), and so must
+ * any 5xx of a rolled-back batch: nothing was applied.
+ */
+START_TEST(test_effect_502_is_retried_not_parked)
+{
+    static const int transient[] = {502, 504, 500, 503, 429, 449, 408};
+    static const int permanent[] = {400, 404, 412, 413};
+    struct batch_script bs = {.http_status = 207};
+    struct step_result res;
+    char body[128];
+    size_t i;
+
+    bs.body = body;
+    for (i = 0; i < SF_ARRAY_LEN(transient); i++) {
+        (void)snprintf(body, sizeof(body), "[{\"statusCode\":424},{\"statusCode\":%d}]",
+                       transient[i]);
+        commit_scripted(&bs, &res);
+        ck_assert_msg(res.outcome == STEP_RETRY, "%d: %s (%s)", transient[i],
+                      step_outcome_str(res.outcome), res.err.msg);
+        ck_assert(res.err.retriable);
+        ck_assert_int_eq(res.status, transient[i]);
+    }
+    for (i = 0; i < SF_ARRAY_LEN(permanent); i++) {
+        (void)snprintf(body, sizeof(body), "[{\"statusCode\":424},{\"statusCode\":%d}]",
+                       permanent[i]);
+        commit_scripted(&bs, &res);
+        ck_assert_msg(res.outcome == STEP_FATAL, "%d: %s", permanent[i],
+                      step_outcome_str(res.outcome));
+        ck_assert(!res.err.retriable);
+    }
+    /* One HTTP call each: the step decides, the client does not retry a 207. */
+    ck_assert_int_eq(bs.calls, (int)(SF_ARRAY_LEN(transient) + SF_ARRAY_LEN(permanent)));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("steps_core");
@@ -549,6 +651,7 @@ int main(void)
     tcase_add_test(tc, test_patch_path_templates);
     tcase_add_test(tc, test_registry_rules);
     tcase_add_test(tc, test_plugin_load);
+    tcase_add_test(tc, test_effect_502_is_retried_not_parked);
     suite_add_tcase(s, tc);
     return sf_check_run(s);
 }
