@@ -11,7 +11,11 @@
  *      the next attempt call again with the same key, and the receiving
  *      service answers it from its idempotency store instead of acting twice.
  * 2xx is success; a status in the step's fail_on is a business failure;
- * 408, 429, 5xx and transport errors are transient; other statuses are fatal.
+ * what is transient is cosmos_outcome_classify's answer for COSMOS_CALL_HTTP,
+ * guarded by the key: 408, 429, 500, 502, 503, 504, a refused or dropped
+ * connection and a timeout. Other statuses, and transport errors that a
+ * repeat cannot cure (a malformed URL, an unsupported scheme, a TLS
+ * verification failure, an answer over its cap), are fatal.
  */
 #include "common/sf_base.h"
 
@@ -122,6 +126,40 @@ static size_t discard_body(char *p, size_t size, size_t n, void *ud)
     return *total > HTTP_RESPONSE_MAX ? 0 : size * n;
 }
 
+/* Whether an outcome of the call is worth repeating: the key guards every call. */
+static bool http_transient(int status)
+{
+    return cosmos_outcome_classify(status, 0, COSMOS_CALL_HTTP, true).retriable;
+}
+
+/*
+ * The same for a transport failure, through its pseudo status
+ * (COSMOS_STATUS_*). A failure that is not the network's (a malformed URL, an
+ * unsupported scheme, a certificate refused, the answer over its cap) is not
+ * transient: a repeat fails the same way.
+ */
+static bool http_curl_transient(CURLcode cc)
+{
+    switch (cc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SSL_CONNECT_ERROR:
+        return http_transient(COSMOS_STATUS_NOT_SENT);
+    case CURLE_OPERATION_TIMEDOUT:
+        return http_transient(COSMOS_STATUS_TIMED_OUT);
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        return http_transient(COSMOS_STATUS_NO_ANSWER);
+    default:
+        return false;
+    }
+}
+
 /* Performs the call; *ret_status is the HTTP status or 0 after a transport error (err set). */
 static enum sf_rc http_call(const struct http_state *st, const struct step_ctx *ctx,
                             const char *idem_key, long *ret_status, struct sf_err *err)
@@ -188,8 +226,9 @@ static enum sf_rc http_call(const struct http_state *st, const struct step_ctx *
     (void)curl_easy_setopt(h, CURLOPT_WRITEDATA, &received);
     cc = curl_easy_perform(h);
     if (cc != CURLE_OK) {
-        rc = sf_err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? SF_ETIMEOUT : SF_ECONN, true,
-                        "%s %s: %s", st->method, url, curl_easy_strerror(cc));
+        rc = sf_err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? SF_ETIMEOUT : SF_ECONN,
+                        http_curl_transient(cc), "%s %s: %s", st->method, url,
+                        curl_easy_strerror(cc));
         goto out;
     }
     (void)curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, ret_status);
@@ -242,7 +281,7 @@ static void http_run(const void *state, const struct step_ctx *ctx, struct step_
     }
     if (step_ctx_fails_on(ctx, (int)status))
         step_result_set(res, STEP_FAILED, SF_EHTTP, "%s answered %ld", st->method, status);
-    else if (status == 408 || status == 429 || status >= 500)
+    else if (http_transient((int)status))
         step_result_set(res, STEP_RETRY, SF_EHTTP, "%s answered %ld (transient)", st->method,
                         status);
     else

@@ -673,6 +673,72 @@ START_TEST(test_http_idempotency)
 }
 END_TEST
 
+/* Runs a compiled http action once for element elem of f. */
+static enum step_outcome http_once(const char *url, struct fixture *f, size_t elem)
+{
+    struct step_action a;
+    struct step_result r;
+    char params[256];
+
+    (void)snprintf(params, sizeof(params), "{\"url\":\"%s\"}", url);
+    compile("http", params, &a);
+    f->ctx.element = elem;
+    step_side_run(&a, 1, &f->ctx, &r);
+    step_action_release(&a);
+    return r.outcome;
+}
+
+/*
+ * What the http kind repeats is the classifier's answer for a guarded HTTP
+ * call: gateways' 502/504 and refused connections are transient, while a 501
+ * or a scheme curl refuses were retried until the item parked.
+ */
+START_TEST(test_http_transient_follows_classifier)
+{
+    static const struct {
+        int status;
+        enum step_outcome outcome;
+    } t[] = {{502, STEP_RETRY}, {504, STEP_RETRY}, {500, STEP_RETRY}, {503, STEP_RETRY},
+             {408, STEP_RETRY}, {429, STEP_RETRY}, {501, STEP_FATAL}, {505, STEP_FATAL}};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    struct http_srv s;
+    struct fixture f;
+    char url[128];
+    size_t i;
+    int fd;
+
+    memset(&s, 0, sizeof(s));
+    for (i = 0; i < SF_ARRAY_LEN(t); i++)
+        s.statuses[i] = t[i].status;
+    http_start(&s);
+    fixture_init(&f, "s-h", "notify", 0, "{\"item\":{\"id\":\"o-h\"},\"sagaId\":\"s-h\"}");
+    (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d/n", s.port);
+    for (i = 0; i < SF_ARRAY_LEN(t); i++) {
+        enum step_outcome o = http_once(url, &f, i);
+
+        ck_assert_msg(o == t[i].outcome, "%d: %s", t[i].status, step_outcome_str(o));
+    }
+    ck_assert_int_eq(atomic_load(&s.requests), (int)SF_ARRAY_LEN(t));
+    http_stop(&s);
+    /* Nothing listens on a port just released: refused, nothing sent. */
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    (void)close(fd);
+    (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d/n", ntohs(sa.sin_port));
+    ck_assert_int_eq(http_once(url, &f, 20), STEP_RETRY);
+    fixture_release(&f);
+    /* A scheme the kind does not speak (from the item) fails the same way every time. */
+    fixture_init(&f, "s-h", "notify", 0,
+                 "{\"item\":{\"id\":\"o-h\",\"url\":\"ftp://127.0.0.1/n\"},\"sagaId\":\"s-h\"}");
+    ck_assert_int_eq(http_once("{{item.url}}", &f, 0), STEP_FATAL);
+    fixture_release(&f);
+}
+END_TEST
+
 START_TEST(test_plugin_kind_runs)
 {
     const char *build = getenv("SF_BUILD_DIR");
@@ -761,6 +827,7 @@ int main(void)
     tcase_add_test(tc, test_delete_exactly_once_and_guards);
     tcase_add_test(tc, test_await_waits_then_sees_document_once);
     tcase_add_test(tc, test_http_idempotency);
+    tcase_add_test(tc, test_http_transient_follows_classifier);
     tcase_add_test(tc, test_plugin_kind_runs);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
