@@ -106,17 +106,6 @@ static enum sf_rc http_compile(const json_t *params, void **ret_state, struct sf
     return SF_OK;
 }
 
-/* The marker of an HTTP call lives with the saga's item. */
-static enum sf_rc http_target(const void *state, const struct step_ctx *ctx,
-                              struct step_target *ret, struct sf_err *err)
-{
-    SF_UNUSED(state);
-    SF_UNUSED(err);
-    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", ctx->source_container);
-    ret->pk = ctx->source_pk != NULL ? json_incref((json_t *)ctx->source_pk) : NULL;
-    return SF_OK;
-}
-
 static size_t discard_body(char *p, size_t size, size_t n, void *ud)
 {
     size_t *total = ud;
@@ -293,6 +282,6 @@ const struct step_kind step_kind_http = {
     .name = "http",
     .compile = http_compile,
     .free_state = http_free,
-    .target = http_target,
+    .target = step_target_source, /* the call's marker lives with the saga's item */
     .run = http_run,
 };

@@ -542,6 +542,16 @@ enum sf_rc step_docref_target(const void *state, const struct step_ctx *ctx,
     return SF_OK;
 }
 
+enum sf_rc step_target_source(const void *state, const struct step_ctx *ctx,
+                              struct step_target *ret, struct sf_err *err)
+{
+    SF_UNUSED(state);
+    SF_UNUSED(err);
+    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", ctx->source_container);
+    ret->pk = ctx->source_pk != NULL ? json_incref((json_t *)ctx->source_pk) : NULL;
+    return SF_OK;
+}
+
 enum sf_rc step_docref_id(const struct step_docref *ref, const struct step_ctx *ctx, char **ret_id,
                           struct sf_err *err)
 {
@@ -739,16 +749,6 @@ static enum sf_rc event_compile(const json_t *params, void **ret_state, struct s
                               ret_state, err);
 }
 
-static enum sf_rc event_target(const void *state, const struct step_ctx *ctx,
-                               struct step_target *ret, struct sf_err *err)
-{
-    SF_UNUSED(state);
-    SF_UNUSED(err);
-    (void)snprintf(ret->coll, sizeof(ret->coll), "%s", ctx->source_container);
-    ret->pk = ctx->source_pk != NULL ? json_incref((json_t *)ctx->source_pk) : NULL;
-    return SF_OK;
-}
-
 static enum sf_rc event_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
                                 const json_t *pk, struct cosmos_batch *b, struct sf_err *err)
 {
@@ -792,7 +792,7 @@ const struct step_kind step_kind_event = {
     .name = "event",
     .compile = event_compile,
     .free_state = event_free,
-    .target = event_target,
+    .target = step_target_source,
     .add_ops = event_add_ops,
 };
 

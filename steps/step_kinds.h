@@ -128,6 +128,14 @@ enum sf_rc step_side_add_ops(const struct step_action *actions, size_t n,
                              const struct step_ctx *ctx, const struct step_target *tgt,
                              struct step_effect *eff, struct sf_err *err);
 
+/*
+ * A step_kind.target for kinds whose marker lives with the saga's item (an
+ * event, an HTTP call): ctx's source container and partition key. state is
+ * unused; never fails.
+ */
+enum sf_rc step_target_source(const void *state, const struct step_ctx *ctx,
+                              struct step_target *ret, struct sf_err *err);
+
 /* Fills res from a failed cosmos call: retriable -> RETRY, listed in fail_on -> FAILED, else FATAL.
  */
 void step_result_from_call(const struct step_ctx *ctx, const struct sf_err *err,
