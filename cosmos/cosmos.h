@@ -39,7 +39,9 @@
  * All retries stop at max_attempts or when the next wait would cross the
  * total time budget; the last error is returned. 410 (partition range gone)
  * is never retried here: it returns SF_EGONE (retriable) so the caller can
- * refresh ranges and handle the split.
+ * refresh ranges and handle the split. These rules are the READ and WRITE
+ * columns of cosmos_outcome_classify's table, which callers use for their
+ * own decisions (batch operation results, calls to other services).
  *
  * Logging: the library logs at debug only, with one exception: creating a
  * client with TLS verification turned off logs one warning through sf_log
