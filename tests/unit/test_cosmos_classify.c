@@ -9,6 +9,7 @@
 #include <check.h>
 
 #include "cosmos/cosmos_proto.h"
+#include "tests/support/check_run.h"
 
 /*
  * Columns of the expectation strings: a Cosmos read, an unguarded write, a
@@ -188,8 +189,6 @@ int main(void)
 {
     Suite *s = suite_create("cosmos_classify");
     TCase *tc = tcase_create("classify");
-    SRunner *sr;
-    int failed;
 
     tcase_add_loop_test(tc, test_classify_contract_table, 0, (int)SF_ARRAY_LEN(table));
     tcase_add_test(tc, test_classify_http_ignores_cosmos_codes);
@@ -197,9 +196,5 @@ int main(void)
     tcase_add_test(tc, test_batch_op_results_carry_retriable);
     tcase_add_test(tc, test_cause_names);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sf_check_run(s);
 }
