@@ -888,6 +888,16 @@ int main(int argc, char **argv)
                     "replicas: %llu writes were applied early because "
                     "--replica-max-pending-mb was full",
                     (unsigned long long)emu_replica_dropped(replica));
+    if (replica) {
+        struct emu_replica_stats st;
+
+        emu_replica_stats(replica, &st);
+        sf_log_info("cosmolite",
+                    "replicas: %llu reads were served by a lagging secondary, which saw %llu "
+                    "documents older than the primary's; %llu reads needed their session token",
+                    (unsigned long long)st.stale_reads, (unsigned long long)st.stale_docs,
+                    (unsigned long long)st.token_reads);
+    }
     /* Each region holds its own responses: one figure per region. */
     for (int i = 0; (a.latency_ms || a.jitter_ms) && i < nsrv; i++)
         sf_log_info("cosmolite",

@@ -47,6 +47,7 @@ struct emu_replica {
     struct rep_coll *colls;
     size_t bytes;
     uint64_t dropped;
+    struct emu_replica_stats stats; /* for the stop log */
 };
 
 struct emu_replica *emu_replica_new(const struct emu_replica_opts *o)
@@ -97,6 +98,13 @@ uint64_t emu_replica_dropped(struct emu_replica *rep)
     n = rep->dropped;
     pthread_mutex_unlock(&rep->lock);
     return n;
+}
+
+void emu_replica_stats(struct emu_replica *rep, struct emu_replica_stats *ret)
+{
+    pthread_mutex_lock(&rep->lock);
+    *ret = rep->stats;
+    pthread_mutex_unlock(&rep->lock);
 }
 
 char *emu_replica_doc_key(const json_t *pk, const char *id)
@@ -302,6 +310,7 @@ bool emu_replica_before(struct emu_replica *rep, const char *coll_rid, const cha
                 *ret_exists = e->before != NULL;
                 if (e->before)
                     (void)sf_buf_append(out, e->before, e->before_len);
+                rep->stats.stale_docs++;
                 break;
             }
         }
@@ -435,9 +444,17 @@ enum sf_rc emu_replica_read_view(struct emu_replica *rep, const char *coll_rid,
         /* No token to honour, or the most lagging secondary meets it. */
         v.stale = horizon != INT64_MAX;
         v.horizon = horizon;
+        if (v.stale) {
+            pthread_mutex_lock(&rep->lock);
+            rep->stats.stale_reads++;
+            pthread_mutex_unlock(&rep->lock);
+        }
         goto done;
     }
     /* Only the primary has the token's write, if anyone has it yet. */
+    pthread_mutex_lock(&rep->lock);
+    rep->stats.token_reads++;
+    pthread_mutex_unlock(&rep->lock);
     for (;;) {
         int64_t waited_ms = (sf_mono_us() - start_us) / 1000;
         if (primary_lsn(lsn_ctx) >= need)

@@ -116,4 +116,17 @@ enum sf_rc emu_replica_filter_feed(struct sf_buf *body, int64_t horizon, int64_t
 /* Journal entries dropped early because the journal was full (for the stop log). */
 uint64_t emu_replica_dropped(struct emu_replica *rep);
 
+/*
+ * For the stop log, the evidence that the lag was in effect and mattered:
+ * reads a lagging secondary served (emu_replica_read_view answered stale),
+ * documents such reads saw older than the primary's (emu_replica_before found
+ * a younger write), and reads whose session token only the primary met (a
+ * read without it would have been served stale).
+ */
+struct emu_replica_stats {
+    uint64_t stale_reads;
+    uint64_t stale_docs;
+    uint64_t token_reads;
+};
+void emu_replica_stats(struct emu_replica *rep, struct emu_replica_stats *ret);
 #endif

@@ -55,6 +55,12 @@ START_TEST(tokens_in_both_shapes_and_compound)
     ck_assert_int_eq(v.horizon, 49);
     ck_assert_int_eq(view(rep, "0", NULL, "0:-1#55", &v, &err), SF_OK);
     ck_assert(!v.stale); /* only the primary has 55 */
+    {
+        struct emu_replica_stats st;
+
+        emu_replica_stats(rep, &st);
+        ck_assert_uint_eq(st.token_reads, 1); /* the stop log counts it */
+    }
     ck_assert_int_eq(view(rep, "0", NULL, "0:1#45#1=30#2=-1", &v, &err), SF_OK);
     ck_assert(v.stale);
     /* Compound: the read's own range counts; without it the largest does. */
@@ -125,6 +131,15 @@ START_TEST(horizon_trails_the_lag_and_before_images)
     ck_assert(!emu_replica_before(rep, "AAAAAAAAAAA=", "k", 11, &exists, &b));
     ck_assert(!emu_replica_before(rep, "AAAAAAAAAAA=", "other", 9, &exists, &b));
     ck_assert(!emu_replica_before(rep, "BBBBBBBBBBB=", "k", 9, &exists, &b));
+    /* The stop log's evidence: one stale view, two documents older than the primary's. */
+    {
+        struct emu_replica_stats st;
+
+        emu_replica_stats(rep, &st);
+        ck_assert_uint_eq(st.stale_reads, 1);
+        ck_assert_uint_eq(st.stale_docs, 2);
+        ck_assert_uint_eq(st.token_reads, 0);
+    }
     /* Writes noted long ago are applied: the secondary is caught up. */
     emu_replica_note(rep, "BBBBBBBBBBB=", 5, "k", NULL, 0, now - 5000);
     ck_assert_int_eq(view(rep, "0", NULL, NULL, &v, &err), SF_OK); /* catches up */
