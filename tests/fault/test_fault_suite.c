@@ -135,7 +135,7 @@ static void world_stop_sagafeed(struct world *w, pid_t pid, const char *log)
 static void world_free(struct world *w)
 {
     cosmos_client_free(w->cli);
-    harness_cosmolite_free(w->h);
+    e2e_cosmolite_free(w->h, HARNESS_WANT_THROTTLED);
 }
 
 static void kill9(pid_t pid)

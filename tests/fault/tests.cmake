@@ -31,4 +31,14 @@ if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_processor)
       TIMEOUT 300)
   endforeach()
   set_tests_properties(fault_kill9_sagafeed PROPERTIES TIMEOUT 900)
+  # The cases again under 5 ms latency and 200 ms replica lag (merge: two merges and a split
+  # mid-run), with fewer orders; and the merge case in containers of 400 RU/s.
+  foreach(sf_case kill9_sagafeed kill9_cosmolite instances split merge injected lying parking_lies)
+    sf_azure_test(fault_${sf_case}_azure COMMAND test_fault_suite
+      COSMOLITE_ARGS "${SF_AZURE_ARGS}"
+      ENV "CK_RUN_CASE=${sf_case};SF_FAULT_ORDERS=500;SF_FAULT_KILL9_ORDERS=1000;SF_FAULT_LYING_ORDERS=300"
+      LABELS "fault;integration" TIMEOUT 600)
+  endforeach()
+  sf_azure_test(fault_merge_ru400 COMMAND test_fault_suite COSMOLITE_ARGS "${SF_AZURE_RU_ARGS}"
+    ENV "CK_RUN_CASE=merge;SF_FAULT_ORDERS=300" LABELS "fault;integration" TIMEOUT 600)
 endif()

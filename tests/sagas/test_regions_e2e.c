@@ -117,7 +117,7 @@ START_TEST(test_regions_failover_mid_run_settles_every_order_once)
     ck_assert_msg(rep.exactly_once, "%s", rep.n_problems > 0 ? rep.problems[0] : "?");
     ck_assert_uint_eq(rep.payments - rep.refunds, rep.completed);
     cosmos_client_free(cli);
-    harness_cosmolite_free(h);
+    e2e_cosmolite_free(h, HARNESS_WANT_THROTTLED);
 }
 END_TEST
 

@@ -515,6 +515,20 @@ int main(void)
     srunner_run_all(sr, CK_VERBOSE);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    /* Under $SF_COSMOLITE_ARGS the cases must have met its conditions, not merely been given them.
+     */
+    {
+        char summary[512] = "";
+
+        sf_err_clear(&err);
+        if (harness_cosmolite_check_conditions(g_srv, HARNESS_WANT_THROTTLED, summary,
+                                               sizeof(summary), &err) != SF_OK) {
+            (void)fprintf(stderr, "saga cases: %s\n", err.msg);
+            failed++;
+        } else if (summary[0] != '\0') {
+            (void)printf("cosmolite under SF_COSMOLITE_ARGS: %s\n", summary);
+        }
+    }
     harness_cosmolite_free(g_srv);
     return failed == 0 ? 0 : 1;
 }

@@ -2,9 +2,9 @@
  * test_sagas_e2e.c - end-to-end: the real `sagafeed` binary (change feed,
  * leases, lanes, engine) against a real cosmolite.
  *
- *   kill9_faults  1,000 orders written while `kill -9` hits sagafeed ten
- *                 times at random moments and cosmolite injects 429s and
- *                 503s (some after applying the write): every order settles,
+ *   kill9_faults  1,000 orders ($SF_E2E_ORDERS) written while `kill -9` hits
+ *                 sagafeed ten times at random moments and cosmolite injects
+ *                 429s and 503s (some after applying the write): every order settles,
  *                 stock and balances are conserved exactly, and every effect
  *                 landed once (markers, ledger entries, events counted).
  *   poison        a poison order is parked; the same customer's next order
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "common/sf_json.h"
+#include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
@@ -34,6 +35,18 @@
 /* ---------------------------------------------------------------------------
  * 1,000 orders, kill -9 ten times, 429/503 faults
  */
+
+/* $SF_E2E_ORDERS (a multiple of 10, 10..100000), else 1,000: the azure variants run fewer. */
+static unsigned e2e_orders(void)
+{
+    const char *v = getenv("SF_E2E_ORDERS");
+    int64_t n = 1000;
+
+    if (v != NULL && *v != '\0')
+        ck_assert_msg(sf_parse_i64n(v, strlen(v), 10, 100000, &n) == SF_OK && n % 10 == 0,
+                      "SF_E2E_ORDERS wants a multiple of 10 in 10..100000: %s", v);
+    return (unsigned)n;
+}
 
 START_TEST(test_kill9_faults)
 {
@@ -46,7 +59,8 @@ START_TEST(test_kill9_faults)
     struct harness_cosmolite_opts ho = {.partitions = 2, .extra_args = faults};
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.orders = 1000};
+    unsigned orders = e2e_orders(), wave_size = orders / 10;
+    struct proc_demo_opts dopt = {.orders = orders};
     struct proc_demo_report rep;
     struct sf_err err;
     char cfg[512], log[512];
@@ -73,9 +87,9 @@ START_TEST(test_kill9_faults)
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* Orders arrive in ten waves; after each, sagafeed dies at a random moment. */
     for (unsigned wave = 0; wave < 10; wave++) {
-        ck_assert_msg(
-            proc_demo_seed_orders(cli, "shop", &dopt, wave * 100, wave * 100 + 100, &err) == SF_OK,
-            "%s", err.msg);
+        ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, wave * wave_size,
+                                            (wave + 1) * wave_size, &err) == SF_OK,
+                      "%s", err.msg);
         sf_sleep_ms(200 + (int64_t)(sf_rand_next(&rng) % 1300));
         ck_assert_int_eq(kill(pid, SIGKILL), 0);
         status = e2e_wait_exit(pid, 10000);
@@ -83,7 +97,7 @@ START_TEST(test_kill9_faults)
         kills++;
         pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     }
-    e2e_wait_settled(cli, "shop", 1000, 150000, NULL);
+    e2e_wait_settled(cli, "shop", orders, 150000 + 150 * (int64_t)orders, NULL);
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
     status = e2e_wait_exit(pid, 30000);
     if (status != 0)
@@ -135,7 +149,7 @@ START_TEST(test_kill9_faults)
     proc_demo_print(&rep, stdout);
     (void)printf("kill -9: %d times; %zu orders settled in %lldms\n", kills, rep.orders,
                  (long long)(sf_mono_ms() - t0));
-    ck_assert_uint_eq(rep.orders, 1000);
+    ck_assert_uint_eq(rep.orders, orders);
     ck_assert_uint_eq(rep.unsettled, 0);
     ck_assert_uint_gt(rep.completed, 0);
     ck_assert_uint_gt(rep.cancelled_stock + rep.cancelled_balance, 0);
@@ -144,7 +158,7 @@ START_TEST(test_kill9_faults)
     ck_assert_msg(rep.exactly_once, "%s", rep.n_problems > 0 ? rep.problems[0] : "?");
     ck_assert_uint_eq(rep.payments - rep.refunds, rep.completed);
     cosmos_client_free(cli);
-    harness_cosmolite_free(h);
+    e2e_cosmolite_free(h, HARNESS_WANT_THROTTLED);
 }
 END_TEST
 
@@ -257,7 +271,7 @@ START_TEST(test_poison)
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
     ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
     cosmos_client_free(cli);
-    harness_cosmolite_free(h);
+    e2e_cosmolite_free(h, 0);
 }
 END_TEST
 
@@ -395,7 +409,7 @@ START_TEST(test_seat_race)
         free(leases);
     }
     cosmos_client_free(cli);
-    harness_cosmolite_free(h);
+    e2e_cosmolite_free(h, 0);
 }
 END_TEST
 

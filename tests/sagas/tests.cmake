@@ -11,6 +11,11 @@ if(TARGET cosmolite AND TARGET sf_processor)
   set_property(TEST test_saga_cases APPEND PROPERTY
     ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
   set_tests_properties(test_saga_cases PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180)
+  # Every case again under latency and lagging replicas, and in containers of 400 RU/s.
+  sf_azure_test(test_saga_cases_azure COMMAND test_saga_cases COSMOLITE_ARGS "${SF_AZURE_ARGS}"
+    LABELS "sagas;integration" TIMEOUT 300)
+  sf_azure_test(test_saga_cases_ru400 COMMAND test_saga_cases COSMOLITE_ARGS "${SF_AZURE_RU_ARGS}"
+    LABELS "sagas;integration" TIMEOUT 300)
 endif()
 
 # End to end: the sagafeed binary against cosmolite (kill -9, faults, parking,
@@ -33,6 +38,12 @@ if(TARGET cosmolite AND TARGET sagafeed)
     "CK_DEFAULT_TIMEOUT=60;SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_BUILD_DIR=${CMAKE_BINARY_DIR}")
   set_tests_properties(test_sagas_e2e_replica_lag PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
     LABELS "sagas;integration;e2e;azure")
+  # Under 5 ms latency and 200 ms replica lag, and with containers of 400 RU/s (429s must
+  # happen); fewer orders in kill9 keep the label to minutes.
+  sf_azure_test(test_sagas_e2e_azure COMMAND test_sagas_e2e COSMOLITE_ARGS "${SF_AZURE_ARGS}"
+    ENV "SF_E2E_ORDERS=300" LABELS "sagas;integration;e2e" TIMEOUT 600)
+  sf_azure_test(test_sagas_e2e_ru400 COMMAND test_sagas_e2e COSMOLITE_ARGS "${SF_AZURE_RU_ARGS}"
+    ENV "SF_E2E_ORDERS=200" LABELS "sagas;integration;e2e" TIMEOUT 600)
 endif()
 
 # End to end: the travel booking workflow (delete, when, templated paths,
@@ -58,4 +69,7 @@ if(TARGET cosmolite AND TARGET sagafeed)
   set_property(TEST test_regions_e2e APPEND PROPERTY ENVIRONMENT
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
   set_tests_properties(test_regions_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+  # The failover mid-run under latency and lagging replicas (both regions get both).
+  sf_azure_test(test_regions_e2e_azure COMMAND test_regions_e2e COSMOLITE_ARGS "${SF_AZURE_ARGS}"
+    LABELS "sagas;integration;e2e;regions" TIMEOUT 600)
 endif()

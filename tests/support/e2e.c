@@ -483,6 +483,21 @@ void e2e_replicas_settle(void)
     sf_sleep_ms(ms + 250);
 }
 
+void e2e_cosmolite_free(struct harness_cosmolite *h, unsigned flags)
+{
+    struct sf_err err;
+    char summary[512] = "";
+    enum sf_rc rc;
+
+    sf_err_clear(&err);
+    rc = harness_cosmolite_check_conditions(h, flags, summary, sizeof(summary), &err);
+    if (summary[0] != '\0')
+        (void)printf("cosmolite under SF_COSMOLITE_ARGS: %s\n", summary);
+    (void)fflush(stdout);
+    ck_assert_msg(rc == SF_OK, "%s", err.msg);
+    harness_cosmolite_free(h);
+}
+
 void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int64_t ms,
                       const char *log)
 {

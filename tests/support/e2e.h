@@ -157,6 +157,13 @@ json_t *e2e_query_all(struct cosmos_client *cli, const char *db, const char *col
  */
 void e2e_replicas_settle(void);
 
+/*
+ * The end of a test's cosmolite: stops it and asserts that the conditions of
+ * $SF_COSMOLITE_ARGS were in effect (harness_cosmolite_check_conditions with
+ * flags, e.g. HARNESS_WANT_THROTTLED; the figures are printed), then frees it.
+ */
+void e2e_cosmolite_free(struct harness_cosmolite *h, unsigned flags);
+
 void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int64_t ms,
                       const char *log);
 /* Creates a document in shop/orders with partition key value cust. */

@@ -392,6 +392,150 @@ void harness_cosmolite_free(struct harness_cosmolite *h)
     free(h);
 }
 
+/* The number after option in $SF_COSMOLITE_ARGS into *ret (0 when absent); false when bad. */
+static bool harness_env_number(const char *env, const char *option, long long *ret)
+{
+    const char *at = env != NULL ? strstr(env, option) : NULL;
+    int64_t v = 0;
+
+    *ret = 0;
+    if (at == NULL)
+        return true;
+    at += strlen(option);
+    at += strspn(at, " \t=");
+    /* "--latency 5:2": the fixed part is what counts */
+    if (sf_parse_i64n(at, strcspn(at, " \t:"), 0, INT64_C(1000000000), &v) != SF_OK)
+        return false;
+    *ret = (long long)v;
+    return true;
+}
+
+enum sf_rc harness_conditions_asked(struct harness_conditions *ret, struct sf_err *err)
+{
+    const char *env = getenv("SF_COSMOLITE_ARGS");
+    struct harness_conditions c;
+
+    if (!harness_env_number(env, "--latency", &c.latency_ms) ||
+        !harness_env_number(env, "--replica-lag", &c.replica_lag_ms) ||
+        !harness_env_number(env, "--default-throughput", &c.throughput_ru))
+        return sf_err_set(err, SF_EINVAL, false,
+                          "SF_COSMOLITE_ARGS: --latency, --replica-lag and --default-throughput "
+                          "want a number: %s",
+                          env);
+    *ret = c;
+    return SF_OK;
+}
+
+/*
+ * Sums, over every line of text holding marker, the number that follows marker
+ * (number_before: the one just before it); counts those lines in *ret_lines and
+ * puts the smallest number in *ret_min (-1 without any).
+ */
+static long long harness_log_figure(const char *text, const char *marker, bool number_before,
+                                    int *ret_lines, long long *ret_min)
+{
+    long long sum = 0, min = -1;
+    int lines = 0;
+
+    for (const char *at = strstr(text, marker); at != NULL; at = strstr(at + 1, marker)) {
+        const char *p = at + strlen(marker);
+        long long n = 0;
+
+        if (number_before) {
+            p = at;
+            while (p > text && p[-1] == ' ')
+                p--;
+            while (p > text && p[-1] >= '0' && p[-1] <= '9')
+                p--;
+        }
+        while (*p >= '0' && *p <= '9')
+            n = n * 10 + (*p++ - '0');
+        sum += n;
+        min = min < 0 || n < min ? n : min;
+        lines++;
+    }
+    *ret_lines = lines;
+    *ret_min = min;
+    return sum;
+}
+
+enum sf_rc harness_cosmolite_check_conditions(struct harness_cosmolite *h, unsigned flags,
+                                              char *summary, size_t summary_size,
+                                              struct sf_err *err)
+{
+    struct harness_conditions c;
+    struct sf_buf log, line;
+    char chunk[8192];
+    long long delayed = 0, delayed_min = -1, stale = 0, stale_docs = 0, token_reads = 0,
+              throttled = 0, dummy;
+    int delayed_lines = 0, stale_lines = 0, lines;
+    enum sf_rc rc;
+    FILE *f;
+    size_t n;
+
+    sf_buf_init(&log, 64u << 20);
+    sf_buf_init(&line, 512);
+    if ((rc = harness_conditions_asked(&c, err)) != SF_OK)
+        goto out;
+    /* A clean stop writes the figures; a server already stopped (or killed) wrote its own. */
+    if (h->pid > 0 && (rc = harness_cosmolite_stop(h, SIGTERM, 30000, NULL, err)) != SF_OK)
+        goto out;
+    if (c.latency_ms == 0 && c.replica_lag_ms == 0 && c.throughput_ru == 0)
+        goto out;
+    f = fopen(h->log_file, "rb");
+    if (f == NULL) {
+        rc = sf_err_set(err, SF_EIO, false, "cannot read %s: %s", h->log_file, strerror(errno));
+        goto out;
+    }
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        (void)sf_buf_append(&log, chunk, n);
+    (void)fclose(f);
+    delayed = harness_log_figure(sf_buf_cstr(&log), " delayed responses were in flight", true,
+                                 &delayed_lines, &delayed_min);
+    stale = harness_log_figure(sf_buf_cstr(&log), " reads were served by a lagging secondary", true,
+                               &stale_lines, &dummy);
+    stale_docs = harness_log_figure(sf_buf_cstr(&log), "lagging secondary, which saw ", false,
+                                    &lines, &dummy);
+    token_reads = harness_log_figure(sf_buf_cstr(&log), " reads needed their session token", true,
+                                     &lines, &dummy);
+    throttled = harness_log_figure(sf_buf_cstr(&log), " requests were answered 429/3200", true,
+                                   &lines, &dummy);
+    if (c.latency_ms > 0)
+        (void)sf_buf_printf(&line, "latency %lld ms: up to %lld responses held at once; ",
+                            c.latency_ms, delayed);
+    if (c.replica_lag_ms > 0)
+        (void)sf_buf_printf(&line,
+                            "replica lag %lld ms: %lld reads served by a lagging secondary, "
+                            "%lld older documents seen, %lld reads needed their session token; ",
+                            c.replica_lag_ms, stale, stale_docs, token_reads);
+    if (c.throughput_ru > 0)
+        (void)sf_buf_printf(&line, "%lld RU/s: %lld requests answered 429; ", c.throughput_ru,
+                            throttled);
+    if (summary != NULL)
+        (void)snprintf(summary, summary_size, "%s", sf_buf_cstr(&line));
+    if (c.latency_ms > 0 && (delayed_lines == 0 || delayed_min < 1))
+        rc = sf_err_set(err, SF_ESTATE, false,
+                        "--latency %lld was asked for, but cosmolite's log (%s) shows no held "
+                        "response in some region: %s",
+                        c.latency_ms, h->log_file, sf_buf_cstr(&line));
+    else if (c.replica_lag_ms > 0 && (stale_lines == 0 || stale + token_reads < 1))
+        rc = sf_err_set(err, SF_ESTATE, false,
+                        "--replica-lag %lld was asked for, but cosmolite's log (%s) shows no read "
+                        "that the lag touched (none served by a lagging secondary, none that "
+                        "needed its session token): %s",
+                        c.replica_lag_ms, h->log_file, sf_buf_cstr(&line));
+    else if (c.throughput_ru > 0 && (flags & HARNESS_WANT_THROTTLED) != 0 && throttled < 1)
+        rc = sf_err_set(err, SF_ESTATE, false,
+                        "--default-throughput %lld was asked for, but cosmolite answered no "
+                        "request 429 (the run never hit the budget, so it proves nothing about "
+                        "throttling): %s",
+                        c.throughput_ru, sf_buf_cstr(&line));
+out:
+    sf_buf_release(&log);
+    sf_buf_release(&line);
+    return rc;
+}
+
 char *harness_example_workflows(const char *source_dir, const char *example)
 {
     char path[HARNESS_PATH_MAX], chunk[4096], *out = NULL;

@@ -97,6 +97,37 @@ enum sf_rc harness_cosmolite_stop(struct harness_cosmolite *h, int sig, int64_t 
  */
 enum sf_rc harness_cosmolite_restart(struct harness_cosmolite *h, struct sf_err *err);
 
+/*
+ * What the Azure-like options of $SF_COSMOLITE_ARGS ask for (0: not asked):
+ * --latency's milliseconds, --replica-lag's, --default-throughput's RU/s.
+ * SF_EINVAL when one of them has no number after it.
+ */
+struct harness_conditions {
+    long long latency_ms;
+    long long replica_lag_ms;
+    long long throughput_ru;
+};
+enum sf_rc harness_conditions_asked(struct harness_conditions *ret, struct sf_err *err);
+
+/* harness_cosmolite_check_conditions: require 429s as well (a test heavy enough to throttle). */
+#define HARNESS_WANT_THROTTLED 1u
+
+/*
+ * Stops the server cleanly (SIGTERM) and checks its log (every run, across
+ * restarts) for evidence that each condition $SF_COSMOLITE_ARGS asks for was
+ * in effect, so a suite run "under Azure's conditions" cannot pass without
+ * them: --latency: responses were held (cosmolite's "at most N delayed
+ * responses" figure is at least 1 in every region); --replica-lag: reads were
+ * served by lagging secondaries or needed their session token not to be;
+ * --default-throughput with HARNESS_WANT_THROTTLED
+ * in flags: requests were answered 429/3200. The figures go into summary (a
+ * line; may be NULL). SF_ESTATE names the missing evidence. Without any such
+ * option it only stops the server.
+ */
+enum sf_rc harness_cosmolite_check_conditions(struct harness_cosmolite *h, unsigned flags,
+                                              char *summary, size_t summary_size,
+                                              struct sf_err *err);
+
 /* Stops the server (SIGTERM, then SIGKILL), deletes the temporary directory, frees h. NULL ok. */
 void harness_cosmolite_free(struct harness_cosmolite *h);
 
