@@ -98,6 +98,7 @@ struct cfg_processor {
     unsigned lanes;
     unsigned queue_limit; /* items queued across lanes before the feed is held back */
     unsigned max_attempts;
+    int64_t max_throttled_wait_ms; /* 429s count toward max_attempts only after this long */
     int64_t backoff_base_ms;
     int64_t backoff_cap_ms;
     const char *parking_container; /* default "parked" */

@@ -525,6 +525,7 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                                        "lanes",
                                        "queue_limit",
                                        "max_attempts",
+                                       "max_throttled_wait",
                                        "backoff_base",
                                        "backoff_cap",
                                        "parking_container",
@@ -554,6 +555,7 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     p->queue_limit = (unsigned)v;
     get_int(ld, g, "max_attempts", 1, 1000, 6, &v);
     p->max_attempts = (unsigned)v;
+    get_duration(ld, g, "max_throttled_wait", 0, 86400000, 600000, &p->max_throttled_wait_ms);
     get_duration(ld, g, "backoff_base", 1, 600000, 50, &p->backoff_base_ms);
     get_duration(ld, g, "backoff_cap", 1, 3600000, 5000, &p->backoff_cap_ms);
     get_str(ld, g, "parking_container", false, "parked", &p->parking_container);

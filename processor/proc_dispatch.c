@@ -320,9 +320,13 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
 {
     struct proc_item it = task_item(t);
     unsigned max = d->o.max_attempts > 0 ? d->o.max_attempts : 1;
+    unsigned counted = 0; /* attempts that count toward max */
+    int64_t throttled_since = -1;
 
     *ret_park = false;
     for (unsigned attempt = 1;; attempt++) {
+        bool throttled;
+
         if (!gate(d))
             return false;
         proc_engine_process(d->o.engine, &it, res);
@@ -335,7 +339,19 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
         }
         if (res->outcome != PROC_RETRY)
             return true;
-        if (attempt >= max) {
+        /*
+         * A 429 is the service pacing a provisioned budget, not the item failing: on a
+         * container of a few hundred RU/s a busy saga meets it attempt after attempt. Such
+         * attempts do not count toward max_attempts for up to max_throttled_wait_ms of
+         * throttling, so a throttled item is not parked for being slow.
+         */
+        throttled = res->err.rc == SF_ETHROTTLED || res->err.http_status == 429;
+        if (throttled && throttled_since < 0)
+            throttled_since = sf_mono_ms();
+        if (!throttled || d->o.max_throttled_wait_ms <= 0 ||
+            sf_mono_ms() - throttled_since >= d->o.max_throttled_wait_ms)
+            counted++;
+        if (counted >= max) {
             *ret_park = true;
             return true;
         }

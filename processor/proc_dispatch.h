@@ -6,7 +6,8 @@
  * one key run in order and never concurrently, while other keys run in
  * parallel on the worker pool. A worker runs the engine; a transient error
  * (PROC_RETRY) is retried with full-jitter backoff honouring the service's
- * retry-after, up to max_attempts; then, or at once on a fatal error, the
+ * retry-after, up to max_attempts (throttled attempts, 429, count only after
+ * max_throttled_wait_ms of them); then, or at once on a fatal error, the
  * item is parked: a dead-letter document in the parking container holding
  * the item, its LSN, partition key, attempts and the error. From then on its
  * key is blocked: later items of that key are parked behind it as "waiting"
@@ -52,6 +53,12 @@ struct proc_dispatch_opts {
     unsigned lanes, workers, queue_limit;
     unsigned max_attempts;
     int64_t backoff_base_ms, backoff_cap_ms;
+    /*
+     * Attempts that failed with 429 (throttled) do not count toward
+     * max_attempts until the item has been throttled this long (from its
+     * first 429); 0: they count like any transient failure.
+     */
+    int64_t max_throttled_wait_ms;
     /*
      * Parking records one proc_dispatch_scan reads [100000]. Beyond it the
      * scan still blocks the keys it saw but unblocks none (it cannot know

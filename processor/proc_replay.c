@@ -243,6 +243,7 @@ static enum sf_rc make_dispatch(struct replay *rp, struct sf_err *err)
     d.workers = cfg->processor.workers;
     d.queue_limit = cfg->processor.queue_limit;
     d.max_attempts = cfg->processor.max_attempts;
+    d.max_throttled_wait_ms = cfg->processor.max_throttled_wait_ms;
     d.backoff_base_ms = cfg->processor.backoff_base_ms;
     d.backoff_cap_ms = cfg->processor.backoff_cap_ms;
     d.max_retry_after_ms = cfg->cosmos.max_retry_after_ms;

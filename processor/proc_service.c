@@ -365,6 +365,7 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
     dopts.workers = cfg->processor.workers;
     dopts.queue_limit = cfg->processor.queue_limit;
     dopts.max_attempts = cfg->processor.max_attempts;
+    dopts.max_throttled_wait_ms = cfg->processor.max_throttled_wait_ms;
     dopts.scan_max = cfg->processor.park_scan_max;
     dopts.backoff_base_ms = cfg->processor.backoff_base_ms;
     dopts.backoff_cap_ms = cfg->processor.backoff_cap_ms;

@@ -10,6 +10,9 @@
  *   poison        a poison order is parked; the same customer's next order
  *                 waits behind it while other customers flow; after the order
  *                 is fixed, `sagafeed parked replay` settles both.
+ *   throttled     40 429s in a row on a saga's batches (five times
+ *                 processor.max_attempts' worth): it settles, nothing is
+ *                 parked; throttling is pacing, not failure.
  *   seat_race     10 buyers race for one seat: it is sold exactly once, only
  *                 the winner pays, the others are rejected with a reason.
  *   embedded      `sagafeed run` without an endpoint starts its own cosmolite
@@ -276,6 +279,72 @@ START_TEST(test_poison)
 END_TEST
 
 /* ---------------------------------------------------------------------------
+ * Throttling is not a failure: a saga answered 429 past max_attempts still settles
+ */
+
+START_TEST(test_throttled_saga_is_not_parked)
+{
+    /* 40 consecutive 429s on the stock reservations: ten engine attempts' worth of the client's
+       four tries each, five times processor.max_attempts. */
+    static const char *const faults[] = {
+        "--fault", "status=429,op=batch,coll=products,count=40,retry-after=1", NULL};
+    struct harness_cosmolite_opts ho = {.memory = true, .extra_args = faults};
+    struct harness_cosmolite *h = NULL;
+    struct cosmos_client *cli;
+    struct proc_demo_opts dopt = {.orders = 0};
+    struct sf_err err;
+    char cfg[512], log[512], st[32];
+    const char *args[] = {"run", "-c", cfg, "--log-level", "info", NULL};
+    const char *list[] = {"parked", "list", "-c", cfg, NULL};
+    char *out = NULL;
+    json_t *f;
+    pid_t pid;
+    int64_t deadline;
+
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    cli = e2e_client(h);
+    ck_assert_int_eq(proc_demo_create(cli, "shop", 1, &err), SF_OK);
+    ck_assert_int_eq(proc_demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
+    e2e_make_config(cfg, sizeof(cfg),
+                    &(const struct e2e_config){
+                        .name = "throttled",
+                        .endpoint = harness_cosmolite_endpoint(h),
+                        .db = "shop",
+                        .example = "order-fulfilment.cfg",
+                        .extra = "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
+                                 "backoff_cap = \"20ms\"; };"});
+    (void)snprintf(log, sizeof(log), "%s/throttled-sagafeed.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
+    e2e_create_order(cli,
+                     "{\"id\":\"o-slow\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
+                     "\"placed\",\"lines\":[{\"sku\":\"p-00\",\"category\":\"books\",\"qty\":1,"
+                     "\"price\":5}],\"total\":5}",
+                     "c-001");
+    deadline = sf_mono_ms() + 60000;
+    while (strcmp(e2e_status(cli, "o-slow", "c-001", st, sizeof(st)), "completed") != 0 &&
+           sf_mono_ms() < deadline)
+        sf_sleep_ms(100);
+    if (strcmp(st, "completed") != 0)
+        e2e_dump_log(log);
+    ck_assert_str_eq(st, "completed");
+    /* every 429 was answered (so the retries did happen), and nothing was parked */
+    f = e2e_admin_faults(harness_cosmolite_endpoint(h), harness_cosmolite_key(h));
+    ck_assert_int_eq(json_integer_value(
+                         json_object_get(json_array_get(json_object_get(f, "rules"), 0), "fired")),
+                     40);
+    json_decref(f);
+    e2e_replicas_settle(); /* `parked list` is a new process: its first reads carry no token */
+    ck_assert_int_eq(e2e_run(harness_cosmolite_key(h), NULL, list, &out, NULL), 0);
+    ck_assert_msg(strstr(out, "0 parked items") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
+    cosmos_client_free(cli);
+    e2e_cosmolite_free(h, 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
  * 10 buyers race for one seat
  */
 
@@ -526,6 +595,7 @@ int main(void)
                                      {"embedded", test_embedded_and_demo},
                                      {"seat_race", test_seat_race},
                                      {"poison", test_poison},
+                                     {"throttled", test_throttled_saga_is_not_parked},
                                      {"kill9", test_kill9_faults}};
     int rc;
 
