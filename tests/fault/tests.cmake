@@ -40,5 +40,5 @@ if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_processor)
       LABELS "fault;integration" TIMEOUT 600)
   endforeach()
   sf_azure_test(fault_merge_ru400 COMMAND test_fault_suite COSMOLITE_ARGS "${SF_AZURE_RU_ARGS}"
-    ENV "CK_RUN_CASE=merge;SF_FAULT_ORDERS=300" LABELS "fault;integration" TIMEOUT 600)
+    ENV "CK_RUN_CASE=merge;SF_FAULT_ORDERS=200" LABELS "fault;integration" TIMEOUT 600)
 endif()

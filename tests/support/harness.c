@@ -501,8 +501,10 @@ enum sf_rc harness_cosmolite_check_conditions(struct harness_cosmolite *h, unsig
     throttled = harness_log_figure(sf_buf_cstr(&log), " requests were answered 429/3200", true,
                                    &lines, &dummy);
     if (c.latency_ms > 0)
-        (void)sf_buf_printf(&line, "latency %lld ms: up to %lld responses held at once; ",
-                            c.latency_ms, delayed);
+        (void)sf_buf_printf(&line,
+                            "latency %lld ms: at most %lld responses held at once (summed over "
+                            "regions and runs; at least %lld in each); ",
+                            c.latency_ms, delayed, delayed_min);
     if (c.replica_lag_ms > 0)
         (void)sf_buf_printf(&line,
                             "replica lag %lld ms: %lld reads served by a lagging secondary, "
