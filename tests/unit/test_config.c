@@ -99,6 +99,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c->feed.poll_interval_ms, 500);
     ck_assert_uint_eq(c->processor.workers, 4);
     ck_assert_uint_eq(c->processor.max_attempts, 6);
+    ck_assert_int_eq(c->processor.max_throttled_wait_ms, 600000);
     ck_assert_str_eq(c->processor.parking_container, "parked");
     ck_assert_uint_eq(c->processor.park_scan_max, 100000);
     ck_assert_int_eq(c->processor.marker_ttl_s, 7 * 86400);
@@ -253,6 +254,7 @@ static const struct {
     {"processor = {\n http_listen = \"[::1:9464\"; };", "t.cfg:2:", "must be HOST:PORT"},
     {"processor = {\n http_listen = \"[::1]9464\"; };", "t.cfg:2:", "must be HOST:PORT"},
     {"processor = { park_scan_max = 0; };", "t.cfg:1:", "park_scan_max"},
+    {"processor = {\n max_throttled_wait = \"25h\"; };", "t.cfg:2:", "max_throttled_wait"},
     {"processor = { backoff_base = \"2s\"; backoff_cap = \"1s\"; };", "t.cfg:1:", "below"},
     {"processor = { http_max_connections = 1; };", "t.cfg:1:", "out of range"},
     {"processor = { http_request_timeout = \"100ms\"; };", "t.cfg:1:", "out of range"},
