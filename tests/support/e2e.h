@@ -147,8 +147,6 @@ const char *e2e_status(struct cosmos_client *cli, const char *id, const char *cu
                        size_t size);
 /* Every document sql returns from a container, cross-partition (NULL: all of them); new array. */
 json_t *e2e_query_all(struct cosmos_client *cli, const char *db, const char *coll, const char *sql);
-/* Waits until `want` orders settled (proc_demo_count); asserts, dumping log's tail (when not
- * NULL) first. */
 /*
  * Waits out cosmolite's --replica-lag (read from $SF_COSMOLITE_ARGS; no-op
  * without it) so that this client's token-less reads of another process's
@@ -164,6 +162,8 @@ void e2e_replicas_settle(void);
  */
 void e2e_cosmolite_free(struct harness_cosmolite *h, unsigned flags);
 
+/* Waits until `want` orders settled (proc_demo_count); asserts, dumping log's tail (when not
+ * NULL) first. */
 void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int64_t ms,
                       const char *log);
 /* Creates a document in shop/orders with partition key value cust. */
