@@ -60,11 +60,13 @@ class Throughput(unittest.TestCase):
             c.CreateItem(link, {"id": "small", "pk": "p", "pad": "x" * 900})
             write = float(c.last_response_headers["x-ms-request-charge"])
             self.assertTrue(5 <= write <= 7, "a 1 KiB create costs 5 to 6 RU: %s" % write)
-            # 64 KiB documents cost ~23 RU: 100 of them are ~6 s of 400 RU/s, which one
-            # sequential client outruns however slow the server is (sanitizers, load).
-            n = 100
+            # A 1.5 MiB document costs ~940 RU, more than the bucket's second of 400: after
+            # the first, the next write finds it empty unless 1.3 s passed in between. (100
+            # writes of 64 KiB, ~6 s of budget, were not throttled once the loaded machine
+            # took longer than that to send them.)
+            n = 3
             for i in range(n):
-                c.CreateItem(link, {"id": "d%d" % i, "pk": "p%d" % (i % 5), "pad": "x" * (64 * 1024)})
+                c.CreateItem(link, {"id": "d%d" % i, "pk": "p%d" % i, "pad": "x" * (1536 * 1024)})
             n += 1
             count = list(
                 c.QueryItems(link, "SELECT VALUE COUNT(1) FROM c", {"enableCrossPartitionQuery": True})
