@@ -263,16 +263,16 @@ typedef enum sf_rc (*emu_doc_visit_fn)(void *ctx, const char *doc, size_t len);
 /*
  * Visits the live (unexpired) documents of a container, optionally limited to
  * one partition key range (range_id "0" or "<collRid>,0"; retired → 410/1002,
- * unknown → 400) and/or one logical partition (pk header array; 400 when
- * malformed). The order is deterministic and stable under updates (a replace
- * does not move a document), so callers can page by skipping: by EPK, then
- * partition key, then id (bytewise), i.e. id order within one logical
+ * or with retired_by_epk the EPK span it covered, now its successors'; unknown
+ * → 400) and/or one logical partition (pk header array; 400 when malformed). The order is
+ * deterministic and stable under updates (a replace does not move a document), so callers can page
+ * by skipping: by EPK, then partition key, then id (bytewise), i.e. id order within one logical
  * partition. The store lock is held only while a batch of rows (64 rows or
  * 1 MiB) is copied, never during fn: fn may be slow and may call the store.
  */
 enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
-                              const char *range_id, const json_t *pk, emu_doc_visit_fn fn,
-                              void *ctx, struct sf_err *err);
+                              const char *range_id, bool retired_by_epk, const json_t *pk,
+                              emu_doc_visit_fn fn, void *ctx, struct sf_err *err);
 
 /* ---- patch and transactional batch (PROTOCOL.md sections 4 and 5) ---------- */
 

@@ -399,18 +399,30 @@ static enum sf_rc emu_scan_copy(struct emu_store *s, sqlite3_stmt *st, struct em
 
 /* Fetches the next batch of the scan under the lock. */
 static enum sf_rc emu_scan_next(struct emu_store *s, const struct emu_coll_ref *c,
-                                const char *range_id, const struct emu_pk *key,
+                                const char *range_id, bool retired_by_epk, const struct emu_pk *key,
                                 struct emu_scan_batch *b, struct sf_err *err)
 {
     struct emu_cf_scope sc;
     struct emu_coll *coll;
+    const struct emu_range *gone = NULL;
     sqlite3_stmt *st;
     int64_t now = emu_store_now(s);
     enum sf_rc rc;
 
     rc = emu_store_coll_get(s, c, &coll, err);
+    if (rc == SF_OK && retired_by_epk && range_id != NULL) {
+        const char *comma = strchr(range_id, ',');
+
+        if (comma == NULL || (strlen(coll->rid) == (size_t)(comma - range_id) &&
+                              strncmp(range_id, coll->rid, (size_t)(comma - range_id)) == 0))
+            gone = emu_store_range_by_id(coll, comma != NULL ? comma + 1 : range_id);
+        if (gone != NULL && gone->online)
+            gone = NULL;
+    }
+    /* A retired range's documents are still stored by EPK: scan the span it covered. */
     if (rc == SF_OK)
-        rc = emu_store_scope(coll, range_id, NULL, NULL, "scan", &sc, err);
+        rc = gone != NULL ? emu_store_scope(coll, NULL, gone->min, gone->max, "scan", &sc, err)
+                          : emu_store_scope(coll, range_id, NULL, NULL, "scan", &sc, err);
     if (rc != SF_OK)
         return rc;
     if (key != NULL) {
@@ -443,8 +455,8 @@ static enum sf_rc emu_scan_next(struct emu_store *s, const struct emu_coll_ref *
 }
 
 enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
-                              const char *range_id, const json_t *pk, emu_doc_visit_fn fn,
-                              void *ctx, struct sf_err *err)
+                              const char *range_id, bool retired_by_epk, const json_t *pk,
+                              emu_doc_visit_fn fn, void *ctx, struct sf_err *err)
 {
     struct emu_scan_batch *b;
     struct emu_pk key;
@@ -464,7 +476,7 @@ enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
     sf_buf_init(&b->pk, SIZE_MAX);
     do {
         emu_store_lock(s);
-        rc = emu_scan_next(s, c, range_id, pk != NULL ? &key : NULL, b, err);
+        rc = emu_scan_next(s, c, range_id, retired_by_epk, pk != NULL ? &key : NULL, b, err);
         emu_store_unlock(s);
         for (i = 0; rc == SF_OK && i < b->n; i++)
             rc = fn(ctx, b->text.data + b->off[i], b->len[i]);
