@@ -503,8 +503,8 @@ enum sf_rc emu_store_unit_end(struct emu_store *s, struct emu_tx *tx, bool ok, s
 }
 
 /* Reads meta[key] into out (size n). SF_ENOTFOUND when absent. */
-static enum sf_rc emu_meta_get(struct emu_store *s, const char *key, char *out, size_t n,
-                               struct sf_err *err)
+enum sf_rc emu_store_meta_get(struct emu_store *s, const char *key, char *out, size_t n,
+                              struct sf_err *err)
 {
     sqlite3_stmt *st = emu_store_stmt(s, ST_META_GET);
     enum sf_rc rc = SF_OK;
@@ -528,8 +528,8 @@ static enum sf_rc emu_meta_get(struct emu_store *s, const char *key, char *out, 
     return rc;
 }
 
-static enum sf_rc emu_meta_set(struct emu_store *s, const char *key, const char *value,
-                               struct sf_err *err)
+enum sf_rc emu_store_meta_set(struct emu_store *s, const char *key, const char *value,
+                              struct sf_err *err)
 {
     sqlite3_stmt *st = emu_store_stmt(s, ST_META_SET);
 
@@ -544,7 +544,7 @@ enum sf_rc emu_store_next_res_seq(struct emu_store *s, int64_t *ret_seq, struct 
     enum sf_rc rc;
 
     (void)snprintf(v, sizeof(v), "%lld", (long long)(s->res_seq + 1));
-    rc = emu_meta_set(s, "res_seq", v, err);
+    rc = emu_store_meta_set(s, "res_seq", v, err);
     if (rc != SF_OK)
         return rc;
     /*
@@ -1009,21 +1009,21 @@ static enum sf_rc emu_meta_init(struct emu_store *s, struct sf_err *err)
     char v[EMU_RID_LEN];
     enum sf_rc rc;
 
-    rc = emu_meta_get(s, "res_seq", v, sizeof(v), err);
+    rc = emu_store_meta_get(s, "res_seq", v, sizeof(v), err);
     if (rc == SF_OK) {
         if (sf_parse_i64(v, 0, INT64_MAX - 1, &s->res_seq) != SF_OK)
             return emu_store_fail(err, SF_EIO, 500, 0, "meta res_seq '%s' is corrupt", v);
     } else if (rc != SF_ENOTFOUND) {
         return rc;
     }
-    rc = emu_meta_get(s, "account_rid", s->account_rid, sizeof(s->account_rid), err);
+    rc = emu_store_meta_get(s, "account_rid", s->account_rid, sizeof(s->account_rid), err);
     if (rc != SF_ENOTFOUND)
         return rc;
     rc = sf_random_bytes(bytes, sizeof(bytes));
     if (rc != SF_OK)
         return emu_store_fail(err, SF_EIO, 500, 0, "no random bytes for the account rid");
     emu_store_rid_encode(bytes, sizeof(bytes), v, sizeof(v));
-    rc = emu_meta_set(s, "account_rid", v, err);
+    rc = emu_store_meta_set(s, "account_rid", v, err);
     if (rc != SF_OK)
         return rc;
     (void)snprintf(s->account_rid, sizeof(s->account_rid), "%s", v);

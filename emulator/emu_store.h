@@ -131,12 +131,19 @@ enum sf_rc emu_store_coll_delete(struct emu_store *s, const char *db, const char
  * _rids (as .NET addresses them). Copies out the names and the container's
  * rid, so later calls can use names. 404/1003 when missing.
  */
+/*
+ * How a container hashes partition keys to EPKs. V2 is zero, so a zeroed
+ * reference hashes as before V1 containers were placed by V1.
+ */
+enum emu_pk_hash { EMU_PK_HASH_V2 = 0, EMU_PK_HASH_V1 = 1 };
+
 struct emu_coll_ref {
     char db[256];
     char coll[256];
     char db_rid[16];
     char coll_rid[16];
-    char pk_path[256]; /* e.g. "/pk" */
+    char pk_path[256];        /* e.g. "/pk" */
+    enum emu_pk_hash pk_hash; /* the container's placement hash (see emu_store_res.c) */
 };
 enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const char *coll,
                                   bool rid_based, struct emu_coll_ref *ret_ref, struct sf_err *err);

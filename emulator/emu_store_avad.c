@@ -244,7 +244,7 @@ enum sf_rc emu_store_changefeed_all(struct emu_store *s, const struct emu_coll_r
         return emu_store_fail(err, SF_EINVAL, 400, 0, "change feed: continuation %lld is negative",
                               (long long)req->after_lsn);
     if (req->pk != NULL &&
-        (rc = emu_store_pk_from_header(&key, req->pk, "change feed", err)) != SF_OK)
+        (rc = emu_store_pk_from_header(&key, req->pk, c->pk_hash, "change feed", err)) != SF_OK)
         return rc;
     emu_store_lock(s);
     rc = emu_cf_all_locked(s, c, req, req->pk != NULL ? &key : NULL, out, ret_res, err);

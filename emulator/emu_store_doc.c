@@ -114,14 +114,19 @@ static enum sf_rc emu_pk_text(struct emu_pk *k, const json_t *v, const char *wha
     return SF_OK;
 }
 
-enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, const char *what,
-                             struct sf_err *err)
+enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash hash,
+                             const char *what, struct sf_err *err)
 {
+    const json_t *value = emu_pk_undefined(v) ? NULL : v;
     enum sf_rc rc = emu_pk_text(k, v, what, err);
 
     if (rc != SF_OK)
         return rc;
-    if (sf_epk_v2(emu_pk_undefined(v) ? NULL : v, k->epk) != SF_OK) {
+    if (hash == EMU_PK_HASH_V1)
+        rc = sf_epk_v1(value, k->epk, sizeof(k->epk));
+    else
+        rc = sf_epk_v2(value, k->epk);
+    if (rc != SF_OK) {
         emu_store_pk_release(k);
         return emu_store_fail(err, SF_ENOMEM, 500, 0, "%s: cannot hash the partition key", what);
     }
@@ -144,15 +149,15 @@ static enum sf_rc emu_pk_header_value(const json_t *pk, const json_t **ret_v, co
     return SF_OK;
 }
 
-enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, const char *what,
-                                    struct sf_err *err)
+enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu_pk_hash hash,
+                                    const char *what, struct sf_err *err)
 {
     const json_t *v = NULL;
     enum sf_rc rc = emu_pk_header_value(pk, &v, what, err);
 
     if (rc != SF_OK)
         return rc;
-    return emu_store_pk_init(k, v, what, err);
+    return emu_store_pk_init(k, v, hash, what, err);
 }
 
 /* The value at the container's partition key path in body (borrowed), or NULL when absent. */
@@ -276,9 +281,10 @@ static enum sf_rc emu_doc_user_json(struct emu_store *s, const json_t *body, str
     return SF_OK;
 }
 
-enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_write_kind kind,
-                                 const char *url_id, const json_t *pk, const json_t *body,
-                                 const char *if_match, struct emu_doc_op *op, struct sf_err *err)
+enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_pk_hash hash,
+                                 enum emu_write_kind kind, const char *url_id, const json_t *pk,
+                                 const json_t *body, const char *if_match, struct emu_doc_op *op,
+                                 struct sf_err *err)
 {
     const json_t *body_pk, *hdr_pk = NULL;
     struct emu_pk from_hdr;
@@ -300,7 +306,7 @@ enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum 
                               "document: body id '%.64s' differs from the addressed id '%.64s'",
                               op->id, url_id != NULL ? url_id : "");
     body_pk = emu_pk_in_body(body, pk_path);
-    rc = emu_store_pk_init(&op->pk, body_pk, "document", err);
+    rc = emu_store_pk_init(&op->pk, body_pk, hash, "document", err);
     if (rc != SF_OK)
         return rc;
     if (pk != NULL) {
@@ -366,7 +372,7 @@ struct emu_doc_row {
     int64_t rowid;
     char rid[EMU_RID_LEN];
     char etag[64];
-    char epk[33];
+    char epk[EMU_EPK_MAX + 1];
     int64_t lsn;
     bool expired; /* exp <= now: the document is gone for every reader */
 };
@@ -668,7 +674,7 @@ enum sf_rc emu_store_doc_write(struct emu_store *s, const struct emu_coll_ref *c
     sf_buf_init(&text, s->max_doc_bytes);
     /* Parsing and serialising need no lock: concurrent writers overlap here. */
     emu_store_write_announce(s);
-    rc = emu_store_doc_prepare(s, c->pk_path, kind, id, pk, body, if_match, &op, err);
+    rc = emu_store_doc_prepare(s, c->pk_path, c->pk_hash, kind, id, pk, body, if_match, &op, err);
     emu_store_write_lock(s);
     if (rc == SF_OK)
         rc = emu_store_coll_get(s, c, &coll, err);
@@ -779,7 +785,7 @@ enum sf_rc emu_store_doc_read(struct emu_store *s, const struct emu_coll_ref *c,
     memset(&meta, 0, sizeof(meta));
     rc = emu_point_args(id, pk, "read", err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, "read", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "read", err);
     if (rc != SF_OK)
         return rc;
     emu_store_lock(s);
@@ -853,7 +859,7 @@ enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *
     memset(&meta, 0, sizeof(meta));
     rc = emu_point_args(id, pk, "delete", err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, "delete", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "delete", err);
     if (rc != SF_OK)
         return rc;
     emu_store_write_announce(s);

@@ -311,7 +311,7 @@ enum sf_rc emu_store_changefeed(struct emu_store *s, const struct emu_coll_ref *
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_changefeed: no output buffer");
     rc = emu_cf_check(req, err);
     if (rc == SF_OK && req->pk != NULL)
-        rc = emu_store_pk_from_header(&key, req->pk, "change feed", err);
+        rc = emu_store_pk_from_header(&key, req->pk, c->pk_hash, "change feed", err);
     if (rc != SF_OK)
         return rc;
     emu_store_lock(s);
@@ -346,7 +346,7 @@ struct emu_scan_batch {
     int n;
     bool more; /* rows may follow this batch */
     /* The cursor: the (epk, pk, id) of the last row copied; "" before the first. */
-    char epk[33];
+    char epk[EMU_EPK_MAX + 1];
     struct sf_buf pk;
     char id[EMU_MAX_DOC_ID + 1];
 };
@@ -465,7 +465,7 @@ enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
 
     if (c == NULL || fn == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_doc_scan: missing argument");
-    if (pk != NULL && (rc = emu_store_pk_from_header(&key, pk, "scan", err)) != SF_OK)
+    if (pk != NULL && (rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "scan", err)) != SF_OK)
         return rc;
     b = calloc(1, sizeof(*b));
     if (b == NULL) {

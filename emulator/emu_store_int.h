@@ -45,6 +45,7 @@
 #include "common/sf_base.h"
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
+#include "common/sf_hash.h"
 #include "emulator/emu_store.h"
 
 #define EMU_SCHEMA_VERSION 2
@@ -160,6 +161,7 @@ struct emu_coll {
     char db_id[EMU_MAX_NAME + 1];
     char id[EMU_MAX_NAME + 1];
     char pk_path[EMU_MAX_NAME + 1]; /* "/pk" or "/a/b" */
+    enum emu_pk_hash pk_hash;       /* how documents are placed (emu_coll_hash_load) */
     int64_t lsn;                    /* last committed LSN */
     int64_t lsn_pending;            /* last LSN handed out (>= lsn; > while a group is open) */
     int64_t range_seq;              /* last partition key range rid counter handed out */
@@ -312,6 +314,16 @@ void emu_store_rollback(struct emu_store *s);
 /* Takes the next etag counter value for a database, container, range or script (inside a tx). */
 enum sf_rc emu_store_next_res_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err);
 
+/*
+ * The meta table (key → text). get copies the value into out (n bytes):
+ * SF_ENOTFOUND (err untouched) when the key is missing, 500 when the value
+ * does not fit. set inserts or replaces. Both under the lock.
+ */
+enum sf_rc emu_store_meta_get(struct emu_store *s, const char *key, char *out, size_t n,
+                              struct sf_err *err);
+enum sf_rc emu_store_meta_set(struct emu_store *s, const char *key, const char *value,
+                              struct sf_err *err);
+
 /* ---- helpers (emu_store.c) ---- */
 
 /* Seconds since the epoch from the configured clock. */
@@ -376,22 +388,25 @@ enum sf_rc emu_store_load_caches(struct emu_store *s, struct sf_err *err);
 
 /* ---- partition key values (emu_store_doc.c) ---- */
 
+/* The longest EPK text: V2 EPKs are 32 hex digits, V1 ones carry the (cut) value. */
+#define EMU_EPK_MAX SF_EPK_V1_MAX
+
 /* A partition key value in its stored forms. Release with emu_store_pk_release. */
 struct emu_pk {
     struct sf_buf text; /* canonical JSON: "\"abc\"", "5", "true", "null", "{}" (undefined) */
-    char epk[33];
+    char epk[EMU_EPK_MAX + 1];
 };
 
 void emu_store_pk_release(struct emu_pk *k);
 /*
  * Fills k from a partition key value (a string, number, boolean, null, or
- * NULL / {} for undefined); k needs no release on failure.
+ * NULL / {} for undefined), its EPK by hash; k needs no release on failure.
  */
-enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, const char *what,
-                             struct sf_err *err);
+enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash hash,
+                             const char *what, struct sf_err *err);
 /* Fills k from the x-ms-documentdb-partitionkey header array ([] and [{}] are undefined). */
-enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, const char *what,
-                                    struct sf_err *err);
+enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu_pk_hash hash,
+                                    const char *what, struct sf_err *err);
 
 /* ---- document writes inside a unit (emu_store_doc.c) ---- */
 
@@ -414,9 +429,10 @@ struct emu_doc_op {
  * body), and the client's fields as JSON. url_id is the addressed id of a
  * replace. Needs no lock (reads only s->max_doc_bytes).
  */
-enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_write_kind kind,
-                                 const char *url_id, const json_t *pk, const json_t *body,
-                                 const char *if_match, struct emu_doc_op *op, struct sf_err *err);
+enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_pk_hash hash,
+                                 enum emu_write_kind kind, const char *url_id, const json_t *pk,
+                                 const json_t *body, const char *if_match, struct emu_doc_op *op,
+                                 struct sf_err *err);
 /* Routes a prepared op to coll's range and reads the body's "ttl" under coll's settings. */
 enum sf_rc emu_store_doc_route(const struct emu_coll *coll, const json_t *body,
                                struct emu_doc_op *op, struct sf_err *err);

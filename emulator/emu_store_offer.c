@@ -324,11 +324,13 @@ enum sf_rc emu_store_range_of(struct emu_store *s, const struct emu_coll_ref *c,
 {
     struct emu_coll *coll;
     const struct emu_range *r = NULL;
-    char epk[40];
+    struct emu_pk key;
+    struct sf_err ignored;
     int online = 0;
     enum sf_rc rc;
 
-    if (pk && sf_epk_v2_array(pk, epk, sizeof(epk)) != SF_OK)
+    sf_err_clear(&ignored);
+    if (pk && emu_store_pk_from_header(&key, pk, c->pk_hash, "range", &ignored) != SF_OK)
         pk = NULL; /* a malformed key: the request itself will be refused with 400 */
     emu_store_lock(s);
     rc = emu_store_coll_get(s, c, &coll, err);
@@ -336,10 +338,12 @@ enum sf_rc emu_store_range_of(struct emu_store *s, const struct emu_coll_ref *c,
         for (size_t i = 0; i < coll->n_ranges; i++)
             online += coll->ranges[i].online;
         if (pk)
-            r = emu_store_route(coll, epk);
+            r = emu_store_route(coll, key.epk);
         (void)snprintf(ret_range_id, 16, "%s", r ? r->id : "");
         *ret_online = online;
     }
     emu_store_unlock(s);
+    if (pk)
+        emu_store_pk_release(&key);
     return rc;
 }

@@ -480,7 +480,8 @@ enum sf_rc emu_store_patch_apply(struct emu_store *s, struct emu_tx *tx, const j
     sf_buf_init(&cur, SIZE_MAX);
     memset(&op, 0, sizeof(op));
     rc = emu_patch_parse(body, tx->coll->pk_path, &p, err);
-    if (rc == SF_OK && (rc = emu_store_pk_from_header(&key, pk, "patch", err)) == SF_OK)
+    if (rc == SF_OK &&
+        (rc = emu_store_pk_from_header(&key, pk, tx->coll->pk_hash, "patch", err)) == SF_OK)
         have_key = true;
     if (rc == SF_OK)
         rc = emu_store_doc_get(s, tx->coll, &key, id, NULL, &cur, &cur_meta, err);
@@ -510,8 +511,8 @@ enum sf_rc emu_store_patch_apply(struct emu_store *s, struct emu_tx *tx, const j
     rc = emu_patch_run(doc, &p, err);
     /* The patched document replaces the current one (the etag was checked above). */
     if (rc == SF_OK)
-        rc = emu_store_doc_prepare(s, tx->coll->pk_path, EMU_WRITE_REPLACE, id, pk, doc,
-                                   cur_meta.etag, &op, err);
+        rc = emu_store_doc_prepare(s, tx->coll->pk_path, tx->coll->pk_hash, EMU_WRITE_REPLACE, id,
+                                   pk, doc, cur_meta.etag, &op, err);
     if (rc == SF_OK)
         rc = emu_store_doc_route(tx->coll, doc, &op, err);
     if (rc == SF_OK)
