@@ -27,24 +27,6 @@ struct emu_bulk_key {
     struct sf_err err; /* why not, when !ok */
 };
 
-/* The value at pk_path ("/a/b") in body, NULL when absent (undefined). */
-static const json_t *emu_bulk_body_pk(const json_t *body, const char *pk_path)
-{
-    const json_t *cur = body;
-    const char *seg = pk_path;
-
-    while (cur != NULL && *seg == '/') {
-        const char *end = strchr(seg + 1, '/');
-        size_t len = end != NULL ? (size_t)(end - seg - 1) : strlen(seg + 1);
-
-        if (!json_is_object(cur))
-            return NULL;
-        cur = json_object_getn(cur, seg + 1, len);
-        seg += 1 + len;
-    }
-    return cur;
-}
-
 /*
  * Finds operation i's partition key: its "partitionKey" (a JSON-array string
  * such as "[\"p1\"]", or the array), else the document's value at pk_path
@@ -82,7 +64,7 @@ static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path,
     }
     if (op->kind == B_CREATE || op->kind == B_UPSERT || op->kind == B_REPLACE) {
         /* pk stays NULL: the write takes its key from the document, like a header-less write. */
-        rc = emu_store_pk_init(&k->key, emu_bulk_body_pk(op->body, pk_path), hash, "document",
+        rc = emu_store_pk_init(&k->key, emu_store_pk_in_body(op->body, pk_path), hash, "document",
                                &k->err);
         k->ok = rc == SF_OK;
         return;

@@ -160,8 +160,7 @@ enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu
     return emu_store_pk_init(k, v, hash, what, err);
 }
 
-/* The value at the container's partition key path in body (borrowed), or NULL when absent. */
-static const json_t *emu_pk_in_body(const json_t *body, const char *path)
+const json_t *emu_store_pk_in_body(const json_t *body, const char *path)
 {
     const json_t *cur = body;
     const char *seg = path;
@@ -305,7 +304,7 @@ enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum 
         return emu_store_fail(err, SF_EINVAL, 400, 0,
                               "document: body id '%.64s' differs from the addressed id '%.64s'",
                               op->id, url_id != NULL ? url_id : "");
-    body_pk = emu_pk_in_body(body, pk_path);
+    body_pk = emu_store_pk_in_body(body, pk_path);
     rc = emu_store_pk_init(&op->pk, body_pk, hash, "document", err);
     if (rc != SF_OK)
         return rc;

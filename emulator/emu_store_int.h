@@ -404,6 +404,11 @@ void emu_store_pk_release(struct emu_pk *k);
  */
 enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash hash,
                              const char *what, struct sf_err *err);
+/*
+ * The value at a container's partition key path ("/pk", "/a/b") in body,
+ * borrowed from body, or NULL when absent (undefined).
+ */
+const json_t *emu_store_pk_in_body(const json_t *body, const char *path);
 /* Fills k from the x-ms-documentdb-partitionkey header array ([] and [{}] are undefined). */
 enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu_pk_hash hash,
                                     const char *what, struct sf_err *err);
