@@ -422,6 +422,16 @@ static enum sf_rc parse_call(struct qparser *p, struct qnode **ret)
     return SF_OK;
 }
 
+/* Ends the literal n at its closing token close (400 naming what otherwise) and consumes it. */
+static enum sf_rc close_literal(struct qparser *p, struct qnode *n, enum qtok close,
+                                const char *what)
+{
+    if (p->tok.kind != close)
+        return expected(p, what);
+    n->end = p->tok.pos + 1;
+    return advance(p);
+}
+
 /* '[' expr, ... ']' */
 static enum sf_rc parse_array(struct qparser *p, struct qnode **ret)
 {
@@ -442,12 +452,7 @@ static enum sf_rc parse_array(struct qparser *p, struct qnode **ret)
                 goto out;
         }
     }
-    if (p->tok.kind != QT_RBRACKET) {
-        rc = expected(p, "',' or ']'");
-        goto out;
-    }
-    n->end = p->tok.pos + 1;
-    if ((rc = advance(p)) != SF_OK)
+    if ((rc = close_literal(p, n, QT_RBRACKET, "',' or ']'")) != SF_OK)
         goto out;
     *ret = n;
     n = NULL;
@@ -506,12 +511,7 @@ static enum sf_rc parse_object(struct qparser *p, struct qnode **ret)
                 goto out;
         }
     }
-    if (p->tok.kind != QT_RBRACE) {
-        rc = expected(p, "',' or '}'");
-        goto out;
-    }
-    n->end = p->tok.pos + 1;
-    if ((rc = advance(p)) != SF_OK)
+    if ((rc = close_literal(p, n, QT_RBRACE, "',' or '}'")) != SF_OK)
         goto out;
     *ret = n;
     n = NULL;
