@@ -203,20 +203,14 @@ static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_co
         after = req->after_lsn;
     else if (req->start == EMU_CF_SINCE_TIME)
         since = req->since_ts;
-    /* One logical partition: report the range that holds it. */
-    if (key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
-        emu_store_route(coll, key->epk) != NULL)
-        sc.range = emu_store_route(coll, key->epk);
-    max_items = req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
+    max_items = emu_store_cf_page_setup(coll, req, key, &sc);
 
     rc = emu_store_feed_open(out, coll->rid, "Documents");
     if (rc != SF_OK) {
         rc = emu_store_out_fail(rc, "change feed", err);
         goto out;
     }
-    /* A key outside the requested range/EPK scope has no changes in it. */
-    if (req->start != EMU_CF_NOW &&
-        (key == NULL || (strcmp(sc.min, key->epk) <= 0 && strcmp(key->epk, sc.max) < 0))) {
+    if (req->start != EMU_CF_NOW && emu_store_cf_key_in_scope(key, &sc)) {
         /* Rows after LSN `after` start past its last op's rowid. */
         int64_t first = after >= EMU_MAX_LSN
                             ? emu_store_row_base(coll) + ((INT64_C(1) << EMU_ROW_BITS) - 1)
@@ -244,19 +238,7 @@ static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_co
         if (rc != SF_OK)
             goto out;
     }
-    rc = sf_buf_printf(out, "],\"_count\":%d}", count);
-    if (rc != SF_OK) {
-        rc = emu_store_out_fail(rc, "change feed", err);
-        goto out;
-    }
-    res.count = count;
-    /*
-     * Nothing new: everything in scope up to the container's LSN has been
-     * seen, so the cursor may move there (never backwards).
-     */
-    res.continuation = count > 0 ? last : SF_MAX(after, coll->lsn);
-    res.range_lsn = coll->lsn;
-    (void)snprintf(res.range_id, sizeof(res.range_id), "%s", sc.range->id);
+    rc = emu_store_cf_page_close(coll, &sc, count, last, after, out, &res, err);
 out:
     if (rc != SF_OK) {
         emu_store_out_cut(out, start);
@@ -264,6 +246,35 @@ out:
     }
     if (ret_res != NULL)
         *ret_res = res;
+    return SF_OK;
+}
+
+int emu_store_cf_page_setup(const struct emu_coll *coll, const struct emu_cf_request *req,
+                            const struct emu_pk *key, struct emu_cf_scope *sc)
+{
+    if (key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
+        emu_store_route(coll, key->epk) != NULL)
+        sc->range = emu_store_route(coll, key->epk);
+    return req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
+}
+
+bool emu_store_cf_key_in_scope(const struct emu_pk *key, const struct emu_cf_scope *sc)
+{
+    return key == NULL || (strcmp(sc->min, key->epk) <= 0 && strcmp(key->epk, sc->max) < 0);
+}
+
+enum sf_rc emu_store_cf_page_close(const struct emu_coll *coll, const struct emu_cf_scope *sc,
+                                   int count, int64_t last, int64_t after, struct sf_buf *out,
+                                   struct emu_cf_result *res, struct sf_err *err)
+{
+    enum sf_rc rc = sf_buf_printf(out, "],\"_count\":%d}", count);
+
+    if (rc != SF_OK)
+        return emu_store_out_fail(rc, "change feed", err);
+    res->count = count;
+    res->continuation = count > 0 ? last : SF_MAX(after, coll->lsn);
+    res->range_lsn = coll->lsn;
+    (void)snprintf(res->range_id, sizeof(res->range_id), "%s", sc->range->id);
     return SF_OK;
 }
 

@@ -559,6 +559,27 @@ enum sf_rc emu_store_cf_cont_check(const struct emu_coll *coll, const struct emu
                                    struct sf_err *err);
 
 /*
+ * The page size of req (EMU_CF_DEFAULT when it names none, at most
+ * EMU_CF_MAX). With only a key scoping req, sc->range becomes the range
+ * holding the key: the range the answer names.
+ */
+int emu_store_cf_page_setup(const struct emu_coll *coll, const struct emu_cf_request *req,
+                            const struct emu_pk *key, struct emu_cf_scope *sc);
+
+/* Whether anything in scope can have changed: no key, or the key's EPK inside sc. */
+bool emu_store_cf_key_in_scope(const struct emu_pk *key, const struct emu_cf_scope *sc);
+
+/*
+ * Closes the page emu_store_feed_open started with its _count and fills res
+ * (range_id from sc). An empty page's continuation is the container's LSN:
+ * everything in scope up to it has been seen, so the cursor may move there
+ * (never below after). Store lock held.
+ */
+enum sf_rc emu_store_cf_page_close(const struct emu_coll *coll, const struct emu_cf_scope *sc,
+                                   int count, int64_t last, int64_t after, struct sf_buf *out,
+                                   struct emu_cf_result *res, struct sf_err *err);
+
+/*
  * Appends the page items from the bound feed statement st (columns lsn,
  * body): at least max_items rows when there are that many, then the rest of
  * the last row's LSN. With add_lsn, "_lsn" is spliced into each body. Stops
