@@ -369,6 +369,24 @@ void emu_store_write_lock(struct emu_store *s)
     (void)atomic_fetch_sub(&s->writers_queued, 1);
 }
 
+enum sf_rc emu_store_write_done(struct emu_store *s, bool joined, enum sf_rc rc,
+                                const struct sf_buf *result, struct sf_buf *out,
+                                const struct emu_doc_meta *meta, struct emu_doc_meta *ret_meta,
+                                struct sf_err *err)
+{
+    enum sf_rc grc = emu_store_write_unlock(s, joined, err);
+
+    if (grc != SF_OK)
+        rc = grc;
+    if (rc != SF_OK)
+        return rc;
+    if (out != NULL && result != NULL)
+        (void)sf_buf_append(out, result->data, result->len); /* reserved by the caller */
+    if (ret_meta != NULL)
+        *ret_meta = *meta;
+    return SF_OK;
+}
+
 enum sf_rc emu_store_write_unlock(struct emu_store *s, bool joined, struct sf_err *err)
 {
     enum sf_rc rc = SF_OK;

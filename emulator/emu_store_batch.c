@@ -319,15 +319,9 @@ enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, co
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        (void)sf_buf_append(out, res.data, res.len); /* reserved above */
+    rc = emu_store_write_done(s, joined, rc, &res, out, &meta, ret_meta, err);
+    if (rc == SF_OK)
         *ret_status = meta.status;
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
     sf_buf_release(&res);
     emu_store_pk_release(&key);
     return rc;

@@ -327,14 +327,7 @@ enum sf_rc emu_store_bulk(struct emu_store *s, const struct emu_coll_ref *c, con
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        (void)sf_buf_append(out, res.data, res.len); /* reserved above */
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
+    rc = emu_store_write_done(s, joined, rc, &res, out, &meta, ret_meta, err);
     /* Only the keys of a resolved container were parsed (i counts them). */
     while (i > 0)
         emu_bulk_key_release(&keys[--i]);

@@ -688,15 +688,7 @@ enum sf_rc emu_store_doc_write(struct emu_store *s, const struct emu_coll_ref *c
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        if (out != NULL)
-            (void)sf_buf_append(out, text.data, text.len); /* reserved above */
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
+    rc = emu_store_write_done(s, joined, rc, &text, out, &meta, ret_meta, err);
     emu_store_doc_op_release(&op);
     sf_buf_release(&text);
     return rc;
@@ -871,12 +863,8 @@ enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
+    rc = emu_store_write_done(s, joined, rc, NULL, NULL, &meta, ret_meta, err);
     emu_store_pk_release(&key);
-    if (rc == SF_OK && ret_meta != NULL)
-        *ret_meta = meta;
     return rc;
 }
 

@@ -280,6 +280,16 @@ void emu_store_write_lock(struct emu_store *s);
  * queued for it.
  */
 enum sf_rc emu_store_write_unlock(struct emu_store *s, bool joined, struct sf_err *err);
+/*
+ * The end every document write shares: emu_store_write_unlock, then, when rc
+ * and the commit both succeeded, appends result to out (reserved by the
+ * caller; out may be NULL) and copies meta to *ret_meta (may be NULL).
+ * Returns rc, or the commit's failure.
+ */
+enum sf_rc emu_store_write_done(struct emu_store *s, bool joined, enum sf_rc rc,
+                                const struct sf_buf *result, struct sf_buf *out,
+                                const struct emu_doc_meta *meta, struct emu_doc_meta *ret_meta,
+                                struct sf_err *err);
 
 /*
  * Starts a unit on coll inside the group (opening it when needed). tx->now is

@@ -560,15 +560,7 @@ enum sf_rc emu_store_doc_patch(struct emu_store *s, const struct emu_coll_ref *c
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        if (out != NULL)
-            (void)sf_buf_append(out, text.data, text.len); /* reserved above */
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
+    rc = emu_store_write_done(s, joined, rc, &text, out, &meta, ret_meta, err);
     sf_buf_release(&text);
     return rc;
 }
