@@ -381,19 +381,28 @@ struct emu_doc_row {
  * expired row is found with row->expired set. When body is not NULL the
  * stored text is appended to it (413 past its maximum).
  */
+/* Binds ST_DOC_GET to (key, id) in coll and steps it once; the caller resets it. */
+static sqlite3_stmt *emu_doc_get(struct emu_store *s, const struct emu_coll *coll,
+                                 const struct emu_pk *key, const char *id, int *ret_src)
+{
+    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
+
+    (void)sqlite3_bind_int64(st, 1, coll->cid);
+    (void)sqlite3_bind_text(st, 2, key->epk, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 3, key->text.data, (int)key->text.len, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
+    *ret_src = sqlite3_step(st);
+    return st;
+}
+
 static enum sf_rc emu_doc_find(struct emu_store *s, const struct emu_coll *coll,
                                const struct emu_pk *pk, const char *id, int64_t now,
                                struct emu_doc_row *row, struct sf_buf *body, struct sf_err *err)
 {
-    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
     enum sf_rc rc = SF_OK;
     int src;
+    sqlite3_stmt *st = emu_doc_get(s, coll, pk, id, &src);
 
-    (void)sqlite3_bind_int64(st, 1, coll->cid);
-    (void)sqlite3_bind_text(st, 2, pk->epk, -1, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 3, pk->text.data, (int)pk->text.len, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
-    src = sqlite3_step(st);
     if (src == SQLITE_ROW) {
         const char *rid = (const char *)sqlite3_column_text(st, 1);
         const char *etag = (const char *)sqlite3_column_text(st, 2);
@@ -715,15 +724,10 @@ enum sf_rc emu_store_doc_get(struct emu_store *s, const struct emu_coll *coll,
                              struct sf_buf *out, struct emu_doc_meta *meta, struct sf_err *err)
 {
     const struct emu_range *range;
-    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
     enum sf_rc rc = SF_OK;
     int src;
+    sqlite3_stmt *st = emu_doc_get(s, coll, key, id, &src);
 
-    (void)sqlite3_bind_int64(st, 1, coll->cid);
-    (void)sqlite3_bind_text(st, 2, key->epk, -1, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 3, key->text.data, (int)key->text.len, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
-    src = sqlite3_step(st);
     if (src == SQLITE_ROW && sqlite3_column_type(st, 5) != SQLITE_NULL &&
         sqlite3_column_int64(st, 5) <= emu_store_now(s)) {
         src = SQLITE_DONE; /* expired: gone for readers even before the sweep */
