@@ -122,6 +122,22 @@ static enum sf_rc offer_fill(struct emu_store *s, json_t *offer, const char *res
     return SF_OK;
 }
 
+/* Fills and saves offer in one transaction (store lock held); rolls back on failure. */
+static enum sf_rc offer_write(struct emu_store *s, json_t *offer, const char *res_rid,
+                              const char *self, int64_t rus, struct sf_err *err)
+{
+    enum sf_rc rc = emu_store_begin(s, err);
+
+    if (rc != SF_OK)
+        return rc;
+    if ((rc = offer_fill(s, offer, res_rid, self, rus, err)) == SF_OK &&
+        (rc = offer_save(s, res_rid, offer, err)) == SF_OK)
+        rc = emu_store_commit(s, err);
+    if (rc != SF_OK)
+        emu_store_rollback(s);
+    return rc;
+}
+
 static enum sf_rc offer_out(const json_t *offer, struct sf_buf *out, struct sf_err *err)
 {
     if (out && sf_json_dump(offer, out) != SF_OK)
@@ -149,15 +165,8 @@ enum sf_rc emu_store_offer_put(struct emu_store *s, const char *res_rid, int64_t
         rc = emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
         goto out;
     }
-    if ((rc = emu_store_begin(s, err)) != SF_OK)
+    if ((rc = offer_write(s, offer, res_rid, self, rus, err)) != SF_OK)
         goto out;
-    if ((rc = offer_fill(s, offer, res_rid, self, rus, err)) == SF_OK &&
-        (rc = offer_save(s, res_rid, offer, err)) == SF_OK)
-        rc = emu_store_commit(s, err);
-    if (rc != SF_OK) {
-        emu_store_rollback(s);
-        goto out;
-    }
     rc = offer_out(offer, out, err);
 out:
     emu_store_unlock(s);
@@ -302,15 +311,8 @@ enum sf_rc emu_store_offer_replace(struct emu_store *s, const char *id, int64_t 
         rc = emu_store_fail(err, SF_ENOTFOUND, 404, 0, "offer '%s' does not exist", id);
         goto out;
     }
-    if ((rc = emu_store_begin(s, err)) != SF_OK)
+    if ((rc = offer_write(s, offer, res_rid, self, rus, err)) != SF_OK)
         goto out;
-    if ((rc = offer_fill(s, offer, res_rid, self, rus, err)) == SF_OK &&
-        (rc = offer_save(s, res_rid, offer, err)) == SF_OK)
-        rc = emu_store_commit(s, err);
-    if (rc != SF_OK) {
-        emu_store_rollback(s);
-        goto out;
-    }
     if ((rc = offer_out(offer, out, err)) == SF_OK)
         (void)snprintf(ret_res_rid, 16, "%s", res_rid);
 out:
