@@ -173,6 +173,15 @@ static enum sf_rc emu_ptr_allowed(const struct emu_ptr *p, size_t i, const char 
     return SF_OK;
 }
 
+/* Parses operation i's pointer field name (text) into p and checks that a patch may write it. */
+static enum sf_rc emu_ptr_writable(const char *text, size_t i, const char *name,
+                                   const char *pk_path, struct emu_ptr *p, struct sf_err *err)
+{
+    enum sf_rc rc = emu_ptr_parse(text, i, name, p, err);
+
+    return rc == SF_OK ? emu_ptr_allowed(p, i, pk_path, err) : rc;
+}
+
 /* Checks operation i of the request into op. */
 static enum sf_rc emu_patch_op_parse(const json_t *o, size_t i, const char *pk_path,
                                      struct emu_patch_op *op, struct sf_err *err)
@@ -197,17 +206,13 @@ static enum sf_rc emu_patch_op_parse(const json_t *o, size_t i, const char *pk_p
     op->kind = (enum emu_patch_kind)k;
     if (path == NULL)
         return emu_patch_fail(err, i, "'path' is missing or not a string");
-    rc = emu_ptr_parse(path, i, "path", &op->path, err);
-    if (rc == SF_OK)
-        rc = emu_ptr_allowed(&op->path, i, pk_path, err);
+    rc = emu_ptr_writable(path, i, "path", pk_path, &op->path, err);
     if (rc != SF_OK)
         return rc;
     if (op->kind == PATCH_MOVE) {
         if (from == NULL)
             return emu_patch_fail(err, i, "a move needs 'from', the path to move from");
-        rc = emu_ptr_parse(from, i, "from", &op->from, err);
-        if (rc == SF_OK)
-            rc = emu_ptr_allowed(&op->from, i, pk_path, err);
+        rc = emu_ptr_writable(from, i, "from", pk_path, &op->from, err);
         if (rc != SF_OK)
             return rc;
         if (op->path.n > op->from.n && emu_ptr_overlaps(&op->from, op->path.seg, op->path.n))
