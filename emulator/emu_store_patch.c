@@ -321,15 +321,31 @@ static json_t *emu_incr(const json_t *a, const json_t *b)
 }
 
 /*
+ * An incr's new value: *value (taken) becomes old + *value, or NULL with a
+ * 400 naming p when old is not a number.
+ */
+static enum sf_rc emu_patch_sum(const json_t *old, json_t **value, size_t i,
+                                const struct emu_ptr *p, struct sf_err *err)
+{
+    json_t *sum = json_is_number(old) ? emu_incr(old, *value) : NULL;
+    bool number = json_is_number(old);
+
+    json_decref(*value);
+    *value = sum;
+    return number ? SF_OK : emu_patch_fail(err, i, "Node(%.64s) is not a number.", p->text);
+}
+
+/*
  * Puts value (taken: a new reference) at p for add / set / replace / incr /
  * the second half of a move.
  */
 static enum sf_rc emu_patch_put(json_t *doc, enum emu_patch_kind kind, const struct emu_ptr *p,
                                 json_t *value, size_t i, struct sf_err *err)
 {
-    json_t *parent = emu_ptr_parent(doc, p), *old, *sum;
+    json_t *parent = emu_ptr_parent(doc, p), *old;
     const char *last = p->seg[p->n - 1];
     size_t idx = 0, size;
+    enum sf_rc rc;
     int bad = 0;
 
     if (value == NULL)
@@ -348,15 +364,9 @@ static enum sf_rc emu_patch_put(json_t *doc, enum emu_patch_kind kind, const str
             json_decref(value);
             return emu_patch_fail(err, i, "Node(%.64s) to be replaced is absent.", p->text);
         }
-        if (kind == PATCH_INCR && old != NULL) {
-            if (!json_is_number(old)) {
-                json_decref(value);
-                return emu_patch_fail(err, i, "Node(%.64s) is not a number.", p->text);
-            }
-            sum = emu_incr(old, value);
-            json_decref(value);
-            value = sum;
-        }
+        if (kind == PATCH_INCR && old != NULL &&
+            (rc = emu_patch_sum(old, &value, i, p, err)) != SF_OK)
+            return rc;
         bad = value == NULL || json_object_set_new(parent, last, value) != 0;
         return bad ? emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory") : SF_OK;
     }
@@ -368,16 +378,9 @@ static enum sf_rc emu_patch_put(json_t *doc, enum emu_patch_kind kind, const str
         json_decref(value);
         return emu_patch_fail(err, i, "Index(%.32s) to operate on is out of array bounds", last);
     }
-    if (kind == PATCH_INCR) {
-        old = json_array_get(parent, idx);
-        if (!json_is_number(old)) {
-            json_decref(value);
-            return emu_patch_fail(err, i, "Node(%.64s) is not a number.", p->text);
-        }
-        sum = emu_incr(old, value);
-        json_decref(value);
-        value = sum;
-    }
+    if (kind == PATCH_INCR &&
+        (rc = emu_patch_sum(json_array_get(parent, idx), &value, i, p, err)) != SF_OK)
+        return rc;
     if (idx < size && kind != PATCH_ADD && kind != PATCH_MOVE)
         bad = value == NULL || json_array_set_new(parent, idx, value) != 0;
     else
