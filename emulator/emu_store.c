@@ -556,6 +556,13 @@ enum sf_rc emu_store_meta_set(struct emu_store *s, const char *key, const char *
     return emu_store_step_done(s, st, "writing meta", err);
 }
 
+enum sf_rc emu_store_begin_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err)
+{
+    enum sf_rc rc = emu_store_begin(s, err);
+
+    return rc == SF_OK ? emu_store_next_res_seq(s, ret_seq, err) : rc;
+}
+
 enum sf_rc emu_store_next_res_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err)
 {
     char v[32];

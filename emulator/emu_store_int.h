@@ -323,6 +323,8 @@ void emu_store_rollback(struct emu_store *s);
 
 /* Takes the next etag counter value for a database, container, range or script (inside a tx). */
 enum sf_rc emu_store_next_res_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err);
+/* A resource write's first step: BEGIN, then emu_store_next_res_seq (rolled back by the caller). */
+enum sf_rc emu_store_begin_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err);
 
 /*
  * The meta table (key → text). get copies the value into out (n bytes):

@@ -215,9 +215,7 @@ static enum sf_rc emu_db_create_locked(struct emu_store *s, const json_t *body, 
     if (rc == SF_OK)
         rc = emu_db_new_rid(s, db.rid, err);
     if (rc == SF_OK)
-        rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+        rc = emu_store_begin_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
     emu_store_res_etag(seq, 0, etag);
@@ -768,9 +766,7 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     if (rc == SF_OK)
         rc = emu_coll_new_rid(s, db, coll, err);
     if (rc == SF_OK)
-        rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+        rc = emu_store_begin_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
     emu_store_res_etag(seq, 0, etag);
@@ -1042,9 +1038,7 @@ static enum sf_rc emu_coll_replace_locked(struct emu_store *s, const char *db, c
     if (rc == SF_OK)
         rc = emu_pkdef_keep(body, stored, &pk, err);
     if (rc == SF_OK)
-        rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+        rc = emu_store_begin_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
     emu_store_res_etag(seq, 0, etag);
@@ -1568,9 +1562,7 @@ static enum sf_rc emu_split_locked(struct emu_store *s, const char *db, const ch
     }
     coll->ranges = grown;
     version = coll->ranges_version + 1;
-    rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+    rc = emu_store_begin_seq(s, &seq, err);
     for (i = 0; rc == SF_OK && i < 2; i++) {
         emu_split_child(coll, &coll->ranges[at], mid, (int)i, &children[i]);
         emu_store_res_etag(seq, (unsigned)i + 1, etag[i]);
