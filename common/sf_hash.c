@@ -388,3 +388,22 @@ enum sf_rc sf_epk_v1(const json_t *pk_value, char *out, size_t out_size)
     out[e.n * 2] = '\0';
     return SF_OK;
 }
+
+enum sf_rc sf_epk_v1_bound(uint32_t hash, char *out, size_t out_size)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    struct sf_v1_buf e = {.ok = true};
+    size_t i;
+
+    if (out_size < 21)
+        return SF_EINVAL;
+    sf_v1_number(&e, (double)hash);
+    if (!e.ok || e.n * 2 >= out_size)
+        return SF_EINVAL;
+    for (i = 0; i < e.n; i++) {
+        out[i * 2] = hex[e.b[i] >> 4];
+        out[i * 2 + 1] = hex[e.b[i] & 15];
+    }
+    out[e.n * 2] = '\0';
+    return SF_OK;
+}

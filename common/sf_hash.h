@@ -41,4 +41,13 @@ enum sf_rc sf_epk_v2_array(const json_t *pk_array, char *out, size_t out_size);
 #define SF_EPK_V1_MAX 1024
 enum sf_rc sf_epk_v1(const json_t *pk_value, char *out, size_t out_size);
 
+/*
+ * A V1 range boundary: the binary encoding of hash alone, as uppercase hex
+ * (at most 20 chars + NUL; SF_EINVAL when out_size is smaller than 21). Every
+ * V1 EPK whose hash is >= hash sorts at or after it, every one with a smaller
+ * hash before it (the encoding is order-preserving), so ranges cut at such
+ * boundaries divide the 32-bit hash space as a V1 container's ranges do.
+ */
+enum sf_rc sf_epk_v1_bound(uint32_t hash, char *out, size_t out_size);
+
 #endif

@@ -152,6 +152,7 @@ static const char usage_admin[] =
     "                           {\"db\":\"shop\",\"coll\":\"orders\",\"range\":\"0\"}; the "
     "children\n"
     "                           list it in \"parents\", requests scoped to it get 410/1002\n"
+    "                           (a query continuation for it continues by EPK)\n"
     "  POST   /_admin/failover  with --regions: move the write region,\n"
     "                           {\"writeRegion\":\"North Europe\"}\n"
     "  GET    /_admin/regions   with --regions: the regions, the write region, requests\n"

@@ -368,29 +368,37 @@ static enum sf_rc param_value(struct qparser *p, const struct qtoken *t, json_t 
                    (int)SF_MIN(t->len, 64), p->text + t->pos);
 }
 
+/* Parses an expression into a new child of n, then the ',' after it if any (*ret_more). */
+static enum sf_rc parse_list_item(struct qparser *p, struct qnode *n, bool *ret_more)
+{
+    struct qnode *kid = NULL;
+    enum sf_rc rc;
+
+    *ret_more = false;
+    if ((rc = parse_expr(p, &kid)) != SF_OK || (rc = node_add(p, n, kid)) != SF_OK)
+        return rc;
+    if (p->tok.kind != QT_COMMA)
+        return SF_OK;
+    *ret_more = true;
+    return advance(p);
+}
 /* '(' args ')' after a function name; fills n's kids and checks the arity. */
 static enum sf_rc parse_call_args(struct qparser *p, const struct qfn_info *fi, struct qnode *n)
 {
     enum sf_rc rc;
-    struct qnode *arg = NULL;
+    bool more;
 
     if ((rc = expect(p, QT_LPAREN, "'('")) != SF_OK)
         return rc;
     if (p->tok.kind != QT_RPAREN) {
-        for (;;) {
+        do {
             if (n->nkids >= fi->max_args)
                 return qerr_at(p->err, SF_EINVAL, "query error", p->tok.pos,
                                "function %s takes at most %zu argument%s", fi->name, fi->max_args,
                                fi->max_args == 1 ? "" : "s");
-            if ((rc = parse_expr(p, &arg)) != SF_OK)
+            if ((rc = parse_list_item(p, n, &more)) != SF_OK)
                 return rc;
-            if ((rc = node_add(p, n, arg)) != SF_OK)
-                return rc;
-            if (p->tok.kind != QT_COMMA)
-                break;
-            if ((rc = advance(p)) != SF_OK)
-                return rc;
-        }
+        } while (more);
     }
     if (p->tok.kind != QT_RPAREN)
         return expected(p, "',' or ')'");
@@ -422,32 +430,34 @@ static enum sf_rc parse_call(struct qparser *p, struct qnode **ret)
     return SF_OK;
 }
 
+/* Ends the literal n at its closing token close (400 naming what otherwise) and consumes it. */
+static enum sf_rc close_literal(struct qparser *p, struct qnode *n, enum qtok close,
+                                const char *what)
+{
+    if (p->tok.kind != close)
+        return expected(p, what);
+    n->end = p->tok.pos + 1;
+    return advance(p);
+}
+
 /* '[' expr, ... ']' */
 static enum sf_rc parse_array(struct qparser *p, struct qnode **ret)
 {
-    struct qnode *n = NULL, *kid = NULL;
+    struct qnode *n = NULL;
     enum sf_rc rc;
+    bool more;
 
     if ((rc = node_new(p, QN_ARRAY, p->tok.pos, &n)) != SF_OK)
         return rc;
     if ((rc = advance(p)) != SF_OK)
         goto out;
     if (p->tok.kind != QT_RBRACKET) {
-        for (;;) {
-            if ((rc = parse_expr(p, &kid)) != SF_OK || (rc = node_add(p, n, kid)) != SF_OK)
+        do {
+            if ((rc = parse_list_item(p, n, &more)) != SF_OK)
                 goto out;
-            if (p->tok.kind != QT_COMMA)
-                break;
-            if ((rc = advance(p)) != SF_OK)
-                goto out;
-        }
+        } while (more);
     }
-    if (p->tok.kind != QT_RBRACKET) {
-        rc = expected(p, "',' or ']'");
-        goto out;
-    }
-    n->end = p->tok.pos + 1;
-    if ((rc = advance(p)) != SF_OK)
+    if ((rc = close_literal(p, n, QT_RBRACKET, "',' or ']'")) != SF_OK)
         goto out;
     *ret = n;
     n = NULL;
@@ -459,9 +469,10 @@ out:
 /* '{' "key": expr, ... '}' -- keys are string literals, as in the service. */
 static enum sf_rc parse_object(struct qparser *p, struct qnode **ret)
 {
-    struct qnode *n = NULL, *kid = NULL;
+    struct qnode *n = NULL;
     json_t *key = NULL, *seen = json_object();
     enum sf_rc rc;
+    bool more = false;
 
     if (seen == NULL)
         return qerr(p->err, SF_ENOMEM, "out of memory parsing the query");
@@ -474,7 +485,7 @@ static enum sf_rc parse_object(struct qparser *p, struct qnode **ret)
     if ((rc = advance(p)) != SF_OK)
         goto out;
     if (p->tok.kind != QT_RBRACE) {
-        for (;;) {
+        do {
             size_t kpos = p->tok.pos;
             if (p->tok.kind != QT_STRING) {
                 rc = expected(p, "a property name in quotes");
@@ -496,22 +507,12 @@ static enum sf_rc parse_object(struct qparser *p, struct qnode **ret)
                 goto out;
             }
             key = NULL;
-            if ((rc = advance(p)) != SF_OK || (rc = expect(p, QT_COLON, "':'")) != SF_OK)
+            if ((rc = advance(p)) != SF_OK || (rc = expect(p, QT_COLON, "':'")) != SF_OK ||
+                (rc = parse_list_item(p, n, &more)) != SF_OK)
                 goto out;
-            if ((rc = parse_expr(p, &kid)) != SF_OK || (rc = node_add(p, n, kid)) != SF_OK)
-                goto out;
-            if (p->tok.kind != QT_COMMA)
-                break;
-            if ((rc = advance(p)) != SF_OK)
-                goto out;
-        }
+        } while (more);
     }
-    if (p->tok.kind != QT_RBRACE) {
-        rc = expected(p, "',' or '}'");
-        goto out;
-    }
-    n->end = p->tok.pos + 1;
-    if ((rc = advance(p)) != SF_OK)
+    if ((rc = close_literal(p, n, QT_RBRACE, "',' or '}'")) != SF_OK)
         goto out;
     *ret = n;
     n = NULL;
@@ -784,7 +785,7 @@ static enum sf_rc parse_predicate(struct qparser *p, struct qnode **ret)
 {
     struct qnode *l = NULL, *n = NULL, *kid = NULL;
     struct qtoken next;
-    bool negated = false;
+    bool negated = false, more;
     enum qn_kind kind;
     enum sf_rc rc;
 
@@ -817,20 +818,11 @@ static enum sf_rc parse_predicate(struct qparser *p, struct qnode **ret)
     if (kind == QN_IN) {
         if ((rc = expect(p, QT_LPAREN, "'(' after IN")) != SF_OK)
             goto out;
-        for (;;) {
-            if ((rc = parse_expr(p, &kid)) != SF_OK || (rc = node_add(p, n, kid)) != SF_OK)
+        do {
+            if ((rc = parse_list_item(p, n, &more)) != SF_OK)
                 goto out;
-            if (p->tok.kind != QT_COMMA)
-                break;
-            if ((rc = advance(p)) != SF_OK)
-                goto out;
-        }
-        if (p->tok.kind != QT_RPAREN) {
-            rc = expected(p, "',' or ')'");
-            goto out;
-        }
-        n->end = p->tok.pos + 1;
-        if ((rc = advance(p)) != SF_OK)
+        } while (more);
+        if ((rc = close_literal(p, n, QT_RPAREN, "',' or ')'")) != SF_OK)
             goto out;
     } else if (kind == QN_BETWEEN) {
         if ((rc = parse_binary(p, 0, &kid)) != SF_OK || (rc = node_add(p, n, kid)) != SF_OK)

@@ -64,14 +64,14 @@ enum sf_rc emu_search_run(struct emu_store *s, const struct emu_coll_ref *c,
                           const struct emu_query_budget *budget, struct sf_buf *out,
                           struct emu_search_page *ret_page, struct sf_err *err)
 {
-    return emu_search_run_view(s, c, q, range_id, pk, NULL, skip, max_rows, from, budget, out,
-                               ret_page, err);
+    return emu_search_run_view(s, c, q, range_id, false, pk, NULL, skip, max_rows, from, budget,
+                               out, ret_page, err);
 }
 
 enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c,
-                               const struct emu_query *q, const char *range_id, const json_t *pk,
-                               const struct emu_search_view *view, size_t skip, size_t max_rows,
-                               const struct emu_query_cursor *from,
+                               const struct emu_query *q, const char *range_id, bool retired_by_epk,
+                               const json_t *pk, const struct emu_search_view *view, size_t skip,
+                               size_t max_rows, const struct emu_query_cursor *from,
                                const struct emu_query_budget *budget, struct sf_buf *out,
                                struct emu_search_page *ret_page, struct sf_err *err)
 {
@@ -90,7 +90,7 @@ enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c
         emu_query_exec_resume(sc.exec, from);
         sc.skip_docs = from->docs;
     }
-    rc = emu_store_doc_scan(s, c, range_id, pk, visit, &sc, err);
+    rc = emu_store_doc_scan(s, c, range_id, retired_by_epk, pk, visit, &sc, err);
     if (rc == SCAN_DONE)
         rc = SF_OK;
     if (rc != SF_OK)

@@ -51,11 +51,15 @@ struct emu_search_view {
     void *ctx;
 };
 
-/* emu_search_run over the documents as view shows them (view NULL: as stored). */
+/*
+ * emu_search_run over the documents as view shows them (view NULL: as stored).
+ * retired_by_epk: a retired range_id runs over the EPK span it covered
+ * instead of failing with 410/1002 (emu_store_doc_scan).
+ */
 enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c,
-                               const struct emu_query *q, const char *range_id, const json_t *pk,
-                               const struct emu_search_view *view, size_t skip, size_t max_rows,
-                               const struct emu_query_cursor *from,
+                               const struct emu_query *q, const char *range_id, bool retired_by_epk,
+                               const json_t *pk, const struct emu_search_view *view, size_t skip,
+                               size_t max_rows, const struct emu_query_cursor *from,
                                const struct emu_query_budget *budget, struct sf_buf *out,
                                struct emu_search_page *ret_page, struct sf_err *err);
 

@@ -369,6 +369,24 @@ void emu_store_write_lock(struct emu_store *s)
     (void)atomic_fetch_sub(&s->writers_queued, 1);
 }
 
+enum sf_rc emu_store_write_done(struct emu_store *s, bool joined, enum sf_rc rc,
+                                const struct sf_buf *result, struct sf_buf *out,
+                                const struct emu_doc_meta *meta, struct emu_doc_meta *ret_meta,
+                                struct sf_err *err)
+{
+    enum sf_rc grc = emu_store_write_unlock(s, joined, err);
+
+    if (grc != SF_OK)
+        rc = grc;
+    if (rc != SF_OK)
+        return rc;
+    if (out != NULL && result != NULL)
+        (void)sf_buf_append(out, result->data, result->len); /* reserved by the caller */
+    if (ret_meta != NULL)
+        *ret_meta = *meta;
+    return SF_OK;
+}
+
 enum sf_rc emu_store_write_unlock(struct emu_store *s, bool joined, struct sf_err *err)
 {
     enum sf_rc rc = SF_OK;
@@ -503,8 +521,8 @@ enum sf_rc emu_store_unit_end(struct emu_store *s, struct emu_tx *tx, bool ok, s
 }
 
 /* Reads meta[key] into out (size n). SF_ENOTFOUND when absent. */
-static enum sf_rc emu_meta_get(struct emu_store *s, const char *key, char *out, size_t n,
-                               struct sf_err *err)
+enum sf_rc emu_store_meta_get(struct emu_store *s, const char *key, char *out, size_t n,
+                              struct sf_err *err)
 {
     sqlite3_stmt *st = emu_store_stmt(s, ST_META_GET);
     enum sf_rc rc = SF_OK;
@@ -528,8 +546,8 @@ static enum sf_rc emu_meta_get(struct emu_store *s, const char *key, char *out, 
     return rc;
 }
 
-static enum sf_rc emu_meta_set(struct emu_store *s, const char *key, const char *value,
-                               struct sf_err *err)
+enum sf_rc emu_store_meta_set(struct emu_store *s, const char *key, const char *value,
+                              struct sf_err *err)
 {
     sqlite3_stmt *st = emu_store_stmt(s, ST_META_SET);
 
@@ -538,13 +556,20 @@ static enum sf_rc emu_meta_set(struct emu_store *s, const char *key, const char 
     return emu_store_step_done(s, st, "writing meta", err);
 }
 
+enum sf_rc emu_store_begin_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err)
+{
+    enum sf_rc rc = emu_store_begin(s, err);
+
+    return rc == SF_OK ? emu_store_next_res_seq(s, ret_seq, err) : rc;
+}
+
 enum sf_rc emu_store_next_res_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err)
 {
     char v[32];
     enum sf_rc rc;
 
     (void)snprintf(v, sizeof(v), "%lld", (long long)(s->res_seq + 1));
-    rc = emu_meta_set(s, "res_seq", v, err);
+    rc = emu_store_meta_set(s, "res_seq", v, err);
     if (rc != SF_OK)
         return rc;
     /*
@@ -1009,21 +1034,21 @@ static enum sf_rc emu_meta_init(struct emu_store *s, struct sf_err *err)
     char v[EMU_RID_LEN];
     enum sf_rc rc;
 
-    rc = emu_meta_get(s, "res_seq", v, sizeof(v), err);
+    rc = emu_store_meta_get(s, "res_seq", v, sizeof(v), err);
     if (rc == SF_OK) {
         if (sf_parse_i64(v, 0, INT64_MAX - 1, &s->res_seq) != SF_OK)
             return emu_store_fail(err, SF_EIO, 500, 0, "meta res_seq '%s' is corrupt", v);
     } else if (rc != SF_ENOTFOUND) {
         return rc;
     }
-    rc = emu_meta_get(s, "account_rid", s->account_rid, sizeof(s->account_rid), err);
+    rc = emu_store_meta_get(s, "account_rid", s->account_rid, sizeof(s->account_rid), err);
     if (rc != SF_ENOTFOUND)
         return rc;
     rc = sf_random_bytes(bytes, sizeof(bytes));
     if (rc != SF_OK)
         return emu_store_fail(err, SF_EIO, 500, 0, "no random bytes for the account rid");
     emu_store_rid_encode(bytes, sizeof(bytes), v, sizeof(v));
-    rc = emu_meta_set(s, "account_rid", v, err);
+    rc = emu_store_meta_set(s, "account_rid", v, err);
     if (rc != SF_OK)
         return rc;
     (void)snprintf(s->account_rid, sizeof(s->account_rid), "%s", v);

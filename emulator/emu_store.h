@@ -131,12 +131,19 @@ enum sf_rc emu_store_coll_delete(struct emu_store *s, const char *db, const char
  * _rids (as .NET addresses them). Copies out the names and the container's
  * rid, so later calls can use names. 404/1003 when missing.
  */
+/*
+ * How a container hashes partition keys to EPKs. V2 is zero, so a zeroed
+ * reference hashes as before V1 containers were placed by V1.
+ */
+enum emu_pk_hash { EMU_PK_HASH_V2 = 0, EMU_PK_HASH_V1 = 1 };
+
 struct emu_coll_ref {
     char db[256];
     char coll[256];
     char db_rid[16];
     char coll_rid[16];
-    char pk_path[256]; /* e.g. "/pk" */
+    char pk_path[256];        /* e.g. "/pk" */
+    enum emu_pk_hash pk_hash; /* the container's placement hash (see emu_store_res.c) */
 };
 enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const char *coll,
                                   bool rid_based, struct emu_coll_ref *ret_ref, struct sf_err *err);
@@ -263,16 +270,16 @@ typedef enum sf_rc (*emu_doc_visit_fn)(void *ctx, const char *doc, size_t len);
 /*
  * Visits the live (unexpired) documents of a container, optionally limited to
  * one partition key range (range_id "0" or "<collRid>,0"; retired → 410/1002,
- * unknown → 400) and/or one logical partition (pk header array; 400 when
- * malformed). The order is deterministic and stable under updates (a replace
- * does not move a document), so callers can page by skipping: by EPK, then
- * partition key, then id (bytewise), i.e. id order within one logical
+ * or with retired_by_epk the EPK span it covered, now its successors'; unknown
+ * → 400) and/or one logical partition (pk header array; 400 when malformed). The order is
+ * deterministic and stable under updates (a replace does not move a document), so callers can page
+ * by skipping: by EPK, then partition key, then id (bytewise), i.e. id order within one logical
  * partition. The store lock is held only while a batch of rows (64 rows or
  * 1 MiB) is copied, never during fn: fn may be slow and may call the store.
  */
 enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
-                              const char *range_id, const json_t *pk, emu_doc_visit_fn fn,
-                              void *ctx, struct sf_err *err);
+                              const char *range_id, bool retired_by_epk, const json_t *pk,
+                              emu_doc_visit_fn fn, void *ctx, struct sf_err *err);
 
 /* ---- patch and transactional batch (PROTOCOL.md sections 4 and 5) ---------- */
 

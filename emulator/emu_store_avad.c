@@ -179,17 +179,13 @@ static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_r
     rc = emu_store_scope(coll, req->range_id, req->epk_min, req->epk_max, "change feed", &sc, err);
     if (rc != SF_OK)
         return rc;
-    if (key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
-        emu_store_route(coll, key->epk) != NULL)
-        sc.range = emu_store_route(coll, key->epk);
-    max_items = req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
+    max_items = emu_store_cf_page_setup(coll, req, key, &sc);
     rc = emu_store_feed_open(out, coll->rid, "Documents");
     if (rc != SF_OK) {
         rc = emu_store_out_fail(rc, "change feed", err);
         goto out;
     }
-    if (req->start == EMU_CF_AFTER_LSN &&
-        (key == NULL || (strcmp(sc.min, key->epk) <= 0 && strcmp(key->epk, sc.max) < 0))) {
+    if (req->start == EMU_CF_AFTER_LSN && emu_store_cf_key_in_scope(key, &sc)) {
         if (key != NULL) {
             st = emu_store_stmt(s, ST_AV_PK);
             (void)sqlite3_bind_int64(st, 1, coll->cid);
@@ -206,15 +202,7 @@ static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_r
         if (rc != SF_OK)
             goto out;
     }
-    rc = sf_buf_printf(out, "],\"_count\":%d}", count);
-    if (rc != SF_OK) {
-        rc = emu_store_out_fail(rc, "change feed", err);
-        goto out;
-    }
-    res.count = count;
-    res.continuation = count > 0 ? last : SF_MAX(after, coll->lsn);
-    res.range_lsn = coll->lsn;
-    (void)snprintf(res.range_id, sizeof(res.range_id), "%s", sc.range->id);
+    rc = emu_store_cf_page_close(coll, &sc, count, last, after, out, &res, err);
 out:
     if (rc != SF_OK) {
         emu_store_out_cut(out, start);
@@ -244,7 +232,7 @@ enum sf_rc emu_store_changefeed_all(struct emu_store *s, const struct emu_coll_r
         return emu_store_fail(err, SF_EINVAL, 400, 0, "change feed: continuation %lld is negative",
                               (long long)req->after_lsn);
     if (req->pk != NULL &&
-        (rc = emu_store_pk_from_header(&key, req->pk, "change feed", err)) != SF_OK)
+        (rc = emu_store_pk_from_header(&key, req->pk, c->pk_hash, "change feed", err)) != SF_OK)
         return rc;
     emu_store_lock(s);
     rc = emu_cf_all_locked(s, c, req, req->pk != NULL ? &key : NULL, out, ret_res, err);

@@ -84,7 +84,8 @@ static enum sf_rc emu_batch_op_pk(const struct emu_batch_op *op, const struct em
         return SF_OK;
     if (json_is_string(v))
         v = parsed = sf_json_parse_depth(json_string_value(v), json_string_length(v), 8, NULL);
-    rc = emu_store_pk_from_header(&mine, v, "batch operation", err);
+    /* Only the canonical texts are compared: the hash does not matter. */
+    rc = emu_store_pk_from_header(&mine, v, EMU_PK_HASH_V2, "batch operation", err);
     if (rc == SF_OK) {
         if (strcmp(sf_buf_cstr(&mine.text), sf_buf_cstr(&key->text)) != 0)
             rc = emu_store_fail(err, SF_EINVAL, 400, 1001,
@@ -142,8 +143,8 @@ enum sf_rc emu_store_batch_op_run(struct emu_store *s, struct emu_tx *tx, const 
     case B_CREATE:
     case B_UPSERT:
     case B_REPLACE:
-        rc = emu_store_doc_prepare(s, tx->coll->pk_path, kinds[op->kind], op->id, pk, op->body,
-                                   op->if_match, &w, err);
+        rc = emu_store_doc_prepare(s, tx->coll->pk_path, tx->coll->pk_hash, kinds[op->kind], op->id,
+                                   pk, op->body, op->if_match, &w, err);
         if (rc == SF_OK)
             rc = emu_store_doc_route(tx->coll, op->body, &w, err);
         if (rc == SF_OK)
@@ -288,7 +289,7 @@ enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, co
                               "required");
     rc = emu_store_batch_check(s, ops, parsed, err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, "batch", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "batch", err);
     if (rc != SF_OK)
         return rc;
     n = json_array_size(ops);
@@ -318,15 +319,9 @@ enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, co
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        (void)sf_buf_append(out, res.data, res.len); /* reserved above */
+    rc = emu_store_write_done(s, joined, rc, &res, out, &meta, ret_meta, err);
+    if (rc == SF_OK)
         *ret_status = meta.status;
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
     sf_buf_release(&res);
     emu_store_pk_release(&key);
     return rc;

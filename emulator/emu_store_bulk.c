@@ -27,24 +27,6 @@ struct emu_bulk_key {
     struct sf_err err; /* why not, when !ok */
 };
 
-/* The value at pk_path ("/a/b") in body, NULL when absent (undefined). */
-static const json_t *emu_bulk_body_pk(const json_t *body, const char *pk_path)
-{
-    const json_t *cur = body;
-    const char *seg = pk_path;
-
-    while (cur != NULL && *seg == '/') {
-        const char *end = strchr(seg + 1, '/');
-        size_t len = end != NULL ? (size_t)(end - seg - 1) : strlen(seg + 1);
-
-        if (!json_is_object(cur))
-            return NULL;
-        cur = json_object_getn(cur, seg + 1, len);
-        seg += 1 + len;
-    }
-    return cur;
-}
-
 /*
  * Finds operation i's partition key: its "partitionKey" (a JSON-array string
  * such as "[\"p1\"]", or the array), else the document's value at pk_path
@@ -52,8 +34,8 @@ static const json_t *emu_bulk_body_pk(const json_t *body, const char *pk_path)
  * Read, Delete or Patch without one). A malformed key is that operation's
  * 400, recorded in k->err.
  */
-static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path, size_t i,
-                            struct emu_bulk_key *k)
+static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path,
+                            enum emu_pk_hash hash, size_t i, struct emu_bulk_key *k)
 {
     const json_t *v = json_object_get(op->op, "partitionKey");
     enum sf_rc rc;
@@ -66,7 +48,7 @@ static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path, 
         else
             k->pk = json_incref((json_t *)v);
         rc = json_is_array(k->pk)
-                 ? emu_store_pk_from_header(&k->key, k->pk, "bulk operation", &k->err)
+                 ? emu_store_pk_from_header(&k->key, k->pk, hash, "bulk operation", &k->err)
                  : SF_EINVAL;
         if (rc != SF_OK) {
             (void)emu_store_fail(&k->err, SF_EINVAL, 400, 0,
@@ -82,12 +64,13 @@ static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path, 
     }
     if (op->kind == B_CREATE || op->kind == B_UPSERT || op->kind == B_REPLACE) {
         /* pk stays NULL: the write takes its key from the document, like a header-less write. */
-        rc = emu_store_pk_init(&k->key, emu_bulk_body_pk(op->body, pk_path), "document", &k->err);
+        rc = emu_store_pk_init(&k->key, emu_store_pk_in_body(op->body, pk_path), hash, "document",
+                               &k->err);
         k->ok = rc == SF_OK;
         return;
     }
     k->pk = json_pack("[{}]");
-    rc = k->pk != NULL ? emu_store_pk_from_header(&k->key, k->pk, "bulk operation", &k->err)
+    rc = k->pk != NULL ? emu_store_pk_from_header(&k->key, k->pk, hash, "bulk operation", &k->err)
                        : emu_store_fail(&k->err, SF_ENOMEM, 500, 0, "bulk: out of memory");
     k->ok = rc == SF_OK;
 }
@@ -293,7 +276,7 @@ enum sf_rc emu_store_bulk(struct emu_store *s, const struct emu_coll_ref *c, con
                           struct emu_doc_meta *ret_meta, struct sf_err *err)
 {
     struct emu_batch_op parsed[EMU_BATCH_OPS_LIMIT];
-    struct emu_bulk_key keys[EMU_BATCH_OPS_LIMIT];
+    struct emu_bulk_key *keys; /* on the heap: a V1 EPK makes each key over 1 KiB */
     struct emu_bulk_run run = {.s = s, .continue_on_error = continue_on_error, .gate = gate};
     struct emu_doc_meta meta;
     struct emu_coll *coll = NULL;
@@ -314,6 +297,9 @@ enum sf_rc emu_store_bulk(struct emu_store *s, const struct emu_coll_ref *c, con
     if (rc != SF_OK)
         return rc;
     n = json_array_size(ops);
+    keys = calloc(n > 0 ? n : 1, sizeof(*keys));
+    if (keys == NULL)
+        return emu_store_fail(err, SF_ENOMEM, 500, 0, "bulk: out of memory");
     memset(&meta, 0, sizeof(meta));
     sf_buf_init(&res, out->max > out->len ? out->max - out->len : 0);
     emu_store_write_announce(s);
@@ -321,7 +307,7 @@ enum sf_rc emu_store_bulk(struct emu_store *s, const struct emu_coll_ref *c, con
     rc = emu_store_coll_get(s, c, &coll, err);
     /* Keys are parsed under the lock: routing a body's key needs the container's key path. */
     for (i = 0; rc == SF_OK && i < n; i++)
-        emu_bulk_key_of(&parsed[i], coll->pk_path, i, &keys[i]);
+        emu_bulk_key_of(&parsed[i], coll->pk_path, coll->pk_hash, i, &keys[i]);
     if (rc == SF_OK)
         rc = emu_bulk_range(coll, range_id, &run.range, err);
     if (rc == SF_OK && (rc = emu_store_unit_begin(s, coll, &tx, err)) == SF_OK) {
@@ -341,17 +327,11 @@ enum sf_rc emu_store_bulk(struct emu_store *s, const struct emu_coll_ref *c, con
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        (void)sf_buf_append(out, res.data, res.len); /* reserved above */
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
+    rc = emu_store_write_done(s, joined, rc, &res, out, &meta, ret_meta, err);
     /* Only the keys of a resolved container were parsed (i counts them). */
     while (i > 0)
         emu_bulk_key_release(&keys[--i]);
+    free(keys);
     sf_buf_release(&res);
     return rc;
 }

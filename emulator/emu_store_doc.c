@@ -114,14 +114,19 @@ static enum sf_rc emu_pk_text(struct emu_pk *k, const json_t *v, const char *wha
     return SF_OK;
 }
 
-enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, const char *what,
-                             struct sf_err *err)
+enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash hash,
+                             const char *what, struct sf_err *err)
 {
+    const json_t *value = emu_pk_undefined(v) ? NULL : v;
     enum sf_rc rc = emu_pk_text(k, v, what, err);
 
     if (rc != SF_OK)
         return rc;
-    if (sf_epk_v2(emu_pk_undefined(v) ? NULL : v, k->epk) != SF_OK) {
+    if (hash == EMU_PK_HASH_V1)
+        rc = sf_epk_v1(value, k->epk, sizeof(k->epk));
+    else
+        rc = sf_epk_v2(value, k->epk);
+    if (rc != SF_OK) {
         emu_store_pk_release(k);
         return emu_store_fail(err, SF_ENOMEM, 500, 0, "%s: cannot hash the partition key", what);
     }
@@ -144,19 +149,18 @@ static enum sf_rc emu_pk_header_value(const json_t *pk, const json_t **ret_v, co
     return SF_OK;
 }
 
-enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, const char *what,
-                                    struct sf_err *err)
+enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu_pk_hash hash,
+                                    const char *what, struct sf_err *err)
 {
     const json_t *v = NULL;
     enum sf_rc rc = emu_pk_header_value(pk, &v, what, err);
 
     if (rc != SF_OK)
         return rc;
-    return emu_store_pk_init(k, v, what, err);
+    return emu_store_pk_init(k, v, hash, what, err);
 }
 
-/* The value at the container's partition key path in body (borrowed), or NULL when absent. */
-static const json_t *emu_pk_in_body(const json_t *body, const char *path)
+const json_t *emu_store_pk_in_body(const json_t *body, const char *path)
 {
     const json_t *cur = body;
     const char *seg = path;
@@ -276,9 +280,10 @@ static enum sf_rc emu_doc_user_json(struct emu_store *s, const json_t *body, str
     return SF_OK;
 }
 
-enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_write_kind kind,
-                                 const char *url_id, const json_t *pk, const json_t *body,
-                                 const char *if_match, struct emu_doc_op *op, struct sf_err *err)
+enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_pk_hash hash,
+                                 enum emu_write_kind kind, const char *url_id, const json_t *pk,
+                                 const json_t *body, const char *if_match, struct emu_doc_op *op,
+                                 struct sf_err *err)
 {
     const json_t *body_pk, *hdr_pk = NULL;
     struct emu_pk from_hdr;
@@ -299,8 +304,8 @@ enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum 
         return emu_store_fail(err, SF_EINVAL, 400, 0,
                               "document: body id '%.64s' differs from the addressed id '%.64s'",
                               op->id, url_id != NULL ? url_id : "");
-    body_pk = emu_pk_in_body(body, pk_path);
-    rc = emu_store_pk_init(&op->pk, body_pk, "document", err);
+    body_pk = emu_store_pk_in_body(body, pk_path);
+    rc = emu_store_pk_init(&op->pk, body_pk, hash, "document", err);
     if (rc != SF_OK)
         return rc;
     if (pk != NULL) {
@@ -366,7 +371,7 @@ struct emu_doc_row {
     int64_t rowid;
     char rid[EMU_RID_LEN];
     char etag[64];
-    char epk[33];
+    char epk[EMU_EPK_MAX + 1];
     int64_t lsn;
     bool expired; /* exp <= now: the document is gone for every reader */
 };
@@ -376,19 +381,28 @@ struct emu_doc_row {
  * expired row is found with row->expired set. When body is not NULL the
  * stored text is appended to it (413 past its maximum).
  */
+/* Binds ST_DOC_GET to (key, id) in coll and steps it once; the caller resets it. */
+static sqlite3_stmt *emu_doc_get(struct emu_store *s, const struct emu_coll *coll,
+                                 const struct emu_pk *key, const char *id, int *ret_src)
+{
+    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
+
+    (void)sqlite3_bind_int64(st, 1, coll->cid);
+    (void)sqlite3_bind_text(st, 2, key->epk, -1, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 3, key->text.data, (int)key->text.len, SQLITE_STATIC);
+    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
+    *ret_src = sqlite3_step(st);
+    return st;
+}
+
 static enum sf_rc emu_doc_find(struct emu_store *s, const struct emu_coll *coll,
                                const struct emu_pk *pk, const char *id, int64_t now,
                                struct emu_doc_row *row, struct sf_buf *body, struct sf_err *err)
 {
-    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
     enum sf_rc rc = SF_OK;
     int src;
+    sqlite3_stmt *st = emu_doc_get(s, coll, pk, id, &src);
 
-    (void)sqlite3_bind_int64(st, 1, coll->cid);
-    (void)sqlite3_bind_text(st, 2, pk->epk, -1, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 3, pk->text.data, (int)pk->text.len, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
-    src = sqlite3_step(st);
     if (src == SQLITE_ROW) {
         const char *rid = (const char *)sqlite3_column_text(st, 1);
         const char *etag = (const char *)sqlite3_column_text(st, 2);
@@ -668,7 +682,7 @@ enum sf_rc emu_store_doc_write(struct emu_store *s, const struct emu_coll_ref *c
     sf_buf_init(&text, s->max_doc_bytes);
     /* Parsing and serialising need no lock: concurrent writers overlap here. */
     emu_store_write_announce(s);
-    rc = emu_store_doc_prepare(s, c->pk_path, kind, id, pk, body, if_match, &op, err);
+    rc = emu_store_doc_prepare(s, c->pk_path, c->pk_hash, kind, id, pk, body, if_match, &op, err);
     emu_store_write_lock(s);
     if (rc == SF_OK)
         rc = emu_store_coll_get(s, c, &coll, err);
@@ -683,15 +697,7 @@ enum sf_rc emu_store_doc_write(struct emu_store *s, const struct emu_coll_ref *c
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        if (out != NULL)
-            (void)sf_buf_append(out, text.data, text.len); /* reserved above */
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
+    rc = emu_store_write_done(s, joined, rc, &text, out, &meta, ret_meta, err);
     emu_store_doc_op_release(&op);
     sf_buf_release(&text);
     return rc;
@@ -718,15 +724,10 @@ enum sf_rc emu_store_doc_get(struct emu_store *s, const struct emu_coll *coll,
                              struct sf_buf *out, struct emu_doc_meta *meta, struct sf_err *err)
 {
     const struct emu_range *range;
-    sqlite3_stmt *st = emu_store_stmt(s, ST_DOC_GET);
     enum sf_rc rc = SF_OK;
     int src;
+    sqlite3_stmt *st = emu_doc_get(s, coll, key, id, &src);
 
-    (void)sqlite3_bind_int64(st, 1, coll->cid);
-    (void)sqlite3_bind_text(st, 2, key->epk, -1, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 3, key->text.data, (int)key->text.len, SQLITE_STATIC);
-    (void)sqlite3_bind_text(st, 4, id, -1, SQLITE_STATIC);
-    src = sqlite3_step(st);
     if (src == SQLITE_ROW && sqlite3_column_type(st, 5) != SQLITE_NULL &&
         sqlite3_column_int64(st, 5) <= emu_store_now(s)) {
         src = SQLITE_DONE; /* expired: gone for readers even before the sweep */
@@ -779,7 +780,7 @@ enum sf_rc emu_store_doc_read(struct emu_store *s, const struct emu_coll_ref *c,
     memset(&meta, 0, sizeof(meta));
     rc = emu_point_args(id, pk, "read", err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, "read", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "read", err);
     if (rc != SF_OK)
         return rc;
     emu_store_lock(s);
@@ -853,7 +854,7 @@ enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *
     memset(&meta, 0, sizeof(meta));
     rc = emu_point_args(id, pk, "delete", err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, "delete", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "delete", err);
     if (rc != SF_OK)
         return rc;
     emu_store_write_announce(s);
@@ -866,12 +867,8 @@ enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
+    rc = emu_store_write_done(s, joined, rc, NULL, NULL, &meta, ret_meta, err);
     emu_store_pk_release(&key);
-    if (rc == SF_OK && ret_meta != NULL)
-        *ret_meta = meta;
     return rc;
 }
 

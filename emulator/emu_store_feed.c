@@ -203,20 +203,14 @@ static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_co
         after = req->after_lsn;
     else if (req->start == EMU_CF_SINCE_TIME)
         since = req->since_ts;
-    /* One logical partition: report the range that holds it. */
-    if (key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
-        emu_store_route(coll, key->epk) != NULL)
-        sc.range = emu_store_route(coll, key->epk);
-    max_items = req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
+    max_items = emu_store_cf_page_setup(coll, req, key, &sc);
 
     rc = emu_store_feed_open(out, coll->rid, "Documents");
     if (rc != SF_OK) {
         rc = emu_store_out_fail(rc, "change feed", err);
         goto out;
     }
-    /* A key outside the requested range/EPK scope has no changes in it. */
-    if (req->start != EMU_CF_NOW &&
-        (key == NULL || (strcmp(sc.min, key->epk) <= 0 && strcmp(key->epk, sc.max) < 0))) {
+    if (req->start != EMU_CF_NOW && emu_store_cf_key_in_scope(key, &sc)) {
         /* Rows after LSN `after` start past its last op's rowid. */
         int64_t first = after >= EMU_MAX_LSN
                             ? emu_store_row_base(coll) + ((INT64_C(1) << EMU_ROW_BITS) - 1)
@@ -244,19 +238,7 @@ static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_co
         if (rc != SF_OK)
             goto out;
     }
-    rc = sf_buf_printf(out, "],\"_count\":%d}", count);
-    if (rc != SF_OK) {
-        rc = emu_store_out_fail(rc, "change feed", err);
-        goto out;
-    }
-    res.count = count;
-    /*
-     * Nothing new: everything in scope up to the container's LSN has been
-     * seen, so the cursor may move there (never backwards).
-     */
-    res.continuation = count > 0 ? last : SF_MAX(after, coll->lsn);
-    res.range_lsn = coll->lsn;
-    (void)snprintf(res.range_id, sizeof(res.range_id), "%s", sc.range->id);
+    rc = emu_store_cf_page_close(coll, &sc, count, last, after, out, &res, err);
 out:
     if (rc != SF_OK) {
         emu_store_out_cut(out, start);
@@ -264,6 +246,35 @@ out:
     }
     if (ret_res != NULL)
         *ret_res = res;
+    return SF_OK;
+}
+
+int emu_store_cf_page_setup(const struct emu_coll *coll, const struct emu_cf_request *req,
+                            const struct emu_pk *key, struct emu_cf_scope *sc)
+{
+    if (key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
+        emu_store_route(coll, key->epk) != NULL)
+        sc->range = emu_store_route(coll, key->epk);
+    return req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
+}
+
+bool emu_store_cf_key_in_scope(const struct emu_pk *key, const struct emu_cf_scope *sc)
+{
+    return key == NULL || (strcmp(sc->min, key->epk) <= 0 && strcmp(key->epk, sc->max) < 0);
+}
+
+enum sf_rc emu_store_cf_page_close(const struct emu_coll *coll, const struct emu_cf_scope *sc,
+                                   int count, int64_t last, int64_t after, struct sf_buf *out,
+                                   struct emu_cf_result *res, struct sf_err *err)
+{
+    enum sf_rc rc = sf_buf_printf(out, "],\"_count\":%d}", count);
+
+    if (rc != SF_OK)
+        return emu_store_out_fail(rc, "change feed", err);
+    res->count = count;
+    res->continuation = count > 0 ? last : SF_MAX(after, coll->lsn);
+    res->range_lsn = coll->lsn;
+    (void)snprintf(res->range_id, sizeof(res->range_id), "%s", sc->range->id);
     return SF_OK;
 }
 
@@ -311,7 +322,7 @@ enum sf_rc emu_store_changefeed(struct emu_store *s, const struct emu_coll_ref *
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_changefeed: no output buffer");
     rc = emu_cf_check(req, err);
     if (rc == SF_OK && req->pk != NULL)
-        rc = emu_store_pk_from_header(&key, req->pk, "change feed", err);
+        rc = emu_store_pk_from_header(&key, req->pk, c->pk_hash, "change feed", err);
     if (rc != SF_OK)
         return rc;
     emu_store_lock(s);
@@ -346,7 +357,7 @@ struct emu_scan_batch {
     int n;
     bool more; /* rows may follow this batch */
     /* The cursor: the (epk, pk, id) of the last row copied; "" before the first. */
-    char epk[33];
+    char epk[EMU_EPK_MAX + 1];
     struct sf_buf pk;
     char id[EMU_MAX_DOC_ID + 1];
 };
@@ -399,18 +410,30 @@ static enum sf_rc emu_scan_copy(struct emu_store *s, sqlite3_stmt *st, struct em
 
 /* Fetches the next batch of the scan under the lock. */
 static enum sf_rc emu_scan_next(struct emu_store *s, const struct emu_coll_ref *c,
-                                const char *range_id, const struct emu_pk *key,
+                                const char *range_id, bool retired_by_epk, const struct emu_pk *key,
                                 struct emu_scan_batch *b, struct sf_err *err)
 {
     struct emu_cf_scope sc;
     struct emu_coll *coll;
+    const struct emu_range *gone = NULL;
     sqlite3_stmt *st;
     int64_t now = emu_store_now(s);
     enum sf_rc rc;
 
     rc = emu_store_coll_get(s, c, &coll, err);
+    if (rc == SF_OK && retired_by_epk && range_id != NULL) {
+        const char *comma = strchr(range_id, ',');
+
+        if (comma == NULL || (strlen(coll->rid) == (size_t)(comma - range_id) &&
+                              strncmp(range_id, coll->rid, (size_t)(comma - range_id)) == 0))
+            gone = emu_store_range_by_id(coll, comma != NULL ? comma + 1 : range_id);
+        if (gone != NULL && gone->online)
+            gone = NULL;
+    }
+    /* A retired range's documents are still stored by EPK: scan the span it covered. */
     if (rc == SF_OK)
-        rc = emu_store_scope(coll, range_id, NULL, NULL, "scan", &sc, err);
+        rc = gone != NULL ? emu_store_scope(coll, NULL, gone->min, gone->max, "scan", &sc, err)
+                          : emu_store_scope(coll, range_id, NULL, NULL, "scan", &sc, err);
     if (rc != SF_OK)
         return rc;
     if (key != NULL) {
@@ -443,8 +466,8 @@ static enum sf_rc emu_scan_next(struct emu_store *s, const struct emu_coll_ref *
 }
 
 enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
-                              const char *range_id, const json_t *pk, emu_doc_visit_fn fn,
-                              void *ctx, struct sf_err *err)
+                              const char *range_id, bool retired_by_epk, const json_t *pk,
+                              emu_doc_visit_fn fn, void *ctx, struct sf_err *err)
 {
     struct emu_scan_batch *b;
     struct emu_pk key;
@@ -453,7 +476,7 @@ enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
 
     if (c == NULL || fn == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_doc_scan: missing argument");
-    if (pk != NULL && (rc = emu_store_pk_from_header(&key, pk, "scan", err)) != SF_OK)
+    if (pk != NULL && (rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "scan", err)) != SF_OK)
         return rc;
     b = calloc(1, sizeof(*b));
     if (b == NULL) {
@@ -464,7 +487,7 @@ enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
     sf_buf_init(&b->pk, SIZE_MAX);
     do {
         emu_store_lock(s);
-        rc = emu_scan_next(s, c, range_id, pk != NULL ? &key : NULL, b, err);
+        rc = emu_scan_next(s, c, range_id, retired_by_epk, pk != NULL ? &key : NULL, b, err);
         emu_store_unlock(s);
         for (i = 0; rc == SF_OK && i < b->n; i++)
             rc = fn(ctx, b->text.data + b->off[i], b->len[i]);

@@ -45,6 +45,7 @@
 #include "common/sf_base.h"
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
+#include "common/sf_hash.h"
 #include "emulator/emu_store.h"
 
 #define EMU_SCHEMA_VERSION 2
@@ -160,6 +161,7 @@ struct emu_coll {
     char db_id[EMU_MAX_NAME + 1];
     char id[EMU_MAX_NAME + 1];
     char pk_path[EMU_MAX_NAME + 1]; /* "/pk" or "/a/b" */
+    enum emu_pk_hash pk_hash;       /* how documents are placed (emu_coll_hash_load) */
     int64_t lsn;                    /* last committed LSN */
     int64_t lsn_pending;            /* last LSN handed out (>= lsn; > while a group is open) */
     int64_t range_seq;              /* last partition key range rid counter handed out */
@@ -278,6 +280,16 @@ void emu_store_write_lock(struct emu_store *s);
  * queued for it.
  */
 enum sf_rc emu_store_write_unlock(struct emu_store *s, bool joined, struct sf_err *err);
+/*
+ * The end every document write shares: emu_store_write_unlock, then, when rc
+ * and the commit both succeeded, appends result to out (reserved by the
+ * caller; out may be NULL) and copies meta to *ret_meta (may be NULL).
+ * Returns rc, or the commit's failure.
+ */
+enum sf_rc emu_store_write_done(struct emu_store *s, bool joined, enum sf_rc rc,
+                                const struct sf_buf *result, struct sf_buf *out,
+                                const struct emu_doc_meta *meta, struct emu_doc_meta *ret_meta,
+                                struct sf_err *err);
 
 /*
  * Starts a unit on coll inside the group (opening it when needed). tx->now is
@@ -311,6 +323,18 @@ void emu_store_rollback(struct emu_store *s);
 
 /* Takes the next etag counter value for a database, container, range or script (inside a tx). */
 enum sf_rc emu_store_next_res_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err);
+/* A resource write's first step: BEGIN, then emu_store_next_res_seq (rolled back by the caller). */
+enum sf_rc emu_store_begin_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err);
+
+/*
+ * The meta table (key → text). get copies the value into out (n bytes):
+ * SF_ENOTFOUND (err untouched) when the key is missing, 500 when the value
+ * does not fit. set inserts or replaces. Both under the lock.
+ */
+enum sf_rc emu_store_meta_get(struct emu_store *s, const char *key, char *out, size_t n,
+                              struct sf_err *err);
+enum sf_rc emu_store_meta_set(struct emu_store *s, const char *key, const char *value,
+                              struct sf_err *err);
 
 /* ---- helpers (emu_store.c) ---- */
 
@@ -376,22 +400,30 @@ enum sf_rc emu_store_load_caches(struct emu_store *s, struct sf_err *err);
 
 /* ---- partition key values (emu_store_doc.c) ---- */
 
+/* The longest EPK text: V2 EPKs are 32 hex digits, V1 ones carry the (cut) value. */
+#define EMU_EPK_MAX SF_EPK_V1_MAX
+
 /* A partition key value in its stored forms. Release with emu_store_pk_release. */
 struct emu_pk {
     struct sf_buf text; /* canonical JSON: "\"abc\"", "5", "true", "null", "{}" (undefined) */
-    char epk[33];
+    char epk[EMU_EPK_MAX + 1];
 };
 
 void emu_store_pk_release(struct emu_pk *k);
 /*
  * Fills k from a partition key value (a string, number, boolean, null, or
- * NULL / {} for undefined); k needs no release on failure.
+ * NULL / {} for undefined), its EPK by hash; k needs no release on failure.
  */
-enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, const char *what,
-                             struct sf_err *err);
+enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash hash,
+                             const char *what, struct sf_err *err);
+/*
+ * The value at a container's partition key path ("/pk", "/a/b") in body,
+ * borrowed from body, or NULL when absent (undefined).
+ */
+const json_t *emu_store_pk_in_body(const json_t *body, const char *path);
 /* Fills k from the x-ms-documentdb-partitionkey header array ([] and [{}] are undefined). */
-enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, const char *what,
-                                    struct sf_err *err);
+enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu_pk_hash hash,
+                                    const char *what, struct sf_err *err);
 
 /* ---- document writes inside a unit (emu_store_doc.c) ---- */
 
@@ -414,9 +446,10 @@ struct emu_doc_op {
  * body), and the client's fields as JSON. url_id is the addressed id of a
  * replace. Needs no lock (reads only s->max_doc_bytes).
  */
-enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_write_kind kind,
-                                 const char *url_id, const json_t *pk, const json_t *body,
-                                 const char *if_match, struct emu_doc_op *op, struct sf_err *err);
+enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum emu_pk_hash hash,
+                                 enum emu_write_kind kind, const char *url_id, const json_t *pk,
+                                 const json_t *body, const char *if_match, struct emu_doc_op *op,
+                                 struct sf_err *err);
 /* Routes a prepared op to coll's range and reads the body's "ttl" under coll's settings. */
 enum sf_rc emu_store_doc_route(const struct emu_coll *coll, const json_t *body,
                                struct emu_doc_op *op, struct sf_err *err);
@@ -536,6 +569,27 @@ enum sf_rc emu_store_scope(const struct emu_coll *coll, const char *range_id, co
  */
 enum sf_rc emu_store_cf_cont_check(const struct emu_coll *coll, const struct emu_cf_request *req,
                                    struct sf_err *err);
+
+/*
+ * The page size of req (EMU_CF_DEFAULT when it names none, at most
+ * EMU_CF_MAX). With only a key scoping req, sc->range becomes the range
+ * holding the key: the range the answer names.
+ */
+int emu_store_cf_page_setup(const struct emu_coll *coll, const struct emu_cf_request *req,
+                            const struct emu_pk *key, struct emu_cf_scope *sc);
+
+/* Whether anything in scope can have changed: no key, or the key's EPK inside sc. */
+bool emu_store_cf_key_in_scope(const struct emu_pk *key, const struct emu_cf_scope *sc);
+
+/*
+ * Closes the page emu_store_feed_open started with its _count and fills res
+ * (range_id from sc). An empty page's continuation is the container's LSN:
+ * everything in scope up to it has been seen, so the cursor may move there
+ * (never below after). Store lock held.
+ */
+enum sf_rc emu_store_cf_page_close(const struct emu_coll *coll, const struct emu_cf_scope *sc,
+                                   int count, int64_t last, int64_t after, struct sf_buf *out,
+                                   struct emu_cf_result *res, struct sf_err *err);
 
 /*
  * Appends the page items from the bound feed statement st (columns lsn,

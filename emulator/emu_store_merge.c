@@ -189,9 +189,7 @@ static enum sf_rc emu_merge_locked(struct emu_store *s, const char *db, const ch
     left = &grown[li];
     right = &grown[ri];
     version = coll->ranges_version + 1;
-    rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+    rc = emu_store_begin_seq(s, &seq, err);
     if (rc == SF_OK) {
         emu_store_res_etag(seq, 1, etag);
         rc = emu_range_insert(s, coll, &merged, sf_buf_cstr(&parents), version, now, etag, err);

@@ -122,6 +122,22 @@ static enum sf_rc offer_fill(struct emu_store *s, json_t *offer, const char *res
     return SF_OK;
 }
 
+/* Fills and saves offer in one transaction (store lock held); rolls back on failure. */
+static enum sf_rc offer_write(struct emu_store *s, json_t *offer, const char *res_rid,
+                              const char *self, int64_t rus, struct sf_err *err)
+{
+    enum sf_rc rc = emu_store_begin(s, err);
+
+    if (rc != SF_OK)
+        return rc;
+    if ((rc = offer_fill(s, offer, res_rid, self, rus, err)) == SF_OK &&
+        (rc = offer_save(s, res_rid, offer, err)) == SF_OK)
+        rc = emu_store_commit(s, err);
+    if (rc != SF_OK)
+        emu_store_rollback(s);
+    return rc;
+}
+
 static enum sf_rc offer_out(const json_t *offer, struct sf_buf *out, struct sf_err *err)
 {
     if (out && sf_json_dump(offer, out) != SF_OK)
@@ -149,15 +165,8 @@ enum sf_rc emu_store_offer_put(struct emu_store *s, const char *res_rid, int64_t
         rc = emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
         goto out;
     }
-    if ((rc = emu_store_begin(s, err)) != SF_OK)
+    if ((rc = offer_write(s, offer, res_rid, self, rus, err)) != SF_OK)
         goto out;
-    if ((rc = offer_fill(s, offer, res_rid, self, rus, err)) == SF_OK &&
-        (rc = offer_save(s, res_rid, offer, err)) == SF_OK)
-        rc = emu_store_commit(s, err);
-    if (rc != SF_OK) {
-        emu_store_rollback(s);
-        goto out;
-    }
     rc = offer_out(offer, out, err);
 out:
     emu_store_unlock(s);
@@ -302,15 +311,8 @@ enum sf_rc emu_store_offer_replace(struct emu_store *s, const char *id, int64_t 
         rc = emu_store_fail(err, SF_ENOTFOUND, 404, 0, "offer '%s' does not exist", id);
         goto out;
     }
-    if ((rc = emu_store_begin(s, err)) != SF_OK)
+    if ((rc = offer_write(s, offer, res_rid, self, rus, err)) != SF_OK)
         goto out;
-    if ((rc = offer_fill(s, offer, res_rid, self, rus, err)) == SF_OK &&
-        (rc = offer_save(s, res_rid, offer, err)) == SF_OK)
-        rc = emu_store_commit(s, err);
-    if (rc != SF_OK) {
-        emu_store_rollback(s);
-        goto out;
-    }
     if ((rc = offer_out(offer, out, err)) == SF_OK)
         (void)snprintf(ret_res_rid, 16, "%s", res_rid);
 out:
@@ -324,11 +326,13 @@ enum sf_rc emu_store_range_of(struct emu_store *s, const struct emu_coll_ref *c,
 {
     struct emu_coll *coll;
     const struct emu_range *r = NULL;
-    char epk[40];
+    struct emu_pk key;
+    struct sf_err ignored;
     int online = 0;
     enum sf_rc rc;
 
-    if (pk && sf_epk_v2_array(pk, epk, sizeof(epk)) != SF_OK)
+    sf_err_clear(&ignored);
+    if (pk && emu_store_pk_from_header(&key, pk, c->pk_hash, "range", &ignored) != SF_OK)
         pk = NULL; /* a malformed key: the request itself will be refused with 400 */
     emu_store_lock(s);
     rc = emu_store_coll_get(s, c, &coll, err);
@@ -336,10 +340,12 @@ enum sf_rc emu_store_range_of(struct emu_store *s, const struct emu_coll_ref *c,
         for (size_t i = 0; i < coll->n_ranges; i++)
             online += coll->ranges[i].online;
         if (pk)
-            r = emu_store_route(coll, epk);
+            r = emu_store_route(coll, key.epk);
         (void)snprintf(ret_range_id, 16, "%s", r ? r->id : "");
         *ret_online = online;
     }
     emu_store_unlock(s);
+    if (pk)
+        emu_store_pk_release(&key);
     return rc;
 }

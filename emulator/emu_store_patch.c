@@ -173,6 +173,15 @@ static enum sf_rc emu_ptr_allowed(const struct emu_ptr *p, size_t i, const char 
     return SF_OK;
 }
 
+/* Parses operation i's pointer field name (text) into p and checks that a patch may write it. */
+static enum sf_rc emu_ptr_writable(const char *text, size_t i, const char *name,
+                                   const char *pk_path, struct emu_ptr *p, struct sf_err *err)
+{
+    enum sf_rc rc = emu_ptr_parse(text, i, name, p, err);
+
+    return rc == SF_OK ? emu_ptr_allowed(p, i, pk_path, err) : rc;
+}
+
 /* Checks operation i of the request into op. */
 static enum sf_rc emu_patch_op_parse(const json_t *o, size_t i, const char *pk_path,
                                      struct emu_patch_op *op, struct sf_err *err)
@@ -197,17 +206,13 @@ static enum sf_rc emu_patch_op_parse(const json_t *o, size_t i, const char *pk_p
     op->kind = (enum emu_patch_kind)k;
     if (path == NULL)
         return emu_patch_fail(err, i, "'path' is missing or not a string");
-    rc = emu_ptr_parse(path, i, "path", &op->path, err);
-    if (rc == SF_OK)
-        rc = emu_ptr_allowed(&op->path, i, pk_path, err);
+    rc = emu_ptr_writable(path, i, "path", pk_path, &op->path, err);
     if (rc != SF_OK)
         return rc;
     if (op->kind == PATCH_MOVE) {
         if (from == NULL)
             return emu_patch_fail(err, i, "a move needs 'from', the path to move from");
-        rc = emu_ptr_parse(from, i, "from", &op->from, err);
-        if (rc == SF_OK)
-            rc = emu_ptr_allowed(&op->from, i, pk_path, err);
+        rc = emu_ptr_writable(from, i, "from", pk_path, &op->from, err);
         if (rc != SF_OK)
             return rc;
         if (op->path.n > op->from.n && emu_ptr_overlaps(&op->from, op->path.seg, op->path.n))
@@ -316,15 +321,31 @@ static json_t *emu_incr(const json_t *a, const json_t *b)
 }
 
 /*
+ * An incr's new value: *value (taken) becomes old + *value, or NULL with a
+ * 400 naming p when old is not a number.
+ */
+static enum sf_rc emu_patch_sum(const json_t *old, json_t **value, size_t i,
+                                const struct emu_ptr *p, struct sf_err *err)
+{
+    json_t *sum = json_is_number(old) ? emu_incr(old, *value) : NULL;
+    bool number = json_is_number(old);
+
+    json_decref(*value);
+    *value = sum;
+    return number ? SF_OK : emu_patch_fail(err, i, "Node(%.64s) is not a number.", p->text);
+}
+
+/*
  * Puts value (taken: a new reference) at p for add / set / replace / incr /
  * the second half of a move.
  */
 static enum sf_rc emu_patch_put(json_t *doc, enum emu_patch_kind kind, const struct emu_ptr *p,
                                 json_t *value, size_t i, struct sf_err *err)
 {
-    json_t *parent = emu_ptr_parent(doc, p), *old, *sum;
+    json_t *parent = emu_ptr_parent(doc, p), *old;
     const char *last = p->seg[p->n - 1];
     size_t idx = 0, size;
+    enum sf_rc rc;
     int bad = 0;
 
     if (value == NULL)
@@ -343,15 +364,9 @@ static enum sf_rc emu_patch_put(json_t *doc, enum emu_patch_kind kind, const str
             json_decref(value);
             return emu_patch_fail(err, i, "Node(%.64s) to be replaced is absent.", p->text);
         }
-        if (kind == PATCH_INCR && old != NULL) {
-            if (!json_is_number(old)) {
-                json_decref(value);
-                return emu_patch_fail(err, i, "Node(%.64s) is not a number.", p->text);
-            }
-            sum = emu_incr(old, value);
-            json_decref(value);
-            value = sum;
-        }
+        if (kind == PATCH_INCR && old != NULL &&
+            (rc = emu_patch_sum(old, &value, i, p, err)) != SF_OK)
+            return rc;
         bad = value == NULL || json_object_set_new(parent, last, value) != 0;
         return bad ? emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory") : SF_OK;
     }
@@ -363,16 +378,9 @@ static enum sf_rc emu_patch_put(json_t *doc, enum emu_patch_kind kind, const str
         json_decref(value);
         return emu_patch_fail(err, i, "Index(%.32s) to operate on is out of array bounds", last);
     }
-    if (kind == PATCH_INCR) {
-        old = json_array_get(parent, idx);
-        if (!json_is_number(old)) {
-            json_decref(value);
-            return emu_patch_fail(err, i, "Node(%.64s) is not a number.", p->text);
-        }
-        sum = emu_incr(old, value);
-        json_decref(value);
-        value = sum;
-    }
+    if (kind == PATCH_INCR &&
+        (rc = emu_patch_sum(json_array_get(parent, idx), &value, i, p, err)) != SF_OK)
+        return rc;
     if (idx < size && kind != PATCH_ADD && kind != PATCH_MOVE)
         bad = value == NULL || json_array_set_new(parent, idx, value) != 0;
     else
@@ -480,7 +488,8 @@ enum sf_rc emu_store_patch_apply(struct emu_store *s, struct emu_tx *tx, const j
     sf_buf_init(&cur, SIZE_MAX);
     memset(&op, 0, sizeof(op));
     rc = emu_patch_parse(body, tx->coll->pk_path, &p, err);
-    if (rc == SF_OK && (rc = emu_store_pk_from_header(&key, pk, "patch", err)) == SF_OK)
+    if (rc == SF_OK &&
+        (rc = emu_store_pk_from_header(&key, pk, tx->coll->pk_hash, "patch", err)) == SF_OK)
         have_key = true;
     if (rc == SF_OK)
         rc = emu_store_doc_get(s, tx->coll, &key, id, NULL, &cur, &cur_meta, err);
@@ -510,8 +519,8 @@ enum sf_rc emu_store_patch_apply(struct emu_store *s, struct emu_tx *tx, const j
     rc = emu_patch_run(doc, &p, err);
     /* The patched document replaces the current one (the etag was checked above). */
     if (rc == SF_OK)
-        rc = emu_store_doc_prepare(s, tx->coll->pk_path, EMU_WRITE_REPLACE, id, pk, doc,
-                                   cur_meta.etag, &op, err);
+        rc = emu_store_doc_prepare(s, tx->coll->pk_path, tx->coll->pk_hash, EMU_WRITE_REPLACE, id,
+                                   pk, doc, cur_meta.etag, &op, err);
     if (rc == SF_OK)
         rc = emu_store_doc_route(tx->coll, doc, &op, err);
     if (rc == SF_OK)
@@ -559,15 +568,7 @@ enum sf_rc emu_store_doc_patch(struct emu_store *s, const struct emu_coll_ref *c
         if (rc == SF_OK)
             rc = grc;
     }
-    grc = emu_store_write_unlock(s, joined, err);
-    if (grc != SF_OK)
-        rc = grc;
-    if (rc == SF_OK) {
-        if (out != NULL)
-            (void)sf_buf_append(out, text.data, text.len); /* reserved above */
-        if (ret_meta != NULL)
-            *ret_meta = meta;
-    }
+    rc = emu_store_write_done(s, joined, rc, &text, out, &meta, ret_meta, err);
     sf_buf_release(&text);
     return rc;
 }

@@ -215,9 +215,7 @@ static enum sf_rc emu_db_create_locked(struct emu_store *s, const json_t *body, 
     if (rc == SF_OK)
         rc = emu_db_new_rid(s, db.rid, err);
     if (rc == SF_OK)
-        rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+        rc = emu_store_begin_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
     emu_store_res_etag(seq, 0, etag);
@@ -611,14 +609,17 @@ enum sf_rc emu_range_insert(struct emu_store *s, const struct emu_coll *coll,
 
 /*
  * Creates the container's initial ranges (s->partitions of them) in SQL and in
- * coll->ranges. The EPK space starts with 00..3F (top two bits cleared), so
- * boundary i is i * (0x4000000000000000 / n) as 16 hex digits; the first range
- * starts at "" and the last ends at "FF".
+ * coll->ranges. The V2 EPK space starts with 00..3F (top two bits cleared), so
+ * boundary i is i * (0x4000000000000000 / n) as 16 hex digits; a V1 container
+ * cuts its 32-bit hash space instead, boundary i being the encoding of
+ * i * (2^32 / n) (sf_epk_v1_bound). The first range starts at "" and the last
+ * ends at "FF".
  */
 static enum sf_rc emu_ranges_create(struct emu_store *s, struct emu_coll *coll, int64_t ts,
                                     int64_t seq, struct sf_err *err)
 {
     uint64_t step = UINT64_C(0x4000000000000000) / (uint64_t)s->partitions;
+    uint64_t step_v1 = (UINT64_C(1) << 32) / (uint64_t)s->partitions;
     enum sf_rc rc = SF_OK;
     int i;
 
@@ -636,11 +637,15 @@ static enum sf_rc emu_ranges_create(struct emu_store *s, struct emu_coll *coll, 
         emu_range_rid(coll, i + 1, r->rid);
         if (i == 0)
             r->min[0] = '\0';
+        else if (coll->pk_hash == EMU_PK_HASH_V1)
+            (void)sf_epk_v1_bound((uint32_t)(step_v1 * (uint64_t)i), r->min, sizeof(r->min));
         else
             (void)snprintf(r->min, sizeof(r->min), "%016llX",
                            (unsigned long long)(step * (uint64_t)i));
         if (i == s->partitions - 1)
             (void)snprintf(r->max, sizeof(r->max), "FF");
+        else if (coll->pk_hash == EMU_PK_HASH_V1)
+            (void)sf_epk_v1_bound((uint32_t)(step_v1 * (uint64_t)(i + 1)), r->max, sizeof(r->max));
         else
             (void)snprintf(r->max, sizeof(r->max), "%016llX",
                            (unsigned long long)(step * (uint64_t)(i + 1)));
@@ -649,6 +654,54 @@ static enum sf_rc emu_ranges_create(struct emu_store *s, struct emu_coll *coll, 
         rc = emu_range_insert(s, coll, r, "[]", coll->ranges_version, ts, etag, err);
     }
     return rc;
+}
+
+/*
+ * Which hash places a container's documents. A container that says
+ * partitionKey.version 1 is placed by the V1 hash only when the store says
+ * so: cosmolite before this marker placed every container by V2, and moving
+ * the documents of such a container to new ranges would break the
+ * change-feed continuations and leases its clients hold. So each V1
+ * container made since records "v1" under "pk_hash:<rid>" in the meta table
+ * when it is created, and a V1 container without the record keeps V2
+ * placement (docs/operations.md: recreate it to get V1 placement).
+ */
+static void emu_coll_hash_key(const struct emu_coll *coll, char out[64])
+{
+    (void)snprintf(out, 64, "pk_hash:%s", coll->rid);
+}
+
+static enum sf_rc emu_coll_hash_save(struct emu_store *s, const struct emu_coll *coll,
+                                     struct sf_err *err)
+{
+    char key[64];
+
+    emu_coll_hash_key(coll, key);
+    return emu_store_meta_set(s, key, "v1", err);
+}
+
+/* Sets coll->pk_hash at open from the stored body and the meta record. */
+static enum sf_rc emu_coll_hash_load(struct emu_store *s, const json_t *body, struct emu_coll *coll,
+                                     struct sf_err *err)
+{
+    const json_t *v = json_object_get(json_object_get(body, "partitionKey"), "version");
+    char key[64], value[8];
+    enum sf_rc rc;
+
+    coll->pk_hash = EMU_PK_HASH_V2;
+    if (json_integer_value(v) != 1)
+        return SF_OK;
+    emu_coll_hash_key(coll, key);
+    rc = emu_store_meta_get(s, key, value, sizeof(value), err);
+    if (rc == SF_ENOTFOUND)
+        return SF_OK; /* made by an older cosmolite: its documents sit where V2 put them */
+    if (rc != SF_OK)
+        return rc;
+    if (strcmp(value, "v1") != 0)
+        return emu_store_fail(err, SF_EIO, 500, 0, "container '%s': meta %s is '%s', not 'v1'",
+                              coll->id, key, value);
+    coll->pk_hash = EMU_PK_HASH_V1;
+    return SF_OK;
 }
 
 static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id, const json_t *body,
@@ -704,6 +757,8 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     (void)snprintf(coll->db_id, sizeof(coll->db_id), "%s", db->id);
     (void)snprintf(coll->db_rid, sizeof(coll->db_rid), "%s", db->rid);
     (void)snprintf(coll->pk_path, sizeof(coll->pk_path), "%s", path);
+    coll->pk_hash = json_integer_value(json_object_get(pknorm, "version")) == 1 ? EMU_PK_HASH_V1
+                                                                                : EMU_PK_HASH_V2;
     coll->ttl_on = settings.ttl_on;
     coll->default_ttl = settings.default_ttl;
     coll->avad_minutes = settings.avad_minutes;
@@ -711,9 +766,7 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     if (rc == SF_OK)
         rc = emu_coll_new_rid(s, db, coll, err);
     if (rc == SF_OK)
-        rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+        rc = emu_store_begin_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
     emu_store_res_etag(seq, 0, etag);
@@ -735,6 +788,8 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     if (rc != SF_OK)
         goto out;
     coll->cid = sqlite3_last_insert_rowid(s->db);
+    if (coll->pk_hash == EMU_PK_HASH_V1 && (rc = emu_coll_hash_save(s, coll, err)) != SF_OK)
+        goto out;
     if (coll->cid > EMU_MAX_CID) {
         /* Document rowids carry the cid (EMU_ROW_BITS); it takes millions of containers. */
         rc = emu_store_fail(err, SF_ELIMIT, 403, 0,
@@ -983,9 +1038,7 @@ static enum sf_rc emu_coll_replace_locked(struct emu_store *s, const char *db, c
     if (rc == SF_OK)
         rc = emu_pkdef_keep(body, stored, &pk, err);
     if (rc == SF_OK)
-        rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+        rc = emu_store_begin_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
     emu_store_res_etag(seq, 0, etag);
@@ -1107,6 +1160,7 @@ enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const cha
     (void)snprintf(ret_ref->db_rid, sizeof(ret_ref->db_rid), "%s", c->db_rid);
     (void)snprintf(ret_ref->coll_rid, sizeof(ret_ref->coll_rid), "%s", c->rid);
     (void)snprintf(ret_ref->pk_path, sizeof(ret_ref->pk_path), "%s", c->pk_path);
+    ret_ref->pk_hash = c->pk_hash;
 out:
     emu_store_unlock(s);
     return rc;
@@ -1321,6 +1375,58 @@ static bool emu_epk_mid(const char *min, const char *max, char out[33])
     return true;
 }
 
+/*
+ * The hash value a V1 boundary stands for: "" is 0, "FF" 2^32, anything else
+ * must be an encoding sf_epk_v1_bound wrote (0x05, the top payload byte,
+ * then 7-bit groups in the top bits of each byte; the payload is the
+ * double's bits with the sign flipped). False for anything else.
+ */
+static bool emu_epk_v1_hash(const char *epk, uint64_t *ret)
+{
+    size_t len = strlen(epk), i;
+    uint64_t payload = 0;
+    double d;
+
+    if (len == 0 || strcmp(epk, "FF") == 0) {
+        *ret = len == 0 ? 0 : UINT64_C(1) << 32;
+        return true;
+    }
+    if (len % 2 != 0 || len < 4 || len > 20 || strncmp(epk, "05", 2) != 0)
+        return false;
+    for (i = 2; i < len; i += 2) {
+        static const char digits[] = "0123456789ABCDEF";
+        const char *hi = memchr(digits, epk[i], 16), *lo = memchr(digits, epk[i + 1], 16);
+        unsigned b;
+
+        if (hi == NULL || lo == NULL)
+            return false;
+        b = (unsigned)((hi - digits) << 4 | (lo - digits));
+        if (i == 2)
+            payload = (uint64_t)b << 56;
+        else
+            payload |= (uint64_t)(b >> 1) << (49 - 7 * (int)((i - 4) / 2));
+    }
+    if ((payload & UINT64_C(0x8000000000000000)) == 0)
+        return false; /* a negative number: no hash */
+    payload ^= UINT64_C(0x8000000000000000);
+    memcpy(&d, &payload, sizeof(d));
+    if (!(d >= 0 && d < 4294967296.0) || (double)(uint64_t)d != d)
+        return false;
+    *ret = (uint64_t)d;
+    return true;
+}
+
+/* The middle of a V1 range [min, max) in hash space; false when it has no interior hash. */
+static bool emu_epk_v1_mid(const char *min, const char *max, char out[33])
+{
+    uint64_t a, b, m;
+
+    if (!emu_epk_v1_hash(min, &a) || !emu_epk_v1_hash(max, &b) || b <= a + 1)
+        return false;
+    m = a + (b - a) / 2;
+    return sf_epk_v1_bound((uint32_t)m, out, 33) == SF_OK;
+}
+
 enum sf_rc emu_range_parents(struct emu_store *s, const struct emu_coll *coll, const char *id,
                              json_t **ret, struct sf_err *err)
 {
@@ -1425,7 +1531,9 @@ static enum sf_rc emu_split_locked(struct emu_store *s, const char *db, const ch
                             range_id);
         goto out;
     }
-    if (!emu_epk_mid(coll->ranges[at].min, coll->ranges[at].max, mid)) {
+    if (!(coll->pk_hash == EMU_PK_HASH_V1
+              ? emu_epk_v1_mid(coll->ranges[at].min, coll->ranges[at].max, mid)
+              : emu_epk_mid(coll->ranges[at].min, coll->ranges[at].max, mid))) {
         rc = emu_store_fail(err, SF_EINVAL, 400, 0,
                             "partition key range '%s' [%s, %s) is too narrow to split", range_id,
                             coll->ranges[at].min, coll->ranges[at].max);
@@ -1454,9 +1562,7 @@ static enum sf_rc emu_split_locked(struct emu_store *s, const char *db, const ch
     }
     coll->ranges = grown;
     version = coll->ranges_version + 1;
-    rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+    rc = emu_store_begin_seq(s, &seq, err);
     for (i = 0; rc == SF_OK && i < 2; i++) {
         emu_split_child(coll, &coll->ranges[at], mid, (int)i, &children[i]);
         emu_store_res_etag(seq, (unsigned)i + 1, etag[i]);
@@ -1610,6 +1716,8 @@ static enum sf_rc emu_coll_load_settings(struct emu_store *s, sqlite3_stmt *st,
         return emu_store_fail(err, SF_EIO, 500, 0, "container '%s': stored resource is corrupt",
                               coll->id);
     rc = emu_store_coll_settings(body, coll, err);
+    if (rc == SF_OK)
+        rc = emu_coll_hash_load(s, body, coll, err);
     json_decref(body);
     if (rc != SF_OK)
         return emu_store_fail(err, SF_EIO, 500, 0, "container '%s': stored settings are corrupt",

@@ -236,9 +236,7 @@ static enum sf_rc emu_script_create_locked(struct emu_store *s, const struct emu
         rc = emu_store_fail(err, SF_ELIMIT, 403, 0, "container '%s' holds %d %ss already", coll->id,
                             EMU_SCRIPTS_MAX, k->what);
     if (rc == SF_OK)
-        rc = emu_store_begin(s, err);
-    if (rc == SF_OK)
-        rc = emu_store_next_res_seq(s, &seq, err);
+        rc = emu_store_begin_seq(s, &seq, err);
     if (rc != SF_OK)
         goto out;
     if (!replace)

@@ -654,6 +654,226 @@ START_TEST(test_pkranges)
 }
 END_TEST
 
+/* ---- partitionKey version 1 ------------------------------------------------------ */
+
+static void mkcoll_v1(struct emu_store *s, const char *db, const char *id)
+{
+    struct sf_buf out;
+    struct sf_err err;
+    char text[300];
+    json_t *b;
+
+    (void)snprintf(text, sizeof(text),
+                   "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\","
+                   "\"version\":1}}",
+                   id);
+    b = J(text);
+    sf_buf_init(&out, OUT_MAX);
+    ck_assert_msg(emu_store_coll_create(s, db, b, &out, &err) == SF_OK, "coll create: %s", err.msg);
+    sf_buf_release(&out);
+    json_decref(b);
+}
+
+/* The online ranges of db/c as a new JSON array. */
+static json_t *range_list(struct emu_store *s, const char *coll)
+{
+    struct sf_buf out;
+    struct sf_err err;
+    char etag[64];
+    json_t *v, *r;
+
+    sf_buf_init(&out, OUT_MAX);
+    ck_assert_msg(emu_store_pkranges(s, "db", coll, &out, etag, &err) == SF_OK, "%s", err.msg);
+    v = parse_out(&out);
+    r = json_incref(json_object_get(v, "PartitionKeyRanges"));
+    json_decref(v);
+    sf_buf_release(&out);
+    return r;
+}
+
+/*
+ * Asserts each range's change feed holds exactly the documents whose EPK
+ * (V1 or V2 of their "pk") lies in that range; returns the total.
+ */
+static int check_placement(struct emu_store *s, const struct emu_coll_ref *c, bool v1)
+{
+    json_t *ranges = range_list(s, c->coll), *r;
+    struct emu_cf_request q = {.start = EMU_CF_BEGINNING, .max_items = 10000};
+    struct emu_cf_result res;
+    size_t i, j;
+    int total = 0;
+
+    json_array_foreach(ranges, i, r)
+    {
+        const char *min = json_string_value(json_object_get(r, "minInclusive"));
+        const char *max = json_string_value(json_object_get(r, "maxExclusive"));
+        json_t *page;
+
+        q.range_id = json_string_value(json_object_get(r, "id"));
+        page = feed(s, c, &q, &res);
+        for (j = 0; j < json_array_size(json_object_get(page, "Documents")); j++) {
+            char epk[SF_EPK_V1_MAX + 1];
+            json_t *pk = json_object_get(item(page, j), "pk");
+
+            if (v1)
+                ck_assert_int_eq(sf_epk_v1(pk, epk, sizeof(epk)), SF_OK);
+            else
+                ck_assert_int_eq(sf_epk_v2(pk, epk), SF_OK);
+            ck_assert_msg(strcmp(min, epk) <= 0 && (strcmp(max, "FF") == 0 || strcmp(epk, max) < 0),
+                          "EPK %s of %s in range %s [%s, %s)", epk, item_id(page, j), q.range_id,
+                          min, max);
+            total++;
+        }
+        json_decref(page);
+    }
+    json_decref(ranges);
+    return total;
+}
+
+START_TEST(test_v1_container_placed_by_v1_hash)
+{
+    struct emu_store *s = open_store(NULL, 4, 0);
+    struct emu_coll_ref c;
+    struct sf_buf out;
+    struct sf_err err;
+    char bound[32], id[16], pk[16];
+    json_t *ranges, *kids;
+    enum sf_rc rc;
+    int i, used = 0;
+
+    mkdb(s, "db");
+    mkcoll_v1(s, "db", "c");
+    c = ref(s, "db", "c");
+    ck_assert_int_eq(c.pk_hash, EMU_PK_HASH_V1);
+    /* The initial ranges cut the 32-bit hash space in four. */
+    ranges = range_list(s, "c");
+    ck_assert_uint_eq(json_array_size(ranges), 4);
+    for (i = 1; i < 4; i++) {
+        ck_assert_int_eq(sf_epk_v1_bound((uint32_t)i << 30, bound, sizeof(bound)), SF_OK);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(json_array_get(ranges, (size_t)i), "minInclusive")),
+            bound);
+    }
+    json_decref(ranges);
+    for (i = 0; i < 40; i++) {
+        (void)snprintf(id, sizeof(id), "d%d", i);
+        (void)snprintf(pk, sizeof(pk), "k%d", i);
+        put(s, &c, id, pk, i, NULL);
+    }
+    ck_assert_int_eq(check_placement(s, &c, true), 40);
+    /* The documents spread: more than one range holds some. */
+    for (i = 0; i < 4; i++) {
+        struct emu_cf_request q = {.start = EMU_CF_BEGINNING, .max_items = 1000};
+        struct emu_cf_result res;
+        json_t *page;
+
+        (void)snprintf(id, sizeof(id), "%d", i);
+        q.range_id = id;
+        page = feed(s, &c, &q, &res);
+        used += res.count > 0;
+        json_decref(page);
+    }
+    ck_assert_int_ge(used, 2);
+    json_decref(get(s, &c, "d7", "[\"k7\"]", &rc, &err));
+    ck_assert_int_eq(rc, SF_OK);
+    /* A split halves the range's hash span: [2^30, 2^31) at 3 * 2^29. */
+    sf_buf_init(&out, OUT_MAX);
+    ck_assert_msg(emu_store_split(s, "db", "c", "1", &out, &err) == SF_OK, "%s", err.msg);
+    kids = parse_out(&out);
+    ck_assert_int_eq(sf_epk_v1_bound(UINT32_C(3) << 29, bound, sizeof(bound)), SF_OK);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(kids, "children"), 0), "maxExclusive")),
+                     bound);
+    json_decref(kids);
+    sf_buf_release(&out);
+    ck_assert_int_eq(check_placement(s, &c, true), 40);
+    emu_store_free(s);
+}
+END_TEST
+
+START_TEST(test_v1_container_keeps_its_hash_across_restarts)
+{
+    char dir[64], path[128];
+    struct emu_store *s;
+    struct emu_coll_ref c;
+    struct sf_err err;
+    enum sf_rc rc;
+    int i;
+
+    mk_dir(dir, path);
+    s = open_store(path, 4, 0);
+    mkdb(s, "db");
+    mkcoll_v1(s, "db", "c");
+    mkcoll(s, "db", "v2", "/pk");
+    c = ref(s, "db", "c");
+    for (i = 0; i < 20; i++) {
+        char id[16], pk[16];
+
+        (void)snprintf(id, sizeof(id), "d%d", i);
+        (void)snprintf(pk, sizeof(pk), "k%d", i);
+        put(s, &c, id, pk, i, NULL);
+    }
+    emu_store_free(s);
+    s = open_store(path, 4, 0);
+    c = ref(s, "db", "c");
+    ck_assert_int_eq(c.pk_hash, EMU_PK_HASH_V1);
+    ck_assert_int_eq(ref(s, "db", "v2").pk_hash, EMU_PK_HASH_V2);
+    put(s, &c, "d20", "k20", 20, NULL);
+    ck_assert_int_eq(check_placement(s, &c, true), 21);
+    json_decref(get(s, &c, "d3", "[\"k3\"]", &rc, &err));
+    ck_assert_int_eq(rc, SF_OK);
+    emu_store_free(s);
+    rm_dir(dir, path);
+}
+END_TEST
+
+/*
+ * A data file from a cosmolite that placed version 1 containers by V2: the
+ * body says version 1, the documents sit by their V2 EPKs, no pk_hash record.
+ * The container keeps V2 placement: every document is still found, the
+ * ranges' feeds still match their V2 EPKs, and new writes go where V2 says.
+ */
+START_TEST(test_v1_container_from_an_older_store_keeps_v2_placement)
+{
+    char dir[64], path[128];
+    struct emu_store *s;
+    struct emu_coll_ref c;
+    struct sf_err err;
+    enum sf_rc rc;
+    int i;
+
+    mk_dir(dir, path);
+    s = open_store(path, 4, 0);
+    mkdb(s, "db");
+    mkcoll(s, "db", "c", "/pk");
+    c = ref(s, "db", "c");
+    for (i = 0; i < 20; i++) {
+        char id[16], pk[16];
+
+        (void)snprintf(id, sizeof(id), "d%d", i);
+        (void)snprintf(pk, sizeof(pk), "k%d", i);
+        put(s, &c, id, pk, i, NULL);
+    }
+    emu_store_free(s);
+    sql_on_file(path, "UPDATE colls SET body = json_set(body, '$.partitionKey.version', 1)");
+    s = open_store(path, 4, 0);
+    c = ref(s, "db", "c");
+    ck_assert_int_eq(c.pk_hash, EMU_PK_HASH_V2);
+    for (i = 0; i < 20; i++) {
+        char id[16], pk[16];
+
+        (void)snprintf(id, sizeof(id), "d%d", i);
+        (void)snprintf(pk, sizeof(pk), "[\"k%d\"]", i);
+        json_decref(get(s, &c, id, pk, &rc, &err));
+        ck_assert_msg(rc == SF_OK, "read %s: %s", id, err.msg);
+    }
+    put(s, &c, "d20", "k20", 20, NULL);
+    ck_assert_int_eq(check_placement(s, &c, false), 21);
+    emu_store_free(s);
+    rm_dir(dir, path);
+}
+END_TEST
+
 START_TEST(test_doc_routing)
 {
     static const char *const bounds[] = {"", "1000000000000000", "2000000000000000",
@@ -2087,6 +2307,9 @@ static Suite *store_suite(void)
     tcase_add_test(res, test_coll_crud);
     tcase_add_test(res, test_rid_formats);
     tcase_add_test(res, test_pkranges);
+    tcase_add_test(res, test_v1_container_placed_by_v1_hash);
+    tcase_add_test(dur, test_v1_container_keeps_its_hash_across_restarts);
+    tcase_add_test(dur, test_v1_container_from_an_older_store_keeps_v2_placement);
     tcase_add_test(res, test_doc_routing);
     tcase_add_test(docs, test_doc_unique_per_partition);
     tcase_add_test(docs, test_doc_if_match);

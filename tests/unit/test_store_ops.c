@@ -353,7 +353,7 @@ static enum sf_rc scan(struct emu_store *s, const struct emu_coll_ref *c, const 
 
     sn->n = 0;
     sf_err_clear(err);
-    rc = emu_store_doc_scan(s, c, range_id, pk, visit, sn, err);
+    rc = emu_store_doc_scan(s, c, range_id, false, pk, visit, sn, err);
     json_decref(pk);
     return rc;
 }
