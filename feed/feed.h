@@ -70,10 +70,45 @@ enum feed_start {
     FEED_START_BEGINNING = 0, /* every live item */
     FEED_START_NOW,           /* changes after bootstrap (resolved to a cursor then) */
     FEED_START_TIME,          /* changes at or after start_time */
+    FEED_START_LSN,           /* changes at or after start_lsn (a window's lower bound) */
 };
 
 struct feed_processor;
 struct feed_item;
+
+/* ---------------------------------------------------------------------------
+ * Bounded processors (`sagafeed replay`)
+ *
+ * With an upper bound (feed_options.stop) a processor reads a window of the
+ * feed instead of tailing it. Each range is delivered up to its bound and no
+ * further: the first item past it (or a read that finds nothing newer: a bound
+ * in the future is not waited for) ends the range. Its reader then waits for
+ * every delivered item's ack, writes the last checkpoint with the lease marked
+ * done and released (properties.done, properties.stopLsn), emits
+ * FEED_EV_RANGE_DONE once and exits; a done lease is never taken or read
+ * again, also after a restart. A split range's children and a merged range's
+ * EPK leases inherit their parent's bound. Once every lease under the prefix is
+ * done the manager emits FEED_EV_ALL_DONE (once per start); the caller then
+ * stops the processor and may delete the leases (feed_leases_delete).
+ *
+ * FEED_STOP_NOW resolves "now" per range when its lease is created (the
+ * range's latest LSN then, kept in the lease): writes after that, the
+ * window's own effects included, are left to the live fleet. A bounded
+ * processor keeps no .info document: while any lease exists under the prefix
+ * it counts as bootstrapped, so deleting them all starts the window afresh.
+ */
+enum feed_stop_kind {
+    FEED_STOP_NONE = 0, /* tail the feed */
+    FEED_STOP_LSN,      /* deliver items with _lsn <= lsn */
+    FEED_STOP_TIME,     /* deliver items with _ts <= time (the feed's whole seconds) */
+    FEED_STOP_NOW,      /* deliver items up to each range's latest LSN at bootstrap */
+};
+
+struct feed_stop {
+    enum feed_stop_kind kind;
+    int64_t lsn; /* FEED_STOP_LSN */
+    time_t time; /* FEED_STOP_TIME */
+};
 
 /*
  * The consumer. Called on a reader thread once per delivered item. The item
@@ -93,6 +128,8 @@ enum feed_event_kind {
     FEED_EV_LEASE_ERROR,      /* a lease operation failed (retrying) */
     FEED_EV_CHECKPOINT_ERROR, /* a checkpoint write failed (retrying later) */
     FEED_EV_MERGE,            /* a range merged; the lease goes on by EPK over its own span */
+    FEED_EV_RANGE_DONE,       /* bounded: a range reached the bound; its lease is finished */
+    FEED_EV_ALL_DONE,         /* bounded: every lease under the prefix is finished */
 };
 
 /* What happened. Every pointer is borrowed for the duration of the callback. */
@@ -140,6 +177,12 @@ struct feed_options {
     void *consume_ctx;
     feed_event_fn on_event; /* optional */
     void *event_ctx;
+
+    /* A bounded window of the feed ("Bounded processors" below); all zero: tail forever. */
+    struct feed_stop stop; /* the upper bound */
+    int64_t start_lsn;     /* FEED_START_LSN: the first _lsn delivered (>= 1) */
+    const char *range;     /* bootstrap only this partition key range's lease; NULL: all */
+    const char *pk_json;   /* bootstrap one lease "pk-<EPK>" reading only this logical partition */
 };
 
 /*
@@ -287,6 +330,7 @@ struct feed_lease_info {
     int64_t checkpoint_lsn;             /* properties.lsn, -1 when absent */
     int64_t checkpoint_ts;              /* properties.ts (_ts of the last processed item), -1 */
     char etag[COSMOS_ETAG_MAX];
+    bool done; /* bounded: the range reached its bound (properties.done) */
 };
 
 /*
@@ -297,5 +341,13 @@ struct feed_lease_info {
 enum sf_rc feed_leases_list(struct cosmos_client *lease_cli, const char *lease_db,
                             const char *lease_coll, const char *prefix,
                             struct feed_lease_info **ret, size_t *ret_n, struct sf_err *err);
+
+/*
+ * Deletes every lease under prefix and its .info/.lock documents (a finished
+ * bounded window). Not fenced: call it only when no processor runs under the
+ * prefix. Absent documents are fine.
+ */
+enum sf_rc feed_leases_delete(struct cosmos_client *lease_cli, const char *lease_db,
+                              const char *lease_coll, const char *prefix, struct sf_err *err);
 
 #endif

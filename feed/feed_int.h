@@ -38,6 +38,8 @@ struct feed_lease {
     int64_t ckpt_lsn;           /* properties.lsn, -1 */
     int64_t ckpt_ts;            /* properties.ts, -1 */
     int64_t start_time;         /* properties.startTime in epoch seconds, -1 when absent */
+    int64_t stop_lsn;           /* bounded: properties.stopLsn, the last LSN delivered, -1 none */
+    bool done;                  /* bounded: properties.done, the range reached its bound */
     /*
      * "version": 0 = the lease is read as partition key range `token`; 1 = an EPK
      * lease, read as [min, max) of whichever range holds that span (after a merge, or
@@ -150,6 +152,11 @@ struct feed_bootstrap {
     const char *instance;
     int64_t lock_stale_ms;
     int64_t wait_ms; /* give up waiting for another bootstrapper after this long */
+    /* A bounded window (feed.h "Bounded processors"): no .info; leases carry the bound. */
+    struct feed_stop stop;
+    int64_t start_lsn;   /* FEED_START_LSN */
+    const char *range;   /* only this range's lease, NULL all */
+    const char *pk_json; /* one lease for this logical partition instead of the ranges */
 };
 
 /*
@@ -314,6 +321,7 @@ enum feed_reader_state {
     FR_ABANDONED,   /* hang guard fired: released by the manager */
     FR_SPLIT,       /* split handled: children await adoption */
     FR_STOPPED,     /* released on stop */
+    FR_DONE,        /* bounded: reached the bound; lease finished and released */
 };
 
 struct feed_reader {
@@ -328,6 +336,7 @@ struct feed_reader {
     char token[FEED_TOKEN_MAX + 1];
     char lease_id[COSMOS_ID_MAX + 1];
     int64_t epoch;
+    int64_t stop_lsn; /* bounded: the last LSN delivered, -1 none */
 
     pthread_mutex_t lease_mu;
     struct feed_lease lease; /* our view of the lease document (lease_mu) */
@@ -360,6 +369,7 @@ struct feed_reader {
     char last_error[512];
 
     int64_t handover_mono; /* last merge handover attempt (reader thread only) */
+    bool past_bound;       /* bounded: an item past the bound was read (reader thread only) */
 
     /* split results: written by the reader before it exits, read by the manager after join */
     struct feed_lease *children;
@@ -393,7 +403,9 @@ struct feed_processor {
     char db[COSMOS_NAME_MAX + 1];
     char coll[COSMOS_NAME_MAX + 1];
     char instance[FEED_INSTANCE_MAX + 1];
-    struct feed_options o; /* numeric fields and callbacks; its strings point into p */
+    char range[FEED_TOKEN_MAX + 1]; /* feed_options.range, "" none */
+    char *pk_json;                  /* feed_options.pk_json (owned), NULL none */
+    struct feed_options o;          /* numeric fields and callbacks; its strings point into p */
     char pk_paths[3][256];
     size_t n_pk_paths;
 
@@ -418,7 +430,11 @@ struct feed_processor {
     unsigned lost_total;
     int64_t last_list_err_mono;
     uint64_t rng;
+    bool all_done_sent; /* bounded: FEED_EV_ALL_DONE was emitted (manager thread only) */
 };
+
+/* true when p has an upper bound (feed.h "Bounded processors"). */
+bool feed_bounded(const struct feed_processor *p);
 
 /* Monotonic-clock condition variable wait of at most ms (mutex held). */
 void feed_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms);

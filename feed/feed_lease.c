@@ -32,6 +32,7 @@ void feed_lease_init(struct feed_lease *l)
     l->ckpt_lsn = -1;
     l->ckpt_ts = -1;
     l->start_time = -1;
+    l->stop_lsn = -1;
 }
 
 void feed_lease_release(struct feed_lease *l)
@@ -140,6 +141,9 @@ enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf
         s = sf_json_str(props, "startTime");
         if (s != NULL && sf_time_parse_iso8601(s, &ms) == SF_OK)
             l.start_time = ms / 1000;
+        /* "upperLsn": the bound of replay leases written before replay ran on this processor. */
+        l.stop_lsn = int_field(props, "stopLsn", int_field(props, "upperLsn", -1));
+        l.done = json_is_true(json_object_get(props, "done"));
     }
     l.doc = json_incref((json_t *)doc);
     feed_lease_release(ret);
@@ -194,6 +198,10 @@ json_t *feed_lease_to_json(const struct feed_lease *l)
         sf_time_iso8601((int64_t)l->start_time * 1000, ts);
         ok = set_new(props, "startTime", json_string(ts));
     }
+    if (ok && l->stop_lsn >= 0)
+        ok = set_new(props, "stopLsn", json_integer(l->stop_lsn));
+    if (ok && l->done)
+        ok = set_new(props, "done", json_true());
     if (!ok) {
         json_decref(doc);
         return NULL;
@@ -215,6 +223,7 @@ void feed_lease_info_from(const struct feed_lease *l, struct feed_lease_info *re
     ret->timestamp_ms = l->ts_ms;
     ret->checkpoint_lsn = l->ckpt_lsn;
     ret->checkpoint_ts = l->ckpt_ts;
+    ret->done = l->done;
 }
 
 /* ---------------------------------------------------------------------------
@@ -583,42 +592,104 @@ enum sf_rc feed_leases_list(struct cosmos_client *lease_cli, const char *lease_d
     return SF_OK;
 }
 
+enum sf_rc feed_leases_delete(struct cosmos_client *lease_cli, const char *lease_db,
+                              const char *lease_coll, const char *prefix, struct sf_err *err)
+{
+    struct feed_store st = {.cli = lease_cli};
+    struct feed_lease *v = NULL;
+    char id[COSMOS_ID_MAX + 1];
+    size_t n = 0;
+    enum sf_rc rc;
+
+    if (lease_cli == NULL || lease_db == NULL || lease_coll == NULL || prefix == NULL ||
+        feed_copy(st.db, sizeof(st.db), lease_db) != SF_OK ||
+        feed_copy(st.coll, sizeof(st.coll), lease_coll) != SF_OK ||
+        feed_copy(st.prefix, sizeof(st.prefix), prefix) != SF_OK)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "feed_leases_delete: missing or too long argument");
+    rc = feed_store_list(&st, &v, &n, err);
+    for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        rc = feed_store_delete(&st, v[i].id, "", err);
+        if (rc == SF_ENOTFOUND)
+            rc = SF_OK;
+    }
+    feed_store_list_free(v, n);
+    for (int k = 0; rc == SF_OK && k < 2; k++) {
+        (void)snprintf(id, sizeof(id), "%s%s", prefix, k == 0 ? FEED_LEASE_INFO : FEED_LEASE_LOCK);
+        rc = feed_store_delete(&st, id, "", err);
+        if (rc == SF_ENOTFOUND)
+            rc = SF_OK;
+    }
+    return rc;
+}
+
 /* ---------------------------------------------------------------------------
  * Bootstrap
  */
 
-/* Builds and creates one lease for a range; a 409 (someone was faster) is fine. */
+/* The LSN of "now" in one range (or logical partition): its cursor, else its latest LSN. */
+static enum sf_rc now_position(const struct feed_bootstrap *b, const char *token,
+                               struct cosmos_cf_page *page, int64_t *ret_lsn, struct sf_err *err)
+{
+    struct cosmos_cf_req q = {.range_id = b->pk_json ? NULL : token,
+                              .pk_json = b->pk_json,
+                              .start = COSMOS_CF_NOW,
+                              .max_items = 1};
+    int64_t v = -1;
+    enum sf_rc rc = cosmos_changefeed_read(b->cli, b->db, b->coll, &q, page, err);
+
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "resolving now in range %s: ", token);
+        return rc;
+    }
+    if (!feed_cont_lsn(page->continuation, &v))
+        v = page->latest_lsn;
+    *ret_lsn = v;
+    return SF_OK;
+}
+
+/*
+ * Builds and creates the lease of one range (or, for b->pk_json, of the one
+ * logical partition); a 409 (someone was faster) is fine.
+ */
 static enum sf_rc bootstrap_range(struct feed_store *st, const struct feed_bootstrap *b,
-                                  const struct cosmos_pkrange *r, struct sf_err *err)
+                                  const char *token, const char *min, const char *max,
+                                  struct sf_err *err)
 {
     struct feed_lease l;
     struct cosmos_cf_page page;
+    int64_t now_lsn = -1;
     enum sf_rc rc;
 
     feed_lease_init(&l);
     cosmos_cf_page_init(&page);
-    rc = feed_lease_id(st, r->id, l.id, sizeof(l.id));
-    if (rc != SF_OK || feed_copy(l.token, sizeof(l.token), r->id) != SF_OK) {
-        rc = sf_err_set(err, SF_ELIMIT, false, "lease id for range %s too long", r->id);
+    rc = feed_lease_id(st, token, l.id, sizeof(l.id));
+    if (rc != SF_OK || feed_copy(l.token, sizeof(l.token), token) != SF_OK) {
+        rc = sf_err_set(err, SF_ELIMIT, false, "lease id for range %s too long", token);
         goto out;
     }
-    (void)snprintf(l.min, sizeof(l.min), "%s", r->min);
-    (void)snprintf(l.max, sizeof(l.max), "%s", r->max);
+    (void)snprintf(l.min, sizeof(l.min), "%s", min);
+    (void)snprintf(l.max, sizeof(l.max), "%s", max);
+    /* Resolve "now" once, here: a later reader resolving it again would skip items. */
+    if (b->start == FEED_START_NOW || b->stop.kind == FEED_STOP_NOW) {
+        rc = now_position(b, token, &page, &now_lsn, err);
+        if (rc != SF_OK)
+            goto out;
+    }
     if (b->start == FEED_START_TIME) {
         l.start_time = b->start_time;
     } else if (b->start == FEED_START_NOW) {
-        /* Resolve "now" once, here: a later reader resolving it again would skip items. */
-        struct cosmos_cf_req q = {.range_id = r->id, .start = COSMOS_CF_NOW, .max_items = 1};
-
-        rc = cosmos_changefeed_read(b->cli, b->db, b->coll, &q, &page, err);
-        if (rc != SF_OK) {
-            sf_err_prefix(err, "resolving the start of range %s: ", r->id);
-            goto out;
-        }
         (void)snprintf(l.cont, sizeof(l.cont), "%s", page.continuation);
         if (!feed_cont_lsn(l.cont, &l.ckpt_lsn))
             l.ckpt_lsn = -1;
+    } else if (b->start == FEED_START_LSN && b->start_lsn > 1) {
+        /* LSNs are the feed's continuations: "from lsn N" is the position just before N. */
+        (void)snprintf(l.cont, sizeof(l.cont), "\"%lld\"", (long long)(b->start_lsn - 1));
     }
+    if (b->stop.kind == FEED_STOP_LSN)
+        l.stop_lsn = b->stop.lsn;
+    else if (b->stop.kind == FEED_STOP_NOW)
+        l.stop_lsn = SF_MAX(now_lsn, 0);
     l.ts_ms = sf_wall_ms();
     rc = feed_store_create(st, &l, err);
     if (rc == SF_ECONFLICT) {
@@ -628,6 +699,44 @@ static enum sf_rc bootstrap_range(struct feed_store *st, const struct feed_boots
 out:
     cosmos_cf_page_release(&page);
     feed_lease_release(&l);
+    return rc;
+}
+
+/* Creates the leases of a first start: one per range (or b->range), or the partition's. */
+static enum sf_rc bootstrap_leases(struct feed_store *st, const struct feed_bootstrap *b,
+                                   struct sf_err *err)
+{
+    struct cosmos_pkranges *ranges = NULL;
+    bool found = false;
+    enum sf_rc rc;
+
+    if (b->pk_json != NULL) {
+        char epk[33], token[40];
+
+        /* The token names the key by its V2 hash whatever the container: short and stable. */
+        rc = cosmos_pk_epk(b->pk_json, epk, err);
+        if (rc != SF_OK)
+            return rc;
+        (void)snprintf(token, sizeof(token), "pk-%s", epk);
+        return bootstrap_range(st, b, token, epk, epk, err);
+    }
+    rc = cosmos_pkranges_get(b->cli, b->db, b->coll, true, &ranges, err);
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "bootstrap: ");
+        return rc;
+    }
+    for (size_t i = 0; i < ranges->n && rc == SF_OK; i++) {
+        const struct cosmos_pkrange *r = &ranges->ranges[i];
+
+        if (b->range != NULL && strcmp(b->range, r->id) != 0)
+            continue;
+        found = true;
+        rc = bootstrap_range(st, b, r->id, r->min, r->max, err);
+    }
+    if (rc == SF_OK && b->range != NULL && !found)
+        rc = sf_err_set(err, SF_ENOTFOUND, false, "%s has no partition key range '%s'", b->coll,
+                        b->range);
+    free(ranges);
     return rc;
 }
 
@@ -694,11 +803,28 @@ static enum sf_rc read_marker(struct feed_store *st, const char *id, char *ret_e
     return rc;
 }
 
+/*
+ * SF_OK when the prefix is bootstrapped: its .info exists or, for a bounded
+ * window (which keeps no .info), some lease does. SF_ENOTFOUND when not.
+ */
+static enum sf_rc bootstrapped(struct feed_store *st, const struct feed_bootstrap *b,
+                               const char *info_id, struct sf_err *err)
+{
+    struct feed_lease *v = NULL;
+    size_t n = 0;
+    enum sf_rc rc;
+
+    if (b->stop.kind == FEED_STOP_NONE)
+        return read_marker(st, info_id, NULL, 0, NULL, err);
+    rc = feed_store_list(st, &v, &n, err);
+    feed_store_list_free(v, n);
+    return rc != SF_OK ? rc : n > 0 ? SF_OK : SF_ENOTFOUND;
+}
+
 enum sf_rc feed_store_bootstrap(struct feed_store *st, const struct feed_bootstrap *b,
                                 bool *ret_created, struct sf_err *err)
 {
     char info_id[COSMOS_ID_MAX + 1], lock_id[COSMOS_ID_MAX + 1], lock_etag[COSMOS_ETAG_MAX];
-    struct cosmos_pkranges *ranges = NULL;
     int64_t deadline = sf_mono_ms() + (b->wait_ms > 0 ? b->wait_ms : 60000);
     int64_t age;
     bool locked = false;
@@ -710,7 +836,7 @@ enum sf_rc feed_store_bootstrap(struct feed_store *st, const struct feed_bootstr
             (int)sizeof(lock_id))
         return sf_err_set(err, SF_ELIMIT, false, "lease prefix too long");
     for (;;) {
-        rc = read_marker(st, info_id, NULL, 0, NULL, err);
+        rc = bootstrapped(st, b, info_id, err);
         if (rc == SF_OK) {
             if (ret_created != NULL)
                 *ret_created = false;
@@ -722,7 +848,7 @@ enum sf_rc feed_store_bootstrap(struct feed_store *st, const struct feed_bootstr
         if (rc == SF_OK) {
             locked = true;
             /* The previous holder may have finished between our two reads. */
-            rc = read_marker(st, info_id, NULL, 0, NULL, err);
+            rc = bootstrapped(st, b, info_id, err);
             if (rc == SF_OK) {
                 if (ret_created != NULL)
                     *ret_created = false;
@@ -750,14 +876,8 @@ enum sf_rc feed_store_bootstrap(struct feed_store *st, const struct feed_bootstr
         }
         sf_sleep_ms(200);
     }
-    rc = cosmos_pkranges_get(b->cli, b->db, b->coll, true, &ranges, err);
-    if (rc != SF_OK) {
-        sf_err_prefix(err, "bootstrap: ");
-        goto out;
-    }
-    for (size_t i = 0; i < ranges->n && rc == SF_OK; i++)
-        rc = bootstrap_range(st, b, &ranges->ranges[i], err);
-    if (rc == SF_OK)
+    rc = bootstrap_leases(st, b, err);
+    if (rc == SF_OK && b->stop.kind == FEED_STOP_NONE)
         rc = create_marker(st, info_id, b->instance, false, NULL, 0, err);
     if (rc == SF_ECONFLICT) {
         sf_err_clear(err);
@@ -768,7 +888,6 @@ enum sf_rc feed_store_bootstrap(struct feed_store *st, const struct feed_bootstr
 out:
     if (locked)
         (void)feed_store_delete(st, lock_id, lock_etag, NULL);
-    free(ranges);
     return rc;
 }
 

@@ -162,6 +162,7 @@ enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease
     merged.ckpt_lsn = mine->ckpt_lsn;
     merged.ckpt_ts = mine->ckpt_ts;
     merged.start_time = mine->start_time;
+    merged.stop_lsn = mine->stop_lsn;
     merged.ts_ms = sf_wall_ms();
     rc = feed_store_create(&p->store, &merged, err);
     if (rc == SF_ECONFLICT) {

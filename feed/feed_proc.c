@@ -148,6 +148,20 @@ static enum sf_rc check_options(const struct feed_options *o, struct sf_err *err
         return sf_err_set(err, SF_EINVAL, false, "feed: unknown start position %d", (int)o->start);
     if (o->start == FEED_START_TIME && o->start_time <= 0)
         return sf_err_set(err, SF_EINVAL, false, "feed: start time required with FEED_START_TIME");
+    if (o->start == FEED_START_LSN && o->start_lsn < 1)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "feed: start_lsn >= 1 required with FEED_START_LSN");
+    if ((o->stop.kind == FEED_STOP_LSN && o->stop.lsn < 0) ||
+        (o->stop.kind == FEED_STOP_TIME && o->stop.time <= 0) || o->stop.kind < FEED_STOP_NONE ||
+        o->stop.kind > FEED_STOP_NOW)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "feed: stop wants an LSN >= 0, a time > 0 or now (kind %d)",
+                          (int)o->stop.kind);
+    if (o->range != NULL && (o->range[0] == '\0' || strlen(o->range) > FEED_TOKEN_MAX))
+        return sf_err_set(err, SF_EINVAL, false, "feed: range must be 1..%d bytes", FEED_TOKEN_MAX);
+    if (o->pk_json != NULL && (o->range != NULL || o->pk_json[0] != '['))
+        return sf_err_set(err, SF_EINVAL, false,
+                          "feed: pk_json must be a JSON array and excludes range");
     d = *o;
     apply_defaults(&d);
     if (d.renew_ms * 2 > d.lease_expiry_ms)
@@ -222,6 +236,12 @@ enum sf_rc feed_processor_new(struct cosmos_client *cli, struct cosmos_client *l
                    opts->lease_db ? opts->lease_db : opts->db);
     (void)snprintf(p->store.coll, sizeof(p->store.coll), "%s", opts->lease_coll);
     (void)snprintf(p->store.prefix, sizeof(p->store.prefix), "%s", opts->lease_prefix);
+    if (opts->range != NULL)
+        (void)snprintf(p->range, sizeof(p->range), "%s", opts->range);
+    if (opts->pk_json != NULL && (p->pk_json = strdup(opts->pk_json)) == NULL) {
+        feed_processor_free(p);
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    }
     if (opts->instance != NULL)
         (void)snprintf(p->instance, sizeof(p->instance), "%s", opts->instance);
     else
@@ -232,11 +252,18 @@ enum sf_rc feed_processor_new(struct cosmos_client *cli, struct cosmos_client *l
     p->o.lease_coll = p->store.coll;
     p->o.lease_prefix = p->store.prefix;
     p->o.instance = p->instance;
+    p->o.range = p->range[0] ? p->range : NULL;
+    p->o.pk_json = p->pk_json;
     p->rng = (uint64_t)sf_mono_us() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)p;
     if (p->rng == 0)
         p->rng = 1;
     *ret_p = p;
     return SF_OK;
+}
+
+bool feed_bounded(const struct feed_processor *p)
+{
+    return p->o.stop.kind != FEED_STOP_NONE;
 }
 
 const char *feed_processor_instance(const struct feed_processor *p)
@@ -330,11 +357,13 @@ static void release_children(struct feed_processor *p, struct feed_reader *r)
  * Joins readers whose thread returned: split parents hand over their
  * children (started here), the rest retire until their outstanding items
  * are acknowledged. Retired readers with nothing outstanding are freed.
+ * Returns true when one of them finished its bounded range.
  */
-static void reap(struct feed_processor *p, bool adopt)
+static bool reap(struct feed_processor *p, bool adopt)
 {
     struct feed_reader **pp, *r, *done = NULL;
     struct sf_err err;
+    bool finished = false;
 
     pthread_mutex_lock(&p->mu);
     p->wake = false;
@@ -352,6 +381,7 @@ static void reap(struct feed_processor *p, bool adopt)
         done = r->next;
         (void)pthread_join(r->thread, NULL);
         r->joined = true;
+        finished = finished || r->state == FR_DONE;
         if (r->state == FR_SPLIT) {
             for (size_t i = 0; i < r->n_children; i++) {
                 sf_err_clear(&err);
@@ -389,6 +419,7 @@ static void reap(struct feed_processor *p, bool adopt)
         }
     }
     pthread_mutex_unlock(&p->mu);
+    return finished;
 }
 
 /* Releases the lease of an abandoned reader unless its lease is busy (then next tick). */
@@ -648,7 +679,7 @@ static int64_t balance(struct feed_processor *p)
 {
     struct feed_lease *leases = NULL;
     struct feed_balance_lease *view = NULL;
-    size_t n = 0, *picks = NULL, npicks;
+    size_t n = 0, m = 0, *picks = NULL, *live = NULL, npicks;
     unsigned target;
     bool steal;
     int64_t now_wall = sf_wall_ms(), now = sf_mono_ms(), next_expiry = INT64_MAX;
@@ -670,7 +701,8 @@ static int64_t balance(struct feed_processor *p)
     p->last_list_err_mono = 0;
     view = calloc(n ? n : 1, sizeof(*view));
     picks = calloc(n ? n : 1, sizeof(*picks));
-    if (view == NULL || picks == NULL)
+    live = calloc(n ? n : 1, sizeof(*live));
+    if (view == NULL || picks == NULL || live == NULL)
         goto out;
     /* Our readers whose lease now says otherwise have lost it. */
     for (struct feed_reader *r = p->readers; r != NULL; r = r->next) {
@@ -689,6 +721,8 @@ static int64_t balance(struct feed_processor *p)
                 sf_err_set(&err, SF_ESTATE, false, "lease %s was deleted", r->lease_id);
                 feed_reader_lost(r, &err);
             }
+        } else if (l->done) {
+            continue; /* finished by that reader itself (bounded), released with it */
         } else if (strcmp(l->owner, p->instance) != 0 || l->epoch != r->epoch) {
             sf_err_set(&err, SF_ESTATE, false,
                        "lease %s is now owned by '%s' at epoch %lld (ours: epoch %lld)",
@@ -696,34 +730,43 @@ static int64_t balance(struct feed_processor *p)
             feed_reader_lost(r, &err);
         }
     }
+    /* A finished (bounded) lease is never taken again: it is not in the view. */
     for (size_t i = 0; i < n; i++) {
         const struct feed_lease *l = &leases[i];
         const struct feed_seen *s = seen_of(p, l->token, i);
+        struct feed_balance_lease *b = &view[m];
         int64_t left;
 
-        view[i].token = l->token;
-        view[i].owner = l->owner;
-        view[i].mine = find_running(p, l->token) != NULL;
-        view[i].expired = lease_expired(p, l, s, now_wall, now, &left);
-        view[i].cooldown = cooldown_has(p, l->token, now);
-        view[i].moved =
-            s != NULL && s->moved_mono != 0 && now - s->moved_mono < p->o.lease_expiry_ms;
-        if (!view[i].mine && !view[i].expired && strcmp(l->owner, p->instance) != 0)
+        if (l->done)
+            continue;
+        live[m++] = i;
+        b->token = l->token;
+        b->owner = l->owner;
+        b->mine = find_running(p, l->token) != NULL;
+        b->expired = lease_expired(p, l, s, now_wall, now, &left);
+        b->cooldown = cooldown_has(p, l->token, now);
+        b->moved = s != NULL && s->moved_mono != 0 && now - s->moved_mono < p->o.lease_expiry_ms;
+        if (!b->mine && !b->expired && strcmp(l->owner, p->instance) != 0)
             next_expiry = SF_MIN(next_expiry, left);
+    }
+    if (feed_bounded(p) && n > 0 && m == 0 && !p->all_done_sent) {
+        p->all_done_sent = true;
+        feed_emit(p, FEED_EV_ALL_DONE, NULL, NULL,
+                  "every one of the %zu leases under %s reached its bound", n, p->store.prefix);
     }
     {
         struct feed_balance_in in = {.me = p->instance,
                                      .leases = view,
-                                     .n = n,
+                                     .n = m,
                                      .max_leases = p->o.max_leases,
                                      .adopt = !p->adopted,
                                      .rng = &p->rng};
 
-        npicks = feed_balance_pick(&in, picks, n, &steal, &target);
+        npicks = feed_balance_pick(&in, picks, m, &steal, &target);
         p->adopted = true;
     }
     for (size_t k = 0; k < npicks; k++) {
-        const struct feed_lease *seen = &leases[picks[k]];
+        const struct feed_lease *seen = &leases[live[picks[k]]];
         struct feed_lease got;
         char prev[FEED_INSTANCE_MAX + 1];
 
@@ -757,6 +800,7 @@ static int64_t balance(struct feed_processor *p)
 out:
     free(view);
     free(picks);
+    free(live);
     feed_store_list_free(leases, n);
     return next_expiry;
 }
@@ -771,7 +815,8 @@ static void *manager_main(void *arg)
         int64_t now;
 
         pthread_mutex_unlock(&p->mu);
-        reap(p, true);
+        if (reap(p, true))
+            next_acquire = 0; /* a range finished: see at once whether all are */
         renew_all(p);
         hang_guard(p);
         now = sf_mono_ms();
@@ -804,6 +849,10 @@ enum sf_rc feed_processor_start(struct feed_processor *p, struct sf_err *err)
                                .coll = p->coll,
                                .start = p->o.start,
                                .start_time = p->o.start_time,
+                               .stop = p->o.stop,
+                               .start_lsn = p->o.start_lsn,
+                               .range = p->o.range,
+                               .pk_json = p->o.pk_json,
                                .instance = p->instance,
                                .lock_stale_ms = p->o.lock_stale_ms,
                                .wait_ms = p->o.lock_stale_ms + 10000};
@@ -926,6 +975,7 @@ void feed_processor_free(struct feed_processor *p)
     }
     free(p->cool);
     free(p->seen);
+    free(p->pk_json);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->ev_mu);
     pthread_mutex_destroy(&p->mu);

@@ -55,6 +55,8 @@ const char *feed_reader_state_name(enum feed_reader_state s)
         return "split";
     case FR_STOPPED:
         return "stopped";
+    case FR_DONE:
+        return "done";
     }
     return "unknown";
 }
@@ -134,6 +136,7 @@ struct ckpt {
     int64_t lsn;
     int64_t ts;
     bool release;
+    bool done; /* bounded: the range reached its bound */
 };
 
 static void mut_checkpoint(struct feed_lease *l, void *ctx)
@@ -148,6 +151,8 @@ static void mut_checkpoint(struct feed_lease *l, void *ctx)
     }
     if (c->release)
         l->owner[0] = '\0';
+    if (c->done)
+        l->done = true;
 }
 
 void feed_mut_release(struct feed_lease *l, void *ctx)
@@ -182,12 +187,15 @@ void feed_reader_lost(struct feed_reader *r, const struct sf_err *err)
 /*
  * Writes a checkpoint at the frontier when it moved (and checkpoint_ms has
  * passed, unless force). With release, also sets Owner = null in the same
- * write. Returns SF_ESTATE when the lease is lost (already reported).
+ * write, and with done (implies release) marks the lease finished. Returns
+ * SF_ESTATE when the lease is lost (already reported).
  */
-static enum sf_rc checkpoint(struct feed_reader *r, bool force, bool release)
+static enum sf_rc checkpoint_as(struct feed_reader *r, bool force, bool release, bool done)
 {
     struct feed_processor *p = r->p;
-    struct ckpt c = {.release = release};
+    struct ckpt c = {.release = release || done, .done = done};
+
+    release = c.release;
     struct sf_err err;
     uint64_t version;
     int64_t now = sf_mono_ms();
@@ -239,6 +247,11 @@ static enum sf_rc checkpoint(struct feed_reader *r, bool force, bool release)
         feed_emit(p, FEED_EV_CHECKPOINT_ERROR, r, &err,
                   "checkpoint of range %s failed (will retry): %s", r->token, err.msg);
     return rc;
+}
+
+static enum sf_rc checkpoint(struct feed_reader *r, bool force, bool release)
+{
+    return checkpoint_as(r, force, release, false);
 }
 
 /* ---------------------------------------------------------------------------
@@ -297,6 +310,14 @@ static int64_t item_int(const json_t *doc, const char *key)
  * (ThreadSanitizer reported it; the C11 model allows it). Taking the
  * reference over costs nothing; a json_deep_copy per item would.
  */
+/* Bounded: whether an item lies past the range's upper bound. */
+static bool past_bound(const struct feed_reader *r, int64_t lsn, int64_t ts)
+{
+    const struct feed_stop *b = &r->p->o.stop;
+
+    return (r->stop_lsn >= 0 && lsn > r->stop_lsn) || (b->kind == FEED_STOP_TIME && ts > b->time);
+}
+
 static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, struct sf_err *err)
 {
     struct feed_processor *p = r->p;
@@ -313,6 +334,11 @@ static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, st
         const json_t *doc = json_array_get(page->items, n);
         struct feed_item *it = NULL;
 
+        /* Items are in _lsn order: the first one past the bound ends the range's window. */
+        if (past_bound(r, SF_MAX(item_int(doc, "_lsn"), prev_lsn), item_int(doc, "_ts"))) {
+            r->past_bound = true;
+            break;
+        }
         sf_buf_reset(&pk);
         if (feed_pk_json(doc, p->pk_paths, p->n_pk_paths, &pk) != SF_OK ||
             (it = malloc(sizeof(*it) + pk.len + 1)) == NULL) {
@@ -421,6 +447,7 @@ static enum sf_rc create_child(struct feed_reader *r, const struct feed_lease *p
     l.ckpt_lsn = parent->ckpt_lsn;
     l.ckpt_ts = parent->ckpt_ts;
     l.start_time = parent->start_time;
+    l.stop_lsn = parent->stop_lsn; /* a bounded window's children stop where it would have */
     l.ts_ms = sf_wall_ms();
     rc = feed_store_create(&p->store, &l, err);
     if (rc == SF_ECONFLICT) {
@@ -749,6 +776,45 @@ static void finish_draining(struct feed_reader *r)
                   r->lease_id, r->token, pending);
 }
 
+/* Stops the reader's loop for good: a stop that came while it worked. */
+static bool told_to_stop(struct feed_reader *r)
+{
+    bool stop;
+
+    pthread_mutex_lock(&r->mu);
+    stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+/*
+ * Bounded: the range reached its bound. Waits for every delivered item's ack
+ * (the hang guard watches), then writes the last checkpoint with the lease
+ * marked done and released, retrying failed writes until stopped. A stop or a
+ * loss meanwhile leaves the lease as it is: the next run goes on from there.
+ */
+static void finish_bounded(struct feed_reader *r)
+{
+    struct sf_backoff backoff;
+    enum sf_rc rc;
+
+    if (!drain_acks(r, INT64_MAX, true))
+        return;
+    sf_backoff_init(&backoff, 50, READ_BACKOFF_MAX, (uint64_t)(uintptr_t)r);
+    while ((rc = checkpoint_as(r, true, true, true)) != SF_OK) {
+        if (rc == SF_ESTATE || told_to_stop(r))
+            return;
+        sf_sleep_ms(sf_backoff_next(&backoff));
+    }
+    pthread_mutex_lock(&r->mu);
+    r->state = FR_DONE;
+    r->stop = true;
+    pthread_mutex_unlock(&r->mu);
+    feed_emit(r->p, FEED_EV_RANGE_DONE, r, NULL,
+              "range %s reached its bound at %s; lease %s is finished", r->token,
+              r->ckpt_cont[0] ? r->ckpt_cont : "its start", r->lease_id);
+}
+
 /* What the read loop does next. */
 enum turn { TURN_READ, TURN_AGAIN, TURN_STOP };
 
@@ -816,6 +882,11 @@ static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t star
         q.epk_max = max;
     }
     pthread_mutex_unlock(&r->lease_mu);
+    if (p->pk_json != NULL) {
+        /* One logical partition: the client routes it, whatever the range holding it. */
+        q.range_id = NULL;
+        q.pk_json = p->pk_json;
+    }
     if (pos[0] != '\0') {
         q.start = COSMOS_CF_CONTINUATION;
         q.continuation = pos;
@@ -853,17 +924,6 @@ static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t star
     *ret_stop = r->stop;
     pthread_mutex_unlock(&r->mu);
     return rc;
-}
-
-/* Stops the reader's loop for good: a stop that came while it worked. */
-static bool told_to_stop(struct feed_reader *r)
-{
-    bool stop;
-
-    pthread_mutex_lock(&r->mu);
-    stop = r->stop;
-    pthread_mutex_unlock(&r->mu);
-    return stop;
 }
 
 /* The thread's last acts: release on a processor stop, then tell the manager. */
@@ -942,11 +1002,17 @@ static void *reader_main(void *arg)
             }
             if (page.continuation[0] != '\0')
                 (void)snprintf(pos, sizeof(pos), "%s", page.continuation);
+            /* Bounded: past the bound, or nothing newer exists: the window of this range ends. */
+            if (feed_bounded(r->p) && (r->past_bound || page.count == 0)) {
+                finish_bounded(r);
+                break;
+            }
             if (page.count == 0 && try_handover(r, pos))
                 break;
             continue;
         }
-        if (rc == SF_EGONE && err.substatus != 1007) {
+        /* A logical partition is routed by its key: a 410 there is retried, not split. */
+        if (rc == SF_EGONE && err.substatus != 1007 && r->p->pk_json == NULL) {
             enum gone g = handle_gone(r, &err);
 
             if (g == GONE_SPLIT || told_to_stop(r))
@@ -994,6 +1060,7 @@ struct feed_reader *feed_reader_new(struct feed_processor *p, const struct feed_
     (void)snprintf(r->token, sizeof(r->token), "%s", l->token);
     (void)snprintf(r->lease_id, sizeof(r->lease_id), "%s", l->id);
     r->epoch = l->epoch;
+    r->stop_lsn = l->stop_lsn;
     feed_lease_init(&r->lease);
     feed_lease_copy(&r->lease, l);
     feed_track_init(&r->track, FEED_TRACK_HARD_MAX);

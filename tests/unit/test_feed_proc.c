@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/sf_json.h"
+#include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "feed/feed_int.h"
 #include "tests/feed/feed_testutil.h"
@@ -982,6 +983,275 @@ START_TEST(merge_then_split_delivers_every_change_once)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Bounded processors (feed.h "Bounded processors"): the window of `replay`
+ */
+
+/* Every delivered item's LSN by its id "i<N>", and the highest N seen. */
+struct window_log {
+    pthread_mutex_t mu;
+    int64_t lsn[400];
+    int highest;
+    struct ft_seen seen;
+    int hold_after;               /* > 0: items after the first hold_after are held, not acked */
+    struct feed_item *held[1000]; /* held items (window_ack_held acks them) */
+    size_t n_held;
+};
+
+static void window_ack_held(struct window_log *w)
+{
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n_held; i++)
+        feed_item_ack(w->held[i]);
+    w->n_held = 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void window_init(struct window_log *w)
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    w->highest = -1;
+    ft_seen_init(&w->seen, 400);
+}
+
+static void window_release(struct window_log *w)
+{
+    ft_seen_release(&w->seen);
+    pthread_mutex_destroy(&w->mu);
+}
+
+static void consume_window(void *ctx, struct feed_item *it)
+{
+    struct window_log *w = ctx;
+    const char *id = sf_json_str(feed_item_doc(it), "id");
+    int64_t n = -1;
+
+    ft_seen_add(&w->seen, it);
+    pthread_mutex_lock(&w->mu);
+    if (id != NULL && sf_parse_i64(id + 1, 0, (int64_t)SF_ARRAY_LEN(w->lsn) - 1, &n) == SF_OK) {
+        w->lsn[n] = feed_item_lsn(it);
+        w->highest = SF_MAX(w->highest, (int)n);
+    }
+    if (w->hold_after > 0 && w->seen.total > w->hold_after && w->n_held < SF_ARRAY_LEN(w->held)) {
+        w->held[w->n_held++] = it;
+        it = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (it != NULL)
+        feed_item_ack(it);
+}
+
+/* A bounded processor's options: the window log consumes, the event log listens. */
+static void bounded_options(struct feed_options *o, const char *pfx, const char *instance,
+                            struct window_log *w, struct evlog *ev)
+{
+    ft_feed_options(o, DB, coll, pfx, instance);
+    o->consume = consume_window;
+    o->consume_ctx = w;
+    o->on_event = on_event;
+    o->event_ctx = ev;
+    o->max_items = 10;
+}
+
+/* Every lease under pfx is marked done; returns how many there are. */
+static size_t leases_done(const char *pfx)
+{
+    struct feed_lease_info *v = NULL;
+    size_t n = 0;
+    struct sf_err err;
+
+    ck_assert_msg(feed_leases_list(cli, DB, "leases", pfx, &v, &n, &err) == SF_OK, "%s", err.msg);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(v[i].done, "lease %s not done", v[i].id);
+        ck_assert_str_eq(v[i].owner, "");
+    }
+    free(v);
+    return n;
+}
+
+/*
+ * "now" and an LSN bound: exactly the items up to the bound are delivered, each
+ * once; every range reports done once, then the whole window once.
+ */
+START_TEST(bound_delivers_exactly_the_window)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct window_log w, w2;
+    struct evlog ev, ev2;
+    char pfx2[80];
+    struct sf_err err;
+
+    window_init(&w);
+    window_init(&w2);
+    ev_init(&ev);
+    ev_init(&ev2);
+    put_n(0, 100, NULL);
+    bounded_options(&o, prefix, "window-now", &w, &ev);
+    o.stop.kind = FEED_STOP_NOW;
+    p = start(&o, &err);
+    ck_assert(ev_wait(&ev, FEED_EV_ALL_DONE, 1, 30000));
+    put_n(100, 120, NULL); /* after the window: never delivered */
+    ck_assert_int_eq(w.seen.distinct, 100);
+    ck_assert_int_eq(w.seen.dups, 0);
+    ck_assert_int_eq(w.highest, 99);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 4);
+    ck_assert_uint_eq(leases_done(prefix), 4);
+    ck_assert_uint_eq(owned(p), 0);
+    feed_processor_free(p);
+    ck_assert_int_eq(w.seen.total, 100);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_ALL_DONE), 1);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 4);
+
+    /* up to the LSN of i59 (inclusive): i0..i59, nothing past it */
+    (void)snprintf(pfx2, sizeof(pfx2), "%s-lsn", prefix);
+    bounded_options(&o, pfx2, "window-lsn", &w2, &ev2);
+    o.stop.kind = FEED_STOP_LSN;
+    o.stop.lsn = w.lsn[59];
+    p = start(&o, &err);
+    ck_assert(ev_wait(&ev2, FEED_EV_ALL_DONE, 1, 30000));
+    feed_processor_free(p);
+    ck_assert_int_eq(w2.seen.distinct, 60);
+    ck_assert_int_eq(w2.seen.dups, 0);
+    ck_assert_int_eq(w2.highest, 59);
+    ck_assert_int_eq(ev_count(&ev2, FEED_EV_RANGE_DONE), 4);
+    ck_assert_uint_eq(leases_done(pfx2), 4);
+    window_release(&w);
+    window_release(&w2);
+}
+END_TEST
+
+struct seen_wait {
+    struct ft_seen *s;
+    int n;
+};
+
+static bool total_pred(void *ctx)
+{
+    struct seen_wait *sw = ctx;
+    int t;
+
+    pthread_mutex_lock(&sw->s->mu);
+    t = sw->s->total;
+    pthread_mutex_unlock(&sw->s->mu);
+    return t >= sw->n;
+}
+
+/*
+ * Stopped half-way and started again: the window goes on from the leases (the
+ * bound resolved by the first start, not a new "now"), nothing is lost; a
+ * finished window started once more reads nothing and reports all done.
+ */
+START_TEST(bound_resumes_from_its_leases)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct window_log w;
+    struct evlog ev, ev2, ev3;
+    struct seen_wait sw;
+    struct sf_err err;
+
+    window_init(&w);
+    ev_init(&ev);
+    ev_init(&ev2);
+    ev_init(&ev3);
+    put_n(0, 200, NULL);
+    bounded_options(&o, prefix, "window-resume", &w, &ev);
+    o.stop.kind = FEED_STOP_NOW;
+    w.hold_after = 20; /* the rest waits unacknowledged: no range can finish */
+    p = start(&o, &err);
+    sw = (struct seen_wait){&w.seen, 21};
+    ck_assert(ft_wait_until(total_pred, &sw, 20000));
+    ck_assert_int_eq(feed_processor_stop(p, 200, &err), SF_OK);
+    window_ack_held(&w); /* late: accepted, no checkpoint */
+    feed_processor_free(p);
+    w.hold_after = 0;
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 0);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_ALL_DONE), 0);
+    put_n(200, 230, NULL); /* after the window resolved at the first start */
+
+    bounded_options(&o, prefix, "window-resume", &w, &ev2);
+    o.stop.kind = FEED_STOP_NOW;
+    p = start(&o, &err);
+    ck_assert(ev_wait(&ev2, FEED_EV_ALL_DONE, 1, 30000));
+    feed_processor_free(p);
+    ck_assert_int_eq(w.seen.distinct, 200);
+    ck_assert_int_eq(w.highest, 199);
+    ck_assert_uint_eq(leases_done(prefix), 4);
+
+    /* finished: a third start delivers nothing and says so */
+    bounded_options(&o, prefix, "window-resume", &w, &ev3);
+    o.stop.kind = FEED_STOP_NOW;
+    p = start(&o, &err);
+    ck_assert(ev_wait(&ev3, FEED_EV_ALL_DONE, 1, 30000));
+    feed_processor_free(p);
+    ck_assert_int_eq(ev_count(&ev3, FEED_EV_RANGE_DONE), 0);
+    ck_assert_int_eq(w.seen.distinct, 200);
+    ck_assert_int_eq(w.highest, 199);
+    ck_assert_int_eq(feed_leases_delete(cli, DB, "leases", prefix, &err), SF_OK);
+    {
+        struct feed_lease_info *v = NULL;
+        size_t n = 9;
+
+        ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+        ck_assert_uint_eq(n, 0);
+        free(v);
+    }
+    window_release(&w);
+}
+END_TEST
+
+/*
+ * A split or a merge of a range whose window is not read yet: the children (or the
+ * parents' EPK leases on the merged range) stop at the parent's bound.
+ */
+static void bound_across(bool split)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct window_log w;
+    struct evlog ev;
+    struct sf_err err;
+
+    window_init(&w);
+    ev_init(&ev);
+    put_n(0, 100, NULL);
+    bounded_options(&o, prefix, split ? "window-split" : "window-merge", &w, &ev);
+    o.stop.kind = FEED_STOP_NOW;
+    ck_assert_msg(feed_processor_new(cli, cli, &o, &p, &err) == SF_OK, "%s", err.msg);
+    feed_processor_pause(p, true); /* the bound is resolved at start; nothing is read yet */
+    ck_assert_msg(feed_processor_start(p, &err) == SF_OK, "%s", err.msg);
+    if (split)
+        ck_assert_msg(ft_split(cli, DB, coll, "1", &err) == SF_OK, "split: %s", err.msg);
+    else
+        ck_assert_msg(ft_merge(cli, DB, coll, "1", "2", &err) == SF_OK, "merge: %s", err.msg);
+    put_n(100, 150, NULL); /* past the bound, also in the new ranges */
+    feed_processor_pause(p, false);
+    ck_assert(ev_wait(&ev, FEED_EV_ALL_DONE, 1, 30000));
+    feed_processor_free(p);
+    ck_assert_int_eq(w.seen.distinct, 100);
+    ck_assert_int_eq(w.seen.dups, 0);
+    ck_assert_int_eq(w.highest, 99);
+    ck_assert_int_eq(ev_count(&ev, split ? FEED_EV_SPLIT : FEED_EV_MERGE), split ? 1 : 2);
+    /* a split: 3 ranges and 2 children; a merge: 2 ranges and the 2 parents' EPK leases */
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), split ? 5 : 4);
+    ck_assert_uint_eq(leases_done(prefix), split ? 5 : 4);
+    window_release(&w);
+}
+
+START_TEST(bound_inherited_by_split_children)
+{
+    bound_across(true);
+}
+END_TEST
+
+START_TEST(bound_kept_by_merged_parents)
+{
+    bound_across(false);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
@@ -1005,6 +1275,10 @@ static Suite *suite(void)
     tcase_add_test(t, start_at_time);
     tcase_add_test(t, split_during_run);
     tcase_add_test(t, stuck_page_not_redelivered_warns);
+    tcase_add_test(t, bound_delivers_exactly_the_window);
+    tcase_add_test(t, bound_resumes_from_its_leases);
+    tcase_add_test(t, bound_inherited_by_split_children);
+    tcase_add_test(t, bound_kept_by_merged_parents);
     suite_add_tcase(s, t);
     return s;
 }
