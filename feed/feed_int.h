@@ -69,7 +69,7 @@ json_t *feed_lease_to_json(const struct feed_lease *l);
 /*
  * Reads document id (partition key: the id) of coll as raw JSON: *ret_doc
  * new, or NULL when absent (SF_OK); etag (COSMOS_ETAG_MAX) filled when
- * found. For the lease documents feed_admin.c and feed_claim.c rewrite
+ * found. For the lease documents feed_admin.c rewrites
  * whole.
  */
 enum sf_rc feed_raw_read(struct cosmos_client *cli, const char *db, const char *coll,

@@ -561,22 +561,32 @@ out:
     return rc;
 }
 
+/* A lease store from the public functions' arguments; SF_EINVAL when missing or too long. */
+static enum sf_rc store_of(struct feed_store *st, struct cosmos_client *cli, const char *db,
+                           const char *coll, const char *prefix, struct sf_err *err)
+{
+    memset(st, 0, sizeof(*st));
+    st->cli = cli;
+    if (cli == NULL || db == NULL || coll == NULL || prefix == NULL ||
+        feed_copy(st->db, sizeof(st->db), db) != SF_OK ||
+        feed_copy(st->coll, sizeof(st->coll), coll) != SF_OK ||
+        feed_copy(st->prefix, sizeof(st->prefix), prefix) != SF_OK)
+        return sf_err_set(err, SF_EINVAL, false, "lease set: missing or too long argument");
+    return SF_OK;
+}
+
 enum sf_rc feed_leases_list(struct cosmos_client *lease_cli, const char *lease_db,
                             const char *lease_coll, const char *prefix,
                             struct feed_lease_info **ret, size_t *ret_n, struct sf_err *err)
 {
-    struct feed_store st = {.cli = lease_cli};
+    struct feed_store st;
     struct feed_lease *v = NULL;
     struct feed_lease_info *out = NULL;
     size_t n = 0;
-    enum sf_rc rc;
+    enum sf_rc rc = store_of(&st, lease_cli, lease_db, lease_coll, prefix, err);
 
-    if (lease_cli == NULL || lease_db == NULL || lease_coll == NULL || prefix == NULL ||
-        feed_copy(st.db, sizeof(st.db), lease_db) != SF_OK ||
-        feed_copy(st.coll, sizeof(st.coll), lease_coll) != SF_OK ||
-        feed_copy(st.prefix, sizeof(st.prefix), prefix) != SF_OK)
-        return sf_err_set(err, SF_EINVAL, false, "feed_leases_list: missing or too long argument");
-    rc = feed_store_list(&st, &v, &n, err);
+    if (rc == SF_OK)
+        rc = feed_store_list(&st, &v, &n, err);
     if (rc != SF_OK)
         return rc;
     out = calloc(n ? n : 1, sizeof(*out));
@@ -595,19 +605,14 @@ enum sf_rc feed_leases_list(struct cosmos_client *lease_cli, const char *lease_d
 enum sf_rc feed_leases_delete(struct cosmos_client *lease_cli, const char *lease_db,
                               const char *lease_coll, const char *prefix, struct sf_err *err)
 {
-    struct feed_store st = {.cli = lease_cli};
+    struct feed_store st;
     struct feed_lease *v = NULL;
     char id[COSMOS_ID_MAX + 1];
     size_t n = 0;
-    enum sf_rc rc;
+    enum sf_rc rc = store_of(&st, lease_cli, lease_db, lease_coll, prefix, err);
 
-    if (lease_cli == NULL || lease_db == NULL || lease_coll == NULL || prefix == NULL ||
-        feed_copy(st.db, sizeof(st.db), lease_db) != SF_OK ||
-        feed_copy(st.coll, sizeof(st.coll), lease_coll) != SF_OK ||
-        feed_copy(st.prefix, sizeof(st.prefix), prefix) != SF_OK)
-        return sf_err_set(err, SF_EINVAL, false,
-                          "feed_leases_delete: missing or too long argument");
-    rc = feed_store_list(&st, &v, &n, err);
+    if (rc == SF_OK)
+        rc = feed_store_list(&st, &v, &n, err);
     for (size_t i = 0; rc == SF_OK && i < n; i++) {
         rc = feed_store_delete(&st, v[i].id, "", err);
         if (rc == SF_ENOTFOUND)

@@ -144,7 +144,7 @@ static enum sf_rc check_options(const struct feed_options *o, struct sf_err *err
     if (o->consume == NULL)
         return sf_err_set(err, SF_EINVAL, false, "feed: a consume callback is required");
     if (o->start != FEED_START_BEGINNING && o->start != FEED_START_NOW &&
-        o->start != FEED_START_TIME)
+        o->start != FEED_START_TIME && o->start != FEED_START_LSN)
         return sf_err_set(err, SF_EINVAL, false, "feed: unknown start position %d", (int)o->start);
     if (o->start == FEED_START_TIME && o->start_time <= 0)
         return sf_err_set(err, SF_EINVAL, false, "feed: start time required with FEED_START_TIME");

@@ -1,6 +1,8 @@
 /*
  * proc_replay.c - a bounded window of the change feed through the run's
- * dispatch (proc_replay.h).
+ * dispatch (proc_replay.h): per source container a bounded feed processor
+ * under the replay's own lease prefix, or, for a dry run, a lease-less scan
+ * (feed_window.h). feed/ reads, bounds, checkpoints and follows splits.
  */
 #include "common/sf_base.h"
 
@@ -13,48 +15,45 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "feed/feed.h"
-#include "feed/feed_claim.h"
+#include "feed/feed_window.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
 #include "steps/step.h"
 
-#define SCOPES_MAX        COSMOS_PKRANGES_MAX
 #define STOP_DRAIN_MS     10000 /* after a stop request, in-flight items get this long */
 #define PROGRESS_EVERY_MS 200
 #define SOURCES_MAX       64
 
-/* One range (or one logical partition) of one container. */
-struct scope {
-    const char *container;   /* borrowed from the cfg */
-    struct feed_claim claim; /* its lease; claim.cont "" = start at the lower bound */
-    const char *range_id;    /* points at claim.token; NULL for a partition key scope */
-    int pk_version;          /* the container's partitionKey.version: how its EPKs hash */
-    int64_t upper_lsn;       /* the resolved upper bound, -1 none (time bounds) */
-    int64_t processed;       /* items dispatched so far (across runs) */
-    bool done;
-    bool from_split; /* took over a split range's position during this run */
+/* One source container and, for --range, that range's span (for parked items). */
+struct source {
+    const char *name; /* borrowed from the cfg */
+    int pk_version;   /* partitionKey.version: how its EPKs hash */
+    bool has_range;   /* --range: the container has it */
+    char min[SF_EPK_V1_MAX + 1], max[SF_EPK_V1_MAX + 1];
 };
 
 struct replay {
     const struct proc_replay_opts *o;
     struct proc_replay_summary *sum;
     struct cfg sub; /* cfg, restricted to --workflow */
-    const char *sources[SOURCES_MAX];
+    struct source sources[SOURCES_MAX];
     size_t n_sources;
     struct step_registry *reg;
     struct step_catalog *cat;
     struct proc_engine *engine;
-    struct proc_dispatch *dispatch; /* NULL in a dry run */
+    struct proc_dispatch *dispatch;          /* NULL in a dry run */
+    struct feed_processor *fps[SOURCES_MAX]; /* freed after the dispatcher stopped */
     char me[FEED_INSTANCE_MAX + 1];
-    struct feed_claim_store store; /* the replay's leases, owner me */
     char tag[17];
-    json_t *window; /* the window as given, stored in each lease */
-    struct scope *scopes;
-    size_t n_scopes;
-    uint64_t submitted;
-    _Atomic uint64_t acked;
+    json_t *window;           /* the window as given: hashed into the lease prefix */
+    const struct source *cur; /* the container being replayed */
+    struct feed_window win;   /* its bounds (the lower one is applied to delivered items) */
+    _Atomic uint64_t read, in_window, dispatched;
+    _Atomic unsigned ranges_done;
+    atomic_bool all_done, failed;
+    struct sf_err fail; /* written once, before failed is set */
     int64_t last_progress_ms;
 };
 
@@ -114,70 +113,6 @@ static void bound_str(const struct proc_bound *b, char *out, size_t size)
 static int64_t bound_s(const struct proc_bound *b)
 {
     return b->time_ms >= 0 ? b->time_ms / 1000 : -((-b->time_ms + 999) / 1000);
-}
-
-/* ---------------------------------------------------------------------------
- * Replay leases (see proc_replay.h): feed_claim.h owns the lease fields;
- * the window's own state rides in the lease's properties.
- */
-
-static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
-{
-    const json_t *v = json_object_get(o, key);
-
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
-static json_t *scope_props(const struct replay *rp, const struct scope *sc)
-{
-    return json_pack("{s:O, s:s, s:I, s:b, s:I}", "replay", rp->window, "container", sc->container,
-                     "upperLsn", (json_int_t)sc->upper_lsn, "done", sc->done, "processed",
-                     (json_int_t)sc->processed);
-}
-
-/*
- * Takes the scope's lease: creates it, or takes over one that is free or
- * expired (resuming from its position and state), or fails when another
- * replay of the same window holds it.
- */
-static enum sf_rc lease_acquire(struct replay *rp, struct scope *sc, bool *ret_resumed,
-                                struct sf_err *err)
-{
-    json_t *props = scope_props(rp, sc), *stored = NULL;
-    enum sf_rc rc;
-
-    if (props == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = feed_claim_acquire(&rp->store, &sc->claim, props, &stored, err);
-    json_decref(props);
-    *ret_resumed = false;
-    if (rc == SF_OK && stored != NULL) {
-        sc->done = json_is_true(json_object_get(stored, "done"));
-        sc->processed = int_member(stored, "processed", 0);
-        /* A resumed replay keeps the bound it resolved first ("now" does not move on). */
-        sc->upper_lsn = int_member(stored, "upperLsn", sc->upper_lsn);
-        *ret_resumed = sc->claim.cont[0] != '\0' || sc->done;
-    }
-    json_decref(stored);
-    return rc;
-}
-
-/* Writes the scope's position; fails (SF_ESTATE) when another replay took the lease. */
-static enum sf_rc lease_save(struct replay *rp, struct scope *sc, bool owned, struct sf_err *err)
-{
-    json_t *props = scope_props(rp, sc);
-    enum sf_rc rc;
-
-    if (props == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = feed_claim_save(&rp->store, &sc->claim, owned, props, err);
-    json_decref(props);
-    return rc;
-}
-
-static enum sf_rc lease_delete(struct replay *rp, struct scope *sc, struct sf_err *err)
-{
-    return feed_claim_delete(&rp->store, &sc->claim, err);
 }
 
 /* ---------------------------------------------------------------------------
@@ -253,86 +188,41 @@ static enum sf_rc make_dispatch(struct replay *rp, struct sf_err *err)
     return rc;
 }
 
-static enum sf_rc add_scope(struct replay *rp, const char *container, const char *token,
-                            const char *min, const char *max, struct sf_err *err)
-{
-    struct scope *sc;
-    int n;
-
-    if (rp->n_scopes >= SCOPES_MAX)
-        return sf_err_set(err, SF_ELIMIT, false, "more than %d ranges to replay", SCOPES_MAX);
-    sc = &rp->scopes[rp->n_scopes];
-    memset(sc, 0, sizeof(*sc));
-    sc->container = container;
-    (void)snprintf(sc->claim.token, sizeof(sc->claim.token), "%s", token);
-    sc->range_id = rp->o->pk_json == NULL ? sc->claim.token : NULL;
-    (void)snprintf(sc->claim.min, sizeof(sc->claim.min), "%s", min);
-    (void)snprintf(sc->claim.max, sizeof(sc->claim.max), "%s", max);
-    sc->upper_lsn = -1;
-    n = snprintf(sc->claim.id, sizeof(sc->claim.id), "%s.%s..%s", rp->sum->prefix, container,
-                 token);
-    if (n < 0 || (size_t)n >= sizeof(sc->claim.id))
-        return sf_err_set(err, SF_ELIMIT, false, "replay lease id too long");
-    rp->n_scopes++;
-    return SF_OK;
-}
-
-static enum sf_rc make_scopes(struct replay *rp, struct sf_err *err)
+/* The sources of the configuration, and for --range which of them have it and where. */
+static enum sf_rc make_sources(struct replay *rp, const char **names, size_t n, struct sf_err *err)
 {
     const struct proc_replay_opts *o = rp->o;
     bool range_found = false;
     enum sf_rc rc = SF_OK;
 
-    rp->scopes = calloc(SCOPES_MAX, sizeof(*rp->scopes));
-    if (rp->scopes == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    for (size_t i = 0; rc == SF_OK && i < rp->n_sources; i++) {
-        struct cosmos_pkranges *ranges = NULL;
+    for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        struct source *s = &rp->sources[rp->n_sources++];
         struct cosmos_container_info ci;
+        struct cosmos_pkranges *ranges = NULL;
 
+        s->name = names[i];
         /* Legacy containers hash keys with V1: their ranges' bounds are V1 EPKs. */
-        rc = cosmos_container_read(o->cli, o->cfg->cosmos.database, rp->sources[i], &ci, err);
+        rc = cosmos_container_read(o->cli, o->cfg->cosmos.database, s->name, &ci, err);
         if (rc != SF_OK) {
-            sf_err_prefix(err, "container %s: ", rp->sources[i]);
+            sf_err_prefix(err, "container %s: ", s->name);
             break;
         }
-        if (o->pk_json != NULL) {
-            char epk[SF_EPK_V1_MAX + 1], token[40];
-
-            rc = cosmos_pk_epk_version(o->pk_json, ci.pk_version, epk, sizeof(epk), err);
-            if (rc != SF_OK)
-                break;
-            /* The token names the key by a V2 hash whatever the container: short and stable. */
-            {
-                char v2[33];
-
-                rc = cosmos_pk_epk(o->pk_json, v2, err);
-                if (rc != SF_OK)
-                    break;
-                (void)snprintf(token, sizeof(token), "pk-%s", v2);
-            }
-            rc = add_scope(rp, rp->sources[i], token, epk, epk, err);
-            if (rc == SF_OK)
-                rp->scopes[rp->n_scopes - 1].pk_version = ci.pk_version;
+        s->pk_version = ci.pk_version;
+        if (o->range == NULL)
             continue;
-        }
-        rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, rp->sources[i], true, &ranges,
-                                 err);
-        if (rc != SF_OK) {
-            sf_err_prefix(err, "partition key ranges of %s: ", rp->sources[i]);
-            break;
-        }
+        rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, s->name, true, &ranges, err);
         for (size_t k = 0; rc == SF_OK && k < ranges->n; k++) {
             const struct cosmos_pkrange *r = &ranges->ranges[k];
 
-            if (o->range != NULL && strcmp(o->range, r->id) != 0)
+            if (strcmp(o->range, r->id) != 0)
                 continue;
-            range_found = true;
-            rc = add_scope(rp, rp->sources[i], r->id, r->min, r->max, err);
-            if (rc == SF_OK)
-                rp->scopes[rp->n_scopes - 1].pk_version = ci.pk_version;
+            range_found = s->has_range = true;
+            (void)snprintf(s->min, sizeof(s->min), "%s", r->min);
+            (void)snprintf(s->max, sizeof(s->max), "%s", r->max);
         }
         free(ranges);
+        if (rc != SF_OK)
+            sf_err_prefix(err, "partition key ranges of %s: ", s->name);
     }
     if (rc == SF_OK && o->range != NULL && !range_found)
         rc = sf_err_set(err, SF_ENOTFOUND, false,
@@ -342,127 +232,59 @@ static enum sf_rc make_scopes(struct replay *rp, struct sf_err *err)
     return rc;
 }
 
-/* The change-feed window of one scope's container (feed_claim.h). */
-static struct feed_claim_window scope_window(const struct replay *rp, const struct scope *sc)
+/* The window of one container as feed/ bounds it. */
+static struct feed_window window_of(const struct replay *rp, const struct source *s)
 {
     const struct proc_replay_opts *o = rp->o;
-    struct feed_claim_window w = {.cli = o->cli,
-                                  .db = o->cfg->cosmos.database,
-                                  .coll = sc->container,
-                                  .pk_json = sc->range_id == NULL ? o->pk_json : NULL,
-                                  .max_items = o->cfg->feed.max_items,
-                                  .to_s = INT64_MAX};
+    struct feed_window w = {.cli = o->cli,
+                            .db = o->cfg->cosmos.database,
+                            .coll = s->name,
+                            .range = o->range,
+                            .pk_json = o->pk_json,
+                            .max_items = o->cfg->feed.max_items,
+                            .to_lsn = o->to.kind == PROC_BOUND_LSN ? o->to.lsn : -1,
+                            .to_now = o->to.kind == PROC_BOUND_NOW,
+                            .to_s = o->to.kind == PROC_BOUND_TIME ? bound_s(&o->to) : INT64_MAX};
 
     if (o->from.kind == PROC_BOUND_LSN) {
-        w.from = FEED_CLAIM_FROM_LSN;
+        w.from = FEED_WINDOW_FROM_LSN;
         w.from_lsn = o->from.lsn;
     } else if (o->from.kind == PROC_BOUND_TIME) {
-        w.from = FEED_CLAIM_FROM_TIME;
+        w.from = FEED_WINDOW_FROM_TIME;
         w.from_s = bound_s(&o->from);
     }
-    if (o->to.kind == PROC_BOUND_TIME)
-        w.to_s = bound_s(&o->to);
     return w;
 }
 
-/* The scope's upper LSN: the --to lsn, or "now" as resolved for it; -1 none. */
-static int64_t scope_upper(const struct replay *rp, const struct scope *sc)
+/* In the window and a saga candidate (sagafeed's own records never are). */
+static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_lsn)
 {
-    if (rp->o->to.kind == PROC_BOUND_LSN)
-        return rp->o->to.lsn;
-    return rp->o->to.kind == PROC_BOUND_NOW ? sc->upper_lsn : -1;
+    return feed_window_classify(&rp->win, -1, doc, ret_lsn) == FEED_WINDOW_IN &&
+           json_is_object(doc) && !proc_item_is_system(doc);
 }
 
-/* The position of "now" in a scope: the LSN of its latest write. */
-static enum sf_rc resolve_now(struct replay *rp, struct scope *sc, struct sf_err *err)
+static void progress(struct replay *rp, bool force)
 {
-    struct feed_claim_window w = scope_window(rp, sc);
+    FILE *p = rp->o->progress;
 
-    return feed_claim_now(&w, &sc->claim, &sc->upper_lsn, err);
-}
-
-/*
- * The range of sc split (410/1002): its children take over from where it
- * stood - same continuation (children continue the parent's LSNs), same
- * upper bound - each with a lease of its own written at once, so that an
- * interruption from here on resumes on the children; then the parent's
- * lease goes. The children are replayed after the scopes already listed.
- */
-static enum sf_rc split_scope(struct replay *rp, struct scope *sc, struct sf_err *err)
-{
-    const struct proc_replay_opts *o = rp->o;
-    struct feed_claim_window w = scope_window(rp, sc);
-    struct feed_claim *kids = calloc(SCOPES_MAX, sizeof(*kids));
-    size_t first = rp->n_scopes, n = 0;
-    enum sf_rc rc;
-
-    if (kids == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = feed_claim_children(&w, &sc->claim, kids, SCOPES_MAX, &n, err);
-    for (size_t k = 0; rc == SF_OK && k < n; k++) {
-        struct scope *child;
-        bool resumed;
-
-        rc = add_scope(rp, sc->container, kids[k].token, kids[k].min, kids[k].max, err);
-        if (rc != SF_OK)
-            break;
-        child = &rp->scopes[rp->n_scopes - 1];
-        child->pk_version = sc->pk_version;
-        (void)snprintf(child->claim.cont, sizeof(child->claim.cont), "%s", kids[k].cont);
-        child->upper_lsn = sc->upper_lsn;
-        child->from_split = true;
-        if (!o->dry_run)
-            rc = lease_acquire(rp, child, &resumed, err);
-    }
-    free(kids);
-    if (rc != SF_OK)
-        return rc;
-    if (o->out != NULL) {
-        (void)fprintf(o->out, "range %s of %s split; continuing on", sc->claim.token,
-                      sc->container);
-        for (size_t i = first; i < rp->n_scopes; i++)
-            (void)fprintf(o->out, " %s", rp->scopes[i].claim.token);
-        (void)fputc('\n', o->out);
-    }
-    sc->done = true;
-    return o->dry_run ? SF_OK : lease_delete(rp, sc, err);
+    if (p == NULL || (!force && sf_mono_ms() - rp->last_progress_ms < PROGRESS_EVERY_MS))
+        return;
+    rp->last_progress_ms = sf_mono_ms();
+    (void)fprintf(p, "\rreplay %s: read %llu, in window %llu, %s %llu, ranges done %u\033[K",
+                  rp->cur->name, (unsigned long long)atomic_load(&rp->read),
+                  (unsigned long long)atomic_load(&rp->in_window),
+                  rp->o->dry_run ? "planned" : "dispatched",
+                  (unsigned long long)atomic_load(&rp->dispatched), atomic_load(&rp->ranges_done));
+    (void)fflush(p);
 }
 
 /* ---------------------------------------------------------------------------
- * Reading and dispatching
+ * The dry run: a lease-less scan, the plan of every in-window item
  */
 
-static void on_ack(void *ctx)
+static void print_plan(struct replay *rp, const json_t *doc, int64_t lsn)
 {
-    struct replay *rp = ctx;
-
-    atomic_fetch_add(&rp->acked, 1);
-}
-
-enum verdict { V_SKIP, V_IN, V_PAST };
-
-static enum verdict classify(const struct replay *rp, const struct scope *sc, const json_t *doc,
-                             int64_t *ret_lsn)
-{
-    struct feed_claim_window w = scope_window(rp, sc);
-
-    switch (feed_claim_classify(&w, scope_upper(rp, sc), doc, ret_lsn)) {
-    case FEED_CLAIM_PAST:
-        return V_PAST;
-    case FEED_CLAIM_SKIP:
-        return V_SKIP;
-    case FEED_CLAIM_IN:
-        break;
-    }
-    /* sagafeed's own records (events, markers, parking documents) are never sagas. */
-    if (!json_is_object(doc) || json_object_get(doc, STEP_SYS_FIELD) != NULL)
-        return V_SKIP;
-    return V_IN;
-}
-
-static void print_plan(struct replay *rp, const struct scope *sc, const json_t *doc, int64_t lsn)
-{
-    struct proc_item it = {.container = sc->container, .doc = doc, .lsn = lsn};
+    struct proc_item it = {.container = rp->cur->name, .doc = doc, .lsn = lsn};
     struct proc_plan plan;
     struct sf_buf pkj;
     json_t *pk = NULL;
@@ -487,14 +309,14 @@ static void print_plan(struct replay *rp, const struct scope *sc, const json_t *
         break;
     }
     sf_buf_init(&pkj, 4096);
-    if (proc_engine_pk(rp->engine, sc->container, doc, &pk, NULL) != SF_OK ||
+    if (proc_engine_pk(rp->engine, rp->cur->name, doc, &pk, NULL) != SF_OK ||
         step_pk_json(pk, &pkj) != SF_OK) {
         sf_buf_reset(&pkj);
         (void)sf_buf_puts(&pkj, "?");
     }
     json_decref(pk);
     if (out != NULL) {
-        (void)fprintf(out, "lsn %lld %s %s %s %s: state %s: ", (long long)lsn, sc->container,
+        (void)fprintf(out, "lsn %lld %s %s %s %s: state %s: ", (long long)lsn, rp->cur->name,
                       sf_json_str(doc, "id"), sf_buf_cstr(&pkj), plan.workflow, plan.state);
         if (plan.kind == PROC_PLAN_STEP && plan.skipped)
             (void)fprintf(out, "would skip step %s (its when is false)\n", plan.step);
@@ -513,133 +335,221 @@ static void print_plan(struct replay *rp, const struct scope *sc, const json_t *
     sf_buf_release(&pkj);
 }
 
-static void progress(struct replay *rp, const struct scope *sc, int64_t lsn, bool force)
+static enum sf_rc plan_item(void *ctx, const char *range, const json_t *doc, int64_t lsn,
+                            struct sf_err *err)
 {
-    FILE *p = rp->o->progress;
+    struct replay *rp = ctx;
+    int64_t at;
 
-    if (p == NULL || (!force && sf_mono_ms() - rp->last_progress_ms < PROGRESS_EVERY_MS))
-        return;
-    rp->last_progress_ms = sf_mono_ms();
-    (void)fprintf(
-        p, "\rreplay %s %s: read %llu, in window %llu, %s %llu, at lsn %lld%s\033[K", sc->container,
-        sc->claim.token, (unsigned long long)rp->sum->read, (unsigned long long)rp->sum->in_window,
-        rp->o->dry_run ? "planned" : "done",
-        (unsigned long long)(rp->o->dry_run ? rp->sum->dispatched : atomic_load(&rp->acked)),
-        (long long)lsn, "");
-    if (sc->upper_lsn >= 0)
-        (void)fprintf(p, " of %lld", (long long)sc->upper_lsn);
-    (void)fflush(p);
+    SF_UNUSED(range);
+    SF_UNUSED(err);
+    atomic_fetch_add(&rp->read, 1);
+    if (!candidate(rp, doc, &at))
+        return SF_OK; /* sagafeed's own record */
+    atomic_fetch_add(&rp->in_window, 1);
+    atomic_fetch_add(&rp->dispatched, 1);
+    print_plan(rp, doc, lsn);
+    progress(rp, false);
+    return SF_OK;
 }
 
-enum waited { W_ALL, W_STOPPED, W_LOST };
+static enum sf_rc plan_source(struct replay *rp, struct sf_err *err)
+{
+    size_t ranges = 0;
+    enum sf_rc rc = feed_window_scan(&rp->win, plan_item, rp, &ranges, err);
+
+    rp->sum->ranges += ranges;
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * The replay: a bounded feed processor per container, items to the dispatcher
+ */
+
+static void ack_item(void *ctx)
+{
+    feed_item_ack(ctx);
+}
+
+/* The feed's consumer: like the run's, after the window's own filter. */
+static void on_item(void *ctx, struct feed_item *it)
+{
+    struct replay *rp = ctx;
+    const json_t *doc = feed_item_doc(it);
+    struct sf_err err;
+    int64_t lsn;
+
+    atomic_fetch_add(&rp->read, 1);
+    if (!candidate(rp, doc, &lsn)) {
+        feed_item_ack(it);
+        return;
+    }
+    atomic_fetch_add(&rp->in_window, 1);
+    sf_err_clear(&err);
+    /* Stopping when it fails: left unacknowledged, the next run reads it again. */
+    if (proc_dispatch_submit(rp->dispatch, rp->cur->name, json_incref((json_t *)doc),
+                             feed_item_pk(it), feed_item_pk_path(it), feed_item_lsn(it),
+                             feed_item_epoch(it), ack_item, it, &err) == SF_OK)
+        atomic_fetch_add(&rp->dispatched, 1);
+}
+
+/* Records the first failure (what: a prefix for its message) and ends the wait. */
+static void fail_once(struct replay *rp, const struct sf_err *e, const char *what)
+{
+    bool no = false;
+
+    if (!atomic_compare_exchange_strong(&rp->failed, &no, true))
+        return;
+    rp->fail = *e;
+    sf_err_prefix(&rp->fail, "%s: ", what);
+}
+
+static void on_event(void *ctx, const struct feed_event *ev)
+{
+    struct replay *rp = ctx;
+    FILE *out = rp->o->out;
+
+    switch (ev->kind) {
+    case FEED_EV_RANGE_DONE:
+        atomic_fetch_add(&rp->ranges_done, 1);
+        break;
+    case FEED_EV_ALL_DONE:
+        atomic_store(&rp->all_done, true);
+        break;
+    case FEED_EV_SPLIT:
+        if (out != NULL)
+            (void)fprintf(out, "range %s of %s split; continuing on its child ranges (%s)\n",
+                          ev->range, rp->cur->name, ev->msg);
+        break;
+    case FEED_EV_LOST:
+        /* Another replay of the same window took the lease over: it goes on, this one stops. */
+        if (ev->err != NULL)
+            fail_once(rp, ev->err, ev->lease_id);
+        break;
+    case FEED_EV_READ_ERROR:
+    case FEED_EV_LEASE_ERROR:
+    case FEED_EV_CHECKPOINT_ERROR:
+        /* feed/ retries what may pass; what cannot (a missing container, a bad key) ends it. */
+        if (ev->err != NULL && !ev->err->retriable)
+            fail_once(rp, ev->err, rp->cur->name);
+        break;
+    default:
+        break;
+    }
+}
 
 /*
- * Waits until every submitted item settled. After a stop request the items
- * in flight get STOP_DRAIN_MS, then the rest is dropped (no checkpoint).
- * Keeps the lease alive meanwhile; W_LOST (err set) when it was taken.
+ * Before the processor starts: an interrupted replay's leases are resumed
+ * (said so), a live one held by another replay of the window refuses.
  */
-static enum waited wait_acks(struct replay *rp, struct scope *sc, struct sf_err *err)
-{
-    int64_t last_touch = sf_mono_ms(), drain_until = -1;
-
-    while (atomic_load(&rp->acked) < rp->submitted) {
-        if (rp->o->stop != NULL && *rp->o->stop && drain_until < 0)
-            drain_until = sf_mono_ms() + STOP_DRAIN_MS;
-        if (drain_until >= 0 && sf_mono_ms() > drain_until)
-            return W_STOPPED;
-        if (sf_mono_ms() - last_touch >= rp->o->cfg->feed.renew_interval_ms) {
-            if (lease_save(rp, sc, true, err) == SF_ESTATE)
-                return W_LOST;
-            last_touch = sf_mono_ms();
-        }
-        sf_sleep_ms(5);
-    }
-    return W_ALL;
-}
-
-static enum sf_rc replay_scope(struct replay *rp, struct scope *sc, struct sf_err *err)
+static enum sf_rc look_at_leases(struct replay *rp, const char *prefix, struct sf_err *err)
 {
     const struct proc_replay_opts *o = rp->o;
-    struct cosmos_cf_page page;
-    int64_t lsn = -1;
-    enum sf_rc rc = SF_OK;
-    struct feed_claim_window win = scope_window(rp, sc);
+    struct feed_lease_info *v = NULL;
+    size_t n = 0;
+    enum sf_rc rc = feed_leases_list(o->cli, o->cfg->cosmos.database, o->cfg->feed.lease_container,
+                                     prefix, &v, &n, err);
 
-    cosmos_cf_page_init(&page);
-    while (!sc->done) {
-        uint64_t in_page = 0;
-        size_t i;
-        json_t *doc;
+    for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        if (v[i].owner[0] != '\0' && strcmp(v[i].owner, rp->me) != 0 && v[i].timestamp_ms >= 0 &&
+            sf_wall_ms() - v[i].timestamp_ms < o->cfg->feed.lease_expiry_ms) {
+            rc = sf_err_set(err, SF_ESTATE, false,
+                            "another replay of this window runs: lease %s is held by '%s'", v[i].id,
+                            v[i].owner);
+            break;
+        }
+        if (v[i].continuation[0] == '\0' && !v[i].done)
+            continue;
+        rp->sum->resumed++;
+        if (o->out != NULL)
+            (void)fprintf(o->out, "resuming %s %s of an interrupted replay from %s\n",
+                          rp->cur->name, v[i].range, v[i].done ? "its end" : v[i].continuation);
+    }
+    free(v);
+    return rc;
+}
 
+static enum sf_rc replay_source(struct replay *rp, struct feed_processor **ret_fp,
+                                struct sf_err *err)
+{
+    const struct proc_replay_opts *o = rp->o;
+    struct feed_processor *fp = NULL;
+    struct feed_options fo;
+    char prefix[FEED_PREFIX_MAX + 1];
+    struct sf_err e2;
+    enum sf_rc rc;
+
+    (void)snprintf(prefix, sizeof(prefix), "%s.%s", rp->sum->prefix, rp->cur->name);
+    rc = look_at_leases(rp, prefix, err);
+    if (rc != SF_OK)
+        return rc;
+    proc_setup_feed(o->cfg, rp->cur->name, rp->me, &fo);
+    fo.lease_prefix = prefix;
+    /* One page in flight per range, as before: a stop waits for at most that page. */
+    fo.max_inflight = (unsigned)SF_MAX(fo.max_items, 1);
+    fo.start = o->from.kind == PROC_BOUND_LSN    ? FEED_START_LSN
+               : o->from.kind == PROC_BOUND_TIME ? FEED_START_TIME
+                                                 : FEED_START_BEGINNING;
+    fo.start_lsn = SF_MAX(o->from.lsn, 1);
+    fo.start_time = (time_t)rp->win.from_s;
+    fo.stop.kind = o->to.kind == PROC_BOUND_LSN    ? FEED_STOP_LSN
+                   : o->to.kind == PROC_BOUND_TIME ? FEED_STOP_TIME
+                                                   : FEED_STOP_NOW;
+    fo.stop.lsn = o->to.lsn;
+    fo.stop.time = (time_t)rp->win.to_s;
+    fo.range = o->range;
+    fo.pk_json = o->pk_json;
+    fo.consume = on_item;
+    fo.consume_ctx = rp;
+    fo.on_event = on_event;
+    fo.event_ctx = rp;
+    rc = feed_processor_new(o->cli, o->cli, &fo, &fp, err);
+    if (rc == SF_OK)
+        rc = feed_processor_start(fp, err);
+    *ret_fp = fp;
+    if (rc != SF_OK)
+        return rc;
+    while (!atomic_load(&rp->all_done) && !atomic_load(&rp->failed)) {
         if (o->stop != NULL && *o->stop) {
             rp->sum->interrupted = true;
             break;
         }
-        rc = feed_claim_read(&win, &sc->claim, &page, err);
-        if (rc == SF_EGONE && sc->range_id != NULL) {
-            sf_err_clear(err);
-            rc = split_scope(rp, sc, err);
-            break;
-        }
-        if (rc != SF_OK)
-            break;
-        json_array_foreach(page.items, i, doc)
-        {
-            enum verdict v = classify(rp, sc, doc, &lsn);
-
-            rp->sum->read++;
-            if (v == V_PAST) {
-                sc->done = true;
-                break;
-            }
-            if (v == V_SKIP)
-                continue;
-            rp->sum->in_window++;
-            in_page++;
-            if (o->dry_run) {
-                print_plan(rp, sc, doc, lsn);
-                rp->sum->dispatched++;
-                continue;
-            }
-            rc = proc_dispatch_submit(rp->dispatch, sc->container, json_incref(doc), NULL, NULL,
-                                      lsn, sc->claim.epoch, on_ack, rp, err);
-            if (rc != SF_OK)
-                break;
-            rp->submitted++;
-            rp->sum->dispatched++;
-        }
-        if (rc != SF_OK)
-            break;
-        if (!o->dry_run) {
-            enum waited w = wait_acks(rp, sc, err);
-
-            if (w == W_LOST) {
-                rc = SF_ESTATE;
-                break;
-            }
-            if (w == W_STOPPED) {
-                rp->sum->interrupted = true; /* stopped mid-page: this page is not checkpointed */
-                break;
-            }
-        }
-        /* Nothing newer exists: the scope is complete whatever its upper bound. */
-        if (page.count == 0 || page.not_modified)
-            sc->done = true;
-        if (page.continuation[0] != '\0')
-            (void)snprintf(sc->claim.cont, sizeof(sc->claim.cont), "%s", page.continuation);
-        sc->processed += (int64_t)in_page;
-        if (!o->dry_run && (rc = lease_save(rp, sc, true, err)) != SF_OK)
-            break;
-        progress(rp, sc, lsn, false);
+        progress(rp, false);
+        sf_sleep_ms(20);
     }
-    progress(rp, sc, lsn, true);
-    cosmos_cf_page_release(&page);
-    return rc;
+    /* Interrupted: what settled by the drain is checkpointed, the leases are freed to resume. */
+    (void)feed_processor_stop(fp, rp->sum->interrupted ? STOP_DRAIN_MS : 0, &e2);
+    if (atomic_load(&rp->failed) && !rp->sum->interrupted) {
+        *err = rp->fail;
+        return err->rc;
+    }
+    return SF_OK;
 }
 
 /* ---------------------------------------------------------------------------
  * Parked items of the window
  */
+
+static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
+{
+    const json_t *v = json_object_get(o, key);
+
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+/* The EPK of a partition key (JSON array text or value) as a container of version v hashes. */
+static bool epk_of(const json_t *pk, const char *pk_text, int v, char *out, size_t size)
+{
+    struct sf_buf b;
+    bool ok;
+
+    sf_buf_init(&b, 4096);
+    ok = (pk_text != NULL || sf_json_dump(pk, &b) == SF_OK) &&
+         cosmos_pk_epk_version(pk_text != NULL ? pk_text : sf_buf_cstr(&b), v, out, size, NULL) ==
+             SF_OK;
+    sf_buf_release(&b);
+    return ok;
+}
 
 static bool parked_in_scope(const struct replay *rp, const json_t *pd)
 {
@@ -647,16 +557,13 @@ static bool parked_in_scope(const struct replay *rp, const json_t *pd)
     const char *container = sf_json_str(pd, "sourceContainer"), *wf = sf_json_str(pd, "workflow");
     const json_t *item = json_object_get(pd, "item");
     int64_t lsn = int_member(pd, "lsn", -1), ts = int_member(item, "_ts", -1);
-    struct sf_buf pkj;
-    bool in = false;
-    char epk[SF_EPK_V1_MAX + 1];
-    int pk_version = 2;
+    const struct source *s = NULL;
+    char epk[SF_EPK_V1_MAX + 1], want[SF_EPK_V1_MAX + 1];
 
-    if (container == NULL)
-        return false;
-    for (size_t i = 0; i < rp->n_sources && !in; i++)
-        in = strcmp(rp->sources[i], container) == 0;
-    if (!in)
+    for (size_t i = 0; container != NULL && i < rp->n_sources && s == NULL; i++)
+        if (strcmp(rp->sources[i].name, container) == 0)
+            s = &rp->sources[i];
+    if (s == NULL)
         return false;
     if ((o->from.kind == PROC_BOUND_LSN && lsn < o->from.lsn) ||
         (o->from.kind == PROC_BOUND_TIME && ts < bound_s(&o->from)) ||
@@ -667,28 +574,12 @@ static bool parked_in_scope(const struct replay *rp, const json_t *pd)
         return false;
     if (o->range == NULL && o->pk_json == NULL)
         return true;
-    for (size_t i = 0; i < rp->n_scopes; i++) {
-        if (strcmp(rp->scopes[i].container, container) == 0) {
-            pk_version = rp->scopes[i].pk_version;
-            break;
-        }
-    }
-    sf_buf_init(&pkj, 4096);
-    in = sf_json_dump(json_object_get(pd, "partitionKey"), &pkj) == SF_OK &&
-         cosmos_pk_epk_version(sf_buf_cstr(&pkj), pk_version, epk, sizeof(epk), NULL) == SF_OK;
-    sf_buf_release(&pkj);
-    if (!in)
+    if (!epk_of(json_object_get(pd, "partitionKey"), NULL, s->pk_version, epk, sizeof(epk)))
         return false;
-    for (size_t i = 0; i < rp->n_scopes; i++) {
-        const struct scope *sc = &rp->scopes[i];
-
-        if (strcmp(sc->container, container) != 0)
-            continue;
-        if (o->pk_json != NULL ? strcmp(sc->claim.min, epk) == 0
-                               : strcmp(epk, sc->claim.min) >= 0 && strcmp(epk, sc->claim.max) < 0)
-            return true;
-    }
-    return false;
+    if (o->pk_json != NULL)
+        return epk_of(NULL, o->pk_json, s->pk_version, want, sizeof(want)) &&
+               strcmp(epk, want) == 0;
+    return s->has_range && strcmp(epk, s->min) >= 0 && strcmp(epk, s->max) < 0;
 }
 
 /* The park keys of the window: an object key -> number of documents (new reference). */
@@ -781,48 +672,32 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
 {
     const struct proc_replay_opts *o = rp->o;
     json_t *keys = NULL;
-    enum sf_rc rc;
+    enum sf_rc rc = parked_keys(rp, &keys, err);
 
-    rc = make_scopes(rp, err);
-    if (rc == SF_OK)
-        rc = parked_keys(rp, &keys, err);
-    if (rc == SF_OK && !o->dry_run) {
-        struct cosmos_container_def def = {.id = o->cfg->feed.lease_container, .pk_path = "/id"};
-
-        rc = cosmos_container_create_if_missing(o->cli, o->cfg->cosmos.database, &def, NULL, NULL,
-                                                err);
+    for (size_t i = 0; rc == SF_OK && i < rp->n_sources && !rp->sum->interrupted; i++) {
+        rp->cur = &rp->sources[i];
+        if (o->range != NULL && !rp->cur->has_range)
+            continue;
+        rp->win = window_of(rp, rp->cur);
+        atomic_store(&rp->all_done, false);
+        atomic_store(&rp->ranges_done, 0);
+        rc = o->dry_run ? plan_source(rp, err) : replay_source(rp, &rp->fps[i], err);
+        rp->sum->ranges += atomic_load(&rp->ranges_done);
+        progress(rp, true);
     }
-    for (size_t i = 0; rc == SF_OK && i < rp->n_scopes && !rp->sum->interrupted; i++) {
-        struct scope *sc = &rp->scopes[i];
-        bool resumed = false;
-
-        if (o->to.kind == PROC_BOUND_NOW && (rc = resolve_now(rp, sc, err)) != SF_OK)
-            break;
-        if (!o->dry_run && (rc = lease_acquire(rp, sc, &resumed, err)) != SF_OK)
-            break;
-        if (resumed && !sc->from_split) {
-            rp->sum->resumed++;
-            if (o->out != NULL)
-                (void)fprintf(o->out, "resuming %s %s of an interrupted replay from %s\n",
-                              sc->container, sc->claim.token,
-                              sc->done ? "its end" : sc->claim.cont);
-        }
-        rp->sum->ranges++;
-        rc = replay_scope(rp, sc, err);
-        if (!o->dry_run && rc != SF_ESTATE && (rc != SF_OK || rp->sum->interrupted)) {
-            /* Free the lease at once so that running the command again resumes without waiting. */
-            struct sf_err e2;
-
-            (void)lease_save(rp, sc, false, &e2);
-        }
-    }
-    if (o->progress != NULL && rp->n_scopes > 0)
+    if (o->progress != NULL && rp->cur != NULL)
         (void)fputc('\n', o->progress);
     if (rc == SF_OK && !rp->sum->interrupted)
         rc = mark_parked(rp, keys, err);
     /* Finished: forget the positions, so the same window replays afresh next time. */
-    for (size_t i = 0; rc == SF_OK && !rp->sum->interrupted && !o->dry_run && i < rp->n_scopes; i++)
-        rc = lease_delete(rp, &rp->scopes[i], err);
+    for (size_t i = 0; rc == SF_OK && !rp->sum->interrupted && !o->dry_run && i < rp->n_sources;
+         i++) {
+        char prefix[FEED_PREFIX_MAX + 1];
+
+        (void)snprintf(prefix, sizeof(prefix), "%s.%s", rp->sum->prefix, rp->sources[i].name);
+        rc = feed_leases_delete(o->cli, o->cfg->cosmos.database, o->cfg->feed.lease_container,
+                                prefix, err);
+    }
     json_decref(keys);
     return rc;
 }
@@ -830,58 +705,62 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
 enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_replay_summary *ret,
                            struct sf_err *err)
 {
-    struct replay rp;
+    struct replay *rp;
+    const char *names[SOURCES_MAX];
     int64_t t0 = sf_mono_ms();
     enum sf_rc rc;
 
-    memset(&rp, 0, sizeof(rp));
     memset(ret, 0, sizeof(*ret));
     rc = check_opts(opts, err);
     if (rc != SF_OK)
         return rc;
-    rp.o = opts;
-    rp.sum = ret;
-    rp.sub = *opts->cfg;
+    if ((rp = calloc(1, sizeof(*rp))) == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rp->o = opts;
+    rp->sum = ret;
+    rp->sub = *opts->cfg;
     if (opts->workflow != NULL) {
         /* The engine then knows only W: items of other workflows are skipped, untouched. */
-        rp.sub.workflows = (struct cfg_workflow *)cfg_workflow_find(opts->cfg, opts->workflow);
-        rp.sub.n_workflows = 1;
+        rp->sub.workflows = (struct cfg_workflow *)cfg_workflow_find(opts->cfg, opts->workflow);
+        rp->sub.n_workflows = 1;
     }
-    rp.n_sources = proc_cfg_sources(&rp.sub, rp.sources, SOURCES_MAX);
     if (opts->instance != NULL) {
-        (void)snprintf(rp.me, sizeof(rp.me), "%s", opts->instance);
+        (void)snprintf(rp->me, sizeof(rp->me), "%s", opts->instance);
     } else {
         char host[64] = "host";
 
         (void)gethostname(host, sizeof(host));
         host[sizeof(host) - 1] = '\0';
-        (void)snprintf(rp.me, sizeof(rp.me), "replay-%s-%d", host, (int)getpid());
+        (void)snprintf(rp->me, sizeof(rp->me), "replay-%s-%d", host, (int)getpid());
     }
-    rp.store = (struct feed_claim_store){.cli = opts->cli,
-                                         .db = opts->cfg->cosmos.database,
-                                         .lease_coll = opts->cfg->feed.lease_container,
-                                         .me = rp.me,
-                                         .expiry_ms = opts->cfg->feed.lease_expiry_ms};
-    rc = make_window(&rp, err);
+    rc = make_window(rp, err);
     if (rc == SF_OK)
-        rc = make_engine(&rp, err);
+        rc = make_sources(rp, names, proc_cfg_sources(&rp->sub, names, SOURCES_MAX), err);
+    if (rc == SF_OK)
+        rc = make_engine(rp, err);
     if (rc == SF_OK && !opts->dry_run)
-        rc = make_dispatch(&rp, err);
+        rc = make_dispatch(rp, err);
     if (rc == SF_OK)
-        rc = replay_all(&rp, err);
-    if (rp.dispatch != NULL) {
-        if (rp.sum->interrupted || rc != SF_OK)
-            proc_dispatch_stop(rp.dispatch);
+        rc = replay_all(rp, err);
+    if (rp->dispatch != NULL) {
+        if (rp->sum->interrupted || rc != SF_OK)
+            proc_dispatch_stop(rp->dispatch);
         else
-            (void)proc_dispatch_drain(rp.dispatch, STOP_DRAIN_MS);
-        proc_dispatch_stats(rp.dispatch, &ret->stats);
+            (void)proc_dispatch_drain(rp->dispatch, STOP_DRAIN_MS);
+        proc_dispatch_stats(rp->dispatch, &ret->stats);
     }
-    proc_dispatch_free(rp.dispatch);
-    proc_engine_free(rp.engine);
-    step_catalog_free(rp.cat);
-    step_registry_free(rp.reg);
-    json_decref(rp.window);
-    free(rp.scopes);
+    /* Only now: items the dispatcher dropped at its stop are never acknowledged after this. */
+    proc_dispatch_free(rp->dispatch);
+    for (size_t i = 0; i < SOURCES_MAX; i++)
+        feed_processor_free(rp->fps[i]);
+    proc_engine_free(rp->engine);
+    step_catalog_free(rp->cat);
+    step_registry_free(rp->reg);
+    json_decref(rp->window);
+    ret->read = atomic_load(&rp->read);
+    ret->in_window = atomic_load(&rp->in_window);
+    ret->dispatched = atomic_load(&rp->dispatched);
     ret->elapsed_ms = sf_mono_ms() - t0;
+    free(rp);
     return rc;
 }

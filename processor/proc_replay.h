@@ -15,25 +15,27 @@
  * partition (--partition-key), and every workflow or one (--workflow: items
  * of other workflows are left alone).
  *
- * Each range is read from its lower bound up to the first item past its upper
- * bound (or, for "now" and LSN bounds, until nothing newer exists), page by
- * page; a page is checkpointed only after every one of its items settled or
- * parked (the run's rule: checkpoint after effects).
+ * Each source container is replayed by a bounded feed processor (feed.h
+ * "Bounded processors"): each range is read from its lower bound up to its
+ * upper bound (for "now" and LSN bounds also until nothing newer exists),
+ * one page in flight per range; a page is checkpointed only after every one
+ * of its items settled or parked (the run's rule: checkpoint after effects).
+ * feed/ follows splits and merges (children keep the parent's bound).
  *
  * Leases of its own
  * -----------------
  * A replay keeps its positions in lease documents of its own in
  * feed.lease_container, under the prefix
  *   "<feed.lease_prefix>.replay-<16 hex: hash of the window>.<container>"
- * one per range ("..<range>", or "..pk-<EPK>" for a partition key): claims
- * of feed_claim.h (shaped like feed leases: Owner, epoch, ContinuationToken,
- * timestamp) with the window and its progress in "properties". Live leases
- * ("<feed.lease_prefix>.<container>..") are never read or written. Two
- * replays of the same window cannot run at once (the second finds the
- * first's live lease and stops); an interrupted replay (SIGINT, a crash) is
- * resumed by running the same command again; a finished one deletes its
- * leases. The epoch of its lease is stamped on the markers it writes, like
- * a live lease's.
+ * one per range ("..<range>", or "..pk-<EPK>" for a partition key): feed
+ * leases with the resolved upper bound (properties.stopLsn) and
+ * properties.done once a range is finished. Live leases
+ * ("<feed.lease_prefix>.<container>..") are never read or written. A replay
+ * refuses to start while another replay of the same window holds a live
+ * lease; an interrupted replay (SIGINT, a crash) is resumed by running the
+ * same command again ("now" stays what it was at the first start, done
+ * ranges are not read again); a finished one deletes its leases. The epoch
+ * of its lease is stamped on the markers it writes, like a live lease's.
  *
  * Parked items: the parked items (and those waiting behind them) whose LSN
  * lies in the window are marked for replay (proc_parked_request_replay), so

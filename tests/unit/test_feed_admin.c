@@ -4,7 +4,7 @@
  * fence the current owner out (its next write fails) and free the lease,
  * bad exports are refused before anything is written, and the lag
  * estimate reads the range after the checkpoint (and notices a split).
- * Also the single-owner claims of bounded readers (feed_claim.h).
+ * Also the bounds of a window read without leases (feed_window.h).
  *
  * One cosmolite (in memory, 4 ranges per container) serves the whole run;
  * each test uses its own monitored container and lease prefix. Exits 77
@@ -18,7 +18,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "feed/feed_admin.h"
-#include "feed/feed_claim.h"
+#include "feed/feed_window.h"
 #include "feed/feed_int.h"
 #include "tests/feed/feed_testutil.h"
 #include "tests/support/harness.h"
@@ -313,69 +313,32 @@ START_TEST(lag_notices_split)
 }
 END_TEST
 
-/* A claim held and renewed is refused to another owner; freed, it is taken over with its state. */
-START_TEST(claim_refused_while_held_taken_over_when_free)
-{
-    struct feed_claim_store a = {
-        .cli = cli, .db = DB, .lease_coll = "leases", .me = "reader-a", .expiry_ms = 60000};
-    struct feed_claim_store b = a;
-    struct feed_claim ca = {0}, cb = {0};
-    json_t *props = json_pack("{s:i}", "processed", 3), *got = NULL;
-    struct sf_err err;
-
-    b.me = "reader-b";
-    (void)snprintf(ca.id, sizeof(ca.id), "%s.w..0", prefix);
-    (void)snprintf(ca.token, sizeof(ca.token), "0");
-    (void)snprintf(ca.max, sizeof(ca.max), "FF");
-    cb = ca;
-    ck_assert_msg(feed_claim_acquire(&a, &ca, props, &got, &err) == SF_OK, "%s", err.msg);
-    ck_assert_ptr_null(got);
-    ck_assert_int_eq(ca.epoch, 1);
-    ck_assert_int_eq(feed_claim_acquire(&b, &cb, props, &got, &err), SF_ESTATE);
-    ck_assert_ptr_nonnull(strstr(err.msg, "reader-a"));
-    (void)snprintf(ca.cont, sizeof(ca.cont), "\"9\"");
-    ck_assert_msg(feed_claim_save(&a, &ca, false, props, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(feed_claim_acquire(&b, &cb, props, &got, &err) == SF_OK, "%s", err.msg);
-    ck_assert_ptr_nonnull(got);
-    ck_assert_int_eq(json_integer_value(json_object_get(got, "processed")), 3);
-    ck_assert_str_eq(cb.cont, "\"9\"");
-    ck_assert_int_eq(cb.epoch, 2);
-    json_decref(got);
-    /* The old owner's next write is fenced out. */
-    ck_assert_int_eq(feed_claim_save(&a, &ca, true, props, &err), SF_ESTATE);
-    ck_assert_ptr_nonnull(strstr(err.msg, "taken over by 'reader-b'"));
-    ck_assert_msg(feed_claim_delete(&b, &cb, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(feed_claim_delete(&b, &cb, &err) == SF_OK, "%s", err.msg);
-    json_decref(props);
-}
-END_TEST
-
 /* Bounds are inclusive; the upper LSN and time end the window, the lower ones skip. */
-START_TEST(claim_classify_bounds)
+START_TEST(window_classify_bounds)
 {
-    struct feed_claim_window w = {
-        .from = FEED_CLAIM_FROM_LSN, .from_lsn = 5, .to_s = 1000, .max_items = 10};
+    struct feed_window w = {
+        .from = FEED_WINDOW_FROM_LSN, .from_lsn = 5, .to_s = 1000, .max_items = 10};
     json_t *d = json_pack("{s:i, s:i}", "_lsn", 4, "_ts", 900);
     int64_t lsn;
 
-    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_SKIP);
+    ck_assert_int_eq(feed_window_classify(&w, 9, d, &lsn), FEED_WINDOW_SKIP);
     ck_assert_int_eq(lsn, 4);
     (void)json_object_set_new(d, "_lsn", json_integer(5));
-    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_IN);
+    ck_assert_int_eq(feed_window_classify(&w, 9, d, &lsn), FEED_WINDOW_IN);
     (void)json_object_set_new(d, "_lsn", json_integer(9));
-    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_IN);
+    ck_assert_int_eq(feed_window_classify(&w, 9, d, &lsn), FEED_WINDOW_IN);
     (void)json_object_set_new(d, "_lsn", json_integer(10));
-    ck_assert_int_eq(feed_claim_classify(&w, 9, d, &lsn), FEED_CLAIM_PAST);
-    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_IN);
+    ck_assert_int_eq(feed_window_classify(&w, 9, d, &lsn), FEED_WINDOW_PAST);
+    ck_assert_int_eq(feed_window_classify(&w, -1, d, &lsn), FEED_WINDOW_IN);
     (void)json_object_set_new(d, "_ts", json_integer(1001));
-    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_PAST);
-    w.from = FEED_CLAIM_FROM_TIME;
+    ck_assert_int_eq(feed_window_classify(&w, -1, d, &lsn), FEED_WINDOW_PAST);
+    w.from = FEED_WINDOW_FROM_TIME;
     w.from_s = 950;
     w.to_s = INT64_MAX;
     (void)json_object_set_new(d, "_ts", json_integer(949));
-    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_SKIP);
+    ck_assert_int_eq(feed_window_classify(&w, -1, d, &lsn), FEED_WINDOW_SKIP);
     (void)json_object_set_new(d, "_ts", json_integer(950));
-    ck_assert_int_eq(feed_claim_classify(&w, -1, d, &lsn), FEED_CLAIM_IN);
+    ck_assert_int_eq(feed_window_classify(&w, -1, d, &lsn), FEED_WINDOW_IN);
     json_decref(d);
 }
 END_TEST
@@ -393,8 +356,7 @@ static Suite *suite(void)
     tcase_add_test(t, reset_now_then_no_lag_then_beginning);
     tcase_add_test(t, reset_missing_lease_not_found);
     tcase_add_test(t, lag_notices_split);
-    tcase_add_test(t, claim_refused_while_held_taken_over_when_free);
-    tcase_add_test(t, claim_classify_bounds);
+    tcase_add_test(t, window_classify_bounds);
     suite_add_tcase(s, t);
     return s;
 }

@@ -993,19 +993,9 @@ struct window_log {
     int64_t lsn[400];
     int highest;
     struct ft_seen seen;
-    int hold_after;               /* > 0: items after the first hold_after are held, not acked */
-    struct feed_item *held[1000]; /* held items (window_ack_held acks them) */
-    size_t n_held;
+    int hold_after;     /* > 0: items after the first hold_after are held, not acked */
+    struct holder held; /* those items (holder_ack_all acks them) */
 };
-
-static void window_ack_held(struct window_log *w)
-{
-    pthread_mutex_lock(&w->mu);
-    for (size_t i = 0; i < w->n_held; i++)
-        feed_item_ack(w->held[i]);
-    w->n_held = 0;
-    pthread_mutex_unlock(&w->mu);
-}
 
 static void window_init(struct window_log *w)
 {
@@ -1013,11 +1003,13 @@ static void window_init(struct window_log *w)
     pthread_mutex_init(&w->mu, NULL);
     w->highest = -1;
     ft_seen_init(&w->seen, 400);
+    pthread_mutex_init(&w->held.mu, NULL);
 }
 
 static void window_release(struct window_log *w)
 {
     ft_seen_release(&w->seen);
+    pthread_mutex_destroy(&w->held.mu);
     pthread_mutex_destroy(&w->mu);
 }
 
@@ -1033,8 +1025,9 @@ static void consume_window(void *ctx, struct feed_item *it)
         w->lsn[n] = feed_item_lsn(it);
         w->highest = SF_MAX(w->highest, (int)n);
     }
-    if (w->hold_after > 0 && w->seen.total > w->hold_after && w->n_held < SF_ARRAY_LEN(w->held)) {
-        w->held[w->n_held++] = it;
+    if (w->hold_after > 0 && w->seen.total > w->hold_after &&
+        w->held.n < SF_ARRAY_LEN(w->held.items)) {
+        w->held.items[w->held.n++] = it; /* w->mu guards it here */
         it = NULL;
     }
     pthread_mutex_unlock(&w->mu);
@@ -1164,7 +1157,7 @@ START_TEST(bound_resumes_from_its_leases)
     sw = (struct seen_wait){&w.seen, 21};
     ck_assert(ft_wait_until(total_pred, &sw, 20000));
     ck_assert_int_eq(feed_processor_stop(p, 200, &err), SF_OK);
-    window_ack_held(&w); /* late: accepted, no checkpoint */
+    holder_ack_all(&w.held); /* late: accepted, no checkpoint */
     feed_processor_free(p);
     w.hold_after = 0;
     ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 0);
@@ -1252,6 +1245,50 @@ START_TEST(bound_kept_by_merged_parents)
 }
 END_TEST
 
+/* A window of one range, and one of one logical partition: only their items, one lease each. */
+START_TEST(bound_one_range_or_one_partition)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct window_log w, w2;
+    struct evlog ev, ev2;
+    char pfx2[80];
+    struct sf_err err;
+
+    window_init(&w);
+    window_init(&w2);
+    ev_init(&ev);
+    ev_init(&ev2);
+    put_n(0, 111, NULL); /* "k5": i5, i42, i79 */
+    bounded_options(&o, prefix, "window-range", &w, &ev);
+    o.stop.kind = FEED_STOP_NOW;
+    o.range = "2";
+    p = start(&o, &err);
+    ck_assert(ev_wait(&ev, FEED_EV_ALL_DONE, 1, 30000));
+    feed_processor_free(p);
+    ck_assert_uint_eq(w.seen.n_ranges, 1);
+    ck_assert_str_eq(w.seen.ranges[0], "2");
+    ck_assert_int_gt(w.seen.distinct, 0);
+    ck_assert_int_lt(w.seen.distinct, 111);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 1);
+    ck_assert_uint_eq(leases_done(prefix), 1);
+
+    (void)snprintf(pfx2, sizeof(pfx2), "%s-pk", prefix);
+    bounded_options(&o, pfx2, "window-pk", &w2, &ev2);
+    o.stop.kind = FEED_STOP_NOW;
+    o.pk_json = "[\"k5\"]";
+    p = start(&o, &err);
+    ck_assert(ev_wait(&ev2, FEED_EV_ALL_DONE, 1, 30000));
+    feed_processor_free(p);
+    ck_assert_int_eq(w2.seen.distinct, 3);
+    ck_assert_int_eq(w2.seen.count[5] + w2.seen.count[42] + w2.seen.count[79], 3);
+    ck_assert_int_eq(ev_count(&ev2, FEED_EV_RANGE_DONE), 1);
+    ck_assert_uint_eq(leases_done(pfx2), 1);
+    window_release(&w);
+    window_release(&w2);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
@@ -1279,6 +1316,7 @@ static Suite *suite(void)
     tcase_add_test(t, bound_resumes_from_its_leases);
     tcase_add_test(t, bound_inherited_by_split_children);
     tcase_add_test(t, bound_kept_by_merged_parents);
+    tcase_add_test(t, bound_one_range_or_one_partition);
     suite_add_tcase(s, t);
     return s;
 }
