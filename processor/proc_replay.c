@@ -454,8 +454,9 @@ static enum sf_rc look_at_leases(struct replay *rp, const char *prefix, struct s
         if (v[i].owner[0] != '\0' && strcmp(v[i].owner, rp->me) != 0 && v[i].timestamp_ms >= 0 &&
             sf_wall_ms() - v[i].timestamp_ms < o->cfg->feed.lease_expiry_ms) {
             rc = sf_err_set(err, SF_ESTATE, false,
-                            "another replay of this window runs: lease %s is held by '%s'", v[i].id,
-                            v[i].owner);
+                            "another replay of this window runs: lease %s is held by '%s' (after "
+                            "a crash it frees itself within feed.lease_expiry)",
+                            v[i].id, v[i].owner);
             break;
         }
         if (v[i].continuation[0] == '\0' && !v[i].done)

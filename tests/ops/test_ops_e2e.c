@@ -798,6 +798,39 @@ START_TEST(test_replay_split)
 }
 END_TEST
 
+/* A second replay of the same window while the first runs: refused, nothing of the first's taken.
+ */
+START_TEST(test_replay_second_of_same_window_refused)
+{
+    /* slow effects, so that the first replay is still running when the second starts */
+    static const char *const faults[] = {"--fault", "delay=150,op=batch,count=40", NULL};
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, faults, &cli);
+    char fixed[512], rlog[512], *out;
+    const char *replay[] = {"replay", "-c", fixed, "--from", "beginning", "--to", "now", NULL};
+    int64_t deadline;
+    bool owned;
+    pid_t pid;
+
+    skipped_orders(h, cli, "r2", fixed, sizeof(fixed));
+    (void)snprintf(rlog, sizeof(rlog), "%s/r2-replay.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
+    deadline = sf_mono_ms() + 30000;
+    while (count_placed(cli, 0, 30) == 30 && sf_mono_ms() < deadline)
+        sf_sleep_ms(20);
+    ck_assert_msg(count_placed(cli, 0, 30) < 30, "the first replay did not start");
+    out = cmd(h, 1, replay);
+    ck_assert_msg(strstr(out, "another replay of this window runs") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(e2e_wait_exit(pid, 60000), 0);
+    ck_assert_uint_eq(count_placed(cli, 0, 30), 0);
+    ck_assert_uint_eq(replay_leases(cli, &owned), 0);
+    all_completed_once(cli, 30);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 START_TEST(test_replay_parked)
 {
     struct cosmos_client *cli;
@@ -1127,6 +1160,7 @@ int main(void)
                                      {"replay", test_replay_window},
                                      {"replay_resume", test_replay_resume_parked},
                                      {"replay_split", test_replay_split},
+                                     {"replay_twice", test_replay_second_of_same_window_refused},
                                      {"replay_parked", test_replay_parked},
                                      {"saga_show", test_saga_show},
                                      {"leases", test_leases},
