@@ -178,7 +178,7 @@ struct feed_options {
     feed_event_fn on_event; /* optional */
     void *event_ctx;
 
-    /* A bounded window of the feed ("Bounded processors" below); all zero: tail forever. */
+    /* A bounded window of the feed ("Bounded processors" above); all zero: tail forever. */
     struct feed_stop stop; /* the upper bound */
     int64_t start_lsn;     /* FEED_START_LSN: the first _lsn delivered (>= 1) */
     const char *range;     /* bootstrap only this partition key range's lease; NULL: all */
