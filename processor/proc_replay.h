@@ -96,7 +96,7 @@ struct proc_replay_opts {
 };
 
 struct proc_replay_summary {
-    uint64_t read;           /* change-feed items read */
+    uint64_t read;           /* change-feed items the window delivered (own records too) */
     uint64_t in_window;      /* saga candidates inside the bounds (sagafeed's records excluded) */
     uint64_t dispatched;     /* handed to the dispatcher, or planned (dry run) */
     uint64_t plan_step;      /* dry run: a step would run */
