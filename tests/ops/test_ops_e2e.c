@@ -710,6 +710,14 @@ static void skipped_orders(struct harness_cosmolite *h, struct cosmos_client *cl
     e2e_stop(pid, log);
 }
 
+/* skipped_orders, and the log file of a replay of them (rlog). */
+static void replay_log(struct harness_cosmolite *h, struct cosmos_client *cli, const char *name,
+                       char *fixed, size_t size, char *rlog, size_t rlog_size)
+{
+    skipped_orders(h, cli, name, fixed, size);
+    (void)snprintf(rlog, rlog_size, "%s/%s-replay.log", e2e_tmp, name);
+}
+
 START_TEST(test_replay_resume_parked)
 {
     /* slow effects, so that the replay is still busy when it is interrupted */
@@ -723,8 +731,7 @@ START_TEST(test_replay_resume_parked)
     bool owned;
     pid_t pid;
 
-    skipped_orders(h, cli, "rr", fixed, sizeof(fixed));
-    (void)snprintf(rlog, sizeof(rlog), "%s/rr-replay.log", e2e_tmp);
+    replay_log(h, cli, "rr", fixed, sizeof(fixed), rlog, sizeof(rlog));
     /* interrupted mid-way: what is done stays done, its lease stays (free) for a resume */
     pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
     /*
@@ -771,8 +778,7 @@ START_TEST(test_replay_split)
     bool owned;
     pid_t pid;
 
-    skipped_orders(h, cli, "rs", fixed, sizeof(fixed));
-    (void)snprintf(rlog, sizeof(rlog), "%s/rs-replay.log", e2e_tmp);
+    replay_log(h, cli, "rs", fixed, sizeof(fixed), rlog, sizeof(rlog));
     pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
     /* the first order replayed: pages of 10, so 20 are still to be read */
     deadline = sf_mono_ms() + 20000;
@@ -803,22 +809,22 @@ END_TEST
 START_TEST(test_replay_second_of_same_window_refused)
 {
     /* slow effects, so that the first replay is still running when the second starts */
-    static const char *const faults[] = {"--fault", "delay=150,op=batch,count=40", NULL};
-    struct cosmos_client *cli;
-    struct harness_cosmolite *h = shop(1, faults, &cli);
+    static const char *const slow[] = {"--fault", "delay=150,op=batch,count=40", NULL};
     char fixed[512], rlog[512], *out;
     const char *replay[] = {"replay", "-c", fixed, "--from", "beginning", "--to", "now", NULL};
+    struct cosmos_client *cli;
+    struct harness_cosmolite *h = shop(1, slow, &cli);
+    bool owned = false;
     int64_t deadline;
-    bool owned;
     pid_t pid;
 
-    skipped_orders(h, cli, "r2", fixed, sizeof(fixed));
-    (void)snprintf(rlog, sizeof(rlog), "%s/r2-replay.log", e2e_tmp);
+    replay_log(h, cli, "r2", fixed, sizeof(fixed), rlog, sizeof(rlog));
     pid = e2e_spawn(harness_cosmolite_key(h), rlog, replay);
-    deadline = sf_mono_ms() + 30000;
-    while (count_placed(cli, 0, 30) == 30 && sf_mono_ms() < deadline)
-        sf_sleep_ms(20);
-    ck_assert_msg(count_placed(cli, 0, 30) < 30, "the first replay did not start");
+    /* the first holds its lease (a live one) while it works */
+    for (deadline = sf_mono_ms() + 30000; sf_mono_ms() < deadline; sf_sleep_ms(20))
+        if (replay_leases(cli, &owned) == 1 && owned)
+            break;
+    ck_assert_msg(owned, "the first replay did not take its lease");
     out = cmd(h, 1, replay);
     ck_assert_msg(strstr(out, "another replay of this window runs") != NULL, "%s", out);
     free(out);

@@ -1063,6 +1063,23 @@ static size_t leases_done(const char *pfx)
     return n;
 }
 
+/* Runs a bounded processor under pfx until its window is all done. */
+static void run_window(const char *pfx, const struct feed_stop *stop, const char *range,
+                       const char *pk_json, struct window_log *w, struct evlog *ev)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct sf_err err;
+
+    bounded_options(&o, pfx, "window", w, ev);
+    o.stop = *stop;
+    o.range = range;
+    o.pk_json = pk_json;
+    p = start(&o, &err);
+    ck_assert(ev_wait(ev, FEED_EV_ALL_DONE, 1, 30000));
+    feed_processor_free(p);
+}
+
 /*
  * "now" and an LSN bound: exactly the items up to the bound are delivered, each
  * once; every range reports done once, then the whole window once.
@@ -1099,12 +1116,8 @@ START_TEST(bound_delivers_exactly_the_window)
 
     /* up to the LSN of i59 (inclusive): i0..i59, nothing past it */
     (void)snprintf(pfx2, sizeof(pfx2), "%s-lsn", prefix);
-    bounded_options(&o, pfx2, "window-lsn", &w2, &ev2);
-    o.stop.kind = FEED_STOP_LSN;
-    o.stop.lsn = w.lsn[59];
-    p = start(&o, &err);
-    ck_assert(ev_wait(&ev2, FEED_EV_ALL_DONE, 1, 30000));
-    feed_processor_free(p);
+    run_window(pfx2, &(struct feed_stop){.kind = FEED_STOP_LSN, .lsn = w.lsn[59]}, NULL, NULL, &w2,
+               &ev2);
     ck_assert_int_eq(w2.seen.distinct, 60);
     ck_assert_int_eq(w2.seen.dups, 0);
     ck_assert_int_eq(w2.highest, 59);
@@ -1248,44 +1261,32 @@ END_TEST
 /* A window of one range, and one of one logical partition: only their items, one lease each. */
 START_TEST(bound_one_range_or_one_partition)
 {
-    struct feed_options o;
-    struct feed_processor *p;
-    struct window_log w, w2;
-    struct evlog ev, ev2;
+    const struct feed_stop now = {.kind = FEED_STOP_NOW};
+    struct window_log w;
+    struct evlog ev;
     char pfx2[80];
-    struct sf_err err;
 
-    window_init(&w);
-    window_init(&w2);
-    ev_init(&ev);
-    ev_init(&ev2);
     put_n(0, 111, NULL); /* "k5": i5, i42, i79 */
-    bounded_options(&o, prefix, "window-range", &w, &ev);
-    o.stop.kind = FEED_STOP_NOW;
-    o.range = "2";
-    p = start(&o, &err);
-    ck_assert(ev_wait(&ev, FEED_EV_ALL_DONE, 1, 30000));
-    feed_processor_free(p);
+    window_init(&w);
+    ev_init(&ev);
+    run_window(prefix, &now, "2", NULL, &w, &ev);
     ck_assert_uint_eq(w.seen.n_ranges, 1);
     ck_assert_str_eq(w.seen.ranges[0], "2");
     ck_assert_int_gt(w.seen.distinct, 0);
     ck_assert_int_lt(w.seen.distinct, 111);
     ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 1);
     ck_assert_uint_eq(leases_done(prefix), 1);
+    window_release(&w);
 
     (void)snprintf(pfx2, sizeof(pfx2), "%s-pk", prefix);
-    bounded_options(&o, pfx2, "window-pk", &w2, &ev2);
-    o.stop.kind = FEED_STOP_NOW;
-    o.pk_json = "[\"k5\"]";
-    p = start(&o, &err);
-    ck_assert(ev_wait(&ev2, FEED_EV_ALL_DONE, 1, 30000));
-    feed_processor_free(p);
-    ck_assert_int_eq(w2.seen.distinct, 3);
-    ck_assert_int_eq(w2.seen.count[5] + w2.seen.count[42] + w2.seen.count[79], 3);
-    ck_assert_int_eq(ev_count(&ev2, FEED_EV_RANGE_DONE), 1);
+    window_init(&w);
+    ev_init(&ev);
+    run_window(pfx2, &now, NULL, "[\"k5\"]", &w, &ev);
+    ck_assert_int_eq(w.seen.distinct, 3);
+    ck_assert_int_eq(w.seen.count[5] + w.seen.count[42] + w.seen.count[79], 3);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 1);
     ck_assert_uint_eq(leases_done(pfx2), 1);
     window_release(&w);
-    window_release(&w2);
 }
 END_TEST
 
