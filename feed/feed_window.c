@@ -101,6 +101,28 @@ static enum sf_rc window_now(const struct feed_window *w, const struct scope *c,
     return rc;
 }
 
+void feed_window_options(const struct feed_window *w, struct feed_options *fo)
+{
+    /* Every item's _ts is after the epoch: a time bound at or before it is the beginning. */
+    fo->start = w->from == FEED_WINDOW_FROM_LSN                     ? FEED_START_LSN
+                : w->from == FEED_WINDOW_FROM_TIME && w->from_s > 0 ? FEED_START_TIME
+                                                                    : FEED_START_BEGINNING;
+    fo->start_lsn = SF_MAX(w->from_lsn, 1);
+    fo->start_time = (time_t)w->from_s;
+    memset(&fo->stop, 0, sizeof(fo->stop));
+    if (w->to_now) {
+        fo->stop.kind = FEED_STOP_NOW;
+    } else if (w->to_lsn >= 0) {
+        fo->stop.kind = FEED_STOP_LSN;
+        fo->stop.lsn = w->to_lsn;
+    } else if (w->to_s != INT64_MAX) {
+        fo->stop.kind = FEED_STOP_TIME;
+        fo->stop.time = (time_t)w->to_s;
+    }
+    fo->range = w->range;
+    fo->pk_json = w->pk_json;
+}
+
 /*
  * The ranges that replaced c's split range (those inside its min..max),
  * appended to out[*n..cap) at c's position and bound.

@@ -59,6 +59,13 @@ enum feed_window_verdict feed_window_classify(const struct feed_window *w, int64
                                               const json_t *doc, int64_t *ret_lsn);
 
 /*
+ * Sets the bounds of the same window on a bounded processor's options:
+ * start, start_lsn, start_time, stop (now, else the LSN, else the time),
+ * range and pk_json (borrowed from w). The other fields of *fo are left.
+ */
+void feed_window_options(const struct feed_window *w, struct feed_options *fo);
+
+/*
  * Called once per in-window item, in _lsn order within a range; doc is
  * borrowed for the call. A failure stops the scan and is returned.
  */

@@ -488,18 +488,7 @@ static enum sf_rc replay_source(struct replay *rp, struct feed_processor **ret_f
     fo.lease_prefix = prefix;
     /* One page in flight per range, as before: a stop waits for at most that page. */
     fo.max_inflight = (unsigned)SF_MAX(fo.max_items, 1);
-    fo.start = o->from.kind == PROC_BOUND_LSN    ? FEED_START_LSN
-               : o->from.kind == PROC_BOUND_TIME ? FEED_START_TIME
-                                                 : FEED_START_BEGINNING;
-    fo.start_lsn = SF_MAX(o->from.lsn, 1);
-    fo.start_time = (time_t)rp->win.from_s;
-    fo.stop.kind = o->to.kind == PROC_BOUND_LSN    ? FEED_STOP_LSN
-                   : o->to.kind == PROC_BOUND_TIME ? FEED_STOP_TIME
-                                                   : FEED_STOP_NOW;
-    fo.stop.lsn = o->to.lsn;
-    fo.stop.time = (time_t)rp->win.to_s;
-    fo.range = o->range;
-    fo.pk_json = o->pk_json;
+    feed_window_options(&rp->win, &fo);
     fo.consume = on_item;
     fo.consume_ctx = rp;
     fo.on_event = on_event;

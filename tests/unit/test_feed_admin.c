@@ -343,6 +343,43 @@ START_TEST(window_classify_bounds)
 }
 END_TEST
 
+/* The processor options of a window carry its bounds: the run and the dry run agree. */
+START_TEST(window_options_carry_the_bounds)
+{
+    struct feed_window w = {
+        .from = FEED_WINDOW_FROM_LSN, .from_lsn = 7, .to_lsn = 9, .to_s = INT64_MAX, .range = "3"};
+    struct feed_options fo;
+
+    memset(&fo, 0, sizeof(fo));
+    feed_window_options(&w, &fo);
+    ck_assert_int_eq(fo.start, FEED_START_LSN);
+    ck_assert_int_eq(fo.start_lsn, 7);
+    ck_assert_int_eq(fo.stop.kind, FEED_STOP_LSN);
+    ck_assert_int_eq(fo.stop.lsn, 9);
+    ck_assert_str_eq(fo.range, "3");
+    w = (struct feed_window){.from = FEED_WINDOW_FROM_TIME,
+                             .from_s = 950,
+                             .to_lsn = -1,
+                             .to_s = 1000,
+                             .pk_json = "[\"k\"]"};
+    feed_window_options(&w, &fo);
+    ck_assert_int_eq(fo.start, FEED_START_TIME);
+    ck_assert_int_eq((int64_t)fo.start_time, 950);
+    ck_assert_int_eq(fo.stop.kind, FEED_STOP_TIME);
+    ck_assert_int_eq((int64_t)fo.stop.time, 1000);
+    ck_assert_ptr_null(fo.range);
+    ck_assert_str_eq(fo.pk_json, "[\"k\"]");
+    w = (struct feed_window){.from = FEED_WINDOW_FROM_TIME,
+                             .from_s = 0,
+                             .to_now = true,
+                             .to_lsn = -1,
+                             .to_s = INT64_MAX};
+    feed_window_options(&w, &fo);
+    ck_assert_int_eq(fo.start, FEED_START_BEGINNING);
+    ck_assert_int_eq(fo.stop.kind, FEED_STOP_NOW);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_admin");
@@ -357,6 +394,7 @@ static Suite *suite(void)
     tcase_add_test(t, reset_missing_lease_not_found);
     tcase_add_test(t, lag_notices_split);
     tcase_add_test(t, window_classify_bounds);
+    tcase_add_test(t, window_options_carry_the_bounds);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1290,6 +1290,34 @@ START_TEST(bound_one_range_or_one_partition)
 }
 END_TEST
 
+/* A time bound: an hour ago ends every range at its first item, an hour ahead at the present. */
+START_TEST(bound_by_time)
+{
+    struct feed_stop past = {.kind = FEED_STOP_TIME, .time = (time_t)(sf_wall_ms() / 1000 - 3600)};
+    struct feed_stop ahead = {.kind = FEED_STOP_TIME, .time = past.time + 7200};
+    struct window_log w;
+    struct evlog ev;
+    char pfx2[80];
+
+    put_n(0, 50, NULL);
+    window_init(&w);
+    ev_init(&ev);
+    run_window(prefix, &past, NULL, NULL, &w, &ev);
+    ck_assert_int_eq(w.seen.total, 0);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 4);
+    window_release(&w);
+
+    (void)snprintf(pfx2, sizeof(pfx2), "%s-ahead", prefix);
+    window_init(&w);
+    ev_init(&ev);
+    run_window(pfx2, &ahead, NULL, NULL, &w, &ev);
+    ck_assert_int_eq(w.seen.distinct, 50);
+    ck_assert_int_eq(w.seen.dups, 0);
+    ck_assert_int_eq(ev_count(&ev, FEED_EV_RANGE_DONE), 4);
+    window_release(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
@@ -1318,6 +1346,7 @@ static Suite *suite(void)
     tcase_add_test(t, bound_inherited_by_split_children);
     tcase_add_test(t, bound_kept_by_merged_parents);
     tcase_add_test(t, bound_one_range_or_one_partition);
+    tcase_add_test(t, bound_by_time);
     suite_add_tcase(s, t);
     return s;
 }
