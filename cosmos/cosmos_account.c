@@ -39,7 +39,6 @@ struct cosmos_region {
 struct cosmos_regions {
     pthread_mutex_t mu;
     pthread_mutex_t refresh_mu;
-    bool own_http;
     bool read_from_preferred;
     int64_t refresh_ms;
     char preferred[COSMOS_REGIONS_MAX][COSMOS_REGION_NAME_MAX + 1]; /* keys */
@@ -64,8 +63,8 @@ static void cosmos_region_key(const char *name, char key[COSMOS_REGION_NAME_MAX 
     key[n] = '\0';
 }
 
-enum sf_rc cosmos_regions_new(const struct cosmos_options *opts, bool own_http,
-                              struct cosmos_regions **ret, struct sf_err *err)
+enum sf_rc cosmos_regions_new(const struct cosmos_options *opts, struct cosmos_regions **ret,
+                              struct sf_err *err)
 {
     struct cosmos_regions *r;
     size_t i, j;
@@ -101,7 +100,6 @@ enum sf_rc cosmos_regions_new(const struct cosmos_options *opts, bool own_http,
         }
     }
     r->n_preferred = opts->n_preferred_regions;
-    r->own_http = own_http;
     r->read_from_preferred = opts->read_from_preferred;
     r->refresh_ms =
         opts->account_refresh_ms > 0 ? opts->account_refresh_ms : COSMOS_ACCOUNT_REFRESH_DEFAULT;
@@ -129,10 +127,10 @@ void cosmos_regions_free(struct cosmos_regions *r)
 
 /*
  * One {name, databaseAccountEndpoint} entry into *reg. SF_EINVAL (with the
- * reason) when it cannot be used: no name, a bad URL, or (built-in transport)
- * an address that does not resolve or is not http.
+ * reason) when it cannot be used: no name, a bad URL, or one the client's
+ * transport refuses (the built-in one: not http, or does not resolve).
  */
-static enum sf_rc cosmos_region_parse(const struct cosmos_regions *r, const json_t *loc,
+static enum sf_rc cosmos_region_parse(struct cosmos_client *cli, const json_t *loc,
                                       struct cosmos_region *reg, struct sf_err *err)
 {
     const char *name = sf_json_str(loc, "name");
@@ -155,22 +153,17 @@ static enum sf_rc cosmos_region_parse(const struct cosmos_regions *r, const json
     reg->route.endpoint[n] = '\0';
     (void)snprintf(reg->name, sizeof(reg->name), "%s", name);
     cosmos_region_key(name, reg->key);
-    if (r->own_http) {
-        if (strncasecmp(reg->route.endpoint, "http://", 7) != 0)
-            return sf_err_set(err, SF_EINVAL, false,
-                              "location '%s': %s is not http:// like the endpoint", name,
-                              reg->route.endpoint);
-        if (cosmos_http_target_init(&reg->route.target, reg->route.endpoint, err) != SF_OK)
-            return SF_EINVAL;
-        reg->route.has_target = true;
+    if (cosmos_client_route_resolve(cli, &reg->route, err) != SF_OK) {
+        sf_err_prefix(err, "location '%s': ", name);
+        return SF_EINVAL;
     }
     return SF_OK;
 }
 
 /* The first preferred region among locs, else locs[0]. SF_ENOTFOUND when none is usable. */
-static enum sf_rc cosmos_region_pick(const struct cosmos_regions *r, const json_t *locs,
-                                     bool use_preferred, struct cosmos_region *ret,
-                                     struct sf_err *err)
+static enum sf_rc cosmos_region_pick(struct cosmos_client *cli, const struct cosmos_regions *r,
+                                     const json_t *locs, bool use_preferred,
+                                     struct cosmos_region *ret, struct sf_err *err)
 {
     struct cosmos_region reg, first;
     bool have_first = false;
@@ -179,7 +172,7 @@ static enum sf_rc cosmos_region_pick(const struct cosmos_regions *r, const json_
     if (use_preferred) {
         for (p = 0; p < r->n_preferred; p++) {
             for (i = 0; i < json_array_size(locs); i++) {
-                if (cosmos_region_parse(r, json_array_get(locs, i), &reg, err) != SF_OK)
+                if (cosmos_region_parse(cli, json_array_get(locs, i), &reg, err) != SF_OK)
                     continue;
                 if (strcmp(reg.key, r->preferred[p]) == 0) {
                     *ret = reg;
@@ -189,7 +182,7 @@ static enum sf_rc cosmos_region_pick(const struct cosmos_regions *r, const json_
         }
     }
     for (i = 0; i < json_array_size(locs) && !have_first; i++)
-        have_first = cosmos_region_parse(r, json_array_get(locs, i), &first, err) == SF_OK;
+        have_first = cosmos_region_parse(cli, json_array_get(locs, i), &first, err) == SF_OK;
     if (!have_first)
         return sf_err_set(err, SF_ENOTFOUND, false, "no usable location in the account");
     *ret = first;
@@ -232,12 +225,12 @@ static enum sf_rc cosmos_regions_refresh(struct cosmos_client *cli, struct cosmo
         goto out;
     }
     /* A single-write account has one write region: preference does not choose it. */
-    rc = cosmos_region_pick(r, writable, false, &write, err);
+    rc = cosmos_region_pick(cli, r, writable, false, &write, err);
     if (rc != SF_OK)
         goto out;
     read = write;
     if (r->read_from_preferred && json_is_array(readable) &&
-        cosmos_region_pick(r, readable, true, &read, err) != SF_OK)
+        cosmos_region_pick(cli, r, readable, true, &read, err) != SF_OK)
         read = write;
     pthread_mutex_lock(&r->mu);
     (void)snprintf(old_write, sizeof(old_write), "%s", r->write.name);

@@ -1,12 +1,12 @@
 /*
  * cosmos_client.c - the client object: options and key, the pool of
- * keep-alive libcurl handles, the libcurl transport and the retry loop.
+ * keep-alive connections of its transport (cosmos_int.h) and the retry loop.
  *
  * Concurrency: the client is shared by threads. Mutable state is the
  * connection pool (pool_mu + pool_cv), the pkranges cache (cache_mu, in
  * cosmos_ops.c) and an atomic counter seeding backoff jitter. A request holds
- * one libcurl easy handle for its whole retry loop, so handles (and their
- * keep-alive connections) are never used by two threads at once.
+ * one pooled connection for its whole retry loop, so connections (and their
+ * sockets or libcurl handles) are never used by two threads at once.
  */
 #include "common/sf_base.h"
 
@@ -21,23 +21,20 @@
 #include "common/sf_log.h"
 #include "common/sf_time.h"
 #include "common/sf_url.h"
-#include "cosmos/cosmos_http.h"
 #include "cosmos/cosmos_int.h"
 
 #define COSMOS_KEY_FILE_MAX   4096
-#define COSMOS_ENDPOINT_MAX   512
+#define COSMOS_ENDPOINT_MAX   COSMOS_ROUTE_ENDPOINT_MAX
 #define COSMOS_MAX_CONN_LIMIT 1024
 
-/* One pooled connection: a libcurl handle, or a built-in HTTP/1.1 connection. */
+/* One pooled connection: a transport's state for one endpoint. */
 struct cosmos_conn {
-    CURL *easy; /* NULL for the built-in transport */
-    struct cosmos_http_conn http;
+    const struct cosmos_transport_ops *ops;
+    void *state; /* what ops->open returned */
     struct cosmos_conn *next;
-    struct sf_buf url;
-    char errbuf[CURL_ERROR_SIZE];
+    char endpoint[COSMOS_ROUTE_ENDPOINT_MAX]; /* the pool's key */
     time_t date_sec; /* x-ms-date formatted once per second per connection */
     char date[30];
-    char http_host[300]; /* built-in transport: the host:port its socket is connected to */
 };
 
 struct cosmos_client {
@@ -51,14 +48,15 @@ struct cosmos_client {
     size_t max_body;
     struct cosmos_retry_policy retry;
     struct cosmos_clock clock;
-    struct cosmos_transport transport; /* send == NULL: libcurl or built-in HTTP */
-    bool own_http;                     /* http:// through cosmos_http.c */
-    struct cosmos_http_target target;  /* its resolved address */
+    struct cosmos_transport transport; /* in use (under pool_mu once requests run) */
+    struct cosmos_transport chosen;    /* picked at creation: built-in HTTP or libcurl */
+    struct cosmos_transport_conf conf; /* the built-in transports' ctx */
+    struct cosmos_route home;          /* the endpoint, resolved by the transport */
 
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_cv;
-    struct cosmos_conn *pool_free; /* idle handles */
-    unsigned pool_n;               /* handles created */
+    struct cosmos_conn *pool_free; /* idle connections, most recently used first */
+    unsigned pool_n;               /* connections created */
     unsigned pool_max;
 
     atomic_uint_fast64_t seq; /* per-request jitter seeds */
@@ -227,16 +225,23 @@ enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_cl
         cli->clock.now_ms = cosmos_real_now;
         cli->clock.sleep_ms = cosmos_real_sleep;
     }
-    if (strncasecmp(cli->endpoint, "http://", 7) == 0 && !opts->use_libcurl) {
-        rc = cosmos_http_target_init(&cli->target, cli->endpoint, err);
-        if (rc != SF_OK)
-            goto out;
-        cli->own_http = true;
-    }
-    rc = cosmos_regions_new(opts, cli->own_http, &cli->regions, err);
+    cli->ca_file = cosmos_strdup_opt(opts->ca_file, &oom);
+    cli->conf.connect_timeout_ms = cli->connect_timeout_ms;
+    cli->conf.request_timeout_ms = cli->request_timeout_ms;
+    cli->conf.ca_file = cli->ca_file;
+    cli->conf.tls_verify_off = cli->tls_verify_off;
+    cli->chosen.ops = strncasecmp(cli->endpoint, "http://", 7) == 0 && !opts->use_libcurl
+                          ? &cosmos_http_transport
+                          : &cosmos_curl_transport;
+    cli->chosen.ctx = &cli->conf;
+    cli->transport = cli->chosen;
+    (void)snprintf(cli->home.endpoint, sizeof(cli->home.endpoint), "%s", cli->endpoint);
+    rc = cosmos_client_route_resolve(cli, &cli->home, err);
     if (rc != SF_OK)
         goto out;
-    cli->ca_file = cosmos_strdup_opt(opts->ca_file, &oom);
+    rc = cosmos_regions_new(opts, &cli->regions, err);
+    if (rc != SF_OK)
+        goto out;
     cli->consistency = cosmos_strdup_opt(opts->consistency_level, &oom);
     cli->pkr_cache = cosmos_pkr_cache_new();
     cli->session = cosmos_session_new(opts->max_session_ranges);
@@ -295,10 +300,8 @@ static void cosmos_conn_free(struct cosmos_conn *c)
 {
     if (c == NULL)
         return;
-    if (c->easy != NULL)
-        curl_easy_cleanup(c->easy);
-    cosmos_http_conn_release(&c->http);
-    sf_buf_release(&c->url);
+    if (c->ops->close != NULL)
+        c->ops->close(c->state);
     free(c);
 }
 
@@ -413,336 +416,116 @@ size_t cosmos_client_max_body(const struct cosmos_client *cli)
 
 void cosmos_client_set_transport(struct cosmos_client *cli, const struct cosmos_transport *t)
 {
-    if (t != NULL)
-        cli->transport = *t;
-    else
-        memset(&cli->transport, 0, sizeof(cli->transport));
+    struct cosmos_conn *idle, *next;
+
+    pthread_mutex_lock(&cli->pool_mu);
+    cli->transport = t != NULL ? *t : cli->chosen;
+    idle = cli->pool_free;
+    cli->pool_free = NULL;
+    for (; idle != NULL; idle = next) {
+        next = idle->next;
+        cosmos_conn_free(idle);
+        cli->pool_n--;
+    }
+    pthread_cond_broadcast(&cli->pool_cv);
+    pthread_mutex_unlock(&cli->pool_mu);
+}
+
+enum sf_rc cosmos_client_route_resolve(struct cosmos_client *cli, struct cosmos_route *route,
+                                       struct sf_err *err)
+{
+    const struct cosmos_transport_ops *ops = cli->transport.ops;
+
+    return ops->resolve != NULL ? ops->resolve(route, err) : SF_OK;
+}
+
+bool cosmos_req_may_resend(const struct cosmos_req *req)
+{
+    return req->cls == COSMOS_OP_READ || req->guarded;
 }
 
 /* ---------------------------------------------------------------------------
  * Connection pool
  */
 
-/* Libcurl callbacks' state for one attempt. */
-struct cosmos_xfer {
-    struct cosmos_response *resp;
-    struct sf_err hdr_err; /* why a header callback aborted */
-    bool hdr_failed;
-    bool body_overflow;
-    bool allow_resend;   /* the request may be sent twice (read or guarded write) */
-    unsigned sends;      /* times libcurl was about to send it */
-    bool resend_blocked; /* we stopped libcurl from resending it */
-};
-
-/*
- * libcurl silently resends a request when a reused keep-alive connection
- * dies before any response byte arrives. That is right when the server had
- * closed the idle connection, but wrong when it applied the request and then
- * dropped: an unguarded write would be applied twice. This callback runs
- * before every send; the second send of an unguarded write is aborted and
- * reported as "may have been applied" (the rare idle-close case then costs a
- * non-retriable error instead of a double write).
- */
-static int cosmos_curl_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip,
-                              int conn_primary_port, int conn_local_port)
-{
-    struct cosmos_xfer *x = ud;
-
-    SF_UNUSED(conn_primary_ip);
-    SF_UNUSED(conn_local_ip);
-    SF_UNUSED(conn_primary_port);
-    SF_UNUSED(conn_local_port);
-    if (++x->sends > 1 && !x->allow_resend) {
-        x->resend_blocked = true;
-        return CURL_PREREQFUNC_ABORT;
-    }
-    return CURL_PREREQFUNC_OK;
-}
-
-static size_t cosmos_curl_header(char *buf, size_t size, size_t n, void *ud)
-{
-    struct cosmos_xfer *x = ud;
-    size_t len = size * n;
-
-    if (cosmos_response_header(x->resp, buf, len, &x->hdr_err) != SF_OK) {
-        x->hdr_failed = true;
-        return 0; /* aborts the transfer */
-    }
-    return len;
-}
-
-static size_t cosmos_curl_body(char *buf, size_t size, size_t n, void *ud)
-{
-    struct cosmos_xfer *x = ud;
-    size_t len = size * n;
-
-    if (sf_buf_append(&x->resp->body, buf, len) != SF_OK) {
-        x->body_overflow = true;
-        return 0;
-    }
-    return len;
-}
-
-/* A new handle with the options that never change between requests. */
-static struct cosmos_conn *cosmos_conn_new(const struct cosmos_client *cli)
+/* A new connection of transport t to route; NULL when out of memory. */
+static struct cosmos_conn *cosmos_conn_new(const struct cosmos_transport *t,
+                                           const struct cosmos_route *route)
 {
     struct cosmos_conn *c = calloc(1, sizeof(*c));
-    CURLcode cc = CURLE_OK;
 
     if (c == NULL)
         return NULL;
-    sf_buf_init(&c->url, COSMOS_ENDPOINT_MAX + (64u << 10));
-    cosmos_http_conn_init(&c->http);
-    if (cli->own_http)
-        return c;
-    c->easy = curl_easy_init();
-    if (c->easy == NULL) {
-        free(c);
-        return NULL;
+    c->ops = t->ops;
+    c->state = t->ctx;
+    if (t->ops->open != NULL) {
+        c->state = t->ops->open(t->ctx, route);
+        if (c->state == NULL) {
+            free(c);
+            return NULL;
+        }
     }
-    /* Every setopt below takes a constant the linked libcurl supports. */
-    cc |= curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_TCP_KEEPALIVE, 1L);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_TCP_NODELAY, 1L);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)cli->connect_timeout_ms);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)cli->request_timeout_ms);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_PROTOCOLS_STR, "http,https");
-    cc |= curl_easy_setopt(c->easy, CURLOPT_FOLLOWLOCATION, 0L);
-    /* Idle connections older than this are not reused (servers close idle ones). */
-    cc |= curl_easy_setopt(c->easy, CURLOPT_MAXAGE_CONN, 30L);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_HEADERFUNCTION, cosmos_curl_header);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, cosmos_curl_body);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_ERRORBUFFER, c->errbuf);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_SSL_VERIFYPEER, cli->tls_verify_off ? 0L : 1L);
-    cc |= curl_easy_setopt(c->easy, CURLOPT_SSL_VERIFYHOST, cli->tls_verify_off ? 0L : 2L);
-    if (cli->ca_file != NULL)
-        cc |= curl_easy_setopt(c->easy, CURLOPT_CAINFO, cli->ca_file);
-    if (cc != CURLE_OK) {
-        cosmos_conn_free(c);
-        return NULL;
-    }
+    (void)snprintf(c->endpoint, sizeof(c->endpoint), "%s", route->endpoint);
     return c;
 }
 
-/* Borrows a handle: an idle one, a new one below the cap, or waits for one. */
-static struct cosmos_conn *cosmos_pool_get(struct cosmos_client *cli)
+/*
+ * Borrows a connection to route: an idle one to its endpoint, a new one
+ * below the cap, else the least recently used idle one to another endpoint
+ * (closed and opened anew: the slot moves), or waits for one.
+ */
+static struct cosmos_conn *cosmos_pool_get(struct cosmos_client *cli,
+                                           const struct cosmos_route *route)
 {
-    struct cosmos_conn *c = NULL;
-    bool create = false;
+    struct cosmos_conn *c = NULL, *evict = NULL, **pp, **last = NULL;
+    struct cosmos_transport t;
 
     pthread_mutex_lock(&cli->pool_mu);
     while (cli->pool_free == NULL && cli->pool_n >= cli->pool_max)
         pthread_cond_wait(&cli->pool_cv, &cli->pool_mu);
-    if (cli->pool_free != NULL) {
-        c = cli->pool_free;
-        cli->pool_free = c->next;
-    } else {
-        cli->pool_n++; /* reserve the slot; create outside the lock */
-        create = true;
+    for (pp = &cli->pool_free; *pp != NULL; pp = &(*pp)->next) {
+        if (strcmp((*pp)->endpoint, route->endpoint) == 0)
+            break;
+        last = pp;
     }
+    if (*pp != NULL) {
+        c = *pp;
+        *pp = c->next;
+    } else if (cli->pool_n < cli->pool_max) {
+        cli->pool_n++; /* reserve the slot; create outside the lock */
+    } else {
+        evict = *last;
+        *last = evict->next;
+    }
+    t = cli->transport;
     pthread_mutex_unlock(&cli->pool_mu);
-    if (create) {
-        c = cosmos_conn_new(cli);
-        if (c == NULL) {
-            pthread_mutex_lock(&cli->pool_mu);
-            cli->pool_n--;
-            pthread_cond_signal(&cli->pool_cv);
-            pthread_mutex_unlock(&cli->pool_mu);
-        }
+    if (c != NULL)
+        return c;
+    cosmos_conn_free(evict);
+    c = cosmos_conn_new(&t, route);
+    if (c == NULL) {
+        pthread_mutex_lock(&cli->pool_mu);
+        cli->pool_n--;
+        pthread_cond_signal(&cli->pool_cv);
+        pthread_mutex_unlock(&cli->pool_mu);
     }
     return c;
 }
 
+/* Returns c to the pool; one of a transport replaced since is closed instead. */
 static void cosmos_pool_put(struct cosmos_client *cli, struct cosmos_conn *c)
 {
     pthread_mutex_lock(&cli->pool_mu);
-    c->next = cli->pool_free;
-    cli->pool_free = c;
+    if (c->ops == cli->transport.ops) {
+        c->next = cli->pool_free;
+        cli->pool_free = c;
+        c = NULL;
+    } else {
+        cli->pool_n--;
+    }
     pthread_cond_signal(&cli->pool_cv);
     pthread_mutex_unlock(&cli->pool_mu);
-}
-
-/* ---------------------------------------------------------------------------
- * libcurl transport
- */
-
-/* Maps a libcurl failure to what it says about the request's fate. */
-static enum cosmos_net cosmos_curl_net(CURLcode cc, long request_size)
-{
-    bool sent = request_size > 0;
-
-    switch (cc) {
-    case CURLE_OK:
-        return COSMOS_NET_OK;
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_SSL_CONNECT_ERROR:
-        return COSMOS_NET_NOT_SENT;
-    case CURLE_OPERATION_TIMEDOUT:
-        return sent ? COSMOS_NET_TIMEOUT : COSMOS_NET_NOT_SENT;
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-        return sent ? COSMOS_NET_MAYBE_SENT : COSMOS_NET_NOT_SENT;
-    default:
-        return COSMOS_NET_FATAL;
-    }
-}
-
-/* Builds the libcurl header list of one attempt. NULL on OOM. */
-static struct curl_slist *cosmos_curl_headers(const struct cosmos_req *req, const char *date,
-                                              const char *auth)
-{
-    struct curl_slist *list = NULL, *tmp;
-    char line[SF_AUTH_HEADER_SIZE + 32];
-    size_t i;
-
-    for (i = 0; i < req->n_hdrs; i++) {
-        const char *h = req->hdrs.data + req->hdr_off[i], *colon = strchr(h, ':');
-
-        /* libcurl drops "Name:" with no value; "Name;" is how it sends an empty one. */
-        if (colon != NULL && colon[1 + strspn(colon + 1, " ")] == '\0') {
-            (void)snprintf(line, sizeof(line), "%.*s;", (int)(colon - h), h);
-            tmp = curl_slist_append(list, line);
-        } else {
-            tmp = curl_slist_append(list, h);
-        }
-        if (tmp == NULL)
-            goto fail;
-        list = tmp;
-    }
-    (void)snprintf(line, sizeof(line), "x-ms-date: %s", date);
-    tmp = curl_slist_append(list, line);
-    if (tmp == NULL)
-        goto fail;
-    list = tmp;
-    (void)snprintf(line, sizeof(line), "authorization: %s", auth);
-    tmp = curl_slist_append(list, line);
-    if (tmp == NULL)
-        goto fail;
-    list = tmp;
-    /* No 100-continue round trip for large bodies; no default form content type. */
-    tmp = curl_slist_append(list, "Expect:");
-    if (tmp == NULL)
-        goto fail;
-    list = tmp;
-    if (req->body != NULL && cosmos_req_header_get(req, "Content-Type") == NULL) {
-        tmp = curl_slist_append(list, "Content-Type: application/json");
-        if (tmp == NULL)
-            goto fail;
-        list = tmp;
-    }
-    return list;
-fail:
-    curl_slist_free_all(list);
-    return NULL;
-}
-
-static enum cosmos_net cosmos_curl_send(const char *endpoint, struct cosmos_conn *c,
-                                        const struct cosmos_req *req, const char *date,
-                                        const char *auth, struct cosmos_response *resp, char *msg,
-                                        size_t msg_size)
-{
-    struct cosmos_xfer x;
-    struct curl_slist *hdrs = NULL;
-    enum cosmos_net net;
-    CURLcode cc = CURLE_OK;
-    long code = 0, reqsize = 0;
-    CURL *e = c->easy;
-
-    memset(&x, 0, sizeof(x));
-    x.resp = resp;
-    x.allow_resend = req->cls == COSMOS_OP_READ || req->guarded;
-    sf_buf_reset(&c->url);
-    if (sf_buf_puts(&c->url, endpoint) != SF_OK ||
-        sf_buf_append(&c->url, req->path.data, req->path.len) != SF_OK) {
-        (void)snprintf(msg, msg_size, "URL too long");
-        return COSMOS_NET_FATAL;
-    }
-    hdrs = cosmos_curl_headers(req, date, auth);
-    if (hdrs == NULL) {
-        (void)snprintf(msg, msg_size, "out of memory");
-        return COSMOS_NET_FATAL;
-    }
-    c->errbuf[0] = '\0';
-    cc |= curl_easy_setopt(e, CURLOPT_URL, c->url.data);
-    cc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
-    cc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, &x);
-    cc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, &x);
-    cc |= curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, cosmos_curl_prereq);
-    cc |= curl_easy_setopt(e, CURLOPT_PREREQDATA, &x);
-    if (req->body != NULL) {
-        cc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
-        cc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
-        cc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body);
-    } else {
-        cc |= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-    }
-    /* POST and GET are what the two calls above select; other verbs override the name. */
-    cc |= curl_easy_setopt(
-        e, CURLOPT_CUSTOMREQUEST,
-        (strcmp(req->verb, "GET") == 0 || strcmp(req->verb, "POST") == 0) ? NULL : req->verb);
-    if (cc != CURLE_OK) {
-        (void)snprintf(msg, msg_size, "libcurl rejected an option");
-        curl_slist_free_all(hdrs);
-        return COSMOS_NET_FATAL;
-    }
-    cc = curl_easy_perform(e);
-    (void)curl_easy_getinfo(e, CURLINFO_REQUEST_SIZE, &reqsize);
-    (void)curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
-    /* Drop our pointers from the handle: they die with this call. */
-    (void)curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
-    (void)curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
-    (void)curl_easy_setopt(e, CURLOPT_HEADERDATA, NULL);
-    (void)curl_easy_setopt(e, CURLOPT_WRITEDATA, NULL);
-    (void)curl_easy_setopt(e, CURLOPT_PREREQDATA, NULL);
-    curl_slist_free_all(hdrs);
-
-    if (x.body_overflow) {
-        (void)snprintf(msg, msg_size, "response body larger than %zu bytes", resp->body.max);
-        return COSMOS_NET_FATAL;
-    }
-    if (x.resend_blocked) {
-        (void)snprintf(msg, msg_size,
-                       "connection dropped after the request was sent (not resent: unguarded "
-                       "write)");
-        return COSMOS_NET_MAYBE_SENT;
-    }
-    if (x.hdr_failed) {
-        (void)snprintf(msg, msg_size, "%.200s", x.hdr_err.msg);
-        return COSMOS_NET_FATAL;
-    }
-    net = cosmos_curl_net(cc, reqsize);
-    if (net != COSMOS_NET_OK) {
-        (void)snprintf(msg, msg_size, "%.60s%s%.160s", curl_easy_strerror(cc),
-                       c->errbuf[0] ? ": " : "", c->errbuf);
-        return net;
-    }
-    if (resp->status == 0)
-        resp->status = (int)code;
-    return COSMOS_NET_OK;
-}
-
-/*
- * The built-in transport to target t. A pooled socket still connected to
- * another region is closed first: a connection serves one address.
- */
-static enum cosmos_net cosmos_http_send_to(struct cosmos_client *cli, struct cosmos_conn *conn,
-                                           const struct cosmos_http_target *t,
-                                           const struct cosmos_req *req, const char *date,
-                                           const char *auth, struct cosmos_response *resp,
-                                           char *msg, size_t msg_size)
-{
-    if (strcmp(conn->http_host, t->host_header) != 0) {
-        cosmos_http_conn_release(&conn->http);
-        cosmos_http_conn_init(&conn->http);
-        (void)snprintf(conn->http_host, sizeof(conn->http_host), "%s", t->host_header);
-    }
-    return cosmos_http_send(&conn->http, t, cli->connect_timeout_ms, cli->request_timeout_ms, req,
-                            date, auth, req->cls == COSMOS_OP_READ || req->guarded, resp, msg,
-                            msg_size);
+    cosmos_conn_free(c);
 }
 
 /* ---------------------------------------------------------------------------
@@ -799,10 +582,6 @@ static void cosmos_attempt_date(struct cosmos_conn *conn, char date[30])
 {
     time_t now = time(NULL);
 
-    if (conn == NULL) {
-        sf_time_rfc1123(now, date);
-        return;
-    }
     if (conn->date_sec != now || conn->date[0] == '\0') {
         sf_time_rfc1123(now, conn->date);
         conn->date_sec = now;
@@ -867,6 +646,19 @@ static enum sf_rc cosmos_exec_session(struct cosmos_client *cli, struct cosmos_r
     return rc;
 }
 
+/* A pooled connection to route (the endpoint when route is empty); NULL with err set. */
+static struct cosmos_conn *cosmos_exec_borrow(struct cosmos_client *cli,
+                                              const struct cosmos_route *route, struct sf_err *err)
+{
+    const struct cosmos_route *to = route->endpoint[0] != '\0' ? route : &cli->home;
+    struct cosmos_conn *c = cosmos_pool_get(cli, to);
+
+    if (c == NULL)
+        (void)sf_err_set(err, SF_ENOMEM, false, "cannot open a %s connection to %s",
+                         cli->transport.ops->name, to->endpoint);
+    return c;
+}
+
 enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
                        struct cosmos_response *resp, struct sf_err *err)
 {
@@ -889,15 +681,12 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
     memset(&route, 0, sizeof(route));
     if (routed)
         cosmos_regions_route(cli, cli->regions, cosmos_req_is_write(req), &route);
-    if (cli->transport.send == NULL) {
-        conn = cosmos_pool_get(cli);
-        if (conn == NULL)
-            return sf_err_set(err, SF_ENOMEM, false, "cannot create an HTTP handle");
-    }
+    conn = cosmos_exec_borrow(cli, &route, err);
+    if (conn == NULL)
+        return SF_ENOMEM;
     rc = cosmos_exec_session(cli, req, coll_len, err);
     if (rc != SF_OK) {
-        if (conn != NULL)
-            cosmos_pool_put(cli, conn);
+        cosmos_pool_put(cli, conn);
         return rc;
     }
     cosmos_retry_start(&st, &cli->retry, cli->clock.now_ms(cli->clock.ctx), seed);
@@ -915,15 +704,8 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         cosmos_response_reset(resp);
         resp->total_charge = total;
         resp->attempts = attempts;
-        if (conn != NULL && conn->easy != NULL)
-            net = cosmos_curl_send(route.endpoint[0] ? route.endpoint : cli->endpoint, conn, req,
-                                   date, auth, resp, net_msg, sizeof(net_msg));
-        else if (conn != NULL)
-            net = cosmos_http_send_to(cli, conn, route.has_target ? &route.target : &cli->target,
-                                      req, date, auth, resp, net_msg, sizeof(net_msg));
-        else
-            net = cli->transport.send(cli->transport.ctx, req, date, auth, resp, net_msg,
-                                      sizeof(net_msg));
+        /* The attempt: one call through the connection's transport (cosmos_int.h). */
+        net = conn->ops->send(conn->state, req, date, auth, resp, net_msg, sizeof(net_msg));
         st.attempts++;
         resp->attempts = st.attempts;
         resp->total_charge += resp->request_charge;
@@ -975,21 +757,16 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
          * it now says to write, as the SDKs' endpoint discovery does.
          */
         if (routed && net == COSMOS_NET_OK && resp->status == 403 && resp->substatus == 3) {
-            if (conn != NULL)
-                cosmos_pool_put(cli, conn);
-            conn = NULL;
+            cosmos_pool_put(cli, conn);
             cosmos_regions_write_forbidden(cli, cli->regions, &route);
             cosmos_regions_route(cli, cli->regions, cosmos_req_is_write(req), &route);
-            if (cli->transport.send == NULL) {
-                conn = cosmos_pool_get(cli);
-                if (conn == NULL)
-                    return sf_err_set(err, SF_ENOMEM, false, "cannot create an HTTP handle");
-            }
+            conn = cosmos_exec_borrow(cli, &route, err);
+            if (conn == NULL)
+                return SF_ENOMEM;
         }
         cli->clock.sleep_ms(cli->clock.ctx, wait);
     }
-    if (conn != NULL)
-        cosmos_pool_put(cli, conn);
+    cosmos_pool_put(cli, conn);
     if (coll_len > 0 && net == COSMOS_NET_OK &&
         ((v.success && strcmp(req->verb, "DELETE") == 0 && strcmp(req->rtype, "colls") == 0) ||
          (!v.success && resp->status == 404 && resp->substatus == 1002)))

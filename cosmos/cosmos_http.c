@@ -1,6 +1,7 @@
 /*
  * cosmos_http.c - the plain-http transport: an incremental HTTP/1.1
- * response parser (pure) and keep-alive connections with deadlines.
+ * response parser (pure), keep-alive connections with deadlines, and the
+ * operations table the client's pool uses (cosmos_http_transport).
  */
 #include "common/sf_base.h"
 
@@ -18,6 +19,7 @@
 #include "common/sf_time.h"
 #include "common/sf_url.h"
 #include "cosmos/cosmos_http.h"
+#include "cosmos/cosmos_int.h"
 
 #define COSMOS_HTTP_IN_SIZE   (64u << 10)
 #define COSMOS_HTTP_REQ_HEAD  (COSMOS_HEADER_MAX * 2 + 8192)
@@ -665,3 +667,63 @@ enum cosmos_net cosmos_http_send(struct cosmos_http_conn *c, const struct cosmos
     }
     return net;
 }
+
+/* ---------------------------------------------------------------------------
+ * The transport's table (cosmos_int.h)
+ */
+
+/* A pooled connection: one socket at a time to one resolved address. */
+struct cosmos_http_link {
+    struct cosmos_http_conn conn;
+    struct cosmos_http_target target;
+    const struct cosmos_transport_conf *conf;
+};
+
+/* http:// only, resolved once: a region's address is looked up when the account is read. */
+static enum sf_rc cosmos_http_resolve(struct cosmos_route *route, struct sf_err *err)
+{
+    if (strncasecmp(route->endpoint, "http://", 7) != 0)
+        return sf_err_set(err, SF_EINVAL, false, "%s is not http:// like the endpoint",
+                          route->endpoint);
+    return cosmos_http_target_init(&route->target, route->endpoint, err);
+}
+
+static void *cosmos_http_open(void *ctx, const struct cosmos_route *route)
+{
+    struct cosmos_http_link *l = malloc(sizeof(*l));
+
+    if (l == NULL)
+        return NULL;
+    cosmos_http_conn_init(&l->conn);
+    l->target = route->target;
+    l->conf = ctx;
+    return l;
+}
+
+static enum cosmos_net cosmos_http_link_send(void *conn, const struct cosmos_req *req,
+                                             const char *date, const char *auth,
+                                             struct cosmos_response *resp, char *msg,
+                                             size_t msg_size)
+{
+    struct cosmos_http_link *l = conn;
+
+    return cosmos_http_send(&l->conn, &l->target, l->conf->connect_timeout_ms,
+                            l->conf->request_timeout_ms, req, date, auth,
+                            cosmos_req_may_resend(req), resp, msg, msg_size);
+}
+
+static void cosmos_http_link_close(void *conn)
+{
+    struct cosmos_http_link *l = conn;
+
+    cosmos_http_conn_release(&l->conn);
+    free(l);
+}
+
+const struct cosmos_transport_ops cosmos_http_transport = {
+    .name = "http",
+    .resolve = cosmos_http_resolve,
+    .open = cosmos_http_open,
+    .send = cosmos_http_link_send,
+    .close = cosmos_http_link_close,
+};

@@ -1,6 +1,7 @@
 /*
  * cosmos_int.h - internals shared by the client's source files and its tests:
- * the request executor (retry loop) and the transport seam.
+ * the transports and their seam, the request executor (retry loop), regions
+ * and session tokens.
  */
 #ifndef COSMOS_INT_H
 #define COSMOS_INT_H
@@ -11,25 +12,83 @@
 
 #define COSMOS_ROUTE_ENDPOINT_MAX 512
 
-/*
- * One HTTP attempt. Implementations fill resp through cosmos_response_header
- * (status line and header lines) and append the body to resp->body, then
- * return the network outcome; on a failure they write a short reason into
- * msg (never secrets). date and auth are this attempt's x-ms-date and
- * authorization values. Called from any thread making a request.
- */
-struct cosmos_transport {
-    enum cosmos_net (*send)(void *ctx, const struct cosmos_req *req, const char *date,
-                            const char *auth, struct cosmos_response *resp, char *msg,
-                            size_t msg_size);
-    void *ctx;
+/* Where one request goes: a copy, so a refresh never pulls it from under a send. */
+struct cosmos_route {
+    char endpoint[COSMOS_ROUTE_ENDPOINT_MAX]; /* "" = the client's endpoint */
+    struct cosmos_http_target target;         /* its address, when the transport resolves */
 };
 
 /*
- * Replaces the libcurl transport (tests only: scripted responses, injected
- * faults). NULL restores libcurl. Call before any request is made.
+ * A transport: how attempts reach an endpoint. One table per kind (the
+ * built-in HTTP/1.1 one of cosmos_http.c, libcurl's of cosmos_curl.c, a
+ * test's scripted one), as curl's TLS back-ends are; the client's pool holds
+ * connections of the table in use, each keyed by its route's endpoint, and
+ * its retry loop calls through the table. Every operation may be called from
+ * any thread making a request; a connection is used by one thread at a time.
+ */
+struct cosmos_transport_ops {
+    const char *name; /* "http", "libcurl", ... */
+    /*
+     * Checks that route->endpoint can be served and fills what the transport
+     * needs of it (its address) into route, once: for the client's endpoint
+     * when it is created, for each region when the account is read. SF_EINVAL
+     * or SF_ECONN with the reason. NULL: any endpoint, nothing to fill.
+     */
+    enum sf_rc (*resolve)(struct cosmos_route *route, struct sf_err *err);
+    /*
+     * A new connection to route (a copy is kept; sockets open on first use)
+     * with the transport's ctx. Returns the connection state, NULL when out
+     * of memory. NULL op: the connection state is ctx itself.
+     */
+    void *(*open)(void *ctx, const struct cosmos_route *route);
+    /*
+     * One HTTP attempt over conn. Fills resp through cosmos_response_header
+     * (status line and header lines) and appends the body to resp->body, then
+     * returns the network outcome; on a failure writes a short reason into
+     * msg (never secrets). date and auth are this attempt's x-ms-date and
+     * authorization values. A request is resent on a fresh socket only when
+     * cosmos_req_may_resend allows it (the connection guard).
+     */
+    enum cosmos_net (*send)(void *conn, const struct cosmos_req *req, const char *date,
+                            const char *auth, struct cosmos_response *resp, char *msg,
+                            size_t msg_size);
+    void (*close)(void *conn); /* frees what open returned; NULL op: nothing to free */
+};
+
+/* A table and the context its open receives (the client's settings, a test's script). */
+struct cosmos_transport {
+    const struct cosmos_transport_ops *ops;
+    void *ctx;
+};
+
+/* Settings every connection of a built-in transport shares, fixed at creation. */
+struct cosmos_transport_conf {
+    int64_t connect_timeout_ms;
+    int64_t request_timeout_ms; /* one attempt, connect included */
+    const char *ca_file;        /* NULL = the system store */
+    bool tls_verify_off;
+};
+
+/* The built-in tables: http:// through cosmos_http.c, https:// (or forced) through libcurl. */
+extern const struct cosmos_transport_ops cosmos_http_transport; /* ctx: transport_conf */
+extern const struct cosmos_transport_ops cosmos_curl_transport; /* ctx: transport_conf */
+
+/*
+ * Replaces the client's transport (tests: scripted responses, injected
+ * faults); *t is copied. NULL restores the one chosen at creation. Call
+ * before any request is made: idle connections of the old one are closed.
  */
 void cosmos_client_set_transport(struct cosmos_client *cli, const struct cosmos_transport *t);
+
+/*
+ * Has the client's transport check route->endpoint and fill the rest of
+ * route (its resolve op). SF_EINVAL or SF_ECONN with the reason.
+ */
+enum sf_rc cosmos_client_route_resolve(struct cosmos_client *cli, struct cosmos_route *route,
+                                       struct sf_err *err);
+
+/* true when req may reach the server twice: a read or a guarded write. */
+bool cosmos_req_may_resend(const struct cosmos_req *req);
 
 /*
  * Sends req with retries per the client's policy and req's class and guard.
@@ -56,18 +115,11 @@ struct cosmos_pkr_cache *cosmos_client_pkr_cache(struct cosmos_client *cli);
  * Regions (cosmos_account.c)
  */
 
-/* Where one request goes: a copy, so a refresh never pulls it from under a send. */
-struct cosmos_route {
-    char endpoint[COSMOS_ROUTE_ENDPOINT_MAX]; /* "" = the client's endpoint */
-    struct cosmos_http_target target;         /* its address (built-in transport) */
-    bool has_target;
-};
-
 struct cosmos_regions;
 
 /* NULL in *ret when opts->discover_regions is off. Checks the preferred names. */
-enum sf_rc cosmos_regions_new(const struct cosmos_options *opts, bool own_http,
-                              struct cosmos_regions **ret, struct sf_err *err);
+enum sf_rc cosmos_regions_new(const struct cosmos_options *opts, struct cosmos_regions **ret,
+                              struct sf_err *err);
 void cosmos_regions_free(struct cosmos_regions *r);
 
 /*

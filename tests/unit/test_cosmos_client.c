@@ -107,6 +107,9 @@ static enum cosmos_net fake_send(void *ctx, const struct cosmos_req *req, const 
     return COSMOS_NET_OK;
 }
 
+/* The scripted transport: no open, so every pooled connection's state is the script. */
+static const struct cosmos_transport_ops fake_transport = {.name = "script", .send = fake_send};
+
 static int64_t fake_now(void *ctx)
 {
     return ((struct script *)ctx)->now;
@@ -136,7 +139,7 @@ static const struct cosmos_clock fake_clock = {fake_now, fake_sleep, &sc};
 static void make_client(const struct cosmos_retry_policy *retry)
 {
     struct cosmos_options o;
-    struct cosmos_transport t = {fake_send, &sc};
+    struct cosmos_transport t = {&fake_transport, &sc};
     struct sf_err err;
 
     memset(&o, 0, sizeof(o));
@@ -1477,7 +1480,7 @@ END_TEST
 static void make_regions_client(void)
 {
     struct cosmos_options o;
-    struct cosmos_transport t = {fake_send, &sc};
+    struct cosmos_transport t = {&fake_transport, &sc};
     struct sf_err err;
 
     cosmos_client_free(cli);
@@ -1541,6 +1544,154 @@ START_TEST(test_regions_403_3_rereads_account_then_retries)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * The transport seam: tables with open/close go through the one pool
+ */
+
+#define REC_MAX 8
+
+/* What a recording transport saw: connections opened, closed, and which one each attempt used. */
+struct rec {
+    char opened[REC_MAX][64];
+    int n_open, n_close;
+    char sent_on[MAX_STEPS][64];
+    int n_sent;
+};
+
+struct rec_conn {
+    struct rec *rec;
+    char endpoint[64];
+};
+
+static struct rec rec;
+
+static void *rec_open(void *ctx, const struct cosmos_route *route)
+{
+    struct rec *r = ctx;
+    struct rec_conn *c = calloc(1, sizeof(*c));
+
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_lt(r->n_open, REC_MAX);
+    c->rec = r;
+    (void)snprintf(c->endpoint, sizeof(c->endpoint), "%.63s", route->endpoint);
+    (void)snprintf(r->opened[r->n_open++], sizeof(r->opened[0]), "%.63s", route->endpoint);
+    return c;
+}
+
+static enum cosmos_net rec_send(void *conn, const struct cosmos_req *req, const char *date,
+                                const char *auth, struct cosmos_response *resp, char *msg,
+                                size_t msg_size)
+{
+    struct rec_conn *c = conn;
+
+    ck_assert_int_lt(c->rec->n_sent, MAX_STEPS);
+    (void)snprintf(c->rec->sent_on[c->rec->n_sent++], sizeof(c->rec->sent_on[0]), "%.63s",
+                   c->endpoint);
+    return fake_send(&sc, req, date, auth, resp, msg, msg_size);
+}
+
+static void rec_close(void *conn)
+{
+    struct rec_conn *c = conn;
+
+    c->rec->n_close++;
+    free(c);
+}
+
+static const struct cosmos_transport_ops rec_transport = {
+    .name = "recording", .open = rec_open, .send = rec_send, .close = rec_close};
+
+/* A client with regions over the recording transport, at most max_conns connections. */
+static void make_rec_client(unsigned max_conns)
+{
+    struct cosmos_options o;
+    struct cosmos_transport t = {&rec_transport, &rec};
+    struct sf_err err;
+
+    cosmos_client_free(cli);
+    memset(&rec, 0, sizeof(rec));
+    memset(&o, 0, sizeof(o));
+    o.endpoint = "http://127.0.0.1:1/";
+    o.key = SF_EMULATOR_KEY;
+    o.clock = &fake_clock;
+    o.discover_regions = true;
+    o.account_refresh_ms = 3600000;
+    o.max_connections = max_conns;
+    ck_assert_msg(cosmos_client_new(&o, &cli, &err) == SF_OK, "%s", err.msg);
+    cosmos_client_set_transport(cli, &t);
+}
+
+/* The account read, a write refused by West Europe (:2), the re-read, the write in North Europe. */
+static void rec_failover_create(void)
+{
+    struct sf_err err;
+
+    add(COSMOS_NET_OK, 200, NULL, ACCOUNT_IN("West Europe", "2"));
+    add(COSMOS_NET_OK, 403, "x-ms-substatus: 3\n", "{\"code\":\"Forbidden\"}");
+    add(COSMOS_NET_OK, 200, NULL, ACCOUNT_IN("North Europe", "3"));
+    add(COSMOS_NET_OK, 201, NULL, "{\"id\":\"d\",\"pk\":1}");
+    ck_assert_msg(cosmos_doc_create(cli, "db", "c", "[1]", "{\"id\":\"d\",\"pk\":1}", NULL, NULL,
+                                    &err) == SF_OK,
+                  "%s", err.msg);
+    ck_assert_int_eq(rec.n_sent, 4);
+    ck_assert_str_eq(rec.sent_on[0], "http://127.0.0.1:1");
+    ck_assert_str_eq(rec.sent_on[1], "http://127.0.0.1:2");
+    ck_assert_str_eq(rec.sent_on[2], "http://127.0.0.1:1");
+    ck_assert_str_eq(rec.sent_on[3], "http://127.0.0.1:3");
+}
+
+/* Each attempt goes over a connection to its own region; an idle one to the endpoint is reused. */
+START_TEST(test_transport_pool_keys_connections_by_endpoint)
+{
+    make_rec_client(0);
+    rec_failover_create();
+    ck_assert_int_eq(rec.n_open, 3);
+    ck_assert_str_eq(rec.opened[0], "http://127.0.0.1:1");
+    ck_assert_str_eq(rec.opened[1], "http://127.0.0.1:2");
+    ck_assert_str_eq(rec.opened[2], "http://127.0.0.1:3");
+    ck_assert_int_eq(rec.n_close, 0);
+    cosmos_client_free(cli);
+    cli = NULL;
+    ck_assert_int_eq(rec.n_close, 3);
+}
+END_TEST
+
+/* max_connections holds across endpoints: a full pool closes an idle connection to open another. */
+START_TEST(test_transport_full_pool_moves_idle_slot_to_new_endpoint)
+{
+    make_rec_client(1);
+    rec_failover_create();
+    ck_assert_int_eq(rec.n_open, 4);
+    ck_assert_str_eq(rec.opened[2], "http://127.0.0.1:1");
+    ck_assert_int_eq(rec.n_close, 3); /* only one open at a time */
+    cosmos_client_free(cli);
+    cli = NULL;
+    ck_assert_int_eq(rec.n_close, 4);
+}
+END_TEST
+
+/* Replacing the transport closes the old one's idle connections (no leak, no stale table). */
+START_TEST(test_transport_replaced_closes_idle_connections)
+{
+    struct cosmos_transport t = {&fake_transport, &sc};
+    struct sf_err err;
+
+    make_rec_client(0);
+    add(COSMOS_NET_OK, 200, NULL, "{}"); /* GET / (not an account: requests stay on the endpoint) */
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"d\",\"pk\":1}");
+    ck_assert_msg(cosmos_doc_read(cli, "db", "c", "d", "[1]", NULL, NULL, &err) == SF_OK, "%s",
+                  err.msg);
+    ck_assert_int_eq(rec.n_open, 1);
+    cosmos_client_set_transport(cli, &t);
+    ck_assert_int_eq(rec.n_close, 1);
+    add(COSMOS_NET_OK, 200, NULL, "{\"id\":\"d\",\"pk\":1}");
+    ck_assert_msg(cosmos_doc_read(cli, "db", "c", "d", "[1]", NULL, NULL, &err) == SF_OK, "%s",
+                  err.msg);
+    ck_assert_int_eq(rec.n_sent, 2);
+    ck_assert_int_eq(sc.pos, 3);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("cosmos_client");
@@ -1588,6 +1739,12 @@ static Suite *client_suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_regions_unreadable_account_falls_back_to_endpoint);
     tcase_add_test(t, test_regions_403_3_rereads_account_then_retries);
+    suite_add_tcase(s, t);
+    t = tcase_create("transport");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, test_transport_pool_keys_connections_by_endpoint);
+    tcase_add_test(t, test_transport_full_pool_moves_idle_slot_to_new_endpoint);
+    tcase_add_test(t, test_transport_replaced_closes_idle_connections);
     suite_add_tcase(s, t);
     return s;
 }
