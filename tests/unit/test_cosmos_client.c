@@ -1477,10 +1477,10 @@ END_TEST
     "\"http://127.0.0.1:" port "/\"}],\"readableLocations\":[{\"name\":\"" region                  \
     "\",\"databaseAccountEndpoint\":\"http://127.0.0.1:" port "/\"}]}"
 
-static void make_regions_client(void)
+/* A client with regions over transport t, at most max_conns connections (0: the default). */
+static void make_regions_client_over(const struct cosmos_transport *t, unsigned max_conns)
 {
     struct cosmos_options o;
-    struct cosmos_transport t = {&fake_transport, &sc};
     struct sf_err err;
 
     cosmos_client_free(cli);
@@ -1490,8 +1490,16 @@ static void make_regions_client(void)
     o.clock = &fake_clock;
     o.discover_regions = true;
     o.account_refresh_ms = 3600000;
+    o.max_connections = max_conns;
     ck_assert_msg(cosmos_client_new(&o, &cli, &err) == SF_OK, "%s", err.msg);
-    cosmos_client_set_transport(cli, &t);
+    cosmos_client_set_transport(cli, t);
+}
+
+static void make_regions_client(void)
+{
+    struct cosmos_transport t = {&fake_transport, &sc};
+
+    make_regions_client_over(&t, 0);
 }
 
 /* An account that cannot be read (an old server, a proxy) must not stop requests. */
@@ -1604,21 +1612,10 @@ static const struct cosmos_transport_ops rec_transport = {
 /* A client with regions over the recording transport, at most max_conns connections. */
 static void make_rec_client(unsigned max_conns)
 {
-    struct cosmos_options o;
     struct cosmos_transport t = {&rec_transport, &rec};
-    struct sf_err err;
 
-    cosmos_client_free(cli);
     memset(&rec, 0, sizeof(rec));
-    memset(&o, 0, sizeof(o));
-    o.endpoint = "http://127.0.0.1:1/";
-    o.key = SF_EMULATOR_KEY;
-    o.clock = &fake_clock;
-    o.discover_regions = true;
-    o.account_refresh_ms = 3600000;
-    o.max_connections = max_conns;
-    ck_assert_msg(cosmos_client_new(&o, &cli, &err) == SF_OK, "%s", err.msg);
-    cosmos_client_set_transport(cli, &t);
+    make_regions_client_over(&t, max_conns);
 }
 
 /* The account read, a write refused by West Europe (:2), the re-read, the write in North Europe. */
