@@ -290,10 +290,6 @@ static enum cosmos_net cosmos_curl_send(void *conn, const struct cosmos_req *req
     return COSMOS_NET_OK;
 }
 
-/* No resolve: libcurl resolves (and verifies TLS) when it connects, as it always did. */
-const struct cosmos_transport_ops cosmos_curl_transport = {
-    .name = "libcurl",
-    .open = cosmos_curl_open,
-    .send = cosmos_curl_send,
-    .close = cosmos_curl_close,
-};
+/* name, resolve (none: libcurl resolves and verifies TLS when it connects), open, send, close */
+const struct cosmos_transport_ops cosmos_curl_transport = {"libcurl", NULL, cosmos_curl_open,
+                                                           cosmos_curl_send, cosmos_curl_close};

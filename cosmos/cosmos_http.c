@@ -72,22 +72,13 @@ static bool cosmos_http_has_token(const char *v, size_t n, const char *token)
 static enum sf_rc cosmos_http_framing(struct cosmos_http_parser *p, const char *line, size_t len,
                                       size_t body_max, struct sf_err *err)
 {
-    const char *colon = memchr(line, ':', len), *v;
+    const char *v;
     size_t nlen, vlen;
     char num[32];
     uint64_t n;
 
-    if (colon == NULL)
+    if (!cosmos_header_split(line, len, &nlen, &v, &vlen))
         return sf_err_set(err, SF_EPROTO, false, "HTTP header line without a colon");
-    nlen = (size_t)(colon - line);
-    v = colon + 1;
-    vlen = len - nlen - 1;
-    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        vlen--;
-    }
-    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-        vlen--;
     if (nlen == 14 && strncasecmp(line, "content-length", 14) == 0) {
         if (vlen == 0 || vlen >= sizeof(num))
             return sf_err_set(err, SF_EPROTO, false, "bad Content-Length");
@@ -720,10 +711,6 @@ static void cosmos_http_link_close(void *conn)
     free(l);
 }
 
+/* name, resolve, open, send, close */
 const struct cosmos_transport_ops cosmos_http_transport = {
-    .name = "http",
-    .resolve = cosmos_http_resolve,
-    .open = cosmos_http_open,
-    .send = cosmos_http_link_send,
-    .close = cosmos_http_link_close,
-};
+    "http", cosmos_http_resolve, cosmos_http_open, cosmos_http_link_send, cosmos_http_link_close};

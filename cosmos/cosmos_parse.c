@@ -246,10 +246,33 @@ static enum sf_rc cosmos_status_line(struct cosmos_response *resp, const char *l
     return SF_OK;
 }
 
+bool cosmos_header_split(const char *line, size_t len, size_t *ret_nlen, const char **ret_v,
+                         size_t *ret_vlen)
+{
+    const char *colon = memchr(line, ':', len), *v;
+    size_t nlen, vlen;
+
+    if (colon == NULL)
+        return false;
+    nlen = (size_t)(colon - line);
+    v = colon + 1;
+    vlen = len - nlen - 1;
+    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        vlen--;
+    }
+    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+        vlen--;
+    *ret_nlen = nlen;
+    *ret_v = v;
+    *ret_vlen = vlen;
+    return true;
+}
+
 enum sf_rc cosmos_response_header(struct cosmos_response *resp, const char *line, size_t len,
                                   struct sf_err *err)
 {
-    const char *colon, *v;
+    const char *v;
     size_t nlen, vlen;
     enum sf_rc rc = SF_OK;
     int64_t i64;
@@ -262,18 +285,8 @@ enum sf_rc cosmos_response_header(struct cosmos_response *resp, const char *line
         return SF_OK; /* the blank line ending the headers */
     if (len >= 5 && memcmp(line, "HTTP/", 5) == 0)
         return cosmos_status_line(resp, line, len, err);
-    colon = memchr(line, ':', len);
-    if (colon == NULL)
+    if (!cosmos_header_split(line, len, &nlen, &v, &vlen))
         return SF_OK; /* not a header we could use; curl validated the framing */
-    nlen = (size_t)(colon - line);
-    v = colon + 1;
-    vlen = len - nlen - 1;
-    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        vlen--;
-    }
-    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-        vlen--;
 
     if (cosmos_name_is(line, nlen, "etag")) {
         rc = cosmos_copy_field(resp->etag, sizeof(resp->etag), v, vlen);

@@ -110,6 +110,14 @@ enum sf_rc cosmos_id_check(const char *what, const char *id, size_t max_len, str
  */
 
 /*
+ * Splits a header line (no line break) at its colon: the name is
+ * line[0..*ret_nlen), the value (*ret_v)[0..*ret_vlen) without surrounding
+ * blanks, pointing into line. false when there is no colon (nothing written).
+ */
+bool cosmos_header_split(const char *line, size_t len, size_t *ret_nlen, const char **ret_v,
+                         size_t *ret_vlen);
+
+/*
  * Applies one raw header line ("Name: value\r\n", or a status line
  * "HTTP/1.1 200 OK" which resets the headers) to resp. Unknown headers are
  * ignored. SF_EPROTO for a malformed value of a header we use (a retry-after
