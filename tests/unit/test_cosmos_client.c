@@ -1736,9 +1736,7 @@ static Suite *client_suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, test_regions_unreadable_account_falls_back_to_endpoint);
     tcase_add_test(t, test_regions_403_3_rereads_account_then_retries);
-    suite_add_tcase(s, t);
-    t = tcase_create("transport");
-    tcase_add_checked_fixture(t, setup, teardown);
+    /* The transport seam: the pool across the regions' endpoints. */
     tcase_add_test(t, test_transport_pool_keys_connections_by_endpoint);
     tcase_add_test(t, test_transport_full_pool_moves_idle_slot_to_new_endpoint);
     tcase_add_test(t, test_transport_replaced_closes_idle_connections);
