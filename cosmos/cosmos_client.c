@@ -494,6 +494,7 @@ static struct cosmos_conn *cosmos_pool_get(struct cosmos_client *cli,
     } else if (cli->pool_n < cli->pool_max) {
         cli->pool_n++; /* reserve the slot; create outside the lock */
     } else {
+        /* Every slot taken, every idle one (so last is set) to another endpoint. */
         evict = *last;
         *last = evict->next;
     }
