@@ -246,29 +246,6 @@ static enum sf_rc cosmos_status_line(struct cosmos_response *resp, const char *l
     return SF_OK;
 }
 
-bool cosmos_header_split(const char *line, size_t len, size_t *ret_nlen, const char **ret_v,
-                         size_t *ret_vlen)
-{
-    const char *colon = memchr(line, ':', len), *v;
-    size_t nlen, vlen;
-
-    if (colon == NULL)
-        return false;
-    nlen = (size_t)(colon - line);
-    v = colon + 1;
-    vlen = len - nlen - 1;
-    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        vlen--;
-    }
-    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-        vlen--;
-    *ret_nlen = nlen;
-    *ret_v = v;
-    *ret_vlen = vlen;
-    return true;
-}
-
 enum sf_rc cosmos_response_header(struct cosmos_response *resp, const char *line, size_t len,
                                   struct sf_err *err)
 {

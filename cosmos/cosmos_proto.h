@@ -113,9 +113,30 @@ enum sf_rc cosmos_id_check(const char *what, const char *id, size_t max_len, str
  * Splits a header line (no line break) at its colon: the name is
  * line[0..*ret_nlen), the value (*ret_v)[0..*ret_vlen) without surrounding
  * blanks, pointing into line. false when there is no colon (nothing written).
+ * Inline: it runs for every header line of every response.
  */
-bool cosmos_header_split(const char *line, size_t len, size_t *ret_nlen, const char **ret_v,
-                         size_t *ret_vlen);
+static inline bool cosmos_header_split(const char *line, size_t len, size_t *ret_nlen,
+                                       const char **ret_v, size_t *ret_vlen)
+{
+    const char *colon = memchr(line, ':', len), *v;
+    size_t nlen, vlen;
+
+    if (colon == NULL)
+        return false;
+    nlen = (size_t)(colon - line);
+    v = colon + 1;
+    vlen = len - nlen - 1;
+    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        vlen--;
+    }
+    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+        vlen--;
+    *ret_nlen = nlen;
+    *ret_v = v;
+    *ret_vlen = vlen;
+    return true;
+}
 
 /*
  * Applies one raw header line ("Name: value\r\n", or a status line
