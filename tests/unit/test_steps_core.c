@@ -568,11 +568,14 @@ static enum cosmos_net batch_send(void *ctx, const struct cosmos_req *req, const
     return COSMOS_NET_OK;
 }
 
+/* The scripted transport's table: no open, so the connection state is the script. */
+static const struct cosmos_transport_ops batch_transport = {.name = "script", .send = batch_send};
+
 /* Commits marker + one patch in "products" against a transport answering bs. */
 static void commit_scripted(struct batch_script *bs, struct step_result *res)
 {
     struct cosmos_options o = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
-    struct cosmos_transport t = {batch_send, bs};
+    struct cosmos_transport t = {&batch_transport, bs};
     struct cosmos_client *cli = NULL;
     struct step_catalog *cat = NULL;
     struct step_effect eff;
