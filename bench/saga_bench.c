@@ -57,6 +57,7 @@ struct opts {
     int latency_ms;      /* cosmolite --latency (0: none) */
     unsigned throughput; /* cosmolite --default-throughput (0: unlimited) */
     unsigned workers;    /* a fixed processor.workers (0: the defaults) */
+    bool no_ceiling;     /* sagafeed only (comparisons between sagafeed settings) */
     bool check;
     bool keep_logs;
 };
@@ -878,6 +879,7 @@ int main(int argc, char **argv)
                                        {"latency", required_argument, NULL, 'L'},
                                        {"throughput", required_argument, NULL, 'T'},
                                        {"workers", required_argument, NULL, 'W'},
+                                       {"no-ceiling", no_argument, NULL, 'N'},
                                        {"sagafeed", required_argument, NULL, 's'},
                                        {"cosmolite", required_argument, NULL, 'c'},
                                        {"check", no_argument, NULL, 'k'},
@@ -938,6 +940,9 @@ int main(int argc, char **argv)
                 die("--workers wants 0 (the defaults) or 1..256", NULL);
             g_o.workers = (unsigned)v;
             break;
+        case 'N':
+            g_o.no_ceiling = true;
+            break;
         case 's':
             g_o.sagafeed = optarg;
             break;
@@ -950,11 +955,12 @@ int main(int argc, char **argv)
         case 'h':
             (void)printf(
                 "Usage: saga_bench [--orders N] [--writers W] [--rounds R] [--latency-seconds S] "
-                "[--latency MS] [--throughput RU] [--workers N] [--sagafeed PATH] "
+                "[--latency MS] [--throughput RU] [--workers N] [--no-ceiling] [--sagafeed PATH] "
                 "[--cosmolite PATH] [--check]\n"
                 "  --latency MS     cosmolite holds every response MS ms (a network's round trip)\n"
                 "  --throughput RU  every container is provisioned RU RU/s (400..1000000)\n"
-                "  --workers N      a fixed processor.workers (default: sagafeed's defaults)\n");
+                "  --workers N      a fixed processor.workers (default: sagafeed's defaults)\n"
+                "  --no-ceiling     skip the direct-writes ceiling (compare sagafeed settings)\n");
             return 0;
         default:
             return 2;
@@ -1023,6 +1029,15 @@ int main(int argc, char **argv)
             }
         }
         saga_stop(&sp, false);
+        if (g_o.no_ceiling) {
+            ceil_rates[r] = saga_rates[r];
+            ratios[r] = 1;
+            (void)printf("round %u: sagafeed %.0f orders/s; CPU sagafeed %.2f s (%.2f ms/order)\n",
+                         r + 1, saga_rates[r], saga_cpu.sagafeed,
+                         saga_cpu.sagafeed * 1000 / g_o.orders);
+            (void)fflush(stdout);
+            continue;
+        }
         plans = read_plans(cli, g_db, g_o.orders);
         (void)snprintf(ceil_db, sizeof(ceil_db), "ceiling%u", r + 1);
         ceil_rates[r] = run_ceiling(h, ceil_db, plans, &ceil_cpu);
