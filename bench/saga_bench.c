@@ -846,11 +846,13 @@ static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, s
         double limit = metric_sum(sp->metrics, "sagafeed_concurrency_limit ");
         double threads = metric_sum(sp->metrics, "sagafeed_worker_threads ");
 
-        (void)printf("  RU: %.0f RU/s spent%s%.0f%s, %.0f client retries; items: at most %.0f in "
-                     "flight, limit at the end %.0f, %.0f worker threads\n",
-                     ru / secs, g_o.throughput > 0 ? " of " : "",
-                     g_o.throughput > 0 ? (double)g_o.throughput : 0.0,
-                     g_o.throughput > 0 ? " provisioned" : "", thr, maxin, limit, threads);
+        char of[48] = "";
+
+        if (g_o.throughput > 0)
+            (void)snprintf(of, sizeof(of), " of %u provisioned", g_o.throughput);
+        (void)printf("  RU: %.0f RU/s spent%s, %.0f client retries; items: at most %.0f in flight, "
+                     "limit at the end %.0f, %.0f worker threads\n",
+                     ru / secs, of, thr, maxin, limit, threads);
         g_ru_per_s = ru / secs;
     }
     cpu->sagafeed = cpu_seconds(sp->pid);
