@@ -25,6 +25,13 @@
 
 /* Workers run steps: small frames, but libcurl and jansson like some room. */
 #define WORKER_STACK (256u << 10)
+/*
+ * Queued tasks allowed per item the limit lets run (at least QUEUE_FLOOR, at
+ * most queue_limit): enough ready keys to fill every slot, while a backlog
+ * at a low limit holds few documents in memory.
+ */
+#define QUEUE_PER_SLOT 8
+#define QUEUE_FLOOR    64
 
 struct lane {
     struct proc_task *head, *tail;
@@ -61,6 +68,14 @@ static void ring_push(struct proc_lanes *l, unsigned lane)
     l->ring[(l->ring_head + l->ring_len) % l->n_lanes] = lane;
     l->ring_len++;
     l->lanes[lane].ready = true;
+}
+
+/* The queue's cap now: it follows the limit. Under the lock. */
+static size_t queue_cap(const struct proc_lanes *l)
+{
+    size_t want = SF_MAX((size_t)QUEUE_FLOOR, (size_t)l->conc.limit * QUEUE_PER_SLOT);
+
+    return SF_MIN((size_t)l->limit, want);
 }
 
 static void note(struct proc_lanes *l, int64_t now_us)
@@ -160,6 +175,8 @@ static void *worker_main(void *arg)
         /* this thread comes back for one ready task; more need others when the limit grew */
         if (l->conc.limit > before || l->ring_len > 1)
             wake(l, 1);
+        if (l->conc.limit > before)
+            pthread_cond_broadcast(&l->space); /* the queue's cap grew with it */
         if (l->queued == 0 && l->running == 0)
             pthread_cond_broadcast(&l->idle);
     }
@@ -285,7 +302,7 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
         }
     }
     pthread_mutex_lock(&l->mu);
-    while (!l->stopping && l->queued >= l->limit) {
+    while (!l->stopping && l->queued >= queue_cap(l)) {
         if (wait_ms < 0) {
             pthread_cond_wait(&l->space, &l->mu);
         } else if (pthread_cond_timedwait(&l->space, &l->mu, &until) == ETIMEDOUT) {

@@ -11,12 +11,17 @@
 
 #include "processor/proc_limit.h"
 
-#define HOLD_MAX      8
-#define MIN_SAMPLES   16 /* completions a window needs besides 2 x limit */
-#define LATE_SAMPLES  8  /* enough for a decision once max_window_us is up */
-#define UP_SHARE      3  /* an up probe must gain step/limit / 3 ... */
-#define UP_MIN_GAIN   0.04
-#define DOWN_SHARE    5 /* ... a down probe may lose step/limit / 5 */
+#define HOLD_MAX     8
+#define MIN_SAMPLES  16 /* completions a window needs besides 2 x limit */
+#define LATE_SAMPLES 8  /* enough for a decision once max_window_us is up */
+/*
+ * An up probe must gain step/limit / UP_SHARE, a down probe may lose at most
+ * step/limit / DOWN_SHARE: biased upwards on purpose. Too few in flight at
+ * 5 ms costs half the throughput; too many at 0 ms costs a little CPU.
+ */
+#define UP_SHARE      5
+#define UP_MIN_GAIN   0.03
+#define DOWN_SHARE    10
 #define BINDING_SHARE 0.5
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
@@ -48,7 +53,7 @@ void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int
     if (pl->o.cap < pl->o.floor)
         pl->o.cap = pl->o.floor;
     if (pl->o.min_window_us <= 0)
-        pl->o.min_window_us = 100000;
+        pl->o.min_window_us = 250000;
     if (pl->o.max_window_us < pl->o.min_window_us)
         pl->o.max_window_us = SF_MAX(10000000, pl->o.min_window_us);
     pl->limit = pl->base = clamp(pl, o->initial > 0 ? o->initial : 8);

@@ -10,12 +10,15 @@
  * controller compares the X of a probe window with the X of the window
  * just before it:
  *
- *   up    limit + step: kept when X rose by at least a third of the
- *         proportional gain (step / limit) - latency, not the machine,
- *         bounded the rate, so more in flight gives more items/s;
- *   down  limit - step: kept when X fell by at most a fifth of the
+ *   up    limit + step: kept when X rose by at least a fifth of the
+ *         proportional gain (step / limit; at least 3 %) - latency, not the
+ *         machine, bounded the rate, so more in flight gives more items/s;
+ *   down  limit - step: kept when X fell by at most a tenth of the
  *         proportional loss - more in flight only queued (a CPU-bound
  *         machine at 0 ms, a throttled account), so fewer give as much.
+ *
+ * The bias is upwards on purpose: too few items in flight at 5 ms cost
+ * half the throughput, too many at 0 ms cost a little CPU.
  *
  * A rejected probe puts the limit back and the other direction is tried;
  * when both were rejected the limit holds for 1, 2, 4 .. 8 windows before
@@ -42,7 +45,7 @@
 struct proc_limit_opts {
     unsigned floor, cap;   /* 1 <= floor <= cap; floor == cap: a fixed limit */
     unsigned initial;      /* clamped into [floor, cap]; 0: 8 */
-    int64_t min_window_us; /* 0: 100 ms */
+    int64_t min_window_us; /* 0: 250 ms */
     int64_t max_window_us; /* a window with too few completions ends without a decision; 0: 10 s */
 };
 
