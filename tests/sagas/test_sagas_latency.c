@@ -33,6 +33,7 @@
 #include "processor/proc_service.h"
 #include "steps/step.h"
 #include "tests/support/harness.h"
+#include "tests/support/check_run.h"
 
 #define ORDERS    400
 #define CUSTOMERS 30 /* ~13 orders per key: order within a key is exercised */
@@ -163,8 +164,6 @@ int main(void)
 {
     Suite *s = suite_create("sagas_latency");
     TCase *tc = tcase_create("latency");
-    SRunner *sr;
-    int failed;
     char bin[1024];
 
     if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
@@ -175,9 +174,5 @@ int main(void)
     tcase_set_timeout(tc, 400);
     tcase_add_test(tc, test_defaults_under_latency_keep_key_order_and_exactly_once);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_VERBOSE);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(s);
 }

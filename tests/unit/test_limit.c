@@ -15,6 +15,7 @@
 #include <check.h>
 
 #include "processor/proc_limit.h"
+#include "tests/support/check_run.h"
 
 struct sim {
     double delay_us, service_us, cores;
@@ -104,6 +105,17 @@ START_TEST(test_limit_grows_while_latency_bounds_the_rate)
     ck_assert_uint_le(m.hi, 64);
     ck_assert_double_ge(m.tail_limit_avg, 48);
     ck_assert_double_ge(m.tail_items, 0.9 * m.tail_ideal_items);
+}
+END_TEST
+
+START_TEST(test_limit_reaches_the_cap_within_seconds_at_200_ms_per_item)
+{
+    /* 20 ms per request, ten requests per item: a slow start, not one step per second */
+    struct sim m = {.delay_us = 200000, .service_us = 200, .cores = 2, .binding = true};
+
+    sim_run(&m, 4, 64, 10);
+    ck_assert_uint_eq(m.hi, 64);
+    ck_assert_double_ge(m.tail_limit_avg, 48); /* from 5 s on */
 }
 END_TEST
 
@@ -210,10 +222,9 @@ int main(void)
 {
     Suite *s = suite_create("limit");
     TCase *tc = tcase_create("limit");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, test_limit_grows_while_latency_bounds_the_rate);
+    tcase_add_test(tc, test_limit_reaches_the_cap_within_seconds_at_200_ms_per_item);
     tcase_add_test(tc, test_limit_stays_low_when_more_in_flight_adds_nothing);
     tcase_add_test(tc, test_limit_settles_near_the_knee);
     tcase_add_test(tc, test_limit_on_a_noisy_shared_machine_keeps_the_rate);
@@ -223,9 +234,5 @@ int main(void)
     tcase_add_test(tc, test_limit_holds_when_it_does_not_bind);
     tcase_add_test(tc, test_limit_without_completions_decides_nothing);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return sf_check_run(s);
 }
