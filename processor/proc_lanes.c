@@ -30,7 +30,7 @@
  * most queue_limit): enough ready keys to fill every slot, while a backlog
  * at a low limit holds few documents in memory.
  */
-#define QUEUE_PER_SLOT 8
+#define QUEUE_PER_SLOT 4
 #define QUEUE_FLOOR    64
 
 struct lane {
