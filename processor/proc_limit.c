@@ -120,6 +120,12 @@ static bool next_probe(struct proc_limit *pl)
             return false;
         }
         to = probe_target(pl, up);
+        /*
+         * Down only after an up probe that gained nothing: where more in
+         * flight still paid, a noisy window must not talk the limit down.
+         */
+        if (!up && pl->up_gain >= UP_MIN_GAIN)
+            to = pl->base;
         if (to != pl->base) {
             pl->limit = to;
             pl->last_up = up;
@@ -150,6 +156,8 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
     bool bound = (double)pl->bound_us >= BINDING_SHARE * (double)elapsed_us;
 
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
+    if (pl->phase == PROC_LIMIT_UP)
+        pl->up_gain = pl->base_x > 0 ? x / pl->base_x - 1 : 0;
     if (pl->phase == PROC_LIMIT_BASE) {
         pl->base_x = x;
         if (!bound) /* the limit did not hold anything back: nothing to learn */
@@ -157,15 +165,13 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
         return next_probe(pl);
     }
     if (judge(pl, x)) {
-        bool up = pl->phase == PROC_LIMIT_UP;
-
         pl->base = pl->limit;
         pl->base_x = x;
         pl->rejected_once = false;
         pl->hold_next = 1;
         pl->phase = PROC_LIMIT_BASE;
-        pl->last_up = up;
-        /* keep climbing (or descending) from the new base, measured by this very window */
+        /* climb on from the new base, measured by this very window; after a step down, up first */
+        pl->last_up = true;
         if (!bound)
             return false;
         pl->hold = 0;

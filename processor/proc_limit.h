@@ -22,8 +22,10 @@
  *
  * A rejected probe puts the limit back and the other direction is tried;
  * when both were rejected the limit holds for 1, 2, 4 .. 8 windows before
- * probing again. The step doubles the limit until the first rejection
- * (slow start), then it is a quarter of the limit (at least 1).
+ * probing again. A down probe is tried only after an up probe that gained
+ * less than 3 %, and after every accepted step down the next probe goes up: on a
+ * noisy machine one lucky window must not talk the limit down step by step. The step doubles the
+ * limit until the first rejection (slow start), then it is a quarter of the limit (at least 1).
  *
  * Why throughput and adjacent windows, not a latency floor: a delay-based
  * limit (Vegas, gradient) compares today's latency with the best ever seen
@@ -61,6 +63,7 @@ struct proc_limit {
     bool last_up;       /* direction of the last probe */
     bool rejected_once; /* one direction rejected since the last accept */
     unsigned hold, hold_next;
+    double up_gain;    /* relative items/s gain of the last up probe */
     double base_x;     /* items/s of the last base window */
     double mean_us;    /* item latency, smoothed over windows */
     int64_t win_start; /* completions before this (settling after a change) do not count */

@@ -155,6 +155,18 @@ START_TEST(test_limit_on_a_noisy_shared_machine_keeps_the_rate)
 }
 END_TEST
 
+START_TEST(test_limit_noise_does_not_talk_it_down_while_latency_bounds_the_rate)
+{
+    /* 5 ms per request, ten per item, knee far above the cap, other tenants take 0..30 % */
+    struct sim m = {
+        .delay_us = 50000, .service_us = 200, .cores = 2, .noisy = true, .binding = true};
+
+    sim_run(&m, 4, 64, 120);
+    ck_assert_double_ge(m.tail_limit_avg, 63); /* at the cap: no down probe after up paid */
+    ck_assert_double_ge(m.tail_items, 0.92 * m.tail_ideal_items);
+}
+END_TEST
+
 START_TEST(test_limit_under_a_throttled_account_neither_fights_nor_collapses)
 {
     /* the RU bucket allows 300 items/s: beyond 6 in flight only the bucket's wait grows */
@@ -228,6 +240,7 @@ int main(void)
     tcase_add_test(tc, test_limit_stays_low_when_more_in_flight_adds_nothing);
     tcase_add_test(tc, test_limit_settles_near_the_knee);
     tcase_add_test(tc, test_limit_on_a_noisy_shared_machine_keeps_the_rate);
+    tcase_add_test(tc, test_limit_noise_does_not_talk_it_down_while_latency_bounds_the_rate);
     tcase_add_test(tc, test_limit_under_a_throttled_account_neither_fights_nor_collapses);
     tcase_add_test(tc, test_limit_never_leaves_floor_and_cap);
     tcase_add_test(tc, test_limit_fixed_when_floor_is_cap);
