@@ -149,7 +149,7 @@ START_TEST(test_limit_on_a_noisy_shared_machine_keeps_the_rate)
     struct sim m = {
         .delay_us = 5000, .service_us = 250, .cores = 2, .noisy = true, .binding = true};
 
-    sim_run(&m, 4, 128, 120);
+    sim_run(&m, 4, 128, 60);
     ck_assert_double_ge(m.tail_limit_avg, 20);
     ck_assert_double_ge(m.tail_items, 0.85 * m.tail_ideal_items);
 }
@@ -161,7 +161,7 @@ START_TEST(test_limit_noise_does_not_talk_it_down_while_latency_bounds_the_rate)
     struct sim m = {
         .delay_us = 50000, .service_us = 200, .cores = 2, .noisy = true, .binding = true};
 
-    sim_run(&m, 4, 64, 120);
+    sim_run(&m, 4, 64, 60);
     ck_assert_double_ge(m.tail_limit_avg, 63); /* at the cap: no down probe after up paid */
     ck_assert_double_ge(m.tail_items, 0.92 * m.tail_ideal_items);
 }
