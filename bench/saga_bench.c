@@ -54,13 +54,19 @@ struct opts {
     double latency_s;
     const char *sagafeed;
     const char *cosmolite;
+    int latency_ms;      /* cosmolite --latency (0: none) */
+    unsigned throughput; /* cosmolite --default-throughput (0: unlimited) */
+    unsigned workers;    /* a fixed processor.workers (0: the defaults) */
+    bool no_ceiling;     /* sagafeed only (comparisons between sagafeed settings) */
+    bool backlog;        /* write every order before sagafeed starts */
     bool check;
     bool keep_logs;
 };
 
 static struct opts g_o = {.orders = 2000, .writers = 8, .rounds = 3, .latency_s = 5};
 static char g_tmp[256];
-static char g_db[32]; /* the database of the current sagafeed run */
+static char g_db[32];     /* the database of the current sagafeed run */
+static double g_ru_per_s; /* the last sagafeed run's spend */
 
 static struct cosmos_client *client(struct harness_cosmolite *h, unsigned conns)
 {
@@ -592,11 +598,12 @@ static size_t settled(struct cosmos_client *cli, size_t written)
  * /metrics): watching progress this way puts no load on cosmolite, which
  * the ceiling run does not have either. 0 when the endpoint does not answer.
  */
-static size_t settled_by_metrics(struct bench_conn *conn)
+/* The sum of every sample of a metric whose line starts with name ("x{" or "x "). */
+static double metric_sum(struct bench_conn *conn, const char *name)
 {
     struct bench_resp r;
     struct sf_err err;
-    static const char name[] = "sagafeed_sagas_total{";
+    size_t name_len = strlen(name);
     double sum = 0;
 
     if (bench_conn_request(conn, "GET", "/metrics", NULL, NULL, 0, &r, &err) != SF_OK ||
@@ -605,7 +612,7 @@ static size_t settled_by_metrics(struct bench_conn *conn)
     for (const char *line = r.body; line != NULL && *line != '\0';) {
         const char *nl = strchr(line, '\n');
 
-        if (strncmp(line, name, sizeof(name) - 1) == 0) {
+        if (strncmp(line, name, name_len) == 0) {
             const char *sp = strchr(line, ' ');
             double v;
             char num[64];
@@ -618,7 +625,12 @@ static size_t settled_by_metrics(struct bench_conn *conn)
         }
         line = nl != NULL ? nl + 1 : NULL;
     }
-    return (size_t)sum;
+    return sum;
+}
+
+static size_t settled_by_metrics(struct bench_conn *conn)
+{
+    return (size_t)metric_sum(conn, "sagafeed_sagas_total{");
 }
 
 /*
@@ -753,18 +765,22 @@ static void saga_start(struct harness_cosmolite *h, struct saga_proc *sp)
     struct sf_err err;
     char *wf = example_workflows();
     int port = free_port();
+    char workers[64] = "";
     FILE *f;
 
+    /* --workers N: a fixed pool of N (floor = cap); without it sagafeed's defaults (adaptive). */
+    if (g_o.workers > 0)
+        (void)snprintf(workers, sizeof(workers), "workers = %u; min_workers = %u;", g_o.workers,
+                       g_o.workers);
     sf_buf_init(&text, 1u << 20);
     (void)sf_buf_printf(&text,
                         "cosmos = { endpoint = \"%s\"; key_env = \"SF_BENCH_KEY\"; database = "
                         "\"%s\"; max_connections = 24; };\n"
                         "feed = { lease_prefix = \"bench\"; poll_interval = \"100ms\"; max_items = "
                         "200; };\n"
-                        "processor = { workers = 16; lanes = 256; queue_limit = 256; "
-                        "log_json = true; log_level = \"warn\"; http_listen = \"127.0.0.1:%d\"; "
-                        "};\n%s",
-                        harness_cosmolite_endpoint(h), g_db, port, wf);
+                        "processor = { %s log_json = true; log_level = \"warn\"; "
+                        "http_listen = \"127.0.0.1:%d\"; };\n%s",
+                        harness_cosmolite_endpoint(h), g_db, workers, port, wf);
     free(wf);
     (void)snprintf(sp->cfg, sizeof(sp->cfg), "%s/%s.cfg", g_tmp, g_db);
     (void)snprintf(sp->log, sizeof(sp->log), "%s/%s.log", g_tmp, g_db);
@@ -804,14 +820,40 @@ static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, s
     if (proc_demo_create(cli, g_db, 4, &err) != SF_OK ||
         proc_demo_seed_catalog(cli, g_db, &dopt, &err) != SF_OK)
         die("shop setup", &err);
-    saga_start(h, sp);
-    self0 = cpu_seconds(getpid());
-    server0 = cpu_seconds(harness_cosmolite_pid(h));
-    t0 = bench_now_ns();
-    write_orders(cli, &dopt, 0, g_o.orders, 0);
+    if (g_o.backlog) {
+        /* every order waits before sagafeed starts: the memory of catching up */
+        write_orders(cli, &dopt, 0, g_o.orders, 0);
+        saga_start(h, sp);
+        self0 = cpu_seconds(getpid());
+        server0 = cpu_seconds(harness_cosmolite_pid(h));
+        t0 = bench_now_ns();
+    } else {
+        saga_start(h, sp);
+        self0 = cpu_seconds(getpid());
+        server0 = cpu_seconds(harness_cosmolite_pid(h));
+        t0 = bench_now_ns();
+        write_orders(cli, &dopt, 0, g_o.orders, 0);
+    }
     if (!wait_settled(cli, sp->metrics, sp->pid, g_o.orders, 600000, rss_peak_kb, &t1)) {
         saga_stop(sp, true);
         die("sagafeed did not settle every order (see its log)", NULL);
+    }
+    {
+        double secs = (double)(t1 - t0) / 1e9;
+        double ru = metric_sum(sp->metrics, "sagafeed_request_charge_total ");
+        double thr = metric_sum(sp->metrics, "sagafeed_cosmos_retries_total{op=");
+        double maxin = metric_sum(sp->metrics, "sagafeed_items_in_flight_max ");
+        double limit = metric_sum(sp->metrics, "sagafeed_concurrency_limit ");
+        double threads = metric_sum(sp->metrics, "sagafeed_worker_threads ");
+
+        char of[48] = "";
+
+        if (g_o.throughput > 0)
+            (void)snprintf(of, sizeof(of), " of %u provisioned", g_o.throughput);
+        (void)printf("  RU: %.0f RU/s spent%s, %.0f client retries; items: at most %.0f in flight, "
+                     "limit at the end %.0f, %.0f worker threads\n",
+                     ru / secs, of, thr, maxin, limit, threads);
+        g_ru_per_s = ru / secs;
     }
     cpu->sagafeed = cpu_seconds(sp->pid);
     cpu->self = cpu_seconds(getpid()) - self0;
@@ -846,6 +888,11 @@ int main(int argc, char **argv)
                                        {"writers", required_argument, NULL, 'w'},
                                        {"rounds", required_argument, NULL, 'r'},
                                        {"latency-seconds", required_argument, NULL, 'l'},
+                                       {"latency", required_argument, NULL, 'L'},
+                                       {"throughput", required_argument, NULL, 'T'},
+                                       {"workers", required_argument, NULL, 'W'},
+                                       {"no-ceiling", no_argument, NULL, 'N'},
+                                       {"backlog", no_argument, NULL, 'B'},
                                        {"sagafeed", required_argument, NULL, 's'},
                                        {"cosmolite", required_argument, NULL, 'c'},
                                        {"check", no_argument, NULL, 'k'},
@@ -891,6 +938,27 @@ int main(int argc, char **argv)
                 die("--latency-seconds wants 0..3600", NULL);
             g_o.latency_s = d;
             break;
+        case 'L':
+            if (sf_parse_i64(optarg, 0, 10000, &v) != SF_OK)
+                die("--latency wants 0..10000 (ms)", NULL);
+            g_o.latency_ms = (int)v;
+            break;
+        case 'T':
+            if (sf_parse_i64(optarg, 0, 1000000, &v) != SF_OK || (v > 0 && v < 400))
+                die("--throughput wants 0 (unlimited) or 400..1000000 (RU/s)", NULL);
+            g_o.throughput = (unsigned)v;
+            break;
+        case 'W':
+            if (sf_parse_i64(optarg, 0, 256, &v) != SF_OK)
+                die("--workers wants 0 (the defaults) or 1..256", NULL);
+            g_o.workers = (unsigned)v;
+            break;
+        case 'N':
+            g_o.no_ceiling = true;
+            break;
+        case 'B':
+            g_o.backlog = true;
+            break;
         case 's':
             g_o.sagafeed = optarg;
             break;
@@ -903,7 +971,13 @@ int main(int argc, char **argv)
         case 'h':
             (void)printf(
                 "Usage: saga_bench [--orders N] [--writers W] [--rounds R] [--latency-seconds S] "
-                "[--sagafeed PATH] [--cosmolite PATH] [--check]\n");
+                "[--latency MS] [--throughput RU] [--workers N] [--no-ceiling] [--backlog] "
+                "[--sagafeed PATH] [--cosmolite PATH] [--check]\n"
+                "  --latency MS     cosmolite holds every response MS ms (a network's round trip)\n"
+                "  --throughput RU  every container is provisioned RU RU/s (400..1000000)\n"
+                "  --workers N      a fixed processor.workers (default: sagafeed's defaults)\n"
+                "  --no-ceiling     skip the direct-writes ceiling (compare sagafeed settings)\n"
+                "  --backlog        write every order before sagafeed starts (catch-up RSS)\n");
             return 0;
         default:
             return 2;
@@ -913,14 +987,35 @@ int main(int argc, char **argv)
     if (mkdtemp(g_tmp) == NULL)
         die("mkdtemp", NULL);
     ho.bin = g_o.cosmolite;
-    if (getenv("SF_BENCH_ACCESS_LOG") != NULL) {
-        static const char *const dbg[] = {"--log-level", "debug", NULL};
-        ho.extra_args = dbg;
+    {
+        static const char *args[8];
+        static char lat[16], thr[16];
+        size_t n = 0;
+
+        if (getenv("SF_BENCH_ACCESS_LOG") != NULL) {
+            args[n++] = "--log-level";
+            args[n++] = "debug";
+        }
+        if (g_o.latency_ms > 0) {
+            (void)snprintf(lat, sizeof(lat), "%d", g_o.latency_ms);
+            args[n++] = "--latency";
+            args[n++] = lat;
+        }
+        if (g_o.throughput > 0) {
+            (void)snprintf(thr, sizeof(thr), "%u", g_o.throughput);
+            args[n++] = "--default-throughput";
+            args[n++] = thr;
+        }
+        args[n] = NULL;
+        ho.extra_args = args;
     }
     if (harness_cosmolite_start(&ho, &h, &err) != SF_OK)
         die("starting cosmolite", &err);
-    (void)printf("saga_bench: %u orders, %u writers, %u rounds, cosmolite %s (4 ranges, durable)\n",
-                 g_o.orders, g_o.writers, g_o.rounds, harness_cosmolite_endpoint(h));
+    (void)printf("saga_bench: %u orders, %u writers, %u rounds, cosmolite %s (4 ranges, durable), "
+                 "latency %d ms, throughput %s%u, workers %s%u\n",
+                 g_o.orders, g_o.writers, g_o.rounds, harness_cosmolite_endpoint(h), g_o.latency_ms,
+                 g_o.throughput > 0 ? "" : "unlimited ", g_o.throughput,
+                 g_o.workers > 0 ? "fixed " : "default cap ", g_o.workers > 0 ? g_o.workers : 128);
     ceil_rates = calloc(g_o.rounds, sizeof(double));
     saga_rates = calloc(g_o.rounds, sizeof(double));
     ratios = calloc(g_o.rounds, sizeof(double));
@@ -951,6 +1046,15 @@ int main(int argc, char **argv)
             }
         }
         saga_stop(&sp, false);
+        if (g_o.no_ceiling) {
+            ceil_rates[r] = saga_rates[r];
+            ratios[r] = 1;
+            (void)printf("round %u: sagafeed %.0f orders/s; CPU sagafeed %.2f s (%.2f ms/order)\n",
+                         r + 1, saga_rates[r], saga_cpu.sagafeed,
+                         saga_cpu.sagafeed * 1000 / g_o.orders);
+            (void)fflush(stdout);
+            continue;
+        }
         plans = read_plans(cli, g_db, g_o.orders);
         (void)snprintf(ceil_db, sizeof(ceil_db), "ceiling%u", r + 1);
         ceil_rates[r] = run_ceiling(h, ceil_db, plans, &ceil_cpu);
@@ -982,9 +1086,14 @@ int main(int argc, char **argv)
                  "| sagafeed orders/s (median) | %.0f | |\n"
                  "| sagafeed / ceiling (median of the rounds' ratios) | %.0f%% | >= 70%% |\n"
                  "| p50 / p99 latency at half load | %lld / %lld ms | |\n"
-                 "| sagafeed peak RSS | %.1f MB | <= 30 MB |\n",
+                 "| sagafeed peak RSS | %.1f MB | <= 30 MB |\n"
+                 "| RU/s spent (last run) | %.0f | >= 85%% of provisioned |\n",
                  g_o.rounds, ceiling, saga_rate, ratio * 100, (long long)p50, (long long)p99,
-                 rss_peak_kb / 1024.0);
+                 rss_peak_kb / 1024.0, g_ru_per_s);
+    (void)printf("bench-line: latency=%d throughput=%u workers=%u orders_per_s=%.0f ru_per_s=%.0f "
+                 "cpu_ms_per_order=%.3f rss_mb=%.1f\n",
+                 g_o.latency_ms, g_o.throughput, g_o.workers, saga_rate, g_ru_per_s,
+                 saga_cpu.sagafeed * 1000 / g_o.orders, rss_peak_kb / 1024.0);
     if (g_o.check && (ratio < 0.70 || rss_peak_kb > 30 * 1024)) {
         (void)printf("check: FAILED\n");
         status = 1;

@@ -94,7 +94,8 @@ struct cfg_feed {
 };
 
 struct cfg_processor {
-    unsigned workers;
+    unsigned workers;     /* cap of items in flight (threads start on demand) */
+    unsigned min_workers; /* floor of the adaptive limit; == workers: fixed */
     unsigned lanes;
     unsigned queue_limit; /* items queued across lanes before the feed is held back */
     unsigned max_attempts;

@@ -22,6 +22,13 @@
 #include "config/cfg_env.h"
 #include "record/record.h"
 
+/*
+ * Items queued across lanes before the feed is held back: enough to keep the
+ * cap of items in flight fed from many keys, few enough that a backlog costs
+ * only a few MB (each queued item holds its parsed document).
+ */
+#define QUEUE_LIMIT_DEFAULT 1024
+
 struct cfg_priv {
     config_t lc;
     char *name; /* file name used in diagnostics */
@@ -522,6 +529,7 @@ static void load_feed(struct loader *ld, const config_setting_t *root)
 static void load_processor(struct loader *ld, const config_setting_t *root)
 {
     static const char *const keys[] = {"workers",
+                                       "min_workers",
                                        "lanes",
                                        "queue_limit",
                                        "max_attempts",
@@ -547,11 +555,17 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     const config_setting_t *g = get_group(ld, root, "processor");
     int64_t v;
 
-    get_int(ld, g, "workers", 1, 256, 4, &v);
+    /*
+     * workers is a cap: how many items run at once adapts within
+     * [min_workers, workers] (proc_limit.h), and threads start on demand.
+     */
+    get_int(ld, g, "workers", 1, 256, 128, &v);
     p->workers = (unsigned)v;
-    get_int(ld, g, "lanes", 1, 4096, 64, &v);
+    get_int(ld, g, "min_workers", 1, 256, SF_MIN(4, (int64_t)p->workers), &v);
+    p->min_workers = (unsigned)v;
+    get_int(ld, g, "lanes", 1, 4096, 1024, &v);
     p->lanes = (unsigned)v;
-    get_int(ld, g, "queue_limit", 1, 1000000, 4096, &v);
+    get_int(ld, g, "queue_limit", 1, 1000000, QUEUE_LIMIT_DEFAULT, &v);
     p->queue_limit = (unsigned)v;
     get_int(ld, g, "max_attempts", 1, 1000, 6, &v);
     p->max_attempts = (unsigned)v;
@@ -599,6 +613,10 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                  "\":9464\")",
                  p->http_listen);
     }
+    if (p->min_workers > p->workers)
+        diag(ld, config_setting_get_member(g, "min_workers"),
+             "processor.min_workers (%u) must be at most processor.workers (%u), the cap",
+             p->min_workers, p->workers);
     if (p->backoff_cap_ms < p->backoff_base_ms)
         diag(ld, g, "processor.backoff_cap (%lldms) is below processor.backoff_base (%lldms)",
              (long long)p->backoff_cap_ms, (long long)p->backoff_base_ms);

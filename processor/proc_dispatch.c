@@ -709,8 +709,13 @@ enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
         goto fail;
     }
-    rc = proc_lanes_new(opts->lanes, opts->workers, opts->queue_limit, handle_task, d, &d->lanes,
-                        err);
+    rc = proc_lanes_new_adaptive(&(struct proc_lanes_opts){.lanes = opts->lanes,
+                                                           .workers = opts->workers,
+                                                           .min_workers = opts->min_workers,
+                                                           .queue_limit = opts->queue_limit,
+                                                           .handle = handle_task,
+                                                           .ctx = d},
+                                 &d->lanes, err);
     if (rc != SF_OK)
         goto fail;
     *ret_d = d;
@@ -873,6 +878,11 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, 
 enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms)
 {
     return proc_lanes_drain(d->lanes, timeout_ms);
+}
+
+void proc_dispatch_load(struct proc_dispatch *d, struct proc_lanes_load *ret)
+{
+    proc_lanes_load(d->lanes, ret);
 }
 
 void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret)

@@ -35,6 +35,7 @@
 #include "common/sf_err.h"
 #include "cosmos/cosmos.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_lanes.h"
 
 #define PROC_PARK_PK_PATH "/parkKey"
 #define PROC_STATUS_MAX   599 /* retries are counted per HTTP status 1..599; 0: none / other */
@@ -51,6 +52,7 @@ struct proc_dispatch_opts {
     const char *db;
     const char *parking_container;
     unsigned lanes, workers, queue_limit;
+    unsigned min_workers; /* floor of the adaptive limit of items in flight; 0: min(4, workers) */
     unsigned max_attempts;
     int64_t backoff_base_ms, backoff_cap_ms;
     /*
@@ -125,6 +127,9 @@ enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms);
 void proc_dispatch_stop(struct proc_dispatch *d);
 
 void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret);
+
+/* Items allowed in flight now, worker threads started, the most that ran at once. Any thread. */
+void proc_dispatch_load(struct proc_dispatch *d, struct proc_lanes_load *ret);
 
 /*
  * Pauses (true) or resumes (false): while paused, workers start no engine

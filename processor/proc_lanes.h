@@ -3,10 +3,19 @@
  *
  * Tasks are submitted to a lane chosen by the caller (by partition key hash,
  * so one key always lands in the same lane). Tasks of one lane run one at a
- * time in submission order; different lanes run in parallel on `workers`
+ * time in submission order; different lanes run in parallel on worker
  * threads. The total number of queued tasks is capped: submit blocks while
  * the cap is reached (backpressure towards the change feed) and gives up
- * when the lanes stop.
+ * when the lanes stop. The cap is 4 tasks per item the limit (below) lets
+ * run, at least 64 and at most queue_limit: a backlog costs memory in
+ * proportion to the concurrency it can use.
+ *
+ * How many tasks run at once is an adaptive limit within [min_workers,
+ * workers] (proc_limit.h): a worker takes the next task only while fewer
+ * than `limit` run; the others sleep on a condition variable. Threads start
+ * lazily, when a ready task finds no idle thread and the limit allows one
+ * more, so `workers` is a cap that costs nothing until used. min_workers ==
+ * workers gives a fixed pool of that size (all started at once).
  *
  * Threads: submit from any thread; the handler runs on worker threads.
  */
@@ -29,13 +38,35 @@ typedef void (*proc_task_fn)(void *ctx, struct proc_task *t);
 
 struct proc_lanes;
 
+struct proc_lanes_opts {
+    unsigned lanes;       /* 1..PROC_LANES_MAX */
+    unsigned workers;     /* the cap of tasks running at once, 1..PROC_WORKERS_MAX */
+    unsigned min_workers; /* the floor of the adaptive limit, 1..workers (0: min(4, workers)) */
+    unsigned queue_limit; /* queued tasks, >= 1 */
+    proc_task_fn handle;
+    void *ctx;
+};
+
 /*
- * Starts `workers` threads serving `lanes` lanes with at most `queue_limit`
- * queued tasks. *ret_l is written only on success.
+ * Starts min_workers threads serving the lanes (more start on demand).
+ * *ret_l is written only on success.
  */
+enum sf_rc proc_lanes_new_adaptive(const struct proc_lanes_opts *o, struct proc_lanes **ret_l,
+                                   struct sf_err *err);
+
+/* A fixed pool: proc_lanes_new_adaptive with min_workers = workers. */
 enum sf_rc proc_lanes_new(unsigned lanes, unsigned workers, unsigned queue_limit,
                           proc_task_fn handle, void *ctx, struct proc_lanes **ret_l,
                           struct sf_err *err);
+
+/* The concurrency as of now, for metrics. Any thread. */
+struct proc_lanes_load {
+    unsigned limit;       /* tasks allowed to run at once */
+    unsigned threads;     /* worker threads started so far */
+    unsigned running_max; /* most tasks that ran at once since start */
+    uint64_t changes;     /* limit changes since start */
+};
+void proc_lanes_load(struct proc_lanes *l, struct proc_lanes_load *ret);
 
 /*
  * Queues t on lane (taken modulo the lane count). Blocks while the queue is

@@ -292,6 +292,24 @@ static void metrics_retries(struct proc_ops *ops, struct sf_buf *b)
     sample_u(b, "sagafeed_parked_keys", NULL, NULL, proc_dispatch_blocked_count(d));
 }
 
+/* The adaptive limit of items in flight (proc_limit.h) and what it costs in threads. */
+static void metrics_concurrency(struct proc_ops *ops, struct sf_buf *b)
+{
+    struct proc_lanes_load ld;
+
+    proc_dispatch_load(proc_service_dispatch(ops->svc), &ld);
+    help(b, "sagafeed_concurrency_limit", "gauge",
+         "Items allowed to run at once now (adaptive within processor.min_workers..workers).");
+    sample_u(b, "sagafeed_concurrency_limit", NULL, NULL, ld.limit);
+    help(b, "sagafeed_concurrency_changes_total", "counter",
+         "Changes of that limit (probes and their reverts).");
+    sample_u(b, "sagafeed_concurrency_changes_total", NULL, NULL, ld.changes);
+    help(b, "sagafeed_items_in_flight_max", "gauge", "Most items that ran at once since start.");
+    sample_u(b, "sagafeed_items_in_flight_max", NULL, NULL, ld.running_max);
+    help(b, "sagafeed_worker_threads", "gauge", "Worker threads started so far (on demand).");
+    sample_u(b, "sagafeed_worker_threads", NULL, NULL, ld.threads);
+}
+
 static void metrics_feeds(struct proc_ops *ops, struct sf_buf *b)
 {
     static const struct {
@@ -448,6 +466,7 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
     sample_u(b, "sagafeed_paused", NULL, NULL, atomic_load(&ops->paused) ? 1 : 0);
     metrics_items(ops, b);
     metrics_retries(ops, b);
+    metrics_concurrency(ops, b);
     metrics_feeds(ops, b);
     metrics_kafka(ops, b);
     if (rss_bytes(&rss)) {

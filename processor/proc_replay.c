@@ -176,6 +176,7 @@ static enum sf_rc make_dispatch(struct replay *rp, struct sf_err *err)
     d.parking_container = cfg->processor.parking_container;
     d.lanes = cfg->processor.lanes;
     d.workers = cfg->processor.workers;
+    d.min_workers = cfg->processor.min_workers;
     d.queue_limit = cfg->processor.queue_limit;
     d.max_attempts = cfg->processor.max_attempts;
     d.max_throttled_wait_ms = cfg->processor.max_throttled_wait_ms;

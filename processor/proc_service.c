@@ -363,6 +363,7 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
     dopts.parking_container = cfg->processor.parking_container;
     dopts.lanes = cfg->processor.lanes;
     dopts.workers = cfg->processor.workers;
+    dopts.min_workers = cfg->processor.min_workers;
     dopts.queue_limit = cfg->processor.queue_limit;
     dopts.max_attempts = cfg->processor.max_attempts;
     dopts.max_throttled_wait_ms = cfg->processor.max_throttled_wait_ms;

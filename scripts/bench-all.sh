@@ -9,7 +9,9 @@
 #   client_bench     the cosmos client against bench_util's raw HTTP loop
 #   feed_bench       change feed processor items/s against raw page reads,
 #                    pickup latency, RSS with 64 ranges
-#   saga_bench       sagafeed orders/s end to end against the ceiling of the
+#   saga_bench       (also: default settings against fixed workers at 0, 5, 20 ms,
+#                    RU/s at a provisioned 1,000 RU/s, RSS with a backlog)
+#                    sagafeed orders/s end to end against the ceiling of the
 #                    same writes issued directly, latency at half load, RSS
 #   outbox_bench     outbox events/s into a mock Kafka cluster, relay RSS
 #   saga_timeline    (tests/checks) throughput and lag every second while
@@ -116,6 +118,21 @@ run client bench/client_bench $cl_args
 run feed bench/feed_bench $f_args
 # shellcheck disable=SC2086
 run saga bench/saga_bench $s_args
+# Pacing: default settings next to fixed workers at 0, 5 and 20 ms (one round each, the
+# settings of one latency run back to back); RU/s against a provisioned container; RSS
+# with a backlog (every order written before sagafeed catches up).
+if [ "$quick" = 1 ]; then p_orders=300 p_workers="8 128" p_backlog=1000; else p_orders=1500 p_workers="8 32 128" p_backlog=5000; fi
+p_common="--rounds 1 --latency-seconds 0 --no-ceiling"
+for lat in 0 5 20; do
+    for w in 0 $p_workers; do
+        # shellcheck disable=SC2086
+        run "pace-l$lat-w$w" bench/saga_bench --orders "$p_orders" $p_common --latency "$lat" --workers "$w"
+    done
+done
+# shellcheck disable=SC2086
+run pace-ru bench/saga_bench --orders "$p_orders" $p_common --latency 5 --throughput 1000
+# shellcheck disable=SC2086
+run pace-backlog bench/saga_bench --orders "$p_backlog" $p_common --backlog
 # shellcheck disable=SC2086
 run outbox bench/outbox_bench $o_args
 # the timeline: half of the measured end-to-end rate, then a burst at 1.5x it
@@ -132,6 +149,8 @@ cj() { jq -r "$1 // \"?\"" "$res/cosmolite.txt" 2>/dev/null || echo "?"; }
 fmt0() { awk -v v="$1" 'BEGIN { if (v ~ /^[0-9.]+$/) printf "%\047.0f", v; else printf "%s", v }'; }
 mb() { awk -v v="$1" 'BEGIN { if (v ~ /^[0-9.]+$/) printf "%.1f", v / 1024; else printf "?" }'; }
 grab() { sed -n "$2" "$res/$1.txt" | head -1; }
+# bl RUN KEY: a figure of saga_bench's "bench-line:" in that run's output ("?" when absent)
+bl() { sed -n "s/^bench-line: .*\b$2=\([0-9.]*\).*/\1/p" "$res/$1.txt" 2>/dev/null | head -1 | grep . || echo "?"; }
 
 c_create=$(cj '.ops.create.ops_per_s') c_read=$(cj '.ops.read.ops_per_s')
 c_replace=$(cj '.ops.replace.ops_per_s') c_cf=$(cj '.ops.changefeed.ops_per_s')
@@ -258,6 +277,31 @@ cc_version=$(cc --version 2>/dev/null | head -1)
     echo "| outbox relay alone, peak | $o_relay_rss MiB |"
     echo "| outbox relay on the change feed, peak | $o_feed_rss MiB |"
     echo
+    echo "## Pacing: default settings against fixed workers"
+    echo
+    echo "One saga_bench round per setting (\`--orders $p_orders --no-ceiling\`); \"default\" is no"
+    echo "processor.workers at all (the adaptive limit, cap 128); \"fixed N\" is workers = min_workers = N."
+    echo "Target: default >= 90 % of the best"
+    echo "fixed setting at every latency."
+    echo
+    echo "| latency | default orders/s | best fixed (workers) | default / best | sagafeed CPU ms/order: default / best fixed |"
+    echo "|---|---|---|---|---|"
+    for lat in 0 5 20; do
+        d=$(bl "pace-l$lat-w0" orders_per_s) dcpu=$(bl "pace-l$lat-w0" cpu_ms_per_order) best=0 bw=?
+        for w in $p_workers; do
+            v=$(bl "pace-l$lat-w$w" orders_per_s)
+            if awk -v a="$v" -v b="$best" 'BEGIN { exit !(a ~ /^[0-9.]+$/ && a + 0 > b + 0) }'; then best=$v bw=$w; fi
+        done
+        bcpu=$(bl "pace-l$lat-w$bw" cpu_ms_per_order)
+        echo "| $lat ms | $d | $best ($bw) | $(awk -v a="$d" -v b="$best" 'BEGIN { if (b + 0 > 0 && a ~ /^[0-9.]+$/) printf "%.0f %%", a * 100 / b; else printf "?" }') | $dcpu / $bcpu |"
+    done
+    echo
+    echo "Provisioned throughput (\`--latency 5 --throughput 1000\`: every container 1,000 RU/s, 4"
+    echo "ranges): sagafeed spent $(bl pace-ru ru_per_s) RU/s summed over all containers at"
+    echo "$(bl pace-ru orders_per_s) orders/s."
+    echo "Peak RSS with a $p_backlog-order backlog (every order written before sagafeed starts) at default"
+    echo "settings: $(bl pace-backlog rss_mb) MB (target <= 30 MB)."
+    echo
     echo "## Throughput and lag over a run"
     echo
     echo "![throughput and lag](benchmarks/$(basename "$png"))"
@@ -276,7 +320,7 @@ cc_version=$(cc --version 2>/dev/null | head -1)
     echo '```'
     echo
     echo "## Output of each program"
-    for n in cosmolite client feed saga outbox timeline; do
+    for n in cosmolite client feed saga outbox timeline $(cd "$res" && ls pace-*.txt 2>/dev/null | sed 's/\.txt$//'); do
         echo
         echo "<details><summary>$n ($(cat "$res/$n.secs" 2>/dev/null || echo ?) s)</summary>"
         echo

@@ -73,3 +73,19 @@ if(TARGET cosmolite AND TARGET sagafeed)
   sf_azure_test(test_regions_e2e_azure COMMAND test_regions_e2e COSMOLITE_ARGS "${SF_AZURE_ARGS}"
     LABELS "sagas;integration;e2e;regions" TIMEOUT 600)
 endif()
+
+# Default settings at 5 ms per response (cosmolite --latency 5): the adaptive limit of items in
+# flight keeps per-key order and exactly-once (processor/proc_limit.h).
+if(TARGET cosmolite AND TARGET sf_processor)
+  sf_unit_test(test_sagas_latency
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sagas_latency.c
+    LIBS sf_demo sf_processor sf_test_harness
+    LABELS "sagas;integration;azure")
+  set_target_properties(test_sagas_latency PROPERTIES ENABLE_EXPORTS ON)
+  target_link_options(test_sagas_latency PRIVATE
+    "LINKER:--whole-archive" $<TARGET_FILE:sf_steps> $<TARGET_FILE:sf_cosmos> "LINKER:--no-whole-archive")
+  add_dependencies(test_sagas_latency cosmolite sf_plugin_loyalty)
+  set_property(TEST test_sagas_latency APPEND PROPERTY
+    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
+  set_tests_properties(test_sagas_latency PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 480)
+endif()

@@ -97,7 +97,11 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c->feed.lease_expiry_ms, 20000);
     ck_assert_int_eq(c->feed.renew_interval_ms, 5000);
     ck_assert_int_eq(c->feed.poll_interval_ms, 500);
-    ck_assert_uint_eq(c->processor.workers, 4);
+    /* workers is a cap of items in flight; the limit adapts from min_workers up */
+    ck_assert_uint_eq(c->processor.workers, 128);
+    ck_assert_uint_eq(c->processor.min_workers, 4);
+    ck_assert_uint_eq(c->processor.lanes, 1024);
+    ck_assert_uint_eq(c->processor.queue_limit, 1024);
     ck_assert_uint_eq(c->processor.max_attempts, 6);
     ck_assert_int_eq(c->processor.max_throttled_wait_ms, 600000);
     ck_assert_str_eq(c->processor.parking_container, "parked");
@@ -255,6 +259,8 @@ static const struct {
     {"processor = {\n http_listen = \"[::1]9464\"; };", "t.cfg:2:", "must be HOST:PORT"},
     {"processor = { park_scan_max = 0; };", "t.cfg:1:", "park_scan_max"},
     {"processor = {\n max_throttled_wait = \"25h\"; };", "t.cfg:2:", "max_throttled_wait"},
+    {"processor = { workers = 8;\n min_workers = 16; };",
+     "t.cfg:2:", "processor.min_workers (16) must be at most processor.workers (8)"},
     {"processor = { backoff_base = \"2s\"; backoff_cap = \"1s\"; };", "t.cfg:1:", "below"},
     {"processor = { http_max_connections = 1; };", "t.cfg:1:", "out of range"},
     {"processor = { http_request_timeout = \"100ms\"; };", "t.cfg:1:", "out of range"},

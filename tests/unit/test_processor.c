@@ -170,6 +170,103 @@ START_TEST(test_lanes_backpressure_and_free)
 }
 END_TEST
 
+/* The adaptive pool: never more tasks at once than the cap, per-lane order and exclusion kept. */
+START_TEST(test_lanes_adaptive_within_cap_keeps_lane_order)
+{
+    struct recorder *r = recorder_new();
+    struct proc_lanes *l = NULL;
+    struct proc_lanes_opts o = {
+        .lanes = 16, .workers = 6, .min_workers = 2, .queue_limit = 10000, .handle = rec_handle};
+    struct proc_lanes_load ld;
+    struct sf_err err;
+    unsigned seq[16] = {0};
+
+    o.ctx = r;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &l, &err), SF_OK);
+    for (unsigned i = 0; i < 600; i++) {
+        struct rec_task *t = calloc(1, sizeof(*t));
+
+        ck_assert_ptr_nonnull(t);
+        t->lane = (i * 5) % 16;
+        t->seq = ++seq[t->lane];
+        t->sleep_ms = 2; /* latency-bound: the limit has every reason to grow */
+        ck_assert_int_eq(proc_lanes_submit(l, t->lane, &t->base, -1), SF_OK);
+    }
+    ck_assert_int_eq(proc_lanes_drain(l, 60000), SF_OK);
+    proc_lanes_load(l, &ld);
+    ck_assert_int_eq(atomic_load(&r->done), 600);
+    ck_assert(r->order_ok);
+    ck_assert(!r->overlap);
+    ck_assert_int_le(atomic_load(&r->max_parallel), 6);
+    ck_assert_int_ge(atomic_load(&r->max_parallel), 2);
+    ck_assert_uint_le(ld.running_max, 6);
+    ck_assert_uint_le(ld.threads, 6);
+    ck_assert_uint_ge(ld.limit, 2);
+    ck_assert_uint_le(ld.limit, 6);
+    proc_lanes_free(l, rec_drop, NULL);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+    o.min_workers = 7; /* a floor above the cap */
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &l, &err), SF_EINVAL);
+}
+END_TEST
+
+/* Tasks that finish only once `want` of them run at once (or after 20 s, counted as failure). */
+struct meet {
+    pthread_mutex_t mu;
+    unsigned arrived, want, met;
+};
+
+static void meet_handle(void *ctx, struct proc_task *pt)
+{
+    struct meet *m = ctx;
+    int64_t until = sf_mono_ms() + 20000;
+
+    pthread_mutex_lock(&m->mu);
+    m->arrived++;
+    while (m->arrived < m->want && sf_mono_ms() < until) {
+        pthread_mutex_unlock(&m->mu);
+        sf_sleep_ms(5);
+        pthread_mutex_lock(&m->mu);
+    }
+    if (m->arrived >= m->want)
+        m->met++;
+    pthread_mutex_unlock(&m->mu);
+    free(pt);
+}
+
+/* A large cap costs nothing until used: threads start when ready work finds none idle. */
+START_TEST(test_lanes_threads_start_on_demand)
+{
+    struct meet m = {.want = 4};
+    struct proc_lanes *l = NULL;
+    struct proc_lanes_opts o = {
+        .lanes = 16, .workers = 200, .min_workers = 2, .queue_limit = 100, .handle = meet_handle};
+    struct proc_lanes_load ld;
+    struct sf_err err;
+
+    pthread_mutex_init(&m.mu, NULL);
+    o.ctx = &m;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &l, &err), SF_OK);
+    proc_lanes_load(l, &ld);
+    ck_assert_uint_eq(ld.threads, 2);
+    ck_assert_uint_eq(ld.limit, 8); /* the initial limit */
+    for (unsigned i = 0; i < 4; i++) {
+        struct proc_task *t = calloc(1, sizeof(*t));
+
+        ck_assert_int_eq(proc_lanes_submit(l, i, t, -1), SF_OK);
+    }
+    ck_assert_int_eq(proc_lanes_drain(l, 60000), SF_OK);
+    proc_lanes_load(l, &ld);
+    /* the four tasks of four lanes met (ran side by side) on threads started for them, no more */
+    ck_assert_uint_eq(m.met, 4);
+    ck_assert_uint_eq(ld.running_max, 4);
+    ck_assert_uint_eq(ld.threads, 4);
+    proc_lanes_free(l, rec_drop, NULL);
+    pthread_mutex_destroy(&m.mu);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * check-config diagnostics of workflow compilation
  */
@@ -945,6 +1042,8 @@ int main(void)
     tcase_add_test(tc, test_lanes_order_and_parallelism);
     tcase_add_test(tc, test_lanes_parallel_across_lanes);
     tcase_add_test(tc, test_lanes_backpressure_and_free);
+    tcase_add_test(tc, test_lanes_adaptive_within_cap_keeps_lane_order);
+    tcase_add_test(tc, test_lanes_threads_start_on_demand);
     suite_add_tcase(s, tc);
     tc = tcase_create("check_config");
     tcase_add_test(tc, test_check_config_compile);

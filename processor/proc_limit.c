@@ -1,0 +1,216 @@
+/*
+ * proc_limit.c - the adaptive concurrency limit (proc_limit.h).
+ *
+ * A window collects completions (count and latencies) and the time during
+ * which work waited for a slot. The base window measures the accepted
+ * limit; a probe window measures limit +/- step and is judged against the
+ * base window just before it. An accepted probe's window is the next base
+ * measurement, so climbing costs one window per step.
+ */
+#include "common/sf_base.h"
+
+#include "processor/proc_limit.h"
+
+#define HOLD_MAX     8
+#define MIN_SAMPLES  16 /* completions a window needs besides 2 x limit */
+#define LATE_SAMPLES 8  /* enough for a decision once max_window_us is up */
+/*
+ * An up probe must gain step/limit / UP_SHARE, a down probe may lose at most
+ * step/limit / DOWN_SHARE: biased upwards on purpose. Too few in flight at
+ * 5 ms costs half the throughput; too many at 0 ms costs a little CPU.
+ */
+#define UP_SHARE      5
+#define UP_MIN_GAIN   0.03
+#define DOWN_SHARE    10
+#define BINDING_SHARE 0.5
+
+static unsigned clamp(const struct proc_limit *pl, int64_t v)
+{
+    if (v < (int64_t)pl->o.floor)
+        return pl->o.floor;
+    if (v > (int64_t)pl->o.cap)
+        return pl->o.cap;
+    return (unsigned)v;
+}
+
+/* Starts a window at now; after a change of the limit, in-flight items settle first. */
+static void window_start(struct proc_limit *pl, int64_t now_us, bool changed)
+{
+    int64_t settle = changed ? SF_MIN((int64_t)pl->mean_us, pl->o.max_window_us / 4) : 0;
+
+    pl->win_start = now_us + settle;
+    pl->n = 0;
+    pl->sum_us = 0;
+    pl->bound_us = 0;
+}
+
+void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int64_t now_us)
+{
+    memset(pl, 0, sizeof(*pl));
+    pl->o = *o;
+    if (pl->o.floor == 0)
+        pl->o.floor = 1;
+    if (pl->o.cap < pl->o.floor)
+        pl->o.cap = pl->o.floor;
+    if (pl->o.min_window_us <= 0)
+        pl->o.min_window_us = 250000;
+    if (pl->o.max_window_us < pl->o.min_window_us)
+        pl->o.max_window_us = SF_MAX(10000000, pl->o.min_window_us);
+    pl->limit = pl->base = clamp(pl, o->initial > 0 ? o->initial : 8);
+    pl->phase = PROC_LIMIT_BASE;
+    pl->slow_start = true;
+    pl->hold_next = 1;
+    pl->last_note = now_us;
+    window_start(pl, now_us, false);
+}
+
+/* Adds the binding time from last_note to now that falls inside the window. */
+static void account(struct proc_limit *pl, int64_t now_us)
+{
+    if (pl->binding) {
+        int64_t from = SF_MAX(pl->last_note, pl->win_start);
+
+        if (now_us > from)
+            pl->bound_us += now_us - from;
+    }
+    pl->last_note = now_us;
+}
+
+void proc_limit_note(struct proc_limit *pl, int64_t now_us, bool binding)
+{
+    account(pl, now_us);
+    pl->binding = binding;
+}
+
+/* The next probe's limit in the given direction (== base when there is no room). */
+static unsigned probe_target(const struct proc_limit *pl, bool up)
+{
+    unsigned step = SF_MAX(1u, pl->base / 4);
+
+    if (up)
+        return clamp(pl, (int64_t)pl->base + (pl->slow_start ? SF_MAX(1u, pl->base) : step));
+    return clamp(pl, (int64_t)pl->base - step);
+}
+
+/* A probe (or its impossibility) failed in direction up: try the other way, then hold. */
+static void rejected(struct proc_limit *pl, bool up)
+{
+    pl->slow_start = false;
+    pl->last_up = up;
+    if (pl->rejected_once) {
+        /* both ways failed: hold, then start the other way round */
+        pl->rejected_once = false;
+        pl->last_up = !up;
+        pl->hold = pl->hold_next;
+        pl->hold_next = SF_MIN(pl->hold_next * 2, HOLD_MAX);
+    } else {
+        pl->rejected_once = true;
+    }
+}
+
+/* From a base window: start the next probe unless holding. Returns true when the limit moved. */
+static bool next_probe(struct proc_limit *pl)
+{
+    for (int tries = 0; tries < 2; tries++) {
+        bool up = pl->rejected_once ? !pl->last_up : pl->last_up || pl->slow_start;
+        unsigned to;
+
+        if (pl->hold > 0) {
+            pl->hold--;
+            return false;
+        }
+        to = probe_target(pl, up);
+        /*
+         * Down only after an up probe that gained nothing: where more in
+         * flight still paid, a noisy window must not talk the limit down.
+         */
+        if (!up && pl->up_gain >= UP_MIN_GAIN)
+            to = pl->base;
+        if (to != pl->base) {
+            pl->limit = to;
+            pl->last_up = up;
+            pl->phase = up ? PROC_LIMIT_UP : PROC_LIMIT_DOWN;
+            pl->changes++;
+            return true;
+        }
+        rejected(pl, up); /* at the cap or the floor: nothing to try that way */
+    }
+    return false;
+}
+
+static bool judge(const struct proc_limit *pl, double x)
+{
+    double rel = (double)(pl->limit > pl->base ? pl->limit - pl->base : pl->base - pl->limit) /
+                 (double)pl->base;
+
+    if (pl->phase == PROC_LIMIT_UP)
+        return x >= pl->base_x * (1 + SF_MAX(UP_MIN_GAIN, rel / UP_SHARE));
+    return x >= pl->base_x * (1 - rel / DOWN_SHARE);
+}
+
+/* The window [win_start, now] is complete: decide. Returns true when the limit moved. */
+static bool decide(struct proc_limit *pl, int64_t elapsed_us)
+{
+    double x = pl->n / ((double)elapsed_us / 1e6);
+    double mean = pl->sum_us / pl->n;
+    bool bound = (double)pl->bound_us >= BINDING_SHARE * (double)elapsed_us;
+
+    pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
+    if (pl->phase == PROC_LIMIT_UP)
+        pl->up_gain = pl->base_x > 0 ? x / pl->base_x - 1 : 0;
+    if (pl->phase == PROC_LIMIT_BASE) {
+        pl->base_x = x;
+        if (!bound) /* the limit did not hold anything back: nothing to learn */
+            return false;
+        return next_probe(pl);
+    }
+    if (judge(pl, x)) {
+        pl->base = pl->limit;
+        pl->base_x = x;
+        pl->rejected_once = false;
+        pl->hold_next = 1;
+        pl->phase = PROC_LIMIT_BASE;
+        /* climb on from the new base, measured by this very window; after a step down, up first */
+        pl->last_up = true;
+        if (!bound)
+            return false;
+        pl->hold = 0;
+        return next_probe(pl);
+    }
+    rejected(pl, pl->phase == PROC_LIMIT_UP);
+    pl->limit = pl->base;
+    pl->phase = PROC_LIMIT_BASE;
+    pl->changes++;
+    return true;
+}
+
+unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us)
+{
+    int64_t elapsed, need;
+    bool moved = false;
+
+    account(pl, now_us);
+    if (now_us < pl->win_start || pl->o.floor == pl->o.cap)
+        return pl->limit; /* settling after a change, or a fixed limit */
+    pl->n++;
+    pl->sum_us += (double)SF_MAX(dur_us, 0);
+    elapsed = now_us - pl->win_start;
+    need = SF_MAX(pl->o.min_window_us, (int64_t)(2 * pl->mean_us));
+    if (elapsed >= need && pl->n >= SF_MAX(MIN_SAMPLES, 2 * pl->limit)) {
+        moved = decide(pl, elapsed);
+    } else if (elapsed >= pl->o.max_window_us) {
+        if (pl->n >= LATE_SAMPLES) {
+            moved = decide(pl, elapsed);
+        } else if (pl->phase != PROC_LIMIT_BASE) {
+            /* too little traffic to judge the probe: back to the base, no verdict */
+            pl->limit = pl->base;
+            pl->phase = PROC_LIMIT_BASE;
+            pl->changes++;
+            moved = true;
+        }
+    } else {
+        return pl->limit;
+    }
+    window_start(pl, now_us, moved);
+    return pl->limit;
+}

@@ -1,0 +1,93 @@
+/*
+ * proc_limit.h - how many items may run at once: a concurrency limit that
+ * climbs the throughput hill by itself.
+ *
+ * The limit gates whole items (a worker takes the next item only while
+ * fewer than `limit` run), never single requests, so it costs nothing per
+ * request and wakes nobody per request. It learns from the items'
+ * completions alone: every window (at least min_window_us, two mean item
+ * latencies and 2 x limit completions) gives a throughput X, and the
+ * controller compares the X of a probe window with the X of the window
+ * just before it:
+ *
+ *   up    limit + step: kept when X rose by at least a fifth of the
+ *         proportional gain (step / limit; at least 3 %) - latency, not the
+ *         machine, bounded the rate, so more in flight gives more items/s;
+ *   down  limit - step: kept when X fell by at most a tenth of the
+ *         proportional loss - more in flight only queued (a CPU-bound
+ *         machine at 0 ms, a throttled account), so fewer give as much.
+ *
+ * The bias is upwards on purpose: too few items in flight at 5 ms cost
+ * half the throughput, too many at 0 ms cost a little CPU.
+ *
+ * A rejected probe puts the limit back and the other direction is tried;
+ * when both were rejected the limit holds for 1, 2, 4 .. 8 windows before
+ * probing again. A down probe is tried only after an up probe that gained
+ * less than 3 %, and after every accepted step down the next probe goes up: on a
+ * noisy machine one lucky window must not talk the limit down step by step. The step doubles the
+ * limit until the first rejection (slow start), then it is a quarter of the limit (at least 1).
+ *
+ * Why throughput and adjacent windows, not a latency floor: a delay-based
+ * limit (Vegas, gradient) compares today's latency with the best ever seen
+ * and reads a shared machine's noise as queueing; two windows a second
+ * apart see the same machine. 429s need no rule of their own: the RU
+ * bucket in the client paces them, and a limit that gives no more items/s
+ * is not raised. Windows in which work did not wait for a slot for at
+ * least half the time (the limit did not bind) decide nothing.
+ *
+ * The limit stays within [floor, cap] at all times. Not thread-safe: the
+ * owner (proc_lanes) calls it under its own lock. Times are microseconds
+ * of any monotonic clock (tests pass a synthetic one).
+ */
+#ifndef PROC_LIMIT_H
+#define PROC_LIMIT_H
+
+#include "common/sf_base.h"
+
+struct proc_limit_opts {
+    unsigned floor, cap;   /* 1 <= floor <= cap; floor == cap: a fixed limit */
+    unsigned initial;      /* clamped into [floor, cap]; 0: 8 */
+    int64_t min_window_us; /* 0: 250 ms */
+    int64_t max_window_us; /* a window with too few completions ends without a decision; 0: 10 s */
+};
+
+enum proc_limit_phase { PROC_LIMIT_BASE, PROC_LIMIT_UP, PROC_LIMIT_DOWN };
+
+/* Plain data: embed it, set it up with proc_limit_init. */
+struct proc_limit {
+    struct proc_limit_opts o;
+    unsigned limit; /* what the gate uses now */
+    unsigned base;  /* the accepted limit (limit differs while probing) */
+    enum proc_limit_phase phase;
+    bool slow_start;
+    bool last_up;       /* direction of the last probe */
+    bool rejected_once; /* one direction rejected since the last accept */
+    unsigned hold, hold_next;
+    double up_gain;    /* relative items/s gain of the last up probe */
+    double base_x;     /* items/s of the last base window */
+    double mean_us;    /* item latency, smoothed over windows */
+    int64_t win_start; /* completions before this (settling after a change) do not count */
+    int64_t last_note; /* when the binding state was last noted */
+    bool binding;      /* work waits for a slot */
+    int64_t bound_us;  /* time in the window with work waiting for a slot */
+    unsigned n;        /* completions in the window */
+    double sum_us;     /* their latencies */
+    uint64_t changes;  /* limit changes (probes and reverts), for metrics */
+};
+
+/* Sets the limit up at now_us. */
+void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int64_t now_us);
+
+/*
+ * Notes whether work waits for a slot (ready work and running >= limit)
+ * from now_us on; call whenever that may change (submit, take, finish).
+ */
+void proc_limit_note(struct proc_limit *pl, int64_t now_us, bool binding);
+
+/*
+ * One item finished at now_us after dur_us. May end the window and move
+ * the limit; returns the limit to use from now on.
+ */
+unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us);
+
+#endif

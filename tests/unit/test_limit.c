@@ -1,0 +1,251 @@
+/*
+ * test_limit.c - the adaptive concurrency limit (processor/proc_limit.h) on
+ * a synthetic clock.
+ *
+ * The "machine" is a closed queueing model with an endless backlog: an item
+ * needs service_us of CPU on `cores` cores plus delay_us of network (or an
+ * account that allows at most max_x items/s), so with n items in flight
+ * items/s = min(n / (delay + service), cores / service, max_x) and each
+ * item takes n / items/s. Completions are fed to the limit one by one, the
+ * limit sets n. An optional noise factor stands for the other tenants of a
+ * shared machine (every 500 ms the machine delivers 70..100 % of itself).
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+
+#include "processor/proc_limit.h"
+#include "tests/support/check_run.h"
+
+struct sim {
+    double delay_us, service_us, cores;
+    double max_x; /* items/s the account allows; 0: no such bound */
+    bool noisy;
+    bool binding; /* work waits for a slot (an endless backlog) */
+    /* results */
+    unsigned lo, hi;         /* the limit's range over the run */
+    double tail_limit_avg;   /* time-weighted limit over the second half */
+    double tail_items;       /* completions in the second half */
+    double tail_ideal_items; /* what the best fixed limit would have completed there */
+};
+
+static double sim_x(const struct sim *m, double n)
+{
+    double x = n * 1e6 / (m->delay_us + m->service_us);
+    double cpu = m->cores * 1e6 / m->service_us;
+
+    if (x > cpu)
+        x = cpu;
+    if (m->max_x > 0 && x > m->max_x)
+        x = m->max_x;
+    return x;
+}
+
+/* The machine's share of itself at t (deterministic: a hash of the 500 ms slot). */
+static double sim_noise(const struct sim *m, int64_t t_us)
+{
+    uint64_t h = (uint64_t)(t_us / 500000) * 0x9E3779B97F4A7C15ull;
+
+    if (!m->noisy)
+        return 1;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    return 0.7 + 0.3 * (double)(h % 1000) / 1000.0;
+}
+
+static void sim_run(struct sim *m, unsigned floor, unsigned cap, int64_t seconds)
+{
+    struct proc_limit pl;
+    struct proc_limit_opts o = {.floor = floor, .cap = cap};
+    int64_t t = 1000000, end = t + seconds * 1000000, half = t + seconds * 500000;
+    double best = 0, weighted = 0;
+    unsigned n;
+
+    for (unsigned k = floor; k <= cap; k++)
+        if (sim_x(m, k) > best)
+            best = sim_x(m, k);
+    proc_limit_init(&pl, &o, t);
+    n = pl.limit;
+    m->lo = m->hi = n;
+    m->tail_items = m->tail_ideal_items = 0;
+    while (t < end) {
+        double f = sim_noise(m, t), x = sim_x(m, n) * f;
+        int64_t dt = (int64_t)(1e6 / x) + 1;
+        int64_t dur = (int64_t)(n * 1e6 / x);
+
+        if (t >= half) {
+            weighted += (double)n * (double)dt;
+            m->tail_items += 1;
+            m->tail_ideal_items += best * f * (double)dt / 1e6;
+        }
+        t += dt;
+        proc_limit_note(&pl, t, m->binding);
+        n = proc_limit_done(&pl, t, dur);
+        ck_assert_uint_eq(n, pl.limit);
+        if (n < m->lo)
+            m->lo = n;
+        if (n > m->hi)
+            m->hi = n;
+    }
+    m->tail_limit_avg = weighted / (double)(end - half);
+    if (getenv("SF_LIMIT_DEBUG"))
+        (void)fprintf(stderr, "lo %u hi %u avg %.1f items %.0f ideal %.0f = %.3f\n", m->lo, m->hi,
+                      m->tail_limit_avg, m->tail_items, m->tail_ideal_items,
+                      m->tail_items / m->tail_ideal_items);
+}
+
+START_TEST(test_limit_grows_while_latency_bounds_the_rate)
+{
+    /* 20 ms per item, CPU far away: every item more in flight is items/s more */
+    struct sim m = {.delay_us = 20000, .service_us = 200, .cores = 2, .binding = true};
+
+    sim_run(&m, 4, 64, 60);
+    ck_assert_uint_ge(m.hi, 64);
+    ck_assert_uint_le(m.hi, 64);
+    ck_assert_double_ge(m.tail_limit_avg, 48);
+    ck_assert_double_ge(m.tail_items, 0.9 * m.tail_ideal_items);
+}
+END_TEST
+
+START_TEST(test_limit_reaches_the_cap_within_seconds_at_200_ms_per_item)
+{
+    /* 20 ms per request, ten requests per item: a slow start, not one step per second */
+    struct sim m = {.delay_us = 200000, .service_us = 200, .cores = 2, .binding = true};
+
+    sim_run(&m, 4, 64, 10);
+    ck_assert_uint_eq(m.hi, 64);
+    ck_assert_double_ge(m.tail_limit_avg, 48); /* from 5 s on */
+}
+END_TEST
+
+START_TEST(test_limit_stays_low_when_more_in_flight_adds_nothing)
+{
+    /* 0 ms: CPU-bound at 2 items in flight; 64 would only queue (and burn CPU switching) */
+    struct sim m = {.delay_us = 0, .service_us = 1000, .cores = 2, .binding = true};
+
+    sim_run(&m, 1, 64, 60);
+    ck_assert_double_le(m.tail_limit_avg, 6);
+    ck_assert_uint_le(m.hi, 16); /* one slow-start probe, rejected */
+    ck_assert_double_ge(m.tail_items, 0.9 * m.tail_ideal_items);
+}
+END_TEST
+
+START_TEST(test_limit_settles_near_the_knee)
+{
+    /* 5 ms: latency-bound up to 42 in flight, CPU-bound beyond */
+    struct sim m = {.delay_us = 5000, .service_us = 250, .cores = 2, .binding = true};
+
+    sim_run(&m, 4, 128, 60);
+    ck_assert_double_ge(m.tail_limit_avg, 30);
+    ck_assert_double_le(m.tail_limit_avg, 90);
+    ck_assert_double_ge(m.tail_items, 0.9 * m.tail_ideal_items);
+}
+END_TEST
+
+START_TEST(test_limit_on_a_noisy_shared_machine_keeps_the_rate)
+{
+    /* the same knee while other tenants take 0..30 % of the machine, changing every 500 ms */
+    struct sim m = {
+        .delay_us = 5000, .service_us = 250, .cores = 2, .noisy = true, .binding = true};
+
+    sim_run(&m, 4, 128, 60);
+    ck_assert_double_ge(m.tail_limit_avg, 20);
+    ck_assert_double_ge(m.tail_items, 0.85 * m.tail_ideal_items);
+}
+END_TEST
+
+START_TEST(test_limit_noise_does_not_talk_it_down_while_latency_bounds_the_rate)
+{
+    /* 5 ms per request, ten per item, knee far above the cap, other tenants take 0..30 % */
+    struct sim m = {
+        .delay_us = 50000, .service_us = 200, .cores = 2, .noisy = true, .binding = true};
+
+    sim_run(&m, 4, 64, 60);
+    ck_assert_double_ge(m.tail_limit_avg, 63); /* at the cap: no down probe after up paid */
+    ck_assert_double_ge(m.tail_items, 0.92 * m.tail_ideal_items);
+}
+END_TEST
+
+START_TEST(test_limit_under_a_throttled_account_neither_fights_nor_collapses)
+{
+    /* the RU bucket allows 300 items/s: beyond 6 in flight only the bucket's wait grows */
+    struct sim m = {
+        .delay_us = 20000, .service_us = 100, .cores = 2, .max_x = 300, .binding = true};
+
+    sim_run(&m, 1, 128, 60);
+    ck_assert_double_le(m.tail_limit_avg, 24);
+    ck_assert_double_ge(m.tail_limit_avg, 5);
+    ck_assert_double_ge(m.tail_items, 0.9 * m.tail_ideal_items);
+}
+END_TEST
+
+START_TEST(test_limit_never_leaves_floor_and_cap)
+{
+    struct sim cases[] = {
+        {.delay_us = 20000, .service_us = 200, .cores = 2, .binding = true},
+        {.delay_us = 0, .service_us = 1000, .cores = 2, .binding = true},
+        {.delay_us = 5000, .service_us = 250, .cores = 2, .noisy = true, .binding = true},
+    };
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        sim_run(&cases[i], 3, 10, 60);
+        ck_assert_uint_ge(cases[i].lo, 3);
+        ck_assert_uint_le(cases[i].hi, 10);
+    }
+}
+END_TEST
+
+START_TEST(test_limit_fixed_when_floor_is_cap)
+{
+    struct sim m = {.delay_us = 20000, .service_us = 200, .cores = 2, .binding = true};
+
+    sim_run(&m, 12, 12, 30);
+    ck_assert_uint_eq(m.lo, 12);
+    ck_assert_uint_eq(m.hi, 12);
+}
+END_TEST
+
+START_TEST(test_limit_holds_when_it_does_not_bind)
+{
+    /* nothing waits for a slot: the limit is not what limits, so nothing is learnt */
+    struct sim m = {.delay_us = 20000, .service_us = 200, .cores = 2, .binding = false};
+
+    sim_run(&m, 4, 64, 30);
+    ck_assert_uint_eq(m.lo, 8);
+    ck_assert_uint_eq(m.hi, 8);
+}
+END_TEST
+
+START_TEST(test_limit_without_completions_decides_nothing)
+{
+    struct proc_limit pl;
+    struct proc_limit_opts o = {.floor = 2, .cap = 32};
+
+    proc_limit_init(&pl, &o, 0);
+    proc_limit_note(&pl, 0, true);
+    /* a paused fleet: one completion a minute never makes a verdict */
+    for (int64_t t = 60000000; t < 3600000000; t += 60000000)
+        ck_assert_uint_eq(proc_limit_done(&pl, t, 1000), 8);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("limit");
+    TCase *tc = tcase_create("limit");
+
+    tcase_add_test(tc, test_limit_grows_while_latency_bounds_the_rate);
+    tcase_add_test(tc, test_limit_reaches_the_cap_within_seconds_at_200_ms_per_item);
+    tcase_add_test(tc, test_limit_stays_low_when_more_in_flight_adds_nothing);
+    tcase_add_test(tc, test_limit_settles_near_the_knee);
+    tcase_add_test(tc, test_limit_on_a_noisy_shared_machine_keeps_the_rate);
+    tcase_add_test(tc, test_limit_noise_does_not_talk_it_down_while_latency_bounds_the_rate);
+    tcase_add_test(tc, test_limit_under_a_throttled_account_neither_fights_nor_collapses);
+    tcase_add_test(tc, test_limit_never_leaves_floor_and_cap);
+    tcase_add_test(tc, test_limit_fixed_when_floor_is_cap);
+    tcase_add_test(tc, test_limit_holds_when_it_does_not_bind);
+    tcase_add_test(tc, test_limit_without_completions_decides_nothing);
+    suite_add_tcase(s, tc);
+    return sf_check_run(s);
+}
