@@ -376,11 +376,6 @@ struct emu_doc_row {
     bool expired; /* exp <= now: the document is gone for every reader */
 };
 
-/*
- * Finds (pk, id) in coll. SF_ENOTFOUND when absent (err untouched); an
- * expired row is found with row->expired set. When body is not NULL the
- * stored text is appended to it (413 past its maximum).
- */
 /* Binds ST_DOC_GET to (key, id) in coll and steps it once; the caller resets it. */
 static sqlite3_stmt *emu_doc_get(struct emu_store *s, const struct emu_coll *coll,
                                  const struct emu_pk *key, const char *id, int *ret_src)
@@ -395,6 +390,11 @@ static sqlite3_stmt *emu_doc_get(struct emu_store *s, const struct emu_coll *col
     return st;
 }
 
+/*
+ * Finds (pk, id) in coll. SF_ENOTFOUND when absent (err untouched); an
+ * expired row is found with row->expired set. When body is not NULL the
+ * stored text is appended to it (413 past its maximum).
+ */
 static enum sf_rc emu_doc_find(struct emu_store *s, const struct emu_coll *coll,
                                const struct emu_pk *pk, const char *id, int64_t now,
                                struct emu_doc_row *row, struct sf_buf *body, struct sf_err *err)
