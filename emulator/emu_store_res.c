@@ -698,8 +698,7 @@ static enum sf_rc emu_coll_hash_load(struct emu_store *s, const json_t *body, st
     if (rc != SF_OK)
         return rc;
     if (strcmp(value, "v1") != 0)
-        return emu_store_fail(err, SF_EIO, 500, 0, "container '%s': meta %s is '%s', not 'v1'",
-                              coll->id, key, value);
+        return emu_store_fail(err, SF_EIO, 500, 0, "meta %s is '%s', not 'v1'", key, value);
     coll->pk_hash = EMU_PK_HASH_V1;
     return SF_OK;
 }
@@ -1719,9 +1718,15 @@ static enum sf_rc emu_coll_load_settings(struct emu_store *s, sqlite3_stmt *st,
     if (rc == SF_OK)
         rc = emu_coll_hash_load(s, body, coll, err);
     json_decref(body);
-    if (rc != SF_OK)
-        return emu_store_fail(err, SF_EIO, 500, 0, "container '%s': stored settings are corrupt",
-                              coll->id);
+    if (rc != SF_OK) {
+        /* Keep the cause: it names the field or the meta record to look at. */
+        char why[sizeof(err->msg)] = "";
+
+        if (err != NULL)
+            (void)snprintf(why, sizeof(why), "%s", err->msg);
+        return emu_store_fail(err, SF_EIO, 500, 0,
+                              "container '%s': stored settings are corrupt: %.200s", coll->id, why);
+    }
     /* The newest row carries the newest write's LSN (see EMU_ROW_BITS). */
     q = emu_store_stmt(s, ST_DOC_MAX_ROW);
     (void)sqlite3_bind_int64(q, 1, base);

@@ -828,6 +828,39 @@ START_TEST(test_v1_container_keeps_its_hash_across_restarts)
 END_TEST
 
 /*
+ * A pk_hash record that is not "v1" stops the open with a message naming the
+ * record and its value, not only "stored settings are corrupt": the operator
+ * must know which row of the meta table to look at.
+ */
+START_TEST(test_v1_container_bad_hash_record_named_at_open)
+{
+    char dir[64], path[128];
+    struct emu_store_opts o = {0};
+    struct emu_store *s;
+    struct sf_err err;
+
+    mk_dir(dir, path);
+    s = open_store(path, 4, 0);
+    mkdb(s, "db");
+    mkcoll_v1(s, "db", "c");
+    emu_store_free(s);
+    sql_on_file(path, "UPDATE meta SET value = 'v9' WHERE key LIKE 'pk_hash:%'");
+    o.path = path;
+    o.partitions = 4;
+    o.now_s = fake_now;
+    o.busy_timeout_ms = 50;
+    s = NULL;
+    sf_err_clear(&err);
+    ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(err.msg, "container 'c'") != NULL && strstr(err.msg, "pk_hash:") != NULL &&
+                      strstr(err.msg, "'v9'") != NULL,
+                  "%s", err.msg);
+    rm_dir(dir, path);
+}
+END_TEST
+
+/*
  * A data file from a cosmolite that placed version 1 containers by V2: the
  * body says version 1, the documents sit by their V2 EPKs, no pk_hash record.
  * The container keeps V2 placement: every document is still found, the
@@ -2310,6 +2343,7 @@ static Suite *store_suite(void)
     tcase_add_test(res, test_v1_container_placed_by_v1_hash);
     tcase_add_test(dur, test_v1_container_keeps_its_hash_across_restarts);
     tcase_add_test(dur, test_v1_container_from_an_older_store_keeps_v2_placement);
+    tcase_add_test(dur, test_v1_container_bad_hash_record_named_at_open);
     tcase_add_test(res, test_doc_routing);
     tcase_add_test(docs, test_doc_unique_per_partition);
     tcase_add_test(docs, test_doc_if_match);
