@@ -97,6 +97,7 @@ static const char *const emu_stmt_sql[ST_COUNT] = {
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
     [ST_META_SET] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+    [ST_META_DELETE] = "DELETE FROM meta WHERE key = ?1",
     [ST_DB_INSERT] = "INSERT INTO dbs(rid, id, ts, etag, body) VALUES(?1, ?2, ?3, ?4, ?5)",
     [ST_DB_BODY] = "SELECT body FROM dbs WHERE id = ?1",
     [ST_DB_LIST] = "SELECT rid, id, body FROM dbs ORDER BY rowid",
@@ -554,6 +555,14 @@ enum sf_rc emu_store_meta_set(struct emu_store *s, const char *key, const char *
     (void)sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     (void)sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
     return emu_store_step_done(s, st, "writing meta", err);
+}
+
+enum sf_rc emu_store_meta_delete(struct emu_store *s, const char *key, struct sf_err *err)
+{
+    sqlite3_stmt *st = emu_store_stmt(s, ST_META_DELETE);
+
+    (void)sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    return emu_store_step_done(s, st, "deleting meta", err);
 }
 
 enum sf_rc emu_store_begin_seq(struct emu_store *s, int64_t *ret_seq, struct sf_err *err)

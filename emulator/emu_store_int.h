@@ -99,6 +99,7 @@ enum emu_stmt {
     ST_ROLLBACK_TO,
     ST_META_GET,
     ST_META_SET,
+    ST_META_DELETE,
     ST_DB_INSERT,
     ST_DB_BODY,
     ST_DB_LIST,
@@ -335,6 +336,8 @@ enum sf_rc emu_store_meta_get(struct emu_store *s, const char *key, char *out, s
                               struct sf_err *err);
 enum sf_rc emu_store_meta_set(struct emu_store *s, const char *key, const char *value,
                               struct sf_err *err);
+/* Removes meta[key] (nothing when missing). Under the lock, inside the caller's transaction. */
+enum sf_rc emu_store_meta_delete(struct emu_store *s, const char *key, struct sf_err *err);
 
 /* ---- helpers (emu_store.c) ---- */
 

@@ -324,7 +324,16 @@ enum sf_rc emu_store_db_list(struct emu_store *s, struct sf_buf *out, struct sf_
     return rc;
 }
 
-/* Deletes a container's documents, ranges and row inside the open transaction. */
+/* The meta key recording a V1 container's placement (see emu_coll_hash_load). */
+static void emu_coll_hash_key(const struct emu_coll *coll, char out[64])
+{
+    (void)snprintf(out, 64, "pk_hash:%s", coll->rid);
+}
+
+/*
+ * Deletes a container's documents, ranges, row and pk_hash record inside the
+ * open transaction.
+ */
 static enum sf_rc emu_coll_delete_rows(struct emu_store *s, const struct emu_coll *coll,
                                        struct sf_err *err)
 {
@@ -342,6 +351,12 @@ static enum sf_rc emu_coll_delete_rows(struct emu_store *s, const struct emu_col
         st = emu_store_stmt(s, steps[i]);
         (void)sqlite3_bind_int64(st, 1, coll->cid);
         rc = emu_store_step_done(s, st, "deleting a container", err);
+    }
+    if (rc == SF_OK && coll->pk_hash == EMU_PK_HASH_V1) {
+        char key[64];
+
+        emu_coll_hash_key(coll, key);
+        rc = emu_store_meta_delete(s, key, err);
     }
     return rc;
 }
@@ -663,14 +678,10 @@ static enum sf_rc emu_ranges_create(struct emu_store *s, struct emu_coll *coll, 
  * the documents of such a container to new ranges would break the
  * change-feed continuations and leases its clients hold. So each V1
  * container made since records "v1" under "pk_hash:<rid>" in the meta table
- * when it is created, and a V1 container without the record keeps V2
- * placement (docs/operations.md: recreate it to get V1 placement).
+ * when it is created (emu_coll_delete_rows drops it with the container),
+ * and a V1 container without the record keeps V2 placement
+ * (docs/operations.md: recreate it to get V1 placement).
  */
-static void emu_coll_hash_key(const struct emu_coll *coll, char out[64])
-{
-    (void)snprintf(out, 64, "pk_hash:%s", coll->rid);
-}
-
 static enum sf_rc emu_coll_hash_save(struct emu_store *s, const struct emu_coll *coll,
                                      struct sf_err *err)
 {

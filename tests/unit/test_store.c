@@ -2038,6 +2038,39 @@ static long long int_on_file(const char *path, const char *sql)
     return v;
 }
 
+/*
+ * A V1 container's pk_hash:<rid> meta record goes with it: deleting the
+ * container, or its database, leaves no record behind in the data file.
+ */
+START_TEST(test_v1_container_hash_record_dropped_with_container)
+{
+    static const char count[] = "SELECT count(*) FROM meta WHERE key LIKE 'pk_hash:%'";
+    char dir[64], path[128];
+    struct emu_store *s;
+    struct sf_err err;
+
+    mk_dir(dir, path);
+    s = open_store(path, 2, 0);
+    mkdb(s, "db");
+    mkdb(s, "db2");
+    mkcoll_v1(s, "db", "c1");
+    mkcoll_v1(s, "db", "c2");
+    mkcoll_v1(s, "db2", "c3");
+    emu_store_free(s);
+    ck_assert_int_eq(int_on_file(path, count), 3);
+    s = open_store(path, 2, 0);
+    ck_assert_int_eq(emu_store_coll_delete(s, "db", "c1", &err), SF_OK);
+    emu_store_free(s);
+    ck_assert_int_eq(int_on_file(path, count), 2);
+    s = open_store(path, 2, 0);
+    ck_assert_int_eq(emu_store_db_delete(s, "db", &err), SF_OK);
+    ck_assert_int_eq(ref(s, "db2", "c3").pk_hash, EMU_PK_HASH_V1);
+    emu_store_free(s);
+    ck_assert_int_eq(int_on_file(path, count), 1);
+    rm_dir(dir, path);
+}
+END_TEST
+
 #define COSMOLITE_APP_ID 0x434f534cLL
 
 /*
@@ -2344,6 +2377,7 @@ static Suite *store_suite(void)
     tcase_add_test(dur, test_v1_container_keeps_its_hash_across_restarts);
     tcase_add_test(dur, test_v1_container_from_an_older_store_keeps_v2_placement);
     tcase_add_test(dur, test_v1_container_bad_hash_record_named_at_open);
+    tcase_add_test(dur, test_v1_container_hash_record_dropped_with_container);
     tcase_add_test(res, test_doc_routing);
     tcase_add_test(docs, test_doc_unique_per_partition);
     tcase_add_test(docs, test_doc_if_match);
