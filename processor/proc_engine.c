@@ -975,6 +975,9 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)sf_err_set(&err, SF_EHTTP, known && br.ops[f].retriable,
                          "transition %s -> %s: operation %ld answered %d", from, to, f, status);
         err.http_status = status;
+        /* As for a step's effect: the dispatcher waits what the service asked for (a 429). */
+        err.substatus = known ? br.ops[f].substatus : 0;
+        err.retry_after_ms = known ? br.ops[f].retry_after_ms : -1;
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);
     }
 out:

@@ -14,6 +14,8 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "config/cfg.h"
+#include "cosmos/cosmos_int.h"
+#include "cosmos/cosmos_proto.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_engine.h"
@@ -1034,6 +1036,98 @@ START_TEST(test_deadline_passed_plans_compensation)
 }
 END_TEST
 
+/*
+ * A transition whose batch was rolled back by a throttled operation (429 in
+ * a 207) must hand the service's retryAfterMilliseconds and substatus to the
+ * dispatcher, as a step effect's batch does: without them the retry ignores
+ * the wait the service asked for.
+ */
+struct throttle_script {
+    int reads, batches;
+};
+
+static enum cosmos_net throttle_send(void *ctx, const struct cosmos_req *req, const char *date,
+                                     const char *auth, struct cosmos_response *resp, char *msg,
+                                     size_t msg_size)
+{
+    struct throttle_script *ts = ctx;
+    const char *line;
+    struct sf_buf body;
+    json_t *ops;
+
+    SF_UNUSED(date);
+    SF_UNUSED(auth);
+    SF_UNUSED(msg);
+    SF_UNUSED(msg_size);
+    sf_buf_init(&body, 1u << 20);
+    if (strcmp(req->verb, "GET") == 0) {
+        ts->reads++;
+        line = "HTTP/1.1 200 OK\r\n";
+        ck_assert_int_eq(sf_buf_puts(&body, "{\"id\":\"b-1\",\"buyer\":\"u-1\",\"show\":\"s-9\","
+                                            "\"status\":\"requested\",\"seats\":[],"
+                                            "\"_etag\":\"\\\"e1\\\"\"}"),
+                         SF_OK);
+    } else {
+        /* every batch: its first operation throttled, the rest not applied */
+        ts->batches++;
+        line = "HTTP/1.1 207 Multi-Status\r\n";
+        ops = json_loadb(req->body, req->body_len, 0, NULL);
+        ck_assert_msg(json_is_array(ops), "%s %.*s", req->verb, (int)req->body_len, req->body);
+        (void)sf_buf_puts(&body, "[{\"statusCode\":429,\"subStatusCode\":3200,"
+                                 "\"retryAfterMilliseconds\":1234}");
+        for (size_t i = 1; i < json_array_size(ops); i++)
+            (void)sf_buf_puts(&body, ",{\"statusCode\":424}");
+        (void)sf_buf_puts(&body, "]");
+        json_decref(ops);
+    }
+    ck_assert_int_eq(cosmos_response_header(resp, line, strlen(line), NULL), SF_OK);
+    ck_assert_int_eq(sf_buf_append(&resp->body, body.data, body.len), SF_OK);
+    sf_buf_release(&body);
+    return COSMOS_NET_OK;
+}
+
+static const struct cosmos_transport_ops throttle_transport = {.name = "script",
+                                                               .send = throttle_send};
+
+START_TEST(test_throttled_transition_keeps_retry_after)
+{
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct throttle_script ts = {0};
+    struct cosmos_transport t = {&throttle_transport, &ts};
+    struct proc_engine_opts eo = {0};
+    struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
+    struct proc_result res;
+    struct seats s;
+    struct sf_err err;
+    json_t *doc = json_loads("{\"id\":\"b-1\",\"buyer\":\"u-1\",\"show\":\"s-9\","
+                             "\"status\":\"requested\",\"seats\":[]}",
+                             0, NULL);
+
+    ck_assert_ptr_nonnull(doc);
+    sf_err_clear(&err);
+    seats_open(&s);
+    proc_engine_free(s.e);
+    s.e = NULL;
+    ck_assert_int_eq(cosmos_client_new(&co, &eo.cli, &err), SF_OK);
+    cosmos_client_set_transport(eo.cli, &t);
+    eo.cfg = s.cfg;
+    eo.reg = s.reg;
+    eo.catalog = s.cat;
+    ck_assert_msg(proc_engine_new(&eo, &s.e, s.d, &err) == SF_OK, "%s", err.msg);
+    it.doc = doc;
+    proc_engine_process(s.e, &it, &res);
+    ck_assert_msg(res.outcome == PROC_RETRY, "%s: %s", proc_outcome_str(res.outcome), res.err.msg);
+    ck_assert_msg(strstr(res.err.msg, "transition") != NULL, "%s", res.err.msg);
+    ck_assert_int_eq(ts.batches, 1);
+    ck_assert_int_eq(res.err.http_status, 429);
+    ck_assert_int_eq(res.err.substatus, 3200);
+    ck_assert_int_eq(res.err.retry_after_ms, 1234);
+    seats_close(&s);
+    cosmos_client_free(eo.cli);
+    json_decref(doc);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("processor");
@@ -1061,6 +1155,7 @@ int main(void)
     tcase_add_test(tc, test_when_false_step_skipped_in_plan_and_show);
     tcase_add_test(tc, test_cfg_sources_include_awaited_containers);
     tcase_add_test(tc, test_deadline_passed_plans_compensation);
+    tcase_add_test(tc, test_throttled_transition_keeps_retry_after);
     suite_add_tcase(s, tc);
     return sf_check_run(s);
 }
