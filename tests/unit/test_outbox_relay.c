@@ -89,17 +89,21 @@ static json_t *parse(const char *text)
     return v;
 }
 
-/* A record as the saga engine would write it, plus the _lsn the feed adds. */
+/*
+ * A record as the saga engine would write it, plus the _lsn the feed adds;
+ * pk NULL: an item without its partition key field (undefined, [{}]).
+ */
 static json_t *record(const char *pk, const char *event_type, const char *saga, const char *topic,
                       const char *payload, int64_t lsn)
 {
-    json_t *pkv = json_string(pk), *pl = parse(payload), *doc = NULL;
+    json_t *pkv = pk != NULL ? json_string(pk) : NULL, *pl = parse(payload), *doc = NULL;
     struct outbox_record r;
     struct sf_err err;
 
     memset(&r, 0, sizeof(r));
     r.pk_path = "/customerId";
     r.pk_value = pkv;
+    r.pk_undefined = pkv == NULL;
     r.event_type = event_type;
     r.topic = topic;
     r.saga_id = saga;
@@ -485,6 +489,42 @@ START_TEST(test_options_validated)
 }
 END_TEST
 
+/*
+ * The event of a saga whose item has no partition key field: the record has
+ * none either (both in the undefined partition), the feed gives its key as
+ * [{}], and the relay publishes it keyed "{}" like any other.
+ */
+START_TEST(test_undefined_partition_key_event_published)
+{
+    struct ktest_cluster *kc = cluster(1);
+    struct outbox_sink *sink = sink_on(kc);
+    struct outbox_relay_opts o;
+    struct outbox_relay *r;
+    struct ktest_msgs ms;
+    struct seen seen;
+    json_t *doc;
+
+    seen_init(&seen);
+    memset(&o, 0, sizeof(o));
+    o.default_topic = "order-events";
+    r = relay_on(sink, &o, &seen);
+    doc = record(NULL, "StockReserved", "o-1", NULL, "{\"n\":1}", 21);
+    ck_assert_ptr_null(json_object_get(doc, "customerId"));
+    ck_assert_int_eq(offer(r, doc, "[{}]", 21, 0), OUTBOX_TAKEN);
+    ck_assert_int_eq(outbox_sink_flush(sink, 10000, NULL), SF_OK);
+    ck_assert_uint_eq(seen.done_ok, 1);
+    consume(kc, "order-events", 1, &ms);
+    ck_assert_str_eq(ms.m[0].key, "{}");
+    ck_assert_str_eq(ms.m[0].value, "{\"n\":1}");
+    ck_assert_str_eq(ktest_header(&ms.m[0], "event-id"), "ob:order-fulfilment:o-1:StockReserved");
+    ktest_msgs_release(&ms);
+    outbox_relay_free(r);
+    outbox_sink_free(sink);
+    json_decref(doc);
+    ktest_cluster_free(kc);
+}
+END_TEST
+
 /* ---- order and failures ------------------------------------------------------------------- */
 
 #define KEYS 25
@@ -646,6 +686,7 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_invalid_records);
     tcase_add_test(tc, test_cdc_filters_and_message);
     tcase_add_test(tc, test_options_validated);
+    tcase_add_test(tc, test_undefined_partition_key_event_published);
     tcase_add_test(tc, test_per_key_order_through_broker_errors);
     tcase_add_test(tc, test_rejected_event_is_republished);
     tcase_add_test(tc, test_gives_up_only_when_sink_closes);
