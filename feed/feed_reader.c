@@ -679,6 +679,17 @@ static bool try_handover(struct feed_reader *r, const char *pos)
     r->handover_mono = now;
     feed_lease_init(&mine);
     feed_lease_init(&merged);
+    /*
+     * Only an EPK lease (version 1) can hand over. Ask before the checkpoint
+     * below: forced on every lease, it wrote each caught-up range's frontier
+     * once per acquire interval, ignoring checkpoint_ms (a relay meant to
+     * checkpoint once a minute checkpointed within a second).
+     */
+    pthread_mutex_lock(&r->lease_mu);
+    feed_lease_copy(&mine, &r->lease);
+    pthread_mutex_unlock(&r->lease_mu);
+    if (mine.version != 1)
+        goto out;
     pthread_mutex_lock(&r->mu);
     idle = r->state == FR_RUNNING && feed_track_pending(&r->track) == 0;
     pthread_mutex_unlock(&r->mu);

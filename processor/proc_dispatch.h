@@ -173,7 +173,10 @@ bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key);
 /*
  * Marks parked documents for replay (sets replayRequested): all of them, or
  * those of one park key. For the `sagafeed parked replay` command. *ret_n
- * (may be NULL) counts the documents marked.
+ * (may be NULL) counts the documents the request covers: marked, or gone by
+ * the time their mark was written (an instance replays a whole key as soon
+ * as one of its records is marked, so a key's later records are often
+ * replayed before this loop reaches them). The same number a dry run counts.
  */
 enum sf_rc proc_parked_request_replay(struct cosmos_client *cli, const char *db,
                                       const char *parking_container, const char *park_key,

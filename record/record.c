@@ -250,9 +250,14 @@ static enum sf_rc check_record(const struct outbox_record *rec, struct sf_err *e
         return sf_err_set(err, SF_EINVAL, false,
                           "outbox record: traceparent '%.64s' is not a W3C traceparent",
                           rec->traceparent);
-    if (rec->pk_value == NULL)
-        return sf_err_set(err, SF_EINVAL, false, "outbox record: pk_value is required");
-    if (json_is_object(rec->pk_value) || json_is_array(rec->pk_value))
+    if (rec->pk_undefined && rec->pk_value != NULL)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "outbox record: pk_value must be NULL when pk_undefined is set");
+    if (rec->pk_value == NULL && !rec->pk_undefined)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "outbox record: pk_value is required (pk_undefined for an item "
+                          "without a partition key field)");
+    if (rec->pk_value != NULL && (json_is_object(rec->pk_value) || json_is_array(rec->pk_value)))
         return sf_err_set(err, SF_EINVAL, false,
                           "outbox record: pk_value must be a string, number, bool or null");
     if (rec->payload == NULL)
@@ -295,8 +300,12 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
     bad |= json_object_set_new(doc, OUTBOX_SYS_FIELD, json_string(OUTBOX_SYS_KIND));
     if (bad != 0)
         goto oom;
-    /* The partition key comes right after, where a reader of the document expects it. */
-    if (set_nested(doc, segs, n_segs, json_deep_copy(rec->pk_value)) != SF_OK)
+    /*
+     * The partition key comes right after, where a reader of the document
+     * expects it; an undefined key stays absent, as in the item, so Cosmos
+     * DB puts the record in the item's (undefined) partition.
+     */
+    if (!rec->pk_undefined && set_nested(doc, segs, n_segs, json_deep_copy(rec->pk_value)) != SF_OK)
         goto oom;
     bad |= json_object_set_new(doc, "eventType", json_string(rec->event_type));
     if (rec->topic != NULL)

@@ -15,7 +15,9 @@
  *     "type":        "sagafeed.outbox",                          marks an outbox record
  *     "sfKind":      "event",                                    sagafeed's own document: saga
  *                                                                workflows skip it (STEP_SYS_FIELD)
- *     "<pk field>":  <the saga item's partition key value>,       same logical partition
+ *     "<pk field>":  <the saga item's partition key value>,       same logical partition (absent
+ *                                                                when the item has none: both
+ *                                                                live in the undefined one)
  *     "eventType":   "OrderCompleted",                           required, routes the topic
  *     "topic":       "order-events",                             optional, overrides routing
  *     "sagaId":      "o-17",                                     optional (header saga-id)
@@ -77,11 +79,19 @@
 struct outbox_record {
     const char *id;      /* NULL: outbox_event_id(workflow, saga_id, event_type, discriminator) */
     const char *pk_path; /* the source container's partition key path, "/customerId" (required) */
-    const json_t *pk_value; /* the saga item's partition key value (required; borrowed, copied) */
-    const char *event_type; /* required, 1..OUTBOX_FIELD_MAX bytes */
-    const char *topic;      /* optional: overrides the relay's routing */
-    const char *saga_id;    /* required when id is NULL */
-    const char *workflow;   /* required when id is NULL */
+    const json_t *pk_value; /* the saga item's partition key value (borrowed, copied); required
+                               unless pk_undefined */
+    /*
+     * true: the item has no partition key field (Cosmos DB's "undefined"
+     * partition, [{}]); pk_value must then be NULL and the record leaves the
+     * field out too, so it lands in the item's partition. A JSON null key is
+     * a defined key: pk_value json_null(), pk_undefined false.
+     */
+    bool pk_undefined;
+    const char *event_type;    /* required, 1..OUTBOX_FIELD_MAX bytes */
+    const char *topic;         /* optional: overrides the relay's routing */
+    const char *saga_id;       /* required when id is NULL */
+    const char *workflow;      /* required when id is NULL */
     const char *discriminator; /* optional extra id part (e.g. "2" for a second event of a type) */
     int64_t epoch;             /* the fencing epoch the item was processed under; < 0: omitted */
     const json_t *payload;     /* required: any JSON value (borrowed, deep-copied) */
@@ -111,7 +121,8 @@ enum sf_rc outbox_event_id(const char *workflow, const char *saga_id, const char
 /*
  * Builds the outbox record document for rec (the format at the top of this
  * file). The partition key field is set at pk_path, creating intermediate
- * objects for a nested path ("/a/b"). SF_EINVAL naming the field when a
+ * objects for a nested path ("/a/b"), or left out with pk_undefined.
+ * SF_EINVAL naming the field when a
  * required field is missing, a string is too long, the traceparent is not
  * W3C-shaped, ttl_s < -1, or pk_path is not "/<field>[/<field>...]" or
  * starts with one of the record's own fields ("/id", "/type", "/payload", ...:

@@ -143,7 +143,7 @@ struct step_ctx {
     int64_t event_ttl_s;          /* ttl of outbox events */
     const json_t *env;            /* template environment (see step_tmpl.h) */
     const char *source_container; /* where the saga's item lives */
-    const json_t *source_pk;      /* its partition key value */
+    const json_t *source_pk;      /* its partition key value (NULL: undefined, [{}]) */
     const char *topic;            /* default outbox topic, may be NULL */
     const int *fail_on;           /* statuses that are business failures */
     size_t n_fail_on;

@@ -482,6 +482,7 @@ enum sf_rc step_event_build(const struct step_ctx *ctx, const char *pk_path, con
     }
     rec.pk_path = pk_path;
     rec.pk_value = ctx->source_pk;
+    rec.pk_undefined = ctx->source_pk == NULL; /* the item has no key field: [{}] */
     rec.event_type = event_type;
     rec.topic = topic;
     rec.saga_id = ctx->saga_id;

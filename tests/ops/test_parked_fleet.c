@@ -314,13 +314,25 @@ static int count_logs(const struct inst *v, const char *text)
     return n;
 }
 
-static void request_replay(void)
+/*
+ * Runs `parked replay`, which must cover at least the at_least records the
+ * test knows are there and that only a replay removes: each is marked, or
+ * already replayed by an instance that started on the key's first mark. More
+ * may be there: each change a replay makes to an item of a key still blocked
+ * waits too, as many as the feed reports, so the exact number is the fleet's
+ * timing, not the test's.
+ */
+static void request_replay(size_t at_least)
 {
     const char *replay[] = {"parked", "replay", "-c", cfg_path, NULL};
     char *out = NULL;
+    unsigned long long n = 0;
 
     ck_assert_int_eq(e2e_run(harness_cosmolite_key(srv), NULL, replay, &out, NULL), 0);
-    ck_assert_msg(strstr(out, "parked items marked for replay") != NULL, "%s", out);
+    ck_assert_msg(sscanf(out, "%llu parked item", &n) == 1 && strstr(out, "marked for replay"),
+                  "%s", out);
+    ck_assert_msg(n >= at_least, "the replay covered %llu records, want at least %zu: %s", n,
+                  at_least, out);
     free(out);
 }
 
@@ -344,7 +356,8 @@ START_TEST(test_replay_unblocks_fleet)
         dump_logs(v);
         ck_abort_msg("not every instance has the key blocked");
     }
-    request_replay();
+    /* o-bad parked, its fixed version and o-2 waiting behind it (key order) */
+    request_replay(3);
     if (!wait_status(cli, "o-bad", "completed", 20000) ||
         !wait_status(cli, "o-2", "completed", 20000)) {
         dump_logs(v);
@@ -407,7 +420,9 @@ START_TEST(test_failed_replay_keeps_key_blocked)
     order(cli, "o-2", "\"oops too\"");
     ck_assert_msg(wait_waiting_for(cli, "o-2", 20000), "o-2 did not wait behind o-bad");
     fix_order(cli, "o-bad");
-    request_replay();
+    /* The fix is a change of o-bad too: it waits behind o-bad's record before the replay. */
+    ck_assert_msg(wait_waiting_for(cli, "o-bad", 20000), "the fixed o-bad did not wait");
+    request_replay(3);
     if (!wait_status(cli, "o-bad", "completed", 20000) ||
         !any_log(v, "item o-2 still fails", 20000)) {
         dump_logs(v);
@@ -432,7 +447,9 @@ START_TEST(test_failed_replay_keeps_key_blocked)
     json_decref(heads);
     /* Fixed and replayed: the key flows on every instance, nothing left. */
     fix_order(cli, "o-2");
-    request_replay();
+    /* o-2's record (the head now) and its fixed version waiting behind it */
+    ck_assert_msg(wait_waiting_for(cli, "o-2", 20000), "the fixed o-2 did not wait");
+    request_replay(2);
     if (!wait_status(cli, "o-2", "completed", 20000) || !wait_parked_keys(v, 0, 20000) ||
         !wait_parking_count(cli, 0, 20000)) {
         dump_logs(v);
@@ -465,7 +482,7 @@ START_TEST(test_scan_max_enforced)
         dump_logs(v);
         ck_abort_msg("no instance reported the scan limit, or the key was not blocked everywhere");
     }
-    request_replay();
+    request_replay(3); /* o-bad parked, its fixed version and o-2 waiting */
     if (!wait_status(cli, "o-2", "completed", 20000) || !wait_parking_count(cli, 0, 20000) ||
         !wait_parked_keys(v, 0, 20000)) {
         dump_logs(v);

@@ -344,6 +344,109 @@ START_TEST(checkpoint_waits_for_oldest)
 }
 END_TEST
 
+/* The newest last_progress_ms of p's ranges, and whether every range has nothing pending. */
+static int64_t newest_progress(struct feed_processor *p, bool *ret_idle)
+{
+    struct feed_status *st = NULL;
+    int64_t t = -1;
+    bool idle = true;
+
+    ck_assert_int_eq(feed_processor_status(p, &st, NULL), SF_OK);
+    for (size_t i = 0; i < st->n; i++) {
+        t = SF_MAX(t, st->ranges[i].last_progress_ms);
+        idle = idle && st->ranges[i].pending == 0;
+    }
+    free(st);
+    if (ret_idle != NULL)
+        *ret_idle = idle;
+    return t;
+}
+
+struct progress_wait {
+    struct feed_processor *p;
+    int64_t after; /* wall ms */
+};
+
+/* true once a read returned (a 304 when caught up) after w->after. */
+static bool progress_pred(void *ctx)
+{
+    struct progress_wait *w = ctx;
+
+    return newest_progress(w->p, NULL) > w->after;
+}
+
+static bool idle_pred(void *ctx)
+{
+    bool idle = false;
+
+    (void)newest_progress(ctx, &idle);
+    return idle;
+}
+
+static int64_t checkpoints_written(struct feed_processor *p)
+{
+    struct feed_status *st = NULL;
+    int64_t n = 0;
+
+    ck_assert_int_eq(feed_processor_status(p, &st, NULL), SF_OK);
+    for (size_t i = 0; i < st->n; i++)
+        n += st->ranges[i].checkpoints;
+    free(st);
+    return n;
+}
+
+/*
+ * checkpoint_ms bounds how often a moving frontier is written, also once the
+ * range is caught up: many empty reads (each a chance for the merge handover
+ * check, every acquire_ms) after every item was acked write nothing before
+ * the interval is up. Only stop and splits write at once. A relay that
+ * checkpoints once a minute and is killed must publish again what came after
+ * its last checkpoint (test_outbox_feed's kill -9 case relies on it).
+ */
+START_TEST(checkpoint_interval_holds_while_caught_up)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct progress_wait w;
+    struct ft_seen seen;
+    struct feed_lease_info *v;
+    struct sf_err err;
+    size_t n;
+
+    ft_seen_init(&seen, 100);
+    put_n(0, 20, "one-key");
+    ft_feed_options(&o, DB, coll, prefix, "slow-ckpt");
+    o.consume = consume_sync;
+    o.consume_ctx = &seen;
+    o.checkpoint_ms = 600000;
+    o.acquire_ms = 100;
+    o.poll_ms = 50;
+    p = start(&o, &err);
+    ck_assert_int_eq(ft_seen_wait(&seen, 20, 20000), 20);
+    /* Every item acked; then reads keep returning for several acquire intervals. */
+    w.p = p;
+    ck_assert(ft_wait_until(idle_pred, p, 30000));
+    w.after = sf_wall_ms() + 10 * o.acquire_ms;
+    ck_assert(ft_wait_until(progress_pred, &w, 30000));
+    w.after = newest_progress(p, NULL);
+    ck_assert(ft_wait_until(progress_pred, &w, 30000));
+    ck_assert_int_eq(checkpoints_written(p), 0);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(v[i].checkpoint_lsn < 1, "range %s checkpointed at %lld within checkpoint_ms",
+                      v[i].range, (long long)v[i].checkpoint_lsn);
+    free(v);
+    /* Stop writes the checkpoint at once. */
+    ck_assert_int_eq(feed_processor_stop(p, 5000, &err), SF_OK);
+    ck_assert_int_eq(feed_leases_list(cli, DB, "leases", prefix, &v, &n, &err), SF_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_str_ne(v[i].continuation, "");
+    free(v);
+    feed_processor_free(p);
+    ft_seen_release(&seen);
+}
+END_TEST
+
 /* Before the first read returns a range reports "not started", not the whole container as lag. */
 START_TEST(lag_not_started)
 {
@@ -1330,6 +1433,7 @@ static Suite *suite(void)
     tcase_add_test(t, split_then_merge_delivers_every_change_once);
     tcase_add_test(t, merge_then_split_delivers_every_change_once);
     tcase_add_test(t, checkpoint_waits_for_oldest);
+    tcase_add_test(t, checkpoint_interval_holds_while_caught_up);
     tcase_add_test(t, lag_not_started);
     tcase_add_test(t, graceful_handoff);
     tcase_add_test(t, restart_same_name_takes_own_leases_at_once);

@@ -245,6 +245,7 @@ START_TEST(test_build_rejects_bad_input)
     EXPECT_BAD(rec.payload = NULL, "payload");
     EXPECT_BAD(rec.pk_value = NULL, "pk_value");
     EXPECT_BAD(rec.pk_value = obj, "pk_value");
+    EXPECT_BAD(rec.pk_undefined = true, "pk_undefined"); /* a value and "undefined" at once */
     EXPECT_BAD(rec.ttl_s = -2, "ttl");
     EXPECT_BAD(rec.topic = "bad topic", "topic");
     EXPECT_BAD(rec.topic = "", "topic");
@@ -262,6 +263,40 @@ START_TEST(test_build_rejects_bad_input)
     json_decref(pk);
     json_decref(payload);
     json_decref(obj);
+}
+END_TEST
+
+/*
+ * An item without its partition key field lives in Cosmos DB's undefined
+ * partition ([{}]); its saga's events must land there too, so the record
+ * leaves the field out (a nested path creates no parent either) and still
+ * reads back. A JSON null key is a defined key and is written.
+ */
+START_TEST(test_build_undefined_partition_key)
+{
+    json_t *payload = parse("{}"), *null_pk = json_null(), *doc = NULL;
+    struct outbox_record rec = base_record(NULL, payload);
+    struct outbox_record_view v;
+    struct sf_err err;
+
+    rec.pk_undefined = true;
+    ck_assert_msg(outbox_record_build(&rec, &doc, &err) == SF_OK, "%s", err.msg);
+    ck_assert_ptr_null(json_object_get(doc, "customerId"));
+    ck_assert_msg(outbox_record_read(doc, &v, &err) == SF_OK, "%s", err.msg);
+    ck_assert_str_eq(v.event_type, "OrderCompleted");
+    json_decref(doc);
+
+    rec.pk_path = "/customer/id";
+    ck_assert_msg(outbox_record_build(&rec, &doc, &err) == SF_OK, "%s", err.msg);
+    ck_assert_ptr_null(json_object_get(doc, "customer"));
+    json_decref(doc);
+
+    rec = base_record(null_pk, payload);
+    ck_assert_msg(outbox_record_build(&rec, &doc, &err) == SF_OK, "%s", err.msg);
+    ck_assert(json_is_null(json_object_get(doc, "customerId")));
+    json_decref(doc);
+    json_decref(null_pk);
+    json_decref(payload);
 }
 END_TEST
 
@@ -375,6 +410,7 @@ static Suite *record_suite(void)
     tcase_add_test(tc, test_build_defaults_and_options);
     tcase_add_test(tc, test_build_saga_fields);
     tcase_add_test(tc, test_build_rejects_bad_input);
+    tcase_add_test(tc, test_build_undefined_partition_key);
     tcase_add_test(tc, test_read_roundtrip);
     tcase_add_test(tc, test_read_rejects_malformed);
     tcase_add_test(tc, test_pk_key);

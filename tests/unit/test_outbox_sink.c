@@ -298,6 +298,7 @@ static void check_per_key_order(const struct ktest_msgs *ms)
 
 START_TEST(test_per_key_order_with_broker_errors)
 {
+    static const char *const one_in_flight[] = {KTEST_ONE_IN_FLIGHT, NULL};
     struct ktest_cluster *kc = cluster(3);
     rd_kafka_mock_cluster_t *mc = ktest_mock(kc);
     struct outbox_sink *s;
@@ -306,7 +307,8 @@ START_TEST(test_per_key_order_with_broker_errors)
     struct sf_err err;
 
     ck_assert_int_eq(ktest_topic_create(kc, "ordered", 4, NULL), SF_OK);
-    s = sink_on(ktest_bootstraps(kc), NULL, 5000);
+    /* The mock loses acked messages of pipelined requests around errors (KTEST_ONE_IN_FLIGHT). */
+    s = sink_on(ktest_bootstraps(kc), one_in_flight, 5000);
     collector_init(&c);
     /* Retriable broker errors and dropped connections on produce requests... */
     rd_kafka_mock_push_request_errors(

@@ -33,6 +33,7 @@ struct rec_task {
     unsigned lane;
     unsigned seq;
     int sleep_ms;
+    bool gated; /* runs only once the recorder's gate is open */
 };
 
 struct recorder {
@@ -44,6 +45,9 @@ struct recorder {
     atomic_int now;
     atomic_int done;
     bool overlap;
+    pthread_cond_t cond; /* signalled when a task starts or the gate opens (mu) */
+    bool gate_open;
+    unsigned started;
 };
 
 static void rec_handle(void *ctx, struct proc_task *pt)
@@ -61,6 +65,10 @@ static void rec_handle(void *ctx, struct proc_task *pt)
     if (t->seq != r->last_seq[t->lane] + 1)
         r->order_ok = false;
     r->last_seq[t->lane] = t->seq;
+    r->started++;
+    pthread_cond_broadcast(&r->cond);
+    while (t->gated && !r->gate_open)
+        pthread_cond_wait(&r->cond, &r->mu);
     pthread_mutex_unlock(&r->mu);
     if (t->sleep_ms > 0)
         sf_sleep_ms(t->sleep_ms);
@@ -82,8 +90,40 @@ static struct recorder *recorder_new(void)
 
     ck_assert_ptr_nonnull(r);
     pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cond, NULL);
     r->order_ok = true;
     return r;
+}
+
+/* Waits (bounded generously) until n tasks have started. */
+static bool recorder_wait_started(struct recorder *r, unsigned n)
+{
+    int64_t deadline = sf_mono_ms() + 30000;
+    bool ok;
+
+    pthread_mutex_lock(&r->mu);
+    while (r->started < n && sf_mono_ms() < deadline) {
+        pthread_mutex_unlock(&r->mu);
+        sf_sleep_ms(5);
+        pthread_mutex_lock(&r->mu);
+    }
+    ok = r->started >= n;
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
+static void recorder_open_gate(struct recorder *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->gate_open = true;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void count_drop(void *ctx, struct proc_task *pt)
+{
+    atomic_fetch_add((atomic_int *)ctx, 1);
+    free(pt);
 }
 
 START_TEST(test_lanes_order_and_parallelism)
@@ -109,6 +149,7 @@ START_TEST(test_lanes_order_and_parallelism)
     ck_assert(!r->overlap); /* never two tasks of one lane at once */
     ck_assert_uint_eq(proc_lanes_pending(l), 0);
     proc_lanes_free(l, rec_drop, NULL);
+    pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -119,23 +160,24 @@ START_TEST(test_lanes_parallel_across_lanes)
     struct recorder *r = recorder_new();
     struct proc_lanes *l = NULL;
     struct sf_err err;
-    int64_t t0;
 
     ck_assert_int_eq(proc_lanes_new(4, 4, 100, rec_handle, r, &l, &err), SF_OK);
-    t0 = sf_mono_ms();
     for (unsigned i = 0; i < 4; i++) {
         struct rec_task *t = calloc(1, sizeof(*t));
 
         t->lane = i;
         t->seq = 1;
-        t->sleep_ms = 200;
+        t->gated = true;
         ck_assert_int_eq(proc_lanes_submit(l, i, &t->base, -1), SF_OK);
     }
-    ck_assert_int_eq(proc_lanes_drain(l, 5000), SF_OK);
-    /* four lanes, four workers: the four sleeps overlap */
-    ck_assert_int_lt(sf_mono_ms() - t0, 700);
-    ck_assert_int_ge(atomic_load(&r->max_parallel), 3);
+    /* four lanes, four workers: all four run at once (none can finish before the gate opens) */
+    ck_assert(recorder_wait_started(r, 4));
+    ck_assert_int_eq(atomic_load(&r->max_parallel), 4);
+    recorder_open_gate(r);
+    ck_assert_int_eq(proc_lanes_drain(l, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&r->done), 4);
     proc_lanes_free(l, rec_drop, NULL);
+    pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -147,25 +189,34 @@ START_TEST(test_lanes_backpressure_and_free)
     struct proc_lanes *l = NULL;
     struct sf_err err;
     struct rec_task *t;
+    atomic_int dropped;
 
+    atomic_init(&dropped, 0);
     ck_assert_int_eq(proc_lanes_new(1, 1, 2, rec_handle, r, &l, &err), SF_OK);
-    /* one slow task runs, two wait: the queue (limit 2) is then full */
+    /*
+     * One task runs (held at the gate, however slow the machine), two wait:
+     * the queue (limit 2) is then full for as long as the test needs it.
+     */
     for (unsigned i = 1; i <= 3; i++) {
         t = calloc(1, sizeof(*t));
         t->seq = i;
-        t->sleep_ms = 300;
+        t->gated = true;
         ck_assert_int_eq(proc_lanes_submit(l, 0, &t->base, -1), SF_OK);
         if (i == 1)
-            sf_sleep_ms(50); /* let the worker take it */
+            ck_assert(recorder_wait_started(r, 1)); /* the worker holds it: queue empty */
     }
     t = calloc(1, sizeof(*t));
     t->seq = 4;
     ck_assert_int_eq(proc_lanes_submit(l, 0, &t->base, 50), SF_ETIMEOUT);
     free(t);
     ck_assert_int_eq(proc_lanes_drain(l, 10), SF_ETIMEOUT);
+    ck_assert_uint_eq(proc_lanes_pending(l), 3);
     /* free with queued tasks hands them to drop (no leak: ASan checks) */
-    proc_lanes_free(l, rec_drop, NULL);
-    ck_assert_int_ge(atomic_load(&r->done), 1);
+    recorder_open_gate(r);
+    proc_lanes_free(l, count_drop, &dropped);
+    ck_assert_int_ge(atomic_load(&r->done), 1); /* the running one finished */
+    ck_assert_int_eq(atomic_load(&r->done) + atomic_load(&dropped), 3);
+    pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mu);
     free(r);
     ck_assert_int_eq(proc_lanes_new(0, 1, 1, rec_handle, NULL, &l, &err), SF_EINVAL);
