@@ -6,7 +6,6 @@
 #include "common/sf_base.h"
 
 #include <ftw.h>
-#include <getopt.h>
 
 #include "common/sf_log.h"
 #include "common/sf_parse.h"
@@ -14,6 +13,7 @@
 #include "config/cfg.h"
 #include "demo/proc_demo.h"
 #include "processor/proc_embed.h"
+#include "processor/proc_opt.h"
 #include "processor/proc_service.h"
 #include "processor/proc_setup.h"
 
@@ -47,13 +47,6 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 
 int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"orders", required_argument, NULL, 'n'},
-                                         {"data", required_argument, NULL, 'd'},
-                                         {"keep", no_argument, NULL, 'k'},
-                                         {"timeout", required_argument, NULL, 't'},
-                                         {"seed", required_argument, NULL, 's'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     struct proc_demo_opts dopt = {.orders = 200};
     struct proc_demo_report *rep = NULL;
     struct cfg_diags *diags = NULL;
@@ -66,50 +59,22 @@ int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, volatile 
     char tmpdir[] = "/tmp/sagafeed-demo-XXXXXX";
     const char *data = NULL;
     bool keep = false, temp = false;
-    int64_t timeout_ms = 120000, t0, deadline;
-    int c, status = 1;
+    int64_t timeout_ms = 120000, orders = 200, seed = 0, t0, deadline;
+    const struct proc_opt opts[] = {PROC_OPT_INT("orders", &orders, 1, 1000000),
+                                    PROC_OPT_STRING("data", 0, &data),
+                                    PROC_OPT_FLAG("keep", 0, &keep),
+                                    PROC_OPT_DURATION("timeout", &timeout_ms),
+                                    PROC_OPT_INT("seed", &seed, 1, INT64_MAX),
+                                    PROC_OPT_END};
+    int status;
     size_t total = 0, settled = 0;
 
-    SF_UNUSED(self);
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        int64_t v;
-
-        switch (c) {
-        case 'n':
-            if (sf_parse_i64(optarg, 1, 1000000, &v) != SF_OK) {
-                (void)fprintf(stderr, "sagafeed demo: --orders wants 1..1000000\n");
-                return 2;
-            }
-            dopt.orders = (unsigned)v;
-            break;
-        case 'd':
-            data = optarg;
-            break;
-        case 'k':
-            keep = true;
-            break;
-        case 't':
-            if (sf_parse_duration_ms(optarg, &timeout_ms) != SF_OK) {
-                (void)fprintf(stderr, "sagafeed demo: bad --timeout '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 's':
-            if (sf_parse_i64(optarg, 1, INT64_MAX, &v) != SF_OK) {
-                (void)fprintf(stderr, "sagafeed demo: bad --seed '%s'\n", optarg);
-                return 2;
-            }
-            dopt.seed = (uint64_t)v;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_DEMO, 0);
-        default:
-            return proc_cli_usage(USAGE_DEMO, 2);
-        }
-    }
-    if (optind != argc) {
-        return proc_cli_usage(USAGE_DEMO, 2);
-    }
+    status = proc_opt_parse(self->name, USAGE_DEMO, opts, 1, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
+    status = 1;
+    dopt.orders = (unsigned)orders;
+    dopt.seed = (uint64_t)seed;
     sf_err_clear(&err);
     diags = calloc(1, sizeof(*diags));
     rep = calloc(1, sizeof(*rep));

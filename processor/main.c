@@ -8,7 +8,6 @@
  */
 #include "common/sf_base.h"
 
-#include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include "demo/proc_demo.h"
 #include "processor/proc_embed.h"
 #include "processor/proc_ops.h"
+#include "processor/proc_opt.h"
 #include "processor/proc_service.h"
 
 #define SAGAFEED_VERSION SF_VERSION /* project(VERSION) in CMakeLists.txt */
@@ -182,65 +182,27 @@ static void log_stats(struct proc_service *s, const char *what)
 
 static int cmd_run(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
-                                         {"instance", required_argument, NULL, 'i'},
-                                         {"log-level", required_argument, NULL, 'l'},
-                                         {"log-text", no_argument, NULL, 't'},
-                                         {"drain-timeout", required_argument, NULL, 'd'},
-                                         {"http", required_argument, NULL, 'H'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     const char *path = NULL, *instance = NULL, *level = NULL, *http = NULL;
     struct proc_ops *ops = NULL;
     bool text = false;
     int64_t drain_ms = 10000, last_stats;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_STRING("instance", 0, &instance),
+                                    PROC_OPT_LEVEL("log-level", &level),
+                                    PROC_OPT_FLAG("log-text", 0, &text),
+                                    PROC_OPT_DURATION("drain-timeout", &drain_ms),
+                                    PROC_OPT_STRING("http", 0, &http),
+                                    PROC_OPT_END};
     struct cfg *cfg = NULL;
     struct proc_service *svc = NULL;
     struct proc_service_opts so = {0};
     struct sf_err err;
-    int c, status;
+    int status;
 
     SF_UNUSED(stop);
-    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'i':
-            instance = optarg;
-            break;
-        case 'l':
-            level = optarg;
-            break;
-        case 't':
-            text = true;
-            break;
-        case 'd':
-            if (sf_parse_duration_ms(optarg, &drain_ms) != SF_OK) {
-                (void)fprintf(stderr, "sagafeed run: bad --drain-timeout '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'H':
-            http = optarg;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_RUN, 0);
-        default:
-            return proc_cli_usage(USAGE_RUN, 2);
-        }
-    }
-    if (path == NULL || optind != argc) {
-        return proc_cli_usage(USAGE_RUN, 2);
-    }
-    if (level != NULL) {
-        enum sf_log_level l;
-
-        if (!sf_log_level_parse(level, &l)) {
-            (void)fprintf(stderr, "sagafeed run: bad --log-level '%s'\n", level);
-            return 2;
-        }
-    }
+    status = proc_opt_parse(self->name, USAGE_RUN, opts, 1, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
     status = proc_cli_setup(self, path, &cfg, &(struct cosmos_client *){NULL});
     if (status != 0)
         return status;
@@ -309,38 +271,38 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, volatile 
 static int cmd_check(const struct proc_cmd *self, int argc, char **argv,
                      volatile sig_atomic_t *stop)
 {
+    const struct proc_opt opts[] = {PROC_OPT_END}; /* FILE only */
     struct cfg_diags *d;
     struct cfg *cfg = NULL;
     struct sf_err err;
+    const char *path;
     size_t steps = 0;
-    int status = 0;
+    int next, status;
 
-    SF_UNUSED(self);
     SF_UNUSED(stop);
-    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        return proc_cli_usage(USAGE_CHECK, 0);
-    }
-    if (argc != 2) {
-        return proc_cli_usage(USAGE_CHECK, 2);
-    }
+    status = proc_opt_parse(self->name, USAGE_CHECK, opts, 1, 1, argc, argv, &next);
+    if (status != PROC_OPT_GO)
+        return status;
+    status = 0;
+    path = argv[next];
     d = calloc(1, sizeof(*d));
     if (d == NULL)
         return 2;
     sf_err_clear(&err);
-    if (cfg_load(argv[1], &cfg, d, &err) != SF_OK || proc_check_config(cfg, d, &err) != SF_OK) {
+    if (cfg_load(path, &cfg, d, &err) != SF_OK || proc_check_config(cfg, d, &err) != SF_OK) {
         for (size_t i = 0; i < d->n; i++)
             (void)fprintf(stderr, "%s\n", d->msg[i]);
         if (d->n == 0)
-            (void)fprintf(stderr, "%s: %s\n", argv[1], err.msg);
+            (void)fprintf(stderr, "%s: %s\n", path, err.msg);
         if (d->dropped > 0)
             (void)fprintf(stderr, "... and %zu more\n", d->dropped);
         status = 1;
     } else {
         for (size_t i = 0; i < cfg->n_workflows; i++)
             steps += cfg->workflows[i].n_steps;
-        (void)printf("%s: OK (%zu workflow%s, %zu step%s, %zu plugin%s)\n", argv[1],
-                     cfg->n_workflows, cfg->n_workflows == 1 ? "" : "s", steps,
-                     steps == 1 ? "" : "s", cfg->n_plugins, cfg->n_plugins == 1 ? "" : "s");
+        (void)printf("%s: OK (%zu workflow%s, %zu step%s, %zu plugin%s)\n", path, cfg->n_workflows,
+                     cfg->n_workflows == 1 ? "" : "s", steps, steps == 1 ? "" : "s", cfg->n_plugins,
+                     cfg->n_plugins == 1 ? "" : "s");
     }
     cfg_free(cfg);
     free(d);
@@ -354,40 +316,22 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv,
 static int cmd_parked(const struct proc_cmd *self, int argc, char **argv,
                       volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
-                                         {"key", required_argument, NULL, 'k'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const char *const verbs[] = {"list", "replay", NULL};
     const char *path = NULL, *key = NULL, *verb;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_STRING("key", 0, &key), PROC_OPT_END};
     struct cfg *cfg = NULL;
     struct cosmos_client *cli = NULL;
     struct sf_err err;
-    int c, status;
+    int status;
 
     SF_UNUSED(stop);
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        return proc_cli_usage(USAGE_PARKED, argc < 2 ? 2 : 0);
-    }
+    if ((status = proc_opt_verb(USAGE_PARKED, argc, argv, verbs)) != PROC_OPT_GO)
+        return status;
     verb = argv[1];
-    optind = 2;
-    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'k':
-            key = optarg;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_PARKED, 0);
-        default:
-            return proc_cli_usage(USAGE_PARKED, 2);
-        }
-    }
-    if (path == NULL || optind != argc ||
-        (strcmp(verb, "list") != 0 && strcmp(verb, "replay") != 0)) {
-        return proc_cli_usage(USAGE_PARKED, 2);
-    }
+    status = proc_opt_parse(self->name, USAGE_PARKED, opts, 2, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
     /* Not proc_cli_setup: a missing endpoint has parked's own message (and exit status 1). */
     status = proc_cli_load(self->name, path, &cfg);
     if (status != 0)
@@ -517,7 +461,6 @@ int main(int argc, char **argv)
             continue;
         if (c->stoppable)
             install_signals();
-        optind = 1;
         return c->run(c, argc - 1, argv + 1, &g_stop);
     }
     (void)fprintf(stderr, "sagafeed: unknown command '%s'\n\n", argv[1]);

@@ -3,7 +3,6 @@
  */
 #include "common/sf_base.h"
 
-#include <getopt.h>
 #include <unistd.h>
 
 #include "common/sf_json.h"
@@ -14,6 +13,7 @@
 #include "common/sf_log.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_control.h"
+#include "processor/proc_opt.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
@@ -128,13 +128,6 @@ int proc_cli_load(const char *cmd, const char *path, struct cfg **ret)
     return status;
 }
 
-/* A client for cfg's account. The operator commands need a real endpoint. */
-int proc_cli_usage(const char *usage, int status)
-{
-    (void)fputs(usage, status == 0 ? stdout : stderr);
-    return status;
-}
-
 int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
 {
     struct cosmos_options co;
@@ -202,10 +195,6 @@ static void whoami(char *out, size_t size)
 
 int proc_cli_status(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     const bool lag_only = strcmp(self->name, "lag") == 0;
     const char *usage = lag_only ? USAGE_LAG : USAGE_STATUS, *cmd = argv[0], *path = NULL;
     struct proc_fleet_view *v = NULL;
@@ -213,29 +202,14 @@ int proc_cli_status(const struct proc_cmd *self, int argc, char **argv, volatile
     struct cfg *cfg = NULL;
     struct sf_err err;
     bool json = false;
-    int c, status;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
+    int status;
 
     SF_UNUSED(stop);
-    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'j':
-            json = true;
-            break;
-        case 'h':
-            (void)fputs(usage, stdout);
-            return 0;
-        default:
-            (void)fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (path == NULL || optind != argc) {
-        (void)fputs(usage, stderr);
-        return 2;
-    }
+    status = proc_opt_parse(self->name, usage, opts, 1, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
     if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
@@ -270,41 +244,24 @@ out:
 
 int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
-                                         {"reason", required_argument, NULL, 'r'},
-                                         {"by", required_argument, NULL, 'b'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     const bool paused = strcmp(self->name, "pause") == 0;
     const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_STRING("reason", 0, &reason),
+                                    PROC_OPT_STRING("by", 0, &by), PROC_OPT_END};
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct proc_control ctl;
     struct sf_err err;
     char me[384];
-    int c, status;
+    int status;
 
     SF_UNUSED(stop);
-    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'r':
-            reason = optarg;
-            break;
-        case 'b':
-            by = optarg;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_PAUSE, 0);
-        default:
-            return proc_cli_usage(USAGE_PAUSE, 2);
-        }
-    }
-    if (path == NULL || optind != argc || (!paused && reason != NULL)) {
-        return proc_cli_usage(USAGE_PAUSE, 2);
-    }
+    status = proc_opt_parse(self->name, USAGE_PAUSE, opts, 1, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
+    if (!paused && reason != NULL) /* resume takes no reason */
+        return proc_opt_usage(USAGE_PAUSE, 2);
     if (reason != NULL && strlen(reason) > 200) {
         (void)fprintf(stderr, "sagafeed %s: --reason is limited to 200 bytes\n", cmd);
         return 2;
@@ -397,75 +354,32 @@ static void print_replay_summary(const struct proc_replay_opts *o,
 
 int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
-                                         {"from", required_argument, NULL, 'f'},
-                                         {"to", required_argument, NULL, 't'},
-                                         {"range", required_argument, NULL, 'r'},
-                                         {"partition-key", required_argument, NULL, 'k'},
-                                         {"workflow", required_argument, NULL, 'w'},
-                                         {"dry-run", no_argument, NULL, 'n'},
-                                         {"instance", required_argument, NULL, 'i'},
-                                         {"log-level", required_argument, NULL, 'l'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     const char *path = NULL, *from = NULL, *to = NULL, *key = NULL, *level = "warn";
     struct proc_replay_opts ro = {0};
+    const struct proc_opt opts[] = {
+        PROC_OPT_REQUIRED("config", 'c', &path),   PROC_OPT_REQUIRED("from", 0, &from),
+        PROC_OPT_REQUIRED("to", 0, &to),           PROC_OPT_STRING("range", 0, &ro.range),
+        PROC_OPT_STRING("partition-key", 0, &key), PROC_OPT_STRING("workflow", 0, &ro.workflow),
+        PROC_OPT_FLAG("dry-run", 0, &ro.dry_run),  PROC_OPT_STRING("instance", 0, &ro.instance),
+        PROC_OPT_LEVEL("log-level", &level),       PROC_OPT_END};
     struct proc_replay_summary sum;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct sf_err err;
-    enum sf_log_level lvl;
+    enum sf_log_level lvl = SF_LOG_WARN;
     char *pk = NULL;
-    int c, status;
+    int status;
 
-    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'f':
-            from = optarg;
-            break;
-        case 't':
-            to = optarg;
-            break;
-        case 'r':
-            ro.range = optarg;
-            break;
-        case 'k':
-            key = optarg;
-            break;
-        case 'w':
-            ro.workflow = optarg;
-            break;
-        case 'n':
-            ro.dry_run = true;
-            break;
-        case 'i':
-            ro.instance = optarg;
-            break;
-        case 'l':
-            level = optarg;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_REPLAY, 0);
-        default:
-            return proc_cli_usage(USAGE_REPLAY, 2);
-        }
-    }
-    if (path == NULL || from == NULL || to == NULL || optind != argc) {
-        return proc_cli_usage(USAGE_REPLAY, 2);
-    }
+    status = proc_opt_parse(self->name, USAGE_REPLAY, opts, 1, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
     sf_err_clear(&err);
     if (proc_bound_parse(from, false, &ro.from, &err) != SF_OK ||
         proc_bound_parse(to, true, &ro.to, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed replay: %s\n", err.msg);
         return 2;
     }
-    if (!sf_log_level_parse(level, &lvl)) {
-        (void)fprintf(stderr, "sagafeed replay: bad --log-level '%s'\n", level);
-        return 2;
-    }
+    (void)sf_log_level_parse(level, &lvl); /* checked by proc_opt_parse */
     if (key != NULL && (status = pk_arg(key, &pk)) != 0)
         return status;
     sf_log_set_level(lvl);
@@ -502,47 +416,25 @@ out:
 
 int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
-                                         {"workflow", required_argument, NULL, 'w'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const char *const verbs[] = {"show", NULL};
     const char *path = NULL, *workflow = NULL, *id;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct sf_err err;
     json_t *v = NULL;
     bool json = false, found = false;
-    int c, status;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_STRING("workflow", 0, &workflow),
+                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
+    int next, status;
 
-    if (argc < 2 || strcmp(argv[1], "show") != 0) {
-        bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
-
-        return proc_cli_usage(USAGE_SAGA, help ? 0 : 2);
-    }
-    optind = 2;
     SF_UNUSED(stop);
-    while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'w':
-            workflow = optarg;
-            break;
-        case 'j':
-            json = true;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_SAGA, 0);
-        default:
-            return proc_cli_usage(USAGE_SAGA, 2);
-        }
-    }
-    if (path == NULL || optind != argc - 1) {
-        return proc_cli_usage(USAGE_SAGA, 2);
-    }
-    id = argv[optind];
+    if ((status = proc_opt_verb(USAGE_SAGA, argc, argv, verbs)) != PROC_OPT_GO)
+        return status;
+    status = proc_opt_parse(self->name, USAGE_SAGA, opts, 2, 1, argc, argv, &next);
+    if (status != PROC_OPT_GO)
+        return status;
+    id = argv[next];
     if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
@@ -616,58 +508,32 @@ static int leases_import(struct cosmos_client *cli, const struct cfg *cfg, const
 
 int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
 {
-    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
-                                         {"output", required_argument, NULL, 'o'},
-                                         {"to-time", required_argument, NULL, 't'},
-                                         {"container", required_argument, NULL, 'C'},
-                                         {"range", required_argument, NULL, 'r'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const char *const verbs[] = {"export", "import", "reset", NULL};
     const char *path = NULL, *out_path = NULL, *to = NULL, *verb;
     struct proc_reset_opts ro = {0};
+    const struct proc_opt opts[] = {
+        PROC_OPT_REQUIRED("config", 'c', &path), PROC_OPT_STRING("output", 'o', &out_path),
+        PROC_OPT_STRING("to-time", 0, &to),      PROC_OPT_STRING("container", 0, &ro.container),
+        PROC_OPT_STRING("range", 0, &ro.range),  PROC_OPT_END};
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct sf_err err;
-    int c, status;
+    int next, status, nargs;
 
-    if (argc < 2 || (strcmp(argv[1], "export") != 0 && strcmp(argv[1], "import") != 0 &&
-                     strcmp(argv[1], "reset") != 0)) {
-        bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
-
-        return proc_cli_usage(USAGE_LEASES, help ? 0 : 2);
-    }
-    verb = argv[1];
-    optind = 2;
     SF_UNUSED(stop);
-    while ((c = getopt_long(argc, argv, "c:o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'o':
-            out_path = optarg;
-            break;
-        case 't':
-            to = optarg;
-            break;
-        case 'C':
-            ro.container = optarg;
-            break;
-        case 'r':
-            ro.range = optarg;
-            break;
-        case 'h':
-            return proc_cli_usage(USAGE_LEASES, 0);
-        default:
-            return proc_cli_usage(USAGE_LEASES, 2);
-        }
-    }
-    /* Each verb takes its own options only. */
-    if (path == NULL || (strcmp(verb, "export") == 0 && (optind != argc || to != NULL)) ||
-        (strcmp(verb, "import") == 0 && (optind != argc - 1 || to != NULL || out_path != NULL)) ||
-        (strcmp(verb, "reset") == 0 && (optind != argc || to == NULL || out_path != NULL)) ||
+    if ((status = proc_opt_verb(USAGE_LEASES, argc, argv, verbs)) != PROC_OPT_GO)
+        return status;
+    verb = argv[1];
+    status = proc_opt_parse(self->name, USAGE_LEASES, opts, 2, -1, argc, argv, &next);
+    if (status != PROC_OPT_GO)
+        return status;
+    nargs = argc - next;
+    /* Each verb takes its own options only: import one operand (IN), the others none. */
+    if ((strcmp(verb, "export") == 0 && (nargs != 0 || to != NULL)) ||
+        (strcmp(verb, "import") == 0 && (nargs != 1 || to != NULL || out_path != NULL)) ||
+        (strcmp(verb, "reset") == 0 && (nargs != 0 || to == NULL || out_path != NULL)) ||
         (strcmp(verb, "reset") != 0 && (ro.container != NULL || ro.range != NULL))) {
-        return proc_cli_usage(USAGE_LEASES, 2);
+        return proc_opt_usage(USAGE_LEASES, 2);
     }
     if (to != NULL) {
         if (strcmp(to, "now") == 0) {
@@ -689,7 +555,7 @@ int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, volatile
     if (strcmp(verb, "export") == 0) {
         status = leases_export(cli, cfg, out_path);
     } else if (strcmp(verb, "import") == 0) {
-        status = leases_import(cli, cfg, argv[optind]);
+        status = leases_import(cli, cfg, argv[next]);
     } else {
         size_t n = 0;
 

@@ -69,7 +69,4 @@ int proc_cli_load(const char *cmd, const char *path, struct cfg **ret);
  */
 int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret);
 
-/* Prints a command's usage (stdout for status 0, asked for; stderr otherwise); returns status. */
-int proc_cli_usage(const char *usage, int status);
-
 #endif
