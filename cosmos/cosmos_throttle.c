@@ -52,7 +52,7 @@ struct cosmos_throttle {
     char **cap_names;
     double *cap_rus;
     size_t n_caps;
-    struct entry *e;
+    struct entry *e; /* max + n_caps slots: capped containers always find one */
     size_t n, max;
 };
 
@@ -117,7 +117,7 @@ enum sf_rc cosmos_throttle_new(const struct cosmos_throughput_opts *o, struct co
     t->all.rate = o->max_ru_per_second;
     t->all.tokens = t->all.rate;
     t->all.at_ms = INT64_MIN;
-    t->e = calloc(t->max, sizeof(*t->e));
+    t->e = calloc(t->max + o->n_caps, sizeof(*t->e));
     t->cap_names = calloc(o->n_caps + 1, sizeof(*t->cap_names));
     t->cap_rus = calloc(o->n_caps + 1, sizeof(*t->cap_rus));
     if (t->e == NULL || t->cap_names == NULL || t->cap_rus == NULL) {
@@ -250,7 +250,28 @@ static double ring_rate(const struct entry *e, int64_t now_ms)
  * Containers
  */
 
-/* e's entry for coll, created when new; NULL when the table is full. */
+/* Whether container coll (its id: the part after "/colls/") has a cap of its own. */
+static bool capped(const struct cosmos_throttle *t, const char *coll, size_t len)
+{
+    const char *id = NULL;
+    size_t id_len;
+
+    for (size_t i = 0; i + 7 <= len; i++)
+        if (memcmp(coll + i, "/colls/", 7) == 0)
+            id = coll + i + 7;
+    if (id == NULL)
+        return false;
+    id_len = len - (size_t)(id - coll);
+    for (size_t i = 0; i < t->n_caps; i++)
+        if (strlen(t->cap_names[i]) == id_len && memcmp(t->cap_names[i], id, id_len) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * e's entry for coll, created when new; NULL when the table is full (past
+ * max_containers only a capped container gets one: a cap is never escaped).
+ */
 static struct entry *entry_of(struct cosmos_throttle *t, const char *coll, size_t len, bool create)
 {
     struct entry *e;
@@ -259,7 +280,7 @@ static struct entry *entry_of(struct cosmos_throttle *t, const char *coll, size_
     for (size_t i = 0; i < t->n; i++)
         if (t->e[i].link_len == len && memcmp(t->e[i].link, coll, len) == 0)
             return &t->e[i];
-    if (!create || t->n == t->max)
+    if (!create || t->n >= t->max + t->n_caps || (t->n >= t->max && !capped(t, coll, len)))
         return NULL;
     e = &t->e[t->n];
     memset(e, 0, sizeof(*e));

@@ -135,6 +135,28 @@ START_TEST(test_cap_enforced_within_tolerance_over_a_window)
 }
 END_TEST
 
+/* Past max_containers new containers go unmetered, but a capped one still gets its cap. */
+START_TEST(test_full_table_never_escapes_a_cap)
+{
+    static const char *const names[] = {"products"};
+    static const double rus[] = {50};
+    struct cosmos_throughput_opts o = {
+        .cap_names = names, .cap_rus = rus, .n_caps = 1, .max_containers = 2};
+    struct cosmos_throttle *t = new_throttle(&o);
+    struct cosmos_throughput_stat st[8];
+    int went = 0;
+
+    ck_assert_int_eq(attempt(t, "dbs/shop/colls/a", 0, 200, 0, -1, 1), 0);
+    ck_assert_int_eq(attempt(t, "dbs/shop/colls/b", 0, 200, 0, -1, 1), 0);
+    ck_assert_int_eq(attempt(t, "dbs/shop/colls/c", 0, 200, 0, -1, 1), 0);
+    while (attempt(t, PRODUCTS, 0, 200, 0, -1, 10) == 0)
+        went++;
+    ck_assert_int_le(went, 6);
+    ck_assert_uint_eq(cosmos_throttle_stats(t, st, 8), 3); /* a, b and products */
+    cosmos_throttle_free(t);
+}
+END_TEST
+
 START_TEST(test_container_cap_leaves_other_containers_alone)
 {
     static const char *const names[] = {"products"};
@@ -454,6 +476,7 @@ static Suite *throttle_suite(void)
     tcase_add_test(t, test_cap_bucket_refills_at_its_rate);
     tcase_add_test(t, test_cap_enforced_within_tolerance_over_a_window);
     tcase_add_test(t, test_container_cap_leaves_other_containers_alone);
+    tcase_add_test(t, test_full_table_never_escapes_a_cap);
     suite_add_tcase(s, t);
     t = tcase_create("adapt");
     tcase_set_timeout(t, 60);
