@@ -35,6 +35,7 @@ struct entry {
     int64_t last_raise_ms;
     int64_t pressed_ms; /* when the learnt bucket last refused an attempt */
     double bad;         /* the rate that last met a 3200 (probing slows near it) */
+    int64_t first_ms;   /* when the entry was made: the spend window starts no earlier */
     double est[COSMOS_OPK_N];
     double ring[RING];
     int64_t ring_slot[RING];
@@ -238,12 +239,16 @@ static void ring_add(struct entry *e, int64_t now_ms, double ru)
 static double ring_rate(const struct entry *e, int64_t now_ms)
 {
     int64_t slot = now_ms / SLOT_MS, first = slot - COSMOS_THROTTLE_WINDOW_MS / SLOT_MS + 1;
+    int64_t covered = now_ms - first * SLOT_MS + 1;
     double sum = 0;
 
     for (size_t i = 0; i < RING; i++)
         if (e->ring_slot[i] >= first && e->ring_slot[i] <= slot)
             sum += e->ring[i];
-    return sum * 1000.0 / (double)(now_ms - first * SLOT_MS + 1);
+    /* A container first used less than a window ago spent that over less time. */
+    if (e->first_ms != INT64_MIN && now_ms - e->first_ms + 1 < covered)
+        covered = SF_MAX(now_ms - e->first_ms + 1, SLOT_MS);
+    return sum * 1000.0 / (double)covered;
 }
 
 /* ---------------------------------------------------------------------------
@@ -298,6 +303,7 @@ static struct entry *entry_of(struct cosmos_throttle *t, const char *coll, size_
             e->cap.at_ms = INT64_MIN;
         }
     e->learnt.at_ms = INT64_MIN;
+    e->first_ms = INT64_MIN;
     e->last_cut_ms = INT64_MIN / 2;
     e->last_raise_ms = INT64_MIN / 2;
     e->pressed_ms = INT64_MIN / 2;
@@ -311,22 +317,27 @@ static struct entry *entry_of(struct cosmos_throttle *t, const char *coll, size_
 
 /*
  * Probing: once a cut has held, a learnt rate that demand presses against
- * (its bucket refused an attempt in the last second) grows by one step per
- * second; a rate nobody presses against stays, so an idle spell does not
- * end in a storm when the load comes back.
+ * (its bucket refused an attempt in the last second) grows once a second:
+ * by COSMOS_THROTTLE_PROBE / 5 near the rate that last met a 3200 (a few
+ * seconds of care where the limit was), else by COSMOS_THROTTLE_PROBE. A rate nobody presses
+ * against stays, so an idle spell does not end in a storm when the load comes back.
  */
 static void probe(struct entry *e, int64_t now_ms)
 {
+    double far;
+
     if (e->learnt.rate <= 0 || now_ms - e->last_cut_ms < COSMOS_THROTTLE_PROBE_HOLD_MS ||
         now_ms - e->last_raise_ms < 1000)
         return;
-    if (now_ms - e->pressed_ms <= 1000)
-        e->learnt.rate *=
-            e->bad <= 0 || e->learnt.rate * (1 + COSMOS_THROTTLE_PROBE) < e->bad * 0.97
-                ? 1 + COSMOS_THROTTLE_PROBE
-                : 1 + COSMOS_THROTTLE_PROBE / 5;
-    /* Past the old limit without a 3200: the service has more now, probe at full speed. */
-    if (e->learnt.rate > e->bad * 1.03)
+    if (now_ms - e->pressed_ms <= 1000) {
+        if (e->bad <= 0 || e->learnt.rate * (1 + COSMOS_THROTTLE_PROBE) < e->bad * 0.97)
+            far = COSMOS_THROTTLE_PROBE;
+        else
+            far = COSMOS_THROTTLE_PROBE / 5; /* close to where the last 3200 came */
+        e->learnt.rate *= 1 + far;
+    }
+    /* Past the old limit without a 3200: the service has more now. */
+    if (e->bad > 0 && e->learnt.rate > e->bad * 1.03)
         e->bad = 0;
     e->last_raise_ms = now_ms;
 }
@@ -352,6 +363,8 @@ int64_t cosmos_throttle_admit(struct cosmos_throttle *t, const char *coll, size_
     bucket_refill(&t->all, now_ms);
     wait = bucket_wait(&t->all);
     if (e != NULL) {
+        if (e->first_ms == INT64_MIN)
+            e->first_ms = now_ms;
         probe(e, now_ms);
         bucket_refill(&e->cap, now_ms);
         bucket_refill(&e->learnt, now_ms);
