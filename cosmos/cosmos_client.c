@@ -652,10 +652,12 @@ static int64_t cosmos_pace_before(struct cosmos_client *cli, const struct cosmos
                                   size_t coll_len, struct cosmos_throttle_ticket *tk)
 {
     enum cosmos_op_kind kind = cosmos_req_kind(req);
+    const char *range = cosmos_req_header_get(req, "x-ms-documentdb-partitionkeyrangeid");
+    const char *pk = cosmos_req_header_get(req, "x-ms-documentdb-partitionkey");
     int64_t t0 = cli->clock.now_ms(cli->clock.ctx), now = t0, w;
 
-    while ((w = cosmos_throttle_admit(cli->throttle, req->link.data, coll_len, kind, now, tk)) >
-           0) {
+    while ((w = cosmos_throttle_admit(cli->throttle, req->link.data, coll_len, range, pk, kind, now,
+                                      tk)) > 0) {
         int64_t step = SF_MIN(w, 100);
 
         cli->clock.sleep_ms(cli->clock.ctx, step);
@@ -666,13 +668,21 @@ static int64_t cosmos_pace_before(struct cosmos_client *cli, const struct cosmos
     return now - t0;
 }
 
-/* The attempt of tk ended: pays its charge and learns from a 429/3200. */
+/*
+ * The attempt of tk ended: pays its charge and learns from a 429/3200. The
+ * range it came from is the id of a one-range session token ("0:-1#57").
+ */
 static void cosmos_pace_after(struct cosmos_client *cli, const struct cosmos_throttle_ticket *tk,
                               enum cosmos_net net, const struct cosmos_response *resp)
 {
+    const char *tok = resp->session_token.data;
+    size_t len = net == COSMOS_NET_OK && tok != NULL ? resp->session_token.len : 0;
+    const char *colon = len > 0 ? memchr(tok, ':', len) : NULL;
+    size_t range_len = colon != NULL && memchr(tok, ',', len) == NULL ? (size_t)(colon - tok) : 0;
+
     cosmos_throttle_settle(cli->throttle, tk, net == COSMOS_NET_OK ? resp->status : 0,
-                           resp->substatus, resp->retry_after_ms, resp->request_charge,
-                           cli->clock.now_ms(cli->clock.ctx));
+                           resp->substatus, resp->retry_after_ms, resp->request_charge, tok,
+                           range_len, cli->clock.now_ms(cli->clock.ctx));
 }
 
 struct cosmos_session *cosmos_client_session(struct cosmos_client *cli)

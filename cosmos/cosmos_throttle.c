@@ -24,21 +24,39 @@ struct bucket {
     int64_t at_ms;
 };
 
-struct entry {
-    char *link; /* "dbs/<db>/colls/<c>" */
-    size_t link_len;
-    const char *id; /* the container id inside link */
-    struct bucket cap;
+/*
+ * Pacing of one partition key range of a container: what a 3200 from that
+ * range teaches and pauses. Pace 0 of every container takes the attempts
+ * whose range is not known (yet).
+ */
+struct pace {
+    char range[COSMOS_THROTTLE_RANGE_ID_MAX + 1];
     struct bucket learnt;
     int64_t pause_until_ms;
     int64_t last_cut_ms;
     int64_t last_raise_ms;
     int64_t pressed_ms; /* when the learnt bucket last refused an attempt */
     double bad;         /* the rate that last met a 3200 (probing slows near it) */
-    int64_t first_ms;   /* when the entry was made: the spend window starts no earlier */
-    double est[COSMOS_OPK_N];
+    int64_t first_ms;   /* first attempt: the spend window starts no earlier */
     double ring[RING];
     int64_t ring_slot[RING];
+};
+
+/* Which range a partition key was last answered from (a cache: a miss paces on pace 0). */
+struct pk_slot {
+    uint64_t hash;
+    uint16_t pace; /* its index + 1; 0: empty */
+};
+
+struct entry {
+    char *link; /* "dbs/<db>/colls/<c>" */
+    size_t link_len;
+    const char *id; /* the container id inside link */
+    struct bucket cap;
+    struct pace *paces; /* paces[0]: range unknown */
+    size_t n_paces, cap_paces;
+    struct pk_slot *pk; /* COSMOS_THROTTLE_PK_SLOTS, made on first use */
+    double est[COSMOS_OPK_N];
     uint64_t attempts, throttled, throttled_3200;
     double charge;
     int64_t waited_ms;
@@ -168,8 +186,11 @@ void cosmos_throttle_free(struct cosmos_throttle *t)
 {
     if (t == NULL)
         return;
-    for (size_t i = 0; i < t->n; i++)
+    for (size_t i = 0; i < t->n; i++) {
         free(t->e[i].link);
+        free(t->e[i].paces);
+        free(t->e[i].pk);
+    }
     for (size_t i = 0; i < t->n_caps; i++)
         free(t->cap_names[i]);
     free(t->cap_names);
@@ -219,7 +240,7 @@ static void bucket_pay(struct bucket *b, double ru)
         b->tokens = b->rate;
 }
 
-static void ring_add(struct entry *e, int64_t now_ms, double ru)
+static void ring_add(struct pace *e, int64_t now_ms, double ru)
 {
     int64_t slot = now_ms / SLOT_MS;
     size_t i = (size_t)(slot % RING);
@@ -236,7 +257,7 @@ static void ring_add(struct entry *e, int64_t now_ms, double ru)
  * slots before now's and now's own up to now, divided by the time they
  * cover.
  */
-static double ring_rate(const struct entry *e, int64_t now_ms)
+static double ring_rate(const struct pace *e, int64_t now_ms)
 {
     int64_t slot = now_ms / SLOT_MS, first = slot - COSMOS_THROTTLE_WINDOW_MS / SLOT_MS + 1;
     int64_t covered = now_ms - first * SLOT_MS + 1;
@@ -254,6 +275,56 @@ static double ring_rate(const struct entry *e, int64_t now_ms)
 /* ---------------------------------------------------------------------------
  * Containers
  */
+
+/*
+ * The index of range's pace in e (range_len 0: pace 0, range unknown),
+ * created when new; past COSMOS_THROTTLE_RANGES_MAX (or on OOM) pace 0.
+ * Ranges per container are few (the service splits at tens of GB), so a
+ * scan is fine.
+ */
+static size_t pace_of(struct entry *e, const char *range, size_t range_len, bool create)
+{
+    struct pace *p;
+
+    if (range_len > COSMOS_THROTTLE_RANGE_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < e->n_paces; i++)
+        if (strlen(e->paces[i].range) == range_len &&
+            memcmp(e->paces[i].range, range, range_len) == 0)
+            return i;
+    if (!create || (e->n_paces > 0 && e->n_paces > COSMOS_THROTTLE_RANGES_MAX))
+        return 0;
+    if (e->n_paces == e->cap_paces) {
+        size_t ncap = e->cap_paces > 0 ? e->cap_paces * 2 : 4;
+        struct pace *np = realloc(e->paces, ncap * sizeof(*np));
+
+        if (np == NULL)
+            return e->n_paces > 0 ? 0 : SIZE_MAX;
+        e->paces = np;
+        e->cap_paces = ncap;
+    }
+    p = &e->paces[e->n_paces];
+    memset(p, 0, sizeof(*p));
+    memcpy(p->range, range, range_len);
+    p->learnt.at_ms = INT64_MIN;
+    p->first_ms = INT64_MIN;
+    p->last_cut_ms = INT64_MIN / 2;
+    p->last_raise_ms = INT64_MIN / 2;
+    p->pressed_ms = INT64_MIN / 2;
+    for (size_t i = 0; i < RING; i++)
+        p->ring_slot[i] = INT64_MIN;
+    return e->n_paces++;
+}
+
+/* FNV-1a of a partition key's header text. */
+static uint64_t pk_hash(const char *pk)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+
+    for (; *pk != '\0'; pk++)
+        h = (h ^ (unsigned char)*pk) * UINT64_C(0x100000001b3);
+    return h | 1; /* never 0: 0 is "no key" */
+}
 
 /* Whether container coll (its id: the part after "/colls/") has a cap of its own. */
 static bool capped(const struct cosmos_throttle *t, const char *coll, size_t len)
@@ -302,15 +373,12 @@ static struct entry *entry_of(struct cosmos_throttle *t, const char *coll, size_
             e->cap.tokens = e->cap.rate;
             e->cap.at_ms = INT64_MIN;
         }
-    e->learnt.at_ms = INT64_MIN;
-    e->first_ms = INT64_MIN;
-    e->last_cut_ms = INT64_MIN / 2;
-    e->last_raise_ms = INT64_MIN / 2;
-    e->pressed_ms = INT64_MIN / 2;
-    for (size_t i = 0; i < RING; i++)
-        e->ring_slot[i] = INT64_MIN;
     for (int k = 0; k < COSMOS_OPK_N; k++)
         e->est[k] = default_estimate((enum cosmos_op_kind)k);
+    if (pace_of(e, "", 0, true) != 0) {
+        free(e->link);
+        return NULL;
+    }
     t->n++;
     return e;
 }
@@ -319,10 +387,11 @@ static struct entry *entry_of(struct cosmos_throttle *t, const char *coll, size_
  * Probing: once a cut has held, a learnt rate that demand presses against
  * (its bucket refused an attempt in the last second) grows once a second:
  * by COSMOS_THROTTLE_PROBE / 5 near the rate that last met a 3200 (a few
- * seconds of care where the limit was), else by COSMOS_THROTTLE_PROBE. A rate nobody presses
- * against stays, so an idle spell does not end in a storm when the load comes back.
+ * seconds of care where the limit was), else by COSMOS_THROTTLE_PROBE. A
+ * rate nobody presses against stays, so an idle spell does not end in a
+ * storm when the load comes back.
  */
-static void probe(struct entry *e, int64_t now_ms)
+static void probe(struct pace *e, int64_t now_ms)
 {
     double far;
 
@@ -343,10 +412,13 @@ static void probe(struct entry *e, int64_t now_ms)
 }
 
 int64_t cosmos_throttle_admit(struct cosmos_throttle *t, const char *coll, size_t coll_len,
-                              enum cosmos_op_kind kind, int64_t now_ms,
-                              struct cosmos_throttle_ticket *ret_tk)
+                              const char *range, const char *pk, enum cosmos_op_kind kind,
+                              int64_t now_ms, struct cosmos_throttle_ticket *ret_tk)
 {
     struct entry *e = NULL;
+    struct pace *p = NULL;
+    size_t pi = 0;
+    uint64_t h = 0;
     int64_t wait = 0, w;
     double est;
 
@@ -363,16 +435,25 @@ int64_t cosmos_throttle_admit(struct cosmos_throttle *t, const char *coll, size_
     bucket_refill(&t->all, now_ms);
     wait = bucket_wait(&t->all);
     if (e != NULL) {
-        if (e->first_ms == INT64_MIN)
-            e->first_ms = now_ms;
-        probe(e, now_ms);
+        /* The range: named by the request, else where its partition key was last answered. */
+        if (range != NULL && range[0] != '\0') {
+            pi = pace_of(e, range, strlen(range), true);
+        } else if (pk != NULL && pk[0] != '\0') {
+            h = pk_hash(pk);
+            if (e->pk != NULL && e->pk[h % COSMOS_THROTTLE_PK_SLOTS].hash == h)
+                pi = e->pk[h % COSMOS_THROTTLE_PK_SLOTS].pace - 1u;
+        }
+        p = &e->paces[pi];
+        if (p->first_ms == INT64_MIN)
+            p->first_ms = now_ms;
+        probe(p, now_ms);
         bucket_refill(&e->cap, now_ms);
-        bucket_refill(&e->learnt, now_ms);
-        if (e->pause_until_ms > now_ms)
-            wait = SF_MAX(wait, e->pause_until_ms - now_ms);
+        bucket_refill(&p->learnt, now_ms);
+        if (p->pause_until_ms > now_ms)
+            wait = SF_MAX(wait, p->pause_until_ms - now_ms);
         wait = SF_MAX(wait, bucket_wait(&e->cap));
-        if ((w = bucket_wait(&e->learnt)) > 0) {
-            e->pressed_ms = now_ms;
+        if ((w = bucket_wait(&p->learnt)) > 0) {
+            p->pressed_ms = now_ms;
             wait = SF_MAX(wait, w);
         }
     }
@@ -381,6 +462,8 @@ int64_t cosmos_throttle_admit(struct cosmos_throttle *t, const char *coll, size_
     est = e != NULL ? e->est[kind] : default_estimate(kind);
     memset(ret_tk, 0, sizeof(*ret_tk));
     ret_tk->slot = e != NULL ? (int)(e - t->e) : -1;
+    ret_tk->pace = (int)pi;
+    ret_tk->pk_hash = h;
     ret_tk->kind = kind;
     ret_tk->admitted_ms = now_ms;
     ret_tk->prepaid = est;
@@ -388,9 +471,9 @@ int64_t cosmos_throttle_admit(struct cosmos_throttle *t, const char *coll, size_
     bucket_pay(&t->all, est);
     if (e != NULL) {
         ret_tk->paid_cap = e->cap.rate > 0;
-        ret_tk->paid_learnt = e->learnt.rate > 0;
+        ret_tk->paid_learnt = p->learnt.rate > 0;
         bucket_pay(&e->cap, est);
-        bucket_pay(&e->learnt, est);
+        bucket_pay(&p->learnt, est);
     }
 out:
     pthread_mutex_unlock(&t->mu);
@@ -398,15 +481,14 @@ out:
 }
 
 /*
- * A 429/3200: pause the container for the hint, and (at most once per
- * hold) learn a rate a little below what was spent in the last second.
+ * A 429/3200 from range p: pause it for the hint, and (at most once per
+ * hold) learn a rate a little below what was spent on it in the last second.
  */
-static void on_exhausted(struct cosmos_throttle *t, struct entry *e, int64_t admitted_ms,
+static void on_exhausted(struct cosmos_throttle *t, struct pace *e, int64_t admitted_ms,
                          int64_t retry_after_ms, int64_t now_ms)
 {
     double spent, base;
 
-    e->throttled_3200++;
     if (retry_after_ms > t->max_pause_ms)
         retry_after_ms = t->max_pause_ms;
     if (now_ms + retry_after_ms > e->pause_until_ms)
@@ -438,9 +520,11 @@ static void on_exhausted(struct cosmos_throttle *t, struct entry *e, int64_t adm
 
 void cosmos_throttle_settle(struct cosmos_throttle *t, const struct cosmos_throttle_ticket *tk,
                             int status, int substatus, int64_t retry_after_ms, double charge,
-                            int64_t now_ms)
+                            const char *resp_range, size_t resp_range_len, int64_t now_ms)
 {
     struct entry *e;
+    struct pace *p;
+    size_t pi;
     double delta;
 
     if (t == NULL || tk == NULL)
@@ -456,20 +540,37 @@ void cosmos_throttle_settle(struct cosmos_throttle *t, const struct cosmos_throt
     e = &t->e[tk->slot];
     if (tk->paid_cap)
         bucket_pay(&e->cap, delta);
+    pi = (size_t)tk->pace < e->n_paces ? (size_t)tk->pace : 0;
     if (tk->paid_learnt)
-        bucket_pay(&e->learnt, delta);
+        bucket_pay(&e->paces[pi].learnt, delta);
+    /* The answer names its range: spend and 3200s belong there, and so does the key. */
+    if (resp_range_len > 0) {
+        size_t ri = pace_of(e, resp_range, resp_range_len, true);
+
+        if (ri < e->n_paces) {
+            pi = ri;
+            if (tk->pk_hash != 0 && e->pk == NULL)
+                e->pk = calloc(COSMOS_THROTTLE_PK_SLOTS, sizeof(*e->pk));
+            if (tk->pk_hash != 0 && e->pk != NULL)
+                e->pk[tk->pk_hash % COSMOS_THROTTLE_PK_SLOTS] =
+                    (struct pk_slot){tk->pk_hash, (uint16_t)(pi + 1)};
+        }
+    }
+    p = &e->paces[pi];
     e->attempts++;
     e->charge += charge;
-    ring_add(e, now_ms, charge);
+    ring_add(p, now_ms, charge);
     /* Only answers that did the work teach the estimate; a refused one costs nothing. */
     if (status >= 200 && status != 429 && charge > 0)
         e->est[tk->kind] = e->est[tk->kind] * 0.8 + charge * 0.2;
     if (status == 429) {
         e->throttled++;
-        if (substatus == 3200 && retry_after_ms > 0)
-            on_exhausted(t, e, tk->admitted_ms, retry_after_ms, now_ms);
+        if (substatus == 3200 && retry_after_ms > 0) {
+            e->throttled_3200++;
+            on_exhausted(t, p, tk->admitted_ms, retry_after_ms, now_ms);
+        }
     }
-    probe(e, now_ms);
+    probe(p, now_ms);
 out:
     pthread_mutex_unlock(&t->mu);
 }
@@ -504,7 +605,9 @@ size_t cosmos_throttle_stats(struct cosmos_throttle *t, struct cosmos_throughput
         s->throttled = e->throttled;
         s->throttled_3200 = e->throttled_3200;
         s->charge = e->charge;
-        s->learnt_rus = e->learnt.rate;
+        s->learnt_rus = 0;
+        for (size_t i = 0; i < e->n_paces; i++)
+            s->learnt_rus += e->paces[i].learnt.rate;
         s->cap_rus = e->cap.rate;
         s->waited_s = (double)e->waited_ms / 1000.0;
     }
@@ -521,7 +624,8 @@ double cosmos_throttle_learnt(struct cosmos_throttle *t, const char *coll, size_
         return 0;
     pthread_mutex_lock(&t->mu);
     if ((e = entry_of(t, coll, coll_len, false)) != NULL)
-        r = e->learnt.rate;
+        for (size_t i = 0; i < e->n_paces; i++)
+            r += e->paces[i].learnt.rate;
     pthread_mutex_unlock(&t->mu);
     return r;
 }

@@ -20,13 +20,19 @@
  * - Adaptation (without a cap, or under it): the service answers 429 with
  *   sub-status 3200 and x-ms-retry-after-ms when a range has spent its
  *   share of the provisioned RU/s. Such an answer
- *     1. stops every new attempt on that container until the retry-after
- *        has passed (the burst in flight is what makes the 429 share, not
- *        the one request that got the answer), and
- *     2. at most once per COSMOS_THROTTLE_CUT_HOLD_MS, sets the container's
+ *     1. stops every new attempt on that range until the retry-after has
+ *        passed (the burst in flight is what makes the 429 share, not the
+ *        one request that got the answer), and
+ *     2. at most once per COSMOS_THROTTLE_CUT_HOLD_MS, sets the range's
  *        learnt rate a little below (COSMOS_THROTTLE_CUT) the RU actually
  *        spent on it in the last second, never below the floor, and empties
  *        that bucket so the end of the pause is not a new burst.
+ *   Pacing is per partition key range, as the service's budgets are: a
+ *   change-feed page of one range is a burst into that range, and pacing
+ *   the whole container to its hottest range would leave the others idle.
+ *   A request names its range (x-ms-documentdb-partitionkeyrangeid) or is
+ *   found by its partition key, remembered from the range id of the
+ *   session token its last answer carried; unknown ones share a pace.
  *   After a cut the rate holds for COSMOS_THROTTLE_PROBE_HOLD_MS, then grows
  *   by COSMOS_THROTTLE_PROBE (a fraction of itself) per second while
  *   demand presses against it (additive-increase, multiplicative-decrease on
@@ -60,6 +66,9 @@
 #define COSMOS_THROTTLE_WINDOW_MS      1000 /* the spend a cut is measured from */
 #define COSMOS_THROTTLE_CONTAINERS_MAX 4096 /* highest max_containers */
 #define COSMOS_THROTTLE_CONTAINERS_DEF 256  /* default max_containers */
+#define COSMOS_THROTTLE_RANGES_MAX     256  /* ranges paced apart per container */
+#define COSMOS_THROTTLE_RANGE_ID_MAX   31   /* bytes of a range id paced apart */
+#define COSMOS_THROTTLE_PK_SLOTS       4096 /* partition keys whose range is remembered */
 
 struct cosmos_throttle;
 
@@ -78,34 +87,41 @@ void cosmos_throttle_free(struct cosmos_throttle *t);
 /* What an admitted attempt pre-paid, for its settle. Plain data. */
 struct cosmos_throttle_ticket {
     int slot;         /* the container's entry, -1: none (outside a container, or table full) */
+    int pace;         /* the range it was paced on (0: range unknown) */
+    uint64_t pk_hash; /* its partition key's hash, 0: none */
     double prepaid;   /* the estimate paid at admission */
     bool paid_all;    /* the overall cap's bucket was charged */
     bool paid_cap;    /* the container's cap bucket was charged */
-    bool paid_learnt; /* the container's learnt bucket was charged */
+    bool paid_learnt; /* the range's learnt bucket was charged */
     int64_t admitted_ms;
     enum cosmos_op_kind kind;
 };
 
 /*
  * May an attempt of kind on container coll (the link "dbs/<db>/colls/<c>",
- * coll_len bytes; coll_len 0: outside any container) start at now_ms?
+ * coll_len bytes; coll_len 0: outside any container) start at now_ms? It is
+ * paced on its partition key range: range (x-ms-documentdb-partitionkeyrangeid,
+ * NULL: none), else the range pk (x-ms-documentdb-partitionkey, NULL: none)
+ * was last answered from, else a pace of its own for unknown ranges.
  * Returns 0 when it may: *ret_tk is filled and the estimate pre-paid; every
  * admitted attempt must be settled exactly once. Otherwise returns the
  * milliseconds (>= 1) after which asking again can succeed; nothing was
  * taken and *ret_tk is untouched.
  */
 int64_t cosmos_throttle_admit(struct cosmos_throttle *t, const char *coll, size_t coll_len,
-                              enum cosmos_op_kind kind, int64_t now_ms,
-                              struct cosmos_throttle_ticket *ret_tk);
+                              const char *range, const char *pk, enum cosmos_op_kind kind,
+                              int64_t now_ms, struct cosmos_throttle_ticket *ret_tk);
 
 /*
  * The attempt of tk ended at now_ms: HTTP status (0: no response),
- * substatus, x-ms-retry-after-ms (-1: none) and x-ms-request-charge. Pays
+ * substatus, x-ms-retry-after-ms (-1: none), x-ms-request-charge and the
+ * range the answer came from (resp_range_len bytes, the range id of its
+ * x-ms-session-token; 0: unknown), which the key is remembered under. Pays
  * the charge, learns from a 429/3200 (above) and counts the attempt.
  */
 void cosmos_throttle_settle(struct cosmos_throttle *t, const struct cosmos_throttle_ticket *tk,
                             int status, int substatus, int64_t retry_after_ms, double charge,
-                            int64_t now_ms);
+                            const char *resp_range, size_t resp_range_len, int64_t now_ms);
 
 /*
  * Notes that an attempt waited waited_ms in admission (statistics only);

@@ -31,10 +31,10 @@ static int64_t attempt(struct cosmos_throttle *t, const char *coll, int64_t now,
                        int substatus, int64_t retry_after, double charge)
 {
     struct cosmos_throttle_ticket tk;
-    int64_t w = cosmos_throttle_admit(t, coll, LEN(coll), COSMOS_OPK_PATCH, now, &tk);
+    int64_t w = cosmos_throttle_admit(t, coll, LEN(coll), NULL, NULL, COSMOS_OPK_PATCH, now, &tk);
 
     if (w == 0)
-        cosmos_throttle_settle(t, &tk, status, substatus, retry_after, charge, now);
+        cosmos_throttle_settle(t, &tk, status, substatus, retry_after, charge, NULL, 0, now);
     return w;
 }
 
@@ -183,10 +183,12 @@ START_TEST(test_3200_stops_every_attempt_for_its_retry_after)
     struct cosmos_throughput_stat st[4];
     int64_t w;
 
-    ck_assert_int_eq(cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), COSMOS_OPK_BATCH, 0, &a), 0);
-    ck_assert_int_eq(cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), COSMOS_OPK_BATCH, 0, &b), 0);
-    cosmos_throttle_settle(t, &a, 200, 0, -1, 20, 5);
-    cosmos_throttle_settle(t, &b, 429, 3200, 300, 0, 10);
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, NULL, COSMOS_OPK_BATCH, 0, &a), 0);
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, NULL, COSMOS_OPK_BATCH, 0, &b), 0);
+    cosmos_throttle_settle(t, &a, 200, 0, -1, 20, NULL, 0, 5);
+    cosmos_throttle_settle(t, &b, 429, 3200, 300, 0, NULL, 0, 10);
     /* Everyone waits (another thread, another kind), until 10 + 300 ms. */
     w = attempt(t, ORDERS, 11, 200, 0, -1, 1);
     ck_assert_int_ge(w, 299);
@@ -203,6 +205,41 @@ START_TEST(test_3200_stops_every_attempt_for_its_retry_after)
     ck_assert_int_le(w, 1000);
     ck_assert_int_gt(w, 0);
     ck_assert_uint_eq(stat_of(t, "orders", st, 4)->throttled_3200, 1);
+    cosmos_throttle_free(t);
+}
+END_TEST
+
+/*
+ * Pacing is per range: a 3200 from range 1 pauses range 1 (named by the
+ * request, or found by a partition key its answers came from), not range 2.
+ */
+START_TEST(test_3200_pauses_its_range_only)
+{
+    struct cosmos_throttle *t = new_throttle(NULL);
+    struct cosmos_throttle_ticket a, b;
+
+    /* key "k1" is answered from range 1: remembered */
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, "[\"k1\"]", COSMOS_OPK_PATCH, 0, &a),
+        0);
+    cosmos_throttle_settle(t, &a, 200, 0, -1, 30, "1", 1, 1);
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), "1", NULL, COSMOS_OPK_CHANGEFEED, 2, &b), 0);
+    cosmos_throttle_settle(t, &b, 429, 3200, 200, 0, NULL, 0, 3);
+    /* range 1 waits, by its id or by the key; range 2 and unknown keys go on */
+    ck_assert_int_gt(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), "1", NULL, COSMOS_OPK_CHANGEFEED, 4, &a),
+        150);
+    ck_assert_int_gt(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, "[\"k1\"]", COSMOS_OPK_PATCH, 4, &a),
+        150);
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), "2", NULL, COSMOS_OPK_CHANGEFEED, 4, &a), 0);
+    cosmos_throttle_settle(t, &a, 200, 0, -1, 2, "2", 1, 5);
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, "[\"k9\"]", COSMOS_OPK_PATCH, 5, &a),
+        0);
+    cosmos_throttle_settle(t, &a, 200, 0, -1, 2, NULL, 0, 6);
     cosmos_throttle_free(t);
 }
 END_TEST
@@ -253,14 +290,15 @@ START_TEST(test_3200_learns_a_rate_just_below_the_spend)
     for (int64_t now = 1000; now < 2000; now += 25)
         ck_assert_int_eq(attempt(t, ORDERS, now, 200, 0, -1, 10), 0);
     for (int i = 0; i < 10; i++)
-        ck_assert_int_eq(
-            cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), COSMOS_OPK_PATCH, 2000, &burst[i]), 0);
-    cosmos_throttle_settle(t, &burst[0], 429, 3200, 10, 0, 2000);
+        ck_assert_int_eq(cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, NULL, COSMOS_OPK_PATCH,
+                                               2000, &burst[i]),
+                         0);
+    cosmos_throttle_settle(t, &burst[0], 429, 3200, 10, 0, NULL, 0, 2000);
     r = cosmos_throttle_learnt(t, ORDERS, LEN(ORDERS));
     ck_assert_double_eq_tol(r, 400 * COSMOS_THROTTLE_CUT, 400 * 0.01);
     /* The rest of the burst that was in flight cuts no further. */
     for (int i = 1; i < 10; i++)
-        cosmos_throttle_settle(t, &burst[i], 429, 3200, 10, 0, 2001);
+        cosmos_throttle_settle(t, &burst[i], 429, 3200, 10, 0, NULL, 0, 2001);
     ck_assert_double_eq(cosmos_throttle_learnt(t, ORDERS, LEN(ORDERS)), r);
     cosmos_throttle_free(t);
 }
@@ -369,14 +407,14 @@ static void simulate(struct cosmos_throttle *t, int64_t t0, double rate, int wor
                 bool refused = w[i].retry >= 0;
 
                 cosmos_throttle_settle(t, &w[i].tk, refused ? 429 : 200, refused ? 3200 : 0,
-                                       w[i].retry, refused ? 0 : charge, now);
+                                       w[i].retry, refused ? 0 : charge, NULL, 0, now);
                 w[i].done = 0;
                 /* the retry loop waits the hint itself before the next attempt */
                 w[i].next = now + (refused ? w[i].retry : 0);
             }
             if (w[i].done == 0 && now >= w[i].next) {
-                int64_t wait =
-                    cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), COSMOS_OPK_PATCH, now, &w[i].tk);
+                int64_t wait = cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, NULL,
+                                                     COSMOS_OPK_PATCH, now, &w[i].tk);
 
                 if (wait > 0) {
                     w[i].next = now + SF_MIN(wait, 100);
@@ -481,6 +519,7 @@ static Suite *throttle_suite(void)
     t = tcase_create("adapt");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, test_3200_stops_every_attempt_for_its_retry_after);
+    tcase_add_test(t, test_3200_pauses_its_range_only);
     tcase_add_test(t, test_non_3200_429s_do_not_shrink_the_learnt_rate);
     tcase_add_test(t, test_3200_learns_a_rate_just_below_the_spend);
     tcase_add_test(t, test_3200_before_any_spend_teaches_nothing);
