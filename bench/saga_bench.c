@@ -845,7 +845,10 @@ static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, s
         double maxin = metric_sum(sp->metrics, "sagafeed_items_in_flight_max ");
         double limit = metric_sum(sp->metrics, "sagafeed_concurrency_limit ");
         double threads = metric_sum(sp->metrics, "sagafeed_worker_threads ");
-
+        /* throughput control's counters (cosmos_throttle.h), summed over the containers */
+        double att = metric_sum(sp->metrics, "sagafeed_cosmos_attempts_total{");
+        double t429 = metric_sum(sp->metrics, "sagafeed_cosmos_throttled_total{");
+        double t3200 = metric_sum(sp->metrics, "sagafeed_cosmos_ru_exhausted_total{");
         char of[48] = "";
 
         if (g_o.throughput > 0)
@@ -853,6 +856,8 @@ static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, s
         (void)printf("  RU: %.0f RU/s spent%s, %.0f client retries; items: at most %.0f in flight, "
                      "limit at the end %.0f, %.0f worker threads\n",
                      ru / secs, of, thr, maxin, limit, threads);
+        (void)printf("  429s: %.2f%% of %.0f attempts (%.0f of them 429/3200)\n",
+                     att > 0 ? t429 * 100 / att : 0.0, att, t3200);
         g_ru_per_s = ru / secs;
     }
     cpu->sagafeed = cpu_seconds(sp->pid);

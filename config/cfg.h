@@ -117,6 +117,20 @@ struct cfg_processor {
     int64_t http_idle_timeout_ms;    /* keep-alive idle timeout (default 10s) */
     int64_t start_timeout_ms;        /* how long `run` waits out a throttled or unreachable
                                         Cosmos DB at start; 0: until stopped (the default) */
+    /* RU/s this process may spend over all containers (x-ms-request-charge); 0: no cap */
+    int64_t max_ru_per_second;
+};
+
+/*
+ * `containers = ( { name = "products"; max_ru_per_second = 200; }, ... )`:
+ * settings of one container, whichever workflows, steps or relays use it.
+ */
+#define CFG_CONTAINERS_MAX 64
+struct cfg_container {
+    const char *name;
+    int64_t max_ru_per_second; /* this container's own RU/s cap; 0: none */
+    const char *file;
+    int line;
 };
 
 struct cfg_plugin {
@@ -247,6 +261,12 @@ struct cfg {
     struct cfg_embedded embedded;
     struct cfg_feed feed;
     struct cfg_processor processor;
+    struct cfg_container containers[CFG_CONTAINERS_MAX];
+    size_t n_containers;
+    /* The containers with a cap, as cosmos_throughput_opts takes them (names borrowed). */
+    const char *ru_cap_names[CFG_CONTAINERS_MAX];
+    double ru_caps[CFG_CONTAINERS_MAX];
+    size_t n_ru_caps;
     struct cfg_plugin plugins[CFG_PLUGINS_MAX];
     size_t n_plugins;
     struct cfg_workflow *workflows;

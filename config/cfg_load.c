@@ -550,6 +550,7 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                                        "http_max_connections",
                                        "http_request_timeout",
                                        "http_idle_timeout",
+                                       "max_ru_per_second",
                                        NULL};
     struct cfg_processor *p = &ld->cfg->processor;
     const config_setting_t *g = get_group(ld, root, "processor");
@@ -593,6 +594,7 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     p->http_max_connections = (unsigned)v;
     get_duration(ld, g, "http_request_timeout", 1000, 3600000, 5000, &p->http_request_timeout_ms);
     get_duration(ld, g, "http_idle_timeout", 1000, 86400000, 10000, &p->http_idle_timeout_ms);
+    get_int(ld, g, "max_ru_per_second", 0, 100000000, 0, &p->max_ru_per_second);
     if (g == NULL)
         return;
     check_keys(ld, g, keys);
@@ -624,6 +626,60 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
         strcmp(p->log_level, "warn") != 0 && strcmp(p->log_level, "error") != 0)
         diag(ld, config_setting_get_member(g, "log_level"),
              "processor.log_level '%s' must be debug, info, warn or error", p->log_level);
+}
+
+/* containers = ( { name = "products"; max_ru_per_second = 200; }, ... ) */
+static void load_containers(struct loader *ld, const config_setting_t *root)
+{
+    static const char *const keys[] = {"name", "max_ru_per_second", NULL};
+    const config_setting_t *l = config_setting_get_member(root, "containers");
+    struct cfg *cfg = ld->cfg;
+    int n;
+
+    if (l == NULL)
+        return;
+    if (!config_setting_is_list(l)) {
+        diag(ld, l,
+             "containers must be a list ( { name = \"...\"; max_ru_per_second = N; }, ... )");
+        return;
+    }
+    n = config_setting_length(l);
+    if (n > CFG_CONTAINERS_MAX) {
+        diag(ld, l, "containers: %d entries, at most %d", n, CFG_CONTAINERS_MAX);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        struct cfg_container *c = &cfg->containers[cfg->n_containers];
+
+        if (!config_setting_is_group(e)) {
+            diag(ld, e, "containers[%d] must be a group { name = \"...\"; ... }", i);
+            continue;
+        }
+        memset(c, 0, sizeof(*c));
+        c->file = src_file(ld, e);
+        c->line = src_line(e);
+        check_keys(ld, e, keys);
+        get_str(ld, e, "name", true, NULL, &c->name);
+        check_name(ld, e, "name", c->name);
+        get_int(ld, e, "max_ru_per_second", 1, 100000000, 0, &c->max_ru_per_second);
+        if (c->name == NULL)
+            continue;
+        for (size_t j = 0; j < cfg->n_containers; j++)
+            if (strcmp(cfg->containers[j].name, c->name) == 0) {
+                diag(ld, e, "containers: '%s' is given twice (first at line %d)", c->name,
+                     cfg->containers[j].line);
+                c = NULL;
+                break;
+            }
+        if (c == NULL)
+            continue;
+        cfg->n_containers++;
+        if (c->max_ru_per_second > 0) {
+            cfg->ru_cap_names[cfg->n_ru_caps] = c->name;
+            cfg->ru_caps[cfg->n_ru_caps++] = (double)c->max_ru_per_second;
+        }
+    }
 }
 
 static void load_plugins(struct loader *ld, const config_setting_t *root)
@@ -1321,8 +1377,9 @@ void cfg_free(struct cfg *cfg)
 
 static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
 {
-    static const char *const top_keys[] = {"cosmos",  "embedded",  "feed",  "processor",
-                                           "plugins", "workflows", "kafka", NULL};
+    static const char *const top_keys[] = {"cosmos",    "embedded",   "feed",
+                                           "processor", "containers", "plugins",
+                                           "workflows", "kafka",      NULL};
     struct cfg_priv *priv = cfg->priv;
     struct cfg_diags local;
     struct loader ld = {.cfg = cfg, .diags = diags != NULL ? diags : &local, .name = priv->name};
@@ -1339,6 +1396,7 @@ static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct s
     load_embedded(&ld, root);
     load_feed(&ld, root);
     load_processor(&ld, root);
+    load_containers(&ld, root);
     load_plugins(&ld, root);
     load_workflows(&ld, root);
     load_kafka(&ld, root);

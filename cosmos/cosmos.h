@@ -92,6 +92,37 @@ struct cosmos_retry_policy {
 };
 
 /*
+ * Throughput control (cosmos_throttle.h, docs/architecture.md): what the
+ * client may spend in request units per second. Caps are hard token buckets
+ * paid from x-ms-request-charge; without a cap the client still learns each
+ * container's sustainable rate from 429/3200 answers and paces itself to it.
+ * Caps count this client only (one process), not a fleet.
+ */
+struct cosmos_throughput_opts {
+    double max_ru_per_second;     /* over all containers; 0: no cap */
+    const char *const *cap_names; /* n_caps container ids with a cap of their own */
+    const double *cap_rus;        /* their caps (RU/s, > 0) */
+    size_t n_caps;
+    double floor_ru_per_second; /* a learnt rate never goes below [10] */
+    size_t max_containers;      /* containers metered separately [256], at most 4096 */
+    bool no_adapt;              /* do not learn from 429/3200 (caps only) */
+    /* longest pause a 429/3200's retry-after imposes [retry.throttle_wait_cap_ms] */
+    int64_t max_pause_ms;
+};
+
+/* One container's figures (cosmos_client_throughput_stats). */
+struct cosmos_throughput_stat {
+    char container[COSMOS_NAME_MAX + 1];
+    uint64_t attempts;       /* HTTP attempts that got an answer or failed */
+    uint64_t throttled;      /* of them 429s, any sub-status */
+    uint64_t throttled_3200; /* of them 429/3200 with a retry-after: RU exhaustion */
+    double charge;           /* RU charged */
+    double learnt_rus;       /* the learnt rate, 0: none yet */
+    double cap_rus;          /* its own cap, 0: none */
+    double waited_s;         /* time attempts spent waiting for budget */
+};
+
+/*
  * Client options. Strings are copied by cosmos_client_new. Exactly one of
  * key, key_env and key_file names the base64 account key.
  */
@@ -129,6 +160,7 @@ struct cosmos_options {
     size_t n_preferred_regions;           /* at most COSMOS_REGIONS_MAX */
     bool read_from_preferred;
     int64_t account_refresh_ms; /* [60000] */
+    struct cosmos_throughput_opts throughput;
 };
 
 #define COSMOS_REGIONS_MAX     16 /* regions an account may list; preferred names */
@@ -202,6 +234,14 @@ uint64_t cosmos_client_retries(struct cosmos_client *cli);
  * the library: a counter, never reset.
  */
 uint64_t cosmos_thread_retries(void);
+
+/*
+ * Copies up to max containers' throughput figures (attempts, 429s, charge,
+ * learnt rate, cap, waits) into out, in the order first seen; returns how
+ * many. Any thread.
+ */
+size_t cosmos_client_throughput_stats(struct cosmos_client *cli, struct cosmos_throughput_stat *out,
+                                      size_t max);
 
 /* ---------------------------------------------------------------------------
  * Transient failures: the one classifier

@@ -22,6 +22,7 @@
 #include "common/sf_time.h"
 #include "common/sf_url.h"
 #include "cosmos/cosmos_int.h"
+#include "cosmos/cosmos_throttle.h"
 
 #define COSMOS_KEY_FILE_MAX   4096
 #define COSMOS_ENDPOINT_MAX   COSMOS_ROUTE_ENDPOINT_MAX
@@ -67,8 +68,9 @@ struct cosmos_client {
     uint64_t seed_base;
 
     struct cosmos_pkr_cache *pkr_cache;
-    struct cosmos_session *session; /* latest session token per container and range */
-    struct cosmos_regions *regions; /* NULL: every request to endpoint */
+    struct cosmos_session *session;   /* latest session token per container and range */
+    struct cosmos_regions *regions;   /* NULL: every request to endpoint */
+    struct cosmos_throttle *throttle; /* RU caps and pacing (cosmos_throttle.h) */
 };
 
 /* ---------------------------------------------------------------------------
@@ -242,6 +244,15 @@ enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_cl
     rc = cosmos_regions_new(opts, &cli->regions, err);
     if (rc != SF_OK)
         goto out;
+    {
+        struct cosmos_throughput_opts to = opts->throughput;
+
+        if (to.max_pause_ms <= 0)
+            to.max_pause_ms = cli->retry.throttle_wait_cap_ms;
+        rc = cosmos_throttle_new(&to, &cli->throttle, err);
+        if (rc != SF_OK)
+            goto out;
+    }
     cli->consistency = cosmos_strdup_opt(opts->consistency_level, &oom);
     cli->pkr_cache = cosmos_pkr_cache_new();
     cli->session = cosmos_session_new(opts->max_session_ranges);
@@ -286,6 +297,7 @@ out:
             curl_global_cleanup();
         cosmos_pkr_cache_free(cli->pkr_cache);
         cosmos_regions_free(cli->regions);
+        cosmos_throttle_free(cli->throttle);
         free(cli->ca_file);
         free(cli->consistency);
         explicit_bzero(&cli->key, sizeof(cli->key));
@@ -321,6 +333,7 @@ void cosmos_client_free(struct cosmos_client *cli)
     cosmos_pkr_cache_free(cli->pkr_cache);
     cosmos_session_free(cli->session);
     cosmos_regions_free(cli->regions);
+    cosmos_throttle_free(cli->throttle);
     free(cli->ca_file);
     free(cli->consistency);
     explicit_bzero(&cli->key, sizeof(cli->key));
@@ -397,6 +410,12 @@ static void cosmos_retry_note(struct cosmos_client *cli, const struct cosmos_req
 
     atomic_fetch_add(&cli->retries[k][b], 1);
     cosmos_tls_retries++;
+}
+
+size_t cosmos_client_throughput_stats(struct cosmos_client *cli, struct cosmos_throughput_stat *out,
+                                      size_t max)
+{
+    return cosmos_throttle_stats(cli->throttle, out, max);
 }
 
 bool cosmos_client_tls_insecure(const struct cosmos_client *cli)
@@ -621,6 +640,51 @@ static enum sf_rc cosmos_fail(const struct cosmos_req *req, const struct cosmos_
                       req->link.len ? sf_buf_cstr(&req->link) : "/", net_msg, resp->attempts);
 }
 
+/*
+ * Throughput control around one attempt (cosmos_throttle.h): waits until
+ * the attempt's container (coll_len bytes of the link, 0: none) has budget
+ * and pre-pays it; returns how long that took, which the caller keeps out
+ * of the retry budget (a wait we impose on ourselves is not the service
+ * failing). Sleeps in steps of at most 100 ms so a pause another thread
+ * learns about (or its end) is seen soon.
+ */
+static int64_t cosmos_pace_before(struct cosmos_client *cli, const struct cosmos_req *req,
+                                  size_t coll_len, struct cosmos_throttle_ticket *tk)
+{
+    enum cosmos_op_kind kind = cosmos_req_kind(req);
+    const char *range = cosmos_req_header_get(req, "x-ms-documentdb-partitionkeyrangeid");
+    const char *pk = cosmos_req_header_get(req, "x-ms-documentdb-partitionkey");
+    int64_t t0 = cli->clock.now_ms(cli->clock.ctx), now = t0, w;
+
+    while ((w = cosmos_throttle_admit(cli->throttle, req->link.data, coll_len, range, pk, kind, now,
+                                      tk)) > 0) {
+        int64_t step = SF_MIN(w, 100);
+
+        cli->clock.sleep_ms(cli->clock.ctx, step);
+        /* A test clock may not move by itself: time passes at least as slept. */
+        now = SF_MAX(cli->clock.now_ms(cli->clock.ctx), now + step);
+    }
+    cosmos_throttle_waited(cli->throttle, req->link.data, coll_len, now - t0);
+    return now - t0;
+}
+
+/*
+ * The attempt of tk ended: pays its charge and learns from a 429/3200. The
+ * range it came from is the id of a one-range session token ("0:-1#57").
+ */
+static void cosmos_pace_after(struct cosmos_client *cli, const struct cosmos_throttle_ticket *tk,
+                              enum cosmos_net net, const struct cosmos_response *resp)
+{
+    const char *tok = resp->session_token.data;
+    size_t len = net == COSMOS_NET_OK && tok != NULL ? resp->session_token.len : 0;
+    const char *colon = len > 0 ? memchr(tok, ':', len) : NULL;
+    size_t range_len = colon != NULL && memchr(tok, ',', len) == NULL ? (size_t)(colon - tok) : 0;
+
+    cosmos_throttle_settle(cli->throttle, tk, net == COSMOS_NET_OK ? resp->status : 0,
+                           resp->substatus, resp->retry_after_ms, resp->request_charge, tok,
+                           range_len, cli->clock.now_ms(cli->clock.ctx));
+}
+
 struct cosmos_session *cosmos_client_session(struct cosmos_client *cli)
 {
     return cli->session;
@@ -696,8 +760,10 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
     for (;;) {
         double total = resp->total_charge;
         unsigned attempts = resp->attempts;
+        struct cosmos_throttle_ticket tk;
 
         net_msg[0] = '\0';
+        st.started_ms += cosmos_pace_before(cli, req, coll_len, &tk);
         /* Sign every attempt afresh: x-ms-date must be current. */
         cosmos_attempt_date(conn, date);
         cosmos_req_sign(req, &cli->key, date, auth);
@@ -707,6 +773,7 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         resp->attempts = attempts;
         /* The attempt: one call through the connection's transport (cosmos_int.h). */
         net = conn->ops->send(conn->state, req, date, auth, resp, net_msg, sizeof(net_msg));
+        cosmos_pace_after(cli, &tk, net, resp);
         st.attempts++;
         resp->attempts = st.attempts;
         resp->total_charge += resp->request_charge;

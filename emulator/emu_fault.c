@@ -112,6 +112,7 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
     r.probability = 1;
     r.count = -1;
     r.action.retry_after_ms = 100;
+    r.action.substatus = -1;
     while (*p) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -185,6 +186,11 @@ enum sf_rc emu_faults_add_spec(struct emu_faults *f, const char *spec, struct sf
                 return sf_err_set(err, SF_EINVAL, false,
                                   "--fault '%s': retry-after must be 0..3600000 ms", spec);
             r.action.retry_after_ms = n;
+        } else if (strcmp(key, "substatus") == 0) {
+            if (sf_parse_i64(val, 0, 65535, &n) != SF_OK)
+                return sf_err_set(err, SF_EINVAL, false, "--fault '%s': substatus must be 0..65535",
+                                  spec);
+            r.action.substatus = (int)n;
         } else if (strcmp(key, "when") == 0) {
             if (strcmp(val, "after") == 0)
                 r.action.after = true;
@@ -229,6 +235,7 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
     r->probability = 1;
     r->count = -1;
     r->action.retry_after_ms = 100;
+    r->action.substatus = -1;
     if (!json_is_object(j))
         return sf_err_set(err, SF_EINVAL, false, "%s: must be an object", where);
     json_object_foreach((json_t *)j, key, val)
@@ -291,6 +298,11 @@ static enum sf_rc rule_from_json(const json_t *j, int idx, struct fault_rule *r,
             if (!json_is_integer(val) || json_integer_value(val) < 0)
                 return sf_err_set(err, SF_EINVAL, false, "%s.retryAfterMs: must be >= 0", where);
             r->action.retry_after_ms = json_integer_value(val);
+        } else if (strcmp(key, "substatus") == 0) {
+            if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+                json_integer_value(val) > 65535)
+                return sf_err_set(err, SF_EINVAL, false, "%s.substatus: must be 0..65535", where);
+            r->action.substatus = (int)json_integer_value(val);
         } else if (strcmp(key, "when") == 0) {
             const char *s = json_string_value(val);
             if (!s || (strcmp(s, "before") != 0 && strcmp(s, "after") != 0))
@@ -369,6 +381,8 @@ json_t *emu_faults_to_json(struct emu_faults *f)
         json_object_set_new(o, "probability", json_real(r->probability));
         json_object_set_new(o, "remaining", json_integer(r->count));
         json_object_set_new(o, "retryAfterMs", json_integer(r->action.retry_after_ms));
+        if (r->action.substatus >= 0)
+            json_object_set_new(o, "substatus", json_integer(r->action.substatus));
         json_object_set_new(o, "when", json_string(r->action.after ? "after" : "before"));
         json_object_set_new(o, "fired", json_integer(r->fired));
         json_array_append_new(arr, o);

@@ -52,6 +52,14 @@ struct emu_fault_action {
     bool active;
     enum emu_fault_kind kind;
     int status; /* EMU_FAULT_STATUS: 429, 449, 503, 408 */
+    /*
+     * x-ms-substatus of that status; -1: the default, which for a 429 is
+     * 3092 (the service is busy) and not 3200: an injected throttle comes
+     * at random, not from the container's RU budget, and a client that
+     * paces itself to its budget must be able to tell (the real 3200 comes
+     * from offers, --default-throughput). substatus=3200 imitates it.
+     */
+    int substatus;
     int64_t retry_after_ms;
     char retry_after_text[32]; /* sent as x-ms-retry-after-ms instead when not "" (bad hints) */
     int64_t delay_ms;          /* EMU_FAULT_DELAY (also applied before a status or drop) */
@@ -69,7 +77,7 @@ void emu_faults_free(struct emu_faults *f);
  *   status=429|449|503|408 | delay=MS | drop | stuck | lie
  *   [,op=read|write|patch|batch|query|changefeed|pkranges|meta|any[+...]]
  *   [,coll=NAME] [,p=PROBABILITY] [,count=N] [,retry-after=MS]
- *   [,retry-after-text=TEXT] [,when=before|after]
+ *   [,retry-after-text=TEXT] [,substatus=N] [,when=before|after]
  * e.g. "status=429,op=write,coll=orders,p=0.1,retry-after=50".
  * SF_EINVAL with a message naming the bad field.
  */

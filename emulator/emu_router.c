@@ -1821,13 +1821,15 @@ static void fault_status(struct route *rt, const struct emu_fault_action *fa)
 {
     int status = fa->status;
 
+    /* 3092 by default: busy at random, not this container's RU budget (emu_fault.h). */
     if (status == 429)
-        emu_response_error(rt->resp, 429, 3200,
+        emu_response_error(rt->resp, 429, fa->substatus >= 0 ? fa->substatus : 3092,
                            "Request rate is large. More Request Units may be needed, so no "
                            "changes were made. Please retry this request later. (injected "
                            "fault)");
     else
-        emu_response_error(rt->resp, status, 0, "Injected fault: %d.", status);
+        emu_response_error(rt->resp, status, fa->substatus >= 0 ? fa->substatus : 0,
+                           "Injected fault: %d.", status);
     if (status != 429 && status != 449 && status != 503)
         return;
     if (fa->retry_after_text[0] != '\0')

@@ -16,8 +16,9 @@
 #include "processor/proc_kafka.h"
 #include "processor/proc_ops.h"
 
-#define OPS_WARN_EVERY_MS 30000
-#define OPS_VERSION       SF_VERSION /* project(VERSION) in CMakeLists.txt */
+#define OPS_WARN_EVERY_MS  30000
+#define OPS_VERSION        SF_VERSION /* project(VERSION) in CMakeLists.txt */
+#define OPS_THROUGHPUT_MAX 256        /* containers listed in the throughput metrics */
 
 struct wf_count {
     const char *name; /* borrowed from the cfg */
@@ -267,6 +268,46 @@ static void metrics_cosmos_retries(struct proc_ops *ops, struct sf_buf *b)
                             st[i].op, st[i].cause, (unsigned long long)st[i].n);
 }
 
+/* Throughput control per container (cosmos_throttle.h): spend, 429s, learnt rates, caps. */
+static void metrics_throughput(struct proc_ops *ops, struct sf_buf *b)
+{
+    struct cosmos_throughput_stat *st = calloc(OPS_THROUGHPUT_MAX, sizeof(*st));
+    size_t n = st != NULL ? cosmos_client_throughput_stats(proc_service_client(ops->svc), st,
+                                                           OPS_THROUGHPUT_MAX)
+                          : 0;
+    static const struct {
+        const char *name, *type, *help;
+    } m[] = {
+        {"sagafeed_cosmos_attempts_total", "counter", "HTTP attempts on a container."},
+        {"sagafeed_cosmos_throttled_total", "counter", "Attempts answered 429, any sub-status."},
+        {"sagafeed_cosmos_ru_exhausted_total", "counter",
+         "Attempts answered 429/3200 with a retry-after: the container's RU/s were spent."},
+        {"sagafeed_cosmos_request_charge_total", "counter",
+         "Request units charged on a container (x-ms-request-charge)."},
+        {"sagafeed_cosmos_ru_learnt_per_second", "gauge",
+         "The RU/s sagafeed paces itself to on a container after 429/3200s (0: none learnt)."},
+        {"sagafeed_cosmos_ru_cap_per_second", "gauge",
+         "The container's own RU/s cap (containers[].max_ru_per_second; 0: none)."},
+        {"sagafeed_cosmos_throttle_wait_seconds_total", "counter",
+         "Time attempts waited for RU budget (caps, learnt rate, 429/3200 pauses)."},
+    };
+
+    for (size_t k = 0; k < SF_ARRAY_LEN(m); k++) {
+        help(b, m[k].name, m[k].type, m[k].help);
+        for (size_t i = 0; i < n; i++) {
+            double v[] = {
+                (double)st[i].attempts, (double)st[i].throttled, (double)st[i].throttled_3200,
+                st[i].charge,           st[i].learnt_rus,        st[i].cap_rus,
+                st[i].waited_s};
+
+            (void)sf_buf_printf(b, "%s{container=\"", m[k].name);
+            put_label(b, st[i].container);
+            (void)sf_buf_printf(b, "\"} %.3f\n", v[k]);
+        }
+    }
+    free(st);
+}
+
 static void metrics_retries(struct proc_ops *ops, struct sf_buf *b)
 {
     struct proc_dispatch *d = proc_service_dispatch(ops->svc);
@@ -287,6 +328,7 @@ static void metrics_retries(struct proc_ops *ops, struct sf_buf *b)
         free(by);
     }
     metrics_cosmos_retries(ops, b);
+    metrics_throughput(ops, b);
     help(b, "sagafeed_parked_keys", "gauge",
          "Partition keys blocked by parked items (fleet-wide, as of the last parking scan).");
     sample_u(b, "sagafeed_parked_keys", NULL, NULL, proc_dispatch_blocked_count(d));

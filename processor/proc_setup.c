@@ -30,6 +30,11 @@ void proc_setup_cosmos(const struct cfg *cfg, enum proc_client_use use, struct c
     co.n_preferred_regions = c->n_preferred_regions;
     co.read_from_preferred = c->read_from_preferred;
     co.account_refresh_ms = c->account_refresh_ms;
+    /* RU caps for every use: an operator's replay spends the same budget as the sagas. */
+    co.throughput.max_ru_per_second = (double)cfg->processor.max_ru_per_second;
+    co.throughput.cap_names = cfg->ru_cap_names;
+    co.throughput.cap_rus = cfg->ru_caps;
+    co.throughput.n_caps = cfg->n_ru_caps;
     if (use == PROC_CLIENT_SERVICE) {
         co.max_connections =
             SF_MAX(c->max_connections, cfg->processor.workers + SERVICE_SPARE_CONNS);

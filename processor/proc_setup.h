@@ -32,7 +32,8 @@ enum proc_client_use {
 
 /*
  * cosmos_options from cfg->cosmos for use: timeouts, TLS, consistency,
- * throttle-wait cap, credentials (endpoint, key_env, key_file). The strings
+ * throttle-wait cap, credentials (endpoint, key_env, key_file), and the RU
+ * caps (processor.max_ru_per_second, containers[].max_ru_per_second). The strings
  * are borrowed from cfg; a caller with other credentials (the embedded
  * cosmolite, --endpoint) overwrites endpoint/key/key_env/key_file after.
  */

@@ -108,16 +108,22 @@ test("429 on patch and batch: the SDK's retries apply an incr and a batch exactl
   assert.equal(ruleAt(await getFaults(srv), 0).fired, 2);
 });
 
-test("429 by raw HTTP: status, x-ms-retry-after-ms, substatus 3200, JSON error; nothing applied", async () => {
-  await setFaults(srv, [{ status: 429, op: "write", container: COLL, count: 1, retryAfterMs: 25 }]);
+test("429 by raw HTTP: status, x-ms-retry-after-ms, substatus 3200 when asked, JSON error; nothing applied", async () => {
+  // An injected 429 is 429/3092 (busy at random) unless the rule asks for 3200 (RU exhaustion).
+  await setFaults(srv, [{ status: 429, op: "write", container: COLL, count: 1, retryAfterMs: 25, substatus: 3200 }]);
   const r = await rawCreate({ id: "raw429", pk: "a" });
   assert.equal(r.status, 429, show(r));
   assert.equal(r.headers["x-ms-retry-after-ms"], "25", "retry-after as configured");
-  assert.equal(r.headers["x-ms-substatus"], "3200", "the service's throttle substatus");
+  assert.equal(r.headers["x-ms-substatus"], "3200", "the service's RU-exhaustion substatus");
   assert.equal(r.json?.code, "TooManyRequests", r.text);
   await assertStored("raw429", "a", false, "after a 429");
   const again = await rawCreate({ id: "raw429", pk: "a" });
   assert.equal(again.status, 201, `count 1 is used up: ${show(again)}`);
+  await setFaults(srv, [{ status: 429, op: "write", container: COLL, count: 1 }]);
+  const busy = await rawCreate({ id: "raw429-busy", pk: "a" });
+  assert.equal(busy.status, 429, show(busy));
+  assert.equal(busy.headers["x-ms-substatus"], "3092", "an injected throttle by default: busy, not RU exhaustion");
+  await assertStored("raw429-busy", "a", false, "after a 429");
 });
 
 test("503, 408 and 449 before the write: answered as configured, and nothing is applied", async () => {

@@ -89,3 +89,17 @@ if(TARGET cosmolite AND TARGET sf_processor)
     ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
   set_tests_properties(test_sagas_latency PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 480)
 endif()
+
+# End to end: throughput control against provisioned containers (every container 400 RU/s):
+# pacing to 429/3200 without a cap, and caps holding (docs/architecture.md).
+if(TARGET cosmolite AND TARGET sagafeed)
+  sf_unit_test(test_sagas_throughput
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sagas_throughput.c
+    LIBS sf_e2e
+    LABELS "sagas;integration;e2e;azure")
+  add_dependencies(test_sagas_throughput cosmolite sagafeed)
+  set_property(TEST test_sagas_throughput APPEND PROPERTY ENVIRONMENT
+    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
+    "SF_COSMOLITE_ARGS=--default-throughput 400")
+  set_tests_properties(test_sagas_throughput PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200)
+endif()

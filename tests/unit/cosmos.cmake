@@ -39,3 +39,8 @@ if(TARGET cosmolite)
     ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
   set_tests_properties(test_cosmos_regions PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+# Throughput control on a synthetic clock (caps, 429/3200 pauses, learnt rates).
+sf_unit_test(test_cosmos_throttle
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_throttle.c
+  LIBS sf_cosmos
+  LABELS cosmos)

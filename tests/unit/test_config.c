@@ -265,6 +265,16 @@ static const struct {
     {"processor = { http_max_connections = 1; };", "t.cfg:1:", "out of range"},
     {"processor = { http_request_timeout = \"100ms\"; };", "t.cfg:1:", "out of range"},
     {"plugins = [ 5 ];", "t.cfg:1:", "plugins[0]"},
+    /* throughput control: caps are RU/s, per container at the container's own line */
+    {"processor = { max_ru_per_second = -1; };", "t.cfg:1:", "max_ru_per_second = -1 is out"},
+    {"containers = { products = 1; };", "t.cfg:1:", "containers must be a list"},
+    {"containers = (\n { name = \"p\"; max_ru_per_second = 0; } );",
+     "t.cfg:2:", "max_ru_per_second = 0 is out of range"},
+    {"containers = (\n { name = \"a/b\"; } );", "t.cfg:2:", "name 'a/b' is not a valid"},
+    {"containers = (\n { max_ru_per_second = 5; } );", "t.cfg:2:", "name"},
+    {"containers = (\n { name = \"p\"; cap = 5; } );", "t.cfg:2:", "unknown key 'cap'"},
+    {"containers = ( { name = \"p\"; },\n { name = \"p\"; } );",
+     "t.cfg:2:", "'p' is given twice (first at line 1)"},
     {"embedded = { partitions = 4; };\ncosmos = { endpoint = \"http://h\"; key_env = \"K\"; };",
      "t.cfg:1:", "has no effect"},
 };
@@ -285,6 +295,35 @@ START_TEST(test_bad_settings)
 END_TEST
 
 /* Endpoints the client takes load, and so do the longest names each limit allows. */
+/* processor.max_ru_per_second and a container's own cap, both in RU/s; both off by default. */
+START_TEST(test_throughput_caps)
+{
+    char *text = with("processor = { max_ru_per_second = 1500; };\n"
+                      "containers = ( { name = \"products\"; max_ru_per_second = 200; },\n"
+                      "               { name = \"orders\"; } );");
+    struct cfg *c = load_ok(text);
+
+    ck_assert_int_eq(c->processor.max_ru_per_second, 1500);
+    ck_assert_uint_eq(c->n_containers, 2);
+    ck_assert_str_eq(c->containers[0].name, "products");
+    ck_assert_int_eq(c->containers[0].max_ru_per_second, 200);
+    ck_assert_int_eq(c->containers[0].line, 2);
+    ck_assert_str_eq(c->containers[1].name, "orders");
+    ck_assert_int_eq(c->containers[1].max_ru_per_second, 0);
+    ck_assert_uint_eq(c->n_ru_caps, 1);
+    ck_assert_str_eq(c->ru_cap_names[0], "products");
+    ck_assert_double_eq(c->ru_caps[0], 200);
+    cfg_free(c);
+    free(text);
+    text = with("");
+    c = load_ok(text);
+    ck_assert_int_eq(c->processor.max_ru_per_second, 0);
+    ck_assert_uint_eq(c->n_containers, 0);
+    cfg_free(c);
+    free(text);
+}
+END_TEST
+
 START_TEST(test_endpoint_forms_accepted)
 {
     static const char *const ok[] = {"https://acct.documents.azure.com:443/",
@@ -525,6 +564,7 @@ int main(void)
     tcase_add_test(tc, test_examples_load);
     tcase_add_test(tc, test_full_sections);
     tcase_add_test(tc, test_bad_settings);
+    tcase_add_test(tc, test_throughput_caps);
     tcase_add_test(tc, test_endpoint_forms_accepted);
     tcase_add_test(tc, test_lease_prefix_too_long_refused);
     tcase_add_test(tc, test_bad_workflows);

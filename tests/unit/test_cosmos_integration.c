@@ -764,6 +764,53 @@ START_TEST(test_fault_throttle_honoured)
 }
 END_TEST
 
+/*
+ * cosmolite's injected 429s are the service being busy (sub-status 3092),
+ * not the container's RU budget: however many come, the client learns no
+ * rate from them and keeps no pause (cosmos_throttle.h). They were 3200
+ * once, which collapsed a learnt rate to nothing under the fault suites.
+ * "substatus":3200 still imitates exhaustion when a test wants it.
+ */
+START_TEST(test_injected_429s_teach_no_rate)
+{
+    struct cosmos_retry_policy p = {.max_attempts = 20, .throttle_wait_cap_ms = 5};
+    struct cosmos_client *c = new_client(&p, 0, NULL);
+    struct cosmos_throughput_stat st[8];
+    char rules[512], body[256];
+    struct sf_err err;
+    size_t n;
+    bool seen = false;
+
+    (void)snprintf(rules, sizeof(rules),
+                   "[{\"status\":429,\"op\":\"write\",\"container\":\"%s\","
+                   "\"probability\":0.3,\"retryAfterMs\":5}]",
+                   coll);
+    set_faults(rules);
+    for (int i = 0; i < 60; i++) {
+        char id[32];
+
+        (void)snprintf(id, sizeof(id), "busy-%d", i);
+        doc_json(body, sizeof(body), id, "p", i);
+        ck_assert_msg(cosmos_doc_upsert(c, DB, coll, "[\"p\"]", body, NULL, NULL, &err) == SF_OK,
+                      "%s", err.msg);
+    }
+    set_faults(NULL);
+    n = cosmos_client_throughput_stats(c, st, SF_ARRAY_LEN(st));
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(st[i].container, coll) != 0)
+            continue;
+        seen = true;
+        ck_assert_uint_gt(st[i].throttled, 0);
+        ck_assert_uint_eq(st[i].throttled_3200, 0);
+        ck_assert_double_eq(st[i].learnt_rus, 0);
+        ck_assert_uint_ge(st[i].attempts, 60 + st[i].throttled);
+        ck_assert_double_gt(st[i].charge, 0);
+    }
+    ck_assert(seen);
+    cosmos_client_free(c);
+}
+END_TEST
+
 START_TEST(test_fault_throttle_budget)
 {
     struct cosmos_retry_policy p = {.max_attempts = 3, .throttle_wait_cap_ms = 20};
@@ -786,7 +833,7 @@ START_TEST(test_fault_throttle_budget)
     ck_assert_uint_eq(r.attempts, 3);
     ck_assert(err.retriable);
     ck_assert_int_eq(err.retry_after_ms, 10000);
-    ck_assert_int_eq(err.substatus, 3200);
+    ck_assert_int_eq(err.substatus, 3092); /* an injected 429 is not RU exhaustion */
     set_faults(NULL);
     cosmos_client_free(c);
     cosmos_response_release(&r);
@@ -1087,6 +1134,7 @@ static Suite *integration_suite(bool with_tls)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, test_fault_throttle_honoured);
     tcase_add_test(t, test_fault_throttle_budget);
+    tcase_add_test(t, test_injected_429s_teach_no_rate);
     tcase_add_test(t, test_fault_503_and_449_by_guard);
     tcase_add_test(t, test_fault_dropped_connections);
     tcase_add_test(t, test_fault_delay_timeout);

@@ -58,6 +58,9 @@ START_TEST(spec_parsing)
     ck_assert_int_eq(emu_faults_add_spec(f, "delay=5", &err), SF_OK);
     ck_assert_int_eq(emu_faults_add_spec(f, "lie,op=write+batch,coll=parked,p=0.5", &err), SF_OK);
     ck_assert_int_eq(emu_faults_add_spec(f, "status=429,retry-after-text=soon", &err), SF_OK);
+    ck_assert_int_eq(emu_faults_add_spec(f, "status=429,substatus=3200", &err), SF_OK);
+    ck_assert_int_ne(emu_faults_add_spec(f, "status=429,substatus=70000", &err), SF_OK);
+    ck_assert_ptr_nonnull(strstr(err.msg, "substatus"));
     for (size_t i = 0; i < SF_ARRAY_LEN(bad); i++) {
         sf_err_clear(&err);
         ck_assert_msg(emu_faults_add_spec(f, bad[i], &err) != SF_OK, "accepted '%s'", bad[i]);
@@ -85,6 +88,11 @@ START_TEST(lie_and_bad_hint_rules)
     emu_faults_decide(f, EMU_OP_BATCH, "orders", &a);
     ck_assert(a.active && a.kind == EMU_FAULT_STATUS && a.status == 429);
     ck_assert_str_eq(a.retry_after_text, "-5");
+    ck_assert_int_eq(a.substatus, -1); /* the router's default: 3092, not RU exhaustion */
+    emu_faults_clear(f);
+    ck_assert_int_eq(emu_faults_add_spec(f, "status=429,substatus=3200", &err), SF_OK);
+    emu_faults_decide(f, EMU_OP_BATCH, "orders", &a);
+    ck_assert(a.active && a.status == 429 && a.substatus == 3200);
     emu_faults_clear(f);
     ck_assert_int_eq(emu_faults_add_spec(f, "lie", &err), SF_OK);
     emu_faults_decide(f, EMU_OP_WRITE, "parked", &a);
