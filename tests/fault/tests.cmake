@@ -22,14 +22,10 @@ if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_processor)
   set(sf_fault_env
     "CK_DEFAULT_TIMEOUT=900;SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_BUILD_DIR=${CMAKE_BINARY_DIR}"
     "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  foreach(sf_case kill9_sagafeed kill9_cosmolite instances split merge injected lying parking_lies)
-    add_test(NAME fault_${sf_case} COMMAND test_fault_suite)
-    set_tests_properties(fault_${sf_case} PROPERTIES
-      ENVIRONMENT "${sf_fault_env};CK_RUN_CASE=${sf_case};SF_FAULT_KILL9_ORDERS_DEFAULT=10000"
-      LABELS "fault;integration"
-      SKIP_RETURN_CODE 77
-      TIMEOUT 300)
-  endforeach()
+  sf_case_tests(fault COMMAND test_fault_suite
+    CASES kill9_sagafeed kill9_cosmolite instances split merge injected lying parking_lies
+    ENV ${sf_fault_env} "SF_FAULT_KILL9_ORDERS_DEFAULT=10000"
+    LABELS "fault;integration" TIMEOUT 300)
   set_tests_properties(fault_kill9_sagafeed PROPERTIES TIMEOUT 900)
   # The cases again under 5 ms latency and 200 ms replica lag (merge: two merges and a split
   # mid-run), with fewer orders; and the merge case in containers of 400 RU/s.

@@ -7,9 +7,7 @@ if(TARGET sf_feed AND TARGET cosmolite)
   sf_unit_test(test_feed_multi
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_feed_multi.c
     LIBS sf_feed_testutil
-    LABELS "feed;integration")
-  add_dependencies(test_feed_multi cosmolite feed_worker)
-  set_property(TEST test_feed_multi APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_FEED_WORKER=$<TARGET_FILE:feed_worker>")
-  set_tests_properties(test_feed_multi PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 240)
+    LABELS "feed;integration"
+    NEEDS cosmolite ENV "SF_FEED_WORKER=$<TARGET_FILE:feed_worker>" TIMEOUT 240)
+  add_dependencies(test_feed_multi feed_worker)
 endif()

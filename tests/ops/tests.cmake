@@ -2,25 +2,11 @@
 # saga show, leases) of the sagafeed binary against cosmolite, and the
 # packaging files (docker-compose.yml and what it references).
 if(TARGET cosmolite AND TARGET sagafeed)
-  sf_unit_test(test_ops_e2e
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops_e2e.c
-    LIBS sf_e2e
-    LABELS "ops;integration;e2e")
-  add_dependencies(test_ops_e2e cosmolite sagafeed)
-  set_property(TEST test_ops_e2e APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  set_tests_properties(test_ops_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  sf_e2e_test(test_ops_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
 
   # `parked replay` with three instances: the parking container is the truth
   # about blocked keys, so a replay anywhere unblocks the key everywhere.
-  sf_unit_test(test_parked_fleet
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_parked_fleet.c
-    LIBS sf_e2e
-    LABELS "ops;integration;e2e")
-  add_dependencies(test_parked_fleet cosmolite sagafeed)
-  set_property(TEST test_parked_fleet APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  set_tests_properties(test_parked_fleet PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  sf_e2e_test(test_parked_fleet LABELS "ops;integration;e2e" TIMEOUT 300)
 endif()
 
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they
@@ -41,12 +27,6 @@ endif()
 # by --drain-timeout.
 if(TARGET cosmolite AND TARGET sagafeed)
   include(${CMAKE_CURRENT_LIST_DIR}/../outbox/kafka_support.cmake)
-  sf_unit_test(test_lifecycle_e2e
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lifecycle_e2e.c
-    LIBS sf_e2e sf_test_kafka
-    LABELS "ops;kafka;integration;e2e")
-  add_dependencies(test_lifecycle_e2e cosmolite sagafeed)
-  set_property(TEST test_lifecycle_e2e APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  set_tests_properties(test_lifecycle_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+  sf_e2e_test(test_lifecycle_e2e LIBS sf_test_kafka
+    LABELS "ops;kafka;integration;e2e" TIMEOUT 600)
 endif()

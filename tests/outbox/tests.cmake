@@ -7,11 +7,8 @@ if(TARGET sf_processor AND TARGET cosmolite)
   sf_unit_test(test_outbox_feed
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_feed.c
     LIBS sf_processor sf_test_kafka sf_test_harness Threads::Threads
-    LABELS "outbox;kafka;integration")
-  add_dependencies(test_outbox_feed cosmolite)
-  set_property(TEST test_outbox_feed APPEND PROPERTY
-    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
-  set_tests_properties(test_outbox_feed PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180)
+    LABELS "outbox;kafka;integration"
+    NEEDS cosmolite TIMEOUT 180)
 endif()
 
 # Issue 7 inside the product: the `sagafeed run` binary with a kafka section,
@@ -19,12 +16,6 @@ endif()
 # CDC, the demo without Kafka, check-config of the kafka section).
 if(TARGET sf_processor AND TARGET sagafeed AND TARGET cosmolite)
   include(${CMAKE_CURRENT_LIST_DIR}/kafka_support.cmake)
-  sf_unit_test(test_outbox_sagafeed
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_sagafeed.c
-    LIBS sf_e2e sf_test_kafka
-    LABELS "outbox;kafka;sagas;integration;e2e")
-  add_dependencies(test_outbox_sagafeed cosmolite sagafeed)
-  set_property(TEST test_outbox_sagafeed APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  set_tests_properties(test_outbox_sagafeed PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+  sf_e2e_test(test_outbox_sagafeed LIBS sf_test_kafka
+    LABELS "outbox;kafka;sagas;integration;e2e" TIMEOUT 400)
 endif()

@@ -3,14 +3,8 @@ if(TARGET cosmolite AND TARGET sf_processor)
   sf_unit_test(test_saga_cases
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_saga_cases.c
     LIBS sf_demo sf_processor sf_test_harness
-    LABELS "sagas;integration")
-  set_target_properties(test_saga_cases PROPERTIES ENABLE_EXPORTS ON)
-  target_link_options(test_saga_cases PRIVATE
-    "LINKER:--whole-archive" $<TARGET_FILE:sf_steps> $<TARGET_FILE:sf_cosmos> "LINKER:--no-whole-archive")
-  add_dependencies(test_saga_cases cosmolite sf_plugin_loyalty)
-  set_property(TEST test_saga_cases APPEND PROPERTY
-    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
-  set_tests_properties(test_saga_cases PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180)
+    LABELS "sagas;integration"
+    NEEDS cosmolite EXPORTS TIMEOUT 180)
   # Every case again under latency and lagging replicas, and in containers of 400 RU/s.
   sf_azure_test(test_saga_cases_azure COMMAND test_saga_cases COSMOLITE_ARGS "${SF_AZURE_ARGS}"
     LABELS "sagas;integration" TIMEOUT 300)
@@ -21,14 +15,7 @@ endif()
 # End to end: the sagafeed binary against cosmolite (kill -9, faults, parking,
 # the seat race, the embedded default, the demo, bad configurations).
 if(TARGET cosmolite AND TARGET sagafeed)
-  sf_unit_test(test_sagas_e2e
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sagas_e2e.c
-    LIBS sf_e2e
-    LABELS "sagas;integration;e2e")
-  add_dependencies(test_sagas_e2e cosmolite sagafeed)
-  set_property(TEST test_sagas_e2e APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  set_tests_properties(test_sagas_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+  sf_e2e_test(test_sagas_e2e LABELS "sagas;integration;e2e" TIMEOUT 400)
   # The same suite under Session consistency with lagging replicas: token-less reads see
   # old leases and miss new items, so this guards that every read carries its session.
   add_test(NAME test_sagas_e2e_replica_lag COMMAND test_sagas_e2e)
@@ -49,26 +36,12 @@ endif()
 # End to end: the travel booking workflow (delete, when, templated paths,
 # deadline) under kill -9.
 if(TARGET cosmolite AND TARGET sagafeed)
-  sf_unit_test(test_travel_e2e
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_travel_e2e.c
-    LIBS sf_e2e
-    LABELS "sagas;integration;e2e")
-  add_dependencies(test_travel_e2e cosmolite sagafeed)
-  set_property(TEST test_travel_e2e APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  set_tests_properties(test_travel_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+  sf_e2e_test(test_travel_e2e LABELS "sagas;integration;e2e" TIMEOUT 400)
 endif()
 
 # End to end: a two-region cosmolite with a failover mid-run (docs/azure-regions.md).
 if(TARGET cosmolite AND TARGET sagafeed)
-  sf_unit_test(test_regions_e2e
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_regions_e2e.c
-    LIBS sf_e2e
-    LABELS "sagas;integration;e2e;regions")
-  add_dependencies(test_regions_e2e cosmolite sagafeed)
-  set_property(TEST test_regions_e2e APPEND PROPERTY ENVIRONMENT
-    "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
-  set_tests_properties(test_regions_e2e PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 400)
+  sf_e2e_test(test_regions_e2e LABELS "sagas;integration;e2e;regions" TIMEOUT 400)
   # The failover mid-run under latency and lagging replicas (both regions get both).
   sf_azure_test(test_regions_e2e_azure COMMAND test_regions_e2e COSMOLITE_ARGS "${SF_AZURE_ARGS}"
     LABELS "sagas;integration;e2e;regions" TIMEOUT 600)
@@ -80,14 +53,8 @@ if(TARGET cosmolite AND TARGET sf_processor)
   sf_unit_test(test_sagas_latency
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sagas_latency.c
     LIBS sf_demo sf_processor sf_test_harness
-    LABELS "sagas;integration;azure")
-  set_target_properties(test_sagas_latency PROPERTIES ENABLE_EXPORTS ON)
-  target_link_options(test_sagas_latency PRIVATE
-    "LINKER:--whole-archive" $<TARGET_FILE:sf_steps> $<TARGET_FILE:sf_cosmos> "LINKER:--no-whole-archive")
-  add_dependencies(test_sagas_latency cosmolite sf_plugin_loyalty)
-  set_property(TEST test_sagas_latency APPEND PROPERTY
-    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
-  set_tests_properties(test_sagas_latency PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 480)
+    LABELS "sagas;integration;azure"
+    NEEDS cosmolite EXPORTS TIMEOUT 480)
 endif()
 
 # End to end: throughput control against provisioned containers (every container 400 RU/s):

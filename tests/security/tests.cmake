@@ -7,14 +7,9 @@ if(TARGET cosmolite AND TARGET sagafeed AND TARGET sf_test_fault_util)
   target_link_libraries(test_security PRIVATE sf_test_fault_util sf_test_harness
     PkgConfig::CHECK)
   add_dependencies(test_security cosmolite sagafeed)
-  foreach(sf_case auth secrets tls)
-    add_test(NAME security_${sf_case} COMMAND test_security)
-    set_tests_properties(security_${sf_case} PROPERTIES
-      ENVIRONMENT "CK_DEFAULT_TIMEOUT=240;CK_RUN_CASE=${sf_case};SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_BUILD_DIR=${CMAKE_BINARY_DIR};SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
-      LABELS "security;integration"
-      SKIP_RETURN_CODE 77
-      TIMEOUT 240)
-  endforeach()
+  sf_case_tests(security COMMAND test_security CASES auth secrets tls
+    ENV "CK_DEFAULT_TIMEOUT=240;SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_BUILD_DIR=${CMAKE_BINARY_DIR};SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>;SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
+    LABELS "security;integration" TIMEOUT 240)
 endif()
 
 # tests/security/test_hostile.c: idle and slow connections cannot lock

@@ -17,27 +17,16 @@ sf_unit_test(test_cosmos_client
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_client.c
   LIBS sf_cosmos
   LABELS cosmos)
-# Integration: needs the cosmolite binary; exits 77 (skipped) without it.
+# Integration: needs the cosmolite binary; exits 77 (skipped) without it. Regions: the client
+# against a two-region cosmolite (--regions, failover).
 if(TARGET cosmolite)
-  sf_unit_test(test_cosmos_integration
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_integration.c
-    LIBS sf_cosmos sf_test_harness Threads::Threads
-    LABELS "cosmos;integration")
-  add_dependencies(test_cosmos_integration cosmolite)
-  set_property(TEST test_cosmos_integration APPEND PROPERTY
-    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
-  set_tests_properties(test_cosmos_integration PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
-endif()
-# Regions: the client against a two-region cosmolite (--regions, failover).
-if(TARGET cosmolite)
-  sf_unit_test(test_cosmos_regions
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cosmos_regions.c
-    LIBS sf_cosmos sf_test_harness Threads::Threads
-    LABELS "cosmos;integration")
-  add_dependencies(test_cosmos_regions cosmolite)
-  set_property(TEST test_cosmos_regions APPEND PROPERTY
-    ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
-  set_tests_properties(test_cosmos_regions PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  foreach(t test_cosmos_integration test_cosmos_regions)
+    sf_unit_test(${t}
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
+      LIBS sf_cosmos sf_test_harness Threads::Threads
+      LABELS "cosmos;integration"
+      NEEDS cosmolite TIMEOUT 300)
+  endforeach()
 endif()
 # Throughput control on a synthetic clock (caps, 429/3200 pauses, learnt rates).
 sf_unit_test(test_cosmos_throttle

@@ -15,11 +15,8 @@ if(TARGET sf_feed)
       sf_unit_test(${t}
         SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.c
         LIBS sf_feed_testutil
-        LABELS "feed;integration")
-      add_dependencies(${t} cosmolite)
-      set_property(TEST ${t} APPEND PROPERTY
-        ENVIRONMENT "SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>")
-      set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+        LABELS "feed;integration"
+        NEEDS cosmolite TIMEOUT 120)
     endforeach()
   endif()
 endif()
