@@ -28,6 +28,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "feed/feed.h"
+#include "tests/support/check_run.h"
 #include "tests/feed/feed_testutil.h"
 #include "tests/support/harness.h"
 
@@ -491,7 +492,6 @@ int main(void)
     struct sf_err err;
     SRunner *sr;
     Suite *s;
-    TCase *t;
     int failed;
 
     if (harness_cosmolite_bin(NULL, cbin, sizeof(cbin)) == NULL || wb == NULL ||
@@ -511,12 +511,9 @@ int main(void)
         return EXIT_FAILURE;
     }
     s = suite_create("feed_multi");
-    t = tcase_create("multi");
-    tcase_set_timeout(t, 200);
-    tcase_add_test(t, three_workers_kill_one);
-    tcase_add_test(t, restart_same_name_adopts_own_leases);
-    tcase_add_test(t, three_workers_merge_and_split_mid_run);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "multi", NULL, NULL, 200,
+                  (const TTest *[]){three_workers_kill_one, restart_same_name_adopts_own_leases,
+                                    three_workers_merge_and_split_mid_run, NULL});
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);

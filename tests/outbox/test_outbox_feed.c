@@ -29,6 +29,7 @@
 #include "feed/feed.h"
 #include "outbox/outbox.h"
 #include "processor/proc_relay.h"
+#include "tests/support/check_run.h"
 #include "tests/outbox/kafka_support.h"
 #include "tests/support/harness.h"
 
@@ -627,13 +628,12 @@ END_TEST
 static Suite *feed_suite(void)
 {
     Suite *s = suite_create("outbox_feed");
-    TCase *tc = tcase_create("feed");
 
-    tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_end_to_end_checkpoint_follows_acks);
-    tcase_add_test(tc, test_kill9_between_publish_and_checkpoint_loses_nothing);
-    tcase_add_test(tc, test_cdc_mode_through_feed);
-    suite_add_tcase(s, tc);
+
+    sf_check_case(s, "feed", NULL, NULL, 90,
+                  (const TTest *[]){test_end_to_end_checkpoint_follows_acks,
+                                    test_kill9_between_publish_and_checkpoint_loses_nothing,
+                                    test_cdc_mode_through_feed, NULL});
     return s;
 }
 

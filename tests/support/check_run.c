@@ -13,3 +13,18 @@ int sf_check_run(Suite *s)
     srunner_free(sr);
     return failed == 0 ? 0 : 1;
 }
+
+TCase *sf_check_case(Suite *s, const char *name, SFun setup, SFun teardown, double timeout,
+                     const TTest *const *tests)
+{
+    TCase *tc = tcase_create(name);
+
+    if (setup != NULL || teardown != NULL)
+        tcase_add_checked_fixture(tc, setup, teardown);
+    if (timeout > 0)
+        tcase_set_timeout(tc, timeout);
+    for (; *tests != NULL; tests++)
+        tcase_add_test(tc, *tests);
+    suite_add_tcase(s, tc);
+    return tc;
+}

@@ -1,5 +1,6 @@
 /*
- * check_run.h - the one main() tail of every Check test program.
+ * check_run.h - the one main() tail of every Check test program, and the
+ * test-case table its suites are built from.
  */
 #ifndef SF_CHECK_RUN_H
 #define SF_CHECK_RUN_H
@@ -12,5 +13,15 @@
  * passed, 1 otherwise.
  */
 int sf_check_run(Suite *s);
+
+/*
+ * Adds to s the test case name: fixture setup and teardown (either may be
+ * NULL) around each test in its own process, a bound of timeout seconds
+ * per test (0: Check's default, $CK_DEFAULT_TIMEOUT), and the tests of the
+ * NULL-ended list in their order. Returns the case (s owns it) for what
+ * else a case needs (loop tests, signals).
+ */
+TCase *sf_check_case(Suite *s, const char *name, SFun setup, SFun teardown, double timeout,
+                     const TTest *const *tests);
 
 #endif

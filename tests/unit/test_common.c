@@ -11,6 +11,7 @@
 #include "common/sf_crypto.h"
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
+#include "tests/support/check_run.h"
 
 Suite *common_text_suite(void);
 Suite *common_log_suite(void);
@@ -560,15 +561,11 @@ static Suite *common_crypto_suite(void)
     tcase_add_test(tc, test_auth_key_decode_rejects);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("hash");
-    tcase_add_test(tc, test_murmur3_empty);
-    tcase_add_test(tc, test_murmur3_smhasher_verification);
-    tcase_add_test(tc, test_epk_v2_vectors);
-    tcase_add_test(tc, test_epk_v2_encoding_of_order_1);
-    tcase_add_test(tc, test_epk_v2_rejects_and_range);
-    tcase_add_test(tc, test_epk_v1_matches_sdk);
-    tcase_add_test(tc, test_epk_v2_array);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "hash", NULL, NULL, 0,
+                  (const TTest *[]){test_murmur3_empty, test_murmur3_smhasher_verification,
+                                    test_epk_v2_vectors, test_epk_v2_encoding_of_order_1,
+                                    test_epk_v2_rejects_and_range, test_epk_v1_matches_sdk,
+                                    test_epk_v2_array, NULL});
     return s;
 }
 

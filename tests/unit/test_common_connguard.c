@@ -179,12 +179,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("connguard");
-    TCase *tc = tcase_create("core");
 
-    tcase_add_test(tc, reserve_closes_the_oldest_waiting_then_idle_never_busy);
-    tcase_add_test(tc, everyone_busy_evicts_nobody);
-    tcase_add_test(tc, deadline_cuts_waiting_spares_idle_and_busy);
-    tcase_add_test(tc, bad_options_are_refused);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "core", NULL, NULL, 0,
+                  (const TTest *[]){reserve_closes_the_oldest_waiting_then_idle_never_busy,
+                                    everyone_busy_evicts_nobody,
+                                    deadline_cuts_waiting_spares_idle_and_busy,
+                                    bad_options_are_refused, NULL});
     return sf_check_run(s);
 }

@@ -13,6 +13,7 @@
 
 #include "common/sf_log.h"
 #include "common/sf_time.h"
+#include "tests/support/check_run.h"
 
 Suite *common_log_suite(void);
 
@@ -247,17 +248,13 @@ END_TEST
 Suite *common_log_suite(void)
 {
     Suite *s = suite_create("common_log");
-    TCase *tc = tcase_create("log");
 
-    tcase_add_checked_fixture(tc, log_setup, log_teardown);
-    tcase_add_test(tc, test_log_text_line);
-    tcase_add_test(tc, test_log_level_filter);
-    tcase_add_test(tc, test_log_text_one_line);
-    tcase_add_test(tc, test_log_json_escapes);
-    tcase_add_test(tc, test_log_long_message_truncated);
-    tcase_add_test(tc, test_log_threads_never_interleave);
-    tcase_add_test(tc, test_log_level_parse);
-    tcase_add_test(tc, test_log_keeps_errno);
-    suite_add_tcase(s, tc);
+
+    sf_check_case(s, "log", log_setup, log_teardown, 0,
+                  (const TTest *[]){test_log_text_line, test_log_level_filter,
+                                    test_log_text_one_line, test_log_json_escapes,
+                                    test_log_long_message_truncated,
+                                    test_log_threads_never_interleave, test_log_level_parse,
+                                    test_log_keeps_errno, NULL});
     return s;
 }

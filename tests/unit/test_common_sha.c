@@ -75,10 +75,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("sha256");
-    TCase *tc = tcase_create("core");
 
-    tcase_add_test(tc, fips_examples);
-    tcase_add_test(tc, matches_libcrypto_at_every_length);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "core", NULL, NULL, 0,
+                  (const TTest *[]){fips_examples, matches_libcrypto_at_every_length, NULL});
     return sf_check_run(s);
 }

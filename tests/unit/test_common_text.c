@@ -13,6 +13,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "common/sf_url.h"
+#include "tests/support/check_run.h"
 
 Suite *common_text_suite(void);
 
@@ -1077,18 +1078,13 @@ Suite *common_text_suite(void)
     tcase_add_test(tc, test_url_round_trip_all_bytes);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("json");
-    tcase_add_test(tc, test_json_parse);
-    tcase_add_test(tc, test_json_deep_nesting_rejected);
-    tcase_add_test(tc, test_json_text_depth_counts_brackets_outside_strings);
-    tcase_add_test(tc, test_json_parse_depth_limit_is_exact);
-    tcase_add_test(tc, test_json_dump_refuses_values_deeper_than_the_walkers_bound);
-    tcase_add_test(tc, test_json_dump);
-    tcase_add_test(tc, test_json_dump_numbers_and_escapes);
-    tcase_add_test(tc, test_json_dump_round_trips_doubles);
-    tcase_add_test(tc, test_json_dump_rejects_cycles);
-    tcase_add_test(tc, test_json_str);
-    tcase_add_test(tc, test_json_path);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "json", NULL, NULL, 0,
+                  (const TTest *[]){
+                      test_json_parse, test_json_deep_nesting_rejected,
+                      test_json_text_depth_counts_brackets_outside_strings,
+                      test_json_parse_depth_limit_is_exact,
+                      test_json_dump_refuses_values_deeper_than_the_walkers_bound, test_json_dump,
+                      test_json_dump_numbers_and_escapes, test_json_dump_round_trips_doubles,
+                      test_json_dump_rejects_cycles, test_json_str, test_json_path, NULL});
     return s;
 }

@@ -558,19 +558,13 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("config");
-    TCase *tc = tcase_create("load");
 
-    tcase_add_test(tc, test_defaults);
-    tcase_add_test(tc, test_examples_load);
-    tcase_add_test(tc, test_full_sections);
-    tcase_add_test(tc, test_bad_settings);
-    tcase_add_test(tc, test_throughput_caps);
-    tcase_add_test(tc, test_endpoint_forms_accepted);
-    tcase_add_test(tc, test_lease_prefix_too_long_refused);
-    tcase_add_test(tc, test_bad_workflows);
-    tcase_add_test(tc, test_all_problems_reported);
-    tcase_add_test(tc, test_file_errors);
-    tcase_add_test(tc, test_env_settings_blamed_on_environment);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "load", NULL, NULL, 0,
+                  (const TTest *[]){test_defaults, test_examples_load, test_full_sections,
+                                    test_bad_settings, test_throughput_caps,
+                                    test_endpoint_forms_accepted,
+                                    test_lease_prefix_too_long_refused, test_bad_workflows,
+                                    test_all_problems_reported, test_file_errors,
+                                    test_env_settings_blamed_on_environment, NULL});
     return sf_check_run(s);
 }

@@ -272,14 +272,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("config_kafka");
-    TCase *tc = tcase_create("kafka");
 
-    tcase_add_test(tc, test_absent);
-    tcase_add_test(tc, test_full_section);
-    tcase_add_test(tc, test_defaults);
-    tcase_add_test(tc, test_mistakes);
-    tcase_add_test(tc, test_wrong_shapes);
-    tcase_add_test(tc, test_seat_booking_example);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "kafka", NULL, NULL, 0,
+                  (const TTest *[]){test_absent, test_full_section, test_defaults, test_mistakes,
+                                    test_wrong_shapes, test_seat_booking_example, NULL});
     return sf_check_run(s);
 }

@@ -486,11 +486,9 @@ static Suite *http_suite(void)
     tcase_add_test(t, test_parse_caps);
     tcase_add_test(t, test_target_parse);
     suite_add_tcase(s, t);
-    t = tcase_create("conn");
-    tcase_add_test(t, test_conn_keepalive_and_stale);
-    tcase_add_test(t, test_conn_drop_before_response);
-    tcase_add_test(t, test_conn_timeout_and_refused);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "conn", NULL, NULL, 0,
+                  (const TTest *[]){test_conn_keepalive_and_stale, test_conn_drop_before_response,
+                                    test_conn_timeout_and_refused, NULL});
     return s;
 }
 

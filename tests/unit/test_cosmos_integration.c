@@ -17,6 +17,7 @@
 #include "common/sf_auth.h"
 #include "common/sf_json.h"
 #include "cosmos/cosmos_int.h"
+#include "tests/support/check_run.h"
 #include "tests/support/harness.h"
 
 #define DB "itest"
@@ -1142,10 +1143,7 @@ static Suite *integration_suite(bool with_tls)
     tcase_add_test(t, test_restart_and_refused);
     suite_add_tcase(s, t);
     if (with_tls) {
-        t = tcase_create("tls");
-        tcase_set_timeout(t, 60);
-        tcase_add_test(t, test_tls_verification);
-        suite_add_tcase(s, t);
+        sf_check_case(s, "tls", NULL, NULL, 60, (const TTest *[]){test_tls_verification, NULL});
     }
     return s;
 }

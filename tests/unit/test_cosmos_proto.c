@@ -758,15 +758,10 @@ static Suite *proto_suite(void)
     tcase_add_test(t, test_retry_policy);
     tcase_add_test(t, test_retry_defaults);
     suite_add_tcase(s, t);
-    t = tcase_create("parse");
-    tcase_add_test(t, test_cf_page_parse);
-    tcase_add_test(t, test_batch_result_parse);
-    tcase_add_test(t, test_error_body);
-    tcase_add_test(t, test_pkranges_parse);
-    tcase_add_test(t, test_pkranges_mid_split_drops_parents);
-    tcase_add_test(t, test_container_parse);
-    tcase_add_test(t, test_query_page_parse);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "parse", NULL, NULL, 0,
+                  (const TTest *[]){test_cf_page_parse, test_batch_result_parse, test_error_body,
+                                    test_pkranges_parse, test_pkranges_mid_split_drops_parents,
+                                    test_container_parse, test_query_page_parse, NULL});
     return s;
 }
 

@@ -17,6 +17,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos_int.h"
+#include "tests/support/check_run.h"
 #include "tests/support/harness.h"
 
 #define DB "rtest"
@@ -282,16 +283,14 @@ END_TEST
 static Suite *regions_suite(void)
 {
     Suite *s = suite_create("cosmos_regions");
-    TCase *t = tcase_create("regions");
 
-    tcase_add_checked_fixture(t, setup, teardown);
-    tcase_set_timeout(t, 90);
-    tcase_add_test(t, test_regions_write_after_failover_goes_to_new_write_region);
-    tcase_add_test(t, test_regions_without_discovery_write_stays_refused);
-    tcase_add_test(t, test_regions_periodic_account_read_follows_failover);
-    tcase_add_test(t, test_regions_reads_from_preferred_region_only_when_asked);
-    tcase_add_test(t, test_regions_bad_preferred_names_refused);
-    suite_add_tcase(s, t);
+
+    sf_check_case(s, "regions", setup, teardown, 90,
+                  (const TTest *[]){test_regions_write_after_failover_goes_to_new_write_region,
+                                    test_regions_without_discovery_write_stays_refused,
+                                    test_regions_periodic_account_read_follows_failover,
+                                    test_regions_reads_from_preferred_region_only_when_asked,
+                                    test_regions_bad_preferred_names_refused, NULL});
     return s;
 }
 

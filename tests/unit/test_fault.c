@@ -192,13 +192,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("fault");
-    TCase *tc = tcase_create("rules");
 
-    tcase_add_test(tc, spec_parsing);
-    tcase_add_test(tc, matching_and_counts);
-    tcase_add_test(tc, lie_and_bad_hint_rules);
-    tcase_add_test(tc, probability_is_seeded);
-    tcase_add_test(tc, json_rules_replace_atomically);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "rules", NULL, NULL, 0,
+                  (const TTest *[]){spec_parsing, matching_and_counts, lie_and_bad_hint_rules,
+                                    probability_is_seeded, json_rules_replace_atomically, NULL});
     return sf_check_run(s);
 }

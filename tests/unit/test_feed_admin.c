@@ -20,6 +20,7 @@
 #include "feed/feed_admin.h"
 #include "feed/feed_window.h"
 #include "feed/feed_int.h"
+#include "tests/support/check_run.h"
 #include "tests/feed/feed_testutil.h"
 #include "tests/support/harness.h"
 
@@ -383,19 +384,15 @@ END_TEST
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_admin");
-    TCase *t = tcase_create("admin");
 
-    tcase_add_checked_fixture(t, setup, teardown);
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, export_only_own_prefix_without_system_fields);
-    tcase_add_test(t, import_fences_owner_and_frees_lease);
-    tcase_add_test(t, import_creates_missing_and_refuses_foreign);
-    tcase_add_test(t, reset_now_then_no_lag_then_beginning);
-    tcase_add_test(t, reset_missing_lease_not_found);
-    tcase_add_test(t, lag_notices_split);
-    tcase_add_test(t, window_classify_bounds);
-    tcase_add_test(t, window_options_carry_the_bounds);
-    suite_add_tcase(s, t);
+
+    sf_check_case(s, "admin", setup, teardown, 60,
+                  (const TTest *[]){export_only_own_prefix_without_system_fields,
+                                    import_fences_owner_and_frees_lease,
+                                    import_creates_missing_and_refuses_foreign,
+                                    reset_now_then_no_lag_then_beginning,
+                                    reset_missing_lease_not_found, lag_notices_split,
+                                    window_classify_bounds, window_options_carry_the_bounds, NULL});
     return s;
 }
 

@@ -696,10 +696,7 @@ static Suite *suite(void)
     tcase_add_test(t, lease_parse_rejects);
     tcase_add_test(t, pk_json_paths);
     suite_add_tcase(s, t);
-    t = tcase_create("options");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, options_checked);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "options", NULL, NULL, 60, (const TTest *[]){options_checked, NULL});
     return s;
 }
 

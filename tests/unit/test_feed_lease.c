@@ -17,6 +17,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "feed/feed_int.h"
+#include "tests/support/check_run.h"
 #include "tests/feed/feed_testutil.h"
 #include "tests/support/harness.h"
 
@@ -380,19 +381,13 @@ END_TEST
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_lease");
-    TCase *t = tcase_create("lease");
 
-    tcase_add_checked_fixture(t, setup, teardown);
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, bootstrap_once);
-    tcase_add_test(t, bootstrap_concurrent);
-    tcase_add_test(t, bootstrap_stale_lock);
-    tcase_add_test(t, bootstrap_start_now);
-    tcase_add_test(t, stale_owner_checkpoint_rejected);
-    tcase_add_test(t, update_reapplies_when_still_ours);
-    tcase_add_test(t, acquire_race);
-    tcase_add_test(t, list_public);
-    suite_add_tcase(s, t);
+
+    sf_check_case(s, "lease", setup, teardown, 60,
+                  (const TTest *[]){bootstrap_once, bootstrap_concurrent, bootstrap_stale_lock,
+                                    bootstrap_start_now, stale_owner_checkpoint_rejected,
+                                    update_reapplies_when_still_ours, acquire_race, list_public,
+                                    NULL});
     return s;
 }
 

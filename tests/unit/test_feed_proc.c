@@ -21,6 +21,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "feed/feed_int.h"
+#include "tests/support/check_run.h"
 #include "tests/feed/feed_testutil.h"
 #include "tests/support/harness.h"
 
@@ -1424,34 +1425,33 @@ END_TEST
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
-    TCase *t = tcase_create("proc");
 
-    tcase_add_checked_fixture(t, setup, teardown);
-    tcase_set_timeout(t, 90);
-    tcase_add_test(t, drain_several_ranges);
-    tcase_add_test(t, merge_during_run_continues_parents_by_epk);
-    tcase_add_test(t, split_then_merge_delivers_every_change_once);
-    tcase_add_test(t, merge_then_split_delivers_every_change_once);
-    tcase_add_test(t, checkpoint_waits_for_oldest);
-    tcase_add_test(t, checkpoint_interval_holds_while_caught_up);
-    tcase_add_test(t, lag_not_started);
-    tcase_add_test(t, graceful_handoff);
-    tcase_add_test(t, restart_same_name_takes_own_leases_at_once);
-    tcase_add_test(t, dead_owner_with_clock_ahead_expires_on_our_clock);
-    tcase_add_test(t, stale_owner_stops);
-    tcase_add_test(t, lease_throttling);
-    tcase_add_test(t, hang_guard_no_ack);
-    tcase_add_test(t, hang_guard_callback);
-    tcase_add_test(t, start_at_time);
-    tcase_add_test(t, split_during_run);
-    tcase_add_test(t, stuck_page_not_redelivered_warns);
-    tcase_add_test(t, bound_delivers_exactly_the_window);
-    tcase_add_test(t, bound_resumes_from_its_leases);
-    tcase_add_test(t, bound_inherited_by_split_children);
-    tcase_add_test(t, bound_kept_by_merged_parents);
-    tcase_add_test(t, bound_one_range_or_one_partition);
-    tcase_add_test(t, bound_by_time);
-    suite_add_tcase(s, t);
+
+    sf_check_case(s, "proc", setup, teardown, 90,
+                  (const TTest *[]){drain_several_ranges,
+                                    merge_during_run_continues_parents_by_epk,
+                                    split_then_merge_delivers_every_change_once,
+                                    merge_then_split_delivers_every_change_once,
+                                    checkpoint_waits_for_oldest,
+                                    checkpoint_interval_holds_while_caught_up,
+                                    lag_not_started,
+                                    graceful_handoff,
+                                    restart_same_name_takes_own_leases_at_once,
+                                    dead_owner_with_clock_ahead_expires_on_our_clock,
+                                    stale_owner_stops,
+                                    lease_throttling,
+                                    hang_guard_no_ack,
+                                    hang_guard_callback,
+                                    start_at_time,
+                                    split_during_run,
+                                    stuck_page_not_redelivered_warns,
+                                    bound_delivers_exactly_the_window,
+                                    bound_resumes_from_its_leases,
+                                    bound_inherited_by_split_children,
+                                    bound_kept_by_merged_parents,
+                                    bound_one_range_or_one_partition,
+                                    bound_by_time,
+                                    NULL});
     return s;
 }
 

@@ -402,19 +402,15 @@ END_TEST
 static Suite *record_suite(void)
 {
     Suite *s = suite_create("outbox_record");
-    TCase *tc = tcase_create("record");
 
-    tcase_add_test(tc, test_event_id_plain_and_deterministic);
-    tcase_add_test(tc, test_event_id_hashed_when_unsafe);
-    tcase_add_test(tc, test_build_full_record);
-    tcase_add_test(tc, test_build_defaults_and_options);
-    tcase_add_test(tc, test_build_saga_fields);
-    tcase_add_test(tc, test_build_rejects_bad_input);
-    tcase_add_test(tc, test_build_undefined_partition_key);
-    tcase_add_test(tc, test_read_roundtrip);
-    tcase_add_test(tc, test_read_rejects_malformed);
-    tcase_add_test(tc, test_pk_key);
-    suite_add_tcase(s, tc);
+
+    sf_check_case(s, "record", NULL, NULL, 0,
+                  (const TTest *[]){test_event_id_plain_and_deterministic,
+                                    test_event_id_hashed_when_unsafe, test_build_full_record,
+                                    test_build_defaults_and_options, test_build_saga_fields,
+                                    test_build_rejects_bad_input,
+                                    test_build_undefined_partition_key, test_read_roundtrip,
+                                    test_read_rejects_malformed, test_pk_key, NULL});
     return s;
 }
 

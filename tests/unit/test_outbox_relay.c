@@ -685,19 +685,15 @@ END_TEST
 static Suite *relay_suite(void)
 {
     Suite *s = suite_create("outbox_relay");
-    TCase *tc = tcase_create("relay");
 
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_routing_headers_key_value);
-    tcase_add_test(tc, test_routes_first);
-    tcase_add_test(tc, test_invalid_records);
-    tcase_add_test(tc, test_cdc_filters_and_message);
-    tcase_add_test(tc, test_options_validated);
-    tcase_add_test(tc, test_undefined_partition_key_event_published);
-    tcase_add_test(tc, test_per_key_order_through_broker_errors);
-    tcase_add_test(tc, test_rejected_event_is_republished);
-    tcase_add_test(tc, test_gives_up_only_when_sink_closes);
-    suite_add_tcase(s, tc);
+
+    sf_check_case(s, "relay", NULL, NULL, 120,
+                  (const TTest *[]){
+                      test_routing_headers_key_value, test_routes_first, test_invalid_records,
+                      test_cdc_filters_and_message, test_options_validated,
+                      test_undefined_partition_key_event_published,
+                      test_per_key_order_through_broker_errors, test_rejected_event_is_republished,
+                      test_gives_up_only_when_sink_closes, NULL});
     return s;
 }
 

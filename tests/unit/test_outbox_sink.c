@@ -516,19 +516,15 @@ END_TEST
 static Suite *sink_suite(void)
 {
     Suite *s = suite_create("outbox_sink");
-    TCase *tc = tcase_create("sink");
 
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_options_validated);
-    tcase_add_test(tc, test_publish_rejects_bad_messages);
-    tcase_add_test(tc, test_delivery_reports_and_content);
-    tcase_add_test(tc, test_per_key_order_with_broker_errors);
-    tcase_add_test(tc, test_close_flushes);
-    tcase_add_test(tc, test_close_purges_when_kafka_unreachable);
-    tcase_add_test(tc, test_full_queue_waits_then_fails);
-    tcase_add_test(tc, test_brokers_down_then_up_in_stats);
-    tcase_add_test(tc, test_close_within_bounds_the_flush);
-    suite_add_tcase(s, tc);
+
+    sf_check_case(
+        s, "sink", NULL, NULL, 60,
+        (const TTest *[]){test_options_validated, test_publish_rejects_bad_messages,
+                          test_delivery_reports_and_content, test_per_key_order_with_broker_errors,
+                          test_close_flushes, test_close_purges_when_kafka_unreachable,
+                          test_full_queue_waits_then_fails, test_brokers_down_then_up_in_stats,
+                          test_close_within_bounds_the_flush, NULL});
     return s;
 }
 

@@ -1793,9 +1793,9 @@ static Suite *query_suite(void)
     tcase_add_test(tc, test_budget_client_gone_stops_the_query);
     tcase_add_test(tc, test_budget_window_bytes_cut_streaming_pages);
     suite_add_tcase(s, tc);
-    tc = tcase_create("stack");
-    tcase_add_test(tc, test_parser_cap_and_json_bound_fit_the_server_thread_stack);
-    suite_add_tcase(s, tc);
+    sf_check_case(
+        s, "stack", NULL, NULL, 0,
+        (const TTest *[]){test_parser_cap_and_json_bound_fit_the_server_thread_stack, NULL});
     return s;
 }
 

@@ -136,11 +136,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("regions");
-    TCase *tc = tcase_create("core");
 
-    tcase_add_test(tc, regions_parse_names_hosts_and_ports);
-    tcase_add_test(tc, regions_bad_specs_get_errors_naming_the_entry);
-    tcase_add_test(tc, regions_failover_moves_the_write_region_and_reorders_the_locations);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "core", NULL, NULL, 0,
+                  (const TTest *[]){
+                      regions_parse_names_hosts_and_ports,
+                      regions_bad_specs_get_errors_naming_the_entry,
+                      regions_failover_moves_the_write_region_and_reorders_the_locations, NULL});
     return sf_check_run(s);
 }

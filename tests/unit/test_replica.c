@@ -238,14 +238,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("replica");
-    TCase *tc = tcase_create("core");
 
-    tcase_add_test(tc, tokens_in_both_shapes_and_compound);
-    tcase_add_test(tc, consistency_may_only_weaken);
-    tcase_add_test(tc, horizon_trails_the_lag_and_before_images);
-    tcase_add_test(tc, full_journal_applies_oldest_early);
-    tcase_add_test(tc, feed_page_loses_the_tail_past_the_horizon);
-    tcase_add_test(tc, document_keys);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "core", NULL, NULL, 0,
+                  (const TTest *[]){
+                      tokens_in_both_shapes_and_compound, consistency_may_only_weaken,
+                      horizon_trails_the_lag_and_before_images, full_journal_applies_oldest_early,
+                      feed_page_loses_the_tail_past_the_horizon, document_keys, NULL});
     return sf_check_run(s);
 }

@@ -859,28 +859,21 @@ END_TEST
 static Suite *router_suite(void)
 {
     Suite *s = suite_create("router");
-    TCase *tc = tcase_create("core");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, account_advertises_host);
-    tcase_add_test(tc, missing_auth_is_401);
-    tcase_add_test(tc, tampered_signature_is_401);
-    tcase_add_test(tc, stale_and_malformed_dates);
-    tcase_add_test(tc, date_header_only_signs_fifth_line);
-    tcase_add_test(tc, lower_hex_encoding_accepted);
-    tcase_add_test(tc, unknown_routes_and_methods);
-    tcase_add_test(tc, document_lifecycle);
-    tcase_add_test(tc, bad_bodies_and_headers);
-    tcase_add_test(tc, change_feed_pages_and_304);
-    tcase_add_test(tc, pkranges_incremental_304);
-    tcase_add_test(tc, query_result_row_deeper_than_the_writer_bound_is_400);
-    tcase_add_test(tc, query_of_a_hung_up_client_is_dropped);
-    tcase_add_test(tc, query_pages_end_at_max_page_bytes_with_a_continuation);
-    tcase_add_test(tc, rid_form_signature_does_not_open_a_named_document);
-    tcase_add_test(tc, rid_form_signature_opens_only_the_resource_with_that_rid);
-    tcase_add_test(tc, changefeed_continuation_of_another_container_is_400);
-    tcase_add_test(tc, error_bodies_name_their_status);
-    suite_add_tcase(s, tc);
+
+    sf_check_case(s, "core", setup, teardown, 0,
+                  (const TTest *[]){
+                      account_advertises_host, missing_auth_is_401, tampered_signature_is_401,
+                      stale_and_malformed_dates, date_header_only_signs_fifth_line,
+                      lower_hex_encoding_accepted, unknown_routes_and_methods, document_lifecycle,
+                      bad_bodies_and_headers, change_feed_pages_and_304, pkranges_incremental_304,
+                      query_result_row_deeper_than_the_writer_bound_is_400,
+                      query_of_a_hung_up_client_is_dropped,
+                      query_pages_end_at_max_page_bytes_with_a_continuation,
+                      rid_form_signature_does_not_open_a_named_document,
+                      rid_form_signature_opens_only_the_resource_with_that_rid,
+                      changefeed_continuation_of_another_container_is_400,
+                      error_bodies_name_their_status, NULL});
     return s;
 }
 

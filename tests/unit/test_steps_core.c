@@ -644,17 +644,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("steps_core");
-    TCase *tc = tcase_create("core");
 
-    tcase_add_test(tc, test_marker_ids);
-    tcase_add_test(tc, test_marker_doc_and_pk);
-    tcase_add_test(tc, test_event_doc);
-    tcase_add_test(tc, test_patch_apply);
-    tcase_add_test(tc, test_kind_params);
-    tcase_add_test(tc, test_patch_path_templates);
-    tcase_add_test(tc, test_registry_rules);
-    tcase_add_test(tc, test_plugin_load);
-    tcase_add_test(tc, test_effect_502_is_retried_not_parked);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "core", NULL, NULL, 0,
+                  (const TTest *[]){test_marker_ids, test_marker_doc_and_pk, test_event_doc,
+                                    test_patch_apply, test_kind_params, test_patch_path_templates,
+                                    test_registry_rules, test_plugin_load,
+                                    test_effect_502_is_retried_not_parked, NULL});
     return sf_check_run(s);
 }

@@ -325,11 +325,9 @@ static Suite *sql_suite(void)
     tcase_add_test(tc, test_sql_missing_param_and_depth);
     tcase_add_test(tc, test_sql_literal);
     suite_add_tcase(s, tc);
-    tc = tcase_create("templates");
-    tcase_add_test(tc, test_tmpl_typed_values);
-    tcase_add_test(tc, test_tmpl_sql_mode_escapes);
-    tcase_add_test(tc, test_tmpl_errors);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "templates", NULL, NULL, 0,
+                  (const TTest *[]){test_tmpl_typed_values, test_tmpl_sql_mode_escapes,
+                                    test_tmpl_errors, NULL});
     return s;
 }
 

@@ -2364,49 +2364,28 @@ END_TEST
 static Suite *store_suite(void)
 {
     Suite *su = suite_create("store");
-    TCase *res = tcase_create("resources");
-    TCase *docs = tcase_create("documents");
-    TCase *cf = tcase_create("changefeed");
-    TCase *dur = tcase_create("durability");
 
-    tcase_add_test(res, test_db_crud);
-    tcase_add_test(res, test_coll_crud);
-    tcase_add_test(res, test_rid_formats);
-    tcase_add_test(res, test_pkranges);
-    tcase_add_test(res, test_v1_container_placed_by_v1_hash);
-    tcase_add_test(dur, test_v1_container_keeps_its_hash_across_restarts);
-    tcase_add_test(dur, test_v1_container_from_an_older_store_keeps_v2_placement);
-    tcase_add_test(dur, test_v1_container_bad_hash_record_named_at_open);
-    tcase_add_test(dur, test_v1_container_hash_record_dropped_with_container);
-    tcase_add_test(res, test_doc_routing);
-    tcase_add_test(docs, test_doc_unique_per_partition);
-    tcase_add_test(docs, test_doc_if_match);
-    tcase_add_test(docs, test_doc_if_none_match);
-    tcase_add_test(docs, test_doc_pk_header);
-    tcase_add_test(docs, test_doc_bad_ids);
-    tcase_add_test(docs, test_doc_too_large);
-    tcase_add_test(docs, test_doc_system_props);
-    tcase_add_test(cf, test_cf_beginning_now_after);
-    tcase_add_test(cf, test_cf_since_time);
-    tcase_add_test(cf, test_cf_by_range);
-    tcase_add_test(cf, test_cf_by_epk);
-    tcase_add_test(cf, test_cf_by_pk);
-    tcase_add_test(cf, test_cf_pages);
-    tcase_add_test(cf, test_cf_latest_version_only);
-    tcase_add_test(cf, test_cf_bad_requests);
-    tcase_add_test(dur, test_durable_reopen);
-    tcase_add_test(dur, test_retired_range);
-    tcase_add_test(dur, test_cf_batch_lsn_not_split);
-    tcase_add_test(dur, test_open_failures);
-    tcase_add_test(dur, test_foreign_file_refused);
-    tcase_add_test(dur, test_corrupt_file_refused);
-    tcase_add_test(dur, test_locked_file);
-    tcase_add_test(dur, test_disk_full);
-    tcase_add_test(dur, test_threads);
-    suite_add_tcase(su, res);
-    suite_add_tcase(su, docs);
-    suite_add_tcase(su, cf);
-    suite_add_tcase(su, dur);
+
+    sf_check_case(su, "resources", NULL, NULL, 0,
+                  (const TTest *[]){test_db_crud, test_coll_crud, test_rid_formats, test_pkranges,
+                                    test_v1_container_placed_by_v1_hash, test_doc_routing, NULL});
+    sf_check_case(su, "documents", NULL, NULL, 0,
+                  (const TTest *[]){test_doc_unique_per_partition, test_doc_if_match,
+                                    test_doc_if_none_match, test_doc_pk_header, test_doc_bad_ids,
+                                    test_doc_too_large, test_doc_system_props, NULL});
+    sf_check_case(su, "changefeed", NULL, NULL, 0,
+                  (const TTest *[]){test_cf_beginning_now_after, test_cf_since_time,
+                                    test_cf_by_range, test_cf_by_epk, test_cf_by_pk, test_cf_pages,
+                                    test_cf_latest_version_only, test_cf_bad_requests, NULL});
+    sf_check_case(su, "durability", NULL, NULL, 0,
+                  (const TTest *[]){test_v1_container_keeps_its_hash_across_restarts,
+                                    test_v1_container_from_an_older_store_keeps_v2_placement,
+                                    test_v1_container_bad_hash_record_named_at_open,
+                                    test_v1_container_hash_record_dropped_with_container,
+                                    test_durable_reopen, test_retired_range,
+                                    test_cf_batch_lsn_not_split, test_open_failures,
+                                    test_foreign_file_refused, test_corrupt_file_refused,
+                                    test_locked_file, test_disk_full, test_threads, NULL});
     return su;
 }
 

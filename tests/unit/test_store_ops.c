@@ -2320,49 +2320,29 @@ END_TEST
 static Suite *store_ops_suite(void)
 {
     Suite *su = suite_create("store_ops");
-    TCase *p = tcase_create("patch");
-    TCase *b = tcase_create("batch");
-    TCase *t = tcase_create("ttl");
-    TCase *sp = tcase_create("split");
-    TCase *sc = tcase_create("scripts");
-    TCase *av = tcase_create("avad");
-    TCase *sn = tcase_create("scan");
-    TCase *g = tcase_create("group");
 
-    tcase_add_test(p, test_patch_every_op);
-    tcase_add_test(p, test_patch_errors);
-    tcase_add_test(p, test_patch_condition);
-    tcase_add_test(b, test_batch_success);
-    tcase_add_test(b, test_batch_minimal);
-    tcase_add_test(b, test_batch_rollback);
-    tcase_add_test(b, test_batch_limits);
-    tcase_add_test(b, test_batch_pk_mismatch);
-    tcase_add_test(b, test_bulk_each_op_alone);
-    tcase_add_test(b, test_bulk_after_split);
-    tcase_add_test(t, test_ttl_default);
-    tcase_add_test(t, test_ttl_minus_one_and_off);
-    tcase_add_test(t, test_ttl_expired_id_reuse);
-    tcase_add_test(t, test_ttl_container_change);
-    tcase_add_test(t, test_ttl_durable);
-    tcase_add_test(sp, test_split_ranges);
-    tcase_add_test(sp, test_online_range_ids_match_pkranges_listing);
-    tcase_add_test(sp, test_split_continuation);
-    tcase_add_test(sp, test_split_durable_and_narrow);
-    tcase_add_test(sc, test_scripts);
-    tcase_add_test(av, test_avad_log);
-    tcase_add_test(av, test_avad_ttl_and_retention);
-    tcase_add_test(sn, test_scan_order);
-    tcase_add_test(sn, test_scan_big_docs);
-    tcase_add_test(g, test_group_commit);
-    tcase_add_test(g, test_upgrade_v1);
-    suite_add_tcase(su, p);
-    suite_add_tcase(su, b);
-    suite_add_tcase(su, t);
-    suite_add_tcase(su, sp);
-    suite_add_tcase(su, sc);
-    suite_add_tcase(su, av);
-    suite_add_tcase(su, sn);
-    suite_add_tcase(su, g);
+
+    sf_check_case(
+        su, "patch", NULL, NULL, 0,
+        (const TTest *[]){test_patch_every_op, test_patch_errors, test_patch_condition, NULL});
+    sf_check_case(su, "batch", NULL, NULL, 0,
+                  (const TTest *[]){test_batch_success, test_batch_minimal, test_batch_rollback,
+                                    test_batch_limits, test_batch_pk_mismatch,
+                                    test_bulk_each_op_alone, test_bulk_after_split, NULL});
+    sf_check_case(su, "ttl", NULL, NULL, 0,
+                  (const TTest *[]){test_ttl_default, test_ttl_minus_one_and_off,
+                                    test_ttl_expired_id_reuse, test_ttl_container_change,
+                                    test_ttl_durable, NULL});
+    sf_check_case(su, "split", NULL, NULL, 0,
+                  (const TTest *[]){test_split_ranges, test_online_range_ids_match_pkranges_listing,
+                                    test_split_continuation, test_split_durable_and_narrow, NULL});
+    sf_check_case(su, "scripts", NULL, NULL, 0, (const TTest *[]){test_scripts, NULL});
+    sf_check_case(su, "avad", NULL, NULL, 0,
+                  (const TTest *[]){test_avad_log, test_avad_ttl_and_retention, NULL});
+    sf_check_case(su, "scan", NULL, NULL, 0,
+                  (const TTest *[]){test_scan_order, test_scan_big_docs, NULL});
+    sf_check_case(su, "group", NULL, NULL, 0,
+                  (const TTest *[]){test_group_commit, test_upgrade_v1, NULL});
     return su;
 }
 

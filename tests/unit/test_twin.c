@@ -248,16 +248,13 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("twin");
-    TCase *tc = tcase_create("core");
 
-    tcase_add_test(tc, cost_model_is_close_to_azure);
-    tcase_add_test(tc, unlimited_by_default);
-    tcase_add_test(tc, bucket_refills_per_second_and_says_when);
-    tcase_add_test(tc, budget_is_split_over_ranges);
-    tcase_add_test(tc, many_owners_grow_the_table);
-    tcase_add_test(tc, registry_never_stays_full_and_forgets_deleted_owners);
-    tcase_add_test(tc, delay_fires_in_due_order_and_counts_in_flight);
-    tcase_add_test(tc, delay_close_fires_everything_early_and_refuses_more);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "core", NULL, NULL, 0,
+                  (const TTest *[]){cost_model_is_close_to_azure, unlimited_by_default,
+                                    bucket_refills_per_second_and_says_when,
+                                    budget_is_split_over_ranges, many_owners_grow_the_table,
+                                    registry_never_stays_full_and_forgets_deleted_owners,
+                                    delay_fires_in_due_order_and_counts_in_flight,
+                                    delay_close_fires_everything_early_and_refuses_more, NULL});
     return sf_check_run(s);
 }
