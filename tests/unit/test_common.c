@@ -538,28 +538,19 @@ END_TEST
 static Suite *common_crypto_suite(void)
 {
     Suite *s = suite_create("common_crypto");
-    TCase *tc = tcase_create("base64");
 
-    tcase_add_test(tc, test_base64_rfc4648_vectors);
-    tcase_add_test(tc, test_base64_round_trip_all_lengths);
-    tcase_add_test(tc, test_base64_rejects);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "base64", NULL, NULL, 0,
+                  (const TTest *[]){test_base64_rfc4648_vectors, test_base64_round_trip_all_lengths,
+                                    test_base64_rejects, NULL});
 
-    tc = tcase_create("digest");
-    tcase_add_test(tc, test_hmac_sha256_rfc4231);
-    tcase_add_test(tc, test_sha256_and_hex);
-    tcase_add_test(tc, test_ct_equal);
-    tcase_add_test(tc, test_random_bytes);
-    tcase_add_test(tc, test_uuid4_format);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "digest", NULL, NULL, 0,
+                  (const TTest *[]){test_hmac_sha256_rfc4231, test_sha256_and_hex, test_ct_equal,
+                                    test_random_bytes, test_uuid4_format, NULL});
 
-    tc = tcase_create("auth");
-    tcase_add_test(tc, test_auth_protocol_vectors);
-    tcase_add_test(tc, test_auth_signs_exact_bytes);
-    tcase_add_test(tc, test_auth_microsoft_sample);
-    tcase_add_test(tc, test_auth_header_url_encoded);
-    tcase_add_test(tc, test_auth_key_decode_rejects);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "auth", NULL, NULL, 0,
+                  (const TTest *[]){test_auth_protocol_vectors, test_auth_signs_exact_bytes,
+                                    test_auth_microsoft_sample, test_auth_header_url_encoded,
+                                    test_auth_key_decode_rejects, NULL});
 
     sf_check_case(s, "hash", NULL, NULL, 0,
                   (const TTest *[]){test_murmur3_empty, test_murmur3_smhasher_verification,

@@ -1049,34 +1049,19 @@ Suite *common_text_suite(void)
     tcase_add_test(tc, test_buf_detach);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("parse");
-    tcase_add_test(tc, test_parse_i64);
-    tcase_add_test(tc, test_parse_u64);
-    tcase_add_test(tc, test_parse_double);
-    tcase_add_test(tc, test_parse_bool);
-    tcase_add_test(tc, test_parse_duration);
-    tcase_add_test(tc, test_parse_size);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "parse", NULL, NULL, 0,
+                  (const TTest *[]){test_parse_i64, test_parse_u64, test_parse_double,
+                                    test_parse_bool, test_parse_duration, test_parse_size, NULL});
 
-    tc = tcase_create("time");
-    tcase_add_test(tc, test_rfc1123_format);
-    tcase_add_test(tc, test_rfc1123_parse);
-    tcase_add_test(tc, test_rfc1123_round_trip);
-    tcase_add_test(tc, test_iso8601_format);
-    tcase_add_test(tc, test_iso8601_parse);
-    tcase_add_test(tc, test_iso8601_round_trip);
-    tcase_add_test(tc, test_clocks);
-    tcase_add_test(tc, test_rand_next);
-    tcase_add_test(tc, test_backoff_bounds);
-    tcase_add_test(tc, test_backoff_grows);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "time", NULL, NULL, 0,
+                  (const TTest *[]){test_rfc1123_format, test_rfc1123_parse,
+                                    test_rfc1123_round_trip, test_iso8601_format,
+                                    test_iso8601_parse, test_iso8601_round_trip, test_clocks,
+                                    test_rand_next, test_backoff_bounds, test_backoff_grows, NULL});
 
-    tc = tcase_create("url");
-    tcase_add_test(tc, test_url_encode);
-    tcase_add_test(tc, test_url_decode);
-    tcase_add_test(tc, test_url_endpoint_parse);
-    tcase_add_test(tc, test_url_round_trip_all_bytes);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "url", NULL, NULL, 0,
+                  (const TTest *[]){test_url_encode, test_url_decode, test_url_endpoint_parse,
+                                    test_url_round_trip_all_bytes, NULL});
 
     sf_check_case(s, "json", NULL, NULL, 0,
                   (const TTest *[]){

@@ -478,14 +478,10 @@ END_TEST
 static Suite *http_suite(void)
 {
     Suite *s = suite_create("cosmos_http");
-    TCase *t = tcase_create("parse");
 
-    tcase_add_test(t, test_parse_every_split);
-    tcase_add_test(t, test_parse_until_close_and_head);
-    tcase_add_test(t, test_parse_errors);
-    tcase_add_test(t, test_parse_caps);
-    tcase_add_test(t, test_target_parse);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "parse", NULL, NULL, 0,
+                  (const TTest *[]){test_parse_every_split, test_parse_until_close_and_head,
+                                    test_parse_errors, test_parse_caps, test_target_parse, NULL});
     sf_check_case(s, "conn", NULL, NULL, 0,
                   (const TTest *[]){test_conn_keepalive_and_stale, test_conn_drop_before_response,
                                     test_conn_timeout_and_refused, NULL});

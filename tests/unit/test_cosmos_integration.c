@@ -1116,32 +1116,18 @@ END_TEST
 static Suite *integration_suite(bool with_tls)
 {
     Suite *s = suite_create("cosmos_integration");
-    TCase *t = tcase_create("ops");
 
-    tcase_add_checked_fixture(t, setup, teardown);
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, test_account_and_metadata);
-    tcase_add_test(t, test_bad_key);
-    tcase_add_test(t, test_document_lifecycle);
-    tcase_add_test(t, test_awkward_ids_and_keys);
-    tcase_add_test(t, test_patch);
-    tcase_add_test(t, test_batch);
-    tcase_add_test(t, test_query);
-    tcase_add_test(t, test_query_cross_partition);
-    tcase_add_test(t, test_changefeed);
-    suite_add_tcase(s, t);
-    t = tcase_create("faults");
-    tcase_add_checked_fixture(t, setup, teardown);
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, test_fault_throttle_honoured);
-    tcase_add_test(t, test_fault_throttle_budget);
-    tcase_add_test(t, test_injected_429s_teach_no_rate);
-    tcase_add_test(t, test_fault_503_and_449_by_guard);
-    tcase_add_test(t, test_fault_dropped_connections);
-    tcase_add_test(t, test_fault_delay_timeout);
-    tcase_add_test(t, test_threads_share_client);
-    tcase_add_test(t, test_restart_and_refused);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "ops", setup, teardown, 60,
+                  (const TTest *[]){test_account_and_metadata, test_bad_key,
+                                    test_document_lifecycle, test_awkward_ids_and_keys, test_patch,
+                                    test_batch, test_query, test_query_cross_partition,
+                                    test_changefeed, NULL});
+    sf_check_case(s, "faults", setup, teardown, 60,
+                  (const TTest *[]){test_fault_throttle_honoured, test_fault_throttle_budget,
+                                    test_injected_429s_teach_no_rate,
+                                    test_fault_503_and_449_by_guard, test_fault_dropped_connections,
+                                    test_fault_delay_timeout, test_threads_share_client,
+                                    test_restart_and_refused, NULL});
     if (with_tls) {
         sf_check_case(s, "tls", NULL, NULL, 60, (const TTest *[]){test_tls_verification, NULL});
     }

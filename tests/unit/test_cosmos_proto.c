@@ -738,26 +738,16 @@ END_TEST
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("cosmos_proto");
-    TCase *t = tcase_create("sign");
 
-    tcase_add_test(t, test_sign_vectors);
-    tcase_add_test(t, test_sign_ms_docs_sample);
-    tcase_add_test(t, test_sign_uses_unescaped_link);
-    tcase_add_test(t, test_id_encoding);
-    tcase_add_test(t, test_id_check);
-    tcase_add_test(t, test_req_headers);
-    tcase_add_test(t, test_pk_string);
-    suite_add_tcase(s, t);
-    t = tcase_create("headers");
-    tcase_add_test(t, test_response_headers);
-    tcase_add_test(t, test_session_token_lsn);
-    suite_add_tcase(s, t);
-    t = tcase_create("retry");
-    tcase_add_test(t, test_classify_table);
-    tcase_add_test(t, test_classify_304_and_net);
-    tcase_add_test(t, test_retry_policy);
-    tcase_add_test(t, test_retry_defaults);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "sign", NULL, NULL, 0,
+                  (const TTest *[]){test_sign_vectors, test_sign_ms_docs_sample,
+                                    test_sign_uses_unescaped_link, test_id_encoding, test_id_check,
+                                    test_req_headers, test_pk_string, NULL});
+    sf_check_case(s, "headers", NULL, NULL, 0,
+                  (const TTest *[]){test_response_headers, test_session_token_lsn, NULL});
+    sf_check_case(s, "retry", NULL, NULL, 0,
+                  (const TTest *[]){test_classify_table, test_classify_304_and_net,
+                                    test_retry_policy, test_retry_defaults, NULL});
     sf_check_case(s, "parse", NULL, NULL, 0,
                   (const TTest *[]){test_cf_page_parse, test_batch_result_parse, test_error_body,
                                     test_pkranges_parse, test_pkranges_mid_split_drops_parents,

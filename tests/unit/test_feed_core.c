@@ -668,34 +668,21 @@ END_TEST
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_core");
-    TCase *t = tcase_create("track");
 
-    tcase_add_test(t, track_in_order);
-    tcase_add_test(t, track_out_of_order);
-    tcase_add_test(t, track_same_lsn);
-    tcase_add_test(t, track_opaque);
-    tcase_add_test(t, track_empty_page);
-    tcase_add_test(t, track_many_random);
-    tcase_add_test(t, track_hard_max);
-    tcase_add_test(t, cont_lsn);
-    suite_add_tcase(s, t);
-    t = tcase_create("balance");
-    tcase_add_test(t, balance_fresh_takes_all_free);
-    tcase_add_test(t, balance_expired_up_to_deficit);
-    tcase_add_test(t, balance_steal_one);
-    tcase_add_test(t, balance_stable_when_fair);
-    tcase_add_test(t, balance_deficit_two_steals_from_target_holder);
-    tcase_add_test(t, balance_cooldown_and_max);
-    tcase_add_test(t, balance_converges);
-    tcase_add_test(t, balance_adopts_own_leases_at_start);
-    tcase_add_test(t, balance_never_steals_a_lease_that_just_moved);
-    tcase_add_test(t, balance_restart_under_same_name_does_not_bounce);
-    suite_add_tcase(s, t);
-    t = tcase_create("lease");
-    tcase_add_test(t, lease_parse_dotnet);
-    tcase_add_test(t, lease_parse_rejects);
-    tcase_add_test(t, pk_json_paths);
-    suite_add_tcase(s, t);
+    sf_check_case(s, "track", NULL, NULL, 0,
+                  (const TTest *[]){track_in_order, track_out_of_order, track_same_lsn,
+                                    track_opaque, track_empty_page, track_many_random,
+                                    track_hard_max, cont_lsn, NULL});
+    sf_check_case(s, "balance", NULL, NULL, 0,
+                  (const TTest *[]){balance_fresh_takes_all_free, balance_expired_up_to_deficit,
+                                    balance_steal_one, balance_stable_when_fair,
+                                    balance_deficit_two_steals_from_target_holder,
+                                    balance_cooldown_and_max, balance_converges,
+                                    balance_adopts_own_leases_at_start,
+                                    balance_never_steals_a_lease_that_just_moved,
+                                    balance_restart_under_same_name_does_not_bounce, NULL});
+    sf_check_case(s, "lease", NULL, NULL, 0,
+                  (const TTest *[]){lease_parse_dotnet, lease_parse_rejects, pk_json_paths, NULL});
     sf_check_case(s, "options", NULL, NULL, 60, (const TTest *[]){options_checked, NULL});
     return s;
 }

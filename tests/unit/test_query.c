@@ -1767,32 +1767,25 @@ static Suite *query_suite(void)
     tcase_add_test(tc, test_condition_errors);
     tcase_add_test(tc, test_match_full_query);
     suite_add_tcase(s, tc);
-    tc = tcase_create("plans");
-    tcase_add_test(tc, test_plan_passthrough);
-    tcase_add_test(tc, test_plan_describe);
-    tcase_add_test(tc, test_needs_plan);
-    tcase_add_test(tc, test_plan_gateway_rewrites_per_range_queries);
-    tcase_add_test(tc, test_plan_gateway_describes_group_by);
-    tcase_add_test(tc, test_plan_gateway_refuses_what_cannot_be_merged);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("limits");
-    tcase_add_test(tc, test_limit_text_and_depth);
-    tcase_add_test(tc, test_limit_params);
-    tcase_add_test(tc, test_limit_rows_and_bytes);
-    tcase_add_test(tc, test_limit_value_bytes);
-    tcase_add_test(tc, test_limit_like_steps);
-    tcase_add_test(tc, test_limits_default);
-    tcase_add_test(tc, test_large_inputs);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("budget");
-    tcase_add_test(tc, test_budget_past_deadline_without_rows_is_408);
-    tcase_add_test(tc, test_budget_past_deadline_with_rows_ends_the_page_with_more);
-    tcase_add_test(tc, test_budget_checked_inside_one_expensive_document);
-    tcase_add_test(tc, test_budget_first_document_of_a_page_always_runs);
-    tcase_add_test(tc, test_budget_resumable_pages_progress_without_rows_and_match_the_full_result);
-    tcase_add_test(tc, test_budget_client_gone_stops_the_query);
-    tcase_add_test(tc, test_budget_window_bytes_cut_streaming_pages);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "plans", NULL, NULL, 0,
+                  (const TTest *[]){test_plan_passthrough, test_plan_describe, test_needs_plan,
+                                    test_plan_gateway_rewrites_per_range_queries,
+                                    test_plan_gateway_describes_group_by,
+                                    test_plan_gateway_refuses_what_cannot_be_merged, NULL});
+    sf_check_case(s, "limits", NULL, NULL, 0,
+                  (const TTest *[]){test_limit_text_and_depth, test_limit_params,
+                                    test_limit_rows_and_bytes, test_limit_value_bytes,
+                                    test_limit_like_steps, test_limits_default, test_large_inputs,
+                                    NULL});
+    sf_check_case(s, "budget", NULL, NULL, 0,
+                  (const TTest *[]){
+                      test_budget_past_deadline_without_rows_is_408,
+                      test_budget_past_deadline_with_rows_ends_the_page_with_more,
+                      test_budget_checked_inside_one_expensive_document,
+                      test_budget_first_document_of_a_page_always_runs,
+                      test_budget_resumable_pages_progress_without_rows_and_match_the_full_result,
+                      test_budget_client_gone_stops_the_query,
+                      test_budget_window_bytes_cut_streaming_pages, NULL});
     sf_check_case(
         s, "stack", NULL, NULL, 0,
         (const TTest *[]){test_parser_cap_and_json_bound_fit_the_server_thread_stack, NULL});

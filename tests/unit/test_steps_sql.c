@@ -318,13 +318,10 @@ END_TEST
 static Suite *sql_suite(void)
 {
     Suite *s = suite_create("steps_sql");
-    TCase *tc = tcase_create("sql");
 
-    tcase_add_test(tc, test_sql_match_table);
-    tcase_add_test(tc, test_sql_errors);
-    tcase_add_test(tc, test_sql_missing_param_and_depth);
-    tcase_add_test(tc, test_sql_literal);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "sql", NULL, NULL, 0,
+                  (const TTest *[]){test_sql_match_table, test_sql_errors,
+                                    test_sql_missing_param_and_depth, test_sql_literal, NULL});
     sf_check_case(s, "templates", NULL, NULL, 0,
                   (const TTest *[]){test_tmpl_typed_values, test_tmpl_sql_mode_escapes,
                                     test_tmpl_errors, NULL});
