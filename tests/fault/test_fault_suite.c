@@ -675,10 +675,6 @@ int main(void)
                                      {"injected", test_injected},
                                      {"lying", test_lying},
                                      {"parking_lies", test_parking_lies}};
-    int rc;
 
-    rc = e2e_init("sf-fault");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("fault", tests, SF_ARRAY_LEN(tests), 900, CK_VERBOSE);
+    return e2e_main("sf-fault", "fault", tests, SF_ARRAY_LEN(tests), 900, CK_VERBOSE);
 }

@@ -543,10 +543,6 @@ int main(void)
                                      {"kafka_unreachable", test_kafka_unreachable},
                                      {"kafka_stop_bounded", test_kafka_stop_bounded},
                                      {"kafka_no_listener", test_kafka_no_listener}};
-    int rc;
 
-    rc = e2e_init("sf-lifecycle");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("lifecycle_e2e", tests, SF_ARRAY_LEN(tests), 150, CK_VERBOSE);
+    return e2e_main("sf-lifecycle", "lifecycle_e2e", tests, SF_ARRAY_LEN(tests), 150, CK_VERBOSE);
 }

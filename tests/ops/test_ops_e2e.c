@@ -1171,10 +1171,6 @@ int main(void)
                                      {"saga_show", test_saga_show},
                                      {"leases", test_leases},
                                      {"env_config", test_env_config}};
-    int rc;
 
-    rc = e2e_init("sf-ops");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("ops_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
+    return e2e_main("sf-ops", "ops_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
 }

@@ -500,10 +500,6 @@ int main(void)
     const struct e2e_case tests[] = {{"replay_unblocks_fleet", test_replay_unblocks_fleet},
                                      {"failed_replay", test_failed_replay_keeps_key_blocked},
                                      {"scan_max", test_scan_max_enforced}};
-    int rc;
 
-    rc = e2e_init("sf-parked-fleet");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("parked_fleet", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
+    return e2e_main("sf-parked-fleet", "parked_fleet", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
 }

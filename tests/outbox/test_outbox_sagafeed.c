@@ -806,10 +806,6 @@ int main(void)
         {"shutdown", test_shutdown_flushes}, {"kafka_down", test_kafka_down},
         {"start_errors", test_start_errors}, {"demo", test_demo_without_kafka},
         {"bad_config", test_bad_config},     {"bad_config_options", test_bad_config_options}};
-    int rc;
 
-    rc = e2e_init("sf-kafka-e2e");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("outbox_sagafeed", tests, SF_ARRAY_LEN(tests), 90, CK_NORMAL);
+    return e2e_main("sf-kafka-e2e", "outbox_sagafeed", tests, SF_ARRAY_LEN(tests), 90, CK_NORMAL);
 }

@@ -125,10 +125,6 @@ int main(void)
 {
     const struct e2e_case tests[] = {
         {"failover", test_regions_failover_mid_run_settles_every_order_once}};
-    int rc;
 
-    rc = e2e_init("sf-regions-e2e");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("regions_e2e", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
+    return e2e_main("sf-regions-e2e", "regions_e2e", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
 }

@@ -597,10 +597,6 @@ int main(void)
                                      {"poison", test_poison},
                                      {"throttled", test_throttled_saga_is_not_parked},
                                      {"kill9", test_kill9_faults}};
-    int rc;
 
-    rc = e2e_init("sf-e2e");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("sagas_e2e", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
+    return e2e_main("sf-e2e", "sagas_e2e", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
 }

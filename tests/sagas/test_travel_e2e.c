@@ -361,9 +361,6 @@ END_TEST
 int main(void)
 {
     const struct e2e_case tests[] = {{"travel_kill9", test_travel_kill9}};
-    int rc = e2e_init("sf-travel");
 
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("travel_e2e", tests, SF_ARRAY_LEN(tests), 300, CK_VERBOSE);
+    return e2e_main("sf-travel", "travel_e2e", tests, SF_ARRAY_LEN(tests), 300, CK_VERBOSE);
 }

@@ -684,15 +684,11 @@ int main(void)
 {
     const struct e2e_case tests[] = {
         {"auth", test_auth_refused}, {"secrets", test_secrets_not_logged}, {"tls", test_tls}};
-    int rc;
 
     if (system("openssl version >/dev/null 2>&1") != 0) {
         (void)fprintf(stderr,
                       "skipped: the openssl command is missing (apt-get install openssl)\n");
         return 77;
     }
-    rc = e2e_init("sf-security");
-    if (rc != 0)
-        return rc;
-    return e2e_run_cases("security", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
+    return e2e_main("sf-security", "security", tests, SF_ARRAY_LEN(tests), 240, CK_VERBOSE);
 }

@@ -99,6 +99,16 @@ int e2e_run_cases(const char *suite, const struct e2e_case *cases, size_t n, dou
     return failed == 0 ? 0 : 1;
 }
 
+int e2e_main(const char *prefix, const char *suite, const struct e2e_case *cases, size_t n,
+             double timeout_s, enum print_output mode)
+{
+    int rc = e2e_init(prefix);
+
+    if (rc != 0)
+        return rc;
+    return e2e_run_cases(suite, cases, n, timeout_s, mode);
+}
+
 char *e2e_slurp_len(const char *path, size_t *ret_len)
 {
     FILE *f = fopen(path, "rb");

@@ -54,6 +54,14 @@ int e2e_run_cases(const char *suite, const struct e2e_case *cases, size_t n, dou
                   enum print_output mode);
 
 /*
+ * The whole main() of an end-to-end program: e2e_init(prefix), then (when
+ * that returned 0) e2e_run_cases with the rest. Returns the exit code:
+ * e2e_init's when it failed, else e2e_run_cases'.
+ */
+int e2e_main(const char *prefix, const char *suite, const struct e2e_case *cases, size_t n,
+             double timeout_s, enum print_output mode);
+
+/*
  * Creates a private temporary directory "$TMPDIR/<prefix>-XXXXXX" into out;
  * false (and a message on stderr) when it cannot. Asserts nothing.
  */
