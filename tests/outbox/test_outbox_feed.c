@@ -629,7 +629,6 @@ static Suite *feed_suite(void)
 {
     Suite *s = suite_create("outbox_feed");
 
-
     sf_check_case(s, "feed", NULL, NULL, 90,
                   (const TTest *[]){test_end_to_end_checkpoint_follows_acks,
                                     test_kill9_between_publish_and_checkpoint_loses_nothing,

@@ -249,7 +249,6 @@ Suite *common_log_suite(void)
 {
     Suite *s = suite_create("common_log");
 
-
     sf_check_case(s, "log", log_setup, log_teardown, 0,
                   (const TTest *[]){test_log_text_line, test_log_level_filter,
                                     test_log_text_one_line, test_log_json_escapes,

@@ -284,7 +284,6 @@ static Suite *regions_suite(void)
 {
     Suite *s = suite_create("cosmos_regions");
 
-
     sf_check_case(s, "regions", setup, teardown, 90,
                   (const TTest *[]){test_regions_write_after_failover_goes_to_new_write_region,
                                     test_regions_without_discovery_write_stays_refused,

@@ -385,7 +385,6 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("feed_admin");
 
-
     sf_check_case(s, "admin", setup, teardown, 60,
                   (const TTest *[]){export_only_own_prefix_without_system_fields,
                                     import_fences_owner_and_frees_lease,

@@ -382,7 +382,6 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("feed_lease");
 
-
     sf_check_case(s, "lease", setup, teardown, 60,
                   (const TTest *[]){bootstrap_once, bootstrap_concurrent, bootstrap_stale_lock,
                                     bootstrap_start_now, stale_owner_checkpoint_rejected,

@@ -1426,7 +1426,6 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
 
-
     sf_check_case(s, "proc", setup, teardown, 90,
                   (const TTest *[]){drain_several_ranges,
                                     merge_during_run_continues_parents_by_epk,

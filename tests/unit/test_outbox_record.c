@@ -403,7 +403,6 @@ static Suite *record_suite(void)
 {
     Suite *s = suite_create("outbox_record");
 
-
     sf_check_case(s, "record", NULL, NULL, 0,
                   (const TTest *[]){test_event_id_plain_and_deterministic,
                                     test_event_id_hashed_when_unsafe, test_build_full_record,

@@ -686,7 +686,6 @@ static Suite *relay_suite(void)
 {
     Suite *s = suite_create("outbox_relay");
 
-
     sf_check_case(s, "relay", NULL, NULL, 120,
                   (const TTest *[]){
                       test_routing_headers_key_value, test_routes_first, test_invalid_records,

@@ -517,7 +517,6 @@ static Suite *sink_suite(void)
 {
     Suite *s = suite_create("outbox_sink");
 
-
     sf_check_case(
         s, "sink", NULL, NULL, 60,
         (const TTest *[]){test_options_validated, test_publish_rejects_bad_messages,

@@ -860,7 +860,6 @@ static Suite *router_suite(void)
 {
     Suite *s = suite_create("router");
 
-
     sf_check_case(s, "core", setup, teardown, 0,
                   (const TTest *[]){
                       account_advertises_host, missing_auth_is_401, tampered_signature_is_401,

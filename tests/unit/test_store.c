@@ -2365,7 +2365,6 @@ static Suite *store_suite(void)
 {
     Suite *su = suite_create("store");
 
-
     sf_check_case(su, "resources", NULL, NULL, 0,
                   (const TTest *[]){test_db_crud, test_coll_crud, test_rid_formats, test_pkranges,
                                     test_v1_container_placed_by_v1_hash, test_doc_routing, NULL});

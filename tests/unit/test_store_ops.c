@@ -2321,7 +2321,6 @@ static Suite *store_ops_suite(void)
 {
     Suite *su = suite_create("store_ops");
 
-
     sf_check_case(
         su, "patch", NULL, NULL, 0,
         (const TTest *[]){test_patch_every_op, test_patch_errors, test_patch_condition, NULL});
