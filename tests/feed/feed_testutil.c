@@ -4,11 +4,13 @@
 #include "common/sf_base.h"
 
 #include <check.h>
+#include <unistd.h>
 
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos_int.h"
+#include "feed/feed_int.h"
 #include "tests/feed/feed_testutil.h"
 #include "tests/support/harness.h"
 
@@ -257,6 +259,42 @@ size_t ft_leases_of(struct cosmos_client *cli, const char *db, const char *coll,
             k++;
     free(v);
     return k;
+}
+
+struct cosmos_client *ft_lease_fixture(struct harness_cosmolite *srv, const char *db, char coll[64],
+                                       char prefix[64], struct feed_store *st)
+{
+    static int n;
+    struct cosmos_client *cli =
+        ft_client(harness_cosmolite_endpoint(srv), harness_cosmolite_key(srv));
+
+    (void)snprintf(coll, 64, "c%d-%d", (int)getpid(), n);
+    (void)snprintf(prefix, 64, "p%d-%d", (int)getpid(), n++);
+    ft_container(cli, db, coll, "/pk");
+    ft_container(cli, db, "leases", "/id");
+    memset(st, 0, sizeof(*st));
+    st->cli = cli;
+    (void)snprintf(st->db, sizeof(st->db), "%s", db);
+    (void)snprintf(st->coll, sizeof(st->coll), "leases");
+    (void)snprintf(st->prefix, sizeof(st->prefix), "%s", prefix);
+    return cli;
+}
+
+int64_t ft_lease_take(struct feed_store *st, const char *token, const char *owner,
+                      struct feed_lease *ret)
+{
+    struct feed_lease seen;
+    char id[256];
+    int64_t epoch;
+    struct sf_err err;
+
+    feed_lease_init(&seen);
+    ck_assert_int_eq(feed_lease_id(st, token, id, sizeof(id)), SF_OK);
+    ck_assert_int_eq(feed_store_read(st, id, &seen, &err), SF_OK);
+    ck_assert_msg(feed_lease_acquire(st, &seen, owner, ret, &err) == SF_OK, "%s", err.msg);
+    epoch = seen.epoch;
+    feed_lease_release(&seen);
+    return epoch;
 }
 
 int ft_suite_main(Suite *(*make)(void), struct harness_cosmolite **srv)

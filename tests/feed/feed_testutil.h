@@ -85,11 +85,31 @@ size_t ft_leases_of(struct cosmos_client *cli, const char *db, const char *coll,
                     const char *owner);
 
 /*
+ * The per-test fixture of the lease tests: a new client for srv (the
+ * caller frees it), a fresh monitored container "c<pid>-<n>" into coll
+ * and lease prefix "p<pid>-<n>" into prefix (n counts the calls), that
+ * container (by /pk) and "leases" (by /id) created in db, and in *st the
+ * lease store of db/leases under prefix. Aborts on failure.
+ */
+struct harness_cosmolite;
+struct feed_store;
+struct cosmos_client *ft_lease_fixture(struct harness_cosmolite *srv, const char *db, char coll[64],
+                                       char prefix[64], struct feed_store *st);
+
+/*
+ * Lease token of st taken by owner, as an instance takes it after listing:
+ * read, then acquired into *ret (its etag too). Returns the epoch the lease
+ * had before. Aborts the test on failure.
+ */
+struct feed_lease;
+int64_t ft_lease_take(struct feed_store *st, const char *token, const char *owner,
+                      struct feed_lease *ret);
+
+/*
  * The main() of a feed suite against one cosmolite (in memory, 4 ranges):
  * starts it into *srv, runs make()'s suite, stops it. Returns the exit
  * status: 77 (skipped) without a cosmolite binary.
  */
-struct harness_cosmolite;
 typedef struct Suite Suite;
 int ft_suite_main(Suite *(*make)(void), struct harness_cosmolite **srv);
 

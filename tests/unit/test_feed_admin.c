@@ -35,7 +35,6 @@ static struct feed_admin_set set;
 
 static void setup(void)
 {
-    static int n;
     struct feed_bootstrap b = {.db = DB,
                                .start = FEED_START_BEGINNING,
                                .instance = "test",
@@ -43,16 +42,7 @@ static void setup(void)
                                .wait_ms = 20000};
     struct sf_err err;
 
-    cli = ft_client(harness_cosmolite_endpoint(srv), harness_cosmolite_key(srv));
-    (void)snprintf(coll, sizeof(coll), "c%d-%d", (int)getpid(), n);
-    (void)snprintf(prefix, sizeof(prefix), "p%d-%d", (int)getpid(), n++);
-    ft_container(cli, DB, coll, "/pk");
-    ft_container(cli, DB, "leases", "/id");
-    memset(&st, 0, sizeof(st));
-    st.cli = cli;
-    (void)snprintf(st.db, sizeof(st.db), DB);
-    (void)snprintf(st.coll, sizeof(st.coll), "leases");
-    (void)snprintf(st.prefix, sizeof(st.prefix), "%s", prefix);
+    cli = ft_lease_fixture(srv, DB, coll, prefix, &st);
     b.cli = cli;
     b.coll = coll;
     ck_assert_msg(feed_store_bootstrap(&st, &b, NULL, &err) == SF_OK, "%s", err.msg);
@@ -69,15 +59,7 @@ static void teardown(void)
 /* Lease token taken by owner, as an instance would; *ret holds its etag. */
 static void take(const char *token, const char *owner, struct feed_lease *ret)
 {
-    struct feed_lease seen;
-    char id[256];
-    struct sf_err err;
-
-    feed_lease_init(&seen);
-    ck_assert_int_eq(feed_lease_id(&st, token, id, sizeof(id)), SF_OK);
-    ck_assert_int_eq(feed_store_read(&st, id, &seen, &err), SF_OK);
-    ck_assert_msg(feed_lease_acquire(&st, &seen, owner, ret, &err) == SF_OK, "%s", err.msg);
-    feed_lease_release(&seen);
+    (void)ft_lease_take(&st, token, owner, ret);
 }
 
 static void read_lease(const char *token, struct feed_lease *ret)
