@@ -3,10 +3,10 @@
 # patch, batches, TTL, splits, scripts, the all-versions log, scans and group
 # commit.
 sf_unit_test(test_store
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store.c ${CMAKE_CURRENT_LIST_DIR}/store_testutil.c
   LIBS emu_store sf_common
   LABELS store)
 sf_unit_test(test_store_ops
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store_ops.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_store_ops.c ${CMAKE_CURRENT_LIST_DIR}/store_testutil.c
   LIBS emu_store sf_common
   LABELS store)

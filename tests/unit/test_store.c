@@ -22,6 +22,7 @@
 #include "common/sf_hash.h"
 #include "emulator/emu_store.h"
 #include "tests/support/check_run.h"
+#include "tests/unit/store_testutil.h"
 
 #define OUT_MAX (64u * 1024u * 1024u)
 
@@ -37,28 +38,15 @@ static int64_t fake_now(void *arg)
 
 static struct emu_store *open_store(const char *path, int partitions, size_t max_doc)
 {
-    struct emu_store_opts o = {0};
-    struct emu_store *s = NULL;
-    struct sf_err err;
+    struct emu_store_opts o = {.path = path,
+                               .partitions = partitions,
+                               .max_doc_bytes = max_doc,
+                               .now_s = fake_now,
+                               .busy_timeout_ms = 50};
+    struct emu_store *s = stt_open(&o);
 
-    o.path = path;
-    o.partitions = partitions;
-    o.max_doc_bytes = max_doc;
-    o.now_s = fake_now;
-    o.busy_timeout_ms = 50;
-    sf_err_clear(&err);
-    ck_assert_msg(emu_store_open(&o, &s, &err) == SF_OK, "open: %s", err.msg);
     ck_assert_ptr_nonnull(s);
     return s;
-}
-
-static json_t *J(const char *text)
-{
-    json_error_t je;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, &je);
-
-    ck_assert_msg(v != NULL, "bad test JSON %s: %s", text, je.text);
-    return v;
 }
 
 /* Parses out's contents, failing the test on duplicate keys or bad JSON. */
@@ -79,7 +67,7 @@ static void mkdb(struct emu_store *s, const char *id)
     json_t *b;
 
     (void)snprintf(text, sizeof(text), "{\"id\":\"%s\"}", id);
-    b = J(text);
+    b = stt_json(text);
     sf_buf_init(&out, OUT_MAX);
     ck_assert_msg(emu_store_db_create(s, b, &out, &err) == SF_OK, "db create: %s", err.msg);
     sf_buf_release(&out);
@@ -95,7 +83,7 @@ static void mkcoll(struct emu_store *s, const char *db, const char *id, const ch
 
     (void)snprintf(text, sizeof(text), "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"%s\"]}}", id,
                    path);
-    b = J(text);
+    b = stt_json(text);
     sf_buf_init(&out, OUT_MAX);
     ck_assert_msg(emu_store_coll_create(s, db, b, &out, &err) == SF_OK, "coll create: %s", err.msg);
     sf_buf_release(&out);
@@ -129,7 +117,7 @@ static enum sf_rc write_doc(struct emu_store *s, const struct emu_coll_ref *c,
                             const char *body, const char *if_match, struct emu_doc_meta *meta,
                             struct sf_err *err)
 {
-    json_t *b = J(body), *p = pk != NULL ? J(pk) : NULL;
+    json_t *b = stt_json(body), *p = pk != NULL ? stt_json(pk) : NULL;
     struct sf_buf out;
     enum sf_rc rc;
 
@@ -169,7 +157,7 @@ static void put(struct emu_store *s, const struct emu_coll_ref *c, const char *i
 static json_t *get(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
                    const char *pk, enum sf_rc *ret_rc, struct sf_err *err)
 {
-    json_t *p = J(pk), *v = NULL;
+    json_t *p = stt_json(pk), *v = NULL;
     struct emu_doc_meta m;
     struct sf_buf out;
     enum sf_rc rc;
@@ -261,39 +249,6 @@ static void epk_of_str(const char *pk, char out[33])
     json_decref(v);
 }
 
-/* A temporary directory for file-backed stores; rm_dir removes it and its files. */
-static void mk_dir(char dir[64], char path[128])
-{
-    (void)snprintf(dir, 64, "/tmp/test_store.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    (void)snprintf(path, 128, "%s/store.db", dir);
-}
-
-static void rm_dir(const char *dir, const char *path)
-{
-    char p[160];
-
-    (void)unlink(path);
-    (void)snprintf(p, sizeof(p), "%s-wal", path);
-    (void)unlink(p);
-    (void)snprintf(p, sizeof(p), "%s-shm", path);
-    (void)unlink(p);
-    (void)rmdir(dir);
-}
-
-/* Runs SQL on a (closed) store file directly. */
-static void sql_on_file(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    char *msg = NULL;
-
-    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-    ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql,
-                  msg != NULL ? msg : "");
-    sqlite3_free(msg);
-    ck_assert_int_eq(sqlite3_close(db), SQLITE_OK);
-}
-
 /* ---- databases and containers ------------------------------------------------------ */
 
 START_TEST(test_db_crud)
@@ -301,7 +256,7 @@ START_TEST(test_db_crud)
     struct emu_store *s = open_store(NULL, 1, 0);
     struct sf_buf out;
     struct sf_err err;
-    json_t *b = J("{\"id\":\"sagas\",\"_rid\":\"forged\"}"), *v, *list;
+    json_t *b = stt_json("{\"id\":\"sagas\",\"_rid\":\"forged\"}"), *v, *list;
     char self[64];
 
     sf_buf_init(&out, OUT_MAX);
@@ -336,14 +291,14 @@ START_TEST(test_db_crud)
     ck_assert_int_eq(err.http_status, 404);
     ck_assert_ptr_nonnull(strstr(err.msg, "nope"));
     json_decref(b);
-    b = J("{\"id\":\"a/b\"}");
+    b = stt_json("{\"id\":\"a/b\"}");
     ck_assert_int_eq(emu_store_db_create(s, b, &out, &err), SF_EINVAL);
     ck_assert_int_eq(err.http_status, 400);
     json_decref(b);
-    b = J("[1]");
+    b = stt_json("[1]");
     ck_assert_int_eq(emu_store_db_create(s, b, &out, &err), SF_EINVAL);
     json_decref(b);
-    b = J("{\"name\":\"x\"}");
+    b = stt_json("{\"name\":\"x\"}");
     ck_assert_int_eq(emu_store_db_create(s, b, &out, &err), SF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "id"));
     json_decref(b);
@@ -401,7 +356,7 @@ START_TEST(test_coll_crud)
 
     sf_buf_init(&out, OUT_MAX);
     mkdb(s, "db");
-    b = J("{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/pk\"]},\"defaultTtl\":-1}");
+    b = stt_json("{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/pk\"]},\"defaultTtl\":-1}");
     ck_assert_int_eq(emu_store_coll_create(s, "nodb", b, &out, &err), SF_ENOTFOUND);
     ck_assert_int_eq(err.http_status, 404);
     ck_assert_int_eq(err.substatus, 1003);
@@ -426,7 +381,7 @@ START_TEST(test_coll_crud)
     ck_assert_int_eq(err.http_status, 409);
     json_decref(b);
     for (i = 0; i < SF_ARRAY_LEN(bad_pk); i++) {
-        b = J(bad_pk[i]);
+        b = stt_json(bad_pk[i]);
         sf_err_clear(&err);
         ck_assert_msg(emu_store_coll_create(s, "db", b, &out, &err) == SF_EINVAL, "%s", bad_pk[i]);
         ck_assert_int_eq(err.http_status, 400);
@@ -459,8 +414,8 @@ START_TEST(test_coll_crud)
     }
 
     /* Replace: settings change, etag changes, rid stays; guards. */
-    b = J("{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\","
-          "\"version\":2},\"defaultTtl\":60}");
+    b = stt_json("{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\","
+                 "\"version\":2},\"defaultTtl\":60}");
     ck_assert_int_eq(emu_store_coll_replace(s, "db", "orders", b, "\"stale\"", &out, &err),
                      SF_EPRECOND);
     ck_assert_int_eq(err.http_status, 412);
@@ -472,14 +427,14 @@ START_TEST(test_coll_crud)
     json_decref(v2);
     json_decref(b);
     sf_buf_reset(&out);
-    b = J("{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/other\"]}}");
+    b = stt_json("{\"id\":\"orders\",\"partitionKey\":{\"paths\":[\"/other\"]}}");
     ck_assert_int_eq(emu_store_coll_replace(s, "db", "orders", b, NULL, &out, &err), SF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "partition key"));
     json_decref(b);
-    b = J("{\"id\":\"renamed\",\"partitionKey\":{\"paths\":[\"/pk\"]}}");
+    b = stt_json("{\"id\":\"renamed\",\"partitionKey\":{\"paths\":[\"/pk\"]}}");
     ck_assert_int_eq(emu_store_coll_replace(s, "db", "orders", b, NULL, &out, &err), SF_EINVAL);
     json_decref(b);
-    b = J("{\"id\":\"orders\"}"); /* no partitionKey: kept */
+    b = stt_json("{\"id\":\"orders\"}"); /* no partitionKey: kept */
     ck_assert_int_eq(emu_store_coll_replace(s, "db", "orders", b, NULL, &out, &err), SF_OK);
     v2 = parse_out(&out);
     ck_assert_str_eq(json_string_value(json_array_get(
@@ -667,7 +622,7 @@ static void mkcoll_v1(struct emu_store *s, const char *db, const char *id)
                    "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\","
                    "\"version\":1}}",
                    id);
-    b = J(text);
+    b = stt_json(text);
     sf_buf_init(&out, OUT_MAX);
     ck_assert_msg(emu_store_coll_create(s, db, b, &out, &err) == SF_OK, "coll create: %s", err.msg);
     sf_buf_release(&out);
@@ -800,7 +755,7 @@ START_TEST(test_v1_container_keeps_its_hash_across_restarts)
     enum sf_rc rc;
     int i;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 4, 0);
     mkdb(s, "db");
     mkcoll_v1(s, "db", "c");
@@ -823,7 +778,7 @@ START_TEST(test_v1_container_keeps_its_hash_across_restarts)
     json_decref(get(s, &c, "d3", "[\"k3\"]", &rc, &err));
     ck_assert_int_eq(rc, SF_OK);
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -839,12 +794,12 @@ START_TEST(test_v1_container_bad_hash_record_named_at_open)
     struct emu_store *s;
     struct sf_err err;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 4, 0);
     mkdb(s, "db");
     mkcoll_v1(s, "db", "c");
     emu_store_free(s);
-    sql_on_file(path, "UPDATE meta SET value = 'v9' WHERE key LIKE 'pk_hash:%'");
+    stt_sql_on_file(path, "UPDATE meta SET value = 'v9' WHERE key LIKE 'pk_hash:%'");
     o.path = path;
     o.partitions = 4;
     o.now_s = fake_now;
@@ -856,7 +811,7 @@ START_TEST(test_v1_container_bad_hash_record_named_at_open)
     ck_assert_msg(strstr(err.msg, "container 'c'") != NULL && strstr(err.msg, "pk_hash:") != NULL &&
                       strstr(err.msg, "'v9'") != NULL,
                   "%s", err.msg);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -875,7 +830,7 @@ START_TEST(test_v1_container_from_an_older_store_keeps_v2_placement)
     enum sf_rc rc;
     int i;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 4, 0);
     mkdb(s, "db");
     mkcoll(s, "db", "c", "/pk");
@@ -888,7 +843,7 @@ START_TEST(test_v1_container_from_an_older_store_keeps_v2_placement)
         put(s, &c, id, pk, i, NULL);
     }
     emu_store_free(s);
-    sql_on_file(path, "UPDATE colls SET body = json_set(body, '$.partitionKey.version', 1)");
+    stt_sql_on_file(path, "UPDATE colls SET body = json_set(body, '$.partitionKey.version', 1)");
     s = open_store(path, 4, 0);
     c = ref(s, "db", "c");
     ck_assert_int_eq(c.pk_hash, EMU_PK_HASH_V2);
@@ -903,7 +858,7 @@ START_TEST(test_v1_container_from_an_older_store_keeps_v2_placement)
     put(s, &c, "d20", "k20", 20, NULL);
     ck_assert_int_eq(check_placement(s, &c, false), 21);
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -1032,7 +987,7 @@ START_TEST(test_doc_if_match)
                                "{\"id\":\"a\",\"pk\":\"p\",\"n\":3}", e1, &m, &err),
                      SF_EPRECOND);
     {
-        json_t *p = J("[\"p\"]");
+        json_t *p = stt_json("[\"p\"]");
 
         ck_assert_int_eq(emu_store_doc_delete(s, &c, "a", p, e1, &m, &err), SF_EPRECOND);
         ck_assert_int_eq(err.http_status, 412);
@@ -1067,7 +1022,7 @@ START_TEST(test_doc_if_match)
                                e2, &m, &err),
                      SF_ENOTFOUND);
     {
-        json_t *p = J("[\"p\"]");
+        json_t *p = stt_json("[\"p\"]");
         char cur[64];
 
         ck_assert_int_eq(emu_store_doc_delete(s, &c, "zz", p, NULL, &m, &err), SF_ENOTFOUND);
@@ -1091,7 +1046,7 @@ START_TEST(test_doc_if_none_match)
     struct emu_doc_meta m;
     struct sf_buf out;
     struct sf_err err;
-    json_t *p = J("[\"p\"]");
+    json_t *p = stt_json("[\"p\"]");
     char e1[64];
 
     put(s, &c, "a", "p", 1, e1);
@@ -1302,7 +1257,7 @@ START_TEST(test_doc_system_props)
     struct emu_doc_meta m;
     struct sf_buf out;
     struct sf_err err;
-    json_t *v, *p = J("[\"p\"]");
+    json_t *v, *p = stt_json("[\"p\"]");
 
     fake_clock = 1800000000;
     ck_assert_int_eq(write_doc(s, &c, EMU_WRITE_CREATE, NULL, NULL,
@@ -1607,7 +1562,7 @@ START_TEST(test_cf_by_pk)
     struct emu_cf_result res;
     struct emu_doc_meta m;
     struct sf_err err;
-    json_t *page, *pk = J("[\"k3\"]"), *bad = J("{\"a\":1}");
+    json_t *page, *pk = stt_json("[\"k3\"]"), *bad = stt_json("{\"a\":1}");
     size_t i;
 
     q.start = EMU_CF_BEGINNING;
@@ -1707,7 +1662,7 @@ START_TEST(test_cf_latest_version_only)
     struct emu_cf_result res;
     struct emu_doc_meta m;
     struct sf_err err;
-    json_t *page, *p = J("[\"p\"]");
+    json_t *page, *p = stt_json("[\"p\"]");
 
     put(s, &c, "a", "p", 1, NULL); /* lsn 1 */
     put(s, &c, "b", "p", 1, NULL); /* lsn 2 */
@@ -1782,10 +1737,10 @@ START_TEST(test_durable_reopen)
     struct sf_buf out;
     struct sf_err err;
     char dir[64], path[128], acct[32], etag[64], pk_etag[64], pk_etag2[64];
-    json_t *before, *after, *page, *p = J("[\"p\"]"), *ranges1, *ranges2;
+    json_t *before, *after, *page, *p = stt_json("[\"p\"]"), *ranges1, *ranges2;
     int64_t cont, lsn = 0;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 2, 0);
     (void)snprintf(acct, sizeof(acct), "%s", emu_store_account_rid(s));
     mkdb(s, "db");
@@ -1890,7 +1845,7 @@ START_TEST(test_durable_reopen)
     ck_assert_int_eq(lsn, 8);
     emu_store_free(s);
     json_decref(p);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -1905,12 +1860,12 @@ START_TEST(test_retired_range)
     char dir[64], path[128], etag[64];
     json_t *page;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 2, 0);
     mkdb(s, "db");
     mkcoll(s, "db", "c", "/pk");
     emu_store_free(s);
-    sql_on_file(path, "UPDATE pkranges SET status = 'retired' WHERE id = '1'");
+    stt_sql_on_file(path, "UPDATE pkranges SET status = 'retired' WHERE id = '1'");
     s = open_store(path, 2, 0);
     c = ref(s, "db", "c");
     q.start = EMU_CF_BEGINNING;
@@ -1931,7 +1886,7 @@ START_TEST(test_retired_range)
     json_decref(page);
     sf_buf_release(&out);
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -1943,14 +1898,14 @@ START_TEST(test_cf_batch_lsn_not_split)
     struct emu_cf_result res;
     struct sf_buf out;
     struct sf_err err;
-    json_t *page, *pk = J("[\"p\"]"), *ops;
+    json_t *page, *pk = stt_json("[\"p\"]"), *ops;
     int status = 0;
 
     put(s, &c, "d0", "p", 0, NULL); /* LSN 1 */
     /* Documents 1..3 written by one batch at LSN 2. */
-    ops = J("[{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d1\",\"pk\":\"p\"}},"
-            "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d2\",\"pk\":\"p\"}},"
-            "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d3\",\"pk\":\"p\"}}]");
+    ops = stt_json("[{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d1\",\"pk\":\"p\"}},"
+                   "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d2\",\"pk\":\"p\"}},"
+                   "{\"operationType\":\"Create\",\"resourceBody\":{\"id\":\"d3\",\"pk\":\"p\"}}]");
     sf_buf_init(&out, OUT_MAX);
     ck_assert_int_eq(emu_store_batch(s, &c, pk, ops, &out, &status, NULL, &err), SF_OK);
     ck_assert_int_eq(status, 200);
@@ -1987,7 +1942,7 @@ START_TEST(test_open_failures)
     char dir[64], path[128];
     FILE *f;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     /* Not a database. */
     f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
@@ -2006,10 +1961,10 @@ START_TEST(test_open_failures)
     s = open_store(path, 1, 0);
     emu_store_free(s);
     s = NULL;
-    sql_on_file(path, "PRAGMA user_version = 99");
+    stt_sql_on_file(path, "PRAGMA user_version = 99");
     ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
     ck_assert_ptr_nonnull(strstr(err.msg, "99"));
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 
     /* A directory that does not exist; a bad partition count. */
     o.path = "/nonexistent-dir/x/store.db";
@@ -2049,7 +2004,7 @@ START_TEST(test_v1_container_hash_record_dropped_with_container)
     struct emu_store *s;
     struct sf_err err;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 2, 0);
     mkdb(s, "db");
     mkdb(s, "db2");
@@ -2067,7 +2022,7 @@ START_TEST(test_v1_container_hash_record_dropped_with_container)
     ck_assert_int_eq(ref(s, "db2", "c3").pk_hash, EMU_PK_HASH_V1);
     emu_store_free(s);
     ck_assert_int_eq(int_on_file(path, count), 1);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -2087,10 +2042,10 @@ START_TEST(test_foreign_file_refused)
     struct sf_err err;
     char dir[64], path[128];
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     o.path = path;
-    sql_on_file(path, "CREATE TABLE invoices(id INTEGER PRIMARY KEY, total REAL);"
-                      "INSERT INTO invoices(total) VALUES (12.5);");
+    stt_sql_on_file(path, "CREATE TABLE invoices(id INTEGER PRIMARY KEY, total REAL);"
+                          "INSERT INTO invoices(total) VALUES (12.5);");
     sf_err_clear(&err);
     ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
     ck_assert_ptr_null(s);
@@ -2098,29 +2053,29 @@ START_TEST(test_foreign_file_refused)
     ck_assert_ptr_nonnull(strstr(err.msg, path));
     ck_assert_int_eq(int_on_file(path, "SELECT count(*) FROM sqlite_master"), 1);
     ck_assert_int_eq(int_on_file(path, "SELECT count(*) FROM invoices"), 1);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 
     /* Another application's id, even with a user_version cosmolite knows. */
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     o.path = path;
-    sql_on_file(path, "PRAGMA application_id = 305419896; PRAGMA user_version = 2;");
+    stt_sql_on_file(path, "PRAGMA application_id = 305419896; PRAGMA user_version = 2;");
     sf_err_clear(&err);
     ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
     ck_assert_msg(strstr(err.msg, "application_id is 0x12345678") != NULL, "%s", err.msg);
     ck_assert_int_eq(int_on_file(path, "SELECT count(*) FROM sqlite_master"), 0);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 
     /* Ours: marked at creation; an unmarked file of an older cosmolite is adopted. */
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 1, 0);
     mkdb(s, "db");
     emu_store_free(s);
     ck_assert_int_eq(int_on_file(path, "PRAGMA application_id"), COSMOLITE_APP_ID);
-    sql_on_file(path, "PRAGMA application_id = 0");
+    stt_sql_on_file(path, "PRAGMA application_id = 0");
     s = open_store(path, 1, 0);
     emu_store_free(s);
     ck_assert_int_eq(int_on_file(path, "PRAGMA application_id"), COSMOLITE_APP_ID);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -2151,7 +2106,7 @@ START_TEST(test_corrupt_file_refused)
     char dir[64], path[128], id[256];
     long pages;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 1, 0);
     mkdb(s, "db");
     mkcoll(s, "db", "c", "/pk");
@@ -2172,10 +2127,10 @@ START_TEST(test_corrupt_file_refused)
     ck_assert_ptr_null(s);
     ck_assert_msg(strstr(err.msg, "corrupt") != NULL, "%s", err.msg);
     ck_assert_ptr_nonnull(strstr(err.msg, path));
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 
     /* Not SQLite at all: said so. */
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 1, 0);
     emu_store_free(s);
     s = NULL;
@@ -2183,7 +2138,7 @@ START_TEST(test_corrupt_file_refused)
     sf_err_clear(&err);
     ck_assert_int_eq(emu_store_open(&o, &s, &err), SF_EIO);
     ck_assert_msg(strstr(err.msg, "not a SQLite database") != NULL, "%s", err.msg);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -2196,7 +2151,7 @@ START_TEST(test_locked_file)
     char dir[64], path[128];
     json_t *v;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     s = open_store(path, 1, 0);
     mkdb(s, "db");
     mkcoll(s, "db", "c", "/pk");
@@ -2218,7 +2173,7 @@ START_TEST(test_locked_file)
     ck_assert_ptr_nonnull(v);
     json_decref(v);
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -2246,7 +2201,7 @@ START_TEST(test_disk_full)
     int64_t lsn = 0;
     enum sf_rc rc = SF_OK;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store");
     (void)snprintf(wal, sizeof(wal), "%s-wal", path);
     s = open_store(path, 1, 0);
     mkdb(s, "db");
@@ -2295,7 +2250,7 @@ START_TEST(test_disk_full)
     ck_assert_int_eq(res.range_lsn, 2 + ok);
     json_decref(page);
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 

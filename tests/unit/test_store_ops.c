@@ -15,6 +15,7 @@
 #include "common/sf_hash.h"
 #include "emulator/emu_store.h"
 #include "tests/support/check_run.h"
+#include "tests/unit/store_testutil.h"
 
 #define OUT_MAX (64u * 1024u * 1024u)
 
@@ -30,28 +31,14 @@ static int64_t fake_now(void *arg)
 
 static struct emu_store *open_opts(const char *path, int partitions, int max_ops, size_t max_bytes)
 {
-    struct emu_store_opts o = {0};
-    struct emu_store *s = NULL;
-    struct sf_err err;
+    struct emu_store_opts o = {.path = path,
+                               .partitions = partitions,
+                               .now_s = fake_now,
+                               .busy_timeout_ms = 50,
+                               .max_batch_ops = max_ops,
+                               .max_batch_bytes = max_bytes};
 
-    o.path = path;
-    o.partitions = partitions;
-    o.now_s = fake_now;
-    o.busy_timeout_ms = 50;
-    o.max_batch_ops = max_ops;
-    o.max_batch_bytes = max_bytes;
-    sf_err_clear(&err);
-    ck_assert_msg(emu_store_open(&o, &s, &err) == SF_OK, "open: %s", err.msg);
-    return s;
-}
-
-static json_t *J(const char *text)
-{
-    json_error_t je;
-    json_t *v = json_loads(text, JSON_DECODE_ANY, &je);
-
-    ck_assert_msg(v != NULL, "bad test JSON %s: %s", text, je.text);
-    return v;
+    return stt_open(&o);
 }
 
 static json_t *parse(const struct sf_buf *out)
@@ -70,7 +57,7 @@ static void mkdb(struct emu_store *s, const char *id)
     json_t *b;
 
     (void)snprintf(text, sizeof(text), "{\"id\":\"%s\"}", id);
-    b = J(text);
+    b = stt_json(text);
     ck_assert_msg(emu_store_db_create(s, b, NULL, &err) == SF_OK, "db: %s", err.msg);
     json_decref(b);
 }
@@ -85,7 +72,7 @@ static enum sf_rc mkcoll_rc(struct emu_store *s, const char *id, const char *ext
 
     (void)snprintf(text, sizeof(text), "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"/pk\"]}%s}",
                    id, extra);
-    b = J(text);
+    b = stt_json(text);
     sf_err_clear(err);
     rc = emu_store_coll_create(s, "db", b, NULL, err);
     json_decref(b);
@@ -118,7 +105,7 @@ static enum sf_rc write_rc(struct emu_store *s, const struct emu_coll_ref *c,
                            enum emu_write_kind kind, const char *id, const char *body,
                            const char *if_match, struct emu_doc_meta *meta, struct sf_err *err)
 {
-    json_t *b = J(body);
+    json_t *b = stt_json(body);
     struct emu_doc_meta m;
     struct sf_buf out;
     enum sf_rc rc;
@@ -149,7 +136,7 @@ static struct emu_doc_meta put(struct emu_store *s, const struct emu_coll_ref *c
 static json_t *get(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
                    const char *pk)
 {
-    json_t *p = J(pk), *v = NULL;
+    json_t *p = stt_json(pk), *v = NULL;
     struct emu_doc_meta m;
     struct sf_buf out;
     struct sf_err err;
@@ -195,7 +182,7 @@ static const char *sval(const json_t *o, const char *key)
 static json_t *patch(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
                      const char *body, const char *if_match, enum sf_rc *ret_rc, struct sf_err *err)
 {
-    json_t *b = J(body), *p = J("[\"p\"]"), *v = NULL;
+    json_t *b = stt_json(body), *p = stt_json("[\"p\"]"), *v = NULL;
     struct emu_doc_meta m;
     struct sf_buf out;
     enum sf_rc rc;
@@ -242,7 +229,7 @@ static json_t *batch(struct emu_store *s, const struct emu_coll_ref *c, const ch
                      const char *ops_text, int *ret_status, struct emu_doc_meta *meta,
                      enum sf_rc *ret_rc, struct sf_err *err)
 {
-    json_t *ops = J(ops_text), *pk = pk_text != NULL ? J(pk_text) : NULL, *v = NULL;
+    json_t *ops = stt_json(ops_text), *pk = pk_text != NULL ? stt_json(pk_text) : NULL, *v = NULL;
     struct emu_doc_meta m;
     struct sf_buf out;
     int status = 0;
@@ -348,7 +335,7 @@ static enum sf_rc visit(void *ctx, const char *doc, size_t len)
 static enum sf_rc scan(struct emu_store *s, const struct emu_coll_ref *c, const char *range_id,
                        const char *pk_text, struct seen *sn, struct sf_err *err)
 {
-    json_t *pk = pk_text != NULL ? J(pk_text) : NULL;
+    json_t *pk = pk_text != NULL ? stt_json(pk_text) : NULL;
     enum sf_rc rc;
 
     sn->n = 0;
@@ -356,37 +343,6 @@ static enum sf_rc scan(struct emu_store *s, const struct emu_coll_ref *c, const 
     rc = emu_store_doc_scan(s, c, range_id, false, pk, visit, sn, err);
     json_decref(pk);
     return rc;
-}
-
-static void mk_dir(char dir[64], char path[128])
-{
-    (void)snprintf(dir, 64, "/tmp/test_store_ops.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    (void)snprintf(path, 128, "%s/store.db", dir);
-}
-
-static void rm_dir(const char *dir, const char *path)
-{
-    char p[160];
-
-    (void)unlink(path);
-    (void)snprintf(p, sizeof(p), "%s-wal", path);
-    (void)unlink(p);
-    (void)snprintf(p, sizeof(p), "%s-shm", path);
-    (void)unlink(p);
-    (void)rmdir(dir);
-}
-
-static void sql_on_file(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    char *msg = NULL;
-
-    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-    ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql,
-                  msg != NULL ? msg : "");
-    sqlite3_free(msg);
-    ck_assert_int_eq(sqlite3_close(db), SQLITE_OK);
 }
 
 /* Writes str as a JSON string literal into out. */
@@ -554,7 +510,7 @@ START_TEST(test_patch_errors)
         patch(s, &c, "zz", "[{\"op\":\"set\",\"path\":\"/n\",\"value\":1}]", NULL, &rc, &err));
     ck_assert_int_eq(err.http_status, 404);
     {
-        json_t *b = J("[{\"op\":\"set\",\"path\":\"/n\",\"value\":1}]");
+        json_t *b = stt_json("[{\"op\":\"set\",\"path\":\"/n\",\"value\":1}]");
         struct sf_buf out;
 
         sf_buf_init(&out, OUT_MAX);
@@ -1106,7 +1062,7 @@ START_TEST(test_ttl_expired_id_reuse)
     struct emu_store *s;
     struct emu_doc_meta m, first;
     struct sf_err err;
-    json_t *pk = J("[\"p\"]"), *v;
+    json_t *pk = stt_json("[\"p\"]"), *v;
     enum sf_rc rc;
     int64_t t0 = fake_clock = 3000000;
 
@@ -1159,14 +1115,14 @@ START_TEST(test_ttl_container_change)
     ck_assert(visible(s, &c, "a"));
     /* Turning TTL on applies to existing documents from their last write. */
     sf_buf_init(&out, OUT_MAX);
-    body = J("{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"]},\"defaultTtl\":10}");
+    body = stt_json("{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"]},\"defaultTtl\":10}");
     ck_assert_int_eq(emu_store_coll_replace(s, "db", "c", body, NULL, &out, &err), SF_OK);
     json_decref(body);
     ck_assert(!visible(s, &c, "a"));
     ck_assert(visible(s, &c, "b"));
     ck_assert(visible(s, &c, "n"));
     /* Turning it off again brings back what the sweep has not purged. */
-    body = J("{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"]}}");
+    body = stt_json("{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"]}}");
     sf_buf_reset(&out);
     ck_assert_int_eq(emu_store_coll_replace(s, "db", "c", body, NULL, &out, &err), SF_OK);
     json_decref(body);
@@ -1174,7 +1130,7 @@ START_TEST(test_ttl_container_change)
     fake_clock = t0 + 1000;
     ck_assert(visible(s, &c, "b"));
     ck_assert_int_eq(sweep(s, 0), 0);
-    body = J("{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"]},\"defaultTtl\":0}");
+    body = stt_json("{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"]},\"defaultTtl\":0}");
     sf_buf_reset(&out);
     ck_assert_int_eq(emu_store_coll_replace(s, "db", "c", body, NULL, &out, &err), SF_EINVAL);
     json_decref(body);
@@ -1191,7 +1147,7 @@ START_TEST(test_ttl_durable)
     struct sf_err err;
     int64_t t0 = fake_clock = 5000000;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store_ops");
     s = open_opts(path, 1, 0, 0);
     mkdb(s, "db");
     ck_assert_int_eq(mkcoll_rc(s, "c", ",\"defaultTtl\":10", &err), SF_OK);
@@ -1206,7 +1162,7 @@ START_TEST(test_ttl_durable)
     ck_assert(!visible(s, &c, "a"));
     ck_assert_int_eq(sweep(s, 0), 1);
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -1479,7 +1435,7 @@ START_TEST(test_split_durable_and_narrow)
     char leftmost[16] = "1";
     int i;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store_ops");
     s = open_opts(path, 2, 0, 0);
     mkdb(s, "db");
     ck_assert_int_eq(mkcoll_rc(s, "c", "", &err), SF_OK);
@@ -1516,7 +1472,7 @@ START_TEST(test_split_durable_and_narrow)
     /* Routing still works at the edge of the EPK space. */
     put(s, &c, "{\"id\":\"x\",\"pk\":\"anything\"}");
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
@@ -1556,7 +1512,7 @@ static json_t *bulk(struct emu_store *s, const struct emu_coll_ref *c, const cha
                     struct emu_doc_meta *meta, enum sf_rc *ret_rc, struct sf_err *err)
 {
     struct emu_bulk_gate gate = {.admit = test_admit, .charge = test_charge, .ctx = tg};
-    json_t *ops = J(ops_text), *v = NULL;
+    json_t *ops = stt_json(ops_text), *v = NULL;
     struct sf_buf out;
     enum sf_rc rc;
 
@@ -1735,7 +1691,7 @@ END_TEST
 static json_t *script(struct emu_store *s, const struct emu_coll_ref *c, const char *kind,
                       const char *body, bool replace, enum sf_rc *ret_rc, struct sf_err *err)
 {
-    json_t *b = J(body), *v = NULL;
+    json_t *b = stt_json(body), *v = NULL;
     struct sf_buf out;
     enum sf_rc rc;
 
@@ -1868,7 +1824,7 @@ START_TEST(test_avad_log)
     struct emu_cf_result res;
     struct emu_doc_meta m1, m2, m3;
     struct sf_err err;
-    json_t *page, *pk = J("[\"p\"]"), *md;
+    json_t *page, *pk = stt_json("[\"p\"]"), *md;
     int64_t start;
     int status = 0;
     enum sf_rc rc;
@@ -2199,7 +2155,7 @@ START_TEST(test_group_commit)
     struct sf_err err;
     int i, j, ok = 0, conflicts = 0;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store_ops");
     s = open_opts(path, 2, 0, 0);
     mkdb(s, "db");
     ck_assert_int_eq(mkcoll_rc(s, "c", "", &err), SF_OK);
@@ -2232,7 +2188,7 @@ START_TEST(test_group_commit)
     ck_assert_int_eq(lsn_of(s, &c), ok);
     ck_assert_int_eq(count_list(s, &c), ok);
     emu_store_free(s);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
     free(all);
     free(w);
 }
@@ -2253,7 +2209,7 @@ START_TEST(test_upgrade_v1)
     int status = 0;
     json_t *v, *page;
 
-    mk_dir(dir, path);
+    stt_mk_dir(dir, path, "test_store_ops");
     s = open_opts(path, 1, 0, 0);
     mkdb(s, "db");
     ck_assert_int_eq(mkcoll_rc(s, "c", "", &err), SF_OK);
@@ -2270,16 +2226,16 @@ START_TEST(test_upgrade_v1)
     json_decref(v);
     emu_store_free(s);
     /* Turn the file into what version 1 wrote: global rowids, an LSN index, no new tables. */
-    sql_on_file(path,
-                "CREATE TABLE d1(cid INTEGER NOT NULL, pk TEXT NOT NULL, id TEXT NOT NULL,"
-                " rid TEXT NOT NULL, epk TEXT NOT NULL, lsn INTEGER NOT NULL, ts INTEGER NOT NULL,"
-                " etag TEXT NOT NULL, body TEXT NOT NULL, UNIQUE(cid, pk, id));"
-                "INSERT INTO d1(rowid, cid, pk, id, rid, epk, lsn, ts, etag, body)"
-                " SELECT ROW_NUMBER() OVER (ORDER BY rowid), cid, pk, id, rid, epk, lsn, ts,"
-                " etag, body FROM docs;"
-                "DROP TABLE docs; ALTER TABLE d1 RENAME TO docs;"
-                "CREATE INDEX docs_by_lsn ON docs(cid, lsn);"
-                "DROP TABLE scripts; DROP TABLE avlog; PRAGMA user_version = 1;");
+    stt_sql_on_file(
+        path, "CREATE TABLE d1(cid INTEGER NOT NULL, pk TEXT NOT NULL, id TEXT NOT NULL,"
+              " rid TEXT NOT NULL, epk TEXT NOT NULL, lsn INTEGER NOT NULL, ts INTEGER NOT NULL,"
+              " etag TEXT NOT NULL, body TEXT NOT NULL, UNIQUE(cid, pk, id));"
+              "INSERT INTO d1(rowid, cid, pk, id, rid, epk, lsn, ts, etag, body)"
+              " SELECT ROW_NUMBER() OVER (ORDER BY rowid), cid, pk, id, rid, epk, lsn, ts,"
+              " etag, body FROM docs;"
+              "DROP TABLE docs; ALTER TABLE d1 RENAME TO docs;"
+              "CREATE INDEX docs_by_lsn ON docs(cid, lsn);"
+              "DROP TABLE scripts; DROP TABLE avlog; PRAGMA user_version = 1;");
     s = open_opts(path, 1, 0, 0);
     c = ref(s, "c");
     c2 = ref(s, "c2");
@@ -2313,7 +2269,7 @@ START_TEST(test_upgrade_v1)
     ck_assert_int_eq(lsn_of(s, &c), 13);
     emu_store_free(s);
     free(sn);
-    rm_dir(dir, path);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
