@@ -300,19 +300,11 @@ int64_t ft_lease_take(struct feed_store *st, const char *token, const char *owne
 int ft_suite_main(Suite *(*make)(void), struct harness_cosmolite **srv)
 {
     struct harness_cosmolite_opts o = {.memory = true, .partitions = 4};
-    char bin[4096];
-    struct sf_err err;
     SRunner *sr;
-    int failed;
+    int failed = harness_cosmolite_main_start(&o, srv);
 
-    if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
-        fprintf(stderr, "SKIPPED: no cosmolite binary (set SF_COSMOLITE_BIN)\n");
-        return 77;
-    }
-    if (harness_cosmolite_start(&o, srv, &err) != SF_OK) {
-        fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
-        return EXIT_FAILURE;
-    }
+    if (failed != 0)
+        return failed;
     sr = srunner_create(make());
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);

@@ -14,6 +14,15 @@ int sf_check_run(Suite *s)
     return failed == 0 ? 0 : 1;
 }
 
+int sf_check_run_passes(Suite *(*make)(int pass), int passes)
+{
+    int failed = 0;
+
+    for (int pass = 0; pass < passes; pass++)
+        failed |= sf_check_run(make(pass));
+    return failed;
+}
+
 TCase *sf_check_case(Suite *s, const char *name, SFun setup, SFun teardown, double timeout,
                      const TTest *const *tests)
 {

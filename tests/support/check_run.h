@@ -15,6 +15,13 @@
 int sf_check_run(Suite *s);
 
 /*
+ * sf_check_run on make(pass) for pass 0 to passes - 1 (a program that runs
+ * its suite once per transport, say). Returns 0 when every test of every
+ * pass passed, 1 otherwise.
+ */
+int sf_check_run_passes(Suite *(*make)(int pass), int passes);
+
+/*
  * Adds to s the test case name: fixture setup and teardown (either may be
  * NULL) around each test in its own process, a bound of timeout seconds
  * per test (0: Check's default, $CK_DEFAULT_TIMEOUT), and the tests of the

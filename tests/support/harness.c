@@ -296,6 +296,23 @@ out:
     return SF_OK;
 }
 
+int harness_cosmolite_main_start(const struct harness_cosmolite_opts *opts,
+                                 struct harness_cosmolite **ret_h)
+{
+    char bin[4096];
+    struct sf_err err;
+
+    if (harness_cosmolite_bin(opts->bin, bin, sizeof(bin)) == NULL) {
+        (void)fprintf(stderr, "skipped: no cosmolite binary (set SF_COSMOLITE_BIN)\n");
+        return 77;
+    }
+    if (harness_cosmolite_start(opts, ret_h, &err) != SF_OK) {
+        (void)fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 const char *harness_cosmolite_endpoint(const struct harness_cosmolite *h)
 {
     return h->endpoint;

@@ -69,6 +69,14 @@ const char *harness_cosmolite_bin(const char *opts_bin, char *out, size_t out_si
 enum sf_rc harness_cosmolite_start(const struct harness_cosmolite_opts *opts,
                                    struct harness_cosmolite **ret_h, struct sf_err *err);
 
+/*
+ * For a test program's main(): starts cosmolite with opts into *ret_h.
+ * Returns the exit status to give up with, said on stderr: 77 (skipped)
+ * without a cosmolite binary, 1 when it does not start; 0 when it runs.
+ */
+int harness_cosmolite_main_start(const struct harness_cosmolite_opts *opts,
+                                 struct harness_cosmolite **ret_h);
+
 /* "http://127.0.0.1:PORT" (no trailing slash). Borrowed until free. */
 const char *harness_cosmolite_endpoint(const struct harness_cosmolite *h);
 /* The base64 account key the server uses. Borrowed. */

@@ -1113,10 +1113,15 @@ out:
 }
 END_TEST
 
-static Suite *integration_suite(bool with_tls)
+/* Pass 0 over the built-in HTTP/1.1 transport (and the https case, always libcurl), pass 1 over
+ * libcurl. */
+static Suite *integration_suite(int pass)
 {
     Suite *s = suite_create("cosmos_integration");
 
+    use_libcurl = pass == 1;
+    printf("transport: %s\n", use_libcurl ? "libcurl" : "built-in HTTP/1.1");
+    fflush(stdout);
     sf_check_case(s, "ops", setup, teardown, 60,
                   (const TTest *[]){test_account_and_metadata, test_bad_key,
                                     test_document_lifecycle, test_awkward_ids_and_keys, test_patch,
@@ -1128,7 +1133,7 @@ static Suite *integration_suite(bool with_tls)
                                     test_fault_503_and_449_by_guard, test_fault_dropped_connections,
                                     test_fault_delay_timeout, test_threads_share_client,
                                     test_restart_and_refused, NULL});
-    if (with_tls) {
+    if (pass == 0) {
         sf_check_case(s, "tls", NULL, NULL, 60, (const TTest *[]){test_tls_verification, NULL});
     }
     return s;
@@ -1136,33 +1141,12 @@ static Suite *integration_suite(bool with_tls)
 
 int main(void)
 {
-    struct harness_cosmolite_opts ho;
-    struct sf_err err;
-    SRunner *sr;
-    char bin[4096];
-    int failed, pass;
+    struct harness_cosmolite_opts ho = {.partitions = 2};
+    int rc = harness_cosmolite_main_start(&ho, &srv);
 
-    if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
-        printf("skipped: no cosmolite binary (set SF_COSMOLITE_BIN or SF_BUILD_DIR)\n");
-        return 77;
-    }
-    memset(&ho, 0, sizeof(ho));
-    ho.partitions = 2;
-    if (harness_cosmolite_start(&ho, &srv, &err) != SF_OK) {
-        fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
-        return EXIT_FAILURE;
-    }
-    /* Once over the built-in HTTP/1.1 transport, once over libcurl. */
-    failed = 0;
-    for (pass = 0; pass < 2; pass++) {
-        use_libcurl = pass == 1;
-        printf("transport: %s\n", use_libcurl ? "libcurl" : "built-in HTTP/1.1");
-        fflush(stdout);
-        sr = srunner_create(integration_suite(pass == 0)); /* https is always libcurl */
-        srunner_run_all(sr, CK_NORMAL);
-        failed += srunner_ntests_failed(sr);
-        srunner_free(sr);
-    }
+    if (rc != 0)
+        return rc;
+    rc = sf_check_run_passes(integration_suite, 2);
     harness_cosmolite_free(srv);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rc;
 }

@@ -280,10 +280,12 @@ START_TEST(test_regions_bad_preferred_names_refused)
 }
 END_TEST
 
-static Suite *regions_suite(void)
+/* Pass 0 over the built-in HTTP/1.1 transport, pass 1 over libcurl. */
+static Suite *regions_suite(int pass)
 {
     Suite *s = suite_create("cosmos_regions");
 
+    use_libcurl = pass == 1;
     sf_check_case(s, "regions", setup, teardown, 90,
                   (const TTest *[]){test_regions_write_after_failover_goes_to_new_write_region,
                                     test_regions_without_discovery_write_stays_refused,
@@ -295,30 +297,13 @@ static Suite *regions_suite(void)
 
 int main(void)
 {
-    struct harness_cosmolite_opts ho;
-    struct sf_err err;
-    SRunner *sr;
-    char bin[4096];
-    int failed = 0;
+    struct harness_cosmolite_opts ho = {
+        .memory = true, .regions = "West Europe=127.0.0.1:0,North Europe=127.0.0.1:0"};
+    int rc = harness_cosmolite_main_start(&ho, &srv);
 
-    if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
-        fprintf(stderr, "SKIPPED: no cosmolite binary (set SF_COSMOLITE_BIN)\n");
-        return 77;
-    }
-    memset(&ho, 0, sizeof(ho));
-    ho.memory = true;
-    ho.regions = "West Europe=127.0.0.1:0,North Europe=127.0.0.1:0";
-    if (harness_cosmolite_start(&ho, &srv, &err) != SF_OK) {
-        fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
-        return 1;
-    }
-    for (int pass = 0; pass < 2; pass++) {
-        use_libcurl = pass == 1;
-        sr = srunner_create(regions_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        failed += srunner_ntests_failed(sr);
-        srunner_free(sr);
-    }
+    if (rc != 0)
+        return rc;
+    rc = sf_check_run_passes(regions_suite, 2);
     harness_cosmolite_free(srv);
-    return failed == 0 ? 0 : 1;
+    return rc;
 }

@@ -798,21 +798,13 @@ int main(void)
     static const char *const faults[] = {
         "--fault", "status=408,op=batch,coll=products,p=1,count=1,when=after", NULL};
     struct harness_cosmolite_opts ho = {.memory = true, .extra_args = faults};
-    struct sf_err err;
-    char bin[1024];
     Suite *s;
     TCase *tc;
     SRunner *sr;
-    int failed;
+    int failed = harness_cosmolite_main_start(&ho, &g_srv);
 
-    if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
-        (void)fprintf(stderr, "skipped: no cosmolite binary\n");
-        return 77;
-    }
-    if (harness_cosmolite_start(&ho, &g_srv, &err) != SF_OK) {
-        (void)fprintf(stderr, "cannot start cosmolite: %s\n", err.msg);
-        return 1;
-    }
+    if (failed != 0)
+        return failed;
     s = suite_create("steps_integration");
     tc = tcase_create("kinds");
     tcase_add_checked_fixture(tc, setup, teardown);
