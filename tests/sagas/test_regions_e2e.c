@@ -77,15 +77,10 @@ START_TEST(test_regions_failover_mid_run_settles_every_order_once)
     cli = regions_client(h);
     ck_assert_msg(proc_demo_create(cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
-    e2e_make_config(cfg, sizeof(cfg),
-                    &(const struct e2e_config){
-                        .name = "regions",
-                        .endpoint = harness_cosmolite_endpoint(h),
-                        .db = "shop",
-                        .example = "order-fulfilment.cfg",
-                        .extra = "processor = { workers = 8; max_attempts = 20; backoff_base = "
-                                 "\"10ms\"; backoff_cap = \"500ms\"; };"});
-    (void)snprintf(log, sizeof(log), "%s/regions-sagafeed.log", e2e_tmp);
+    e2e_make_run_config(cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg",
+                        "regions",
+                        "processor = { workers = 8; max_attempts = 20; backoff_base = "
+                        "\"10ms\"; backoff_cap = \"500ms\"; };");
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 0, 100, &err) == SF_OK, "%s", err.msg);
     /* Mid-run: some of the first wave is still in flight when the write region moves. */

@@ -77,16 +77,10 @@ START_TEST(test_kill9_faults)
     cli = e2e_client(h);
     ck_assert_msg(proc_demo_create(cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(proc_demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
-    e2e_make_config(
-        cfg, sizeof(cfg),
-        &(const struct e2e_config){
-            .name = "kill9",
-            .endpoint = harness_cosmolite_endpoint(h),
-            .db = "shop",
-            .example = "order-fulfilment.cfg",
-            .extra = "processor = { workers = 8; max_attempts = 20; backoff_base = \"10ms\"; "
-                     "backoff_cap = \"500ms\"; log_json = true; };"});
-    (void)snprintf(log, sizeof(log), "%s/kill9-sagafeed.log", e2e_tmp);
+    e2e_make_run_config(cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg",
+                        "kill9",
+                        "processor = { workers = 8; max_attempts = 20; backoff_base = \"10ms\"; "
+                        "backoff_cap = \"500ms\"; log_json = true; };");
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* Orders arrive in ten waves; after each, sagafeed dies at a random moment. */
     for (unsigned wave = 0; wave < 10; wave++) {
@@ -189,16 +183,10 @@ START_TEST(test_poison)
     cli = e2e_client(h);
     ck_assert_int_eq(proc_demo_create(cli, "shop", 1, &err), SF_OK);
     ck_assert_int_eq(proc_demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
-    e2e_make_config(
-        cfg, sizeof(cfg),
-        &(const struct e2e_config){
-            .name = "poison",
-            .endpoint = harness_cosmolite_endpoint(h),
-            .db = "shop",
-            .example = "order-fulfilment.cfg",
-            .extra = "processor = { max_attempts = 2; backoff_base = \"5ms\"; park_scan_interval = "
-                     "\"200ms\"; };"});
-    (void)snprintf(log, sizeof(log), "%s/poison-sagafeed.log", e2e_tmp);
+    e2e_make_run_config(
+        cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg", "poison",
+        "processor = { max_attempts = 2; backoff_base = \"5ms\"; park_scan_interval = "
+        "\"200ms\"; };");
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* c-001's first order is poison (lines is not an array), its second is fine */
     e2e_create_order(cli,
@@ -305,15 +293,10 @@ START_TEST(test_throttled_saga_is_not_parked)
     cli = e2e_client(h);
     ck_assert_int_eq(proc_demo_create(cli, "shop", 1, &err), SF_OK);
     ck_assert_int_eq(proc_demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
-    e2e_make_config(cfg, sizeof(cfg),
-                    &(const struct e2e_config){
-                        .name = "throttled",
-                        .endpoint = harness_cosmolite_endpoint(h),
-                        .db = "shop",
-                        .example = "order-fulfilment.cfg",
-                        .extra = "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
-                                 "backoff_cap = \"20ms\"; };"});
-    (void)snprintf(log, sizeof(log), "%s/throttled-sagafeed.log", e2e_tmp);
+    e2e_make_run_config(cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg",
+                        "throttled",
+                        "processor = { max_attempts = 2; backoff_base = \"5ms\"; "
+                        "backoff_cap = \"20ms\"; };");
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     e2e_create_order(cli,
                      "{\"id\":\"o-slow\",\"type\":\"order\",\"customerId\":\"c-001\",\"status\":"
@@ -389,13 +372,8 @@ START_TEST(test_seat_race)
         ck_assert_int_eq(cosmos_doc_create(cli, "tickets", "wallets", pk, body, NULL, NULL, &err),
                          SF_OK);
     }
-    e2e_make_config(cfg, sizeof(cfg),
-                    &(const struct e2e_config){.name = "seats",
-                                               .endpoint = harness_cosmolite_endpoint(h),
-                                               .db = "tickets",
-                                               .example = "seat-booking.cfg",
-                                               .extra = "processor = { workers = 10; };"});
-    (void)snprintf(log, sizeof(log), "%s/seats-sagafeed.log", e2e_tmp);
+    e2e_make_run_config(cfg, sizeof(cfg), log, sizeof(log), h, "tickets", "seat-booking.cfg",
+                        "seats", "processor = { workers = 10; };");
     /* all ten requests exist before sagafeed starts: one page, ten lanes, a real race */
     for (int b = 0; b < 10; b++) {
         char body[256], pk[64];

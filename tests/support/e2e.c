@@ -265,6 +265,19 @@ static const char *key_env(const char *key)
     return buf;
 }
 
+void e2e_make_run_config(char *cfg, size_t cfg_size, char *log, size_t log_size,
+                         const struct harness_cosmolite *h, const char *db, const char *example,
+                         const char *name, const char *extra)
+{
+    e2e_make_config(cfg, cfg_size,
+                    &(const struct e2e_config){.name = name,
+                                               .endpoint = harness_cosmolite_endpoint(h),
+                                               .db = db,
+                                               .example = example,
+                                               .extra = extra});
+    (void)snprintf(log, log_size, "%s/%s-sagafeed.log", e2e_tmp, name);
+}
+
 pid_t e2e_spawn_bin(const char *bin, const char *env, const char *log, const char *const *args)
 {
     return fork_exec(bin, env, false, log, NULL, false, args);

@@ -112,6 +112,16 @@ struct e2e_config {
 void e2e_make_config(char *out, size_t size, const struct e2e_config *c);
 
 /*
+ * e2e_make_config of a run against cosmolite h: the workflows of
+ * config/examples/<example> on database db, named name, with the top-level
+ * settings extra, into cfg; and the path of that run's sagafeed log,
+ * <e2e_tmp>/<name>-sagafeed.log, into log.
+ */
+void e2e_make_run_config(char *cfg, size_t cfg_size, char *log, size_t log_size,
+                         const struct harness_cosmolite *h, const char *db, const char *example,
+                         const char *name, const char *extra);
+
+/*
  * Starts `bin ARGS...` (args NULL-terminated) with env ("NAME=VALUE", or
  * NULL) added to its environment, stdout and stderr appended to log. The
  * child gets PR_SET_PDEATHSIG(SIGKILL), so it cannot outlive the test.
