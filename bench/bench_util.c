@@ -5,6 +5,7 @@
 #include "common/sf_base.h"
 
 #include <ctype.h>
+#include <getopt.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -1026,4 +1027,78 @@ size_t bench_signer_headers(struct bench_signer *s, const char *verb, const char
     if (n < 0 || (size_t)n >= out_size)
         return 0;
     return (size_t)n;
+}
+
+/* ---- command line ---------------------------------------------------------------------- */
+
+/* One option's argument into its destination; false when out of range or not a number. */
+static bool bench_opt_store(const struct bench_opt *o, const char *arg)
+{
+    int64_t i;
+    double d;
+
+    switch (o->kind) {
+    case BENCH_OPT_INT:
+        if (sf_parse_i64(arg, (int64_t)o->min, (int64_t)o->max, &i) != SF_OK)
+            return false;
+        *(int64_t *)o->dst = i;
+        return true;
+    case BENCH_OPT_REAL:
+        if (sf_parse_double(arg, &d) != SF_OK || !(d > o->min && d <= o->max))
+            return false;
+        *(double *)o->dst = d;
+        return true;
+    case BENCH_OPT_STR:
+        *(const char **)o->dst = arg;
+        return true;
+    case BENCH_OPT_SET:
+        *(bool *)o->dst = true;
+        return true;
+    case BENCH_OPT_CLEAR:
+        *(bool *)o->dst = false;
+        return true;
+    }
+    return false;
+}
+
+int bench_opts_parse(int argc, char **argv, const struct bench_opt *opts, size_t n)
+{
+    struct option lo[BENCH_OPTS_MAX + 2];
+    int c;
+
+    if (n > BENCH_OPTS_MAX) {
+        fprintf(stderr, "%s: %zu options, at most %d\n", argv[0], n, BENCH_OPTS_MAX);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool takes = opts[i].kind != BENCH_OPT_SET && opts[i].kind != BENCH_OPT_CLEAR;
+
+        lo[i] = (struct option){opts[i].name, takes ? required_argument : no_argument, NULL,
+                                256 + (int)i};
+    }
+    lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    lo[n + 1] = (struct option){NULL, 0, NULL, 0};
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        const struct bench_opt *o;
+
+        if (c == 'h')
+            return 1;
+        if (c < 256 || c >= 256 + (int)n)
+            return -1; /* getopt_long said why */
+        o = &opts[c - 256];
+        if (!bench_opt_store(o, optarg)) {
+            if (o->kind == BENCH_OPT_INT)
+                fprintf(stderr, "%s: --%s %s: want a whole number from %.0f to %.0f\n", argv[0],
+                        o->name, optarg, o->min, o->max);
+            else
+                fprintf(stderr, "%s: --%s %s: want a number above %g and at most %g\n", argv[0],
+                        o->name, optarg, o->min, o->max);
+            return -1;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "%s: %s: not an option\n", argv[0], argv[optind]);
+        return -1;
+    }
+    return 0;
 }

@@ -221,4 +221,35 @@ enum sf_rc bench_signer_init(struct bench_signer *s, const char *key_b64, struct
 size_t bench_signer_headers(struct bench_signer *s, const char *verb, const char *rtype,
                             const char *link, char *out, size_t out_size);
 
+/* ---- command line ---------------------------------------------------------------------- */
+
+/* What a bench option writes (bench_opts_parse). */
+enum bench_opt_kind {
+    BENCH_OPT_INT,   /* int64_t *dst, a whole number from min to max */
+    BENCH_OPT_REAL,  /* double *dst, a number above min and at most max */
+    BENCH_OPT_STR,   /* const char **dst, the argument itself (borrowed from argv) */
+    BENCH_OPT_SET,   /* bool *dst = true, no argument */
+    BENCH_OPT_CLEAR, /* bool *dst = false, no argument */
+};
+
+/* One --name option of a bench program. */
+struct bench_opt {
+    const char *name;
+    enum bench_opt_kind kind;
+    void *dst;
+    double min, max;
+};
+
+#define BENCH_OPTS_MAX 32
+
+/*
+ * Parses argv (getopt_long, long options only) against the n options of
+ * opts, plus --help. Returns 0 when every argument was one of them with a
+ * value in range, 1 for --help, -1 when an argument is unknown, lacks its
+ * value, is out of range or is not an option (said on stderr: which and
+ * why). Options seen before a bad one are written. n is at most
+ * BENCH_OPTS_MAX.
+ */
+int bench_opts_parse(int argc, char **argv, const struct bench_opt *opts, size_t n);
+
 #endif

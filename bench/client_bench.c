@@ -305,57 +305,26 @@ static int usage(void)
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    static const struct option lo[] = {{"cosmolite", required_argument, NULL, 'c'},
-                                       {"threads", required_argument, NULL, 't'},
-                                       {"duration", required_argument, NULL, 'd'},
-                                       {"count", required_argument, NULL, 'n'},
-                                       {"memory", no_argument, NULL, 'm'},
-                                       {"no-raw", no_argument, NULL, 'r'},
-                                       {"key", required_argument, NULL, 'k'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-    int64_t v;
-    int c;
+    int64_t threads = 8, count = 0;
+    const struct bench_opt opts[] = {
+        {"cosmolite", BENCH_OPT_STR, &o->cosmolite, 0, 0},
+        {"threads", BENCH_OPT_INT, &threads, 1, BENCH_MAX_THREADS},
+        {"duration", BENCH_OPT_REAL, &o->duration_s, 0, 600},
+        {"count", BENCH_OPT_INT, &count, 1, 100000000},
+        {"memory", BENCH_OPT_SET, &o->memory, 0, 0},
+        {"no-raw", BENCH_OPT_CLEAR, &o->raw, 0, 0},
+        {"key", BENCH_OPT_STR, &o->key, 0, 0},
+    };
 
     o->cosmolite = SF_BENCH_COSMOLITE_PATH;
     o->key = SF_EMULATOR_KEY;
-    o->threads = 8;
     o->duration_s = 5;
     o->raw = true;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            o->cosmolite = optarg;
-            break;
-        case 't':
-            if (sf_parse_i64(optarg, 1, BENCH_MAX_THREADS, &v) != SF_OK)
-                return usage();
-            o->threads = (int)v;
-            break;
-        case 'd':
-            if (sf_parse_double(optarg, &o->duration_s) != SF_OK || o->duration_s <= 0 ||
-                o->duration_s > 600)
-                return usage();
-            break;
-        case 'n':
-            if (sf_parse_i64(optarg, 1, 100000000, &v) != SF_OK)
-                return usage();
-            o->count = (uint64_t)v;
-            break;
-        case 'm':
-            o->memory = true;
-            break;
-        case 'r':
-            o->raw = false;
-            break;
-        case 'k':
-            o->key = optarg;
-            break;
-        default:
-            return usage();
-        }
-    }
-    return optind == argc ? 0 : usage();
+    if (bench_opts_parse(argc, argv, opts, SF_ARRAY_LEN(opts)) != 0)
+        return usage();
+    o->threads = (int)threads;
+    o->count = (uint64_t)count;
+    return 0;
 }
 
 int main(int argc, char **argv)

@@ -702,68 +702,27 @@ static const char *verdict(bool met)
 /* Parses the command line into *o. Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    static const struct option longopts[] = {{"cosmolite", required_argument, NULL, 'c'},
-                                             {"items", required_argument, NULL, 'i'},
-                                             {"page", required_argument, NULL, 'p'},
-                                             {"rate", required_argument, NULL, 'r'},
-                                             {"duration", required_argument, NULL, 'd'},
-                                             {"rss-items", required_argument, NULL, 'R'},
-                                             {"no-rss", no_argument, NULL, 'N'},
-                                             {"memory", no_argument, NULL, 'm'},
-                                             {"check", no_argument, NULL, 'C'},
-                                             {"rounds", required_argument, NULL, 'n'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    int c;
+    const struct bench_opt opts[] = {
+        {"cosmolite", BENCH_OPT_STR, &o->cosmolite, 0, 0},
+        {"items", BENCH_OPT_INT, &o->items, 1, 10000000},
+        {"page", BENCH_OPT_INT, &o->page, 1, 1000},
+        {"rate", BENCH_OPT_REAL, &o->rate, 0, 1000},
+        {"duration", BENCH_OPT_REAL, &o->duration_s, 0, 3600},
+        {"rss-items", BENCH_OPT_INT, &o->rss_items, 64, 10000000},
+        {"no-rss", BENCH_OPT_SET, &o->skip_rss, 0, 0},
+        {"memory", BENCH_OPT_SET, &o->memory, 0, 0},
+        {"check", BENCH_OPT_SET, &o->check, 0, 0},
+        {"rounds", BENCH_OPT_INT, &o->rounds, 1, 100},
+    };
 
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            o->cosmolite = optarg;
-            break;
-        case 'i':
-            if (sf_parse_i64(optarg, 1, 10000000, &o->items) != SF_OK)
-                return usage(stderr);
-            break;
-        case 'p':
-            if (sf_parse_i64(optarg, 1, 1000, &o->page) != SF_OK)
-                return usage(stderr);
-            break;
-        case 'r':
-            if (sf_parse_double(optarg, &o->rate) != SF_OK || o->rate <= 0 || o->rate > 1000)
-                return usage(stderr);
-            break;
-        case 'd':
-            if (sf_parse_double(optarg, &o->duration_s) != SF_OK || o->duration_s <= 0 ||
-                o->duration_s > 3600)
-                return usage(stderr);
-            break;
-        case 'R':
-            if (sf_parse_i64(optarg, 64, 10000000, &o->rss_items) != SF_OK)
-                return usage(stderr);
-            break;
-        case 'n':
-            if (sf_parse_i64(optarg, 1, 100, &o->rounds) != SF_OK)
-                return usage(stderr);
-            break;
-        case 'N':
-            o->skip_rss = true;
-            break;
-        case 'm':
-            o->memory = true;
-            break;
-        case 'C':
-            o->check = true;
-            break;
-        case 'h':
-            return usage(stdout);
-        default:
-            return usage(stderr);
-        }
-    }
-    if (optind != argc)
+    switch (bench_opts_parse(argc, argv, opts, SF_ARRAY_LEN(opts))) {
+    case 0:
+        return -1;
+    case 1:
+        return usage(stdout);
+    default:
         return usage(stderr);
-    return -1;
+    }
 }
 
 int main(int argc, char **argv)

@@ -477,34 +477,18 @@ static void phase_feed(const struct args *a, const char *bootstrap, const char *
 
 static bool parse_args(int argc, char **argv, struct args *a)
 {
-    enum {
-        O_EVENTS = 1,
-        O_FEED,
-        O_KEYS,
-        O_PARTS,
-        O_WRITERS,
-        O_PAGE,
-        O_INFLIGHT,
-        O_COSMO,
-        O_KMOCK,
-        O_CHECK,
-        O_HELP
+    const struct bench_opt opts[] = {
+        {"events", BENCH_OPT_INT, &a->events, 1, 100000000},
+        {"feed-events", BENCH_OPT_INT, &a->feed_events, 0, 100000000},
+        {"keys", BENCH_OPT_INT, &a->keys, 1, 1000000},
+        {"partitions", BENCH_OPT_INT, &a->partitions, 1, 64},
+        {"writers", BENCH_OPT_INT, &a->writers, 1, WRITERS_MAX},
+        {"page-items", BENCH_OPT_INT, &a->page_items, 1, 10000},
+        {"inflight", BENCH_OPT_INT, &a->inflight, 1, 1000000},
+        {"cosmolite", BENCH_OPT_STR, &a->cosmolite, 0, 0},
+        {"kafka-mock", BENCH_OPT_STR, &a->kafka_mock, 0, 0},
+        {"check", BENCH_OPT_SET, &a->check, 0, 0},
     };
-    static const struct option longopts[] = {
-        {"events", required_argument, NULL, O_EVENTS},
-        {"feed-events", required_argument, NULL, O_FEED},
-        {"keys", required_argument, NULL, O_KEYS},
-        {"partitions", required_argument, NULL, O_PARTS},
-        {"writers", required_argument, NULL, O_WRITERS},
-        {"page-items", required_argument, NULL, O_PAGE},
-        {"inflight", required_argument, NULL, O_INFLIGHT},
-        {"cosmolite", required_argument, NULL, O_COSMO},
-        {"kafka-mock", required_argument, NULL, O_KMOCK},
-        {"check", no_argument, NULL, O_CHECK},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
 
     a->events = 200000;
     a->feed_events = 100000;
@@ -515,51 +499,16 @@ static bool parse_args(int argc, char **argv, struct args *a)
     a->inflight = 2000;
     a->cosmolite = SF_BENCH_COSMOLITE_PATH;
     a->kafka_mock = SF_BENCH_KAFKA_MOCK_PATH;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        bool ok = true;
-        switch (c) {
-        case O_EVENTS:
-            ok = sf_parse_i64(optarg, 1, 100000000, &a->events) == SF_OK;
-            break;
-        case O_FEED:
-            ok = sf_parse_i64(optarg, 0, 100000000, &a->feed_events) == SF_OK;
-            break;
-        case O_KEYS:
-            ok = sf_parse_i64(optarg, 1, 1000000, &a->keys) == SF_OK;
-            break;
-        case O_PARTS:
-            ok = sf_parse_i64(optarg, 1, 64, &a->partitions) == SF_OK;
-            break;
-        case O_WRITERS:
-            ok = sf_parse_i64(optarg, 1, WRITERS_MAX, &a->writers) == SF_OK;
-            break;
-        case O_PAGE:
-            ok = sf_parse_i64(optarg, 1, 10000, &a->page_items) == SF_OK;
-            break;
-        case O_INFLIGHT:
-            ok = sf_parse_i64(optarg, 1, 1000000, &a->inflight) == SF_OK;
-            break;
-        case O_COSMO:
-            a->cosmolite = optarg;
-            break;
-        case O_KMOCK:
-            a->kafka_mock = optarg;
-            break;
-        case O_CHECK:
-            a->check = true;
-            break;
-        case O_HELP:
-            fputs(usage, stdout);
-            exit(0);
-        default:
-            ok = false;
-        }
-        if (!ok) {
-            fprintf(stderr, "outbox_bench: bad value for an option\n%s", usage);
-            return false;
-        }
+    switch (bench_opts_parse(argc, argv, opts, SF_ARRAY_LEN(opts))) {
+    case 0:
+        return true;
+    case 1:
+        fputs(usage, stdout);
+        exit(0);
+    default:
+        fputs(usage, stderr);
+        return false;
     }
-    return optind == argc;
 }
 
 static void print_relay(const struct phase_result *r)
