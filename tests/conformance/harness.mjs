@@ -18,6 +18,7 @@
 // test context's after() hook when a context is given, and every process still
 // alive is SIGKILLed when the test process exits (normally or by signal).
 
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -609,4 +610,48 @@ export async function writeRange(container, from, to, v = 1) {
     out.push(d);
   }
   return out;
+}
+
+/**
+ * A container with a fresh id (partition key /pk) in database, through the
+ * SDK. Resolves {container, id, rid}.
+ */
+export async function newContainer(database) {
+  const id = uid("coll");
+  const { container, resource } = await database.containers.create({ id, partitionKey: "/pk" });
+  return { container, id, rid: resource._rid };
+}
+
+/** The container's partition key ranges (readPartitionKeyRanges), sorted by minInclusive. */
+export async function sortedRanges(container) {
+  const { resources } = await container.readPartitionKeyRanges().fetchAll();
+  return [...resources].sort((a, b) => (a.minInclusive < b.minInclusive ? -1 : 1));
+}
+
+/** Asserts that the ranges of list cover "" to FF without gap or overlap. */
+export function assertCovering(list, what) {
+  assert.equal(list[0].minInclusive, "", `${what}: starts at ""`);
+  assert.equal(list[list.length - 1].maxExclusive, "FF", `${what}: ends at FF`);
+  for (let i = 1; i < list.length; i++) assert.equal(list[i].minInclusive, list[i - 1].maxExclusive, `${what}: contiguous`);
+}
+
+/**
+ * Asserts that the change-feed items hold no change twice (same key and
+ * version, field v) and exactly the expected latest versions.
+ */
+export function assertChanges(items, expected, what) {
+  const seen = new Set();
+  const dupes = [];
+  const latest = new Map();
+  for (const it of items) {
+    const k = `${docKey(it)}@${it.v}`;
+    if (seen.has(k)) dupes.push(k);
+    seen.add(k);
+    const key = docKey(it);
+    if (!latest.has(key) || latest.get(key).v < it.v) latest.set(key, it);
+  }
+  const want = new Map(expected.map((e) => [docKey(e), e]));
+  const missing = [...want.keys()].filter((k) => !latest.has(k) || latest.get(k).v !== want.get(k).v);
+  const extra = [...latest.keys()].filter((k) => !want.has(k));
+  assert.deepEqual({ dupes, missing, extra }, { dupes: [], missing: [], extra: [] }, what);
 }

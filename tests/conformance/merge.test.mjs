@@ -7,63 +7,18 @@
 // x-ms-end-epk). Splits and merges in any order under concurrent writes keep
 // every acknowledged write and deliver each change once per scope.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { adminRequest, docKey as keyOf, drainChangeFeed, rawRequest, sdkEpk, show, splitRange, startWithDatabase, uid, writeRange } from "./harness.mjs";
+import { adminRequest, assertChanges, assertCovering, docKey as keyOf, drainChangeFeed, newContainer, rawRequest, sdkEpk, show, sortedRanges, splitRange, useDatabase, writeRange } from "./harness.mjs";
 
 const PARTITIONS = 4;
-let srv;
-let client;
-let database;
-
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase({ partitions: PARTITIONS }));
-});
-after(async () => {
-  await srv?.stop();
-});
+let srv, client, database;
+useDatabase((e) => ({ srv, client, database } = e), { partitions: PARTITIONS });
 
 function mergeRanges(s, db, coll, ranges) {
   return adminRequest(s, "POST", "merge", { db, coll, ranges });
-}
-
-async function newContainer() {
-  const id = uid("coll");
-  const { container, resource } = await database.containers.create({ id, partitionKey: "/pk" });
-  return { container, id, rid: resource._rid };
-}
-
-
-
-/** No change twice (same key and version), and exactly the expected latest versions. */
-function assertChanges(items, expected, what) {
-  const seen = new Set();
-  const dupes = [];
-  const latest = new Map();
-  for (const it of items) {
-    const k = `${keyOf(it)}@${it.v}`;
-    if (seen.has(k)) dupes.push(k);
-    seen.add(k);
-    const key = keyOf(it);
-    if (!latest.has(key) || latest.get(key).v < it.v) latest.set(key, it);
-  }
-  const want = new Map(expected.map((e) => [keyOf(e), e]));
-  const missing = [...want.keys()].filter((k) => !latest.has(k) || latest.get(k).v !== want.get(k).v);
-  const extra = [...latest.keys()].filter((k) => !want.has(k));
-  assert.deepEqual({ dupes, missing, extra }, { dupes: [], missing: [], extra: [] }, what);
-}
-
-async function ranges(container) {
-  const { resources } = await container.readPartitionKeyRanges().fetchAll();
-  return [...resources].sort((a, b) => (a.minInclusive < b.minInclusive ? -1 : 1));
-}
-
-function assertCovering(list, what) {
-  assert.equal(list[0].minInclusive, "", `${what}: starts at ""`);
-  assert.equal(list[list.length - 1].maxExclusive, "FF", `${what}: ends at FF`);
-  for (let i = 1; i < list.length; i++) assert.equal(list[i].minInclusive, list[i - 1].maxExclusive, `${what}: contiguous`);
 }
 
 const inSpan = (epk, min, max) => epk >= min && (epk < max || max === "FF");
@@ -73,7 +28,7 @@ function rawFeed(collId, headers) {
 }
 
 test("a running whole-container change-feed iterator sees every change exactly once across a merge", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   const first = await writeRange(container, 0, 40);
   const drained = container.items.getChangeFeedIterator({ changeFeedStartFrom: ChangeFeedStartFrom.Beginning(), maxItemCount: 7 });
   const head = await drainChangeFeed(drained);
@@ -111,7 +66,7 @@ test("a running whole-container change-feed iterator sees every change exactly o
 });
 
 test("an iterator scoped to one parent's feed range goes on after the merge with that parent's changes only", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   const feedRanges = [...(await container.getFeedRanges())].sort((a, b) => (a.minInclusive < b.minInclusive ? -1 : 1));
   assert.equal(feedRanges.length, PARTITIONS);
   const first = await writeRange(container, 0, 40);
@@ -139,7 +94,7 @@ test("an iterator scoped to one parent's feed range goes on after the merge with
 });
 
 test("pkranges after a merge: one range spans both parents and names them; Azure's fields; etag changes", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   const pkrPath = `/dbs/${database.id}/colls/${collId}/pkranges`;
   const before = await rawRequest(srv, { path: pkrPath });
   assert.equal(before.status, 200, show(before));
@@ -159,7 +114,7 @@ test("pkranges after a merge: one range spans both parents and names them; Azure
   const [, right] = split.json.children;
   const merge = await mergeRanges(srv, database.id, collId, [right.id, "1"]);
   assert.equal(merge.status, 200, show(merge));
-  const list = await ranges(container);
+  const list = await sortedRanges(container);
   assertCovering(list, "after split + merge");
   assert.equal(list.length, PARTITIONS, "4 ranges: split added one, merge took one");
   const merged = list.find((r) => r.id === merge.json.merged.id);
@@ -175,16 +130,16 @@ test("pkranges after a merge: one range spans both parents and names them; Azure
 
   // A merge survives a restart.
   await srv.restart();
-  const again = await ranges(container);
+  const again = await sortedRanges(container);
   assert.deepEqual(again.map((r) => [r.id, r.minInclusive, r.maxExclusive, r.parents]), list.map((r) => [r.id, r.minInclusive, r.maxExclusive, r.parents]), "same ranges after a restart");
   const gone = await rawFeed(collId, { "x-ms-documentdb-partitionkeyrangeid": "1" });
   assert.equal(gone.status, 410, `still merged away after the restart: ${show(gone)}`);
 });
 
 test("requests scoped to a merged-away range get 410/1002; a parent's continuation scoped by EPK works on the merged range", async () => {
-  const { container, id: collId, rid } = await newContainer();
+  const { container, id: collId, rid } = await newContainer(database);
   const docs = await writeRange(container, 0, 40);
-  const old = await ranges(container);
+  const old = await sortedRanges(container);
   const parentFeeds = [];
   for (const r of old.slice(1, 3)) {
     const res = await rawFeed(collId, { "x-ms-documentdb-partitionkeyrangeid": r.id });
@@ -228,7 +183,7 @@ test("requests scoped to a merged-away range get 410/1002; a parent's continuati
 });
 
 test("the merge admin request: clear errors for bad targets and bodies, and the key is needed", async () => {
-  const { id: collId } = await newContainer();
+  const { id: collId } = await newContainer(database);
   const cases = [
     [["0", "2"], 400, "not adjacent"],
     [["1", "1"], 400, "itself"],
@@ -255,13 +210,13 @@ test("the merge admin request: clear errors for bad targets and bodies, and the 
 
 /** The first pair of adjacent online ranges after `skip` pairs, as [leftId, rightId]. */
 async function adjacentPair(container, skip = 0) {
-  const list = await ranges(container);
+  const list = await sortedRanges(container);
   const i = Math.min(skip, list.length - 2);
   return [list[i].id, list[i + 1].id];
 }
 
 test("splits and merges mid-load in any order keep every acknowledged write and deliver each change once per scope", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   const feedRanges = [...(await container.getFeedRanges())];
   const whole = container.items.getChangeFeedIterator({ changeFeedStartFrom: ChangeFeedStartFrom.Beginning(), maxItemCount: 5 });
   const perRange = feedRanges.map((fr) => container.items.getChangeFeedIterator({ changeFeedStartFrom: ChangeFeedStartFrom.Beginning(fr), maxItemCount: 5 }));
@@ -311,7 +266,7 @@ test("splits and merges mid-load in any order keep every acknowledged write and 
     await new Promise((r) => setTimeout(r, 30));
     let res;
     if (kind === "split") {
-      const target = arg ?? (await ranges(container))[0].id;
+      const target = arg ?? (await sortedRanges(container))[0].id;
       res = await splitRange(srv, database.id, collId, target);
     } else {
       res = await mergeRanges(srv, database.id, collId, await adjacentPair(container, arg));
@@ -328,7 +283,7 @@ test("splits and merges mid-load in any order keep every acknowledged write and 
 
   assert.equal(done.length, ops.length);
   assert.ok(acked.size === 20, `every key was written: ${acked.size}`);
-  assertCovering(await ranges(container), "after the load");
+  assertCovering(await sortedRanges(container), "after the load");
   assertChanges(wholeItems, [...acked.values()], "the whole-container iterator read during the load");
   // The scoped iterators partition the container: together each change once.
   assertChanges(rangeItems.flat(), [...acked.values()], "the per-feed-range iterators together");

@@ -1,23 +1,15 @@
 // Several partition key ranges (--partitions 4): the range list, EPK routing
 // as the SDK computes it, and whole-container change feeds across ranges.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { docKey as keyOf, drainChangeFeed, sdkEpk, startWithDatabase, uid } from "./harness.mjs";
+import { docKey as keyOf, drainChangeFeed, sdkEpk, uid, useDatabase } from "./harness.mjs";
 
 const PARTITIONS = 4;
-let srv;
-let client;
-let database;
-
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase({ partitions: PARTITIONS }));
-});
-after(async () => {
-  await srv?.stop();
-});
+let srv, client, database;
+useDatabase((e) => ({ srv, client, database } = e), { partitions: PARTITIONS });
 
 async function newContainer() {
   const { container } = await database.containers.create({ id: uid("coll"), partitionKey: "/pk" });

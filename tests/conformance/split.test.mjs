@@ -8,58 +8,19 @@ import { test } from "node:test";
 
 import { ChangeFeedMode, ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { docKey as keyOf, drainChangeFeed, pkHeaders, rawRequest, sdkEpk, show, splitRange, startCosmolite, useDatabase, uid, writeRange } from "./harness.mjs";
+import { assertChanges, assertCovering, docKey as keyOf, drainChangeFeed, newContainer, pkHeaders, rawRequest, sdkEpk, show, sortedRanges, splitRange, startCosmolite, uid, useDatabase, writeRange } from "./harness.mjs";
 
 let srv, client, database;
 useDatabase((e) => ({ srv, client, database } = e));
-
-async function newContainer() {
-  const id = uid("coll");
-  const { container, resource } = await database.containers.create({ id, partitionKey: "/pk" });
-  return { container, id, rid: resource._rid };
-}
-
-
-
-/** No change twice (same key and version), and exactly the expected latest versions. */
-function assertChanges(items, expected, what) {
-  const seen = new Map();
-  const dupes = [];
-  for (const it of items) {
-    const k = `${keyOf(it)}@${it.v}`;
-    if (seen.has(k)) dupes.push(k);
-    seen.set(k, it);
-  }
-  const latest = new Map();
-  for (const it of items) {
-    const k = keyOf(it);
-    if (!latest.has(k) || latest.get(k).v < it.v) latest.set(k, it);
-  }
-  const want = new Map(expected.map((e) => [keyOf(e), e]));
-  const missing = [...want.keys()].filter((k) => !latest.has(k) || latest.get(k).v !== want.get(k).v);
-  const extra = [...latest.keys()].filter((k) => !want.has(k));
-  assert.deepEqual({ dupes, missing, extra }, { dupes: [], missing: [], extra: [] }, what);
-}
-
-async function ranges(container) {
-  const { resources } = await container.readPartitionKeyRanges().fetchAll();
-  return [...resources].sort((a, b) => (a.minInclusive < b.minInclusive ? -1 : 1));
-}
-
-function assertCovering(list, what) {
-  assert.equal(list[0].minInclusive, "", `${what}: starts at ""`);
-  assert.equal(list[list.length - 1].maxExclusive, "FF", `${what}: ends at FF`);
-  for (let i = 1; i < list.length; i++) assert.equal(list[i].minInclusive, list[i - 1].maxExclusive, `${what}: contiguous`);
-}
 
 function rawFeed(collId, headers) {
   return rawRequest(srv, { path: `/dbs/${database.id}/colls/${collId}/docs`, headers: { "a-im": "Incremental Feed", ...headers } });
 }
 
 test("a running change-feed iterator sees every change exactly once across a split", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   const first = await writeRange(container, 0, 20);
-  const [parent] = await ranges(container);
+  const [parent] = await sortedRanges(container);
   assert.equal(parent.id, "0");
 
   const drained = container.items.getChangeFeedIterator({ changeFeedStartFrom: ChangeFeedStartFrom.Beginning(), maxItemCount: 7 });
@@ -104,7 +65,7 @@ test("a running change-feed iterator sees every change exactly once across a spl
   assert.equal(all.length, latest.size, "each document once at its latest version");
 
   // The children's own feeds partition the container by EPK.
-  const kids = await ranges(container);
+  const kids = await sortedRanges(container);
   const byKid = [];
   for (const r of kids) {
     const res = await rawFeed(collId, { "x-ms-documentdb-partitionkeyrangeid": r.id, "x-ms-max-item-count": "1000" });
@@ -119,7 +80,7 @@ test("a running change-feed iterator sees every change exactly once across a spl
 });
 
 test("readPartitionKeyRanges shows the children with parents naming the parent; the list's etag changes", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   const pkrPath = `/dbs/${database.id}/colls/${collId}/pkranges`;
   const before = await rawRequest(srv, { path: pkrPath });
   assert.equal(before.status, 200, show(before));
@@ -128,7 +89,7 @@ test("readPartitionKeyRanges shows the children with parents naming the parent; 
 
   const split = await splitRange(srv, database.id, collId, "0");
   assert.equal(split.status, 200, show(split));
-  const list = await ranges(container);
+  const list = await sortedRanges(container);
   assert.equal(list.length, 2, JSON.stringify(list));
   assertCovering(list, "after one split");
   for (const r of list) {
@@ -149,7 +110,7 @@ test("readPartitionKeyRanges shows the children with parents naming the parent; 
   const child = list[1];
   const split2 = await splitRange(srv, database.id, collId, child.id);
   assert.equal(split2.status, 200, show(split2));
-  const list2 = await ranges(container);
+  const list2 = await sortedRanges(container);
   assert.equal(list2.length, 3, JSON.stringify(list2));
   assertCovering(list2, "after two splits");
   const grandkids = list2.filter((r) => r.id !== list[0].id);
@@ -161,7 +122,7 @@ test("readPartitionKeyRanges shows the children with parents naming the parent; 
 });
 
 test("requests scoped to a retired range get 410 with substatus 1002", async () => {
-  const { container, id: collId, rid } = await newContainer();
+  const { container, id: collId, rid } = await newContainer(database);
   await writeRange(container, 0, 5);
   assert.equal((await splitRange(srv, database.id, collId, "0")).status, 200);
   for (const scope of ["0", `${rid},0`]) {
@@ -191,7 +152,7 @@ test("requests scoped to a retired range get 410 with substatus 1002", async () 
 });
 
 test("after a split: point operations, queries and per-key feeds keep working through the SDK", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   const docs = await writeRange(container, 0, 30);
   // Let the SDK cache the single range first.
   assert.equal((await container.items.query("SELECT VALUE COUNT(1) FROM c").fetchAll()).resources[0], 30);
@@ -212,7 +173,7 @@ test("after a split: point operations, queries and per-key feeds keep working th
 });
 
 test("the split admin request: errors for retired, unknown and malformed targets", async () => {
-  const { id: collId } = await newContainer();
+  const { id: collId } = await newContainer(database);
   assert.equal((await splitRange(srv, database.id, collId, "0")).status, 200);
   const again = await splitRange(srv, database.id, collId, "0");
   assert.equal(again.status, 400, `splitting a retired range: ${show(again)}`);
@@ -231,11 +192,11 @@ test("the split admin request: errors for retired, unknown and malformed targets
   const unsigned = await rawRequest(srv, { method: "POST", path: "/_admin/split", body: { db: database.id, coll: collId, range: "1" }, sign: false });
   assert.equal(unsigned.status, 401, `the admin API needs the key: ${show(unsigned)}`);
   // A split survives a restart.
-  const { container: c2, id: coll2 } = await newContainer();
+  const { container: c2, id: coll2 } = await newContainer(database);
   await writeRange(c2, 0, 3);
   assert.equal((await splitRange(srv, database.id, coll2, "0")).status, 200);
   await srv.restart();
-  const list = await ranges(c2);
+  const list = await sortedRanges(c2);
   assert.equal(list.length, 2, "two ranges after the restart");
   for (const r of list) assert.deepEqual(r.parents, ["0"]);
   const gone = await rawFeed(coll2, { "x-ms-documentdb-partitionkeyrangeid": "0" });
@@ -249,7 +210,7 @@ test("with several ranges: splitting one leaves the others alone, and the feed s
   const { database: d2 } = await c2.databases.create({ id: "multi" });
   const { container } = await d2.containers.create({ id: "c", partitionKey: "/pk" });
   const first = await writeRange(container, 0, 24);
-  const before = await ranges(container);
+  const before = await sortedRanges(container);
   assert.deepEqual(before.map((r) => r.id), ["0", "1"]);
   const it = container.items.getChangeFeedIterator({ changeFeedStartFrom: ChangeFeedStartFrom.Beginning(), maxItemCount: 4 });
   const head = (await drainChangeFeed(it)).items;
@@ -257,7 +218,7 @@ test("with several ranges: splitting one leaves the others alone, and the feed s
 
   const split = await splitRange(s2, "multi", "c", "1");
   assert.equal(split.status, 200, show(split));
-  const after = await ranges(container);
+  const after = await sortedRanges(container);
   assert.equal(after.length, 3, JSON.stringify(after));
   assertCovering(after, "after splitting range 1");
   assert.deepEqual(after[0], { ...after[0], id: "0", minInclusive: before[0].minInclusive, maxExclusive: before[0].maxExclusive });
@@ -292,7 +253,7 @@ test("an AllVersionsAndDeletes iterator keeps every version exactly once across 
 });
 
 test("x-ms-documentdb-partitionkey scoped requests do not care about the split", async () => {
-  const { container, id: collId } = await newContainer();
+  const { container, id: collId } = await newContainer(database);
   await writeRange(container, 0, 4);
   assert.equal((await splitRange(srv, database.id, collId, "0")).status, 200);
   const r = await rawFeed(collId, pkHeaders("pk-2"));
