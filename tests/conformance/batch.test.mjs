@@ -9,7 +9,7 @@ import { test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, useDatabase, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, uid, useContainer, userFields } from "./harness.mjs";
 
 let srv;
 let client;
@@ -18,12 +18,7 @@ let container;
 let collId;
 let docsPath;
 
-useDatabase(async (e) => {
-  ({ srv, client, database } = e);
-  collId = uid("coll");
-  ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
-  docsPath = `/dbs/${database.id}/colls/${collId}/docs`;
-});
+useContainer((e) => ({ srv, client, database, container, collId, docsPath } = e));
 
 function rawBatch(pk, ops, extraHeaders = {}) {
   return rawRequest(srv, {

@@ -581,6 +581,20 @@ export function useDatabase(set, opts = {}) {
 }
 
 /**
+ * useDatabase plus one container for the file (a fresh id, partition key
+ * /pk): set receives {srv, client, database, container, collId, docsPath}
+ * (docsPath: /dbs/<db>/colls/<coll>/docs for raw requests); it may be
+ * async, to fill the container.
+ */
+export function useContainer(set, opts = {}) {
+  useDatabase(async (e) => {
+    const collId = uid("coll");
+    const { container } = await e.database.containers.create({ id: collId, partitionKey: "/pk" });
+    await set({ ...e, container, collId, docsPath: `/dbs/${e.database.id}/colls/${collId}/docs` });
+  }, opts);
+}
+
+/**
  * Creates database `db` and its container `coll` (partition key /pk, hash v2)
  * with raw requests; throws unless both answer 201.
  */

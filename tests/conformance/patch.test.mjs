@@ -8,7 +8,7 @@ import { test } from "node:test";
 
 import { ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, useDatabase, uid, userFields } from "./harness.mjs";
+import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, uid, useContainer, userFields } from "./harness.mjs";
 
 let srv;
 let client;
@@ -16,11 +16,7 @@ let database;
 let container;
 let collId;
 
-useDatabase(async (e) => {
-  ({ srv, client, database } = e);
-  collId = uid("coll");
-  ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
-});
+useContainer((e) => ({ srv, client, database, container, collId } = e));
 
 const BASE = {
   pk: "p",

@@ -6,9 +6,9 @@
 // continuation tokens), undefined versus null, and syntax errors by position.
 // Expected results are computed here in JavaScript from the same documents.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { drainQuery, httpCode as code, pkHeaders, rawRequest, sdkEpk, show, startWithDatabase, uid, userFields } from "./harness.mjs";
+import { drainQuery, httpCode as code, pkHeaders, rawRequest, sdkEpk, show, useContainer, userFields } from "./harness.mjs";
 
 const PARTITIONS = 4;
 let srv;
@@ -41,16 +41,13 @@ function makeDoc(i) {
 const DOCS = Array.from({ length: N }, (_, i) => makeDoc(i));
 const byId = new Map(DOCS.map((d) => [d.id, d]));
 
-before(async () => {
-  ({ srv, client, database } = await startWithDatabase({ partitions: PARTITIONS }));
-  collId = uid("coll");
-  ({ container } = await database.containers.create({ id: collId, partitionKey: "/pk" }));
-  docsPath = `/dbs/${database.id}/colls/${collId}/docs`;
-  for (const d of DOCS) await container.items.create(d);
-});
-after(async () => {
-  await srv?.stop();
-});
+useContainer(
+  async (e) => {
+    ({ srv, client, database, container, collId, docsPath } = e);
+    for (const d of DOCS) await container.items.create(d);
+  },
+  { partitions: PARTITIONS },
+);
 
 /** Runs a query through the SDK (fetchAll) and returns the rows. */
 async function q(query, parameters, opts) {
