@@ -11,12 +11,7 @@ import { ChangeFeedStartFrom } from "@azure/cosmos";
 
 import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, uid, useContainer, userFields } from "./harness.mjs";
 
-let srv;
-let client;
-let database;
-let container;
-let collId;
-let docsPath;
+let srv, client, database, container, collId, docsPath;
 
 useContainer((e) => ({ srv, client, database, container, collId, docsPath } = e));
 

@@ -10,11 +10,7 @@ import { ChangeFeedStartFrom } from "@azure/cosmos";
 
 import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, uid, useContainer, userFields } from "./harness.mjs";
 
-let srv;
-let client;
-let database;
-let container;
-let collId;
+let srv, client, database, container, collId;
 
 useContainer((e) => ({ srv, client, database, container, collId } = e));
 

@@ -11,12 +11,7 @@ import { test } from "node:test";
 import { drainQuery, httpCode as code, pkHeaders, rawRequest, sdkEpk, show, useContainer, userFields } from "./harness.mjs";
 
 const PARTITIONS = 4;
-let srv;
-let client;
-let database;
-let container;
-let collId;
-let docsPath;
+let srv, client, database, container, collId, docsPath;
 
 const NAMES = ["alice", "Bob", "carol", "Dave", "eve"];
 const MIX = [1, "1", true, null, false, "a", 2.5]; // documents 0..6; 7.. have no "mix"
