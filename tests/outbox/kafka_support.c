@@ -4,6 +4,8 @@
  */
 #include "common/sf_base.h"
 
+#include <check.h>
+
 #include "common/sf_time.h"
 #include "tests/outbox/kafka_support.h"
 
@@ -49,6 +51,15 @@ enum sf_rc ktest_cluster_new(int brokers, struct ktest_cluster **ret_kc, struct 
     }
     *ret_kc = kc;
     return SF_OK;
+}
+
+struct ktest_cluster *ktest_cluster_start(int brokers)
+{
+    struct ktest_cluster *kc = NULL;
+    struct sf_err err;
+
+    ck_assert_msg(ktest_cluster_new(brokers, &kc, &err) == SF_OK, "%s", err.msg);
+    return kc;
 }
 
 void ktest_cluster_free(struct ktest_cluster *kc)

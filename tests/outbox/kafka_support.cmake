@@ -3,5 +3,5 @@
 # tests/outbox/tests.cmake, whichever comes first.
 if(NOT TARGET sf_test_kafka)
   add_library(sf_test_kafka STATIC ${CMAKE_CURRENT_LIST_DIR}/kafka_support.c)
-  target_link_libraries(sf_test_kafka PUBLIC sf_common PkgConfig::RDKAFKA)
+  target_link_libraries(sf_test_kafka PUBLIC sf_common PkgConfig::RDKAFKA PkgConfig::CHECK)
 endif()

@@ -40,6 +40,8 @@ struct ktest_cluster;
 /* Starts a mock cluster of `brokers` brokers. SF_EIO with a message on failure. */
 enum sf_rc ktest_cluster_new(int brokers, struct ktest_cluster **ret_kc, struct sf_err *err);
 void ktest_cluster_free(struct ktest_cluster *kc);
+/* ktest_cluster_new for a Check test: fails the test, with the message, when it cannot start. */
+struct ktest_cluster *ktest_cluster_start(int brokers);
 /* "127.0.0.1:port,..." Borrowed. */
 const char *ktest_bootstraps(const struct ktest_cluster *kc);
 /* The mock, for error injection. Borrowed. */

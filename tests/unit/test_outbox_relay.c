@@ -118,15 +118,6 @@ static json_t *record(const char *pk, const char *event_type, const char *saga, 
     return doc;
 }
 
-static struct ktest_cluster *cluster(int brokers)
-{
-    struct ktest_cluster *kc = NULL;
-    struct sf_err err;
-
-    ck_assert_msg(ktest_cluster_new(brokers, &kc, &err) == SF_OK, "%s", err.msg);
-    return kc;
-}
-
 static struct outbox_sink *sink_with(struct ktest_cluster *kc, const char *const *kafka_conf)
 {
     struct outbox_sink_opts o;
@@ -191,7 +182,7 @@ START_TEST(test_routing_headers_key_value)
         {"OrderCompleted", "order-events"},
         {"PaymentTaken", "payments"},
     };
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *sink = sink_on(kc);
     struct outbox_relay_opts o;
     struct outbox_relay *r;
@@ -275,7 +266,7 @@ END_TEST
 START_TEST(test_routes_first)
 {
     static const struct outbox_route routes[] = {{"OrderCompleted", "completions"}};
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *sink = sink_on(kc);
     struct outbox_relay_opts o;
     struct outbox_relay *r;
@@ -318,7 +309,7 @@ END_TEST
 
 START_TEST(test_invalid_records)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *sink = sink_on(kc);
     struct outbox_relay_opts o;
     struct outbox_relay *r;
@@ -389,7 +380,7 @@ START_TEST(test_cdc_filters_and_message)
     };
     static const enum outbox_disposition expect[] = {OUTBOX_TAKEN,   OUTBOX_SKIPPED, OUTBOX_SKIPPED,
                                                      OUTBOX_SKIPPED, OUTBOX_SKIPPED, OUTBOX_TAKEN};
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *sink = sink_on(kc);
     struct outbox_relay_opts o;
     struct outbox_relay *r;
@@ -501,7 +492,7 @@ END_TEST
  */
 START_TEST(test_undefined_partition_key_event_published)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *sink = sink_on(kc);
     struct outbox_relay_opts o;
     struct outbox_relay *r;
@@ -538,7 +529,7 @@ END_TEST
 START_TEST(test_per_key_order_through_broker_errors)
 {
     static const char *const one_in_flight[] = {KTEST_ONE_IN_FLIGHT, NULL};
-    struct ktest_cluster *kc = cluster(3);
+    struct ktest_cluster *kc = ktest_cluster_start(3);
     struct outbox_sink *sink;
     struct outbox_relay_opts o;
     struct outbox_relay *r;
@@ -597,7 +588,7 @@ END_TEST
 
 START_TEST(test_rejected_event_is_republished)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *sink;
     struct outbox_relay_opts o;
     struct outbox_relay *r;
@@ -640,7 +631,7 @@ END_TEST
 
 START_TEST(test_gives_up_only_when_sink_closes)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *sink;
     struct outbox_sink_opts so;
     struct outbox_relay_opts o;

@@ -64,15 +64,6 @@ static size_t collector_calls(struct collector *c)
     return n;
 }
 
-static struct ktest_cluster *cluster(int brokers)
-{
-    struct ktest_cluster *kc = NULL;
-    struct sf_err err;
-
-    ck_assert_msg(ktest_cluster_new(brokers, &kc, &err) == SF_OK, "%s", err.msg);
-    return kc;
-}
-
 static struct outbox_sink *sink_on(const char *bootstraps, const char *const *conf,
                                    int64_t flush_ms)
 {
@@ -210,7 +201,7 @@ END_TEST
 
 START_TEST(test_delivery_reports_and_content)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *s;
     struct outbox_sink_stats st;
     struct ktest_msgs ms;
@@ -299,7 +290,7 @@ static void check_per_key_order(const struct ktest_msgs *ms)
 START_TEST(test_per_key_order_with_broker_errors)
 {
     static const char *const one_in_flight[] = {KTEST_ONE_IN_FLIGHT, NULL};
-    struct ktest_cluster *kc = cluster(3);
+    struct ktest_cluster *kc = ktest_cluster_start(3);
     rd_kafka_mock_cluster_t *mc = ktest_mock(kc);
     struct outbox_sink *s;
     struct ktest_msgs ms;
@@ -342,7 +333,7 @@ END_TEST
 
 START_TEST(test_close_flushes)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *s;
     struct ktest_msgs ms;
     struct collector c;
@@ -378,7 +369,7 @@ END_TEST
 
 START_TEST(test_close_purges_when_kafka_unreachable)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *s;
     struct outbox_sink_stats st;
     struct collector c;
@@ -429,7 +420,7 @@ static bool wait_brokers(struct outbox_sink *s, enum outbox_brokers want,
 START_TEST(test_brokers_down_then_up_in_stats)
 {
     static const char *const conf[] = {"reconnect.backoff.max.ms", "200", NULL};
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *s;
     struct outbox_sink_stats st;
     struct collector c;
@@ -456,7 +447,7 @@ END_TEST
 
 START_TEST(test_close_within_bounds_the_flush)
 {
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink *s;
     struct collector c;
     struct sf_err err;
@@ -481,7 +472,7 @@ END_TEST
 START_TEST(test_full_queue_waits_then_fails)
 {
     static const char *const conf[] = {"queue.buffering.max.messages", "5", NULL};
-    struct ktest_cluster *kc = cluster(1);
+    struct ktest_cluster *kc = ktest_cluster_start(1);
     struct outbox_sink_opts o;
     struct outbox_sink *s = NULL;
     struct outbox_sink_stats st;
