@@ -12,6 +12,7 @@
 #include <check.h>
 
 #include "cosmos/cosmos_throttle.h"
+#include "tests/support/check_run.h"
 
 #define ORDERS   "dbs/shop/colls/orders"
 #define PRODUCTS "dbs/shop/colls/products"
@@ -516,18 +517,15 @@ static Suite *throttle_suite(void)
     tcase_add_test(t, test_container_cap_leaves_other_containers_alone);
     tcase_add_test(t, test_full_table_never_escapes_a_cap);
     suite_add_tcase(s, t);
-    t = tcase_create("adapt");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, test_3200_stops_every_attempt_for_its_retry_after);
-    tcase_add_test(t, test_3200_pauses_its_range_only);
-    tcase_add_test(t, test_non_3200_429s_do_not_shrink_the_learnt_rate);
-    tcase_add_test(t, test_3200_learns_a_rate_just_below_the_spend);
-    tcase_add_test(t, test_3200_before_any_spend_teaches_nothing);
-    tcase_add_test(t, test_learnt_rate_never_below_the_floor);
-    tcase_add_test(t, test_adapts_to_a_token_bucket_server);
-    tcase_add_test(t, test_probing_recovers_after_capacity_returns);
-    tcase_add_test(t, test_cap_below_provisioned_spends_the_cap);
-    suite_add_tcase(s, t);
+    sf_check_case(
+        s, "adapt", NULL, NULL, 60,
+        (const TTest *[]){
+            test_3200_stops_every_attempt_for_its_retry_after, test_3200_pauses_its_range_only,
+            test_non_3200_429s_do_not_shrink_the_learnt_rate,
+            test_3200_learns_a_rate_just_below_the_spend,
+            test_3200_before_any_spend_teaches_nothing, test_learnt_rate_never_below_the_floor,
+            test_adapts_to_a_token_bucket_server, test_probing_recovers_after_capacity_returns,
+            test_cap_below_provisioned_spends_the_cap, NULL});
     return s;
 }
 

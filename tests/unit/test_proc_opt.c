@@ -223,16 +223,15 @@ END_TEST
 static Suite *proc_opt_suite(void)
 {
     Suite *s = suite_create("proc_opt");
-    TCase *tc = tcase_create("parse");
 
-    tcase_add_test(tc, test_every_kind_reaches_its_destination_and_operands_follow);
-    tcase_add_test(tc, test_absent_options_keep_their_defaults);
-    tcase_add_test(tc, test_help_prints_usage_on_stdout_and_exits_0);
-    tcase_add_test(tc, test_usage_errors_print_usage_on_stderr_and_exit_2);
-    tcase_add_test(tc, test_bad_values_are_named_and_exit_2);
-    tcase_add_test(tc, test_any_operand_count_and_a_later_first_index);
-    tcase_add_test(tc, test_a_table_over_the_maximum_is_refused);
-    suite_add_tcase(s, tc);
+    sf_check_case(s, "parse", NULL, NULL, 0,
+                  (const TTest *[]){test_every_kind_reaches_its_destination_and_operands_follow,
+                                    test_absent_options_keep_their_defaults,
+                                    test_help_prints_usage_on_stdout_and_exits_0,
+                                    test_usage_errors_print_usage_on_stderr_and_exit_2,
+                                    test_bad_values_are_named_and_exit_2,
+                                    test_any_operand_count_and_a_later_first_index,
+                                    test_a_table_over_the_maximum_is_refused, NULL});
     return s;
 }
 
