@@ -19,6 +19,17 @@
  *             event's createdAt minus the order's placedAt (both wall-clock
  *             ms on this machine).
  *   memory    sagafeed's peak RSS (VmHWM) over every run.
+ *   RU/s      with --throughput RU the orders container (the one every saga
+ *             writes) is provisioned RU RU/s over its 4 ranges, the others
+ *             are unlimited: their own data's skew (products has 4
+ *             categories) would measure the data, not the pacing. The spend
+ *             on orders and its 429 share come from sagafeed's throughput
+ *             counters between the end of a warm-up (--warm-up S) and the
+ *             last settled order; --cap RU sets processor.max_ru_per_second
+ *             and the spend over every container is set against it.
+ *             `--customers even` picks the customer count whose orders
+ *             spread most evenly over the 4 ranges (the line "ranges:" gives
+ *             each range's share): a hot range caps what can be spent.
  *
  * `--check` turns the targets into the exit status: sagafeed >= 70% of the
  * ceiling and peak RSS <= 30 MB. Figures from a sanitizer build mean little.
@@ -57,16 +68,30 @@ struct opts {
     int latency_ms;      /* cosmolite --latency (0: none) */
     unsigned throughput; /* cosmolite --default-throughput (0: unlimited) */
     unsigned workers;    /* a fixed processor.workers (0: the defaults) */
+    unsigned cap;        /* processor.max_ru_per_second (0: none) */
+    unsigned customers;  /* customers of the shop (0: even, see pick_customers) */
+    double warm_up_s;    /* RU figures count from this long after sagafeed starts */
     bool no_ceiling;     /* sagafeed only (comparisons between sagafeed settings) */
     bool backlog;        /* write every order before sagafeed starts */
     bool check;
     bool keep_logs;
 };
 
-static struct opts g_o = {.orders = 2000, .writers = 8, .rounds = 3, .latency_s = 5};
+static struct opts g_o = {
+    .orders = 2000, .writers = 8, .rounds = 3, .latency_s = 5, .customers = 60, .warm_up_s = 5};
 static char g_tmp[256];
 static char g_db[32];     /* the database of the current sagafeed run */
 static double g_ru_per_s; /* the last sagafeed run's spend */
+
+/* The RU figures of the last sagafeed run after its warm-up (valid: it lasted longer). */
+static struct ru_figures {
+    bool valid;
+    double secs;            /* from the warm-up's end to the last settled order */
+    double orders_ru_per_s; /* spent on the orders container */
+    double all_ru_per_s;    /* spent on every container */
+    double orders_attempts, orders_429;
+    double busiest_share; /* of the orders, the share on the busiest range */
+} g_ru;
 
 static struct cosmos_client *client(struct harness_cosmolite *h, unsigned conns)
 {
@@ -89,6 +114,130 @@ static void die(const char *what, const struct sf_err *err)
 {
     (void)fprintf(stderr, "saga_bench: %s: %s\n", what, err != NULL ? err->msg : "");
     exit(1);
+}
+
+/*
+ * The shop's containers in db; with --throughput the orders container is
+ * created first with that many RU/s (x-ms-offer-throughput), the others
+ * unlimited (proc_demo_create leaves an existing container as it is).
+ */
+static enum sf_rc shop_create(struct cosmos_client *cli, const char *db, struct sf_err *err)
+{
+    struct cosmos_container_def def = {.id = "orders",
+                                       .pk_path = "/customerId",
+                                       .default_ttl = -1,
+                                       .throughput = (int)g_o.throughput};
+    enum sf_rc rc = SF_OK;
+
+    if (g_o.throughput > 0) {
+        rc = cosmos_db_create_if_missing(cli, db, NULL, NULL, err);
+        if (rc == SF_OK)
+            rc = cosmos_container_create_if_missing(cli, db, &def, NULL, NULL, err);
+    }
+    return rc == SF_OK ? proc_demo_create(cli, db, 4, err) : rc;
+}
+
+/*
+ * Of the n orders of dopt, how many fall into each of the orders container's
+ * ranges (by their customerId's EPK): counts[i] for range i, at most max
+ * ranges. Returns the number of ranges.
+ */
+static size_t range_counts(const struct cosmos_pkranges *pr, const struct proc_demo_opts *dopt,
+                           unsigned n, unsigned *counts, size_t max)
+{
+    struct sf_buf body, pk;
+    size_t nr = pr->n < max ? pr->n : max;
+
+    sf_buf_init(&body, 1u << 20);
+    sf_buf_init(&pk, 256);
+    memset(counts, 0, nr * sizeof(*counts));
+    for (unsigned i = 0; i < n; i++) {
+        char id[32], cust[32], epk[33];
+        long r;
+
+        sf_buf_reset(&body);
+        sf_buf_reset(&pk);
+        if (proc_demo_order(dopt, i, &body, id, cust) != SF_OK ||
+            cosmos_pk_string(cust, &pk) != SF_OK ||
+            cosmos_pk_epk(sf_buf_cstr(&pk), epk, NULL) != SF_OK)
+            die("hashing an order's customer", NULL);
+        r = cosmos_pkranges_find(pr, epk);
+        if (r >= 0 && (size_t)r < nr)
+            counts[r]++;
+    }
+    sf_buf_release(&body);
+    sf_buf_release(&pk);
+    return nr;
+}
+
+#define SPREAD_MAX_RANGES 64
+
+/* The share of the n orders on their busiest range. */
+static double busiest_share(const struct cosmos_pkranges *pr, const struct proc_demo_opts *dopt,
+                            unsigned n)
+{
+    unsigned counts[SPREAD_MAX_RANGES], top = 0;
+    size_t nr = range_counts(pr, dopt, n, counts, SPREAD_MAX_RANGES);
+
+    for (size_t i = 0; i < nr; i++)
+        top = counts[i] > top ? counts[i] : top;
+    return n > 0 ? (double)top / n : 0;
+}
+
+/*
+ * `--customers even`: the smallest customer count from 200 up whose orders
+ * put at most 25.5 % on the busiest of the 4 ranges (the best found up to
+ * 2000 otherwise). The demo draws each order's customer at random and the
+ * customers' hashes fall unevenly: with its default 60 customers the
+ * busiest range holds ~30 % of the orders, which caps the spend of a
+ * container provisioned evenly over its ranges at ~83 % (25 / 30).
+ */
+static unsigned pick_customers(struct cosmos_client *cli, const char *db)
+{
+    struct cosmos_pkranges *pr = NULL;
+    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24};
+    unsigned best = 200;
+    double best_share = 2;
+    struct sf_err err;
+
+    if (shop_create(cli, db, &err) != SF_OK ||
+        cosmos_pkranges_get(cli, db, "orders", false, &pr, &err) != SF_OK)
+        die("reading the orders container's ranges", &err);
+    for (unsigned c = 200; c <= 2000 && best_share > 0.255; c++) {
+        double share;
+
+        dopt.customers = c;
+        share = busiest_share(pr, &dopt, g_o.orders);
+        if (share < best_share) {
+            best = c;
+            best_share = share;
+        }
+    }
+    free(pr);
+    return best;
+}
+
+/* Prints each range's share of the orders of db's orders container; returns the busiest's. */
+static double print_spread(struct cosmos_client *cli, const char *db,
+                           const struct proc_demo_opts *dopt)
+{
+    struct cosmos_pkranges *pr = NULL;
+    unsigned counts[SPREAD_MAX_RANGES], top = 0;
+    struct sf_err err;
+    size_t nr;
+
+    if (cosmos_pkranges_get(cli, db, "orders", false, &pr, &err) != SF_OK)
+        die("reading the orders container's ranges", &err);
+    nr = range_counts(pr, dopt, dopt->orders, counts, SPREAD_MAX_RANGES);
+    (void)printf("  ranges: %u customers; share of the %u orders per range of orders:",
+                 dopt->customers, dopt->orders);
+    for (size_t i = 0; i < nr; i++) {
+        (void)printf(" %s %.1f%%", pr->ranges[i].id, counts[i] * 100.0 / dopt->orders);
+        top = counts[i] > top ? counts[i] : top;
+    }
+    (void)printf("\n");
+    free(pr);
+    return dopt->orders > 0 ? (double)top / dopt->orders : 0;
 }
 
 /* CPU seconds (user + system) a process used so far, from /proc/<pid>/stat. */
@@ -452,7 +601,7 @@ static double run_ceiling(struct harness_cosmolite *h, const char *db, const str
                           struct run_cpu *cpu)
 {
     struct cosmos_client *cli = client(h, g_o.writers + 2);
-    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = 60};
+    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = g_o.customers};
     struct ceil_worker *w = calloc(g_o.writers, sizeof(*w));
     pthread_t *th = calloc(g_o.writers, sizeof(*th));
     atomic_bool failed = false;
@@ -462,7 +611,7 @@ static double run_ceiling(struct harness_cosmolite *h, const char *db, const str
 
     if (w == NULL || th == NULL)
         die("out of memory", NULL);
-    if (proc_demo_create(cli, db, 4, &err) != SF_OK ||
+    if (shop_create(cli, db, &err) != SF_OK ||
         proc_demo_seed_catalog(cli, db, &dopt, &err) != SF_OK)
         die("ceiling setup", &err);
     self0 = cpu_seconds(getpid());
@@ -633,13 +782,37 @@ static size_t settled_by_metrics(struct bench_conn *conn)
     return (size_t)metric_sum(conn, "sagafeed_sagas_total{");
 }
 
+/* Throughput control's counters at one moment (cosmos_throttle.h, on /metrics). */
+struct ru_sample {
+    uint64_t ns;
+    double orders_charge, all_charge, orders_attempts, orders_429;
+};
+
+static void ru_sample_take(struct bench_conn *conn, struct ru_sample *s)
+{
+    s->ns = bench_now_ns();
+    s->orders_charge =
+        metric_sum(conn, "sagafeed_cosmos_request_charge_total{container=\"orders\"}");
+    s->all_charge = metric_sum(conn, "sagafeed_cosmos_request_charge_total{");
+    s->orders_attempts = metric_sum(conn, "sagafeed_cosmos_attempts_total{container=\"orders\"}");
+    s->orders_429 = metric_sum(conn, "sagafeed_cosmos_throttled_total{container=\"orders\"}");
+}
+
+/* The RU window of a run: a sample once warm_at_ns has passed, one when the last order settled. */
+struct ru_window {
+    uint64_t warm_at_ns;
+    bool warm_taken;
+    struct ru_sample warm, end;
+};
+
 /*
  * Waits until every one of `want` orders has settled: sagafeed's metrics
  * say so (polled every few ms; *ret_done_ns is that moment), then a query
  * confirms it. Tracks the peak RSS meanwhile. False at the deadline.
  */
 static bool wait_settled(struct cosmos_client *cli, struct bench_conn *conn, pid_t pid, size_t want,
-                         int64_t timeout_ms, int64_t *rss_peak_kb, uint64_t *ret_done_ns)
+                         int64_t timeout_ms, int64_t *rss_peak_kb, uint64_t *ret_done_ns,
+                         struct ru_window *ru)
 {
     int64_t deadline = sf_mono_ms() + timeout_ms;
     int64_t next_rss = 0;
@@ -649,6 +822,12 @@ static bool wait_settled(struct cosmos_client *cli, struct bench_conn *conn, pid
 
         if (done)
             *ret_done_ns = bench_now_ns();
+        if (ru != NULL && done)
+            ru_sample_take(conn, &ru->end); /* before the query below loads cosmolite */
+        else if (ru != NULL && !ru->warm_taken && bench_now_ns() >= ru->warm_at_ns) {
+            ru_sample_take(conn, &ru->warm);
+            ru->warm_taken = true;
+        }
         done = done && settled(cli, want) >= want;
         if (sf_mono_ms() >= next_rss || done) {
             struct bench_mem m;
@@ -765,22 +944,24 @@ static void saga_start(struct harness_cosmolite *h, struct saga_proc *sp)
     struct sf_err err;
     char *wf = example_workflows();
     int port = free_port();
-    char workers[64] = "";
+    char workers[64] = "", cap[64] = "";
     FILE *f;
 
     /* --workers N: a fixed pool of N (floor = cap); without it sagafeed's defaults (adaptive). */
     if (g_o.workers > 0)
         (void)snprintf(workers, sizeof(workers), "workers = %u; min_workers = %u;", g_o.workers,
                        g_o.workers);
+    if (g_o.cap > 0)
+        (void)snprintf(cap, sizeof(cap), "max_ru_per_second = %u;", g_o.cap);
     sf_buf_init(&text, 1u << 20);
     (void)sf_buf_printf(&text,
                         "cosmos = { endpoint = \"%s\"; key_env = \"SF_BENCH_KEY\"; database = "
                         "\"%s\"; max_connections = 24; };\n"
                         "feed = { lease_prefix = \"bench\"; poll_interval = \"100ms\"; max_items = "
                         "200; };\n"
-                        "processor = { %s log_json = true; log_level = \"warn\"; "
+                        "processor = { %s %s log_json = true; log_level = \"warn\"; "
                         "http_listen = \"127.0.0.1:%d\"; };\n%s",
-                        harness_cosmolite_endpoint(h), g_db, workers, port, wf);
+                        harness_cosmolite_endpoint(h), g_db, workers, cap, port, wf);
     free(wf);
     (void)snprintf(sp->cfg, sizeof(sp->cfg), "%s/%s.cfg", g_tmp, g_db);
     (void)snprintf(sp->log, sizeof(sp->log), "%s/%s.log", g_tmp, g_db);
@@ -812,14 +993,16 @@ static void saga_stop(struct saga_proc *sp, bool keep)
 static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, struct saga_proc *sp,
                        struct run_cpu *cpu, int64_t *rss_peak_kb)
 {
-    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = 60};
+    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = g_o.customers};
+    struct ru_window win = {0};
     struct sf_err err;
     double self0, server0;
     uint64_t t0, t1 = 0;
 
-    if (proc_demo_create(cli, g_db, 4, &err) != SF_OK ||
+    if (shop_create(cli, g_db, &err) != SF_OK ||
         proc_demo_seed_catalog(cli, g_db, &dopt, &err) != SF_OK)
         die("shop setup", &err);
+    g_ru.busiest_share = print_spread(cli, g_db, &dopt);
     if (g_o.backlog) {
         /* every order waits before sagafeed starts: the memory of catching up */
         write_orders(cli, &dopt, 0, g_o.orders, 0);
@@ -834,7 +1017,8 @@ static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, s
         t0 = bench_now_ns();
         write_orders(cli, &dopt, 0, g_o.orders, 0);
     }
-    if (!wait_settled(cli, sp->metrics, sp->pid, g_o.orders, 600000, rss_peak_kb, &t1)) {
+    win.warm_at_ns = t0 + (uint64_t)(g_o.warm_up_s * 1e9);
+    if (!wait_settled(cli, sp->metrics, sp->pid, g_o.orders, 600000, rss_peak_kb, &t1, &win)) {
         saga_stop(sp, true);
         die("sagafeed did not settle every order (see its log)", NULL);
     }
@@ -859,6 +1043,29 @@ static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, s
         (void)printf("  429s: %.2f%% of %.0f attempts (%.0f of them 429/3200)\n",
                      att > 0 ? t429 * 100 / att : 0.0, att, t3200);
         g_ru_per_s = ru / secs;
+    }
+    g_ru.valid = win.warm_taken && win.end.ns > win.warm.ns;
+    if (g_ru.valid) {
+        double w = (double)(win.end.ns - win.warm.ns) / 1e9;
+
+        g_ru.secs = w;
+        g_ru.orders_ru_per_s = (win.end.orders_charge - win.warm.orders_charge) / w;
+        g_ru.all_ru_per_s = (win.end.all_charge - win.warm.all_charge) / w;
+        g_ru.orders_attempts = win.end.orders_attempts - win.warm.orders_attempts;
+        g_ru.orders_429 = win.end.orders_429 - win.warm.orders_429;
+        (void)printf("  after the %.0f s warm-up (%.1f s): orders %.0f RU/s", g_o.warm_up_s, w,
+                     g_ru.orders_ru_per_s);
+        if (g_o.throughput > 0)
+            (void)printf(" = %.0f%% of %u provisioned", g_ru.orders_ru_per_s * 100 / g_o.throughput,
+                         g_o.throughput);
+        (void)printf(", 429s %.2f%% of %.0f attempts on orders; every container %.0f RU/s",
+                     g_ru.orders_attempts > 0 ? g_ru.orders_429 * 100 / g_ru.orders_attempts : 0.0,
+                     g_ru.orders_attempts, g_ru.all_ru_per_s);
+        if (g_o.cap > 0)
+            (void)printf(" = %.0f%% of the %u cap", g_ru.all_ru_per_s * 100 / g_o.cap, g_o.cap);
+        (void)printf("\n");
+    } else {
+        (void)printf("  after the %.0f s warm-up: nothing (the run was shorter)\n", g_o.warm_up_s);
     }
     cpu->sagafeed = cpu_seconds(sp->pid);
     cpu->self = cpu_seconds(getpid()) - self0;
@@ -896,6 +1103,9 @@ int main(int argc, char **argv)
                                        {"latency", required_argument, NULL, 'L'},
                                        {"throughput", required_argument, NULL, 'T'},
                                        {"workers", required_argument, NULL, 'W'},
+                                       {"cap", required_argument, NULL, 'C'},
+                                       {"customers", required_argument, NULL, 'u'},
+                                       {"warm-up", required_argument, NULL, 'U'},
                                        {"no-ceiling", no_argument, NULL, 'N'},
                                        {"backlog", no_argument, NULL, 'B'},
                                        {"sagafeed", required_argument, NULL, 's'},
@@ -906,7 +1116,7 @@ int main(int argc, char **argv)
     struct harness_cosmolite_opts ho = {.partitions = 4};
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.products = 24, .customers = 60};
+    struct proc_demo_opts dopt = {.products = 24};
     struct sf_err err;
     struct saga_proc sp;
     double *ceil_rates, *saga_rates, *ratios, ceiling, saga_rate, ratio;
@@ -958,6 +1168,24 @@ int main(int argc, char **argv)
                 die("--workers wants 0 (the defaults) or 1..256", NULL);
             g_o.workers = (unsigned)v;
             break;
+        case 'C':
+            if (sf_parse_i64(optarg, 0, 100000000, &v) != SF_OK)
+                die("--cap wants 0 (none) or 1..100000000 (RU/s)", NULL);
+            g_o.cap = (unsigned)v;
+            break;
+        case 'u':
+            if (strcmp(optarg, "even") == 0)
+                g_o.customers = 0;
+            else if (sf_parse_i64(optarg, 1, 99999, &v) == SF_OK)
+                g_o.customers = (unsigned)v;
+            else
+                die("--customers wants 1..99999 or 'even'", NULL);
+            break;
+        case 'U':
+            if (sf_parse_double(optarg, &d) != SF_OK || d < 0 || d > 3600)
+                die("--warm-up wants 0..3600 (seconds)", NULL);
+            g_o.warm_up_s = d;
+            break;
         case 'N':
             g_o.no_ceiling = true;
             break;
@@ -976,10 +1204,17 @@ int main(int argc, char **argv)
         case 'h':
             (void)printf(
                 "Usage: saga_bench [--orders N] [--writers W] [--rounds R] [--latency-seconds S] "
-                "[--latency MS] [--throughput RU] [--workers N] [--no-ceiling] [--backlog] "
+                "[--latency MS] [--throughput RU] [--cap RU] [--customers N|even] [--warm-up S] "
+                "[--workers N] [--no-ceiling] [--backlog] "
                 "[--sagafeed PATH] [--cosmolite PATH] [--check]\n"
                 "  --latency MS     cosmolite holds every response MS ms (a network's round trip)\n"
-                "  --throughput RU  every container is provisioned RU RU/s (400..1000000)\n"
+                "  --throughput RU  the orders container is provisioned RU RU/s (400..1000000)\n"
+                "                   over its 4 ranges; the others are unlimited\n"
+                "  --cap RU         processor.max_ru_per_second (spend over every container)\n"
+                "  --customers N    customers of the shop (default 60); 'even': the count whose\n"
+                "                   orders spread most evenly over the 4 ranges\n"
+                "  --warm-up S      RU/s and 429 figures count from S s after the start (default "
+                "5)\n"
                 "  --workers N      a fixed processor.workers (default: sagafeed's defaults)\n"
                 "  --no-ceiling     skip the direct-writes ceiling (compare sagafeed settings)\n"
                 "  --backlog        write every order before sagafeed starts (catch-up RSS)\n");
@@ -994,7 +1229,7 @@ int main(int argc, char **argv)
     ho.bin = g_o.cosmolite;
     {
         static const char *args[8];
-        static char lat[16], thr[16];
+        static char lat[16];
         size_t n = 0;
 
         if (getenv("SF_BENCH_ACCESS_LOG") != NULL) {
@@ -1005,11 +1240,6 @@ int main(int argc, char **argv)
             (void)snprintf(lat, sizeof(lat), "%d", g_o.latency_ms);
             args[n++] = "--latency";
             args[n++] = lat;
-        }
-        if (g_o.throughput > 0) {
-            (void)snprintf(thr, sizeof(thr), "%u", g_o.throughput);
-            args[n++] = "--default-throughput";
-            args[n++] = thr;
         }
         args[n] = NULL;
         ho.extra_args = args;
@@ -1027,7 +1257,10 @@ int main(int argc, char **argv)
     if (ceil_rates == NULL || saga_rates == NULL || ratios == NULL)
         die("out of memory", NULL);
     cli = client(h, g_o.writers + 4);
+    if (g_o.customers == 0)
+        g_o.customers = pick_customers(cli, "spread");
     dopt.orders = g_o.orders;
+    dopt.customers = g_o.customers;
     for (unsigned r = 0; r < g_o.rounds; r++) {
         bool last = r + 1 == g_o.rounds;
         struct plan *plans;
@@ -1043,7 +1276,7 @@ int main(int argc, char **argv)
 
                 write_orders(cli, &dopt, g_o.orders, g_o.orders + lat_orders, saga_rates[r] * 0.5);
                 if (!wait_settled(cli, sp.metrics, sp.pid, g_o.orders + lat_orders, 300000,
-                                  &rss_peak_kb, &t_end)) {
+                                  &rss_peak_kb, &t_end, NULL)) {
                     saga_stop(&sp, true);
                     die("sagafeed did not settle the latency orders (see its log)", NULL);
                 }
@@ -1099,6 +1332,20 @@ int main(int argc, char **argv)
                  "cpu_ms_per_order=%.3f rss_mb=%.1f\n",
                  g_o.latency_ms, g_o.throughput, g_o.workers, saga_rate, g_ru_per_s,
                  saga_cpu.sagafeed * 1000 / g_o.orders, rss_peak_kb / 1024.0);
+    /* the last run's RU figures after its warm-up ("?" when it was shorter) */
+    if (g_ru.valid)
+        (void)printf("ru-line: provisioned=%u cap=%u customers=%u busiest_range_pct=%.1f "
+                     "orders_ru_per_s=%.0f orders_pct=%.0f p429=%.2f all_ru_per_s=%.0f "
+                     "cap_pct=%.0f\n",
+                     g_o.throughput, g_o.cap, g_o.customers, g_ru.busiest_share * 100,
+                     g_ru.orders_ru_per_s,
+                     g_o.throughput > 0 ? g_ru.orders_ru_per_s * 100 / g_o.throughput : 0.0,
+                     g_ru.orders_attempts > 0 ? g_ru.orders_429 * 100 / g_ru.orders_attempts : 0.0,
+                     g_ru.all_ru_per_s, g_o.cap > 0 ? g_ru.all_ru_per_s * 100 / g_o.cap : 0.0);
+    else
+        (void)printf("ru-line: provisioned=%u cap=%u customers=%u busiest_range_pct=%.1f "
+                     "orders_ru_per_s=? orders_pct=? p429=? all_ru_per_s=? cap_pct=?\n",
+                     g_o.throughput, g_o.cap, g_o.customers, g_ru.busiest_share * 100);
     if (g_o.check && (ratio < 0.70 || rss_peak_kb > 30 * 1024)) {
         (void)printf("check: FAILED\n");
         status = 1;
