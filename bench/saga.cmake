@@ -12,6 +12,14 @@ if(TARGET sagafeed AND TARGET cosmolite)
   # A small smoke run: only errors fail it (figures from a sanitizer build mean little).
   add_test(NAME bench_saga_smoke COMMAND saga_bench --orders 60 --writers 4 --latency-seconds 1)
   set_tests_properties(bench_saga_smoke PROPERTIES LABELS "bench" TIMEOUT 180)
+  # The RU figures: an orders container provisioned 400 RU/s, a cap, an even spread; the
+  # ru-line must carry measured figures (a run without them prints "?").
+  add_test(NAME bench_saga_throughput_figures_smoke COMMAND saga_bench --orders 60 --writers 4
+    --rounds 1 --no-ceiling --latency-seconds 0 --backlog --throughput 400 --cap 300
+    --customers even --warm-up 0)
+  set_tests_properties(bench_saga_throughput_figures_smoke PROPERTIES LABELS "bench" TIMEOUT 240
+    PASS_REGULAR_EXPRESSION
+    "ru-line: provisioned=400 cap=300 customers=[0-9]+ busiest_range_pct=[0-9.]+ orders_ru_per_s=[0-9]+ orders_pct=[0-9]+ p429=[0-9.]+ all_ru_per_s=[0-9]+ cap_pct=[0-9]+")
   # `cmake --build <dir> --target bench-saga` runs the default benchmark with its targets.
   add_custom_target(bench-saga COMMAND saga_bench --check DEPENDS saga_bench USES_TERMINAL)
 endif()

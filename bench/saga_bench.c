@@ -786,6 +786,7 @@ static size_t settled_by_metrics(struct bench_conn *conn)
 struct ru_sample {
     uint64_t ns;
     double orders_charge, all_charge, orders_attempts, orders_429;
+    double orders_learnt; /* the learnt RU/s summed over its ranges (0: none learnt) */
 };
 
 static void ru_sample_take(struct bench_conn *conn, struct ru_sample *s)
@@ -796,6 +797,8 @@ static void ru_sample_take(struct bench_conn *conn, struct ru_sample *s)
     s->all_charge = metric_sum(conn, "sagafeed_cosmos_request_charge_total{");
     s->orders_attempts = metric_sum(conn, "sagafeed_cosmos_attempts_total{container=\"orders\"}");
     s->orders_429 = metric_sum(conn, "sagafeed_cosmos_throttled_total{container=\"orders\"}");
+    s->orders_learnt =
+        metric_sum(conn, "sagafeed_cosmos_ru_learnt_per_second{container=\"orders\"}");
 }
 
 /* The RU window of a run: a sample once warm_at_ns has passed, one when the last order settled. */
@@ -1063,7 +1066,7 @@ static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, s
                      g_ru.orders_attempts, g_ru.all_ru_per_s);
         if (g_o.cap > 0)
             (void)printf(" = %.0f%% of the %u cap", g_ru.all_ru_per_s * 100 / g_o.cap, g_o.cap);
-        (void)printf("\n");
+        (void)printf("; learnt on orders at the end %.0f RU/s\n", win.end.orders_learnt);
     } else {
         (void)printf("  after the %.0f s warm-up: nothing (the run was shorter)\n", g_o.warm_up_s);
     }
