@@ -10,7 +10,8 @@
 #   feed_bench       change feed processor items/s against raw page reads,
 #                    pickup latency, RSS with 64 ranges
 #   saga_bench       (also: default settings against fixed workers at 0, 5, 20 ms,
-#                    RU/s at a provisioned 1,000 RU/s, RSS with a backlog)
+#                    RU/s spent on an orders container provisioned 400 and
+#                    1,000 RU/s at 0 and 5 ms and under a cap, RSS with a backlog)
 #                    sagafeed orders/s end to end against the ceiling of the
 #                    same writes issued directly, latency at half load, RSS
 #   outbox_bench     outbox events/s into a mock Kafka cluster, relay RSS
@@ -22,7 +23,7 @@
 #   --build-dir DIR  Release build directory (default build-bench-all)
 #   --out FILE       the report (default docs/benchmarks.md; the PNG goes to
 #                    docs/benchmarks/ next to it)
-# About 4 minutes on 2 cores plus the build. Needs gnuplot and jq (installed
+# About 9 minutes on 2 cores plus the build. Needs gnuplot and jq (installed
 # with apt-get when missing and running as root). Exit status 0 when every
 # benchmark ran without errors, 1 otherwise (the report says which failed).
 set -uo pipefail
@@ -129,8 +130,21 @@ for lat in 0 5 20; do
         run "pace-l$lat-w$w" bench/saga_bench --orders "$p_orders" $p_common --latency "$lat" --workers "$w"
     done
 done
+# Throughput control: a backlog drained against an orders container provisioned 400 and
+# 1,000 RU/s (the others unlimited), orders spread evenly over its 4 ranges; RU/s and 429s
+# after a 5 s warm-up; then the same under processor.max_ru_per_second below what is provisioned.
+if [ "$quick" = 1 ]; then ru_n400=100 ru_n1000=250; else ru_n400=200 ru_n1000=500; fi
+ru_common="--rounds 1 --latency-seconds 0 --no-ceiling --backlog --customers even"
+ru_cap=600
+for thr in 400 1000; do
+    for lat in 0 5; do
+        n=$ru_n400 && [ "$thr" = 1000 ] && n=$ru_n1000
+        # shellcheck disable=SC2086
+        run "ru-$thr-l$lat" bench/saga_bench --orders "$n" $ru_common --latency "$lat" --throughput "$thr"
+    done
+done
 # shellcheck disable=SC2086
-run pace-ru bench/saga_bench --orders "$p_orders" $p_common --latency 5 --throughput 1000
+run ru-cap bench/saga_bench --orders "$ru_n1000" $ru_common --latency 5 --throughput 1000 --cap "$ru_cap"
 # shellcheck disable=SC2086
 run pace-backlog bench/saga_bench --orders "$p_backlog" $p_common --backlog
 # shellcheck disable=SC2086
@@ -151,6 +165,8 @@ mb() { awk -v v="$1" 'BEGIN { if (v ~ /^[0-9.]+$/) printf "%.1f", v / 1024; else
 grab() { sed -n "$2" "$res/$1.txt" | head -1; }
 # bl RUN KEY: a figure of saga_bench's "bench-line:" in that run's output ("?" when absent)
 bl() { sed -n "s/^bench-line: .*\b$2=\([0-9.]*\).*/\1/p" "$res/$1.txt" 2>/dev/null | head -1 | grep . || echo "?"; }
+# rl RUN KEY: a figure of saga_bench's "ru-line:" (the RU figures after the warm-up)
+rl() { sed -n "s/^ru-line: .*\b$2=\([0-9.]*\).*/\1/p" "$res/$1.txt" 2>/dev/null | head -1 | grep . || echo "?"; }
 
 c_create=$(cj '.ops.create.ops_per_s') c_read=$(cj '.ops.read.ops_per_s')
 c_replace=$(cj '.ops.replace.ops_per_s') c_cf=$(cj '.ops.changefeed.ops_per_s')
@@ -296,9 +312,23 @@ cc_version=$(cc --version 2>/dev/null | head -1)
         echo "| $lat ms | $d | $best ($bw) | $(awk -v a="$d" -v b="$best" 'BEGIN { if (b + 0 > 0 && a ~ /^[0-9.]+$/) printf "%.0f %%", a * 100 / b; else printf "?" }') | $dcpu / $bcpu |"
     done
     echo
-    echo "Provisioned throughput (\`--latency 5 --throughput 1000\`: every container 1,000 RU/s, 4"
-    echo "ranges): sagafeed spent $(bl pace-ru ru_per_s) RU/s summed over all containers at"
-    echo "$(bl pace-ru orders_per_s) orders/s."
+    echo "Throughput control (\`--backlog --customers even --throughput RU\`): a backlog drained against"
+    echo "an orders container provisioned RU RU/s over 4 ranges (the other containers unlimited), the"
+    echo "orders spread evenly over the ranges (busiest range: $(rl ru-1000-l0 busiest_range_pct) % of them);"
+    echo "RU/s on orders and the 429 share of sagafeed's attempts on it after a 5 s warm-up (target:"
+    echo "spent >= 85 % of provisioned, 429s < 2 %). One run each: repeat before trusting a difference."
+    echo
+    echo "| provisioned | latency | spent on orders | of provisioned | 429s | orders/s |"
+    echo "|---|---|---|---|---|---|"
+    for thr in 400 1000; do
+        for lat in 0 5; do
+            echo "| $thr RU/s | $lat ms | $(rl "ru-$thr-l$lat" orders_ru_per_s) RU/s | $(rl "ru-$thr-l$lat" orders_pct) % | $(rl "ru-$thr-l$lat" p429) % | $(bl "ru-$thr-l$lat" orders_per_s) |"
+        done
+    done
+    echo
+    echo "Under a cap (\`--throughput 1000 --cap $ru_cap --latency 5\`: processor.max_ru_per_second below"
+    echo "what is provisioned): sagafeed spent $(rl ru-cap all_ru_per_s) RU/s over every container ="
+    echo "$(rl ru-cap cap_pct) % of the cap, $(rl ru-cap orders_ru_per_s) RU/s of it on orders, 429s $(rl ru-cap p429) %."
     echo "Peak RSS with a $p_backlog-order backlog (every order written before sagafeed starts) at default"
     echo "settings: $(bl pace-backlog rss_mb) MB (target <= 30 MB)."
     echo
