@@ -378,6 +378,13 @@ struct sim_result {
 };
 
 /*
+ * The charges of successive requests when set (a saga's mix: change-feed
+ * pages, point reads, patches, batches), else every request costs charge.
+ */
+static const double *g_mix;
+static size_t g_n_mix;
+
+/*
  * workers closed-loop clients, each request costing charge RU and taking
  * latency ms, against a server provisioned rate RU/s, for secs seconds; the
  * first warm seconds are not counted.
@@ -390,8 +397,10 @@ static void simulate(struct cosmos_throttle *t, int64_t t0, double rate, int wor
         int64_t next;  /* when it asks next */
         int64_t done;  /* when its attempt in flight ends, 0: none */
         int64_t retry; /* the 429's retry-after, -1: success */
+        double charge; /* of the attempt in flight */
         struct cosmos_throttle_ticket tk;
     } w[64];
+    size_t k = 0;
 
     ck_assert_int_le(workers, 64);
     memset(w, 0, sizeof(w));
@@ -408,7 +417,7 @@ static void simulate(struct cosmos_throttle *t, int64_t t0, double rate, int wor
                 bool refused = w[i].retry >= 0;
 
                 cosmos_throttle_settle(t, &w[i].tk, refused ? 429 : 200, refused ? 3200 : 0,
-                                       w[i].retry, refused ? 0 : charge, NULL, 0, now);
+                                       w[i].retry, refused ? 0 : w[i].charge, NULL, 0, now);
                 w[i].done = 0;
                 /* the retry loop waits the hint itself before the next attempt */
                 w[i].next = now + (refused ? w[i].retry : 0);
@@ -421,7 +430,8 @@ static void simulate(struct cosmos_throttle *t, int64_t t0, double rate, int wor
                     w[i].next = now + SF_MIN(wait, 100);
                     continue;
                 }
-                w[i].retry = sim_admit(&srv, now, charge);
+                w[i].charge = g_mix != NULL ? g_mix[k++ % g_n_mix] : charge;
+                w[i].retry = sim_admit(&srv, now, w[i].charge);
                 if (w[i].retry == 0)
                     w[i].retry = -1;
                 w[i].done = now + latency;
@@ -430,7 +440,7 @@ static void simulate(struct cosmos_throttle *t, int64_t t0, double rate, int wor
                     if (w[i].retry >= 0)
                         r->refused++;
                     else
-                        r->spent += charge;
+                        r->spent += w[i].charge;
                 }
             }
         }
@@ -470,6 +480,43 @@ START_TEST(test_adapts_to_a_token_bucket_server)
                       cases[i].rate);
         cosmos_throttle_free(t);
     }
+}
+END_TEST
+
+/*
+ * A saga's mix of charges on one container (change-feed pages of 2-3 RU,
+ * point operations of 6-11, batches of 15-40): the pre-paid estimate is
+ * their running average, so bursts are uneven; after warm-up the spend
+ * still reaches 85 % of what is provisioned with under 2 % of 429s.
+ */
+START_TEST(test_adapts_to_a_mix_of_charges)
+{
+    static const double mix[] = {2, 40, 6, 11, 3, 25, 15, 6, 2, 30};
+    static const struct {
+        double rate;
+        int workers;
+        int64_t latency;
+    } cases[] = {{250, 16, 1}, {250, 16, 5}, {100, 16, 1}, {250, 64, 1}};
+
+    g_mix = mix;
+    g_n_mix = SF_ARRAY_LEN(mix);
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        struct cosmos_throttle *t = new_throttle(NULL);
+        struct sim_result r;
+        double share;
+
+        simulate(t, 0, cases[i].rate, cases[i].workers, 0, cases[i].latency, 70, 10, &r);
+        share = (double)r.refused / (double)r.sent;
+        (void)printf("simulated mix %.0f RU/s, %d workers, %lld ms: spent %.0f RU/s, 429s "
+                     "%.2f%% of %lu, learnt %.0f RU/s\n",
+                     cases[i].rate, cases[i].workers, (long long)cases[i].latency, r.spent,
+                     share * 100, r.sent, r.learnt);
+        ck_assert_msg(share < 0.02, "429 share %.2f%%", share * 100);
+        ck_assert_msg(r.spent >= cases[i].rate * 0.85, "spent %.0f of %.0f RU/s", r.spent,
+                      cases[i].rate);
+        cosmos_throttle_free(t);
+    }
+    g_mix = NULL;
 }
 END_TEST
 
@@ -517,15 +564,16 @@ static Suite *throttle_suite(void)
     tcase_add_test(t, test_container_cap_leaves_other_containers_alone);
     tcase_add_test(t, test_full_table_never_escapes_a_cap);
     suite_add_tcase(s, t);
-    sf_check_case(
-        s, "adapt", NULL, NULL, 60,
-        (const TTest *[]){
-            test_3200_stops_every_attempt_for_its_retry_after, test_3200_pauses_its_range_only,
-            test_non_3200_429s_do_not_shrink_the_learnt_rate,
-            test_3200_learns_a_rate_just_below_the_spend,
-            test_3200_before_any_spend_teaches_nothing, test_learnt_rate_never_below_the_floor,
-            test_adapts_to_a_token_bucket_server, test_probing_recovers_after_capacity_returns,
-            test_cap_below_provisioned_spends_the_cap, NULL});
+    sf_check_case(s, "adapt", NULL, NULL, 60,
+                  (const TTest *[]){
+                      test_3200_stops_every_attempt_for_its_retry_after,
+                      test_3200_pauses_its_range_only,
+                      test_non_3200_429s_do_not_shrink_the_learnt_rate,
+                      test_3200_learns_a_rate_just_below_the_spend,
+                      test_3200_before_any_spend_teaches_nothing,
+                      test_learnt_rate_never_below_the_floor, test_adapts_to_a_token_bucket_server,
+                      test_adapts_to_a_mix_of_charges, test_probing_recovers_after_capacity_returns,
+                      test_cap_below_provisioned_spends_the_cap, NULL});
     return s;
 }
 
