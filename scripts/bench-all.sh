@@ -350,7 +350,7 @@ cc_version=$(cc --version 2>/dev/null | head -1)
     echo '```'
     echo
     echo "## Output of each program"
-    for n in cosmolite client feed saga outbox timeline $(cd "$res" && ls pace-*.txt 2>/dev/null | sed 's/\.txt$//'); do
+    for n in cosmolite client feed saga outbox timeline $(cd "$res" && ls pace-*.txt ru-*.txt 2>/dev/null | sed 's/\.txt$//'); do
         echo
         echo "<details><summary>$n ($(cat "$res/$n.secs" 2>/dev/null || echo ?) s)</summary>"
         echo
