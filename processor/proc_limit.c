@@ -23,6 +23,13 @@
 #define UP_MIN_GAIN   0.03
 #define DOWN_SHARE    10
 #define BINDING_SHARE 0.5
+/*
+ * Little's law: items in flight = items/s x item latency. An item latency of
+ * QUEUE_RATIO x its floor means items spend half their time waiting (for the
+ * CPU, a connection, the RU bucket): the limit is above the knee and fewer
+ * in flight may give as much. Below that no down probe is tried.
+ */
+#define QUEUE_RATIO 2.0
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
 {
@@ -108,6 +115,23 @@ static void rejected(struct proc_limit *pl, bool up)
     }
 }
 
+/* True when an item latency of us means items queue (Little's law, QUEUE_RATIO). */
+static bool queued(const struct proc_limit *pl, double us)
+{
+    return pl->floor_us > 0 && us >= QUEUE_RATIO * pl->floor_us;
+}
+
+/*
+ * A down probe needs evidence that the limit is above the knee: the base
+ * window's items queue, or the last up probe raised the item latency in
+ * proportion (not the rate) up to queueing. Without it a noisy machine walks
+ * the limit down below the knee, where every step costs throughput.
+ */
+static bool down_allowed(const struct proc_limit *pl)
+{
+    return pl->up_gain < UP_MIN_GAIN && (queued(pl, pl->base_us) || pl->up_queued);
+}
+
 /* From a base window: start the next probe unless holding. Returns true when the limit moved. */
 static bool next_probe(struct proc_limit *pl)
 {
@@ -121,10 +145,10 @@ static bool next_probe(struct proc_limit *pl)
         }
         to = probe_target(pl, up);
         /*
-         * Down only after an up probe that gained nothing: where more in
-         * flight still paid, a noisy window must not talk the limit down.
+         * Down only after an up probe that gained nothing, and only above
+         * the knee (down_allowed): a noisy window must not talk it down.
          */
-        if (!up && pl->up_gain >= UP_MIN_GAIN)
+        if (!up && !down_allowed(pl))
             to = pl->base;
         if (to != pl->base) {
             pl->limit = to;
@@ -132,6 +156,10 @@ static bool next_probe(struct proc_limit *pl)
             pl->phase = up ? PROC_LIMIT_UP : PROC_LIMIT_DOWN;
             pl->changes++;
             return true;
+        }
+        if (up) { /* at the cap: no gain to wait for, a down probe may follow (down_allowed) */
+            pl->up_gain = 0;
+            pl->up_queued = false;
         }
         rejected(pl, up); /* at the cap or the floor: nothing to try that way */
     }
@@ -156,17 +184,39 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
     bool bound = (double)pl->bound_us >= BINDING_SHARE * (double)elapsed_us;
 
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
-    if (pl->phase == PROC_LIMIT_UP)
+    if (bound && pl->n >= MIN_SAMPLES && (pl->floor_us <= 0 || mean < pl->floor_us))
+        pl->floor_us = mean; /* only binding windows: a lull's quick no-op items say nothing */
+    if (pl->phase == PROC_LIMIT_UP) {
+        double more = (double)pl->limit / (double)pl->base;
+
         pl->up_gain = pl->base_x > 0 ? x / pl->base_x - 1 : 0;
+        pl->up_queued = mean >= 0.9 * more * pl->base_us;
+    }
     if (pl->phase == PROC_LIMIT_BASE) {
         pl->base_x = x;
-        if (!bound) /* the limit did not hold anything back: nothing to learn */
+        pl->base_us = mean;
+        if (bound)
+            return next_probe(pl);
+        /*
+         * The limit did not hold work back, yet items queue: the supply
+         * (the feed's ready items) stopped short of the limit, above the
+         * knee. Only a step down can help; judged like any down probe.
+         */
+        if (!queued(pl, mean))
+            return false; /* nothing to learn */
+        if (pl->hold > 0) {
+            pl->hold--;
             return false;
+        }
+        pl->up_gain = 0;
+        pl->last_up = true;
+        pl->rejected_once = true; /* so: down, and a rejected down holds */
         return next_probe(pl);
     }
     if (judge(pl, x)) {
         pl->base = pl->limit;
         pl->base_x = x;
+        pl->base_us = mean;
         pl->rejected_once = false;
         pl->hold_next = 1;
         pl->phase = PROC_LIMIT_BASE;

@@ -23,17 +23,30 @@
  * A rejected probe puts the limit back and the other direction is tried;
  * when both were rejected the limit holds for 1, 2, 4 .. 8 windows before
  * probing again. A down probe is tried only after an up probe that gained
- * less than 3 %, and after every accepted step down the next probe goes up: on a
- * noisy machine one lucky window must not talk the limit down step by step. The step doubles the
- * limit until the first rejection (slow start), then it is a quarter of the limit (at least 1).
+ * less than 3 % (or none was possible: at the cap), and after every accepted
+ * step down the next probe goes up: on a noisy machine one lucky window must
+ * not talk the limit down step by step. The step doubles the limit until the
+ * first rejection (slow start), then it is a quarter of the limit (at least 1).
+ *
+ * Little's law (in flight = items/s x item latency) is the second signal:
+ * the floor is the lowest mean item latency of a binding window. A down
+ * probe also needs evidence that the limit is above the knee: the base
+ * window's items took at least twice the floor (they spend half their time
+ * queueing), or the last up probe raised the item latency in proportion to
+ * the limit, not the rate. Below that, throughput noise cannot walk the
+ * limit down. The same evidence starts a down probe from a window that did
+ * not bind: the feed's ready items stopped short of the limit, yet items
+ * queue (for connections, the CPU), so fewer in flight may give more.
  *
  * Why throughput and adjacent windows, not a latency floor: a delay-based
  * limit (Vegas, gradient) compares today's latency with the best ever seen
  * and reads a shared machine's noise as queueing; two windows a second
- * apart see the same machine. 429s need no rule of their own: the RU
+ * apart see the same machine. Here the floor only permits a down probe
+ * (2 x is far beyond the noise); throughput still decides. 429s need no rule of their own: the RU
  * bucket in the client paces them, and a limit that gives no more items/s
  * is not raised. Windows in which work did not wait for a slot for at
- * least half the time (the limit did not bind) decide nothing.
+ * least half the time (the limit did not bind) decide nothing, unless their
+ * items queue (above).
  *
  * The limit stays within [floor, cap] at all times. Not thread-safe: the
  * owner (proc_lanes) calls it under its own lock. Times are microseconds
@@ -64,6 +77,9 @@ struct proc_limit {
     bool rejected_once; /* one direction rejected since the last accept */
     unsigned hold, hold_next;
     double up_gain;    /* relative items/s gain of the last up probe */
+    bool up_queued;    /* the last up probe only raised the item latency (see queued) */
+    double floor_us;   /* lowest mean item latency of a binding window: no queueing */
+    double base_us;    /* mean item latency of the last base window */
     double base_x;     /* items/s of the last base window */
     double mean_us;    /* item latency, smoothed over windows */
     int64_t win_start; /* completions before this (settling after a change) do not count */
