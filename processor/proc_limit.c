@@ -30,6 +30,8 @@
  * in flight may give as much. Below that no down probe is tried.
  */
 #define QUEUE_RATIO 2.0
+#define PROPORTIONAL                                                                               \
+    0.9 /* latency "in proportion": at least 90 % of the ratio of items in flight */
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
 {
@@ -115,10 +117,20 @@ static void rejected(struct proc_limit *pl, bool up)
     }
 }
 
-/* True when an item latency of us means items queue (Little's law, QUEUE_RATIO). */
-static bool queued(const struct proc_limit *pl, double us)
+/*
+ * True when n items in flight with an item latency of us queue (Little's
+ * law): the latency is QUEUE_RATIO x its floor, or it grew in proportion to
+ * the items in flight since the floor window - more in flight, the same
+ * items/s. The second needs no lower limit ever visited (0 ms, CPU-bound:
+ * the latency is all queueing, 16 in flight take twice as long as 8).
+ */
+static bool queued(const struct proc_limit *pl, double us, double n)
 {
-    return pl->floor_us > 0 && us >= QUEUE_RATIO * pl->floor_us;
+    if (pl->floor_us <= 0)
+        return false;
+    if (us >= QUEUE_RATIO * pl->floor_us)
+        return true;
+    return n > pl->floor_n && us / pl->floor_us >= PROPORTIONAL * n / pl->floor_n;
 }
 
 /*
@@ -129,7 +141,7 @@ static bool queued(const struct proc_limit *pl, double us)
  */
 static bool down_allowed(const struct proc_limit *pl)
 {
-    return pl->up_gain < UP_MIN_GAIN && (queued(pl, pl->base_us) || pl->up_queued);
+    return pl->up_gain < UP_MIN_GAIN && (queued(pl, pl->base_us, pl->base_n) || pl->up_queued);
 }
 
 /* From a base window: start the next probe unless holding. Returns true when the limit moved. */
@@ -182,19 +194,24 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
     double x = pl->n / ((double)elapsed_us / 1e6);
     double mean = pl->sum_us / pl->n;
     bool bound = (double)pl->bound_us >= BINDING_SHARE * (double)elapsed_us;
+    /* in flight: the limit while it binds, else Little's law */
+    double n = bound ? (double)pl->limit : x * mean / 1e6;
 
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
-    if (bound && pl->n >= MIN_SAMPLES && (pl->floor_us <= 0 || mean < pl->floor_us))
+    if (bound && pl->n >= MIN_SAMPLES && (pl->floor_us <= 0 || mean < pl->floor_us)) {
         pl->floor_us = mean; /* only binding windows: a lull's quick no-op items say nothing */
+        pl->floor_n = n;
+    }
     if (pl->phase == PROC_LIMIT_UP) {
         double more = (double)pl->limit / (double)pl->base;
 
         pl->up_gain = pl->base_x > 0 ? x / pl->base_x - 1 : 0;
-        pl->up_queued = mean >= 0.9 * more * pl->base_us;
+        pl->up_queued = queued(pl, mean, n) && mean >= PROPORTIONAL * more * pl->base_us;
     }
     if (pl->phase == PROC_LIMIT_BASE) {
         pl->base_x = x;
         pl->base_us = mean;
+        pl->base_n = n;
         if (bound)
             return next_probe(pl);
         /*
@@ -202,7 +219,7 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
          * (the feed's ready items) stopped short of the limit, above the
          * knee. Only a step down can help; judged like any down probe.
          */
-        if (!queued(pl, mean))
+        if (!queued(pl, mean, n))
             return false; /* nothing to learn */
         if (pl->hold > 0) {
             pl->hold--;
@@ -217,6 +234,7 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
         pl->base = pl->limit;
         pl->base_x = x;
         pl->base_us = mean;
+        pl->base_n = n;
         pl->rejected_once = false;
         pl->hold_next = 1;
         pl->phase = PROC_LIMIT_BASE;

@@ -32,8 +32,9 @@
  * the floor is the lowest mean item latency of a binding window. A down
  * probe also needs evidence that the limit is above the knee: the base
  * window's items took at least twice the floor (they spend half their time
- * queueing), or the last up probe raised the item latency in proportion to
- * the limit, not the rate. Below that, throughput noise cannot walk the
+ * queueing) or grew in proportion to the items in flight since the floor
+ * window, or the last up probe raised the item latency in proportion to the
+ * limit, not the rate. Below that, throughput noise cannot walk the
  * limit down. The same evidence starts a down probe from a window that did
  * not bind: the feed's ready items stopped short of the limit, yet items
  * queue (for connections, the CPU), so fewer in flight may give more.
@@ -79,7 +80,9 @@ struct proc_limit {
     double up_gain;    /* relative items/s gain of the last up probe */
     bool up_queued;    /* the last up probe only raised the item latency (see queued) */
     double floor_us;   /* lowest mean item latency of a binding window: no queueing */
+    double floor_n;    /* items in flight in that window */
     double base_us;    /* mean item latency of the last base window */
+    double base_n;     /* items in flight in it */
     double base_x;     /* items/s of the last base window */
     double mean_us;    /* item latency, smoothed over windows */
     int64_t win_start; /* completions before this (settling after a change) do not count */
