@@ -1123,8 +1123,9 @@ static void consume_window(void *ctx, struct feed_item *it)
     const char *id = sf_json_str(feed_item_doc(it), "id");
     int64_t n = -1;
 
-    ft_seen_add(&w->seen, it);
+    /* Under w->mu: the hold check below reads w->seen.total. */
     pthread_mutex_lock(&w->mu);
+    ft_seen_add(&w->seen, it);
     if (id != NULL && sf_parse_i64(id + 1, 0, (int64_t)SF_ARRAY_LEN(w->lsn) - 1, &n) == SF_OK) {
         w->lsn[n] = feed_item_lsn(it);
         w->highest = SF_MAX(w->highest, (int)n);
