@@ -32,20 +32,6 @@
 
 #define ORDERS 120
 
-/* The port of sagafeed's /metrics from its log ("... (port N)"). */
-static int http_port(const char *log)
-{
-    char *text = e2e_slurp(log), *at;
-    int port = 0;
-
-    ck_assert_ptr_nonnull(text);
-    at = strstr(text, "(port ");
-    ck_assert_msg(at != NULL, "no port in %s", text);
-    ck_assert_int_eq(sscanf(at, "(port %d)", &port), 1);
-    free(text);
-    return port;
-}
-
 /* /metrics as text (new string). */
 static char *metrics(int port)
 {
@@ -145,7 +131,7 @@ static void start(struct run *r, const char *name, const char *processor_extra, 
     (void)snprintf(r->log, sizeof(r->log), "%s/%s-sagafeed.log", e2e_tmp, name);
     r->pid = e2e_spawn(harness_cosmolite_key(r->h), r->log, args);
     ck_assert_msg(e2e_wait_log(r->log, "serving /metrics", 30000), "no HTTP endpoint");
-    r->port = http_port(r->log);
+    r->port = e2e_ops_port(r->log);
 }
 
 /* Stops sagafeed cleanly and checks every order settled exactly once. */
