@@ -15,6 +15,7 @@
 #ifndef PROC_DEMO_H
 #define PROC_DEMO_H
 
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "common/sf_base.h"
@@ -87,6 +88,6 @@ void proc_demo_print(const struct proc_demo_report *r, FILE *out);
  * *stop is set, verifies and prints. Returns the exit status (0: conserved
  * and exactly once). Main thread only (getopt).
  */
-int proc_demo_main(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_demo_main(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 
 #endif

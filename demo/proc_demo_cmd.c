@@ -45,7 +45,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
-int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     struct proc_demo_opts dopt = {.orders = 200};
     struct proc_demo_report *rep = NULL;

@@ -10,6 +10,7 @@
 
 #include <malloc.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "common/sf_json.h"
@@ -26,8 +27,13 @@
 
 #define SAGAFEED_VERSION SF_VERSION /* project(VERSION) in CMakeLists.txt */
 
-/* 0 while running; the number of the signal that asked to stop (SIGTERM, SIGINT, SIGHUP). */
-static volatile sig_atomic_t g_stop;
+/*
+ * 0 while running; the number of the signal that asked to stop (SIGTERM,
+ * SIGINT, SIGHUP). Atomic, not volatile sig_atomic_t: the handler runs on
+ * whichever thread the kernel picks and the service's threads read it, and
+ * only a lock-free atomic is both signal-safe and free of a data race then.
+ */
+static atomic_int g_stop;
 
 static void on_signal(int sig)
 {
@@ -180,7 +186,7 @@ static void log_stats(struct proc_service *s, const char *what)
  * run
  */
 
-static int cmd_run(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
+static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL, *instance = NULL, *level = NULL, *http = NULL;
     struct proc_ops *ops = NULL;
@@ -268,8 +274,7 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, volatile 
  * check-config
  */
 
-static int cmd_check(const struct proc_cmd *self, int argc, char **argv,
-                     volatile sig_atomic_t *stop)
+static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const struct proc_opt opts[] = {PROC_OPT_END}; /* FILE only */
     struct cfg_diags *d;
@@ -313,8 +318,7 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv,
  * parked
  */
 
-static int cmd_parked(const struct proc_cmd *self, int argc, char **argv,
-                      volatile sig_atomic_t *stop)
+static int cmd_parked(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"list", "replay", NULL};
     const char *path = NULL, *key = NULL, *verb;

@@ -193,7 +193,7 @@ static void whoami(char *out, size_t size)
  * status, lag
  */
 
-int proc_cli_status(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_cli_status(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const bool lag_only = strcmp(self->name, "lag") == 0;
     const char *usage = lag_only ? USAGE_LAG : USAGE_STATUS, *cmd = argv[0], *path = NULL;
@@ -242,7 +242,7 @@ out:
  * pause, resume
  */
 
-int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const bool paused = strcmp(self->name, "pause") == 0;
     const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
@@ -352,7 +352,7 @@ static void print_replay_summary(const struct proc_replay_opts *o,
     (void)printf("  took %lldms\n", (long long)s->elapsed_ms);
 }
 
-int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL, *from = NULL, *to = NULL, *key = NULL, *level = "warn";
     struct proc_replay_opts ro = {0};
@@ -414,7 +414,7 @@ out:
  * saga show
  */
 
-int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"show", NULL};
     const char *path = NULL, *workflow = NULL, *id;
@@ -506,7 +506,7 @@ static int leases_import(struct cosmos_client *cli, const struct cfg *cfg, const
     return status;
 }
 
-int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, volatile sig_atomic_t *stop)
+int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"export", "import", "reset", NULL};
     const char *path = NULL, *out_path = NULL, *to = NULL, *verb;

@@ -11,7 +11,7 @@
 #ifndef PROC_CLI_H
 #define PROC_CLI_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "common/sf_base.h"
 
@@ -32,7 +32,7 @@ struct proc_cmd {
     bool stoppable;       /* main installs the stop signals first: SIGINT/SIGTERM/SIGHUP set
                            *stop and the command ends cleanly (short ones just die) */
     /* Runs the command: argv[0] is its name. Returns the exit status. Main thread only. */
-    int (*run)(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+    int (*run)(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 };
 
 /*
@@ -40,11 +40,11 @@ struct proc_cmd {
  * serves a pair of rows and tells them apart by cmd->name: status and lag
  * (lag prints the lag columns only), pause and resume.
  */
-int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
-int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
-int proc_cli_replay(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
-int proc_cli_saga(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
-int proc_cli_leases(const struct proc_cmd *cmd, int argc, char **argv, volatile sig_atomic_t *stop);
+int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
+int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
+int proc_cli_replay(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
+int proc_cli_saga(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
+int proc_cli_leases(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 
 /*
  * What cmd's flags ask for, for the configuration at path: loads it

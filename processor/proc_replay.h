@@ -52,7 +52,7 @@
 #ifndef PROC_REPLAY_H
 #define PROC_REPLAY_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "common/sf_base.h"
@@ -89,10 +89,10 @@ struct proc_replay_opts {
     const char *pk_json;       /* NULL: every key; else one logical partition ("[\"c-1\"]") */
     struct proc_bound from, to;
     bool dry_run;
-    const char *instance;        /* owner of the replay leases; NULL: "replay-<host>-<pid>" */
-    FILE *out;                   /* plan lines (dry run) and notes */
-    FILE *progress;              /* a progress line (\r-updated), NULL for none */
-    volatile sig_atomic_t *stop; /* set from a signal handler: stop after the current page */
+    const char *instance; /* owner of the replay leases; NULL: "replay-<host>-<pid>" */
+    FILE *out;            /* plan lines (dry run) and notes */
+    FILE *progress;       /* a progress line (\r-updated), NULL for none */
+    atomic_int *stop;     /* set from a signal handler: stop after the current page */
 };
 
 struct proc_replay_summary {

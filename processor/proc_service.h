@@ -22,7 +22,7 @@
 
 #include "common/sf_base.h"
 
-#include <signal.h>
+#include <stdatomic.h>
 #include "common/sf_err.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
@@ -43,7 +43,7 @@ struct proc_service_opts {
     bool start_paused; /* start with dispatch and feeds paused (see proc_service_pause) */
     bool no_kafka;     /* run no relay even when cfg has a kafka section (the demo) */
     /* Set (non-zero) by a signal handler to stop: ends the start-up waits below. NULL: never. */
-    const volatile sig_atomic_t *stop;
+    const atomic_int *stop;
 };
 
 /*

@@ -20,6 +20,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "common/sf_auth.h"
@@ -29,7 +30,8 @@
 #include "common/sf_time.h"
 #include "feed/feed.h"
 
-static volatile sig_atomic_t stop_flag;
+/* Set by the signal handler, on any thread (hence atomic); the main loop polls it. */
+static atomic_int stop_flag;
 
 static void on_signal(int sig)
 {

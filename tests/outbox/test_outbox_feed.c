@@ -19,6 +19,7 @@
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -83,7 +84,8 @@ static void feed_relay_opts(struct proc_relay_opts *o, const char *instance, int
 
 /* ---- the child: one relay process ---------------------------------------------------------- */
 
-static volatile sig_atomic_t child_stop;
+/* Set by the signal handler, on any thread (hence atomic); the relay loop polls it. */
+static atomic_int child_stop;
 
 static void on_term(int sig)
 {

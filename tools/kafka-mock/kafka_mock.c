@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
@@ -57,8 +58,8 @@ struct kmock_args {
     size_t n_topics;
 };
 
-/* Set by the signal handler only; the main loop polls it. */
-static volatile sig_atomic_t kmock_stop;
+/* Set by the signal handler, on any thread (hence atomic); the main loop polls it. */
+static atomic_int kmock_stop;
 
 static void on_signal(int sig)
 {
