@@ -289,7 +289,9 @@ size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t o
  * continuation (owner p->instance, epoch above all of theirs) and deletes the
  * siblings (fenced by If-Match), and sets *ret_done with the new lease in
  * *ret_merged; the caller then deletes mine. Otherwise *ret_done is false and
- * nothing changed (SF_OK when simply not caught up yet).
+ * nothing changed (SF_OK when simply not caught up yet). SF_ESTATE, before
+ * anything is written, when the listing shows mine taken by another owner or
+ * epoch, or deleted (the reader's copy was stale: it has lost the lease).
  */
 enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease *mine,
                                struct feed_lease *ret_merged, bool *ret_done, struct sf_err *err);

@@ -94,6 +94,35 @@ static void fence_local(struct feed_processor *p, const char *id)
     pthread_mutex_unlock(&p->mu);
 }
 
+/*
+ * Whether mine is still ours in the listing. A reader learns that its lease
+ * was taken only at its next lease write (up to a renew interval later, and
+ * its checkpoint writes nothing when the frontier did not move), so its copy
+ * may be stale here. Acting on it would create the range lease and delete the
+ * siblings, then fail to delete a lease another process reads: that EPK lease
+ * would overlap the range lease for good, with no sibling left to catch up
+ * with. SF_ESTATE (the reader has lost its lease) when taken or deleted;
+ * else *ret_at_cont tells whether it is stored as an EPK lease at mine's
+ * continuation (a reset moves it).
+ */
+static enum sf_rc check_mine(const struct feed_processor *p, const struct feed_lease *mine,
+                             const struct feed_lease *all, size_t n, bool *ret_at_cont,
+                             struct sf_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(all[i].id, mine->id) != 0)
+            continue;
+        if (strcmp(all[i].owner, p->instance) == 0 && all[i].epoch == mine->epoch) {
+            *ret_at_cont = all[i].version == 1 && strcmp(all[i].cont, mine->cont) == 0;
+            return SF_OK;
+        }
+        return sf_err_set(err, SF_ESTATE, false,
+                          "lease %s is now owned by '%s' at epoch %lld (ours: epoch %lld)",
+                          mine->id, all[i].owner, (long long)all[i].epoch, (long long)mine->epoch);
+    }
+    return sf_err_set(err, SF_ESTATE, false, "lease %s was deleted", mine->id);
+}
+
 enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease *mine,
                                struct feed_lease *ret_merged, bool *ret_done, struct sf_err *err)
 {
@@ -104,7 +133,7 @@ enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease
     long at;
     int64_t epoch = mine->epoch;
     char edge[sizeof(mine->max)];
-    bool created = false;
+    bool created = false, at_cont = false;
     size_t deleted = 0;
     enum sf_rc rc;
 
@@ -124,6 +153,9 @@ enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease
         goto out;
     rc = feed_store_list(&p->store, &all, &n, err);
     if (rc != SF_OK)
+        goto out;
+    rc = check_mine(p, mine, all, n, &at_cont, err);
+    if (rc != SF_OK || !at_cont)
         goto out;
     /* The leases inside m must tile it from mine onwards, all EPK leases at our continuation. */
     (void)snprintf(edge, sizeof(edge), "%s", mine->max);

@@ -702,6 +702,10 @@ static bool try_handover(struct feed_reader *r, const char *pos)
         goto out;
     sf_err_clear(&err);
     rc = feed_merge_handover(p, &mine, &merged, &done, &err);
+    if (rc == SF_ESTATE) {
+        feed_reader_lost(r, &err); /* taken (or deleted) since our last lease write */
+        goto out;
+    }
     if (rc != SF_OK) {
         feed_emit(p, FEED_EV_LEASE_ERROR, r, &err, "merge handover of lease %s failed: %s",
                   r->lease_id, err.msg);

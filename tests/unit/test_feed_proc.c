@@ -1069,6 +1069,107 @@ static void merge_run(const char *name, int order)
     ft_seen_release(&seen);
 }
 
+/* Stores an EPK lease (token span->id) over the EPK span of span, at cont; *ret gets it. */
+static void put_epk_lease(struct feed_store *st, const struct cosmos_pkrange *span,
+                          const char *owner, int64_t epoch, const char *cont,
+                          struct feed_lease *ret)
+{
+    struct sf_err err;
+
+    feed_lease_init(ret);
+    (void)snprintf(ret->token, sizeof(ret->token), "%s", span->id);
+    ck_assert_int_eq(feed_lease_id(st, span->id, ret->id, sizeof(ret->id)), SF_OK);
+    (void)snprintf(ret->min, sizeof(ret->min), "%s", span->min);
+    (void)snprintf(ret->max, sizeof(ret->max), "%s", span->max);
+    (void)snprintf(ret->owner, sizeof(ret->owner), "%s", owner);
+    (void)snprintf(ret->cont, sizeof(ret->cont), "%s", cont);
+    ret->epoch = epoch;
+    ret->version = 1;
+    ret->ts_ms = sf_wall_ms();
+    ck_assert_msg(feed_store_create(st, ret, &err) == SF_OK, "%s", err.msg);
+}
+
+/*
+ * The leftmost parent's reader tries the handover while its lease has been
+ * stolen (the steal is seen at its next lease write, up to a renew interval
+ * later; its own checkpoint writes nothing when the frontier did not move). It
+ * must not act on its stale copy: before the fix it created the range lease,
+ * deleted the sibling, then failed to delete the lease it no longer owned,
+ * leaving that EPK lease overlapping the range lease for good (no sibling left
+ * to catch up with), so the leases never became one per range. Now it is told
+ * it lost the lease (SF_ESTATE) and nothing changes.
+ */
+START_TEST(merge_handover_with_a_stolen_leftmost_lease_changes_nothing)
+{
+    struct cosmos_pkranges *before = NULL, *after = NULL;
+    struct cosmos_pkrange left = {.id = ""}, right = {.id = ""};
+    struct feed_lease stolen, sib, mine, merged, got;
+    struct feed_options o;
+    struct feed_processor *p = NULL;
+    char merged_id[COSMOS_ID_MAX + 1];
+    const char *cont = "\"7\"";
+    bool done = true;
+    struct sf_err err;
+    enum sf_rc rc;
+
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, coll, true, &before, &err), SF_OK);
+    for (size_t i = 0; i < before->n; i++) {
+        if (strcmp(before->ranges[i].id, "1") == 0)
+            left = before->ranges[i];
+        if (strcmp(before->ranges[i].id, "2") == 0)
+            right = before->ranges[i];
+    }
+    ck_assert_str_eq(left.max, right.min);
+    ck_assert_msg(ft_merge(cli, DB, coll, "1", "2", &err) == SF_OK, "merge: %s", err.msg);
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, coll, true, &after, &err), SF_OK);
+    ck_assert_int_eq(after->n, before->n - 1);
+
+    ft_feed_options(&o, DB, coll, prefix, "stale");
+    o.consume = consume_sync; /* never started: nothing is consumed */
+    ck_assert_msg(feed_processor_new(cli, cli, &o, &p, &err) == SF_OK, "%s", err.msg);
+    /* Both parents caught up at cont; the leftmost one now belongs to "thief" (epoch 2). */
+    put_epk_lease(&p->store, &left, "thief", 2, cont, &stolen);
+    put_epk_lease(&p->store, &right, "other", 1, cont, &sib);
+    /* What the stale reader still believes: its own lease at epoch 1. */
+    feed_lease_init(&mine);
+    feed_lease_copy(&mine, &stolen);
+    (void)snprintf(mine.owner, sizeof(mine.owner), "%s", "stale");
+    mine.epoch = 1;
+
+    feed_lease_init(&merged);
+    sf_err_clear(&err);
+    rc = feed_merge_handover(p, &mine, &merged, &done, &err);
+    ck_assert_msg(rc == SF_ESTATE, "handover by a stale owner: rc %d (%s)", (int)rc, err.msg);
+    ck_assert(!done);
+    ck_assert_msg(strstr(err.msg, "thief") != NULL, "%s", err.msg);
+    /* No range lease, both parents as they were. */
+    for (size_t i = 0; i < after->n; i++) {
+        if (strcmp(after->ranges[i].min, left.min) != 0)
+            continue;
+        ck_assert_int_eq(
+            feed_lease_id(&p->store, after->ranges[i].id, merged_id, sizeof(merged_id)), SF_OK);
+        feed_lease_init(&got);
+        ck_assert_int_eq(feed_store_read(&p->store, merged_id, &got, &err), SF_ENOTFOUND);
+        feed_lease_release(&got);
+    }
+    feed_lease_init(&got);
+    ck_assert_int_eq(feed_store_read(&p->store, sib.id, &got, &err), SF_OK);
+    ck_assert_str_eq(got.owner, "other");
+    ck_assert_int_eq(feed_store_read(&p->store, stolen.id, &got, &err), SF_OK);
+    ck_assert_str_eq(got.owner, "thief");
+    ck_assert_int_eq(got.epoch, 2);
+    feed_lease_release(&got);
+
+    feed_lease_release(&merged);
+    feed_lease_release(&mine);
+    feed_lease_release(&sib);
+    feed_lease_release(&stolen);
+    feed_processor_free(p);
+    free(before);
+    free(after);
+}
+END_TEST
+
 START_TEST(merge_during_run_continues_parents_by_epk)
 {
     merge_run("merger", 0);
@@ -1430,6 +1531,7 @@ static Suite *suite(void)
     sf_check_case(s, "proc", setup, teardown, 90,
                   (const TTest *[]){drain_several_ranges,
                                     merge_during_run_continues_parents_by_epk,
+                                    merge_handover_with_a_stolen_leftmost_lease_changes_nothing,
                                     split_then_merge_delivers_every_change_once,
                                     merge_then_split_delivers_every_change_once,
                                     checkpoint_waits_for_oldest,
