@@ -286,15 +286,30 @@ size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t o
  * checkpointed, nothing pending). When mine is the leftmost lease inside its
  * range and the leases inside that range tile it, are all EPK leases and all
  * hold mine's continuation (caught up), creates the range lease at that
- * continuation (owner p->instance, epoch above all of theirs) and deletes the
- * siblings (fenced by If-Match), and sets *ret_done with the new lease in
- * *ret_merged; the caller then deletes mine. Otherwise *ret_done is false and
+ * continuation (owner p->instance, epoch above all of theirs), deletes the
+ * siblings and then mine (fenced by If-Match, feed_merge_delete_parent), and
+ * sets *ret_done with the new lease in *ret_merged. mine_mu (may be NULL;
+ * the reader's lease_mu, not held by the caller) is held around the delete
+ * of mine, so a renewal cannot slip in and find it gone. Otherwise *ret_done is false and
  * nothing changed (SF_OK when simply not caught up yet). SF_ESTATE, before
  * anything is written, when the listing shows mine taken by another owner or
  * epoch, or deleted (the reader's copy was stale: it has lost the lease).
  */
 enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease *mine,
-                               struct feed_lease *ret_merged, bool *ret_done, struct sf_err *err);
+                               pthread_mutex_t *mine_mu, struct feed_lease *ret_merged,
+                               bool *ret_done, struct sf_err *err);
+
+/*
+ * Deletes parent lease seen (as listed, at continuation cont) during a
+ * handover, re-reading it after a 412 (renewals and steals change the etag).
+ * Not committed (no parent deleted yet): only while it is still an EPK lease
+ * over the same span at cont, else SF_EPRECOND (it moved on: the handover is
+ * rolled back and tried again later). Committed: also when it is at or past
+ * cont (an LSN not below cont's), whoever owns it now; SF_EPRECOND when it is
+ * behind cont (reset) or no longer that EPK lease. Absent counts as deleted.
+ */
+enum sf_rc feed_merge_delete_parent(struct feed_store *st, const struct feed_lease *seen,
+                                    const char *cont, bool committed, struct sf_err *err);
 
 /* ---------------------------------------------------------------------------
  * Utilities

@@ -15,15 +15,24 @@
  * The leftmost parent's reader does it, only when it has nothing pending and
  * has just checkpointed C: it creates the range lease (owned by itself, at C,
  * epoch above every parent's) first, then deletes each sibling with If-Match
- * on the state in which it was seen at C, then (its caller) its own lease. The
- * order never leaves a gap: a crash or a race leaves the range lease and a
- * parent overlapping, which delivers changes twice (at-least-once) but loses
- * none. A sibling that moved past C meanwhile (its If-Match fails and a
- * re-read shows another continuation) aborts the handover and the range lease
- * is deleted again; the next attempt waits for them to converge. A deleted
- * sibling's reader sees its lease gone at its next write and stops (fenced
- * like any lost lease); whatever it delivered past C is delivered again by
- * the range lease.
+ * on the state in which it was seen at C, then its own lease. The order never
+ * leaves a gap: a crash or a race leaves the range lease and a parent
+ * overlapping, which delivers changes twice (at-least-once) but loses none.
+ * A sibling that moved past C meanwhile (its If-Match fails and a re-read
+ * shows another continuation) aborts the handover and the range lease is
+ * deleted again; the next attempt waits for them to converge. Once one parent
+ * is deleted there is no way back, and only finishing leaves no overlap (a
+ * parent left over lies beside the range lease for good: no sibling is left
+ * for it to catch up with), so the remaining parents, the leftmost one
+ * included, go even when they were taken by another process and read on past
+ * C since (a steal while this ran): the range lease delivers their spans from
+ * C on. A deleted parent's reader sees its lease gone at its next write and
+ * stops (fenced like any lost lease); whatever it delivered past C is
+ * delivered again by the range lease.
+ *
+ * The reader must still own its lease when it starts: it learns of a steal
+ * only at its next lease write, and acting on a stale copy would delete the
+ * siblings and then a lease another process reads on from before C.
  */
 #include "common/sf_base.h"
 
@@ -36,9 +45,16 @@ static bool inside(const char *min, const char *max, const char *rmin, const cha
     return strcmp(min, rmin) >= 0 && strcmp(max, rmax) <= 0;
 }
 
-/* Deletes a sibling seen at cont, re-reading after a 412 (renewals change the etag). */
-static enum sf_rc delete_sibling(struct feed_store *st, const struct feed_lease *seen,
-                                 const char *cont, struct sf_err *err)
+/* true when cont is c, or both are LSNs and cont's lies past c's. */
+static bool at_or_past(const char *cont, const char *c)
+{
+    int64_t a, b;
+
+    return strcmp(cont, c) == 0 || (feed_cont_lsn(cont, &a) && feed_cont_lsn(c, &b) && a >= b);
+}
+
+enum sf_rc feed_merge_delete_parent(struct feed_store *st, const struct feed_lease *seen,
+                                    const char *cont, bool committed, struct sf_err *err)
 {
     struct feed_lease fresh;
     char etag[COSMOS_ETAG_MAX];
@@ -59,7 +75,9 @@ static enum sf_rc delete_sibling(struct feed_store *st, const struct feed_lease 
         }
         if (rc != SF_OK)
             break;
-        if (strcmp(fresh.cont, cont) != 0 || fresh.version != 1) {
+        if (fresh.version != 1 || strcmp(fresh.min, seen->min) != 0 ||
+            strcmp(fresh.max, seen->max) != 0 ||
+            !(committed ? at_or_past(fresh.cont, cont) : strcmp(fresh.cont, cont) == 0)) {
             rc = sf_err_set(err, SF_EPRECOND, true,
                             "lease %s moved on to %.40s during the handover", seen->id, fresh.cont);
             break;
@@ -124,7 +142,8 @@ static enum sf_rc check_mine(const struct feed_processor *p, const struct feed_l
 }
 
 enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease *mine,
-                               struct feed_lease *ret_merged, bool *ret_done, struct sf_err *err)
+                               pthread_mutex_t *mine_mu, struct feed_lease *ret_merged,
+                               bool *ret_done, struct sf_err *err)
 {
     struct cosmos_pkranges *ranges = NULL;
     struct feed_lease *all = NULL, merged;
@@ -212,9 +231,27 @@ enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease
     for (size_t i = 0; i < n; i++) {
         const struct feed_lease *l = &all[i];
 
-        if (strcmp(l->id, mine->id) == 0 || !inside(l->min, l->max, m->min, m->max))
+        if (strcmp(l->id, mine->id) == 0 || strcmp(l->id, merged.id) == 0 ||
+            !inside(l->min, l->max, m->min, m->max))
             continue;
-        rc = delete_sibling(&p->store, l, mine->cont, err);
+        rc = feed_merge_delete_parent(&p->store, l, mine->cont, deleted > 0, err);
+        if (rc != SF_OK)
+            goto out;
+        deleted++;
+    }
+    /*
+     * Then mine, as listed: taken since (a steal while this ran) and read on by
+     * its new owner, it goes all the same; left, it would overlap the range
+     * lease for good, with no sibling left to catch up with.
+     */
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(all[i].id, mine->id) != 0)
+            continue;
+        if (mine_mu != NULL)
+            pthread_mutex_lock(mine_mu);
+        rc = feed_merge_delete_parent(&p->store, &all[i], mine->cont, true, err);
+        if (mine_mu != NULL)
+            pthread_mutex_unlock(mine_mu);
         if (rc != SF_OK)
             goto out;
         deleted++;

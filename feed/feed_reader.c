@@ -701,7 +701,7 @@ static bool try_handover(struct feed_reader *r, const char *pos)
     if (mine.version != 1 || strcmp(mine.cont, pos) != 0)
         goto out;
     sf_err_clear(&err);
-    rc = feed_merge_handover(p, &mine, &merged, &done, &err);
+    rc = feed_merge_handover(p, &mine, &r->lease_mu, &merged, &done, &err);
     if (rc == SF_ESTATE) {
         feed_reader_lost(r, &err); /* taken (or deleted) since our last lease write */
         goto out;
@@ -718,14 +718,11 @@ static bool try_handover(struct feed_reader *r, const char *pos)
         feed_lease_release(&r->children[i]);
     free(r->children);
     r->n_children = 0;
-    if ((r->children = calloc(1, sizeof(*r->children))) == NULL)
-        goto out; /* the range lease and this one overlap: changes repeat, none is lost */
-    rc = delete_parent(r, &err);
-    if (rc == SF_ESTATE)
+    if ((r->children = calloc(1, sizeof(*r->children))) == NULL) {
+        /* Our lease is deleted: stop; the range lease, not adopted, frees itself on expiry. */
+        sf_err_set(&err, SF_ENOMEM, true, "out of memory adopting the lease of merged range %s",
+                   merged.token);
         feed_reader_lost(r, &err);
-    if (rc != SF_OK) {
-        free(r->children);
-        r->children = NULL;
         goto out;
     }
     feed_lease_init(&r->children[0]);

@@ -1138,7 +1138,7 @@ START_TEST(merge_handover_with_a_stolen_leftmost_lease_changes_nothing)
 
     feed_lease_init(&merged);
     sf_err_clear(&err);
-    rc = feed_merge_handover(p, &mine, &merged, &done, &err);
+    rc = feed_merge_handover(p, &mine, NULL, &merged, &done, &err);
     ck_assert_msg(rc == SF_ESTATE, "handover by a stale owner: rc %d (%s)", (int)rc, err.msg);
     ck_assert(!done);
     ck_assert_msg(strstr(err.msg, "thief") != NULL, "%s", err.msg);
@@ -1167,6 +1167,52 @@ START_TEST(merge_handover_with_a_stolen_leftmost_lease_changes_nothing)
     feed_processor_free(p);
     free(before);
     free(after);
+}
+END_TEST
+
+/*
+ * The last step of a handover: the leftmost parent, listed as ours at C, was
+ * stolen while the range lease was created and the sibling deleted (a new
+ * etag, owner and epoch; maybe read on past C). It must go all the same, or it
+ * would overlap the range lease for good: before, the reader's own delete
+ * refused a lease it no longer owned and left it. Behind C (a reset) it stays,
+ * and before anything was deleted a parent that moved on aborts the handover.
+ */
+START_TEST(merge_handover_deletes_a_parent_stolen_meanwhile)
+{
+    static const char *const now_at[] = {"\"7\"", "\"9\"", "\"9\"", "\"5\""};
+    static const bool committed[] = {true, true, false, true};
+    static const enum sf_rc want[] = {SF_OK, SF_OK, SF_EPRECOND, SF_EPRECOND};
+    struct cosmos_pkranges *r = NULL;
+    struct feed_options o;
+    struct feed_processor *p = NULL;
+    struct sf_err err;
+
+    ft_feed_options(&o, DB, coll, prefix, "handing");
+    o.consume = consume_sync; /* never started: nothing is consumed */
+    ck_assert_msg(feed_processor_new(cli, cli, &o, &p, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(cosmos_pkranges_get(cli, DB, coll, true, &r, &err), SF_OK);
+    for (size_t k = 0; k < SF_ARRAY_LEN(want); k++) {
+        struct feed_lease listed, stolen, got;
+        enum sf_rc rc;
+
+        put_epk_lease(&p->store, &r->ranges[k], "handing", 1, "\"7\"", &listed);
+        feed_lease_init(&stolen);
+        ck_assert_int_eq(feed_lease_acquire(&p->store, &listed, "thief", &stolen, &err), SF_OK);
+        (void)snprintf(stolen.cont, sizeof(stolen.cont), "%s", now_at[k]);
+        ck_assert_int_eq(feed_store_replace(&p->store, &stolen, &err), SF_OK);
+        sf_err_clear(&err);
+        rc = feed_merge_delete_parent(&p->store, &listed, "\"7\"", committed[k], &err);
+        ck_assert_msg(rc == want[k], "case %zu: rc %d (%s)", k, (int)rc, err.msg);
+        feed_lease_init(&got);
+        ck_assert_int_eq(feed_store_read(&p->store, listed.id, &got, &err),
+                         want[k] == SF_OK ? SF_ENOTFOUND : SF_OK);
+        feed_lease_release(&got);
+        feed_lease_release(&stolen);
+        feed_lease_release(&listed);
+    }
+    feed_processor_free(p);
+    free(r);
 }
 END_TEST
 
@@ -1532,6 +1578,7 @@ static Suite *suite(void)
                   (const TTest *[]){drain_several_ranges,
                                     merge_during_run_continues_parents_by_epk,
                                     merge_handover_with_a_stolen_leftmost_lease_changes_nothing,
+                                    merge_handover_deletes_a_parent_stolen_meanwhile,
                                     split_then_merge_delivers_every_change_once,
                                     merge_then_split_delivers_every_change_once,
                                     checkpoint_waits_for_oldest,
