@@ -525,7 +525,7 @@ int main(void)
         for (int i = 0; i < WORKERS; i++) {
             static const char *const exts[] = {"out", "log"};
 
-            for (const char *w = "wr"; *w != '\0'; w++) {
+            for (const char *w = "wrm"; *w != '\0'; w++) {
                 for (size_t k = 0; k < SF_ARRAY_LEN(exts); k++) {
                     (void)snprintf(path, sizeof(path), "%s/%c%d.%s", dir, *w, i, exts[k]);
                     (void)unlink(path);
