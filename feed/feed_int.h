@@ -290,10 +290,13 @@ size_t feed_balance_pick(const struct feed_balance_in *in, size_t *out, size_t o
  * siblings and then mine (fenced by If-Match, feed_merge_delete_parent), and
  * sets *ret_done with the new lease in *ret_merged. mine_mu (may be NULL;
  * the reader's lease_mu, not held by the caller) is held around the delete
- * of mine, so a renewal cannot slip in and find it gone. Otherwise *ret_done is false and
- * nothing changed (SF_OK when simply not caught up yet). SF_ESTATE, before
- * anything is written, when the listing shows mine taken by another owner or
- * epoch, or deleted (the reader's copy was stale: it has lost the lease).
+ * of mine, so a renewal cannot slip in and find it gone. Otherwise *ret_done
+ * is false and nothing changed (SF_OK when simply not caught up yet):
+ * SF_ESTATE, before anything is written, when the listing shows mine taken
+ * by another owner or epoch, or deleted (the reader's copy was stale: it has
+ * lost the lease). An error after a parent was deleted leaves the range
+ * lease (an overlap, never a gap). Called from the reader's thread, holding
+ * no lock.
  */
 enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease *mine,
                                pthread_mutex_t *mine_mu, struct feed_lease *ret_merged,
