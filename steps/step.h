@@ -234,7 +234,8 @@ void step_marker_create(const struct step_ctx *ctx, const char *coll, const json
  * step}), before it is set aside:
  *   {"id", "sfKind": "waiting", "workflow", "sagaId", "step",
  *    "awaitId": <the awaited id>, "sourceContainer", "sourceId",
- *    "sourcePk": <the saga item's partition key value>, "epoch", "at",
+ *    "sourcePk": <the saga item's partition key value; absent when it is
+ *                 undefined, read back as [{}]>, "epoch", "at",
  *    "ttl": <marker ttl>, <pk field>: <pk>}
  * The engine reads these records when a document of that container arrives
  * on its change feed (one single-partition query by awaitId) and wakes the

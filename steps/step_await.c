@@ -150,7 +150,14 @@ static enum sf_rc await_record(const struct await_state *st, const struct step_c
     rc = step_catalog_pk_path(ctx->catalog, st->ref.coll, pk_path, err);
     if (rc != SF_OK)
         goto out;
-    doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:O?, s:I, s:s, s:I}", "id", rid,
+    /*
+     * An undefined source key (the item has no key field) leaves sourcePk out
+     * (O* skips a NULL; O? would write null), as record.c leaves the outbox
+     * record's key out: the wake reads "absent" back as undefined ([{}]),
+     * while null would be [null], another partition, and the saga would
+     * never be woken.
+     */
+    doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s?, s:O*, s:I, s:s, s:I}", "id", rid,
                     STEP_SYS_FIELD, STEP_WAITING_KIND, "workflow", ctx->workflow, "sagaId",
                     ctx->saga_id, "step", ctx->step, "awaitId", id, "sourceContainer",
                     ctx->source_container, "sourceId", sf_json_str(item, "id"), "sourcePk",
@@ -160,8 +167,6 @@ static enum sf_rc await_record(const struct await_state *st, const struct step_c
         rc = sf_err_set(err, SF_ENOMEM, false, "building the waiting record failed");
         goto out;
     }
-    if (ctx->source_pk == NULL)
-        (void)json_object_set_new(doc, "sourcePk", json_null());
     rc = step_pk_put(doc, pk_path, pk, err);
     if (rc == SF_OK && sf_json_dump(doc, &body) != SF_OK)
         rc = sf_err_set(err, SF_ELIMIT, false, "waiting record too large");
