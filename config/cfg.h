@@ -166,7 +166,7 @@ struct cfg_step {
     size_t n_actions;
     struct cfg_action undo[CFG_ACTIONS_MAX]; /* "undo", may be empty */
     size_t n_undo;
-    int fail_on[CFG_FAIL_ON_MAX]; /* statuses that are business failures, default {412} */
+    int fail_on[CFG_FAIL_ON_MAX]; /* 4xx business failures (not 408), default {412} */
     size_t n_fail_on;
     const char *reason; /* template; default "<step> failed" */
     const char *event;  /* event type of the transition to `to`; NULL: the state name */

@@ -838,11 +838,21 @@ static void load_fail_on(struct loader *ld, const config_setting_t *g, struct cf
             continue;
         }
         v = config_setting_get_int64(e);
-        if (v < 400 || v > 499 || v == 429 || v == 408 || v == 449) {
+        if (v < 400 || v > 499) {
+            diag(ld, e, "fail_on[%d] = %lld: business failures are 4xx statuses", i, v);
+            continue;
+        }
+        /*
+         * 429 and 449 are allowed: nothing was applied, so failing the step
+         * once the client's retries gave up is safe (step_core.c). A 408 may
+         * have applied the write; compensation would then leave it undone.
+         */
+        if (v == 408) {
             diag(ld, e,
-                 "fail_on[%d] = %lld: business failures are 4xx statuses other than 408, 429 "
-                 "and 449 (those are transient)",
-                 i, v);
+                 "fail_on[%d] = 408: a timeout is never a business failure (the write may "
+                 "have been applied, so it is retried until its outcome is known; an await's "
+                 "timeout compensates without fail_on)",
+                 i);
             continue;
         }
         if (st->n_fail_on >= CFG_FAIL_ON_MAX) {

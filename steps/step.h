@@ -158,6 +158,16 @@ struct step_ctx {
 /* true when status is one of ctx->fail_on. */
 bool step_ctx_fails_on(const struct step_ctx *ctx, int status);
 
+/*
+ * true when res is a retry of a 429 or 449 that ctx->fail_on lists: the
+ * effect's own request, still refused after the client's retries, applied
+ * nothing, so the step may fail as a business failure (compensation) rather
+ * than retry the delivery until the item parks. Only for the effect's commit
+ * (step_effect_commit, rmw, delete): a throttled marker write after an
+ * effect that did apply (http) must stay a retry.
+ */
+bool step_result_fails_unapplied(const struct step_ctx *ctx, const struct step_result *res);
+
 /* ---------------------------------------------------------------------------
  * Markers
  */
@@ -210,6 +220,8 @@ enum sf_rc step_effect_begin(const struct step_ctx *ctx, const char *coll, const
  *   committed                       -> STEP_OK
  *   409 on the marker (operation 0) -> STEP_ALREADY
  *   an effect op fails with a status in ctx->fail_on -> STEP_FAILED (res->status)
+ *   the whole batch answered 429 or 449 after the client's retries, and
+ *   ctx->fail_on lists it            -> STEP_FAILED (step_result_fails_unapplied)
  *   a retriable error or operation result (cosmos_outcome_classify: 429, 449,
  *   408, any 5xx of a rolled-back batch, transport errors) -> STEP_RETRY
  *   anything else                   -> STEP_FATAL

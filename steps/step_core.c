@@ -65,6 +65,12 @@ bool step_ctx_fails_on(const struct step_ctx *ctx, int status)
     return false;
 }
 
+bool step_result_fails_unapplied(const struct step_ctx *ctx, const struct step_result *res)
+{
+    return res->outcome == STEP_RETRY && (res->status == 429 || res->status == 449) &&
+           step_ctx_fails_on(ctx, res->status);
+}
+
 /* ---------------------------------------------------------------------------
  * Catalog
  */
@@ -400,6 +406,8 @@ void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
     if (rc != SF_OK) {
         sf_err_prefix(&err, "batch on %s: ", eff->coll);
         result_from_err(res, &err);
+        if (step_result_fails_unapplied(ctx, res))
+            res->outcome = STEP_FAILED;
         goto out;
     }
     if (br.committed) {

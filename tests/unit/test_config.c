@@ -415,8 +415,13 @@ START_TEST(test_bad_workflows)
         {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
          " failed_state = \"f\"; steps = (\n"
          " { name = \"a\"; from = \"x\"; to = \"y\"; do = { kind = \"k\"; };\n"
-         "   fail_on = [ 429 ]; } ); } );",
-         "t.cfg:4:", "transient"},
+         "   fail_on = [ 412,\n 408 ]; } ); } );",
+         "t.cfg:5:", "fail_on[1] = 408: a timeout is never a business failure"},
+        {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+         " failed_state = \"f\"; steps = (\n"
+         " { name = \"a\"; from = \"x\"; to = \"y\"; do = { kind = \"k\"; };\n"
+         "   fail_on = [ 503 ]; } ); } );",
+         "t.cfg:4:", "fail_on[0] = 503: business failures are 4xx statuses"},
         {"workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
          " failed_state = \"f\"; steps = (\n"
          " { name = \"a\"; from = \"x\"; to = \"y\"; do = { container = \"c\"; }; } ); } );",
@@ -555,6 +560,27 @@ START_TEST(test_env_settings_blamed_on_environment)
 }
 END_TEST
 
+/*
+ * 429 and 449 applied nothing, so a step may list them: they fail it once the
+ * client's retries gave up. They were refused as "transient", which left no
+ * way to compensate instead of waiting out a throttled target.
+ */
+START_TEST(test_fail_on_accepts_throttled_and_retry_with)
+{
+    struct cfg *c =
+        load_ok("workflows = ( { name = \"w\"; container = \"c\"; state_field = \"s\";\n"
+                " failed_state = \"f\"; steps = (\n"
+                " { name = \"a\"; from = \"x\"; to = \"y\"; do = { kind = \"k\"; };\n"
+                "   fail_on = [ 412, 429, 449 ]; } ); } );");
+    const struct cfg_step *st = &c->workflows[0].steps[0];
+
+    ck_assert_uint_eq(st->n_fail_on, 3);
+    ck_assert_int_eq(st->fail_on[1], 429);
+    ck_assert_int_eq(st->fail_on[2], 449);
+    cfg_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -565,6 +591,7 @@ int main(void)
                                     test_endpoint_forms_accepted,
                                     test_lease_prefix_too_long_refused, test_bad_workflows,
                                     test_all_problems_reported, test_file_errors,
-                                    test_env_settings_blamed_on_environment, NULL});
+                                    test_env_settings_blamed_on_environment,
+                                    test_fail_on_accepts_throttled_and_retry_with, NULL});
     return sf_check_run(s);
 }

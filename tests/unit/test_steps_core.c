@@ -571,10 +571,31 @@ static enum cosmos_net batch_send(void *ctx, const struct cosmos_req *req, const
 /* The scripted transport's table: no open, so the connection state is the script. */
 static const struct cosmos_transport_ops batch_transport = {.name = "script", .send = batch_send};
 
-/* Commits marker + one patch in "products" against a transport answering bs. */
-static void commit_scripted(struct batch_script *bs, struct step_result *res)
+static int64_t fake_now(void *ctx)
 {
-    struct cosmos_options o = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    SF_UNUSED(ctx);
+    return 0;
+}
+
+static void fake_sleep(void *ctx, int64_t ms)
+{
+    SF_UNUSED(ctx);
+    SF_UNUSED(ms);
+}
+
+/*
+ * Commits marker + one patch in "products" against a transport answering bs,
+ * for a step whose fail_on is fail_on[0..n_fail_on). The client makes at most
+ * two attempts and never really sleeps.
+ */
+static void commit_scripted_on(struct batch_script *bs, const int *fail_on, size_t n_fail_on,
+                               struct step_result *res)
+{
+    static const struct cosmos_clock clock = {fake_now, fake_sleep, NULL};
+    struct cosmos_options o = {.endpoint = "http://127.0.0.1:1/",
+                               .key = SF_EMULATOR_KEY,
+                               .retry = {.max_attempts = 2},
+                               .clock = &clock};
     struct cosmos_transport t = {&batch_transport, bs};
     struct cosmos_client *cli = NULL;
     struct step_catalog *cat = NULL;
@@ -591,6 +612,8 @@ static void commit_scripted(struct batch_script *bs, struct step_result *res)
     c.cli = cli;
     c.db = "shop";
     c.catalog = cat;
+    c.fail_on = fail_on;
+    c.n_fail_on = n_fail_on;
     ck_assert_msg(step_effect_begin(&c, "products", pk, &eff, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(cosmos_batch_patch(eff.batch, "p-1",
                                      "[{\"op\":\"incr\",\"path\":\"/n\","
@@ -603,6 +626,40 @@ static void commit_scripted(struct batch_script *bs, struct step_result *res)
     cosmos_client_free(cli);
     json_decref(pk);
 }
+
+static void commit_scripted(struct batch_script *bs, struct step_result *res)
+{
+    commit_scripted_on(bs, NULL, 0, res);
+}
+
+/*
+ * A whole batch still answered 429 or 449 after the client's own retries
+ * applied nothing: a step whose fail_on lists that status fails as a business
+ * failure (compensation) instead of being retried until the item parks (the
+ * config refused to list them). Unlisted, it is retried as before.
+ */
+START_TEST(test_effect_throttled_fails_when_fail_on_lists_it)
+{
+    static const int unapplied[] = {429, 449};
+    static const int fail_on[] = {412, 429, 449};
+    struct batch_script bs = {.body = "{}"};
+    struct step_result res;
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(unapplied); i++) {
+        bs.http_status = unapplied[i];
+        bs.calls = 0;
+        commit_scripted_on(&bs, fail_on, SF_ARRAY_LEN(fail_on), &res);
+        ck_assert_msg(res.outcome == STEP_FAILED, "%d: %s (%s)", unapplied[i],
+                      step_outcome_str(res.outcome), res.err.msg);
+        ck_assert_int_eq(res.status, unapplied[i]);
+        ck_assert_int_eq(bs.calls, 2); /* the client's retries came first */
+        commit_scripted_on(&bs, fail_on, 1, &res);
+        ck_assert_msg(res.outcome == STEP_RETRY, "%d unlisted: %s", unapplied[i],
+                      step_outcome_str(res.outcome));
+        ck_assert(res.err.retriable);
+    }
+}
+END_TEST
 
 /*
  * A transition's batch answered 502 on an operation is retried; the same 502
@@ -649,6 +706,7 @@ int main(void)
                   (const TTest *[]){test_marker_ids, test_marker_doc_and_pk, test_event_doc,
                                     test_patch_apply, test_kind_params, test_patch_path_templates,
                                     test_registry_rules, test_plugin_load,
-                                    test_effect_502_is_retried_not_parked, NULL});
+                                    test_effect_502_is_retried_not_parked,
+                                    test_effect_throttled_fails_when_fail_on_lists_it, NULL});
     return sf_check_run(s);
 }
