@@ -263,33 +263,54 @@ enum cosmos_op_kind cosmos_req_kind(const struct cosmos_req *req)
     return COSMOS_OPK_CREATE;
 }
 
+/*
+ * The bucket is the classifier's cause, so a status counts where it is
+ * judged; only the labels split a cause by status (408 answered vs. timed
+ * out here, 500 vs. 503), and what the client never repeats is "other".
+ */
 enum cosmos_retry_bucket cosmos_retry_bucket_of(enum cosmos_net net, int status, int substatus,
                                                 bool unconfirmed)
 {
-    if (net == COSMOS_NET_TIMEOUT)
-        return COSMOS_RB_TIMEOUT;
-    if (net != COSMOS_NET_OK)
-        return COSMOS_RB_CONNECTION;
-    if (unconfirmed)
+    struct cosmos_outcome o;
+
+    if (net == COSMOS_NET_OK && unconfirmed)
         return COSMOS_RB_UNCONFIRMED;
-    switch (status) {
-    case 429:
-        return COSMOS_RB_429;
-    case 449:
-        return COSMOS_RB_449;
-    case 408:
-        return COSMOS_RB_408;
-    case 500:
-        return COSMOS_RB_500;
-    case 503:
-        return COSMOS_RB_503;
-    case 404:
-        return substatus == 1002 ? COSMOS_RB_404_1002 : COSMOS_RB_OTHER;
-    case 403:
-        return substatus == 3 ? COSMOS_RB_403_3 : COSMOS_RB_OTHER;
-    default:
-        return COSMOS_RB_OTHER;
+    switch (net) {
+    case COSMOS_NET_OK:
+        break;
+    case COSMOS_NET_TIMEOUT:
+        status = COSMOS_STATUS_TIMED_OUT;
+        break;
+    case COSMOS_NET_NOT_SENT:
+    case COSMOS_NET_FATAL: /* never repeated; counted with the connection failures */
+        status = COSMOS_STATUS_NOT_SENT;
+        break;
+    case COSMOS_NET_MAYBE_SENT:
+        status = COSMOS_STATUS_NO_ANSWER;
+        break;
     }
+    /* A guarded read: the column where everything the client may repeat is retriable. */
+    o = cosmos_outcome_classify(status, substatus, COSMOS_CALL_READ, true);
+    switch (o.cause) {
+    case COSMOS_CAUSE_THROTTLED:
+        return COSMOS_RB_429;
+    case COSMOS_CAUSE_RETRY_WITH:
+        return COSMOS_RB_449;
+    case COSMOS_CAUSE_TIMEOUT:
+        return status == COSMOS_STATUS_TIMED_OUT ? COSMOS_RB_TIMEOUT : COSMOS_RB_408;
+    case COSMOS_CAUSE_SERVER: /* the two the client repeats have labels of their own */
+        return status == 500 ? COSMOS_RB_500 : status == 503 ? COSMOS_RB_503 : COSMOS_RB_OTHER;
+    case COSMOS_CAUSE_SESSION:
+        return COSMOS_RB_404_1002;
+    case COSMOS_CAUSE_FAILOVER:
+        return COSMOS_RB_403_3;
+    case COSMOS_CAUSE_CONNECTION:
+        return COSMOS_RB_CONNECTION;
+    case COSMOS_CAUSE_GONE: /* the caller refreshes its ranges; the client does not repeat it */
+    case COSMOS_CAUSE_NONE:
+        break;
+    }
+    return COSMOS_RB_OTHER;
 }
 
 const char *cosmos_op_kind_name(enum cosmos_op_kind k)

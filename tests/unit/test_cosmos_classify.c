@@ -142,6 +142,75 @@ START_TEST(test_client_verdicts_follow_the_classifier)
 }
 END_TEST
 
+/* The classifier's cause a retry bucket counts. */
+static enum cosmos_cause bucket_cause(enum cosmos_retry_bucket b)
+{
+    switch (b) {
+    case COSMOS_RB_429:
+        return COSMOS_CAUSE_THROTTLED;
+    case COSMOS_RB_449:
+        return COSMOS_CAUSE_RETRY_WITH;
+    case COSMOS_RB_408:
+    case COSMOS_RB_TIMEOUT:
+        return COSMOS_CAUSE_TIMEOUT;
+    case COSMOS_RB_500:
+    case COSMOS_RB_503:
+        return COSMOS_CAUSE_SERVER;
+    case COSMOS_RB_404_1002:
+        return COSMOS_CAUSE_SESSION;
+    case COSMOS_RB_403_3:
+        return COSMOS_CAUSE_FAILOVER;
+    case COSMOS_RB_CONNECTION:
+        return COSMOS_CAUSE_CONNECTION;
+    default:
+        return COSMOS_CAUSE_NONE;
+    }
+}
+
+/*
+ * The retry counters are labelled from the same table: every outcome the
+ * client repeats lands in a named bucket of its own cause, never in "other".
+ */
+START_TEST(test_retry_buckets_follow_the_classifier)
+{
+    static const int subs[] = {0, 3, 1002, 3200};
+    static const enum cosmos_net nets[] = {COSMOS_NET_OK, COSMOS_NET_NOT_SENT,
+                                           COSMOS_NET_MAYBE_SENT, COSMOS_NET_TIMEOUT};
+    static const int pseudo[] = {COSMOS_STATUS_NOT_SENT, COSMOS_STATUS_NO_ANSWER,
+                                 COSMOS_STATUS_TIMED_OUT};
+
+    for (size_t n = 0; n < SF_ARRAY_LEN(nets); n++) {
+        for (int status = 100; status <= 599; status++) {
+            for (size_t s = 0; s < SF_ARRAY_LEN(subs); s++) {
+                struct cosmos_verdict v =
+                    cosmos_classify(nets[n], status, subs[s], COSMOS_OP_READ, true, false);
+                int judged = nets[n] == COSMOS_NET_OK ? status : pseudo[n - 1];
+                struct cosmos_outcome o =
+                    cosmos_outcome_classify(judged, subs[s], COSMOS_CALL_READ, true);
+                enum cosmos_retry_bucket b =
+                    cosmos_retry_bucket_of(nets[n], status, subs[s], false);
+
+                if (v.retry == COSMOS_RETRY_NO)
+                    continue;
+                ck_assert_msg(b != COSMOS_RB_OTHER && bucket_cause(b) == o.cause,
+                              "net %d %d/%d: bucket %s, cause %s", (int)nets[n], status, subs[s],
+                              cosmos_retry_bucket_name(b), cosmos_cause_name(o.cause));
+            }
+        }
+    }
+    /* The labels split a cause where operators read them apart. */
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_OK, 408, 0, false), COSMOS_RB_408);
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_TIMEOUT, 0, 0, false), COSMOS_RB_TIMEOUT);
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_OK, 500, 0, false), COSMOS_RB_500);
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_OK, 503, 0, false), COSMOS_RB_503);
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_OK, 404, 0, false), COSMOS_RB_OTHER);
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_OK, 410, 0, false), COSMOS_RB_OTHER);
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_OK, 200, 0, true), COSMOS_RB_UNCONFIRMED);
+    ck_assert_int_eq(cosmos_retry_bucket_of(COSMOS_NET_MAYBE_SENT, 0, 0, false),
+                     COSMOS_RB_CONNECTION);
+}
+END_TEST
+
 /* Batch results carry the verdict, so no caller keeps its own table of statuses. */
 START_TEST(test_batch_op_results_carry_retriable)
 {
@@ -193,6 +262,7 @@ int main(void)
     tcase_add_loop_test(tc, test_classify_contract_table, 0, (int)SF_ARRAY_LEN(table));
     tcase_add_test(tc, test_classify_http_ignores_cosmos_codes);
     tcase_add_test(tc, test_client_verdicts_follow_the_classifier);
+    tcase_add_test(tc, test_retry_buckets_follow_the_classifier);
     tcase_add_test(tc, test_batch_op_results_carry_retriable);
     tcase_add_test(tc, test_cause_names);
     suite_add_tcase(s, tc);
