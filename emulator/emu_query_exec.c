@@ -86,12 +86,21 @@ static enum sf_rc exec_oom(struct sf_err *err)
     return qerr(err, SF_ENOMEM, "out of memory running the query");
 }
 
-/* Counts v (and the row it needs) against the byte limit. */
-static enum sf_rc charge(struct emu_query_exec *e, const json_t *v, struct sf_err *err)
+/* What the byte limit leaves for the next value. */
+static size_t charge_room(const struct emu_query_exec *e)
 {
-    size_t max = e->q->lim.max_bytes, room = max - SF_MIN(e->bytes, max);
-    size_t est = qval_estimate_capped(v, room) + 32;
+    return e->q->lim.max_bytes - SF_MIN(e->bytes, e->q->lim.max_bytes);
+}
 
+/*
+ * Counts a value of estimate est (qval_estimate_capped with a budget of at
+ * least charge_room) and the row it needs against the byte limit.
+ */
+static enum sf_rc charge_est(struct emu_query_exec *e, size_t est, struct sf_err *err)
+{
+    size_t max = e->q->lim.max_bytes, room = charge_room(e);
+
+    est += 32;
     if (est > room)
         return qerr(err, SF_ELIMIT,
                     "the query needs more than %zu bytes of memory for its result, ORDER BY or "
@@ -99,6 +108,12 @@ static enum sf_rc charge(struct emu_query_exec *e, const json_t *v, struct sf_er
                     max);
     e->bytes += est;
     return SF_OK;
+}
+
+/* Counts v (and the row it needs) against the byte limit. */
+static enum sf_rc charge(struct emu_query_exec *e, const json_t *v, struct sf_err *err)
+{
+    return charge_est(e, qval_estimate_capped(v, charge_room(e)), err);
 }
 
 static enum sf_rc rows_limit(const struct emu_query_exec *e, size_t n, struct sf_err *err)
@@ -453,8 +468,12 @@ static enum sf_rc group_row(struct emu_query_exec *e, const struct qeval *ev, st
 
 /* ---- adding documents -------------------------------------------------------------------- */
 
-/* Streaming: counts the row against OFFSET/LIMIT/TOP and the window; takes v. */
-static enum sf_rc stream_row(struct emu_query_exec *e, json_t *v, struct sf_err *err)
+/*
+ * Streaming: counts the row against OFFSET/LIMIT/TOP and the window; takes
+ * v. est is v's estimate (budget at least budget.max_window_bytes), made for
+ * every row that can reach the window.
+ */
+static enum sf_rc stream_row(struct emu_query_exec *e, json_t *v, size_t est, struct sf_err *err)
 {
     uint64_t k = e->produced++, idx;
 
@@ -486,7 +505,7 @@ static enum sf_rc stream_row(struct emu_query_exec *e, json_t *v, struct sf_err 
         return SF_OK;
     }
     if (e->budget.max_window_bytes != 0)
-        e->window_bytes += qval_estimate_capped(v, e->budget.max_window_bytes);
+        e->window_bytes += est;
     return row_push(e, v, NULL, k, err);
 }
 
@@ -518,6 +537,7 @@ static enum sf_rc exec_row(struct emu_query_exec *e, const json_t *doc, struct s
     struct qeval ev = {q, doc, NULL, &e->clock};
     json_t *v = NULL;
     bool match = false, added = true;
+    size_t est = 0;
     enum sf_rc rc;
 
     if ((rc = where_matches(&ev, &match, err)) != SF_OK || !match)
@@ -543,11 +563,18 @@ static enum sf_rc exec_row(struct emu_query_exec *e, const json_t *doc, struct s
             goto fail;
         return order_row(e, &ev, v, err);
     }
-    /* Rows outside the window are dropped right away, so only kept ones are charged. */
-    if (e->produced >= e->first && e->produced - e->first >= e->skip &&
-        (rc = charge(e, v, err)) != SF_OK)
-        goto fail;
-    return stream_row(e, v, err);
+    /*
+     * Rows outside the window are dropped right away, so only kept ones are
+     * charged. One walk serves the byte limit and the window: capped at the
+     * larger of the two, the estimate decides each as its own walk would
+     * (exact up to the cap, past both beyond it).
+     */
+    if (e->produced >= e->first && e->produced - e->first >= e->skip) {
+        est = qval_estimate_capped(v, SF_MAX(charge_room(e), e->budget.max_window_bytes));
+        if ((rc = charge_est(e, est, err)) != SF_OK)
+            goto fail;
+    }
+    return stream_row(e, v, est, err);
 fail:
     json_decref(v);
     return rc;
