@@ -40,6 +40,7 @@ void emu_response_init(struct emu_response *resp, size_t max_body)
 {
     resp->status = 500;
     resp->nheaders = 0;
+    memset(resp->header_slot, 0, sizeof(resp->header_slot));
     resp->drop = false;
     sf_buf_init(&resp->body, max_body);
 }
@@ -52,20 +53,51 @@ void emu_response_release(struct emu_response *resp)
 static void resp_header(struct emu_response *resp, const char *name, const char *fmt, ...)
     SF_PRINTF(3, 4);
 
-/* Sets (or replaces) a response header. Names are static strings. */
+/*
+ * The slot of name in resp's header index: the one holding it, or the empty
+ * one where it would go. Header names are tokens, so OR-ing 0x20 folds their
+ * case for the hash (strcasecmp decides equality). At most
+ * EMU_MAX_RESP_HEADERS of the slots are ever taken, so a probe ends.
+ */
+static unsigned resp_slot(const struct emu_response *resp, const char *name)
+{
+    unsigned h = 2166136261u, mask = EMU_RESP_HEADER_SLOTS - 1;
+
+    for (const char *p = name; *p; p++)
+        h = (h ^ ((unsigned char)*p | 0x20u)) * 16777619u;
+    for (h &= mask; resp->header_slot[h] != 0; h = (h + 1) & mask)
+        if (strcasecmp(resp->headers[resp->header_slot[h] - 1].name, name) == 0)
+            break;
+    return h;
+}
+
+/* The header called name (any case) that resp carries, or NULL. */
+static const struct emu_resp_header *resp_find(const struct emu_response *resp, const char *name)
+{
+    unsigned char k = resp->header_slot[resp_slot(resp, name)];
+
+    return k != 0 ? &resp->headers[k - 1] : NULL;
+}
+
+/*
+ * Sets (or replaces) a response header. Names are static strings. One
+ * lookup in the header index, so a response's headers cost linear time
+ * (a scan of those already set made it quadratic).
+ */
 static void resp_header(struct emu_response *resp, const char *name, const char *fmt, ...)
 {
     struct emu_resp_header *h = NULL;
+    unsigned slot = resp_slot(resp, name);
     va_list ap;
 
-    for (int i = 0; i < resp->nheaders; i++)
-        if (strcasecmp(resp->headers[i].name, name) == 0)
-            h = &resp->headers[i];
-    if (!h) {
+    if (resp->header_slot[slot] != 0) {
+        h = &resp->headers[resp->header_slot[slot] - 1];
+    } else {
         if (resp->nheaders >= EMU_MAX_RESP_HEADERS)
             return;
         h = &resp->headers[resp->nheaders++];
         h->name = name;
+        resp->header_slot[slot] = (unsigned char)resp->nheaders;
     }
     va_start(ap, fmt);
     vsnprintf(h->value, sizeof(h->value), fmt, ap);
@@ -179,8 +211,7 @@ struct route {
     bool by_rid;     /* signed with the RID-form link: resolve seg[1], seg[3] as _rids only */
     /* A path of _rids (emu_store_rid_path): rid_ok when ridp names a resource. */
     bool rid_ok;
-    bool rid_missing; /* RID-shaped, but a _rid names nothing: rid_err says which */
-    struct sf_err rid_err;
+    bool rid_missing;    /* RID-shaped, but a _rid names nothing (looked up again to say which) */
     bool rid_named;      /* the segments were replaced by ridp's names */
     const char *pk_text; /* the partition key to use instead of the header, or NULL */
     struct emu_rid_path ridp;
@@ -1735,8 +1766,12 @@ static void auth_link(struct route *rt, char *rtype, size_t tcap, struct sf_buf 
     }
     if (n < 2 || n > 6 || strcmp(rt->seg[0], "dbs") != 0 || !rt->r->store)
         return;
-    sf_err_clear(&rt->rid_err);
-    switch (emu_store_rid_path(rt->r->store, rt->seg, n, &rt->ridp, &rt->rid_err)) {
+    /*
+     * No error text: most paths are names (and names of 8 or 12 letters are
+     * RID-shaped), so a miss is the common answer, and its message is wanted
+     * only when the RID form is what the request was signed for.
+     */
+    switch (emu_store_rid_path(rt->r->store, rt->seg, n, &rt->ridp, NULL)) {
     case SF_OK:
         rt->rid_ok = true;
         break;
@@ -2368,10 +2403,9 @@ static void ru_scope_of(struct route *rt, struct ru_scope *sc)
 /* The x-ms-request-charge the handler put on the response. */
 static double resp_charge(const struct emu_response *resp)
 {
-    for (int i = 0; i < resp->nheaders; i++)
-        if (strcasecmp(resp->headers[i].name, "x-ms-request-charge") == 0)
-            return strtod(resp->headers[i].value, NULL);
-    return 0;
+    const struct emu_resp_header *h = resp_find(resp, "x-ms-request-charge");
+
+    return h != NULL ? strtod(h->value, NULL) : 0;
 }
 
 /*
@@ -2381,9 +2415,8 @@ static double resp_charge(const struct emu_response *resp)
  */
 static void error_charge(struct emu_response *resp)
 {
-    for (int i = 0; i < resp->nheaders; i++)
-        if (strcasecmp(resp->headers[i].name, "x-ms-request-charge") == 0)
-            return;
+    if (resp_find(resp, "x-ms-request-charge") != NULL)
+        return;
     if (resp->status == 404 || resp->status == 409 || resp->status == 412)
         resp_header(resp, "x-ms-request-charge", "%.2f", emu_ru_cost_read(0));
     else
@@ -2494,8 +2527,17 @@ void emu_router_handle(struct emu_router *r, const struct emu_request *req,
     if (r->regions && region_refuses(&rt))
         goto out;
     if (rt.by_rid && rt.rid_missing) {
-        (void)store_call(&rt, SF_ENOTFOUND, &rt.rid_err);
-        goto out;
+        /* The one request that answers the miss: look again, this time for its message. */
+        struct sf_err rid_err;
+        enum sf_rc rid_rc;
+
+        sf_err_clear(&rid_err);
+        rid_rc = emu_store_rid_path(r->store, rt.seg, rt.nseg, &rt.ridp, &rid_err);
+        if (rid_rc != SF_OK) {
+            (void)store_call(&rt, rid_rc, &rid_err);
+            goto out;
+        }
+        rt.rid_ok = true; /* created since the first look: serve it */
     }
     if (rt.by_rid && rt.rid_ok && !rid_rename(&rt))
         goto out;

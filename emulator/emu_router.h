@@ -93,10 +93,19 @@ struct emu_resp_header {
     char value[160];
 };
 
+/* Slots of a response's header index: a power of two well above EMU_MAX_RESP_HEADERS. */
+#define EMU_RESP_HEADER_SLOTS 64
+
 struct emu_response {
     int status;
     int nheaders;
     struct emu_resp_header headers[EMU_MAX_RESP_HEADERS];
+    /*
+     * The headers by name (case-insensitive hash, linear probing): slot holds
+     * a header's index + 1, 0 when empty. Setting a header looks it up here
+     * instead of comparing it with every header already set.
+     */
+    unsigned char header_slot[EMU_RESP_HEADER_SLOTS];
     struct sf_buf body; /* JSON text, possibly empty */
     bool drop;          /* close the connection without answering (fault injection) */
 };

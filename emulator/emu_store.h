@@ -446,7 +446,8 @@ struct emu_rid_path {
  * characters. Fills *ret on success; 404 when a _rid names nothing there
  * (1003 for a database or container), ret->link then still set (the request
  * is a RID-form one all the same); 400 for any other shape. Takes the store
- * lock only for paths of that shape.
+ * lock only for paths of that shape. err may be NULL: then no message is
+ * formatted (a caller that only needs the answer's kind).
  */
 enum sf_rc emu_store_rid_path(struct emu_store *s, char *const *seg, int nseg,
                               struct emu_rid_path *ret, struct sf_err *err);

@@ -735,6 +735,56 @@ START_TEST(rid_form_signature_opens_only_the_resource_with_that_rid)
 }
 END_TEST
 
+/* Each header name (any case) at most once in r. */
+static void assert_headers_unique(const struct emu_response *r)
+{
+    for (int i = 0; i < r->nheaders; i++)
+        for (int j = i + 1; j < r->nheaders; j++)
+            ck_assert_msg(strcasecmp(r->headers[i].name, r->headers[j].name) != 0,
+                          "header %s twice", r->headers[i].name);
+}
+
+/*
+ * A RID-form request whose _rid names nothing still answers 404 with the
+ * message naming that _rid, now formatted only for such a request (it was
+ * formatted on every request whose names merely look like RIDs). And the
+ * header index keeps each header once: the error's request charge, set
+ * after the handler's headers, is not added twice.
+ */
+START_TEST(rid_form_miss_names_the_rid_and_headers_stay_unique)
+{
+    struct test_req t = {0};
+    struct emu_response r;
+    char db_rid[64], coll_rid[64], path[200];
+    json_t *v;
+
+    make_container();
+    coll_rids("d", "c", db_rid, coll_rid, sizeof(db_rid));
+    snprintf(path, sizeof(path), "/dbs/%s/colls/AAAAAAAAAAA=/docs", db_rid);
+    sign(&t, "GET", "docs", "aaaaaaaaaaa=");
+    run("GET", path, &t, NULL, &r);
+    ck_assert_int_eq(r.status, 404);
+    ck_assert_str_eq(resp_hdr(&r, "x-ms-substatus"), "1003");
+    v = resp_json(&r);
+    ck_assert_msg(strstr(json_string_value(json_object_get(v, "message")),
+                         "no container with _rid 'AAAAAAAAAAA=' in database 'd'") != NULL,
+                  "%s", sf_buf_cstr(&r.body));
+    json_decref(v);
+    ck_assert_ptr_nonnull(resp_hdr(&r, "x-ms-request-charge"));
+    assert_headers_unique(&r);
+    emu_response_release(&r);
+
+    /* By name: a success with its full set of headers, each once. */
+    memset(&t, 0, sizeof(t));
+    sign(&t, "GET", "docs", "dbs/d/colls/c");
+    run("GET", "/dbs/d/colls/c/docs", &t, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(resp_hdr(&r, "X-MS-Request-Charge"));
+    assert_headers_unique(&r);
+    emu_response_release(&r);
+}
+END_TEST
+
 /* Creates container name in database d (partitioned on /pk), with extra container JSON. */
 static void make_coll(const char *name, const char *extra)
 {
@@ -861,18 +911,26 @@ static Suite *router_suite(void)
     Suite *s = suite_create("router");
 
     sf_check_case(s, "core", setup, teardown, 0,
-                  (const TTest *[]){
-                      account_advertises_host, missing_auth_is_401, tampered_signature_is_401,
-                      stale_and_malformed_dates, date_header_only_signs_fifth_line,
-                      lower_hex_encoding_accepted, unknown_routes_and_methods, document_lifecycle,
-                      bad_bodies_and_headers, change_feed_pages_and_304, pkranges_incremental_304,
-                      query_result_row_deeper_than_the_writer_bound_is_400,
-                      query_of_a_hung_up_client_is_dropped,
-                      query_pages_end_at_max_page_bytes_with_a_continuation,
-                      rid_form_signature_does_not_open_a_named_document,
-                      rid_form_signature_opens_only_the_resource_with_that_rid,
-                      changefeed_continuation_of_another_container_is_400,
-                      error_bodies_name_their_status, NULL});
+                  (const TTest *[]){account_advertises_host,
+                                    missing_auth_is_401,
+                                    tampered_signature_is_401,
+                                    stale_and_malformed_dates,
+                                    date_header_only_signs_fifth_line,
+                                    lower_hex_encoding_accepted,
+                                    unknown_routes_and_methods,
+                                    document_lifecycle,
+                                    bad_bodies_and_headers,
+                                    change_feed_pages_and_304,
+                                    pkranges_incremental_304,
+                                    query_result_row_deeper_than_the_writer_bound_is_400,
+                                    query_of_a_hung_up_client_is_dropped,
+                                    query_pages_end_at_max_page_bytes_with_a_continuation,
+                                    rid_form_signature_does_not_open_a_named_document,
+                                    rid_form_signature_opens_only_the_resource_with_that_rid,
+                                    rid_form_miss_names_the_rid_and_headers_stay_unique,
+                                    changefeed_continuation_of_another_container_is_400,
+                                    error_bodies_name_their_status,
+                                    NULL});
     return s;
 }
 
