@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Checks the packaging without Docker: docker-compose.yml, the Dockerfile
 and what they reference, the container configuration (with sagafeed's own
-check-config, under the environment compose gives it), the systemd unit and
-the docs.
+check-config, under the environment compose gives it), the command lines,
+ports, hosts, database and containers both files name (against the binary's
+--help and each other), the sagafeed service's own command run under
+compose's environment against cosmolite and librdkafka's mock cluster, the
+systemd unit and the docs.
 
 docker-compose.yml is parsed twice: by a small line-based parser of the
 YAML subset compose files use (block maps and lists, flow lists, quoted
 scalars, anchors and << merges), and by PyYAML when it is installed; both
 must agree, so the check works on machines without PyYAML.
 
-Environment: SF_SOURCE_DIR (the source tree), SF_SAGAFEED_BIN (the binary).
+Environment: SF_SOURCE_DIR (the source tree), SF_SAGAFEED_BIN (the binary),
+SF_COSMOLITE_BIN and SF_KAFKA_MOCK_BIN (for the run; skipped without them).
 Exit status 0 when every check passed, 1 otherwise (each failure printed).
 """
 import os
@@ -284,6 +288,14 @@ def dockerfile_checks(ctx, path, target):
     for ref in set(re.findall(r"\b((?:packaging|config)/[\w./-]+)", text)):
         check(os.path.exists(os.path.join(ctx, ref)), f"Dockerfile refers to {ref}: missing")
     check("--target sagafeed cosmolite" in text, "the Dockerfile does not build sagafeed and cosmolite")
+    # the build stage copies the programs from where this build tree has them
+    m = re.search(r"cmake -S \. -B (\S+)", text)
+    for name, env in (("sagafeed", "SF_SAGAFEED_BIN"), ("cosmolite", "SF_COSMOLITE_BIN")):
+        tree = re.escape(m.group(1)) if m else "/build"
+        built = re.search(r"\bcp\b[^\n]*?" + tree + r"/(\S+/" + name + r")\b", text)
+        if check(built is not None, f"the Dockerfile copies no {name} out of its build tree") and os.environ.get(env):
+            check(os.environ[env].endswith("/" + built.group(1)),
+                  f"the Dockerfile copies {built.group(1)}, but the build puts {name} at {os.environ[env]}")
 
 
 def config_checks(svc):
@@ -323,6 +335,264 @@ def config_checks(svc):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def sagafeed_help(*args):
+    r = subprocess.run([SAGAFEED, *args, "--help"], capture_output=True, text=True, timeout=30)
+    return r.stdout + r.stderr
+
+
+def image_config_path(dockerfile):
+    """Where the Dockerfile puts packaging/docker/sagafeed.cfg in the image."""
+    m = re.search(r"cp packaging/docker/sagafeed\.cfg /out/etc/(\S+)", dockerfile)
+    d = re.search(r"^COPY --from=\S+ /out/etc/ (\S+)$", dockerfile, re.M)
+    if not check(m and d, "the Dockerfile no longer copies packaging/docker/sagafeed.cfg to /out/etc/"):
+        return None
+    return d.group(1).rstrip("/") + "/" + m.group(1)
+
+
+def host_port(addr, what):
+    m = re.fullmatch(r"(?:[a-z]+://)?([\w.-]*):(\d+)/?", addr or "")
+    check(m is not None, f"{what} '{addr}' is not HOST:PORT")
+    return (m.group(1), int(m.group(2))) if m else (None, None)
+
+
+def duration_s(text):
+    m = re.fullmatch(r"(\d+)(ms|s|m)", str(text))
+    return int(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60}[m.group(2)] if m else None
+
+
+def command_checks(services):
+    """What compose and the Dockerfile name against the binary and each other.
+
+    The sagafeed command lines (the service's command, the Dockerfile's CMD and
+    the `sagafeed ...` lines of both files' comments) use commands and options
+    the binary's --help lists and the config path the image has; the ports,
+    hosts, database and containers the services pass each other agree."""
+    svc = services["sagafeed"]
+    env = env_of(svc)
+    compose = open(os.path.join(SRC, "docker-compose.yml"), encoding="utf-8").read()
+    dockerfile = open(os.path.join(SRC, "Dockerfile"), encoding="utf-8").read()
+    cfg_text = open(os.path.join(SRC, "packaging/docker/sagafeed.cfg"), encoding="utf-8").read()
+    top = sagafeed_help()
+    commands = set(re.findall(r"^  ([a-z][\w-]*)", top, re.M))
+    check("run" in commands and "status" in commands, f"sagafeed --help lists no commands:\n{top}")
+    image_cfg = image_config_path(dockerfile)
+    cmd = svc.get("command")
+    lines = []
+    if check(isinstance(cmd, list) and cmd, "the sagafeed service has no command list"):
+        lines.append(("the sagafeed service's command", [str(x) for x in cmd]))
+    m = re.search(r"^CMD (\[.*\])$", dockerfile, re.M)
+    if check(m is not None, "the Dockerfile has no CMD list"):
+        lines.append(("the Dockerfile's CMD", [x.strip().strip('"') for x in m.group(1)[1:-1].split(",")]))
+    for text, where in ((compose, "docker-compose.yml"), (dockerfile, "Dockerfile")):
+        for m in re.finditer(r"#.*?\bsagafeed sagafeed ([a-z][\w-]*(?: -\S+(?: [^\s#-]\S*)?)*)", text):
+            lines.append((f"{where}: `{m.group(0).lstrip('# ')}`", m.group(1).split()))
+    for what, argv in lines:
+        sub = argv[0]
+        if not check(sub in commands, f"{what}: sagafeed has no command '{sub}'"):
+            continue
+        usage = sagafeed_help(sub)
+        for i, a in enumerate(argv[1:], 1):
+            if a.startswith("-"):
+                check(re.search(r"(^|[\s\[,])" + re.escape(a) + r"\b", usage) is not None,
+                      f"{what}: `sagafeed {sub} --help` knows no option {a}")
+            if a in ("-c", "--config") and i + 1 < len(argv) and image_cfg:
+                check(argv[i + 1] == image_cfg, f"{what}: -c {argv[i + 1]}, but the image's config is {image_cfg}")
+    # metrics port: the variable, the file, the published port, EXPOSE and HEALTHCHECK agree
+    _, port = host_port(env.get("SAGAFEED_PROCESSOR_HTTP_LISTEN"), "SAGAFEED_PROCESSOR_HTTP_LISTEN")
+    m = re.search(r'http_listen\s*=\s*"([^"]*)"', cfg_text)
+    if check(m is not None, "packaging/docker/sagafeed.cfg sets no processor.http_listen"):
+        check(host_port(m.group(1), "processor.http_listen")[1] == port,
+              "processor.http_listen of the image's config and SAGAFEED_PROCESSOR_HTTP_LISTEN differ")
+    published = [str(p) for p in svc.get("ports") or []]
+    check(any(p.split(":")[-1] == str(port) for p in published),
+          f"the sagafeed service does not publish its metrics port {port}: {published}")
+    check(re.search(r"^EXPOSE\s+%d\b" % (port or 0), dockerfile, re.M) is not None,
+          f"the Dockerfile does not EXPOSE {port}")
+    check(f"127.0.0.1:{port}/healthz" in dockerfile, f"the Dockerfile's HEALTHCHECK does not ask :{port}/healthz")
+    # the services it talks to are the ones compose starts, on the ports they serve
+    init = services.get("cosmos-init") or {}
+    ienv = env_of(init)
+    host, cport = host_port(env.get("SAGAFEED_COSMOS_ENDPOINT"), "SAGAFEED_COSMOS_ENDPOINT")
+    check(host in services, f"SAGAFEED_COSMOS_ENDPOINT names {host}, not a service")
+    check(ienv.get("COSMOS_ENDPOINT") == env.get("SAGAFEED_COSMOS_ENDPOINT"),
+          "cosmos-init and sagafeed are given different Cosmos endpoints")
+    check(f":{cport}/" in str((services.get(host) or {}).get("healthcheck", {}).get("test")),
+          f"the {host} service's healthcheck does not ask port {cport}")
+    khost, kport = host_port(env.get("SAGAFEED_KAFKA_BROKERS"), "SAGAFEED_KAFKA_BROKERS")
+    check(khost in services, f"SAGAFEED_KAFKA_BROKERS names {khost}, not a service")
+    check(f"{khost}:{kport}" in env_of(services.get(khost) or {}).get("KAFKA_ADVERTISED_LISTENERS", ""),
+          f"kafka does not advertise {khost}:{kport}")
+    m = re.search(r'^\s*database\s*=\s*"([^"]*)"', cfg_text, re.M)
+    check(m is not None and ienv.get("COSMOS_DATABASE") == m.group(1),
+          "cosmos-init creates another database than cosmos.database of the image's config")
+    # the containers the init job creates are the workflows' (and the demo's layout)
+    conts = init_containers()
+    demo = open(os.path.join(SRC, "demo/proc_demo.c"), encoding="utf-8").read()
+    m = re.search(r"colls\[\] = \{(.*?)\};", demo, re.S)
+    check(m is not None and conts == re.findall(r'\{"(\w+)", "(/[\w/]+)"\}', m.group(1)),
+          "init_cosmos.py's containers are no longer sagafeed demo's (demo/proc_demo.c)")
+    example = open(os.path.join(SRC, "config/examples/order-fulfilment.cfg"), encoding="utf-8").read()
+    wf = example[example.find("\nworkflows = ("):]
+    names = {c for c, _ in conts}
+    for c in sorted(set(re.findall(r'^\s*container\s*=\s*"([^"]+)"', wf, re.M))):
+        check(c in names, f"the workflows use container {c}, which cosmos-init does not create")
+    # a stop drains within the grace period (--drain-timeout's default)
+    m = re.search(r"^\s+--drain-timeout D .*?\(default (\w+)\)", sagafeed_help("run"), re.S | re.M)
+    grace = duration_s(svc.get("stop_grace_period", "10s"))
+    drain = duration_s(m.group(1)) if m else None
+    if check(drain is not None, "`sagafeed run --help` states no --drain-timeout default"):
+        check(grace is not None and grace >= drain,
+              f"stop_grace_period {svc.get('stop_grace_period')} is shorter than the drain ({m.group(1)})")
+
+
+def cosmos_request(port, key, verb, rtype, link, path, body):
+    """One signed request (PROTOCOL.md section 1) with the base64 key; the status."""
+    import base64  # noqa: PLC0415
+    import email.utils  # noqa: PLC0415
+    import hashlib  # noqa: PLC0415
+    import hmac  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import urllib.error  # noqa: PLC0415
+    import urllib.parse  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    date = email.utils.formatdate(usegmt=True)
+    text = f"{verb.lower()}\n{rtype.lower()}\n{link}\n{date.lower()}\n\n"
+    sig = base64.b64encode(hmac.new(base64.b64decode(key), text.encode(), hashlib.sha256).digest())
+    auth = urllib.parse.quote(f"type=master&ver=1.0&sig={sig.decode()}", safe="")
+    headers = {"authorization": auth, "x-ms-date": date, "x-ms-version": "2018-12-31",
+               "content-type": "application/json"}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", data=json.dumps(body).encode(), method=verb,
+                                 headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def interpolate(v):
+    """Compose's ${VAR:-default} and ${VAR} from this process's environment."""
+    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), v)
+
+
+def free_port():
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_status(url):
+    import urllib.error  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except OSError:
+        return None, ""
+
+
+def live_checks(services):
+    """The sagafeed service's own command line, run under compose's environment.
+
+    Only the addresses are replaced: cosmolite (plain HTTP; the emulator's
+    TLS is turned off by the same variable) in place of the emulator, with
+    the database and containers cosmos-init creates, librdkafka's mock
+    cluster in place of Kafka, a free port in place of 9464. It must come up
+    healthy, answer /metrics and `sagafeed status` (the file's comment), and
+    stop cleanly on SIGTERM within stop_grace_period."""
+    cosmolite, mock = os.environ.get("SF_COSMOLITE_BIN"), os.environ.get("SF_KAFKA_MOCK_BIN")
+    if not (cosmolite and os.access(cosmolite, os.X_OK) and mock and os.access(mock, os.X_OK)):
+        print("note: SF_COSMOLITE_BIN or SF_KAFKA_MOCK_BIN unset: the compose command was not run")
+        return
+    import time  # noqa: PLC0415
+
+    svc = services["sagafeed"]
+    env = {k: interpolate(v) for k, v in env_of(svc).items()}
+    ienv = env_of(services["cosmos-init"])
+    tmp = tempfile.mkdtemp(prefix="sf-compose-run-")
+    procs = []
+    try:
+        cfg = os.path.join(tmp, "sagafeed.cfg")
+        shutil.copy(os.path.join(SRC, "packaging/docker/sagafeed.cfg"), cfg)
+        example = open(os.path.join(SRC, "config/examples/order-fulfilment.cfg"), encoding="utf-8").read()
+        with open(os.path.join(tmp, "order-workflows.cfg"), "w", encoding="utf-8") as f:
+            f.write(example[example.find("\nworkflows = (") + 1:])
+        pf, kf = os.path.join(tmp, "cosmolite.port"), os.path.join(tmp, "kafka.port")
+        # the key compose gives sagafeed (through the variable SAGAFEED_COSMOS_KEY_ENV names)
+        key = env.get(env.get("SAGAFEED_COSMOS_KEY_ENV", ""), "")
+        procs.append(subprocess.Popen([cosmolite, "--memory", "--listen", "127.0.0.1:0", "--port-file", pf,
+                                       "--key", key], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        kafka = subprocess.Popen([mock, "--port-file", kf], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
+        procs.append(kafka)
+        deadline = time.monotonic() + 60
+        while not (os.path.exists(pf) and os.path.getsize(pf) and os.path.exists(kf) and os.path.getsize(kf)):
+            if not check(time.monotonic() < deadline, "cosmolite or the Kafka mock did not start"):
+                return
+            time.sleep(0.1)
+        port = int(open(pf).read())
+        brokers = kafka.stdout.readline().strip()
+        db = ienv.get("COSMOS_DATABASE", "shop")
+
+        check(cosmos_request(port, key, "POST", "dbs", "", "dbs", {"id": db}) == 201, "creating the database failed")
+        for name, pk in init_containers():
+            body = {"id": name, "partitionKey": {"paths": [pk], "kind": "Hash"}, "defaultTtl": -1}
+            check(cosmos_request(port, key, "POST", "colls", f"dbs/{db}", f"dbs/{db}/colls", body) == 201,
+                  f"creating container {name} failed")
+        http = free_port()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SAGAFEED_")}
+        listen = re.sub(r"\d+$", str(http), env["SAGAFEED_PROCESSOR_HTTP_LISTEN"])  # ":9464" -> ":<free>"
+        run_env = {**base, **env, "SAGAFEED_COSMOS_ENDPOINT": f"http://127.0.0.1:{port}/",
+                   "SAGAFEED_KAFKA_BROKERS": brokers, "SAGAFEED_PROCESSOR_HTTP_LISTEN": listen}
+        argv = [str(x) for x in svc["command"]]
+        argv[argv.index("-c") + 1] = cfg
+        sf = subprocess.Popen([SAGAFEED, *argv], env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+        procs.append(sf)
+        deadline = time.monotonic() + 120
+        while http_status(f"http://127.0.0.1:{http}/healthz")[0] != 200:
+            if sf.poll() is not None or time.monotonic() >= deadline:
+                sf.kill()
+                check(False, f"`sagafeed {' '.join(argv)}` under compose's environment never got "
+                             f"healthy:\n{sf.communicate()[1][-2000:]}")
+                return
+            time.sleep(0.2)
+        status, metrics = http_status(f"http://127.0.0.1:{http}/metrics")
+        check(status == 200 and "sagafeed_" in metrics, "/metrics does not answer with sagafeed's metrics")
+        r = subprocess.run([SAGAFEED, "status", "-c", cfg], env=run_env, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, f"`sagafeed status -c` under compose's environment failed:\n{r.stderr}")
+        sf.terminate()
+        try:
+            rc = sf.wait(timeout=duration_s(svc.get("stop_grace_period", "10s")) or 10)
+            err = sf.stderr.read()
+            check(rc == 0, f"sagafeed exited {rc} on SIGTERM:\n{err[-2000:]}")
+            check('"level":"error"' not in err, f"sagafeed logged errors:\n{err[-2000:]}")
+        except subprocess.TimeoutExpired:
+            check(False, "sagafeed did not stop within stop_grace_period")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def init_containers():
+    """CONTAINERS of packaging/docker/init_cosmos.py (azure-cosmos is only imported by its main)."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("init_cosmos", os.path.join(SRC, "packaging/docker/init_cosmos.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return [tuple(c) for c in mod.CONTAINERS]
+
+
 def unit_checks():
     text = open(os.path.join(SRC, "packaging/sagafeed.service"), encoding="utf-8").read()
     for section in ("[Unit]", "[Service]", "[Install]"):
@@ -355,6 +625,10 @@ def main():
     svc = compose_checks()
     if svc is not None:
         config_checks(svc)
+        if SAGAFEED and os.access(SAGAFEED, os.X_OK):
+            services = parse_yaml(open(os.path.join(SRC, "docker-compose.yml"), encoding="utf-8").read())["services"]
+            command_checks(services)
+            live_checks(services)
     unit_checks()
     docs_checks()
     r = subprocess.run([sys.executable, "-m", "py_compile", os.path.join(SRC, "packaging/docker/init_cosmos.py")],

@@ -11,13 +11,21 @@ endif()
 
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they
 # reference, the image's configuration under compose's environment (with
-# `sagafeed check-config`), the systemd unit, the docs.
+# `sagafeed check-config`), the command lines, ports, hosts and containers
+# they name against the binary's --help and each other, the sagafeed
+# service's command run under compose's environment (cosmolite and the Kafka
+# mock in place of the emulator and Kafka), the systemd unit, the docs.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET sagafeed)
+  set(_sf_packaging_env "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>")
+  if(TARGET cosmolite AND TARGET sagafeed-kafka-mock)
+    string(APPEND _sf_packaging_env ";SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>"
+           ";SF_KAFKA_MOCK_BIN=$<TARGET_FILE:sagafeed-kafka-mock>")
+  endif()
   add_test(NAME test_ops_packaging
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_compose.py)
   set_tests_properties(test_ops_packaging PROPERTIES
-    ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
+    ENVIRONMENT "${_sf_packaging_env}"
     LABELS "ops;packaging" TIMEOUT 120)
 endif()
 
