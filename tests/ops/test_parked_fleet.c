@@ -31,6 +31,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "demo/proc_demo.h"
+#include "feed/feed.h"
 #include "tests/support/e2e.h"
 
 #define INSTANCES 3
@@ -59,12 +60,50 @@ static void inst_start(struct inst *in)
     in->port = e2e_ops_port(in->log);
 }
 
-static void all_restart(struct inst *v)
+/*
+ * Waits until the orders feed's leases (one per range, as many as
+ * instances) have one owner each: the balance the fleet settles into after
+ * a start. Before it, leases move between instances, and an item an
+ * instance parks just after its lease moved (it learns of the move at its
+ * next lease write) is not blocked on the new owner until that one's next
+ * parking scan: o-2 could run before it, the race the scenarios are not
+ * about (docs/operations.md, "Parked items").
+ */
+static void wait_balanced(struct cosmos_client *cli)
+{
+    int64_t deadline = sf_mono_ms() + 30000;
+    struct feed_lease_info *l = NULL;
+    size_t n = 0;
+    struct sf_err err;
+
+    for (;;) {
+        bool one_each = false;
+
+        if (feed_leases_list(cli, "shop", "leases", "pf.orders", &l, &n, &err) == SF_OK &&
+            n == INSTANCES) {
+            one_each = true;
+            for (size_t i = 0; i < n && one_each; i++) {
+                one_each = l[i].owner[0] != '\0';
+                for (size_t j = 0; j < i && one_each; j++)
+                    one_each = strcmp(l[i].owner, l[j].owner) != 0;
+            }
+        }
+        free(l);
+        l = NULL;
+        if (one_each)
+            return;
+        ck_assert_msg(sf_mono_ms() < deadline, "the instances did not take one lease each");
+        sf_sleep_ms(100);
+    }
+}
+
+static void all_restart(struct cosmos_client *cli, struct inst *v)
 {
     for (int i = 0; i < INSTANCES; i++)
         e2e_stop(v[i].pid, v[i].log);
     for (int i = 0; i < INSTANCES; i++)
         inst_start(&v[i]);
+    wait_balanced(cli);
 }
 
 /* sagafeed_parked_keys of one instance, -1 when its /metrics does not answer. */
@@ -275,6 +314,7 @@ static struct cosmos_client *fleet_start_with(struct inst *v, const char *tag,
         (void)snprintf(v[i].name, sizeof(v[i].name), "%s-%d", tag, i);
         inst_start(&v[i]);
     }
+    wait_balanced(cli);
     return cli;
 }
 
@@ -351,7 +391,7 @@ START_TEST(test_replay_unblocks_fleet)
         ck_abort_msg("o-2 did not wait behind the parked o-bad");
     }
     /* Restarted, every instance knows the key is blocked. */
-    all_restart(v);
+    all_restart(cli, v);
     if (!wait_parked_keys(v, 1, 20000)) {
         dump_logs(v);
         ck_abort_msg("not every instance has the key blocked");
@@ -380,7 +420,7 @@ START_TEST(test_replay_unblocks_fleet)
 
     /* A late "waiting" record nothing heads: after a restart it must not block the key. */
     put_orphan_waiting(cli, "o-3");
-    all_restart(v);
+    all_restart(cli, v);
     if (!wait_parking_count(cli, 0, 20000)) {
         dump_logs(v);
         ck_abort_msg("the left-behind waiting record was never replayed and removed");
