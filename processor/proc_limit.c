@@ -14,6 +14,7 @@
 #define HOLD_MAX     8
 #define MIN_SAMPLES  16 /* completions a window needs besides 2 x limit */
 #define LATE_SAMPLES 8  /* enough for a decision once max_window_us is up */
+#define FAST_SAMPLES 8  /* slow start: completions of items started since the change, at least */
 /*
  * An up probe must gain step/limit / UP_SHARE, a down probe may lose at most
  * step/limit / DOWN_SHARE: biased upwards on purpose. Too few in flight at
@@ -51,6 +52,11 @@ static void window_start(struct proc_limit *pl, int64_t now_us, bool changed)
     pl->n = 0;
     pl->sum_us = 0;
     pl->bound_us = 0;
+    pl->changed_at = now_us;
+    pl->fast_all = 0;
+    pl->fast_n = 0;
+    pl->fast_sum_us = 0;
+    pl->fast_bound = 0;
 }
 
 void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int64_t now_us)
@@ -81,6 +87,9 @@ static void account(struct proc_limit *pl, int64_t now_us)
 
         if (now_us > from)
             pl->bound_us += now_us - from;
+        from = SF_MAX(pl->last_note, pl->changed_at);
+        if (now_us > from)
+            pl->fast_bound += now_us - from;
     }
     pl->last_note = now_us;
 }
@@ -165,6 +174,8 @@ static bool next_probe(struct proc_limit *pl)
         if (to != pl->base) {
             pl->limit = to;
             pl->last_up = up;
+            if (!up)
+                pl->slow_start = false; /* the knee was found from above */
             pl->phase = up ? PROC_LIMIT_UP : PROC_LIMIT_DOWN;
             pl->changes++;
             return true;
@@ -186,6 +197,19 @@ static bool judge(const struct proc_limit *pl, double x)
     if (pl->phase == PROC_LIMIT_UP)
         return x >= pl->base_x * (1 + SF_MAX(UP_MIN_GAIN, rel / UP_SHARE));
     return x >= pl->base_x * (1 - rel / DOWN_SHARE);
+}
+
+/* Accepts the probe (or the base) measured by a window: x items/s at a mean latency of mean_us. */
+static void accept(struct proc_limit *pl, double x, double mean_us, double n)
+{
+    pl->base = pl->limit;
+    pl->base_x = x;
+    pl->base_us = mean_us;
+    pl->base_n = n;
+    pl->rejected_once = false;
+    pl->hold_next = 1;
+    pl->phase = PROC_LIMIT_BASE;
+    pl->last_up = true; /* climb on from the new base; after a step down, up first */
 }
 
 /* The window [win_start, now] is complete: decide. Returns true when the limit moved. */
@@ -231,15 +255,7 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
         return next_probe(pl);
     }
     if (judge(pl, x)) {
-        pl->base = pl->limit;
-        pl->base_x = x;
-        pl->base_us = mean;
-        pl->base_n = n;
-        pl->rejected_once = false;
-        pl->hold_next = 1;
-        pl->phase = PROC_LIMIT_BASE;
-        /* climb on from the new base, measured by this very window; after a step down, up first */
-        pl->last_up = true;
+        accept(pl, x, mean, n); /* this very window measured the new base */
         if (!bound)
             return false;
         pl->hold = 0;
@@ -252,14 +268,78 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
     return true;
 }
 
+/*
+ * Slow start decides on shorter evidence, as only a clear gain is asked of
+ * a doubling: while the limit binds, in flight is the limit, so by Little's
+ * law items/s = limit / item latency and the latency alone tells the gain
+ * (a doubling whose items take no longer doubled items/s; one whose items
+ * take twice as long, as at 0 ms, gave nothing and ends the slow start).
+ * The evidence is the latency of items that started after the change: the
+ * first `base` of them are about those that filled the new slots, so they
+ * come one item latency after it - no settle, no window of 2 x limit
+ * completions: the limit doubles about once per item latency instead of
+ * once per three. They are the quickest of their cohort, which favours a
+ * doubling (the bias is upwards anyway) and is why they set no floor.
+ * The items/s later windows must beat is what completed since the change.
+ * Returns true when it decided (*ret_moved: the limit moved).
+ */
+static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us, bool *ret_moved)
+{
+    int64_t since = now_us - pl->changed_at;
+    double mean, x, gain, more;
+
+    if (!pl->slow_start || pl->phase == PROC_LIMIT_DOWN)
+        return false;
+    pl->fast_all++;
+    if (now_us - dur_us < pl->changed_at)
+        return false; /* started before the change */
+    pl->fast_n++;
+    pl->fast_sum_us += (double)SF_MAX(dur_us, 0);
+    if (pl->fast_n < SF_MAX(FAST_SAMPLES, pl->base) || since <= 0 ||
+        (double)pl->fast_bound < BINDING_SHARE * (double)since)
+        return false; /* not yet, or the limit did not bind: the window decides */
+    mean = SF_MAX(pl->fast_sum_us / pl->fast_n, 1.0);
+    x = pl->fast_all / ((double)since / 1e6);
+    pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
+    if (pl->phase == PROC_LIMIT_BASE) {
+        pl->base_x = x;
+        pl->base_us = mean;
+        pl->base_n = pl->limit;
+        *ret_moved = next_probe(pl);
+        return true;
+    }
+    more = (double)pl->limit / (double)pl->base;
+    gain = more * pl->base_us / mean - 1;
+    pl->up_gain = gain;
+    pl->up_queued = queued(pl, mean, pl->limit) && mean >= PROPORTIONAL * more * pl->base_us;
+    if (gain >= SF_MAX(UP_MIN_GAIN, (more - 1) / UP_SHARE)) {
+        accept(pl, x, mean, pl->limit);
+        pl->hold = 0;
+        *ret_moved = next_probe(pl);
+        return true;
+    }
+    rejected(pl, true);
+    pl->limit = pl->base;
+    pl->phase = PROC_LIMIT_BASE;
+    pl->changes++;
+    *ret_moved = true;
+    return true;
+}
+
 unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us)
 {
     int64_t elapsed, need;
     bool moved = false;
 
     account(pl, now_us);
-    if (now_us < pl->win_start || pl->o.floor == pl->o.cap)
-        return pl->limit; /* settling after a change, or a fixed limit */
+    if (pl->o.floor == pl->o.cap)
+        return pl->limit; /* a fixed limit */
+    if (slow_start_done(pl, now_us, dur_us, &moved)) {
+        window_start(pl, now_us, moved);
+        return pl->limit;
+    }
+    if (now_us < pl->win_start)
+        return pl->limit; /* settling after a change */
     pl->n++;
     pl->sum_us += (double)SF_MAX(dur_us, 0);
     elapsed = now_us - pl->win_start;

@@ -26,7 +26,14 @@
  * less than 3 % (or none was possible: at the cap), and after every accepted
  * step down the next probe goes up: on a noisy machine one lucky window must
  * not talk the limit down step by step. The step doubles the limit until the
- * first rejection (slow start), then it is a quarter of the limit (at least 1).
+ * first rejection or step down (slow start), then it is a quarter of the
+ * limit (at least 1). A doubling needs only a clear gain, so slow start
+ * judges it on shorter evidence: while the limit binds, items/s = limit /
+ * item latency (Little's law), and the latency of the first `base` items
+ * that started after the change (about one item latency later, no settle)
+ * tells the gain; without binding the window decides as usual. At 20 ms per
+ * request (items of a few hundred ms) that is one doubling per item latency,
+ * not per three: the knee in under a second instead of 2.5 s.
  *
  * Little's law (in flight = items/s x item latency) is the second signal:
  * the floor is the lowest mean item latency of a binding window. A down
@@ -92,6 +99,13 @@ struct proc_limit {
     unsigned n;        /* completions in the window */
     double sum_us;     /* their latencies */
     uint64_t changes;  /* limit changes (probes and reverts), for metrics */
+
+    /* slow start's evidence (see proc_limit.c, slow_start_done) */
+    int64_t changed_at; /* the window began (a change) */
+    unsigned fast_all;  /* completions since changed_at */
+    unsigned fast_n;    /* of them, items that started after it */
+    double fast_sum_us; /* their latencies */
+    int64_t fast_bound; /* us since changed_at with work waiting for a slot */
 };
 
 /* Sets the limit up at now_us. */
