@@ -16,6 +16,11 @@
 #define LATE_SAMPLES 8  /* enough for a decision once max_window_us is up */
 #define FAST_SAMPLES 8  /* slow start: completions of items started since the change, at least */
 /*
+ * Slow start waits this many item latencies after a change: the first items
+ * of the new cohort to complete are its quickest; by then most of it has.
+ */
+#define FAST_WAIT 1.5
+/*
  * An up probe must gain step/limit / UP_SHARE, a down probe may lose at most
  * step/limit / DOWN_SHARE: biased upwards on purpose. Too few in flight at
  * 5 ms costs half the throughput; too many at 0 ms costs a little CPU.
@@ -295,10 +300,11 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
         return false; /* started before the change */
     pl->fast_n++;
     pl->fast_sum_us += (double)SF_MAX(dur_us, 0);
-    if (pl->fast_n < SF_MAX(FAST_SAMPLES, pl->base) || since <= 0 ||
+    mean = SF_MAX(pl->fast_sum_us / pl->fast_n, 1.0);
+    if (pl->fast_n < SF_MAX(FAST_SAMPLES, pl->base) ||
+        (double)since < FAST_WAIT * SF_MAX(mean, pl->mean_us) ||
         (double)pl->fast_bound < BINDING_SHARE * (double)since)
         return false; /* not yet, or the limit did not bind: the window decides */
-    mean = SF_MAX(pl->fast_sum_us / pl->fast_n, 1.0);
     x = pl->fast_all / ((double)since / 1e6);
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
     if (pl->phase == PROC_LIMIT_BASE) {

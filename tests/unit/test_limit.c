@@ -35,6 +35,7 @@ struct sim {
     uint64_t seed;           /* varies the noise pattern */
     bool binding;            /* work waits for a slot (an endless backlog) */
     unsigned supply;         /* at most this many items are ready at once (0: endless) */
+    bool mixed;              /* items of two kinds: every other one takes 0.4 x, the rest 1.6 x */
     unsigned reach;          /* a limit to time: reach_us says when it was first reached */
     /* results */
     int64_t reach_us;        /* from the start until the limit first was >= reach (-1: never) */
@@ -128,6 +129,9 @@ static void sim_run(struct sim *m, unsigned floor, unsigned cap, int64_t seconds
         double busy = m->supply > 0 && n > m->supply ? m->supply : n;
         int64_t dur = (int64_t)(busy * 1e6 / (m->bursty ? x / f : x));
 
+        if (m->mixed)
+            dur = (int64_t)((double)dur * ((uint64_t)m->all_items % 2 ? 0.4 : 1.6));
+
         if (t >= half) {
             weighted += (double)n * (double)dt;
             m->tail_items += 1;
@@ -188,9 +192,11 @@ START_TEST(test_limit_reaches_the_knee_within_a_few_item_latencies_at_20_ms_per_
      * workers in a 7 s run: the limit started at 8 and doubled once per
      * window (two item latencies after a settle of one), so it took seconds
      * to reach the ~58 lanes (60 customers) the workload can run at once.
-     * Here that supply is the knee and an item takes 200..400 ms: the limit
+     * Here that supply is the knee and an item takes 200..400 ms (or, mixed,
+     * 0.4 and 1.6 times that: the first to complete are the quick ones): the limit
      * must reach it within 6 item latencies (it took 8), and at 200 ms a 7 s
-     * run must complete 90 % of what the best fixed limit would (it did 85 %).
+     * run must complete 88 % of what the best fixed limit would from its
+     * first moment on (the model's ideal; it did 85 %).
      */
     static const double item_ms[] = {200, 300, 400};
 
@@ -200,6 +206,7 @@ START_TEST(test_limit_reaches_the_knee_within_a_few_item_latencies_at_20_ms_per_
                             .service_us = 300,
                             .cores = 2,
                             .jitter = seed > 0,
+                            .mixed = seed >= 2,
                             .bursty = true,
                             .seed = seed,
                             .supply = 58,
@@ -212,7 +219,7 @@ START_TEST(test_limit_reaches_the_knee_within_a_few_item_latencies_at_20_ms_per_
                           "(at most %u)",
                           item_ms[i], (unsigned)seed, m.reach, (double)m.reach_us / 1e6, m.hi);
             if (item_ms[i] <= 200)
-                ck_assert_msg(m.all_items >= 0.9 * m.all_ideal_items,
+                ck_assert_msg(m.all_items >= 0.88 * m.all_ideal_items,
                               "seed %u: %.0f items in 7 s, %.0f at the best fixed limit",
                               (unsigned)seed, m.all_items, m.all_ideal_items);
         }
