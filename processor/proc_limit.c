@@ -48,7 +48,20 @@ static unsigned clamp(const struct proc_limit *pl, int64_t v)
     return (unsigned)v;
 }
 
-/* Starts a window at now; after a change of the limit, in-flight items settle first. */
+/* Starts slow start's evidence at now (see slow_start_done). */
+static void fast_start(struct proc_limit *pl, int64_t now_us)
+{
+    pl->changed_at = now_us;
+    pl->fast_all = pl->fast_n = 0;
+    pl->fast_sum_us = 0;
+    pl->fast_bound = 0;
+}
+
+/*
+ * Starts a window at now; after a change of the limit, in-flight items
+ * settle first. Slow start's evidence restarts only with a change: a window
+ * that decided nothing left the limit, and what its items say, as it was.
+ */
 static void window_start(struct proc_limit *pl, int64_t now_us, bool changed)
 {
     int64_t settle = changed ? SF_MIN((int64_t)pl->mean_us, pl->o.max_window_us / 4) : 0;
@@ -57,11 +70,8 @@ static void window_start(struct proc_limit *pl, int64_t now_us, bool changed)
     pl->n = 0;
     pl->sum_us = 0;
     pl->bound_us = 0;
-    pl->changed_at = now_us;
-    pl->fast_all = 0;
-    pl->fast_n = 0;
-    pl->fast_sum_us = 0;
-    pl->fast_bound = 0;
+    if (changed)
+        fast_start(pl, now_us);
 }
 
 void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int64_t now_us)
@@ -82,6 +92,7 @@ void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int
     pl->hold_next = 1;
     pl->last_note = now_us;
     window_start(pl, now_us, false);
+    fast_start(pl, now_us);
 }
 
 /* Adds the binding time from last_note to now that falls inside the window. */
@@ -102,6 +113,15 @@ static void account(struct proc_limit *pl, int64_t now_us)
 void proc_limit_note(struct proc_limit *pl, int64_t now_us, bool binding)
 {
     account(pl, now_us);
+    if (binding && !pl->binding && pl->slow_start &&
+        (double)pl->fast_bound < BINDING_SHARE * (double)(now_us - pl->changed_at)) {
+        /*
+         * Slow start's evidence begins when the limit starts to bind: at
+         * start-up the wait for the first changes would otherwise count as
+         * time without binding and hold the first doubling for a window.
+         */
+        fast_start(pl, now_us);
+    }
     pl->binding = binding;
 }
 
@@ -295,6 +315,10 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
 
     if (!pl->slow_start || pl->phase == PROC_LIMIT_DOWN)
         return false;
+    if (since > pl->o.max_window_us) {
+        fast_start(pl, now_us); /* too little traffic: stale, as a window without a verdict */
+        return false;
+    }
     pl->fast_all++;
     if (now_us - dur_us < pl->changed_at)
         return false; /* started before the change */
@@ -342,6 +366,7 @@ unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us)
         return pl->limit; /* a fixed limit */
     if (slow_start_done(pl, now_us, dur_us, &moved)) {
         window_start(pl, now_us, moved);
+        fast_start(pl, now_us); /* decided: the next verdict needs new evidence */
         return pl->limit;
     }
     if (now_us < pl->win_start)

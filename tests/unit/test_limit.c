@@ -37,6 +37,7 @@ struct sim {
     unsigned supply;         /* at most this many items are ready at once (0: endless) */
     bool mixed;              /* items of two kinds: every other one takes 0.4 x, the rest 1.6 x */
     unsigned reach;          /* a limit to time: reach_us says when it was first reached */
+    int64_t idle_us;         /* at first one item at a time, the limit not binding (start-up) */
     /* results */
     int64_t reach_us;        /* from the start until the limit first was >= reach (-1: never) */
     double all_items;        /* completions over the whole run */
@@ -124,9 +125,10 @@ static void sim_run(struct sim *m, unsigned floor, unsigned cap, int64_t seconds
     m->all_items = m->all_ideal_items = 0;
     m->reach_us = m->reach > 0 && n >= m->reach ? 0 : -1;
     while (t < end) {
-        double f = sim_noise(m, t), x = sim_x(m, n) * f;
+        bool idle = t - t0 < m->idle_us;
+        double f = sim_noise(m, t), x = (idle ? sim_x(m, 1) : sim_x(m, n)) * f;
         int64_t dt = (int64_t)(1e6 / x) + 1;
-        double busy = m->supply > 0 && n > m->supply ? m->supply : n;
+        double busy = idle ? 1 : m->supply > 0 && n > m->supply ? m->supply : n;
         int64_t dur = (int64_t)(busy * 1e6 / (m->bursty ? x / f : x));
 
         if (m->mixed)
@@ -140,7 +142,7 @@ static void sim_run(struct sim *m, unsigned floor, unsigned cap, int64_t seconds
         m->all_items += 1;
         m->all_ideal_items += best * f * (double)dt / 1e6;
         t += dt;
-        proc_limit_note(&pl, t, m->binding && (m->supply == 0 || m->supply > n));
+        proc_limit_note(&pl, t, m->binding && !idle && (m->supply == 0 || m->supply > n));
         n = proc_limit_done(&pl, t, dur);
         ck_assert_uint_eq(n, pl.limit);
         if (n < m->lo)
@@ -148,7 +150,7 @@ static void sim_run(struct sim *m, unsigned floor, unsigned cap, int64_t seconds
         if (n > m->hi)
             m->hi = n;
         if (m->reach_us < 0 && m->reach > 0 && n >= m->reach)
-            m->reach_us = t - t0;
+            m->reach_us = t - t0 - m->idle_us;
     }
     m->last = n;
     m->tail_limit_avg = weighted / (double)(end - half);
@@ -223,6 +225,34 @@ START_TEST(test_limit_reaches_the_knee_within_a_few_item_latencies_at_20_ms_per_
                               "seed %u: %.0f items in 7 s, %.0f at the best fixed limit",
                               (unsigned)seed, m.all_items, m.all_ideal_items);
         }
+    }
+}
+END_TEST
+
+START_TEST(test_limit_slow_start_counts_from_when_the_limit_first_binds)
+{
+    /*
+     * Issue 16, 20 ms: sagafeed starts before the orders come; the limit sat
+     * at 8 with 31 items ready for half a second, as its first window began
+     * at start-up and had not bound half of the time. Here a trickle of one
+     * item at a time comes first (0.5 .. 3 s), then the 200 ms workload: the
+     * knee within 6 item latencies of the first binding.
+     */
+    static const int64_t idle_ms[] = {500, 1000, 3000};
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(idle_ms); i++) {
+        struct sim m = {.delay_us = 200000,
+                        .service_us = 300,
+                        .cores = 2,
+                        .supply = 58,
+                        .reach = 58,
+                        .idle_us = idle_ms[i] * 1000,
+                        .binding = true};
+
+        sim_run(&m, 4, 128, 10);
+        ck_assert_msg(m.reach_us >= 0 && m.reach_us <= 1200000,
+                      "after %lld ms of start-up the limit reached %u %.2f s after the work came",
+                      (long long)idle_ms[i], m.reach, (double)m.reach_us / 1e6);
     }
 }
 END_TEST
@@ -413,6 +443,7 @@ int main(void)
     tcase_add_test(tc, test_limit_reaches_the_cap_within_seconds_at_200_ms_per_item);
     tcase_add_test(tc,
                    test_limit_reaches_the_knee_within_a_few_item_latencies_at_20_ms_per_request);
+    tcase_add_test(tc, test_limit_slow_start_counts_from_when_the_limit_first_binds);
     tcase_add_test(tc, test_limit_stays_low_when_more_in_flight_adds_nothing);
     tcase_add_test(tc, test_limit_settles_near_the_knee);
     tcase_add_test(tc, test_limit_on_a_noisy_shared_machine_keeps_the_rate);
