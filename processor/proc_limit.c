@@ -55,6 +55,7 @@ static void fast_start(struct proc_limit *pl, int64_t now_us)
     pl->fast_all = pl->fast_n = 0;
     pl->fast_sum_us = 0;
     pl->fast_bound = 0;
+    pl->fast_off = false;
 }
 
 /*
@@ -296,16 +297,17 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
 /*
  * Slow start decides on shorter evidence, as only a clear gain is asked of
  * a doubling: while the limit binds, in flight is the limit, so by Little's
- * law items/s = limit / item latency and the latency alone tells the gain
- * (a doubling whose items take no longer doubled items/s; one whose items
- * take twice as long, as at 0 ms, gave nothing and ends the slow start).
- * The evidence is the latency of items that started after the change: the
- * first `base` of them are about those that filled the new slots, so they
- * come one item latency after it - no settle, no window of 2 x limit
- * completions: the limit doubles about once per item latency instead of
- * once per three. They are the quickest of their cohort, which favours a
- * doubling (the bias is upwards anyway) and is why they set no floor.
- * The items/s later windows must beat is what completed since the change.
+ * law items/s = limit / item latency and the latency alone tells the gain:
+ * a doubling whose items take no longer doubled items/s. The evidence is
+ * the latency of items that started after the change, 1.5 item latencies
+ * on - no settle, no window of 2 x limit completions: the limit doubles
+ * about once per item latency and a half instead of once per three. It
+ * only accepts: without a clear gain (0 ms: the items take twice as long;
+ * or a mix of items that shifts as the work starts) the probe's window
+ * judges items/s as ever, so the worst case is the old pace. The first of
+ * a cohort to complete are its quickest, which favours a doubling (the
+ * bias is upwards anyway) and is why they set no floor. The items/s later
+ * windows must beat is what completed since the change.
  * Returns true when it decided (*ret_moved: the limit moved).
  */
 static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us, bool *ret_moved)
@@ -313,7 +315,7 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
     int64_t since = now_us - pl->changed_at;
     double mean, x, gain, more;
 
-    if (!pl->slow_start || pl->phase == PROC_LIMIT_DOWN)
+    if (!pl->slow_start || pl->phase == PROC_LIMIT_DOWN || pl->fast_off)
         return false;
     if (since > pl->o.max_window_us) {
         fast_start(pl, now_us); /* too little traffic: stale, as a window without a verdict */
@@ -342,17 +344,14 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
     gain = more * pl->base_us / mean - 1;
     pl->up_gain = gain;
     pl->up_queued = queued(pl, mean, pl->limit) && mean >= PROPORTIONAL * more * pl->base_us;
-    if (gain >= SF_MAX(UP_MIN_GAIN, (more - 1) / UP_SHARE)) {
-        accept(pl, x, mean, pl->limit);
-        pl->hold = 0;
-        *ret_moved = next_probe(pl);
-        return true;
+    if (gain < SF_MAX(UP_MIN_GAIN, (more - 1) / UP_SHARE)) {
+        /* no clear gain: the probe's window judges items/s as it always did */
+        pl->fast_off = true;
+        return false;
     }
-    rejected(pl, true);
-    pl->limit = pl->base;
-    pl->phase = PROC_LIMIT_BASE;
-    pl->changes++;
-    *ret_moved = true;
+    accept(pl, x, mean, pl->limit);
+    pl->hold = 0;
+    *ret_moved = next_probe(pl);
     return true;
 }
 
