@@ -16,8 +16,12 @@
 #define LATE_SAMPLES 8  /* enough for a decision once max_window_us is up */
 #define FAST_SAMPLES 8  /* slow start: completions of items started since the change, at least */
 /*
- * Slow start waits this many item latencies after a change: the first items
- * of the new cohort to complete are its quickest; by then most of it has.
+ * Slow start waits this many item latencies after a change, and at least
+ * half a minimum window: the first items of the new cohort to complete are
+ * its quickest; by then most of it has. With quick items (0 ms: ~10 ms, the
+ * window is min_window_us long anyway) half a window holds many cohorts, so
+ * the mean is fair: a limit that only queues shows twice the latency. Only
+ * 1.5 item latencies it accepted doublings to 60 in flight at 0 ms.
  */
 #define FAST_WAIT 1.5
 /*
@@ -328,7 +332,8 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
     pl->fast_sum_us += (double)SF_MAX(dur_us, 0);
     mean = SF_MAX(pl->fast_sum_us / pl->fast_n, 1.0);
     if (pl->fast_n < SF_MAX(FAST_SAMPLES, pl->base) ||
-        (double)since < FAST_WAIT * SF_MAX(mean, pl->mean_us) ||
+        (double)since <
+            SF_MAX(FAST_WAIT * SF_MAX(mean, pl->mean_us), (double)pl->o.min_window_us / 2) ||
         (double)pl->fast_bound < BINDING_SHARE * (double)since)
         return false; /* not yet, or the limit did not bind: the window decides */
     x = pl->fast_all / ((double)since / 1e6);
