@@ -106,6 +106,7 @@ struct proc_limit {
     unsigned fast_all;  /* completions since changed_at */
     unsigned fast_n;    /* of them, items that started after it */
     double fast_sum_us; /* their latencies */
+    double fast_all_us; /* the latencies of all completions since changed_at */
     int64_t fast_bound; /* us since changed_at with work waiting for a slot */
     bool fast_off;      /* no clear gain: the window judges this probe */
 };
