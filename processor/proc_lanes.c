@@ -28,12 +28,9 @@
 /*
  * Queued tasks allowed per item the limit lets run (at least QUEUE_FLOOR, at
  * most queue_limit): enough ready keys to fill every slot, while a backlog
- * at a low limit holds few documents in memory. Keys are skewed, and a full
- * queue stops the feed in front of keys with no work queued: at 20 ms, 60
- * customers and a limit of 64, 4 per slot ran 47-50 items, 8 ran 52-57 (as
- * fixed 128 workers with 512 queued).
+ * at a low limit holds few documents in memory.
  */
-#define QUEUE_PER_SLOT 8
+#define QUEUE_PER_SLOT 4
 #define QUEUE_FLOOR    64
 
 struct lane {

@@ -6,7 +6,7 @@
  * time in submission order; different lanes run in parallel on worker
  * threads. The total number of queued tasks is capped: submit blocks while
  * the cap is reached (backpressure towards the change feed) and gives up
- * when the lanes stop. The cap is 8 tasks per item the limit (below) lets
+ * when the lanes stop. The cap is 4 tasks per item the limit (below) lets
  * run, at least 64 and at most queue_limit: a backlog costs memory in
  * proportion to the concurrency it can use.
  *
