@@ -108,6 +108,8 @@ struct cosmos_throughput_opts {
     bool no_adapt;              /* do not learn from 429/3200 (caps only) */
     /* longest pause a 429/3200's retry-after imposes [retry.throttle_wait_cap_ms] */
     int64_t max_pause_ms;
+    /* a container with a known offer: each range paced at most at this share of it [0.95] */
+    double offer_fraction; /* (0, 1]; 0: the default */
 };
 
 /* One container's figures (cosmos_client_throughput_stats). */
@@ -458,6 +460,40 @@ enum sf_rc cosmos_container_create_if_missing(struct cosmos_client *cli, const c
 /* DELETE /dbs/{db}/colls/{coll}. */
 enum sf_rc cosmos_container_delete(struct cosmos_client *cli, const char *db, const char *coll,
                                    struct sf_err *err);
+
+/* ---------------------------------------------------------------------------
+ * Offers: what throughput the service provisions
+ */
+
+/* A container's own offer. */
+struct cosmos_offer_info {
+    bool found;     /* false: none (serverless, or throughput shared by the database) */
+    int64_t rus;    /* manual: content.offerThroughput; autoscale: its maxThroughput */
+    bool autoscale; /* content.offerAutopilotSettings was present */
+    char id[64];    /* the offer's id */
+};
+
+/*
+ * The offer of container coll: reads the container (its _rid) and queries
+ * /offers by offerResourceId. No offer is SF_OK with found false. *ret_info
+ * written only on success.
+ */
+enum sf_rc cosmos_offer_read(struct cosmos_client *cli, const char *db, const char *coll,
+                             struct cosmos_offer_info *ret_info, struct sf_err *err);
+
+/*
+ * Tells the client's throughput control what every container it has
+ * metered so far is provisioned (cosmos_throttle_budget): its offer's RU/s
+ * and its current number of partition key ranges (re-read, so splits and
+ * merges show). A container without an offer of its own is paced by
+ * learning alone. Nothing fails because of this: a container whose offer
+ * cannot be read keeps what was known; the first such error is returned
+ * (SF_OK when all were read) with *ret_known (may be NULL) the number of
+ * containers with an offer. Blocks for a few requests per container; call
+ * it from a housekeeping thread, once at start and then now and then.
+ */
+enum sf_rc cosmos_client_budgets_refresh(struct cosmos_client *cli, size_t *ret_known,
+                                         struct sf_err *err);
 
 /* ---------------------------------------------------------------------------
  * Partition key ranges

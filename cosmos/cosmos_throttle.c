@@ -17,12 +17,19 @@
 #define SLOT_MS 100 /* the spend ring's resolution */
 #define RING    20  /* two seconds of 100 ms slots */
 
-/* A token bucket holding at most one second of rate; rate 0: off. */
+/* A token bucket holding at most hold_s (0: one) seconds of rate; rate 0: off. */
 struct bucket {
     double rate;
     double tokens;
     int64_t at_ms;
+    double hold_s;
 };
+
+/* The most b holds. */
+static double bucket_max(const struct bucket *b)
+{
+    return b->rate * (b->hold_s > 0 ? b->hold_s : 1.0);
+}
 
 /*
  * Pacing of one partition key range of a container: what a 3200 from that
@@ -37,6 +44,7 @@ struct pace {
     int64_t last_raise_ms;
     int64_t pressed_ms; /* when the learnt bucket last refused an attempt */
     double bad;         /* the rate that last met a 3200 (probing slows near it) */
+    double ceiling;     /* the offer's share for this range (RU/s); 0: no offer known */
     int64_t first_ms;   /* first attempt: the spend window starts no earlier */
     double ring[RING];
     int64_t ring_slot[RING];
@@ -57,6 +65,7 @@ struct entry {
     size_t n_paces, cap_paces;
     struct pk_slot *pk; /* COSMOS_THROTTLE_PK_SLOTS, made on first use */
     double est[COSMOS_OPK_N];
+    double ceiling; /* per range, what new paces start with (cosmos_throttle_budget) */
     uint64_t attempts, throttled, throttled_3200;
     double charge;
     int64_t waited_ms;
@@ -68,6 +77,7 @@ struct cosmos_throttle {
     double floor;
     bool adapt;
     int64_t max_pause_ms;
+    double offer_fraction;
     char **cap_names;
     double *cap_rus;
     size_t n_caps;
@@ -117,6 +127,10 @@ enum sf_rc cosmos_throttle_new(const struct cosmos_throughput_opts *o, struct co
         return sf_err_set(err, SF_EINVAL, false,
                           "throughput: max_ru_per_second and floor_ru_per_second must be "
                           "finite and >= 0");
+    if (!rate_ok(o->offer_fraction) || o->offer_fraction > 1)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "throughput: offer_fraction %g must be in (0, 1] (0: the default %g)",
+                          o->offer_fraction, COSMOS_THROTTLE_OFFER_FRACTION);
     if (o->max_containers > COSMOS_THROTTLE_CONTAINERS_MAX)
         return sf_err_set(err, SF_EINVAL, false, "throughput: max_containers %zu is above %d",
                           o->max_containers, COSMOS_THROTTLE_CONTAINERS_MAX);
@@ -133,6 +147,7 @@ enum sf_rc cosmos_throttle_new(const struct cosmos_throughput_opts *o, struct co
     t->floor = o->floor_ru_per_second > 0 ? o->floor_ru_per_second : COSMOS_THROTTLE_FLOOR_DEFAULT;
     t->adapt = !o->no_adapt;
     t->max_pause_ms = o->max_pause_ms > 0 ? o->max_pause_ms : 10000;
+    t->offer_fraction = o->offer_fraction > 0 ? o->offer_fraction : COSMOS_THROTTLE_OFFER_FRACTION;
     t->all.rate = o->max_ru_per_second;
     t->all.tokens = t->all.rate;
     t->all.at_ms = INT64_MIN;
@@ -214,8 +229,8 @@ static void bucket_refill(struct bucket *b, int64_t now_ms)
         b->tokens += b->rate * (double)(now_ms - b->at_ms) / 1000.0;
         b->at_ms = now_ms;
     }
-    if (b->tokens > b->rate)
-        b->tokens = b->rate; /* one second of budget, as the service's buckets hold */
+    if (b->tokens > bucket_max(b))
+        b->tokens = bucket_max(b); /* one second of budget, as the service's buckets hold */
 }
 
 /* Milliseconds until b holds budget again; 0 when it does (or is off). */
@@ -236,8 +251,8 @@ static void bucket_pay(struct bucket *b, double ru)
     b->tokens -= ru;
     if (b->tokens < -b->rate * COSMOS_THROTTLE_DEBT_S)
         b->tokens = -b->rate * COSMOS_THROTTLE_DEBT_S;
-    if (b->tokens > b->rate)
-        b->tokens = b->rate;
+    if (b->tokens > bucket_max(b))
+        b->tokens = bucket_max(b);
 }
 
 static void ring_add(struct pace *e, int64_t now_ms, double ru)
@@ -277,6 +292,34 @@ static double ring_rate(const struct pace *e, int64_t now_ms)
  */
 
 /*
+ * Gives p the per-range ceiling c (0: none). A rate at the old ceiling (or
+ * none yet) moves to the new one; a rate learnt below it stays, unless the
+ * ceiling went below it. Dropping the ceiling keeps the rate: probing
+ * raises it when demand presses.
+ *
+ * Under a ceiling the bucket holds only COSMOS_THROTTLE_OFFER_HOLD_S of
+ * its rate: the service's bucket holds a whole second, so the difference
+ * is budget the service still has when our estimates of requests in
+ * flight fall short (a batch charged 40 RU pre-paid as 15). With a full
+ * second on both sides that margin is only (1 - offer_fraction) of a
+ * second, and each 429 it lets through pauses and cuts the range.
+ */
+static void pace_ceiling(struct pace *p, double c)
+{
+    bool at_old = p->ceiling > 0 && p->learnt.rate >= p->ceiling * 0.999;
+
+    if (c > 0 && (p->learnt.rate <= 0 || at_old || p->learnt.rate > c)) {
+        if (p->learnt.rate <= 0)
+            p->learnt.tokens = 0; /* the first second is no burst past the budget */
+        p->learnt.rate = c;
+    }
+    p->learnt.hold_s = c > 0 ? COSMOS_THROTTLE_OFFER_HOLD_S : 0;
+    if (p->learnt.rate > 0 && p->learnt.tokens > bucket_max(&p->learnt))
+        p->learnt.tokens = bucket_max(&p->learnt);
+    p->ceiling = c;
+}
+
+/*
  * The index of range's pace in e (range_len 0: pace 0, range unknown),
  * created when new; past COSMOS_THROTTLE_RANGES_MAX (or on OOM) pace 0.
  * Ranges per container are few (the service splits at tens of GB), so a
@@ -313,6 +356,7 @@ static size_t pace_of(struct entry *e, const char *range, size_t range_len, bool
     p->pressed_ms = INT64_MIN / 2;
     for (size_t i = 0; i < RING; i++)
         p->ring_slot[i] = INT64_MIN;
+    pace_ceiling(p, e->ceiling);
     return e->n_paces++;
 }
 
@@ -403,7 +447,10 @@ static void probe(struct pace *e, int64_t now_ms)
             far = COSMOS_THROTTLE_PROBE;
         else
             far = COSMOS_THROTTLE_PROBE / 5; /* close to where the last 3200 came */
-        e->learnt.rate *= 1 + far;
+        /* Under a known ceiling the growth is additive, a share of it: a deep cut heals. */
+        e->learnt.rate += far * (e->ceiling > 0 ? e->ceiling : e->learnt.rate);
+        if (e->ceiling > 0 && e->learnt.rate > e->ceiling)
+            e->learnt.rate = e->ceiling; /* the offer's share: no use probing past it */
     }
     /* Past the old limit without a 3200: the service has more now. */
     if (e->bad > 0 && e->learnt.rate > e->bad * 1.03)
@@ -573,6 +620,53 @@ void cosmos_throttle_settle(struct cosmos_throttle *t, const struct cosmos_throt
     probe(p, now_ms);
 out:
     pthread_mutex_unlock(&t->mu);
+}
+
+void cosmos_throttle_budget(struct cosmos_throttle *t, const char *coll, size_t coll_len,
+                            double rus, size_t n_ranges)
+{
+    struct entry *e;
+    double c = 0;
+
+    if (t == NULL || coll_len == 0)
+        return;
+    if (isfinite(rus) && rus > 0 && n_ranges > 0)
+        c = rus / (double)n_ranges * t->offer_fraction;
+    pthread_mutex_lock(&t->mu);
+    if ((e = entry_of(t, coll, coll_len, true)) != NULL) {
+        e->ceiling = c;
+        for (size_t i = 0; i < e->n_paces; i++)
+            pace_ceiling(&e->paces[i], c);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+size_t cosmos_throttle_containers(struct cosmos_throttle *t, char **out, size_t max)
+{
+    size_t n = 0;
+
+    if (t == NULL)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->n && n < max; i++)
+        if ((out[n] = strdup(t->e[i].link)) != NULL)
+            n++;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+double cosmos_throttle_ceiling(struct cosmos_throttle *t, const char *coll, size_t coll_len)
+{
+    struct entry *e;
+    double c = 0;
+
+    if (t == NULL)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    if ((e = entry_of(t, coll, coll_len, false)) != NULL)
+        c = e->ceiling;
+    pthread_mutex_unlock(&t->mu);
+    return c;
 }
 
 void cosmos_throttle_waited(struct cosmos_throttle *t, const char *coll, size_t coll_len,

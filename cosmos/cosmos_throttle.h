@@ -41,6 +41,16 @@
  *   3200, or without a retry-after, is not RU exhaustion (spending less
  *   would not cure it): the request's own retry waits for it, nothing else.
  *
+ * - The budget (cosmos_throttle_budget): when the container's offer is
+ *   known, each of its ranges is paced from the start at offer_fraction of
+ *   its share (the offer's RU/s over the ranges, as the service splits
+ *   them), and the learning above only ever lowers a range's rate below
+ *   that ceiling (budget another client takes) and probes back up to it,
+ *   never past it. Learning from 3200s alone starts with a burst of 429s
+ *   and spends well below the budget while it probes; the offer says where
+ *   the budget is. Without a known offer (serverless, throughput shared by
+ *   the database, the offer unreadable) the learning alone paces.
+ *
  * Requests outside any container (account, databases) pay only the
  * overall cap. Metadata inside a container (pkranges, the container
  * itself) is metered like any other request: it spends the same budget.
@@ -69,6 +79,8 @@
 #define COSMOS_THROTTLE_RANGES_MAX     256  /* ranges paced apart per container */
 #define COSMOS_THROTTLE_RANGE_ID_MAX   31   /* bytes of a range id paced apart */
 #define COSMOS_THROTTLE_PK_SLOTS       4096 /* partition keys whose range is remembered */
+#define COSMOS_THROTTLE_OFFER_FRACTION 0.95 /* default offer_fraction */
+#define COSMOS_THROTTLE_OFFER_HOLD_S   0.25 /* seconds of rate a bucket under an offer holds */
 
 struct cosmos_throttle;
 
@@ -136,6 +148,28 @@ void cosmos_throttle_waited(struct cosmos_throttle *t, const char *coll, size_t 
  */
 size_t cosmos_throttle_stats(struct cosmos_throttle *t, struct cosmos_throughput_stat *out,
                              size_t max);
+
+/*
+ * The service provisions container coll (as for admit) rus RU/s over
+ * n_ranges partition key ranges (its offer's throughput, autoscale's
+ * maximum; cosmos_client_budgets_refresh reads them): from now on each of
+ * its ranges is paced at most at offer_fraction x rus / n_ranges, a rate at
+ * that ceiling follows it when the offer or the range count changes, and a
+ * rate learnt below it stays. rus <= 0 or n_ranges 0: no known offer, the
+ * ceiling is dropped and 3200s alone pace. Creates the container's entry
+ * (unless the table is full: then nothing happens).
+ */
+void cosmos_throttle_budget(struct cosmos_throttle *t, const char *coll, size_t coll_len,
+                            double rus, size_t n_ranges);
+
+/*
+ * Copies the links ("dbs/<db>/colls/<c>") of up to max metered containers
+ * into out (each a new string the caller frees); returns how many.
+ */
+size_t cosmos_throttle_containers(struct cosmos_throttle *t, char **out, size_t max);
+
+/* The per-range ceiling of coll (0: no offer known). Tests and metrics. */
+double cosmos_throttle_ceiling(struct cosmos_throttle *t, const char *coll, size_t coll_len);
 
 /* The learnt RU/s of coll (0: none learnt yet, or unknown container). Tests and metrics. */
 double cosmos_throttle_learnt(struct cosmos_throttle *t, const char *coll, size_t coll_len);
