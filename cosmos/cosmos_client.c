@@ -423,6 +423,11 @@ bool cosmos_client_tls_insecure(const struct cosmos_client *cli)
     return cli->tls_verify_off;
 }
 
+struct cosmos_throttle *cosmos_client_throttle(struct cosmos_client *cli)
+{
+    return cli->throttle;
+}
+
 struct cosmos_pkr_cache *cosmos_client_pkr_cache(struct cosmos_client *cli)
 {
     return cli->pkr_cache;

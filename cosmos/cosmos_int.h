@@ -110,6 +110,8 @@ struct cosmos_pkr_cache;
 struct cosmos_pkr_cache *cosmos_pkr_cache_new(void);
 void cosmos_pkr_cache_free(struct cosmos_pkr_cache *c);
 struct cosmos_pkr_cache *cosmos_client_pkr_cache(struct cosmos_client *cli);
+/* The client's throughput control (borrowed; NULL: none). */
+struct cosmos_throttle *cosmos_client_throttle(struct cosmos_client *cli);
 
 /* ---------------------------------------------------------------------------
  * Regions (cosmos_account.c)

@@ -15,6 +15,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos_int.h"
+#include "cosmos/cosmos_throttle.h"
 
 #define COSMOS_PKR_CACHE_MAX 64
 #define COSMOS_PKR_PAGES_MAX 64
@@ -406,6 +407,168 @@ enum sf_rc cosmos_container_delete(struct cosmos_client *cli, const char *db, co
         rc = cosmos_run(cli, &req, NULL, err);
     cosmos_req_release(&req);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Offers (provisioned throughput)
+ */
+
+#define COSMOS_BUDGET_CONTAINERS_MAX 256 /* containers one refresh reads the offers of */
+
+/* The throughput of an offer document: autoscale's maximum, else the manual figure. */
+static void cosmos_offer_parse(const json_t *o, struct cosmos_offer_info *info)
+{
+    const json_t *content = json_object_get(o, "content");
+    const json_t *auto_max =
+        json_object_get(json_object_get(content, "offerAutopilotSettings"), "maxThroughput");
+    const json_t *manual = json_object_get(content, "offerThroughput");
+
+    memset(info, 0, sizeof(*info));
+    cosmos_member(o, "id", info->id, sizeof(info->id));
+    if (json_is_integer(auto_max) && json_integer_value(auto_max) > 0) {
+        info->autoscale = true;
+        info->rus = json_integer_value(auto_max);
+    } else if (json_is_integer(manual) && json_integer_value(manual) > 0) {
+        info->rus = json_integer_value(manual);
+    }
+    info->found = info->rus > 0;
+}
+
+enum sf_rc cosmos_offer_read(struct cosmos_client *cli, const char *db, const char *coll,
+                             struct cosmos_offer_info *ret_info, struct sf_err *err)
+{
+    const char *segs[] = {"offers"};
+    struct cosmos_container_info ci;
+    struct cosmos_offer_info info;
+    struct cosmos_response resp;
+    struct cosmos_req req;
+    json_t *q = NULL, *root = NULL, *list;
+    enum sf_rc rc;
+
+    memset(&info, 0, sizeof(info));
+    cosmos_req_init(&req);
+    cosmos_response_init(&resp, cosmos_client_max_body(cli));
+    rc = cosmos_container_read(cli, db, coll, &ci, err);
+    if (rc != SF_OK)
+        goto out;
+    /* What the SDKs send (Java's readThroughput, JS's readOffer): a query by the owner's _rid. */
+    q = json_pack("{s:s, s:[{s:s, s:s}]}", "query",
+                  "SELECT * FROM root r WHERE r.offerResourceId = @rid", "parameters", "name",
+                  "@rid", "value", ci.rid);
+    if (q == NULL || sf_json_dump(q, &req.owned_body) != SF_OK) {
+        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        goto out;
+    }
+    rc = cosmos_req_start(cli, &req, "POST", segs, 1, COSMOS_OP_READ, err);
+    if (rc == SF_OK)
+        rc = cosmos_req_header(&req, "x-ms-documentdb-isquery", "True", err);
+    if (rc == SF_OK)
+        rc = cosmos_req_header(&req, "Content-Type", "application/query+json", err);
+    if (rc != SF_OK)
+        goto out;
+    req.body = req.owned_body.data;
+    req.body_len = req.owned_body.len;
+    rc = cosmos_exec(cli, &req, &resp, err);
+    if (rc != SF_OK)
+        goto out;
+    if ((root = cosmos_body_object(&resp, err)) == NULL) {
+        rc = SF_EPROTO;
+        goto out;
+    }
+    list = json_object_get(root, "Offers");
+    if (!json_is_array(list)) {
+        rc = sf_err_set(err, SF_EPROTO, false, "offers of %s/%s: the answer has no Offers array",
+                        db, coll);
+        goto out;
+    }
+    for (size_t i = 0; i < json_array_size(list) && !info.found; i++) {
+        const json_t *o = json_array_get(list, i);
+        const char *owner = sf_json_str(o, "offerResourceId");
+
+        /* The service filters; a server that ignores the filter must not give us another's. */
+        if (owner != NULL && strcmp(owner, ci.rid) == 0)
+            cosmos_offer_parse(o, &info);
+    }
+    if (ret_info != NULL)
+        *ret_info = info;
+out:
+    json_decref(root);
+    json_decref(q);
+    cosmos_response_release(&resp);
+    cosmos_req_release(&req);
+    return rc;
+}
+
+/* Splits "dbs/<db>/colls/<c>" into its ids; false when link is not a container's. */
+static bool cosmos_link_split(const char *link, char *db, char *coll)
+{
+    const char *p = strncmp(link, "dbs/", 4) == 0 ? link + 4 : NULL;
+    const char *c = p != NULL ? strstr(p, "/colls/") : NULL;
+    size_t dlen = c != NULL ? (size_t)(c - p) : 0;
+
+    if (c == NULL || dlen == 0 || dlen > COSMOS_NAME_MAX || strlen(c + 7) == 0 ||
+        strlen(c + 7) > COSMOS_NAME_MAX || strchr(c + 7, '/') != NULL)
+        return false;
+    memcpy(db, p, dlen);
+    db[dlen] = '\0';
+    memcpy(coll, c + 7, strlen(c + 7) + 1);
+    return true;
+}
+
+enum sf_rc cosmos_client_budgets_refresh(struct cosmos_client *cli, size_t *ret_known,
+                                         struct sf_err *err)
+{
+    struct cosmos_throttle *t = cosmos_client_throttle(cli);
+    char **links = NULL;
+    size_t n, known = 0;
+    enum sf_rc first = SF_OK;
+
+    if (t == NULL) {
+        if (ret_known != NULL)
+            *ret_known = 0;
+        return SF_OK;
+    }
+    links = calloc(COSMOS_BUDGET_CONTAINERS_MAX, sizeof(*links));
+    if (links == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    n = cosmos_throttle_containers(t, links, COSMOS_BUDGET_CONTAINERS_MAX);
+    for (size_t i = 0; i < n; i++) {
+        char db[COSMOS_NAME_MAX + 1], coll[COSMOS_NAME_MAX + 1];
+        struct cosmos_offer_info info;
+        struct cosmos_pkranges *r = NULL;
+        struct sf_err e;
+        enum sf_rc rc;
+
+        if (!cosmos_link_split(links[i], db, coll))
+            continue;
+        sf_err_clear(&e);
+        rc = cosmos_offer_read(cli, db, coll, &info, &e);
+        if (rc == SF_ENOTFOUND) {
+            /* Deleted (or never there): nothing to pace it to. */
+            memset(&info, 0, sizeof(info));
+            rc = SF_OK;
+        }
+        if (rc == SF_OK && info.found)
+            rc = cosmos_pkranges_get(cli, db, coll, true, &r, &e);
+        if (rc == SF_OK) {
+            /* No offer of its own: serverless or the database's shared throughput, learnt. */
+            cosmos_throttle_budget(t, links[i], strlen(links[i]), info.found ? (double)info.rus : 0,
+                                   info.found && r != NULL ? r->n : 0);
+            known += info.found;
+        } else if (first == SF_OK) {
+            /* Keep what was known: a failed read is no reason to pace differently. */
+            first = rc;
+            if (err != NULL)
+                *err = e;
+        }
+        free(r);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(links[i]);
+    free(links);
+    if (ret_known != NULL)
+        *ret_known = known;
+    return first;
 }
 
 /* ---------------------------------------------------------------------------

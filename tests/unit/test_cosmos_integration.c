@@ -17,6 +17,7 @@
 #include "common/sf_auth.h"
 #include "common/sf_json.h"
 #include "cosmos/cosmos_int.h"
+#include "cosmos/cosmos_throttle.h"
 #include "tests/support/check_run.h"
 #include "tests/support/harness.h"
 
@@ -841,6 +842,73 @@ START_TEST(test_fault_throttle_budget)
 }
 END_TEST
 
+/*
+ * The offer is read, not only learnt: a container provisioned 400 RU/s over
+ * cosmolite's 2 ranges is paced at offer_fraction (0.95) of 200 RU/s per
+ * range from the first refresh on, follows a new offer (PUT /offers/{id})
+ * at the next, and a container without an offer of its own (unlimited here,
+ * serverless or shared throughput on Azure) keeps no ceiling: it is paced by
+ * learning from 3200s alone, and the refresh does not fail because of it.
+ */
+START_TEST(test_offer_read_sets_each_ranges_budget)
+{
+    struct cosmos_container_def def = {.pk_path = "/pk", .throughput = 400};
+    struct cosmos_offer_info info;
+    char prov[80], link[160], plain_link[160], body[256];
+    const char *segs[2] = {"offers", NULL};
+    struct cosmos_response resp;
+    struct cosmos_req req;
+    struct sf_err err;
+    size_t known = 0;
+    struct cosmos_throttle *t = cosmos_client_throttle(cli);
+
+    (void)snprintf(prov, sizeof(prov), "%s-prov", coll);
+    def.id = prov;
+    ck_assert_msg(cosmos_container_create_if_missing(cli, DB, &def, NULL, NULL, &err) == SF_OK,
+                  "%s", err.msg);
+    ck_assert_msg(cosmos_offer_read(cli, DB, prov, &info, &err) == SF_OK, "%s", err.msg);
+    ck_assert(info.found);
+    ck_assert_int_eq(info.rus, 400);
+    ck_assert(!info.autoscale);
+    ck_assert_msg(cosmos_offer_read(cli, DB, coll, &info, &err) == SF_OK, "%s", err.msg);
+    ck_assert(!info.found);
+    ck_assert_int_eq(cosmos_offer_read(cli, DB, "no-such-container", &info, &err), SF_ENOTFOUND);
+
+    /* Both containers metered (a document request each), then the refresh. */
+    doc_json(body, sizeof(body), "a", "p", 1);
+    ck_assert_msg(cosmos_doc_upsert(cli, DB, prov, "[\"p\"]", body, NULL, NULL, &err) == SF_OK,
+                  "%s", err.msg);
+    ck_assert_msg(cosmos_doc_upsert(cli, DB, coll, "[\"p\"]", body, NULL, NULL, &err) == SF_OK,
+                  "%s", err.msg);
+    (void)snprintf(link, sizeof(link), "dbs/%s/colls/%s", DB, prov);
+    (void)snprintf(plain_link, sizeof(plain_link), "dbs/%s/colls/%s", DB, coll);
+    ck_assert_double_eq(cosmos_throttle_ceiling(t, link, strlen(link)), 0);
+    ck_assert_msg(cosmos_client_budgets_refresh(cli, &known, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(known, 1);
+    ck_assert_double_eq_tol(cosmos_throttle_ceiling(t, link, strlen(link)), 400.0 / 2 * 0.95, 1e-9);
+    ck_assert_double_eq(cosmos_throttle_ceiling(t, plain_link, strlen(plain_link)), 0);
+
+    /* A new offer shows at the next refresh. */
+    ck_assert_msg(cosmos_offer_read(cli, DB, prov, &info, &err) == SF_OK, "%s", err.msg);
+    segs[1] = info.id;
+    (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"content\":{\"offerThroughput\":1000}}",
+                   info.id);
+    cosmos_req_init(&req);
+    cosmos_response_init(&resp, 0);
+    ck_assert_int_eq(cosmos_req_target(&req, "PUT", segs, 2, &err), SF_OK);
+    ck_assert_int_eq(cosmos_req_common(cli, &req, &err), SF_OK);
+    req.body = body;
+    req.body_len = strlen(body);
+    ck_assert_msg(cosmos_exec(cli, &req, &resp, &err) == SF_OK, "%s", err.msg);
+    cosmos_response_release(&resp);
+    cosmos_req_release(&req);
+    ck_assert_msg(cosmos_client_budgets_refresh(cli, &known, &err) == SF_OK, "%s", err.msg);
+    ck_assert_double_eq_tol(cosmos_throttle_ceiling(t, link, strlen(link)), 1000.0 / 2 * 0.95,
+                            1e-9);
+    ck_assert_msg(cosmos_container_delete(cli, DB, prov, &err) == SF_OK, "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_fault_503_and_449_by_guard)
 {
     struct cosmos_response r;
@@ -1126,7 +1194,8 @@ static Suite *integration_suite(int pass)
                   (const TTest *[]){test_account_and_metadata, test_bad_key,
                                     test_document_lifecycle, test_awkward_ids_and_keys, test_patch,
                                     test_batch, test_query, test_query_cross_partition,
-                                    test_changefeed, NULL});
+                                    test_changefeed, test_offer_read_sets_each_ranges_budget,
+                                    NULL});
     sf_check_case(s, "faults", setup, teardown, 60,
                   (const TTest *[]){test_fault_throttle_honoured, test_fault_throttle_budget,
                                     test_injected_429s_teach_no_rate,
