@@ -148,6 +148,8 @@ typedef void (*feed_event_fn)(void *ctx, const struct feed_event *ev);
  * Options. Strings are copied by feed_processor_new. A zero numeric field
  * takes its default (in brackets).
  */
+#define FEED_RANGE_WINDOW_MIN 8 /* the least share of max_inflight_total a range gets */
+
 struct feed_options {
     const char *db;           /* monitored database (required) */
     const char *coll;         /* monitored container (required) */
@@ -170,8 +172,17 @@ struct feed_options {
     int64_t lock_stale_ms;        /* a bootstrap lock older than this is broken [30000] */
     int max_items;                /* change-feed page size hint [100] */
     unsigned max_inflight;        /* delivered, unacknowledged items per range [1000] */
-    unsigned max_leases;          /* most leases this instance holds; 0 = no limit */
-    size_t reader_stack_bytes;    /* stack of each reader thread [256 KiB] */
+    /*
+     * Delivered, unacknowledged items over all ranges this processor reads,
+     * shared evenly among its readers (each at least FEED_RANGE_WINDOW_MIN,
+     * at most max_inflight); a range's read asks for no more than its share
+     * has room for. So a range whose items are slow (its RU budget spent)
+     * holds only its share of the consumer's capacity, and the other ranges'
+     * items still get through. 0: per range max_inflight only.
+     */
+    unsigned max_inflight_total;
+    unsigned max_leases;       /* most leases this instance holds; 0 = no limit */
+    size_t reader_stack_bytes; /* stack of each reader thread [256 KiB] */
 
     feed_consume_fn consume; /* required */
     void *consume_ctx;

@@ -372,6 +372,7 @@ struct feed_reader {
     int64_t last_ckpt_mono;     /* last checkpoint attempt */
     int64_t last_write_ok_mono; /* last successful lease write (renew or checkpoint) */
     int64_t read_started_mono;  /* 0 unless a read is in flight */
+    int ask;                    /* items the next read asks for (its reader thread only) */
     int64_t callback_mono;      /* 0 unless the consume callback runs */
     int64_t callback_lsn;
     int64_t last_read_ok_mono;
@@ -436,8 +437,9 @@ struct feed_processor {
     bool manager_started;
     bool running;
     bool stopping;
-    bool wake;          /* a reader exited: the manager should reap now */
-    atomic_bool paused; /* feed_processor_pause: readers hold off, the hang guard waits */
+    bool wake;           /* a reader exited: the manager should reap now */
+    atomic_bool paused;  /* feed_processor_pause: readers hold off, the hang guard waits */
+    atomic_uint reading; /* reader threads in their read loop (max_inflight_total's share) */
     int64_t drain_deadline_mono;
     struct feed_reader *readers; /* owned ranges and readers not yet joined */
     struct feed_reader *retired; /* joined, waiting for outstanding acks */

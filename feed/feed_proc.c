@@ -169,9 +169,11 @@ static enum sf_rc check_options(const struct feed_options *o, struct sf_err *err
                           "feed: renew interval (%lld ms) must be at most half the lease expiry "
                           "(%lld ms)",
                           (long long)d.renew_ms, (long long)d.lease_expiry_ms);
-    if (o->max_items > 10000 || o->max_inflight > FEED_TRACK_HARD_MAX)
+    if (o->max_items > 10000 || o->max_inflight > FEED_TRACK_HARD_MAX ||
+        o->max_inflight_total > FEED_TRACK_HARD_MAX)
         return sf_err_set(err, SF_EINVAL, false,
-                          "feed: max_items must be at most 10000 and max_inflight at most %d",
+                          "feed: max_items must be at most 10000, max_inflight and "
+                          "max_inflight_total at most %d",
                           FEED_TRACK_HARD_MAX);
     if (o->reader_stack_bytes != 0 && o->reader_stack_bytes < (64u << 10))
         return sf_err_set(err, SF_EINVAL, false, "feed: reader_stack_bytes must be >= 64 KiB");

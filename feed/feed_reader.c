@@ -831,6 +831,22 @@ static void finish_bounded(struct feed_reader *r)
 enum turn { TURN_READ, TURN_AGAIN, TURN_STOP };
 
 /*
+ * The items this range may have delivered and unacknowledged: max_inflight,
+ * or its even share of max_inflight_total when that is set.
+ */
+static size_t reader_window(const struct feed_reader *r)
+{
+    const struct feed_options *o = &r->p->o;
+    unsigned n = SF_MAX(atomic_load(&r->p->reading), 1u);
+    size_t share;
+
+    if (o->max_inflight_total == 0)
+        return o->max_inflight;
+    share = SF_MAX(((size_t)o->max_inflight_total + n - 1) / n, (size_t)FEED_RANGE_WINDOW_MIN);
+    return SF_MIN(share, (size_t)o->max_inflight);
+}
+
+/*
  * Waits for the reader's next turn: stop requested, backpressure (too many
  * items waiting for acks) or the adaptive pause before next_read. Returns
  * TURN_READ with read_started_mono set when a read should go out now.
@@ -839,9 +855,12 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
 {
     const struct feed_options *o = &r->p->o;
     enum turn t = TURN_READ;
-    size_t pending;
+    size_t pending, win = reader_window(r), want = (size_t)o->max_items;
     int64_t now;
 
+    /* A shared window reads once half of it is free (no page of a few items each time). */
+    if (o->max_inflight_total > 0)
+        want = SF_MIN(want, (win + 1) / 2);
     pthread_mutex_lock(&r->mu);
     now = sf_mono_ms();
     pending = feed_track_pending(&r->track);
@@ -853,7 +872,7 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
         r->last_ack_mono = now;
         wait_locked(r, SF_MIN(o->poll_ms, 100));
         t = TURN_AGAIN;
-    } else if (pending > 0 && pending + (size_t)o->max_items > o->max_inflight) {
+    } else if (pending > 0 && pending + want > win) {
         wait_locked(r, SF_MIN(o->checkpoint_ms, 100)); /* acks wake us */
         t = TURN_AGAIN;
     } else if (now < next_read) {
@@ -861,6 +880,9 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
         t = TURN_AGAIN;
     } else {
         r->read_started_mono = now;
+        r->ask = o->max_inflight_total == 0
+                     ? o->max_items
+                     : (int)SF_MIN((size_t)o->max_items, win > pending ? win - pending : 1);
     }
     pthread_mutex_unlock(&r->mu);
     return t;
@@ -876,7 +898,8 @@ static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t star
                             struct cosmos_cf_page *page, bool *ret_stop, struct sf_err *err)
 {
     struct feed_processor *p = r->p;
-    struct cosmos_cf_req q = {.range_id = r->token, .max_items = p->o.max_items};
+    struct cosmos_cf_req q = {.range_id = r->token,
+                              .max_items = r->ask > 0 ? r->ask : p->o.max_items};
     char min[sizeof(r->lease.min)], max[sizeof(r->lease.max)];
     enum sf_rc rc;
 
@@ -984,6 +1007,8 @@ static void *reader_main(void *arg)
     (void)snprintf(pos, sizeof(pos), "%s", r->lease.cont);
     start_time = r->lease.start_time;
     pthread_mutex_unlock(&r->lease_mu);
+    r->ask = o->max_items;
+    atomic_fetch_add(&r->p->reading, 1);
 
     while (!stop) {
         enum turn t;
@@ -1010,7 +1035,7 @@ static void *reader_main(void *arg)
                 next_read = now + idle;
             } else {
                 idle = 0;
-                next_read = page.count >= (size_t)o->max_items ? now : now + o->poll_min_ms;
+                next_read = page.count >= (size_t)r->ask ? now : now + o->poll_min_ms;
             }
             if (page.continuation[0] != '\0')
                 (void)snprintf(pos, sizeof(pos), "%s", page.continuation);
@@ -1038,6 +1063,7 @@ static void *reader_main(void *arg)
         next_read = now + sf_backoff_next(&backoff);
     }
     cosmos_cf_page_release(&page);
+    atomic_fetch_sub(&r->p->reading, 1);
     reader_exit(r);
     return NULL;
 }

@@ -281,6 +281,73 @@ START_TEST(drain_several_ranges)
 }
 END_TEST
 
+/*
+ * max_inflight_total is shared evenly by the ranges read: with nothing
+ * acked, each of the 4 ranges read delivers its 16 of 64 and no more (a page
+ * asks only for the room left), so a range whose items stall (its RU
+ * budget spent) cannot take the window of the others; acking lets every
+ * range go on to the end.
+ */
+static bool held_pred(void *ctx)
+{
+    struct holder *h = ctx;
+    size_t n;
+
+    pthread_mutex_lock(&h->mu);
+    n = h->n;
+    pthread_mutex_unlock(&h->mu);
+    return n >= 64;
+}
+
+START_TEST(range_share_bounds_each_ranges_unacked_items)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_status *st = NULL;
+    struct ft_seen seen;
+    struct holder h;
+    struct sf_err err;
+
+    ft_seen_init(&seen, 1000);
+    memset(&h, 0, sizeof(h));
+    pthread_mutex_init(&h.mu, NULL);
+    h.seen = &seen;
+    put_n(0, 800, NULL); /* 150 or more per range */
+    ft_feed_options(&o, DB, coll, prefix, "solo");
+    o.consume = consume_hold;
+    o.consume_ctx = &h;
+    o.max_items = 100;
+    o.max_inflight_total = 64;
+    p = start(&o, &err);
+    ck_assert(wait_owned(p, 4, 20000));
+    /* The first readers started alone and took more; from the next page on, shares. */
+    ck_assert(ft_wait_until(held_pred, &h, 20000));
+    holder_ack_all(&h);
+    ck_assert(ft_wait_until(held_pred, &h, 20000));
+    sf_sleep_ms(300); /* a range past its share would have read on by now */
+    ck_assert_int_eq(feed_processor_status(p, &st, &err), SF_OK);
+    ck_assert_uint_eq(st->n, 4);
+    for (size_t i = 0; i < st->n; i++)
+        ck_assert_msg(st->ranges[i].pending == 16, "range %s holds %lld", st->ranges[i].range,
+                      (long long)st->ranges[i].pending);
+    free(st);
+    pthread_mutex_lock(&h.mu);
+    ck_assert_uint_eq(h.n, 64);
+    pthread_mutex_unlock(&h.mu);
+    for (int64_t end = sf_mono_ms() + 30000;
+         ft_seen_wait(&seen, 800, 20) < 800 && sf_mono_ms() < end;)
+        holder_ack_all(&h);
+    holder_ack_all(&h);
+    ck_assert_int_eq(ft_seen_wait(&seen, 800, 1000), 800);
+    ck_assert_int_eq(seen.dups, 0);
+    ck_assert_int_eq(seen.order_errors, 0);
+    ck_assert_int_eq(feed_processor_stop(p, 5000, &err), SF_OK);
+    feed_processor_free(p);
+    pthread_mutex_destroy(&h.mu);
+    ft_seen_release(&seen);
+}
+END_TEST
+
 /* Acks out of order: the checkpoint waits for the oldest unacknowledged item. */
 START_TEST(checkpoint_waits_for_oldest)
 {
@@ -1576,6 +1643,7 @@ static Suite *suite(void)
 
     sf_check_case(s, "proc", setup, teardown, 90,
                   (const TTest *[]){drain_several_ranges,
+                                    range_share_bounds_each_ranges_unacked_items,
                                     merge_during_run_continues_parents_by_epk,
                                     merge_handover_with_a_stolen_leftmost_lease_changes_nothing,
                                     merge_handover_deletes_a_parent_stolen_meanwhile,
