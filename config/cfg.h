@@ -119,6 +119,11 @@ struct cfg_processor {
                                         Cosmos DB at start; 0: until stopped (the default) */
     /* RU/s this process may spend over all containers (x-ms-request-charge); 0: no cap */
     int64_t max_ru_per_second;
+    /* how often the containers' offers are read (each range paced under its share); 0: never */
+    int64_t offer_refresh_ms;
+    unsigned offer_percent; /* each range paced at most at this % of its share [95] */
+    /* items read and not yet handled over all ranges, shared evenly by them [2 x workers] */
+    unsigned max_inflight;
 };
 
 /*

@@ -551,6 +551,9 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
                                        "http_request_timeout",
                                        "http_idle_timeout",
                                        "max_ru_per_second",
+                                       "offer_refresh",
+                                       "offer_percent",
+                                       "max_inflight",
                                        NULL};
     struct cfg_processor *p = &ld->cfg->processor;
     const config_setting_t *g = get_group(ld, root, "processor");
@@ -595,6 +598,11 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     get_duration(ld, g, "http_request_timeout", 1000, 3600000, 5000, &p->http_request_timeout_ms);
     get_duration(ld, g, "http_idle_timeout", 1000, 86400000, 10000, &p->http_idle_timeout_ms);
     get_int(ld, g, "max_ru_per_second", 0, 100000000, 0, &p->max_ru_per_second);
+    get_duration(ld, g, "offer_refresh", 0, 86400000, 60000, &p->offer_refresh_ms);
+    get_int(ld, g, "offer_percent", 1, 100, 95, &v);
+    p->offer_percent = (unsigned)v;
+    get_int(ld, g, "max_inflight", 0, 1000000, 2 * (int64_t)p->workers, &v);
+    p->max_inflight = (unsigned)v;
     if (g == NULL)
         return;
     check_keys(ld, g, keys);

@@ -40,6 +40,7 @@ struct proc_service {
     struct feed_slot feeds[SOURCES_MAX];
     size_t n_feeds;
     int64_t next_scan_ms;
+    int64_t next_offer_ms;    /* when the containers' offers are read next */
     int64_t next_timer_ms;    /* the next look for waits past their timeout (proc_engine_sweep) */
     struct proc_kafka *kafka; /* the outbox/CDC relays; NULL without a kafka section */
 };
@@ -135,6 +136,8 @@ static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_o
     proc_setup_feed(s->cfg, slot->container, o->instance, &fo);
     fo.lease_prefix = prefix;
     fo.max_inflight = s->cfg->processor.queue_limit;
+    /* One range out of RU budget must not fill every slot: each gets its share (feed.h). */
+    fo.max_inflight_total = s->cfg->processor.max_inflight;
     fo.consume = on_item;
     fo.consume_ctx = slot;
     fo.on_event = on_feed_event;
@@ -423,12 +426,38 @@ fail:
     return rc;
 }
 
+/*
+ * Every processor.offer_refresh (first at the first tick: the start has
+ * metered the sources, leases and parking): tells the client's pacing what
+ * each container is provisioned, so a range is paced under its share from
+ * the start instead of learning it from 429s (docs/architecture.md,
+ * "Throughput control"). A failure is logged and changes nothing.
+ */
+static void budgets_refresh(struct proc_service *s)
+{
+    struct sf_err err;
+    size_t known = 0;
+
+    if (s->cfg->processor.offer_refresh_ms <= 0 || sf_mono_ms() < s->next_offer_ms)
+        return;
+    s->next_offer_ms = sf_mono_ms() + s->cfg->processor.offer_refresh_ms;
+    sf_err_clear(&err);
+    if (cosmos_client_budgets_refresh(s->cli, &known, &err) != SF_OK)
+        sf_log_warn("sagafeed",
+                    "reading the containers' offers failed (pacing keeps what it knew): %s",
+                    err.msg);
+    else
+        sf_log_debug("sagafeed", "throughput: %zu container%s with an offer of its own", known,
+                     known == 1 ? "" : "s");
+}
+
 void proc_service_tick(struct proc_service *s)
 {
     struct sf_err err;
     size_t n = 0;
 
     proc_kafka_tick(s->kafka);
+    budgets_refresh(s);
     if (sf_mono_ms() >= s->next_timer_ms) {
         size_t woken = 0;
 

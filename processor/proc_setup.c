@@ -35,6 +35,7 @@ void proc_setup_cosmos(const struct cfg *cfg, enum proc_client_use use, struct c
     co.throughput.cap_names = cfg->ru_cap_names;
     co.throughput.cap_rus = cfg->ru_caps;
     co.throughput.n_caps = cfg->n_ru_caps;
+    co.throughput.offer_fraction = (double)cfg->processor.offer_percent / 100.0;
     if (use == PROC_CLIENT_SERVICE) {
         co.max_connections =
             SF_MAX(c->max_connections, cfg->processor.workers + SERVICE_SPARE_CONNS);

@@ -267,6 +267,10 @@ static const struct {
     {"plugins = [ 5 ];", "t.cfg:1:", "plugins[0]"},
     /* throughput control: caps are RU/s, per container at the container's own line */
     {"processor = { max_ru_per_second = -1; };", "t.cfg:1:", "max_ru_per_second = -1 is out"},
+    {"processor = { offer_percent = 0; };", "t.cfg:1:", "offer_percent = 0 is out of range"},
+    {"processor = {\n offer_percent = 101; };", "t.cfg:2:", "offer_percent = 101 is out"},
+    {"processor = { offer_refresh = \"2d\"; };", "t.cfg:1:", "offer_refresh"},
+    {"processor = { max_inflight = -1; };", "t.cfg:1:", "max_inflight = -1 is out of range"},
     {"containers = { products = 1; };", "t.cfg:1:", "containers must be a list"},
     {"containers = (\n { name = \"p\"; max_ru_per_second = 0; } );",
      "t.cfg:2:", "max_ru_per_second = 0 is out of range"},
@@ -319,6 +323,17 @@ START_TEST(test_throughput_caps)
     c = load_ok(text);
     ck_assert_int_eq(c->processor.max_ru_per_second, 0);
     ck_assert_uint_eq(c->n_containers, 0);
+    /* Offers are read every minute and each range paced at 95 % of its share; 2 x workers. */
+    ck_assert_int_eq(c->processor.offer_refresh_ms, 60000);
+    ck_assert_uint_eq(c->processor.offer_percent, 95);
+    ck_assert_uint_eq(c->processor.max_inflight, 2 * c->processor.workers);
+    cfg_free(c);
+    free(text);
+    text = with("processor = { workers = 16; offer_refresh = \"0s\"; offer_percent = 80; };");
+    c = load_ok(text);
+    ck_assert_int_eq(c->processor.offer_refresh_ms, 0);
+    ck_assert_uint_eq(c->processor.offer_percent, 80);
+    ck_assert_uint_eq(c->processor.max_inflight, 32);
     cfg_free(c);
     free(text);
 }
