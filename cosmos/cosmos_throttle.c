@@ -595,6 +595,16 @@ void cosmos_throttle_settle(struct cosmos_throttle *t, const struct cosmos_throt
         size_t ri = pace_of(e, resp_range, resp_range_len, true);
 
         if (ri < e->n_paces) {
+            /*
+             * Paced as "range unknown", but the cost is the answering range's: it
+             * moves there, so that range's own requests wait for it and the
+             * unknown-range bucket only bounds what such requests have in flight.
+             */
+            if (tk->pace == 0 && ri != 0 && tk->paid_learnt) {
+                bucket_pay(&e->paces[0].learnt, -charge);
+                bucket_refill(&e->paces[ri].learnt, now_ms); /* a debt, not a cap, first */
+                bucket_pay(&e->paces[ri].learnt, charge);
+            }
             pi = ri;
             if (tk->pk_hash != 0 && e->pk == NULL)
                 e->pk = calloc(COSMOS_THROTTLE_PK_SLOTS, sizeof(*e->pk));

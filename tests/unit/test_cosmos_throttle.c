@@ -685,6 +685,42 @@ START_TEST(test_offer_share_is_a_ceiling_learning_stays_below)
 END_TEST
 
 /*
+ * A request of a key whose range is not known yet is paced on the shared
+ * unknown-range bucket, but what it cost is the range's that answered: the
+ * charge moves there. Else every saga's first request of a new key (nearly
+ * all of them with many keys) queued on one range's worth of budget while
+ * the ranges it really spent went unpaid.
+ */
+START_TEST(test_unknown_keys_charge_moves_to_the_answering_range)
+{
+    struct cosmos_throttle *t = new_throttle(NULL);
+    struct cosmos_throttle_ticket tk;
+
+    cosmos_throttle_budget(t, ORDERS, LEN(ORDERS), 400, 4);
+    /* Both buckets exist and hold a quarter second (about 24 RU) a second later. */
+    (void)cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), "1", NULL, COSMOS_OPK_PATCH, 1000, &tk);
+    (void)cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, "[\"a\"]", COSMOS_OPK_PATCH, 1000,
+                                &tk);
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, "[\"a\"]", COSMOS_OPK_PATCH, 2000, &tk),
+        0);
+    cosmos_throttle_settle(t, &tk, 200, 0, -1, 40, "1", 1, 2000);
+    /* Range 1 paid the 40 RU: it waits; the unknown-range bucket did not: a new key goes. */
+    ck_assert_int_gt(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), "1", NULL, COSMOS_OPK_PATCH, 2000, &tk), 0);
+    ck_assert_int_eq(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, "[\"b\"]", COSMOS_OPK_PATCH, 2000, &tk),
+        0);
+    cosmos_throttle_settle(t, &tk, 200, 0, -1, 5, "2", 1, 2000);
+    /* And the key is known now: "a" is paced on range 1. */
+    ck_assert_int_gt(
+        cosmos_throttle_admit(t, ORDERS, LEN(ORDERS), NULL, "[\"a\"]", COSMOS_OPK_PATCH, 2000, &tk),
+        0);
+    cosmos_throttle_free(t);
+}
+END_TEST
+
+/*
  * Probing recovers: a rate learnt while the server had little (100 RU/s)
  * grows back once the server has more again (400 RU/s).
  */
@@ -738,6 +774,7 @@ static Suite *throttle_suite(void)
             test_adapts_to_a_token_bucket_server, test_adapts_to_a_mix_of_charges,
             test_adapts_over_four_ranges_keyed_by_partition_key,
             test_offer_share_is_a_ceiling_learning_stays_below,
+            test_unknown_keys_charge_moves_to_the_answering_range,
             test_probing_recovers_after_capacity_returns, test_cap_below_provisioned_spends_the_cap,
             NULL});
     return s;
