@@ -112,6 +112,13 @@ struct cosmos_throughput_opts {
     double offer_fraction; /* (0, 1]; 0: the default */
 };
 
+/*
+ * Called on the thread whose request is about to wait for RU budget in the
+ * client's pacing (waiting true) and once it may go (false): in pairs,
+ * never nested, only when there was a wait.
+ */
+typedef void (*cosmos_budget_wait_fn)(void *ctx, bool waiting);
+
 /* One container's figures (cosmos_client_throughput_stats). */
 struct cosmos_throughput_stat {
     char container[COSMOS_NAME_MAX + 1];
@@ -244,6 +251,15 @@ uint64_t cosmos_thread_retries(void);
  */
 size_t cosmos_client_throughput_stats(struct cosmos_client *cli, struct cosmos_throughput_stat *out,
                                       size_t max);
+
+/*
+ * Installs fn (NULL: none) to hear about waits for RU budget; it is called
+ * on whichever thread uses the client, so it must tell its own threads
+ * apart (the processor gives a waiting item's slot back, proc_lanes_park).
+ * Any thread; a call in progress may still use the previous hook.
+ */
+void cosmos_client_set_budget_wait_hook(struct cosmos_client *cli, cosmos_budget_wait_fn fn,
+                                        void *ctx);
 
 /* ---------------------------------------------------------------------------
  * Transient failures: the one classifier

@@ -71,6 +71,8 @@ struct cosmos_client {
     struct cosmos_session *session;   /* latest session token per container and range */
     struct cosmos_regions *regions;   /* NULL: every request to endpoint */
     struct cosmos_throttle *throttle; /* RU caps and pacing (cosmos_throttle.h) */
+    cosmos_budget_wait_fn wait_fn;    /* hears about budget waits (pool_mu) */
+    void *wait_ctx;
 };
 
 /* ---------------------------------------------------------------------------
@@ -423,6 +425,15 @@ bool cosmos_client_tls_insecure(const struct cosmos_client *cli)
     return cli->tls_verify_off;
 }
 
+void cosmos_client_set_budget_wait_hook(struct cosmos_client *cli, cosmos_budget_wait_fn fn,
+                                        void *ctx)
+{
+    pthread_mutex_lock(&cli->pool_mu);
+    cli->wait_fn = fn;
+    cli->wait_ctx = ctx;
+    pthread_mutex_unlock(&cli->pool_mu);
+}
+
 struct cosmos_throttle *cosmos_client_throttle(struct cosmos_client *cli)
 {
     return cli->throttle;
@@ -660,15 +671,31 @@ static int64_t cosmos_pace_before(struct cosmos_client *cli, const struct cosmos
     const char *range = cosmos_req_header_get(req, "x-ms-documentdb-partitionkeyrangeid");
     const char *pk = cosmos_req_header_get(req, "x-ms-documentdb-partitionkey");
     int64_t t0 = cli->clock.now_ms(cli->clock.ctx), now = t0, w;
+    cosmos_budget_wait_fn fn = NULL;
+    void *ctx = NULL;
+    bool told = false;
 
     while ((w = cosmos_throttle_admit(cli->throttle, req->link.data, coll_len, range, pk, kind, now,
                                       tk)) > 0) {
         int64_t step = SF_MIN(w, 100);
 
+        if (!told) {
+            /* The caller's slot may serve other work meanwhile (the processor's items). */
+            pthread_mutex_lock(&cli->pool_mu);
+            fn = cli->wait_fn;
+            ctx = cli->wait_ctx;
+            pthread_mutex_unlock(&cli->pool_mu);
+            if (fn != NULL)
+                fn(ctx, true);
+            told = true;
+        }
+
         cli->clock.sleep_ms(cli->clock.ctx, step);
         /* A test clock may not move by itself: time passes at least as slept. */
         now = SF_MAX(cli->clock.now_ms(cli->clock.ctx), now + step);
     }
+    if (fn != NULL)
+        fn(ctx, false);
     cosmos_throttle_waited(cli->throttle, req->link.data, coll_len, now - t0);
     return now - t0;
 }

@@ -688,6 +688,12 @@ static void drop_task(void *ctx, struct proc_task *pt)
  * Public API
  */
 
+/* The client's budget waits of this dispatcher's items give their slot back. */
+static void budget_wait(void *ctx, bool waiting)
+{
+    proc_lanes_park(ctx, waiting);
+}
+
 enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_dispatch **ret_d,
                              struct sf_err *err)
 {
@@ -718,6 +724,8 @@ enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_
                                  &d->lanes, err);
     if (rc != SF_OK)
         goto fail;
+    if (opts->cli != NULL)
+        cosmos_client_set_budget_wait_hook(opts->cli, budget_wait, d->lanes);
     *ret_d = d;
     return SF_OK;
 fail:
@@ -735,6 +743,8 @@ void proc_dispatch_free(struct proc_dispatch *d)
     if (d == NULL)
         return;
     proc_dispatch_stop(d);
+    if (d->o.cli != NULL && d->lanes != NULL)
+        cosmos_client_set_budget_wait_hook(d->o.cli, NULL, NULL);
     proc_lanes_free(d->lanes, drop_task, d);
     set_free(d->blocked, d->n_blocked);
     set_free(d->replaying, d->n_replaying);

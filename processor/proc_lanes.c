@@ -49,7 +49,8 @@ struct proc_lanes {
     unsigned *ring; /* ready lanes, FIFO */
     unsigned ring_head, ring_len;
     size_t queued;  /* tasks waiting */
-    size_t running; /* tasks being handled */
+    size_t running; /* tasks being handled, parked ones not counted */
+    size_t parked;  /* tasks whose handler gave its slot back (proc_lanes_park) */
     unsigned limit;
     bool stopping;
     proc_task_fn handle;
@@ -62,6 +63,10 @@ struct proc_lanes {
     pthread_t *threads;
     unsigned n_threads, cap;
 };
+
+/* The lanes a worker thread serves (NULL: not a worker) and whether its task is parked. */
+static _Thread_local struct proc_lanes *tl_lanes;
+static _Thread_local bool tl_parked;
 
 static void ring_push(struct proc_lanes *l, unsigned lane)
 {
@@ -124,6 +129,7 @@ static void *worker_main(void *arg)
 {
     struct proc_lanes *l = arg;
 
+    tl_lanes = l;
     pthread_mutex_lock(&l->mu);
     l->starting--;
     for (;;) {
@@ -162,6 +168,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&l->mu);
 
         l->handle(l->ctx, t);
+        proc_lanes_park(l, false); /* a handler that returned parked counts as back */
 
         t1 = sf_mono_us();
         pthread_mutex_lock(&l->mu);
@@ -177,7 +184,7 @@ static void *worker_main(void *arg)
             wake(l, 1);
         if (l->conc.limit > before)
             pthread_cond_broadcast(&l->space); /* the queue's cap grew with it */
-        if (l->queued == 0 && l->running == 0)
+        if (l->queued == 0 && l->running == 0 && l->parked == 0)
             pthread_cond_broadcast(&l->idle);
     }
     pthread_mutex_unlock(&l->mu);
@@ -331,12 +338,31 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
     return SF_OK;
 }
 
+void proc_lanes_park(struct proc_lanes *l, bool parked)
+{
+    if (l == NULL || tl_lanes != l || tl_parked == parked)
+        return;
+    pthread_mutex_lock(&l->mu);
+    tl_parked = parked;
+    if (parked) {
+        l->running--;
+        l->parked++;
+        note(l, sf_mono_us());
+        wake(l, 0); /* the slot may take ready work: a waiter, or a new thread up to the cap */
+    } else {
+        l->parked--;
+        l->running++;
+        note(l, sf_mono_us());
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
 size_t proc_lanes_pending(struct proc_lanes *l)
 {
     size_t n;
 
     pthread_mutex_lock(&l->mu);
-    n = l->queued + l->running;
+    n = l->queued + l->running + l->parked;
     pthread_mutex_unlock(&l->mu);
     return n;
 }
@@ -347,7 +373,7 @@ enum sf_rc proc_lanes_drain(struct proc_lanes *l, int64_t timeout_ms)
     enum sf_rc rc = SF_OK;
 
     pthread_mutex_lock(&l->mu);
-    while (l->queued + l->running > 0) {
+    while (l->queued + l->running + l->parked > 0) {
         struct timespec until;
         int64_t left = deadline - sf_mono_ms();
 

@@ -80,7 +80,18 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
 /* The lane of a key: a stable hash (MurmurHash3) modulo the lane count. */
 uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len);
 
-/* Tasks queued or running. */
+/*
+ * From a task's handler, on its worker thread: the task waits for
+ * something that more tasks in flight do not slow down (its container
+ * range's RU budget) and gives its slot back (parked true), or takes it
+ * again (false; at once, the limit may be passed until a task ends). Other
+ * ready tasks may run meanwhile, on at most `workers` threads; so one
+ * range out of budget does not hold every slot while the others have
+ * budget. Calls from any other thread, and unpaired ones, are ignored.
+ */
+void proc_lanes_park(struct proc_lanes *l, bool parked);
+
+/* Tasks queued, running or parked. */
 size_t proc_lanes_pending(struct proc_lanes *l);
 
 /*

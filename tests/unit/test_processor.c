@@ -320,6 +320,105 @@ START_TEST(test_lanes_threads_start_on_demand)
 }
 END_TEST
 
+/*
+ * Tasks waiting for their range's RU budget give their slot back
+ * (proc_lanes_park, which the dispatcher's budget-wait hook calls): with all
+ * 8 slots of the limit taken by tasks that wait, tasks of other lanes still
+ * run, on threads up to the cap; and the waiting ones still count as
+ * pending, so a drain waits for them.
+ */
+struct park_ctx {
+    pthread_mutex_t mu;
+    struct proc_lanes *l;
+    unsigned parked, free_done, throttled_done;
+    bool open;
+};
+
+struct park_task {
+    struct proc_task t;
+    bool throttled;
+};
+
+static void park_handle(void *ctx, struct proc_task *pt)
+{
+    struct park_ctx *c = ctx;
+    struct park_task *t = (struct park_task *)pt;
+    int64_t until = sf_mono_ms() + 20000;
+
+    if (t->throttled) {
+        proc_lanes_park(c->l, true);
+        pthread_mutex_lock(&c->mu);
+        c->parked++;
+        while (!c->open && sf_mono_ms() < until) {
+            pthread_mutex_unlock(&c->mu);
+            sf_sleep_ms(5);
+            pthread_mutex_lock(&c->mu);
+        }
+        c->throttled_done++;
+        pthread_mutex_unlock(&c->mu);
+        proc_lanes_park(c->l, false);
+    } else {
+        pthread_mutex_lock(&c->mu);
+        c->free_done++;
+        pthread_mutex_unlock(&c->mu);
+    }
+    free(t);
+}
+
+static unsigned park_count(struct park_ctx *c, const unsigned *field)
+{
+    unsigned n;
+
+    pthread_mutex_lock(&c->mu);
+    n = *field;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+START_TEST(test_lanes_tasks_waiting_for_budget_leave_their_slots_to_others)
+{
+    struct park_ctx c = {0};
+    struct proc_lanes_opts o = {
+        .lanes = 16, .workers = 16, .min_workers = 2, .queue_limit = 100, .handle = park_handle};
+    struct proc_lanes_load ld;
+    struct sf_err err;
+    int64_t until;
+
+    pthread_mutex_init(&c.mu, NULL);
+    o.ctx = &c;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &c.l, &err), SF_OK);
+    proc_lanes_load(c.l, &ld);
+    ck_assert_uint_eq(ld.limit, 8);
+    /* Not a worker thread: ignored. */
+    proc_lanes_park(c.l, true);
+    for (unsigned i = 0; i < 12; i++) {
+        struct park_task *t = calloc(1, sizeof(*t));
+
+        t->throttled = i < 8;
+        ck_assert_int_eq(proc_lanes_submit(c.l, i, &t->t, -1), SF_OK);
+        if (i == 7) /* all 8 slots taken by waiting tasks before the others come */
+            for (until = sf_mono_ms() + 20000;
+                 park_count(&c, &c.parked) < 8 && sf_mono_ms() < until;)
+                sf_sleep_ms(5);
+    }
+    for (until = sf_mono_ms() + 20000; park_count(&c, &c.free_done) < 4 && sf_mono_ms() < until;)
+        sf_sleep_ms(5);
+    ck_assert_uint_eq(park_count(&c, &c.free_done), 4);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 0);
+    ck_assert_uint_eq(proc_lanes_pending(c.l), 8);
+    ck_assert_int_eq(proc_lanes_drain(c.l, 50), SF_ETIMEOUT);
+    pthread_mutex_lock(&c.mu);
+    c.open = true;
+    pthread_mutex_unlock(&c.mu);
+    ck_assert_int_eq(proc_lanes_drain(c.l, 60000), SF_OK);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 8);
+    proc_lanes_load(c.l, &ld);
+    ck_assert_uint_le(ld.threads, 16);
+    proc_lanes_free(c.l, rec_drop, NULL);
+    pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * check-config diagnostics of workflow compilation
  */
@@ -1189,6 +1288,7 @@ int main(void)
     tcase_add_test(tc, test_lanes_backpressure_and_free);
     tcase_add_test(tc, test_lanes_adaptive_within_cap_keeps_lane_order);
     tcase_add_test(tc, test_lanes_threads_start_on_demand);
+    tcase_add_test(tc, test_lanes_tasks_waiting_for_budget_leave_their_slots_to_others);
     suite_add_tcase(s, tc);
     tc = tcase_create("check_config");
     tcase_add_test(tc, test_check_config_compile);
