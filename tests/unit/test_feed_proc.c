@@ -296,7 +296,7 @@ static bool held_pred(void *ctx)
     pthread_mutex_lock(&h->mu);
     n = h->n;
     pthread_mutex_unlock(&h->mu);
-    return n >= 64;
+    return n >= 4 * 9; /* four ranges, each past half of its share of 16 */
 }
 
 START_TEST(range_share_bounds_each_ranges_unacked_items)
@@ -325,14 +325,19 @@ START_TEST(range_share_bounds_each_ranges_unacked_items)
     holder_ack_all(&h);
     ck_assert(ft_wait_until(held_pred, &h, 20000));
     sf_sleep_ms(300); /* a range past its share would have read on by now */
+    /*
+     * Each range holds at most its share (64 / 4), and reads again once half
+     * of it is free: 9..16 (a page may bring fewer than it asked for, so not
+     * exactly 16: under load one range stayed at 13).
+     */
     ck_assert_int_eq(feed_processor_status(p, &st, &err), SF_OK);
     ck_assert_uint_eq(st->n, 4);
     for (size_t i = 0; i < st->n; i++)
-        ck_assert_msg(st->ranges[i].pending == 16, "range %s holds %lld", st->ranges[i].range,
-                      (long long)st->ranges[i].pending);
+        ck_assert_msg(st->ranges[i].pending >= 9 && st->ranges[i].pending <= 16,
+                      "range %s holds %lld", st->ranges[i].range, (long long)st->ranges[i].pending);
     free(st);
     pthread_mutex_lock(&h.mu);
-    ck_assert_uint_eq(h.n, 64);
+    ck_assert_uint_le(h.n, 64);
     pthread_mutex_unlock(&h.mu);
     for (int64_t end = sf_mono_ms() + 30000;
          ft_seen_wait(&seen, 800, 20) < 800 && sf_mono_ms() < end;)
