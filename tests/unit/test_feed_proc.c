@@ -134,8 +134,9 @@ static void consume_hold(void *ctx, struct feed_item *it)
     pthread_mutex_lock(&h->mu);
     ck_assert_uint_lt(h->n, SF_ARRAY_LEN(h->items));
     h->items[h->n++] = it;
-    pthread_mutex_unlock(&h->mu);
+    /* Under the lock: once it is released, holder_ack_all may ack (free) the item. */
     ft_seen_add(h->seen, it);
+    pthread_mutex_unlock(&h->mu);
 }
 
 static void holder_ack_all(struct holder *h)
