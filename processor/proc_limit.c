@@ -48,8 +48,7 @@
  */
 #define QUEUE_RATIO 2.0
 #define PROPORTIONAL                                                                               \
-    0.9 /* latency "in proportion": at least 90 % of the ratio of items in                         \
-           flight */
+    0.9 /* latency "in proportion": at least 90 % of the ratio of items in flight */
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
 {
@@ -138,8 +137,7 @@ void proc_limit_note(struct proc_limit *pl, int64_t now_us, bool binding)
     pl->binding = binding;
 }
 
-/* The next probe's limit in the given direction (== base when there is no
- * room). */
+/* The next probe's limit in the given direction (== base when there is no room). */
 static unsigned probe_target(const struct proc_limit *pl, bool up)
 {
     unsigned step = SF_MAX(1u, pl->base / 4);
@@ -149,8 +147,7 @@ static unsigned probe_target(const struct proc_limit *pl, bool up)
     return clamp(pl, (int64_t)pl->base - step);
 }
 
-/* A probe (or its impossibility) failed in direction up: try the other way,
- * then hold. */
+/* A probe (or its impossibility) failed in direction up: try the other way, then hold. */
 static void rejected(struct proc_limit *pl, bool up)
 {
     pl->slow_start = false;
@@ -193,8 +190,7 @@ static bool down_allowed(const struct proc_limit *pl)
     return pl->up_gain < UP_MIN_GAIN && (queued(pl, pl->base_us, pl->base_n) || pl->up_queued);
 }
 
-/* From a base window: start the next probe unless holding. Returns true when
- * the limit moved. */
+/* From a base window: start the next probe unless holding. Returns true when the limit moved. */
 static bool next_probe(struct proc_limit *pl)
 {
     for (int tries = 0; tries < 2; tries++) {
@@ -221,8 +217,7 @@ static bool next_probe(struct proc_limit *pl)
             pl->changes++;
             return true;
         }
-        if (up) { /* at the cap: no gain to wait for, a down probe may follow
-                     (down_allowed) */
+        if (up) { /* at the cap: no gain to wait for, a down probe may follow (down_allowed) */
             pl->up_gain = 0;
             pl->up_queued = false;
         }
@@ -241,8 +236,7 @@ static bool judge(const struct proc_limit *pl, double x)
     return x >= pl->base_x * (1 - rel / DOWN_SHARE);
 }
 
-/* Accepts the probe (or the base) measured by a window: x items/s at a mean
- * latency of mean_us. */
+/* Accepts the probe (or the base) measured by a window: x items/s at a mean latency of mean_us. */
 static void accept(struct proc_limit *pl, double x, double mean_us, double n)
 {
     pl->base = pl->limit;
@@ -255,8 +249,7 @@ static void accept(struct proc_limit *pl, double x, double mean_us, double n)
     pl->last_up = true; /* climb on from the new base; after a step down, up first */
 }
 
-/* The window [win_start, now] is complete: decide. Returns true when the limit
- * moved. */
+/* The window [win_start, now] is complete: decide. Returns true when the limit moved. */
 static bool decide(struct proc_limit *pl, int64_t elapsed_us)
 {
     double x = pl->n / ((double)elapsed_us / 1e6);
@@ -342,8 +335,8 @@ static void fast_floor(struct proc_limit *pl)
  * judges items/s as ever, so the worst case is the old pace. The first of
  * a cohort to complete are its quickest, which favours a doubling (the
  * bias is upwards anyway) and is why they do not set the floor alone
- * (fast_floor). The items/s later
- * windows must beat is what completed since the change.
+ * (fast_floor). The items/s later windows must beat is what completed
+ * since the change.
  * Returns true when it decided (*ret_moved: the limit moved).
  */
 static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us, bool *ret_moved)

@@ -33,9 +33,10 @@
  * after the change (1.5 item latencies and at least half a minimum window
  * later, no settle) tells the gain. It only accepts, and only when the
  * limit bound 90 % of that time and the items/s that completed rose too;
- * otherwise the window decides as usual. At 20 ms per request (items of ~150 ms) the limit goes
- * from 8 to 64 in about half a second instead of 1.5 s. Its evidence starts when the limit starts
- * to bind (not at start-up, before any work).
+ * otherwise the window decides as usual. At 20 ms per request (items of
+ * ~150 ms) the limit goes from 8 to 64 in about half a second instead of
+ * 1.5 s. Its evidence starts when the limit starts to bind (not at
+ * start-up, before any work).
  *
  * Little's law (in flight = items/s x item latency) is the second signal:
  * the floor is the lowest mean item latency of a binding window. A down
