@@ -168,6 +168,14 @@ bool step_ctx_fails_on(const struct step_ctx *ctx, int status);
  */
 bool step_result_fails_unapplied(const struct step_ctx *ctx, const struct step_result *res);
 
+/*
+ * For a kind that commits with fail_on cleared so that one status comes
+ * back as itself (rmw's 412 race, delete's 404): whether res is then a
+ * business failure of ctx - a status fail_on lists, or a throttled retry it
+ * lists (step_result_fails_unapplied).
+ */
+bool step_commit_fails_on(const struct step_ctx *ctx, const struct step_result *res);
+
 /* ---------------------------------------------------------------------------
  * Markers
  */

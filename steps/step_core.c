@@ -71,6 +71,13 @@ bool step_result_fails_unapplied(const struct step_ctx *ctx, const struct step_r
            step_ctx_fails_on(ctx, res->status);
 }
 
+bool step_commit_fails_on(const struct step_ctx *ctx, const struct step_result *res)
+{
+    return (res->outcome == STEP_FATAL && res->status != 0 &&
+            step_ctx_fails_on(ctx, res->status)) ||
+           step_result_fails_unapplied(ctx, res);
+}
+
 /* ---------------------------------------------------------------------------
  * Catalog
  */

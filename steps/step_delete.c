@@ -147,9 +147,7 @@ static void delete_run(const void *state, const struct step_ctx *ctx, struct ste
     if (res->outcome == STEP_FATAL && res->status == 404) {
         /* Already gone: the effect holds; record it with the marker alone. */
         step_marker_create(ctx, tgt.coll, tgt.pk, res);
-    } else if ((res->outcome == STEP_FATAL && res->status != 0 &&
-                step_ctx_fails_on(ctx, res->status)) ||
-               step_result_fails_unapplied(ctx, res)) {
+    } else if (step_commit_fails_on(ctx, res)) {
         res->outcome = STEP_FAILED;
     }
 out:

@@ -182,9 +182,7 @@ static void rmw_round(const struct rmw_state *st, const struct step_ctx *ctx, co
     step_effect_commit(&wctx, &eff, res);
     if (res->outcome == STEP_FATAL && res->status == 412) {
         *ret_race = true;
-    } else if ((res->outcome == STEP_FATAL && res->status != 0 &&
-                step_ctx_fails_on(ctx, res->status)) ||
-               step_result_fails_unapplied(ctx, res)) {
+    } else if (step_commit_fails_on(ctx, res)) {
         res->outcome = STEP_FAILED;
     }
 out:
