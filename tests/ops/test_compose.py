@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from checks import SRC, check, failures  # noqa: E402
+from checks import SRC, check, cosmos_request, failures, free_port  # noqa: E402
 
 SAGAFEED = os.environ.get("SF_SAGAFEED_BIN")
 
@@ -445,43 +445,9 @@ def command_checks(services):
               f"stop_grace_period {svc.get('stop_grace_period')} is shorter than the drain ({m.group(1)})")
 
 
-def cosmos_request(port, key, verb, rtype, link, path, body):
-    """One signed request (PROTOCOL.md section 1) with the base64 key; the status."""
-    import base64  # noqa: PLC0415
-    import email.utils  # noqa: PLC0415
-    import hashlib  # noqa: PLC0415
-    import hmac  # noqa: PLC0415
-    import json  # noqa: PLC0415
-    import urllib.error  # noqa: PLC0415
-    import urllib.parse  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
-
-    date = email.utils.formatdate(usegmt=True)
-    text = f"{verb.lower()}\n{rtype.lower()}\n{link}\n{date.lower()}\n\n"
-    sig = base64.b64encode(hmac.new(base64.b64decode(key), text.encode(), hashlib.sha256).digest())
-    auth = urllib.parse.quote(f"type=master&ver=1.0&sig={sig.decode()}", safe="")
-    headers = {"authorization": auth, "x-ms-date": date, "x-ms-version": "2018-12-31",
-               "content-type": "application/json"}
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", data=json.dumps(body).encode(), method=verb,
-                                 headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def interpolate(v):
     """Compose's ${VAR:-default} and ${VAR} from this process's environment."""
     return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), v)
-
-
-def free_port():
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_status(url):
@@ -540,10 +506,12 @@ def live_checks(services):
         brokers = kafka.stdout.readline().strip()
         db = ienv.get("COSMOS_DATABASE", "shop")
 
-        check(cosmos_request(port, key, "POST", "dbs", "", "dbs", {"id": db}) == 201, "creating the database failed")
+        endpoint = f"http://127.0.0.1:{port}"
+        check(cosmos_request(endpoint, "POST", "dbs", "", "/dbs", {"id": db}, key=key) == 201,
+              "creating the database failed")
         for name, pk in init_containers():
             body = {"id": name, "partitionKey": {"paths": [pk], "kind": "Hash"}, "defaultTtl": -1}
-            check(cosmos_request(port, key, "POST", "colls", f"dbs/{db}", f"dbs/{db}/colls", body) == 201,
+            check(cosmos_request(endpoint, "POST", "colls", f"dbs/{db}", f"/dbs/{db}/colls", body, key=key) == 201,
                   f"creating container {name} failed")
         http = free_port()
         base = {k: v for k, v in os.environ.items() if not k.startswith("SAGAFEED_")}

@@ -23,17 +23,12 @@ PROMETHEUS (optional: the server binary, default `prometheus` on PATH).
 Exit status 0 when every check passed, 1 otherwise, 77 when skipped.
 """
 import argparse
-import base64
 import ctypes
-import email.utils
-import hashlib
-import hmac
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,9 +38,8 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from checks import SRC, check, failures  # noqa: E402
+from checks import EMU_KEY, SRC, check, cosmos_request, failures, free_port  # noqa: E402
 
-EMU_KEY = "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
 
 
 def need_bin(var):
@@ -76,12 +70,6 @@ def http_get(url, timeout=10):
         return e.code, e.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError) as e:
         return 0, str(e)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def die_with_parent():
@@ -117,27 +105,6 @@ class Procs:
         for _, p, f in reversed(self.items):
             self.stop(p)
             f.close()
-
-
-def cosmos_request(endpoint, verb, rtype, link, path, body=None, pk=None):
-    """A request signed with the emulator's master key (Cosmos DB REST auth)."""
-    date = email.utils.formatdate(usegmt=True)
-    text = f"{verb.lower()}\n{rtype.lower()}\n{link}\n{date.lower()}\n\n"
-    sig = base64.b64encode(hmac.new(base64.b64decode(EMU_KEY), text.encode(), hashlib.sha256).digest())
-    auth = urllib.parse.quote(f"type=master&ver=1.0&sig={sig.decode()}", safe="")
-    req = urllib.request.Request(endpoint + path, method=verb,
-                                 data=None if body is None else json.dumps(body).encode())
-    req.add_header("authorization", auth)
-    req.add_header("x-ms-date", date)
-    req.add_header("x-ms-version", "2020-07-15")
-    req.add_header("content-type", "application/json")
-    if pk is not None:
-        req.add_header("x-ms-documentdb-partitionkey", json.dumps([pk]))
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
 
 
 def create_orders(endpoint, first, n):
