@@ -229,8 +229,9 @@ static void bucket_refill(struct bucket *b, int64_t now_ms)
         b->tokens += b->rate * (double)(now_ms - b->at_ms) / 1000.0;
         b->at_ms = now_ms;
     }
+    /* A second of budget, as the service's buckets hold (less under an offer: pace_ceiling). */
     if (b->tokens > bucket_max(b))
-        b->tokens = bucket_max(b); /* one second of budget, as the service's buckets hold */
+        b->tokens = bucket_max(b);
 }
 
 /* Milliseconds until b holds budget again; 0 when it does (or is off). */
