@@ -1,6 +1,7 @@
 /*
  * main.c - the sagafeed command line: the one command table (dispatch and
- * --help come from it) and the commands run, check-config, demo, parked.
+ * --help come from it) and the commands run and check-config; demo is
+ * demo/'s, the operator commands proc_cli.c's.
  *
  * The globals of the program live here and only here: the log sink (in
  * common/sf_log), the parsed command line, and the stop flag set by the
@@ -13,7 +14,6 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "common/sf_json.h"
 #include "common/sf_log.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
@@ -141,18 +141,6 @@ static const char USAGE_CHECK[] =
     "half of lease_expiry, the Kafka relays' lease prefixes (511 bytes). Every\n"
     "problem is printed as `file:line: what is wrong` (`environment:0: SAGAFEED_...:`\n"
     "for a value set from the environment). Exit status 0 when valid, 1 otherwise.\n";
-
-static const char USAGE_PARKED[] =
-    "Usage: sagafeed parked list -c FILE [--key KEY]\n"
-    "       sagafeed parked replay -c FILE [--key KEY]\n"
-    "\n"
-    "list prints the parked and waiting items (JSON lines). replay marks them for\n"
-    "replay: the running service re-runs each key's items in LSN order within\n"
-    "processor.park_scan_interval, deletes each record that succeeds, and the key\n"
-    "flows again on every instance (each re-reads the parking container every\n"
-    "processor.park_scan_interval, at most processor.park_scan_max records) once\n"
-    "none is left. KEY is \"<container>|<partition key JSON>\", e.g.\n"
-    "'orders|[\"c-007\"]'. Needs cosmos.endpoint in FILE.\n";
 
 /* ---------------------------------------------------------------------------
  * Helpers
@@ -320,81 +308,6 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_
 }
 
 /* ---------------------------------------------------------------------------
- * parked
- */
-
-static int cmd_parked(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
-{
-    static const char *const verbs[] = {"list", "replay", NULL};
-    const char *path = NULL, *key = NULL, *verb;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("key", 0, &key), PROC_OPT_END};
-    struct cfg *cfg = NULL;
-    struct cosmos_client *cli = NULL;
-    struct sf_err err;
-    int status;
-
-    SF_UNUSED(stop);
-    if ((status = proc_opt_verb(USAGE_PARKED, argc, argv, verbs)) != PROC_OPT_GO)
-        return status;
-    verb = argv[1];
-    status = proc_opt_parse(self->name, USAGE_PARKED, opts, 2, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
-        return status;
-    /* Not proc_cli_setup: a missing endpoint has parked's own message (and exit status 1). */
-    status = proc_cli_load(self->name, path, &cfg);
-    if (status != 0)
-        return status;
-    sf_err_clear(&err);
-    status = 1;
-    if (cfg->cosmos.endpoint == NULL) {
-        (void)fprintf(stderr, "sagafeed parked: %s has no cosmos.endpoint\n", path);
-        goto out;
-    }
-    if (proc_cli_client(self->name, cfg, &cli) != 0)
-        goto out;
-    if (strcmp(verb, "list") == 0) {
-        json_t *docs = NULL;
-        size_t i;
-        json_t *d;
-
-        if (proc_parked_list(cli, cfg->cosmos.database, cfg->processor.parking_container, key,
-                             &docs, &err) != SF_OK)
-            goto fail;
-        json_array_foreach(docs, i, d)
-        {
-            struct sf_buf b;
-
-            sf_buf_init(&b, 8u << 20);
-            (void)json_object_del(d, "_rid");
-            (void)json_object_del(d, "_self");
-            (void)json_object_del(d, "_attachments");
-            if (sf_json_dump(d, &b) == SF_OK)
-                (void)printf("%s\n", sf_buf_cstr(&b));
-            sf_buf_release(&b);
-        }
-        (void)fprintf(stderr, "%zu parked item%s\n", json_array_size(docs),
-                      json_array_size(docs) == 1 ? "" : "s");
-        json_decref(docs);
-    } else {
-        size_t n = 0;
-
-        if (proc_parked_request_replay(cli, cfg->cosmos.database, cfg->processor.parking_container,
-                                       key, &n, &err) != SF_OK)
-            goto fail;
-        (void)printf("%zu parked item%s marked for replay\n", n, n == 1 ? "" : "s");
-    }
-    status = 0;
-    goto out;
-fail:
-    (void)fprintf(stderr, "sagafeed parked %s: %s\n", verb, err.msg);
-out:
-    cosmos_client_free(cli);
-    cfg_free(cfg);
-    return status;
-}
-
-/* ---------------------------------------------------------------------------
  * The command table: dispatch and `sagafeed --help` both come from it.
  */
 
@@ -407,7 +320,7 @@ static const struct proc_cmd commands[] = {
     {"demo", "demo [--orders N]", "the order fulfilment demo on a private cosmolite", false, false,
      true, proc_demo_main},
     {"parked", "parked list|replay -c FILE [--key K]",
-     "list parked items, or ask the service to replay them", true, true, false, cmd_parked},
+     "list parked items, or ask the service to replay them", true, true, false, proc_cli_parked},
     {"status", "status -c FILE", "leases: owner, epoch, checkpoint, lag, last progress", true, true,
      false, proc_cli_status},
     {"lag", "lag -c FILE", "lag per range in items (LSNs) and seconds", true, true, false,

@@ -13,6 +13,7 @@
 #include "common/sf_log.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_control.h"
+#include "processor/proc_dispatch.h"
 #include "processor/proc_opt.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
@@ -103,6 +104,18 @@ static const char USAGE_LEASES[] =
     "then the lease is freed at the new position and taken over within one\n"
     "acquire interval. Effects stay exactly-once (markers); a reset to an earlier\n"
     "time re-delivers items, whose settled sagas are skipped.\n";
+
+static const char USAGE_PARKED[] =
+    "Usage: sagafeed parked list -c FILE [--key KEY]\n"
+    "       sagafeed parked replay -c FILE [--key KEY]\n"
+    "\n"
+    "list prints the parked and waiting items (JSON lines). replay marks them for\n"
+    "replay: the running service re-runs each key's items in LSN order within\n"
+    "processor.park_scan_interval, deletes each record that succeeds, and the key\n"
+    "flows again on every instance (each re-reads the parking container every\n"
+    "processor.park_scan_interval, at most processor.park_scan_max records) once\n"
+    "none is left. KEY is \"<container>|<partition key JSON>\", e.g.\n"
+    "'orders|[\"c-007\"]'. Needs cosmos.endpoint in FILE.\n";
 
 /* ---------------------------------------------------------------------------
  * Shared helpers
@@ -450,6 +463,81 @@ int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, atomic_int
     status = found ? 0 : 1;
 out:
     json_decref(v);
+    cosmos_client_free(cli);
+    cfg_free(cfg);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------
+ * parked
+ */
+
+int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+{
+    static const char *const verbs[] = {"list", "replay", NULL};
+    const char *path = NULL, *key = NULL, *verb;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_STRING("key", 0, &key), PROC_OPT_END};
+    struct cfg *cfg = NULL;
+    struct cosmos_client *cli = NULL;
+    struct sf_err err;
+    int status;
+
+    SF_UNUSED(stop);
+    if ((status = proc_opt_verb(USAGE_PARKED, argc, argv, verbs)) != PROC_OPT_GO)
+        return status;
+    verb = argv[1];
+    status = proc_opt_parse(self->name, USAGE_PARKED, opts, 2, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
+    /* Not proc_cli_setup: a missing endpoint has parked's own message (and exit status 1). */
+    status = proc_cli_load(self->name, path, &cfg);
+    if (status != 0)
+        return status;
+    sf_err_clear(&err);
+    status = 1;
+    if (cfg->cosmos.endpoint == NULL) {
+        (void)fprintf(stderr, "sagafeed parked: %s has no cosmos.endpoint\n", path);
+        goto out;
+    }
+    if (proc_cli_client(self->name, cfg, &cli) != 0)
+        goto out;
+    if (strcmp(verb, "list") == 0) {
+        json_t *docs = NULL;
+        size_t i;
+        json_t *d;
+
+        if (proc_parked_list(cli, cfg->cosmos.database, cfg->processor.parking_container, key,
+                             &docs, &err) != SF_OK)
+            goto fail;
+        json_array_foreach(docs, i, d)
+        {
+            struct sf_buf b;
+
+            sf_buf_init(&b, 8u << 20);
+            (void)json_object_del(d, "_rid");
+            (void)json_object_del(d, "_self");
+            (void)json_object_del(d, "_attachments");
+            if (sf_json_dump(d, &b) == SF_OK)
+                (void)printf("%s\n", sf_buf_cstr(&b));
+            sf_buf_release(&b);
+        }
+        (void)fprintf(stderr, "%zu parked item%s\n", json_array_size(docs),
+                      json_array_size(docs) == 1 ? "" : "s");
+        json_decref(docs);
+    } else {
+        size_t n = 0;
+
+        if (proc_parked_request_replay(cli, cfg->cosmos.database, cfg->processor.parking_container,
+                                       key, &n, &err) != SF_OK)
+            goto fail;
+        (void)printf("%zu parked item%s marked for replay\n", n, n == 1 ? "" : "s");
+    }
+    status = 0;
+    goto out;
+fail:
+    (void)fprintf(stderr, "sagafeed parked %s: %s\n", verb, err.msg);
+out:
     cosmos_client_free(cli);
     cfg_free(cfg);
     return status;

@@ -1,6 +1,6 @@
 /*
  * proc_cli.h - the operator commands of sagafeed: status, lag, pause,
- * resume, replay, saga show, leases export|import|reset.
+ * resume, replay, saga show, parked list|replay, leases export|import|reset.
  *
  * main.c owns the program's globals and the command table (struct proc_cmd)
  * and hands each command its row, its arguments (argv[0] is the command
@@ -44,6 +44,7 @@ int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, atomic_in
 int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 int proc_cli_replay(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 int proc_cli_saga(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
+int proc_cli_parked(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 int proc_cli_leases(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 
 /*

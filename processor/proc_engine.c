@@ -220,6 +220,13 @@ static void compile_side(const struct proc_engine_opts *o, const struct cfg_work
     }
 }
 
+/* An await step: its one action waits for a document (in the container its params name). */
+static bool is_await_step(const struct cfg_step *s)
+{
+    return s->n_actions == 1 && s->actions[0].kind != NULL &&
+           strcmp(s->actions[0].kind, "await") == 0;
+}
+
 static void compile_step(const struct proc_engine_opts *o, const struct cfg_workflow *w,
                          const struct cfg_step *s, struct cstep *cs, struct cfg_diags *d)
 {
@@ -234,8 +241,7 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
             cfg_diag_add(d, s->file, s->undo[i].line,
                          "workflow '%s' step '%s' undo: an await undoes nothing; it belongs in do",
                          w->name, s->name);
-    if (s->n_actions == 1 && s->actions[0].kind != NULL &&
-        strcmp(s->actions[0].kind, "await") == 0) {
+    if (is_await_step(s)) {
         cs->await_coll = sf_json_str(s->actions[0].params, "container");
         if (s->foreach != NULL)
             cfg_diag_add(d, s->file, cfg_line(s->setting, "foreach", s->line),
@@ -366,30 +372,34 @@ bool proc_engine_step_counts(const struct proc_engine *e, size_t wf, size_t step
     return true;
 }
 
-size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max)
+/* Adds c to out[0..*n) unless it is NULL, there already, or out is full. */
+static void add_source(const char **out, size_t *n, size_t max, const char *c)
+{
+    for (size_t j = 0; c != NULL && j < *n; j++)
+        if (strcmp(out[j], c) == 0)
+            return;
+    if (c != NULL && *n < max)
+        out[(*n)++] = c;
+}
+
+size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max)
 {
     size_t n = 0;
 
-    for (size_t i = 0; i < e->n; i++) {
-        bool seen = false;
-
-        for (size_t j = 0; j < n && !seen; j++)
-            seen = strcmp(out[j], e->wfs[i].cfg->container) == 0;
-        if (!seen && n < max)
-            out[n++] = e->wfs[i].cfg->container;
-    }
-    for (size_t i = 0; i < e->n; i++) {
-        for (size_t k = 0; k < e->wfs[i].n; k++) {
-            const char *c = e->wfs[i].steps[k].await_coll;
-            bool seen = c == NULL;
-
-            for (size_t j = 0; j < n && !seen; j++)
-                seen = strcmp(out[j], c) == 0;
-            if (!seen && n < max)
-                out[n++] = c;
-        }
-    }
+    for (size_t i = 0; i < cfg->n_workflows; i++)
+        add_source(out, &n, max, cfg->workflows[i].container);
+    /* The containers await steps wait on: their documents wake the waiting sagas. */
+    for (size_t i = 0; i < cfg->n_workflows; i++)
+        for (size_t k = 0; k < cfg->workflows[i].n_steps; k++)
+            if (is_await_step(&cfg->workflows[i].steps[k]))
+                add_source(out, &n, max,
+                           sf_json_str(cfg->workflows[i].steps[k].actions[0].params, "container"));
     return n;
+}
+
+size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max)
+{
+    return proc_cfg_sources(e->cfg, out, max);
 }
 
 /* ---------------------------------------------------------------------------

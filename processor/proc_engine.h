@@ -69,10 +69,15 @@ enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engi
 void proc_engine_free(struct proc_engine *e);
 
 /*
- * Distinct containers whose change feeds the workflows need (for the feed
- * processors): every source container, then every container an await step
- * waits on (its documents wake the waiting sagas).
+ * The distinct containers whose change feeds cfg's workflows need, into out
+ * (borrowed from cfg): every source container in config order, then every
+ * container an await step waits on (its documents wake the waiting sagas).
+ * Returns how many. The one rule: run's feed processors (through
+ * proc_engine_sources) and status, lag, leases and replay all use it.
  */
+size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max);
+
+/* proc_cfg_sources of the configuration e was compiled from. */
 size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max);
 
 /*

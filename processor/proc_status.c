@@ -6,6 +6,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "feed/feed_admin.h"
+#include "processor/proc_engine.h"
 #include "processor/proc_status.h"
 
 #define SOURCES_MAX 64
@@ -16,37 +17,6 @@ enum sf_rc proc_lease_prefix(const struct cfg *cfg, const char *container, char 
     int n = snprintf(out, size, "%s.%s", cfg->feed.lease_prefix, container);
 
     return n < 0 || (size_t)n >= size ? SF_ELIMIT : SF_OK;
-}
-
-size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < cfg->n_workflows; i++) {
-        bool seen = false;
-
-        for (size_t j = 0; j < n && !seen; j++)
-            seen = strcmp(out[j], cfg->workflows[i].container) == 0;
-        if (!seen && n < max)
-            out[n++] = cfg->workflows[i].container;
-    }
-    /* The containers await steps wait on: run follows their change feeds too. */
-    for (size_t i = 0; i < cfg->n_workflows; i++) {
-        for (size_t k = 0; k < cfg->workflows[i].n_steps; k++) {
-            const struct cfg_step *st = &cfg->workflows[i].steps[k];
-            const char *c = st->n_actions == 1 && st->actions[0].kind != NULL &&
-                                    strcmp(st->actions[0].kind, "await") == 0
-                                ? sf_json_str(st->actions[0].params, "container")
-                                : NULL;
-            bool seen = c == NULL;
-
-            for (size_t j = 0; j < n && !seen; j++)
-                seen = strcmp(out[j], c) == 0;
-            if (!seen && n < max)
-                out[n++] = c;
-        }
-    }
-    return n;
 }
 
 /* The estimator of PROTOCOL.md section 10, on r's lease (feed_admin.h). */

@@ -51,14 +51,6 @@ struct proc_fleet_view {
 enum sf_rc proc_lease_prefix(const struct cfg *cfg, const char *container, char *out, size_t size);
 
 /*
- * The containers whose change feeds cfg's workflows follow, each once, into
- * out (borrowed from cfg): the source containers in config order, then the
- * containers await steps wait on (proc_engine_sources' order). Returns how
- * many.
- */
-size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max);
-
-/*
  * Lists every lease of cfg's fleet and the control document; with_lag
  * also measures each started lease's lag (one change-feed read per lease).
  * *ret is new (free() it).

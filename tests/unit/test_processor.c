@@ -22,6 +22,7 @@
 #include "processor/proc_status.h"
 #include "processor/proc_lanes.h"
 #include "processor/proc_service.h"
+#include "processor/proc_setup.h"
 #include "tests/support/check_run.h"
 
 /* ---------------------------------------------------------------------------
@@ -1073,6 +1074,52 @@ START_TEST(test_cfg_sources_include_awaited_containers)
 }
 END_TEST
 
+/*
+ * run's feed processors (proc_engine_sources) follow the containers status, lag, leases and
+ * replay look at (proc_cfg_sources): each once, sources first in config order, then awaited.
+ */
+START_TEST(test_engine_sources_are_the_cfg_sources)
+{
+    static const char *CFG =
+        "workflows = (\n"
+        "  { name = \"pay\"; container = \"orders\"; state_field = \"status\";\n"
+        "    failed_state = \"cancelled\";\n"
+        "    steps = ( { name = \"confirm\"; from = \"charged\"; to = \"confirmed\";\n"
+        "      do = { kind = \"await\"; container = \"confirmations\"; id = \"c-{{item.id}}\";\n"
+        "             partition_key = \"{{item.id}}\"; timeout = \"30s\"; }; } ); },\n"
+        "  { name = \"ship\"; container = \"shipments\"; state_field = \"status\";\n"
+        "    failed_state = \"cancelled\";\n"
+        "    steps = ( { name = \"wait\"; from = \"packed\"; to = \"paid\";\n"
+        "      do = { kind = \"await\"; container = \"orders\"; id = \"{{item.order}}\";\n"
+        "             partition_key = \"{{item.order}}\"; timeout = \"30s\"; }; } ); } );\n";
+    static const char *const want[] = {"orders", "shipments", "confirmations"};
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct proc_setup_engine eng = {0};
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    const char *from_cfg[8], *from_engine[8];
+    size_t n;
+
+    ck_assert_ptr_nonnull(d);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(CFG, "s.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_setup_engine_build(cfg, NULL, false, d, &eng, &err) == SF_OK, "%s", err.msg);
+    n = proc_cfg_sources(cfg, from_cfg, SF_ARRAY_LEN(from_cfg));
+    ck_assert_uint_eq(n, SF_ARRAY_LEN(want));
+    ck_assert_uint_eq(proc_engine_sources(eng.engine, from_engine, SF_ARRAY_LEN(from_engine)), n);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(from_cfg[i], want[i]);
+        ck_assert_str_eq(from_engine[i], want[i]);
+    }
+    /* A full out keeps the first ones. */
+    ck_assert_uint_eq(proc_cfg_sources(cfg, from_cfg, 2), 2);
+    ck_assert_str_eq(from_cfg[1], "shipments");
+    proc_setup_engine_release(&eng);
+    cfg_free(cfg);
+    free(d);
+}
+END_TEST
+
 START_TEST(test_when_false_step_skipped_in_plan_and_show)
 {
     struct cfg_diags *d = calloc(1, sizeof(*d));
@@ -1305,6 +1352,7 @@ int main(void)
     tcase_add_test(tc, test_saga_steps_zero_elements_ran_not_not_run);
     tcase_add_test(tc, test_when_false_step_skipped_in_plan_and_show);
     tcase_add_test(tc, test_cfg_sources_include_awaited_containers);
+    tcase_add_test(tc, test_engine_sources_are_the_cfg_sources);
     tcase_add_test(tc, test_deadline_passed_plans_compensation);
     tcase_add_test(tc, test_throttled_transition_keeps_retry_after);
     suite_add_tcase(s, tc);
