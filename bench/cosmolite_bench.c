@@ -101,6 +101,7 @@ struct bench_opts {
     bool check;
     bool self_test;
     bool keep_data;
+    unsigned ops; /* timed phases to run: bit (1u << op_kind); --ops */
 };
 
 /* A document a worker replaced, and the revision the server acknowledged. */
@@ -230,6 +231,10 @@ static void usage(FILE *f)
             "  --client-threads M  drive them from M threads with epoll (default: one\n"
             "                      blocking thread per connection)\n"
             "  --duration S        seconds per phase (5)\n"
+            "  --ops LIST          timed phases to run, comma-separated, in this order:\n"
+            "                      create,read,replace,changefeed,patch,batch10,query\n"
+            "                      (default all); without create, --docs documents are\n"
+            "                      written first for the others to use\n"
             "  --docs N            documents in the container for the loaded RSS figure "
             "(100000)\n"
             "  --memory            bench --memory mode instead of durable --data\n"
@@ -1537,6 +1542,20 @@ static enum sf_rc stop_server(struct bench_ctx *ctx, struct sf_err *err)
     return SF_OK;
 }
 
+/* Writes documents until the container holds --docs of the bench's own. */
+static enum sf_rc fill_to(struct bench_ctx *ctx, struct sf_err *err)
+{
+    uint64_t have = run_docs(ctx->run);
+    enum sf_rc rc;
+
+    if ((uint64_t)ctx->opts.docs <= have)
+        return SF_OK;
+    atomic_store(&ctx->run->fill_left, (int_fast64_t)((uint64_t)ctx->opts.docs - have));
+    if ((rc = run_phase(ctx->run, OP_FILL, 0, &ctx->rep.ops[OP_FILL], err)) != SF_OK)
+        return rc;
+    return check_alive(ctx, "fill", err);
+}
+
 /* Everything after the server is reachable: setup, phases, fill, memory, crash check. */
 static enum sf_rc bench_cosmolite(struct bench_ctx *ctx, struct sf_err *err)
 {
@@ -1552,21 +1571,20 @@ static enum sf_rc bench_cosmolite(struct bench_ctx *ctx, struct sf_err *err)
         return rc;
     if ((rc = run_new(o, ctx->host, ctx->port, false, ctx->nonce, &ctx->run, err)) != SF_OK)
         return rc;
+    /* Without the create phase the others read, replace and page what the fill wrote. */
+    if (!(o->ops & (1u << OP_CREATE)) && (rc = fill_to(ctx, err)) != SF_OK)
+        return rc;
     for (size_t i = 0; i < SF_ARRAY_LEN(phases); i++) {
+        if (!(o->ops & (1u << phases[i])))
+            continue;
         if ((rc = run_phase(ctx->run, phases[i], o->duration_s, &rep->ops[phases[i]], err)) !=
             SF_OK)
             return rc;
         if ((rc = check_alive(ctx, op_names[phases[i]], err)) != SF_OK)
             return rc;
     }
-    uint64_t have = run_docs(ctx->run);
-    if ((uint64_t)o->docs > have) {
-        atomic_store(&ctx->run->fill_left, (int_fast64_t)((uint64_t)o->docs - have));
-        if ((rc = run_phase(ctx->run, OP_FILL, 0, &rep->ops[OP_FILL], err)) != SF_OK)
-            return rc;
-        if ((rc = check_alive(ctx, "fill", err)) != SF_OK)
-            return rc;
-    }
+    if ((rc = fill_to(ctx, err)) != SF_OK)
+        return rc;
     rep->docs_total = run_docs(ctx->run);
     if ((rc = measure_mem(ctx, &rep->loaded, &rep->have_loaded, err)) != SF_OK)
         return rc;
@@ -1950,6 +1968,31 @@ static int64_t opt_int(const char *name, const char *v, int64_t min, int64_t max
     return n;
 }
 
+/* --ops: a comma-separated list of timed phases, as bits (1u << op_kind). */
+static unsigned parse_ops(const char *v)
+{
+    unsigned mask = 0;
+
+    for (const char *p = v; *p;) {
+        size_t n = strcspn(p, ",");
+        int k = 0;
+
+        while (k < OP_FILL && (strlen(op_names[k]) != n || strncmp(p, op_names[k], n) != 0))
+            k++;
+        if (k == OP_FILL)
+            die_usage("--ops: unknown phase '%.*s' (create, read, replace, changefeed, patch, "
+                      "batch10, query)",
+                      (int)n, p);
+        mask |= 1u << k;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    if (!mask)
+        die_usage("--ops takes at least one phase");
+    return mask;
+}
+
 static void parse_opts(int argc, char **argv, struct bench_opts *o)
 {
     *o = (struct bench_opts){.cosmolite = SF_BENCH_COSMOLITE_PATH,
@@ -1957,7 +2000,8 @@ static void parse_opts(int argc, char **argv, struct bench_opts *o)
                              .connections = 8,
                              .duration_s = 5.0,
                              .docs = 100000,
-                             .crash_check = true};
+                             .crash_check = true,
+                             .ops = (1u << OP_FILL) - 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1982,6 +2026,8 @@ static void parse_opts(int argc, char **argv, struct bench_opts *o)
             o->server_threads = opt_int(a, v, 1, 64);
         } else if (strcmp(a, "--pid") == 0) {
             o->pid = opt_int(a, v, 1, INT32_MAX);
+        } else if (strcmp(a, "--ops") == 0 && v) {
+            o->ops = parse_ops(v);
         } else if (strcmp(a, "--duration") == 0) {
             if (!v || sf_parse_double(v, &o->duration_s) != SF_OK || o->duration_s < 0.1 ||
                 o->duration_s > 600)

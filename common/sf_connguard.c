@@ -4,6 +4,7 @@
 #include "common/sf_base.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -16,17 +17,50 @@ enum phase {
     PHASE_IDLE,    /* keep-alive between requests */
 };
 
+/*
+ * A connection's state is one word, so that the three changes every request
+ * makes (begin, ready, done) take no lock: a shared mutex taken three times
+ * per request made the server's connection threads queue on it. The word
+ * holds the phase (bits 0-1), closed (bit 2: shut down by the guard; the
+ * server has not closed it yet) and the start of the current phase in
+ * microseconds (the rest). The guard's thread and the reserve, which hold
+ * the table's lock, close a connection only by a compare-and-swap from the
+ * state they judged: a request that changed it meanwhile keeps its
+ * connection.
+ */
+#define ST_PHASE_MASK  3u
+#define ST_CLOSED      4u
+#define ST_SINCE_SHIFT 3
+
+static uint_fast64_t st_make(enum phase p, bool closed, int64_t since_us)
+{
+    return ((uint_fast64_t)since_us << ST_SINCE_SHIFT) | (closed ? ST_CLOSED : 0u) | (unsigned)p;
+}
+
+static enum phase st_phase(uint_fast64_t st)
+{
+    return (enum phase)(st & ST_PHASE_MASK);
+}
+
+static bool st_closed(uint_fast64_t st)
+{
+    return (st & ST_CLOSED) != 0;
+}
+
+static int64_t st_since(uint_fast64_t st)
+{
+    return (int64_t)(st >> ST_SINCE_SHIFT);
+}
+
 struct sf_connguard_conn {
-    struct sf_connguard_conn *prev, *next;
+    struct sf_connguard_conn *prev, *next; /* the table's lock guards these */
     int fd;
-    enum phase phase;
-    int64_t since_us; /* start of the current phase */
-    bool closed;      /* shut down by the guard; the server has not closed it yet */
+    _Atomic uint_fast64_t state;
 };
 
 struct sf_connguard {
     struct sf_connguard_opts o;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock; /* the table: open, close, the deadline scan, the reserve */
     pthread_cond_t wake;
     pthread_t thread;
     bool stop;
@@ -35,33 +69,45 @@ struct sf_connguard {
     uint64_t timed_out, evicted;
 };
 
-/* Lock held. */
-static void conn_shut(struct sf_connguard *g, struct sf_connguard_conn *c)
+/*
+ * Lock held. Shuts c down if its state is still seen (the one its caller
+ * judged); false when a request changed it meanwhile.
+ */
+static bool conn_shut(struct sf_connguard *g, struct sf_connguard_conn *c, uint_fast64_t seen)
 {
+    if (!atomic_compare_exchange_strong(&c->state, &seen, seen | ST_CLOSED))
+        return false;
     /* Wakes the server's poll on this socket with end-of-file; it then closes. */
     (void)shutdown(c->fd, SHUT_RDWR);
-    c->closed = true;
     g->live--;
+    return true;
 }
 
 /*
  * Lock held. The oldest connection that may go: waiting for a request
- * before idle, never busy, never keep. O(n) in open connections, and only
- * when the table is nearly full: a scan of a few thousand entries is cheaper
- * than keeping a second ordered index up to date on every request.
+ * before idle, never busy, never keep; its state as judged in *ret_seen.
+ * O(n) in open connections, and only when the table is nearly full: a scan
+ * of a few thousand entries is cheaper than keeping a second ordered index
+ * up to date on every request.
  */
-static struct sf_connguard_conn *pick_victim(struct sf_connguard *g,
-                                             const struct sf_connguard_conn *keep)
+static struct sf_connguard_conn *
+pick_victim(struct sf_connguard *g, const struct sf_connguard_conn *keep, uint_fast64_t *ret_seen)
 {
     struct sf_connguard_conn *best = NULL;
+    uint_fast64_t best_st = 0;
 
     for (struct sf_connguard_conn *c = g->head; c; c = c->next) {
-        if (c == keep || c->closed || c->phase == PHASE_BUSY)
+        uint_fast64_t st = atomic_load(&c->state);
+
+        if (c == keep || st_closed(st) || st_phase(st) == PHASE_BUSY)
             continue;
-        if (!best || (c->phase == PHASE_WAITING && best->phase == PHASE_IDLE) ||
-            (c->phase == best->phase && c->since_us < best->since_us))
+        if (!best || (st_phase(st) == PHASE_WAITING && st_phase(best_st) == PHASE_IDLE) ||
+            (st_phase(st) == st_phase(best_st) && st_since(st) < st_since(best_st))) {
             best = c;
+            best_st = st;
+        }
     }
+    *ret_seen = best_st;
     return best;
 }
 
@@ -75,10 +121,11 @@ static void *deadline_main(void *arg)
         int64_t limit = sf_mono_us() - (int64_t)g->o.request_timeout_s * 1000000;
 
         for (struct sf_connguard_conn *c = g->head; c; c = c->next) {
-            if (!c->closed && c->phase == PHASE_WAITING && c->since_us <= limit) {
-                conn_shut(g, c);
+            uint_fast64_t st = atomic_load(&c->state);
+
+            if (!st_closed(st) && st_phase(st) == PHASE_WAITING && st_since(st) <= limit &&
+                conn_shut(g, c, st))
                 g->timed_out++;
-            }
         }
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += 1;
@@ -159,8 +206,7 @@ struct sf_connguard_conn *sf_connguard_open(struct sf_connguard *g, int fd)
     if (!c)
         return NULL;
     c->fd = fd;
-    c->phase = PHASE_WAITING;
-    c->since_us = sf_mono_us();
+    atomic_init(&c->state, st_make(PHASE_WAITING, false, sf_mono_us()));
     pthread_mutex_lock(&g->lock);
     c->prev = g->tail;
     if (g->tail)
@@ -170,50 +216,64 @@ struct sf_connguard_conn *sf_connguard_open(struct sf_connguard *g, int fd)
     g->tail = c;
     g->live++;
     while (g->live > g->o.max_connections - g->o.reserved) {
-        struct sf_connguard_conn *v = pick_victim(g, c);
+        uint_fast64_t seen;
+        struct sf_connguard_conn *v = pick_victim(g, c, &seen);
 
         if (!v)
             break; /* everyone else is busy: the server's own limit decides */
-        conn_shut(g, v);
-        g->evicted++;
+        if (conn_shut(g, v, seen))
+            g->evicted++;
     }
     pthread_mutex_unlock(&g->lock);
     return c;
 }
 
-static void set_phase(struct sf_connguard *g, struct sf_connguard_conn *c, enum phase p,
-                      bool restart)
+/*
+ * Moves c to phase p, keeping the guard's closed bit: the start of the
+ * phase becomes now when the phase changes, or always with restart. Only
+ * from phase `from` when from_only (a request's begin). No lock: the
+ * guard's thread sees either state, and its compare-and-swap fails on the
+ * older one.
+ */
+static void set_phase(struct sf_connguard_conn *c, enum phase p, bool restart, bool from_only,
+                      enum phase from)
 {
+    uint_fast64_t st, next;
+    int64_t now = -1;
+
     if (!c)
         return;
-    pthread_mutex_lock(&g->lock);
-    if (restart || c->phase != p)
-        c->since_us = sf_mono_us();
-    c->phase = p;
-    pthread_mutex_unlock(&g->lock);
+    st = atomic_load(&c->state);
+    do {
+        if (from_only && st_phase(st) != from)
+            return;
+        if (restart || st_phase(st) != p) {
+            if (now < 0)
+                now = sf_mono_us();
+            next = st_make(p, st_closed(st), now);
+        } else {
+            next = st_make(p, st_closed(st), st_since(st));
+        }
+    } while (!atomic_compare_exchange_weak(&c->state, &st, next));
 }
 
 void sf_connguard_request_begin(struct sf_connguard *g, struct sf_connguard_conn *c)
 {
-    if (!c)
-        return;
+    SF_UNUSED(g);
     /* A first request keeps the clock that started at accept. */
-    pthread_mutex_lock(&g->lock);
-    if (c->phase == PHASE_IDLE) {
-        c->phase = PHASE_WAITING;
-        c->since_us = sf_mono_us();
-    }
-    pthread_mutex_unlock(&g->lock);
+    set_phase(c, PHASE_WAITING, true, true, PHASE_IDLE);
 }
 
 void sf_connguard_request_ready(struct sf_connguard *g, struct sf_connguard_conn *c)
 {
-    set_phase(g, c, PHASE_BUSY, false);
+    SF_UNUSED(g);
+    set_phase(c, PHASE_BUSY, false, false, PHASE_BUSY);
 }
 
 void sf_connguard_request_done(struct sf_connguard *g, struct sf_connguard_conn *c)
 {
-    set_phase(g, c, PHASE_IDLE, true);
+    SF_UNUSED(g);
+    set_phase(c, PHASE_IDLE, true, false, PHASE_IDLE);
 }
 
 void sf_connguard_close(struct sf_connguard *g, struct sf_connguard_conn *c)
@@ -229,7 +289,7 @@ void sf_connguard_close(struct sf_connguard *g, struct sf_connguard_conn *c)
         c->next->prev = c->prev;
     else
         g->tail = c->prev;
-    if (!c->closed)
+    if (!st_closed(atomic_load(&c->state)))
         g->live--;
     pthread_mutex_unlock(&g->lock);
     free(c);

@@ -26,7 +26,9 @@
  * sagafeed's ops listener) wire their connection callbacks to it.
  *
  * Threads: every function may be called from any thread; one mutex guards
- * the table. The fd passed to sf_connguard_open must stay open until
+ * the table (open, close, the deadline scan, the reserve). A request's own
+ * calls (begin, ready, done) take no lock: each connection's phase is one
+ * atomic word. The fd passed to sf_connguard_open must stay open until
  * sf_connguard_close returns (servers close the socket after it).
  */
 #ifndef SF_CONNGUARD_H

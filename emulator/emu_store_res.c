@@ -1137,6 +1137,15 @@ enum sf_rc emu_store_coll_delete(struct emu_store *s, const char *db, const char
     return rc;
 }
 
+/* Copies v into out (cap bytes), cut short as snprintf would. */
+static void ref_copy(char *out, size_t cap, const char *v)
+{
+    size_t n = strnlen(v, cap - 1);
+
+    memcpy(out, v, n);
+    out[n] = '\0';
+}
+
 enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const char *coll,
                                   bool rid_based, struct emu_coll_ref *ret_ref, struct sf_err *err)
 {
@@ -1164,12 +1173,13 @@ enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const cha
                             "container '%s' does not exist in database '%s'", coll, db);
         goto out;
     }
+    /* Every document request passes here under the store's lock: copy, do not format. */
     memset(ret_ref, 0, sizeof(*ret_ref));
-    (void)snprintf(ret_ref->db, sizeof(ret_ref->db), "%s", c->db_id);
-    (void)snprintf(ret_ref->coll, sizeof(ret_ref->coll), "%s", c->id);
-    (void)snprintf(ret_ref->db_rid, sizeof(ret_ref->db_rid), "%s", c->db_rid);
-    (void)snprintf(ret_ref->coll_rid, sizeof(ret_ref->coll_rid), "%s", c->rid);
-    (void)snprintf(ret_ref->pk_path, sizeof(ret_ref->pk_path), "%s", c->pk_path);
+    ref_copy(ret_ref->db, sizeof(ret_ref->db), c->db_id);
+    ref_copy(ret_ref->coll, sizeof(ret_ref->coll), c->id);
+    ref_copy(ret_ref->db_rid, sizeof(ret_ref->db_rid), c->db_rid);
+    ref_copy(ret_ref->coll_rid, sizeof(ret_ref->coll_rid), c->rid);
+    ref_copy(ret_ref->pk_path, sizeof(ret_ref->pk_path), c->pk_path);
     ret_ref->pk_hash = c->pk_hash;
 out:
     emu_store_unlock(s);

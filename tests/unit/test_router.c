@@ -159,6 +159,43 @@ START_TEST(account_advertises_host)
 }
 END_TEST
 
+/* Whether id is a lowercase version 4 UUID (8-4-4-4-12, RFC 4122 variant). */
+static bool is_uuid4(const char *id)
+{
+    if (strlen(id) != 36 || id[14] != '4' || !strchr("89ab", id[19]))
+        return false;
+    for (int i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+
+        if (dash ? id[i] != '-' : !strchr("0123456789abcdef", id[i]))
+            return false;
+    }
+    return true;
+}
+
+START_TEST(activity_ids_are_distinct_uuid4s)
+{
+    char ids[3][40];
+
+    for (int i = 0; i < 3; i++) {
+        struct test_req t = {0};
+        struct emu_response r;
+        const char *id;
+
+        sign(&t, "GET", "", "");
+        run("GET", "/", &t, NULL, &r);
+        id = resp_hdr(&r, "x-ms-activity-id");
+        ck_assert_ptr_nonnull(id);
+        ck_assert_msg(is_uuid4(id), "activity id '%s' is not a version 4 UUID", id);
+        snprintf(ids[i], sizeof(ids[i]), "%s", id);
+        emu_response_release(&r);
+    }
+    ck_assert_str_ne(ids[0], ids[1]);
+    ck_assert_str_ne(ids[1], ids[2]);
+    ck_assert_str_ne(ids[0], ids[2]);
+}
+END_TEST
+
 START_TEST(missing_auth_is_401)
 {
     struct test_req t = {0};
@@ -912,6 +949,7 @@ static Suite *router_suite(void)
 
     sf_check_case(s, "core", setup, teardown, 0,
                   (const TTest *[]){account_advertises_host,
+                                    activity_ids_are_distinct_uuid4s,
                                     missing_auth_is_401,
                                     tampered_signature_is_401,
                                     stale_and_malformed_dates,
