@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "common/sf_log.h"
 #include "common/sf_time.h"
@@ -39,7 +40,7 @@ struct proc_dispatch {
     char *parking;
     struct proc_lanes *lanes;
     atomic_bool stopping;
-    pthread_mutex_t mu; /* blocked, replaying, rng */
+    pthread_mutex_t mu; /* blocked, replaying, rng, ranges */
     char **blocked;
     size_t n_blocked;
     char **replaying; /* keys with a replay task queued */
@@ -48,6 +49,9 @@ struct proc_dispatch {
     char **touched;
     size_t n_touched;
     bool scan_capped; /* the last scan stopped at scan_max (warned once per spell) */
+    /* "<container>/<range>" of lanes group i (1..), for proc_dispatch_submit_range */
+    char *ranges[PROC_GROUPS_MAX];
+    unsigned n_ranges;
     uint64_t rng;
     _Atomic uint64_t st[10];
     atomic_bool paused;                                 /* proc_dispatch_pause */
@@ -749,6 +753,8 @@ void proc_dispatch_free(struct proc_dispatch *d)
     set_free(d->blocked, d->n_blocked);
     set_free(d->replaying, d->n_replaying);
     set_free(d->touched, d->n_touched);
+    for (unsigned i = 0; i < d->n_ranges; i++)
+        free(d->ranges[i]);
     pthread_mutex_destroy(&d->mu);
     free(d->db);
     free(d->parking);
@@ -804,9 +810,47 @@ static void noop_ack(void *ctx)
     SF_UNUSED(ctx);
 }
 
+/*
+ * The lanes group of a container's range: its own while there are groups
+ * left (a handful of ranges per container), else one shared by hash.
+ * 0 when range is NULL.
+ */
+static unsigned range_group(struct proc_dispatch *d, const char *container, const char *range)
+{
+    char key[PARK_KEY_MAX];
+    unsigned g = 0;
+    uint64_t h[2];
+
+    if (range == NULL)
+        return 0;
+    (void)snprintf(key, sizeof(key), "%s/%s", container, range);
+    pthread_mutex_lock(&d->mu);
+    for (unsigned i = 0; i < d->n_ranges && g == 0; i++)
+        if (strcmp(d->ranges[i], key) == 0)
+            g = i + 1;
+    if (g == 0 && d->n_ranges < PROC_GROUPS_MAX - 1 &&
+        (d->ranges[d->n_ranges] = strdup(key)) != NULL)
+        g = ++d->n_ranges;
+    pthread_mutex_unlock(&d->mu);
+    if (g == 0) {
+        sf_murmur3_x64_128(key, strlen(key), 0, h);
+        g = 1 + (unsigned)(h[0] % (PROC_GROUPS_MAX - 1));
+    }
+    return g;
+}
+
 enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
                                 const char *pk_json, const char *pk_path, int64_t lsn,
                                 int64_t epoch, proc_ack_fn ack, void *ack_ctx, struct sf_err *err)
+{
+    return proc_dispatch_submit_range(d, container, NULL, doc, pk_json, pk_path, lsn, epoch, ack,
+                                      ack_ctx, err);
+}
+
+enum sf_rc proc_dispatch_submit_range(struct proc_dispatch *d, const char *container,
+                                      const char *range, json_t *doc, const char *pk_json,
+                                      const char *pk_path, int64_t lsn, int64_t epoch,
+                                      proc_ack_fn ack, void *ack_ctx, struct sf_err *err)
 {
     struct task *t;
     struct sf_buf key;
@@ -841,6 +885,7 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, 
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     }
     t->kind = TASK_ITEM;
+    t->base.group = range_group(d, container, range);
     t->doc = doc;
     t->lsn = lsn;
     t->epoch = epoch;
@@ -874,7 +919,8 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, 
         rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, strlen(t->park_key)),
                                &t->base, -1);
         if (rc != SF_OK)
-            (void)sf_err_set(err, rc, false, "the dispatcher is stopping");
+            (void)sf_err_set(err, rc, false,
+                             rc == SF_ENOMEM ? "out of memory" : "the dispatcher is stopping");
     }
     sf_buf_release(&key);
     if (rc != SF_OK) {

@@ -119,6 +119,20 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, 
                                 const char *pk_json, const char *pk_path, int64_t lsn,
                                 int64_t epoch, proc_ack_fn ack, void *ack_ctx, struct sf_err *err);
 
+/*
+ * proc_dispatch_submit for an item the change feed read from partition key
+ * range `range` of container (NULL: none known). Items of one range share
+ * that range's RU budget, so the lanes account them together: a range out
+ * of budget holds at most its share of the queue and of the worker threads
+ * (proc_task.group), and the other ranges' items still get in and run.
+ * The first PROC_GROUPS_MAX - 1 (container, range) pairs seen get groups
+ * of their own; later ones share by hash.
+ */
+enum sf_rc proc_dispatch_submit_range(struct proc_dispatch *d, const char *container,
+                                      const char *range, json_t *doc, const char *pk_json,
+                                      const char *pk_path, int64_t lsn, int64_t epoch,
+                                      proc_ack_fn ack, void *ack_ctx, struct sf_err *err);
+
 /* Waits until nothing is queued or running (timeout_ms; -1 forever). */
 enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms);
 

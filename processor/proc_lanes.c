@@ -3,7 +3,7 @@
  *
  * One mutex guards everything; the work is network-bound, so the lock is
  * held only to move pointers. A lane with queued tasks and no running task
- * sits in the ready ring exactly once; a worker takes a lane from the ring,
+ * sits in a ready list exactly once; a worker takes a lane from a list,
  * runs its head task, and puts the lane back if it has more. That gives
  * per-lane order and never runs two tasks of one lane at once.
  *
@@ -12,6 +12,19 @@
  * without any wake-up; a waiter is signalled only when a task becomes
  * ready with a free slot and no running worker will come back for it
  * (submit, or the limit grew). Threads beyond the limit sleep.
+ *
+ * Groups (proc_task.group: the feed range an item came from) keep one
+ * range out of RU budget from starving the others. Its tasks park in budget
+ * waits on their threads, its later items queue behind them (same keys) or
+ * would only park too; in one queue and one pool they could take every
+ * queue place and every thread while another range had budget and no work.
+ * So each group with work has its share of the queue's cap
+ * (a submit gets in below it, up to twice the cap in all), a group with
+ * parked tasks starts another only while it holds fewer threads than its
+ * share of those the limit leaves over (workers - limit), and ready lanes
+ * are listed per group (by the group of their head task) and taken round
+ * robin, so one group's backlog does not stand in front of another's. A
+ * group none of whose tasks wait is only bounded by the limit, as before.
  */
 #include "common/sf_base.h"
 
@@ -33,10 +46,27 @@
 #define QUEUE_PER_SLOT 4
 #define QUEUE_FLOOR    64
 
+/*
+ * One lane per key value with work (tasks queued or one running), found in
+ * a table of n_lanes chains: distinct keys never share a lane, so no task
+ * waits behind another key's (a range's item behind another range's item
+ * that waits for budget, whose keys only shared a hash bucket).
+ */
 struct lane {
+    uint64_t key;
+    struct lane *chain; /* the next lane of its table bucket */
     struct proc_task *head, *tail;
-    bool busy;  /* a worker runs one of its tasks */
-    bool ready; /* in the ready ring */
+    struct lane *next; /* the next lane of its group's ready list */
+    bool busy;         /* a worker runs one of its tasks */
+    bool ready;        /* in its head task's group's ready list */
+};
+
+struct group {
+    struct lane *ready_head, *ready_tail; /* ready lanes whose head task is of this group, FIFO */
+    size_t n_ready;
+    size_t queued; /* its tasks waiting */
+    size_t held;   /* its tasks on a thread: running or parked */
+    size_t parked; /* of those, parked (waiting for budget) */
 };
 
 struct proc_lanes {
@@ -44,13 +74,16 @@ struct proc_lanes {
     pthread_cond_t work;  /* a lane became ready, a slot freed, or stopping */
     pthread_cond_t space; /* queued dropped below the cap */
     pthread_cond_t idle;  /* pending reached 0 */
-    struct lane *lanes;
+    struct lane **table;  /* n_lanes chains of lanes with work */
     unsigned n_lanes;
-    unsigned *ring; /* ready lanes, FIFO */
-    unsigned ring_head, ring_len;
-    size_t queued;  /* tasks waiting */
-    size_t running; /* tasks being handled, parked ones not counted */
-    size_t parked;  /* tasks whose handler gave its slot back (proc_lanes_park) */
+    struct group groups[PROC_GROUPS_MAX];
+    unsigned n_groups; /* groups used so far: 0 .. n_groups - 1 */
+    unsigned active;   /* groups with tasks queued or held */
+    unsigned rr;       /* the group the next pick looks at first */
+    size_t n_ready;    /* ready lanes over all groups */
+    size_t queued;     /* tasks waiting */
+    size_t running;    /* tasks being handled, parked ones not counted */
+    size_t parked;     /* tasks whose handler gave its slot back (proc_lanes_park) */
     unsigned limit;
     bool stopping;
     proc_task_fn handle;
@@ -64,15 +97,131 @@ struct proc_lanes {
     unsigned n_threads, cap;
 };
 
-/* The lanes a worker thread serves (NULL: not a worker) and whether its task is parked. */
+/* The lanes a worker thread serves (NULL: not a worker), its task's group, whether it is parked. */
 static _Thread_local struct proc_lanes *tl_lanes;
+static _Thread_local unsigned tl_group;
 static _Thread_local bool tl_parked;
 
-static void ring_push(struct proc_lanes *l, unsigned lane)
+static unsigned group_of(const struct proc_task *t)
 {
-    l->ring[(l->ring_head + l->ring_len) % l->n_lanes] = lane;
-    l->ring_len++;
-    l->lanes[lane].ready = true;
+    return t->group % PROC_GROUPS_MAX;
+}
+
+/* The lane of key, made when it has none (NULL: out of memory). Under the lock. */
+static struct lane *lane_get(struct proc_lanes *l, uint64_t key)
+{
+    struct lane **b = &l->table[key % l->n_lanes];
+    struct lane *ln;
+
+    for (ln = *b; ln != NULL; ln = ln->chain)
+        if (ln->key == key)
+            return ln;
+    ln = calloc(1, sizeof(*ln));
+    if (ln == NULL)
+        return NULL;
+    ln->key = key;
+    ln->chain = *b;
+    *b = ln;
+    return ln;
+}
+
+/* Frees a lane left without work (no task queued, none running). Under the lock. */
+static void lane_drop(struct proc_lanes *l, struct lane *ln)
+{
+    struct lane **p = &l->table[ln->key % l->n_lanes];
+
+    while (*p != ln)
+        p = &(*p)->chain;
+    *p = ln->chain;
+    free(ln);
+}
+
+/* Lists a lane with a head task and no running one as ready, in its head's group. */
+static void ready_push(struct proc_lanes *l, struct lane *ln)
+{
+    struct group *g = &l->groups[group_of(ln->head)];
+
+    ln->next = NULL;
+    if (g->ready_tail != NULL)
+        g->ready_tail->next = ln;
+    else
+        g->ready_head = ln;
+    g->ready_tail = ln;
+    g->n_ready++;
+    l->n_ready++;
+    ln->ready = true;
+}
+
+static struct lane *ready_pop(struct proc_lanes *l, struct group *g)
+{
+    struct lane *ln = g->ready_head;
+
+    g->ready_head = ln->next;
+    if (g->ready_head == NULL)
+        g->ready_tail = NULL;
+    g->n_ready--;
+    l->n_ready--;
+    ln->ready = false;
+    return ln;
+}
+
+/* Call after g's tasks queued or held went up by one (up) or down: counts the groups with work. */
+static void group_count(struct proc_lanes *l, const struct group *g, bool up)
+{
+    if (up && g->queued + g->held == 1)
+        l->active++;
+    else if (!up && g->queued + g->held == 0)
+        l->active--;
+}
+
+/*
+ * Threads a group with parked tasks may hold: its share of those the limit
+ * leaves over, at least 1. Under the lock.
+ */
+static size_t thread_share(const struct proc_lanes *l)
+{
+    size_t spare = l->cap > l->conc.limit ? l->cap - l->conc.limit : 0;
+
+    return SF_MAX((size_t)1, spare / SF_MAX(l->active, 1u));
+}
+
+/*
+ * Whether a task of g may start now (the limit aside). Group 0 names no
+ * budget: its tasks are held back by nothing else, as before groups.
+ * Under the lock.
+ */
+static bool group_may_start(const struct proc_lanes *l, const struct group *g)
+{
+    return g->n_ready > 0 && (g == &l->groups[0] || g->parked == 0 || g->held < thread_share(l));
+}
+
+/* Ready lanes whose task may start. Under the lock. */
+static size_t startable(const struct proc_lanes *l)
+{
+    size_t n = 0;
+
+    if (l->n_ready == 0)
+        return 0;
+    for (unsigned i = 0; i < l->n_groups; i++)
+        if (group_may_start(l, &l->groups[i]))
+            n += l->groups[i].n_ready;
+    return n;
+}
+
+/* The group whose ready lane runs next, round robin; NULL when none may start. Under the lock. */
+static struct group *pick(struct proc_lanes *l)
+{
+    if (l->n_ready == 0)
+        return NULL;
+    for (unsigned k = 0; k < l->n_groups; k++) {
+        unsigned i = (l->rr + k) % l->n_groups;
+
+        if (group_may_start(l, &l->groups[i])) {
+            l->rr = (i + 1) % l->n_groups;
+            return &l->groups[i];
+        }
+    }
+    return NULL;
 }
 
 /* The queue's cap now: it follows the limit. Under the lock. */
@@ -83,9 +232,25 @@ static size_t queue_cap(const struct proc_lanes *l)
     return SF_MIN((size_t)l->limit, want);
 }
 
+/*
+ * Whether g may queue one more task: while the queue is under its cap, or
+ * while g has fewer queued than its share of the cap (the groups with work,
+ * g among them) and the queue holds less than twice the cap. Under the lock.
+ */
+static bool queue_has_room(const struct proc_lanes *l, const struct group *g)
+{
+    size_t cap = queue_cap(l);
+    unsigned groups = l->active + (g->queued + g->held == 0 ? 1u : 0u);
+
+    if (l->queued < cap)
+        return true;
+    return l->queued < 2 * cap && g->queued < (cap + groups - 1) / groups;
+}
+
+/* Work waits for a slot only when it could start (a group out of budget waits for budget). */
 static void note(struct proc_lanes *l, int64_t now_us)
 {
-    proc_limit_note(&l->conc, now_us, l->ring_len > 0 && l->running >= l->conc.limit);
+    proc_limit_note(&l->conc, now_us, l->running >= l->conc.limit && startable(l) > 0);
 }
 
 static void *worker_main(void *arg);
@@ -99,9 +264,9 @@ static void wake(struct proc_lanes *l, unsigned taker)
 {
     size_t busy = l->running + taker + l->signalled + l->starting;
     size_t slots = l->conc.limit > busy ? l->conc.limit - busy : 0;
-    size_t ready = l->ring_len > taker + l->signalled + l->starting
-                       ? l->ring_len - taker - l->signalled - l->starting
-                       : 0;
+    size_t can = startable(l);
+    size_t ready =
+        can > taker + l->signalled + l->starting ? can - taker - l->signalled - l->starting : 0;
     size_t want = SF_MIN(slots, ready);
 
     while (want > 0 && l->waiting > l->signalled) {
@@ -133,12 +298,13 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&l->mu);
     l->starting--;
     for (;;) {
-        unsigned idx, before;
+        unsigned before;
         struct lane *ln;
         struct proc_task *t;
+        struct group *g = NULL;
         int64_t t0, t1;
 
-        while (!l->stopping && (l->ring_len == 0 || l->running >= l->conc.limit)) {
+        while (!l->stopping && (l->running >= l->conc.limit || (g = pick(l)) == NULL)) {
             l->waiting++;
             pthread_cond_wait(&l->work, &l->mu);
             l->waiting--;
@@ -147,11 +313,7 @@ static void *worker_main(void *arg)
         }
         if (l->stopping)
             break;
-        idx = l->ring[l->ring_head];
-        l->ring_head = (l->ring_head + 1) % l->n_lanes;
-        l->ring_len--;
-        ln = &l->lanes[idx];
-        ln->ready = false;
+        ln = ready_pop(l, g);
         t = ln->head;
         ln->head = t->next;
         if (ln->head == NULL)
@@ -159,12 +321,16 @@ static void *worker_main(void *arg)
         t->next = NULL;
         ln->busy = true;
         l->queued--;
+        g->queued--;
+        g->held++;
+        tl_group = group_of(t);
         l->running++;
         if (l->running > l->running_max)
             l->running_max = (unsigned)l->running;
         t0 = sf_mono_us();
         note(l, t0);
-        pthread_cond_signal(&l->space);
+        /* submitters of several groups may wait, for different room */
+        pthread_cond_broadcast(&l->space);
         pthread_mutex_unlock(&l->mu);
 
         l->handle(l->ctx, t);
@@ -174,16 +340,22 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&l->mu);
         ln->busy = false;
         l->running--;
+        g->held--;
+        group_count(l, g, false);
         before = l->conc.limit;
         (void)proc_limit_done(&l->conc, t1, t1 - t0);
-        if (ln->head != NULL && !ln->ready)
-            ring_push(l, idx);
+        if (ln->head != NULL)
+            ready_push(l, ln);
+        else
+            lane_drop(l, ln);
         note(l, t1);
-        /* this thread comes back for one ready task; more need others when the limit grew */
-        if (l->conc.limit > before || l->ring_len > 1)
-            wake(l, 1);
-        if (l->conc.limit > before)
-            pthread_cond_broadcast(&l->space); /* the queue's cap grew with it */
+        /*
+         * This thread comes back for one ready task; more need others (the
+         * limit grew, or the shares did when the group ran out of work).
+         */
+        wake(l, 1);
+        if (l->conc.limit > before || g->queued + g->held == 0)
+            pthread_cond_broadcast(&l->space); /* the cap grew, or the shares did */
         if (l->queued == 0 && l->running == 0 && l->parked == 0)
             pthread_cond_broadcast(&l->idle);
     }
@@ -193,8 +365,7 @@ static void *worker_main(void *arg)
 
 static void lanes_release(struct proc_lanes *l)
 {
-    free(l->lanes);
-    free(l->ring);
+    free(l->table);
     free(l->threads);
     free(l);
 }
@@ -217,10 +388,9 @@ enum sf_rc proc_lanes_new_adaptive(const struct proc_lanes_opts *o, struct proc_
     l = calloc(1, sizeof(*l));
     if (l == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    l->lanes = calloc(o->lanes, sizeof(*l->lanes));
-    l->ring = calloc(o->lanes, sizeof(*l->ring));
+    l->table = calloc(o->lanes, sizeof(*l->table));
     l->threads = calloc(o->workers, sizeof(*l->threads));
-    if (l->lanes == NULL || l->ring == NULL || l->threads == NULL) {
+    if (l->table == NULL || l->threads == NULL) {
         lanes_release(l);
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     }
@@ -288,15 +458,17 @@ uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len)
 {
     uint64_t h[2];
 
+    SF_UNUSED(l);
     sf_murmur3_x64_128(key, len, 0, h);
-    return h[0] % l->n_lanes;
+    return h[0];
 }
 
 enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_task *t,
                              int64_t wait_ms)
 {
     struct lane *ln;
-    unsigned idx = (unsigned)(lane % l->n_lanes);
+    unsigned gi = group_of(t);
+    struct group *g;
     struct timespec until;
 
     if (wait_ms >= 0) {
@@ -309,7 +481,8 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
         }
     }
     pthread_mutex_lock(&l->mu);
-    while (!l->stopping && l->queued >= queue_cap(l)) {
+    g = &l->groups[gi];
+    while (!l->stopping && !queue_has_room(l, g)) {
         if (wait_ms < 0) {
             pthread_cond_wait(&l->space, &l->mu);
         } else if (pthread_cond_timedwait(&l->space, &l->mu, &until) == ETIMEDOUT) {
@@ -321,7 +494,11 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
         pthread_mutex_unlock(&l->mu);
         return SF_ESTATE;
     }
-    ln = &l->lanes[idx];
+    ln = lane_get(l, lane);
+    if (ln == NULL) {
+        pthread_mutex_unlock(&l->mu);
+        return SF_ENOMEM;
+    }
     t->next = NULL;
     if (ln->tail != NULL)
         ln->tail->next = t;
@@ -329,8 +506,12 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
         ln->head = t;
     ln->tail = t;
     l->queued++;
+    g->queued++;
+    group_count(l, g, true);
+    if (gi >= l->n_groups)
+        l->n_groups = gi + 1;
     if (!ln->busy && !ln->ready) {
-        ring_push(l, idx);
+        ready_push(l, ln);
         note(l, sf_mono_us());
         wake(l, 0);
     }
@@ -347,13 +528,18 @@ void proc_lanes_park(struct proc_lanes *l, bool parked)
     if (parked) {
         l->running--;
         l->parked++;
-        note(l, sf_mono_us());
-        wake(l, 0); /* the slot may take ready work: a waiter, or a new thread up to the cap */
+        l->groups[tl_group].parked++;
     } else {
         l->parked--;
         l->running++;
-        note(l, sf_mono_us());
+        l->groups[tl_group].parked--;
     }
+    note(l, sf_mono_us());
+    /*
+     * Parked, the slot may take ready work (a waiter, or a new thread up to
+     * the cap); back, the group may start more again.
+     */
+    wake(l, 0);
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -408,14 +594,21 @@ void proc_lanes_free(struct proc_lanes *l, proc_task_fn drop, void *drop_ctx)
     for (unsigned i = 0; i < l->n_threads; i++)
         pthread_join(l->threads[i], NULL);
     for (unsigned i = 0; i < l->n_lanes; i++) {
-        struct proc_task *t = l->lanes[i].head;
+        struct lane *ln = l->table[i];
 
-        while (t != NULL) {
-            struct proc_task *next = t->next;
+        while (ln != NULL) {
+            struct lane *next_lane = ln->chain;
+            struct proc_task *t = ln->head;
 
-            if (drop != NULL)
-                drop(drop_ctx, t);
-            t = next;
+            while (t != NULL) {
+                struct proc_task *next = t->next;
+
+                if (drop != NULL)
+                    drop(drop_ctx, t);
+                t = next;
+            }
+            free(ln);
+            ln = next_lane;
         }
     }
     pthread_mutex_destroy(&l->mu);

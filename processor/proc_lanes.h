@@ -1,14 +1,16 @@
 /*
  * proc_lanes.h - ordered lanes over a worker pool.
  *
- * Tasks are submitted to a lane chosen by the caller (by partition key hash,
- * so one key always lands in the same lane). Tasks of one lane run one at a
- * time in submission order; different lanes run in parallel on worker
- * threads. The total number of queued tasks is capped: submit blocks while
+ * Tasks are submitted to a lane chosen by the caller (a 64-bit hash of the
+ * partition key, so one key always lands in the same lane, and two keys in
+ * one lane once in 2^64). Tasks of one lane run one at a time in submission
+ * order; different lanes run in parallel on worker threads and never wait
+ * for each other's tasks. The total number of queued tasks is capped: submit blocks while
  * the cap is reached (backpressure towards the change feed) and gives up
  * when the lanes stop. The cap is 4 tasks per item the limit (below) lets
  * run, at least 64 and at most queue_limit: a backlog costs memory in
- * proportion to the concurrency it can use.
+ * proportion to the concurrency it can use. Each group of tasks (the range
+ * they come from) has its share of the cap and of the threads.
  *
  * How many tasks run at once is an adaptive limit within [min_workers,
  * workers] (proc_limit.h): a worker takes the next task only while fewer
@@ -27,10 +29,18 @@
 
 #define PROC_LANES_MAX   4096
 #define PROC_WORKERS_MAX 256
+#define PROC_GROUPS_MAX  64 /* groups accounted apart; a task's group is taken modulo */
 
 /* A task: embed it as the first member of your own struct. */
 struct proc_task {
     struct proc_task *next; /* owned by the lanes while queued */
+    /*
+     * The budget the task draws on (the dispatcher: the feed range its item
+     * came from), set before submitting; 0 names none. Queue places and
+     * threads are shared among groups (proc_lanes_submit, proc_lanes_park),
+     * so one whose tasks wait for budget cannot starve the others.
+     */
+    unsigned group;
 };
 
 /* Runs one task on a worker thread; owns the task from then on. */
@@ -39,7 +49,7 @@ typedef void (*proc_task_fn)(void *ctx, struct proc_task *t);
 struct proc_lanes;
 
 struct proc_lanes_opts {
-    unsigned lanes;       /* 1..PROC_LANES_MAX */
+    unsigned lanes;       /* buckets of the table of lanes with work, 1..PROC_LANES_MAX */
     unsigned workers;     /* the cap of tasks running at once, 1..PROC_WORKERS_MAX */
     unsigned min_workers; /* the floor of the adaptive limit, 1..workers (0: min(4, workers)) */
     unsigned queue_limit; /* queued tasks, >= 1 */
@@ -69,15 +79,19 @@ struct proc_lanes_load {
 void proc_lanes_load(struct proc_lanes *l, struct proc_lanes_load *ret);
 
 /*
- * Queues t on lane (taken modulo the lane count). Blocks while the queue is
- * full, up to wait_ms (-1: until there is room or the lanes stop). Returns
- * SF_OK (the lanes own t), SF_ETIMEOUT or SF_ESTATE (stopping) - then the
- * caller still owns t.
+ * Queues t on lane (any value; a lane exists while it has tasks). Blocks
+ * while the queue is full, up to wait_ms (-1: until there is room or the
+ * lanes stop). Full is per group: t gets in while fewer than the cap are queued, or while its
+ * group (t->group) has fewer queued than its share of the cap (the cap over
+ * the groups with tasks queued or running, its own among them) and fewer
+ * than twice the cap are queued. Returns SF_OK (the lanes own t),
+ * SF_ETIMEOUT, SF_ESTATE (stopping) or SF_ENOMEM (no memory for a new
+ * lane) - then the caller still owns t.
  */
 enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_task *t,
                              int64_t wait_ms);
 
-/* The lane of a key: a stable hash (MurmurHash3) modulo the lane count. */
+/* The lane of a key: a stable 64-bit hash (MurmurHash3). */
 uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len);
 
 /*
@@ -87,7 +101,12 @@ uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len);
  * again (false; at once, the limit may be passed until a task ends). Other
  * ready tasks may run meanwhile, on at most `workers` threads; so one
  * range out of budget does not hold every slot while the others have
- * budget. Calls from any other thread, and unpaired ones, are ignored.
+ * budget. While a task of a group other than 0 is parked, no further task
+ * of that group starts once the group holds its share of the threads the
+ * limit leaves over ((workers - limit) / groups with work, at least 1):
+ * threads stay for the groups that have budget. Ready tasks are taken from
+ * the groups in turn. Calls from any other thread, and unpaired ones, are
+ * ignored.
  */
 void proc_lanes_park(struct proc_lanes *l, bool parked);
 

@@ -75,10 +75,11 @@ static void on_item(void *ctx, struct feed_item *it)
     struct sf_err err;
 
     sf_err_clear(&err);
-    if (proc_dispatch_submit(slot->svc->dispatch, slot->container,
-                             json_incref((json_t *)feed_item_doc(it)), feed_item_pk(it),
-                             feed_item_pk_path(it), feed_item_lsn(it), feed_item_epoch(it),
-                             ack_item, it, &err) != SF_OK) {
+    /* By range: one out of RU budget must not keep the others' items waiting (proc_lanes.h). */
+    if (proc_dispatch_submit_range(slot->svc->dispatch, slot->container, feed_item_range(it),
+                                   json_incref((json_t *)feed_item_doc(it)), feed_item_pk(it),
+                                   feed_item_pk_path(it), feed_item_lsn(it), feed_item_epoch(it),
+                                   ack_item, it, &err) != SF_OK) {
         /* Stopping: leave it unacknowledged; the next owner reads it again. */
         sf_log_debug("sagafeed", "item at lsn %lld not taken: %s", (long long)feed_item_lsn(it),
                      err.msg);

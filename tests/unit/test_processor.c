@@ -420,6 +420,142 @@ START_TEST(test_lanes_tasks_waiting_for_budget_leave_their_slots_to_others)
 }
 END_TEST
 
+/* A task of group (range) g on lane, waiting for budget until the gate opens when throttled. */
+static void park_submit(struct park_ctx *c, unsigned lane, unsigned group, bool throttled)
+{
+    struct park_task *t = calloc(1, sizeof(*t));
+
+    ck_assert_ptr_nonnull(t);
+    t->t.group = group;
+    t->throttled = throttled;
+    ck_assert_int_eq(proc_lanes_submit(c->l, lane, &t->t, -1), SF_OK);
+}
+
+static void park_wait(struct park_ctx *c, const unsigned *field, unsigned n)
+{
+    for (int64_t until = sf_mono_ms() + 20000; park_count(c, field) < n && sf_mono_ms() < until;)
+        sf_sleep_ms(5);
+}
+
+static void park_open(struct park_ctx *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->open = true;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * One range out of budget must not keep another range's items out of the
+ * queue: here range 1's tasks fill the queue (8 places) behind its task that
+ * waits for budget, and range 2's feed reader still gets its item in, which
+ * runs at once. (It blocked in proc_lanes_submit for seconds at 1,000 RU/s.)
+ */
+START_TEST(test_lanes_range_out_of_budget_leaves_queue_places_to_other_ranges)
+{
+    struct park_ctx c = {0};
+    struct proc_lanes_opts o = {
+        .lanes = 16, .workers = 16, .min_workers = 2, .queue_limit = 8, .handle = park_handle};
+    struct park_task *more, *other;
+    struct sf_err err;
+
+    pthread_mutex_init(&c.mu, NULL);
+    o.ctx = &c;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &c.l, &err), SF_OK);
+    park_submit(&c, 0, 1, true);
+    park_wait(&c, &c.parked, 1);
+    ck_assert_uint_eq(park_count(&c, &c.parked), 1);
+    for (unsigned i = 0; i < 8; i++) /* behind the waiting one: the same key */
+        park_submit(&c, 0, 1, true);
+    /* Range 1 has its queue places: its reader waits. */
+    more = calloc(1, sizeof(*more));
+    ck_assert_ptr_nonnull(more);
+    more->t.group = 1;
+    ck_assert_int_eq(proc_lanes_submit(c.l, 0, &more->t, 50), SF_ETIMEOUT);
+    free(more);
+    /* Range 2's reader does not (a bounded wait only so that a failure ends). */
+    other = calloc(1, sizeof(*other));
+    ck_assert_ptr_nonnull(other);
+    other->t.group = 2;
+    ck_assert_int_eq(proc_lanes_submit(c.l, 1, &other->t, 2000), SF_OK);
+    park_wait(&c, &c.free_done, 1);
+    ck_assert_uint_eq(park_count(&c, &c.free_done), 1);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 0);
+    park_open(&c);
+    ck_assert_int_eq(proc_lanes_drain(c.l, 60000), SF_OK);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 9);
+    proc_lanes_free(c.l, rec_drop, NULL);
+    pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/*
+ * Nor its threads: range 1 has 20 tasks of 20 keys ready, each of which
+ * waits for budget once it runs, and range 2's task comes after them. With
+ * one queue in feed order all 16 threads went to range 1 and slept in its
+ * budget waits; range 2's task must run while they wait.
+ */
+START_TEST(test_lanes_range_out_of_budget_leaves_threads_to_other_ranges)
+{
+    struct park_ctx c = {0};
+    struct proc_lanes_opts o = {
+        .lanes = 32, .workers = 16, .min_workers = 2, .queue_limit = 100, .handle = park_handle};
+    struct proc_lanes_load ld;
+    struct sf_err err;
+
+    pthread_mutex_init(&c.mu, NULL);
+    o.ctx = &c;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &c.l, &err), SF_OK);
+    proc_lanes_load(c.l, &ld);
+    ck_assert_uint_eq(ld.limit, 8);
+    for (unsigned i = 0; i < 20; i++)
+        park_submit(&c, i, 1, true);
+    park_submit(&c, 20, 2, false);
+    park_wait(&c, &c.free_done, 1);
+    ck_assert_uint_eq(park_count(&c, &c.free_done), 1);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 0);
+    ck_assert_uint_ge(park_count(&c, &c.parked), 1);
+    park_open(&c);
+    ck_assert_int_eq(proc_lanes_drain(c.l, 60000), SF_OK);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 20);
+    proc_lanes_load(c.l, &ld);
+    ck_assert_uint_le(ld.threads, 16);
+    proc_lanes_free(c.l, rec_drop, NULL);
+    pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/*
+ * Keys whose hashes fall in one bucket of the lane table are still lanes of
+ * their own: a task never waits behind another key's. With lanes taken
+ * modulo the table size, one range's item waited (seconds at 1,000 RU/s)
+ * behind another range's item that waited for budget, and held its range's
+ * feed window: the oldest unacknowledged item bounds what a range reads.
+ */
+START_TEST(test_lanes_keys_in_one_bucket_do_not_wait_for_each_other)
+{
+    struct park_ctx c = {0};
+    struct proc_lanes_opts o = {
+        .lanes = 1, .workers = 4, .min_workers = 2, .queue_limit = 100, .handle = park_handle};
+    struct sf_err err;
+
+    pthread_mutex_init(&c.mu, NULL);
+    o.ctx = &c;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &c.l, &err), SF_OK);
+    park_submit(&c, 7, 1, true);
+    park_wait(&c, &c.parked, 1);
+    park_submit(&c, 8, 2, false); /* another key, the same (only) bucket */
+    park_wait(&c, &c.free_done, 1);
+    ck_assert_uint_eq(park_count(&c, &c.free_done), 1);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 0);
+    park_open(&c);
+    ck_assert_int_eq(proc_lanes_drain(c.l, 60000), SF_OK);
+    ck_assert_uint_eq(park_count(&c, &c.throttled_done), 1);
+    ck_assert_uint_eq(proc_lanes_pending(c.l), 0);
+    proc_lanes_free(c.l, rec_drop, NULL);
+    pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * check-config diagnostics of workflow compilation
  */
@@ -1336,6 +1472,9 @@ int main(void)
     tcase_add_test(tc, test_lanes_adaptive_within_cap_keeps_lane_order);
     tcase_add_test(tc, test_lanes_threads_start_on_demand);
     tcase_add_test(tc, test_lanes_tasks_waiting_for_budget_leave_their_slots_to_others);
+    tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_queue_places_to_other_ranges);
+    tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_threads_to_other_ranges);
+    tcase_add_test(tc, test_lanes_keys_in_one_bucket_do_not_wait_for_each_other);
     suite_add_tcase(s, tc);
     tc = tcase_create("check_config");
     tcase_add_test(tc, test_check_config_compile);
