@@ -12,6 +12,7 @@
 #include "processor/proc_engine.h"
 #include "processor/proc_kafka.h"
 #include "processor/proc_service.h"
+#include "processor/proc_status.h"
 #include "processor/proc_setup.h"
 #include "steps/step.h"
 
@@ -130,10 +131,13 @@ static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_o
                              struct feed_slot *slot, struct sf_err *err)
 {
     struct feed_options fo;
-    char prefix[FEED_PREFIX_MAX];
+    char prefix[FEED_PREFIX_MAX + 1];
     enum sf_rc rc;
 
-    (void)snprintf(prefix, sizeof(prefix), "%s.%s", s->cfg->feed.lease_prefix, slot->container);
+    /* The prefix status, lag, leases and replay compute for this container (proc_status.h). */
+    if (proc_lease_prefix(s->cfg, slot->container, prefix, sizeof(prefix)) != SF_OK)
+        return sf_err_set(err, SF_ELIMIT, false, "change feed of %s: lease prefix too long",
+                          slot->container);
     proc_setup_feed(s->cfg, slot->container, o->instance, &fo);
     fo.lease_prefix = prefix;
     fo.max_inflight = s->cfg->processor.queue_limit;
