@@ -59,6 +59,16 @@
  * least half the time (the limit did not bind) decide nothing, unless their
  * items queue (above).
  *
+ * The machine's CPU is the third signal: when the CPUs the process may use
+ * had no idle time in the evidence (busy 90 % of it, any process), more in
+ * flight cannot pay - there is no CPU for their work - so no up probe
+ * starts and slow start does not double, and it permits a down probe
+ * that is kept only if items/s held and the CPU stayed full. Items/s alone
+ * cannot tell: at 0 ms on two cores, the bench's load ramping up and its
+ * noise made probes to 16 and 32 look paying; each item more in flight
+ * then only costs CPU. At 5 and 20 ms the CPUs idle while requests wait,
+ * so the limit climbs until they do not.
+ *
  * The limit stays within [floor, cap] at all times. Not thread-safe: the
  * owner (proc_lanes) calls it under its own lock. Times are microseconds
  * of any monotonic clock (tests pass a synthetic one).
@@ -68,16 +78,52 @@
 
 #include "common/sf_base.h"
 
+#include <sched.h>
+
+/*
+ * The CPU the process may use, as two cumulative counters in microseconds
+ * of CPU time: how much of it was busy (any process) and how much there
+ * was. The limit compares their growth over a window. sample returns false
+ * when it cannot tell; the window then has no CPU verdict. Called under the
+ * owner's lock, at most every 50 ms.
+ */
+struct proc_limit_cpu {
+    bool (*sample)(void *ctx, int64_t now_us, double *ret_busy_us, double *ret_total_us);
+    void *ctx;
+};
+
+/*
+ * The host's CPU (the default source): the cgroup v2 cpu.max quota when it
+ * allows fewer CPUs than the affinity mask (usage_usec against quota x
+ * time), else /proc/stat's non-idle time (idle and iowait are idle) of the
+ * CPUs in the affinity mask. Plain data, filled by proc_limit_cpu_host_init.
+ */
+struct proc_limit_host {
+    cpu_set_t cpus;    /* sched_getaffinity at init */
+    unsigned n_cpus;   /* CPUs in it */
+    double quota_cpus; /* the tightest cpu.max on the way to the root (0: none) */
+    char cg_stat[256]; /* that cgroup's cpu.stat */
+    double tick_us;    /* one clock tick of /proc/stat */
+};
+
+/* Finds the CPUs and the quota; false when neither can be read (no CPU signal). */
+bool proc_limit_cpu_host_init(struct proc_limit_host *h);
+
+/* struct proc_limit_cpu's sample for ctx = a struct proc_limit_host. */
+bool proc_limit_cpu_host_sample(void *ctx, int64_t now_us, double *ret_busy_us,
+                                double *ret_total_us);
+
 struct proc_limit_opts {
     unsigned floor, cap;   /* 1 <= floor <= cap; floor == cap: a fixed limit */
     unsigned initial;      /* clamped into [floor, cap]; 0: 8 */
     int64_t min_window_us; /* 0: 250 ms */
     int64_t max_window_us; /* a window with too few completions ends without a decision; 0: 10 s */
+    struct proc_limit_cpu cpu; /* sample NULL: the host's (struct proc_limit_host) */
 };
 
 enum proc_limit_phase { PROC_LIMIT_BASE, PROC_LIMIT_UP, PROC_LIMIT_DOWN };
 
-/* Plain data: embed it, set it up with proc_limit_init. */
+/* Plain data: embed it, set it up with proc_limit_init, do not move it after. */
 struct proc_limit {
     struct proc_limit_opts o;
     unsigned limit; /* what the gate uses now */
@@ -111,6 +157,16 @@ struct proc_limit {
     double fast_all_us; /* the latencies of all completions since changed_at */
     int64_t fast_bound; /* us since changed_at with work waiting for a slot */
     bool fast_off;      /* no clear gain: the window judges this probe */
+
+    /* the CPU (see cpu_full in proc_limit.c) */
+    struct proc_limit_host host;  /* the default source's state */
+    int64_t cpu_at;               /* last sample (0: none yet) */
+    double cpu_busy, cpu_total;   /* its counters */
+    double win_busy, win_total;   /* their growth within the window */
+    double fast_busy, fast_total; /* within slow start's evidence */
+    bool cpu_full;                /* the evidence just judged: the CPU had no idle time */
+    bool cpu_down;                /* this down probe's only evidence was a full CPU */
+    bool stepped_down; /* the last accepted probe was such a down probe: no second in a row */
 };
 
 /* Sets the limit up at now_us. */
