@@ -53,9 +53,9 @@
     0.9 /* latency "in proportion": at least 90 % of the ratio of items in flight */
 /*
  * The CPU had no idle time when it was busy CPU_FULL of the time: /proc/stat
- * counts in ticks of 10 ms, and cosmolite's fsyncs leave a few per cent
- * idle even on a saturated machine (0 ms, two cores: 88-100 % busy at every
- * limit; 5 ms at a limit of 8: 10-50 %). Sampled every CPU_PERIOD_US.
+ * counts in ticks of 10 ms, and a saturated machine still shows a few per
+ * cent idle (a loaded two-core bench at 0 ms: 88-100 % busy at every limit;
+ * at 5 ms and a limit of 8: 10-50 %). Sampled every CPU_PERIOD_US.
  */
 #define CPU_FULL      0.9
 #define CPU_PERIOD_US 50000
