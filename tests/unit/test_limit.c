@@ -19,6 +19,7 @@
 #include "common/sf_base.h"
 
 #include <check.h>
+#include <math.h>
 
 #include "common/sf_time.h"
 #include "processor/proc_limit.h"
@@ -532,6 +533,39 @@ START_TEST(test_limit_host_cpu_counts_busy_time_within_the_total)
 }
 END_TEST
 
+START_TEST(test_limit_slow_start_does_not_double_on_latency_that_items_per_s_deny)
+{
+    /*
+     * Issue 16, 0 ms (a trace of the bench): slow start doubled 32 -> 64 as
+     * the items' latency promised 69 % more items/s (Little's law) while what
+     * completed rose 8 %, and 64 -> 128 would have followed. Here every
+     * doubling above 16 raises the latency by 18 % and items/s by 8 %, the
+     * limit always binds: slow start must not take it past 64.
+     */
+    struct proc_limit pl;
+    struct proc_limit_opts o = {.floor = 4, .cap = 128, .cpu = {sim_cpu, NULL}};
+    struct sim blind = {.blind = true};
+    int64_t t = 1000000;
+    unsigned n, hi = 0;
+
+    o.cpu.ctx = &blind;
+    proc_limit_init(&pl, &o, t);
+    n = pl.limit;
+    proc_limit_note(&pl, t, true);
+    while (t < 11000000) {
+        double k = n > 16 ? log2((double)n / 16) : 0;
+        double x = n > 16 ? 600 * pow(1.08, k) : 600.0 * n / 16;
+        double dur = n > 16 ? 26667 * pow(1.18, k) : 26667;
+
+        t += (int64_t)(1e6 / x) + 1;
+        proc_limit_note(&pl, t, true);
+        n = proc_limit_done(&pl, t, (int64_t)dur);
+        hi = SF_MAX(hi, n);
+    }
+    ck_assert_msg(hi <= 64, "the limit went to %u", hi);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("limit");
@@ -553,6 +587,7 @@ int main(void)
     tcase_add_test(tc, test_limit_does_not_climb_while_the_cpu_has_no_idle_time);
     tcase_add_test(tc, test_limit_without_a_cpu_signal_still_climbs_on_items_per_s);
     tcase_add_test(tc, test_limit_host_cpu_counts_busy_time_within_the_total);
+    tcase_add_test(tc, test_limit_slow_start_does_not_double_on_latency_that_items_per_s_deny);
     tcase_add_test(tc, test_limit_fixed_when_floor_is_cap);
     tcase_add_test(tc, test_limit_holds_when_it_does_not_bind);
     tcase_add_test(tc, test_limit_without_completions_decides_nothing);
