@@ -9,8 +9,6 @@
  */
 #include "common/sf_base.h"
 
-#include <unistd.h>
-
 #include "processor/proc_limit.h"
 
 #define HOLD_MAX     8
@@ -36,7 +34,8 @@
 /*
  * What completed must also rise by at least a fifth of the gain the latency
  * promises: at 0 ms on the bench 32 -> 64 promised 69 % while items/s rose
- * 8 % (the items only queued; the 3 % asked before let it pass).
+ * 8 % (the items only queued; the 3 % asked before let it pass). A third
+ * slowed the 20 ms doublings (test_limit).
  */
 #define FAST_X_SHARE 5
 /*
@@ -57,14 +56,6 @@
 #define QUEUE_RATIO 2.0
 #define PROPORTIONAL                                                                               \
     0.9 /* latency "in proportion": at least 90 % of the ratio of items in flight */
-/*
- * The CPU had no idle time when it was busy CPU_FULL of the time: /proc/stat
- * counts in ticks of 10 ms, and a saturated machine still shows a few per
- * cent idle (a loaded two-core bench at 0 ms: 88-100 % busy at every limit;
- * at 5 ms and a limit of 8: 10-50 %). Sampled every CPU_PERIOD_US.
- */
-#define CPU_FULL      0.9
-#define CPU_PERIOD_US 50000
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
 {
@@ -83,7 +74,6 @@ static void fast_start(struct proc_limit *pl, int64_t now_us)
     pl->fast_all_us = pl->fast_sum_us = 0;
     pl->fast_bound = 0;
     pl->fast_off = false;
-    pl->fast_busy = pl->fast_total = 0;
 }
 
 /*
@@ -99,7 +89,6 @@ static void window_start(struct proc_limit *pl, int64_t now_us, bool changed)
     pl->n = 0;
     pl->sum_us = 0;
     pl->bound_us = 0;
-    pl->win_busy = pl->win_total = 0;
     if (changed)
         fast_start(pl, now_us);
 }
@@ -116,11 +105,6 @@ void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int
         pl->o.min_window_us = 250000;
     if (pl->o.max_window_us < pl->o.min_window_us)
         pl->o.max_window_us = SF_MAX(10000000, pl->o.min_window_us);
-    if (pl->o.cpu.sample == NULL && pl->o.floor < pl->o.cap &&
-        proc_limit_cpu_host_init(&pl->host)) {
-        pl->o.cpu.sample = proc_limit_cpu_host_sample;
-        pl->o.cpu.ctx = &pl->host;
-    }
     pl->limit = pl->base = clamp(pl, o->initial > 0 ? o->initial : 8);
     pl->phase = PROC_LIMIT_BASE;
     pl->slow_start = true;
@@ -158,43 +142,6 @@ void proc_limit_note(struct proc_limit *pl, int64_t now_us, bool binding)
         fast_start(pl, now_us);
     }
     pl->binding = binding;
-}
-
-/*
- * Samples the CPU every CPU_PERIOD_US and adds what it did since the last
- * sample to the window (once it counts: after the settle) and to slow
- * start's evidence. A period that began before they did counts whole: a
- * bias of at most 50 ms in windows of at least 125.
- */
-static void cpu_sample(struct proc_limit *pl, int64_t now_us)
-{
-    double busy, total;
-
-    if (pl->o.cpu.sample == NULL || (pl->cpu_at > 0 && now_us - pl->cpu_at < CPU_PERIOD_US))
-        return;
-    if (!pl->o.cpu.sample(pl->o.cpu.ctx, now_us, &busy, &total)) {
-        pl->cpu_at = 0; /* unknown: no verdict until two samples in a row */
-        return;
-    }
-    if (pl->cpu_at > 0 && total > pl->cpu_total) {
-        double db = SF_MAX(busy - pl->cpu_busy, 0.0), dt = total - pl->cpu_total;
-
-        if (now_us >= pl->win_start) {
-            pl->win_busy += db;
-            pl->win_total += dt;
-        }
-        pl->fast_busy += db;
-        pl->fast_total += dt;
-    }
-    pl->cpu_at = now_us;
-    pl->cpu_busy = busy;
-    pl->cpu_total = total;
-}
-
-/* True when the CPU had no idle time in the evidence: busy CPU_FULL of it. */
-static bool cpu_full(double busy, double total)
-{
-    return total > 0 && busy >= CPU_FULL * total;
 }
 
 /* The next probe's limit in the given direction (== base when there is no room). */
@@ -242,20 +189,12 @@ static bool queued(const struct proc_limit *pl, double us, double n)
 /*
  * A down probe needs evidence that the limit is above the knee: the base
  * window's items queue, or the last up probe raised the item latency in
- * proportion (not the rate) up to queueing, or the CPU had no idle time.
- * Without it a noisy machine walks the limit down below the knee, where
- * every step costs throughput. The last is weaker - where the CPU is the
- * bound it fills at the knee, and below it every step costs in proportion
- * (in the unit tests' CPU-bound models, such down probes judged by items/s
- * alone took 8 to 6 and cost 10 %, as noise let them pass) - so a probe
- * down on it alone is kept only if the CPU stayed full (cpu_down).
+ * proportion (not the rate) up to queueing. Without it a noisy machine walks
+ * the limit down below the knee, where every step costs throughput.
  */
-static bool down_allowed(struct proc_limit *pl)
+static bool down_allowed(const struct proc_limit *pl)
 {
-    if (pl->up_gain >= UP_MIN_GAIN)
-        return false;
-    pl->cpu_down = !queued(pl, pl->base_us, pl->base_n) && !pl->up_queued;
-    return !pl->cpu_down || (pl->cpu_full && !pl->stepped_down);
+    return pl->up_gain < UP_MIN_GAIN && (queued(pl, pl->base_us, pl->base_n) || pl->up_queued);
 }
 
 /* From a base window: start the next probe unless holding. Returns true when the limit moved. */
@@ -269,8 +208,7 @@ static bool next_probe(struct proc_limit *pl)
             pl->hold--;
             return false;
         }
-        /* no idle CPU: more in flight cannot pay, as at the cap */
-        to = up && pl->cpu_full ? pl->base : probe_target(pl, up);
+        to = probe_target(pl, up);
         /*
          * Down only after an up probe that gained nothing, and only above
          * the knee (down_allowed): a noisy window must not talk it down.
@@ -280,15 +218,13 @@ static bool next_probe(struct proc_limit *pl)
         if (to != pl->base) {
             pl->limit = to;
             pl->last_up = up;
-            if (up)
-                pl->stepped_down = false;
             if (!up)
                 pl->slow_start = false; /* the knee was found from above */
             pl->phase = up ? PROC_LIMIT_UP : PROC_LIMIT_DOWN;
             pl->changes++;
             return true;
         }
-        if (up) { /* at the cap or the CPU full: no gain to wait for, a down may follow */
+        if (up) { /* at the cap: no gain to wait for, a down probe may follow (down_allowed) */
             pl->up_gain = 0;
             pl->up_queued = false;
         }
@@ -299,8 +235,6 @@ static bool next_probe(struct proc_limit *pl)
 
 static bool judge(const struct proc_limit *pl, double x)
 {
-    if (pl->phase == PROC_LIMIT_DOWN && pl->cpu_down && !pl->cpu_full)
-        return false; /* the CPU found idle time: fewer in flight left it unused */
     double rel = (double)(pl->limit > pl->base ? pl->limit - pl->base : pl->base - pl->limit) /
                  (double)pl->base;
 
@@ -318,7 +252,6 @@ static void accept(struct proc_limit *pl, double x, double mean_us, double n)
     pl->base_n = n;
     pl->rejected_once = false;
     pl->hold_next = 1;
-    pl->stepped_down = pl->phase == PROC_LIMIT_DOWN && pl->cpu_down;
     pl->phase = PROC_LIMIT_BASE;
     pl->last_up = true; /* climb on from the new base; after a step down, up first */
 }
@@ -332,7 +265,6 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
     /* in flight: the limit while it binds, else Little's law */
     double n = bound ? (double)pl->limit : x * mean / 1e6;
 
-    pl->cpu_full = cpu_full(pl->win_busy, pl->win_total);
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
     if (bound && pl->n >= MIN_SAMPLES && (pl->floor_us <= 0 || mean < pl->floor_us)) {
         pl->floor_us = mean; /* only binding windows: a lull's quick no-op items say nothing */
@@ -438,7 +370,6 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
         (double)pl->fast_bound < FAST_BINDING * (double)since)
         return false; /* not yet, or the limit did not bind: the window decides */
     x = pl->fast_all / ((double)since / 1e6);
-    pl->cpu_full = cpu_full(pl->fast_busy, pl->fast_total);
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
     fast_floor(pl);
     if (pl->phase == PROC_LIMIT_BASE) {
@@ -472,7 +403,6 @@ unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us)
     account(pl, now_us);
     if (pl->o.floor == pl->o.cap)
         return pl->limit; /* a fixed limit */
-    cpu_sample(pl, now_us);
     if (slow_start_done(pl, now_us, dur_us, &moved)) {
         window_start(pl, now_us, moved);
         fast_start(pl, now_us); /* decided: the next verdict needs new evidence */
@@ -501,138 +431,4 @@ unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us)
     }
     window_start(pl, now_us, moved);
     return pl->limit;
-}
-
-/* Reads the first line of path into buf; false when it cannot. */
-static bool read_line(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    bool ok;
-
-    if (f == NULL)
-        return false;
-    ok = fgets(buf, (int)len, f) != NULL;
-    (void)fclose(f);
-    return ok;
-}
-
-/*
- * The tightest cgroup v2 cpu.max from the process's cgroup up to the root,
- * in CPUs, and the cpu.stat next to it. cgroup v1 quotas are not read: the
- * affinity mask and /proc/stat stand for them.
- */
-static void host_quota(struct proc_limit_host *h)
-{
-    char line[512], dir[200], path[256];
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    char *end;
-
-    dir[0] = '\0';
-    if (f == NULL)
-        return;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        line[strcspn(line, "\n")] = '\0';
-        if (strncmp(line, "0::", 3) == 0 &&
-            snprintf(dir, sizeof(dir), "%s", line + 3) >= (int)sizeof(dir))
-            dir[0] = '\0'; /* too long to follow */
-    }
-    (void)fclose(f);
-    if (dir[0] != '/')
-        return;
-    for (;;) {
-        long long quota, period;
-
-        if (snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cpu.max",
-                     strcmp(dir, "/") == 0 ? "" : dir) < (int)sizeof(path) &&
-            read_line(path, line, sizeof(line)) &&
-            sscanf(line, "%lld %lld", &quota, &period) == 2 && quota > 0 && period > 0 &&
-            (h->quota_cpus <= 0 || (double)quota / (double)period < h->quota_cpus)) {
-            if (snprintf(h->cg_stat, sizeof(h->cg_stat), "/sys/fs/cgroup%s/cpu.stat",
-                         strcmp(dir, "/") == 0 ? "" : dir) < (int)sizeof(h->cg_stat))
-                h->quota_cpus = (double)quota / (double)period;
-        }
-        end = strrchr(dir, '/');
-        if (end == NULL || strcmp(dir, "/") == 0)
-            break;
-        if (end == dir)
-            end[1] = '\0'; /* the root */
-        else
-            *end = '\0';
-    }
-}
-
-bool proc_limit_cpu_host_init(struct proc_limit_host *h)
-{
-    long tick = sysconf(_SC_CLK_TCK);
-    double busy, total;
-
-    memset(h, 0, sizeof(*h));
-    if (sched_getaffinity(0, sizeof(h->cpus), &h->cpus) != 0)
-        return false;
-    h->n_cpus = (unsigned)CPU_COUNT(&h->cpus);
-    h->tick_us = tick > 0 ? 1e6 / (double)tick : 1e4;
-    host_quota(h);
-    if (h->quota_cpus >= (double)h->n_cpus)
-        h->quota_cpus = 0; /* the quota allows more than the mask: the mask binds */
-    return h->n_cpus > 0 && proc_limit_cpu_host_sample(h, 1, &busy, &total);
-}
-
-/* usage_usec from the quota's cpu.stat; false when it cannot be read. */
-static bool host_usage(const struct proc_limit_host *h, double *ret_us)
-{
-    char line[128];
-    FILE *f = fopen(h->cg_stat, "r");
-    bool ok = false;
-    unsigned long long v;
-
-    if (f == NULL)
-        return false;
-    while (!ok && fgets(line, sizeof(line), f) != NULL)
-        ok = sscanf(line, "usage_usec %llu", &v) == 1;
-    (void)fclose(f);
-    if (ok)
-        *ret_us = (double)v;
-    return ok;
-}
-
-bool proc_limit_cpu_host_sample(void *ctx, int64_t now_us, double *ret_busy_us,
-                                double *ret_total_us)
-{
-    const struct proc_limit_host *h = ctx;
-    char line[512];
-    FILE *f;
-    double busy = 0, total = 0;
-    unsigned seen = 0;
-
-    if (h->quota_cpus > 0) {
-        if (!host_usage(h, &busy))
-            return false;
-        *ret_busy_us = busy;
-        *ret_total_us = h->quota_cpus * (double)now_us;
-        return true;
-    }
-    f = fopen("/proc/stat", "r");
-    if (f == NULL)
-        return false;
-    /* "cpuN user nice system idle iowait irq softirq steal ..." in ticks; the cpuN lines come first
-     */
-    while (fgets(line, sizeof(line), f) != NULL && strncmp(line, "cpu", 3) == 0) {
-        unsigned cpu;
-        unsigned long long v[8] = {0};
-
-        if (sscanf(line, "cpu%u %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2],
-                   &v[3], &v[4], &v[5], &v[6], &v[7]) < 5 ||
-            cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &h->cpus))
-            continue; /* the "cpu" total, or a CPU the process may not use */
-        for (size_t i = 0; i < SF_ARRAY_LEN(v); i++)
-            total += (double)v[i];
-        busy += (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
-        seen++;
-    }
-    (void)fclose(f);
-    if (seen == 0)
-        return false;
-    *ret_busy_us = busy * h->tick_us;
-    *ret_total_us = total * h->tick_us;
-    return true;
 }

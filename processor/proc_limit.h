@@ -33,7 +33,8 @@
  * after the change (1.5 item latencies and at least half a minimum window
  * later, no settle) tells the gain. It only accepts, and only when the
  * limit bound 90 % of that time and the items/s that completed rose by a
- * fifth of the promised gain; otherwise the window decides as usual. At 20 ms per request (items of
+ * fifth of the promised gain;
+ * otherwise the window decides as usual. At 20 ms per request (items of
  * ~150 ms) the limit goes from 8 to 64 in about half a second instead of
  * 1.5 s. Its evidence starts when the limit starts to bind (not at
  * start-up, before any work).
@@ -59,17 +60,6 @@
  * least half the time (the limit did not bind) decide nothing, unless their
  * items queue (above).
  *
- * The machine's CPU is the third signal: when the CPUs the process may use
- * had no idle time in the evidence (busy 90 % of it, any process), more in
- * flight cannot pay - there is no CPU for their work - so no up probe
- * starts and slow start does not double, and it permits a down probe
- * that is kept only if items/s held and the CPU stayed full (not a second
- * one in a row). Items/s alone cannot tell when completions come in pages:
- * in the unit tests' CPU-bound model they doubled the limit to 16 where 8
- * fill the CPU. At 5 and 20 ms the CPUs idle while requests wait, so the
- * limit climbs until they do not. (On the quiet two-core bench the CPUs
- * keep ~22 % idle at 0 ms too, so the rule does not engage there.)
- *
  * The limit stays within [floor, cap] at all times. Not thread-safe: the
  * owner (proc_lanes) calls it under its own lock. Times are microseconds
  * of any monotonic clock (tests pass a synthetic one).
@@ -79,52 +69,16 @@
 
 #include "common/sf_base.h"
 
-#include <sched.h>
-
-/*
- * The CPU the process may use, as two cumulative counters in microseconds
- * of CPU time: how much of it was busy (any process) and how much there
- * was. The limit compares their growth over a window. sample returns false
- * when it cannot tell; the window then has no CPU verdict. Called under the
- * owner's lock, at most every 50 ms.
- */
-struct proc_limit_cpu {
-    bool (*sample)(void *ctx, int64_t now_us, double *ret_busy_us, double *ret_total_us);
-    void *ctx;
-};
-
-/*
- * The host's CPU (the default source): the cgroup v2 cpu.max quota when it
- * allows fewer CPUs than the affinity mask (usage_usec against quota x
- * time), else /proc/stat's non-idle time (idle and iowait are idle) of the
- * CPUs in the affinity mask. Plain data, filled by proc_limit_cpu_host_init.
- */
-struct proc_limit_host {
-    cpu_set_t cpus;    /* sched_getaffinity at init */
-    unsigned n_cpus;   /* CPUs in it */
-    double quota_cpus; /* the tightest cpu.max on the way to the root (0: none) */
-    char cg_stat[256]; /* that cgroup's cpu.stat */
-    double tick_us;    /* one clock tick of /proc/stat */
-};
-
-/* Finds the CPUs and the quota; false when neither can be read (no CPU signal). */
-bool proc_limit_cpu_host_init(struct proc_limit_host *h);
-
-/* struct proc_limit_cpu's sample for ctx = a struct proc_limit_host. */
-bool proc_limit_cpu_host_sample(void *ctx, int64_t now_us, double *ret_busy_us,
-                                double *ret_total_us);
-
 struct proc_limit_opts {
     unsigned floor, cap;   /* 1 <= floor <= cap; floor == cap: a fixed limit */
     unsigned initial;      /* clamped into [floor, cap]; 0: 8 */
     int64_t min_window_us; /* 0: 250 ms */
     int64_t max_window_us; /* a window with too few completions ends without a decision; 0: 10 s */
-    struct proc_limit_cpu cpu; /* sample NULL: the host's (struct proc_limit_host) */
 };
 
 enum proc_limit_phase { PROC_LIMIT_BASE, PROC_LIMIT_UP, PROC_LIMIT_DOWN };
 
-/* Plain data: embed it, set it up with proc_limit_init, do not move it after. */
+/* Plain data: embed it, set it up with proc_limit_init. */
 struct proc_limit {
     struct proc_limit_opts o;
     unsigned limit; /* what the gate uses now */
@@ -158,16 +112,6 @@ struct proc_limit {
     double fast_all_us; /* the latencies of all completions since changed_at */
     int64_t fast_bound; /* us since changed_at with work waiting for a slot */
     bool fast_off;      /* no clear gain: the window judges this probe */
-
-    /* the CPU (see cpu_full in proc_limit.c) */
-    struct proc_limit_host host;  /* the default source's state */
-    int64_t cpu_at;               /* last sample (0: none yet) */
-    double cpu_busy, cpu_total;   /* its counters */
-    double win_busy, win_total;   /* their growth within the window */
-    double fast_busy, fast_total; /* within slow start's evidence */
-    bool cpu_full;                /* the evidence just judged: the CPU had no idle time */
-    bool cpu_down;                /* this down probe's only evidence was a full CPU */
-    bool stepped_down; /* the last accepted probe was such a down probe: no second in a row */
 };
 
 /* Sets the limit up at now_us. */

@@ -12,16 +12,13 @@
  * The real curves are softer and noisier, so the model can also be: a CPU
  * queue (a knee that bends early, optionally falling beyond it: penalty),
  * +-30 % every 250 ms in the completions only (the feed delivers in pages;
- * bursty), and a supply of ready items that stops short of the cap. The
- * limit samples the model's CPU (sim_cpu): busy as the items need it, plus
- * the other tenants' share when the machine is noisy.
+ * bursty), and a supply of ready items that stops short of the cap.
  */
 #include "common/sf_base.h"
 
 #include <check.h>
 #include <math.h>
 
-#include "common/sf_time.h"
 #include "processor/proc_limit.h"
 #include "tests/support/check_run.h"
 
@@ -42,8 +39,6 @@ struct sim {
     bool mixed;              /* items of two kinds: every other one takes 0.4 x, the rest 1.6 x */
     unsigned reach;          /* a limit to time: reach_us says when it was first reached */
     int64_t idle_us;         /* at first one item at a time, the limit not binding (start-up) */
-    bool blind;              /* the limit learns nothing of the CPU */
-    double cpu_busy_us, cpu_total_us; /* the CPU, as the limit samples it (sim_cpu) */
     /* results */
     int64_t reach_us;        /* from the start until the limit first was >= reach (-1: never) */
     double all_items;        /* completions over the whole run */
@@ -110,36 +105,10 @@ static double sim_noise(const struct sim *m, int64_t t_us)
     return 0.7 + 0.3 * (double)(h % 1000) / 1000.0;
 }
 
-/*
- * The share of the CPU that is busy with n items in flight at the machine's
- * share f: ours is items/s x CPU per item over the cores (what the items
- * need at full speed), the other tenants' is 1 - f (bursty noise is in the
- * completions only: f = 1 here).
- */
-static double sim_busy(const struct sim *m, double n, double f)
-{
-    double k = m->supply > 0 && n > m->supply ? m->supply : n;
-    double u = sim_x(m, n) * m->service_us * (1 + m->penalty * k) / (m->cores * 1e6);
-
-    return SF_MIN(1.0, u * f + (1 - f));
-}
-
-static bool sim_cpu(void *ctx, int64_t now_us, double *ret_busy_us, double *ret_total_us)
-{
-    const struct sim *m = ctx;
-
-    SF_UNUSED(now_us);
-    if (m->blind)
-        return false;
-    *ret_busy_us = m->cpu_busy_us;
-    *ret_total_us = m->cpu_total_us;
-    return true;
-}
-
 static void sim_run(struct sim *m, unsigned floor, unsigned cap, int64_t seconds)
 {
     struct proc_limit pl;
-    struct proc_limit_opts o = {.floor = floor, .cap = cap, .cpu = {sim_cpu, m}};
+    struct proc_limit_opts o = {.floor = floor, .cap = cap};
     int64_t t0 = 1000000, t = t0, end = t + seconds * 1000000, half = t + seconds * 500000;
     double best = 0, weighted = 0;
     unsigned n;
@@ -173,8 +142,6 @@ static void sim_run(struct sim *m, unsigned floor, unsigned cap, int64_t seconds
         }
         m->all_items += 1;
         m->all_ideal_items += best * f * (double)dt / 1e6;
-        m->cpu_busy_us += sim_busy(m, idle ? 1 : n, m->bursty ? 1 : f) * m->cores * (double)dt;
-        m->cpu_total_us += m->cores * (double)dt;
         t += dt;
         proc_limit_note(&pl, t, m->binding && !idle && (m->supply == 0 || m->supply > n));
         n = proc_limit_done(&pl, t, dur);
@@ -468,71 +435,6 @@ START_TEST(test_limit_without_completions_decides_nothing)
 }
 END_TEST
 
-START_TEST(test_limit_does_not_climb_while_the_cpu_has_no_idle_time)
-{
-    /*
-     * Issue 16, 0 ms: default settings settled 68-80 % of the orders fixed 8
-     * workers did on two cores shared with cosmolite and the bench; the
-     * limit went to 16..54 in flight, where every item more in flight only
-     * costs CPU. Items/s alone cannot tell when completions come in pages.
-     * Here the knee is at 8 (3 ms of waiting, 1 ms of CPU on 2 cores), CPU
-     * per item grows by 1 % per item in flight, +-30 % in the completions
-     * every 250 ms: the limit must not go above 10 (it doubled to 16 on
-     * every seed) and must keep 95 % of the best fixed limit's rate in the
-     * second half; the full CPU's down probes (to 6) are put back.
-     */
-    for (uint64_t seed = 0; seed < 8; seed++) {
-        struct sim m = {.delay_us = 3000,
-                        .service_us = 1000,
-                        .cores = 2,
-                        .penalty = 0.01,
-                        .jitter = true,
-                        .bursty = true,
-                        .seed = seed,
-                        .binding = true};
-
-        sim_run(&m, 4, 128, 7);
-        ck_assert_msg(m.hi <= 10, "seed %u: the limit went to %u with the CPU full", (unsigned)seed,
-                      m.hi);
-        ck_assert_msg(m.tail_items >= 0.95 * m.tail_ideal_items,
-                      "seed %u: %.0f items, %.0f at the best fixed limit", (unsigned)seed,
-                      m.tail_items, m.tail_ideal_items);
-    }
-}
-END_TEST
-
-START_TEST(test_limit_without_a_cpu_signal_still_climbs_on_items_per_s)
-{
-    /* a machine whose CPU cannot be read: the limit climbs on items/s alone, as before */
-    struct sim m = {
-        .delay_us = 20000, .service_us = 200, .cores = 2, .binding = true, .blind = true};
-
-    sim_run(&m, 4, 64, 30);
-    ck_assert_uint_eq(m.hi, 64);
-}
-END_TEST
-
-START_TEST(test_limit_host_cpu_counts_busy_time_within_the_total)
-{
-    struct proc_limit_host h;
-    double busy0, total0, busy1 = 0, total1 = 0;
-    volatile uint64_t spin = 0;
-
-    ck_assert(proc_limit_cpu_host_init(&h));
-    ck_assert_uint_ge(h.n_cpus, 1);
-    ck_assert(proc_limit_cpu_host_sample(&h, sf_mono_us(), &busy0, &total0));
-    /* burn CPU until the counters move (ticks of 10 ms; a quota's total moves with now) */
-    for (int i = 0; i < 1000 && total1 <= total0; i++) {
-        for (int k = 0; k < 1000000; k++)
-            spin += (uint64_t)k;
-        ck_assert(proc_limit_cpu_host_sample(&h, sf_mono_us(), &busy1, &total1));
-    }
-    ck_assert_double_gt(total1, total0);
-    ck_assert_double_ge(busy1, busy0);
-    ck_assert_double_le(busy1 - busy0, total1 - total0);
-}
-END_TEST
-
 START_TEST(test_limit_slow_start_does_not_double_on_latency_that_items_per_s_deny)
 {
     /*
@@ -543,12 +445,10 @@ START_TEST(test_limit_slow_start_does_not_double_on_latency_that_items_per_s_den
      * limit always binds: slow start must not take it past 64.
      */
     struct proc_limit pl;
-    struct proc_limit_opts o = {.floor = 4, .cap = 128, .cpu = {sim_cpu, NULL}};
-    struct sim blind = {.blind = true};
+    struct proc_limit_opts o = {.floor = 4, .cap = 128};
     int64_t t = 1000000;
     unsigned n, hi = 0;
 
-    o.cpu.ctx = &blind;
     proc_limit_init(&pl, &o, t);
     n = pl.limit;
     proc_limit_note(&pl, t, true);
@@ -584,9 +484,6 @@ int main(void)
     tcase_add_test(tc, test_limit_on_a_noisy_soft_knee_ends_above_it_and_keeps_the_rate);
     tcase_add_test(tc, test_limit_comes_down_to_the_knee_when_the_supply_stops_it_binding);
     tcase_add_test(tc, test_limit_never_leaves_floor_and_cap);
-    tcase_add_test(tc, test_limit_does_not_climb_while_the_cpu_has_no_idle_time);
-    tcase_add_test(tc, test_limit_without_a_cpu_signal_still_climbs_on_items_per_s);
-    tcase_add_test(tc, test_limit_host_cpu_counts_busy_time_within_the_total);
     tcase_add_test(tc, test_limit_slow_start_does_not_double_on_latency_that_items_per_s_deny);
     tcase_add_test(tc, test_limit_fixed_when_floor_is_cap);
     tcase_add_test(tc, test_limit_holds_when_it_does_not_bind);
