@@ -32,7 +32,8 @@
  * item latency (Little's law), and the latency of the items that started
  * after the change (1.5 item latencies and at least half a minimum window
  * later, no settle) tells the gain. It only accepts, and only when the
- * limit bound 90 % of that time and the items/s that completed rose too;
+ * limit bound 90 % of that time and the items/s that completed rose by a
+ * fifth of the promised gain;
  * otherwise the window decides as usual. At 20 ms per request (items of
  * ~150 ms) the limit goes from 8 to 64 in about half a second instead of
  * 1.5 s. Its evidence starts when the limit starts to bind (not at

@@ -17,6 +17,7 @@
 #include "common/sf_base.h"
 
 #include <check.h>
+#include <math.h>
 
 #include "processor/proc_limit.h"
 #include "tests/support/check_run.h"
@@ -434,6 +435,37 @@ START_TEST(test_limit_without_completions_decides_nothing)
 }
 END_TEST
 
+START_TEST(test_limit_slow_start_does_not_double_on_latency_that_items_per_s_deny)
+{
+    /*
+     * Issue 16, 0 ms (a trace of the bench): slow start doubled 32 -> 64 as
+     * the items' latency promised 69 % more items/s (Little's law) while what
+     * completed rose 8 %, and 64 -> 128 would have followed. Here every
+     * doubling above 16 raises the latency by 18 % and items/s by 8 %, the
+     * limit always binds: slow start must not take it past 64.
+     */
+    struct proc_limit pl;
+    struct proc_limit_opts o = {.floor = 4, .cap = 128};
+    int64_t t = 1000000;
+    unsigned n, hi = 0;
+
+    proc_limit_init(&pl, &o, t);
+    n = pl.limit;
+    proc_limit_note(&pl, t, true);
+    while (t < 11000000) {
+        double k = n > 16 ? log2((double)n / 16) : 0;
+        double x = n > 16 ? 600 * pow(1.08, k) : 600.0 * n / 16;
+        double dur = n > 16 ? 26667 * pow(1.18, k) : 26667;
+
+        t += (int64_t)(1e6 / x) + 1;
+        proc_limit_note(&pl, t, true);
+        n = proc_limit_done(&pl, t, (int64_t)dur);
+        hi = SF_MAX(hi, n);
+    }
+    ck_assert_msg(hi <= 64, "the limit went to %u", hi);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("limit");
@@ -452,6 +484,7 @@ int main(void)
     tcase_add_test(tc, test_limit_on_a_noisy_soft_knee_ends_above_it_and_keeps_the_rate);
     tcase_add_test(tc, test_limit_comes_down_to_the_knee_when_the_supply_stops_it_binding);
     tcase_add_test(tc, test_limit_never_leaves_floor_and_cap);
+    tcase_add_test(tc, test_limit_slow_start_does_not_double_on_latency_that_items_per_s_deny);
     tcase_add_test(tc, test_limit_fixed_when_floor_is_cap);
     tcase_add_test(tc, test_limit_holds_when_it_does_not_bind);
     tcase_add_test(tc, test_limit_without_completions_decides_nothing);
