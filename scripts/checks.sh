@@ -168,7 +168,11 @@ check_valgrind() {
     fi
     # unit suites that start no server and no Kafka cluster; test programs only
     names=$(ctest --test-dir "$dir" -N -L unit -LE 'integration|kafka|bench' |
-        sed -n 's/^ *Test *#[0-9]*: \([A-Za-z0-9_]*\)$/\1/p')
+        sed -n 's/^ *Test *#[0-9]*: \([A-Za-z0-9_]*\)$/\1/p' |
+        # test_limit simulates minutes of traffic on a synthetic clock and
+        # allocates nothing (nor does proc_limit.c): memcheck has nothing to
+        # find there, and under it the suite alone outlasts this check's bound.
+        grep -v '^test_limit$')
     if [ "$quick" = 1 ]; then
         names=$(echo "$names" | grep -E '^(test_common|test_config|test_cosmos_proto|test_feed_core|test_steps_sql|test_outbox_record)$')
     fi
