@@ -54,6 +54,13 @@
  * in flight may give as much. Below that no down probe is tried.
  */
 #define QUEUE_RATIO 2.0
+/*
+ * An up probe whose items took this share of the added items in flight
+ * longer (a doubling: 60 %) spent most of what it added queueing, and its
+ * gain could be the machine's own rise: the base is measured again before
+ * it is taken (PROC_LIMIT_CONFIRM).
+ */
+#define CONFIRM_RISE 0.6
 #define PROPORTIONAL                                                                               \
     0.9 /* latency "in proportion": at least 90 % of the ratio of items in flight */
 
@@ -233,14 +240,36 @@ static bool next_probe(struct proc_limit *pl)
     return false;
 }
 
+/*
+ * True when n items in flight with an item latency of us spent most of what
+ * they added since the floor window queueing: the latency grew by at least
+ * CONFIRM_RISE of the items in flight (a doubling: 60 %). Judged against the
+ * floor, not the last base: slow start's base is the quickest of a cohort.
+ */
+static bool mostly_queued(const struct proc_limit *pl, double us, double n)
+{
+    return pl->floor_us > 0 && n > pl->floor_n &&
+           us >= pl->floor_us * (1 + CONFIRM_RISE * (n / pl->floor_n - 1));
+}
+
+/* The relative size of the step from the base to the limit. */
+static double rel(const struct proc_limit *pl)
+{
+    return (double)(pl->limit > pl->base ? pl->limit - pl->base : pl->base - pl->limit) /
+           (double)pl->base;
+}
+
+/* The share of items/s an up probe from base to `to` must gain. */
+static double up_needs(const struct proc_limit *pl, unsigned to)
+{
+    return SF_MAX(UP_MIN_GAIN, (double)(to - pl->base) / (double)pl->base / UP_SHARE);
+}
+
 static bool judge(const struct proc_limit *pl, double x)
 {
-    double rel = (double)(pl->limit > pl->base ? pl->limit - pl->base : pl->base - pl->limit) /
-                 (double)pl->base;
-
     if (pl->phase == PROC_LIMIT_UP)
-        return x >= pl->base_x * (1 + SF_MAX(UP_MIN_GAIN, rel / UP_SHARE));
-    return x >= pl->base_x * (1 - rel / DOWN_SHARE);
+        return x >= pl->base_x * (1 + up_needs(pl, pl->limit));
+    return x >= pl->base_x * (1 - rel(pl) / DOWN_SHARE);
 }
 
 /* Accepts the probe (or the base) measured by a window: x items/s at a mean latency of mean_us. */
@@ -298,6 +327,45 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
         pl->rejected_once = true; /* so: down, and a rejected down holds */
         return next_probe(pl);
     }
+    if (pl->phase == PROC_LIMIT_CONFIRM) {
+        /*
+         * Back at the base after an up probe that beat the base before it:
+         * the probe's gain is its own only if it beats this base too. A
+         * machine warming up (the bench's writers at start: 210, 248, 292,
+         * 416 items/s at 8, 16, 32, 64 in flight, 0 ms) lifts both bases.
+         */
+        if (pl->probe_x < x * (1 + up_needs(pl, pl->probe))) {
+            pl->base_x = x;
+            pl->base_us = mean;
+            pl->base_n = n;
+            pl->up_gain = 0;
+            rejected(pl, true);
+            pl->phase = PROC_LIMIT_BASE;
+            return false;
+        }
+        pl->limit = pl->probe;
+        accept(pl, pl->probe_x, pl->probe_us, pl->probe_n);
+        pl->changes++;
+        pl->hold = 0;
+        next_probe(pl);
+        return true;
+    }
+    if (judge(pl, x) && pl->phase == PROC_LIMIT_UP && mostly_queued(pl, mean, n)) {
+        /*
+         * The items took much longer (queueing: the gain is no more than the
+         * machine's own rise could be): measure the base once more before
+         * taking it (PROC_LIMIT_CONFIRM). A probe whose latency held (20 ms:
+         * the items only waited for the network) is its own gain.
+         */
+        pl->probe = pl->limit;
+        pl->probe_x = x;
+        pl->probe_us = mean;
+        pl->probe_n = n;
+        pl->limit = pl->base;
+        pl->phase = PROC_LIMIT_CONFIRM;
+        pl->changes++;
+        return true;
+    }
     if (judge(pl, x)) {
         accept(pl, x, mean, n); /* this very window measured the new base */
         if (!bound)
@@ -351,7 +419,8 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
     int64_t since = now_us - pl->changed_at;
     double mean, x, gain, more;
 
-    if (!pl->slow_start || pl->phase == PROC_LIMIT_DOWN || pl->fast_off)
+    if (!pl->slow_start || pl->phase == PROC_LIMIT_DOWN || pl->phase == PROC_LIMIT_CONFIRM ||
+        pl->fast_off)
         return false;
     if (since > pl->o.max_window_us) {
         fast_start(pl, now_us); /* too little traffic: stale, as a window without a verdict */
@@ -421,10 +490,10 @@ unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us)
             moved = decide(pl, elapsed);
         } else if (pl->phase != PROC_LIMIT_BASE) {
             /* too little traffic to judge the probe: back to the base, no verdict */
+            moved = pl->limit != pl->base; /* a CONFIRM window is at the base already */
+            pl->changes += moved;
             pl->limit = pl->base;
             pl->phase = PROC_LIMIT_BASE;
-            pl->changes++;
-            moved = true;
         }
     } else {
         return pl->limit;
