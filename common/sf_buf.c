@@ -143,3 +143,15 @@ char *sf_buf_detach(struct sf_buf *b, size_t *ret_len)
         *ret_len = len;
     return p;
 }
+
+bool sf_str_copy(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap);
+    bool whole = n < cap;
+
+    if (!whole)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    return whole;
+}

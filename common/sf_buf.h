@@ -55,4 +55,12 @@ const char *sf_buf_cstr(const struct sf_buf *b);
  */
 char *sf_buf_detach(struct sf_buf *b, size_t *ret_len);
 
+/*
+ * Copies the string src into the fixed buffer dst of cap bytes (cap >= 1),
+ * cut short to fit and always terminated, as snprintf(dst, cap, "%s", src)
+ * would, without formatting (for hot paths). Returns true when all of src
+ * fit.
+ */
+bool sf_str_copy(char *dst, size_t cap, const char *src);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <strings.h>
 
+#include "common/sf_buf.h"
 #include "common/sf_crypto.h"
 #include "common/sf_json.h"
 #include "common/sf_log.h"
@@ -79,17 +80,6 @@ static const struct emu_resp_header *resp_find(const struct emu_response *resp, 
     return k != 0 ? &resp->headers[k - 1] : NULL;
 }
 
-/* Copies v into out (cap bytes), cut short like snprintf would. */
-static void copy_value(char *out, size_t cap, const char *v)
-{
-    size_t n = strlen(v);
-
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(out, v, n);
-    out[n] = '\0';
-}
-
 /*
  * Sets (or replaces) a response header. Names are static strings. One
  * lookup in the header index, so a response's headers cost linear time
@@ -116,9 +106,9 @@ static void resp_header(struct emu_response *resp, const char *name, const char 
      * them was a third of the cost of a point read's headers.
      */
     if (strcmp(fmt, "%s") == 0)
-        copy_value(h->value, sizeof(h->value), va_arg(ap, const char *));
+        (void)sf_str_copy(h->value, sizeof(h->value), va_arg(ap, const char *));
     else if (strchr(fmt, '%') == NULL)
-        copy_value(h->value, sizeof(h->value), fmt);
+        (void)sf_str_copy(h->value, sizeof(h->value), fmt);
     else
         vsnprintf(h->value, sizeof(h->value), fmt, ap);
     va_end(ap);

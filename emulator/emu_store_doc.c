@@ -22,6 +22,7 @@
 
 #include <math.h>
 
+#include "common/sf_buf.h"
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "emulator/emu_store_int.h"
@@ -33,17 +34,6 @@
 /* System properties the server owns; client-sent values are dropped. */
 static const char *const emu_doc_system[] = {"_rid",         "_self", "_etag",
                                              "_attachments", "_ts",   "_lsn"};
-
-/* Copies src into dst[n], cut to fit (a snprintf without the formatting, for hot paths). */
-static void emu_copy(char *dst, size_t n, const char *src)
-{
-    size_t len = strlen(src);
-
-    if (len >= n)
-        len = n - 1;
-    memcpy(dst, src, len);
-    dst[len] = '\0';
-}
 
 /* ---- partition key values ------------------------------------------------------- */
 
@@ -413,9 +403,9 @@ static enum sf_rc emu_doc_find(struct emu_store *s, const struct emu_coll *coll,
             rc = emu_store_fail(err, SF_EIO, 500, 0, "document '%.64s': stored row is corrupt", id);
         } else {
             row->rowid = sqlite3_column_int64(st, 0);
-            emu_copy(row->rid, sizeof(row->rid), rid);
-            emu_copy(row->etag, sizeof(row->etag), etag);
-            emu_copy(row->epk, sizeof(row->epk), epk);
+            (void)sf_str_copy(row->rid, sizeof(row->rid), rid);
+            (void)sf_str_copy(row->etag, sizeof(row->etag), etag);
+            (void)sf_str_copy(row->epk, sizeof(row->epk), epk);
             row->lsn = sqlite3_column_int64(st, 4);
             row->expired =
                 sqlite3_column_type(st, 5) != SQLITE_NULL && sqlite3_column_int64(st, 5) <= now;
@@ -611,7 +601,7 @@ enum sf_rc emu_store_doc_apply(struct emu_store *s, struct emu_tx *tx, struct em
     }
     /* A live document keeps its rid; a new one (or one replacing an expired row) gets one. */
     if (exists)
-        emu_copy(rid, sizeof(rid), row.rid);
+        (void)sf_str_copy(rid, sizeof(rid), row.rid);
     else
         emu_doc_rid(coll, tx->lsn, tx->ops, rid);
     emu_doc_etag(coll, tx->lsn, tx->ops, meta->etag);
@@ -651,7 +641,7 @@ enum sf_rc emu_store_doc_apply(struct emu_store *s, struct emu_tx *tx, struct em
     tx->ops++;
     meta->status = exists ? 200 : 201;
     meta->lsn = tx->lsn;
-    emu_copy(meta->range_id, sizeof(meta->range_id), op->range->id);
+    (void)sf_str_copy(meta->range_id, sizeof(meta->range_id), op->range->id);
 out:
     if (rc != SF_OK)
         emu_store_out_cut(text, text_start);
@@ -740,8 +730,8 @@ enum sf_rc emu_store_doc_get(struct emu_store *s, const struct emu_coll *coll,
         if (etag == NULL || range == NULL || strlen(etag) >= sizeof(meta->etag)) {
             rc = emu_store_fail(err, SF_EIO, 500, 0, "document '%.64s': stored row is corrupt", id);
         } else {
-            emu_copy(meta->etag, sizeof(meta->etag), etag);
-            emu_copy(meta->range_id, sizeof(meta->range_id), range->id);
+            (void)sf_str_copy(meta->etag, sizeof(meta->etag), etag);
+            (void)sf_str_copy(meta->range_id, sizeof(meta->range_id), range->id);
             meta->lsn = coll->lsn;
             if (if_none_match != NULL && strcmp(if_none_match, etag) == 0) {
                 meta->status = 304;

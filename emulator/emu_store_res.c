@@ -9,6 +9,7 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_buf.h"
 #include "common/sf_crypto.h"
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
@@ -1137,15 +1138,6 @@ enum sf_rc emu_store_coll_delete(struct emu_store *s, const char *db, const char
     return rc;
 }
 
-/* Copies v into out (cap bytes), cut short as snprintf would. */
-static void ref_copy(char *out, size_t cap, const char *v)
-{
-    size_t n = strnlen(v, cap - 1);
-
-    memcpy(out, v, n);
-    out[n] = '\0';
-}
-
 enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const char *coll,
                                   bool rid_based, struct emu_coll_ref *ret_ref, struct sf_err *err)
 {
@@ -1175,11 +1167,11 @@ enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const cha
     }
     /* Every document request passes here under the store's lock: copy, do not format. */
     memset(ret_ref, 0, sizeof(*ret_ref));
-    ref_copy(ret_ref->db, sizeof(ret_ref->db), c->db_id);
-    ref_copy(ret_ref->coll, sizeof(ret_ref->coll), c->id);
-    ref_copy(ret_ref->db_rid, sizeof(ret_ref->db_rid), c->db_rid);
-    ref_copy(ret_ref->coll_rid, sizeof(ret_ref->coll_rid), c->rid);
-    ref_copy(ret_ref->pk_path, sizeof(ret_ref->pk_path), c->pk_path);
+    (void)sf_str_copy(ret_ref->db, sizeof(ret_ref->db), c->db_id);
+    (void)sf_str_copy(ret_ref->coll, sizeof(ret_ref->coll), c->id);
+    (void)sf_str_copy(ret_ref->db_rid, sizeof(ret_ref->db_rid), c->db_rid);
+    (void)sf_str_copy(ret_ref->coll_rid, sizeof(ret_ref->coll_rid), c->rid);
+    (void)sf_str_copy(ret_ref->pk_path, sizeof(ret_ref->pk_path), c->pk_path);
     ret_ref->pk_hash = c->pk_hash;
 out:
     emu_store_unlock(s);

@@ -148,6 +148,25 @@ START_TEST(test_buf_detach)
 }
 END_TEST
 
+/* sf_str_copy cuts as snprintf("%s") would and says whether all of it fit. */
+START_TEST(test_str_copy_cuts_like_snprintf)
+{
+    char out[6], ref[6];
+    static const char *const in[] = {"", "abc", "abcde", "abcdef", "abcdefghij"};
+
+    for (size_t i = 0; i < SF_ARRAY_LEN(in); i++) {
+        memset(out, 'x', sizeof(out));
+        ck_assert_int_eq(sf_str_copy(out, sizeof(out), in[i]), strlen(in[i]) < sizeof(out));
+        (void)snprintf(ref, sizeof(ref), "%s", in[i]);
+        ck_assert_str_eq(out, ref);
+    }
+    /* A one-byte buffer holds the terminator alone. */
+    ck_assert(!sf_str_copy(out, 1, "a"));
+    ck_assert_str_eq(out, "");
+    ck_assert(sf_str_copy(out, 1, ""));
+}
+END_TEST
+
 /* ---- sf_parse ---------------------------------------------------------------------------- */
 
 START_TEST(test_parse_i64)
@@ -1047,6 +1066,7 @@ Suite *common_text_suite(void)
     tcase_add_test(tc, test_buf_cap);
     tcase_add_test(tc, test_buf_printf_growth);
     tcase_add_test(tc, test_buf_detach);
+    tcase_add_test(tc, test_str_copy_cuts_like_snprintf);
     suite_add_tcase(s, tc);
 
     sf_check_case(s, "parse", NULL, NULL, 0,
