@@ -293,10 +293,12 @@ static bool pk_header(struct route *rt, json_t **ret_pk)
         return true;
     sf_err_clear(&err);
     pk = sf_json_parse_depth(v, strlen(v), rt->r->lim.max_json_depth, &err);
-    if (!pk || !json_is_array(pk) || json_array_size(pk) != 1) {
+    /* 2 or 3 values: a hierarchical key (or its prefix); the store checks it against the paths. */
+    if (!pk || !json_is_array(pk) || json_array_size(pk) < 1 || json_array_size(pk) > 3) {
         emu_response_error(rt->resp, 400, 0,
                            "The partition key header x-ms-documentdb-partitionkey must be a JSON "
-                           "array with one value, such as [\"abc\"] or [5]; got '%.200s'.",
+                           "array with one value, such as [\"abc\"] or [5] (1 to 3 for a "
+                           "hierarchical key); got '%.200s'.",
                            v);
         json_decref(pk);
         return false;
@@ -1894,7 +1896,10 @@ static void fault_lie(struct route *rt)
     resp_header(rt->resp, "Content-Type", "text/html");
 }
 
-/* POST /_admin/split {"db":..,"coll":..,"range":..}: splits a range in two. */
+/*
+ * POST /_admin/split {"db":..,"coll":..,"range":..[,"at":"<EPK>"]}: splits a
+ * range in two, at its middle or at the EPK given.
+ */
 static void handle_split(struct route *rt)
 {
     struct sf_err err;
@@ -1916,7 +1921,9 @@ static void handle_split(struct route *rt)
                            "\"<partition key range id>\"}.");
     } else {
         sf_err_clear(&err);
-        if (store_call(rt, emu_store_split(rt->r->store, db, coll, range, &rt->resp->body, &err),
+        if (store_call(rt,
+                       emu_store_split_at(rt->r->store, db, coll, range, sf_json_str(body, "at"),
+                                          &rt->resp->body, &err),
                        &err))
             ok(rt, 200, 0);
     }

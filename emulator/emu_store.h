@@ -135,14 +135,14 @@ enum sf_rc emu_store_coll_delete(struct emu_store *s, const char *db, const char
  * How a container hashes partition keys to EPKs. V2 is zero, so a zeroed
  * reference hashes as before V1 containers were placed by V1.
  */
-enum emu_pk_hash { EMU_PK_HASH_V2 = 0, EMU_PK_HASH_V1 = 1 };
+enum emu_pk_hash { EMU_PK_HASH_V2 = 0, EMU_PK_HASH_V1 = 1, EMU_PK_HASH_MULTI = 2 };
 
 struct emu_coll_ref {
     char db[256];
     char coll[256];
     char db_rid[16];
     char coll_rid[16];
-    char pk_path[256];        /* e.g. "/pk" */
+    char pk_path[256];        /* e.g. "/pk"; MultiHash: the paths joined by ',' */
     enum emu_pk_hash pk_hash; /* the container's placement hash (see emu_store_res.c) */
 };
 enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const char *coll,
@@ -403,6 +403,16 @@ enum sf_rc emu_store_ttl_sweep(struct emu_store *s, int max_docs, int *ret_purge
  */
 enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll,
                            const char *range_id, struct sf_buf *out, struct sf_err *err);
+/*
+ * emu_store_split at a given boundary instead of the middle: at is an EPK
+ * (1..96 hex digits) strictly inside the range, such as a MultiHash key
+ * prefix's EPK followed by more digits, which cuts that logical partition
+ * prefix across the two children. NULL at: the middle. 400 for an at that
+ * is not hexadecimal or not inside the range.
+ */
+enum sf_rc emu_store_split_at(struct emu_store *s, const char *db, const char *coll,
+                              const char *range_id, const char *at, struct sf_buf *out,
+                              struct sf_err *err);
 
 /* ---- merges (emu_store_merge.c) -------------------------------------------- */
 

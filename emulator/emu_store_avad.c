@@ -11,6 +11,7 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_json.h"
 #include "emulator/emu_store_int.h"
 
 static const char *const emu_av_names[] = {
@@ -37,12 +38,58 @@ static enum sf_rc emu_av_put_doc(struct sf_buf *out, const char *doc, size_t len
  * the partition key path ({"pk":"a"} for /pk, {"a":{"b":5}} for /a/b), or {}
  * when the document has none.
  */
-static enum sf_rc emu_av_put_pk(struct sf_buf *out, const char *path, const struct emu_pk *key)
+/*
+ * A MultiHash key as one object holding each level at its path
+ * ({"tenantId":"t","userId":"u"}); an undefined level is left out.
+ */
+static enum sf_rc emu_av_put_pk_multi(struct sf_buf *out, const char *paths,
+                                      const struct emu_pk *key)
 {
+    json_t *values = json_loadb(key->text.data, key->text.len, JSON_DECODE_ANY, NULL);
+    json_t *obj = json_object();
+    char copy[EMU_MAX_NAME + 1], *one, *next, *seg, *end;
+    enum sf_rc rc = values != NULL && obj != NULL ? SF_OK : SF_ENOMEM;
+    size_t i = 0;
+
+    (void)snprintf(copy, sizeof(copy), "%s", paths);
+    for (one = copy; rc == SF_OK && one != NULL; one = next, i++) {
+        json_t *cur = obj, *v = json_array_get(values, i);
+
+        next = strchr(one, ',');
+        if (next != NULL)
+            *next++ = '\0';
+        if (v == NULL || (json_is_object(v) && json_object_size(v) == 0))
+            continue;
+        for (seg = one + 1; rc == SF_OK; seg = end + 1) {
+            end = strchr(seg, '/');
+            if (end == NULL) {
+                rc = json_object_set(cur, seg, v) == 0 ? SF_OK : SF_ENOMEM;
+                break;
+            }
+            *end = '\0';
+            if (!json_is_object(json_object_get(cur, seg)) &&
+                json_object_set_new(cur, seg, json_object()) != 0)
+                rc = SF_ENOMEM;
+            cur = json_object_get(cur, seg);
+        }
+    }
+    if (rc == SF_OK)
+        rc = sf_json_dump(obj, out);
+    json_decref(values);
+    json_decref(obj);
+    return rc;
+}
+
+static enum sf_rc emu_av_put_pk(struct sf_buf *out, const struct emu_coll *coll,
+                                const struct emu_pk *key)
+{
+    const char *path = coll->pk_path;
     const char *seg = path;
     int depth = 0;
     enum sf_rc rc = SF_OK;
 
+    if (coll->pk_hash == EMU_PK_HASH_MULTI)
+        return emu_av_put_pk_multi(out, path, key);
     if (strcmp(sf_buf_cstr(&key->text), "{}") == 0)
         return sf_buf_puts(out, "{}");
     while (rc == SF_OK && *seg == '/') {
@@ -99,7 +146,7 @@ static enum sf_rc emu_av_item(const struct emu_tx *tx, enum emu_av_op op, const 
     if (rc == SF_OK)
         rc = sf_buf_puts(item, ",\"partitionKey\":");
     if (rc == SF_OK)
-        rc = emu_av_put_pk(item, tx->coll->pk_path, key);
+        rc = emu_av_put_pk(item, tx->coll, key);
     if (rc == SF_OK)
         rc = sf_buf_puts(item, "}}");
     return rc;
@@ -180,6 +227,7 @@ static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_r
     if (rc != SF_OK)
         return rc;
     max_items = emu_store_cf_page_setup(coll, req, key, &sc);
+    key = emu_store_scope_prefix(key, &sc);
     rc = emu_store_feed_open(out, coll->rid, "Documents");
     if (rc != SF_OK) {
         rc = emu_store_out_fail(rc, "change feed", err);
@@ -231,8 +279,8 @@ enum sf_rc emu_store_changefeed_all(struct emu_store *s, const struct emu_coll_r
     if (req->start == EMU_CF_AFTER_LSN && req->after_lsn < 0)
         return emu_store_fail(err, SF_EINVAL, 400, 0, "change feed: continuation %lld is negative",
                               (long long)req->after_lsn);
-    if (req->pk != NULL &&
-        (rc = emu_store_pk_from_header(&key, req->pk, c->pk_hash, "change feed", err)) != SF_OK)
+    if (req->pk != NULL && (rc = emu_store_pk_from_header(&key, req->pk, c->pk_path, c->pk_hash,
+                                                          true, "change feed", err)) != SF_OK)
         return rc;
     emu_store_lock(s);
     rc = emu_cf_all_locked(s, c, req, req->pk != NULL ? &key : NULL, out, ret_res, err);

@@ -72,8 +72,8 @@ enum sf_rc emu_store_batch_op_parse(const json_t *o, size_t i, struct emu_batch_
  * or the array itself) must name the batch's partition: 400 for that
  * operation otherwise.
  */
-static enum sf_rc emu_batch_op_pk(const struct emu_batch_op *op, const struct emu_pk *key, size_t i,
-                                  struct sf_err *err)
+static enum sf_rc emu_batch_op_pk(const struct emu_coll *coll, const struct emu_batch_op *op,
+                                  const struct emu_pk *key, size_t i, struct sf_err *err)
 {
     const json_t *v = json_object_get(op->op, "partitionKey");
     json_t *parsed = NULL;
@@ -84,8 +84,11 @@ static enum sf_rc emu_batch_op_pk(const struct emu_batch_op *op, const struct em
         return SF_OK;
     if (json_is_string(v))
         v = parsed = sf_json_parse_depth(json_string_value(v), json_string_length(v), 8, NULL);
-    /* Only the canonical texts are compared: the hash does not matter. */
-    rc = emu_store_pk_from_header(&mine, v, EMU_PK_HASH_V2, "batch operation", err);
+    /* Only the canonical texts are compared: the hash does not matter (but MultiHash keys). */
+    rc = emu_store_pk_from_header(&mine, v, coll->pk_path,
+                                  coll->pk_hash == EMU_PK_HASH_MULTI ? EMU_PK_HASH_MULTI
+                                                                     : EMU_PK_HASH_V2,
+                                  false, "batch operation", err);
     if (rc == SF_OK) {
         if (strcmp(sf_buf_cstr(&mine.text), sf_buf_cstr(&key->text)) != 0)
             rc = emu_store_fail(err, SF_EINVAL, 400, 1001,
@@ -134,7 +137,7 @@ enum sf_rc emu_store_batch_op_run(struct emu_store *s, struct emu_tx *tx, const 
                                                 [B_UPSERT] = EMU_WRITE_UPSERT,
                                                 [B_REPLACE] = EMU_WRITE_REPLACE};
     struct emu_doc_op w;
-    enum sf_rc rc = emu_batch_op_pk(op, key, i, err);
+    enum sf_rc rc = emu_batch_op_pk(tx->coll, op, key, i, err);
 
     if (rc != SF_OK)
         return rc;
@@ -289,7 +292,7 @@ enum sf_rc emu_store_batch(struct emu_store *s, const struct emu_coll_ref *c, co
                               "required");
     rc = emu_store_batch_check(s, ops, parsed, err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "batch", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_path, c->pk_hash, false, "batch", err);
     if (rc != SF_OK)
         return rc;
     n = json_array_size(ops);

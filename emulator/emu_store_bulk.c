@@ -34,6 +34,20 @@ struct emu_bulk_key {
  * Read, Delete or Patch without one). A malformed key is that operation's
  * 400, recorded in k->err.
  */
+/* [{}, ...]: n undefined levels (a new reference, NULL without memory). */
+static json_t *emu_bulk_undefined(size_t n)
+{
+    json_t *a = json_array();
+    size_t i;
+
+    for (i = 0; a != NULL && i < n; i++)
+        if (json_array_append_new(a, json_object()) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return a;
+}
+
 static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path,
                             enum emu_pk_hash hash, size_t i, struct emu_bulk_key *k)
 {
@@ -47,9 +61,9 @@ static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path,
             k->pk = sf_json_parse_depth(json_string_value(v), json_string_length(v), 8, NULL);
         else
             k->pk = json_incref((json_t *)v);
-        rc = json_is_array(k->pk)
-                 ? emu_store_pk_from_header(&k->key, k->pk, hash, "bulk operation", &k->err)
-                 : SF_EINVAL;
+        rc = json_is_array(k->pk) ? emu_store_pk_from_header(&k->key, k->pk, pk_path, hash, false,
+                                                             "bulk operation", &k->err)
+                                  : SF_EINVAL;
         if (rc != SF_OK) {
             (void)emu_store_fail(&k->err, SF_EINVAL, 400, 0,
                                  "bulk operation %zu: 'partitionKey' must be a JSON array such as "
@@ -63,14 +77,21 @@ static void emu_bulk_key_of(const struct emu_batch_op *op, const char *pk_path,
         return;
     }
     if (op->kind == B_CREATE || op->kind == B_UPSERT || op->kind == B_REPLACE) {
+        json_t *v_body = NULL;
+
         /* pk stays NULL: the write takes its key from the document, like a header-less write. */
-        rc = emu_store_pk_init(&k->key, emu_store_pk_in_body(op->body, pk_path), hash, "document",
-                               &k->err);
+        rc = emu_store_pk_body(op->body, pk_path, hash, &v_body) == SF_OK
+                 ? emu_store_pk_init(&k->key, v_body, hash, "document", &k->err)
+                 : emu_store_fail(&k->err, SF_ENOMEM, 500, 0, "bulk: out of memory");
+        json_decref(v_body);
         k->ok = rc == SF_OK;
         return;
     }
-    k->pk = json_pack("[{}]");
-    rc = k->pk != NULL ? emu_store_pk_from_header(&k->key, k->pk, hash, "bulk operation", &k->err)
+    /* Undefined: [{}], or one {} per level of a MultiHash key. */
+    k->pk = hash == EMU_PK_HASH_MULTI ? emu_bulk_undefined(emu_store_pk_paths(pk_path, hash))
+                                      : json_pack("[{}]");
+    rc = k->pk != NULL ? emu_store_pk_from_header(&k->key, k->pk, pk_path, hash, false,
+                                                  "bulk operation", &k->err)
                        : emu_store_fail(&k->err, SF_ENOMEM, 500, 0, "bulk: out of memory");
     k->ok = rc == SF_OK;
 }

@@ -104,14 +104,74 @@ static enum sf_rc emu_pk_text(struct emu_pk *k, const json_t *v, const char *wha
     return SF_OK;
 }
 
+/* The number of key paths of a container: 1, or a MultiHash key's paths joined by ','. */
+size_t emu_store_pk_paths(const char *pk_path, enum emu_pk_hash hash)
+{
+    size_t n = 1;
+
+    if (hash != EMU_PK_HASH_MULTI)
+        return 1;
+    for (; *pk_path != '\0'; pk_path++)
+        n += *pk_path == ',';
+    return n;
+}
+
+/*
+ * A MultiHash key from the array of its 1..EMU_PK_PATHS_MAX components: the
+ * text is the array of each component's canonical text, the EPK each
+ * component's V2 EPK, concatenated (JS SDK hashMultiHashPartitionKey, .NET
+ * PartitionKeyInternal.GetEffectivePartitionKeyForMultiHashPartitioningV2).
+ */
+static enum sf_rc emu_pk_init_multi(struct emu_pk *k, const json_t *v, const char *what,
+                                    struct sf_err *err)
+{
+    size_t i, n = json_array_size(v);
+    enum sf_rc rc = SF_OK;
+
+    if (!json_is_array(v) || n < 1 || n > EMU_PK_PATHS_MAX)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "%s: a hierarchical partition key is a JSON array of 1 to %d values",
+                              what, EMU_PK_PATHS_MAX);
+    sf_buf_init(&k->text, EMU_PK_PATHS_MAX * EMU_PK_TEXT_MAX + 8);
+    k->epk[0] = '\0';
+    k->prefix = false;
+    rc = sf_buf_putc(&k->text, '[');
+    for (i = 0; rc == SF_OK && i < n; i++) {
+        const json_t *c = json_array_get(v, i);
+        struct emu_pk one;
+
+        rc = emu_pk_text(&one, c, what, err);
+        if (rc != SF_OK) {
+            sf_buf_release(&k->text);
+            return rc;
+        }
+        if ((i > 0 && sf_buf_putc(&k->text, ',') != SF_OK) ||
+            sf_buf_append(&k->text, one.text.data, one.text.len) != SF_OK ||
+            sf_epk_v2(emu_pk_undefined(c) ? NULL : c, k->epk + 32 * i) != SF_OK)
+            rc = SF_ENOMEM;
+        emu_store_pk_release(&one);
+    }
+    if (rc == SF_OK)
+        rc = sf_buf_putc(&k->text, ']');
+    if (rc != SF_OK) {
+        emu_store_pk_release(k);
+        return emu_store_fail(err, SF_ENOMEM, 500, 0, "%s: out of memory", what);
+    }
+    return SF_OK;
+}
+
 enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash hash,
                              const char *what, struct sf_err *err)
 {
     const json_t *value = emu_pk_undefined(v) ? NULL : v;
-    enum sf_rc rc = emu_pk_text(k, v, what, err);
+    enum sf_rc rc;
 
+    if (hash == EMU_PK_HASH_MULTI)
+        return emu_pk_init_multi(k, v, what, err);
+    rc = emu_pk_text(k, v, what, err);
     if (rc != SF_OK)
         return rc;
+    k->prefix = false;
     if (hash == EMU_PK_HASH_V1)
         rc = sf_epk_v1(value, k->epk, sizeof(k->epk));
     else
@@ -139,12 +199,28 @@ static enum sf_rc emu_pk_header_value(const json_t *pk, const json_t **ret_v, co
     return SF_OK;
 }
 
-enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu_pk_hash hash,
-                                    const char *what, struct sf_err *err)
+enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, const char *pk_path,
+                                    enum emu_pk_hash hash, bool prefix_ok, const char *what,
+                                    struct sf_err *err)
 {
+    size_t want = emu_store_pk_paths(pk_path, hash), got = json_array_size(pk);
     const json_t *v = NULL;
-    enum sf_rc rc = emu_pk_header_value(pk, &v, what, err);
+    enum sf_rc rc;
 
+    if (hash == EMU_PK_HASH_MULTI) {
+        /* Azure answers a short key on a point operation 400 as well. */
+        if (!json_is_array(pk) || got < 1 || got > want || (got < want && !prefix_ok))
+            return emu_store_fail(
+                err, SF_EINVAL, 400, 1001,
+                "%s: the partition key header must be a JSON array of the container's %zu "
+                "hierarchical key values%s, such as [\"tenant\",\"user\"]; got %zu",
+                what, want, prefix_ok ? " (or a prefix of them)" : "", got);
+        rc = emu_pk_init_multi(k, pk, what, err);
+        if (rc == SF_OK)
+            k->prefix = got < want;
+        return rc;
+    }
+    rc = emu_pk_header_value(pk, &v, what, err);
     if (rc != SF_OK)
         return rc;
     return emu_store_pk_init(k, v, hash, what, err);
@@ -165,6 +241,36 @@ const json_t *emu_store_pk_in_body(const json_t *body, const char *path)
         seg += 1 + len;
     }
     return cur;
+}
+
+enum sf_rc emu_store_pk_body(const json_t *body, const char *pk_path, enum emu_pk_hash hash,
+                             json_t **ret_v)
+{
+    char path[EMU_MAX_NAME + 1];
+    json_t *arr;
+    char *p, *comma;
+
+    if (hash != EMU_PK_HASH_MULTI) {
+        *ret_v = json_incref((json_t *)emu_store_pk_in_body(body, pk_path));
+        return SF_OK;
+    }
+    if (!sf_str_copy(path, sizeof(path), pk_path) || (arr = json_array()) == NULL)
+        return SF_ENOMEM;
+    for (p = path; p != NULL; p = comma != NULL ? comma + 1 : NULL) {
+        const json_t *v;
+
+        comma = strchr(p, ',');
+        if (comma != NULL)
+            *comma = '\0';
+        v = emu_store_pk_in_body(body, p);
+        /* A missing level is undefined ({}), as the SDKs send it. */
+        if (json_array_append_new(arr, v != NULL ? json_incref((json_t *)v) : json_object()) != 0) {
+            json_decref(arr);
+            return SF_ENOMEM;
+        }
+    }
+    *ret_v = arr;
+    return SF_OK;
 }
 
 /* ---- preparing writes ------------------------------------------------------------- */
@@ -275,7 +381,8 @@ enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum 
                                  const json_t *body, const char *if_match, struct emu_doc_op *op,
                                  struct sf_err *err)
 {
-    const json_t *body_pk, *hdr_pk = NULL;
+    const json_t *hdr_pk = NULL;
+    json_t *body_pk = NULL;
     struct emu_pk from_hdr;
     enum sf_rc rc;
 
@@ -294,17 +401,25 @@ enum sf_rc emu_store_doc_prepare(struct emu_store *s, const char *pk_path, enum 
         return emu_store_fail(err, SF_EINVAL, 400, 0,
                               "document: body id '%.64s' differs from the addressed id '%.64s'",
                               op->id, url_id != NULL ? url_id : "");
-    body_pk = emu_store_pk_in_body(body, pk_path);
+    if (emu_store_pk_body(body, pk_path, hash, &body_pk) != SF_OK)
+        return emu_store_fail(err, SF_ENOMEM, 500, 0, "document: out of memory");
     rc = emu_store_pk_init(&op->pk, body_pk, hash, "document", err);
+    json_decref(body_pk);
     if (rc != SF_OK)
         return rc;
-    if (pk != NULL) {
+    if (pk != NULL && hash == EMU_PK_HASH_MULTI) {
+        rc = emu_store_pk_from_header(&from_hdr, pk, pk_path, hash, false, "document", err);
+        if (rc != SF_OK)
+            return rc;
+    } else if (pk != NULL) {
         rc = emu_pk_header_value(pk, &hdr_pk, "document", err);
         if (rc != SF_OK)
             return rc;
         rc = emu_pk_text(&from_hdr, hdr_pk, "document", err);
         if (rc != SF_OK)
             return rc;
+    }
+    if (pk != NULL) {
         if (strcmp(sf_buf_cstr(&from_hdr.text), sf_buf_cstr(&op->pk.text)) != 0)
             rc = emu_store_fail(err, SF_EINVAL, 400, 1001,
                                 "document '%.64s': the partition key header %.64s does not match "
@@ -770,7 +885,7 @@ enum sf_rc emu_store_doc_read(struct emu_store *s, const struct emu_coll_ref *c,
     memset(&meta, 0, sizeof(meta));
     rc = emu_point_args(id, pk, "read", err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "read", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_path, c->pk_hash, false, "read", err);
     if (rc != SF_OK)
         return rc;
     emu_store_lock(s);
@@ -844,7 +959,7 @@ enum sf_rc emu_store_doc_delete(struct emu_store *s, const struct emu_coll_ref *
     memset(&meta, 0, sizeof(meta));
     rc = emu_point_args(id, pk, "delete", err);
     if (rc == SF_OK)
-        rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "delete", err);
+        rc = emu_store_pk_from_header(&key, pk, c->pk_path, c->pk_hash, false, "delete", err);
     if (rc != SF_OK)
         return rc;
     emu_store_write_announce(s);

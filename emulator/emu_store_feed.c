@@ -46,15 +46,19 @@ enum sf_rc emu_store_doc_list(struct emu_store *s, const struct emu_coll_ref *c,
 
 /* ---- scope ------------------------------------------------------------------------- */
 
-/* Copies an EPK bound (0..32 hex digits) in upper case into out. 400 otherwise. */
-static enum sf_rc emu_epk_arg(const char *in, const char *name, const char *what, char out[33],
-                              struct sf_err *err)
+/*
+ * Copies an EPK bound (0..EMU_EPK_BOUND_MAX hex digits: a MultiHash prefix's
+ * end is its EPK and "FF") in upper case into out. 400 otherwise.
+ */
+static enum sf_rc emu_epk_arg(const char *in, const char *name, const char *what,
+                              char out[EMU_EPK_BOUND_MAX + 1], struct sf_err *err)
 {
     size_t i, len = strlen(in);
 
-    if (len > 32)
-        return emu_store_fail(err, SF_EINVAL, 400, 0, "%s: %s '%.40s' is longer than 32 hex digits",
-                              what, name, in);
+    if (len > EMU_EPK_BOUND_MAX)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "%s: %s '%.40s...' is longer than %d hex digits", what, name, in,
+                              EMU_EPK_BOUND_MAX);
     for (i = 0; i < len; i++) {
         char ch = in[i];
 
@@ -73,7 +77,7 @@ enum sf_rc emu_store_scope(const struct emu_coll *coll, const char *range_id, co
                            const char *epk_max, const char *what, struct emu_cf_scope *sc,
                            struct sf_err *err)
 {
-    char lo[33], hi[33];
+    char lo[EMU_EPK_BOUND_MAX + 1], hi[EMU_EPK_BOUND_MAX + 1];
     const char *rid = range_id;
     enum sf_rc rc;
     size_t i;
@@ -177,7 +181,7 @@ enum sf_rc emu_store_feed_page(struct emu_store *s, sqlite3_stmt *st, int max_it
 }
 
 static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_coll_ref *c,
-                                        const struct emu_cf_request *req, struct emu_pk *key,
+                                        const struct emu_cf_request *req, const struct emu_pk *key,
                                         struct sf_buf *out, struct emu_cf_result *ret_res,
                                         struct sf_err *err)
 {
@@ -204,6 +208,7 @@ static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_co
     else if (req->start == EMU_CF_SINCE_TIME)
         since = req->since_ts;
     max_items = emu_store_cf_page_setup(coll, req, key, &sc);
+    key = emu_store_scope_prefix(key, &sc);
 
     rc = emu_store_feed_open(out, coll->rid, "Documents");
     if (rc != SF_OK) {
@@ -256,6 +261,28 @@ int emu_store_cf_page_setup(const struct emu_coll *coll, const struct emu_cf_req
         emu_store_route(coll, key->epk) != NULL)
         sc->range = emu_store_route(coll, key->epk);
     return req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
+}
+
+const struct emu_pk *emu_store_scope_prefix(const struct emu_pk *key, struct emu_cf_scope *sc)
+{
+    char end[EMU_EPK_BOUND_MAX + 1];
+
+    if (key == NULL || !key->prefix)
+        return key;
+    /* The prefix's span is [epk, epk "FF"): every longer EPK that starts with it. */
+    /* A prefix has at most EMU_PK_PATHS_MAX - 1 levels of 32 digits: it fits with room for "FF". */
+    if (!sf_str_copy(end, sizeof(end) - 2, key->epk)) {
+        (void)sf_str_copy(sc->max, sizeof(sc->max), sc->min); /* cannot happen: match nothing */
+        return NULL;
+    }
+    memcpy(end + strlen(end), "FF", 3);
+    if (strcmp(key->epk, sc->min) > 0)
+        (void)sf_str_copy(sc->min, sizeof(sc->min), key->epk);
+    if (strcmp(end, sc->max) < 0)
+        (void)snprintf(sc->max, sizeof(sc->max), "%s", end);
+    if (strcmp(sc->min, sc->max) > 0)
+        (void)snprintf(sc->max, sizeof(sc->max), "%s", sc->min); /* empty: nothing matches */
+    return NULL;
 }
 
 bool emu_store_cf_key_in_scope(const struct emu_pk *key, const struct emu_cf_scope *sc)
@@ -322,7 +349,8 @@ enum sf_rc emu_store_changefeed(struct emu_store *s, const struct emu_coll_ref *
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_changefeed: no output buffer");
     rc = emu_cf_check(req, err);
     if (rc == SF_OK && req->pk != NULL)
-        rc = emu_store_pk_from_header(&key, req->pk, c->pk_hash, "change feed", err);
+        rc = emu_store_pk_from_header(&key, req->pk, c->pk_path, c->pk_hash, true, "change feed",
+                                      err);
     if (rc != SF_OK)
         return rc;
     emu_store_lock(s);
@@ -436,6 +464,7 @@ static enum sf_rc emu_scan_next(struct emu_store *s, const struct emu_coll_ref *
                           : emu_store_scope(coll, range_id, NULL, NULL, "scan", &sc, err);
     if (rc != SF_OK)
         return rc;
+    key = emu_store_scope_prefix(key, &sc);
     if (key != NULL) {
         if (strcmp(sc.min, key->epk) > 0 || strcmp(key->epk, sc.max) >= 0) {
             b->n = 0;
@@ -476,7 +505,8 @@ enum sf_rc emu_store_doc_scan(struct emu_store *s, const struct emu_coll_ref *c,
 
     if (c == NULL || fn == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_doc_scan: missing argument");
-    if (pk != NULL && (rc = emu_store_pk_from_header(&key, pk, c->pk_hash, "scan", err)) != SF_OK)
+    if (pk != NULL && (rc = emu_store_pk_from_header(&key, pk, c->pk_path, c->pk_hash, true, "scan",
+                                                     err)) != SF_OK)
         return rc;
     b = calloc(1, sizeof(*b));
     if (b == NULL) {

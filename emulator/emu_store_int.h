@@ -144,13 +144,22 @@ enum emu_stmt {
     ST_COUNT
 };
 
+/*
+ * The longest range bound or EPK scope bound: a MultiHash container's EPKs
+ * are 32 hex digits per key path (at most EMU_PK_PATHS_MAX), and the end of
+ * a key prefix's span is its EPK followed by "FF" (JS SDK
+ * getEPKRangeForPrefixPartitionKey; docs/azure-hierarchical-keys.md).
+ */
+#define EMU_PK_PATHS_MAX  3
+#define EMU_EPK_BOUND_MAX (32 * EMU_PK_PATHS_MAX + 2)
+
 /* One partition key range of a container. */
 struct emu_range {
     char id[16];
     char rid[EMU_RID_LEN];
-    char min[33]; /* minInclusive: "" or uppercase hex */
-    char max[33]; /* maxExclusive: uppercase hex or "FF" */
-    bool online;  /* false once retired by a split */
+    char min[EMU_EPK_BOUND_MAX + 1]; /* minInclusive: "" or uppercase hex */
+    char max[EMU_EPK_BOUND_MAX + 1]; /* maxExclusive: uppercase hex or "FF" */
+    bool online;                     /* false once retired by a split */
 };
 
 /* A container as cached in memory (the authoritative copy is the colls row). */
@@ -161,16 +170,17 @@ struct emu_coll {
     char db_rid[EMU_SHORT_RID_LEN];
     char db_id[EMU_MAX_NAME + 1];
     char id[EMU_MAX_NAME + 1];
-    char pk_path[EMU_MAX_NAME + 1]; /* "/pk" or "/a/b" */
-    enum emu_pk_hash pk_hash;       /* how documents are placed (emu_coll_hash_load) */
-    int64_t lsn;                    /* last committed LSN */
-    int64_t lsn_pending;            /* last LSN handed out (>= lsn; > while a group is open) */
-    int64_t range_seq;              /* last partition key range rid counter handed out */
-    int64_t ranges_version;         /* bumped whenever the set of ranges changes */
-    bool ttl_on;                    /* defaultTtl present (not null) */
-    int64_t default_ttl;            /* defaultTtl when ttl_on: -1 or 1..EMU_TTL_MAX */
-    int64_t avad_minutes;           /* changeFeedPolicy.retentionDuration, 0 = no log */
-    struct emu_range *ranges;       /* every range, online or retired, in creation order */
+    /* "/pk" or "/a/b"; a MultiHash container's 1-3 paths joined by ',' ("/tenant,/user") */
+    char pk_path[EMU_MAX_NAME + 1];
+    enum emu_pk_hash pk_hash; /* how documents are placed (emu_coll_hash_load) */
+    int64_t lsn;              /* last committed LSN */
+    int64_t lsn_pending;      /* last LSN handed out (>= lsn; > while a group is open) */
+    int64_t range_seq;        /* last partition key range rid counter handed out */
+    int64_t ranges_version;   /* bumped whenever the set of ranges changes */
+    bool ttl_on;              /* defaultTtl present (not null) */
+    int64_t default_ttl;      /* defaultTtl when ttl_on: -1 or 1..EMU_TTL_MAX */
+    int64_t avad_minutes;     /* changeFeedPolicy.retentionDuration, 0 = no log */
+    struct emu_range *ranges; /* every range, online or retired, in creation order */
     size_t n_ranges;
 };
 
@@ -410,12 +420,17 @@ enum sf_rc emu_store_load_caches(struct emu_store *s, struct sf_err *err);
 struct emu_pk {
     struct sf_buf text; /* canonical JSON: "\"abc\"", "5", "true", "null", "{}" (undefined) */
     char epk[EMU_EPK_MAX + 1];
+    /* A MultiHash key given by its first levels only (a query or feed scope, never a write) */
+    bool prefix;
 };
 
 void emu_store_pk_release(struct emu_pk *k);
+/* How many key paths a container has: 1, or 1..EMU_PK_PATHS_MAX for MultiHash. */
+size_t emu_store_pk_paths(const char *pk_path, enum emu_pk_hash hash);
 /*
  * Fills k from a partition key value (a string, number, boolean, null, or
- * NULL / {} for undefined), its EPK by hash; k needs no release on failure.
+ * NULL / {} for undefined), its EPK by hash; for EMU_PK_HASH_MULTI, v is
+ * the array of the key's values. k needs no release on failure.
  */
 enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash hash,
                              const char *what, struct sf_err *err);
@@ -424,9 +439,21 @@ enum sf_rc emu_store_pk_init(struct emu_pk *k, const json_t *v, enum emu_pk_hash
  * borrowed from body, or NULL when absent (undefined).
  */
 const json_t *emu_store_pk_in_body(const json_t *body, const char *path);
-/* Fills k from the x-ms-documentdb-partitionkey header array ([] and [{}] are undefined). */
-enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, enum emu_pk_hash hash,
-                                    const char *what, struct sf_err *err);
+/*
+ * The partition key of body as emu_store_pk_init takes it: a new reference
+ * to the value at pk_path (NULL when absent), or for a MultiHash container a
+ * new array of the values at each path (absent ones as {}). SF_ENOMEM.
+ */
+enum sf_rc emu_store_pk_body(const json_t *body, const char *pk_path, enum emu_pk_hash hash,
+                             json_t **ret_v);
+/*
+ * Fills k from the x-ms-documentdb-partitionkey header array ([] and [{}] are
+ * undefined). A MultiHash container needs one value per key path; with
+ * prefix_ok (queries, feeds) its first 1..n-1 will do, and k->prefix says so.
+ */
+enum sf_rc emu_store_pk_from_header(struct emu_pk *k, const json_t *pk, const char *pk_path,
+                                    enum emu_pk_hash hash, bool prefix_ok, const char *what,
+                                    struct sf_err *err);
 
 /* ---- document writes inside a unit (emu_store_doc.c) ---- */
 
@@ -550,8 +577,8 @@ enum sf_rc emu_store_av_purge(struct emu_store *s, const struct emu_coll *coll, 
 
 /* The EPK scope of a feed or scan request: [min, max) plus the range it resolves to. */
 struct emu_cf_scope {
-    char min[33];
-    char max[33];
+    char min[EMU_EPK_BOUND_MAX + 1];
+    char max[EMU_EPK_BOUND_MAX + 1];
     const struct emu_range *range;
 };
 
@@ -563,6 +590,13 @@ struct emu_cf_scope {
 enum sf_rc emu_store_scope(const struct emu_coll *coll, const char *range_id, const char *epk_min,
                            const char *epk_max, const char *what, struct emu_cf_scope *sc,
                            struct sf_err *err);
+
+/*
+ * A MultiHash key prefix (key->prefix) is served by EPK: narrows sc to the
+ * prefix's span [epk, epk "FF") (empty when they do not meet) and returns
+ * NULL, so the caller scans by EPK; any other key is returned as it is.
+ */
+const struct emu_pk *emu_store_scope_prefix(const struct emu_pk *key, struct emu_cf_scope *sc);
 
 /*
  * 400 when req starts after an LSN this container never reached: a change

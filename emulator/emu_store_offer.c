@@ -332,7 +332,8 @@ enum sf_rc emu_store_range_of(struct emu_store *s, const struct emu_coll_ref *c,
     enum sf_rc rc;
 
     sf_err_clear(&ignored);
-    if (pk && emu_store_pk_from_header(&key, pk, c->pk_hash, "range", &ignored) != SF_OK)
+    if (pk && emu_store_pk_from_header(&key, pk, c->pk_path, c->pk_hash, false, "range",
+                                       &ignored) != SF_OK)
         pk = NULL; /* a malformed key: the request itself will be refused with 400 */
     emu_store_lock(s);
     rc = emu_store_coll_get(s, c, &coll, err);

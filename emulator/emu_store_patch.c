@@ -154,8 +154,8 @@ static enum sf_rc emu_ptr_allowed(const struct emu_ptr *p, size_t i, const char 
 {
     static const char *const system[] = {"_rid", "_self", "_etag", "_attachments", "_ts", "_lsn"};
     const char *pk_seg[EMU_PATCH_DEPTH];
-    char pk_copy[EMU_MAX_NAME + 1], *save = NULL, *tok;
-    size_t n = 0, k;
+    char pk_copy[EMU_MAX_NAME + 1], *save = NULL, *tok, *one, *next;
+    size_t n, k;
 
     if (strcmp(p->seg[0], "id") == 0)
         return emu_patch_fail(err, i, "Cannot patch the document id ('%.64s')", p->text);
@@ -164,12 +164,19 @@ static enum sf_rc emu_ptr_allowed(const struct emu_ptr *p, size_t i, const char 
             return emu_patch_fail(err, i, "Cannot patch system property %s ('%.64s')", system[k],
                                   p->text);
     (void)snprintf(pk_copy, sizeof(pk_copy), "%s", pk_path);
-    for (tok = strtok_r(pk_copy, "/", &save); tok != NULL && n < EMU_PATCH_DEPTH;
-         tok = strtok_r(NULL, "/", &save))
-        pk_seg[n++] = tok;
-    if (n > 0 && emu_ptr_overlaps(p, pk_seg, n))
-        return emu_patch_fail(err, i, "Cannot patch the partition key path %s ('%.64s')", pk_path,
-                              p->text);
+    /* A MultiHash container's paths are joined by ',': none of them may be patched. */
+    for (one = pk_copy; one != NULL; one = next) {
+        next = strchr(one, ',');
+        if (next != NULL)
+            *next++ = '\0';
+        n = 0;
+        for (tok = strtok_r(one, "/", &save); tok != NULL && n < EMU_PATCH_DEPTH;
+             tok = strtok_r(NULL, "/", &save))
+            pk_seg[n++] = tok;
+        if (n > 0 && emu_ptr_overlaps(p, pk_seg, n))
+            return emu_patch_fail(err, i, "Cannot patch the partition key path %s ('%.64s')",
+                                  pk_path, p->text);
+    }
     return SF_OK;
 }
 
@@ -489,7 +496,8 @@ enum sf_rc emu_store_patch_apply(struct emu_store *s, struct emu_tx *tx, const j
     memset(&op, 0, sizeof(op));
     rc = emu_patch_parse(body, tx->coll->pk_path, &p, err);
     if (rc == SF_OK &&
-        (rc = emu_store_pk_from_header(&key, pk, tx->coll->pk_hash, "patch", err)) == SF_OK)
+        (rc = emu_store_pk_from_header(&key, pk, tx->coll->pk_path, tx->coll->pk_hash, false,
+                                       "patch", err)) == SF_OK)
         have_key = true;
     if (rc == SF_OK)
         rc = emu_store_doc_get(s, tx->coll, &key, id, NULL, &cur, &cur_meta, err);

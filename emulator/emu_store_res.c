@@ -418,15 +418,47 @@ enum sf_rc emu_store_db_delete(struct emu_store *s, const char *id, struct sf_er
 /* ---- containers --------------------------------------------------------------- */
 
 /*
- * Checks body.partitionKey and returns a new reference to it with the defaults
- * filled in (kind Hash, version 2), and a borrowed pointer to its one path.
+ * Checks one partition key path ("/pk", "/a/b") of partitionKey.paths[i]:
+ * 400 for a non-string, a path without a leading '/', an empty segment or
+ * one longer than EMU_MAX_NAME bytes; for a MultiHash key also a ',' (the
+ * paths are kept joined by ',' in emu_coll.pk_path).
  */
-static enum sf_rc emu_pkdef_check(const json_t *pkdef, json_t **ret_norm, const char **ret_path,
-                                  struct sf_err *err)
+static enum sf_rc emu_pkdef_path(const json_t *v, size_t i, bool multi, struct sf_err *err)
+{
+    const char *path = json_string_value(v), *p;
+
+    if (path == NULL || path[0] != '/' || strlen(path) < 2 || strlen(path) > EMU_MAX_NAME)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "container: 'partitionKey.paths[%zu]' must be a path like \"/pk\" of "
+                              "at most %d bytes",
+                              i, EMU_MAX_NAME);
+    for (p = path; *p != '\0'; p++)
+        if (*p == '/' && (p[1] == '/' || p[1] == '\0'))
+            return emu_store_fail(err, SF_EINVAL, 400, 0,
+                                  "container: partition key path '%s' has an empty segment", path);
+    if (multi && strchr(path, ',') != NULL)
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "container: hierarchical partition key path '%s' contains ',', "
+                              "which cosmolite does not support",
+                              path);
+    return SF_OK;
+}
+
+/*
+ * Checks body.partitionKey and returns a new reference to it with the defaults
+ * filled in (kind Hash, version 2), and its path text in path[EMU_MAX_NAME + 1]:
+ * the one path of a Hash key, the 1-3 paths of a MultiHash key joined by ','
+ * (Azure: kind "MultiHash", version 2, at most 3 paths; docs/azure-hierarchical-keys.md).
+ */
+static enum sf_rc emu_pkdef_check(const json_t *pkdef, json_t **ret_norm,
+                                  char path[EMU_MAX_NAME + 1], struct sf_err *err)
 {
     const json_t *paths, *kind, *version;
-    const char *path, *p;
+    struct sf_buf joined;
     json_t *norm;
+    bool multi;
+    size_t i, n;
+    enum sf_rc rc = SF_OK;
 
     if (pkdef == NULL)
         return emu_store_fail(err, SF_EINVAL, 400, 0,
@@ -435,37 +467,51 @@ static enum sf_rc emu_pkdef_check(const json_t *pkdef, json_t **ret_norm, const 
     if (!json_is_object(pkdef))
         return emu_store_fail(err, SF_EINVAL, 400, 0,
                               "container: 'partitionKey' must be an object");
-    paths = json_object_get(pkdef, "paths");
-    if (!json_is_array(paths) || json_array_size(paths) != 1)
-        return emu_store_fail(err, SF_EINVAL, 400, 0,
-                              "container: 'partitionKey.paths' must be an array of exactly one "
-                              "path (hierarchical keys are not supported)");
-    path = json_string_value(json_array_get(paths, 0));
-    if (path == NULL || path[0] != '/' || strlen(path) < 2 || strlen(path) > EMU_MAX_NAME)
-        return emu_store_fail(err, SF_EINVAL, 400, 0,
-                              "container: 'partitionKey.paths[0]' must be a path like \"/pk\" of "
-                              "at most %d bytes",
-                              EMU_MAX_NAME);
-    for (p = path; *p != '\0'; p++)
-        if (*p == '/' && (p[1] == '/' || p[1] == '\0'))
-            return emu_store_fail(err, SF_EINVAL, 400, 0,
-                                  "container: partition key path '%s' has an empty segment", path);
     kind = json_object_get(pkdef, "kind");
-    if (kind != NULL && (!json_is_string(kind) || strcmp(json_string_value(kind), "Hash") != 0))
+    if (kind != NULL &&
+        (!json_is_string(kind) || (strcmp(json_string_value(kind), "Hash") != 0 &&
+                                   strcmp(json_string_value(kind), "MultiHash") != 0)))
         return emu_store_fail(err, SF_EINVAL, 400, 0,
-                              "container: 'partitionKey.kind' must be \"Hash\"");
+                              "container: 'partitionKey.kind' must be \"Hash\" or \"MultiHash\"");
+    multi = kind != NULL && strcmp(json_string_value(kind), "MultiHash") == 0;
+    paths = json_object_get(pkdef, "paths");
+    n = json_array_size(paths);
+    if (!json_is_array(paths) || n < 1 || n > (multi ? EMU_PK_PATHS_MAX : 1))
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              multi ? "container: 'partitionKey.paths' of a MultiHash key must be "
+                                      "an array of 1 to 3 paths"
+                                    : "container: 'partitionKey.paths' must be an array of "
+                                      "exactly one path (several need \"kind\":\"MultiHash\")");
     version = json_object_get(pkdef, "version");
     if (version != NULL && (!json_is_integer(version) || json_integer_value(version) < 1 ||
                             json_integer_value(version) > 2))
         return emu_store_fail(err, SF_EINVAL, 400, 0,
                               "container: 'partitionKey.version' must be 1 or 2");
+    if (multi && (version == NULL || json_integer_value(version) != 2))
+        return emu_store_fail(err, SF_EINVAL, 400, 0,
+                              "container: a MultiHash partition key needs \"version\": 2");
+    sf_buf_init(&joined, EMU_MAX_NAME);
+    for (i = 0; rc == SF_OK && i < n; i++) {
+        rc = emu_pkdef_path(json_array_get(paths, i), i, multi, err);
+        if (rc == SF_OK &&
+            ((i > 0 && sf_buf_putc(&joined, ',') != SF_OK) ||
+             sf_buf_puts(&joined, json_string_value(json_array_get(paths, i))) != SF_OK))
+            rc = emu_store_fail(err, SF_EINVAL, 400, 0,
+                                "container: the partition key paths are longer than %d bytes "
+                                "together",
+                                EMU_MAX_NAME);
+    }
+    if (rc == SF_OK)
+        (void)sf_str_copy(path, EMU_MAX_NAME + 1, sf_buf_cstr(&joined));
+    sf_buf_release(&joined);
+    if (rc != SF_OK)
+        return rc;
     norm = json_copy((json_t *)pkdef);
     if (norm == NULL || (kind == NULL && json_object_set_new(norm, "kind", json_string("Hash"))) ||
         (version == NULL && json_object_set_new(norm, "version", json_integer(2)))) {
         json_decref(norm);
         return emu_store_fail(err, SF_ENOMEM, 500, 0, "out of memory");
     }
-    *ret_path = path;
     *ret_norm = norm;
     return SF_OK;
 }
@@ -692,6 +738,16 @@ static enum sf_rc emu_coll_hash_save(struct emu_store *s, const struct emu_coll 
     return emu_store_meta_set(s, key, "v1", err);
 }
 
+/* The hash a (checked) partition key definition asks for, before the V1 marker is read. */
+static enum emu_pk_hash emu_pkdef_hash(const json_t *pkdef)
+{
+    if (strcmp(sf_json_str(pkdef, "kind") != NULL ? sf_json_str(pkdef, "kind") : "", "MultiHash") ==
+        0)
+        return EMU_PK_HASH_MULTI;
+    return json_integer_value(json_object_get(pkdef, "version")) == 1 ? EMU_PK_HASH_V1
+                                                                      : EMU_PK_HASH_V2;
+}
+
 /* Sets coll->pk_hash at open from the stored body and the meta record. */
 static enum sf_rc emu_coll_hash_load(struct emu_store *s, const json_t *body, struct emu_coll *coll,
                                      struct sf_err *err)
@@ -700,8 +756,10 @@ static enum sf_rc emu_coll_hash_load(struct emu_store *s, const json_t *body, st
     char key[64], value[8];
     enum sf_rc rc;
 
-    coll->pk_hash = EMU_PK_HASH_V2;
-    if (json_integer_value(v) != 1)
+    coll->pk_hash = emu_pkdef_hash(json_object_get(body, "partitionKey")) == EMU_PK_HASH_MULTI
+                        ? EMU_PK_HASH_MULTI
+                        : EMU_PK_HASH_V2;
+    if (json_integer_value(v) != 1 || coll->pk_hash == EMU_PK_HASH_MULTI)
         return SF_OK;
     emu_coll_hash_key(coll, key);
     rc = emu_store_meta_get(s, key, value, sizeof(value), err);
@@ -722,8 +780,8 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     struct emu_coll *coll = NULL, settings;
     struct emu_db *db;
     json_t *pknorm = NULL;
-    const char *id, *path = NULL;
-    char etag[64];
+    const char *id;
+    char etag[64], path[EMU_MAX_NAME + 1];
     int64_t seq, now = emu_store_now(s);
     sqlite3_stmt *st;
     enum sf_rc rc;
@@ -742,7 +800,7 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     if (rc != SF_OK)
         goto out;
     id = json_string_value(json_object_get(body, "id"));
-    rc = emu_pkdef_check(json_object_get(body, "partitionKey"), &pknorm, &path, err);
+    rc = emu_pkdef_check(json_object_get(body, "partitionKey"), &pknorm, path, err);
     if (rc != SF_OK)
         goto out;
     memset(&settings, 0, sizeof(settings));
@@ -768,8 +826,7 @@ static enum sf_rc emu_coll_create_locked(struct emu_store *s, const char *db_id,
     (void)snprintf(coll->db_id, sizeof(coll->db_id), "%s", db->id);
     (void)snprintf(coll->db_rid, sizeof(coll->db_rid), "%s", db->rid);
     (void)snprintf(coll->pk_path, sizeof(coll->pk_path), "%s", path);
-    coll->pk_hash = json_integer_value(json_object_get(pknorm, "version")) == 1 ? EMU_PK_HASH_V1
-                                                                                : EMU_PK_HASH_V2;
+    coll->pk_hash = emu_pkdef_hash(pknorm);
     coll->ttl_on = settings.ttl_on;
     coll->default_ttl = settings.default_ttl;
     coll->avad_minutes = settings.avad_minutes;
@@ -952,7 +1009,7 @@ static enum sf_rc emu_pkdef_keep(const json_t *body, const json_t *stored, json_
 {
     const json_t *old = json_object_get(stored, "partitionKey");
     json_t *norm = NULL;
-    const char *path;
+    char path[EMU_MAX_NAME + 1];
     enum sf_rc rc;
 
     if (json_object_get(body, "partitionKey") == NULL) {
@@ -961,7 +1018,7 @@ static enum sf_rc emu_pkdef_keep(const json_t *body, const json_t *stored, json_
         *ret_pk = json_incref((json_t *)old);
         return SF_OK;
     }
-    rc = emu_pkdef_check(json_object_get(body, "partitionKey"), &norm, &path, err);
+    rc = emu_pkdef_check(json_object_get(body, "partitionKey"), &norm, path, err);
     if (rc != SF_OK)
         return rc;
     if (old == NULL || !json_equal(json_object_get(norm, "paths"), json_object_get(old, "paths")) ||
@@ -1512,15 +1569,34 @@ static enum sf_rc emu_split_put(const struct emu_coll *coll, const char *range_i
     return rc == SF_OK ? SF_OK : emu_store_out_fail(rc, "split", err);
 }
 
+/* A split boundary asked for: 1..32 * EMU_PK_PATHS_MAX hex digits (upper case), else false. */
+static bool emu_split_at_ok(const char *at, char out[EMU_EPK_BOUND_MAX + 1])
+{
+    size_t i, len = strlen(at);
+
+    if (len == 0 || len > 32 * EMU_PK_PATHS_MAX)
+        return false;
+    for (i = 0; i < len; i++) {
+        char ch = at[i] >= 'a' && at[i] <= 'f' ? (char)(at[i] - 'a' + 'A') : at[i];
+
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'A' && ch <= 'F')))
+            return false;
+        out[i] = ch;
+    }
+    out[len] = '\0';
+    return true;
+}
+
 static enum sf_rc emu_split_locked(struct emu_store *s, const char *db, const char *coll_id,
-                                   const char *range_id, struct sf_buf *out, struct sf_err *err)
+                                   const char *range_id, const char *at_epk, struct sf_buf *out,
+                                   struct sf_err *err)
 {
     struct emu_range children[2], *grown;
     struct emu_coll *coll;
     struct sf_buf parents_text;
     json_t *parents = NULL;
     size_t at, start = out->len, i;
-    char mid[33], etag[2][64];
+    char mid[EMU_EPK_BOUND_MAX + 1], etag[2][64];
     int64_t seq, now = emu_store_now(s), version;
     sqlite3_stmt *st;
     enum sf_rc rc;
@@ -1543,9 +1619,18 @@ static enum sf_rc emu_split_locked(struct emu_store *s, const char *db, const ch
                             range_id);
         goto out;
     }
-    if (!(coll->pk_hash == EMU_PK_HASH_V1
-              ? emu_epk_v1_mid(coll->ranges[at].min, coll->ranges[at].max, mid)
-              : emu_epk_mid(coll->ranges[at].min, coll->ranges[at].max, mid))) {
+    if (at_epk != NULL) {
+        if (!emu_split_at_ok(at_epk, mid) || strcmp(mid, coll->ranges[at].min) <= 0 ||
+            strcmp(mid, coll->ranges[at].max) >= 0) {
+            rc = emu_store_fail(err, SF_EINVAL, 400, 0,
+                                "split: 'at' '%.100s' is not a hexadecimal EPK inside range '%s' "
+                                "[%s, %s)",
+                                at_epk, range_id, coll->ranges[at].min, coll->ranges[at].max);
+            goto out;
+        }
+    } else if (!(coll->pk_hash == EMU_PK_HASH_V1
+                     ? emu_epk_v1_mid(coll->ranges[at].min, coll->ranges[at].max, mid)
+                     : emu_epk_mid(coll->ranges[at].min, coll->ranges[at].max, mid))) {
         rc = emu_store_fail(err, SF_EINVAL, 400, 0,
                             "partition key range '%s' [%s, %s) is too narrow to split", range_id,
                             coll->ranges[at].min, coll->ranges[at].max);
@@ -1619,6 +1704,13 @@ out:
 enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll,
                            const char *range_id, struct sf_buf *out, struct sf_err *err)
 {
+    return emu_store_split_at(s, db, coll, range_id, NULL, out, err);
+}
+
+enum sf_rc emu_store_split_at(struct emu_store *s, const char *db, const char *coll,
+                              const char *range_id, const char *at, struct sf_buf *out,
+                              struct sf_err *err)
+{
     enum sf_rc rc;
 
     if (range_id == NULL)
@@ -1626,7 +1718,7 @@ enum sf_rc emu_store_split(struct emu_store *s, const char *db, const char *coll
     if (out == NULL)
         return emu_store_fail(err, SF_EINVAL, 500, 0, "emu_store_split: no output buffer");
     emu_store_lock(s);
-    rc = emu_split_locked(s, db, coll, range_id, out, err);
+    rc = emu_split_locked(s, db, coll, range_id, at, out, err);
     emu_store_unlock(s);
     return rc;
 }

@@ -514,8 +514,8 @@ export async function getFaults(srv) {
 }
 
 /** Splits a partition key range (POST /_admin/split); resolves the raw response. */
-export function splitRange(srv, db, coll, range) {
-  return adminRequest(srv, "POST", "split", { db, coll, range });
+export function splitRange(srv, db, coll, range, at) {
+  return adminRequest(srv, "POST", "split", at === undefined ? { db, coll, range } : { db, coll, range, at });
 }
 
 /**

@@ -434,6 +434,56 @@ START_TEST(test_epk_v2_rejects_and_range)
 }
 END_TEST
 
+/* One MultiHash key or prefix against the EPK the SDK computes for it. */
+static void assert_multi_epk(const char *json, const char *expect)
+{
+    json_t *v = sf_json_parse(json, strlen(json), NULL);
+    char out[3 * 33];
+
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(sf_epk_v2_array(v, out, sizeof(out)), SF_OK);
+    ck_assert_str_eq(out, expect);
+    json_decref(v);
+}
+
+/*
+ * Hierarchical (MultiHash) keys: each level hashed by V2 on its own, the
+ * hashes concatenated, so a prefix's EPK starts every full key's under it.
+ * Expected values: @azure/cosmos 4.9.3 hashMultiHashPartitionKey
+ * (dist/esm/utils/hashing/multiHash.js) run on each key; the "" and
+ * "partitionKey" levels are also azure-sdk-for-java's PartitionKeyHashingTests
+ * effectivePartitionKeyHashV2 values (32E9..., 013A...), and 5 / true / null
+ * the JS SDK's V2 vectors above (docs/azure-hierarchical-keys.md).
+ */
+START_TEST(test_epk_multihash_matches_sdk)
+{
+    static const char t1[] = "1B6E36CBA1839DF91310617831CA7FAC";
+    static const char u7[] = "34C06593565F93B824867331A814C86E";
+    static const char s3[] = "3D8FD5A9FB2524ED654A2DECA1F5D69D";
+    char want[3 * 33], end[3 * 33];
+
+    assert_multi_epk("[\"tenant-1\"]", t1);
+    (void)snprintf(want, sizeof(want), "%s%s", t1, u7);
+    assert_multi_epk("[\"tenant-1\",\"user-7\"]", want);
+    (void)snprintf(want, sizeof(want), "%s%s%s", t1, u7, s3);
+    assert_multi_epk("[\"tenant-1\",\"user-7\",\"session-3\"]", want);
+    assert_multi_epk("[\"\",\"partitionKey\"]",
+                     "32E9366E637A71B4E710384B2F4970A0013AEFCF77FA271571CF665A58C933F1");
+    assert_multi_epk("[5,true,null]", "19C08621B135968252FB34B4CF66F811"
+                                      "0E711127C5B5A8E4726AC6DD306A3E59"
+                                      "378867E4430E67857ACE5C908374FE16");
+
+    /*
+     * A prefix's span is [epk, epk "FF") (JS getEPKRangeForPrefixPartitionKey,
+     * Python GetEPKRangeForPrefixPartitionKey): every full key under it sorts
+     * inside, since each level's EPK starts with 0-3.
+     */
+    (void)snprintf(end, sizeof(end), "%sFF", t1);
+    ck_assert_int_lt(strcmp(t1, want), 0);
+    ck_assert_int_lt(strcmp(want, end), 0);
+}
+END_TEST
+
 START_TEST(test_epk_v2_array)
 {
     char out[3 * 33];
@@ -556,7 +606,7 @@ static Suite *common_crypto_suite(void)
                   (const TTest *[]){test_murmur3_empty, test_murmur3_smhasher_verification,
                                     test_epk_v2_vectors, test_epk_v2_encoding_of_order_1,
                                     test_epk_v2_rejects_and_range, test_epk_v1_matches_sdk,
-                                    test_epk_v2_array, NULL});
+                                    test_epk_v2_array, test_epk_multihash_matches_sdk, NULL});
     return s;
 }
 

@@ -1548,7 +1548,9 @@ START_TEST(test_cf_by_epk)
     q.epk_min = "XYZ";
     q.epk_max = "FF";
     ck_assert_int_eq(feed_err(s, &c, &q, &err), SF_EINVAL);
-    q.epk_min = "000000000000000000000000000000000";
+    /* Longer than three MultiHash levels and "FF" (98 digits): refused. */
+    q.epk_min = "0000000000000000000000000000000000000000000000000"
+                "00000000000000000000000000000000000000000000000000";
     ck_assert_int_eq(feed_err(s, &c, &q, &err), SF_EINVAL);
     emu_store_free(s);
 }
