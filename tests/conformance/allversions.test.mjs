@@ -9,7 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import { ChangeFeedMode, ChangeFeedPolicy, ChangeFeedRetentionTimeSpan, ChangeFeedStartFrom } from "@azure/cosmos";
 
-import { drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, useDatabase, uid, userFields } from "./harness.mjs";
+import { adminRequest, drainChangeFeed, httpCode as code, pkHeaders, rawRequest, show, useDatabase, uid, userFields } from "./harness.mjs";
 
 let srv, client, database;
 useDatabase((e) => ({ srv, client, database } = e));
@@ -204,4 +204,56 @@ test("refused: from the beginning or a time, and on containers without a retenti
   const lv = container.items.getChangeFeedIterator({ changeFeedStartFrom: ChangeFeedStartFrom.Beginning() });
   const { items } = await drainChangeFeed(lv);
   assert.deepEqual(items.map((d) => [d.id, d.v]), [["lv", 2]], "LatestVersion still collapses versions");
+});
+
+test("one item's create, replace, delete and TTL expiry in order, through a split and a merge", async () => {
+  // defaultTtl -1: TTL on, items live until their own "ttl" says otherwise.
+  const { container, resource } = await newContainer({ defaultTtl: -1 });
+  const collId = resource.id;
+  const it = await fromNow(container);
+  const keys = Array.from({ length: 8 }, (_, i) => `k${i}`);
+  const expected = new Map(keys.map((k) => [k, []]));
+  const log = (k, op) => expected.get(k).push(op);
+
+  for (const k of keys) {
+    await container.items.create({ id: k, pk: k, v: 1 });
+    log(k, "create");
+  }
+  // A split of the whole range, then writes on both children.
+  const split = await adminRequest(srv, "POST", "split", { db: database.id, coll: collId, range: "0" });
+  assert.equal(split.status, 200, show(split));
+  for (const k of keys) {
+    await container.item(k, k).replace({ id: k, pk: k, v: 2 });
+    log(k, "replace");
+  }
+  const half = await drainChangeFeed(it); // read between the split and the merge
+  // Merge the children back, then deletes and expiries.
+  const merge = await adminRequest(srv, "POST", "merge", { db: database.id, coll: collId, ranges: split.json.children.map((c) => c.id) });
+  assert.equal(merge.status, 200, show(merge));
+  for (const k of keys.slice(0, 4)) {
+    await container.item(k, k).delete();
+    log(k, "delete");
+  }
+  for (const k of keys.slice(4)) {
+    await container.items.upsert({ id: k, pk: k, v: 3, ttl: 1 });
+    log(k, "replace");
+    log(k, "delete"); // its expiry
+  }
+  const got = [...half.items];
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline && got.length < [...expected.values()].flat().length) {
+    got.push(...(await drainChangeFeed(it)).items);
+    await sleep(250);
+  }
+  const seen = new Map(keys.map((k) => [k, []]));
+  for (const e of got) seen.get(e.metadata.id).push(e);
+  for (const k of keys) {
+    assert.deepEqual(seen.get(k).map((e) => e.metadata.operationType), expected.get(k), `${k}: each change once, in order: ${JSON.stringify(seen.get(k))}`);
+    const lsns = seen.get(k).map((e) => e.metadata.lsn);
+    assert.deepEqual(lsns, [...lsns].sort((a, b) => a - b), `${k}: LSNs ascend`);
+    const last = seen.get(k).at(-1);
+    assert.equal(last.metadata.timeToLiveExpired, k >= "k4", `${k}: a TTL expiry says so, a delete does not`);
+  }
+  // Beginning is still refused after the topology changed.
+  await assert.rejects(drainChangeFeed(avad(container, ChangeFeedStartFrom.Beginning())), code(400), "from the beginning");
 });
