@@ -546,9 +546,12 @@ enum sf_rc cosmos_pk_epk(const char *pk_json, char out[33], struct sf_err *err);
 
 /*
  * The same for a container whose partitionKey.version is pk_version: 2 hashes
- * as cosmos_pk_epk, 1 (legacy containers) with the V1 hash (up to
- * SF_EPK_V1_MAX chars). out_size must exceed SF_EPK_V1_MAX. SF_EINVAL for a
- * bad key, version or size.
+ * as cosmos_pk_epk, and a hierarchical (MultiHash, always version 2) key or
+ * key prefix of 2-3 values as each value's V2 EPK concatenated (32 digits a
+ * level, docs/azure-hierarchical-keys.md); 1 (legacy containers) with the V1
+ * hash (up to SF_EPK_V1_MAX chars). out_size must exceed SF_EPK_V1_MAX for
+ * version 1 and hold 32 digits per value + NUL for version 2. SF_EINVAL for
+ * a bad key, version or size.
  */
 enum sf_rc cosmos_pk_epk_version(const char *pk_json, int pk_version, char *out, size_t out_size,
                                  struct sf_err *err);

@@ -10,6 +10,7 @@
 
 #include "common/sf_buf.h"
 #include "common/sf_json.h"
+#include "common/sf_hash.h"
 #include "common/sf_time.h"
 #include "feed/feed_int.h"
 
@@ -716,13 +717,27 @@ static enum sf_rc bootstrap_leases(struct feed_store *st, const struct feed_boot
     enum sf_rc rc;
 
     if (b->pk_json != NULL) {
-        char epk[33], token[40];
+        char epk[3 * 32 + 1], name[33], token[40];
+        json_t *text = NULL;
 
-        /* The token names the key by its V2 hash whatever the container: short and stable. */
-        rc = cosmos_pk_epk(b->pk_json, epk, err);
+        /*
+         * The token names the key by its V2 hash whatever the container: short and
+         * stable. A hierarchical key's EPK (32 digits a level) is too long for a
+         * token, so its token hashes the key's JSON text instead.
+         */
+        rc = cosmos_pk_epk_version(b->pk_json, 2, epk, sizeof(epk), err);
+        if (rc == SF_OK && strlen(epk) > 32) {
+            text = json_string(b->pk_json);
+            rc = text != NULL && sf_epk_v2(text, name) == SF_OK
+                     ? SF_OK
+                     : sf_err_set(err, SF_ENOMEM, false, "out of memory");
+            json_decref(text);
+        } else if (rc == SF_OK) {
+            memcpy(name, epk, 33); /* one level: 32 digits and the NUL */
+        }
         if (rc != SF_OK)
             return rc;
-        (void)snprintf(token, sizeof(token), "pk-%s", epk);
+        (void)snprintf(token, sizeof(token), "pk-%s", name);
         return bootstrap_range(st, b, token, epk, epk, err);
     }
     rc = cosmos_pkranges_get(b->cli, b->db, b->coll, true, &ranges, err);

@@ -1042,6 +1042,20 @@ START_TEST(test_pkranges_cache)
         ck_assert_int_eq(cosmos_pk_epk_version("[\"redmond\"]", 2, v1, sizeof(v1), &err), SF_OK);
         ck_assert_str_eq(v1, "22E342F38A486A088463DFF7838A5963");
         ck_assert_int_eq(cosmos_pk_epk_version("[5]", 3, v1, sizeof(v1), &err), SF_EINVAL);
+        /*
+         * Hierarchical keys (MultiHash): each level's V2 EPK, joined; expected values are
+         * @azure/cosmos 4.9.3 hashMultiHashPartitionKey's (docs/azure-hierarchical-keys.md).
+         */
+        ck_assert_int_eq(
+            cosmos_pk_epk_version("[\"tenant-1\",\"user-7\"]", 2, v1, sizeof(v1), &err), SF_OK);
+        ck_assert_str_eq(v1, "1B6E36CBA1839DF91310617831CA7FAC34C06593565F93B824867331A814C86E");
+        ck_assert_int_eq(cosmos_pk_epk_version("[\"tenant-1\",\"user-7\",\"session-3\"]", 2, v1,
+                                               sizeof(v1), &err),
+                         SF_OK);
+        ck_assert_str_eq(v1, "1B6E36CBA1839DF91310617831CA7FAC34C06593565F93B824867331A814C86E"
+                             "3D8FD5A9FB2524ED654A2DECA1F5D69D");
+        ck_assert_int_eq(cosmos_pk_epk_version("[1,2,3,4]", 2, v1, sizeof(v1), &err), SF_EINVAL);
+        ck_assert_int_eq(cosmos_pk_epk_version("[1,2]", 2, v1, 33, &err), SF_EINVAL);
         ck_assert_int_eq(cosmos_pk_epk_version("[5]", 1, v1, 33, &err), SF_EINVAL);
     }
 }
