@@ -441,7 +441,12 @@ enum sf_rc cosmos_db_delete(struct cosmos_client *cli, const char *db, struct sf
 /* What to create. */
 struct cosmos_container_def {
     const char *id;
-    const char *pk_path; /* one partition key path, "/pk" ("/id" for lease containers) */
+    /*
+     * One partition key path, "/pk" ("/id" for lease containers), or the
+     * paths of a hierarchical key joined by ',' ("/tenantId,/userId": kind
+     * MultiHash, 2-3 levels).
+     */
+    const char *pk_path;
     int64_t default_ttl; /* 0: TTL off; -1: on, no default; > 0: seconds */
     int throughput;      /* x-ms-offer-throughput, 0 = none */
 };

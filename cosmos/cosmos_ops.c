@@ -339,8 +339,20 @@ static enum sf_rc cosmos_container_create(struct cosmos_client *cli, const char 
         rc = cosmos_req_start(cli, &req, "POST", segs, 3, COSMOS_OP_WRITE, err);
     if (rc != SF_OK)
         goto out;
-    body = json_pack("{s:s, s:{s:[s], s:s, s:i}}", "id", def->id, "partitionKey", "paths",
-                     def->pk_path, "kind", "Hash", "version", 2);
+    body = json_pack("{s:s, s:{s:[], s:s, s:i}}", "id", def->id, "partitionKey", "paths", "kind",
+                     strchr(def->pk_path, ',') != NULL ? "MultiHash" : "Hash", "version", 2);
+    /* "/tenantId,/userId": a hierarchical key, one path per level. */
+    for (const char *p = def->pk_path; body != NULL && p != NULL;) {
+        const char *comma = strchr(p, ',');
+        json_t *paths = json_object_get(json_object_get(body, "partitionKey"), "paths");
+
+        if (json_array_append_new(paths, comma != NULL ? json_stringn(p, (size_t)(comma - p))
+                                                       : json_string(p)) != 0) {
+            json_decref(body);
+            body = NULL;
+        }
+        p = comma != NULL ? comma + 1 : NULL;
+    }
     if (body != NULL && def->default_ttl != 0)
         (void)json_object_set_new(body, "defaultTtl", json_integer(def->default_ttl));
     if (body == NULL || sf_json_dump(body, &req.owned_body) != SF_OK) {

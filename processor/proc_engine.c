@@ -433,13 +433,12 @@ enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, co
                           json_t **ret_pk, struct sf_err *err)
 {
     char path[256];
-    const json_t *v;
     enum sf_rc rc = step_catalog_pk_path(e->catalog, container, path, err);
 
     if (rc != SF_OK)
         return rc;
-    v = step_pk_get(doc, path);
-    *ret_pk = v != NULL ? json_incref((json_t *)v) : NULL;
+    if (step_pk_value(doc, path, ret_pk) != SF_OK)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     return SF_OK;
 }
 
@@ -472,7 +471,6 @@ static enum sf_rc run_pk(struct run *r, struct sf_err *err)
 {
     const struct proc_item *it = r->it;
     bool carried = it->pk_json != NULL && it->pk_path != NULL;
-    const json_t *v;
     enum sf_rc rc = SF_OK;
 
     if (r->pk_json.len > 0)
@@ -486,8 +484,8 @@ static enum sf_rc run_pk(struct run *r, struct sf_err *err)
     }
     if (rc != SF_OK)
         return rc;
-    v = step_pk_get(it->doc, r->pk_path);
-    r->pk = v != NULL ? json_incref((json_t *)v) : NULL;
+    if (step_pk_value(it->doc, r->pk_path, &r->pk) != SF_OK)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     rc = carried ? sf_buf_puts(&r->pk_json, it->pk_json) : step_pk_json(r->pk, &r->pk_json);
     if (rc != SF_OK)
         return sf_err_set(err, rc, false, "partition key too large");

@@ -200,21 +200,67 @@ static enum sf_rc pk_path_split(const char *pk_path, char *buf, size_t buf_size,
     return SF_OK;
 }
 
-/* Sets doc[segs[0]][segs[1]]... = v (taking v), creating the objects on the way. */
+/*
+ * Sets doc[segs[0]][segs[1]]... = v (taking v), creating the objects on the
+ * way (reusing those an earlier level of a hierarchical key made).
+ */
 static enum sf_rc set_nested(json_t *doc, const char *const *segs, size_t n, json_t *v)
 {
     json_t *cur = doc;
     size_t i;
 
     for (i = 0; i + 1 < n; i++) {
-        json_t *child = json_object();
-        if (child == NULL || json_object_set_new(cur, segs[i], child) != 0) {
+        json_t *child = json_object_get(cur, segs[i]);
+
+        if (!json_is_object(child) &&
+            ((child = json_object()) == NULL || json_object_set_new(cur, segs[i], child) != 0)) {
             json_decref(v);
             return SF_ENOMEM;
         }
         cur = child;
     }
     return json_object_set_new(cur, segs[n - 1], v) == 0 ? SF_OK : SF_ENOMEM;
+}
+
+/* The levels a pk_path names: 1, or a hierarchical key's paths joined by ','. */
+static size_t pk_levels(const char *pk_path)
+{
+    size_t n = 1;
+
+    for (; pk_path != NULL && *pk_path != '\0'; pk_path++)
+        n += *pk_path == ',';
+    return n;
+}
+
+/*
+ * Sets the partition key of rec into doc: the value at its path, or each
+ * level of a hierarchical key at its own path ({} levels left absent, as in
+ * the item). Paths are checked by pk_path_split.
+ */
+static enum sf_rc set_pk(json_t *doc, const struct outbox_record *rec, struct sf_err *err)
+{
+    char pathbuf[PK_PATH_MAX], one[PK_PATH_MAX];
+    const char *segs[PK_DEPTH_MAX], *p = rec->pk_path;
+    size_t n_segs = 0, n = pk_levels(rec->pk_path);
+    enum sf_rc rc = SF_OK;
+
+    for (size_t i = 0; i < n && rc == SF_OK; i++) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        const json_t *v = n == 1 ? rec->pk_value : json_array_get(rec->pk_value, i);
+
+        if (len >= sizeof(one))
+            return sf_err_set(err, SF_EINVAL, false, "outbox record: pk_path too long");
+        memcpy(one, p, len);
+        one[len] = '\0';
+        p = end != NULL ? end + 1 : p + len;
+        rc = pk_path_split(one, pathbuf, sizeof(pathbuf), segs, &n_segs, err);
+        if (rc != SF_OK || rec->pk_undefined || (n > 1 && json_is_object(v)))
+            continue;
+        if (set_nested(doc, segs, n_segs, json_deep_copy(v)) != SF_OK)
+            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    }
+    return rc;
 }
 
 static enum sf_rc check_record(const struct outbox_record *rec, struct sf_err *err)
@@ -257,9 +303,30 @@ static enum sf_rc check_record(const struct outbox_record *rec, struct sf_err *e
         return sf_err_set(err, SF_EINVAL, false,
                           "outbox record: pk_value is required (pk_undefined for an item "
                           "without a partition key field)");
-    if (rec->pk_value != NULL && (json_is_object(rec->pk_value) || json_is_array(rec->pk_value)))
+    if (rec->pk_value != NULL && pk_levels(rec->pk_path) > 1) {
+        /* A hierarchical key: one value per level, {} for an undefined one. */
+        size_t i;
+        const json_t *v;
+
+        if (!json_is_array(rec->pk_value) ||
+            json_array_size(rec->pk_value) != pk_levels(rec->pk_path))
+            return sf_err_set(err, SF_EINVAL, false,
+                              "outbox record: pk_value must hold one value per level of the "
+                              "hierarchical key %s",
+                              rec->pk_path);
+        json_array_foreach(rec->pk_value, i, v)
+        {
+            if (json_is_array(v) || (json_is_object(v) && json_object_size(v) > 0))
+                return sf_err_set(err, SF_EINVAL, false,
+                                  "outbox record: pk_value[%zu] must be a string, number, bool "
+                                  "or null",
+                                  i);
+        }
+    } else if (rec->pk_value != NULL &&
+               (json_is_object(rec->pk_value) || json_is_array(rec->pk_value))) {
         return sf_err_set(err, SF_EINVAL, false,
                           "outbox record: pk_value must be a string, number, bool or null");
+    }
     if (rec->payload == NULL)
         return sf_err_set(err, SF_EINVAL, false, "outbox record: payload is required");
     if (rec->ttl_s < -1)
@@ -271,9 +338,6 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
                                struct sf_err *err)
 {
     char idbuf[OUTBOX_EVENT_ID_MAX + 1];
-    char pathbuf[PK_PATH_MAX];
-    const char *segs[PK_DEPTH_MAX];
-    size_t n_segs = 0;
     const char *id;
     json_t *doc = NULL, *payload;
     enum sf_rc rc;
@@ -281,8 +345,9 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
 
     if ((rc = check_record(rec, err)) != SF_OK)
         return rc;
-    if ((rc = pk_path_split(rec->pk_path, pathbuf, sizeof(pathbuf), segs, &n_segs, err)) != SF_OK)
-        return rc;
+    if (rec->pk_path == NULL || rec->pk_path[0] != '/')
+        return sf_err_set(err, SF_EINVAL, false,
+                          "outbox record: pk_path must look like \"/field\"");
     id = rec->id;
     if (id == NULL) {
         rc = outbox_event_id(rec->workflow, rec->saga_id, rec->event_type, rec->discriminator,
@@ -305,8 +370,10 @@ enum sf_rc outbox_record_build(const struct outbox_record *rec, json_t **ret_doc
      * expects it; an undefined key stays absent, as in the item, so Cosmos
      * DB puts the record in the item's (undefined) partition.
      */
-    if (!rec->pk_undefined && set_nested(doc, segs, n_segs, json_deep_copy(rec->pk_value)) != SF_OK)
-        goto oom;
+    if ((rc = set_pk(doc, rec, err)) != SF_OK) {
+        json_decref(doc);
+        return rc;
+    }
     bad |= json_object_set_new(doc, "eventType", json_string(rec->event_type));
     if (rec->topic != NULL)
         bad |= json_object_set_new(doc, "topic", json_string(rec->topic));

@@ -77,8 +77,13 @@
 
 /* What the saga engine knows when it emits an event. Strings are borrowed. */
 struct outbox_record {
-    const char *id;      /* NULL: outbox_event_id(workflow, saga_id, event_type, discriminator) */
-    const char *pk_path; /* the source container's partition key path, "/customerId" (required) */
+    const char *id; /* NULL: outbox_event_id(workflow, saga_id, event_type, discriminator) */
+    /*
+     * The source container's partition key path, "/customerId" (required); a
+     * hierarchical key's paths joined by ',' ("/tenantId,/userId"), pk_value
+     * then being the array of its levels ({} for an undefined level).
+     */
+    const char *pk_path;
     const json_t *pk_value; /* the saga item's partition key value (borrowed, copied); required
                                unless pk_undefined */
     /*

@@ -99,8 +99,11 @@ void step_catalog_free(struct step_catalog *cat);
 
 /*
  * The partition key path of container coll ("/category"), copied into
- * out[256]. Reads the container on first use. SF_ENOTFOUND when it does not
- * exist; SF_EINVAL for hierarchical keys (not supported).
+ * out[256]; for a hierarchical key (MultiHash, up to STEP_PK_LEVELS_MAX
+ * levels) its paths joined by ',' ("/tenantId,/userId"), whose key values are
+ * then a JSON array with one value per level. Reads the container on first
+ * use. SF_ENOTFOUND when it does not exist; SF_EINVAL for paths that do not
+ * fit 255 bytes together or contain ','.
  */
 enum sf_rc step_catalog_pk_path(struct step_catalog *cat, const char *coll, char out[256],
                                 struct sf_err *err);
@@ -108,16 +111,36 @@ enum sf_rc step_catalog_pk_path(struct step_catalog *cat, const char *coll, char
 /* Declares a container's path without asking the service (tests, check-config). */
 enum sf_rc step_catalog_set(struct step_catalog *cat, const char *coll, const char *pk_path);
 
-/* The value at pk_path ("/a/b") inside doc: borrowed, NULL when absent. */
+#define STEP_PK_LEVELS_MAX 3 /* levels of a hierarchical partition key (Azure's limit) */
+
+/* The value at pk_path ("/a/b") inside doc: borrowed, NULL when absent. One path only. */
 const json_t *step_pk_get(const json_t *doc, const char *pk_path);
+
+/* How many levels a path text names: 1, or a hierarchical key's paths joined by ','. */
+size_t step_pk_levels(const char *pk_path);
+
+/* Joins n (1..) paths with ',' into out[256]; SF_EINVAL when too long or a path has ','. */
+enum sf_rc step_pk_paths_join(char (*paths)[256], size_t n, char out[256]);
+
+/*
+ * doc's partition key under pk_path as a new reference: the value (NULL when
+ * absent) for one path; for a hierarchical key the array of its levels, a
+ * missing level as {} (undefined). SF_ENOMEM.
+ */
+enum sf_rc step_pk_value(const json_t *doc, const char *pk_path, json_t **ret_pk);
 
 /*
  * Sets doc's partition key field at pk_path to pk (creating intermediate
- * objects). SF_EINVAL when a different value is already there.
+ * objects); for a hierarchical key pk is the array of its levels, each set at
+ * its path ({} levels left absent). SF_EINVAL when a different value is
+ * already there or the array has not one value per level.
  */
 enum sf_rc step_pk_put(json_t *doc, const char *pk_path, const json_t *pk, struct sf_err *err);
 
-/* Appends the x-ms-documentdb-partitionkey value for pk ("[\"a\"]", "[5]", "[{}]" for NULL). */
+/*
+ * Appends the x-ms-documentdb-partitionkey value for pk ("[\"a\"]", "[5]",
+ * "[{}]" for NULL); a hierarchical key (an array of its levels) as it is.
+ */
 enum sf_rc step_pk_json(const json_t *pk, struct sf_buf *out);
 
 /* ---------------------------------------------------------------------------

@@ -151,6 +151,7 @@ enum sf_rc step_catalog_pk_path(struct step_catalog *cat, const char *coll, char
                                 struct sf_err *err)
 {
     struct cosmos_container_info info;
+    char joined[256];
     enum sf_rc rc;
     bool found = false;
 
@@ -172,14 +173,65 @@ enum sf_rc step_catalog_pk_path(struct step_catalog *cat, const char *coll, char
         sf_err_prefix(err, "reading container '%s': ", coll);
         return rc;
     }
-    if (info.n_pk_paths != 1)
+    if (info.n_pk_paths < 1 || info.n_pk_paths > STEP_PK_LEVELS_MAX ||
+        step_pk_paths_join(info.pk_paths, info.n_pk_paths, joined) != SF_OK)
         return sf_err_set(err, SF_EINVAL, false,
-                          "container '%s' has a hierarchical partition key; not supported", coll);
-    rc = catalog_put(cat, coll, info.pk_paths[0]);
+                          "container '%s': its %zu partition key paths do not fit sagafeed's "
+                          "limits (1 to %d paths, at most 255 bytes together, no ',')",
+                          coll, info.n_pk_paths, STEP_PK_LEVELS_MAX);
+    rc = catalog_put(cat, coll, joined);
     if (rc != SF_OK)
         return sf_err_set(err, rc, false, "container catalog is full");
-    memcpy(out, info.pk_paths[0], 256);
+    memcpy(out, joined, 256);
     return SF_OK;
+}
+
+enum sf_rc step_pk_paths_join(char (*paths)[256], size_t n, char out[256])
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(paths[i]);
+
+        if (l == 0 || strchr(paths[i], ',') != NULL || len + (i > 0) + l >= 256)
+            return SF_EINVAL;
+        if (i > 0)
+            out[len++] = ',';
+        memcpy(out + len, paths[i], l + 1);
+        len += l;
+    }
+    return n > 0 ? SF_OK : SF_EINVAL;
+}
+
+size_t step_pk_levels(const char *pk_path)
+{
+    size_t n = 1;
+
+    for (; pk_path != NULL && *pk_path != '\0'; pk_path++)
+        n += *pk_path == ',';
+    return n;
+}
+
+/* Copies level i of a joined path text ("/a,/b/c") into out[256]; false past the last. */
+static bool pk_path_level(const char *pk_path, size_t i, char out[256])
+{
+    const char *p = pk_path, *end;
+    size_t len;
+
+    for (; i > 0 && p != NULL; i--) {
+        p = strchr(p, ',');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    if (p == NULL)
+        return false;
+    end = strchr(p, ',');
+    len = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (len >= 256)
+        return false;
+    memcpy(out, p, len);
+    out[len] = '\0';
+    return true;
 }
 
 /* ---------------------------------------------------------------------------
@@ -192,7 +244,63 @@ const json_t *step_pk_get(const json_t *doc, const char *pk_path)
     return sf_json_path(doc, pk_path);
 }
 
+enum sf_rc step_pk_value(const json_t *doc, const char *pk_path, json_t **ret_pk)
+{
+    size_t n = step_pk_levels(pk_path);
+    char one[256];
+    json_t *arr;
+
+    if (n == 1) {
+        const json_t *v = sf_json_path(doc, pk_path);
+
+        *ret_pk = v != NULL ? json_incref((json_t *)v) : NULL;
+        return SF_OK;
+    }
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++) {
+        const json_t *v = pk_path_level(pk_path, i, one) ? sf_json_path(doc, one) : NULL;
+
+        /* A missing level is undefined ({}), as the feed and the SDKs send it. */
+        if (json_array_append_new(arr, v != NULL ? json_incref((json_t *)v) : json_object()) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    if (arr == NULL)
+        return SF_ENOMEM;
+    *ret_pk = arr;
+    return SF_OK;
+}
+
+static enum sf_rc pk_put_one(json_t *doc, const char *pk_path, const json_t *pk,
+                             struct sf_err *err);
+
 enum sf_rc step_pk_put(json_t *doc, const char *pk_path, const json_t *pk, struct sf_err *err)
+{
+    size_t n = step_pk_levels(pk_path);
+    char one[256];
+    enum sf_rc rc = SF_OK;
+
+    if (n == 1)
+        return pk_put_one(doc, pk_path, pk, err);
+    if (!json_is_array(pk) || json_array_size(pk) != n)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "the target's hierarchical partition key %s needs %zu values", pk_path,
+                          n);
+    for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        const json_t *v = json_array_get(pk, i);
+
+        if (!pk_path_level(pk_path, i, one))
+            return sf_err_set(err, SF_EINVAL, false, "bad partition key path '%s'", pk_path);
+        /* An undefined level ({}) leaves its field absent. */
+        if (!(json_is_object(v) && json_object_size(v) == 0))
+            rc = pk_put_one(doc, one, v, err);
+    }
+    return rc;
+}
+
+/* step_pk_put for one path ("/a/b"). */
+static enum sf_rc pk_put_one(json_t *doc, const char *pk_path, const json_t *pk, struct sf_err *err)
 {
     json_t *cur = doc;
     const char *p;
@@ -237,7 +345,12 @@ enum sf_rc step_pk_put(json_t *doc, const char *pk_path, const json_t *pk, struc
 
 enum sf_rc step_pk_json(const json_t *pk, struct sf_buf *out)
 {
-    enum sf_rc rc = sf_buf_putc(out, '[');
+    enum sf_rc rc;
+
+    /* A hierarchical key is already the array of its levels. */
+    if (json_is_array(pk))
+        return sf_json_dump(pk, out);
+    rc = sf_buf_putc(out, '[');
 
     if (rc == SF_OK)
         rc = pk != NULL ? sf_json_dump(pk, out) : sf_buf_puts(out, "{}");

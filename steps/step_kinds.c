@@ -131,10 +131,29 @@ enum sf_rc step_render_pk(const struct step_tmpl *t, const json_t *env, json_t *
         sf_err_prefix(err, "partition_key: ");
         return rc;
     }
-    if (!json_is_string(pk) && !json_is_number(pk) && !json_is_boolean(pk) && !json_is_null(pk)) {
+    if (json_is_array(pk)) {
+        /* A hierarchical key: one value per level, as ["{{item.tenantId}}", "{{item.userId}}"]. */
+        size_t i, n = json_array_size(pk);
+        const json_t *v;
+
+        json_array_foreach(pk, i, v)
+        {
+            if (!json_is_string(v) && !json_is_number(v) && !json_is_boolean(v) && !json_is_null(v))
+                n = 0;
+        }
+        if (n < 1 || n > STEP_PK_LEVELS_MAX) {
+            json_decref(pk);
+            return sf_err_set(err, SF_EINVAL, false,
+                              "partition_key: a hierarchical key must render 1 to %d strings, "
+                              "numbers, booleans or nulls",
+                              STEP_PK_LEVELS_MAX);
+        }
+    } else if (!json_is_string(pk) && !json_is_number(pk) && !json_is_boolean(pk) &&
+               !json_is_null(pk)) {
         json_decref(pk);
         return sf_err_set(err, SF_EINVAL, false,
-                          "partition_key: must render a string, number, boolean or null");
+                          "partition_key: must render a string, number, boolean or null (or a "
+                          "list of them for a hierarchical key)");
     }
     *ret_pk = pk;
     return SF_OK;

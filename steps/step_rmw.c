@@ -163,9 +163,16 @@ static void rmw_round(const struct rmw_state *st, const struct step_ctx *ctx, co
     }
     if (rc == SF_OK)
         rc = step_effect_begin(ctx, st->ref.coll, pk, &eff, &err);
-    if (rc == SF_OK && !json_equal((json_t *)step_pk_get(doc, eff.pk_path), (json_t *)pk))
-        rc = sf_err_set(&err, SF_EINVAL, false, "ops: must not change the partition key %s",
-                        eff.pk_path);
+    if (rc == SF_OK) {
+        json_t *now_pk = NULL;
+
+        if (step_pk_value(doc, eff.pk_path, &now_pk) != SF_OK)
+            rc = sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+        else if (!json_equal(now_pk, (json_t *)pk))
+            rc = sf_err_set(&err, SF_EINVAL, false, "ops: must not change the partition key %s",
+                            eff.pk_path);
+        json_decref(now_pk);
+    }
     if (rc == SF_OK && (rc = sf_json_dump(doc, &body)) != SF_OK)
         rc = sf_err_set(&err, rc, false, "document too large");
     bo.if_match = etag;

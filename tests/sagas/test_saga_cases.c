@@ -126,13 +126,16 @@ static void put_doc(const char *db, const char *coll, const char *pk_path, const
 {
     struct sf_buf body, pk;
     struct sf_err err;
-    const json_t *pkv = step_pk_get(doc, pk_path);
+    json_t *pkv = NULL;
     enum sf_rc rc;
 
     sf_buf_init(&body, 1u << 20);
     sf_buf_init(&pk, 1024);
     ck_assert_int_eq(sf_json_dump(doc, &body), SF_OK);
+    /* One value, or every level of a hierarchical key ("/tenantId,/customerId"). */
+    ck_assert_int_eq(step_pk_value(doc, pk_path, &pkv), SF_OK);
     ck_assert_int_eq(step_pk_json(pkv, &pk), SF_OK);
+    json_decref(pkv);
     sf_err_clear(&err);
     rc = create ? cosmos_doc_create(g_cli, db, coll, sf_buf_cstr(&pk), sf_buf_cstr(&body), NULL,
                                     NULL, &err)

@@ -112,6 +112,101 @@ START_TEST(test_marker_doc_and_pk)
 }
 END_TEST
 
+/*
+ * Hierarchical partition keys (issue 27): a container's paths travel joined by
+ * ',' and its key is the array of the levels; markers, events and the header
+ * carry every level.
+ */
+START_TEST(test_hierarchical_keys)
+{
+    char paths[3][256] = {"/tenantId", "/user/id", "/sessionId"}, joined[256];
+    json_t *item = load("{\"id\":\"o-1\",\"tenantId\":\"t1\",\"user\":{\"id\":\"u7\"}}");
+    json_t *v = NULL, *doc = json_object(), *env, *tmpl_src, *rendered = NULL;
+    struct step_tmpl *t = NULL;
+    struct step_ctx c;
+    struct sf_buf b;
+    struct sf_err err;
+
+    ck_assert_int_eq(step_pk_paths_join(paths, 3, joined), SF_OK);
+    ck_assert_str_eq(joined, "/tenantId,/user/id,/sessionId");
+    ck_assert_uint_eq(step_pk_levels(joined), 3);
+    ck_assert_uint_eq(step_pk_levels("/pk"), 1);
+    (void)snprintf(paths[1], sizeof(paths[1]), "/a,b");
+    ck_assert_int_eq(step_pk_paths_join(paths, 2, joined), SF_EINVAL); /* ',' in a path */
+
+    /* The key of a document: every level, a missing one undefined ({}). */
+    ck_assert_int_eq(step_pk_value(item, "/tenantId,/user/id,/sessionId", &v), SF_OK);
+    sf_buf_init(&b, 256);
+    ck_assert_int_eq(step_pk_json(v, &b), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&b), "[\"t1\",\"u7\",{}]");
+    json_decref(v);
+    ck_assert_int_eq(step_pk_value(item, "/tenantId", &v), SF_OK);
+    ck_assert_str_eq(json_string_value(v), "t1");
+    json_decref(v);
+
+    /* Put: each level at its path, {} left absent, a count that does not match refused. */
+    v = load("[\"t1\",\"u7\",{}]");
+    ck_assert_int_eq(step_pk_put(doc, "/tenantId,/user/id,/sessionId", v, &err), SF_OK);
+    ck_assert_str_eq(sf_json_str(doc, "tenantId"), "t1");
+    ck_assert_str_eq(json_string_value(sf_json_path(doc, "/user/id")), "u7");
+    ck_assert_ptr_null(json_object_get(doc, "sessionId"));
+    ck_assert_int_eq(step_pk_put(doc, "/tenantId,/user/id", v, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "needs 2 values"));
+    json_decref(v);
+
+    /* A marker in a hierarchical target carries every level. */
+    ctx_init(&c, "o-1", 0);
+    v = load("[\"t1\",\"u7\"]");
+    json_decref(doc);
+    doc = step_marker_doc(&c, STEP_DO, "/tenantId,/userId", v);
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_str_eq(sf_json_str(doc, "tenantId"), "t1");
+    ck_assert_str_eq(sf_json_str(doc, "userId"), "u7");
+    json_decref(doc);
+
+    /* An event of a hierarchical source: the record holds every level. */
+    c.source_pk = v;
+    c.env = load("{\"item\":{\"id\":\"o-1\"}}");
+    ck_assert_int_eq(
+        step_event_build(&c, "/tenantId,/userId", "OrderPlaced", NULL, NULL, NULL, &doc, &err),
+        SF_OK);
+    ck_assert_str_eq(sf_json_str(doc, "tenantId"), "t1");
+    ck_assert_str_eq(sf_json_str(doc, "userId"), "u7");
+    json_decref(doc);
+    ck_assert_int_eq(
+        step_event_build(&c, "/tenantId,/userId,/s", "OrderPlaced", NULL, NULL, NULL, &doc, &err),
+        SF_EINVAL); /* 2 values for 3 levels */
+    json_decref((json_t *)c.env);
+
+    /* partition_key = [ "{{item.tenantId}}", "{{item.user.id}}" ] renders the array. */
+    env = json_pack("{s:O}", "item", item);
+    tmpl_src = load("[\"{{item.tenantId}}\", \"{{item.user.id}}\"]");
+    ck_assert_int_eq(step_tmpl_compile(tmpl_src, &t, &err), SF_OK);
+    ck_assert_int_eq(step_render_pk(t, env, &rendered, &err), SF_OK);
+    sf_buf_reset(&b);
+    ck_assert_int_eq(step_pk_json(rendered, &b), SF_OK);
+    ck_assert_str_eq(sf_buf_cstr(&b), "[\"t1\",\"u7\"]");
+    json_decref(rendered);
+    step_tmpl_free(t);
+    json_decref(tmpl_src);
+    tmpl_src = load("[\"a\", \"b\", \"c\", \"d\"]"); /* four levels: Azure allows three */
+    ck_assert_int_eq(step_tmpl_compile(tmpl_src, &t, &err), SF_OK);
+    ck_assert_int_eq(step_render_pk(t, env, &rendered, &err), SF_EINVAL);
+    step_tmpl_free(t);
+    json_decref(tmpl_src);
+    tmpl_src = load("[\"a\", {\"x\":1}]");
+    ck_assert_int_eq(step_tmpl_compile(tmpl_src, &t, &err), SF_OK);
+    ck_assert_int_eq(step_render_pk(t, env, &rendered, &err), SF_EINVAL);
+    step_tmpl_free(t);
+    json_decref(tmpl_src);
+
+    sf_buf_release(&b);
+    json_decref(v);
+    json_decref(env);
+    json_decref(item);
+}
+END_TEST
+
 START_TEST(test_event_doc)
 {
     struct step_ctx c;
@@ -703,10 +798,10 @@ int main(void)
     Suite *s = suite_create("steps_core");
 
     sf_check_case(s, "core", NULL, NULL, 0,
-                  (const TTest *[]){test_marker_ids, test_marker_doc_and_pk, test_event_doc,
-                                    test_patch_apply, test_kind_params, test_patch_path_templates,
-                                    test_registry_rules, test_plugin_load,
-                                    test_effect_502_is_retried_not_parked,
+                  (const TTest *[]){test_marker_ids, test_marker_doc_and_pk, test_hierarchical_keys,
+                                    test_event_doc, test_patch_apply, test_kind_params,
+                                    test_patch_path_templates, test_registry_rules,
+                                    test_plugin_load, test_effect_502_is_retried_not_parked,
                                     test_effect_throttled_fails_when_fail_on_lists_it, NULL});
     return sf_check_run(s);
 }

@@ -37,8 +37,10 @@ static void setup(void)
 {
     static const struct {
         const char *id, *pk;
-    } colls[] = {
-        {"products", "/category"}, {"customers", "/customerId"}, {"orders", "/customerId"}};
+    } colls[] = {{"products", "/category"},
+                 {"customers", "/customerId"},
+                 {"orders", "/customerId"},
+                 {"holds", "/tenantId,/userId"}}; /* a hierarchical key (MultiHash) */
     struct cosmos_options co = {0};
     struct sf_err err;
 
@@ -381,6 +383,67 @@ START_TEST(test_await_waits_then_sees_document_once)
     step_side_run(&a, 1, &f.ctx, &r);
     ck_assert_int_eq(r.outcome, STEP_ALREADY);
     step_action_release(&a);
+    fixture_release(&f);
+}
+END_TEST
+
+/*
+ * A hierarchical target (issue 27): partition_key = [ "{{item.tenantId}}",
+ * "{{item.userId}}" ] patches and creates in the full key's partition,
+ * exactly once; the marker sits there too; a key with the wrong number of
+ * levels is refused.
+ */
+START_TEST(test_hierarchical_target_exactly_once)
+{
+    static const char *PK = "[\"t1\",\"u1\"]";
+    struct fixture f;
+    struct step_action a[2], wrong;
+    struct step_result r;
+    bool exists = false;
+    json_t *pk = load(PK), *d;
+    struct sf_err err;
+
+    upsert("holds", PK, "{\"id\":\"cart-u1\",\"tenantId\":\"t1\",\"userId\":\"u1\",\"held\":0}");
+    fixture_init(&f, "h-1", "hold", 0,
+                 "{\"item\":{\"id\":\"o-9\",\"tenantId\":\"t1\",\"userId\":\"u1\",\"qty\":4}}");
+    compile("patch",
+            "{\"container\":\"holds\",\"id\":\"cart-{{item.userId}}\",\"partition_key\":"
+            "[\"{{item.tenantId}}\",\"{{item.userId}}\"],"
+            "\"ops\":[{\"op\":\"incr\",\"path\":\"/held\",\"value\":\"{{item.qty}}\"}]}",
+            &a[0]);
+    compile(
+        "create",
+        "{\"container\":\"holds\",\"partition_key\":[\"{{item.tenantId}}\",\"{{item.userId}}\"],"
+        "\"document\":{\"id\":\"hold-{{item.id}}\",\"qty\":\"{{item.qty}}\"}}",
+        &a[1]);
+    step_side_run(a, 2, &f.ctx, &r);
+    ck_assert_msg(r.outcome == STEP_OK, "%s: %s", step_outcome_str(r.outcome), r.err.msg);
+    ck_assert_int_eq(field("holds", "cart-u1", PK, "held"), 4);
+    d = read_doc("holds", "hold-o-9", PK);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_str_eq(sf_json_str(d, "tenantId"), "t1"); /* every level from the target's key */
+    ck_assert_str_eq(sf_json_str(d, "userId"), "u1");
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "qty")), 4);
+    json_decref(d);
+    /* redelivered: the marker in the full key's partition says it is done */
+    step_side_run(a, 2, &f.ctx, &r);
+    ck_assert_int_eq(r.outcome, STEP_ALREADY);
+    ck_assert_int_eq(field("holds", "cart-u1", PK, "held"), 4);
+    ck_assert_int_eq(step_marker_exists(&f.ctx, STEP_DO, "holds", pk, &exists, &err), SF_OK);
+    ck_assert(exists);
+    /* one level for a two-level container: refused, nothing written */
+    compile("create",
+            "{\"container\":\"holds\",\"partition_key\":[\"{{item.tenantId}}\"],"
+            "\"document\":{\"id\":\"bad-{{item.id}}\"}}",
+            &wrong);
+    f.ctx.saga_id = "h-2";
+    step_side_run(&wrong, 1, &f.ctx, &r);
+    ck_assert_int_ne(r.outcome, STEP_OK);
+    ck_assert_ptr_null(read_doc("holds", "bad-o-9", PK));
+    step_action_release(&wrong);
+    step_action_release(&a[0]);
+    step_action_release(&a[1]);
+    json_decref(pk);
     fixture_release(&f);
 }
 END_TEST
@@ -814,6 +877,7 @@ int main(void)
     tcase_add_test(tc, test_patch_exactly_once);
     tcase_add_test(tc, test_patch_path_template_writes_rendered_key);
     tcase_add_test(tc, test_batch_sides_and_create);
+    tcase_add_test(tc, test_hierarchical_target_exactly_once);
     tcase_add_test(tc, test_event_kind);
     tcase_add_test(tc, test_rmw);
     tcase_add_test(tc, test_delete_exactly_once_and_guards);
