@@ -172,6 +172,9 @@ static const char *const emu_stmt_sql[ST_COUNT] = {
     /* Entries are in LSN order, and their times grow with it: cut below the first kept one. */
     [ST_AV_PURGE] = "DELETE FROM avlog WHERE cid = ?1 AND lsn <"
                     " (SELECT IFNULL(MIN(lsn), ?3) FROM avlog WHERE cid = ?1 AND ts >= ?2)",
+    /* The newest LSN ST_AV_PURGE with the same arguments drops (NULL: none). */
+    [ST_AV_PURGE_MAX] = "SELECT MAX(lsn) FROM avlog WHERE cid = ?1 AND lsn <"
+                        " (SELECT IFNULL(MIN(lsn), ?3) FROM avlog WHERE cid = ?1 AND ts >= ?2)",
     [ST_AV_DELETE_ALL] = "DELETE FROM avlog WHERE cid = ?1",
 };
 

@@ -12,6 +12,7 @@
 #include "common/sf_base.h"
 
 #include "common/sf_json.h"
+#include "common/sf_parse.h"
 #include "emulator/emu_store_int.h"
 
 static const char *const emu_av_names[] = {
@@ -186,15 +187,79 @@ enum sf_rc emu_store_av_log(struct emu_store *s, struct emu_tx *tx, enum emu_av_
     return rc;
 }
 
+static void emu_av_dropped_key(const struct emu_coll *coll, char out[64])
+{
+    (void)snprintf(out, 64, "avdropped:%s", coll->rid);
+}
+
+enum sf_rc emu_store_av_dropped_get(struct emu_store *s, const struct emu_coll *coll,
+                                    int64_t *ret_lsn, struct sf_err *err)
+{
+    char key[64], value[32];
+    int64_t lsn = 0;
+    enum sf_rc rc;
+
+    emu_av_dropped_key(coll, key);
+    rc = emu_store_meta_get(s, key, value, sizeof(value), err);
+    if (rc == SF_ENOTFOUND) {
+        *ret_lsn = 0;
+        return SF_OK;
+    }
+    if (rc == SF_OK && sf_parse_i64(value, 0, INT64_MAX, &lsn) != SF_OK)
+        rc = emu_store_fail(err, SF_EIO, 500, 0, "meta %s is '%s', not an LSN", key, value);
+    if (rc == SF_OK)
+        *ret_lsn = lsn;
+    return rc;
+}
+
+enum sf_rc emu_store_av_dropped_set(struct emu_store *s, const struct emu_coll *coll, int64_t lsn,
+                                    struct sf_err *err)
+{
+    char key[64], value[32];
+    int64_t old = 0;
+    enum sf_rc rc = emu_store_av_dropped_get(s, coll, &old, err);
+
+    if (rc != SF_OK || lsn <= old)
+        return rc;
+    emu_av_dropped_key(coll, key);
+    (void)snprintf(value, sizeof(value), "%lld", (long long)lsn);
+    return emu_store_meta_set(s, key, value, err);
+}
+
+enum sf_rc emu_store_av_dropped_delete(struct emu_store *s, const struct emu_coll *coll,
+                                       struct sf_err *err)
+{
+    char key[64];
+
+    emu_av_dropped_key(coll, key);
+    return emu_store_meta_delete(s, key, err);
+}
+
 enum sf_rc emu_store_av_purge(struct emu_store *s, const struct emu_coll *coll, int64_t now,
                               struct sf_err *err)
 {
-    sqlite3_stmt *st = emu_store_stmt(s, ST_AV_PURGE);
+    sqlite3_stmt *st = emu_store_stmt(s, ST_AV_PURGE_MAX);
+    int64_t newest = -1;
+    enum sf_rc rc;
+    int src;
 
     (void)sqlite3_bind_int64(st, 1, coll->cid);
     (void)sqlite3_bind_int64(st, 2, now - coll->avad_minutes * 60);
     (void)sqlite3_bind_int64(st, 3, INT64_MAX);
-    return emu_store_step_done(s, st, "dropping old change log entries", err);
+    src = sqlite3_step(st);
+    if (src == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        newest = sqlite3_column_int64(st, 0);
+    (void)sqlite3_reset(st);
+    if (src != SQLITE_ROW && src != SQLITE_DONE)
+        return emu_store_sql_fail(s, src, "finding old change log entries", err);
+    if (newest < 0)
+        return SF_OK; /* nothing to drop */
+    st = emu_store_stmt(s, ST_AV_PURGE);
+    (void)sqlite3_bind_int64(st, 1, coll->cid);
+    (void)sqlite3_bind_int64(st, 2, now - coll->avad_minutes * 60);
+    (void)sqlite3_bind_int64(st, 3, INT64_MAX);
+    rc = emu_store_step_done(s, st, "dropping old change log entries", err);
+    return rc == SF_OK ? emu_store_av_dropped_set(s, coll, newest, err) : rc;
 }
 
 static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_ref *c,
@@ -223,6 +288,22 @@ static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_r
                               "\"changeFeedPolicy\":{\"retentionDuration\":<minutes>} to read "
                               "all versions and deletes",
                               coll->id);
+    if (req->start == EMU_CF_AFTER_LSN) {
+        int64_t dropped = 0;
+
+        rc = emu_store_av_dropped_get(s, coll, &dropped, err);
+        if (rc != SF_OK)
+            return rc;
+        /* Azure answers such a continuation 400 too: never skip what was dropped. */
+        if (req->after_lsn < dropped)
+            return emu_store_fail(err, SF_EINVAL, 400, 0,
+                                  "change feed: the continuation \"%lld\" is older than container "
+                                  "'%s' keeps all versions and deletes for (changeFeedPolicy "
+                                  "retention %lld minutes; changes up to LSN %lld are gone): "
+                                  "start from now",
+                                  (long long)req->after_lsn, coll->id,
+                                  (long long)coll->avad_minutes, (long long)dropped);
+    }
     rc = emu_store_scope(coll, req->range_id, req->epk_min, req->epk_max, "change feed", &sc, err);
     if (rc != SF_OK)
         return rc;

@@ -140,6 +140,7 @@ enum emu_stmt {
     ST_AV_EPK,
     ST_AV_PK,
     ST_AV_PURGE,
+    ST_AV_PURGE_MAX,
     ST_AV_DELETE_ALL,
     ST_COUNT
 };
@@ -569,9 +570,27 @@ enum sf_rc emu_store_av_log(struct emu_store *s, struct emu_tx *tx, enum emu_av_
                             const struct emu_pk *key, const char *id, const char *cur,
                             size_t cur_len, const char *prev, size_t prev_len, int64_t prev_lsn,
                             bool ttl_expired, struct sf_err *err);
-/* Drops log entries of coll older than its retention (inside a transaction). */
+/*
+ * Drops log entries of coll older than its retention (inside a transaction)
+ * and raises the container's dropped-LSN mark (emu_store_av_dropped_set) to
+ * the newest one dropped, so a continuation from before it is refused
+ * instead of silently skipping what was dropped.
+ */
 enum sf_rc emu_store_av_purge(struct emu_store *s, const struct emu_coll *coll, int64_t now,
                               struct sf_err *err);
+/*
+ * The dropped-LSN mark: every log entry at or below it is gone. Kept in the
+ * meta table as "avdropped:<collRid>" (read per request, so a rolled-back
+ * purge leaves no trace in memory); 0 when nothing was ever dropped.
+ */
+enum sf_rc emu_store_av_dropped_get(struct emu_store *s, const struct emu_coll *coll,
+                                    int64_t *ret_lsn, struct sf_err *err);
+/* Raises the mark to lsn (inside a transaction); never lowers it. */
+enum sf_rc emu_store_av_dropped_set(struct emu_store *s, const struct emu_coll *coll, int64_t lsn,
+                                    struct sf_err *err);
+/* Deletes the mark with its container (inside a transaction). */
+enum sf_rc emu_store_av_dropped_delete(struct emu_store *s, const struct emu_coll *coll,
+                                       struct sf_err *err);
 
 /* ---- change-feed scope (emu_store_doc.c) ---- */
 

@@ -332,8 +332,8 @@ static void emu_coll_hash_key(const struct emu_coll *coll, char out[64])
 }
 
 /*
- * Deletes a container's documents, ranges, row and pk_hash record inside the
- * open transaction.
+ * Deletes a container's documents, ranges, row, pk_hash record and dropped-LSN
+ * mark inside the open transaction.
  */
 static enum sf_rc emu_coll_delete_rows(struct emu_store *s, const struct emu_coll *coll,
                                        struct sf_err *err)
@@ -359,6 +359,8 @@ static enum sf_rc emu_coll_delete_rows(struct emu_store *s, const struct emu_col
         emu_coll_hash_key(coll, key);
         rc = emu_store_meta_delete(s, key, err);
     }
+    if (rc == SF_OK)
+        rc = emu_store_av_dropped_delete(s, coll, err);
     return rc;
 }
 
@@ -1057,6 +1059,9 @@ static enum sf_rc emu_coll_apply_settings(struct emu_store *s, const struct emu_
         st = emu_store_stmt(s, ST_AV_DELETE_ALL);
         (void)sqlite3_bind_int64(st, 1, coll->cid);
         rc = emu_store_step_done(s, st, "dropping the change log", err);
+        /* Every entry so far is gone: a continuation from before now cannot be served. */
+        if (rc == SF_OK)
+            rc = emu_store_av_dropped_set(s, coll, coll->lsn, err);
     }
     return rc;
 }

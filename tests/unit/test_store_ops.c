@@ -1938,8 +1938,17 @@ START_TEST(test_avad_ttl_and_retention)
     struct emu_cf_result res;
     json_t *page, *md;
     int64_t t0 = fake_clock = 6000000, start;
+    char dir[64], path[128];
+    struct sf_err err;
 
-    s = setup(1, ",\"defaultTtl\":5,\"changeFeedPolicy\":{\"retentionDuration\":2}", &c);
+    /* On a file: the dropped-LSN mark must survive a restart. */
+    stt_mk_dir(dir, path, "test_store_ops");
+    s = open_opts(path, 1, 0, 0);
+    mkdb(s, "db");
+    ck_assert_int_eq(
+        mkcoll_rc(s, "c", ",\"defaultTtl\":5,\"changeFeedPolicy\":{\"retentionDuration\":2}", &err),
+        SF_OK);
+    c = ref(s, "c");
     q.start = EMU_CF_NOW;
     page = feed(s, &c, &q, true, &res);
     start = res.continuation;
@@ -1956,13 +1965,34 @@ START_TEST(test_avad_ttl_and_retention)
     ck_assert(json_is_true(json_object_get(md, "timeToLiveExpired")));
     ck_assert_str_eq(sval(json_object_get(item(page, 1), "previous"), "id"), "a");
     json_decref(page);
-    /* Past the retention (2 minutes) the sweep drops the entries. */
+    /*
+     * Past the retention (2 minutes) the sweep drops the entries: a continuation
+     * from before them is 400 (as on Azure), never a silent skip; after a restart
+     * too; one at the newest dropped LSN or later is served.
+     */
     fake_clock = t0 + 6 + 121;
     ck_assert_int_eq(sweep(s, 0), 0);
-    page = feed(s, &c, &q, true, &res);
-    ck_assert_int_eq(res.count, 0);
-    json_decref(page);
+    {
+        int64_t dropped = start + 2; /* the create and the expiry */
+
+        ck_assert_int_eq(feed_err(s, &c, &q, true, &err), SF_EINVAL);
+        ck_assert_int_eq(err.http_status, 400);
+        ck_assert_ptr_nonnull(strstr(err.msg, "older than"));
+        emu_store_free(s);
+        s = open_opts(path, 1, 0, 0);
+        c = ref(s, "c");
+        ck_assert_int_eq(feed_err(s, &c, &q, true, &err), SF_EINVAL);
+        q.after_lsn = dropped;
+        page = feed(s, &c, &q, true, &res);
+        ck_assert_int_eq(res.count, 0);
+        json_decref(page);
+        put(s, &c, "{\"id\":\"b\",\"pk\":\"p\"}");
+        page = feed(s, &c, &q, true, &res);
+        ck_assert_int_eq(res.count, 1);
+        json_decref(page);
+    }
     emu_store_free(s);
+    stt_rm_dir(dir, path);
 }
 END_TEST
 
