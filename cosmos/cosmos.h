@@ -768,6 +768,15 @@ struct cosmos_cf_req {
     time_t start_time;        /* COSMOS_CF_TIME */
     const char *continuation; /* COSMOS_CF_CONTINUATION: a page's continuation */
     int max_items;            /* page size hint; 0 = service default */
+    /*
+     * The "all versions and deletes" mode (A-IM: Full-Fidelity Feed, wire
+     * format 2021-09-15; docs/azure-avad.md): items are {current, previous,
+     * metadata{lsn, crts, operationType, timeToLiveExpired, ...}}, every version
+     * and every delete and TTL expiry. Starts only COSMOS_CF_NOW or from a
+     * continuation of this mode (SF_EINVAL otherwise, before any request); a
+     * continuation older than the container's retention is the service's 400.
+     */
+    bool all_versions;
 };
 
 struct cosmos_cf_page {
@@ -776,7 +785,7 @@ struct cosmos_cf_page {
     bool not_modified;                  /* 304: nothing new since the cursor */
     char continuation[COSMOS_ETAG_MAX]; /* cursor for the next read (the response etag) */
     int64_t latest_lsn; /* the range's latest LSN from the session token, -1 unknown */
-    int64_t max_lsn;    /* highest _lsn among items, -1 when none */
+    int64_t max_lsn;    /* highest _lsn (all versions: metadata.lsn) among items, -1 when none */
     double request_charge;
     char activity_id[40];
 };

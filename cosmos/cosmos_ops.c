@@ -1018,8 +1018,18 @@ static enum sf_rc cosmos_cf_resolve_range(struct cosmos_client *cli, const char 
 static enum sf_rc cosmos_cf_headers(struct cosmos_req *req, const struct cosmos_cf_req *q,
                                     const char *range_id, struct sf_err *err)
 {
-    enum sf_rc rc = cosmos_req_header(req, "A-IM", "Incremental Feed", err);
+    enum sf_rc rc;
     char buf[32];
+
+    if (q->all_versions && q->start != COSMOS_CF_NOW && q->start != COSMOS_CF_CONTINUATION)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "change feed: all versions and deletes starts only from now or from a "
+                          "continuation (the service answers 400 to a beginning or a time)");
+    rc = cosmos_req_header(req, "A-IM", q->all_versions ? "Full-Fidelity Feed" : "Incremental Feed",
+                           err);
+    if (rc == SF_OK && q->all_versions)
+        rc =
+            cosmos_req_header(req, "x-ms-cosmos-changefeed-wire-format-version", "2021-09-15", err);
 
     if (rc == SF_OK && range_id != NULL)
         rc = cosmos_req_header(req, "x-ms-documentdb-partitionkeyrangeid", range_id, err);

@@ -462,6 +462,9 @@ enum sf_rc cosmos_cf_page_parse(const struct cosmos_response *resp, const char *
     {
         json_t *lsn = json_object_get(item, "_lsn");
 
+        /* An all-versions entry carries its LSN in its metadata. */
+        if (lsn == NULL && json_is_object(json_object_get(item, "metadata")))
+            lsn = json_object_get(json_object_get(item, "metadata"), "lsn");
         if (!json_is_object(item)) {
             rc = sf_err_set(err, SF_EPROTO, false, "change feed: item %zu is not an object", i);
             goto out;

@@ -737,6 +737,87 @@ START_TEST(test_changefeed)
 }
 END_TEST
 
+/* Creates container id on /pk with a changeFeedPolicy retention (the client's def has none). */
+static void create_avad_container(const char *id)
+{
+    const char *segs[] = {"dbs", DB, "colls"};
+    struct cosmos_response resp;
+    struct cosmos_req req;
+    struct sf_err err;
+    char body[256];
+
+    (void)snprintf(body, sizeof(body),
+                   "{\"id\":\"%s\",\"partitionKey\":{\"paths\":[\"/pk\"],\"kind\":\"Hash\","
+                   "\"version\":2},\"changeFeedPolicy\":{\"retentionDuration\":10}}",
+                   id);
+    cosmos_req_init(&req);
+    cosmos_response_init(&resp, 0);
+    ck_assert_int_eq(cosmos_req_target(&req, "POST", segs, 3, &err), SF_OK);
+    ck_assert_int_eq(cosmos_req_common(cli, &req, &err), SF_OK);
+    req.cls = COSMOS_OP_WRITE;
+    req.guarded = true;
+    req.body = body;
+    req.body_len = strlen(body);
+    ck_assert_msg(cosmos_exec(cli, &req, &resp, &err) == SF_OK, "create: %s", err.msg);
+    cosmos_response_release(&resp);
+    cosmos_req_release(&req);
+}
+
+/*
+ * The all-versions mode (issue 27): from now, a create, a replace and a delete
+ * come back as three entries in LSN order with max_lsn from their metadata;
+ * a beginning start is refused before any request; the next page from the
+ * continuation is idle.
+ */
+START_TEST(test_changefeed_all_versions)
+{
+    struct cosmos_cf_page page;
+    struct cosmos_cf_req q;
+    struct sf_err err;
+    char avcoll[sizeof(coll) + 8], body[256], cont[COSMOS_ETAG_MAX];
+    static const char *ops[] = {"create", "replace", "delete"};
+    int64_t prev = -1;
+
+    (void)snprintf(avcoll, sizeof(avcoll), "%s-av", coll);
+    create_avad_container(avcoll);
+    cosmos_cf_page_init(&page);
+    memset(&q, 0, sizeof(q));
+    q.range_id = "0";
+    q.all_versions = true;
+    q.start = COSMOS_CF_BEGINNING;
+    ck_assert_int_eq(cosmos_changefeed_read(cli, DB, avcoll, &q, &page, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "only from now"));
+    q.start = COSMOS_CF_NOW;
+    ck_assert_msg(cosmos_changefeed_read(cli, DB, avcoll, &q, &page, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(page.count, 0);
+    (void)snprintf(cont, sizeof(cont), "%s", page.continuation);
+
+    doc_json(body, sizeof(body), "x", "k", 1);
+    ck_assert_int_eq(cosmos_doc_create(cli, DB, avcoll, "[\"k\"]", body, NULL, NULL, &err), SF_OK);
+    doc_json(body, sizeof(body), "x", "k", 2);
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, avcoll, "[\"k\"]", body, NULL, NULL, &err), SF_OK);
+    ck_assert_int_eq(cosmos_doc_delete(cli, DB, avcoll, "x", "[\"k\"]", NULL, NULL, &err), SF_OK);
+
+    q.start = COSMOS_CF_CONTINUATION;
+    q.continuation = cont;
+    ck_assert_msg(cosmos_changefeed_read(cli, DB, avcoll, &q, &page, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(page.count, 3);
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *e = json_array_get(page.items, i), *md = json_object_get(e, "metadata");
+
+        ck_assert_str_eq(sf_json_str(md, "operationType"), ops[i]);
+        ck_assert_int_gt(json_integer_value(json_object_get(md, "lsn")), prev);
+        prev = json_integer_value(json_object_get(md, "lsn"));
+    }
+    ck_assert_ptr_null(json_object_get(json_array_get(page.items, 2), "current"));
+    ck_assert_int_eq(page.max_lsn, prev);
+    (void)snprintf(cont, sizeof(cont), "%s", page.continuation);
+    ck_assert_msg(cosmos_changefeed_read(cli, DB, avcoll, &q, &page, &err) == SF_OK, "%s", err.msg);
+    ck_assert(page.not_modified);
+    cosmos_cf_page_release(&page);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * Faults
  */
@@ -1194,8 +1275,8 @@ static Suite *integration_suite(int pass)
                   (const TTest *[]){test_account_and_metadata, test_bad_key,
                                     test_document_lifecycle, test_awkward_ids_and_keys, test_patch,
                                     test_batch, test_query, test_query_cross_partition,
-                                    test_changefeed, test_offer_read_sets_each_ranges_budget,
-                                    NULL});
+                                    test_changefeed, test_changefeed_all_versions,
+                                    test_offer_read_sets_each_ranges_budget, NULL});
     sf_check_case(s, "faults", setup, teardown, 60,
                   (const TTest *[]){test_fault_throttle_honoured, test_fault_throttle_budget,
                                     test_injected_429s_teach_no_rate,
