@@ -194,6 +194,19 @@ struct feed_options {
     int64_t start_lsn;     /* FEED_START_LSN: the first _lsn delivered (>= 1) */
     const char *range;     /* bootstrap only this partition key range's lease; NULL: all */
     const char *pk_json;   /* bootstrap one lease "pk-<EPK>" reading only this logical partition */
+    /*
+     * Read the "all versions and deletes" mode (docs/azure-avad.md): every
+     * create, replace, delete and TTL expiry, each item being the entry
+     * {current, previous, metadata{lsn, crts, operationType, timeToLiveExpired,
+     * id, partitionKey}} (feed_item_lsn is metadata.lsn, the key comes from
+     * the image that exists). Starts only FEED_START_NOW (the service keeps no
+     * history before); leases record the mode and a processor refuses leases
+     * of the other one (feed_processor_start: SF_EINVAL naming the prefix).
+     * A saved continuation older than the container's retention is refused by
+     * the service (400): the range reports the error (FEED_EV_READ_ERROR) and
+     * stays where it is, never skipping what was dropped.
+     */
+    bool all_versions;
 };
 
 /*

@@ -14,12 +14,14 @@
 #include "feed/feed.h"
 
 /* The .NET lease layout's constant fields. */
-#define FEED_LEASE_MODE     "Incremental Feed"
-#define FEED_LEASE_INFO     ".info"
-#define FEED_LEASE_LOCK     ".lock"
-#define FEED_LEASE_SEP      ".."
-#define FEED_CAS_RETRIES    5       /* re-reads after a 412 before giving up */
-#define FEED_TRACK_HARD_MAX 1000000 /* pending items per range, whatever the page sizes */
+#define FEED_LEASE_MODE "Incremental Feed"
+/* The lease "Mode" of an all-versions-and-deletes lease (the mode's A-IM value, like the other). */
+#define FEED_LEASE_MODE_AVAD "Full-Fidelity Feed"
+#define FEED_LEASE_INFO      ".info"
+#define FEED_LEASE_LOCK      ".lock"
+#define FEED_LEASE_SEP       ".."
+#define FEED_CAS_RETRIES     5       /* re-reads after a 412 before giving up */
+#define FEED_TRACK_HARD_MAX  1000000 /* pending items per range, whatever the page sizes */
 
 /* ---------------------------------------------------------------------------
  * Lease documents (feed_lease.c)
@@ -46,6 +48,13 @@ struct feed_lease {
      * a split of a merged range: PROTOCOL.md section 10, docs/architecture.md).
      */
     int version;
+    /*
+     * "Mode": its continuation is of the all-versions-and-deletes feed
+     * (FEED_LEASE_MODE_AVAD) rather than the latest-version one. The two kinds
+     * of continuation are not interchangeable: a processor refuses leases of the
+     * other mode (feed_processor_start).
+     */
+    bool all_versions;
     char etag[COSMOS_ETAG_MAX];
     json_t *doc; /* the document as stored, unknown fields kept (owned, may be NULL) */
 };
@@ -157,6 +166,7 @@ struct feed_bootstrap {
     int64_t start_lsn;   /* FEED_START_LSN */
     const char *range;   /* only this range's lease, NULL all */
     const char *pk_json; /* one lease for this logical partition instead of the ranges */
+    bool all_versions;   /* leases of the all-versions-and-deletes mode ("now" resolved in it) */
 };
 
 /*
@@ -479,5 +489,21 @@ void feed_reader_lost(struct feed_reader *r, const struct sf_err *err);
 void feed_mut_release(struct feed_lease *l, void *ctx);
 /* Static name of a state. */
 const char *feed_reader_state_name(enum feed_reader_state s);
+
+/* ---------------------------------------------------------------------------
+ * Entries of either mode (feed_avad.c)
+ */
+
+/* An item's LSN: _lsn, or an all-versions entry's metadata.lsn; -1 when missing. */
+int64_t feed_entry_lsn(const json_t *doc, bool all_versions);
+/* Its time in epoch seconds: _ts, or metadata.crts; -1 when missing. */
+int64_t feed_entry_ts(const json_t *doc, bool all_versions);
+/*
+ * Its partition key as feed_pk_json writes it: from the item, or from an
+ * all-versions entry's current image, else its previous one (a delete), else
+ * metadata.partitionKey. [{}] levels where none has the field.
+ */
+enum sf_rc feed_entry_pk_json(const json_t *doc, bool all_versions, char paths[][256],
+                              size_t n_paths, struct sf_buf *out);
 
 #endif

@@ -122,6 +122,8 @@ enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf
         goto fail;
     }
     l.version = int_field(doc, "version", 0) == 1 ? 1 : 0;
+    s = sf_json_str(doc, "Mode");
+    l.all_versions = s != NULL && strcmp(s, FEED_LEASE_MODE_AVAD) == 0;
     range = json_object_get(json_object_get(doc, "FeedRange"), "Range");
     if (range != NULL) {
         if ((rc = str_field(range, "min", false, l.min, sizeof(l.min), err)) != SF_OK ||
@@ -189,7 +191,8 @@ json_t *feed_lease_to_json(const struct feed_lease *l)
          set_new(doc, "Owner", l->owner[0] ? json_string(l->owner) : json_null()) &&
          set_new(doc, "ContinuationToken", l->cont[0] ? json_string(l->cont) : json_null()) &&
          set_new(doc, "timestamp", json_string(ts)) &&
-         set_new(doc, "Mode", json_string(FEED_LEASE_MODE)) &&
+         set_new(doc, "Mode",
+                 json_string(l->all_versions ? FEED_LEASE_MODE_AVAD : FEED_LEASE_MODE)) &&
          set_new(doc, "epoch", json_integer(l->epoch));
     if (ok && l->ckpt_lsn >= 0)
         ok = set_new(props, "lsn", json_integer(l->ckpt_lsn));
@@ -640,7 +643,8 @@ static enum sf_rc now_position(const struct feed_bootstrap *b, const char *token
     struct cosmos_cf_req q = {.range_id = b->pk_json ? NULL : token,
                               .pk_json = b->pk_json,
                               .start = COSMOS_CF_NOW,
-                              .max_items = 1};
+                              .max_items = 1,
+                              .all_versions = b->all_versions};
     int64_t v = -1;
     enum sf_rc rc = cosmos_changefeed_read(b->cli, b->db, b->coll, &q, page, err);
 
@@ -676,6 +680,7 @@ static enum sf_rc bootstrap_range(struct feed_store *st, const struct feed_boots
     }
     (void)snprintf(l.min, sizeof(l.min), "%s", min);
     (void)snprintf(l.max, sizeof(l.max), "%s", max);
+    l.all_versions = b->all_versions;
     /* Resolve "now" once, here: a later reader resolving it again would skip items. */
     if (b->start == FEED_START_NOW || b->stop.kind == FEED_STOP_NOW) {
         rc = now_position(b, token, &page, &now_lsn, err);

@@ -209,6 +209,7 @@ enum sf_rc feed_merge_handover(struct feed_processor *p, const struct feed_lease
     (void)snprintf(merged.max, sizeof(merged.max), "%s", m->max);
     (void)snprintf(merged.owner, sizeof(merged.owner), "%s", p->instance);
     (void)snprintf(merged.cont, sizeof(merged.cont), "%s", mine->cont);
+    merged.all_versions = mine->all_versions; /* the continuation keeps its mode */
     merged.epoch = epoch + 1;
     merged.ckpt_lsn = mine->ckpt_lsn;
     merged.ckpt_ts = mine->ckpt_ts;

@@ -162,6 +162,11 @@ static enum sf_rc check_options(const struct feed_options *o, struct sf_err *err
     if (o->pk_json != NULL && (o->range != NULL || o->pk_json[0] != '['))
         return sf_err_set(err, SF_EINVAL, false,
                           "feed: pk_json must be a JSON array and excludes range");
+    if (o->all_versions && (o->start != FEED_START_NOW || o->stop.kind != FEED_STOP_NONE))
+        return sf_err_set(err, SF_EINVAL, false,
+                          "feed: all versions and deletes starts only from now (or the leases' "
+                          "saved continuations) and runs unbounded: the service keeps no history "
+                          "before it was asked for");
     d = *o;
     apply_defaults(&d);
     if (d.renew_ms * 2 > d.lease_expiry_ms)
@@ -842,6 +847,29 @@ static void *manager_main(void *arg)
  * Start and stop
  */
 
+/*
+ * Refuses a lease prefix whose leases hold continuations of the other feed
+ * mode: read in this mode they would be misread (docs/azure-avad.md).
+ */
+static enum sf_rc check_lease_mode(struct feed_processor *p, struct sf_err *err)
+{
+    struct feed_lease *leases = NULL;
+    size_t n = 0;
+    enum sf_rc rc = feed_store_list(&p->store, &leases, &n, err);
+
+    for (size_t i = 0; rc == SF_OK && i < n; i++)
+        if (leases[i].all_versions != p->o.all_versions)
+            rc = sf_err_set(err, SF_EINVAL, false,
+                            "feed: lease %s under prefix '%s' holds a continuation of the %s "
+                            "change feed, but this processor reads %s; the two are not "
+                            "interchangeable: use another lease prefix",
+                            leases[i].id, p->store.prefix,
+                            leases[i].all_versions ? "all-versions-and-deletes" : "latest-version",
+                            p->o.all_versions ? "all versions and deletes" : "latest versions");
+    feed_store_list_free(leases, n);
+    return rc;
+}
+
 enum sf_rc feed_processor_start(struct feed_processor *p, struct sf_err *err)
 {
     struct cosmos_container_info info;
@@ -855,6 +883,7 @@ enum sf_rc feed_processor_start(struct feed_processor *p, struct sf_err *err)
                                .start_lsn = p->o.start_lsn,
                                .range = p->o.range,
                                .pk_json = p->o.pk_json,
+                               .all_versions = p->o.all_versions,
                                .instance = p->instance,
                                .lock_stale_ms = p->o.lock_stale_ms,
                                .wait_ms = p->o.lock_stale_ms + 10000};
@@ -890,6 +919,9 @@ enum sf_rc feed_processor_start(struct feed_processor *p, struct sf_err *err)
         sf_err_prefix(err, "feed: bootstrapping leases: ");
         return rc;
     }
+    rc = check_lease_mode(p, err);
+    if (rc != SF_OK)
+        return rc;
     pthread_mutex_lock(&p->mu);
     p->stopping = false;
     p->running = true;

@@ -287,13 +287,6 @@ static bool drain_acks(struct feed_reader *r, int64_t deadline_mono, bool stop_t
  * Delivery
  */
 
-static int64_t item_int(const json_t *doc, const char *key)
-{
-    const json_t *v = json_object_get(doc, key);
-
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
-}
-
 /*
  * Registers every item of the page with the tracker, then hands them to the
  * consumer in order. Items are registered first so an ack arriving while
@@ -322,6 +315,7 @@ static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, st
 {
     struct feed_processor *p = r->p;
     struct feed_item **its = calloc(page->count, sizeof(*its));
+    bool av = p->o.all_versions; /* entries {current, previous, metadata} (feed_avad.c) */
     struct sf_buf pk;
     int64_t prev_lsn = -1, newest = -1;
     size_t n = 0, i;
@@ -335,12 +329,12 @@ static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, st
         struct feed_item *it = NULL;
 
         /* Items are in _lsn order: the first one past the bound ends the range's window. */
-        if (past_bound(r, SF_MAX(item_int(doc, "_lsn"), prev_lsn), item_int(doc, "_ts"))) {
+        if (past_bound(r, SF_MAX(feed_entry_lsn(doc, av), prev_lsn), feed_entry_ts(doc, av))) {
             r->past_bound = true;
             break;
         }
         sf_buf_reset(&pk);
-        if (feed_pk_json(doc, p->pk_paths, p->n_pk_paths, &pk) != SF_OK ||
+        if (feed_entry_pk_json(doc, av, p->pk_paths, p->n_pk_paths, &pk) != SF_OK ||
             (it = malloc(sizeof(*it) + pk.len + 1)) == NULL) {
             rc = sf_err_set(err, SF_ENOMEM, true, "out of memory delivering an item");
             goto out;
@@ -349,11 +343,11 @@ static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, st
         it->seq = 0;
         it->r = r;
         it->doc = json_incref((json_t *)doc);
-        it->lsn = item_int(doc, "_lsn");
+        it->lsn = feed_entry_lsn(doc, av);
         if (it->lsn < prev_lsn)
             it->lsn = prev_lsn; /* never go backwards, whatever the server says */
         prev_lsn = it->lsn;
-        it->ts = item_int(doc, "_ts");
+        it->ts = feed_entry_ts(doc, av);
         newest = SF_MAX(newest, it->ts);
         its[n] = it;
     }
@@ -443,6 +437,7 @@ static enum sf_rc create_child(struct feed_reader *r, const struct feed_lease *p
     (void)snprintf(l.max, sizeof(l.max), "%s", max);
     (void)snprintf(l.owner, sizeof(l.owner), "%s", p->instance);
     (void)snprintf(l.cont, sizeof(l.cont), "%s", parent->cont);
+    l.all_versions = parent->all_versions; /* the continuation keeps its mode */
     l.epoch = parent->epoch + 1;
     l.ckpt_lsn = parent->ckpt_lsn;
     l.ckpt_ts = parent->ckpt_ts;
@@ -899,7 +894,8 @@ static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t star
 {
     struct feed_processor *p = r->p;
     struct cosmos_cf_req q = {.range_id = r->token,
-                              .max_items = r->ask > 0 ? r->ask : p->o.max_items};
+                              .max_items = r->ask > 0 ? r->ask : p->o.max_items,
+                              .all_versions = p->o.all_versions};
     char min[sizeof(r->lease.min)], max[sizeof(r->lease.max)];
     enum sf_rc rc;
 

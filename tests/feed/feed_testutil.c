@@ -47,6 +47,40 @@ void ft_container(struct cosmos_client *cli, const char *db, const char *coll, c
         die("container", &err);
 }
 
+void ft_container_avad(struct cosmos_client *cli, const char *db, const char *coll,
+                       const char *pk_path, int ttl)
+{
+    const char *segs[] = {"dbs", db, "colls"};
+    struct cosmos_response resp;
+    struct cosmos_req req;
+    struct sf_err err;
+    json_t *body = json_pack("{s:s, s:{s:[s], s:s, s:i}, s:{s:i}}", "id", coll, "partitionKey",
+                             "paths", pk_path, "kind", "Hash", "version", 2, "changeFeedPolicy",
+                             "retentionDuration", 10);
+    char *text;
+
+    if (body == NULL || (ttl != 0 && json_object_set_new(body, "defaultTtl", json_integer(ttl))))
+        die("container body", NULL);
+    text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (text == NULL || cosmos_db_create_if_missing(cli, db, NULL, NULL, &err) != SF_OK)
+        die("database", &err);
+    cosmos_req_init(&req);
+    cosmos_response_init(&resp, 0);
+    if (cosmos_req_target(&req, "POST", segs, 3, &err) != SF_OK ||
+        cosmos_req_common(cli, &req, &err) != SF_OK)
+        die("container request", &err);
+    req.cls = COSMOS_OP_WRITE;
+    req.guarded = true;
+    req.body = text;
+    req.body_len = strlen(text);
+    if (cosmos_exec(cli, &req, &resp, &err) != SF_OK)
+        die("container", &err);
+    cosmos_response_release(&resp);
+    cosmos_req_release(&req);
+    free(text);
+}
+
 enum sf_rc ft_admin(struct cosmos_client *cli, const char *method, const char *what,
                     const char *body, struct cosmos_response *resp, struct sf_err *err)
 {

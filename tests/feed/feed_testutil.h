@@ -24,6 +24,14 @@ struct cosmos_client *ft_client(const char *endpoint, const char *key);
 void ft_container(struct cosmos_client *cli, const char *db, const char *coll, const char *pk_path);
 
 /*
+ * Creates container coll (on pk_path) keeping all versions and deletes
+ * (changeFeedPolicy retention 10 minutes), defaultTtl ttl when not 0; aborts
+ * on failure, also when it exists.
+ */
+void ft_container_avad(struct cosmos_client *cli, const char *db, const char *coll,
+                       const char *pk_path, int ttl);
+
+/*
  * Signed admin request: method on /_admin/<what> with an optional JSON body.
  * resp (may be NULL) gets the answer.
  */

@@ -1731,6 +1731,141 @@ START_TEST(hierarchical_source_delivers_full_keys)
 }
 END_TEST
 
+/* What a consumer saw of an all-versions feed: each entry's op per item, in order. */
+struct av_seen {
+    pthread_mutex_t mu;
+    char ops[16][8]; /* per item i<n>: the sequence of 'c', 'r', 'd' (expiry: 'x') */
+    int64_t last_lsn[16];
+    int bad, order_errors, total;
+};
+
+static void consume_av(void *ctx, struct feed_item *it)
+{
+    struct av_seen *h = ctx;
+    const json_t *md = json_object_get(feed_item_doc(it), "metadata");
+    const char *op = sf_json_str(md, "operationType"), *id = sf_json_str(md, "id");
+    int64_t n = -1;
+
+    char want_pk[32];
+
+    if (id != NULL && id[0] == 'i' && sf_parse_i64(id + 1, 0, 15, &n) != SF_OK)
+        n = -1;
+    pthread_mutex_lock(&h->mu);
+    (void)snprintf(want_pk, sizeof(want_pk), "[\"k%lld\"]", (long long)n);
+    if (op == NULL || n < 0 || n >= 16 || strlen(h->ops[n]) >= sizeof(h->ops[n]) - 1 ||
+        feed_item_lsn(it) != json_integer_value(json_object_get(md, "lsn")) ||
+        strcmp(feed_item_pk(it), want_pk) != 0) {
+        h->bad++;
+    } else {
+        char c = strcmp(op, "create") == 0                                ? 'c'
+                 : strcmp(op, "replace") == 0                             ? 'r'
+                 : json_is_true(json_object_get(md, "timeToLiveExpired")) ? 'x'
+                                                                          : 'd';
+
+        h->ops[n][strlen(h->ops[n])] = c;
+        if (feed_item_lsn(it) <= h->last_lsn[n])
+            h->order_errors++;
+        h->last_lsn[n] = feed_item_lsn(it);
+        h->total++;
+    }
+    pthread_mutex_unlock(&h->mu);
+    feed_item_ack(it);
+}
+
+static bool av_total_pred(void *ctx)
+{
+    struct av_seen *h = ctx;
+    bool done;
+
+    pthread_mutex_lock(&h->mu);
+    done = h->total >= 30;
+    pthread_mutex_unlock(&h->mu);
+    return done;
+}
+
+/*
+ * The all-versions-and-deletes mode (issue 27): started now, every create,
+ * replace and delete of each item once and in LSN order, its key from the
+ * image that exists (a delete's previous one), across a restart from the
+ * leases' saved continuations (marked "Full-Fidelity Feed"); a beginning
+ * start is refused, and so is a latest-version processor on the same leases.
+ */
+START_TEST(all_versions_delivers_every_change_once)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct feed_lease *leases = NULL;
+    struct feed_store st = {.cli = cli};
+    struct av_seen h;
+    struct sf_err err;
+    char acoll[80];
+    size_t n = 0;
+
+    memset(&h, 0, sizeof(h));
+    pthread_mutex_init(&h.mu, NULL);
+    (void)snprintf(acoll, sizeof(acoll), "%s-av", coll);
+    ft_container_avad(cli, DB, acoll, "/pk", 0);
+    ft_feed_options(&o, DB, acoll, prefix, "solo");
+    o.consume = consume_av;
+    o.consume_ctx = &h;
+    o.max_items = 4;
+    o.all_versions = true;
+    ck_assert_int_eq(feed_processor_new(cli, cli, &o, &p, &err), SF_EINVAL); /* beginning */
+    ck_assert_ptr_nonnull(strstr(err.msg, "only from now"));
+    o.start = FEED_START_NOW;
+    p = start(&o, &err);
+    for (int i = 0; i < 10; i++) {
+        char id[16], pk[16], pkj[32], body[96];
+
+        (void)snprintf(id, sizeof(id), "i%d", i);
+        (void)snprintf(pk, sizeof(pk), "k%d", i);
+        (void)snprintf(pkj, sizeof(pkj), "[\"k%d\"]", i);
+        (void)snprintf(body, sizeof(body), "{\"id\":\"i%d\",\"pk\":\"k%d\",\"n\":2}", i, i);
+        ft_put(cli, DB, acoll, id, pk, 1);
+        ck_assert_int_eq(cosmos_doc_upsert(cli, DB, acoll, pkj, body, NULL, NULL, &err), SF_OK);
+        if (i == 5) { /* a restart in the middle: the rest comes from the saved continuations */
+            ck_assert(ft_wait_until(settled_pred, p, 10000));
+            feed_processor_free(p);
+            p = start(&o, &err);
+        }
+    }
+    for (int i = 0; i < 10; i++) {
+        char id[16], pk[32];
+
+        (void)snprintf(id, sizeof(id), "i%d", i);
+        (void)snprintf(pk, sizeof(pk), "[\"k%d\"]", i);
+        ck_assert_int_eq(cosmos_doc_delete(cli, DB, acoll, id, pk, NULL, NULL, &err), SF_OK);
+    }
+    ck_assert(ft_wait_until(av_total_pred, &h, 30000));
+    ck_assert(ft_wait_until(settled_pred, p, 10000));
+    feed_processor_free(p);
+    pthread_mutex_lock(&h.mu);
+    ck_assert_int_eq(h.bad, 0);
+    ck_assert_int_eq(h.order_errors, 0);
+    for (int i = 0; i < 10; i++)
+        ck_assert_msg(strcmp(h.ops[i], "crd") == 0, "item %d saw '%s'", i, h.ops[i]);
+    pthread_mutex_unlock(&h.mu);
+    pthread_mutex_destroy(&h.mu);
+
+    /* The leases say which mode their continuation is; the other mode is refused. */
+    (void)snprintf(st.db, sizeof(st.db), "%s", DB);
+    (void)snprintf(st.coll, sizeof(st.coll), "leases");
+    (void)snprintf(st.prefix, sizeof(st.prefix), "%s", prefix);
+    ck_assert_int_eq(feed_store_list(&st, &leases, &n, &err), SF_OK);
+    ck_assert_uint_gt(n, 0);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(leases[i].all_versions);
+        ck_assert_str_eq(sf_json_str(leases[i].doc, "Mode"), "Full-Fidelity Feed");
+    }
+    feed_store_list_free(leases, n);
+    o.all_versions = false;
+    ck_assert_int_eq(feed_processor_new(cli, cli, &o, &p, &err), SF_OK);
+    ck_assert_int_eq(feed_processor_start(p, &err), SF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not interchangeable"));
+    feed_processor_free(p);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
@@ -1738,6 +1873,7 @@ static Suite *suite(void)
     sf_check_case(s, "proc", setup, teardown, 90,
                   (const TTest *[]){drain_several_ranges,
                                     hierarchical_source_delivers_full_keys,
+                                    all_versions_delivers_every_change_once,
                                     range_share_bounds_each_ranges_unacked_items,
                                     merge_during_run_continues_parents_by_epk,
                                     merge_handover_with_a_stolen_leftmost_lease_changes_nothing,
