@@ -60,6 +60,7 @@ struct sf_connguard_conn {
     int fd;
     _Atomic uint_fast64_t state;
     int64_t shed_us; /* when the guard shed it (the table's lock) */
+    bool soft;       /* let go while idle: the socket left alone (the table's lock) */
     bool forced;     /* shut down both ways since (the table's lock) */
 };
 
@@ -98,7 +99,10 @@ static bool conn_shut(struct sf_connguard *g, struct sf_connguard_conn *c, uint_
 {
     if (!atomic_compare_exchange_strong(&c->state, &seen, seen | ST_CLOSED))
         return false;
-    (void)shutdown(c->fd, SHUT_RD);
+    /* Idle: let go softly (sf_connguard.h). */
+    c->soft = st_phase(seen) == PHASE_IDLE;
+    if (!c->soft)
+        (void)shutdown(c->fd, SHUT_RD);
     c->shed_us = sf_mono_us();
     g->live--;
     return true;
@@ -120,9 +124,8 @@ pick_victim(struct sf_connguard *g, const struct sf_connguard_conn *keep, uint_f
     struct sf_connguard_conn *best = NULL;
     uint_fast64_t best_st = 0;
     int64_t now = sf_mono_us();
-    int64_t waited =
-        now - (int64_t)SF_MIN(SF_CONNGUARD_WAIT_GRACE_MS, g->o.request_timeout_s * 1000) * 1000;
-    int64_t idled = now - (int64_t)SF_CONNGUARD_IDLE_GRACE_MS * 1000;
+    int64_t waited = now - (int64_t)g->o.wait_grace_ms * 1000;
+    int64_t idled = now - (int64_t)g->o.idle_grace_ms * 1000;
 
     for (struct sf_connguard_conn *c = g->head; c; c = c->next) {
         uint_fast64_t st = atomic_load(&c->state);
@@ -147,12 +150,16 @@ pick_victim(struct sf_connguard *g, const struct sf_connguard_conn *keep, uint_f
  * Lock held. A shed connection the server has still not closed a whole
  * deadline later, and that is not answering a request: its client keeps
  * sending without completing one, so end-of-file never comes. Shut it down
- * both ways.
+ * both ways. One let go softly is left to the idle timeout while idle, and
+ * cut only when a request it began misses its deadline.
  */
 static void conn_force(struct sf_connguard *g, struct sf_connguard_conn *c, uint_fast64_t st,
                        int64_t limit)
 {
-    if (c->forced || st_phase(st) == PHASE_BUSY || c->shed_us > limit)
+    if (c->forced || st_phase(st) == PHASE_BUSY)
+        return;
+    if (c->soft ? st_phase(st) != PHASE_WAITING || st_since(st) > limit || has_unread(c->fd)
+                : c->shed_us > limit)
         return;
     (void)shutdown(c->fd, SHUT_RDWR);
     c->forced = true;
@@ -226,6 +233,10 @@ enum sf_rc sf_connguard_new(const struct sf_connguard_opts *opts, struct sf_conn
     if (!g)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     g->o = *opts;
+    if (g->o.wait_grace_ms <= 0)
+        g->o.wait_grace_ms = SF_MIN(SF_CONNGUARD_WAIT_GRACE_MS, g->o.request_timeout_s * 1000);
+    if (g->o.idle_grace_ms <= 0)
+        g->o.idle_grace_ms = SF_CONNGUARD_IDLE_GRACE_MS;
     pthread_mutex_init(&g->lock, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

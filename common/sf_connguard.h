@@ -70,6 +70,8 @@ struct sf_connguard_opts {
     int max_connections;   /* the connection limit the server enforces (> 0) */
     int reserved;          /* slots kept free for clients that make progress (0..max-1) */
     int request_timeout_s; /* deadline for a complete request (> 0) */
+    int wait_grace_ms;     /* 0 = SF_CONNGUARD_WAIT_GRACE_MS (capped by the deadline) */
+    int idle_grace_ms;     /* 0 = SF_CONNGUARD_IDLE_GRACE_MS */
     /* Called about once a second from the guard's thread, without its lock
      * (for a server's interval log line), with the guard (maybe before
      * sf_connguard_new has returned it); NULL = none. */
