@@ -26,10 +26,10 @@ struct emu_http;
 
 /*
  * Connections when --max-connections is not given. Measured with
- * bench/cosmolite_conns (Release, docs/benchmarks.md): about 60 KiB resident
+ * bench/cosmolite_conns (Release, docs/benchmarks.md): about 65 KiB resident
  * a connection with one thread per connection (its 8 MiB stack is address
- * space, touched only as deep as a request goes), 30 KiB with --threads.
- * 4096 of them is some 250 MiB at most, and lets a client's burst of 2,000
+ * space, touched only as deep as a request goes), 33 KiB with --threads.
+ * 4096 of them is some 260 MiB at most, and lets a client's burst of 2,000
  * requests at once (Promise.all over an SDK) in below max - reserved, so
  * none of them is even throttled (issue 29).
  */
