@@ -292,10 +292,11 @@ static enum MHD_Result overloaded(struct emu_http *h, struct MHD_Connection *con
     atomic_fetch_add(&h->overloaded, 1);
     emu_response_init(&resp, 4096);
     emu_response_error(&resp, 429, 3092,
-                       "cosmolite is at its connection limit (%d connections, %d running "
-                       "requests); no changes were made. Please retry this request after "
-                       "x-ms-retry-after-ms; --max-connections raises the limit.",
-                       h->max_conn, h->serving);
+                       "cosmolite has no room for this connection: more than %d of its %d "
+                       "connections are in use and none has been idle long enough to shed; no "
+                       "changes were made. Please retry this request after x-ms-retry-after-ms; "
+                       "--max-connections raises the limit.",
+                       h->serving, h->max_conn);
     (void)snprintf(after, sizeof(after), "%lld", (long long)overload_retry_after_ms(h));
     data = sf_buf_detach(&resp.body, &len);
     mr = data ? MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE) : NULL;
@@ -460,9 +461,9 @@ static void on_tick(struct sf_connguard *g, void *arg)
     if (over > 0)
         sf_log_warn("http",
                     "port %d: %llu requests answered 429/3092 with a retry-after since the last "
-                    "report: more than %d of %d connections were answering requests "
-                    "(--max-connections); %llu idle or slow connections shed for the reserve, "
-                    "%llu cut at the request deadline; peak %d connections",
+                    "report: more than %d of %d connections in use, none idle long enough to "
+                    "shed (--max-connections); %llu idle or slow connections shed for the "
+                    "reserve, %llu cut at the request deadline; peak %d connections",
                     h->port, (unsigned long long)over, h->serving, h->max_conn,
                     (unsigned long long)shed, (unsigned long long)cut, now.peak_connections);
     else
@@ -502,7 +503,7 @@ static bool acceptor_wait(struct emu_http *h, int64_t wait_ms)
     return go;
 }
 
-/* The acceptor thread (see struct emu_http). */
+/* The connections open now (for a log line). */
 static int open_now(struct emu_http *h)
 {
     int n;
@@ -513,6 +514,7 @@ static int open_now(struct emu_http *h)
     return n;
 }
 
+/* The acceptor thread (see struct emu_http). */
 static void *acceptor_main(void *arg)
 {
     struct emu_http *h = arg;
