@@ -37,3 +37,10 @@ if(TARGET cosmolite)
     DEPENDS cosmolite cosmolite_bench plain_http_server
     USES_TERMINAL)
 endif()
+
+# cosmolite_conns: throughput and memory at 100, 1,000 and 2,000 concurrent
+# connections (issue 29; bench/README.md).
+add_executable(cosmolite_conns cosmolite_conns.c)
+target_link_libraries(cosmolite_conns PRIVATE sf_bench_util)
+target_compile_definitions(cosmolite_conns PRIVATE
+  SF_BENCH_COSMOLITE_PATH="${CMAKE_BINARY_DIR}/emulator/cosmolite")

@@ -12,15 +12,28 @@
  *     deadline, not an inactivity timer: dripping one byte a second does not
  *     extend it. Checked once a second by the guard's own thread.
  *   - Reserve: when more than max_connections - reserved connections are
- *     open, accepting one closes the oldest connection that is not busy with
- *     a complete request (first those still waiting for their request, then
- *     idle keep-alive ones), so a client that makes progress always finds a
- *     free slot.
+ *     open, accepting one (or the guard's thread, once a second) sheds the
+ *     earliest opened connection that has no request to answer and has been
+ *     so for a grace (SF_CONNGUARD_WAIT_GRACE_MS, _IDLE_GRACE_MS) (first those still waiting for
+ * their request, then idle keep-alive ones), so a client that makes progress always finds a free
+ * slot. When none can be shed, the new connection is admitted as excess: the server answers its
+ * request with an overload status (429 with a retry-after in cosmolite) instead of running it, and
+ * closes it.
+ *
+ * Neither rule ever drops a request (issue 29). A connection answering a
+ * complete request is never shed, nor is one whose socket holds bytes the
+ * server has not read yet: they may be a complete request that a busy server
+ * has not got to, which a client must not see hung up on. Shedding is
+ * shutdown(SHUT_RD): the server's I/O thread still reads what the client
+ * sent before it, answers a complete request among it (sf_connguard_request_ready
+ * then says the guard has let go, so the server answers it with its overload
+ * status), and meets end-of-file only after that, closing the connection
+ * through its ordinary path. A shed connection that is still open a whole
+ * request_timeout_s later, without a request being answered, is shut down
+ * both ways.
  *
  * Keep-alive connections between requests are left to the server's own
- * (longer) idle timeout. Closing means shutdown(2) of the socket: the
- * server's I/O thread then sees end-of-file and closes the connection as if
- * the client had left, through its ordinary path.
+ * (longer) idle timeout.
  *
  * Depends on libc and pthreads only; the HTTP servers (cosmolite's front end,
  * sagafeed's ops listener) wire their connection callbacks to it.
@@ -40,17 +53,40 @@
 struct sf_connguard;
 struct sf_connguard_conn;
 
+/*
+ * The reserve sheds no connection that has waited for its request less than
+ * SF_CONNGUARD_WAIT_GRACE_MS (since it connected or began a request), nor one
+ * idle between requests less than SF_CONNGUARD_IDLE_GRACE_MS. A client of a
+ * burst writes its request some time after its connection is accepted, and
+ * takes an idle keep-alive connection up again at any moment; one shed just
+ * then meets end-of-file or a reset instead of an answer, and an SDK does not
+ * retry a write that was hung up on. The graces make that unlikely: shedding
+ * is for sockets that stay silent or idle, and a burst gets 429s instead.
+ */
+#define SF_CONNGUARD_WAIT_GRACE_MS 5000
+#define SF_CONNGUARD_IDLE_GRACE_MS 30000
+
 struct sf_connguard_opts {
     int max_connections;   /* the connection limit the server enforces (> 0) */
     int reserved;          /* slots kept free for clients that make progress (0..max-1) */
     int request_timeout_s; /* deadline for a complete request (> 0) */
+    int wait_grace_ms;     /* 0 = SF_CONNGUARD_WAIT_GRACE_MS (capped by the deadline) */
+    int idle_grace_ms;     /* 0 = SF_CONNGUARD_IDLE_GRACE_MS */
+    /* Called about once a second from the guard's thread, without its lock
+     * (for a server's interval log line), with the guard (maybe before
+     * sf_connguard_new has returned it); NULL = none. */
+    void (*tick)(struct sf_connguard *g, void *arg);
+    void *tick_arg;
 };
 
 /* What the guard did so far (for logs and tests). */
 struct sf_connguard_stats {
-    uint64_t timed_out; /* closed for missing the request deadline */
-    uint64_t evicted;   /* closed to keep the reserve free */
-    int open;           /* tracked connections not yet closed by the guard */
+    uint64_t timed_out; /* shed for missing the request deadline */
+    uint64_t evicted;   /* shed to keep the reserve free */
+    uint64_t excess;    /* admitted past the limit with nothing to shed (answered overload) */
+    uint64_t forced;    /* shed ones shut down both ways, still open a deadline later */
+    int open;           /* tracked connections not shed by the guard */
+    int peak;           /* the most connections open at once */
 };
 
 /*
@@ -79,8 +115,14 @@ struct sf_connguard_conn *sf_connguard_open(struct sf_connguard *g, int fd);
 /* The headers of a request arrived. A keep-alive connection's deadline starts now. */
 void sf_connguard_request_begin(struct sf_connguard *g, struct sf_connguard_conn *c);
 
-/* The whole request arrived: no deadline and no eviction until it is answered. */
-void sf_connguard_request_ready(struct sf_connguard *g, struct sf_connguard_conn *c);
+/*
+ * The whole request arrived: no deadline and no shedding until it is
+ * answered. Returns true when the server may run it; false when the guard has
+ * let go of the connection (shed it, or admitted it as excess): the server
+ * should then answer an overload status (cosmolite: 429 with a retry-after)
+ * and close the connection. NULL c: true.
+ */
+bool sf_connguard_request_ready(struct sf_connguard *g, struct sf_connguard_conn *c);
 
 /* The response is done: the connection idles (keep-alive) under the server's idle timeout. */
 void sf_connguard_request_done(struct sf_connguard *g, struct sf_connguard_conn *c);

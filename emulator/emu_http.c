@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include "common/sf_buf.h"
 #include "common/sf_connguard.h"
 #include "common/sf_log.h"
+#include "common/sf_time.h"
 #include "emulator/emu_delay.h"
 #include "emulator/emu_http.h"
 
@@ -20,6 +23,35 @@ struct emu_http {
     struct emu_router *router;
     struct sf_connguard *guard; /* request deadline and connection reserve */
     int port;
+    /*
+     * cosmolite accepts, not libmicrohttpd (issue 29): with one thread per
+     * connection libmicrohttpd accepts past its limit and resets what it
+     * cannot take, a hang-up before the client is even read. The acceptor
+     * takes a connection only while fewer than max_conn are open, so the rest
+     * wait in the kernel's listen queue, and hands it over with
+     * MHD_add_connection (which also spreads a burst over a pool's workers).
+     */
+    int listen_fd;
+    int wake[2]; /* a pipe: wakes the acceptor to stop */
+    pthread_t acceptor;
+    pthread_mutex_t acc_mu;
+    pthread_cond_t acc_cond; /* signalled when a connection closes or on stop */
+    int open;                /* accepted and not closed yet (acc_mu) */
+    bool stopping;           /* (acc_mu) */
+    int64_t emfile_log_us;   /* the last "out of file descriptors" line (acceptor only) */
+    int max_conn, serving;   /* the table, and the connections that may run requests at once */
+    /* Overload answers (issue 29): how many, and the appointments behind their
+     * retry-after (see overload_retry_after_ms). */
+    atomic_uint_fast64_t overloaded;
+    atomic_uint_fast64_t completed; /* requests run to their end */
+    atomic_int_fast64_t rate_per_s; /* completed a second, smoothed (the guard's tick) */
+    atomic_int_fast64_t next_slot_us;
+    uint64_t rate_completed; /* completed at the last tick (tick only) */
+    int64_t rate_us;         /* when (tick only) */
+    /* The guard thread's interval log line (on_tick): what the last one reported. */
+    int64_t last_log_us;
+    bool last_over; /* the last line reported overload answers */
+    struct emu_http_stats logged;
     struct emu_delay *delay; /* NULL without --latency */
     int latency_ms, jitter_ms;
     bool per_connection; /* one thread per connection (no suspending then) */
@@ -31,6 +63,7 @@ struct emu_http {
 struct conn_state {
     struct sf_buf body;
     struct sf_connguard_conn *gc; /* the connection's guard entry, or NULL */
+    bool ran;                     /* handed to the router (counts as completed) */
     bool too_big;
     bool held; /* resp is ready and waits for its latency to pass */
     /* Valid while held; allocated only then, since it is ~4 KB that calloc would
@@ -157,6 +190,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         sf_connguard_close(h->guard, *socket_context);
         *socket_context = NULL;
+        pthread_mutex_lock(&h->acc_mu);
+        h->open--;
+        pthread_cond_signal(&h->acc_cond);
+        pthread_mutex_unlock(&h->acc_mu);
     }
 }
 
@@ -218,6 +255,67 @@ static enum MHD_Result too_large(struct emu_http *h, struct MHD_Connection *conn
     return ret;
 }
 
+/*
+ * The x-ms-retry-after-ms of an overload answer. Each one books the next free
+ * appointment on a clock that advances by the time the server takes per
+ * request (one over the requests it completed a second lately, at least
+ * EMU_HTTP_RATE_FLOOR): a burst of refused requests comes back spread at the
+ * rate the server can take, not all at once to be refused again. Lock-free.
+ */
+static int64_t overload_retry_after_ms(struct emu_http *h)
+{
+    int64_t now = sf_mono_us();
+    int64_t step = 1000000 / SF_MAX(atomic_load(&h->rate_per_s), EMU_HTTP_RATE_FLOOR);
+    int64_t slot = atomic_load(&h->next_slot_us), at;
+
+    do {
+        at = SF_MAX(slot, now);
+    } while (!atomic_compare_exchange_weak(&h->next_slot_us, &slot, at + SF_MAX(step, 1)));
+    return SF_MIN(EMU_HTTP_RETRY_MIN_MS + (at - now) / 1000, EMU_HTTP_RETRY_MAX_MS);
+}
+
+/*
+ * A request on a connection the guard has let go of (sf_connguard.h): shed,
+ * or admitted past the limit. It is answered, never dropped: 429/3092 (the
+ * service is busy, not this container's RU budget) with x-ms-retry-after-ms,
+ * which every SDK retries, writes included; and the connection closes after.
+ */
+static enum MHD_Result overloaded(struct emu_http *h, struct MHD_Connection *conn)
+{
+    struct emu_response resp;
+    enum MHD_Result ret = MHD_NO;
+    char after[24];
+    struct MHD_Response *mr;
+    size_t len = 0;
+    char *data;
+
+    atomic_fetch_add(&h->overloaded, 1);
+    emu_response_init(&resp, 4096);
+    emu_response_error(&resp, 429, 3092,
+                       "cosmolite has no room for this connection: more than %d of its %d "
+                       "connections are in use and none has been idle long enough to shed; no "
+                       "changes were made. Please retry this request after x-ms-retry-after-ms; "
+                       "--max-connections raises the limit.",
+                       h->serving, h->max_conn);
+    (void)snprintf(after, sizeof(after), "%lld", (long long)overload_retry_after_ms(h));
+    data = sf_buf_detach(&resp.body, &len);
+    mr = data ? MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!mr) {
+        free(data);
+        goto out;
+    }
+    MHD_add_response_header(mr, "Content-Type", "application/json");
+    MHD_add_response_header(mr, "x-ms-substatus", "3092");
+    MHD_add_response_header(mr, "x-ms-retry-after-ms", after);
+    MHD_add_response_header(mr, "x-ms-request-charge", "0");
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
+    ret = MHD_queue_response(conn, 429, mr);
+    MHD_destroy_response(mr);
+out:
+    emu_response_release(&resp);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -270,7 +368,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st->resp = NULL;
         return ret;
     }
-    sf_connguard_request_ready(h->guard, st->gc);
+    if (!sf_connguard_request_ready(h->guard, st->gc))
+        return overloaded(h, conn);
+    st->ran = true;
 
     req.method = method;
     req.path = url;
@@ -296,6 +396,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
     SF_UNUSED(toe);
     sf_connguard_request_done(h->guard, st ? st->gc : guard_conn(conn));
+    if (st && st->ran)
+        atomic_fetch_add_explicit(&h->completed, 1, memory_order_relaxed);
     if (st) {
         if (st->held) {
             emu_response_release(st->resp);
@@ -305,6 +407,198 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         free(st);
         *con_cls = NULL;
     }
+}
+
+/* The counters, from h's guard g. */
+static void http_stats(struct emu_http *h, struct sf_connguard *g, struct emu_http_stats *ret)
+{
+    struct sf_connguard_stats gs;
+
+    sf_connguard_stats(g, &gs);
+    ret->overloaded = atomic_load(&h->overloaded);
+    ret->excess = gs.excess;
+    ret->shed_reserve = gs.evicted;
+    ret->shed_deadline = gs.timed_out;
+    ret->peak_connections = gs.peak;
+}
+
+void emu_http_stats(struct emu_http *h, struct emu_http_stats *ret)
+{
+    http_stats(h, h->guard, ret);
+}
+
+/*
+ * The guard's thread, once a second: one counted line for what the
+ * connection layer did since the last line, at most every
+ * EMU_HTTP_LOG_INTERVAL_S (the first one at once), never one per request.
+ */
+static void on_tick(struct sf_connguard *g, void *arg)
+{
+    struct emu_http *h = arg;
+    struct emu_http_stats now;
+    int64_t t = sf_mono_us();
+    uint64_t over, shed, cut, done = atomic_load(&h->completed);
+
+    /* The completion rate behind the retry-after appointments, smoothed over a few seconds. */
+    if (h->rate_us != 0 && t > h->rate_us) {
+        int64_t r = (int64_t)((done - h->rate_completed) * 1000000 / (uint64_t)(t - h->rate_us));
+        int64_t old = atomic_load(&h->rate_per_s);
+
+        atomic_store(&h->rate_per_s, old > 0 ? old + (r - old) / 2 : r);
+    }
+    h->rate_completed = done;
+    h->rate_us = t;
+    http_stats(h, g, &now);
+    over = now.overloaded - h->logged.overloaded;
+    shed = now.shed_reserve - h->logged.shed_reserve;
+    cut = now.shed_deadline - h->logged.shed_deadline;
+    if (over == 0 && shed == 0 && cut == 0)
+        return;
+    /* Overload answers that start are said at once, the rest once an interval. */
+    if (h->last_log_us != 0 && t - h->last_log_us < (int64_t)EMU_HTTP_LOG_INTERVAL_S * 1000000 &&
+        !(over > 0 && !h->last_over))
+        return;
+    if (over > 0)
+        sf_log_warn("http",
+                    "port %d: %llu requests answered 429/3092 with a retry-after since the last "
+                    "report: more than %d of %d connections in use, none idle long enough to "
+                    "shed (--max-connections); %llu idle or slow connections shed for the "
+                    "reserve, %llu cut at the request deadline; peak %d connections",
+                    h->port, (unsigned long long)over, h->serving, h->max_conn,
+                    (unsigned long long)shed, (unsigned long long)cut, now.peak_connections);
+    else
+        sf_log_info("http",
+                    "port %d: %llu idle or slow connections shed for the reserve, %llu cut at "
+                    "the request deadline since the last report; peak %d of %d connections",
+                    h->port, (unsigned long long)shed, (unsigned long long)cut,
+                    now.peak_connections, h->max_conn);
+    h->logged = now;
+    h->last_log_us = t;
+    h->last_over = over > 0;
+}
+
+/*
+ * Waits until fewer than max_conn connections are open, or for the stop;
+ * false on the stop. With wait_ms >= 0 it also returns true after that long
+ * (out of file descriptors: a connection closing frees one, else try again).
+ */
+static bool acceptor_wait(struct emu_http *h, int64_t wait_ms)
+{
+    bool go;
+
+    pthread_mutex_lock(&h->acc_mu);
+    if (wait_ms >= 0 && !h->stopping) {
+        struct timespec until;
+
+        clock_gettime(CLOCK_MONOTONIC, &until); /* acc_cond runs on the monotonic clock */
+        until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+        until.tv_sec += (time_t)(wait_ms / 1000) + until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        (void)pthread_cond_timedwait(&h->acc_cond, &h->acc_mu, &until);
+    }
+    while (!h->stopping && h->open >= h->max_conn)
+        pthread_cond_wait(&h->acc_cond, &h->acc_mu);
+    go = !h->stopping;
+    pthread_mutex_unlock(&h->acc_mu);
+    return go;
+}
+
+/* The connections open now (for a log line). */
+static int open_now(struct emu_http *h)
+{
+    int n;
+
+    pthread_mutex_lock(&h->acc_mu);
+    n = h->open;
+    pthread_mutex_unlock(&h->acc_mu);
+    return n;
+}
+
+/* The acceptor thread (see struct emu_http). */
+static void *acceptor_main(void *arg)
+{
+    struct emu_http *h = arg;
+    int64_t wait_ms = -1;
+
+    while (acceptor_wait(h, wait_ms)) {
+        struct pollfd p[2] = {{.fd = h->listen_fd, .events = POLLIN},
+                              {.fd = h->wake[0], .events = POLLIN}};
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd;
+
+        wait_ms = -1;
+        if (poll(p, 2, -1) < 0 || p[1].revents != 0 || !(p[0].revents & POLLIN))
+            continue; /* interrupted, or the stop (acceptor_wait sees it) */
+        fd = accept4(h->listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                int64_t now = sf_mono_us();
+
+                /* The connection waits in the listen queue meanwhile: never reset. */
+                if (now - h->emfile_log_us >= (int64_t)EMU_HTTP_LOG_INTERVAL_S * 1000000) {
+                    sf_log_warn("http",
+                                "port %d: cannot accept a connection (%s) with %d open; "
+                                "waiting for one to close (ulimit -n, --max-connections)",
+                                h->port, strerror(errno), open_now(h));
+                    h->emfile_log_us = now;
+                }
+                wait_ms = 100;
+            }
+            continue;
+        }
+        pthread_mutex_lock(&h->acc_mu);
+        h->open++;
+        pthread_mutex_unlock(&h->acc_mu);
+        /* Refused (out of memory or threads): libmicrohttpd closed it, no callback follows. */
+        if (MHD_add_connection(h->daemon, fd, (struct sockaddr *)&ss, len) != MHD_YES) {
+            pthread_mutex_lock(&h->acc_mu);
+            h->open--;
+            pthread_mutex_unlock(&h->acc_mu);
+            sf_log_warn("http", "port %d: libmicrohttpd refused a connection with %d open", h->port,
+                        open_now(h));
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Binds and listens on ss (SO_REUSEADDR; IPv6 only for an IPv6 address).
+ * The socket, or -1 with errno set.
+ */
+static int listen_on(const struct sockaddr_storage *ss, int backlog)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    socklen_t len =
+        ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+
+    if (fd < 0)
+        return -1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ss->ss_family == AF_INET6)
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, backlog) != 0) {
+        int e = errno;
+
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* The port fd is bound to, or fallback. */
+static int bound_port(int fd, int fallback)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return fallback;
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
 static void on_mhd_error(void *cls, const char *fmt, va_list ap)
@@ -328,9 +622,10 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
      * and a slow request holds up its worker's other connections; --threads
      * asks for that pool anyway (a bounded thread count).
      */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-    const union MHD_DaemonInfo *info;
-    unsigned max_conn = (unsigned)(opts->max_connections > 0 ? opts->max_connections : 1024);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    unsigned max_conn = (unsigned)(opts->max_connections > 0 ? opts->max_connections
+                                                             : EMU_HTTP_MAX_CONNECTIONS_DEFAULT);
     enum sf_rc rc = SF_OK;
 
     bool tls = opts->tls_cert_pem && opts->tls_key_pem;
@@ -344,7 +639,6 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
         struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
         sin6->sin6_family = AF_INET6;
         sin6->sin6_port = htons((uint16_t)opts->port);
-        flags |= MHD_USE_IPv6;
     } else {
         return sf_err_set(err, SF_EINVAL, false,
                           "listen address '%s' is not a numeric IPv4 or IPv6 address", opts->host);
@@ -363,6 +657,17 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     if (!h)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     h->router = router;
+    h->listen_fd = -1;
+    h->wake[0] = h->wake[1] = -1;
+    pthread_mutex_init(&h->acc_mu, NULL);
+    {
+        pthread_condattr_t ca;
+
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&h->acc_cond, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     h->latency_ms = opts->latency_ms;
     h->jitter_ms = opts->jitter_ms;
     h->per_connection = (flags & MHD_USE_THREAD_PER_CONNECTION) != 0;
@@ -374,19 +679,23 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     go.reserved = opts->reserved_connections >= 0 ? opts->reserved_connections
                                                   : EMU_HTTP_RESERVED_DEFAULT((int)max_conn);
     go.request_timeout_s = opts->request_timeout_s > 0 ? opts->request_timeout_s : 10;
+    go.tick = on_tick;
+    go.tick_arg = h;
+    h->max_conn = go.max_connections;
+    h->serving = go.max_connections - go.reserved;
     if ((rc = sf_connguard_new(&go, &h->guard, err)) != SF_OK)
         goto out;
 
 #define MO(opt, v, p) mo[nmo++] = (struct MHD_OptionItem){(opt), (intptr_t)(v), (p)}
     MO(MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, h);
-    MO(MHD_OPTION_SOCK_ADDR, 0, &ss);
     MO(MHD_OPTION_THREAD_STACK_SIZE, EMU_HTTP_THREAD_STACK_BYTES, NULL);
-    MO(MHD_OPTION_CONNECTION_LIMIT, max_conn, NULL);
+    /* The acceptor enforces max_conn; libmicrohttpd's own limit is a backstop with
+     * room for connections it has not finished closing when the acceptor counts them gone. */
+    MO(MHD_OPTION_CONNECTION_LIMIT, 2 * max_conn + 64, NULL);
     MO(MHD_OPTION_CONNECTION_TIMEOUT, opts->idle_timeout_s > 0 ? opts->idle_timeout_s : 300, NULL);
     MO(MHD_OPTION_NOTIFY_COMPLETED, on_completed, h);
     MO(MHD_OPTION_NOTIFY_CONNECTION, on_connection, h);
     MO(MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, h);
-    MO(MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL);
     if (opts->threads > 0)
         MO(MHD_OPTION_THREAD_POOL_SIZE, opts->threads, NULL);
     if (tls) {
@@ -395,21 +704,44 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     }
     MO(MHD_OPTION_END, 0, NULL);
 #undef MO
+    /* The kernel caps the listen queue at net.core.somaxconn (4096 on current Linux). */
+    h->listen_fd = listen_on(&ss, (int)SF_MAX(max_conn, EMU_HTTP_LISTEN_BACKLOG_MIN));
+    if (h->listen_fd < 0) {
+        rc = sf_err_set(err, SF_EIO, false, "cannot listen on %s port %d: %s", opts->host,
+                        opts->port, strerror(errno));
+        goto out;
+    }
+    h->port = bound_port(h->listen_fd, opts->port);
+    if (pipe2(h->wake, O_CLOEXEC) != 0) {
+        rc = sf_err_set(err, SF_EIO, false, "cannot make a pipe: %s", strerror(errno));
+        goto out;
+    }
     h->daemon =
         MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, mo, MHD_OPTION_END);
     if (!h->daemon) {
         rc = sf_err_set(err, SF_EIO, false,
-                        "cannot listen on %s port %d (address in use, no permission, or a bad "
-                        "TLS certificate/key)",
-                        opts->host, opts->port);
+                        "cannot serve on %s port %d (out of threads or memory, or a bad TLS "
+                        "certificate/key)",
+                        opts->host, h->port);
         goto out;
     }
-    info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = info ? (int)info->port : opts->port;
+    if (pthread_create(&h->acceptor, NULL, acceptor_main, h) != 0) {
+        rc = sf_err_set(err, SF_EIO, false, "cannot start the acceptor thread");
+        goto out;
+    }
     *ret_http = h;
     h = NULL;
 out:
     if (h) {
+        if (h->daemon)
+            MHD_stop_daemon(h->daemon);
+        if (h->listen_fd >= 0)
+            close(h->listen_fd);
+        for (int i = 0; i < 2; i++)
+            if (h->wake[i] >= 0)
+                close(h->wake[i]);
+        pthread_cond_destroy(&h->acc_cond);
+        pthread_mutex_destroy(&h->acc_mu);
         emu_delay_free(h->delay);
         pthread_mutex_destroy(&h->hold_mu);
         sf_connguard_free(h->guard);
@@ -433,9 +765,22 @@ void emu_http_free(struct emu_http *h)
     if (!h)
         return;
     /* libmicrohttpd must not be stopped with connections suspended: resume them all first. */
+    /* The acceptor first: nothing new reaches the daemon while it stops. */
+    pthread_mutex_lock(&h->acc_mu);
+    h->stopping = true;
+    pthread_cond_broadcast(&h->acc_cond);
+    pthread_mutex_unlock(&h->acc_mu);
+    if (write(h->wake[1], "x", 1) < 0)
+        sf_log_warn("http", "port %d: cannot wake the acceptor: %s", h->port, strerror(errno));
+    pthread_join(h->acceptor, NULL);
+    close(h->listen_fd);
     if (h->delay)
         emu_delay_close(h->delay);
     MHD_stop_daemon(h->daemon);
+    close(h->wake[0]);
+    close(h->wake[1]);
+    pthread_cond_destroy(&h->acc_cond);
+    pthread_mutex_destroy(&h->acc_mu);
     emu_delay_free(h->delay);
     pthread_mutex_destroy(&h->hold_mu);
     sf_connguard_free(h->guard); /* after the daemon: its close callbacks use the guard */
