@@ -35,6 +35,7 @@ void emu_limits_default(struct emu_limits *lim)
     lim->max_json_depth = 128;
     lim->query_timeout_ms = 5000;
     lim->max_page_bytes = 4u << 20;
+    emu_script_limits_default(&lim->script);
 }
 
 void emu_response_init(struct emu_response *resp, size_t max_body)
@@ -1614,7 +1615,32 @@ static void handle_doc(struct route *rt, const char *method)
     json_decref(pk);
 }
 
-/* Stored procedures, triggers and UDFs: kept and listed, never executed. */
+/* POST .../sprocs/{id}: runs the procedure (emu_script.h); the body is its parameters. */
+static void sproc_execute(struct route *rt, const struct emu_coll_ref *c)
+{
+    struct emu_script_result res;
+    struct sf_err err;
+    json_t *params = NULL, *pk = NULL;
+
+    if (!pk_header(rt, &pk))
+        return;
+    if (rt->req->body_len > 0 && !(params = body_json(rt)))
+        goto out;
+    sf_err_clear(&err);
+    memset(&res, 0, sizeof(res));
+    if (store_call(rt,
+                   emu_script_sproc_run(rt->r->store, c, rt->seg[5], pk, params, &rt->r->lim.script,
+                                        &rt->resp->body, &res, &err),
+                   &err)) {
+        ok(rt, 200, 1.0 + res.writes * 5.0);
+        session_header(rt, res.range_id, res.lsn);
+    }
+out:
+    json_decref(params);
+    json_decref(pk);
+}
+
+/* Stored procedures, triggers and UDFs: kept, listed, and procedures executed. */
 static void handle_scripts(struct route *rt, const char *method)
 {
     struct emu_coll_ref c;
@@ -1667,11 +1693,7 @@ static void handle_scripts(struct route *rt, const char *method)
         if (store_call(rt, emu_store_script_delete(rt->r->store, &c, kind, rt->seg[5], &err), &err))
             ok(rt, 204, 1);
     } else if (strcmp(method, "POST") == 0 && strcmp(kind, "sprocs") == 0) {
-        /* As the official Linux emulator: scripts are stored, not run. */
-        emu_response_error(rt->resp, 400, 0,
-                           "Executing stored procedures is not supported by cosmolite (nor by "
-                           "the Linux emulator); stored procedure '%s' was not run.",
-                           rt->seg[5]);
+        sproc_execute(rt, &c);
     } else {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on %s.", method, kind);
     }
