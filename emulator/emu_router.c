@@ -1368,6 +1368,39 @@ static size_t replica_batch_begin(struct route *rt, const struct emu_coll_ref *c
 static void handle_bulk(struct route *rt, const struct emu_coll_ref *c);
 
 /* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
+/* The write names triggers to run (docs/azure-scripts.md). */
+static bool names_triggers(struct route *rt)
+{
+    return hdr(rt, "x-ms-documentdb-pre-trigger-include") != NULL ||
+           hdr(rt, "x-ms-documentdb-post-trigger-include") != NULL;
+}
+
+/* A document write with its triggers, as one transaction (emu_script.h). */
+static void triggered_write(struct route *rt, const struct emu_coll_ref *c,
+                            enum emu_script_write op, const char *id, const json_t *pk,
+                            const json_t *body)
+{
+    struct emu_script_write_req req = {.op = op, .id = id, .pk = pk, .body = body};
+    struct emu_doc_meta meta;
+    struct sf_err err;
+
+    req.if_match = hdr(rt, "If-Match");
+    req.pre = hdr(rt, "x-ms-documentdb-pre-trigger-include");
+    req.post = hdr(rt, "x-ms-documentdb-post-trigger-include");
+    sf_err_clear(&err);
+    if (!store_call(rt,
+                    emu_script_write_triggered(rt->r->store, c, &req, &rt->r->lim.script,
+                                               &rt->resp->body, &meta, &err),
+                    &err))
+        return;
+    if (op == EMU_SCRIPT_DELETE) {
+        ok(rt, 204, emu_ru_cost_delete());
+        session_header(rt, meta.range_id, meta.lsn);
+    } else {
+        doc_written(rt, &meta, emu_ru_cost_write(rt->resp->body.len, 0, meta.status == 200));
+    }
+}
+
 static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
 {
     struct emu_doc_meta meta;
@@ -1471,6 +1504,11 @@ static void handle_docs(struct route *rt, const char *method)
         kind = EMU_WRITE_UPSERT;
     if (!pk_header(rt, &pk) || !(body = body_json(rt)))
         goto out;
+    if (names_triggers(rt)) {
+        triggered_write(rt, &c, kind == EMU_WRITE_UPSERT ? EMU_SCRIPT_UPSERT : EMU_SCRIPT_CREATE,
+                        NULL, pk, body);
+        goto out;
+    }
     replica_write_begin(rt, &c, NULL, pk, body, &w);
     if (store_call(rt,
                    emu_store_doc_write(rt->r->store, &c, kind, NULL, pk, body, hdr(rt, "If-Match"),
@@ -1573,6 +1611,11 @@ static void handle_doc(struct route *rt, const char *method)
                            emu_replica_check_consistency(hdr(rt, "x-ms-consistency-level"), &err),
                            &err)) {
         /* answered */
+    } else if ((strcmp(method, "PUT") == 0 || strcmp(method, "DELETE") == 0) &&
+               names_triggers(rt)) {
+        if (method[0] == 'D' || (body = body_json(rt)))
+            triggered_write(rt, &c, method[0] == 'D' ? EMU_SCRIPT_DELETE : EMU_SCRIPT_REPLACE, id,
+                            pk, body);
     } else if (strcmp(method, "PUT") == 0) {
         if ((body = body_json(rt))) {
             replica_write_begin(rt, &c, id, pk, body, &w);

@@ -23,6 +23,7 @@
 #include "common/sf_base.h"
 
 #include <setjmp.h>
+#include <strings.h>
 
 #include <duktape.h>
 
@@ -53,6 +54,17 @@ struct emu_sx {
     char fatal_msg[128];  /* Duktape's reason for a fatal error */
     char failure[sizeof(
         ((struct sf_err *)0)->msg)]; /* the native call's own failure, thrown as an Error */
+};
+
+/* What one script run is given, and what it hands back. */
+struct emu_sx_job {
+    const char *what; /* "stored procedure", "pre-trigger", ... (messages) */
+    const char *id;
+    const char *body;     /* the script's text */
+    const char *params;   /* JSON array text: the function's arguments */
+    const char *request;  /* JSON text of getRequest().getBody(), or NULL */
+    const char *response; /* JSON text of getResponse().getBody() at the start, or NULL */
+    bool want_request;    /* hand back the request body (a pre-trigger's document) */
 };
 
 /* ---- the allocator ---- */
@@ -225,7 +237,9 @@ static duk_ret_t emu_sx_native(duk_context *ctx)
 
 /*
  * Called with (native, global, selfLink, maxResponse); returns
- * run(fn, paramsJson) -> the response body's JSON text, or undefined.
+ * run(fn, paramsJson, requestJson, responseJson, wantRequest) -> the JSON
+ * text of the response body (of the request body when wantRequest: a
+ * pre-trigger's document), or undefined.
  */
 static const char emu_prelude[] =
     "(function (native, g, selfLink, maxResponse) {\n"
@@ -300,11 +314,14 @@ static const char emu_prelude[] =
     "    PreconditionFailed: 412, RequestEntityTooLarge: 413, RetryWith: 449,\n"
     "    InternalServerError: 500};\n"
     "  g.console = {log: function () {}};\n"
-    "  return function (fn, paramsJson) {\n"
+    "  return function (fn, paramsJson, requestJson, responseJson, wantRequest) {\n"
     "    var params = JSON.parse(paramsJson);\n"
+    "    if (requestJson !== undefined) request.body = JSON.parse(requestJson);\n"
+    "    if (responseJson !== undefined) response.body = JSON.parse(responseJson);\n"
     "    fn.apply(g, params);\n"
     "    while (queue.length > 0) queue.shift()();\n"
-    "    return response.body === undefined ? undefined : JSON.stringify(response.body);\n"
+    "    var out = wantRequest ? request.body : response.body;\n"
+    "    return out === undefined ? undefined : JSON.stringify(out);\n"
     "  };\n"
     "})\n";
 
@@ -319,9 +336,8 @@ static void emu_sx_error_text(duk_context *ctx, char *out, size_t cap)
  * resp. A failure of the script's own fills err (400 / 408); out of memory
  * in the script is the script's failure too.
  */
-static enum sf_rc emu_sx_run(struct emu_sx *sx, duk_context *ctx, const char *id, const char *body,
-                             const char *params, size_t max_response, struct sf_buf *resp,
-                             struct sf_err *err)
+static enum sf_rc emu_sx_run(struct emu_sx *sx, duk_context *ctx, const struct emu_sx_job *job,
+                             size_t max_response, struct sf_buf *resp, struct sf_err *err)
 {
     char self[200], msg[512];
     duk_size_t len = 0;
@@ -343,21 +359,30 @@ static enum sf_rc emu_sx_run(struct emu_sx *sx, duk_context *ctx, const char *id
         emu_sx_error_text(ctx, msg, sizeof(msg));
         return emu_script__fail(err, SF_EIO, 500, "the script prelude failed: %s", msg);
     }
-    if (duk_pcompile_lstring(ctx, DUK_COMPILE_FUNCTION, body, strlen(body)) != 0) {
+    if (duk_pcompile_lstring(ctx, DUK_COMPILE_FUNCTION, job->body, strlen(job->body)) != 0) {
         emu_sx_error_text(ctx, msg, sizeof(msg));
         return emu_script__fail(err, SF_EINVAL, 400,
-                                "Encountered exception while compiling stored procedure '%.200s'. "
+                                "Encountered exception while compiling %s '%.200s'. "
                                 "Exception = %s",
-                                id, msg);
+                                job->what, job->id, msg);
     }
-    duk_push_string(ctx, params);
-    if (duk_pcall(ctx, 2) != 0 || sx->timed_out) {
+    duk_push_string(ctx, job->params);
+    if (job->request != NULL)
+        duk_push_string(ctx, job->request);
+    else
+        duk_push_undefined(ctx);
+    if (job->response != NULL)
+        duk_push_string(ctx, job->response);
+    else
+        duk_push_undefined(ctx);
+    duk_push_boolean(ctx, job->want_request);
+    if (duk_pcall(ctx, 5) != 0 || sx->timed_out) {
         emu_sx_error_text(ctx, msg, sizeof(msg));
         if (sx->timed_out)
             return emu_script__fail(err, SF_ETIMEOUT, 408,
-                                    "The script '%.200s' ran past its budget of %lld ms and was "
+                                    "The %s '%.200s' ran past its budget of %lld ms and was "
                                     "stopped; nothing it wrote was kept.",
-                                    id, (long long)sx->timeout_ms);
+                                    job->what, job->id, (long long)sx->timeout_ms);
         return emu_script__fail(err, SF_EINVAL, 400,
                                 "Encountered exception while executing function. Exception = %s",
                                 msg);
@@ -366,9 +391,9 @@ static enum sf_rc emu_sx_run(struct emu_sx *sx, duk_context *ctx, const char *id
         out = duk_get_lstring(ctx, -1, &len);
         if (len > max_response)
             return emu_script__fail(err, SF_ELIMIT, 413,
-                                    "The script's response is %zu bytes, more than the limit of "
+                                    "The %s's response is %zu bytes, more than the limit of "
                                     "%zu; nothing it wrote was kept.",
-                                    (size_t)len, max_response);
+                                    job->what, (size_t)len, max_response);
         if (sf_buf_append(resp, out, len) != SF_OK)
             return emu_script__fail(err, SF_ELIMIT, 413,
                                     "The script's response does not fit the response buffer.");
@@ -380,10 +405,11 @@ static enum sf_rc emu_sx_run(struct emu_sx *sx, duk_context *ctx, const char *id
  * Runs body in a heap of its own. Everything Duktape allocated is freed on
  * return, even after a fatal error (which abandons the heap).
  */
-static enum sf_rc emu_sx_exec(struct emu_sx *sx, const char *id, const char *body,
-                              const char *params, size_t max_response, struct sf_buf *resp,
-                              struct sf_err *err)
+static enum sf_rc emu_sx_exec(struct emu_sx *sx, const struct emu_sx_job *job, size_t max_response,
+                              struct sf_buf *resp, struct sf_err *err)
 {
+    const char *id = job->id;
+
     duk_context *volatile ctx = NULL;
     volatile enum sf_rc rc = SF_OK;
 
@@ -408,7 +434,7 @@ static enum sf_rc emu_sx_exec(struct emu_sx *sx, const char *id, const char *bod
         rc = emu_script__fail(err, SF_ENOMEM, 500, "could not make a script heap");
         goto out;
     }
-    rc = emu_sx_run(sx, ctx, id, body, params, max_response, resp, err);
+    rc = emu_sx_run(sx, ctx, job, max_response, resp, err);
     if (rc == SF_EINVAL && sx->refused)
         rc = emu_script__fail(err, SF_ELIMIT, 400,
                               "The script '%.200s' needed more than its memory bound of %zu "
@@ -430,26 +456,81 @@ void emu_script_limits_default(struct emu_script_limits *lim)
     lim->max_writes = EMU_SCRIPT_MAX_WRITES;
 }
 
-/* The procedure's text: the resource's "body" string (a new string to free). */
-static enum sf_rc emu_script_body(struct emu_store *s, const struct emu_coll_ref *c, const char *id,
-                                  char **ret_body, struct sf_err *err)
+/*
+ * The text of script id of kind ("sprocs", "triggers"): its resource's
+ * "body" (a new string to free), and for a trigger its type and operation.
+ */
+static enum sf_rc emu_script_load(struct emu_store *s, const struct emu_coll_ref *c,
+                                  const char *kind, const char *id, char **ret_body,
+                                  json_t **ret_res, struct sf_err *err)
 {
     struct sf_buf text;
-    json_t *res;
+    json_t *res = NULL;
     enum sf_rc rc;
 
     sf_buf_init(&text, SIZE_MAX);
-    rc = emu_store_script_read(s, c, "sprocs", id, &text, err);
+    rc = emu_store_script_read(s, c, kind, id, &text, err);
     if (rc == SF_OK) {
         res = sf_json_parse(text.data, text.len, err);
         if (res == NULL || sf_json_str(res, "body") == NULL)
-            rc = emu_script__fail(err, SF_EIO, 500, "stored procedure '%.200s' is corrupt", id);
+            rc = emu_script__fail(err, SF_EIO, 500, "script '%.200s' is corrupt", id);
         else if ((*ret_body = strdup(sf_json_str(res, "body"))) == NULL)
             rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
-        json_decref(res);
     }
+    if (rc == SF_OK && ret_res != NULL)
+        *ret_res = json_incref(res);
+    json_decref(res);
     sf_buf_release(&text);
     return rc;
+}
+
+/* Limits with defaults for zero fields. */
+static void emu_script_limits_fill(const struct emu_script_limits *lim,
+                                   struct emu_script_limits *ret)
+{
+    emu_script_limits_default(ret);
+    if (lim == NULL)
+        return;
+    ret->timeout_ms = lim->timeout_ms > 0 ? lim->timeout_ms : ret->timeout_ms;
+    ret->max_memory = lim->max_memory > 0 ? lim->max_memory : ret->max_memory;
+    ret->max_response = lim->max_response > 0 ? lim->max_response : ret->max_response;
+    ret->max_writes = lim->max_writes > 0 ? lim->max_writes : ret->max_writes;
+}
+
+/* A new execution context over (c, pk) with the limits L (its budget starts now). */
+static struct emu_sx *emu_sx_new(struct emu_store *s, const struct emu_coll_ref *c,
+                                 const json_t *pk, const struct emu_script_limits *L)
+{
+    struct emu_sx *sx = calloc(1, sizeof(*sx));
+    int64_t now = sf_mono_ms();
+
+    if (sx == NULL)
+        return NULL;
+    sx->blocks.next = sx->blocks.prev = &sx->blocks;
+    sx->cap = L->max_memory;
+    sx->timeout_ms = L->timeout_ms;
+    sx->deadline_ms = now + L->timeout_ms;
+    sx->soft_ms = now + (int64_t)L->timeout_ms * 4 / 5;
+    sx->self.db = c->db;
+    sx->self.coll = c->coll;
+    sx->self.db_rid = c->db_rid;
+    sx->self.coll_rid = c->coll_rid;
+    sf_buf_init(&sx->answer, SIZE_MAX);
+    sx->tx = emu_script__tx_new(s, c, pk, L->max_writes);
+    if (sx->tx == NULL) {
+        free(sx);
+        return NULL;
+    }
+    return sx;
+}
+
+static void emu_sx_destroy(struct emu_sx *sx)
+{
+    if (sx == NULL)
+        return;
+    emu_script__tx_free(sx->tx);
+    sf_buf_release(&sx->answer);
+    free(sx);
 }
 
 enum sf_rc emu_script_sproc_run(struct emu_store *s, const struct emu_coll_ref *c,
@@ -457,23 +538,15 @@ enum sf_rc emu_script_sproc_run(struct emu_store *s, const struct emu_coll_ref *
                                 const struct emu_script_limits *lim, struct sf_buf *out,
                                 struct emu_script_result *ret_res, struct sf_err *err)
 {
+    struct emu_sx_job job = {0};
     struct emu_script_limits L;
     struct emu_script_result res;
     struct emu_sx *sx = NULL;
     struct sf_buf ptext, resp;
     char *body = NULL;
-    int64_t now;
     enum sf_rc rc;
 
-    emu_script_limits_default(&L);
-    if (lim != NULL) {
-        L.timeout_ms = lim->timeout_ms > 0 ? lim->timeout_ms : L.timeout_ms;
-        L.max_memory = lim->max_memory > 0 ? lim->max_memory : L.max_memory;
-        L.max_response = lim->max_response > 0 ? lim->max_response : L.max_response;
-        L.max_writes = lim->max_writes > 0 ? lim->max_writes : L.max_writes;
-    }
-    sf_buf_init(&ptext, SIZE_MAX);
-    sf_buf_init(&resp, L.max_response);
+    emu_script_limits_fill(lim, &L);
     if (pk == NULL)
         return emu_script__fail(err, SF_EINVAL, 400,
                                 "Executing a stored procedure needs the partition key header "
@@ -482,30 +555,20 @@ enum sf_rc emu_script_sproc_run(struct emu_store *s, const struct emu_coll_ref *
     if (params != NULL && !json_is_array(params))
         return emu_script__fail(err, SF_EINVAL, 400,
                                 "The stored procedure's parameters must be a JSON array.");
-    rc = emu_script_body(s, c, sproc_id, &body, err);
+    sf_buf_init(&ptext, SIZE_MAX);
+    sf_buf_init(&resp, L.max_response);
+    rc = emu_script_load(s, c, "sprocs", sproc_id, &body, NULL, err);
     if (rc == SF_OK)
         rc = params != NULL ? sf_json_dump(params, &ptext) : sf_buf_puts(&ptext, "[]");
-    if (rc == SF_OK && (sx = calloc(1, sizeof(*sx))) == NULL)
+    if (rc == SF_OK && (sx = emu_sx_new(s, c, pk, &L)) == NULL)
         rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
     if (rc != SF_OK)
         goto out;
-    sx->blocks.next = sx->blocks.prev = &sx->blocks;
-    sx->cap = L.max_memory;
-    sx->timeout_ms = L.timeout_ms;
-    now = sf_mono_ms();
-    sx->deadline_ms = now + L.timeout_ms;
-    sx->soft_ms = now + L.timeout_ms * 4 / 5;
-    sx->self.db = c->db;
-    sx->self.coll = c->coll;
-    sx->self.db_rid = c->db_rid;
-    sx->self.coll_rid = c->coll_rid;
-    sf_buf_init(&sx->answer, SIZE_MAX);
-    sx->tx = emu_script__tx_new(s, c, pk, L.max_writes);
-    if (sx->tx == NULL) {
-        rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
-        goto out;
-    }
-    rc = emu_sx_exec(sx, sproc_id, body, sf_buf_cstr(&ptext), L.max_response, &resp, err);
+    job.what = "stored procedure";
+    job.id = sproc_id;
+    job.body = body;
+    job.params = sf_buf_cstr(&ptext);
+    rc = emu_sx_exec(sx, &job, L.max_response, &resp, err);
     /* Room for the answer first: a committed procedure is always answered. */
     if (rc == SF_OK && sf_buf_reserve(out, resp.len) != SF_OK)
         rc = emu_script__fail(err, SF_ELIMIT, 413,
@@ -518,13 +581,252 @@ enum sf_rc emu_script_sproc_run(struct emu_store *s, const struct emu_coll_ref *
             *ret_res = res;
     }
 out:
-    if (sx != NULL) {
-        emu_script__tx_free(sx->tx);
-        sf_buf_release(&sx->answer);
-        free(sx);
-    }
+    emu_sx_destroy(sx);
     free(body);
     sf_buf_release(&ptext);
     sf_buf_release(&resp);
+    return rc;
+}
+
+/* ---- triggers ---- */
+
+static const char *const emu_write_ops[] = {
+    [EMU_SCRIPT_CREATE] = "createDocument",
+    [EMU_SCRIPT_UPSERT] = "upsertDocument",
+    [EMU_SCRIPT_REPLACE] = "replaceDocument",
+    [EMU_SCRIPT_DELETE] = "deleteDocument",
+};
+
+/* Whether a trigger's triggerOperation covers the write. */
+static bool emu_trigger_covers(const char *op, enum emu_script_write w)
+{
+    if (op == NULL || strcasecmp(op, "All") == 0)
+        return true;
+    switch (w) {
+    case EMU_SCRIPT_CREATE:
+        return strcasecmp(op, "Create") == 0;
+    case EMU_SCRIPT_UPSERT:
+        return strcasecmp(op, "Create") == 0 || strcasecmp(op, "Replace") == 0 ||
+               strcasecmp(op, "Update") == 0 || strcasecmp(op, "Upsert") == 0;
+    case EMU_SCRIPT_REPLACE:
+        return strcasecmp(op, "Replace") == 0 || strcasecmp(op, "Update") == 0;
+    case EMU_SCRIPT_DELETE:
+        return strcasecmp(op, "Delete") == 0;
+    }
+    return false;
+}
+
+/*
+ * Runs the triggers a write names (a comma-separated list of ids) of type
+ * ("Pre" or "Post") in order. doc is the document's JSON text: a
+ * pre-trigger may replace it (getRequest().setBody()).
+ */
+static enum sf_rc emu_triggers_run(struct emu_sx *sx, struct emu_store *s,
+                                   const struct emu_coll_ref *c, const char *names,
+                                   const char *type, enum emu_script_write w,
+                                   const struct emu_script_limits *L, struct sf_buf *doc,
+                                   const char *response, struct sf_err *err)
+{
+    char id[EMU_SCRIPT_ID_MAX + 1];
+    struct emu_sx_job job = {0};
+    struct sf_buf got;
+    const char *p = names, *end;
+    enum sf_rc rc = SF_OK;
+
+    sf_buf_init(&got, SIZE_MAX);
+    while (rc == SF_OK && p != NULL && *p != '\0') {
+        char *body = NULL;
+        json_t *res = NULL;
+        size_t n;
+
+        while (*p == ' ' || *p == ',')
+            p++;
+        end = p + strcspn(p, ",");
+        n = (size_t)(end - p);
+        while (n > 0 && p[n - 1] == ' ')
+            n--;
+        if (n == 0)
+            break;
+        if (n > EMU_SCRIPT_ID_MAX) {
+            rc = emu_script__fail(err, SF_EINVAL, 400,
+                                  "A trigger id in the %s-trigger header is "
+                                  "longer than %d bytes.",
+                                  type[1] == 'r' ? "pre" : "post", EMU_SCRIPT_ID_MAX);
+            break;
+        }
+        memcpy(id, p, n);
+        id[n] = '\0';
+        p = end;
+        rc = emu_script_load(s, c, "triggers", id, &body, &res, err);
+        if (rc == SF_OK &&
+            strcasecmp(sf_json_str(res, "triggerType") ? sf_json_str(res, "triggerType") : "",
+                       type) != 0)
+            rc = emu_script__fail(err, SF_EINVAL, 400,
+                                  "Trigger '%.200s' is not a %s-trigger, but the request names it "
+                                  "as one.",
+                                  id, type[1] == 'r' ? "pre" : "post");
+        else if (rc == SF_OK && !emu_trigger_covers(sf_json_str(res, "triggerOperation"), w))
+            rc = emu_script__fail(err, SF_EINVAL, 400,
+                                  "Trigger '%.200s' (triggerOperation %.32s) does not apply to "
+                                  "this operation.",
+                                  id, sf_json_str(res, "triggerOperation"));
+        if (rc == SF_OK) {
+            job.what = type[1] == 'r' ? "pre-trigger" : "post-trigger";
+            job.id = id;
+            job.body = body;
+            job.params = "[]";
+            job.request = doc->len > 0 ? sf_buf_cstr(doc) : NULL;
+            job.response = response;
+            job.want_request = type[1] == 'r';
+            sf_buf_reset(&got);
+            rc = emu_sx_exec(sx, &job, L->max_response, &got, err);
+        }
+        if (rc == SF_OK && job.want_request && got.len > 0) {
+            sf_buf_reset(doc);
+            if (sf_buf_append(doc, got.data, got.len) != SF_OK)
+                rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
+        }
+        free(body);
+        json_decref(res);
+    }
+    sf_buf_release(&got);
+    return rc;
+}
+
+/* The write itself, through the transaction; *ret_status its status, resource its document. */
+static enum sf_rc emu_triggered_apply(struct emu_sx *sx, const struct emu_script_write_req *req,
+                                      const char *doc, json_t **ret_answer, struct sf_err *err)
+{
+    struct emu_script_call call;
+    struct sf_buf text;
+    json_t *o, *body = NULL, *answer;
+    char link[700];
+    enum sf_rc rc = SF_OK;
+
+    if (req->op != EMU_SCRIPT_DELETE) {
+        body = sf_json_parse(doc, strlen(doc), err);
+        if (body == NULL || !json_is_object(body)) {
+            json_decref(body);
+            return emu_script__fail(err, SF_EINVAL, 400,
+                                    "The pre-trigger left a document that is not an object.");
+        }
+    }
+    if (req->op == EMU_SCRIPT_REPLACE || req->op == EMU_SCRIPT_DELETE)
+        (void)snprintf(link, sizeof(link), "dbs/%s/colls/%s/docs/%s", sx->self.db_rid,
+                       sx->self.coll_rid, req->id);
+    else
+        (void)snprintf(link, sizeof(link), "dbs/%s/colls/%s", sx->self.db_rid, sx->self.coll_rid);
+    o = json_pack("{s:s,s:s,s:o*,s:{s:s*,s:b}}", "op", emu_write_ops[req->op], "link", link, "body",
+                  body, "options", "etag", req->if_match, "disableAutomaticIdGeneration", 1);
+    sf_buf_init(&text, SIZE_MAX);
+    if (o == NULL || sf_json_dump(o, &text) != SF_OK)
+        rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
+    json_decref(o);
+    if (rc == SF_OK)
+        rc = emu_script__call_parse(text.data, text.len, &sx->self, &call, err);
+    if (rc == SF_OK) {
+        sf_buf_reset(&sx->answer);
+        rc = emu_script__tx_call(sx->tx, &call, &sx->answer, err);
+        emu_script__call_release(&call);
+    }
+    sf_buf_release(&text);
+    if (rc != SF_OK)
+        return rc;
+    answer = sf_json_parse(sx->answer.data, sx->answer.len, err);
+    if (answer == NULL)
+        return emu_script__fail(err, SF_EIO, 500, "a triggered write's answer is corrupt");
+    if (!json_is_true(json_object_get(answer, "accepted")) ||
+        json_integer_value(json_object_get(answer, "status")) >= 400) {
+        int st = (int)json_integer_value(json_object_get(answer, "status"));
+        const char *msg = sf_json_str(answer, "message");
+
+        rc = emu_script__fail(err,
+                              st == 409   ? SF_ECONFLICT
+                              : st == 404 ? SF_ENOTFOUND
+                              : st == 412 ? SF_EPRECOND
+                                          : SF_EINVAL,
+                              st >= 400 ? st : 403, "%s",
+                              msg != NULL ? msg : "The triggers wrote more than the write bound.");
+        json_decref(answer);
+        return rc;
+    }
+    *ret_answer = answer;
+    return SF_OK;
+}
+
+enum sf_rc emu_script_write_triggered(struct emu_store *s, const struct emu_coll_ref *c,
+                                      const struct emu_script_write_req *req,
+                                      const struct emu_script_limits *lim, struct sf_buf *out,
+                                      struct emu_doc_meta *ret_meta, struct sf_err *err)
+{
+    struct emu_script_limits L;
+    struct emu_script_result res;
+    struct emu_doc_meta meta;
+    struct emu_sx *sx = NULL;
+    struct sf_buf doc, written;
+    json_t *pk = NULL, *answer = NULL, *v;
+    const char *id;
+    int status = 0;
+    enum sf_rc rc = SF_OK;
+
+    emu_script_limits_fill(lim, &L);
+    sf_buf_init(&doc, SIZE_MAX);
+    sf_buf_init(&written, SIZE_MAX);
+    /* The partition: the header's, else the document's value at the key path. */
+    if (req->pk != NULL) {
+        pk = json_incref((json_t *)req->pk);
+    } else if (req->body != NULL) {
+        v = sf_json_path(req->body, c->pk_path);
+        pk = json_pack("[O]", v != NULL ? v : json_object());
+    }
+    if (pk == NULL) {
+        rc = emu_script__fail(err, SF_EINVAL, 400,
+                              "A write that names triggers needs its partition key "
+                              "(x-ms-documentdb-partitionkey).");
+        goto out;
+    }
+    if (req->body != NULL && sf_json_dump(req->body, &doc) != SF_OK) {
+        rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
+        goto out;
+    }
+    if ((sx = emu_sx_new(s, c, pk, &L)) == NULL) {
+        rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
+        goto out;
+    }
+    rc = emu_triggers_run(sx, s, c, req->pre, "Pre", req->op, &L, &doc, NULL, err);
+    if (rc == SF_OK)
+        rc = emu_triggered_apply(sx, req, sf_buf_cstr(&doc), &answer, err);
+    if (rc == SF_OK) {
+        status = (int)json_integer_value(json_object_get(answer, "status"));
+        v = json_object_get(answer, "resource");
+        if (!json_is_null(v) && sf_json_dump(v, &written) != SF_OK)
+            rc = emu_script__fail(err, SF_ENOMEM, 500, "out of memory");
+    }
+    if (rc == SF_OK)
+        rc = emu_triggers_run(sx, s, c, req->post, "Post", req->op, &L, &doc,
+                              written.len > 0 ? sf_buf_cstr(&written) : NULL, err);
+    if (rc == SF_OK)
+        rc = emu_script__tx_commit(sx->tx, &res, err);
+    if (rc != SF_OK)
+        goto out;
+    /* Committed: answer with the stored document, its real etag and LSN. */
+    memset(&meta, 0, sizeof(meta));
+    if (req->op == EMU_SCRIPT_DELETE) {
+        meta.status = 204;
+    } else {
+        id = sf_json_str(json_object_get(answer, "resource"), "id");
+        rc = emu_store_doc_read(s, c, id != NULL ? id : "", pk, NULL, out, &meta, err);
+        meta.status = status;
+    }
+    meta.lsn = res.lsn;
+    (void)snprintf(meta.range_id, sizeof(meta.range_id), "%s", res.range_id);
+    if (rc == SF_OK && ret_meta != NULL)
+        *ret_meta = meta;
+out:
+    emu_sx_destroy(sx);
+    json_decref(answer);
+    json_decref(pk);
+    sf_buf_release(&doc);
+    sf_buf_release(&written);
     return rc;
 }

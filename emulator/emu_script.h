@@ -71,6 +71,44 @@ enum sf_rc emu_script_sproc_run(struct emu_store *s, const struct emu_coll_ref *
                                 const struct emu_script_limits *lim, struct sf_buf *out,
                                 struct emu_script_result *ret_res, struct sf_err *err);
 
+/* The longest script id a trigger header may name. */
+#define EMU_SCRIPT_ID_MAX 255
+
+enum emu_script_write {
+    EMU_SCRIPT_CREATE,
+    EMU_SCRIPT_UPSERT,
+    EMU_SCRIPT_REPLACE,
+    EMU_SCRIPT_DELETE
+};
+
+/* A document write that names triggers. */
+struct emu_script_write_req {
+    enum emu_script_write op;
+    const char *id;       /* replace, delete: the URL's id */
+    const json_t *pk;     /* the header array; NULL = the document's (create, upsert) */
+    const json_t *body;   /* create, upsert, replace: the client's document */
+    const char *if_match; /* or NULL */
+    const char *pre;      /* x-ms-documentdb-pre-trigger-include: ids, comma-separated; or NULL */
+    const char *post;     /* x-ms-documentdb-post-trigger-include, likewise */
+};
+
+/*
+ * Runs a document write with its triggers as one transaction: the
+ * pre-triggers in order (each may change the document with
+ * getRequest().setBody()), the write, the post-triggers (which see the
+ * written document as getResponse().getBody(), and may write more in the
+ * partition), then the commit. A throw anywhere, or the budget, leaves
+ * nothing. A named trigger that does not exist is 404; one of the other
+ * type, or whose triggerOperation does not cover the write, 400. On success
+ * appends the stored document (nothing for a delete) and fills *ret_meta
+ * as emu_store_doc_write does. Errors as emu_script_sproc_run, plus the
+ * write's own (409, 404, 412, 400).
+ */
+enum sf_rc emu_script_write_triggered(struct emu_store *s, const struct emu_coll_ref *c,
+                                      const struct emu_script_write_req *req,
+                                      const struct emu_script_limits *lim, struct sf_buf *out,
+                                      struct emu_doc_meta *ret_meta, struct sf_err *err);
+
 /*
  * Duktape's interrupt hook (DUK_USE_EXEC_TIMEOUT_CHECK, set in
  * emulator/script.cmake): nonzero once the execution whose heap udata is
