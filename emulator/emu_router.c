@@ -759,6 +759,7 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     const char *range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
     struct emu_search_page page = {0};
     struct emu_query_budget budget = {0};
+    struct emu_script_udfs *udfs = NULL;
     struct emu_query_cursor from = {0};
     bool resume = false;
     struct emu_replica_view view;
@@ -807,6 +808,10 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     }
     budget.gone = rt->req->gone;
     budget.arg = rt->req->hctx;
+    /* udf.name(...) in the query (docs/azure-scripts.md); no heap unless one is called. */
+    udfs = emu_script_udfs_new(rt->r->store, c, &rt->r->lim.script);
+    budget.udf = udfs != NULL ? emu_script_udf_call : NULL;
+    budget.udf_arg = udfs;
     budget.max_window_bytes = rt->r->lim.max_page_bytes;
     (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
     /*
@@ -845,6 +850,7 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     else if (page.more)
         resp_header(rt->resp, "x-ms-continuation", "o:%zu", skip + page.count);
 out:
+    emu_script_udfs_free(udfs);
     sf_buf_release(&ss.buf);
     json_decref(pk);
 }

@@ -830,3 +830,175 @@ out:
     sf_buf_release(&written);
     return rc;
 }
+
+/* ---- user-defined functions ---- */
+
+struct emu_script_udfs {
+    struct emu_store *s;
+    const struct emu_coll_ref *c;
+    struct emu_sx *sx;
+    duk_context *ctx; /* made at the first call */
+    bool broken;      /* Duktape gave up on the heap: every later call fails */
+};
+
+struct emu_script_udfs *emu_script_udfs_new(struct emu_store *s, const struct emu_coll_ref *c,
+                                            const struct emu_script_limits *lim)
+{
+    struct emu_script_udfs *u = calloc(1, sizeof(*u));
+    struct emu_script_limits L;
+
+    if (u == NULL)
+        return NULL;
+    emu_script_limits_fill(lim, &L);
+    u->s = s;
+    u->c = c;
+    u->sx = emu_sx_new(s, c, NULL, &L);
+    if (u->sx == NULL) {
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+void emu_script_udfs_free(struct emu_script_udfs *u)
+{
+    if (u == NULL)
+        return;
+    if (u->ctx != NULL)
+        duk_destroy_heap(u->ctx);
+    emu_sx_free_all(u->sx);
+    emu_sx_destroy(u->sx);
+    free(u);
+}
+
+/* One call, run protected: [name, body-or-undefined, args JSON...] -> the result's JSON. */
+struct emu_udf_call {
+    const char *name;
+    const char *body; /* NULL when already compiled */
+    json_t *const *args;
+    size_t nargs;
+    struct sf_buf *text; /* the arguments' JSON, one at a time */
+};
+
+static duk_ret_t emu_udf_step(duk_context *ctx, void *udata)
+{
+    struct emu_udf_call *call = udata;
+    size_t i;
+
+    duk_push_global_stash(ctx);
+    if (call->body != NULL) {
+        duk_compile_lstring(ctx, DUK_COMPILE_FUNCTION, call->body, strlen(call->body));
+        duk_put_prop_string(ctx, -2, call->name);
+    }
+    duk_get_prop_string(ctx, -1, call->name);
+    duk_push_undefined(ctx); /* this */
+    for (i = 0; i < call->nargs; i++) {
+        if (call->args[i] == NULL) {
+            duk_push_undefined(ctx);
+            continue;
+        }
+        sf_buf_reset(call->text);
+        if (sf_json_dump(call->args[i], call->text) != SF_OK)
+            return duk_error(ctx, DUK_ERR_RANGE_ERROR, "an argument is too large");
+        duk_push_lstring(ctx, call->text->data, call->text->len);
+        duk_json_decode(ctx, -1);
+    }
+    duk_call_method(ctx, (duk_idx_t)call->nargs);
+    if (!duk_is_undefined(ctx, -1))
+        duk_json_encode(ctx, -1);
+    return 1;
+}
+
+/* Whether the heap already holds name's compiled function. */
+static duk_ret_t emu_udf_known(duk_context *ctx, void *udata)
+{
+    duk_push_global_stash(ctx);
+    duk_push_boolean(ctx, duk_has_prop_string(ctx, -1, (const char *)udata));
+    return 1;
+}
+
+enum sf_rc emu_script_udf_call(void *arg, const char *name, json_t *const *args, size_t nargs,
+                               json_t **ret, struct sf_err *err)
+{
+    struct emu_script_udfs *u = arg;
+    struct emu_sx *sx = u->sx;
+    struct emu_udf_call call = {.name = name, .args = args, .nargs = nargs};
+    struct sf_buf text;
+    char *volatile body = NULL;
+    char msg[512];
+    volatile enum sf_rc rc = SF_OK;
+    duk_size_t len = 0;
+    const char *out;
+
+    if (u->broken)
+        return emu_script__fail(err, SF_EINVAL, 400,
+                                "The query's user-defined functions were stopped earlier.");
+    sf_buf_init(&text, SIZE_MAX);
+    call.text = &text;
+    if (setjmp(sx->fatal) != 0) {
+        /* Duktape gave up on the heap: free it block by block, fail this and later calls. */
+        u->ctx = NULL;
+        u->broken = true;
+        emu_sx_free_all(sx);
+        rc = emu_script__fail(err, sx->timed_out ? SF_ETIMEOUT : SF_EINVAL,
+                              sx->timed_out ? 408 : 400,
+                              "Encountered exception while executing function udf.%.200s: the "
+                              "script engine stopped it (%s)",
+                              name, sx->timed_out ? "time budget" : "memory bound");
+        goto out;
+    }
+    if (u->ctx == NULL) {
+        u->ctx = duk_create_heap(emu_sx_alloc, emu_sx_realloc, emu_sx_free, sx, emu_sx_fatal);
+        if (u->ctx == NULL) {
+            rc = emu_script__fail(err, SF_ENOMEM, 500, "could not make a script heap");
+            goto out;
+        }
+        duk_push_global_object(u->ctx);
+        (void)duk_del_prop_string(u->ctx, -1, "Duktape");
+        duk_pop(u->ctx);
+    }
+    if (duk_safe_call(u->ctx, emu_udf_known, (void *)name, 0, 1) != 0) {
+        rc = emu_script__fail(err, SF_EIO, 500, "the script engine failed");
+        goto out;
+    }
+    if (!duk_get_boolean(u->ctx, -1)) {
+        char *b = NULL;
+
+        rc = emu_script_load(u->s, u->c, "udfs", name, &b, NULL, err);
+        if (rc == SF_ENOTFOUND || (rc != SF_OK && err != NULL && err->http_status == 404))
+            rc = emu_script__fail(err, SF_EINVAL, 400,
+                                  "Encountered exception while executing function. Exception = "
+                                  "the user-defined function udf.%.200s does not exist.",
+                                  name);
+        body = b;
+    }
+    duk_pop(u->ctx);
+    if (rc != SF_OK)
+        goto out;
+    call.body = body;
+    if (duk_safe_call(u->ctx, emu_udf_step, &call, 0, 1) != 0 || sx->timed_out) {
+        emu_sx_error_text(u->ctx, msg, sizeof(msg));
+        duk_pop(u->ctx);
+        rc = sx->timed_out ? emu_script__fail(err, SF_ETIMEOUT, 408,
+                                              "udf.%.200s ran past the time budget of %d ms.", name,
+                                              sx->timeout_ms)
+                           : emu_script__fail(err, SF_EINVAL, 400,
+                                              "Encountered exception while executing function "
+                                              "udf.%.200s. Exception = %s",
+                                              name, msg);
+        goto out;
+    }
+    *ret = NULL;
+    if (duk_is_string(u->ctx, -1)) {
+        out = duk_get_lstring(u->ctx, -1, &len);
+        *ret = sf_json_parse(out, len, NULL);
+        if (*ret == NULL)
+            rc = emu_script__fail(err, SF_EINVAL, 400, "udf.%.200s returned an unusable value",
+                                  name);
+    }
+    duk_pop(u->ctx);
+out:
+    free(body);
+    sf_buf_release(&text);
+    return rc;
+}

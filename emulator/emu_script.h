@@ -110,6 +110,21 @@ enum sf_rc emu_script_write_triggered(struct emu_store *s, const struct emu_coll
                                       struct emu_doc_meta *ret_meta, struct sf_err *err);
 
 /*
+ * User-defined functions for one query: emu_script_udf_call is the query
+ * engine's udf hook (emu_query_budget.udf) with a struct emu_script_udfs as
+ * its arg. The first call makes a heap (the limits as for a procedure: one
+ * budget from emu_script_udfs_new, one memory bound); each function is
+ * loaded from the store and compiled once. A UDF error fails the query
+ * (400 with the function's exception); past the budget, 408.
+ */
+struct emu_script_udfs;
+struct emu_script_udfs *emu_script_udfs_new(struct emu_store *s, const struct emu_coll_ref *c,
+                                            const struct emu_script_limits *lim);
+void emu_script_udfs_free(struct emu_script_udfs *u);
+enum sf_rc emu_script_udf_call(void *arg, const char *name, json_t *const *args, size_t nargs,
+                               json_t **ret, struct sf_err *err);
+
+/*
  * Duktape's interrupt hook (DUK_USE_EXEC_TIMEOUT_CHECK, set in
  * emulator/script.cmake): nonzero once the execution whose heap udata is
  * passed has used up its budget. Called by Duktape only.

@@ -259,6 +259,46 @@ START_TEST(test_tx_concurrent_write)
 }
 END_TEST
 
+static void add_udf(const char *id, const char *body)
+{
+    json_t *b = json_pack("{s:s,s:s}", "id", id, "body", body);
+    struct sf_err err;
+
+    ck_assert_msg(emu_store_script_create(g_s, &g_c, "udfs", b, false, NULL, &err) == SF_OK,
+                  "udf %s: %s", id, err.msg);
+    json_decref(b);
+}
+
+START_TEST(test_udfs)
+{
+    struct emu_script_limits lim;
+    struct emu_script_udfs *u;
+    json_t *args[2] = {json_integer(10), NULL}, *ret = NULL;
+    struct sf_err err;
+
+    emu_script_limits_default(&lim);
+    lim.timeout_ms = 300;
+    add_udf("tax", "function (x, y) { return y === undefined ? x * 0.2 : -1; }");
+    add_udf("boom", "function () { throw new Error('udf says no'); }");
+    add_udf("spin", "function () { for (;;) {} }");
+    u = emu_script_udfs_new(g_s, &g_c, &lim);
+    ck_assert_ptr_nonnull(u);
+    ck_assert(emu_script_udf_call(u, "tax", args, 2, &ret, &err) == SF_OK);
+    ck_assert(json_is_number(ret) && json_number_value(ret) == 2.0);
+    json_decref(ret);
+    ck_assert(emu_script_udf_call(u, "tax", args, 1, &ret, &err) == SF_OK); /* compiled once */
+    json_decref(ret);
+    ck_assert(emu_script_udf_call(u, "boom", args, 0, &ret, &err) == SF_EINVAL);
+    ck_assert_msg(err.http_status == 400 && strstr(err.msg, "udf says no") != NULL, "%s", err.msg);
+    ck_assert(emu_script_udf_call(u, "nope", args, 0, &ret, &err) == SF_EINVAL);
+    ck_assert_msg(strstr(err.msg, "does not exist") != NULL, "%s", err.msg);
+    ck_assert(emu_script_udf_call(u, "spin", args, 0, &ret, &err) == SF_ETIMEOUT);
+    ck_assert_int_eq(err.http_status, 408);
+    emu_script_udfs_free(u);
+    json_decref(args[0]);
+}
+END_TEST
+
 /* One call through the parser: SF_OK or the message's start. */
 static void call_case(const char *text, enum sf_rc want, const char *msg)
 {
@@ -326,7 +366,7 @@ static Suite *script_suite(void)
     sf_check_case(su, "sproc", setup, teardown, 0,
                   (const TTest *[]){test_sproc_creates_and_answers, test_sproc_throw_rolls_back,
                                     test_sproc_limits, test_sproc_holds_no_lock,
-                                    test_tx_concurrent_write, NULL});
+                                    test_tx_concurrent_write, test_udfs, NULL});
     sf_check_case(su, "call", NULL, NULL, 0, (const TTest *[]){test_call_parse, NULL});
     return su;
 }
