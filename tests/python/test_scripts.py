@@ -75,6 +75,31 @@ class Scripts(unittest.TestCase):
         self.c.CreateItem(self.coll, {"id": "after", "pk": "p"})
         self.assertEqual(self.c.ReadItem(self.coll + "/docs/after", {"partitionKey": "p"})["id"], "after")
 
+    def test_a_pre_trigger_changes_the_document_when_named(self):
+        self.c.CreateTrigger(self.coll, {
+            "id": "stamp", "triggerType": "Pre", "triggerOperation": "All",
+            "body": "function () { var r = getContext().getRequest(), d = r.getBody(); d.stamped = true; r.setBody(d); }",
+        })
+        self.c.CreateTrigger(self.coll, {
+            "id": "veto", "triggerType": "Post", "triggerOperation": "Create",
+            "body": "function () { throw new Error('vetoed'); }",
+        })
+        self.assertNotIn("stamped", self.c.CreateItem(self.coll, {"id": "plain", "pk": "p"}))
+        made = self.c.CreateItem(self.coll, {"id": "t", "pk": "p"}, {"preTriggerInclude": "stamp"})
+        self.assertTrue(made["stamped"])
+        with self.assertRaises(errors.HTTPFailure) as e:
+            self.c.CreateItem(self.coll, {"id": "v", "pk": "p"}, {"postTriggerInclude": "veto"})
+        self.assertEqual(e.exception.status_code, 400)
+        self.missing("v", "p")
+
+    def test_a_udf_in_select_and_where(self):
+        self.c.CreateUserDefinedFunction(self.coll, {"id": "tax", "body": "function (x) { return x / 5; }"})
+        for i in range(1, 4):
+            self.c.CreateItem(self.coll, {"id": "o%d" % i, "pk": "p%d" % i, "total": i * 10})
+        got = list(self.c.QueryItems(self.coll, "SELECT VALUE udf.tax(c.total) FROM c WHERE udf.tax(c.total) > 2",
+                                     {"enableCrossPartitionQuery": True}))
+        self.assertEqual(sorted(got), [4, 6])
+
 
 if __name__ == "__main__":
     unittest.main()
