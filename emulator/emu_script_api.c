@@ -65,9 +65,9 @@ static const char *emu_link_seg(const char *p, const char *want, const char *wan
  */
 static enum sf_rc emu_call_link(const char *what, const char *link,
                                 const struct emu_script_self *self, bool want_doc,
-                                const char **ret_id, struct sf_err *err)
+                                const char **ret_id, bool *ret_by_rid, struct sf_err *err)
 {
-    const char *p = link;
+    const char *p = link, *db_at, *coll_at = NULL;
     size_t n;
 
     if (link == NULL)
@@ -75,14 +75,17 @@ static enum sf_rc emu_call_link(const char *what, const char *link,
                             want_doc ? "document" : "collection");
     while (*p == '/')
         p++;
+    db_at = p + 4;
     if (strncmp(p, "dbs/", 4) == 0)
         p = emu_link_seg(p + 4, self->db, self->db_rid);
     else
         p = NULL;
-    if (p != NULL && strncmp(p, "colls/", 6) == 0)
+    if (p != NULL && strncmp(p, "colls/", 6) == 0) {
+        coll_at = p + 6;
         p = emu_link_seg(p + 6, self->coll, self->coll_rid);
-    else
+    } else {
         p = NULL;
+    }
     if (p == NULL)
         return emu_call_bad(err,
                             "%s: link '%.200s' does not name this collection (a script reaches "
@@ -102,6 +105,13 @@ static enum sf_rc emu_call_link(const char *what, const char *link,
     if (n == 0 || memchr(p, '/', n) != NULL)
         return emu_call_bad(err, "%s: '%.200s' is not a document link (.../docs/<id>)", what, link);
     *ret_id = p;
+    /* A _self link (Azure's doc._self) names the collection by rids and the document by its _rid.
+     */
+    *ret_by_rid = self->db_rid != NULL && self->coll_rid != NULL &&
+                  strncmp(db_at, self->db_rid, strlen(self->db_rid)) == 0 &&
+                  db_at[strlen(self->db_rid)] == '/' && strcmp(self->db_rid, self->db) != 0 &&
+                  strncmp(coll_at, self->coll_rid, strlen(self->coll_rid)) == 0 &&
+                  coll_at[strlen(self->coll_rid)] == '/' && strcmp(self->coll_rid, self->coll) != 0;
     return SF_OK;
 }
 
@@ -207,7 +217,7 @@ enum sf_rc emu_script__call_parse(const char *text, size_t len, const struct emu
     rc = emu_call_link(what, json_string_value(link), self,
                        call.op == EMU_SOP_READ || call.op == EMU_SOP_REPLACE ||
                            call.op == EMU_SOP_DELETE,
-                       &call.id, err);
+                       &call.id, &call.by_rid, err);
     if (rc == SF_OK)
         rc = emu_call_options(what, json_object_get(call.root, "options"), &call, err);
     if (rc != SF_OK)

@@ -38,6 +38,7 @@ struct emu_script_call {
     json_t *root; /* owned */
     enum emu_script_op op;
     const char *id;         /* the document link's id (read, replace, delete) */
+    bool by_rid;            /* a _self link: id is the document's _rid */
     const json_t *body;     /* the document (create, upsert, replace) */
     const char *query;      /* query text (query, readDocuments) */
     const json_t *params;   /* query parameters, or NULL */

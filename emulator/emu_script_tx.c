@@ -285,12 +285,79 @@ static json_t *emu_tx_stamp(struct emu_script_tx *tx, const json_t *body, const 
     return d;
 }
 
+/* Finds the id of the document whose _rid is rid (a _self link), overlay first. */
+struct emu_tx_rid_scan {
+    const char *rid;
+    char id[1024];
+    bool found;
+};
+
+static enum sf_rc emu_tx_rid_visit(void *ctx, const char *text, size_t len)
+{
+    struct emu_tx_rid_scan *sc = ctx;
+    json_t *doc = sf_json_parse(text, len, NULL);
+    const char *rid = sf_json_str(doc, "_rid"), *id = sf_json_str(doc, "id");
+
+    if (rid != NULL && id != NULL && strcmp(rid, sc->rid) == 0) {
+        sc->found = sf_str_copy(sc->id, sizeof(sc->id), id);
+        json_decref(doc);
+        return EMU_TX_STOP;
+    }
+    json_decref(doc);
+    return SF_OK;
+}
+
+/* *ret_found false when no document of the partition has that _rid. */
+static enum sf_rc emu_tx_rid_to_id(struct emu_script_tx *tx, const char *rid, size_t rid_len,
+                                   char id[1024], bool *ret_found, struct sf_err *err)
+{
+    struct emu_tx_rid_scan sc = {.found = false};
+    char want[64];
+    enum sf_rc rc;
+    size_t i;
+
+    *ret_found = false;
+    /*
+     * Only what can be a document _rid of this collection is looked for (a
+     * scan of the partition): 16 bytes in base64 whose first 8 are the
+     * collection's, so its first 10 characters are the collection rid's.
+     */
+    if (rid_len != 24 || rid[22] != '=' || rid[23] != '=' || strlen(tx->c->coll_rid) < 10 ||
+        strncmp(rid, tx->c->coll_rid, 10) != 0)
+        return SF_OK;
+    memcpy(want, rid, rid_len);
+    want[rid_len] = '\0';
+    for (i = 0; i < tx->n; i++) {
+        const char *r = tx->docs[i].doc != NULL ? sf_json_str(tx->docs[i].doc, "_rid") : NULL;
+
+        if (r != NULL && strcmp(r, want) == 0) {
+            *ret_found = sf_str_copy(id, 1024, tx->docs[i].id);
+            return SF_OK;
+        }
+    }
+    sc.rid = want;
+    rc = emu_store_doc_scan(tx->s, tx->c, NULL, false, tx->pk, emu_tx_rid_visit, &sc, err);
+    if (rc == EMU_TX_STOP)
+        rc = SF_OK;
+    if (rc == SF_OK && sc.found) {
+        /* A document the script deleted is gone for it. */
+        const struct emu_script_doc *d = emu_tx_find(tx, sc.id);
+
+        if (d == NULL || d->doc != NULL) {
+            (void)sf_str_copy(id, 1024, sc.id);
+            *ret_found = true;
+        }
+    }
+    return rc;
+}
+
 /* createDocument, upsertDocument, replaceDocument. */
 static enum sf_rc emu_tx_write(struct emu_script_tx *tx, const struct emu_script_call *call,
                                struct sf_buf *out, struct sf_err *err)
 {
     json_t *body = json_deep_copy(call->body), *cur = NULL, *doc = NULL;
-    char etag[64], uuid[37];
+    char etag[64], uuid[37], rid_id[1024];
+    const char *link_id = call->id;
     const char *id, *bad;
     bool existed = false;
     enum sf_rc rc = SF_OK;
@@ -298,8 +365,19 @@ static enum sf_rc emu_tx_write(struct emu_script_tx *tx, const struct emu_script
 
     if (body == NULL)
         return SF_ENOMEM;
+    if (call->op == EMU_SOP_REPLACE && call->by_rid) {
+        /* A _self link: the document's id is the one whose _rid the link names. */
+        size_t n = strcspn(call->id, "/");
+        bool found;
+
+        rc = emu_tx_rid_to_id(tx, call->id, n, rid_id, &found, err);
+        if (rc != SF_OK)
+            goto out;
+        if (found)
+            link_id = rid_id; /* else an id under the collection's self link */
+    }
     if (call->op == EMU_SOP_REPLACE && json_object_get(body, "id") == NULL)
-        (void)json_object_set_new(body, "id", json_string(call->id));
+        (void)json_object_set_new(body, "id", json_string(link_id));
     if (call->op != EMU_SOP_REPLACE && json_object_get(body, "id") == NULL) {
         if (call->no_auto_id) {
             rc = emu_tx_answer_err(out, 400,
@@ -315,7 +393,7 @@ static enum sf_rc emu_tx_write(struct emu_script_tx *tx, const struct emu_script
         goto out;
     }
     id = json_string_value(json_object_get(body, "id"));
-    if (call->op == EMU_SOP_REPLACE && strcmp(id, call->id) != 0) {
+    if (call->op == EMU_SOP_REPLACE && strncmp(id, link_id, strcspn(link_id, "/")) != 0) {
         rc = emu_tx_answer_err(out, 400, "The document's id differs from the link's id.");
         goto out;
     }
@@ -383,6 +461,18 @@ static enum sf_rc emu_tx_point(struct emu_script_tx *tx, const struct emu_script
         return emu_tx_answer_err(out, 400, "The document id is longer than 1023 bytes.");
     memcpy(id, call->id, n);
     id[n] = '\0';
+    if (call->by_rid) {
+        bool found;
+
+        /* Not a _rid of the partition: an id under the collection's self link. */
+        rc = emu_tx_rid_to_id(tx, call->id, n, id, &found, err);
+        if (rc != SF_OK)
+            return rc;
+        if (!found) {
+            memcpy(id, call->id, n);
+            id[n] = '\0';
+        }
+    }
     rc = emu_tx_current(tx, id, &cur, etag, &existed, err);
     if (rc != SF_OK)
         return rc;

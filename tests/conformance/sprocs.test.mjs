@@ -141,6 +141,39 @@ test("a committed procedure's writes reach the change feed together; its reads s
   assert.equal(new Set(changes.map((d) => d._lsn)).size, 1, "one transaction, one LSN");
 });
 
+test("documents are reached by their _self links too, as Azure's samples write them", async () => {
+  const container = await withSproc(
+    env,
+    "bySelf",
+    `function (id) {
+       var c = __, self = c.getSelfLink();
+       c.readDocument(self + 'docs/' + id, function (err, d) {
+         if (err) throw err;
+         d.n = (d.n || 0) + 1;
+         c.replaceDocument(d._self, d, { etag: d._etag }, function (err) {
+           if (err) throw err;
+           c.readDocument(d._self, function (err, again) {
+             if (err) throw err;
+             c.queryDocuments(self, "SELECT * FROM c WHERE c.id = 'gone'", function (err, docs) {
+               if (err) throw err;
+               c.deleteDocument(docs[0]._self, function (err) {
+                 if (err) throw err;
+                 getContext().getResponse().setBody({ n: again.n });
+               });
+             });
+           });
+         });
+       });
+     }`,
+  );
+  await container.items.create({ id: "d", pk: "p", n: 1 });
+  await container.items.create({ id: "gone", pk: "p" });
+  const { resource } = await exec(container, "bySelf", "p", ["d"]);
+  assert.deepEqual(resource, { n: 2 });
+  assert.equal((await container.item("d", "p").read()).resource.n, 2);
+  assert.equal((await container.item("gone", "p").read()).statusCode, 404);
+});
+
 test("a procedure stays in its partition and its collection", async () => {
   const container = await withSproc(
     env,
