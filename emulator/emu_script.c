@@ -864,8 +864,10 @@ void emu_script_udfs_free(struct emu_script_udfs *u)
 {
     if (u == NULL)
         return;
-    if (u->ctx != NULL)
+    /* Destroying may run finalizers; should Duktape give up there, free block by block. */
+    if (setjmp(u->sx->fatal) == 0 && u->ctx != NULL)
         duk_destroy_heap(u->ctx);
+    u->ctx = NULL;
     emu_sx_free_all(u->sx);
     emu_sx_destroy(u->sx);
     free(u);
