@@ -775,9 +775,24 @@ enum sf_rc emu_script_write_triggered(struct emu_store *s, const struct emu_coll
     /* The partition: the header's, else the document's value at the key path. */
     if (req->pk != NULL) {
         pk = json_incref((json_t *)req->pk);
-    } else if (req->body != NULL) {
-        v = sf_json_path(req->body, c->pk_path);
-        pk = json_pack("[O]", v != NULL ? v : json_object());
+    } else if (req->body != NULL && (pk = json_array()) != NULL) {
+        /* One value per path of the key ("/a" or hierarchical "/a,/b"); {} = absent. */
+        char path[256];
+        const char *p = c->pk_path;
+        size_t n;
+
+        while (pk != NULL && *p != '\0') {
+            n = strcspn(p, ",");
+            (void)snprintf(path, sizeof(path), "%.*s", (int)n, p);
+            v = sf_json_path(req->body, path);
+            if (json_array_append_new(pk, v != NULL ? json_incref(v) : json_object()) != 0) {
+                json_decref(pk);
+                pk = NULL;
+            }
+            p += n;
+            if (*p == ',')
+                p++;
+        }
     }
     if (pk == NULL) {
         rc = emu_script__fail(err, SF_EINVAL, 400,

@@ -224,12 +224,9 @@ static bool emu_tx_full(struct emu_script_tx *tx, const char *id)
     return tx->writes >= tx->max_writes;
 }
 
-/* The document's partition key value must be the request's (pk[0]; {} = absent). */
-static bool emu_tx_pk_matches(const struct emu_script_tx *tx, const json_t *body)
+/* One value of the key: want (a header element; {} = absent) against the document's. */
+static bool emu_tx_pk_value_matches(const json_t *want, const json_t *have)
 {
-    const json_t *want = json_array_get(tx->pk, 0);
-    const json_t *have = sf_json_path(body, tx->c->pk_path);
-
     if (json_is_object(want) && json_object_size(want) == 0)
         return have == NULL;
     if (have == NULL || want == NULL)
@@ -237,6 +234,32 @@ static bool emu_tx_pk_matches(const struct emu_script_tx *tx, const json_t *body
     if (json_is_number(want) && json_is_number(have))
         return json_number_value(want) == json_number_value(have);
     return json_equal((json_t *)want, (json_t *)have) != 0;
+}
+
+/*
+ * The document's partition key must be the request's: one value per path
+ * of the container's key ("/a", or hierarchical "/a,/b,/c"), in order.
+ */
+static bool emu_tx_pk_matches(const struct emu_script_tx *tx, const json_t *body)
+{
+    const char *p = tx->c->pk_path;
+    char path[256];
+    size_t i = 0, n;
+
+    while (*p != '\0') {
+        n = strcspn(p, ",");
+        if (n >= sizeof(path) || i >= json_array_size(tx->pk))
+            return false;
+        memcpy(path, p, n);
+        path[n] = '\0';
+        if (!emu_tx_pk_value_matches(json_array_get(tx->pk, i), sf_json_path(body, path)))
+            return false;
+        i++;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return i == json_array_size(tx->pk);
 }
 
 /* The service's id rules (the store checks again at commit). */
