@@ -15,7 +15,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config ca-certificates check \
       libjansson-dev libmicrohttpd-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev \
-      libconfig-dev librdkafka-dev \
+      libconfig-dev librdkafka-dev duktape-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -614,6 +614,23 @@ enum sf_rc cosmos_doc_patch(struct cosmos_client *cli, const char *db, const cha
                             const char *condition, const struct cosmos_req_opts *opts,
                             struct cosmos_response *resp, struct sf_err *err);
 
+/*
+ * Stored procedures (docs/azure-scripts.md). cosmos_sproc_execute POSTs
+ * params_json (a JSON array, NULL = []) to dbs/db/colls/coll/sprocs/id in
+ * the partition pk_json; the procedure's response body is in resp->body.
+ * Not repeated after an ambiguous failure unless opts says the call is
+ * guarded (the procedure's own marker makes a repeat harmless: the sproc
+ * step). A throw is SF_EHTTP with http_status 400 and the service's message.
+ * cosmos_sproc_create registers body_json ({"id":..,"body":..}); 409 when it exists.
+ */
+enum sf_rc cosmos_sproc_execute(struct cosmos_client *cli, const char *db, const char *coll,
+                                const char *id, const char *pk_json, const char *params_json,
+                                bool guarded, const struct cosmos_req_opts *opts,
+                                struct cosmos_response *resp, struct sf_err *err);
+enum sf_rc cosmos_sproc_create(struct cosmos_client *cli, const char *db, const char *coll,
+                               const char *body_json, struct cosmos_response *resp,
+                               struct sf_err *err);
+
 /* ---------------------------------------------------------------------------
  * Transactional batch (PROTOCOL.md section 5): up to 100 operations in one
  * logical partition, committed all or nothing.

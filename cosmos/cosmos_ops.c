@@ -871,6 +871,50 @@ static enum sf_rc cosmos_doc_op(struct cosmos_client *cli, const char *verb, con
     return rc;
 }
 
+enum sf_rc cosmos_sproc_execute(struct cosmos_client *cli, const char *db, const char *coll,
+                                const char *id, const char *pk_json, const char *params_json,
+                                bool guarded, const struct cosmos_req_opts *opts,
+                                struct cosmos_response *resp, struct sf_err *err)
+{
+    const char *segs[] = {"dbs", db, "colls", coll, "sprocs", id};
+    struct cosmos_req req;
+    enum sf_rc rc;
+
+    if (id == NULL || pk_json == NULL)
+        return sf_err_set(err, SF_EINVAL, false, "execute: no procedure id or partition key");
+    cosmos_req_init(&req);
+    rc = cosmos_req_start(cli, &req, "POST", segs, 6, COSMOS_OP_WRITE, err);
+    req.guarded = guarded;
+    if (rc == SF_OK)
+        rc = cosmos_req_pk(&req, pk_json, err);
+    if (rc == SF_OK)
+        rc = cosmos_apply_opts(&req, opts, err);
+    if (rc == SF_OK)
+        cosmos_req_body(&req, params_json != NULL ? params_json : "[]");
+    if (rc == SF_OK)
+        rc = cosmos_run(cli, &req, resp, err);
+    cosmos_req_release(&req);
+    return rc;
+}
+
+enum sf_rc cosmos_sproc_create(struct cosmos_client *cli, const char *db, const char *coll,
+                               const char *body_json, struct cosmos_response *resp,
+                               struct sf_err *err)
+{
+    const char *segs[] = {"dbs", db, "colls", coll, "sprocs"};
+    struct cosmos_req req;
+    enum sf_rc rc;
+
+    cosmos_req_init(&req);
+    rc = cosmos_req_start(cli, &req, "POST", segs, 5, COSMOS_OP_WRITE, err);
+    if (rc == SF_OK)
+        cosmos_req_body(&req, body_json);
+    if (rc == SF_OK)
+        rc = cosmos_run(cli, &req, resp, err);
+    cosmos_req_release(&req);
+    return rc;
+}
+
 enum sf_rc cosmos_doc_create(struct cosmos_client *cli, const char *db, const char *coll,
                              const char *pk_json, const char *body_json,
                              const struct cosmos_req_opts *opts, struct cosmos_response *resp,

@@ -81,6 +81,17 @@ static const char usage[] =
     "                           or aggregates); a query stops when its client hangs up\n"
     "  --max-clock-skew SECS    accepted x-ms-date distance from the clock (default 900)\n";
 
+/* Server-side JavaScript (docs/azure-scripts.md). */
+static const char usage_scripts[] =
+    "  --script-timeout-ms MS   budget of one stored procedure (default 5000, Azure's): past\n"
+    "                           80 % of it collection calls answer \"not accepted\"; at MS the\n"
+    "                           script is stopped and nothing it wrote is kept (408)\n"
+    "  --script-max-memory SIZE memory one script's heap may hold (default 64m); past it the\n"
+    "                           script gets a RangeError, and fails (400) unless it recovers\n"
+    "  --script-max-response SIZE  largest response body a script sets (default 2m); 413\n"
+    "  --script-max-writes N    documents one procedure writes, one batch (default 100,\n"
+    "                           at most 127); past it writes answer \"not accepted\"\n";
+
 /* The rest of --help (one literal would pass the 4095 bytes C11 compilers must support). */
 static const char usage_faults[] =
     "  --fault SPEC             inject faults into matching requests (repeatable), e.g.\n"
@@ -200,6 +211,10 @@ struct cosmolite_args {
     uint64_t max_page_bytes;
     int max_json_depth;
     int query_timeout_ms;
+    int script_timeout_ms;
+    uint64_t script_max_memory;
+    uint64_t script_max_response;
+    int script_max_writes;
     bool gateway_query_plans;
     int max_clock_skew;
     const char *faults[64];
@@ -389,6 +404,10 @@ enum {
     OPT_MAX_PAGE_BYTES,
     OPT_MAX_JSON_DEPTH,
     OPT_QUERY_TIMEOUT,
+    OPT_SCRIPT_TIMEOUT,
+    OPT_SCRIPT_MEMORY,
+    OPT_SCRIPT_RESPONSE,
+    OPT_SCRIPT_WRITES,
     OPT_GATEWAY_QUERY_PLANS,
     OPT_SKEW,
     OPT_FAULT,
@@ -431,6 +450,10 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         {"max-page-bytes", required_argument, NULL, OPT_MAX_PAGE_BYTES},
         {"max-json-depth", required_argument, NULL, OPT_MAX_JSON_DEPTH},
         {"query-timeout-ms", required_argument, NULL, OPT_QUERY_TIMEOUT},
+        {"script-timeout-ms", required_argument, NULL, OPT_SCRIPT_TIMEOUT},
+        {"script-max-memory", required_argument, NULL, OPT_SCRIPT_MEMORY},
+        {"script-max-response", required_argument, NULL, OPT_SCRIPT_RESPONSE},
+        {"script-max-writes", required_argument, NULL, OPT_SCRIPT_WRITES},
         {"gateway-query-plans", no_argument, NULL, OPT_GATEWAY_QUERY_PLANS},
         {"max-clock-skew", required_argument, NULL, OPT_SKEW},
         {"fault", required_argument, NULL, OPT_FAULT},
@@ -529,6 +552,21 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
         case OPT_QUERY_TIMEOUT:
             rc = parse_int_opt("--query-timeout-ms", optarg, 1, 3600 * 1000, &a->query_timeout_ms);
             break;
+        case OPT_SCRIPT_TIMEOUT:
+            rc =
+                parse_int_opt("--script-timeout-ms", optarg, 10, 600 * 1000, &a->script_timeout_ms);
+            break;
+        case OPT_SCRIPT_MEMORY:
+            rc = parse_size_opt("--script-max-memory", optarg, 1u << 20, 4ull << 30,
+                                &a->script_max_memory);
+            break;
+        case OPT_SCRIPT_RESPONSE:
+            rc = parse_size_opt("--script-max-response", optarg, 1024, 64ull << 20,
+                                &a->script_max_response);
+            break;
+        case OPT_SCRIPT_WRITES:
+            rc = parse_int_opt("--script-max-writes", optarg, 1, 127, &a->script_max_writes);
+            break;
         case OPT_GATEWAY_QUERY_PLANS:
             a->gateway_query_plans = true;
             break;
@@ -582,6 +620,7 @@ static int parse_args(int argc, char **argv, struct cosmolite_args *a)
             break;
         case OPT_HELP:
             fputs(usage, stdout);
+            fputs(usage_scripts, stdout);
             fputs(usage_regions, stdout);
             fputs(usage_faults, stdout);
             fputs(usage_replica, stdout);
@@ -759,6 +798,14 @@ int main(int argc, char **argv)
         router.lim.max_json_depth = (size_t)a.max_json_depth;
     if (a.query_timeout_ms)
         router.lim.query_timeout_ms = a.query_timeout_ms;
+    if (a.script_timeout_ms)
+        router.lim.script.timeout_ms = a.script_timeout_ms;
+    if (a.script_max_memory)
+        router.lim.script.max_memory = (size_t)a.script_max_memory;
+    if (a.script_max_response)
+        router.lim.script.max_response = (size_t)a.script_max_response;
+    if (a.script_max_writes)
+        router.lim.script.max_writes = a.script_max_writes;
     router.lim.gateway_query_plans = a.gateway_query_plans;
 
     key = a.key ? a.key : getenv("COSMOLITE_KEY");

@@ -29,7 +29,8 @@
  * GROUP BY keeps one row per distinct key tuple (undefined is a key of its own),
  * in order of first appearance; outside aggregates the select list may only
  * use the grouping expressions (as written), read from the group's first document.
- * Not supported (clear 400s): JOIN, FROM x IN y, subqueries, UDFs, ORDER BY with
+ * udf.name(args) calls the budget's udf function (emu_query_budget).
+ * Not supported (clear 400s): JOIN, FROM x IN y, subqueries, ORDER BY with
  * GROUP BY.
  *
  * Lifetime and threads: a parsed struct emu_query is immutable and may be
@@ -215,7 +216,18 @@ enum sf_rc emu_query_exec_finish(struct emu_query_exec *e, json_t **ret_rows, bo
  * 408): not even one document fitted in the budget. gone()
  * returning true fails it with SF_ECONN: nobody is waiting for the answer.
  */
+/*
+ * Runs user-defined function name (the query's udf.name(...)) on args
+ * (borrowed; NULL elements are undefined): *ret is a new reference, or NULL
+ * for undefined. A failure fills err (400 for the function's own error) and
+ * fails the query.
+ */
+typedef enum sf_rc (*emu_query_udf_fn)(void *arg, const char *name, json_t *const *args,
+                                       size_t nargs, json_t **ret, struct sf_err *err);
+
 struct emu_query_budget {
+    emu_query_udf_fn udf; /* runs udf.name(...) calls; NULL = a query using one fails (400) */
+    void *udf_arg;
     int64_t deadline_us;     /* sf_mono_us() time to stop by; 0 = no deadline */
     int timeout_ms;          /* the budget the deadline came from, for messages */
     bool (*gone)(void *arg); /* NULL = never */

@@ -1430,6 +1430,28 @@ out:
     return rc;
 }
 
+/* udf.name(args): the arguments, then the budget's udf hook (emu_query.h). */
+static enum sf_rc eval_udf(const struct qeval *ev, const struct qnode *n, json_t **ret,
+                           struct sf_err *err)
+{
+    const struct emu_query_budget *b = ev->clock != NULL ? ev->clock->b : NULL;
+    json_t *args[32] = {NULL};
+    enum sf_rc rc = SF_OK;
+    size_t i;
+
+    if (b == NULL || b->udf == NULL)
+        return qerr(err, SF_EINVAL,
+                    "user-defined function udf.%s cannot be used here (only in queries)",
+                    json_string_value(n->value));
+    for (i = 0; rc == SF_OK && i < n->nkids && i < SF_ARRAY_LEN(args); i++)
+        rc = qeval_expr(ev, n->kids[i], &args[i], err);
+    if (rc == SF_OK)
+        rc = b->udf(b->udf_arg, json_string_value(n->value), args, n->nkids, ret, err);
+    for (i = 0; i < SF_ARRAY_LEN(args); i++)
+        json_decref(args[i]);
+    return rc;
+}
+
 enum sf_rc qeval_expr(const struct qeval *ev, const struct qnode *n, json_t **ret,
                       struct sf_err *err)
 {
@@ -1464,6 +1486,8 @@ enum sf_rc qeval_expr(const struct qeval *ev, const struct qnode *n, json_t **re
         return eval_predicate(ev, n, ret, err);
     case QN_CALL:
         return eval_call(ev, n, ret, err);
+    case QN_UDF:
+        return eval_udf(ev, n, ret, err);
     case QN_AGG:
         *ret = ev->agg_results != NULL ? json_incref(ev->agg_results[n->slot]) : NULL;
         return SF_OK;

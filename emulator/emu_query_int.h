@@ -106,6 +106,7 @@ enum qn_kind {
     QN_LIKE,     /* kids[0] [NOT] LIKE kids[1] [ESCAPE kids[2]] */
     QN_CALL,     /* scalar function op(kids...) */
     QN_AGG,      /* aggregate op(kids[0]) accumulated in exec slot `slot` */
+    QN_UDF,      /* udf.<value>(kids...): value = the function's name (a JSON string) */
 };
 
 enum qop {

@@ -523,6 +523,40 @@ out:
     return rc;
 }
 
+/* The most arguments a user-defined function call may pass. */
+#define QUDF_MAX_ARGS 32
+
+/* udf.name(args...): a user-defined function, run by the budget's udf hook. */
+static enum sf_rc parse_udf(struct qparser *p, struct qnode **ret)
+{
+    static const struct qfn_info udf_args = {
+        .name = "udf", .min_args = 0, .max_args = QUDF_MAX_ARGS};
+    struct qnode *n = NULL;
+    enum sf_rc rc;
+
+    if ((rc = node_new(p, QN_UDF, p->tok.pos, &n)) != SF_OK)
+        return rc;
+    if ((rc = advance(p)) != SF_OK || (rc = advance(p)) != SF_OK)
+        goto out;
+    if (p->tok.kind != QT_IDENT) {
+        rc = expected(p, "the name of a user-defined function after 'udf.'");
+        goto out;
+    }
+    n->value = json_stringn_nocheck(p->text + p->tok.pos, p->tok.len);
+    if (n->value == NULL) {
+        rc = qerr(p->err, SF_ENOMEM, "out of memory parsing the query");
+        goto out;
+    }
+    if ((rc = advance(p)) == SF_OK)
+        rc = parse_call_args(p, &udf_args, n);
+out:
+    if (rc == SF_OK)
+        *ret = n;
+    else
+        qnode_free(n);
+    return rc;
+}
+
 /* An identifier in expression position: literal, function call or name. */
 static enum sf_rc parse_ident(struct qparser *p, struct qnode **ret)
 {
@@ -541,9 +575,8 @@ static enum sf_rc parse_ident(struct qparser *p, struct qnode **ret)
     }
     if ((rc = peek(p, &next)) != SF_OK)
         return rc;
-    if (tok_is_exact(p, &p->tok, "udf"))
-        return qerr_at(p->err, SF_EINVAL, "query error", pos,
-                       "user-defined functions are not supported by cosmolite");
+    if (tok_is_exact(p, &p->tok, "udf") && next.kind == QT_DOT)
+        return parse_udf(p, ret);
     if ((at_kw(p, "EXISTS") || at_kw(p, "ARRAY")) && next.kind == QT_LPAREN)
         return qerr_at(p->err, SF_EINVAL, "query error", pos,
                        "subqueries (%.*s(...)) are not supported by cosmolite", (int)p->tok.len,

@@ -35,6 +35,7 @@ void emu_limits_default(struct emu_limits *lim)
     lim->max_json_depth = 128;
     lim->query_timeout_ms = 5000;
     lim->max_page_bytes = 4u << 20;
+    emu_script_limits_default(&lim->script);
 }
 
 void emu_response_init(struct emu_response *resp, size_t max_body)
@@ -758,6 +759,7 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     const char *range = hdr(rt, "x-ms-documentdb-partitionkeyrangeid");
     struct emu_search_page page = {0};
     struct emu_query_budget budget = {0};
+    struct emu_script_udfs *udfs = NULL;
     struct emu_query_cursor from = {0};
     bool resume = false;
     struct emu_replica_view view;
@@ -806,6 +808,10 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     }
     budget.gone = rt->req->gone;
     budget.arg = rt->req->hctx;
+    /* udf.name(...) in the query (docs/azure-scripts.md); no heap unless one is called. */
+    udfs = emu_script_udfs_new(rt->r->store, c, &rt->r->lim.script);
+    budget.udf = udfs != NULL ? emu_script_udf_call : NULL;
+    budget.udf_arg = udfs;
     budget.max_window_bytes = rt->r->lim.max_page_bytes;
     (void)sf_buf_printf(&rt->resp->body, "{\"_rid\":\"%s\",\"Documents\":[", c->coll_rid);
     /*
@@ -844,6 +850,7 @@ static void run_query(struct route *rt, const struct emu_coll_ref *c, struct emu
     else if (page.more)
         resp_header(rt->resp, "x-ms-continuation", "o:%zu", skip + page.count);
 out:
+    emu_script_udfs_free(udfs);
     sf_buf_release(&ss.buf);
     json_decref(pk);
 }
@@ -1367,6 +1374,39 @@ static size_t replica_batch_begin(struct route *rt, const struct emu_coll_ref *c
 static void handle_bulk(struct route *rt, const struct emu_coll_ref *c);
 
 /* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
+/* The write names triggers to run (docs/azure-scripts.md). */
+static bool names_triggers(struct route *rt)
+{
+    return hdr(rt, "x-ms-documentdb-pre-trigger-include") != NULL ||
+           hdr(rt, "x-ms-documentdb-post-trigger-include") != NULL;
+}
+
+/* A document write with its triggers, as one transaction (emu_script.h). */
+static void triggered_write(struct route *rt, const struct emu_coll_ref *c,
+                            enum emu_script_write op, const char *id, const json_t *pk,
+                            const json_t *body)
+{
+    struct emu_script_write_req req = {.op = op, .id = id, .pk = pk, .body = body};
+    struct emu_doc_meta meta;
+    struct sf_err err;
+
+    req.if_match = hdr(rt, "If-Match");
+    req.pre = hdr(rt, "x-ms-documentdb-pre-trigger-include");
+    req.post = hdr(rt, "x-ms-documentdb-post-trigger-include");
+    sf_err_clear(&err);
+    if (!store_call(rt,
+                    emu_script_write_triggered(rt->r->store, c, &req, &rt->r->lim.script,
+                                               &rt->resp->body, &meta, &err),
+                    &err))
+        return;
+    if (op == EMU_SCRIPT_DELETE) {
+        ok(rt, 204, emu_ru_cost_delete());
+        session_header(rt, meta.range_id, meta.lsn);
+    } else {
+        doc_written(rt, &meta, emu_ru_cost_write(rt->resp->body.len, 0, meta.status == 200));
+    }
+}
+
 static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
 {
     struct emu_doc_meta meta;
@@ -1470,6 +1510,11 @@ static void handle_docs(struct route *rt, const char *method)
         kind = EMU_WRITE_UPSERT;
     if (!pk_header(rt, &pk) || !(body = body_json(rt)))
         goto out;
+    if (names_triggers(rt)) {
+        triggered_write(rt, &c, kind == EMU_WRITE_UPSERT ? EMU_SCRIPT_UPSERT : EMU_SCRIPT_CREATE,
+                        NULL, pk, body);
+        goto out;
+    }
     replica_write_begin(rt, &c, NULL, pk, body, &w);
     if (store_call(rt,
                    emu_store_doc_write(rt->r->store, &c, kind, NULL, pk, body, hdr(rt, "If-Match"),
@@ -1572,6 +1617,11 @@ static void handle_doc(struct route *rt, const char *method)
                            emu_replica_check_consistency(hdr(rt, "x-ms-consistency-level"), &err),
                            &err)) {
         /* answered */
+    } else if ((strcmp(method, "PUT") == 0 || strcmp(method, "DELETE") == 0) &&
+               names_triggers(rt)) {
+        if (method[0] == 'D' || (body = body_json(rt)))
+            triggered_write(rt, &c, method[0] == 'D' ? EMU_SCRIPT_DELETE : EMU_SCRIPT_REPLACE, id,
+                            pk, body);
     } else if (strcmp(method, "PUT") == 0) {
         if ((body = body_json(rt))) {
             replica_write_begin(rt, &c, id, pk, body, &w);
@@ -1614,7 +1664,32 @@ static void handle_doc(struct route *rt, const char *method)
     json_decref(pk);
 }
 
-/* Stored procedures, triggers and UDFs: kept and listed, never executed. */
+/* POST .../sprocs/{id}: runs the procedure (emu_script.h); the body is its parameters. */
+static void sproc_execute(struct route *rt, const struct emu_coll_ref *c)
+{
+    struct emu_script_result res;
+    struct sf_err err;
+    json_t *params = NULL, *pk = NULL;
+
+    if (!pk_header(rt, &pk))
+        return;
+    if (rt->req->body_len > 0 && !(params = body_json(rt)))
+        goto out;
+    sf_err_clear(&err);
+    memset(&res, 0, sizeof(res));
+    if (store_call(rt,
+                   emu_script_sproc_run(rt->r->store, c, rt->seg[5], pk, params, &rt->r->lim.script,
+                                        &rt->resp->body, &res, &err),
+                   &err)) {
+        ok(rt, 200, 1.0 + res.writes * 5.0);
+        session_header(rt, res.range_id, res.lsn);
+    }
+out:
+    json_decref(params);
+    json_decref(pk);
+}
+
+/* Stored procedures, triggers and UDFs: kept, listed, and procedures executed. */
 static void handle_scripts(struct route *rt, const char *method)
 {
     struct emu_coll_ref c;
@@ -1667,11 +1742,7 @@ static void handle_scripts(struct route *rt, const char *method)
         if (store_call(rt, emu_store_script_delete(rt->r->store, &c, kind, rt->seg[5], &err), &err))
             ok(rt, 204, 1);
     } else if (strcmp(method, "POST") == 0 && strcmp(kind, "sprocs") == 0) {
-        /* As the official Linux emulator: scripts are stored, not run. */
-        emu_response_error(rt->resp, 400, 0,
-                           "Executing stored procedures is not supported by cosmolite (nor by "
-                           "the Linux emulator); stored procedure '%s' was not run.",
-                           rt->seg[5]);
+        sproc_execute(rt, &c);
     } else {
         emu_response_error(rt->resp, 405, 0, "%s is not allowed on %s.", method, kind);
     }

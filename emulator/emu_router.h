@@ -12,6 +12,7 @@
 #include "common/sf_buf.h"
 #include "emulator/emu_fault.h"
 #include "emulator/emu_replica.h"
+#include "emulator/emu_script.h"
 #include "emulator/emu_regions.h"
 #include "emulator/emu_store.h"
 #include "emulator/emu_throughput.h"
@@ -32,8 +33,9 @@ struct emu_limits {
     size_t max_page_bytes;     /* query and read-feed pages end (with a continuation) once their
                                 * documents add up to this (default 4 MiB; one document always
                                 * fits) */
-    bool gateway_query_plans;  /* not a limit: answer query plans as Azure's gateway does and run
-                                * range requests over their range (--gateway-query-plans, off) */
+    struct emu_script_limits script; /* stored procedures (docs/azure-scripts.md) */
+    bool gateway_query_plans; /* not a limit: answer query plans as Azure's gateway does and run
+                               * range requests over their range (--gateway-query-plans, off) */
 };
 
 /*

@@ -280,6 +280,10 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
     (void)snprintf(reason, sizeof(reason), "%s", s->reason != NULL ? s->reason : "");
     if (s->reason == NULL)
         (void)snprintf(reason, sizeof(reason), "step %s failed (status {{status}})", s->name);
+    /* A stored procedure says why it threw: its message is the reason (kind sproc). */
+    if (s->reason == NULL && s->n_actions == 1 && s->actions[0].kind != NULL &&
+        strcmp(s->actions[0].kind, "sproc") == 0)
+        (void)snprintf(reason, sizeof(reason), "{{message}}");
     sf_err_clear(&err);
     if (step_tmpl_compile_str(reason, STEP_TMPL_TEXT, &cs->reason, &err) != SF_OK)
         cfg_diag_add(d, s->file, cfg_line(s->setting, "reason", s->line),
@@ -703,6 +707,10 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
             r->failed_cs = cs;
             r->failed_elem = i;
             *ret_status = sr.status;
+            /* {{message}} in the reason: what the failure said (a procedure's throw). */
+            (void)json_object_set_new(
+                env, "message",
+                json_string(sr.err.msg[0] != '\0' ? sr.err.msg : "business failure"));
             *ret_env = env; /* for the reason template */
             out = STEP_FAILED;
             break;

@@ -326,7 +326,8 @@ struct step_target {
 void step_target_release(struct step_target *t);
 
 struct step_kind {
-    const char *name; /* "patch", "create", "rmw", "event", "http", "delete", "await", or "x.y" */
+    const char *name; /* "patch", "create", "rmw", "event", "http", "delete", "await", "sproc",
+                       * or "x.y" */
     /*
      * Validates params (a JSON object, the action's keys except "kind") and
      * compiles them into *ret_state. Error messages start with the offending
@@ -362,7 +363,7 @@ enum sf_rc step_registry_add(struct step_registry *reg, const struct step_kind *
 /* The kind named name, or NULL. */
 const struct step_kind *step_registry_find(const struct step_registry *reg, const char *name);
 
-/* Registers patch, create, rmw, event, http, delete and await. */
+/* Registers patch, create, rmw, event, http, delete, await and sproc. */
 enum sf_rc step_registry_add_builtins(struct step_registry *reg, struct sf_err *err);
 
 /*

@@ -819,7 +819,7 @@ enum sf_rc step_registry_add_builtins(struct step_registry *reg, struct sf_err *
 {
     const struct step_kind *kinds[] = {&step_kind_patch, &step_kind_create, &step_kind_event,
                                        &step_kind_rmw,   &step_kind_http,   &step_kind_delete,
-                                       &step_kind_await};
+                                       &step_kind_await, &step_kind_sproc};
 
     for (size_t i = 0; i < SF_ARRAY_LEN(kinds); i++) {
         enum sf_rc rc = step_registry_add(reg, kinds[i], err);

@@ -15,6 +15,7 @@ extern const struct step_kind step_kind_rmw;
 extern const struct step_kind step_kind_http;
 extern const struct step_kind step_kind_delete;
 extern const struct step_kind step_kind_await;
+extern const struct step_kind step_kind_sproc;
 
 /* Fails with "<key>: unknown parameter" for keys of params not in allowed (NULL-terminated). */
 enum sf_rc step_params_check(const json_t *params, const char *const *allowed, struct sf_err *err);

@@ -1,7 +1,6 @@
 // Server-side scripts through the official SDK: stored procedures, triggers
 // and user-defined functions are created, read, listed, replaced and deleted
-// like any resource; executing a stored procedure answers 400 "not
-// supported", as the official Linux emulator does.
+// like any resource. Executing them: sprocs.test.mjs.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
@@ -100,28 +99,6 @@ for (const kind of KINDS) {
     assert.equal(gone.status, 404, show(gone));
   });
 }
-
-test("executing a stored procedure answers 400 'not supported', and nothing runs", async () => {
-  const container = await newContainer();
-  await container.scripts.storedProcedures.create({
-    id: "writer",
-    body: "function () { var c = getContext().getCollection(); c.createDocument(c.getSelfLink(), { id: 'from-sproc', pk: 'p' }); }",
-  });
-  await assert.rejects(container.scripts.storedProcedure("writer").execute("p", []), (e) => {
-    code(400)(e);
-    assert.match(e.message, /not supported/i, `the message says so: ${e.message}`);
-    return true;
-  });
-  assert.equal((await container.item("from-sproc", "p").read()).statusCode, 404, "the procedure did not run");
-  // Also for a procedure that does not exist: never a 200.
-  const r = await rawRequest(srv, {
-    method: "POST",
-    path: `/dbs/${database.id}/colls/${container.id}/sprocs/nope`,
-    headers: { "x-ms-documentdb-partitionkey": '["p"]' },
-    body: [],
-  });
-  assert.ok(r.status === 400 || r.status === 404, `executing a missing procedure: ${show(r)}`);
-});
 
 test("deleting a container removes its scripts", async () => {
   const container = await newContainer();

@@ -12,6 +12,8 @@
  *                                     "@BUILD_DIR@" in the file is replaced)
  *     "containers": [{"id": "orders", "pk": "/customerId"}, ...],
  *     "documents": {"products": [ {...}, ... ], ...},        (seeded as is)
+ *     "scripts": {"wallets": [ {"id": "charge", "body": "function ..."} ]},
+ *                                     (stored procedures, registered before the deliveries)
  *     "deliveries": [
  *        {"container": "orders", "doc": {...}, "write": true, "times": 2},
  *        ...                     write: create the doc first; times: deliver N times
@@ -120,6 +122,22 @@ static void on_result(void *ctx, const struct proc_item *it, const struct proc_r
 /* ---------------------------------------------------------------------------
  * Helpers against the server
  */
+
+/* Registers stored procedure def ({"id", "body"}) in db/coll. */
+static void put_sproc(const char *db, const char *coll, const json_t *def)
+{
+    struct cosmos_response resp;
+    struct sf_err err;
+    char *text = json_dumps(def, JSON_COMPACT);
+
+    ck_assert_ptr_nonnull(text);
+    cosmos_response_init(&resp, 1u << 20);
+    sf_err_clear(&err);
+    ck_assert_msg(cosmos_sproc_create(g_cli, db, coll, text, &resp, &err) == SF_OK,
+                  "sproc %s in %s: %s", sf_json_str(def, "id"), coll, err.msg);
+    cosmos_response_release(&resp);
+    free(text);
+}
 
 static void put_doc(const char *db, const char *coll, const char *pk_path, const json_t *doc,
                     bool create)
@@ -274,6 +292,10 @@ static void run_case(const char *file)
 
         ck_assert_int_eq(step_catalog_pk_path(cat, k, pk_path, &err), SF_OK);
         json_array_foreach(arr, i, v) put_doc(db, k, pk_path, v, false);
+    }
+    json_object_foreach(json_object_get(c, "scripts"), k, arr)
+    {
+        json_array_foreach(arr, i, v) put_sproc(db, k, v);
     }
     /* the engine and dispatcher as `sagafeed run` wires them */
     ck_assert_int_eq(step_registry_new(&reg, &err), SF_OK);

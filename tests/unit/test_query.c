@@ -560,7 +560,7 @@ static const struct qerr_case error_cases[] = {
     {"SELECT VALUE (SELECT 1)", NULL, SF_EINVAL, "subqueries are not supported"},
     {"SELECT * FROM c WHERE c.id IN (SELECT 1)", NULL, SF_EINVAL,
      "expected an expression, found keyword 'SELECT'"},
-    {"SELECT * FROM c WHERE udf.f(c)", NULL, SF_EINVAL, "user-defined functions"},
+    {"SELECT * FROM c WHERE udf.(c)", NULL, SF_EINVAL, "the name of a user-defined function"},
     {"SELECT * FROM c WHERE c.a = 1 ORDER c.a", NULL, SF_EINVAL, "expected BY, found 'c'"},
     {"SELECT * FROM c ORDER BY RANK x", NULL, SF_EINVAL, "ORDER BY RANK is not supported"},
     {"", NULL, SF_EINVAL, "the query text is empty"},
