@@ -236,7 +236,7 @@ fi
 [ "$from_results" = 1 ] && grid_secs=$(cat "$res"/grid-*.secs 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
 grid_secs=$((SECONDS - grid_t0))
 if wants balance && [ "$from_results" = 0 ]; then
-    run balance tests/feed_balance_sim --report
+    run balance tests/feed_balance_sim
 fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -296,15 +296,20 @@ balance_section() {
     echo "<!-- bench-all:balance:begin -->"
     echo "## Lease balancing at scale, simulated"
     echo
-    echo "\`tests/feed_balance_sim --report\` (also the ctest entry \`feed_balance_sim\`, which fails when a"
+    echo "\`tests/feed_balance_sim\` (also the ctest entry \`feed_balance_sim\`, which fails when a"
     echo "property below is broken): feed/'s balancing decision and lease bookkeeping"
-    echo "(\`feed_balance_pick\`, \`feed_balance_seen_update\`, \`feed_balance_expired\`) for every"
-    echo "instance, against an in-memory lease store with If-Match, on a clock the simulation steps"
-    echo "(no sleeps). Each scenario changes the fleet once, then runs until no lease moves; a round is"
-    echo "one acquire interval. Properties checked after every change: every range owned within 3"
-    echo "rounds of the change (after the lease expiry for a kill, which only expiry can reveal), at"
-    echo "most one move per lease per change, no lease moving back to an owner it left, no range"
-    echo "without a live owner longer than the lease expiry."
+        echo "(\`feed_balance_seen_update\`, \`feed_balance_view\`, \`feed_balance_pick\`) for every"
+    echo "instance as its manager runs them (renew every 5 s, an acquire round every 5 s or when the"
+    echo "next lease expires, relisting 250 ms after a lost race), against an in-memory lease store"
+    echo "with If-Match, one request per instance per 10 ms step, on a clock the simulation steps (no"
+    echo "sleeps). The scenarios run one after another on one fleet; each changes it once, then runs"
+    echo "until nothing moved for two expiries. Rounds are acquire intervals (5 s) from the change;"
+    echo "\"moves\" are leases changing owner (a dead owner's included), \"takes\" leases taken free."
+    echo "Checked after every change: every range owned within 3 rounds (after the expiry for a"
+    echo "kill, which only the expiry reveals), at most one move per lease, no lease going back to"
+    echo "an owner it left, no range without a live owner for longer than the expiry (20 s)."
+    echo "Stealing is one lease per round per instance (PROTOCOL.md section 10), so a joining"
+    echo "instance takes its share over about as many rounds as the share."
     echo
     sed -n '/^| scenario/,/^$/p' "$res/balance.txt"
     echo "<!-- bench-all:balance:end -->"
