@@ -71,15 +71,15 @@ struct opts {
     double latency_s;
     const char *sagafeed;
     const char *cosmolite;
-    int latency_ms;      /* cosmolite --latency (0: none) */
-    unsigned throughput; /* cosmolite --default-throughput (0: unlimited) */
-    unsigned workers;    /* a fixed processor.workers (0: the defaults) */
-    unsigned cap;        /* processor.max_ru_per_second (0: none) */
-    unsigned customers;  /* customers of the shop (0: even, see pick_customers) */
+    int latency_ms;             /* cosmolite --latency (0: none) */
+    unsigned throughput;        /* cosmolite --default-throughput (0: unlimited) */
+    unsigned workers;           /* a fixed processor.workers (0: the defaults) */
+    unsigned cap;               /* processor.max_ru_per_second (0: none) */
+    unsigned customers;         /* customers of the shop (0: even, see pick_customers) */
     enum proc_demo_shape shape; /* orders per key (--shape) */
-    double warm_up_s;    /* RU figures count from this long after sagafeed starts */
-    bool no_ceiling;     /* sagafeed only (comparisons between sagafeed settings) */
-    bool backlog;        /* write every order before sagafeed starts */
+    double warm_up_s;           /* RU figures count from this long after sagafeed starts */
+    bool no_ceiling;            /* sagafeed only (comparisons between sagafeed settings) */
+    bool backlog;               /* write every order before sagafeed starts */
     bool check;
     bool keep_logs;
 };
@@ -677,7 +677,8 @@ static double run_ceiling(struct harness_cosmolite *h, const char *db, const str
                           struct run_cpu *cpu)
 {
     struct cosmos_client *cli = client(h, g_o.writers + 2);
-    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
+    struct proc_demo_opts dopt = {
+        .orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
     struct ceil_worker *w = calloc(g_o.writers, sizeof(*w));
     pthread_t *th = calloc(g_o.writers, sizeof(*th));
     atomic_bool failed = false;
@@ -1082,7 +1083,8 @@ static void saga_stop(struct saga_proc *sp, bool keep)
 static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, struct saga_proc *sp,
                        struct run_cpu *cpu, int64_t *rss_peak_kb)
 {
-    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
+    struct proc_demo_opts dopt = {
+        .orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
     struct ru_window win = {0};
     struct sf_err err;
     double self0, server0;
@@ -1432,8 +1434,8 @@ int main(int argc, char **argv)
     (void)printf("bench-line: latency=%d throughput=%u workers=%u shape=%s orders=%u "
                  "orders_per_s=%.0f ru_per_s=%.0f cpu_ms_per_order=%.3f rss_mb=%.1f\n",
                  g_o.latency_ms, g_o.throughput, g_o.workers, proc_demo_shape_name(g_o.shape),
-                 g_o.orders, saga_rate, g_ru_per_s,
-                 saga_cpu.sagafeed * 1000 / g_o.orders, rss_peak_kb / 1024.0);
+                 g_o.orders, saga_rate, g_ru_per_s, saga_cpu.sagafeed * 1000 / g_o.orders,
+                 rss_peak_kb / 1024.0);
     /* the last run's RU figures after its warm-up ("?" when it was shorter) */
     if (g_ru.valid)
         (void)printf("ru-line: provisioned=%u cap=%u customers=%u busiest_range_pct=%.1f "
