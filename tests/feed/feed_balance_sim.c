@@ -253,7 +253,7 @@ static void take(struct sim *s, struct inst *in)
         s->cs->moves++;
         if (++s->moved[r] == 2)
             violation(s, "lease %s moved twice in one change (now to %s)", l->token, in->name);
-                for (unsigned j = 0; j < s->n_prev[r]; j++)
+        for (unsigned j = 0; j < s->n_prev[r]; j++)
             if (strcmp(s->prev_owners[r][j], in->name) == 0)
                 violation(s, "lease %s went back to %s", l->token, in->name);
         if (s->n_prev[r] < 4)
