@@ -486,15 +486,17 @@ int main(int argc, char **argv)
     (void)printf("feed_balance_sim: %d ranges, expiry %d s, renew and acquire every %d s, "
                  "seed %llu\n\n",
                  RANGES, EXPIRY_MS / 1000, ACQUIRE_MS / 1000, (unsigned long long)seed);
-    (void)printf("| scenario | instances after | rounds until every range owned | rounds until the "
-                 "last move | moves | takes of free leases | lost races | longest without an "
-                 "owner | leases per instance after |\n"
-                 "|---|---|---|---|---|---|---|---|---|\n");
+    (void)printf(
+        "| scenario | instances after | rounds until every range owned | rounds until the "
+        "last move (converged) | moves | takes of free leases | lost races | longest without an "
+        "owner | leases per instance after |\n"
+        "|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < n; i++)
-        (void)printf("| %s | %u | %.1f | %.1f | %u | %u | %u | %.1f s | %u-%u |%s\n", cs[i].name,
-                     cs[i].alive, rounds(cs[i].owned_at), rounds(cs[i].last_move_at), cs[i].moves,
-                     cs[i].takes, cs[i].failed_cas, cs[i].max_gap / 1000.0, cs[i].min_held,
-                     cs[i].max_held, cs[i].violations > 0 ? " **FAILED**" : "");
+        (void)printf("| %s | %u | %.1f | %.1f (%.1f s) | %u | %u | %u | %.1f s | %u-%u |%s\n",
+                     cs[i].name, cs[i].alive, rounds(cs[i].owned_at), rounds(cs[i].last_move_at),
+                     cs[i].last_move_at / 1000.0, cs[i].moves, cs[i].takes, cs[i].failed_cas,
+                     cs[i].max_gap / 1000.0, cs[i].min_held, cs[i].max_held,
+                     cs[i].violations > 0 ? " **FAILED**" : "");
     (void)printf("\n");
     for (size_t i = 0; i < s.n_inst; i++)
         free(s.inst[i].seen);
