@@ -1188,12 +1188,12 @@ static bool wake_waiters(struct run *r)
         rc = cosmos_query_next(q, &docs, &err);
         json_array_foreach(docs, i, rec)
         {
+            bool woken = false;
+
             if (rc != SF_OK)
                 break;
             if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
                 continue;
-            bool woken;
-
             rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
                            json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
                            false, false, 0, &woken, &err);

@@ -514,12 +514,11 @@ void proc_service_tick(struct proc_service *s)
     proc_kafka_tick(s->kafka);
     budgets_refresh(s);
     if (sf_mono_ms() >= s->next_timer_ms) {
+        struct proc_sweep_scope scope = {.owned = owned_ranges, .ctx = s};
         size_t woken = 0;
 
         s->next_timer_ms = sf_mono_ms() + s->cfg->processor.timer_interval_ms;
         sf_err_clear(&err);
-        struct proc_sweep_scope scope = {.owned = owned_ranges, .ctx = s};
-
         if (proc_engine_sweep(s->engine, &scope, s->cfg->processor.timer_batch, &woken, &err) !=
             SF_OK)
             sf_log_warn("sagafeed", "looking for timed-out waits failed: %s", err.msg);
