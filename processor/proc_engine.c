@@ -1000,6 +1000,12 @@ out:
     return tr;
 }
 
+/* ---------------------------------------------------------------------------
+ * Waits: setting a saga aside at an await, waking it when its document
+ * arrives (wake_waiters) or its timeout or deadline passes (the timer,
+ * proc_engine_sweep over the ranges this instance owns)
+ */
+
 enum wait_result { WAIT_SET_ASIDE, WAIT_TIMED_OUT, WAIT_LOST, WAIT_STOP };
 
 /*
