@@ -1317,6 +1317,10 @@ enum sf_rc proc_engine_sweep(const struct proc_engine *e, const struct proc_swee
     return rc;
 }
 
+/* ---------------------------------------------------------------------------
+ * Advancing a saga: the step its state is at, terminal states, the machine
+ */
+
 static const struct cstep *find_step(const struct cworkflow *wf, const char *state, size_t *ret_k)
 {
     for (size_t k = 0; k < wf->n; k++) {
