@@ -18,6 +18,12 @@
  *             its rate for a few seconds; latency = the final outbox
  *             event's createdAt minus the order's placedAt (both wall-clock
  *             ms on this machine).
+ *   backlog   with --backlog every order is written first and orders/s
+ *             counts from sagafeed's start (its start-up and lease taking
+ *             included) to the last settled order; --shape picks how many
+ *             orders share a customer (the partition key): the demo's even
+ *             draw, a skewed one (a tenth of the customers place half), or
+ *             one order per customer.
  *   memory    sagafeed's peak RSS (VmHWM) over every run.
  *   RU/s      with --throughput RU the orders container (the one every saga
  *             writes) is provisioned RU RU/s over its 4 ranges, the others
@@ -65,14 +71,15 @@ struct opts {
     double latency_s;
     const char *sagafeed;
     const char *cosmolite;
-    int latency_ms;      /* cosmolite --latency (0: none) */
-    unsigned throughput; /* cosmolite --default-throughput (0: unlimited) */
-    unsigned workers;    /* a fixed processor.workers (0: the defaults) */
-    unsigned cap;        /* processor.max_ru_per_second (0: none) */
-    unsigned customers;  /* customers of the shop (0: even, see pick_customers) */
-    double warm_up_s;    /* RU figures count from this long after sagafeed starts */
-    bool no_ceiling;     /* sagafeed only (comparisons between sagafeed settings) */
-    bool backlog;        /* write every order before sagafeed starts */
+    int latency_ms;             /* cosmolite --latency (0: none) */
+    unsigned throughput;        /* cosmolite --default-throughput (0: unlimited) */
+    unsigned workers;           /* a fixed processor.workers (0: the defaults) */
+    unsigned cap;               /* processor.max_ru_per_second (0: none) */
+    unsigned customers;         /* customers of the shop (0: even, see pick_customers) */
+    enum proc_demo_shape shape; /* orders per key (--shape) */
+    double warm_up_s;           /* RU figures count from this long after sagafeed starts */
+    bool no_ceiling;            /* sagafeed only (comparisons between sagafeed settings) */
+    bool backlog;               /* write every order before sagafeed starts */
     bool check;
     bool keep_logs;
 };
@@ -238,6 +245,75 @@ static double print_spread(struct cosmos_client *cli, const char *db,
     (void)printf("\n");
     free(pr);
     return dopt->orders > 0 ? (double)top / dopt->orders : 0;
+}
+
+/* Prints how many keys (customers) the n orders of dopt fall on and the busiest key's share. */
+static void print_keys(const struct proc_demo_opts *dopt)
+{
+    unsigned nc = proc_demo_customers(dopt), *per = calloc(nc, sizeof(*per)), keys = 0, top = 0;
+    struct sf_buf body;
+
+    if (per == NULL)
+        die("out of memory", NULL);
+    sf_buf_init(&body, 1u << 20);
+    for (unsigned i = 0; i < dopt->orders; i++) {
+        char id[32], cust[32];
+        int64_t k;
+
+        sf_buf_reset(&body);
+        if (proc_demo_order(dopt, i, &body, id, cust) != SF_OK ||
+            sf_parse_i64(cust + 2, 0, (int64_t)nc - 1, &k) != SF_OK)
+            die("an order's customer", NULL);
+        keys += per[k]++ == 0;
+        top = SF_MAX(top, per[k]);
+    }
+    (void)printf("  keys: shape %s, %u orders on %u customers (partition keys), the busiest "
+                 "with %u (%.1f%%)\n",
+                 proc_demo_shape_name(dopt->shape), dopt->orders, keys, top,
+                 dopt->orders > 0 ? top * 100.0 / dopt->orders : 0.0);
+    sf_buf_release(&body);
+    free(per);
+}
+
+struct seeder {
+    struct cosmos_client *cli;
+    const struct proc_demo_opts *dopt;
+    unsigned from, step;
+    enum sf_rc rc;
+    struct sf_err err;
+};
+
+static void *seeder_main(void *arg)
+{
+    struct seeder *s = arg;
+
+    s->rc = proc_demo_seed_customers(s->cli, g_db, s->dopt, s->from, s->step, &s->err);
+    return NULL;
+}
+
+/* Products, then the customers by the writer threads (distinct keys: one per order). */
+static void seed_catalog(struct cosmos_client *cli, const struct proc_demo_opts *dopt)
+{
+    struct seeder *s = calloc(g_o.writers, sizeof(*s));
+    pthread_t *th = calloc(g_o.writers, sizeof(*th));
+    struct sf_err err;
+
+    if (s == NULL || th == NULL)
+        die("out of memory", NULL);
+    if (proc_demo_seed_products(cli, g_db, dopt, &err) != SF_OK)
+        die("seeding products", &err);
+    for (unsigned i = 0; i < g_o.writers; i++) {
+        s[i] = (struct seeder){.cli = cli, .dopt = dopt, .from = i, .step = g_o.writers};
+        if (pthread_create(&th[i], NULL, seeder_main, &s[i]) != 0)
+            die("pthread_create", NULL);
+    }
+    for (unsigned i = 0; i < g_o.writers; i++)
+        (void)pthread_join(th[i], NULL);
+    for (unsigned i = 0; i < g_o.writers; i++)
+        if (s[i].rc != SF_OK)
+            die("seeding customers", &s[i].err);
+    free(s);
+    free(th);
 }
 
 /* CPU seconds (user + system) a process used so far, from /proc/<pid>/stat. */
@@ -601,7 +677,8 @@ static double run_ceiling(struct harness_cosmolite *h, const char *db, const str
                           struct run_cpu *cpu)
 {
     struct cosmos_client *cli = client(h, g_o.writers + 2);
-    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = g_o.customers};
+    struct proc_demo_opts dopt = {
+        .orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
     struct ceil_worker *w = calloc(g_o.writers, sizeof(*w));
     pthread_t *th = calloc(g_o.writers, sizeof(*th));
     atomic_bool failed = false;
@@ -941,7 +1018,12 @@ struct saga_proc {
     char cfg[512], log[512];
 };
 
-static void saga_start(struct harness_cosmolite *h, struct saga_proc *sp)
+/*
+ * Starts sagafeed and connects to its /metrics. settle_ms: how long to let it
+ * take its leases first (0 with a backlog: the clock already runs, and a
+ * fixed pause would hide the first orders' work).
+ */
+static void saga_start(struct harness_cosmolite *h, struct saga_proc *sp, int64_t settle_ms)
 {
     struct sf_buf text;
     struct sf_err err;
@@ -973,9 +1055,14 @@ static void saga_start(struct harness_cosmolite *h, struct saga_proc *sp)
         die("writing the config", NULL);
     sf_buf_release(&text);
     sp->pid = spawn_sagafeed(sp->cfg, harness_cosmolite_key(h), sp->log);
-    sf_sleep_ms(1500); /* leases acquired, readers polling */
-    if (bench_conn_open("127.0.0.1", port, 5000, &sp->metrics, &err) != SF_OK)
-        die("sagafeed's /metrics", &err);
+    sf_sleep_ms(settle_ms); /* leases acquired, readers polling */
+    for (int64_t until = sf_mono_ms() + 10000;; sf_sleep_ms(20)) {
+        sf_err_clear(&err);
+        if (bench_conn_open("127.0.0.1", port, 5000, &sp->metrics, &err) == SF_OK)
+            break;
+        if (sf_mono_ms() >= until)
+            die("sagafeed's /metrics", &err);
+    }
 }
 
 /* Stops sagafeed; keeps its log when keep (a failed run), else removes it. */
@@ -996,25 +1083,27 @@ static void saga_stop(struct saga_proc *sp, bool keep)
 static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, struct saga_proc *sp,
                        struct run_cpu *cpu, int64_t *rss_peak_kb)
 {
-    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24, .customers = g_o.customers};
+    struct proc_demo_opts dopt = {
+        .orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
     struct ru_window win = {0};
     struct sf_err err;
     double self0, server0;
     uint64_t t0, t1 = 0;
 
-    if (shop_create(cli, g_db, &err) != SF_OK ||
-        proc_demo_seed_catalog(cli, g_db, &dopt, &err) != SF_OK)
+    if (shop_create(cli, g_db, &err) != SF_OK)
         die("shop setup", &err);
+    seed_catalog(cli, &dopt);
     g_ru.busiest_share = print_spread(cli, g_db, &dopt);
+    print_keys(&dopt);
     if (g_o.backlog) {
         /* every order waits before sagafeed starts: the memory of catching up */
         write_orders(cli, &dopt, 0, g_o.orders, 0);
-        saga_start(h, sp);
         self0 = cpu_seconds(getpid());
         server0 = cpu_seconds(harness_cosmolite_pid(h));
-        t0 = bench_now_ns();
+        t0 = bench_now_ns(); /* from sagafeed's start: its start-up is part of draining */
+        saga_start(h, sp, 0);
     } else {
-        saga_start(h, sp);
+        saga_start(h, sp, 1500);
         self0 = cpu_seconds(getpid());
         server0 = cpu_seconds(harness_cosmolite_pid(h));
         t0 = bench_now_ns();
@@ -1109,6 +1198,7 @@ int main(int argc, char **argv)
                                        {"cap", required_argument, NULL, 'C'},
                                        {"customers", required_argument, NULL, 'u'},
                                        {"warm-up", required_argument, NULL, 'U'},
+                                       {"shape", required_argument, NULL, 'S'},
                                        {"no-ceiling", no_argument, NULL, 'N'},
                                        {"backlog", no_argument, NULL, 'B'},
                                        {"sagafeed", required_argument, NULL, 's'},
@@ -1184,6 +1274,10 @@ int main(int argc, char **argv)
             else
                 die("--customers wants 1..99999 or 'even'", NULL);
             break;
+        case 'S':
+            if (!proc_demo_shape_parse(optarg, &g_o.shape))
+                die("--shape wants even (the demo's customers), skewed or distinct", NULL);
+            break;
         case 'U':
             if (sf_parse_double(optarg, &d) != SF_OK || d < 0 || d > 3600)
                 die("--warm-up wants 0..3600 (seconds)", NULL);
@@ -1207,8 +1301,8 @@ int main(int argc, char **argv)
         case 'h':
             (void)printf(
                 "Usage: saga_bench [--orders N] [--writers W] [--rounds R] [--latency-seconds S] "
-                "[--latency MS] [--throughput RU] [--cap RU] [--customers N|even] [--warm-up S] "
-                "[--workers N] [--no-ceiling] [--backlog] "
+                "[--latency MS] [--throughput RU] [--cap RU] [--customers N|even] [--shape S] "
+                "[--warm-up S] [--workers N] [--no-ceiling] [--backlog] "
                 "[--sagafeed PATH] [--cosmolite PATH] [--check]\n"
                 "  --latency MS     cosmolite holds every response MS ms (a network's round trip)\n"
                 "  --throughput RU  the orders container is provisioned RU RU/s (400..1000000)\n"
@@ -1216,11 +1310,15 @@ int main(int argc, char **argv)
                 "  --cap RU         processor.max_ru_per_second (spend over every container)\n"
                 "  --customers N    customers of the shop (default 60); 'even': the count whose\n"
                 "                   orders spread most evenly over the 4 ranges\n"
+                "  --shape S        orders per key: 'even' (default: each order's customer drawn\n"
+                "                   evenly from --customers), 'skewed' (a tenth of the customers\n"
+                "                   place half the orders) or 'distinct' (one order per customer)\n"
                 "  --warm-up S      RU/s and 429 figures count from S s after the start (default "
                 "5)\n"
                 "  --workers N      a fixed processor.workers (default: sagafeed's defaults)\n"
                 "  --no-ceiling     skip the direct-writes ceiling (compare sagafeed settings)\n"
-                "  --backlog        write every order before sagafeed starts (catch-up RSS)\n");
+                "  --backlog        write every order before sagafeed starts (catch-up RSS);\n"
+                "                   orders/s then counts from sagafeed's start\n");
             return 0;
         default:
             return 2;
@@ -1250,10 +1348,11 @@ int main(int argc, char **argv)
     if (harness_cosmolite_start(&ho, &h, &err) != SF_OK)
         die("starting cosmolite", &err);
     (void)printf("saga_bench: %u orders, %u writers, %u rounds, cosmolite %s (4 ranges, durable), "
-                 "latency %d ms, throughput %s%u, workers %s%u\n",
+                 "latency %d ms, throughput %s%u, workers %s%u, shape %s\n",
                  g_o.orders, g_o.writers, g_o.rounds, harness_cosmolite_endpoint(h), g_o.latency_ms,
                  g_o.throughput > 0 ? "" : "unlimited ", g_o.throughput,
-                 g_o.workers > 0 ? "fixed " : "default cap ", g_o.workers > 0 ? g_o.workers : 128);
+                 g_o.workers > 0 ? "fixed " : "default cap ", g_o.workers > 0 ? g_o.workers : 128,
+                 proc_demo_shape_name(g_o.shape));
     ceil_rates = calloc(g_o.rounds, sizeof(double));
     saga_rates = calloc(g_o.rounds, sizeof(double));
     ratios = calloc(g_o.rounds, sizeof(double));
@@ -1264,6 +1363,7 @@ int main(int argc, char **argv)
         g_o.customers = pick_customers(cli, "spread");
     dopt.orders = g_o.orders;
     dopt.customers = g_o.customers;
+    dopt.shape = g_o.shape;
     for (unsigned r = 0; r < g_o.rounds; r++) {
         bool last = r + 1 == g_o.rounds;
         struct plan *plans;
@@ -1331,10 +1431,11 @@ int main(int argc, char **argv)
                  "| RU/s spent (last run) | %.0f | >= 85%% of provisioned |\n",
                  g_o.rounds, ceiling, saga_rate, ratio * 100, (long long)p50, (long long)p99,
                  rss_peak_kb / 1024.0, g_ru_per_s);
-    (void)printf("bench-line: latency=%d throughput=%u workers=%u orders_per_s=%.0f ru_per_s=%.0f "
-                 "cpu_ms_per_order=%.3f rss_mb=%.1f\n",
-                 g_o.latency_ms, g_o.throughput, g_o.workers, saga_rate, g_ru_per_s,
-                 saga_cpu.sagafeed * 1000 / g_o.orders, rss_peak_kb / 1024.0);
+    (void)printf("bench-line: latency=%d throughput=%u workers=%u shape=%s orders=%u "
+                 "orders_per_s=%.0f ru_per_s=%.0f cpu_ms_per_order=%.3f rss_mb=%.1f\n",
+                 g_o.latency_ms, g_o.throughput, g_o.workers, proc_demo_shape_name(g_o.shape),
+                 g_o.orders, saga_rate, g_ru_per_s, saga_cpu.sagafeed * 1000 / g_o.orders,
+                 rss_peak_kb / 1024.0);
     /* the last run's RU figures after its warm-up ("?" when it was shorter) */
     if (g_ru.valid)
         (void)printf("ru-line: provisioned=%u cap=%u customers=%u busiest_range_pct=%.1f "

@@ -19,7 +19,53 @@ static unsigned n_products(const struct proc_demo_opts *o)
 
 static unsigned n_customers(const struct proc_demo_opts *o)
 {
+    if (o->shape == PROC_DEMO_SHAPE_DISTINCT)
+        return SF_MAX(o->first_order + o->orders, 1u);
     return o->customers > 0 ? o->customers : 60;
+}
+
+unsigned proc_demo_customers(const struct proc_demo_opts *o)
+{
+    return n_customers(o);
+}
+
+static const char *const SHAPES[] = {"even", "skewed", "distinct"};
+
+bool proc_demo_shape_parse(const char *s, enum proc_demo_shape *ret)
+{
+    for (size_t i = 0; i < SF_ARRAY_LEN(SHAPES); i++)
+        if (strcmp(s, SHAPES[i]) == 0) {
+            *ret = (enum proc_demo_shape)i;
+            return true;
+        }
+    return false;
+}
+
+const char *proc_demo_shape_name(enum proc_demo_shape shape)
+{
+    return (size_t)shape < SF_ARRAY_LEN(SHAPES) ? SHAPES[shape] : "?";
+}
+
+/*
+ * The customer of order number `num` (first_order included), r a draw of its
+ * generator. Skewed: even draws go to the hot tenth, odd ones to the rest,
+ * so the hot customers place half the orders between them.
+ */
+static unsigned order_customer(const struct proc_demo_opts *o, unsigned num, uint64_t r)
+{
+    unsigned n = n_customers(o), hot = SF_MAX(n / 10, 1u);
+
+    switch (o->shape) {
+    case PROC_DEMO_SHAPE_DISTINCT:
+        return num % n;
+    case PROC_DEMO_SHAPE_SKEWED:
+        if (n > hot && (r & 1) != 0)
+            return hot + (unsigned)((r >> 1) % (n - hot));
+        return (unsigned)((r >> 1) % hot);
+    case PROC_DEMO_SHAPE_EVEN:
+    default:
+        return (unsigned)(r % n);
+    }
 }
 
 static uint64_t seed_of(const struct proc_demo_opts *o)
@@ -89,8 +135,8 @@ static enum sf_rc upsert(struct cosmos_client *cli, const char *db, const char *
     return rc;
 }
 
-enum sf_rc proc_demo_seed_catalog(struct cosmos_client *cli, const char *db,
-                                  const struct proc_demo_opts *o, struct sf_err *err)
+enum sf_rc proc_demo_seed_products(struct cosmos_client *cli, const char *db,
+                                   const struct proc_demo_opts *o, struct sf_err *err)
 {
     enum sf_rc rc = SF_OK;
 
@@ -106,7 +152,16 @@ enum sf_rc proc_demo_seed_catalog(struct cosmos_client *cli, const char *db,
                               stock),
                     err);
     }
-    for (unsigned k = 0; rc == SF_OK && k < n_customers(o); k++) {
+    return rc;
+}
+
+enum sf_rc proc_demo_seed_customers(struct cosmos_client *cli, const char *db,
+                                    const struct proc_demo_opts *o, unsigned from, unsigned step,
+                                    struct sf_err *err)
+{
+    enum sf_rc rc = SF_OK;
+
+    for (unsigned k = from; rc == SF_OK && k < n_customers(o); k += SF_MAX(step, 1u)) {
         char id[16];
         int balance;
 
@@ -117,6 +172,14 @@ enum sf_rc proc_demo_seed_catalog(struct cosmos_client *cli, const char *db,
                     err);
     }
     return rc;
+}
+
+enum sf_rc proc_demo_seed_catalog(struct cosmos_client *cli, const char *db,
+                                  const struct proc_demo_opts *o, struct sf_err *err)
+{
+    enum sf_rc rc = proc_demo_seed_products(cli, db, o, err);
+
+    return rc == SF_OK ? proc_demo_seed_customers(cli, db, o, 0, 1, err) : rc;
 }
 
 enum sf_rc proc_demo_order(const struct proc_demo_opts *o, unsigned i, struct sf_buf *out,
@@ -131,7 +194,7 @@ enum sf_rc proc_demo_order(const struct proc_demo_opts *o, unsigned i, struct sf
     char cid[16];
 
     (void)sf_rand_next(&rng);
-    ck = (unsigned)(sf_rand_next(&rng) % n_customers(o));
+    ck = order_customer(o, i + o->first_order, sf_rand_next(&rng));
     customer(ck, cid, &balance);
     n_lines = 1 + (unsigned)(sf_rand_next(&rng) % 3);
     for (unsigned l = 0; lines != NULL && l < n_lines; l++) {

@@ -25,13 +25,33 @@
 
 #define PROC_DEMO_PROBLEMS_MAX 32
 
+/*
+ * Which customer places each order: how many orders share a partition key,
+ * which is what bounds a saga processor's parallelism on a backlog (one saga
+ * per key at a time).
+ */
+enum proc_demo_shape {
+    PROC_DEMO_SHAPE_EVEN,     /* each order's customer drawn evenly from `customers` (the demo) */
+    PROC_DEMO_SHAPE_SKEWED,   /* a tenth of the customers (at least one) place half the orders */
+    PROC_DEMO_SHAPE_DISTINCT, /* order i is customer i's only order: first_order + orders of them */
+};
+
 struct proc_demo_opts {
     unsigned orders;
     unsigned products;    /* default 24 */
-    unsigned customers;   /* default 60 */
+    unsigned customers;   /* default 60; ignored by PROC_DEMO_SHAPE_DISTINCT */
     uint64_t seed;        /* default 42 */
     unsigned first_order; /* numbering offset (several batches into one database) */
+    enum proc_demo_shape shape;
 };
+
+/* "even", "skewed" or "distinct" into *ret. false (nothing written) for anything else. */
+bool proc_demo_shape_parse(const char *s, enum proc_demo_shape *ret);
+/* The name proc_demo_shape_parse reads. */
+const char *proc_demo_shape_name(enum proc_demo_shape shape);
+
+/* How many customers o's orders draw from (and proc_demo_seed_catalog writes). */
+unsigned proc_demo_customers(const struct proc_demo_opts *o);
 
 /* Creates the database and the containers of the order workflow (TTL on, for markers). */
 enum sf_rc proc_demo_create(struct cosmos_client *cli, const char *db, int partitions,
@@ -40,6 +60,20 @@ enum sf_rc proc_demo_create(struct cosmos_client *cli, const char *db, int parti
 /* Writes products and customers (upserts: safe to repeat). */
 enum sf_rc proc_demo_seed_catalog(struct cosmos_client *cli, const char *db,
                                   const struct proc_demo_opts *o, struct sf_err *err);
+
+/*
+ * Writes customers from, from + step, ... below proc_demo_customers(o)
+ * (upserts), so several threads can share a long list (distinct keys: one
+ * customer per order). proc_demo_seed_catalog is products plus this with
+ * from 0, step 1.
+ */
+enum sf_rc proc_demo_seed_customers(struct cosmos_client *cli, const char *db,
+                                    const struct proc_demo_opts *o, unsigned from, unsigned step,
+                                    struct sf_err *err);
+
+/* Writes products only (upserts). */
+enum sf_rc proc_demo_seed_products(struct cosmos_client *cli, const char *db,
+                                   const struct proc_demo_opts *o, struct sf_err *err);
 
 /* Creates order number i (0-based, + first_order): its document text into out. */
 enum sf_rc proc_demo_order(const struct proc_demo_opts *o, unsigned i, struct sf_buf *out,

@@ -145,3 +145,102 @@ out:
     free(expired);
     return picked;
 }
+
+/* ---------------------------------------------------------------------------
+ * The manager's bookkeeping (moved here from feed_proc.c so the balancing
+ * simulation runs it on a stepped clock)
+ */
+
+const struct feed_seen *feed_balance_seen_of(const struct feed_seen *seen, size_t n_seen,
+                                             const char *token, size_t hint)
+{
+    /* Listings come sorted by token, so entry `hint` is nearly always the one: O(1) per lease. */
+    if (hint < n_seen && strcmp(seen[hint].token, token) == 0)
+        return &seen[hint];
+    for (size_t k = 0; k < n_seen; k++)
+        if (strcmp(seen[k].token, token) == 0)
+            return &seen[k];
+    return NULL;
+}
+
+bool feed_balance_seen_update(struct feed_seen **seen, size_t *n_seen,
+                              const struct feed_lease *leases, size_t n, int64_t now)
+{
+    struct feed_seen *v = calloc(n ? n : 1, sizeof(*v));
+
+    if (v == NULL)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        const struct feed_lease *l = &leases[i];
+        const struct feed_seen *old = feed_balance_seen_of(*seen, *n_seen, l->token, i);
+
+        (void)snprintf(v[i].token, sizeof(v[i].token), "%s", l->token);
+        (void)snprintf(v[i].owner, sizeof(v[i].owner), "%s", l->owner);
+        (void)snprintf(v[i].etag, sizeof(v[i].etag), "%s", l->etag);
+        v[i].epoch = l->epoch;
+        if (old == NULL) {
+            v[i].etag_mono = now;
+            continue;
+        }
+        v[i].moved_mono = old->moved_mono;
+        v[i].etag_mono = strcmp(old->etag, l->etag) == 0 ? old->etag_mono : now;
+        /*
+         * A move is a lease going from one owner to another (or back to its
+         * owner under a new epoch): what a steal-back would undo. A free or
+         * new lease being taken is no move, else leases created and taken at
+         * a fleet's start could not be balanced for a whole expiry.
+         */
+        if (old->owner[0] != '\0' && l->owner[0] != '\0' &&
+            (strcmp(old->owner, l->owner) != 0 || old->epoch != l->epoch))
+            v[i].moved_mono = now;
+    }
+    free(*seen);
+    *seen = v;
+    *n_seen = n;
+    return true;
+}
+
+bool feed_balance_expired(int64_t expiry_ms, const struct feed_lease *l, const struct feed_seen *s,
+                          int64_t now_wall, int64_t now, int64_t *ret_left)
+{
+    int64_t by_ts, by_etag = INT64_MAX;
+
+    *ret_left = INT64_MAX;
+    if (l->owner[0] == '\0' || l->ts_ms < 0)
+        return true;
+    by_ts = l->ts_ms + expiry_ms - now_wall;
+    if (s != NULL)
+        by_etag = s->etag_mono + expiry_ms - now;
+    if (by_ts < 0 || by_etag < 0)
+        return true;
+    *ret_left = SF_MIN(by_ts, by_etag);
+    return false;
+}
+
+size_t feed_balance_view(const struct feed_balance_view_in *in, struct feed_balance_lease *view,
+                         size_t *live, int64_t *ret_next_expiry)
+{
+    size_t m = 0;
+    int64_t next_expiry = INT64_MAX;
+
+    for (size_t i = 0; i < in->n; i++) {
+        const struct feed_lease *l = &in->leases[i];
+        const struct feed_seen *s = feed_balance_seen_of(in->seen, in->n_seen, l->token, i);
+        struct feed_balance_lease *b = &view[m];
+        int64_t left;
+
+        if (l->done)
+            continue;
+        live[m++] = i;
+        b->token = l->token;
+        b->owner = l->owner;
+        b->mine = in->running(in->ctx, l->token);
+        b->expired = feed_balance_expired(in->expiry_ms, l, s, in->now_wall, in->now, &left);
+        b->cooldown = in->cooldown(in->ctx, l->token, in->now);
+        b->moved = s != NULL && s->moved_mono != 0 && in->now - s->moved_mono < in->expiry_ms;
+        if (!b->mine && !b->expired && strcmp(l->owner, in->me) != 0)
+            next_expiry = SF_MIN(next_expiry, left);
+    }
+    *ret_next_expiry = next_expiry;
+    return m;
+}

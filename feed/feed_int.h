@@ -22,6 +22,16 @@
 #define FEED_LEASE_SEP       ".."
 #define FEED_CAS_RETRIES     5       /* re-reads after a 412 before giving up */
 #define FEED_TRACK_HARD_MAX  1000000 /* pending items per range, whatever the page sizes */
+/*
+ * An acquire round that lost a race for a lease (another instance took it
+ * between our listing and our take) lists again this soon instead of an
+ * acquire interval later: the leases it meant to take may still be free, and
+ * waiting a whole interval left ranges without an owner for longer than the
+ * expiry when many instances took a dead one's leases at once
+ * (tests/feed/feed_balance_sim.c). Each lost race means another instance took
+ * a lease, so the re-listing ends when the free leases do.
+ */
+#define FEED_LOST_RACE_RELIST_MS 250
 
 /* ---------------------------------------------------------------------------
  * Lease documents (feed_lease.c)
@@ -273,6 +283,76 @@ struct feed_balance_in {
 };
 
 /*
+ * What the manager saw of one lease in its listings, on its own clock:
+ * when the owner (or epoch) last changed and when the etag last changed.
+ * A lease whose etag stood still for the expiry is expired whatever its
+ * timestamp says (a writer whose clock runs ahead cannot keep a dead lease
+ * alive), and a lease that just moved is not stolen again (hysteresis).
+ */
+struct feed_seen {
+    char token[FEED_TOKEN_MAX + 1];
+    char owner[FEED_INSTANCE_MAX + 1];
+    int64_t epoch;
+    char etag[COSMOS_ETAG_MAX];
+    int64_t moved_mono; /* 0: no change of owner seen since this instance started */
+    int64_t etag_mono;  /* when this etag was first seen */
+};
+
+/*
+ * The manager's bookkeeping between listings and its view of one listing,
+ * pure so that a simulation on a stepped clock runs the same code
+ * (tests/feed/feed_balance_sim.c). `now` is the monotonic clock, `now_wall`
+ * the wall clock, both in ms. Manager thread only.
+ */
+
+/* The entry of token in seen (n_seen long), or NULL; entry `hint` is tried first. Borrowed. */
+const struct feed_seen *feed_balance_seen_of(const struct feed_seen *seen, size_t n_seen,
+                                             const char *token, size_t hint);
+
+/*
+ * Replaces *seen (*n_seen entries, a malloc'd array or NULL) with the n
+ * leases of a listing sorted by token, each lease's history carried forward
+ * by token: a change of etag restarts its etag clock, a change of owner (or
+ * epoch) between two owners is a move at now. On OOM *seen stays as it was
+ * (expiry then goes by timestamps only) and false is returned.
+ */
+bool feed_balance_seen_update(struct feed_seen **seen, size_t *n_seen,
+                              const struct feed_lease *leases, size_t n, int64_t now);
+
+/*
+ * Whether l has expired: free, never written, its timestamp older than
+ * expiry_ms, or its etag unchanged for expiry_ms on our own clock (s: what
+ * we saw of it, NULL when nothing). *ret_left gets the ms until it expires
+ * when it has not (the sooner of both clocks), else INT64_MAX.
+ */
+bool feed_balance_expired(int64_t expiry_ms, const struct feed_lease *l, const struct feed_seen *s,
+                          int64_t now_wall, int64_t now, int64_t *ret_left);
+
+struct feed_balance_view_in {
+    const struct feed_lease *leases; /* a listing, sorted by token */
+    size_t n;
+    const struct feed_seen *seen; /* after feed_balance_seen_update with this listing */
+    size_t n_seen;
+    const char *me;
+    int64_t expiry_ms;
+    int64_t now_wall, now;
+    /* whether this instance runs a reader of token now / must not take it now (hang guard) */
+    bool (*running)(void *ctx, const char *token);
+    bool (*cooldown)(void *ctx, const char *token, int64_t now);
+    void *ctx;
+};
+
+/*
+ * The balancing view of a listing: one entry of view per lease not done
+ * (finished bounded leases are never taken again), live[k] the index in
+ * in->leases of view[k]. Entries point into in->leases. *ret_next_expiry:
+ * ms until the next live lease of another owner expires (INT64_MAX none).
+ * Returns the number of entries.
+ */
+size_t feed_balance_view(const struct feed_balance_view_in *in, struct feed_balance_lease *view,
+                         size_t *live, int64_t *ret_next_expiry);
+
+/*
  * Which leases to take this round, as indexes into in->leases written to
  * out (at most out_cap). When in->adopt, first every live lease under our
  * name that we do not run (up to max_leases). Then expired leases, up to this instance's
@@ -410,22 +490,6 @@ struct feed_reader {
 struct feed_cooldown {
     char token[FEED_TOKEN_MAX + 1];
     int64_t until_mono;
-};
-
-/*
- * What the manager saw of one lease in its listings, on its own clock:
- * when the owner (or epoch) last changed and when the etag last changed.
- * A lease whose etag stood still for the expiry is expired whatever its
- * timestamp says (a writer whose clock runs ahead cannot keep a dead lease
- * alive), and a lease that just moved is not stolen again (hysteresis).
- */
-struct feed_seen {
-    char token[FEED_TOKEN_MAX + 1];
-    char owner[FEED_INSTANCE_MAX + 1];
-    int64_t epoch;
-    char etag[COSMOS_ETAG_MAX];
-    int64_t moved_mono; /* 0: no change of owner seen since this instance started */
-    int64_t etag_mono;  /* when this etag was first seen */
 };
 
 struct feed_processor {

@@ -595,84 +595,15 @@ static struct feed_reader *find_running(struct feed_processor *p, const char *to
     return NULL;
 }
 
-/*
- * p->seen of token, or NULL. Listings come sorted by token, so entry `hint`
- * (the lease's index in the listing) is nearly always the one: O(1) per
- * lease instead of a scan.
- */
-static const struct feed_seen *seen_of(const struct feed_processor *p, const char *token,
-                                       size_t hint)
+/* feed_balance_view's callbacks: ctx is the processor (manager thread). */
+static bool view_running(void *ctx, const char *token)
 {
-    if (hint < p->n_seen && strcmp(p->seen[hint].token, token) == 0)
-        return &p->seen[hint];
-    for (size_t k = 0; k < p->n_seen; k++)
-        if (strcmp(p->seen[k].token, token) == 0)
-            return &p->seen[k];
-    return NULL;
+    return find_running(ctx, token) != NULL;
 }
 
-/*
- * Updates p->seen from a listing: carries each lease's history forward by
- * token, notes owner and etag changes on our clock. On OOM the old table
- * stays (the next round tries again; expiry then goes by timestamps only).
- */
-static void seen_update(struct feed_processor *p, const struct feed_lease *leases, size_t n,
-                        int64_t now)
+static bool view_cooldown(void *ctx, const char *token, int64_t now)
 {
-    struct feed_seen *v = calloc(n ? n : 1, sizeof(*v));
-
-    if (v == NULL)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        const struct feed_lease *l = &leases[i];
-        const struct feed_seen *old = seen_of(p, l->token, i);
-        (void)snprintf(v[i].token, sizeof(v[i].token), "%s", l->token);
-        (void)snprintf(v[i].owner, sizeof(v[i].owner), "%s", l->owner);
-        (void)snprintf(v[i].etag, sizeof(v[i].etag), "%s", l->etag);
-        v[i].epoch = l->epoch;
-        if (old == NULL) {
-            v[i].etag_mono = now;
-            continue;
-        }
-        v[i].moved_mono = old->moved_mono;
-        v[i].etag_mono = strcmp(old->etag, l->etag) == 0 ? old->etag_mono : now;
-        /*
-         * A move is a lease going from one owner to another (or back to its
-         * owner under a new epoch): what a steal-back would undo. A free or
-         * new lease being taken is no move, else leases created and taken at
-         * a fleet's start could not be balanced for a whole expiry.
-         */
-        if (old->owner[0] != '\0' && l->owner[0] != '\0' &&
-            (strcmp(old->owner, l->owner) != 0 || old->epoch != l->epoch))
-            v[i].moved_mono = now;
-    }
-    free(p->seen);
-    p->seen = v;
-    p->n_seen = n;
-}
-
-/*
- * Whether l has expired: free, never written, its timestamp older than the
- * expiry, or its etag unchanged for the expiry on our own clock (s: what we
- * saw of it, NULL when nothing). *ret_left
- * gets the ms until it expires when it has not (the sooner of both clocks).
- */
-static bool lease_expired(const struct feed_processor *p, const struct feed_lease *l,
-                          const struct feed_seen *s, int64_t now_wall, int64_t now,
-                          int64_t *ret_left)
-{
-    int64_t by_ts, by_etag = INT64_MAX;
-
-    *ret_left = INT64_MAX;
-    if (l->owner[0] == '\0' || l->ts_ms < 0)
-        return true;
-    by_ts = l->ts_ms + p->o.lease_expiry_ms - now_wall;
-    if (s != NULL)
-        by_etag = s->etag_mono + p->o.lease_expiry_ms - now;
-    if (by_ts < 0 || by_etag < 0)
-        return true;
-    *ret_left = SF_MIN(by_ts, by_etag);
-    return false;
+    return cooldown_has(ctx, token, now);
 }
 
 /*
@@ -680,7 +611,8 @@ static bool lease_expired(const struct feed_processor *p, const struct feed_leas
  * on as lost, and takes what the balancing decision picks. Returns how many
  * ms from now the next live lease of another owner expires (INT64_MAX: none),
  * so the manager can take it as soon as it is free rather than up to an
- * acquire interval later.
+ * acquire interval later; at most FEED_LOST_RACE_RELIST_MS when a take lost
+ * its race (the next round picks among what is still free).
  */
 static int64_t balance(struct feed_processor *p)
 {
@@ -688,7 +620,7 @@ static int64_t balance(struct feed_processor *p)
     struct feed_balance_lease *view = NULL;
     size_t n = 0, m = 0, *picks = NULL, *live = NULL, npicks;
     unsigned target;
-    bool steal;
+    bool steal, lost_race = false;
     int64_t now_wall = sf_wall_ms(), now = sf_mono_ms(), next_expiry = INT64_MAX;
     struct sf_err err;
     enum sf_rc rc;
@@ -704,7 +636,7 @@ static int64_t balance(struct feed_processor *p)
         }
         return INT64_MAX;
     }
-    seen_update(p, leases, n, now);
+    (void)feed_balance_seen_update(&p->seen, &p->n_seen, leases, n, now);
     p->last_list_err_mono = 0;
     view = calloc(n ? n : 1, sizeof(*view));
     picks = calloc(n ? n : 1, sizeof(*picks));
@@ -738,23 +670,20 @@ static int64_t balance(struct feed_processor *p)
         }
     }
     /* A finished (bounded) lease is never taken again: it is not in the view. */
-    for (size_t i = 0; i < n; i++) {
-        const struct feed_lease *l = &leases[i];
-        const struct feed_seen *s = seen_of(p, l->token, i);
-        struct feed_balance_lease *b = &view[m];
-        int64_t left;
+    {
+        struct feed_balance_view_in vin = {.leases = leases,
+                                           .n = n,
+                                           .seen = p->seen,
+                                           .n_seen = p->n_seen,
+                                           .me = p->instance,
+                                           .expiry_ms = p->o.lease_expiry_ms,
+                                           .now_wall = now_wall,
+                                           .now = now,
+                                           .running = view_running,
+                                           .cooldown = view_cooldown,
+                                           .ctx = p};
 
-        if (l->done)
-            continue;
-        live[m++] = i;
-        b->token = l->token;
-        b->owner = l->owner;
-        b->mine = find_running(p, l->token) != NULL;
-        b->expired = lease_expired(p, l, s, now_wall, now, &left);
-        b->cooldown = cooldown_has(p, l->token, now);
-        b->moved = s != NULL && s->moved_mono != 0 && now - s->moved_mono < p->o.lease_expiry_ms;
-        if (!b->mine && !b->expired && strcmp(l->owner, p->instance) != 0)
-            next_expiry = SF_MIN(next_expiry, left);
+        m = feed_balance_view(&vin, view, live, &next_expiry);
     }
     if (feed_bounded(p) && n > 0 && m == 0 && !p->all_done_sent) {
         p->all_done_sent = true;
@@ -799,7 +728,9 @@ static int64_t balance(struct feed_processor *p)
                           ? " back from this instance's previous process"
                           : (prev[0] ? (steal ? " from " : " expired, from ") : " (free)"),
                       strcmp(prev, p->instance) == 0 ? "" : prev, (long long)got.epoch, target);
-        else if (rc != SF_EPRECOND && rc != SF_ENOTFOUND)
+        else if (rc == SF_EPRECOND || rc == SF_ENOTFOUND)
+            lost_race = true;
+        else
             feed_emit(p, FEED_EV_LEASE_ERROR, NULL, &err, "acquiring lease %s failed: %s", seen->id,
                       err.msg);
         feed_lease_release(&got);
@@ -809,7 +740,7 @@ out:
     free(picks);
     free(live);
     feed_store_list_free(leases, n);
-    return next_expiry;
+    return lost_race ? SF_MIN(next_expiry, FEED_LOST_RACE_RELIST_MS) : next_expiry;
 }
 
 static void *manager_main(void *arg)

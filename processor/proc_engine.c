@@ -1006,6 +1006,12 @@ out:
     return tr;
 }
 
+/* ---------------------------------------------------------------------------
+ * Waits: setting a saga aside at an await, waking it when its document
+ * arrives (wake_waiters) or its timeout or deadline passes (the timer,
+ * proc_engine_sweep over the ranges this instance owns)
+ */
+
 enum wait_result { WAIT_SET_ASIDE, WAIT_TIMED_OUT, WAIT_LOST, WAIT_STOP };
 
 /*
@@ -1030,7 +1036,8 @@ static enum wait_result handle_wait(struct run *r, const struct cstep *cs, const
         strcmp(sf_json_str(w, "step"), cs->cfg->name) == 0) {
         int64_t until = (int64_t)json_integer_value(json_object_get(w, "until"));
 
-        if (until > 0 && now >= until)
+        /* The timer's wake says the timeout passed: on its clock, decided once for every pass. */
+        if (until > 0 && (now >= until || json_is_true(json_object_get(w, "timedOut"))))
             return WAIT_TIMED_OUT;
         r->res->outcome = PROC_SKIPPED;
         r->res->waiting = true;
@@ -1083,27 +1090,49 @@ out:
  * Wakes one waiting saga: a conditional patch of PROC_WOKEN_FIELD on its
  * item (only while it still waits, and at step when not NULL), so the item's
  * own change feed delivers it to its own lane - per-key order holds and the
- * wake is as durable as any write. SF_OK also when it no longer waits.
+ * wake is as durable as any write. A timer's wake (timer true) also records
+ * itself in the wait (PROC_WAIT_FIELD.woken = mark, and .timedOut when the
+ * await's timeout passed), and only when no timer woke this wait after
+ * rewake_before: the sweeps pass a woken saga by, and of two instances
+ * sweeping at once (a lease handover) one wakes it. *ret_woken: whether this
+ * call woke it (false: it moved on, is gone, or another instance was first).
  */
 static enum sf_rc wake_saga(const struct proc_engine *e, const char *container, const char *id,
-                            const json_t *pk, const char *step, int64_t mark, struct sf_err *err)
+                            const json_t *pk, const char *step, int64_t mark, bool timer,
+                            bool timed_out, int64_t rewake_before, bool *ret_woken,
+                            struct sf_err *err)
 {
     struct cosmos_response resp;
     struct sf_buf cond, pkj;
-    char ops[128];
+    char ops[256];
     enum sf_rc rc;
 
+    *ret_woken = false;
     cosmos_response_init(&resp, 1u << 20);
     sf_buf_init(&cond, 4096);
     sf_buf_init(&pkj, 1u << 20);
-    (void)snprintf(ops, sizeof(ops), "[{\"op\":\"set\",\"path\":\"/%s\",\"value\":%lld}]",
-                   PROC_WOKEN_FIELD, (long long)mark);
+    if (timer)
+        (void)snprintf(ops, sizeof(ops),
+                       "[{\"op\":\"set\",\"path\":\"/%s\",\"value\":%lld},"
+                       "{\"op\":\"set\",\"path\":\"/%s/woken\",\"value\":%lld}%s]",
+                       PROC_WOKEN_FIELD, (long long)mark, PROC_WAIT_FIELD, (long long)mark,
+                       timed_out ? ",{\"op\":\"set\",\"path\":\"/" PROC_WAIT_FIELD
+                                   "/timedOut\",\"value\":true}"
+                                 : "");
+    else
+        (void)snprintf(ops, sizeof(ops), "[{\"op\":\"set\",\"path\":\"/%s\",\"value\":%lld}]",
+                       PROC_WOKEN_FIELD, (long long)mark);
     rc = sf_buf_puts(&cond, "FROM c WHERE IS_OBJECT(c." PROC_WAIT_FIELD ")");
     if (rc == SF_OK && step != NULL) {
         rc = sf_buf_puts(&cond, " AND c." PROC_WAIT_FIELD ".step = ");
         if (rc == SF_OK)
             rc = sql_str(step, &cond);
     }
+    if (rc == SF_OK && timer)
+        rc = sf_buf_printf(&cond,
+                           " AND (NOT IS_DEFINED(c." PROC_WAIT_FIELD ".woken) OR c." PROC_WAIT_FIELD
+                           ".woken <= %lld)",
+                           (long long)rewake_before);
     if (rc == SF_OK)
         rc = step_pk_json(pk, &pkj);
     if (rc != SF_OK) {
@@ -1112,8 +1141,10 @@ static enum sf_rc wake_saga(const struct proc_engine *e, const char *container, 
     }
     rc = cosmos_doc_patch(e->cli, e->cfg->cosmos.database, container, id, sf_buf_cstr(&pkj), ops,
                           sf_buf_cstr(&cond), NULL, &resp, err);
+    if (rc == SF_OK)
+        *ret_woken = true;
     if (rc == SF_EPRECOND || (rc == SF_ENOTFOUND && resp.substatus == 0))
-        rc = SF_OK; /* moved on, or gone: nothing to wake */
+        rc = SF_OK; /* moved on, gone, or woken by another: not ours to count */
     if (rc != SF_OK)
         sf_err_prefix(err, "waking %s/%s: ", container, id);
 out:
@@ -1169,14 +1200,16 @@ static bool wake_waiters(struct run *r)
         rc = cosmos_query_next(q, &docs, &err);
         json_array_foreach(docs, i, rec)
         {
+            bool woken = false;
+
             if (rc != SF_OK)
                 break;
             if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
                 continue;
             rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
                            json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
-                           &err);
-            if (rc == SF_OK)
+                           false, false, 0, &woken, &err);
+            if (rc == SF_OK && woken)
                 r->res->woken++;
         }
         json_decref(docs);
@@ -1190,57 +1223,109 @@ static bool wake_waiters(struct run *r)
     return ok;
 }
 
-enum sf_rc proc_engine_sweep(const struct proc_engine *e, size_t max, size_t *ret_n,
-                             struct sf_err *err)
-{
-    size_t n = 0;
-    enum sf_rc rc = SF_OK;
-    char now[32];
+/* The sweep of one workflow: what it shares across the queries of its ranges. */
+struct sweep {
+    const struct proc_engine *e;
+    const char *container;
+    int64_t now, rewake_before;
+    size_t max, n;
+};
 
-    (void)snprintf(now, sizeof(now), "%lld", (long long)sf_wall_ms());
-    for (size_t w = 0; w < e->n && rc == SF_OK && n < max; w++) {
-        struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 100};
-        struct cosmos_query *q = NULL;
-        json_t *docs = NULL, *d;
-        bool has_await = false;
-        size_t i;
+/*
+ * Wakes the due sagas one query finds: scope range (a partition key range
+ * id), or the whole container when NULL.
+ */
+static enum sf_rc sweep_query(struct sweep *sw, const char *range, struct sf_err *err)
+{
+    struct cosmos_query_opts qo = {.max_items = 100};
+    struct cosmos_query *q = NULL;
+    json_t *docs = NULL, *d;
+    char now[32], before[32];
+    enum sf_rc rc;
+    size_t i;
+
+    qo.range_id = range;
+    qo.cross_partition = range == NULL;
+    (void)snprintf(now, sizeof(now), "%lld", (long long)sw->now);
+    (void)snprintf(before, sizeof(before), "%lld", (long long)sw->rewake_before);
+    rc = cosmos_query_new(
+        sw->e->cli, sw->e->cfg->cosmos.database, sw->container,
+        "SELECT * FROM c WHERE IS_OBJECT(c." PROC_WAIT_FIELD ") AND ((c." PROC_WAIT_FIELD
+        ".until > 0 AND c." PROC_WAIT_FIELD ".until <= @now) OR (IS_NUMBER(c." PROC_DEADLINE_FIELD
+        ") AND c." PROC_DEADLINE_FIELD " <= @now)) AND (NOT IS_DEFINED(c." PROC_WAIT_FIELD
+        ".woken) OR c." PROC_WAIT_FIELD ".woken <= @before)",
+        &qo, &q, err);
+    if (rc == SF_OK)
+        rc = cosmos_query_param(q, "@now", now, err);
+    if (rc == SF_OK)
+        rc = cosmos_query_param(q, "@before", before, err);
+    while (rc == SF_OK && sw->n < sw->max && !cosmos_query_done(q)) {
+        rc = cosmos_query_next(q, &docs, err);
+        json_array_foreach(docs, i, d)
+        {
+            const json_t *w = json_object_get(d, PROC_WAIT_FIELD);
+            int64_t until = (int64_t)json_integer_value(json_object_get(w, "until"));
+            json_t *pk = NULL;
+            bool woken = false;
+
+            if (rc != SF_OK || sw->n >= sw->max)
+                break;
+            rc = proc_engine_pk(sw->e, sw->container, d, &pk, err);
+            if (rc == SF_OK)
+                rc = wake_saga(sw->e, sw->container, sf_json_str(d, "id"), pk, NULL, sw->now, true,
+                               until > 0 && until <= sw->now, sw->rewake_before, &woken, err);
+            json_decref(pk);
+            if (rc == SF_OK && woken)
+                sw->n++;
+        }
+        json_decref(docs);
+        docs = NULL;
+    }
+    cosmos_query_free(q);
+    return rc;
+}
+
+enum sf_rc proc_engine_sweep(const struct proc_engine *e, const struct proc_sweep_scope *scope,
+                             size_t max, size_t *ret_n, struct sf_err *err)
+{
+    struct sweep sw = {.e = e, .now = sf_wall_ms(), .max = max};
+    enum sf_rc rc = SF_OK;
+
+    sw.rewake_before = sw.now - PROC_TIMER_REWAKE_MS;
+    for (size_t w = 0; w < e->n && rc == SF_OK && sw.n < max; w++) {
+        bool has_await = false, whole = scope == NULL;
+        char **ranges = NULL;
+        size_t n_ranges = 0;
 
         for (size_t k = 0; k < e->wfs[w].n; k++)
             has_await |= e->wfs[w].steps[k].await_coll != NULL;
         if (!has_await)
             continue;
-        rc = cosmos_query_new(e->cli, e->cfg->cosmos.database, e->wfs[w].cfg->container,
-                              "SELECT * FROM c WHERE IS_OBJECT(c." PROC_WAIT_FIELD
-                              ") AND ((c." PROC_WAIT_FIELD ".until > 0 AND c." PROC_WAIT_FIELD
-                              ".until <= @now) OR (IS_NUMBER(c." PROC_DEADLINE_FIELD
-                              ") AND c." PROC_DEADLINE_FIELD " <= @now))",
-                              &qo, &q, err);
-        if (rc == SF_OK)
-            rc = cosmos_query_param(q, "@now", now, err);
-        while (rc == SF_OK && n < max && !cosmos_query_done(q)) {
-            rc = cosmos_query_next(q, &docs, err);
-            json_array_foreach(docs, i, d)
-            {
-                json_t *pk = NULL;
-
-                if (rc != SF_OK || n >= max)
-                    break;
-                rc = proc_engine_pk(e, e->wfs[w].cfg->container, d, &pk, err);
-                if (rc == SF_OK)
-                    rc = wake_saga(e, e->wfs[w].cfg->container, sf_json_str(d, "id"), pk, NULL,
-                                   sf_wall_ms(), err);
-                json_decref(pk);
-                if (rc == SF_OK)
-                    n++;
+        sw.container = e->wfs[w].cfg->container;
+        if (scope != NULL)
+            rc = scope->owned(scope->ctx, sw.container, &ranges, &n_ranges, &whole, err);
+        for (size_t k = 0; rc == SF_OK && !whole && k < n_ranges && sw.n < max; k++) {
+            rc = sweep_query(&sw, ranges[k], err);
+            if (rc != SF_OK && err != NULL && err->http_status == 410) {
+                /* split or merged away since the lease was taken: the whole container this once */
+                sf_err_clear(err);
+                rc = SF_OK;
+                whole = true;
             }
-            json_decref(docs);
-            docs = NULL;
         }
-        cosmos_query_free(q);
+        if (rc == SF_OK && whole && sw.n < max)
+            rc = sweep_query(&sw, NULL, err);
+        for (size_t k = 0; k < n_ranges; k++)
+            free(ranges[k]);
+        free(ranges);
     }
-    *ret_n = n;
+    *ret_n = sw.n;
     return rc;
 }
+
+/* ---------------------------------------------------------------------------
+ * Advancing a saga: the step its state is at, terminal states, the machine
+ */
 
 static const struct cstep *find_step(const struct cworkflow *wf, const char *state, size_t *ret_k)
 {

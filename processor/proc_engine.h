@@ -81,14 +81,40 @@ size_t proc_cfg_sources(const struct cfg *cfg, const char **out, size_t max);
 size_t proc_engine_sources(const struct proc_engine *e, const char **out, size_t max);
 
 /*
- * The durable timer: wakes (PROC_WOKEN_FIELD) up to max waiting sagas whose
- * await timeout or workflow deadline has passed, found by one query per
- * workflow with await steps over its source container. Each wake is a
- * conditional patch (only while the saga still waits), so two instances
- * sweeping at once only cost a write. *ret_n: sagas woken. Any thread.
+ * Which ranges of a workflow's container this instance's timer sweeps: the
+ * ranges whose leases it holds, so each due saga is woken by one instance.
+ * owned writes *ret_ids, a new array of *ret_n new partition key range ids
+ * (the caller frees each and the array; n 0: none owned), or sets *ret_whole
+ * when it cannot tell (the whole container is swept: the conditional wake
+ * still wakes each saga once). Called from the sweeping thread.
  */
-enum sf_rc proc_engine_sweep(const struct proc_engine *e, size_t max, size_t *ret_n,
-                             struct sf_err *err);
+struct proc_sweep_scope {
+    enum sf_rc (*owned)(void *ctx, const char *container, char ***ret_ids, size_t *ret_n,
+                        bool *ret_whole, struct sf_err *err);
+    void *ctx;
+};
+
+/*
+ * A timer's wake is recorded in the wait it ends (PROC_WAIT_FIELD.woken);
+ * the sweeps pass a woken wait by for this long, then wake it again (a
+ * safety net: a wake delivered to an instance whose clock said the deadline
+ * was still ahead would otherwise leave the saga waiting for good).
+ */
+#define PROC_TIMER_REWAKE_MS 300000
+
+/*
+ * The durable timer: wakes (PROC_WOKEN_FIELD) up to max waiting sagas whose
+ * await timeout or workflow deadline has passed and that no timer woke in
+ * the last PROC_TIMER_REWAKE_MS, found by one query per range scope owns
+ * (NULL: one cross-partition query per workflow with await steps; a range
+ * gone since, split or merged, is swept as the whole container once). Each
+ * wake is a conditional patch (only while the saga still waits and no other
+ * timer woke it), so each due saga is woken once even when two instances
+ * sweep at once. *ret_n: the sagas this call woke (a wake another instance
+ * won, or of a saga that moved on, is not counted). Any thread.
+ */
+enum sf_rc proc_engine_sweep(const struct proc_engine *e, const struct proc_sweep_scope *scope,
+                             size_t max, size_t *ret_n, struct sf_err *err);
 
 /*
  * What the engine counts per step since proc_engine_new (its one mutable

@@ -456,6 +456,56 @@ static void budgets_refresh(struct proc_service *s)
                      known == 1 ? "" : "s");
 }
 
+/*
+ * The timer's share (proc_sweep_scope): the ranges of container whose
+ * leases this instance holds. A container without a feed here (none in
+ * practice: every workflow's container is a source) is swept whole.
+ */
+static enum sf_rc owned_ranges(void *ctx, const char *container, char ***ret_ids, size_t *ret_n,
+                               bool *ret_whole, struct sf_err *err)
+{
+    struct proc_service *s = ctx;
+    struct feed_status *st = NULL;
+    char **ids = NULL;
+    size_t n = 0;
+    enum sf_rc rc = SF_OK;
+
+    for (size_t i = 0; i < s->n_feeds; i++) {
+        if (strcmp(s->feeds[i].container, container) != 0)
+            continue;
+        rc = feed_processor_status(s->feeds[i].fp, &st, err);
+        if (rc != SF_OK)
+            return rc;
+        ids = calloc(st->n ? st->n : 1, sizeof(*ids));
+        if (ids == NULL)
+            rc = SF_ENOMEM;
+        for (size_t k = 0; rc == SF_OK && k < st->n; k++) {
+            const char *state = st->ranges[k].state;
+
+            if (strcmp(state, "running") != 0 && strcmp(state, "splitting") != 0)
+                continue; /* a lease stopped, lost or handed over is another's to time */
+            if ((ids[n] = strdup(st->ranges[k].range)) == NULL)
+                rc = SF_ENOMEM;
+            else
+                n++;
+        }
+        if (rc != SF_OK)
+            (void)sf_err_set(err, rc, true, "out of memory listing the owned ranges");
+        free(st);
+        if (rc != SF_OK) {
+            for (size_t k = 0; k < n; k++)
+                free(ids[k]);
+            free(ids);
+            return rc;
+        }
+        *ret_ids = ids;
+        *ret_n = n;
+        return SF_OK;
+    }
+    *ret_whole = true;
+    return SF_OK;
+}
+
 void proc_service_tick(struct proc_service *s)
 {
     struct sf_err err;
@@ -464,11 +514,13 @@ void proc_service_tick(struct proc_service *s)
     proc_kafka_tick(s->kafka);
     budgets_refresh(s);
     if (sf_mono_ms() >= s->next_timer_ms) {
+        struct proc_sweep_scope scope = {.owned = owned_ranges, .ctx = s};
         size_t woken = 0;
 
         s->next_timer_ms = sf_mono_ms() + s->cfg->processor.timer_interval_ms;
         sf_err_clear(&err);
-        if (proc_engine_sweep(s->engine, s->cfg->processor.timer_batch, &woken, &err) != SF_OK)
+        if (proc_engine_sweep(s->engine, &scope, s->cfg->processor.timer_batch, &woken, &err) !=
+            SF_OK)
             sf_log_warn("sagafeed", "looking for timed-out waits failed: %s", err.msg);
         else if (woken > 0)
             sf_log_info("sagafeed", "woke %zu waiting saga%s past a timeout or deadline", woken,

@@ -17,13 +17,33 @@
 #   outbox_bench     outbox events/s into a mock Kafka cluster, relay RSS
 #   saga_timeline    (tests/checks) throughput and lag every second while
 #                    orders arrive at half of saga_bench's rate, then at 1.5x
+#   grid             saga_bench on a backlog (every order written first): default
+#                    settings against fixed workers 8, 32 and 128 over latency
+#                    {0, 5, 20 ms} x {500, 2,000, 10,000 orders} x key shapes
+#                    {even: the demo's 60 customers, skewed: a tenth of them place
+#                    half the orders, distinct: one order per customer}
+#   balance          feed_balance_sim (tests/feed): the lease balancer with 1,000
+#                    ranges and 50 instances joining, leaving and killed, on a
+#                    stepped clock: rounds, moves and time to converge
 #
-# Usage: bash scripts/bench-all.sh [--quick] [--build-dir DIR] [--out FILE]
-#   --quick          shorter phases (a smoke run, ~1.5 minutes; figures noisier)
+# Usage: bash scripts/bench-all.sh [--quick] [--only LIST] [--from-results] [--grid-latency LIST]
+#            [--grid-orders LIST] [--grid-shapes LIST] [--grid-workers LIST]
+#            [--build-dir DIR] [--out FILE]
+#   --quick          shorter phases (a smoke run, ~4 minutes; figures noisier)
+#   --only LIST      run only these parts, comma-separated, of "grid" and
+#                    "balance", and replace only their sections of an existing
+#                    report (the other figures stay as they were)
+#   --from-results   with --only: no runs, the sections from the results of the
+#                    last run in the build directory (a grid cut short)
+#   --grid-latency LIST, --grid-orders LIST, --grid-shapes LIST, --grid-workers LIST
+#                    a reduced grid (space- or comma-separated; defaults
+#                    "0 5 20", "500 2000 10000", "even skewed distinct", "8 32 128";
+#                    --quick: "0 5", "300", "even skewed distinct", "32")
 #   --build-dir DIR  Release build directory (default build-bench-all)
 #   --out FILE       the report (default docs/benchmarks.md; the PNG goes to
 #                    docs/benchmarks/ next to it)
-# About 9 minutes on 2 cores plus the build. Needs gnuplot and jq (installed
+# About 9 minutes on 2 cores plus the build, and the full grid about two hours
+# more (108 runs; --only grid runs just it). Needs gnuplot and jq (installed
 # with apt-get when missing and running as root). Exit status 0 when every
 # benchmark ran without errors, 1 otherwise (the report says which failed).
 set -uo pipefail
@@ -31,12 +51,22 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here" || exit 1
 
+invocation="bash scripts/bench-all.sh${*:+ $*}"
 quick=0
 build="build-bench-all"
 out=docs/benchmarks.md
+only=""
+from_results=0
+g_lats="" g_sizes="" g_shapes="" g_workers=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1 ;;
+    --from-results) from_results=1 ;;
+    --only) only=",${2//[[:space:]]/},"; shift ;;
+    --grid-latency) g_lats=${2//,/ }; shift ;;
+    --grid-orders) g_sizes=${2//,/ }; shift ;;
+    --grid-shapes) g_shapes=${2//,/ }; shift ;;
+    --grid-workers) g_workers=${2//,/ }; shift ;;
     --build-dir) build="$2"; shift ;;
     --out) out="$2"; shift ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -44,8 +74,21 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+for part in ${only//,/ }; do
+    case "$part" in grid | balance) ;; *) echo "bench-all.sh: --only knows grid and balance, not '$part'" >&2; exit 2 ;; esac
+done
+# wants PART: whether this run includes PART (every part without --only)
+wants() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
 case "$build" in /*) ;; *) build=$here/$build ;; esac
 case "$out" in /*) ;; *) out=$here/$out ;; esac
+if [ "$from_results" = 1 ] && [ -z "$only" ]; then
+    echo "bench-all.sh: --from-results goes with --only" >&2
+    exit 2
+fi
+if [ -n "$only" ] && [ ! -f "$out" ]; then
+    echo "bench-all.sh: --only replaces sections of an existing report; $out is missing" >&2
+    exit 2
+fi
 docdir=$(dirname "$out")
 pngdir=$docdir/benchmarks
 png=$pngdir/throughput-lag.png
@@ -69,14 +112,23 @@ need jq jq
 # Build (Release, no sanitizers: figures from a sanitizer build mean nothing)
 echo "== building (Release) in $build"
 targets=(cosmolite sagafeed sagafeed-kafka-mock plain_http_server cosmolite_bench client_bench
-         feed_bench saga_bench outbox_bench saga_timeline)
-if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSF_SANITIZE=OFF -DSF_TSAN=OFF >"$build.cmake.log" 2>&1 ||
+         feed_bench saga_bench outbox_bench saga_timeline feed_balance_sim)
+if [ -n "$only" ]; then
+    targets=()
+    wants grid && targets+=(cosmolite sagafeed saga_bench)
+    wants balance && targets+=(feed_balance_sim)
+fi
+if [ "$from_results" = 1 ]; then
+    [ -d "$res" ] || { echo "bench-all.sh: --from-results: no $res" >&2; exit 2; }
+elif ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSF_SANITIZE=OFF -DSF_TSAN=OFF >"$build.cmake.log" 2>&1 ||
     ! cmake --build "$build" -j2 --target "${targets[@]}" >>"$build.cmake.log" 2>&1; then
     echo "bench-all.sh: the build failed, see $build.cmake.log" >&2
     exit 1
 fi
-rm -rf "$res" && mkdir -p "$res" "$pngdir"
-mv "$build.cmake.log" "$res/build.log"
+if [ "$from_results" = 0 ]; then
+    rm -rf "$res" && mkdir -p "$res" "$pngdir"
+    mv "$build.cmake.log" "$res/build.log"
+fi
 
 # ---------------------------------------------------------------------------
 # The runs. Every command is recorded as run (relative to the build dir).
@@ -95,6 +147,8 @@ else
     o_args=""
     tl_steady=12 tl_burst=8
 fi
+if [ "$quick" = 1 ]; then p_orders=300 p_workers="8 128" p_backlog=1000; else p_orders=1500 p_workers="8 32 128" p_backlog=5000; fi
+p_common="--rounds 1 --latency-seconds 0 --no-ceiling"
 failed=()
 cmds=()
 run() { # run NAME COMMAND... : output in $res/NAME.txt, seconds in $res/NAME.secs
@@ -102,6 +156,7 @@ run() { # run NAME COMMAND... : output in $res/NAME.txt, seconds in $res/NAME.se
     shift
     echo "== $name: $*"
     cmds+=("$*")
+    echo "$*" >"$res/$name.cmd"
     (cd "$build" && "$@") >"$res/$name.txt" 2>"$res/$name.err"
     rc=$?
     echo $((SECONDS - t0)) >"$res/$name.secs"
@@ -111,6 +166,7 @@ run() { # run NAME COMMAND... : output in $res/NAME.txt, seconds in $res/NAME.se
     fi
 }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+if [ -z "$only" ]; then
 # shellcheck disable=SC2086
 run cosmolite bench/cosmolite_bench $c_args
 # shellcheck disable=SC2086
@@ -122,8 +178,6 @@ run saga bench/saga_bench $s_args
 # Pacing: default settings next to fixed workers at 0, 5 and 20 ms (one round each, the
 # settings of one latency run back to back); RU/s against a provisioned container; RSS
 # with a backlog (every order written before sagafeed catches up).
-if [ "$quick" = 1 ]; then p_orders=300 p_workers="8 128" p_backlog=1000; else p_orders=1500 p_workers="8 32 128" p_backlog=5000; fi
-p_common="--rounds 1 --latency-seconds 0 --no-ceiling"
 for lat in 0 5 20; do
     for w in 0 $p_workers; do
         # shellcheck disable=SC2086
@@ -155,7 +209,142 @@ tl_rate=$(( ${saga_rate:-200} / 2 ))
 [ "$tl_rate" -ge 10 ] || tl_rate=10
 run timeline tests/saga_timeline --rate "$tl_rate" --steady "$tl_steady" --burst "$tl_burst" \
     --interval 0.5 --out "$res/timeline.tsv"
+fi # [ -z "$only" ]
+
+# The backlog grid: every order written before sagafeed starts, default settings against
+# each fixed workers setting, per latency x backlog x shape (one round each).
+if [ "$quick" = 1 ]; then
+    : "${g_lats:=0 5}" "${g_sizes:=300}" "${g_shapes:=even skewed distinct}" "${g_workers:=32}"
+else
+    : "${g_lats:=0 5 20}" "${g_sizes:=500 2000 10000}" "${g_shapes:=even skewed distinct}" "${g_workers:=8 32 128}"
+fi
+grid_t0=$SECONDS
+if wants grid; then
+    for n in $g_sizes; do # the small backlogs first: an interrupted grid still holds them
+        for lat in $g_lats; do
+            for shape in $g_shapes; do
+                for w in 0 $g_workers; do
+                    [ "$from_results" = 1 ] && continue
+                    # shellcheck disable=SC2086
+                    run "grid-l$lat-n$n-$shape-w$w" bench/saga_bench --orders "$n" $p_common --backlog \
+                        --latency "$lat" --shape "$shape" --workers "$w"
+                done
+            done
+        done
+    done
+fi
+[ "$from_results" = 1 ] && grid_secs=$(cat "$res"/grid-*.secs 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+grid_secs=$((SECONDS - grid_t0))
+if wants balance && [ "$from_results" = 0 ]; then
+    run balance tests/feed_balance_sim
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# bl RUN KEY: a figure of saga_bench's "bench-line:" in that run's output ("?" when absent)
+bl() { sed -n "s/^bench-line: .*\b$2=\([0-9.]*\).*/\1/p" "$res/$1.txt" 2>/dev/null | head -1 | grep . || echo "?"; }
+
+# grid_section: the grid's report section (between its markers)
+grid_section() {
+    local lat n shape d best bw v cell pct low=0 cells=0 missing="" f
+    echo "<!-- bench-all:grid:begin -->"
+    echo "## Backlog shapes: default settings against the best fixed workers"
+    echo
+    echo "A backlog (every order written before sagafeed starts: \`--backlog\`), one saga_bench round"
+    echo "per setting (\`$p_common --backlog --latency L --shape S --workers W\`); \"default\" is no"
+    echo "processor.workers at all, \"fixed N\" is workers = min_workers = N for N in {$g_workers}."
+    echo "Shapes (orders per partition key): **even** the demo's 60 customers, **skewed** a tenth of"
+    echo "them place half the orders, **distinct** one order per customer. Target: default >= 90 % of"
+    echo "the best fixed setting in every cell (below it: **bold**). Grid: latency {$g_lats} ms x"
+    echo "{$g_sizes} orders x {$g_shapes}; $grid_secs s on $(date -u '+%Y-%m-%d %H:%M UTC') with"
+    echo "\`$invocation\` (reduced grids name their cells with"
+    echo "\`--grid-latency\`, \`--grid-orders\`, \`--grid-shapes\`, \`--grid-workers\`). One run each on a"
+    echo "shared machine: repeat a cell before trusting a difference of less than ~20 %."
+    echo
+    echo "| latency | orders | shape | default orders/s | best fixed (workers) | default / best | every fixed setting | CPU ms/order default / best |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for lat in $g_lats; do
+        for n in $g_sizes; do
+            for shape in $g_shapes; do
+                cells=$((cells + 1))
+                [ -f "$res/grid-l$lat-n$n-$shape-w0.txt" ] || { missing="$missing${missing:+, }$lat ms/$n/$shape"; continue; }
+                d=$(bl "grid-l$lat-n$n-$shape-w0" orders_per_s) best=0 bw=? cell=""
+                for w in $g_workers; do
+                    v=$(bl "grid-l$lat-n$n-$shape-w$w" orders_per_s)
+                    cell="$cell${cell:+, }$w: $v"
+                    if awk -v a="$v" -v b="$best" 'BEGIN { exit !(a ~ /^[0-9.]+$/ && a + 0 > b + 0) }'; then best=$v bw=$w; fi
+                done
+                pct=$(awk -v a="$d" -v b="$best" 'BEGIN { if (b + 0 > 0 && a ~ /^[0-9.]+$/) printf "%.0f %%", a * 100 / b; else printf "?" }')
+                if awk -v a="$d" -v b="$best" 'BEGIN { exit !(b + 0 > 0 && a ~ /^[0-9.]+$/ && a * 100 / b < 90) }'; then
+                    pct="**$pct**" low=$((low + 1))
+                fi
+                echo "| $lat ms | $n | $shape | $d | $best ($bw) | $pct | $cell | $(bl "grid-l$lat-n$n-$shape-w0" cpu_ms_per_order) / $(bl "grid-l$lat-n$n-$shape-w$bw" cpu_ms_per_order) |"
+            done
+        done
+    done
+    echo
+    echo "Cells below 90 %: $low.${missing:+ Not run (the grid was cut short): $missing.} The"
+    echo "commands, from \`$(basename "$build")/\`, in the order run:"
+    echo
+    echo '```sh'
+    for f in $(ls -tr "$res"/grid-*.cmd 2>/dev/null); do cat "$f"; done
+    echo '```'
+    echo "<!-- bench-all:grid:end -->"
+}
+
+# balance_section: the balancing simulation's report section (between its markers)
+balance_section() {
+    echo "<!-- bench-all:balance:begin -->"
+    echo "## Lease balancing at scale, simulated"
+    echo
+    echo "\`tests/feed_balance_sim\` (also the ctest entry \`feed_balance_sim\`, which fails when a"
+    echo "property below is broken): feed/'s balancing decision and lease bookkeeping"
+        echo "(\`feed_balance_seen_update\`, \`feed_balance_view\`, \`feed_balance_pick\`) for every"
+    echo "instance as its manager runs them (renew every 5 s, an acquire round every 5 s or when the"
+    echo "next lease expires, relisting 250 ms after a lost race), against an in-memory lease store"
+    echo "with If-Match, one request per instance per 10 ms step, on a clock the simulation steps (no"
+    echo "sleeps). The scenarios run one after another on one fleet; each changes it once, then runs"
+    echo "until nothing moved for two expiries. Rounds are acquire intervals (5 s) from the change;"
+    echo "\"moves\" are leases changing owner (a dead owner's included), \"takes\" leases taken free."
+    echo "Checked after every change: every range owned within 3 rounds (after the expiry for a"
+    echo "kill, which only the expiry reveals), at most one move per lease, no lease going back to"
+    echo "an owner it left, no range without a live owner for longer than the expiry (20 s)."
+        echo "Stealing is one lease per round per instance (PROTOCOL.md section 10), so a joining"
+    echo "instance takes its share over about as many rounds as the share. Before a round that lost"
+    echo "a race relisted 250 ms later (it waited a whole acquire interval), the same runs left ranges"
+    echo "24.6 s (kill -9 1) and 23.9 s (kill -9 10) without an owner, and after ten instances left"
+    echo "the last range was owned after more than 3 rounds."
+    echo
+    sed -n '/^| scenario/,/^$/p' "$res/balance.txt"
+    echo "<!-- bench-all:balance:end -->"
+}
+
+# replace_section NAME FILE: the report's NAME section replaced by FILE's (appended when absent)
+replace_section() {
+    local name=$1 file=$2 tmp="$out.tmp"
+    if grep -q "^<!-- bench-all:$name:begin -->" "$out"; then
+        awk -v b="<!-- bench-all:$name:begin -->" -v e="<!-- bench-all:$name:end -->" -v f="$file" '
+            $0 == b { while ((getline l < f) > 0) print l; skip = 1; next }
+            $0 == e { skip = 0; next }
+            !skip' "$out" >"$tmp" && mv "$tmp" "$out"
+    else
+        { echo; cat "$file"; } >>"$out"
+    fi
+}
+
+if [ -n "$only" ]; then
+    for part in grid balance; do
+        wants "$part" || continue
+        "${part}_section" >"$res/$part.section.md"
+        replace_section "$part" "$res/$part.section.md"
+    done
+        parts=$(echo ${only//,/ })
+    echo "replaced the sections $parts of $out in $((SECONDS - t_all)) s"
+    if [ "${#failed[@]}" -gt 0 ]; then
+        echo "bench-all.sh: failed: ${failed[*]}" >&2
+        exit 1
+    fi
+    exit 0
+fi
 
 # ---------------------------------------------------------------------------
 # Figures
@@ -163,8 +352,6 @@ cj() { jq -r "$1 // \"?\"" "$res/cosmolite.txt" 2>/dev/null || echo "?"; }
 fmt0() { awk -v v="$1" 'BEGIN { if (v ~ /^[0-9.]+$/) printf "%\047.0f", v; else printf "%s", v }'; }
 mb() { awk -v v="$1" 'BEGIN { if (v ~ /^[0-9.]+$/) printf "%.1f", v / 1024; else printf "?" }'; }
 grab() { sed -n "$2" "$res/$1.txt" | head -1; }
-# bl RUN KEY: a figure of saga_bench's "bench-line:" in that run's output ("?" when absent)
-bl() { sed -n "s/^bench-line: .*\b$2=\([0-9.]*\).*/\1/p" "$res/$1.txt" 2>/dev/null | head -1 | grep . || echo "?"; }
 # rl RUN KEY: a figure of saga_bench's "ru-line:" (the RU figures after the warm-up)
 rl() { sed -n "s/^ru-line: .*\b$2=\([0-9.]*\).*/\1/p" "$res/$1.txt" 2>/dev/null | head -1 | grep . || echo "?"; }
 
@@ -331,6 +518,10 @@ cc_version=$(cc --version 2>/dev/null | head -1)
     echo "$(rl ru-cap cap_pct) % of the cap, $(rl ru-cap orders_ru_per_s) RU/s of it on orders, 429s $(rl ru-cap p429) %."
     echo "Peak RSS with a $p_backlog-order backlog (every order written before sagafeed starts) at default"
     echo "settings: $(bl pace-backlog rss_mb) MB (target <= 30 MB)."
+    echo
+    grid_section
+    echo
+    balance_section
     echo
     echo "## Throughput and lag over a run"
     echo

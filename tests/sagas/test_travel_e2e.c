@@ -20,6 +20,11 @@
  *                 nothing held); every wait ended once: confirmed with its
  *                 await marker, or timed out (3 s here) and refunded; no
  *                 saga left waiting.
+ *   travel_timers_two_instances  180 bookings none of which is ever confirmed,
+ *                 on two sagafeed instances sharing 4 ranges: every wait times
+ *                 out (2 s) and each due saga is woken once across both
+ *                 instances - the "woke N" lines of their logs add up to the
+ *                 bookings a timer woke (issue 24: 300-490 for 132).
  */
 #include "common/sf_base.h"
 
@@ -358,9 +363,113 @@ START_TEST(test_travel_kill9)
 }
 END_TEST
 
+/* The sum of N over the "woke N waiting saga(s)" lines of log. */
+static long woke_in_log(const char *log)
+{
+    char *text = e2e_slurp(log);
+    long sum = 0;
+
+    ck_assert_msg(text != NULL, "cannot read %s", log);
+    for (const char *p = strstr(text, "woke "); p != NULL; p = strstr(p + 5, "woke ")) {
+        char *end;
+        long n = strtol(p + 5, &end, 10);
+
+        if (end != p + 5 && strncmp(end, " waiting saga", 13) == 0)
+            sum += n;
+    }
+    free(text);
+    return sum;
+}
+
+START_TEST(test_travel_timers_two_instances)
+{
+    static const char *const colls[][2] = {
+        {"bookings", "/customerId"}, {"seats", "/flight"},       {"hotels", "/hotel"},
+        {"cars", "/city"},           {"wallets", "/customerId"}, {"confirmations", "/bookingId"}};
+    static const char *const edits[] = {"timeout = \"30s\"", "timeout = \"2s\"",
+                                        "not confirmed within 30s", "not confirmed within 2s",
+                                        NULL};
+    struct harness_cosmolite_opts ho = {.memory = true, .partitions = 4};
+    struct harness_cosmolite *h = NULL;
+    struct cosmos_client *cli;
+    struct sf_err err;
+    char cfg[512], log_a[512], log_b[512];
+    const char *args_a[] = {"run", "-c", cfg, "--instance", "timer-a", "--log-level", "info", NULL};
+    const char *args_b[] = {"run", "-c", cfg, "--instance", "timer-b", "--log-level", "info", NULL};
+    int settled = 0, confirmed = 0;
+    long woke_a, woke_b;
+    int64_t until;
+    json_t *woken;
+    pid_t a, b;
+
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    cli = e2e_client(h);
+    ck_assert_int_eq(cosmos_db_create_if_missing(cli, DB, NULL, NULL, &err), SF_OK);
+    for (size_t c = 0; c < SF_ARRAY_LEN(colls); c++) {
+        struct cosmos_container_def def = {
+            .id = colls[c][0], .pk_path = colls[c][1], .default_ttl = -1};
+
+        ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &def, NULL, NULL, &err),
+                         SF_OK);
+    }
+    for (int k = 0; k < HOTELS; k++) {
+        char body[160], id[24];
+
+        (void)snprintf(id, sizeof(id), "h-%d", k);
+        (void)snprintf(body, sizeof(body),
+                       "{\"id\":\"%s\",\"hotel\":\"%s\",\"rooms\":%d,\"holds\":{}}", id, id, ROOMS);
+        create(cli, "hotels", id, body);
+    }
+    for (int k = 0; k < CUSTOMERS; k++) {
+        char body[160], id[24];
+
+        (void)snprintf(id, sizeof(id), "c-%02d", k);
+        (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
+                       id, id, BALANCE * 10);
+        create(cli, "wallets", id, body);
+    }
+    e2e_make_config(cfg, sizeof(cfg),
+                    &(const struct e2e_config){
+                        .name = "timers",
+                        .endpoint = harness_cosmolite_endpoint(h),
+                        .db = DB,
+                        .example = "travel-booking.cfg",
+                        .edits = edits,
+                        .extra = "processor = { workers = 8; max_attempts = 20; backoff_base = "
+                                 "\"10ms\"; backoff_cap = \"500ms\"; timer_interval = "
+                                 "\"200ms\"; };"});
+    (void)snprintf(log_a, sizeof(log_a), "%s/timers-a.log", e2e_tmp);
+    (void)snprintf(log_b, sizeof(log_b), "%s/timers-b.log", e2e_tmp);
+    a = e2e_spawn(harness_cosmolite_key(h), log_a, args_a);
+    b = e2e_spawn(harness_cosmolite_key(h), log_b, args_b);
+    for (int k = 0; k < 180; k++)
+        write_booking(cli, k); /* and no confirmation: every wait times out */
+    until = sf_mono_ms() + 120000;
+    while ((settled = count_settled(cli, &confirmed)) < 180 && sf_mono_ms() < until)
+        sf_sleep_ms(200);
+    e2e_stop(a, log_a);
+    e2e_stop(b, log_b);
+    ck_assert_msg(settled == 180, "%d of 180 bookings settled", settled);
+    ck_assert_int_eq(confirmed, 0);
+    woke_a = woke_in_log(log_a);
+    woke_b = woke_in_log(log_b);
+    woken = e2e_query_all(cli, DB, "bookings", "SELECT c.id FROM c WHERE IS_DEFINED(c.sfWoken)");
+    (void)printf("timers: %zu bookings woken by a timer; instance a logged %ld wakes, b %ld\n",
+                 json_array_size(woken), woke_a, woke_b);
+    ck_assert_uint_gt(json_array_size(woken), 0);
+    /* each woken once: the wakes the two logs count are the bookings woken, no more */
+    ck_assert_int_eq(woke_a + woke_b, (long)json_array_size(woken));
+    json_decref(woken);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 int main(void)
 {
-    const struct e2e_case tests[] = {{"travel_kill9", test_travel_kill9}};
+    const struct e2e_case tests[] = {
+        {"travel_kill9", test_travel_kill9},
+        {"travel_timers_two_instances", test_travel_timers_two_instances}};
 
     return e2e_main("sf-travel", "travel_e2e", tests, SF_ARRAY_LEN(tests), 300, CK_VERBOSE);
 }

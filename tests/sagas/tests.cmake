@@ -70,3 +70,13 @@ if(TARGET cosmolite AND TARGET sagafeed)
     "SF_COSMOLITE_ARGS=--default-throughput 400")
   set_tests_properties(test_sagas_throughput PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200)
 endif()
+
+# The durable timer shared by two instances (issue 24): each due saga woken once, by the owner
+# of its range; a wake lost to the other instance is not counted; the timer's timeout decision holds.
+if(TARGET cosmolite AND TARGET sf_processor)
+  sf_unit_test(test_timer_ownership
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_timer_ownership.c
+    LIBS sf_processor sf_test_harness
+    LABELS "sagas;integration"
+    NEEDS cosmolite EXPORTS TIMEOUT 180)
+endif()
