@@ -356,7 +356,8 @@ struct feed_reader {
     char token[FEED_TOKEN_MAX + 1];
     char lease_id[COSMOS_ID_MAX + 1];
     int64_t epoch;
-    int64_t stop_lsn; /* bounded: the last LSN delivered, -1 none */
+    int64_t stop_lsn;         /* bounded: the last LSN delivered, -1 none */
+    const void *range_handle; /* what feed_options.range_open gave for token, NULL without one */
 
     pthread_mutex_t lease_mu;
     struct feed_lease lease; /* our view of the lease document (lease_mu) */

@@ -81,6 +81,11 @@ const char *feed_item_range(const struct feed_item *it)
     return it->r->token;
 }
 
+const void *feed_item_range_handle(const struct feed_item *it)
+{
+    return it->r->range_handle;
+}
+
 int64_t feed_item_lsn(const struct feed_item *it)
 {
     return it->lsn;
@@ -1099,6 +1104,8 @@ struct feed_reader *feed_reader_new(struct feed_processor *p, const struct feed_
     (void)snprintf(r->lease_id, sizeof(r->lease_id), "%s", l->id);
     r->epoch = l->epoch;
     r->stop_lsn = l->stop_lsn;
+    if (p->o.range_open != NULL)
+        r->range_handle = p->o.range_open(p->o.consume_ctx, r->token);
     feed_lease_init(&r->lease);
     feed_lease_copy(&r->lease, l);
     feed_track_init(&r->track, FEED_TRACK_HARD_MAX);

@@ -12,6 +12,7 @@
 #include "common/sf_time.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_lanes.h"
+#include "record/record.h"
 
 #define BLOCKED_MAX      100000
 #define REPLAY_MAX       10000  /* documents replayed per key and round */
@@ -21,17 +22,20 @@
 
 enum task_kind { TASK_ITEM, TASK_REPLAY };
 
+/*
+ * One allocation per item: the submitted item (its pointers borrowed until
+ * its ack) and the one string the dispatcher makes of it, its park key.
+ */
 struct task {
     struct proc_task base; /* first: the lanes see only this */
     enum task_kind kind;
-    char *container;
-    json_t *doc;
-    char *pk_json;
-    char *pk_path; /* NULL: the engine looks it up (hierarchical keys, callers without one) */
-    char *park_key;
-    int64_t lsn, epoch;
-    proc_ack_fn ack;
-    void *ack_ctx;
+    struct proc_item it; /* TASK_ITEM; it.pk_json points into park_key */
+    char park_key[];     /* "<container>|<pk json>" */
+};
+
+/* A feed range's handle: its lanes group (proc_dispatch_range_open). */
+struct proc_range {
+    unsigned group;
 };
 
 struct proc_dispatch {
@@ -49,8 +53,9 @@ struct proc_dispatch {
     char **touched;
     size_t n_touched;
     bool scan_capped; /* the last scan stopped at scan_max (warned once per spell) */
-    /* "<container>/<range>" of lanes group i (1..), for proc_dispatch_submit_range */
+    /* "<container>/<range>" of lanes group i (1..), for proc_dispatch_range_open */
     char *ranges[PROC_GROUPS_MAX];
+    struct proc_range groups[PROC_GROUPS_MAX]; /* the handles: groups[g].group == g */
     unsigned n_ranges;
     uint64_t rng;
     _Atomic uint64_t st[10];
@@ -76,16 +81,22 @@ static void stat_add(struct proc_dispatch *d, int which, uint64_t n)
     atomic_fetch_add(&d->st[which], n);
 }
 
+/* Allocates a task with room for a park key of n bytes (and its terminator); NULL on OOM. */
+static struct task *task_new(enum task_kind kind, size_t n)
+{
+    struct task *t = malloc(sizeof(*t) + n + 1);
+
+    if (t == NULL)
+        return NULL;
+    memset(t, 0, sizeof(*t));
+    t->kind = kind;
+    t->park_key[n] = '\0';
+    return t;
+}
+
 static void task_free(struct task *t)
 {
-    if (t == NULL)
-        return;
-    free(t->container);
-    json_decref(t->doc);
-    free(t->pk_json);
-    free(t->pk_path);
-    free(t->park_key);
-    free(t);
+    free(t); /* the item's pointers are borrowed */
 }
 
 /* ---------------------------------------------------------------------------
@@ -214,8 +225,8 @@ static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t ret
  * Parking documents
  */
 
-static json_t *park_doc(const struct task *t, const char *status, const struct proc_result *res,
-                        unsigned attempts)
+static json_t *park_doc(const struct proc_item *t, const char *park_key, const char *status,
+                        const struct proc_result *res, unsigned attempts)
 {
     char id[STEP_ID_MAX], at[32], lsn[24];
     const char *parts[3];
@@ -232,11 +243,12 @@ static json_t *park_doc(const struct task *t, const char *status, const struct p
     sf_time_iso8601(sf_wall_ms(), at);
     pk = sf_json_parse(t->pk_json, strlen(t->pk_json), &perr);
     doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:O?, s:I, s:I, s:I, s:s, s:O, s:b}",
-                    "id", id, "parkKey", t->park_key, STEP_SYS_FIELD, "parked", "status", status,
+                    "id", id, "parkKey", park_key, STEP_SYS_FIELD, "parked", "status", status,
                     "sourceContainer", t->container, "sourceId", parts[1], "workflow",
                     res != NULL && res->workflow[0] ? res->workflow : NULL, "partitionKey", pk,
                     "lsn", (json_int_t)t->lsn, "epoch", (json_int_t)t->epoch, "attempts",
-                    (json_int_t)attempts, "parkedAt", at, "item", t->doc, "replayRequested", 0);
+                    (json_int_t)attempts, "parkedAt", at, "item", (json_t *)t->doc,
+                    "replayRequested", 0);
     json_decref(pk);
     if (doc != NULL && res != NULL) {
         json_t *e =
@@ -264,7 +276,7 @@ static enum sf_rc pk_string(const char *s, struct sf_buf *out)
 static bool park_write(struct proc_dispatch *d, const struct task *t, const char *status,
                        const struct proc_result *res, unsigned attempts)
 {
-    json_t *doc = park_doc(t, status, res, attempts);
+    json_t *doc = park_doc(&t->it, t->park_key, status, res, attempts);
     struct sf_buf body, pk;
     bool ok = false;
 
@@ -272,7 +284,7 @@ static bool park_write(struct proc_dispatch *d, const struct task *t, const char
     sf_buf_init(&pk, PARK_KEY_MAX * 2);
     if (doc == NULL || sf_json_dump(doc, &body) != SF_OK || pk_string(t->park_key, &pk) != SF_OK) {
         sf_log_error("sagafeed", "cannot build the parking document of %s (lsn %lld)", t->park_key,
-                     (long long)t->lsn);
+                     (long long)t->it.lsn);
         goto out;
     }
     for (unsigned attempt = 0;; attempt++) {
@@ -302,27 +314,15 @@ out:
  * Running items
  */
 
-/* The engine's view of t: borrows t's strings and document. */
-static struct proc_item task_item(const struct task *t)
-{
-    struct proc_item it = {.container = t->container,
-                           .doc = t->doc,
-                           .lsn = t->lsn,
-                           .epoch = t->epoch,
-                           .pk_json = t->pk_json,
-                           .pk_path = t->pk_path};
-
-    return it;
-}
-
 /*
- * Runs the engine with retries. Returns false when stopped mid-way (no ack).
- * *ret_parked tells whether the last result asks for parking.
+ * Runs the engine on it (of park_key) with retries. Returns false when
+ * stopped mid-way (no ack). *ret_parked tells whether the last result asks
+ * for parking.
  */
-static bool run_with_retries(struct proc_dispatch *d, const struct task *t, struct proc_result *res,
-                             unsigned *ret_attempts, bool *ret_park)
+static bool run_with_retries(struct proc_dispatch *d, const struct proc_item *it,
+                             const char *park_key, struct proc_result *res, unsigned *ret_attempts,
+                             bool *ret_park)
 {
-    struct proc_item it = task_item(t);
     unsigned max = d->o.max_attempts > 0 ? d->o.max_attempts : 1;
     unsigned counted = 0; /* attempts that count toward max */
     int64_t throttled_since = -1;
@@ -333,7 +333,7 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
 
         if (!gate(d))
             return false;
-        proc_engine_process(d->o.engine, &it, res);
+        proc_engine_process(d->o.engine, it, res);
         *ret_attempts = attempt;
         stat_add(d, ST_EFFECTS, res->effects);
         stat_add(d, ST_ALREADY, res->already);
@@ -365,7 +365,7 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
                                  ? res->err.http_status
                                  : 0],
             1);
-        sf_log_debug("sagafeed", "retrying %s lsn %lld after: %s", t->park_key, (long long)t->lsn,
+        sf_log_debug("sagafeed", "retrying %s lsn %lld after: %s", park_key, (long long)it->lsn,
                      res->err.msg);
         if (!nap(d, backoff_ms(d, attempt - 1, res->err.retry_after_ms)))
             return false;
@@ -386,7 +386,7 @@ static void count_outcome(struct proc_dispatch *d, const struct proc_result *res
 static void handle_item(struct proc_dispatch *d, struct task *t)
 {
     struct proc_result res;
-    struct proc_item it = task_item(t);
+    const struct proc_item *it = &t->it;
     unsigned attempts = 0;
     bool park = false;
     /* This thread runs one item at a time: the difference is this item's absorbed retries. */
@@ -401,13 +401,13 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
             return;
         stat_add(d, ST_WAITING, 1);
         sf_log_info("sagafeed", "item %s of blocked key %s (lsn %lld) waits behind a parked item",
-                    sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn);
+                    sf_json_str(it->doc, "id"), t->park_key, (long long)it->lsn);
         if (d->o.on_result != NULL)
-            d->o.on_result(d->o.result_ctx, &it, &res, 0, true);
-        t->ack(t->ack_ctx);
+            d->o.on_result(d->o.result_ctx, it, &res, 0, true);
+        it->ack(it->ack_ctx);
         return;
     }
-    if (!run_with_retries(d, t, &res, &attempts, &park))
+    if (!run_with_retries(d, it, t->park_key, &res, &attempts, &park))
         return; /* stopping: no ack, the feed redelivers */
     retries = cosmos_thread_retries() - retries0;
     if (park) {
@@ -418,7 +418,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
         sf_log_warn("sagafeed",
                     "parked item %s (key %s, lsn %lld) after %u attempt%s and %llu Cosmos "
                     "request retr%s: %s; later items of this key wait until it is replayed",
-                    sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn, attempts,
+                    sf_json_str(it->doc, "id"), t->park_key, (long long)it->lsn, attempts,
                     attempts == 1 ? "" : "s", (unsigned long long)retries,
                     retries == 1 ? "y" : "ies", res.err.msg);
     } else {
@@ -433,8 +433,8 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
                          retries == 1 ? "y" : "ies");
     }
     if (d->o.on_result != NULL)
-        d->o.on_result(d->o.result_ctx, &it, &res, attempts, park);
-    t->ack(t->ack_ctx);
+        d->o.on_result(d->o.result_ctx, it, &res, attempts, park);
+    it->ack(it->ack_ctx); /* the last use of it: the feed may free its item now */
 }
 
 /* Sorts parked documents by LSN (then id) so a key replays in feed order. */
@@ -522,13 +522,10 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
     qsort(v, n, sizeof(*v), by_lsn);
     for (size_t i = 0; i < n; i++) {
         const json_t *pd = v[i];
-        struct task it = {.kind = TASK_ITEM,
-                          .container = (char *)sf_json_str(pd, "sourceContainer"),
-                          .doc = json_object_get(pd, "item"),
-                          .pk_json = NULL,
-                          .park_key = t->park_key,
-                          .lsn = json_integer_value(json_object_get(pd, "lsn")),
-                          .epoch = json_integer_value(json_object_get(pd, "epoch"))};
+        struct proc_item it = {.container = sf_json_str(pd, "sourceContainer"),
+                               .doc = json_object_get(pd, "item"),
+                               .lsn = json_integer_value(json_object_get(pd, "lsn")),
+                               .epoch = json_integer_value(json_object_get(pd, "epoch"))};
         struct proc_result res;
         unsigned attempts = 0;
         bool park = false;
@@ -542,7 +539,7 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
             goto out;
         }
         memset(&res, 0, sizeof(res));
-        if (!run_with_retries(d, &it, &res, &attempts, &park))
+        if (!run_with_retries(d, &it, t->park_key, &res, &attempts, &park))
             goto out;
         if (park) {
             /*
@@ -715,6 +712,8 @@ enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_
     d->parking = strdup(opts->parking_container);
     pthread_mutex_init(&d->mu, NULL);
     d->rng = (uint64_t)sf_mono_us() | 1u;
+    for (unsigned g = 0; g < PROC_GROUPS_MAX; g++)
+        d->groups[g].group = g;
     if (d->db == NULL || d->parking == NULL) {
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
         goto fail;
@@ -810,19 +809,15 @@ static void noop_ack(void *ctx)
     SF_UNUSED(ctx);
 }
 
-/*
- * The lanes group of a container's range: its own while there are groups
- * left (a handful of ranges per container), else one shared by hash.
- * 0 when range is NULL.
- */
-static unsigned range_group(struct proc_dispatch *d, const char *container, const char *range)
+const struct proc_range *proc_dispatch_range_open(struct proc_dispatch *d, const char *container,
+                                                  const char *range)
 {
     char key[PARK_KEY_MAX];
     unsigned g = 0;
     uint64_t h[2];
 
     if (range == NULL)
-        return 0;
+        return NULL;
     (void)snprintf(key, sizeof(key), "%s/%s", container, range);
     pthread_mutex_lock(&d->mu);
     for (unsigned i = 0; i < d->n_ranges && g == 0; i++)
@@ -836,24 +831,45 @@ static unsigned range_group(struct proc_dispatch *d, const char *container, cons
         sf_murmur3_x64_128(key, strlen(key), 0, h);
         g = 1 + (unsigned)(h[0] % (PROC_GROUPS_MAX - 1));
     }
-    return g;
+    return &d->groups[g];
 }
 
-enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
-                                const char *pk_json, const char *pk_path, int64_t lsn,
-                                int64_t epoch, proc_ack_fn ack, void *ack_ctx, struct sf_err *err)
+/* Settles one of sagafeed's own records on the calling thread (see proc_dispatch_submit). */
+static void settle_system(struct proc_dispatch *d, const struct proc_item *item)
 {
-    return proc_dispatch_submit_range(d, container, NULL, doc, pk_json, pk_path, lsn, epoch, ack,
-                                      ack_ctx, err);
+    stat_add(d, ST_ITEMS, 1);
+    stat_add(d, ST_SKIPPED, 1);
+    if (d->o.on_result != NULL) {
+        struct proc_result res;
+
+        memset(&res, 0, sizeof(res));
+        res.outcome = PROC_SKIPPED;
+        d->o.on_result(d->o.result_ctx, item, &res, 0, false);
+    }
+    if (item->ack != NULL)
+        item->ack(item->ack_ctx);
 }
 
-enum sf_rc proc_dispatch_submit_range(struct proc_dispatch *d, const char *container,
-                                      const char *range, json_t *doc, const char *pk_json,
-                                      const char *pk_path, int64_t lsn, int64_t epoch,
-                                      proc_ack_fn ack, void *ack_ctx, struct sf_err *err)
+/* The key text of a caller that has none, through the engine's catalog. */
+static enum sf_rc derive_pk(struct proc_dispatch *d, const struct proc_item *item,
+                            struct sf_buf *out, struct sf_err *err)
 {
-    struct task *t;
-    struct sf_buf key;
+    json_t *pk = NULL;
+    enum sf_rc rc = proc_engine_pk(d->o.engine, item->container, item->doc, &pk, err);
+
+    if (rc == SF_OK && step_pk_json(pk, out) != SF_OK)
+        rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long");
+    json_decref(pk);
+    return rc;
+}
+
+enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item *item,
+                                struct sf_err *err)
+{
+    struct task *t = NULL;
+    struct sf_buf derived;
+    const char *pk_json = item->pk_json;
+    size_t nc, np;
     enum sf_rc rc = SF_OK;
 
     /*
@@ -862,67 +878,38 @@ enum sf_rc proc_dispatch_submit_range(struct proc_dispatch *d, const char *conta
      * hand-off for each. Acks may come in any order, so this cannot overtake
      * anything that matters. This is the one check: the engine never sees them.
      */
-    if (proc_item_is_system(doc)) {
-        stat_add(d, ST_ITEMS, 1);
-        stat_add(d, ST_SKIPPED, 1);
-        if (d->o.on_result != NULL) {
-            struct proc_item it = {.container = container, .doc = doc, .lsn = lsn, .epoch = epoch};
-            struct proc_result res;
-
-            memset(&res, 0, sizeof(res));
-            res.outcome = PROC_SKIPPED;
-            d->o.on_result(d->o.result_ctx, &it, &res, 0, false);
-        }
-        json_decref(doc);
-        if (ack != NULL)
-            ack(ack_ctx);
+    if (record_is_system(item->doc)) {
+        settle_system(d, item);
         return SF_OK;
     }
-    t = calloc(1, sizeof(*t));
-    sf_buf_init(&key, PARK_KEY_MAX);
-    if (t == NULL) {
-        json_decref(doc);
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    sf_buf_init(&derived, PARK_KEY_MAX);
+    if (pk_json == NULL) {
+        rc = derive_pk(d, item, &derived, err);
+        pk_json = sf_buf_cstr(&derived);
     }
-    t->kind = TASK_ITEM;
-    t->base.group = range_group(d, container, range);
-    t->doc = doc;
-    t->lsn = lsn;
-    t->epoch = epoch;
-    t->ack = ack != NULL ? ack : noop_ack;
-    t->ack_ctx = ack_ctx;
-    t->container = strdup(container);
-    if (pk_json != NULL) {
-        t->pk_json = strdup(pk_json);
-        if (pk_path != NULL && (t->pk_path = strdup(pk_path)) == NULL)
-            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    } else {
-        json_t *pk = NULL;
-        struct sf_buf b;
-
-        sf_buf_init(&b, PARK_KEY_MAX);
-        rc = proc_engine_pk(d->o.engine, container, doc, &pk, err);
-        if (rc == SF_OK && step_pk_json(pk, &b) != SF_OK)
-            rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long");
-        if (rc == SF_OK)
-            t->pk_json = sf_buf_detach(&b, NULL);
-        sf_buf_release(&b);
-        json_decref(pk);
-    }
-    if (rc == SF_OK && (t->container == NULL || t->pk_json == NULL))
-        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    if (rc == SF_OK && sf_buf_printf(&key, "%s|%s", container, t->pk_json) != SF_OK)
+    nc = strlen(item->container);
+    np = rc == SF_OK ? strlen(pk_json) : 0;
+    if (rc == SF_OK && nc + 1 + np >= PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
-    if (rc == SF_OK && (t->park_key = sf_buf_detach(&key, NULL)) == NULL)
+    if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
     if (rc == SF_OK) {
-        rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, strlen(t->park_key)),
+        memcpy(t->park_key, item->container, nc);
+        t->park_key[nc] = '|';
+        memcpy(t->park_key + nc + 1, pk_json, np + 1);
+        t->it = *item;
+        t->it.pk_json = t->park_key + nc + 1;
+        t->it.pk_path = item->pk_json != NULL ? item->pk_path : NULL;
+        if (t->it.ack == NULL)
+            t->it.ack = noop_ack;
+        t->base.group = item->range != NULL ? item->range->group : 0;
+        rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, nc + 1 + np),
                                &t->base, -1);
         if (rc != SF_OK)
             (void)sf_err_set(err, rc, false,
                              rc == SF_ENOMEM ? "out of memory" : "the dispatcher is stopping");
     }
-    sf_buf_release(&key);
+    sf_buf_release(&derived);
     if (rc != SF_OK) {
         task_free(t);
         return rc;
@@ -1080,15 +1067,12 @@ static size_t queue_replays(struct proc_dispatch *d, const char *const *keys, si
 
     for (size_t i = 0; i < n; i++) {
         const char *k = keys[i];
-        struct task *t = calloc(1, sizeof(*t));
+        struct task *t = task_new(TASK_REPLAY, strlen(k));
 
-        if (t != NULL) {
-            t->kind = TASK_REPLAY;
-            t->park_key = strdup(k);
-        }
-        if (t == NULL || t->park_key == NULL ||
-            proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, k, strlen(k)), &t->base, -1) !=
-                SF_OK) {
+        if (t != NULL)
+            memcpy(t->park_key, k, strlen(k));
+        if (t == NULL || proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, k, strlen(k)),
+                                           &t->base, -1) != SF_OK) {
             pthread_mutex_lock(&d->mu);
             set_del(d->replaying, &d->n_replaying, k);
             pthread_mutex_unlock(&d->mu);

@@ -20,6 +20,7 @@
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
+#include "record/record.h"
 #include "steps/step.h"
 
 #define STOP_DRAIN_MS     10000 /* after a stop request, in-flight items get this long */
@@ -261,7 +262,7 @@ static struct feed_window window_of(const struct replay *rp, const struct source
 static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_lsn)
 {
     return feed_window_classify(&rp->win, -1, doc, ret_lsn) == FEED_WINDOW_IN &&
-           json_is_object(doc) && !proc_item_is_system(doc);
+           json_is_object(doc) && !record_is_system(doc);
 }
 
 static void progress(struct replay *rp, bool force)
@@ -377,6 +378,7 @@ static void on_item(void *ctx, struct feed_item *it)
 {
     struct replay *rp = ctx;
     const json_t *doc = feed_item_doc(it);
+    struct proc_item item;
     struct sf_err err;
     int64_t lsn;
 
@@ -387,11 +389,26 @@ static void on_item(void *ctx, struct feed_item *it)
     }
     atomic_fetch_add(&rp->in_window, 1);
     sf_err_clear(&err);
+    item = (struct proc_item){.container = rp->cur->name,
+                              .doc = doc,
+                              .lsn = feed_item_lsn(it),
+                              .epoch = feed_item_epoch(it),
+                              .pk_json = feed_item_pk(it),
+                              .pk_path = feed_item_pk_path(it),
+                              .range = feed_item_range_handle(it),
+                              .ack = ack_item,
+                              .ack_ctx = it};
     /* Stopping when it fails: left unacknowledged, the next run reads it again. */
-    if (proc_dispatch_submit(rp->dispatch, rp->cur->name, json_incref((json_t *)doc),
-                             feed_item_pk(it), feed_item_pk_path(it), feed_item_lsn(it),
-                             feed_item_epoch(it), ack_item, it, &err) == SF_OK)
+    if (proc_dispatch_submit(rp->dispatch, &item, &err) == SF_OK)
         atomic_fetch_add(&rp->dispatched, 1);
+}
+
+/* A range opens: its lanes group, so a throttled range holds only its share. */
+static const void *on_range_open(void *ctx, const char *range)
+{
+    struct replay *rp = ctx;
+
+    return proc_dispatch_range_open(rp->dispatch, rp->cur->name, range);
 }
 
 /* Records the first failure (what: a prefix for its message) and ends the wait. */
@@ -491,6 +508,7 @@ static enum sf_rc replay_source(struct replay *rp, struct feed_processor **ret_f
     fo.max_inflight = (unsigned)SF_MAX(fo.max_items, 1);
     feed_window_options(&rp->win, &fo);
     fo.consume = on_item;
+    fo.range_open = on_range_open;
     fo.consume_ctx = rp;
     fo.on_event = on_event;
     fo.event_ctx = rp;

@@ -73,18 +73,32 @@ static void ack_item(void *ctx)
 static void on_item(void *ctx, struct feed_item *it)
 {
     struct feed_slot *slot = ctx;
+    /* By range: one out of RU budget must not keep the others' items waiting (proc_lanes.h). */
+    struct proc_item item = {.container = slot->container,
+                             .doc = feed_item_doc(it),
+                             .lsn = feed_item_lsn(it),
+                             .epoch = feed_item_epoch(it),
+                             .pk_json = feed_item_pk(it),
+                             .pk_path = feed_item_pk_path(it),
+                             .range = feed_item_range_handle(it),
+                             .ack = ack_item,
+                             .ack_ctx = it};
     struct sf_err err;
 
     sf_err_clear(&err);
-    /* By range: one out of RU budget must not keep the others' items waiting (proc_lanes.h). */
-    if (proc_dispatch_submit_range(slot->svc->dispatch, slot->container, feed_item_range(it),
-                                   json_incref((json_t *)feed_item_doc(it)), feed_item_pk(it),
-                                   feed_item_pk_path(it), feed_item_lsn(it), feed_item_epoch(it),
-                                   ack_item, it, &err) != SF_OK) {
+    if (proc_dispatch_submit(slot->svc->dispatch, &item, &err) != SF_OK) {
         /* Stopping: leave it unacknowledged; the next owner reads it again. */
         sf_log_debug("sagafeed", "item at lsn %lld not taken: %s", (long long)feed_item_lsn(it),
                      err.msg);
     }
+}
+
+/* A range opens: its lanes group, once, instead of a lookup per item. */
+static const void *on_range_open(void *ctx, const char *range)
+{
+    struct feed_slot *slot = ctx;
+
+    return proc_dispatch_range_open(slot->svc->dispatch, slot->container, range);
 }
 
 static void on_feed_event(void *ctx, const struct feed_event *ev)
@@ -144,6 +158,7 @@ static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_o
     /* One range out of RU budget must not fill every slot: each gets its share (feed.h). */
     fo.max_inflight_total = s->cfg->processor.max_inflight;
     fo.consume = on_item;
+    fo.range_open = on_range_open;
     fo.consume_ctx = slot;
     fo.on_event = on_feed_event;
     fo.event_ctx = slot;
