@@ -156,6 +156,13 @@ struct feed_event {
 typedef void (*feed_event_fn)(void *ctx, const struct feed_event *ev);
 
 /*
+ * true for the events that say something went wrong (a lease lost, the hang
+ * guard, read, lease and checkpoint errors): a consumer logs them as
+ * warnings, the rest as information. Any thread.
+ */
+bool feed_event_is_warning(enum feed_event_kind kind);
+
+/*
  * Options. Strings are copied by feed_processor_new. A zero numeric field
  * takes its default (in brackets).
  */

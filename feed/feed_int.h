@@ -459,11 +459,6 @@ struct feed_processor {
 /* true when p has an upper bound (feed.h "Bounded processors"). */
 bool feed_bounded(const struct feed_processor *p);
 
-/* Monotonic-clock condition variable wait of at most ms (mutex held). */
-void feed_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms);
-/* Initialises a condition variable on CLOCK_MONOTONIC. */
-int feed_cond_init(pthread_cond_t *c);
-
 /* Emits an event (takes p->ev_mu; call with no lock held). */
 void feed_emit(struct feed_processor *p, enum feed_event_kind kind, const struct feed_reader *r,
                const struct sf_err *err, const char *fmt, ...) SF_PRINTF(5, 6);

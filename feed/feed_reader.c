@@ -267,7 +267,7 @@ static enum sf_rc checkpoint(struct feed_reader *r, bool force, bool release)
 static void wait_locked(struct feed_reader *r, int64_t ms)
 {
     if (ms > 0)
-        feed_cond_wait_ms(&r->cond, &r->mu, ms);
+        sf_cond_wait_ms(&r->cond, &r->mu, ms);
 }
 
 /* Waits until nothing is pending, stop is set with stop_too, or the deadline passes. */
@@ -1093,7 +1093,7 @@ struct feed_reader *feed_reader_new(struct feed_processor *p, const struct feed_
         free(r);
         return NULL;
     }
-    if (feed_cond_init(&r->cond) != 0) {
+    if (sf_cond_init_mono(&r->cond) != 0) {
         pthread_mutex_destroy(&r->lease_mu);
         pthread_mutex_destroy(&r->mu);
         free(r);

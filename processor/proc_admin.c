@@ -9,7 +9,9 @@
 #include "feed/feed_admin.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_park.h"
 #include "processor/proc_status.h"
+#include "record/record.h"
 #include "steps/step.h"
 #include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
@@ -346,20 +348,24 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
     }
     {
         const char *p[] = {"@id", iid_text, NULL};
-        const char *pp[] = {"@c", c_text, "@id", iid_text, NULL};
 
         rc = query_all(cli, db, w->container, "SELECT * FROM c WHERE c.id = @id", p, &items, err);
         if (rc == SF_OK)
-            rc = query_all(cli, db, cfg->processor.parking_container,
-                           "SELECT * FROM c WHERE c.sfKind = 'parked' AND c.sourceContainer = @c "
-                           "AND c.sourceId = @id",
-                           pp, &parked, err);
+            rc = proc_park_query(
+                cli, db, cfg->processor.parking_container,
+                &(struct proc_park_filter){.source_container = w->container, .source_id = item_id},
+                &parked, err);
+        if (rc == SF_ENOTFOUND) { /* no parking container: nothing was ever parked */
+            sf_err_clear(err);
+            parked = json_array();
+            rc = parked != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        }
     }
     if (rc != SF_OK)
         goto out;
     json_array_foreach(items, i, d)
     {
-        if (json_object_get(d, STEP_SYS_FIELD) == NULL) {
+        if (!record_is_system(d)) {
             item = d;
             break;
         }

@@ -15,10 +15,8 @@
 #include "record/record.h"
 
 #define BLOCKED_MAX      100000
-#define REPLAY_MAX       10000  /* documents replayed per key and round */
 #define REPLAY_ROUNDS    8      /* re-listings of a key within one replay (late waiting records) */
 #define SCAN_MAX_DEFAULT 100000 /* parking records read per scan (proc_dispatch_opts.scan_max) */
-#define PARK_KEY_MAX     2048
 
 enum task_kind { TASK_ITEM, TASK_REPLAY };
 
@@ -30,6 +28,7 @@ struct task {
     struct proc_task base; /* first: the lanes see only this */
     enum task_kind kind;
     struct proc_item it; /* TASK_ITEM; it.pk_json points into park_key */
+    bool acked;          /* it.ack ran (task_ack) */
     char park_key[];     /* "<container>|<pk json>" */
 };
 
@@ -59,7 +58,9 @@ struct proc_dispatch {
     unsigned n_ranges;
     uint64_t rng;
     _Atomic uint64_t st[10];
-    atomic_bool paused;                                 /* proc_dispatch_pause */
+    atomic_bool paused;      /* proc_dispatch_pause */
+    pthread_mutex_t wait_mu; /* with wake: backoff naps and the pause gate wait, not poll */
+    pthread_cond_t wake;     /* broadcast on stop and on resume */
     _Atomic uint64_t retry_status[PROC_STATUS_MAX + 1]; /* retries by HTTP status */
 };
 
@@ -92,6 +93,14 @@ static struct task *task_new(enum task_kind kind, size_t n)
     t->kind = kind;
     t->park_key[n] = '\0';
     return t;
+}
+
+/* Runs the item's ack: exactly once (the feed may then free its item and checkpoint past it). */
+static void task_ack(struct task *t)
+{
+    SF_ASSERT(!t->acked);
+    t->acked = true;
+    t->it.ack(t->it.ack_ctx);
 }
 
 static void task_free(struct task *t)
@@ -176,21 +185,20 @@ static void unblock_key(struct proc_dispatch *d, const char *k)
 }
 
 /* ---------------------------------------------------------------------------
- * Sleeping that notices stop
+ * Waiting that notices stop
  */
 
+/* Waits ms unless the dispatcher stops first (false: stopped). */
 static bool nap(struct proc_dispatch *d, int64_t ms)
 {
     int64_t until = sf_mono_ms() + ms;
+    bool stopped;
 
-    while (!atomic_load(&d->stopping)) {
-        int64_t left = until - sf_mono_ms();
-
-        if (left <= 0)
-            return true;
-        sf_sleep_ms(SF_MIN(left, 50));
-    }
-    return false;
+    pthread_mutex_lock(&d->wait_mu);
+    while (!(stopped = atomic_load(&d->stopping)) && sf_mono_ms() < until)
+        sf_cond_wait_ms(&d->wake, &d->wait_mu, until - sf_mono_ms());
+    pthread_mutex_unlock(&d->wait_mu);
+    return !stopped;
 }
 
 /*
@@ -199,9 +207,22 @@ static bool nap(struct proc_dispatch *d, int64_t ms)
  */
 static bool gate(struct proc_dispatch *d)
 {
+    if (!atomic_load(&d->paused))
+        return !atomic_load(&d->stopping);
+    pthread_mutex_lock(&d->wait_mu);
     while (atomic_load(&d->paused) && !atomic_load(&d->stopping))
-        sf_sleep_ms(20);
+        pthread_cond_wait(&d->wake, &d->wait_mu);
+    pthread_mutex_unlock(&d->wait_mu);
     return !atomic_load(&d->stopping);
+}
+
+/* Sets flag to v and wakes every nap and gate to look at it. */
+static void set_and_wake(struct proc_dispatch *d, atomic_bool *flag, bool v)
+{
+    pthread_mutex_lock(&d->wait_mu);
+    atomic_store(flag, v);
+    pthread_cond_broadcast(&d->wake);
+    pthread_mutex_unlock(&d->wait_mu);
 }
 
 static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t retry_after_ms)
@@ -225,50 +246,6 @@ static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t ret
  * Parking documents
  */
 
-static json_t *park_doc(const struct proc_item *t, const char *park_key, const char *status,
-                        const struct proc_result *res, unsigned attempts)
-{
-    char id[STEP_ID_MAX], at[32], lsn[24];
-    const char *parts[3];
-    json_t *pk = NULL, *doc;
-    struct sf_err perr;
-
-    (void)snprintf(lsn, sizeof(lsn), "%lld", (long long)t->lsn);
-    parts[0] = t->container;
-    parts[1] = sf_json_str(t->doc, "id");
-    parts[2] = lsn;
-    /* "waiting" records get their own ids: a redelivered parked item must not overwrite its record
-     */
-    step_det_id(strcmp(status, "parked") == 0 ? "p" : "w", parts, SF_ARRAY_LEN(parts), id);
-    sf_time_iso8601(sf_wall_ms(), at);
-    pk = sf_json_parse(t->pk_json, strlen(t->pk_json), &perr);
-    doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:O?, s:I, s:I, s:I, s:s, s:O, s:b}",
-                    "id", id, "parkKey", park_key, STEP_SYS_FIELD, "parked", "status", status,
-                    "sourceContainer", t->container, "sourceId", parts[1], "workflow",
-                    res != NULL && res->workflow[0] ? res->workflow : NULL, "partitionKey", pk,
-                    "lsn", (json_int_t)t->lsn, "epoch", (json_int_t)t->epoch, "attempts",
-                    (json_int_t)attempts, "parkedAt", at, "item", (json_t *)t->doc,
-                    "replayRequested", 0);
-    json_decref(pk);
-    if (doc != NULL && res != NULL) {
-        json_t *e =
-            json_pack("{s:s, s:s, s:i, s:i, s:b, s:s}", "message", res->err.msg, "rc",
-                      sf_rc_str(res->err.rc), "httpStatus", res->err.http_status, "substatus",
-                      res->err.substatus, "retriable", res->err.retriable, "sagaId", res->saga_id);
-
-        if (e == NULL || json_object_set_new(doc, "error", e) != 0) {
-            json_decref(doc);
-            doc = NULL;
-        }
-    }
-    return doc;
-}
-
-static enum sf_rc pk_string(const char *s, struct sf_buf *out)
-{
-    return cosmos_pk_string(s, out);
-}
-
 /*
  * Writes a parking document, retrying transient failures until it lands or
  * the dispatcher stops (false: stopped, do not ack).
@@ -276,13 +253,10 @@ static enum sf_rc pk_string(const char *s, struct sf_buf *out)
 static bool park_write(struct proc_dispatch *d, const struct task *t, const char *status,
                        const struct proc_result *res, unsigned attempts)
 {
-    json_t *doc = park_doc(&t->it, t->park_key, status, res, attempts);
-    struct sf_buf body, pk;
+    json_t *doc = proc_park_record(&t->it, t->park_key, status, res, attempts);
     bool ok = false;
 
-    sf_buf_init(&body, 4u << 20);
-    sf_buf_init(&pk, PARK_KEY_MAX * 2);
-    if (doc == NULL || sf_json_dump(doc, &body) != SF_OK || pk_string(t->park_key, &pk) != SF_OK) {
+    if (doc == NULL) {
         sf_log_error("sagafeed", "cannot build the parking document of %s (lsn %lld)", t->park_key,
                      (long long)t->it.lsn);
         goto out;
@@ -292,8 +266,7 @@ static bool park_write(struct proc_dispatch *d, const struct task *t, const char
         enum sf_rc rc;
 
         sf_err_clear(&err);
-        rc = cosmos_doc_upsert(d->o.cli, d->db, d->parking, sf_buf_cstr(&pk), sf_buf_cstr(&body),
-                               &(struct cosmos_req_opts){.idempotent = true}, NULL, &err);
+        rc = proc_park_put(d->o.cli, d->db, d->parking, t->park_key, doc, &err);
         if (rc == SF_OK) {
             ok = true;
             break;
@@ -305,8 +278,6 @@ static bool park_write(struct proc_dispatch *d, const struct task *t, const char
     }
 out:
     json_decref(doc);
-    sf_buf_release(&body);
-    sf_buf_release(&pk);
     return ok;
 }
 
@@ -404,7 +375,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
                     sf_json_str(it->doc, "id"), t->park_key, (long long)it->lsn);
         if (d->o.on_result != NULL)
             d->o.on_result(d->o.result_ctx, it, &res, 0, true);
-        it->ack(it->ack_ctx);
+        task_ack(t);
         return;
     }
     if (!run_with_retries(d, it, t->park_key, &res, &attempts, &park))
@@ -434,7 +405,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     }
     if (d->o.on_result != NULL)
         d->o.on_result(d->o.result_ctx, it, &res, attempts, park);
-    it->ack(it->ack_ctx); /* the last use of it: the feed may free its item now */
+    task_ack(t); /* the last use of it: the feed may free its item now */
 }
 
 /* Sorts parked documents by LSN (then id) so a key replays in feed order. */
@@ -450,65 +421,13 @@ static int by_lsn(const void *a, const void *b)
                   sf_json_str(y, "id") ? sf_json_str(y, "id") : "");
 }
 
-static enum sf_rc parked_query(struct cosmos_client *cli, const char *db, const char *coll,
-                               const char *park_key, const char *where, json_t **ret_docs,
-                               struct sf_err *err)
-{
-    struct cosmos_query *q = NULL;
-    struct cosmos_query_opts qo = {.max_items = 1000};
-    struct sf_buf pk, sql;
-    json_t *all = json_array();
-    enum sf_rc rc = SF_OK;
-
-    sf_buf_init(&pk, PARK_KEY_MAX * 2);
-    sf_buf_init(&sql, 1024);
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    if (park_key != NULL) {
-        if (pk_string(park_key, &pk) != SF_OK) {
-            rc = sf_err_set(err, SF_EINVAL, false, "park key too long");
-            goto out;
-        }
-        qo.pk_json = sf_buf_cstr(&pk);
-    } else {
-        qo.cross_partition = true;
-    }
-    (void)sf_buf_printf(&sql, "SELECT * FROM c WHERE c.%s = 'parked'%s%s", STEP_SYS_FIELD,
-                        where != NULL ? " AND " : "", where != NULL ? where : "");
-    rc = cosmos_query_new(cli, db, coll, sf_buf_cstr(&sql), &qo, &q, err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc == SF_OK) {
-            if (json_array_size(all) + json_array_size(page) > REPLAY_MAX) {
-                json_decref(page);
-                break;
-            }
-            (void)json_array_extend(all, page);
-            json_decref(page);
-        }
-    }
-out:
-    cosmos_query_free(q);
-    sf_buf_release(&pk);
-    sf_buf_release(&sql);
-    if (rc != SF_OK) {
-        json_decref(all);
-        return rc;
-    }
-    *ret_docs = all;
-    return SF_OK;
-}
-
 /*
  * Replays the listed records of one key in LSN order, deleting each that
  * succeeds. false when one still fails (its record then heads the key: status
  * "parked", the new error, replayRequested cleared) or the replay cannot go
  * on (stopping, a failed delete). *ret_done counts the records replayed.
  */
-static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, const char *pk,
-                        size_t *ret_done)
+static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, size_t *ret_done)
 {
     size_t n = json_array_size(docs);
     json_t **v = calloc(n > 0 ? n : 1, sizeof(*v));
@@ -545,31 +464,13 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
             /*
              * Still failing: record the new error; the record now heads the key
              * (status "parked", also when it was a waiting one), which stays
-             * blocked until the next replay request. "/error" is set whole: a
-             * waiting record has none to patch into.
+             * blocked until the next replay request.
              */
-            json_t *ops = json_pack(
-                "[{s:s, s:s, s:b}, {s:s, s:s, s:s}, {s:s, s:s, s:{s:s, s:s, s:i, s:i, s:b}}, "
-                "{s:s, s:s, s:I}]",
-                "op", "set", "path", "/replayRequested", "value", 0, "op", "set", "path", "/status",
-                "value", "parked", "op", "set", "path", "/error", "value", "message", res.err.msg,
-                "rc", sf_rc_str(res.err.rc), "httpStatus", res.err.http_status, "substatus",
-                res.err.substatus, "retriable", res.err.retriable, "op", "incr", "path",
-                "/attempts", "value", (json_int_t)attempts);
-            struct sf_buf ops_text;
-
-            sf_buf_init(&ops_text, 1u << 20);
             sf_err_clear(&err);
-            if (ops == NULL || sf_json_dump(ops, &ops_text) != SF_OK)
-                sf_err_set(&err, SF_ENOMEM, false, "out of memory");
-            else
-                (void)cosmos_doc_patch(d->o.cli, d->db, d->parking, id, pk, sf_buf_cstr(&ops_text),
-                                       NULL, NULL, NULL, &err);
-            if (err.rc != SF_OK)
+            if (proc_park_note_failure(d->o.cli, d->db, d->parking, t->park_key, id, &res, attempts,
+                                       &err) != SF_OK)
                 sf_log_warn("sagafeed", "replay of %s: recording the new error on %s failed: %s",
                             t->park_key, id, err.msg);
-            json_decref(ops);
-            sf_buf_release(&ops_text);
             sf_log_warn("sagafeed", "replay of %s stopped: item %s still fails: %s", t->park_key,
                         sf_json_str(it.doc, "id"), res.err.msg);
             /* The request is used up: the records behind it wait for the next one. */
@@ -579,10 +480,8 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
                 if (later == NULL || !json_is_true(json_object_get(v[k], "replayRequested")))
                     continue;
                 sf_err_clear(&err);
-                if (cosmos_doc_patch(d->o.cli, d->db, d->parking, later, pk,
-                                     "[{\"op\":\"set\",\"path\":\"/replayRequested\","
-                                     "\"value\":false}]",
-                                     NULL, NULL, NULL, &err) != SF_OK &&
+                if (proc_park_set_request(d->o.cli, d->db, d->parking, t->park_key, later, false,
+                                          &err) != SF_OK &&
                     err.rc != SF_ENOTFOUND)
                     sf_log_warn("sagafeed", "replay of %s: clearing the request on %s failed: %s",
                                 t->park_key, later, err.msg);
@@ -590,7 +489,7 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
             goto out;
         }
         sf_err_clear(&err);
-        if (cosmos_doc_delete(d->o.cli, d->db, d->parking, id, pk, NULL, NULL, &err) != SF_OK &&
+        if (proc_park_delete(d->o.cli, d->db, d->parking, t->park_key, id, &err) != SF_OK &&
             err.rc != SF_ENOTFOUND) {
             sf_log_warn("sagafeed", "replay of %s: deleting parked item %s failed: %s", t->park_key,
                         id, err.msg);
@@ -621,14 +520,12 @@ static void handle_replay(struct proc_dispatch *d, struct task *t)
     struct sf_err err;
     size_t done = 0;
     bool clear = false;
-    struct sf_buf pk;
 
-    sf_buf_init(&pk, PARK_KEY_MAX * 2);
-    if (pk_string(t->park_key, &pk) != SF_OK)
-        goto out;
     for (unsigned round = 0; round <= REPLAY_ROUNDS; round++) {
         sf_err_clear(&err);
-        if (parked_query(d->o.cli, d->db, d->parking, t->park_key, NULL, &docs, &err) != SF_OK) {
+        if (proc_park_query(d->o.cli, d->db, d->parking,
+                            &(struct proc_park_filter){.park_key = t->park_key}, &docs,
+                            &err) != SF_OK) {
             sf_log_warn("sagafeed", "replay of %s: listing its parked items failed: %s",
                         t->park_key, err.msg);
             goto out;
@@ -637,7 +534,7 @@ static void handle_replay(struct proc_dispatch *d, struct task *t)
             clear = true;
             break;
         }
-        if (round == REPLAY_ROUNDS || !replay_docs(d, t, docs, sf_buf_cstr(&pk), &done))
+        if (round == REPLAY_ROUNDS || !replay_docs(d, t, docs, &done))
             break;
         json_decref(docs);
         docs = NULL;
@@ -657,7 +554,6 @@ out:
     set_del(d->replaying, &d->n_replaying, t->park_key);
     pthread_mutex_unlock(&d->mu);
     json_decref(docs);
-    sf_buf_release(&pk);
 }
 
 static void handle_task(void *ctx, struct proc_task *pt)
@@ -711,6 +607,8 @@ enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_
     d->db = strdup(opts->db);
     d->parking = strdup(opts->parking_container);
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->wait_mu, NULL);
+    (void)sf_cond_init_mono(&d->wake);
     d->rng = (uint64_t)sf_mono_us() | 1u;
     for (unsigned g = 0; g < PROC_GROUPS_MAX; g++)
         d->groups[g].group = g;
@@ -738,7 +636,7 @@ fail:
 
 void proc_dispatch_stop(struct proc_dispatch *d)
 {
-    atomic_store(&d->stopping, true);
+    set_and_wake(d, &d->stopping, true);
 }
 
 void proc_dispatch_free(struct proc_dispatch *d)
@@ -755,33 +653,33 @@ void proc_dispatch_free(struct proc_dispatch *d)
     for (unsigned i = 0; i < d->n_ranges; i++)
         free(d->ranges[i]);
     pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->wake);
+    pthread_mutex_destroy(&d->wait_mu);
     free(d->db);
     free(d->parking);
     free(d);
 }
 
+/* Every parking record's key, status and replay flag, at most d->o.scan_max of them. */
 static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bool *ret_complete,
-                                  struct sf_err *err);
+                                  struct sf_err *err)
+{
+    size_t max = d->o.scan_max > 0 ? d->o.scan_max : SCAN_MAX_DEFAULT;
+
+    return proc_park_keys(d->o.cli, d->db, d->parking, max, ret_docs, ret_complete, err);
+}
 
 enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err)
 {
-    struct cosmos_container_def def = {.id = d->parking, .pk_path = PROC_PARK_PK_PATH};
-    struct cosmos_container_info info;
     json_t *docs = NULL;
     bool complete;
     size_t i;
     json_t *doc;
     enum sf_rc rc;
 
-    rc = cosmos_container_create_if_missing(d->o.cli, d->db, &def, &info, NULL, err);
-    if (rc != SF_OK) {
-        sf_err_prefix(err, "parking container %s: ", d->parking);
+    rc = proc_park_open(d->o.cli, d->db, d->parking, err);
+    if (rc != SF_OK)
         return rc;
-    }
-    if (info.n_pk_paths != 1 || strcmp(info.pk_paths[0], PROC_PARK_PK_PATH) != 0)
-        return sf_err_set(err, SF_EINVAL, false,
-                          "parking container %s must be partitioned by %s, not %s", d->parking,
-                          PROC_PARK_PK_PATH, info.pk_paths[0]);
     /* The keys only (a small projection), capped like every scan; the scans keep them fresh. */
     rc = park_keys_query(d, &docs, &complete, err);
     if (rc != SF_OK) {
@@ -812,7 +710,7 @@ static void noop_ack(void *ctx)
 const struct proc_range *proc_dispatch_range_open(struct proc_dispatch *d, const char *container,
                                                   const char *range)
 {
-    char key[PARK_KEY_MAX];
+    char key[PROC_PARK_KEY_MAX];
     unsigned g = 0;
     uint64_t h[2];
 
@@ -882,14 +780,14 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
         settle_system(d, item);
         return SF_OK;
     }
-    sf_buf_init(&derived, PARK_KEY_MAX);
+    sf_buf_init(&derived, PROC_PARK_KEY_MAX);
     if (pk_json == NULL) {
         rc = derive_pk(d, item, &derived, err);
         pk_json = sf_buf_cstr(&derived);
     }
     nc = strlen(item->container);
     np = rc == SF_OK ? strlen(pk_json) : 0;
-    if (rc == SF_OK && nc + 1 + np >= PARK_KEY_MAX)
+    if (rc == SF_OK && nc + 1 + np >= PROC_PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
     if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
@@ -945,7 +843,7 @@ void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret)
 
 void proc_dispatch_pause(struct proc_dispatch *d, bool paused)
 {
-    atomic_store(&d->paused, paused);
+    set_and_wake(d, &d->paused, paused);
 }
 
 void proc_dispatch_retries_by_status(struct proc_dispatch *d, uint64_t out[PROC_STATUS_MAX + 1])
@@ -974,57 +872,6 @@ struct park_key_info {
 static int park_key_cmp(const void *a, const void *b)
 {
     return strcmp(((const struct park_key_info *)a)->key, ((const struct park_key_info *)b)->key);
-}
-
-/*
- * Every parking record's key, status and replay flag (a small projection,
- * cross-partition), at most d->o.scan_max of them: *ret_complete is false when
- * more exist. *ret_docs is a new array.
- */
-static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bool *ret_complete,
-                                  struct sf_err *err)
-{
-    struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
-    struct cosmos_query *q = NULL;
-    struct sf_buf sql;
-    json_t *all = json_array();
-    size_t max = d->o.scan_max > 0 ? d->o.scan_max : SCAN_MAX_DEFAULT;
-    bool complete = true;
-    enum sf_rc rc;
-
-    sf_buf_init(&sql, 256);
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    (void)sf_buf_printf(&sql,
-                        "SELECT c.parkKey, c.status, c.replayRequested FROM c WHERE c.%s = "
-                        "'parked'",
-                        STEP_SYS_FIELD);
-    rc = cosmos_query_new(d->o.cli, d->db, d->parking, sf_buf_cstr(&sql), &qo, &q, err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc != SF_OK)
-            break;
-        for (size_t i = 0; i < json_array_size(page) && complete; i++) {
-            if (json_array_size(all) >= max)
-                complete = false;
-            else
-                (void)json_array_append(all, json_array_get(page, i));
-        }
-        json_decref(page);
-        if (!complete)
-            break;
-    }
-    cosmos_query_free(q);
-    sf_buf_release(&sql);
-    if (rc != SF_OK) {
-        json_decref(all);
-        return rc;
-    }
-    *ret_docs = all;
-    *ret_complete = complete;
-    return SF_OK;
 }
 
 /* The listing's distinct keys, sorted, flags merged. *ret_n of them; NULL on OOM. */
@@ -1163,58 +1010,5 @@ out:
     free(replay);
     free(keys);
     json_decref(docs);
-    return rc;
-}
-
-enum sf_rc proc_parked_list(struct cosmos_client *cli, const char *db,
-                            const char *parking_container, const char *park_key, json_t **ret_docs,
-                            struct sf_err *err)
-{
-    json_t *docs = NULL;
-    enum sf_rc rc = parked_query(cli, db, parking_container, park_key, NULL, &docs, err);
-
-    if (rc == SF_OK)
-        *ret_docs = docs;
-    return rc;
-}
-
-enum sf_rc proc_parked_request_replay(struct cosmos_client *cli, const char *db,
-                                      const char *parking_container, const char *park_key,
-                                      size_t *ret_n, struct sf_err *err)
-{
-    json_t *docs = NULL;
-    size_t i, n = 0;
-    json_t *doc;
-    enum sf_rc rc = parked_query(cli, db, parking_container, park_key, NULL, &docs, err);
-
-    json_array_foreach(docs, i, doc)
-    {
-        const char *id = sf_json_str(doc, "id"), *k = sf_json_str(doc, "parkKey");
-        struct sf_buf pk;
-
-        if (rc != SF_OK)
-            break;
-        if (id == NULL || k == NULL)
-            continue;
-        sf_buf_init(&pk, PARK_KEY_MAX * 2);
-        if (pk_string(k, &pk) == SF_OK)
-            rc = cosmos_doc_patch(cli, db, parking_container, id, sf_buf_cstr(&pk),
-                                  "[{\"op\":\"set\",\"path\":\"/replayRequested\",\"value\":true}]",
-                                  NULL, &(struct cosmos_req_opts){.idempotent = true}, NULL, err);
-        sf_buf_release(&pk);
-        /*
-         * Gone: replayed meanwhile, most often because of this very request
-         * (marking a key's first record starts the replay of all of them).
-         * Covered all the same: counting only the marks wrote a count that
-         * depended on how fast the fleet was ("1 parked item" of 2).
-         */
-        if (rc == SF_ENOTFOUND)
-            rc = SF_OK;
-        if (rc == SF_OK)
-            n++;
-    }
-    json_decref(docs);
-    if (rc == SF_OK && ret_n != NULL)
-        *ret_n = n;
     return rc;
 }

@@ -22,9 +22,11 @@
  * durable. After proc_dispatch_stop, items still waiting or backing off are
  * dropped without an ack: the feed delivers them again after a restart.
  *
- * Parking documents live in a container partitioned by /parkKey, one logical
- * partition per blocked key ("<container>|<pk json>"), so replaying a key
- * reads one partition in LSN order.
+ * Parking documents live in the parking store (proc_park.h): a container
+ * partitioned by /parkKey, one logical partition per blocked key
+ * ("<container>|<pk json>"), so replaying a key reads one partition in LSN
+ * order. The dispatcher decides when to park and to replay; the store knows
+ * the records.
  */
 #ifndef PROC_DISPATCH_H
 #define PROC_DISPATCH_H
@@ -36,9 +38,9 @@
 #include "cosmos/cosmos.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_lanes.h"
+#include "processor/proc_park.h"
 
-#define PROC_PARK_PK_PATH "/parkKey"
-#define PROC_STATUS_MAX   599 /* retries are counted per HTTP status 1..599; 0: none / other */
+#define PROC_STATUS_MAX 599 /* retries are counted per HTTP status 1..599; 0: none / other */
 
 struct proc_dispatch;
 
@@ -183,25 +185,5 @@ enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_
 
 /* true when the key ("<container>|<pk json>") is blocked. */
 bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key);
-
-/*
- * Marks parked documents for replay (sets replayRequested): all of them, or
- * those of one park key. For the `sagafeed parked replay` command. *ret_n
- * (may be NULL) counts the documents the request covers: marked, or gone by
- * the time their mark was written (an instance replays a whole key as soon
- * as one of its records is marked, so a key's later records are often
- * replayed before this loop reaches them). The same number a dry run counts.
- */
-enum sf_rc proc_parked_request_replay(struct cosmos_client *cli, const char *db,
-                                      const char *parking_container, const char *park_key,
-                                      size_t *ret_n, struct sf_err *err);
-
-/*
- * Every parked document (new reference, an array), optionally of one key,
- * for `sagafeed parked list`.
- */
-enum sf_rc proc_parked_list(struct cosmos_client *cli, const char *db,
-                            const char *parking_container, const char *park_key, json_t **ret_docs,
-                            struct sf_err *err);
 
 #endif
