@@ -34,42 +34,17 @@ static enum sf_rc query_all(struct cosmos_client *cli, const char *db, const cha
                             struct sf_err *err)
 {
     struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
-    struct cosmos_query *q = NULL;
-    json_t *all = json_array();
-    enum sf_rc rc;
+    enum sf_rc rc =
+        cosmos_query_all(cli, db, coll, sql, params, &qo, QUERY_DOCS_MAX, ret, NULL, err);
 
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = cosmos_query_new(cli, db, coll, sql, &qo, &q, err);
-    for (size_t i = 0; rc == SF_OK && params != NULL && params[i] != NULL; i += 2)
-        rc = cosmos_query_param(q, params[i], params[i + 1], err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc != SF_OK)
-            break;
-        if (json_array_size(all) + json_array_size(page) > QUERY_DOCS_MAX) {
-            json_decref(page);
-            rc = sf_err_set(err, SF_ELIMIT, false, "more than %d documents in %s", QUERY_DOCS_MAX,
-                            coll);
-            break;
-        }
-        (void)json_array_extend(all, page);
-        json_decref(page);
-    }
-    cosmos_query_free(q);
     if (rc == SF_ENOTFOUND) {
         sf_err_clear(err);
-        rc = SF_OK;
+        *ret = json_array();
+        return *ret != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
     }
-    if (rc != SF_OK) {
+    if (rc != SF_OK)
         sf_err_prefix(err, "querying %s: ", coll);
-        json_decref(all);
-        return rc;
-    }
-    *ret = all;
-    return SF_OK;
+    return rc;
 }
 
 /* A JSON string literal for a query parameter (new string). */
