@@ -34,6 +34,19 @@
 #define SF_NODISCARD
 #endif
 
+/*
+ * SF_ASSERT(cond): an invariant whose breach would corrupt data (an ack run
+ * twice, a checkpoint past an unsettled item, two items of one key at once).
+ * Checked in every build, release too (NDEBUG does not remove it): a crash
+ * naming the invariant beats a silent wrong write. Not for bad input, which
+ * gets an error.
+ */
+#define SF_ASSERT(cond) ((cond) ? (void)0 : sf_assert_fail(#cond, __FILE__, __LINE__, __func__))
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+void sf_assert_fail(const char *expr, const char *file, int line, const char *func);
+
 /* Banned functions: a call fails to compile with a name that says why. */
 #define strcpy(d, s)     sf_banned_strcpy_use_snprintf_or_sf_buf
 #define strcat(d, s)     sf_banned_strcat_use_sf_buf

@@ -54,6 +54,13 @@ void sf_err_prefix(struct sf_err *err, const char *fmt, ...)
     err->msg[plen + mlen] = '\0';
 }
 
+void sf_assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+    (void)fprintf(stderr, "sagafeed: invariant broken: %s (%s:%d, %s); aborting\n", expr, file,
+                  line, func);
+    abort();
+}
+
 const char *sf_rc_str(enum sf_rc rc)
 {
     switch (rc) {

@@ -40,6 +40,49 @@ int64_t sf_wall_ms(void)
     return sf_clock_us(CLOCK_REALTIME) / 1000;
 }
 
+int sf_cond_init_mono(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+    int e;
+
+    if ((e = pthread_condattr_init(&a)) != 0)
+        return e;
+    (void)pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    e = pthread_cond_init(c, &a);
+    (void)pthread_condattr_destroy(&a);
+    return e;
+}
+
+void sf_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms)
+{
+    struct timespec ts;
+
+    if (ms <= 0)
+        return;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    (void)pthread_cond_timedwait(c, m, &ts);
+}
+
+bool sf_sleep_unless(const atomic_int *stop, int64_t ms)
+{
+    int64_t until = sf_mono_ms() + ms;
+
+    while (stop == NULL || atomic_load(stop) == 0) {
+        int64_t left = until - sf_mono_ms();
+
+        if (left <= 0)
+            return true;
+        sf_sleep_ms(SF_MIN(left, (int64_t)50));
+    }
+    return false;
+}
+
 void sf_sleep_ms(int64_t ms)
 {
     struct timespec deadline;

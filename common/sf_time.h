@@ -6,6 +6,10 @@
 #define SF_TIME_H
 
 #include "common/sf_base.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "common/sf_err.h"
 
 /* Milliseconds from CLOCK_MONOTONIC: for durations and deadlines only. */
@@ -16,6 +20,25 @@ int64_t sf_mono_us(void);
 int64_t sf_wall_ms(void);
 /* Sleeps ms milliseconds (restarts after EINTR until the time is up). */
 void sf_sleep_ms(int64_t ms);
+
+/*
+ * Waiting, not polling. sf_cond_init_mono makes a condition variable whose
+ * timed waits run on the monotonic clock (a wall-clock step does not bend
+ * them); 0 or an errno. sf_cond_wait_ms waits on c (m held) until signalled
+ * or ms milliseconds passed (ms <= 0: returns at once); c must come from
+ * sf_cond_init_mono. Spurious wake-ups happen: callers loop on their
+ * condition with a deadline of sf_mono_ms().
+ */
+int sf_cond_init_mono(pthread_cond_t *c);
+void sf_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms);
+
+/*
+ * Sleeps ms milliseconds unless *stop becomes non-zero first; false when
+ * stopped. For a flag a signal handler sets, which no condition variable
+ * can be signalled from: it looks at the flag every 50 ms. Where a thread
+ * sets the stop, wait on a condition variable instead.
+ */
+bool sf_sleep_unless(const atomic_int *stop, int64_t ms);
 
 /*
  * Jittered exponential backoff ("full jitter"): attempt k waits a uniform

@@ -766,6 +766,19 @@ const char *cosmos_query_continuation(const struct cosmos_query *q);
 /* The last page's response (charge, activity id...). Borrowed. */
 const struct cosmos_response *cosmos_query_response(const struct cosmos_query *q);
 
+/*
+ * Runs sql (scope and page size in opts) to its last page: *ret_docs is a
+ * new array of every document. params: NULL, or name / JSON-value pairs
+ * ("@id", "\"o-1\"") ending in NULL. At most max documents: beyond them
+ * the query stops and *ret_complete is false, or, with ret_complete NULL,
+ * it fails with SF_ELIMIT. *ret_docs and *ret_complete are written only on
+ * success. The one drain loop: callers do not page by hand.
+ */
+enum sf_rc cosmos_query_all(struct cosmos_client *cli, const char *db, const char *coll,
+                            const char *sql, const char *const *params,
+                            const struct cosmos_query_opts *opts, size_t max, json_t **ret_docs,
+                            bool *ret_complete, struct sf_err *err);
+
 /* ---------------------------------------------------------------------------
  * Change feed (LatestVersion, PROTOCOL.md section 8)
  */

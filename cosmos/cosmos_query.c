@@ -207,3 +207,46 @@ out:
     cosmos_req_release(&req);
     return rc;
 }
+
+enum sf_rc cosmos_query_all(struct cosmos_client *cli, const char *db, const char *coll,
+                            const char *sql, const char *const *params,
+                            const struct cosmos_query_opts *opts, size_t max, json_t **ret_docs,
+                            bool *ret_complete, struct sf_err *err)
+{
+    struct cosmos_query *q = NULL;
+    json_t *all = json_array();
+    bool complete = true;
+    enum sf_rc rc;
+
+    if (all == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = cosmos_query_new(cli, db, coll, sql, opts, &q, err);
+    for (size_t i = 0; rc == SF_OK && params != NULL && params[i] != NULL; i += 2)
+        rc = cosmos_query_param(q, params[i], params[i + 1], err);
+    while (rc == SF_OK && complete && !cosmos_query_done(q)) {
+        json_t *page = NULL;
+
+        rc = cosmos_query_next(q, &page, err);
+        for (size_t i = 0; rc == SF_OK && i < json_array_size(page); i++) {
+            if (json_array_size(all) < max) {
+                (void)json_array_append(all, json_array_get(page, i));
+                continue;
+            }
+            complete = false;
+            if (ret_complete == NULL)
+                rc = sf_err_set(err, SF_ELIMIT, false, "query: more than %zu documents in %s", max,
+                                coll);
+            break;
+        }
+        json_decref(page);
+    }
+    cosmos_query_free(q);
+    if (rc != SF_OK) {
+        json_decref(all);
+        return rc;
+    }
+    if (ret_complete != NULL)
+        *ret_complete = complete;
+    *ret_docs = all;
+    return SF_OK;
+}

@@ -10,6 +10,8 @@
 #include "common/sf_time.h"
 #include "demo/proc_demo.h"
 
+#define DEMO_QUERY_MAX 1000000 /* documents one check query reads (the demo writes far fewer) */
+
 static const char *const CATEGORIES[] = {"books", "games", "music", "tools"};
 
 static unsigned n_products(const struct proc_demo_opts *o)
@@ -254,31 +256,12 @@ enum sf_rc proc_demo_seed_orders(struct cosmos_client *cli, const char *db,
 enum sf_rc proc_demo_query(struct cosmos_client *cli, const char *db, const char *coll,
                            const char *sql, json_t **ret, struct sf_err *err)
 {
-    struct cosmos_query *q = NULL;
     struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
-    json_t *all = json_array();
-    enum sf_rc rc;
+    enum sf_rc rc = cosmos_query_all(cli, db, coll, sql, NULL, &qo, DEMO_QUERY_MAX, ret, NULL, err);
 
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = cosmos_query_new(cli, db, coll, sql, &qo, &q, err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc == SF_OK) {
-            (void)json_array_extend(all, page);
-            json_decref(page);
-        }
-    }
-    cosmos_query_free(q);
-    if (rc != SF_OK) {
+    if (rc != SF_OK)
         sf_err_prefix(err, "querying %s: ", coll);
-        json_decref(all);
-        return rc;
-    }
-    *ret = all;
-    return SF_OK;
+    return rc;
 }
 
 enum sf_rc proc_demo_count(struct cosmos_client *cli, const char *db, size_t *ret_orders,

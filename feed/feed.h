@@ -118,6 +118,17 @@ struct feed_stop {
  */
 typedef void (*feed_consume_fn)(void *ctx, struct feed_item *item);
 
+/*
+ * Optional: called once per range reader when it opens (on the lease
+ * manager's thread, before the reader's first item), with the consumer's
+ * ctx and the range's lease token. Its result is the range's handle, handed
+ * out with every item of that reader (feed_item_range_handle), so the
+ * consumer knows the range without looking its token up per item. The
+ * handle must stay valid until feed_processor_free; the feed never
+ * dereferences it.
+ */
+typedef const void *(*feed_range_open_fn)(void *ctx, const char *range);
+
 enum feed_event_kind {
     FEED_EV_ACQUIRED = 1,     /* this instance took a lease (msg says whether stolen) */
     FEED_EV_RELEASED,         /* this instance released a lease (stop, hang guard) */
@@ -143,6 +154,13 @@ struct feed_event {
 };
 
 typedef void (*feed_event_fn)(void *ctx, const struct feed_event *ev);
+
+/*
+ * true for the events that say something went wrong (a lease lost, the hang
+ * guard, read, lease and checkpoint errors): a consumer logs them as
+ * warnings, the rest as information. Any thread.
+ */
+bool feed_event_is_warning(enum feed_event_kind kind);
 
 /*
  * Options. Strings are copied by feed_processor_new. A zero numeric field
@@ -186,7 +204,8 @@ struct feed_options {
 
     feed_consume_fn consume; /* required */
     void *consume_ctx;
-    feed_event_fn on_event; /* optional */
+    feed_range_open_fn range_open; /* optional, with consume_ctx */
+    feed_event_fn on_event;        /* optional */
     void *event_ctx;
 
     /* A bounded window of the feed ("Bounded processors" above); all zero: tail forever. */
@@ -270,6 +289,8 @@ void feed_processor_pause(struct feed_processor *p, bool paused);
 const json_t *feed_item_doc(const struct feed_item *it);
 /* The lease token (partition key range id) it came from. Borrowed until the ack. */
 const char *feed_item_range(const struct feed_item *it);
+/* The handle feed_options.range_open gave its range (NULL without range_open). */
+const void *feed_item_range_handle(const struct feed_item *it);
 /* Its _lsn. */
 int64_t feed_item_lsn(const struct feed_item *it);
 /* Its partition key as the JSON array text of the header ("[\"a\"]", "[{}]" when missing). */

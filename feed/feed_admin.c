@@ -34,50 +34,25 @@ static void drop_system_fields(json_t *doc)
 static enum sf_rc docs_under(const struct feed_admin_set *set, json_t **ret, struct sf_err *err)
 {
     struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
-    struct cosmos_query *q = NULL;
     struct sf_buf param;
-    json_t *all = json_array();
+    const char *params[3] = {"@p", NULL, NULL};
     enum sf_rc rc;
 
     sf_buf_init(&param, COSMOS_ID_MAX * 6 + 16);
-    if (all == NULL) {
-        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
-        goto out;
-    }
-    if ((rc = feed_prefix_param(set->prefix, &param, err)) != SF_OK)
-        goto out;
-    rc = cosmos_query_new(set->cli, set->db, set->lease_coll,
-                          "SELECT * FROM c WHERE STARTSWITH(c.id, @p)", &qo, &q, err);
+    rc = feed_prefix_param(set->prefix, &param, err);
+    params[1] = sf_buf_cstr(&param);
     if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@p", sf_buf_cstr(&param), err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc != SF_OK)
-            break;
-        if (json_array_size(all) + json_array_size(page) > FEED_ADMIN_DOCS_MAX) {
-            json_decref(page);
-            rc = sf_err_set(err, SF_ELIMIT, false, "more than %d documents in %s",
-                            FEED_ADMIN_DOCS_MAX, set->lease_coll);
-            break;
-        }
-        (void)json_array_extend(all, page);
-        json_decref(page);
-    }
+        rc = cosmos_query_all(set->cli, set->db, set->lease_coll,
+                              "SELECT * FROM c WHERE STARTSWITH(c.id, @p)", params, &qo,
+                              FEED_ADMIN_DOCS_MAX, ret, NULL, err);
     if (rc == SF_ENOTFOUND) {
         sf_err_clear(err);
-        rc = SF_OK;
-    }
-    if (rc != SF_OK)
+        *ret = json_array();
+        rc = *ret != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    } else if (rc != SF_OK) {
         sf_err_prefix(err, "querying %s: ", set->lease_coll);
-out:
-    cosmos_query_free(q);
+    }
     sf_buf_release(&param);
-    if (rc == SF_OK)
-        *ret = all;
-    else
-        json_decref(all);
     return rc;
 }
 

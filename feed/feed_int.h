@@ -446,7 +446,8 @@ struct feed_reader {
     char token[FEED_TOKEN_MAX + 1];
     char lease_id[COSMOS_ID_MAX + 1];
     int64_t epoch;
-    int64_t stop_lsn; /* bounded: the last LSN delivered, -1 none */
+    int64_t stop_lsn;         /* bounded: the last LSN delivered, -1 none */
+    const void *range_handle; /* what feed_options.range_open gave for token, NULL without one */
 
     pthread_mutex_t lease_mu;
     struct feed_lease lease; /* our view of the lease document (lease_mu) */
@@ -531,11 +532,6 @@ struct feed_processor {
 
 /* true when p has an upper bound (feed.h "Bounded processors"). */
 bool feed_bounded(const struct feed_processor *p);
-
-/* Monotonic-clock condition variable wait of at most ms (mutex held). */
-void feed_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms);
-/* Initialises a condition variable on CLOCK_MONOTONIC. */
-int feed_cond_init(pthread_cond_t *c);
 
 /* Emits an event (takes p->ev_mu; call with no lock held). */
 void feed_emit(struct feed_processor *p, enum feed_event_kind kind, const struct feed_reader *r,

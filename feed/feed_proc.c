@@ -30,31 +30,18 @@
  * Helpers
  */
 
-int feed_cond_init(pthread_cond_t *c)
+bool feed_event_is_warning(enum feed_event_kind kind)
 {
-    pthread_condattr_t a;
-    int e;
-
-    if ((e = pthread_condattr_init(&a)) != 0)
-        return e;
-    (void)pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    e = pthread_cond_init(c, &a);
-    (void)pthread_condattr_destroy(&a);
-    return e;
-}
-
-void feed_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms)
-{
-    struct timespec ts;
-
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
+    switch (kind) {
+    case FEED_EV_LOST:
+    case FEED_EV_HANG_GUARD:
+    case FEED_EV_READ_ERROR:
+    case FEED_EV_LEASE_ERROR:
+    case FEED_EV_CHECKPOINT_ERROR:
+        return true;
+    default:
+        return false;
     }
-    (void)pthread_cond_timedwait(c, m, &ts);
 }
 
 void feed_emit(struct feed_processor *p, enum feed_event_kind kind, const struct feed_reader *r,
@@ -227,7 +214,7 @@ enum sf_rc feed_processor_new(struct cosmos_client *cli, struct cosmos_client *l
         free(p);
         return sf_err_set(err, SF_ENOMEM, false, "cannot create a mutex");
     }
-    if (feed_cond_init(&p->cond) != 0) {
+    if (sf_cond_init_mono(&p->cond) != 0) {
         pthread_mutex_destroy(&p->ev_mu);
         pthread_mutex_destroy(&p->mu);
         free(p);
@@ -767,8 +754,7 @@ static void *manager_main(void *arg)
         }
         pthread_mutex_lock(&p->mu);
         if (!p->stopping && !p->wake)
-            feed_cond_wait_ms(&p->cond, &p->mu,
-                              SF_MAX(1, SF_MIN(tick, next_acquire - sf_mono_ms())));
+            sf_cond_wait_ms(&p->cond, &p->mu, SF_MAX(1, SF_MIN(tick, next_acquire - sf_mono_ms())));
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -907,7 +893,7 @@ enum sf_rc feed_processor_stop(struct feed_processor *p, int64_t drain_ms, struc
     }
     pthread_mutex_lock(&p->mu);
     while (!all_exited(p) && sf_mono_ms() < deadline)
-        feed_cond_wait_ms(&p->cond, &p->mu, SF_MIN(100, deadline - sf_mono_ms()));
+        sf_cond_wait_ms(&p->cond, &p->mu, SF_MIN(100, deadline - sf_mono_ms()));
     if (!all_exited(p))
         rc = sf_err_set(err, SF_ETIMEOUT, true,
                         "feed: some range readers did not finish (a consume callback that does "

@@ -81,6 +81,11 @@ const char *feed_item_range(const struct feed_item *it)
     return it->r->token;
 }
 
+const void *feed_item_range_handle(const struct feed_item *it)
+{
+    return it->r->range_handle;
+}
+
 int64_t feed_item_lsn(const struct feed_item *it)
 {
     return it->lsn;
@@ -262,7 +267,7 @@ static enum sf_rc checkpoint(struct feed_reader *r, bool force, bool release)
 static void wait_locked(struct feed_reader *r, int64_t ms)
 {
     if (ms > 0)
-        feed_cond_wait_ms(&r->cond, &r->mu, ms);
+        sf_cond_wait_ms(&r->cond, &r->mu, ms);
 }
 
 /* Waits until nothing is pending, stop is set with stop_too, or the deadline passes. */
@@ -1084,7 +1089,7 @@ struct feed_reader *feed_reader_new(struct feed_processor *p, const struct feed_
         free(r);
         return NULL;
     }
-    if (feed_cond_init(&r->cond) != 0) {
+    if (sf_cond_init_mono(&r->cond) != 0) {
         pthread_mutex_destroy(&r->lease_mu);
         pthread_mutex_destroy(&r->mu);
         free(r);
@@ -1095,6 +1100,8 @@ struct feed_reader *feed_reader_new(struct feed_processor *p, const struct feed_
     (void)snprintf(r->lease_id, sizeof(r->lease_id), "%s", l->id);
     r->epoch = l->epoch;
     r->stop_lsn = l->stop_lsn;
+    if (p->o.range_open != NULL)
+        r->range_handle = p->o.range_open(p->o.consume_ctx, r->token);
     feed_lease_init(&r->lease);
     feed_lease_copy(&r->lease, l);
     feed_track_init(&r->track, FEED_TRACK_HARD_MAX);

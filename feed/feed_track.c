@@ -129,6 +129,8 @@ void feed_track_drop_open(struct feed_track *t)
 
 static void set_frontier(struct feed_track *t, const char *cont, int64_t lsn, int64_t ts)
 {
+    /* The checkpoint never moves back: redelivering settled items is fine, skipping is not. */
+    SF_ASSERT(lsn < 0 || t->frontier_lsn < 0 || lsn >= t->frontier_lsn);
     (void)snprintf(t->frontier, sizeof(t->frontier), "%s", cont);
     t->frontier_lsn = lsn;
     if (ts >= 0)

@@ -9,7 +9,9 @@
 #include "feed/feed_admin.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_park.h"
 #include "processor/proc_status.h"
+#include "record/record.h"
 #include "steps/step.h"
 #include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
@@ -32,42 +34,17 @@ static enum sf_rc query_all(struct cosmos_client *cli, const char *db, const cha
                             struct sf_err *err)
 {
     struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
-    struct cosmos_query *q = NULL;
-    json_t *all = json_array();
-    enum sf_rc rc;
+    enum sf_rc rc =
+        cosmos_query_all(cli, db, coll, sql, params, &qo, QUERY_DOCS_MAX, ret, NULL, err);
 
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = cosmos_query_new(cli, db, coll, sql, &qo, &q, err);
-    for (size_t i = 0; rc == SF_OK && params != NULL && params[i] != NULL; i += 2)
-        rc = cosmos_query_param(q, params[i], params[i + 1], err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc != SF_OK)
-            break;
-        if (json_array_size(all) + json_array_size(page) > QUERY_DOCS_MAX) {
-            json_decref(page);
-            rc = sf_err_set(err, SF_ELIMIT, false, "more than %d documents in %s", QUERY_DOCS_MAX,
-                            coll);
-            break;
-        }
-        (void)json_array_extend(all, page);
-        json_decref(page);
-    }
-    cosmos_query_free(q);
     if (rc == SF_ENOTFOUND) {
         sf_err_clear(err);
-        rc = SF_OK;
+        *ret = json_array();
+        return *ret != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
     }
-    if (rc != SF_OK) {
+    if (rc != SF_OK)
         sf_err_prefix(err, "querying %s: ", coll);
-        json_decref(all);
-        return rc;
-    }
-    *ret = all;
-    return SF_OK;
+    return rc;
 }
 
 /* A JSON string literal for a query parameter (new string). */
@@ -346,20 +323,24 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
     }
     {
         const char *p[] = {"@id", iid_text, NULL};
-        const char *pp[] = {"@c", c_text, "@id", iid_text, NULL};
 
         rc = query_all(cli, db, w->container, "SELECT * FROM c WHERE c.id = @id", p, &items, err);
         if (rc == SF_OK)
-            rc = query_all(cli, db, cfg->processor.parking_container,
-                           "SELECT * FROM c WHERE c.sfKind = 'parked' AND c.sourceContainer = @c "
-                           "AND c.sourceId = @id",
-                           pp, &parked, err);
+            rc = proc_park_query(
+                cli, db, cfg->processor.parking_container,
+                &(struct proc_park_filter){.source_container = w->container, .source_id = item_id},
+                &parked, err);
+        if (rc == SF_ENOTFOUND) { /* no parking container: nothing was ever parked */
+            sf_err_clear(err);
+            parked = json_array();
+            rc = parked != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
+        }
     }
     if (rc != SF_OK)
         goto out;
     json_array_foreach(items, i, d)
     {
-        if (json_object_get(d, STEP_SYS_FIELD) == NULL) {
+        if (!record_is_system(d)) {
             item = d;
             break;
         }

@@ -507,8 +507,8 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
         size_t i;
         json_t *d;
 
-        if (proc_parked_list(cli, cfg->cosmos.database, cfg->processor.parking_container, key,
-                             &docs, &err) != SF_OK)
+        if (proc_park_list(cli, cfg->cosmos.database, cfg->processor.parking_container, key, &docs,
+                           &err) != SF_OK)
             goto fail;
         json_array_foreach(docs, i, d)
         {
@@ -528,8 +528,8 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
     } else {
         size_t n = 0;
 
-        if (proc_parked_request_replay(cli, cfg->cosmos.database, cfg->processor.parking_container,
-                                       key, &n, &err) != SF_OK)
+        if (proc_park_request_replay(cli, cfg->cosmos.database, cfg->processor.parking_container,
+                                     key, &n, &err) != SF_OK)
             goto fail;
         (void)printf("%zu parked item%s marked for replay\n", n, n == 1 ? "" : "s");
     }

@@ -12,26 +12,29 @@
 #include "common/sf_time.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_lanes.h"
+#include "record/record.h"
 
 #define BLOCKED_MAX      100000
-#define REPLAY_MAX       10000  /* documents replayed per key and round */
 #define REPLAY_ROUNDS    8      /* re-listings of a key within one replay (late waiting records) */
 #define SCAN_MAX_DEFAULT 100000 /* parking records read per scan (proc_dispatch_opts.scan_max) */
-#define PARK_KEY_MAX     2048
 
 enum task_kind { TASK_ITEM, TASK_REPLAY };
 
+/*
+ * One allocation per item: the submitted item (its pointers borrowed until
+ * its ack) and the one string the dispatcher makes of it, its park key.
+ */
 struct task {
     struct proc_task base; /* first: the lanes see only this */
     enum task_kind kind;
-    char *container;
-    json_t *doc;
-    char *pk_json;
-    char *pk_path; /* NULL: the engine looks it up (hierarchical keys, callers without one) */
-    char *park_key;
-    int64_t lsn, epoch;
-    proc_ack_fn ack;
-    void *ack_ctx;
+    struct proc_item it; /* TASK_ITEM; it.pk_json points into park_key */
+    bool acked;          /* it.ack ran (task_ack) */
+    char park_key[];     /* "<container>|<pk json>" */
+};
+
+/* A feed range's handle: its lanes group (proc_dispatch_range_open). */
+struct proc_range {
+    unsigned group;
 };
 
 struct proc_dispatch {
@@ -49,12 +52,15 @@ struct proc_dispatch {
     char **touched;
     size_t n_touched;
     bool scan_capped; /* the last scan stopped at scan_max (warned once per spell) */
-    /* "<container>/<range>" of lanes group i (1..), for proc_dispatch_submit_range */
+    /* "<container>/<range>" of lanes group i (1..), for proc_dispatch_range_open */
     char *ranges[PROC_GROUPS_MAX];
+    struct proc_range groups[PROC_GROUPS_MAX]; /* the handles: groups[g].group == g */
     unsigned n_ranges;
     uint64_t rng;
     _Atomic uint64_t st[10];
-    atomic_bool paused;                                 /* proc_dispatch_pause */
+    atomic_bool paused;      /* proc_dispatch_pause */
+    pthread_mutex_t wait_mu; /* with wake: backoff naps and the pause gate wait, not poll */
+    pthread_cond_t wake;     /* broadcast on stop and on resume */
     _Atomic uint64_t retry_status[PROC_STATUS_MAX + 1]; /* retries by HTTP status */
 };
 
@@ -76,16 +82,30 @@ static void stat_add(struct proc_dispatch *d, int which, uint64_t n)
     atomic_fetch_add(&d->st[which], n);
 }
 
+/* Allocates a task with room for a park key of n bytes (and its terminator); NULL on OOM. */
+static struct task *task_new(enum task_kind kind, size_t n)
+{
+    struct task *t = malloc(sizeof(*t) + n + 1);
+
+    if (t == NULL)
+        return NULL;
+    memset(t, 0, sizeof(*t));
+    t->kind = kind;
+    t->park_key[n] = '\0';
+    return t;
+}
+
+/* Runs the item's ack: exactly once (the feed may then free its item and checkpoint past it). */
+static void task_ack(struct task *t)
+{
+    SF_ASSERT(!t->acked);
+    t->acked = true;
+    t->it.ack(t->it.ack_ctx);
+}
+
 static void task_free(struct task *t)
 {
-    if (t == NULL)
-        return;
-    free(t->container);
-    json_decref(t->doc);
-    free(t->pk_json);
-    free(t->pk_path);
-    free(t->park_key);
-    free(t);
+    free(t); /* the item's pointers are borrowed */
 }
 
 /* ---------------------------------------------------------------------------
@@ -165,21 +185,20 @@ static void unblock_key(struct proc_dispatch *d, const char *k)
 }
 
 /* ---------------------------------------------------------------------------
- * Sleeping that notices stop
+ * Waiting that notices stop
  */
 
+/* Waits ms unless the dispatcher stops first (false: stopped). */
 static bool nap(struct proc_dispatch *d, int64_t ms)
 {
     int64_t until = sf_mono_ms() + ms;
+    bool stopped;
 
-    while (!atomic_load(&d->stopping)) {
-        int64_t left = until - sf_mono_ms();
-
-        if (left <= 0)
-            return true;
-        sf_sleep_ms(SF_MIN(left, 50));
-    }
-    return false;
+    pthread_mutex_lock(&d->wait_mu);
+    while (!(stopped = atomic_load(&d->stopping)) && sf_mono_ms() < until)
+        sf_cond_wait_ms(&d->wake, &d->wait_mu, until - sf_mono_ms());
+    pthread_mutex_unlock(&d->wait_mu);
+    return !stopped;
 }
 
 /*
@@ -188,9 +207,22 @@ static bool nap(struct proc_dispatch *d, int64_t ms)
  */
 static bool gate(struct proc_dispatch *d)
 {
+    if (!atomic_load(&d->paused))
+        return !atomic_load(&d->stopping);
+    pthread_mutex_lock(&d->wait_mu);
     while (atomic_load(&d->paused) && !atomic_load(&d->stopping))
-        sf_sleep_ms(20);
+        pthread_cond_wait(&d->wake, &d->wait_mu);
+    pthread_mutex_unlock(&d->wait_mu);
     return !atomic_load(&d->stopping);
+}
+
+/* Sets flag to v and wakes every nap and gate to look at it. */
+static void set_and_wake(struct proc_dispatch *d, atomic_bool *flag, bool v)
+{
+    pthread_mutex_lock(&d->wait_mu);
+    atomic_store(flag, v);
+    pthread_cond_broadcast(&d->wake);
+    pthread_mutex_unlock(&d->wait_mu);
 }
 
 static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t retry_after_ms)
@@ -214,49 +246,6 @@ static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t ret
  * Parking documents
  */
 
-static json_t *park_doc(const struct task *t, const char *status, const struct proc_result *res,
-                        unsigned attempts)
-{
-    char id[STEP_ID_MAX], at[32], lsn[24];
-    const char *parts[3];
-    json_t *pk = NULL, *doc;
-    struct sf_err perr;
-
-    (void)snprintf(lsn, sizeof(lsn), "%lld", (long long)t->lsn);
-    parts[0] = t->container;
-    parts[1] = sf_json_str(t->doc, "id");
-    parts[2] = lsn;
-    /* "waiting" records get their own ids: a redelivered parked item must not overwrite its record
-     */
-    step_det_id(strcmp(status, "parked") == 0 ? "p" : "w", parts, SF_ARRAY_LEN(parts), id);
-    sf_time_iso8601(sf_wall_ms(), at);
-    pk = sf_json_parse(t->pk_json, strlen(t->pk_json), &perr);
-    doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:O?, s:I, s:I, s:I, s:s, s:O, s:b}",
-                    "id", id, "parkKey", t->park_key, STEP_SYS_FIELD, "parked", "status", status,
-                    "sourceContainer", t->container, "sourceId", parts[1], "workflow",
-                    res != NULL && res->workflow[0] ? res->workflow : NULL, "partitionKey", pk,
-                    "lsn", (json_int_t)t->lsn, "epoch", (json_int_t)t->epoch, "attempts",
-                    (json_int_t)attempts, "parkedAt", at, "item", t->doc, "replayRequested", 0);
-    json_decref(pk);
-    if (doc != NULL && res != NULL) {
-        json_t *e =
-            json_pack("{s:s, s:s, s:i, s:i, s:b, s:s}", "message", res->err.msg, "rc",
-                      sf_rc_str(res->err.rc), "httpStatus", res->err.http_status, "substatus",
-                      res->err.substatus, "retriable", res->err.retriable, "sagaId", res->saga_id);
-
-        if (e == NULL || json_object_set_new(doc, "error", e) != 0) {
-            json_decref(doc);
-            doc = NULL;
-        }
-    }
-    return doc;
-}
-
-static enum sf_rc pk_string(const char *s, struct sf_buf *out)
-{
-    return cosmos_pk_string(s, out);
-}
-
 /*
  * Writes a parking document, retrying transient failures until it lands or
  * the dispatcher stops (false: stopped, do not ack).
@@ -264,15 +253,12 @@ static enum sf_rc pk_string(const char *s, struct sf_buf *out)
 static bool park_write(struct proc_dispatch *d, const struct task *t, const char *status,
                        const struct proc_result *res, unsigned attempts)
 {
-    json_t *doc = park_doc(t, status, res, attempts);
-    struct sf_buf body, pk;
+    json_t *doc = proc_park_record(&t->it, t->park_key, status, res, attempts);
     bool ok = false;
 
-    sf_buf_init(&body, 4u << 20);
-    sf_buf_init(&pk, PARK_KEY_MAX * 2);
-    if (doc == NULL || sf_json_dump(doc, &body) != SF_OK || pk_string(t->park_key, &pk) != SF_OK) {
+    if (doc == NULL) {
         sf_log_error("sagafeed", "cannot build the parking document of %s (lsn %lld)", t->park_key,
-                     (long long)t->lsn);
+                     (long long)t->it.lsn);
         goto out;
     }
     for (unsigned attempt = 0;; attempt++) {
@@ -280,8 +266,7 @@ static bool park_write(struct proc_dispatch *d, const struct task *t, const char
         enum sf_rc rc;
 
         sf_err_clear(&err);
-        rc = cosmos_doc_upsert(d->o.cli, d->db, d->parking, sf_buf_cstr(&pk), sf_buf_cstr(&body),
-                               &(struct cosmos_req_opts){.idempotent = true}, NULL, &err);
+        rc = proc_park_put(d->o.cli, d->db, d->parking, t->park_key, doc, &err);
         if (rc == SF_OK) {
             ok = true;
             break;
@@ -293,8 +278,6 @@ static bool park_write(struct proc_dispatch *d, const struct task *t, const char
     }
 out:
     json_decref(doc);
-    sf_buf_release(&body);
-    sf_buf_release(&pk);
     return ok;
 }
 
@@ -302,27 +285,15 @@ out:
  * Running items
  */
 
-/* The engine's view of t: borrows t's strings and document. */
-static struct proc_item task_item(const struct task *t)
-{
-    struct proc_item it = {.container = t->container,
-                           .doc = t->doc,
-                           .lsn = t->lsn,
-                           .epoch = t->epoch,
-                           .pk_json = t->pk_json,
-                           .pk_path = t->pk_path};
-
-    return it;
-}
-
 /*
- * Runs the engine with retries. Returns false when stopped mid-way (no ack).
- * *ret_parked tells whether the last result asks for parking.
+ * Runs the engine on it (of park_key) with retries. Returns false when
+ * stopped mid-way (no ack). *ret_parked tells whether the last result asks
+ * for parking.
  */
-static bool run_with_retries(struct proc_dispatch *d, const struct task *t, struct proc_result *res,
-                             unsigned *ret_attempts, bool *ret_park)
+static bool run_with_retries(struct proc_dispatch *d, const struct proc_item *it,
+                             const char *park_key, struct proc_result *res, unsigned *ret_attempts,
+                             bool *ret_park)
 {
-    struct proc_item it = task_item(t);
     unsigned max = d->o.max_attempts > 0 ? d->o.max_attempts : 1;
     unsigned counted = 0; /* attempts that count toward max */
     int64_t throttled_since = -1;
@@ -333,7 +304,7 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
 
         if (!gate(d))
             return false;
-        proc_engine_process(d->o.engine, &it, res);
+        proc_engine_process(d->o.engine, it, res);
         *ret_attempts = attempt;
         stat_add(d, ST_EFFECTS, res->effects);
         stat_add(d, ST_ALREADY, res->already);
@@ -365,7 +336,7 @@ static bool run_with_retries(struct proc_dispatch *d, const struct task *t, stru
                                  ? res->err.http_status
                                  : 0],
             1);
-        sf_log_debug("sagafeed", "retrying %s lsn %lld after: %s", t->park_key, (long long)t->lsn,
+        sf_log_debug("sagafeed", "retrying %s lsn %lld after: %s", park_key, (long long)it->lsn,
                      res->err.msg);
         if (!nap(d, backoff_ms(d, attempt - 1, res->err.retry_after_ms)))
             return false;
@@ -386,7 +357,7 @@ static void count_outcome(struct proc_dispatch *d, const struct proc_result *res
 static void handle_item(struct proc_dispatch *d, struct task *t)
 {
     struct proc_result res;
-    struct proc_item it = task_item(t);
+    const struct proc_item *it = &t->it;
     unsigned attempts = 0;
     bool park = false;
     /* This thread runs one item at a time: the difference is this item's absorbed retries. */
@@ -401,13 +372,13 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
             return;
         stat_add(d, ST_WAITING, 1);
         sf_log_info("sagafeed", "item %s of blocked key %s (lsn %lld) waits behind a parked item",
-                    sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn);
+                    sf_json_str(it->doc, "id"), t->park_key, (long long)it->lsn);
         if (d->o.on_result != NULL)
-            d->o.on_result(d->o.result_ctx, &it, &res, 0, true);
-        t->ack(t->ack_ctx);
+            d->o.on_result(d->o.result_ctx, it, &res, 0, true);
+        task_ack(t);
         return;
     }
-    if (!run_with_retries(d, t, &res, &attempts, &park))
+    if (!run_with_retries(d, it, t->park_key, &res, &attempts, &park))
         return; /* stopping: no ack, the feed redelivers */
     retries = cosmos_thread_retries() - retries0;
     if (park) {
@@ -418,7 +389,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
         sf_log_warn("sagafeed",
                     "parked item %s (key %s, lsn %lld) after %u attempt%s and %llu Cosmos "
                     "request retr%s: %s; later items of this key wait until it is replayed",
-                    sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn, attempts,
+                    sf_json_str(it->doc, "id"), t->park_key, (long long)it->lsn, attempts,
                     attempts == 1 ? "" : "s", (unsigned long long)retries,
                     retries == 1 ? "y" : "ies", res.err.msg);
     } else {
@@ -433,8 +404,8 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
                          retries == 1 ? "y" : "ies");
     }
     if (d->o.on_result != NULL)
-        d->o.on_result(d->o.result_ctx, &it, &res, attempts, park);
-    t->ack(t->ack_ctx);
+        d->o.on_result(d->o.result_ctx, it, &res, attempts, park);
+    task_ack(t); /* the last use of it: the feed may free its item now */
 }
 
 /* Sorts parked documents by LSN (then id) so a key replays in feed order. */
@@ -450,65 +421,13 @@ static int by_lsn(const void *a, const void *b)
                   sf_json_str(y, "id") ? sf_json_str(y, "id") : "");
 }
 
-static enum sf_rc parked_query(struct cosmos_client *cli, const char *db, const char *coll,
-                               const char *park_key, const char *where, json_t **ret_docs,
-                               struct sf_err *err)
-{
-    struct cosmos_query *q = NULL;
-    struct cosmos_query_opts qo = {.max_items = 1000};
-    struct sf_buf pk, sql;
-    json_t *all = json_array();
-    enum sf_rc rc = SF_OK;
-
-    sf_buf_init(&pk, PARK_KEY_MAX * 2);
-    sf_buf_init(&sql, 1024);
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    if (park_key != NULL) {
-        if (pk_string(park_key, &pk) != SF_OK) {
-            rc = sf_err_set(err, SF_EINVAL, false, "park key too long");
-            goto out;
-        }
-        qo.pk_json = sf_buf_cstr(&pk);
-    } else {
-        qo.cross_partition = true;
-    }
-    (void)sf_buf_printf(&sql, "SELECT * FROM c WHERE c.%s = 'parked'%s%s", STEP_SYS_FIELD,
-                        where != NULL ? " AND " : "", where != NULL ? where : "");
-    rc = cosmos_query_new(cli, db, coll, sf_buf_cstr(&sql), &qo, &q, err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc == SF_OK) {
-            if (json_array_size(all) + json_array_size(page) > REPLAY_MAX) {
-                json_decref(page);
-                break;
-            }
-            (void)json_array_extend(all, page);
-            json_decref(page);
-        }
-    }
-out:
-    cosmos_query_free(q);
-    sf_buf_release(&pk);
-    sf_buf_release(&sql);
-    if (rc != SF_OK) {
-        json_decref(all);
-        return rc;
-    }
-    *ret_docs = all;
-    return SF_OK;
-}
-
 /*
  * Replays the listed records of one key in LSN order, deleting each that
  * succeeds. false when one still fails (its record then heads the key: status
  * "parked", the new error, replayRequested cleared) or the replay cannot go
  * on (stopping, a failed delete). *ret_done counts the records replayed.
  */
-static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, const char *pk,
-                        size_t *ret_done)
+static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, size_t *ret_done)
 {
     size_t n = json_array_size(docs);
     json_t **v = calloc(n > 0 ? n : 1, sizeof(*v));
@@ -522,13 +441,10 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
     qsort(v, n, sizeof(*v), by_lsn);
     for (size_t i = 0; i < n; i++) {
         const json_t *pd = v[i];
-        struct task it = {.kind = TASK_ITEM,
-                          .container = (char *)sf_json_str(pd, "sourceContainer"),
-                          .doc = json_object_get(pd, "item"),
-                          .pk_json = NULL,
-                          .park_key = t->park_key,
-                          .lsn = json_integer_value(json_object_get(pd, "lsn")),
-                          .epoch = json_integer_value(json_object_get(pd, "epoch"))};
+        struct proc_item it = {.container = sf_json_str(pd, "sourceContainer"),
+                               .doc = json_object_get(pd, "item"),
+                               .lsn = json_integer_value(json_object_get(pd, "lsn")),
+                               .epoch = json_integer_value(json_object_get(pd, "epoch"))};
         struct proc_result res;
         unsigned attempts = 0;
         bool park = false;
@@ -542,37 +458,19 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
             goto out;
         }
         memset(&res, 0, sizeof(res));
-        if (!run_with_retries(d, &it, &res, &attempts, &park))
+        if (!run_with_retries(d, &it, t->park_key, &res, &attempts, &park))
             goto out;
         if (park) {
             /*
              * Still failing: record the new error; the record now heads the key
              * (status "parked", also when it was a waiting one), which stays
-             * blocked until the next replay request. "/error" is set whole: a
-             * waiting record has none to patch into.
+             * blocked until the next replay request.
              */
-            json_t *ops = json_pack(
-                "[{s:s, s:s, s:b}, {s:s, s:s, s:s}, {s:s, s:s, s:{s:s, s:s, s:i, s:i, s:b}}, "
-                "{s:s, s:s, s:I}]",
-                "op", "set", "path", "/replayRequested", "value", 0, "op", "set", "path", "/status",
-                "value", "parked", "op", "set", "path", "/error", "value", "message", res.err.msg,
-                "rc", sf_rc_str(res.err.rc), "httpStatus", res.err.http_status, "substatus",
-                res.err.substatus, "retriable", res.err.retriable, "op", "incr", "path",
-                "/attempts", "value", (json_int_t)attempts);
-            struct sf_buf ops_text;
-
-            sf_buf_init(&ops_text, 1u << 20);
             sf_err_clear(&err);
-            if (ops == NULL || sf_json_dump(ops, &ops_text) != SF_OK)
-                sf_err_set(&err, SF_ENOMEM, false, "out of memory");
-            else
-                (void)cosmos_doc_patch(d->o.cli, d->db, d->parking, id, pk, sf_buf_cstr(&ops_text),
-                                       NULL, NULL, NULL, &err);
-            if (err.rc != SF_OK)
+            if (proc_park_note_failure(d->o.cli, d->db, d->parking, t->park_key, id, &res, attempts,
+                                       &err) != SF_OK)
                 sf_log_warn("sagafeed", "replay of %s: recording the new error on %s failed: %s",
                             t->park_key, id, err.msg);
-            json_decref(ops);
-            sf_buf_release(&ops_text);
             sf_log_warn("sagafeed", "replay of %s stopped: item %s still fails: %s", t->park_key,
                         sf_json_str(it.doc, "id"), res.err.msg);
             /* The request is used up: the records behind it wait for the next one. */
@@ -582,10 +480,8 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
                 if (later == NULL || !json_is_true(json_object_get(v[k], "replayRequested")))
                     continue;
                 sf_err_clear(&err);
-                if (cosmos_doc_patch(d->o.cli, d->db, d->parking, later, pk,
-                                     "[{\"op\":\"set\",\"path\":\"/replayRequested\","
-                                     "\"value\":false}]",
-                                     NULL, NULL, NULL, &err) != SF_OK &&
+                if (proc_park_set_request(d->o.cli, d->db, d->parking, t->park_key, later, false,
+                                          &err) != SF_OK &&
                     err.rc != SF_ENOTFOUND)
                     sf_log_warn("sagafeed", "replay of %s: clearing the request on %s failed: %s",
                                 t->park_key, later, err.msg);
@@ -593,7 +489,7 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
             goto out;
         }
         sf_err_clear(&err);
-        if (cosmos_doc_delete(d->o.cli, d->db, d->parking, id, pk, NULL, NULL, &err) != SF_OK &&
+        if (proc_park_delete(d->o.cli, d->db, d->parking, t->park_key, id, &err) != SF_OK &&
             err.rc != SF_ENOTFOUND) {
             sf_log_warn("sagafeed", "replay of %s: deleting parked item %s failed: %s", t->park_key,
                         id, err.msg);
@@ -624,14 +520,12 @@ static void handle_replay(struct proc_dispatch *d, struct task *t)
     struct sf_err err;
     size_t done = 0;
     bool clear = false;
-    struct sf_buf pk;
 
-    sf_buf_init(&pk, PARK_KEY_MAX * 2);
-    if (pk_string(t->park_key, &pk) != SF_OK)
-        goto out;
     for (unsigned round = 0; round <= REPLAY_ROUNDS; round++) {
         sf_err_clear(&err);
-        if (parked_query(d->o.cli, d->db, d->parking, t->park_key, NULL, &docs, &err) != SF_OK) {
+        if (proc_park_query(d->o.cli, d->db, d->parking,
+                            &(struct proc_park_filter){.park_key = t->park_key}, &docs,
+                            &err) != SF_OK) {
             sf_log_warn("sagafeed", "replay of %s: listing its parked items failed: %s",
                         t->park_key, err.msg);
             goto out;
@@ -640,7 +534,7 @@ static void handle_replay(struct proc_dispatch *d, struct task *t)
             clear = true;
             break;
         }
-        if (round == REPLAY_ROUNDS || !replay_docs(d, t, docs, sf_buf_cstr(&pk), &done))
+        if (round == REPLAY_ROUNDS || !replay_docs(d, t, docs, &done))
             break;
         json_decref(docs);
         docs = NULL;
@@ -660,7 +554,6 @@ out:
     set_del(d->replaying, &d->n_replaying, t->park_key);
     pthread_mutex_unlock(&d->mu);
     json_decref(docs);
-    sf_buf_release(&pk);
 }
 
 static void handle_task(void *ctx, struct proc_task *pt)
@@ -714,7 +607,11 @@ enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_
     d->db = strdup(opts->db);
     d->parking = strdup(opts->parking_container);
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->wait_mu, NULL);
+    (void)sf_cond_init_mono(&d->wake);
     d->rng = (uint64_t)sf_mono_us() | 1u;
+    for (unsigned g = 0; g < PROC_GROUPS_MAX; g++)
+        d->groups[g].group = g;
     if (d->db == NULL || d->parking == NULL) {
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
         goto fail;
@@ -739,7 +636,7 @@ fail:
 
 void proc_dispatch_stop(struct proc_dispatch *d)
 {
-    atomic_store(&d->stopping, true);
+    set_and_wake(d, &d->stopping, true);
 }
 
 void proc_dispatch_free(struct proc_dispatch *d)
@@ -756,33 +653,33 @@ void proc_dispatch_free(struct proc_dispatch *d)
     for (unsigned i = 0; i < d->n_ranges; i++)
         free(d->ranges[i]);
     pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->wake);
+    pthread_mutex_destroy(&d->wait_mu);
     free(d->db);
     free(d->parking);
     free(d);
 }
 
+/* Every parking record's key, status and replay flag, at most d->o.scan_max of them. */
 static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bool *ret_complete,
-                                  struct sf_err *err);
+                                  struct sf_err *err)
+{
+    size_t max = d->o.scan_max > 0 ? d->o.scan_max : SCAN_MAX_DEFAULT;
+
+    return proc_park_keys(d->o.cli, d->db, d->parking, max, ret_docs, ret_complete, err);
+}
 
 enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err)
 {
-    struct cosmos_container_def def = {.id = d->parking, .pk_path = PROC_PARK_PK_PATH};
-    struct cosmos_container_info info;
     json_t *docs = NULL;
     bool complete;
     size_t i;
     json_t *doc;
     enum sf_rc rc;
 
-    rc = cosmos_container_create_if_missing(d->o.cli, d->db, &def, &info, NULL, err);
-    if (rc != SF_OK) {
-        sf_err_prefix(err, "parking container %s: ", d->parking);
+    rc = proc_park_open(d->o.cli, d->db, d->parking, err);
+    if (rc != SF_OK)
         return rc;
-    }
-    if (info.n_pk_paths != 1 || strcmp(info.pk_paths[0], PROC_PARK_PK_PATH) != 0)
-        return sf_err_set(err, SF_EINVAL, false,
-                          "parking container %s must be partitioned by %s, not %s", d->parking,
-                          PROC_PARK_PK_PATH, info.pk_paths[0]);
     /* The keys only (a small projection), capped like every scan; the scans keep them fresh. */
     rc = park_keys_query(d, &docs, &complete, err);
     if (rc != SF_OK) {
@@ -810,19 +707,15 @@ static void noop_ack(void *ctx)
     SF_UNUSED(ctx);
 }
 
-/*
- * The lanes group of a container's range: its own while there are groups
- * left (a handful of ranges per container), else one shared by hash.
- * 0 when range is NULL.
- */
-static unsigned range_group(struct proc_dispatch *d, const char *container, const char *range)
+const struct proc_range *proc_dispatch_range_open(struct proc_dispatch *d, const char *container,
+                                                  const char *range)
 {
-    char key[PARK_KEY_MAX];
+    char key[PROC_PARK_KEY_MAX];
     unsigned g = 0;
     uint64_t h[2];
 
     if (range == NULL)
-        return 0;
+        return NULL;
     (void)snprintf(key, sizeof(key), "%s/%s", container, range);
     pthread_mutex_lock(&d->mu);
     for (unsigned i = 0; i < d->n_ranges && g == 0; i++)
@@ -836,24 +729,45 @@ static unsigned range_group(struct proc_dispatch *d, const char *container, cons
         sf_murmur3_x64_128(key, strlen(key), 0, h);
         g = 1 + (unsigned)(h[0] % (PROC_GROUPS_MAX - 1));
     }
-    return g;
+    return &d->groups[g];
 }
 
-enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
-                                const char *pk_json, const char *pk_path, int64_t lsn,
-                                int64_t epoch, proc_ack_fn ack, void *ack_ctx, struct sf_err *err)
+/* Settles one of sagafeed's own records on the calling thread (see proc_dispatch_submit). */
+static void settle_system(struct proc_dispatch *d, const struct proc_item *item)
 {
-    return proc_dispatch_submit_range(d, container, NULL, doc, pk_json, pk_path, lsn, epoch, ack,
-                                      ack_ctx, err);
+    stat_add(d, ST_ITEMS, 1);
+    stat_add(d, ST_SKIPPED, 1);
+    if (d->o.on_result != NULL) {
+        struct proc_result res;
+
+        memset(&res, 0, sizeof(res));
+        res.outcome = PROC_SKIPPED;
+        d->o.on_result(d->o.result_ctx, item, &res, 0, false);
+    }
+    if (item->ack != NULL)
+        item->ack(item->ack_ctx);
 }
 
-enum sf_rc proc_dispatch_submit_range(struct proc_dispatch *d, const char *container,
-                                      const char *range, json_t *doc, const char *pk_json,
-                                      const char *pk_path, int64_t lsn, int64_t epoch,
-                                      proc_ack_fn ack, void *ack_ctx, struct sf_err *err)
+/* The key text of a caller that has none, through the engine's catalog. */
+static enum sf_rc derive_pk(struct proc_dispatch *d, const struct proc_item *item,
+                            struct sf_buf *out, struct sf_err *err)
 {
-    struct task *t;
-    struct sf_buf key;
+    json_t *pk = NULL;
+    enum sf_rc rc = proc_engine_pk(d->o.engine, item->container, item->doc, &pk, err);
+
+    if (rc == SF_OK && step_pk_json(pk, out) != SF_OK)
+        rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long");
+    json_decref(pk);
+    return rc;
+}
+
+enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item *item,
+                                struct sf_err *err)
+{
+    struct task *t = NULL;
+    struct sf_buf derived;
+    const char *pk_json = item->pk_json;
+    size_t nc, np;
     enum sf_rc rc = SF_OK;
 
     /*
@@ -862,67 +776,38 @@ enum sf_rc proc_dispatch_submit_range(struct proc_dispatch *d, const char *conta
      * hand-off for each. Acks may come in any order, so this cannot overtake
      * anything that matters. This is the one check: the engine never sees them.
      */
-    if (proc_item_is_system(doc)) {
-        stat_add(d, ST_ITEMS, 1);
-        stat_add(d, ST_SKIPPED, 1);
-        if (d->o.on_result != NULL) {
-            struct proc_item it = {.container = container, .doc = doc, .lsn = lsn, .epoch = epoch};
-            struct proc_result res;
-
-            memset(&res, 0, sizeof(res));
-            res.outcome = PROC_SKIPPED;
-            d->o.on_result(d->o.result_ctx, &it, &res, 0, false);
-        }
-        json_decref(doc);
-        if (ack != NULL)
-            ack(ack_ctx);
+    if (record_is_system(item->doc)) {
+        settle_system(d, item);
         return SF_OK;
     }
-    t = calloc(1, sizeof(*t));
-    sf_buf_init(&key, PARK_KEY_MAX);
-    if (t == NULL) {
-        json_decref(doc);
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    sf_buf_init(&derived, PROC_PARK_KEY_MAX);
+    if (pk_json == NULL) {
+        rc = derive_pk(d, item, &derived, err);
+        pk_json = sf_buf_cstr(&derived);
     }
-    t->kind = TASK_ITEM;
-    t->base.group = range_group(d, container, range);
-    t->doc = doc;
-    t->lsn = lsn;
-    t->epoch = epoch;
-    t->ack = ack != NULL ? ack : noop_ack;
-    t->ack_ctx = ack_ctx;
-    t->container = strdup(container);
-    if (pk_json != NULL) {
-        t->pk_json = strdup(pk_json);
-        if (pk_path != NULL && (t->pk_path = strdup(pk_path)) == NULL)
-            rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    } else {
-        json_t *pk = NULL;
-        struct sf_buf b;
-
-        sf_buf_init(&b, PARK_KEY_MAX);
-        rc = proc_engine_pk(d->o.engine, container, doc, &pk, err);
-        if (rc == SF_OK && step_pk_json(pk, &b) != SF_OK)
-            rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long");
-        if (rc == SF_OK)
-            t->pk_json = sf_buf_detach(&b, NULL);
-        sf_buf_release(&b);
-        json_decref(pk);
-    }
-    if (rc == SF_OK && (t->container == NULL || t->pk_json == NULL))
-        rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    if (rc == SF_OK && sf_buf_printf(&key, "%s|%s", container, t->pk_json) != SF_OK)
+    nc = strlen(item->container);
+    np = rc == SF_OK ? strlen(pk_json) : 0;
+    if (rc == SF_OK && nc + 1 + np >= PROC_PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
-    if (rc == SF_OK && (t->park_key = sf_buf_detach(&key, NULL)) == NULL)
+    if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
     if (rc == SF_OK) {
-        rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, strlen(t->park_key)),
+        memcpy(t->park_key, item->container, nc);
+        t->park_key[nc] = '|';
+        memcpy(t->park_key + nc + 1, pk_json, np + 1);
+        t->it = *item;
+        t->it.pk_json = t->park_key + nc + 1;
+        t->it.pk_path = item->pk_json != NULL ? item->pk_path : NULL;
+        if (t->it.ack == NULL)
+            t->it.ack = noop_ack;
+        t->base.group = item->range != NULL ? item->range->group : 0;
+        rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, nc + 1 + np),
                                &t->base, -1);
         if (rc != SF_OK)
             (void)sf_err_set(err, rc, false,
                              rc == SF_ENOMEM ? "out of memory" : "the dispatcher is stopping");
     }
-    sf_buf_release(&key);
+    sf_buf_release(&derived);
     if (rc != SF_OK) {
         task_free(t);
         return rc;
@@ -958,7 +843,7 @@ void proc_dispatch_stats(struct proc_dispatch *d, struct proc_stats *ret)
 
 void proc_dispatch_pause(struct proc_dispatch *d, bool paused)
 {
-    atomic_store(&d->paused, paused);
+    set_and_wake(d, &d->paused, paused);
 }
 
 void proc_dispatch_retries_by_status(struct proc_dispatch *d, uint64_t out[PROC_STATUS_MAX + 1])
@@ -987,57 +872,6 @@ struct park_key_info {
 static int park_key_cmp(const void *a, const void *b)
 {
     return strcmp(((const struct park_key_info *)a)->key, ((const struct park_key_info *)b)->key);
-}
-
-/*
- * Every parking record's key, status and replay flag (a small projection,
- * cross-partition), at most d->o.scan_max of them: *ret_complete is false when
- * more exist. *ret_docs is a new array.
- */
-static enum sf_rc park_keys_query(struct proc_dispatch *d, json_t **ret_docs, bool *ret_complete,
-                                  struct sf_err *err)
-{
-    struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
-    struct cosmos_query *q = NULL;
-    struct sf_buf sql;
-    json_t *all = json_array();
-    size_t max = d->o.scan_max > 0 ? d->o.scan_max : SCAN_MAX_DEFAULT;
-    bool complete = true;
-    enum sf_rc rc;
-
-    sf_buf_init(&sql, 256);
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    (void)sf_buf_printf(&sql,
-                        "SELECT c.parkKey, c.status, c.replayRequested FROM c WHERE c.%s = "
-                        "'parked'",
-                        STEP_SYS_FIELD);
-    rc = cosmos_query_new(d->o.cli, d->db, d->parking, sf_buf_cstr(&sql), &qo, &q, err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        json_t *page = NULL;
-
-        rc = cosmos_query_next(q, &page, err);
-        if (rc != SF_OK)
-            break;
-        for (size_t i = 0; i < json_array_size(page) && complete; i++) {
-            if (json_array_size(all) >= max)
-                complete = false;
-            else
-                (void)json_array_append(all, json_array_get(page, i));
-        }
-        json_decref(page);
-        if (!complete)
-            break;
-    }
-    cosmos_query_free(q);
-    sf_buf_release(&sql);
-    if (rc != SF_OK) {
-        json_decref(all);
-        return rc;
-    }
-    *ret_docs = all;
-    *ret_complete = complete;
-    return SF_OK;
 }
 
 /* The listing's distinct keys, sorted, flags merged. *ret_n of them; NULL on OOM. */
@@ -1080,15 +914,12 @@ static size_t queue_replays(struct proc_dispatch *d, const char *const *keys, si
 
     for (size_t i = 0; i < n; i++) {
         const char *k = keys[i];
-        struct task *t = calloc(1, sizeof(*t));
+        struct task *t = task_new(TASK_REPLAY, strlen(k));
 
-        if (t != NULL) {
-            t->kind = TASK_REPLAY;
-            t->park_key = strdup(k);
-        }
-        if (t == NULL || t->park_key == NULL ||
-            proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, k, strlen(k)), &t->base, -1) !=
-                SF_OK) {
+        if (t != NULL)
+            memcpy(t->park_key, k, strlen(k));
+        if (t == NULL || proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, k, strlen(k)),
+                                           &t->base, -1) != SF_OK) {
             pthread_mutex_lock(&d->mu);
             set_del(d->replaying, &d->n_replaying, k);
             pthread_mutex_unlock(&d->mu);
@@ -1179,58 +1010,5 @@ out:
     free(replay);
     free(keys);
     json_decref(docs);
-    return rc;
-}
-
-enum sf_rc proc_parked_list(struct cosmos_client *cli, const char *db,
-                            const char *parking_container, const char *park_key, json_t **ret_docs,
-                            struct sf_err *err)
-{
-    json_t *docs = NULL;
-    enum sf_rc rc = parked_query(cli, db, parking_container, park_key, NULL, &docs, err);
-
-    if (rc == SF_OK)
-        *ret_docs = docs;
-    return rc;
-}
-
-enum sf_rc proc_parked_request_replay(struct cosmos_client *cli, const char *db,
-                                      const char *parking_container, const char *park_key,
-                                      size_t *ret_n, struct sf_err *err)
-{
-    json_t *docs = NULL;
-    size_t i, n = 0;
-    json_t *doc;
-    enum sf_rc rc = parked_query(cli, db, parking_container, park_key, NULL, &docs, err);
-
-    json_array_foreach(docs, i, doc)
-    {
-        const char *id = sf_json_str(doc, "id"), *k = sf_json_str(doc, "parkKey");
-        struct sf_buf pk;
-
-        if (rc != SF_OK)
-            break;
-        if (id == NULL || k == NULL)
-            continue;
-        sf_buf_init(&pk, PARK_KEY_MAX * 2);
-        if (pk_string(k, &pk) == SF_OK)
-            rc = cosmos_doc_patch(cli, db, parking_container, id, sf_buf_cstr(&pk),
-                                  "[{\"op\":\"set\",\"path\":\"/replayRequested\",\"value\":true}]",
-                                  NULL, &(struct cosmos_req_opts){.idempotent = true}, NULL, err);
-        sf_buf_release(&pk);
-        /*
-         * Gone: replayed meanwhile, most often because of this very request
-         * (marking a key's first record starts the replay of all of them).
-         * Covered all the same: counting only the marks wrote a count that
-         * depended on how fast the fleet was ("1 parked item" of 2).
-         */
-        if (rc == SF_ENOTFOUND)
-            rc = SF_OK;
-        if (rc == SF_OK)
-            n++;
-    }
-    json_decref(docs);
-    if (rc == SF_OK && ret_n != NULL)
-        *ret_n = n;
     return rc;
 }

@@ -22,9 +22,11 @@
  * durable. After proc_dispatch_stop, items still waiting or backing off are
  * dropped without an ack: the feed delivers them again after a restart.
  *
- * Parking documents live in a container partitioned by /parkKey, one logical
- * partition per blocked key ("<container>|<pk json>"), so replaying a key
- * reads one partition in LSN order.
+ * Parking documents live in the parking store (proc_park.h): a container
+ * partitioned by /parkKey, one logical partition per blocked key
+ * ("<container>|<pk json>"), so replaying a key reads one partition in LSN
+ * order. The dispatcher decides when to park and to replay; the store knows
+ * the records.
  */
 #ifndef PROC_DISPATCH_H
 #define PROC_DISPATCH_H
@@ -36,9 +38,9 @@
 #include "cosmos/cosmos.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_lanes.h"
+#include "processor/proc_park.h"
 
-#define PROC_PARK_PK_PATH "/parkKey"
-#define PROC_STATUS_MAX   599 /* retries are counted per HTTP status 1..599; 0: none / other */
+#define PROC_STATUS_MAX 599 /* retries are counted per HTTP status 1..599; 0: none / other */
 
 struct proc_dispatch;
 
@@ -100,38 +102,38 @@ void proc_dispatch_free(struct proc_dispatch *d);
  */
 enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err);
 
-typedef void (*proc_ack_fn)(void *ack_ctx);
-
 /*
- * Queues an item. doc is taken (a new reference the dispatcher releases).
- * pk_json and pk_path are its partition key as the feed computed it
- * (feed_item_pk, feed_item_pk_path: the header text "[\"a\"]" and the
- * container's path), copied and handed to the engine, which then looks
- * nothing up; pk_json NULL derives both from doc through the engine's
- * catalog, pk_path NULL (a hierarchical key) lets the engine look the path
- * up. ack(ack_ctx) runs exactly once when the item settled or parked -
- * never when it is dropped at stop; for sagafeed's own records
- * (proc_item_is_system: events, markers) it runs at once, on the calling
+ * Queues item, borrowed until item->ack runs: the dispatcher keeps a pointer
+ * to nothing of it but copies the struct and makes one string, the park key
+ * ("<container>|<pk json>"), in the same allocation. item->pk_json and
+ * pk_path are its partition key as the feed computed it (feed_item_pk,
+ * feed_item_pk_path: the header text "[\"a\"]" and the container's path),
+ * handed to the engine, which then looks nothing up; pk_json NULL derives
+ * the key from doc through the engine's catalog, pk_path NULL (a
+ * hierarchical key) lets the engine look the path up. item->range (NULL:
+ * none) is the handle proc_dispatch_range_open gave its feed range.
+ * item->ack(item->ack_ctx) runs exactly once when the item settled or
+ * parked - never when it is dropped at stop; for sagafeed's own records
+ * (record_is_system: events, markers) it runs at once, on the calling
  * thread, counted once as skipped. Blocks while the queue is full.
- * SF_ESTATE when stopping (nothing taken, ack never runs).
+ * SF_ESTATE when stopping (nothing kept, ack never runs).
  */
-enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const char *container, json_t *doc,
-                                const char *pk_json, const char *pk_path, int64_t lsn,
-                                int64_t epoch, proc_ack_fn ack, void *ack_ctx, struct sf_err *err);
+enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item *item,
+                                struct sf_err *err);
 
 /*
- * proc_dispatch_submit for an item the change feed read from partition key
- * range `range` of container (NULL: none known). Items of one range share
- * that range's RU budget, so the lanes account them together: a range out
- * of budget holds at most its share of the queue and of the worker threads
+ * The handle of partition key range `range` of container, for the items
+ * the change feed reads from it (proc_item.range); call once, when the
+ * range opens (feed_options.range_open). Items of one range share that
+ * range's RU budget, so the lanes account them together: a range out of
+ * budget holds at most its share of the queue and of the worker threads
  * (proc_task.group), and the other ranges' items still get in and run.
- * The first PROC_GROUPS_MAX - 1 (container, range) pairs seen get groups
- * of their own; later ones share by hash.
+ * The first PROC_GROUPS_MAX - 1 (container, range) pairs opened get groups
+ * of their own; later ones share by hash. Valid until proc_dispatch_free;
+ * NULL for a NULL range. Any thread.
  */
-enum sf_rc proc_dispatch_submit_range(struct proc_dispatch *d, const char *container,
-                                      const char *range, json_t *doc, const char *pk_json,
-                                      const char *pk_path, int64_t lsn, int64_t epoch,
-                                      proc_ack_fn ack, void *ack_ctx, struct sf_err *err);
+const struct proc_range *proc_dispatch_range_open(struct proc_dispatch *d, const char *container,
+                                                  const char *range);
 
 /* Waits until nothing is queued or running (timeout_ms; -1 forever). */
 enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms);
@@ -183,25 +185,5 @@ enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_
 
 /* true when the key ("<container>|<pk json>") is blocked. */
 bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key);
-
-/*
- * Marks parked documents for replay (sets replayRequested): all of them, or
- * those of one park key. For the `sagafeed parked replay` command. *ret_n
- * (may be NULL) counts the documents the request covers: marked, or gone by
- * the time their mark was written (an instance replays a whole key as soon
- * as one of its records is marked, so a key's later records are often
- * replayed before this loop reaches them). The same number a dry run counts.
- */
-enum sf_rc proc_parked_request_replay(struct cosmos_client *cli, const char *db,
-                                      const char *parking_container, const char *park_key,
-                                      size_t *ret_n, struct sf_err *err);
-
-/*
- * Every parked document (new reference, an array), optionally of one key,
- * for `sagafeed parked list`.
- */
-enum sf_rc proc_parked_list(struct cosmos_client *cli, const char *db,
-                            const char *parking_container, const char *park_key, json_t **ret_docs,
-                            struct sf_err *err);
 
 #endif

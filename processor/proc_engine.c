@@ -496,11 +496,6 @@ static enum sf_rc run_pk(struct run *r, struct sf_err *err)
     return SF_OK;
 }
 
-bool proc_item_is_system(const json_t *doc)
-{
-    return json_is_object(doc) && json_object_get(doc, STEP_SYS_FIELD) != NULL;
-}
-
 static void set_error(struct run *r, enum proc_outcome o, const struct sf_err *err,
                       const char *context)
 {
@@ -1636,7 +1631,7 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
     sf_err_clear(&err);
     run_init(&r, e, it, res);
     res->outcome = PROC_SKIPPED;
-    /* sagafeed's own records never get here: the dispatcher settled them (proc_item_is_system) */
+    /* sagafeed's own records never get here: the dispatcher settled them (record_is_system) */
     if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
         goto out;
     /* A document some saga may be waiting for: wake it first (its own lane runs it). */

@@ -149,28 +149,35 @@ enum proc_outcome {
 
 const char *proc_outcome_str(enum proc_outcome o);
 
+struct proc_range; /* a feed range's handle (proc_dispatch_range_open) */
+
+/* Called once when a submitted item settled or parked (proc_dispatch_submit). */
+typedef void (*proc_ack_fn)(void *ack_ctx);
+
 /*
- * One item as the feed delivered it. Never one of sagafeed's own records
- * (STEP_SYS_FIELD set: markers, events, parked items): the dispatcher keeps
- * those from the engine (proc_item_is_system, its one check).
+ * One item as the feed delivered it, passed once, by pointer, from the
+ * feed's consumer through the dispatcher to the engine. Every pointer is
+ * borrowed until ack runs (the feed item owns them). Never one of
+ * sagafeed's own records (record_is_system): the dispatcher keeps those
+ * from the engine.
  */
 struct proc_item {
     const char *container; /* source container */
-    const json_t *doc;     /* the document (borrowed) */
+    const json_t *doc;     /* the document */
     int64_t lsn;
     int64_t epoch;
     /*
      * Its partition key as the feed computed it (feed_item_pk and
      * feed_item_pk_path): the header text ("[\"a\"]", "[{}]" when
-     * undefined) and the container's path it was read from. Borrowed. With
-     * either NULL the engine reads both from doc through its catalog.
+     * undefined) and the container's path it was read from. With either
+     * NULL the engine reads both from doc through its catalog.
      */
     const char *pk_json;
     const char *pk_path;
+    const struct proc_range *range; /* the feed range it was read from; NULL: none */
+    proc_ack_fn ack;                /* runs once it settled or parked; NULL: none */
+    void *ack_ctx;
 };
-
-/* true when doc is one of sagafeed's own records, never a saga (STEP_SYS_FIELD set). */
-bool proc_item_is_system(const json_t *doc);
 
 struct proc_result {
     enum proc_outcome outcome;

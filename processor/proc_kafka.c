@@ -13,7 +13,9 @@
 #include "outbox/outbox.h"
 #include "processor/proc_relay.h"
 #include "processor/proc_kafka.h"
+#include "processor/proc_pipeline.h"
 #include "processor/proc_setup.h"
+#include "record/record.h"
 #include "steps/step.h"
 #include "steps/step_sql.h"
 
@@ -329,25 +331,9 @@ static void on_relay_event(void *ctx, const struct outbox_event *ev)
 
 static void on_feed_event(void *ctx, const struct feed_event *ev)
 {
-    struct relay_slot *slot = ctx;
-    enum sf_log_level lvl = SF_LOG_INFO;
+    const struct relay_slot *slot = ctx;
 
-    switch (ev->kind) {
-    case FEED_EV_LOST:
-    case FEED_EV_HANG_GUARD:
-    case FEED_EV_READ_ERROR:
-    case FEED_EV_LEASE_ERROR:
-    case FEED_EV_CHECKPOINT_ERROR:
-        lvl = SF_LOG_WARN;
-        break;
-    default:
-        break;
-    }
-    if (ev->range != NULL && ev->range[0] != '\0')
-        sf_log(lvl, KAFKA_LOG_COMP, "%s: range %s epoch %lld: %s", slot->name, ev->range,
-               (long long)ev->epoch, ev->msg != NULL ? ev->msg : "");
-    else
-        sf_log(lvl, KAFKA_LOG_COMP, "%s: %s", slot->name, ev->msg != NULL ? ev->msg : "");
+    proc_feed_log(KAFKA_LOG_COMP, slot->name, ev);
 }
 
 /* CDC filter (outbox_filter_fn): sagafeed's own documents never, then the SQL filter. */
@@ -357,7 +343,7 @@ static bool cdc_match(void *ctx, const json_t *doc)
     struct sf_err err;
     bool m = false;
 
-    if (json_object_get(doc, STEP_SYS_FIELD) != NULL)
+    if (record_is_system(doc))
         return false;
     if (slot->filter == NULL)
         return true;

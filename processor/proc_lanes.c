@@ -319,6 +319,7 @@ static void *worker_main(void *arg)
         if (ln->head == NULL)
             ln->tail = NULL;
         t->next = NULL;
+        SF_ASSERT(!ln->busy); /* one task of a key at a time: else two effects race */
         ln->busy = true;
         l->queued--;
         g->queued--;
@@ -405,8 +406,8 @@ enum sf_rc proc_lanes_new_adaptive(const struct proc_lanes_opts *o, struct proc_
     proc_limit_init(&l->conc, &lo, sf_mono_us());
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work, NULL);
-    pthread_cond_init(&l->space, NULL);
-    pthread_cond_init(&l->idle, NULL);
+    (void)sf_cond_init_mono(&l->space); /* timed waits: the monotonic clock */
+    (void)sf_cond_init_mono(&l->idle);
     for (unsigned i = 0; i < floor; i++) {
         pthread_attr_t attr;
         int rc;
@@ -469,25 +470,17 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
     struct lane *ln;
     unsigned gi = group_of(t);
     struct group *g;
-    struct timespec until;
-
-    if (wait_ms >= 0) {
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += wait_ms / 1000;
-        until.tv_nsec += (wait_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-    }
+    int64_t deadline = sf_mono_ms() + SF_MAX(wait_ms, (int64_t)0);
     pthread_mutex_lock(&l->mu);
     g = &l->groups[gi];
     while (!l->stopping && !queue_has_room(l, g)) {
         if (wait_ms < 0) {
             pthread_cond_wait(&l->space, &l->mu);
-        } else if (pthread_cond_timedwait(&l->space, &l->mu, &until) == ETIMEDOUT) {
+        } else if (sf_mono_ms() >= deadline) {
             pthread_mutex_unlock(&l->mu);
             return SF_ETIMEOUT;
+        } else {
+            sf_cond_wait_ms(&l->space, &l->mu, deadline - sf_mono_ms());
         }
     }
     if (l->stopping) {
@@ -560,7 +553,6 @@ enum sf_rc proc_lanes_drain(struct proc_lanes *l, int64_t timeout_ms)
 
     pthread_mutex_lock(&l->mu);
     while (l->queued + l->running + l->parked > 0) {
-        struct timespec until;
         int64_t left = deadline - sf_mono_ms();
 
         if (timeout_ms >= 0 && left <= 0) {
@@ -569,14 +561,7 @@ enum sf_rc proc_lanes_drain(struct proc_lanes *l, int64_t timeout_ms)
         }
         if (timeout_ms < 0)
             left = 1000;
-        clock_gettime(CLOCK_REALTIME, &until);
-        left = SF_MIN(left, 200);
-        until.tv_nsec += left * 1000000L;
-        while (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        (void)pthread_cond_timedwait(&l->idle, &l->mu, &until);
+        sf_cond_wait_ms(&l->idle, &l->mu, SF_MIN(left, 200));
     }
     pthread_mutex_unlock(&l->mu);
     return rc;

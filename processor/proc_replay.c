@@ -17,13 +17,16 @@
 #include "feed/feed.h"
 #include "feed/feed_window.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_pipeline.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
+#include "record/record.h"
 #include "steps/step.h"
 
 #define STOP_DRAIN_MS     10000 /* after a stop request, in-flight items get this long */
 #define PROGRESS_EVERY_MS 200
+#define STOP_POLL_MS      50 /* how soon a signal's stop is seen (no signal can wake a wait) */
 #define SOURCES_MAX       64
 
 /* One source container and, for --range, that range's span (for parked items). */
@@ -40,11 +43,9 @@ struct replay {
     struct cfg sub; /* cfg, restricted to --workflow */
     struct source sources[SOURCES_MAX];
     size_t n_sources;
-    struct step_registry *reg;
-    struct step_catalog *cat;
-    struct proc_engine *engine;
-    struct proc_dispatch *dispatch;          /* NULL in a dry run */
-    struct feed_processor *fps[SOURCES_MAX]; /* freed after the dispatcher stopped */
+    struct proc_pipeline *pl;         /* the run: client, engine, dispatcher, feeds */
+    const struct proc_engine *engine; /* the pipeline's */
+    struct proc_dispatch *dispatch;   /* the pipeline's; NULL in a dry run */
     char me[FEED_INSTANCE_MAX + 1];
     char tag[17];
     json_t *window;           /* the window as given: hashed into the lease prefix */
@@ -53,7 +54,9 @@ struct replay {
     _Atomic uint64_t read, in_window, dispatched;
     _Atomic unsigned ranges_done;
     atomic_bool all_done, failed;
-    struct sf_err fail; /* written once, before failed is set */
+    pthread_mutex_t mu;  /* with done: the wait for all_done or failed */
+    pthread_cond_t done; /* broadcast when either is set */
+    struct sf_err fail;  /* written once, before failed is set */
     int64_t last_progress_ms;
 };
 
@@ -147,46 +150,21 @@ static enum sf_rc make_window(struct replay *rp, struct sf_err *err)
     return SF_OK;
 }
 
-static enum sf_rc make_engine(struct replay *rp, struct sf_err *err)
+/*
+ * The bounded pipeline: client, engine (it knows only rp->sub's workflows,
+ * --workflow) and dispatcher. A dry run uses its engine only.
+ */
+static enum sf_rc make_pipeline(struct replay *rp, struct sf_err *err)
 {
-    struct cfg_diags *diags = calloc(1, sizeof(*diags));
-    struct proc_setup_engine eng;
-    enum sf_rc rc;
+    enum sf_rc rc = proc_pipeline_new(&(struct proc_pipeline_opts){.cfg = &rp->sub}, &rp->pl, err);
 
-    if (diags == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    /* The engine knows only rp->sub's workflows (--workflow). */
-    rc = proc_setup_engine_build(&rp->sub, rp->o->cli, false, diags, &eng, err);
-    rp->reg = eng.reg;
-    rp->cat = eng.catalog;
-    rp->engine = eng.engine;
-    free(diags);
-    return rc;
-}
-
-static enum sf_rc make_dispatch(struct replay *rp, struct sf_err *err)
-{
-    const struct cfg *cfg = rp->o->cfg;
-    struct proc_dispatch_opts d = {0};
-    enum sf_rc rc;
-
-    d.engine = rp->engine;
-    d.cli = rp->o->cli;
-    d.db = cfg->cosmos.database;
-    d.parking_container = cfg->processor.parking_container;
-    d.lanes = cfg->processor.lanes;
-    d.workers = cfg->processor.workers;
-    d.min_workers = cfg->processor.min_workers;
-    d.queue_limit = cfg->processor.queue_limit;
-    d.max_attempts = cfg->processor.max_attempts;
-    d.max_throttled_wait_ms = cfg->processor.max_throttled_wait_ms;
-    d.backoff_base_ms = cfg->processor.backoff_base_ms;
-    d.backoff_cap_ms = cfg->processor.backoff_cap_ms;
-    d.max_retry_after_ms = cfg->cosmos.max_retry_after_ms;
-    rc = proc_dispatch_new(&d, &rp->dispatch, err);
-    if (rc == SF_OK)
-        rc = proc_dispatch_start(rp->dispatch, err);
-    return rc;
+    if (rc != SF_OK)
+        return rc;
+    rp->engine = proc_pipeline_engine(rp->pl);
+    if (rp->o->dry_run)
+        return SF_OK;
+    rp->dispatch = proc_pipeline_dispatch(rp->pl);
+    return proc_dispatch_start(rp->dispatch, err);
 }
 
 /* The sources of the configuration, and for --range which of them have it and where. */
@@ -261,7 +239,7 @@ static struct feed_window window_of(const struct replay *rp, const struct source
 static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_lsn)
 {
     return feed_window_classify(&rp->win, -1, doc, ret_lsn) == FEED_WINDOW_IN &&
-           json_is_object(doc) && !proc_item_is_system(doc);
+           json_is_object(doc) && !record_is_system(doc);
 }
 
 static void progress(struct replay *rp, bool force)
@@ -275,7 +253,9 @@ static void progress(struct replay *rp, bool force)
                   rp->cur->name, (unsigned long long)atomic_load(&rp->read),
                   (unsigned long long)atomic_load(&rp->in_window),
                   rp->o->dry_run ? "planned" : "dispatched",
-                  (unsigned long long)atomic_load(&rp->dispatched), atomic_load(&rp->ranges_done));
+                  (unsigned long long)(rp->dispatch != NULL ? proc_pipeline_submitted(rp->pl)
+                                                            : atomic_load(&rp->dispatched)),
+                  atomic_load(&rp->ranges_done));
     (void)fflush(p);
 }
 
@@ -367,31 +347,17 @@ static enum sf_rc plan_source(struct replay *rp, struct sf_err *err)
  * The replay: a bounded feed processor per container, items to the dispatcher
  */
 
-static void ack_item(void *ctx)
-{
-    feed_item_ack(ctx);
-}
-
-/* The feed's consumer: like the run's, after the window's own filter. */
-static void on_item(void *ctx, struct feed_item *it)
+/* The pipeline's filter: in the window and a saga candidate; the rest is acknowledged at once. */
+static bool in_window(void *ctx, const json_t *doc)
 {
     struct replay *rp = ctx;
-    const json_t *doc = feed_item_doc(it);
-    struct sf_err err;
     int64_t lsn;
 
     atomic_fetch_add(&rp->read, 1);
-    if (!candidate(rp, doc, &lsn)) {
-        feed_item_ack(it);
-        return;
-    }
+    if (!candidate(rp, doc, &lsn))
+        return false;
     atomic_fetch_add(&rp->in_window, 1);
-    sf_err_clear(&err);
-    /* Stopping when it fails: left unacknowledged, the next run reads it again. */
-    if (proc_dispatch_submit(rp->dispatch, rp->cur->name, json_incref((json_t *)doc),
-                             feed_item_pk(it), feed_item_pk_path(it), feed_item_lsn(it),
-                             feed_item_epoch(it), ack_item, it, &err) == SF_OK)
-        atomic_fetch_add(&rp->dispatched, 1);
+    return true;
 }
 
 /* Records the first failure (what: a prefix for its message) and ends the wait. */
@@ -403,6 +369,9 @@ static void fail_once(struct replay *rp, const struct sf_err *e, const char *wha
         return;
     rp->fail = *e;
     sf_err_prefix(&rp->fail, "%s: ", what);
+    pthread_mutex_lock(&rp->mu);
+    pthread_cond_broadcast(&rp->done);
+    pthread_mutex_unlock(&rp->mu);
 }
 
 static void on_event(void *ctx, const struct feed_event *ev)
@@ -415,7 +384,10 @@ static void on_event(void *ctx, const struct feed_event *ev)
         atomic_fetch_add(&rp->ranges_done, 1);
         break;
     case FEED_EV_ALL_DONE:
+        pthread_mutex_lock(&rp->mu);
         atomic_store(&rp->all_done, true);
+        pthread_cond_broadcast(&rp->done);
+        pthread_mutex_unlock(&rp->mu);
         break;
     case FEED_EV_SPLIT:
         if (out != NULL)
@@ -471,43 +443,43 @@ static enum sf_rc look_at_leases(struct replay *rp, const char *prefix, struct s
     return rc;
 }
 
-static enum sf_rc replay_source(struct replay *rp, struct feed_processor **ret_fp,
-                                struct sf_err *err)
+static enum sf_rc replay_source(struct replay *rp, struct sf_err *err)
 {
     const struct proc_replay_opts *o = rp->o;
     struct feed_processor *fp = NULL;
-    struct feed_options fo;
     char prefix[FEED_PREFIX_MAX + 1];
+    /* One page in flight per range, as before: a stop waits for at most that page. */
+    struct proc_pipeline_feed_opts fo = {
+        .container = rp->cur->name,
+        .lease_prefix = prefix,
+        .instance = rp->me,
+        .max_inflight = (unsigned)SF_MAX(o->cfg->feed.max_items, 1),
+        .window = &rp->win,
+        .filter = in_window,
+        .filter_ctx = rp,
+        .on_event = on_event,
+        .event_ctx = rp,
+    };
     struct sf_err e2;
     enum sf_rc rc;
 
     (void)snprintf(prefix, sizeof(prefix), "%s.%s", rp->sum->prefix, rp->cur->name);
     rc = look_at_leases(rp, prefix, err);
-    if (rc != SF_OK)
-        return rc;
-    proc_setup_feed(o->cfg, rp->cur->name, rp->me, &fo);
-    fo.lease_prefix = prefix;
-    /* One page in flight per range, as before: a stop waits for at most that page. */
-    fo.max_inflight = (unsigned)SF_MAX(fo.max_items, 1);
-    feed_window_options(&rp->win, &fo);
-    fo.consume = on_item;
-    fo.consume_ctx = rp;
-    fo.on_event = on_event;
-    fo.event_ctx = rp;
-    rc = feed_processor_new(o->cli, o->cli, &fo, &fp, err);
     if (rc == SF_OK)
-        rc = feed_processor_start(fp, err);
-    *ret_fp = fp;
+        rc = proc_pipeline_feed_add(rp->pl, &fo, &fp, err);
     if (rc != SF_OK)
         return rc;
+    /* Woken by the end; a signal's stop flag is looked at with each progress line. */
+    pthread_mutex_lock(&rp->mu);
     while (!atomic_load(&rp->all_done) && !atomic_load(&rp->failed)) {
         if (o->stop != NULL && *o->stop) {
             rp->sum->interrupted = true;
             break;
         }
         progress(rp, false);
-        sf_sleep_ms(20);
+        sf_cond_wait_ms(&rp->done, &rp->mu, STOP_POLL_MS);
     }
+    pthread_mutex_unlock(&rp->mu);
     /* Interrupted: what settled by the drain is checkpointed, the leases are freed to resume. */
     (void)feed_processor_stop(fp, rp->sum->interrupted ? STOP_DRAIN_MS : 0, &e2);
     if (atomic_load(&rp->failed) && !rp->sum->interrupted) {
@@ -582,8 +554,8 @@ static enum sf_rc parked_keys(struct replay *rp, json_t **ret_keys, struct sf_er
 
     if (keys == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = proc_parked_list(rp->o->cli, rp->o->cfg->cosmos.database,
-                          rp->o->cfg->processor.parking_container, NULL, &docs, err);
+    rc = proc_park_list(rp->o->cli, rp->o->cfg->cosmos.database,
+                        rp->o->cfg->processor.parking_container, NULL, &docs, err);
     if (rc == SF_ENOTFOUND) {
         /* No parking container: nothing was ever parked. */
         sf_err_clear(err);
@@ -626,9 +598,8 @@ static enum sf_rc mark_parked(struct replay *rp, json_t *keys, struct sf_err *er
                               json_integer_value(v) == 1 ? "" : "s");
             continue;
         }
-        if (proc_parked_request_replay(rp->o->cli, rp->o->cfg->cosmos.database,
-                                       rp->o->cfg->processor.parking_container, k, &n,
-                                       err) != SF_OK)
+        if (proc_park_request_replay(rp->o->cli, rp->o->cfg->cosmos.database,
+                                     rp->o->cfg->processor.parking_container, k, &n, err) != SF_OK)
             return err->rc;
         rp->sum->parked_items += n;
     }
@@ -672,7 +643,7 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
         rp->win = window_of(rp, rp->cur);
         atomic_store(&rp->all_done, false);
         atomic_store(&rp->ranges_done, 0);
-        rc = o->dry_run ? plan_source(rp, err) : replay_source(rp, &rp->fps[i], err);
+        rc = o->dry_run ? plan_source(rp, err) : replay_source(rp, err);
         rp->sum->ranges += atomic_load(&rp->ranges_done);
         progress(rp, true);
     }
@@ -709,6 +680,8 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     rp->o = opts;
     rp->sum = ret;
+    pthread_mutex_init(&rp->mu, NULL);
+    (void)sf_cond_init_mono(&rp->done);
     rp->sub = *opts->cfg;
     if (opts->workflow != NULL) {
         /* The engine then knows only W: items of other workflows are skipped, untouched. */
@@ -728,9 +701,7 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
     if (rc == SF_OK)
         rc = make_sources(rp, names, proc_cfg_sources(&rp->sub, names, SOURCES_MAX), err);
     if (rc == SF_OK)
-        rc = make_engine(rp, err);
-    if (rc == SF_OK && !opts->dry_run)
-        rc = make_dispatch(rp, err);
+        rc = make_pipeline(rp, err);
     if (rc == SF_OK)
         rc = replay_all(rp, err);
     if (rp->dispatch != NULL) {
@@ -740,18 +711,17 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
             (void)proc_dispatch_drain(rp->dispatch, STOP_DRAIN_MS);
         proc_dispatch_stats(rp->dispatch, &ret->stats);
     }
-    /* Only now: items the dispatcher dropped at its stop are never acknowledged after this. */
-    proc_dispatch_free(rp->dispatch);
-    for (size_t i = 0; i < SOURCES_MAX; i++)
-        feed_processor_free(rp->fps[i]);
-    proc_engine_free(rp->engine);
-    step_catalog_free(rp->cat);
-    step_registry_free(rp->reg);
+    if (rp->pl != NULL && !opts->dry_run)
+        atomic_store(&rp->dispatched, proc_pipeline_submitted(rp->pl));
+    /* The dispatcher first: items it dropped at its stop are never acknowledged after this. */
+    proc_pipeline_free(rp->pl);
     json_decref(rp->window);
     ret->read = atomic_load(&rp->read);
     ret->in_window = atomic_load(&rp->in_window);
     ret->dispatched = atomic_load(&rp->dispatched);
     ret->elapsed_ms = sf_mono_ms() - t0;
+    pthread_cond_destroy(&rp->done);
+    pthread_mutex_destroy(&rp->mu);
     free(rp);
     return rc;
 }

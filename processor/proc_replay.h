@@ -38,7 +38,7 @@
  * of its lease is stamped on the markers it writes, like a live lease's.
  *
  * Parked items: the parked items (and those waiting behind them) whose LSN
- * lies in the window are marked for replay (proc_parked_request_replay), so
+ * lies in the window are marked for replay (proc_park_request_replay), so
  * the running service replays their keys in order, as `sagafeed parked
  * replay` does. Items of a blocked key met in the window wait behind it.
  *

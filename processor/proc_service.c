@@ -11,6 +11,7 @@
 #include "processor/proc_embed.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_kafka.h"
+#include "processor/proc_pipeline.h"
 #include "processor/proc_service.h"
 #include "processor/proc_status.h"
 #include "processor/proc_setup.h"
@@ -22,21 +23,19 @@
 #define START_BACKOFF_BASE_MS 200
 #define START_BACKOFF_CAP_MS  10000
 #define START_LOG_EVERY_MS    30000 /* repeat the "waiting for" line at most this often */
-#define START_SLEEP_STEP_MS   100   /* how often a wait looks at the stop flag */
 
 struct feed_slot {
-    struct proc_service *svc;
-    const char *container;
-    struct feed_processor *fp;
+    const char *container;     /* borrowed from the cfg */
+    struct feed_processor *fp; /* borrowed from the pipeline */
 };
 
 struct proc_service {
     const struct cfg *cfg;
     struct proc_embed *embed;
+    struct proc_pipeline *pl;
+    /* the pipeline's, borrowed */
     struct cosmos_client *cli;
-    struct step_registry *reg;
-    struct step_catalog *catalog;
-    struct proc_engine *engine;
+    const struct proc_engine *engine;
     struct proc_dispatch *dispatch;
     struct feed_slot feeds[SOURCES_MAX];
     size_t n_feeds;
@@ -64,97 +63,47 @@ enum sf_rc proc_check_config(const struct cfg *cfg, struct cfg_diags *diags, str
     return rc;
 }
 
-static void ack_item(void *ctx)
+/* The pipeline: client (with the embedded cosmolite's or --endpoint's credentials), engine,
+ * dispatcher. */
+static enum sf_rc make_pipeline(struct proc_service *s, const struct proc_service_opts *o,
+                                struct sf_err *err)
 {
-    feed_item_ack(ctx);
-}
+    struct proc_pipeline_opts po = {.cfg = s->cfg,
+                                    .on_result = o->on_result,
+                                    .result_ctx = o->result_ctx,
+                                    .paused = o->start_paused};
+    enum sf_rc rc;
 
-/* The feed's consumer: hand the item to the dispatcher, which acks it when settled. */
-static void on_item(void *ctx, struct feed_item *it)
-{
-    struct feed_slot *slot = ctx;
-    struct sf_err err;
-
-    sf_err_clear(&err);
-    /* By range: one out of RU budget must not keep the others' items waiting (proc_lanes.h). */
-    if (proc_dispatch_submit_range(slot->svc->dispatch, slot->container, feed_item_range(it),
-                                   json_incref((json_t *)feed_item_doc(it)), feed_item_pk(it),
-                                   feed_item_pk_path(it), feed_item_lsn(it), feed_item_epoch(it),
-                                   ack_item, it, &err) != SF_OK) {
-        /* Stopping: leave it unacknowledged; the next owner reads it again. */
-        sf_log_debug("sagafeed", "item at lsn %lld not taken: %s", (long long)feed_item_lsn(it),
-                     err.msg);
-    }
-}
-
-static void on_feed_event(void *ctx, const struct feed_event *ev)
-{
-    struct feed_slot *slot = ctx;
-    enum sf_log_level lvl = SF_LOG_INFO;
-
-    switch (ev->kind) {
-    case FEED_EV_LOST:
-    case FEED_EV_HANG_GUARD:
-    case FEED_EV_READ_ERROR:
-    case FEED_EV_LEASE_ERROR:
-    case FEED_EV_CHECKPOINT_ERROR:
-        lvl = SF_LOG_WARN;
-        break;
-    default:
-        break;
-    }
-    /* Fleet-wide events (balancing, bootstrap) name no range and no epoch. */
-    if (ev->range != NULL && ev->range[0] != '\0' && ev->epoch >= 0)
-        sf_log(lvl, "feed", "%s: range %s epoch %lld: %s", slot->container, ev->range,
-               (long long)ev->epoch, ev->msg != NULL ? ev->msg : "");
-    else
-        sf_log(lvl, "feed", "%s: %s", slot->container, ev->msg != NULL ? ev->msg : "");
-}
-
-static enum sf_rc make_client(struct proc_service *s, const struct proc_service_opts *o,
-                              struct sf_err *err)
-{
-    struct cosmos_options co;
-
-    proc_setup_cosmos(s->cfg, PROC_CLIENT_SERVICE, &co);
     if (o->endpoint != NULL || s->embed != NULL) {
-        /* Credentials of their own: none of the configured account's. */
-        co.endpoint = o->endpoint != NULL ? o->endpoint : proc_embed_endpoint(s->embed);
-        co.key = o->endpoint != NULL ? o->key : proc_embed_key(s->embed);
-        co.key_env = NULL;
-        co.key_file = NULL;
+        po.endpoint = o->endpoint != NULL ? o->endpoint : proc_embed_endpoint(s->embed);
+        po.key = o->endpoint != NULL ? o->key : proc_embed_key(s->embed);
     }
-    return cosmos_client_new(&co, &s->cli, err);
+    rc = proc_pipeline_new(&po, &s->pl, err);
+    if (rc != SF_OK)
+        return rc;
+    s->cli = proc_pipeline_client(s->pl);
+    s->engine = proc_pipeline_engine(s->pl);
+    s->dispatch = proc_pipeline_dispatch(s->pl);
+    return SF_OK;
 }
 
 static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_opts *o,
                              struct feed_slot *slot, struct sf_err *err)
 {
-    struct feed_options fo;
     char prefix[FEED_PREFIX_MAX + 1];
-    enum sf_rc rc;
+    /* One range out of RU budget must not fill every slot: each gets its share (feed.h). */
+    struct proc_pipeline_feed_opts fo = {.container = slot->container,
+                                         .lease_prefix = prefix,
+                                         .instance = o->instance,
+                                         .max_inflight = s->cfg->processor.queue_limit,
+                                         .max_inflight_total = s->cfg->processor.max_inflight,
+                                         .paused = o->start_paused};
 
     /* The prefix status, lag, leases and replay compute for this container (proc_status.h). */
     if (proc_lease_prefix(s->cfg, slot->container, prefix, sizeof(prefix)) != SF_OK)
         return sf_err_set(err, SF_ELIMIT, false, "change feed of %s: lease prefix too long",
                           slot->container);
-    proc_setup_feed(s->cfg, slot->container, o->instance, &fo);
-    fo.lease_prefix = prefix;
-    fo.max_inflight = s->cfg->processor.queue_limit;
-    /* One range out of RU budget must not fill every slot: each gets its share (feed.h). */
-    fo.max_inflight_total = s->cfg->processor.max_inflight;
-    fo.consume = on_item;
-    fo.consume_ctx = slot;
-    fo.on_event = on_feed_event;
-    fo.event_ctx = slot;
-    rc = feed_processor_new(s->cli, s->cli, &fo, &slot->fp, err);
-    if (rc == SF_OK && o->start_paused)
-        feed_processor_pause(slot->fp, true);
-    if (rc == SF_OK)
-        rc = feed_processor_start(slot->fp, err);
-    if (rc != SF_OK)
-        sf_err_prefix(err, "change feed of %s: ", slot->container);
-    return rc;
+    return proc_pipeline_feed_add(s->pl, &fo, &slot->fp, err);
 }
 
 /* ---------------------------------------------------------------------------
@@ -177,21 +126,6 @@ typedef enum sf_rc (*start_fn)(struct proc_service *s, const struct proc_service
 static bool stop_requested(const struct proc_service_opts *o)
 {
     return o->stop != NULL && *o->stop != 0;
-}
-
-/* Sleeps ms unless stopped first; false when stopped. */
-static bool sleep_unless_stopped(const struct proc_service_opts *o, int64_t ms)
-{
-    int64_t until = sf_mono_ms() + ms;
-
-    while (!stop_requested(o)) {
-        int64_t left = until - sf_mono_ms();
-
-        if (left <= 0)
-            return true;
-        sf_sleep_ms(SF_MIN(left, (int64_t)START_SLEEP_STEP_MS));
-    }
-    return false;
 }
 
 /* Runs fn(s, o, arg) until it succeeds or fails for good (see above); what names the wait. */
@@ -248,7 +182,7 @@ static enum sf_rc start_wait(struct proc_service *s, const struct proc_service_o
             sf_log_debug("sagafeed", "start: waiting for %s: %s (attempt %u)", what, e.msg,
                          attempt);
         }
-        if (!sleep_unless_stopped(o, delay)) {
+        if (!sf_sleep_unless(o->stop, delay)) {
             rc = sf_err_set(&e, SF_ESTATE, false, "stopped while waiting for %s", what);
             break;
         }
@@ -290,7 +224,7 @@ static enum sf_rc start_source(struct proc_service *s, const struct proc_service
     char path[256];
 
     SF_UNUSED(o);
-    return step_catalog_pk_path(s->catalog, arg, path, err);
+    return step_catalog_pk_path(proc_pipeline_catalog(s->pl), arg, path, err);
 }
 
 static enum sf_rc start_kafka(struct proc_service *s, const struct proc_service_opts *o, void *arg,
@@ -305,14 +239,7 @@ static enum sf_rc start_kafka(struct proc_service *s, const struct proc_service_
 static enum sf_rc start_slot(struct proc_service *s, const struct proc_service_opts *o, void *arg,
                              struct sf_err *err)
 {
-    struct feed_slot *slot = arg;
-    enum sf_rc rc = start_feed(s, o, slot, err);
-
-    if (rc != SF_OK) {
-        feed_processor_free(slot->fp);
-        slot->fp = NULL;
-    }
-    return rc;
+    return start_feed(s, o, arg, err); /* leaves nothing on failure */
 }
 
 enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_service **ret_s,
@@ -320,13 +247,10 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
 {
     const struct cfg *cfg = opts->cfg;
     struct proc_service *s = calloc(1, sizeof(*s));
-    struct proc_dispatch_opts dopts = {0};
-    struct cfg_diags diags;
     const char *sources[SOURCES_MAX];
     size_t n_sources;
     enum sf_rc rc;
 
-    memset(&diags, 0, sizeof(diags));
     if (s == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     s->cfg = cfg;
@@ -343,7 +267,7 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
                     (int)proc_embed_pid(s->embed), proc_embed_endpoint(s->embed),
                     cfg->embedded.data_dir);
     }
-    rc = make_client(s, opts, err);
+    rc = make_pipeline(s, opts, err);
     if (rc != SF_OK)
         goto fail;
     {
@@ -355,44 +279,14 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
             goto fail;
     }
     {
-        struct proc_setup_engine eng;
-
-        rc = proc_setup_engine_build(cfg, s->cli, false, &diags, &eng, err);
-        /* The service frees them on every path (proc_service_free). */
-        s->reg = eng.reg;
-        s->catalog = eng.catalog;
-        s->engine = eng.engine;
-        if (rc != SF_OK)
-            goto fail;
-    }
-    dopts.engine = s->engine;
-    dopts.cli = s->cli;
-    dopts.db = cfg->cosmos.database;
-    dopts.parking_container = cfg->processor.parking_container;
-    dopts.lanes = cfg->processor.lanes;
-    dopts.workers = cfg->processor.workers;
-    dopts.min_workers = cfg->processor.min_workers;
-    dopts.queue_limit = cfg->processor.queue_limit;
-    dopts.max_attempts = cfg->processor.max_attempts;
-    dopts.max_throttled_wait_ms = cfg->processor.max_throttled_wait_ms;
-    dopts.scan_max = cfg->processor.park_scan_max;
-    dopts.backoff_base_ms = cfg->processor.backoff_base_ms;
-    dopts.backoff_cap_ms = cfg->processor.backoff_cap_ms;
-    dopts.max_retry_after_ms = cfg->cosmos.max_retry_after_ms;
-    dopts.on_result = opts->on_result;
-    dopts.result_ctx = opts->result_ctx;
-    rc = proc_dispatch_new(&dopts, &s->dispatch, err);
-    if (rc == SF_OK && opts->start_paused)
-        proc_dispatch_pause(s->dispatch, true);
-    if (rc == SF_OK) {
         char what[COSMOS_NAME_MAX + 32];
 
         (void)snprintf(what, sizeof(what), "parking container %s",
                        cfg->processor.parking_container);
         rc = start_wait(s, opts, what, start_dispatch, NULL, err);
+        if (rc != SF_OK)
+            goto fail;
     }
-    if (rc != SF_OK)
-        goto fail;
     /* Catalog the source containers now: a missing one should stop the start, loudly. */
     n_sources = proc_engine_sources(s->engine, sources, SOURCES_MAX);
     for (size_t i = 0; i < n_sources; i++) {
@@ -414,7 +308,6 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
         struct feed_slot *slot = &s->feeds[s->n_feeds];
         char what[2 * COSMOS_NAME_MAX + 64];
 
-        slot->svc = s;
         slot->container = sources[i];
         (void)snprintf(what, sizeof(what), "the change feed of %s and lease container %s",
                        sources[i], cfg->feed.lease_container);
@@ -631,13 +524,7 @@ void proc_service_stop(struct proc_service *s, int64_t drain_ms)
         proc_dispatch_stop(s->dispatch);
     /* 3. The sagas are drained: the relays stop, the sink flushes, both are freed. */
     proc_kafka_stop(s->kafka, SF_MAX(deadline - sf_mono_ms(), (int64_t)0));
-    proc_dispatch_free(s->dispatch);
-    for (size_t i = 0; i < s->n_feeds; i++)
-        feed_processor_free(s->feeds[i].fp);
-    proc_engine_free(s->engine);
-    step_catalog_free(s->catalog);
-    step_registry_free(s->reg);
-    cosmos_client_free(s->cli);
+    proc_pipeline_free(s->pl);
     proc_embed_stop(s->embed);
     free(s);
 }

@@ -18,15 +18,19 @@
 #include "processor/proc_engine.h"
 #include "steps/step.h"
 
-/* Who the client is for: it decides the connection count and the retry policy. */
+/*
+ * The client's role - whether a dispatcher sits above it - decides the
+ * connection count and the retry policy.
+ */
 enum proc_client_use {
     /*
-     * The long-running service: cosmos.max_connections, at least a
-     * connection per worker plus 8; few quick client retries (4 attempts,
-     * 10 s), because the dispatcher retries with its own, longer backoff.
+     * Under a dispatcher (every pipeline, proc_pipeline.h: `run` and
+     * `replay`): cosmos.max_connections, at least a connection per worker
+     * plus 8; few quick client retries (4 attempts, 10 s), because the
+     * dispatcher retries with its own, longer backoff.
      */
     PROC_CLIENT_SERVICE = 0,
-    /* An operator command or the demo: 8 connections, the client's default retries. */
+    /* Alone (an operator command, the demo): 8 connections, the client's default retries. */
     PROC_CLIENT_TOOL,
 };
 

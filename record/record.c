@@ -21,6 +21,11 @@ static const char *const record_fields[] = {
 #define PK_DEPTH_MAX   8
 #define HASH_ID_PREFIX "ob:h:"
 
+bool record_is_system(const json_t *doc)
+{
+    return json_is_object(doc) && json_object_get(doc, OUTBOX_SYS_FIELD) != NULL;
+}
+
 bool outbox_topic_valid(const char *topic)
 {
     size_t i, n;

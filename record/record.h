@@ -71,6 +71,14 @@
 #define OUTBOX_FIELD_MAX     1024            /* bytes of eventType, sagaId, workflow, traceparent */
 #define OUTBOX_DEFAULT_TTL_S (7 * 24 * 3600) /* record ttl when the builder is given 0 */
 
+/*
+ * true when doc is one of sagafeed's own documents (OUTBOX_SYS_FIELD set:
+ * markers, parked items, outbox events, control documents), never a saga
+ * item. The one answer to "is this our own record?": the saga dispatcher,
+ * replay and the relays ask it. NULL and non-objects are not. Any thread.
+ */
+bool record_is_system(const json_t *doc);
+
 /* ---------------------------------------------------------------------------
  * Outbox records
  */

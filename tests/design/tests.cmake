@@ -7,6 +7,9 @@ if(Python3_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/scripts/check-deps.py --root ${CMAKE_SOURCE_DIR})
   add_test(NAME design_deps_reject_forbidden_edge
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_check_deps.sh ${CMAKE_SOURCE_DIR})
+  # The run is assembled once, in processor/proc_pipeline.c (scripts/check-assembly.sh).
+  add_test(NAME design_one_assembly_of_the_run
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_one_assembly.sh ${CMAKE_SOURCE_DIR})
   set_tests_properties(design_deps_match_architecture_table design_deps_reject_forbidden_edge
-    PROPERTIES LABELS design)
+    design_one_assembly_of_the_run PROPERTIES LABELS design)
 endif()

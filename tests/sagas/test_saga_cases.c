@@ -351,12 +351,19 @@ static void run_case(const char *file)
         if (json_is_true(json_object_get(v, "write")))
             put_doc(db, coll, pk_path, doc, true);
         for (json_int_t t = 0; t < (times > 0 ? times : 1); t++) {
-            ck_assert_int_eq(proc_dispatch_submit(disp, coll, json_deep_copy(doc), feed_pk,
-                                                  feed_pk != NULL ? pk_path : NULL,
-                                                  (int64_t)(100 + i), 1, NULL, NULL, &err),
-                             SF_OK);
+            /* borrowed by the dispatcher until its ack, which the drain waits for */
+            json_t *copy = json_deep_copy(doc);
+            struct proc_item item = {.container = coll,
+                                     .doc = copy,
+                                     .lsn = (int64_t)(100 + i),
+                                     .epoch = 1,
+                                     .pk_json = feed_pk,
+                                     .pk_path = feed_pk != NULL ? pk_path : NULL};
+
+            ck_assert_int_eq(proc_dispatch_submit(disp, &item, &err), SF_OK);
             /* one at a time: a case reads like a story, and redeliveries come after */
             ck_assert_int_eq(proc_dispatch_drain(disp, 30000), SF_OK);
+            json_decref(copy);
         }
     }
     expect = json_object_get(c, "expect");

@@ -6,11 +6,15 @@
 
 #include <check.h>
 #include <ctype.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/sf_auth.h"
 #include "common/sf_crypto.h"
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
+#include "common/sf_time.h"
 #include "tests/support/check_run.h"
 
 Suite *common_text_suite(void);
@@ -585,6 +589,51 @@ START_TEST(test_epk_v1_matches_sdk)
 }
 END_TEST
 
+/* SF_ASSERT stays on whatever the build: a breach aborts the process, naming the invariant. */
+START_TEST(test_assert_aborts_on_breach)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int once = 1;
+
+        SF_ASSERT(once == 1);
+        (void)freopen("/dev/null", "w", stderr);
+        SF_ASSERT(once == 2);
+        _exit(0); /* not reached */
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+END_TEST
+
+/* The monotonic wait returns after its time (never before), and a set stop flag ends a sleep. */
+START_TEST(test_cond_wait_and_stop_aware_sleep)
+{
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t c;
+    atomic_int stop;
+    int64_t t0;
+
+    ck_assert_int_eq(sf_cond_init_mono(&c), 0);
+    pthread_mutex_lock(&m);
+    t0 = sf_mono_ms();
+    sf_cond_wait_ms(&c, &m, 0); /* returns at once */
+    while (sf_mono_ms() - t0 < 20)
+        sf_cond_wait_ms(&c, &m, 20 - (sf_mono_ms() - t0));
+    pthread_mutex_unlock(&m);
+    ck_assert_int_ge(sf_mono_ms() - t0, 20);
+    pthread_cond_destroy(&c);
+    atomic_init(&stop, 0);
+    ck_assert(sf_sleep_unless(&stop, 1));
+    ck_assert(sf_sleep_unless(NULL, 1));
+    atomic_store(&stop, 1);
+    ck_assert(!sf_sleep_unless(&stop, 3600 * 1000)); /* would hang for an hour if it slept */
+}
+END_TEST
+
 static Suite *common_crypto_suite(void)
 {
     Suite *s = suite_create("common_crypto");
@@ -601,6 +650,10 @@ static Suite *common_crypto_suite(void)
                   (const TTest *[]){test_auth_protocol_vectors, test_auth_signs_exact_bytes,
                                     test_auth_microsoft_sample, test_auth_header_url_encoded,
                                     test_auth_key_decode_rejects, NULL});
+
+    sf_check_case(
+        s, "invariants and waits", NULL, NULL, 0,
+        (const TTest *[]){test_assert_aborts_on_breach, test_cond_wait_and_stop_aware_sleep, NULL});
 
     sf_check_case(s, "hash", NULL, NULL, 0,
                   (const TTest *[]){test_murmur3_empty, test_murmur3_smhasher_verification,

@@ -622,6 +622,35 @@ START_TEST(test_query_cross_partition)
     }
     ck_assert_uint_eq(total, 9);
     cosmos_query_free(q);
+    {
+        /* The one drain loop: every page, a parameter, and its cap either way. */
+        const char *params[] = {"@min", "3", NULL};
+        bool complete = false;
+
+        ck_assert_int_eq(cosmos_query_all(cli, DB, coll, "SELECT VALUE c.id FROM c", NULL, &qo, 9,
+                                          &docs, &complete, &err),
+                         SF_OK);
+        ck_assert(complete);
+        ck_assert_uint_eq(json_array_size(docs), 9);
+        json_decref(docs);
+        ck_assert_int_eq(cosmos_query_all(cli, DB, coll,
+                                          "SELECT VALUE c.id FROM c WHERE c.n >= @min", params, &qo,
+                                          100, &docs, &complete, &err),
+                         SF_OK);
+        ck_assert_uint_eq(json_array_size(docs), 6);
+        json_decref(docs);
+        ck_assert_int_eq(cosmos_query_all(cli, DB, coll, "SELECT VALUE c.id FROM c", NULL, &qo, 5,
+                                          &docs, &complete, &err),
+                         SF_OK);
+        ck_assert(!complete);
+        ck_assert_uint_eq(json_array_size(docs), 5);
+        json_decref(docs);
+        docs = NULL;
+        ck_assert_int_eq(cosmos_query_all(cli, DB, coll, "SELECT VALUE c.id FROM c", NULL, &qo, 5,
+                                          &docs, NULL, &err),
+                         SF_ELIMIT);
+        ck_assert_ptr_null(docs);
+    }
 }
 END_TEST
 

@@ -23,6 +23,7 @@
 #include "processor/proc_lanes.h"
 #include "processor/proc_service.h"
 #include "processor/proc_setup.h"
+#include "record/record.h"
 #include "tests/support/check_run.h"
 
 /* ---------------------------------------------------------------------------
@@ -910,8 +911,16 @@ START_TEST(test_system_document_skipped_once_counted_once)
                                         .on_result = sys_result,
                                         .result_ctx = &seen};
     ck_assert_int_eq(proc_dispatch_new(&dopts, &disp, &err), SF_OK);
-    ck_assert_int_eq(proc_dispatch_submit(disp, "bookings", marker, "[\"u-1\"]", "/buyer", 7, 1,
-                                          sys_ack, &seen, &err),
+    ck_assert_int_eq(proc_dispatch_submit(disp,
+                                          &(struct proc_item){.container = "bookings",
+                                                              .doc = marker,
+                                                              .pk_json = "[\"u-1\"]",
+                                                              .pk_path = "/buyer",
+                                                              .lsn = 7,
+                                                              .epoch = 1,
+                                                              .ack = sys_ack,
+                                                              .ack_ctx = &seen},
+                                          &err),
                      SF_OK);
     /* settled on the submitting thread: nothing is queued */
     ck_assert_int_eq(atomic_load(&seen.acks), 1);
@@ -927,12 +936,12 @@ START_TEST(test_system_document_skipped_once_counted_once)
         json_t *ev = json_pack("{s:s}", STEP_SYS_FIELD, "event"),
                *item = json_pack("{s:s}", "id", "b-1");
 
-        ck_assert(proc_item_is_system(ev) && !proc_item_is_system(item) &&
-                  !proc_item_is_system(NULL));
+        ck_assert(record_is_system(ev) && !record_is_system(item) && !record_is_system(NULL));
         json_decref(ev);
         json_decref(item);
     }
     proc_dispatch_free(disp);
+    json_decref(marker); /* borrowed by the dispatcher until its ack */
     cosmos_client_free(cli);
     seats_close(&s);
 }
