@@ -294,8 +294,8 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
 }
 
 static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg,
-                                const struct cfg_workflow *w, const char *saga_id, json_t **ret,
-                                bool *ret_found, struct sf_err *err)
+                                const struct cfg_workflow *w, const char *saga_id, bool detail,
+                                json_t **ret, bool *ret_found, struct sf_err *err)
 {
     const char *db = cfg->cosmos.database, *colls[CONTAINERS_MAX];
     char *id_text = json_text(saga_id), *wf_text = json_text(w->name), *iid_text = NULL;
@@ -377,6 +377,12 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
                                   : json_null(),
                      "steps", proc_saga_steps(w, item, markers), "events", json_incref(events),
                      "parked", parked, "markers", (json_int_t)json_array_size(markers));
+    if (*ret != NULL && detail) {
+        sort_array(markers, by_id);
+        (void)json_object_set_new(*ret, "document",
+                                  item != NULL ? json_deep_copy(item) : json_null());
+        (void)json_object_set(*ret, "markerDocs", markers);
+    }
     if (*ret == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
 out:
@@ -391,8 +397,9 @@ out:
     return rc;
 }
 
-enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
-                          const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err)
+static enum sf_rc saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                            const char *workflow, bool detail, json_t **ret, bool *ret_found,
+                            struct sf_err *err)
 {
     json_t *views = json_array();
     bool found = false;
@@ -411,7 +418,7 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
 
         if (workflow != NULL && strcmp(w->name, workflow) != 0)
             continue;
-        rc = workflow_view(cli, cfg, w, saga_id, &v, &f, err);
+        rc = workflow_view(cli, cfg, w, saga_id, detail, &v, &f, err);
         /* Several workflows may share a container: show those that know this saga. */
         if (rc == SF_OK && (f || workflow != NULL))
             (void)json_array_append(views, v);
@@ -425,6 +432,18 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
     *ret = json_pack("{s:s, s:b, s:o}", "sagaId", saga_id, "found", found, "workflows", views);
     *ret_found = found;
     return *ret != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
+}
+
+enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                          const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err)
+{
+    return saga_show(cli, cfg, saga_id, workflow, false, ret, ret_found, err);
+}
+
+enum sf_rc proc_saga_detail(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                            const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err)
+{
+    return saga_show(cli, cfg, saga_id, workflow, true, ret, ret_found, err);
 }
 
 static void print_elements(FILE *out, const json_t *arr)

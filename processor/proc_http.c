@@ -17,6 +17,7 @@ struct proc_http {
     struct sf_connguard *guard;
     proc_http_fn fn;
     void *ctx;
+    const struct proc_http_hook *hook; /* NULL: none */
     int port;
 };
 
@@ -125,8 +126,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     struct proc_http *h = cls;
 
-    SF_UNUSED(con_cls);
     SF_UNUSED(toe);
+    if (h->hook != NULL && *con_cls != NULL)
+        h->hook->done(h->hook->ctx, *con_cls);
+    *con_cls = NULL;
     sf_connguard_request_done(h->guard, guard_conn(conn));
 }
 
@@ -141,8 +144,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     int status;
 
     SF_UNUSED(version);
-    SF_UNUSED(upload_data);
-    SF_UNUSED(con_cls);
+    for (size_t i = 0; h->hook != NULL && h->hook->prefixes[i] != NULL; i++) {
+        bool first = *con_cls == NULL;
+
+        if (strncmp(url, h->hook->prefixes[i], strlen(h->hook->prefixes[i])) != 0)
+            continue;
+        if (first)
+            sf_connguard_request_begin(h->guard, guard_conn(conn));
+        if (*upload_data_size == 0 && (!first || strcmp(method, "POST") != 0))
+            sf_connguard_request_ready(h->guard, guard_conn(conn));
+        return (enum MHD_Result)h->hook->fn(h->hook->ctx, conn, url, method, upload_data,
+                                            upload_data_size, con_cls);
+    }
     /* Answered on the first call (headers complete): nothing more to wait for. */
     sf_connguard_request_begin(h->guard, guard_conn(conn));
     sf_connguard_request_ready(h->guard, guard_conn(conn));
@@ -161,6 +174,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *lim, proc_http_fn fn,
                            void *ctx, struct proc_http **ret_h, struct sf_err *err)
+{
+    return proc_http_start_hooked(listen, lim, fn, ctx, NULL, ret_h, err);
+}
+
+enum sf_rc proc_http_start_hooked(const char *listen, const struct proc_http_limits *lim,
+                                  proc_http_fn fn, void *ctx, const struct proc_http_hook *hook,
+                                  struct proc_http **ret_h, struct sf_err *err)
 {
     struct sockaddr_storage ss;
     socklen_t len = 0;
@@ -186,6 +206,7 @@ enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *li
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     h->fn = fn;
     h->ctx = ctx;
+    h->hook = hook;
     if ((rc = sf_connguard_new(&go, &h->guard, err)) != SF_OK) {
         free(h);
         return rc;
