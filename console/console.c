@@ -904,6 +904,9 @@ static enum MHD_Result get_saga(struct console *c, struct MHD_Connection *conn, 
                                     : "unknown"));
         }
     }
+    if (!found)
+        (void)json_object_set_new(
+            v, "error", json_string("nothing found: no item, marker, event or parked record"));
     return respond_json(conn, found ? 200 : 404, v, requests_now(c) - r0, NULL);
 }
 
@@ -1215,10 +1218,11 @@ static enum MHD_Result get_info(struct console *c, struct MHD_Connection *conn)
                                                    w->state_field, "steps", (int)w->n_steps));
     }
     return respond_json(conn, 200,
-                        json_pack("{s:s, s:s, s:s, s:b, s:b, s:o, s:i}", "version", SF_VERSION,
+                        json_pack("{s:s, s:s, s:s, s:b, s:b, s:o, s:i, s:I}", "version", SF_VERSION,
                                   "mode", c->mode, "database", c->cfg->cosmos.database, "writable",
                                   c->token != NULL, "loggedIn", session_ok(c, cookie), "workflows",
-                                  wfs, "pageSizeMax", (int)c->cfg->console.page_size_max),
+                                  wfs, "pageSizeMax", (int)c->cfg->console.page_size_max,
+                                  "cosmosRequestsTotal", (json_int_t)requests_now(c)),
                         0, NULL);
 }
 
@@ -1278,7 +1282,7 @@ static int on_request(void *ctx, void *conn_, const char *url, const char *metho
     struct MHD_Connection *conn = conn_;
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
-    if (strcmp(method, "POST") == 0 && strncmp(url, "/api/v1/", 8) == 0) {
+    if (strcmp(method, "POST") == 0 && strncmp(url, "/api/v1/", 8) == 0 && c->cli != NULL) {
         struct req *rq = *state;
 
         if (rq == NULL) {
@@ -1303,6 +1307,8 @@ static int on_request(void *ctx, void *conn_, const char *url, const char *metho
     }
     if (strcmp(url, "/ui") == 0 || strncmp(url, "/ui/", 4) == 0)
         return serve_asset(conn, url);
+    if (c->cli == NULL)
+        return respond_error(conn, 503, "starting: no Cosmos client yet", 0);
     if (strcmp(url, "/api/v1/info") == 0)
         return get_info(c, conn);
     if (strcmp(url, "/api/v1/sagas") == 0)

@@ -241,7 +241,7 @@ async function pageParked() {
   const rows = r.records.map((p) => el('tr', { class: 'parked-row' },
     el('td', {}, text(p.parkKey)),
     el('td', {}, el('a', { href: '#/saga/' + encodeURIComponent(text(p.workflow)) + '/' + encodeURIComponent(text(p.sourceId)) }, text(p.sourceId))),
-    el('td', {}, badge(p.status === 'parked' ? 'parked' : 'waiting'), ' ', text(p.status)),
+    el('td', {}, p.status === 'parked' ? badge('parked') : el('span', { class: 'badge s-waiting' }, text(p.status))),
     el('td', {}, text(p.attempts)),
     el('td', {}, text(p.parkedAt)),
     el('td', {}, text((p.error || {}).message)),
@@ -328,7 +328,7 @@ function chart(id, title, series, unit) {
     svg.appendChild(pl);
   });
   return el('div', { class: 'chart' }, el('b', {}, title), ' ', el('span', { class: 'muted' }, unit),
-    el('div', { class: 'legend' }, series.map((s, i) => el('span', { style: null }, '■ '.concat(s.name)))), svg);
+    el('div', { class: 'legend' }, series.map((s, i) => el('span', { class: 'c' + (i % COLORS.length) }, '■ ', el('span', { class: 'muted' }, s.name)))), svg);
 }
 
 function rates(samples, pick) {

@@ -20,6 +20,7 @@ from sf_cosmolite import KEY, Cosmolite  # noqa: E402  (exits 77 without azure-c
 
 import azure.cosmos.cosmos_client as cosmos_client  # noqa: E402
 
+STATUSES = ["running", "waiting", "compensating", "completed", "cancelled", "parked"]
 TOKEN = "console-test-token-0123456789"
 HOSTILE_SCRIPT = "<script>alert(1)</script>"  # a partition key value (ids cannot hold '/')
 HOSTILE_IMG = '"><img src=x onerror=alert(2)>'  # an order id
@@ -48,6 +49,7 @@ class World:
         self.tmp = tempfile.TemporaryDirectory(prefix="sf-console-")
         self.cosmo = Cosmolite()
         self.procs = []
+        self.logs = []
         self.client = cosmos_client.CosmosClient(self.cosmo.endpoint, {"masterKey": KEY})
         self.client.CreateDatabase({"id": "shop"})
         for name, pk in (("orders", "/customerId"), ("products", "/category"),
@@ -90,8 +92,10 @@ class World:
         args = [os.environ["SF_SAGAFEED_BIN"], command, "-c", self.cfg, "--http", "127.0.0.1:0"]
         if command == "run":
             args += ["--log-text", "--instance", "console-test"]
-        p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=self.env)
+        with open(log, "w") as out:
+            p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         self.procs.append(p)
+        self.logs.append(log)
         deadline = time.monotonic() + 30
         pat = re.compile(r"port (\d+)")
         while time.monotonic() < deadline:
@@ -151,16 +155,24 @@ class World:
             self.parked_records())
 
     def stop(self):
-        for p in self.procs:
+        """Stops everything; raises when a sagafeed did not exit cleanly or a sanitizer spoke."""
+        problems = []
+        for p, log in zip(self.procs, self.logs):
             if p.poll() is None:
                 p.terminate()
                 try:
-                    p.wait(timeout=20)
+                    p.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+            with open(log) as f:
+                text = f.read()
+            if p.returncode != 0 or "Sanitizer" in text or "runtime error" in text:
+                problems.append("%s exited %d:\n%s" % (log, p.returncode, text[-4000:]))
         self.cosmo.stop()
         self.tmp.cleanup()
+        if problems:
+            raise RuntimeError("\n".join(problems))
 
 
 def http(method, url, body=None, headers=None):
