@@ -130,11 +130,16 @@ struct cfg_processor {
  * The optional `console` section: the web console of `sagafeed run --http`
  * and `sagafeed console` (console/console.h).
  */
+#define CFG_CONSOLE_HOSTS_MAX 16
 struct cfg_console {
     const char *admin_token_env; /* env variable holding the admin token; NULL: read-only */
     unsigned page_size_max;      /* sagas per list page at most [100], 1..1000 */
     unsigned max_requests;       /* Cosmos requests one list page may make [20] */
     int64_t query_timeout_ms;    /* wall time one page may spend querying [5s] */
+    /* Host names (the Host header, without its port) the console answers besides IP
+       literals and localhost: a reverse proxy's public name. Borrowed strings. */
+    const char *allowed_hosts[CFG_CONSOLE_HOSTS_MAX];
+    size_t n_allowed_hosts;
 };
 
 /*

@@ -51,6 +51,7 @@ struct console {
     char mode[16];
     char *token; /* NULL: read-only */
     struct proc_http_hook hook;
+    pthread_mutex_t smu; /* sessions, pk_path: requests run on several threads */
     struct session sessions[CONSOLE_SESSIONS];
     enum sf_rc (*metrics)(void *ctx, struct sf_buf *out);
     void *metrics_ctx;
@@ -161,15 +162,49 @@ static bool token_ok(const struct console *c, const char *given)
 static bool session_ok(struct console *c, const char *id)
 {
     int64_t now = sf_mono_ms();
+    bool ok = false;
 
     if (id == NULL || strlen(id) != 64)
         return false;
-    for (size_t i = 0; i < CONSOLE_SESSIONS; i++) {
+    pthread_mutex_lock(&c->smu);
+    for (size_t i = 0; i < CONSOLE_SESSIONS && !ok; i++) {
         struct session *s = &c->sessions[i];
 
-        if (s->id[0] != '\0' && s->expires_ms > now && sf_ct_equal(s->id, id, 64))
-            return true;
+        ok = s->id[0] != '\0' && s->expires_ms > now && sf_ct_equal(s->id, id, 64);
     }
+    pthread_mutex_unlock(&c->smu);
+    return ok;
+}
+
+/*
+ * Is the Host header one the console answers? IP literals, localhost and
+ * console.allowed_hosts: a page of another site whose name was made to
+ * resolve to this address (DNS rebinding) names its own host and gets 421.
+ */
+static bool host_ok(const struct console *c, const char *host)
+{
+    char name[256];
+    size_t n;
+    struct in6_addr a6;
+    struct in_addr a4;
+
+    if (host == NULL || host[0] == '\0' || strlen(host) >= sizeof(name))
+        return false;
+    if (host[0] == '[') {
+        const char *end = strchr(host, ']');
+
+        if (end == NULL)
+            return false;
+        (void)snprintf(name, sizeof(name), "%.*s", (int)(end - host - 1), host + 1);
+        return inet_pton(AF_INET6, name, &a6) == 1;
+    }
+    n = strcspn(host, ":");
+    (void)snprintf(name, sizeof(name), "%.*s", (int)n, host);
+    if (inet_pton(AF_INET, name, &a4) == 1 || strcasecmp(name, "localhost") == 0)
+        return true;
+    for (size_t i = 0; i < c->cfg->console.n_allowed_hosts; i++)
+        if (strcasecmp(name, c->cfg->console.allowed_hosts[i]) == 0)
+            return true;
     return false;
 }
 
@@ -244,6 +279,7 @@ static enum MHD_Result do_login(struct console *c, struct MHD_Connection *conn, 
         return respond_error(conn, 403, "wrong admin token", 0);
     if (sf_random_bytes(raw, sizeof(raw)) != SF_OK)
         return respond_error(conn, 500, "no random bytes", 0);
+    pthread_mutex_lock(&c->smu);
     for (size_t i = 1; i < CONSOLE_SESSIONS; i++)
         if (c->sessions[i].expires_ms < c->sessions[slot].expires_ms)
             slot = i; /* free (0) or oldest */
@@ -252,6 +288,7 @@ static enum MHD_Result do_login(struct console *c, struct MHD_Connection *conn, 
     c->sessions[slot].expires_ms = sf_mono_ms() + SESSION_TTL_MS;
     (void)snprintf(cookie, sizeof(cookie), COOKIE_NAME "=%s; Path=/; HttpOnly; SameSite=Strict",
                    c->sessions[slot].id);
+    pthread_mutex_unlock(&c->smu);
     return respond_json(conn, 200, json_pack("{s:b}", "loggedIn", 1), 0, cookie);
 }
 
@@ -259,9 +296,11 @@ static enum MHD_Result do_logout(struct console *c, struct MHD_Connection *conn)
 {
     const char *cookie = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, COOKIE_NAME);
 
+    pthread_mutex_lock(&c->smu);
     for (size_t i = 0; cookie != NULL && i < CONSOLE_SESSIONS; i++)
         if (c->sessions[i].id[0] != '\0' && strcmp(c->sessions[i].id, cookie) == 0)
             memset(&c->sessions[i], 0, sizeof(c->sessions[i]));
+    pthread_mutex_unlock(&c->smu);
     return respond_json(conn, 200, json_pack("{s:b}", "loggedIn", 0), 0,
                         COOKIE_NAME "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
 }
@@ -359,9 +398,14 @@ static bool filter_split(const char *filter, char *alias, size_t asz, const char
 }
 
 /* The partition key path of w's container (read once, then cached). */
-static enum sf_rc pk_path(struct console *c, size_t wi, const char **ret, struct sf_err *err)
+static enum sf_rc pk_path(struct console *c, size_t wi, char ret[256], struct sf_err *err)
 {
-    if (c->pk_path[wi][0] == '\0') {
+    bool known;
+
+    pthread_mutex_lock(&c->smu);
+    known = c->pk_path[wi][0] != '\0';
+    pthread_mutex_unlock(&c->smu);
+    if (!known) {
         struct cosmos_container_info info;
         enum sf_rc rc = cosmos_container_read(c->cli, c->cfg->cosmos.database,
                                               c->cfg->workflows[wi].container, &info, err);
@@ -372,9 +416,13 @@ static enum sf_rc pk_path(struct console *c, size_t wi, const char **ret, struct
             return sf_err_set(err, SF_EINVAL, false,
                               "container %s has a hierarchical partition key: not supported here",
                               c->cfg->workflows[wi].container);
+        pthread_mutex_lock(&c->smu);
         (void)snprintf(c->pk_path[wi], sizeof(c->pk_path[wi]), "%s", info.pk_paths[0]);
+        pthread_mutex_unlock(&c->smu);
     }
-    *ret = c->pk_path[wi];
+    pthread_mutex_lock(&c->smu);
+    (void)snprintf(ret, 256, "%s", c->pk_path[wi]);
+    pthread_mutex_unlock(&c->smu);
     return SF_OK;
 }
 
@@ -570,7 +618,8 @@ static enum MHD_Result get_sagas(struct console *c, struct MHD_Connection *conn)
     struct cosmos_query *q = NULL;
     struct sf_err err;
     json_t *items = json_array(), *out = NULL;
-    const char *alias_cond = "", *path = NULL;
+    const char *alias_cond = "";
+    char path[256];
     char alias[64];
     unsigned pages = 0;
     bool partial = false;
@@ -622,7 +671,7 @@ static enum MHD_Result get_sagas(struct console *c, struct MHD_Connection *conn)
     sf_buf_init(&pkj, 4096);
     if (!filter_split(w->filter, alias, sizeof(alias), &alias_cond))
         alias_cond = "";
-    rc = pk_path(c, wi, &path, &err);
+    rc = pk_path(c, wi, path, &err);
     if (rc == SF_OK)
         rc = sf_buf_printf(&sql, "SELECT %s.id, %s._ts, %s[", alias, alias, alias);
     if (rc == SF_OK)
@@ -1282,6 +1331,13 @@ static int on_request(void *ctx, void *conn_, const char *url, const char *metho
     struct MHD_Connection *conn = conn_;
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
+    if (!host_ok(c, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))) {
+        *upload_size = 0;
+        return respond_error(conn, 421,
+                             "unknown Host: add it to console.allowed_hosts (IP addresses and "
+                             "localhost are always answered)",
+                             0);
+    }
     if (strcmp(method, "POST") == 0 && strncmp(url, "/api/v1/", 8) == 0 && c->cli != NULL) {
         struct req *rq = *state;
 
@@ -1362,6 +1418,7 @@ enum sf_rc console_new(const struct console_opts *o, struct console **ret, struc
     c->cli = o->cli;
     (void)snprintf(c->mode, sizeof(c->mode), "%s", o->mode != NULL ? o->mode : "console");
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->smu, NULL);
     c->hook.prefixes[0] = "/ui";
     c->hook.prefixes[1] = "/api/";
     c->hook.fn = on_request;
@@ -1402,6 +1459,7 @@ void console_free(struct console *c)
         free(c->token);
     }
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->smu);
     free(c->samples);
     free(c);
 }

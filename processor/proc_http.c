@@ -4,6 +4,7 @@
 #include "common/sf_base.h"
 
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <microhttpd.h>
@@ -18,6 +19,7 @@ struct proc_http {
     proc_http_fn fn;
     void *ctx;
     const struct proc_http_hook *hook; /* NULL: none */
+    pthread_mutex_t fn_mu;             /* fn runs one request at a time, whatever the threads */
     int port;
 };
 
@@ -166,7 +168,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return answer(conn, 405, type, msg, sizeof(msg) - 1);
     }
     sf_buf_init(&body, PROC_HTTP_BODY_MAX);
+    pthread_mutex_lock(&h->fn_mu);
     status = h->fn(h->ctx, url, &body, &type);
+    pthread_mutex_unlock(&h->fn_mu);
     ok = answer(conn, status, type, sf_buf_cstr(&body), body.len);
     sf_buf_release(&body);
     return ok;
@@ -207,12 +211,17 @@ enum sf_rc proc_http_start_hooked(const char *listen, const struct proc_http_lim
     h->fn = fn;
     h->ctx = ctx;
     h->hook = hook;
+    pthread_mutex_init(&h->fn_mu, NULL);
     if ((rc = sf_connguard_new(&go, &h->guard, err)) != SF_OK) {
+        pthread_mutex_destroy(&h->fn_mu);
         free(h);
         return rc;
     }
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* A hook's answers may wait on Cosmos DB: a thread per connection keeps /healthz answered. */
+    if (hook != NULL)
+        flags |= MHD_USE_THREAD_PER_CONNECTION;
     h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -220,6 +229,7 @@ enum sf_rc proc_http_start_hooked(const char *listen, const struct proc_http_lim
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
         sf_connguard_free(h->guard);
+        pthread_mutex_destroy(&h->fn_mu);
         free(h);
         return sf_err_set(err, SF_EIO, false,
                           "cannot serve HTTP on %s (address in use or not available)", listen);
@@ -241,5 +251,6 @@ void proc_http_stop(struct proc_http *h)
         return;
     MHD_stop_daemon(h->daemon);
     sf_connguard_free(h->guard); /* after the daemon: its close callbacks use the guard */
+    pthread_mutex_destroy(&h->fn_mu);
     free(h);
 }

@@ -6,7 +6,10 @@
  *
  * Threads: the server runs one internal thread; the callback is called on
  * it, one request at a time (a second thread enforces the request deadline).
- * Start and stop from the owning thread.
+ * With a route hook each connection gets its own thread (a hook's answer may
+ * wait on Cosmos DB while /healthz is asked): the callback is still called
+ * one request at a time, the hook concurrently. Start and stop from the
+ * owning thread.
  *
  * Connections (common/sf_connguard.h): at most max_connections; each must
  * send a complete request within request_timeout_s of connecting (or of its
@@ -53,7 +56,7 @@ typedef int (*proc_http_fn)(void *ctx, const char *path, struct sf_buf *body,
  * *state starts NULL for each request; a hook that wants the body sets it
  * on the first call and is called again per chunk, then once with
  * *upload_size 0. done(ctx, *state) runs when the request ends, whatever
- * happened. Called on the server's thread, one request at a time.
+ * happened. Called on each connection's thread: several at once.
  */
 struct proc_http_hook {
     const char *prefixes[4]; /* "/ui", "/api/"...; NULL-terminated (at most 3) */

@@ -176,8 +176,9 @@ function timelineOf(v) {
     rows.push({ t: when(w.since), kind: 'waiting', what: 'waiting in step ' + text(w.step),
       detail: w.until ? 'until ' + when(w.until) : 'no timeout', proof: 'pending' });
   }
-  if (doc && doc.sfDeadline) {
-    rows.push({ t: when(doc.sfDeadline), kind: 'deadline', what: 'deadline', detail: 'the saga compensates if not settled by then', proof: 'pending' });
+  if (doc && doc.sfDeadline && (v.status === 'running' || v.status === 'waiting')) {
+    rows.push({ t: when(doc.sfDeadline), kind: 'deadline', what: 'deadline',
+      detail: 'the saga compensates ("deadline exceeded") unless settled by then', proof: 'pending' });
   }
   rows.sort((a, b) => (a.t < b.t ? -1 : a.t > b.t ? 1 : 0));
   return rows;

@@ -3,6 +3,7 @@
   paging        limit + continuation walk every saga once; the filters match the data
   bad_input     unknown status, limit out of range, bad times, unknown workflow or
                 saga, a malformed path, a body too large or not JSON: 4xx, clear error
+  host          a Host that is not an IP, localhost or console.allowed_hosts: 421
   auth          read-only without console.admin_token_env (403, nothing written);
                 with it: no token 401, a wrong one 403, a foreign Origin 403, the
                 login cookie HttpOnly + SameSite=Strict and needing an Origin;
@@ -159,6 +160,20 @@ class Api(unittest.TestCase):
         http("POST", self.url + "/api/v1/logout", {}, {"Cookie": jar, "Origin": "http://" + host})
         st, r = http("POST", u, {"reason": "r"}, {"Cookie": jar, "Origin": "http://" + host})
         self.assertEqual(st, 401, r)
+
+    def test_foreign_host_refused(self):
+        # DNS rebinding: another site's name resolving here names its own Host
+        port = self.url.rsplit(":", 1)[1]
+        for host, status in (("evil.example:" + port, 421), ("localhost:" + port, 200),
+                             ("127.0.0.1:" + port, 200), ("[::1]:" + port, 200),
+                             ("console.example", 421)):
+            st, r = http("GET", self.url + "/api/v1/info", headers={"Host": host})
+            self.assertEqual(st, status, (host, r))
+        st, r = http("POST", self.url + "/api/v1/pause", {"reason": "r"},
+                     {"Host": "evil.example:" + port, "Authorization": "Bearer " + h.TOKEN,
+                      "Origin": "http://evil.example:" + port})
+        self.assertEqual(st, 421, r)
+        self.assertFalse(self.get("/api/v1/fleet")[1]["paused"])
 
     def test_read_only_without_token(self):
         w = h.World(token=False, orders=[h.order("o-1", "c-1", h.GOOD, 5)])

@@ -174,6 +174,23 @@ class Console(unittest.TestCase):
         self.assertEqual(steps["reserve"][2], "compensated")
         self.shot("saga.png")
 
+    def test_3b_pending_wait_and_deadline(self):
+        # an item the workflow's filter leaves alone (type "draft"), shaped as a saga set
+        # aside by an await step with a deadline: the console shows both as pending
+        since, until, deadline = 1796000000000, 1796000060000, 1796003600000
+        self.world.upsert("orders", {"id": "o-wait", "type": "draft", "customerId": "c-9",
+                                     "status": "charged", "sfDeadline": deadline,
+                                     "sfWait": {"step": "ship", "since": since, "until": until,
+                                                "container": "shipments"}})
+        self.open("#/saga/order-fulfilment/o-wait")
+        self.wait(lambda d: len(self.rows("timeline")) == 2, "the wait and the deadline")
+        tl = {r[1]: r for r in self.cells("timeline")}
+        self.assertEqual(tl["waiting"][2], "waiting in step ship")
+        self.assertEqual(tl["waiting"][3], "until 2026-11-30T00:54:20Z")
+        self.assertEqual(tl["waiting"][4], "pending")
+        self.assertEqual(tl["deadline"][0], "2026-11-30T01:53:20Z")
+        self.assertIn("waiting", self.d.find_element(By.ID, "saga-status").text)
+
     def test_4_hostile_ids_are_text(self):
         self.open("#/sagas")
         self.wait(lambda d: len(self.rows("sagas")) == 5, "five sagas listed")
