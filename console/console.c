@@ -23,12 +23,13 @@
 #include "processor/proc_opt.h"
 #include "processor/proc_status.h"
 
-#define COOKIE_NAME     "sf_console"
-#define SESSION_TTL_MS  (12 * 3600 * 1000)
-#define TOKEN_MIN       16
-#define PARKED_SHOW_MAX 500 /* parked records one page lists (the total is counted) */
-#define ARG_MAX         512 /* bytes of a query argument */
-#define SERIES_MAX      32  /* lag ranges / RU containers per chart sample */
+#define COOKIE_NAME           "sf_console"
+#define SESSION_TTL_MS        (12 * 3600 * 1000)
+#define TOKEN_MIN             16
+#define PARKED_SHOW_MAX       500   /* parked records one page lists (the total is counted) */
+#define ARG_MAX               512   /* bytes of a query argument */
+#define CONSOLE_COUNTS_TTL_MS 30000 /* counts per status are kept this long */
+#define SERIES_MAX            32    /* lag ranges / RU containers per chart sample */
 
 struct session {
     char id[65]; /* hex of 32 random bytes, "" free */
@@ -60,6 +61,8 @@ struct console {
     struct sample *samples; /* ring of CONSOLE_SAMPLES_MAX */
     size_t n_samples, head;
     char pk_path[CFG_WORKFLOWS_MAX][256]; /* per workflow, "" unknown yet */
+    json_t *counts[CFG_WORKFLOWS_MAX];    /* the last counts per workflow (smu), NULL none */
+    int64_t counts_ms[CFG_WORKFLOWS_MAX]; /* when they were taken (mono) */
 };
 
 /* One request's state while its POST body arrives. */
@@ -739,10 +742,14 @@ static enum MHD_Result get_sagas(struct console *c, struct MHD_Connection *conn)
     return respond_json(conn, 200, out, requests_now(c) - r0, NULL);
 }
 
-/* Runs sql (a GROUP BY or a VALUE COUNT) on every range of w's container, into each page. */
+/*
+ * Runs sql (a GROUP BY or a VALUE COUNT) on every range of coll, appending
+ * each page to acc. Stops between ranges once deadline (mono ms) passed:
+ * *ret_partial true then.
+ */
 static enum sf_rc per_range(struct console *c, const struct cfg_workflow *w, const char *coll,
                             const char *sql, const char *param_name, const char *param_json,
-                            json_t *acc, struct sf_err *err)
+                            int64_t deadline, json_t *acc, bool *ret_partial, struct sf_err *err)
 {
     struct cosmos_pkranges *rs = NULL;
     enum sf_rc rc = cosmos_pkranges_get(c->cli, c->cfg->cosmos.database, coll, false, &rs, err);
@@ -751,6 +758,10 @@ static enum sf_rc per_range(struct console *c, const struct cfg_workflow *w, con
         struct cosmos_query_opts qo = {.range_id = rs->ranges[i].id};
         struct cosmos_query *q = NULL;
 
+        if (sf_mono_ms() >= deadline) {
+            *ret_partial = true;
+            break;
+        }
         rc = cosmos_query_new(c->cli, c->cfg->cosmos.database, coll, sql, &qo, &q, err);
         if (rc == SF_OK && w != NULL)
             rc = add_params(q, w, NULL, err);
@@ -771,42 +782,34 @@ static enum sf_rc per_range(struct console *c, const struct cfg_workflow *w, con
 }
 
 /*
- * GET /api/v1/counts?workflow=W: sagas per status. Per range of the
- * workflow's container one GROUP BY of the state and one COUNT of the
- * waiting; per range of the parking container one COUNT of its parked.
+ * Counts of workflow wi per status (new reference): per range of its
+ * container one GROUP BY of the state and whether a wait is pending, per
+ * range of the parking container one COUNT of its parked records. Bounded by
+ * console.query_timeout between ranges ("partial": true).
  */
-static enum MHD_Result get_counts(struct console *c, struct MHD_Connection *conn)
+static enum sf_rc counts_query(struct console *c, const struct cfg_workflow *w, json_t **ret,
+                               struct sf_err *err)
 {
-    const char *wname = arg(conn, "workflow");
-    const struct cfg_workflow *w = NULL;
-    uint64_t r0 = requests_now(c);
-    struct sf_buf sql;
-    struct sf_err err;
-    json_t *groups = json_array(), *waits = json_array(), *parked = json_array(), *d;
+    int64_t deadline = sf_mono_ms() + c->cfg->console.query_timeout_ms;
+    struct sf_buf sql, lit;
+    json_t *groups = json_array(), *parked = json_array(), *d;
     const char *cond = "";
     char alias[64];
     int64_t n[6] = {0};
+    bool partial = false;
     size_t i;
-    enum sf_rc rc = SF_OK;
+    enum sf_rc rc;
 
-    sf_err_clear(&err);
-    for (i = 0; i < c->cfg->n_workflows && w == NULL; i++)
-        if (wname == NULL || strcmp(c->cfg->workflows[i].name, wname) == 0)
-            w = &c->cfg->workflows[i];
-    if (w == NULL) {
-        json_decref(groups);
-        json_decref(waits);
-        json_decref(parked);
-        return respond_error(conn, 404, "no such workflow", 0);
-    }
     if (!filter_split(w->filter, alias, sizeof(alias), &cond))
         cond = "";
     sf_buf_init(&sql, 64u << 10);
+    sf_buf_init(&lit, 1024);
     rc = sf_buf_printf(&sql, "SELECT %s[", alias);
     if (rc == SF_OK)
         rc = put_lit(&sql, w->state_field);
     if (rc == SF_OK)
-        rc = sf_buf_printf(&sql, "] AS s, COUNT(1) AS n FROM %s", alias);
+        rc = sf_buf_printf(&sql, "] AS s, IS_OBJECT(%s.sfWait) AS w, COUNT(1) AS n FROM %s", alias,
+                           alias);
     if (rc == SF_OK)
         rc = put_where(&sql, w, alias, cond, NULL);
     if (rc == SF_OK)
@@ -814,66 +817,93 @@ static enum MHD_Result get_counts(struct console *c, struct MHD_Connection *conn
     if (rc == SF_OK)
         rc = put_lit(&sql, w->state_field);
     if (rc == SF_OK)
-        rc = sf_buf_putc(&sql, ']');
+        rc = sf_buf_printf(&sql, "], IS_OBJECT(%s.sfWait)", alias);
     if (rc == SF_OK)
-        rc = per_range(c, w, w->container, sf_buf_cstr(&sql), NULL, NULL, groups, &err);
-    if (rc == SF_OK) {
-        struct list_q wq = {.status = "waiting"};
-
-        sf_buf_reset(&sql);
-        rc = sf_buf_printf(&sql, "SELECT VALUE COUNT(1) FROM %s", alias);
-        if (rc == SF_OK)
-            rc = put_where(&sql, w, alias, cond, &wq);
-        if (rc == SF_OK)
-            rc = per_range(c, w, w->container, sf_buf_cstr(&sql), NULL, NULL, waits, &err);
-    }
-    if (rc == SF_OK) {
-        struct sf_buf lit;
-
-        sf_buf_init(&lit, 1024);
+        rc = per_range(c, w, w->container, sf_buf_cstr(&sql), NULL, NULL, deadline, groups,
+                       &partial, err);
+    if (rc == SF_OK)
         rc = put_lit(&lit, w->container);
-        if (rc == SF_OK)
-            rc = per_range(c, NULL, c->cfg->processor.parking_container,
-                           "SELECT VALUE COUNT(1) FROM c WHERE c.sfKind = 'parked' AND "
-                           "c.status = 'parked' AND c.sourceContainer = @c",
-                           "@c", sf_buf_cstr(&lit), parked, &err);
+    if (rc == SF_OK) {
+        rc = per_range(c, NULL, c->cfg->processor.parking_container,
+                       "SELECT VALUE COUNT(1) FROM c WHERE c.sfKind = 'parked' AND "
+                       "c.status = 'parked' AND c.sourceContainer = @c",
+                       "@c", sf_buf_cstr(&lit), deadline, parked, &partial, err);
         if (rc == SF_ENOTFOUND) { /* no parking container yet */
-            sf_err_clear(&err);
+            sf_err_clear(err);
             rc = SF_OK;
         }
-        sf_buf_release(&lit);
     }
-    sf_buf_release(&sql);
     if (rc == SF_ENOTFOUND) {
-        sf_err_clear(&err);
+        sf_err_clear(err);
         rc = SF_OK;
     }
+    sf_buf_release(&sql);
+    sf_buf_release(&lit);
     /* running, waiting, compensating, completed, cancelled, parked */
     json_array_foreach(groups, i, d)
     {
-        const char *st = status_of(w, sf_json_str(d, "s"), false);
+        const char *st = status_of(w, sf_json_str(d, "s"), json_is_true(json_object_get(d, "w")));
         int64_t k = json_integer_value(json_object_get(d, "n"));
 
         n[strcmp(st, "completed") == 0      ? 3
           : strcmp(st, "cancelled") == 0    ? 4
           : strcmp(st, "compensating") == 0 ? 2
+          : strcmp(st, "waiting") == 0      ? 1
                                             : 0] += k;
     }
-    json_array_foreach(waits, i, d) n[1] += json_integer_value(d);
-    n[0] -= n[1];
     json_array_foreach(parked, i, d) n[5] += json_integer_value(d);
     json_decref(groups);
-    json_decref(waits);
     json_decref(parked);
     if (rc != SF_OK)
+        return rc;
+    *ret = json_pack("{s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:b}", "workflow", w->name, "counts",
+                     "running", (json_int_t)n[0], "waiting", (json_int_t)n[1], "compensating",
+                     (json_int_t)n[2], "completed", (json_int_t)n[3], "cancelled", (json_int_t)n[4],
+                     "parked", (json_int_t)n[5], "partial", partial);
+    return *ret != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
+}
+
+/*
+ * GET /api/v1/counts?workflow=W: counts_query, kept CONSOLE_COUNTS_TTL_MS
+ * per workflow (a partial answer is not kept), so the list page, opened
+ * again and again, counts once per interval.
+ */
+static enum MHD_Result get_counts(struct console *c, struct MHD_Connection *conn)
+{
+    const char *wname = arg(conn, "workflow");
+    size_t wi = c->cfg->n_workflows;
+    uint64_t r0 = requests_now(c);
+    struct sf_err err;
+    json_t *v = NULL;
+    int64_t now = sf_mono_ms();
+
+    for (size_t i = 0; i < c->cfg->n_workflows && wi == c->cfg->n_workflows; i++)
+        if (wname == NULL || strcmp(c->cfg->workflows[i].name, wname) == 0)
+            wi = i;
+    if (wi == c->cfg->n_workflows)
+        return respond_error(conn, 404, "no such workflow", 0);
+    pthread_mutex_lock(&c->smu);
+    if (c->counts[wi] != NULL && now - c->counts_ms[wi] < CONSOLE_COUNTS_TTL_MS) {
+        v = json_deep_copy(c->counts[wi]);
+        if (v != NULL)
+            (void)json_object_set_new(v, "ageMs",
+                                      json_integer((json_int_t)(now - c->counts_ms[wi])));
+    }
+    pthread_mutex_unlock(&c->smu);
+    if (v != NULL)
+        return respond_json(conn, 200, v, 0, NULL);
+    sf_err_clear(&err);
+    if (counts_query(c, &c->cfg->workflows[wi], &v, &err) != SF_OK)
         return respond_error(conn, 502, err.msg, requests_now(c) - r0);
-    return respond_json(conn, 200,
-                        json_pack("{s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "workflow", w->name,
-                                  "counts", "running", (json_int_t)n[0], "waiting",
-                                  (json_int_t)n[1], "compensating", (json_int_t)n[2], "completed",
-                                  (json_int_t)n[3], "cancelled", (json_int_t)n[4], "parked",
-                                  (json_int_t)n[5]),
-                        requests_now(c) - r0, NULL);
+    if (!json_is_true(json_object_get(v, "partial"))) {
+        pthread_mutex_lock(&c->smu);
+        json_decref(c->counts[wi]);
+        c->counts[wi] = json_deep_copy(v);
+        c->counts_ms[wi] = now;
+        pthread_mutex_unlock(&c->smu);
+    }
+    (void)json_object_set_new(v, "ageMs", json_integer(0));
+    return respond_json(conn, 200, v, requests_now(c) - r0, NULL);
 }
 
 /* Percent-decodes s (len bytes) into out; false when malformed, empty, NUL or too long. */
@@ -1460,6 +1490,8 @@ void console_free(struct console *c)
     }
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->smu);
+    for (size_t i = 0; i < CFG_WORKFLOWS_MAX; i++)
+        json_decref(c->counts[i]);
     free(c->samples);
     free(c);
 }

@@ -215,6 +215,10 @@ class Api(unittest.TestCase):
         self.assertEqual(r["cosmosRequests"], 1)
         st, r = self.get("/api/v1/sagas/order-fulfilment/o-1")
         self.assertLessEqual(r["cosmosRequests"], 8)  # events, 4 marker containers, item, parked
+        st, r = self.get("/api/v1/counts")
+        st, again = self.get("/api/v1/counts")
+        self.assertEqual(again["cosmosRequests"], 0)  # kept 30 s
+        self.assertEqual(again["counts"], r["counts"])
 
     def test_console_needs_its_token_variable(self):
         env = dict(self.world.env)
