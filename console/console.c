@@ -938,7 +938,8 @@ static bool url_decode(const char *s, size_t len, char *out, size_t size)
 static enum MHD_Result get_saga(struct console *c, struct MHD_Connection *conn, const char *rest)
 {
     const char *slash = strchr(rest, '/');
-    char wf[256], id[1024];
+    char wf[256], id[1024], *pk_json = NULL;
+    const char *key = arg(conn, "key"); /* the item's partition key (a string): one partition */
     uint64_t r0 = requests_now(c);
     json_t *v = NULL;
     bool found = false;
@@ -948,8 +949,17 @@ static enum MHD_Result get_saga(struct console *c, struct MHD_Connection *conn, 
     if (slash == NULL || !url_decode(rest, (size_t)(slash - rest), wf, sizeof(wf)) ||
         !url_decode(slash + 1, strlen(slash + 1), id, sizeof(id)))
         return respond_error(conn, 400, "want /api/v1/sagas/{workflow}/{id}", 0);
+    if (key != NULL) {
+        json_t *k = json_pack("[s]", key);
+
+        pk_json = k != NULL ? json_dumps(k, JSON_COMPACT) : NULL;
+        json_decref(k);
+        if (pk_json == NULL)
+            return respond_error(conn, 500, "out of memory", 0);
+    }
     sf_err_clear(&err);
-    rc = proc_saga_detail(c->cli, c->cfg, id, wf, &v, &found, &err);
+    rc = proc_saga_detail(c->cli, c->cfg, id, wf, pk_json, &v, &found, &err);
+    free(pk_json);
     if (rc == SF_ENOTFOUND)
         return respond_error(conn, 404, err.msg, requests_now(c) - r0);
     if (rc != SF_OK)

@@ -124,7 +124,7 @@ async function pageSagas(args) {
   try {
     const r = await api('sagas?' + q.toString());
     const rows = r.items.map((s) => el('tr', { class: 'saga-row' },
-      el('td', {}, el('a', { class: 'saga-link', href: '#/saga/' + encodeURIComponent(s.workflow) + '/' + encodeURIComponent(text(s.id)) }, text(s.id))),
+      el('td', {}, el('a', { class: 'saga-link', href: '#/saga/' + encodeURIComponent(s.workflow) + '/' + encodeURIComponent(text(s.id)) + (typeof s.key === 'string' ? '?key=' + encodeURIComponent(s.key) : '') }, text(s.id))),
       el('td', {}, badge(s.status)),
       el('td', {}, text(s.state)),
       el('td', {}, text(s.reason)),
@@ -184,14 +184,15 @@ function timelineOf(v) {
   return rows;
 }
 
-async function pageSaga(path) {
+async function pageSaga(path, args) {
   const parts = path.split('/');
+  const key = args.get('key');
   const wf = decodeURIComponent(parts[2] || '');
   const id = decodeURIComponent(parts.slice(3).join('/'));
   show(el('h1', {}, 'Saga ', el('span', { id: 'saga-id' }, id)), el('p', { class: 'muted' }, 'Loading…'));
   let r;
   try {
-    r = await api('sagas/' + encodeURIComponent(wf) + '/' + encodeURIComponent(id));
+    r = await api('sagas/' + encodeURIComponent(wf) + '/' + encodeURIComponent(id) + (key !== null ? '?key=' + encodeURIComponent(key) : ''));
   } catch (e) {
     show(el('h1', {}, 'Saga ', el('span', { id: 'saga-id' }, id)), failure(e));
     return;
@@ -241,7 +242,7 @@ async function pageParked() {
   try { r = await api('parked'); } catch (e) { show(el('h1', {}, 'Parked'), failure(e)); return; }
   const rows = r.records.map((p) => el('tr', { class: 'parked-row' },
     el('td', {}, text(p.parkKey)),
-    el('td', {}, el('a', { href: '#/saga/' + encodeURIComponent(text(p.workflow)) + '/' + encodeURIComponent(text(p.sourceId)) }, text(p.sourceId))),
+    el('td', {}, el('a', { href: '#/saga/' + encodeURIComponent(text(p.workflow)) + '/' + encodeURIComponent(text(p.sourceId)) + (typeof (p.partitionKey || [])[0] === 'string' ? '?key=' + encodeURIComponent(p.partitionKey[0]) : '') }, text(p.sourceId))),
     el('td', {}, p.status === 'parked' ? badge('parked') : el('span', { class: 'badge s-waiting' }, text(p.status))),
     el('td', {}, text(p.attempts)),
     el('td', {}, text(p.parkedAt)),
@@ -377,7 +378,7 @@ async function route() {
   for (const n of ['sagas', 'parked', 'fleet', 'charts']) {
     document.getElementById('nav-' + n).className = path.startsWith('/' + n) || (n === 'sagas' && path.startsWith('/saga/')) ? 'on' : '';
   }
-  if (path.startsWith('/saga/')) return pageSaga(path);
+  if (path.startsWith('/saga/')) return pageSaga(path, args);
   if (path === '/parked') return pageParked();
   if (path === '/fleet') return pageFleet();
   if (path === '/charts') return pageCharts();
