@@ -11,7 +11,8 @@
  * Prints, per request, the median, the first (cold: counts are then kept
  * 30 s) and the worst of R tries of the time to the first byte of the
  * answer, the median to its last byte, the bytes, and the cosmosRequests the
- * console reports for the last try (requests its own client made for it).
+ * console reports for the last and the first try (requests its own client
+ * made for it).
  * Figures from a sanitizer build mean little.
  */
 #include "common/sf_base.h"
@@ -172,12 +173,24 @@ static int get(int port, const char *path, uint64_t *ret_first, uint64_t *ret_al
     return status;
 }
 
+/* The cosmosRequests of an answer, -1 when it has none (the pages' files). */
+static long long requests_of(const char *body)
+{
+    json_t *v = json_loads(body, 0, NULL);
+    long long n = json_is_integer(json_object_get(v, "cosmosRequests"))
+                      ? (long long)json_integer_value(json_object_get(v, "cosmosRequests"))
+                      : -1;
+
+    json_decref(v);
+    return n;
+}
+
 /* Measures path g_repeat times; prints one line. *ret_body: the last answer (new). */
 static void measure(int port, const char *what, const char *path, char **ret_body)
 {
     uint64_t first[64], whole[64], cold;
     char *body = NULL;
-    long long reqs = -1;
+    long long reqs = -1, reqs_cold = -1;
     size_t bytes = 0;
     int status = 0, n = (int)SF_MIN(g_repeat, 64);
 
@@ -189,22 +202,18 @@ static void measure(int port, const char *what, const char *path, char **ret_bod
             (void)fprintf(stderr, "console_bench: GET %s failed\n", path);
             exit(1);
         }
+        if (i == 0)
+            reqs_cold = requests_of(body);
     }
     bytes = strlen(body);
-    {
-        json_t *v = json_loads(body, 0, NULL);
-
-        if (json_is_integer(json_object_get(v, "cosmosRequests")))
-            reqs = (long long)json_integer_value(json_object_get(v, "cosmosRequests"));
-        json_decref(v);
-    }
+    reqs = requests_of(body);
     cold = first[0];
     qsort(first, (size_t)n, sizeof(first[0]), cmp_u64);
     qsort(whole, (size_t)n, sizeof(whole[0]), cmp_u64);
     (void)printf("%-28s %3d  ttfb %9.2f ms (first %9.2f, worst %9.2f)  all %9.2f ms  %7zu "
-                 "bytes  cosmos requests %lld\n",
+                 "bytes  cosmos requests %lld (first %lld)\n",
                  what, status, (double)first[n / 2] / 1e6, (double)cold / 1e6,
-                 (double)first[n - 1] / 1e6, (double)whole[n / 2] / 1e6, bytes, reqs);
+                 (double)first[n - 1] / 1e6, (double)whole[n / 2] / 1e6, bytes, reqs, reqs_cold);
     (void)fflush(stdout);
     if (ret_body != NULL)
         *ret_body = body;
