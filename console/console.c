@@ -28,6 +28,7 @@
 #define TOKEN_MIN             16
 #define PARKED_SHOW_MAX       500   /* parked records one page lists (the total is counted) */
 #define ARG_MAX               512   /* bytes of a query argument */
+#define CONTINUATION_MAX      8192  /* ... of a continuation token (Cosmos DB's can be long) */
 #define CONSOLE_COUNTS_TTL_MS 30000 /* counts per status are kept this long */
 #define SERIES_MAX            32    /* lag ranges / RU containers per chart sample */
 
@@ -143,12 +144,17 @@ static uint64_t requests_now(struct console *c)
     return sum;
 }
 
-/* A query argument, NULL when absent, empty or longer than ARG_MAX. */
-static const char *arg(struct MHD_Connection *conn, const char *name)
+/* A query argument, NULL when absent, empty or longer than max bytes. */
+static const char *arg_max(struct MHD_Connection *conn, const char *name, size_t max)
 {
     const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
 
-    return v != NULL && v[0] != '\0' && strlen(v) <= ARG_MAX ? v : NULL;
+    return v != NULL && v[0] != '\0' && strlen(v) <= max ? v : NULL;
+}
+
+static const char *arg(struct MHD_Connection *conn, const char *name)
+{
+    return arg_max(conn, name, ARG_MAX);
 }
 
 /* ---------------------------------------------------------------------------
@@ -607,7 +613,8 @@ static enum sf_rc list_parked_sagas(struct console *c, const struct cfg_workflow
 
 static enum MHD_Result get_sagas(struct console *c, struct MHD_Connection *conn)
 {
-    const char *wname = arg(conn, "workflow"), *cont = arg(conn, "continuation");
+    const char *wname = arg(conn, "workflow");
+    const char *cont = arg_max(conn, "continuation", CONTINUATION_MAX);
     const char *lim_s = arg(conn, "limit"), *since = arg(conn, "since"),
                *until = arg(conn, "until");
     const struct cfg_workflow *w = NULL;
@@ -865,8 +872,8 @@ static enum sf_rc counts_query(struct console *c, const struct cfg_workflow *w, 
 
 /*
  * GET /api/v1/counts?workflow=W: counts_query, kept CONSOLE_COUNTS_TTL_MS
- * per workflow (a partial answer is not kept), so the list page, opened
- * again and again, counts once per interval.
+ * per workflow, so the list page, opened again and again, counts once per
+ * interval.
  */
 static enum MHD_Result get_counts(struct console *c, struct MHD_Connection *conn)
 {
@@ -895,13 +902,12 @@ static enum MHD_Result get_counts(struct console *c, struct MHD_Connection *conn
     sf_err_clear(&err);
     if (counts_query(c, &c->cfg->workflows[wi], &v, &err) != SF_OK)
         return respond_error(conn, 502, err.msg, requests_now(c) - r0);
-    if (!json_is_true(json_object_get(v, "partial"))) {
-        pthread_mutex_lock(&c->smu);
-        json_decref(c->counts[wi]);
-        c->counts[wi] = json_deep_copy(v);
-        c->counts_ms[wi] = now;
-        pthread_mutex_unlock(&c->smu);
-    }
+    /* A partial answer is kept too: asking again at once would only stop at the same place. */
+    pthread_mutex_lock(&c->smu);
+    json_decref(c->counts[wi]);
+    c->counts[wi] = json_deep_copy(v);
+    c->counts_ms[wi] = now;
+    pthread_mutex_unlock(&c->smu);
     (void)json_object_set_new(v, "ageMs", json_integer(0));
     return respond_json(conn, 200, v, requests_now(c) - r0, NULL);
 }

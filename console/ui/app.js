@@ -116,7 +116,9 @@ async function pageSagas(args) {
     counts.replaceChildren(...STATUSES.map((s) => el('div', {
       class: 'count', id: 'count-' + s,
       onclick: () => { location.hash = '#/sagas?workflow=' + encodeURIComponent(wf) + '&status=' + s; },
-    }, el('b', {}, String(c.counts[s])), badge(s))));
+    }, el('b', {}, (c.partial ? '≥ ' : '') + String(c.counts[s])), badge(s))),
+    el('span', { class: 'muted', id: 'counts-note' }, (c.partial ? 'partial: console.query_timeout reached; ' : '') +
+      'counted ' + Math.round(c.ageMs / 1000) + ' s ago'));
   }).catch((e) => counts.replaceChildren(failure(e)));
 
   const q = new URLSearchParams();
