@@ -357,9 +357,10 @@ async function pageCharts() {
   for (const x of s) for (const [k, v] of Object.entries(x.lag)) (lag[k] = lag[k] || []).push([x.t, v]);
   show(el('h1', {}, 'Charts'),
     el('p', { class: 'muted', id: 'charts-source' }, s.length + ' sample(s) from ' + r.source + ' (last hour, kept in memory only).'),
-    chart('chart-lag', 'Lag per range', Object.entries(lag).map(([name, points]) => ({ name, points })), 'items'),
-    chart('chart-settled', 'Sagas settled', rates(s, (x) => ({ 'settled/s': x.settled })), 'per second'),
-    chart('chart-ru', 'Request units per container', rates(s, (x) => x.ru), 'RU/s'));
+    el('div', { class: 'charts' },
+      chart('chart-lag', 'Lag per range', Object.entries(lag).map(([name, points]) => ({ name, points })), 'items'),
+      chart('chart-settled', 'Sagas settled', rates(s, (x) => ({ 'settled/s': x.settled })), 'per second'),
+      chart('chart-ru', 'Request units per container', rates(s, (x) => x.ru), 'RU/s')));
 }
 
 // ---------------------------------------------------------------------------
