@@ -61,7 +61,7 @@ struct console {
     pthread_mutex_t mu;     /* samples */
     struct sample *samples; /* ring of CONSOLE_SAMPLES_MAX */
     size_t n_samples, head;
-    char pk_path[CFG_WORKFLOWS_MAX][256]; /* per workflow, "" unknown yet */
+    char pk_path[CFG_WORKFLOWS_MAX][800]; /* per workflow its key paths, "\t"-joined; "" unknown */
     json_t *counts[CFG_WORKFLOWS_MAX];    /* the last counts per workflow (smu), NULL none */
     int64_t counts_ms[CFG_WORKFLOWS_MAX]; /* when they were taken (mono) */
 };
@@ -406,8 +406,11 @@ static bool filter_split(const char *filter, char *alias, size_t asz, const char
     return true;
 }
 
-/* The partition key path of w's container (read once, then cached). */
-static enum sf_rc pk_path(struct console *c, size_t wi, char ret[256], struct sf_err *err)
+/*
+ * The partition key paths of w's container, joined by tabs (one for a
+ * single key, up to three for a hierarchical one); read once, then cached.
+ */
+static enum sf_rc pk_path(struct console *c, size_t wi, char ret[800], struct sf_err *err)
 {
     bool known;
 
@@ -421,16 +424,18 @@ static enum sf_rc pk_path(struct console *c, size_t wi, char ret[256], struct sf
 
         if (rc != SF_OK)
             return rc;
-        if (info.n_pk_paths != 1)
-            return sf_err_set(err, SF_EINVAL, false,
-                              "container %s has a hierarchical partition key: not supported here",
-                              c->cfg->workflows[wi].container);
+        if (info.n_pk_paths < 1 || info.n_pk_paths > 3)
+            return sf_err_set(err, SF_EPROTO, false, "container %s: %zu partition key paths",
+                              c->cfg->workflows[wi].container, info.n_pk_paths);
         pthread_mutex_lock(&c->smu);
-        (void)snprintf(c->pk_path[wi], sizeof(c->pk_path[wi]), "%s", info.pk_paths[0]);
+        (void)snprintf(c->pk_path[wi], sizeof(c->pk_path[wi]), "%.255s%s%.255s%s%.255s",
+                       info.pk_paths[0], info.n_pk_paths > 1 ? "\t" : "",
+                       info.n_pk_paths > 1 ? info.pk_paths[1] : "", info.n_pk_paths > 2 ? "\t" : "",
+                       info.n_pk_paths > 2 ? info.pk_paths[2] : "");
         pthread_mutex_unlock(&c->smu);
     }
     pthread_mutex_lock(&c->smu);
-    (void)snprintf(ret, 256, "%s", c->pk_path[wi]);
+    (void)snprintf(ret, 800, "%s", c->pk_path[wi]);
     pthread_mutex_unlock(&c->smu);
     return SF_OK;
 }
@@ -629,7 +634,7 @@ static enum MHD_Result get_sagas(struct console *c, struct MHD_Connection *conn)
     struct sf_err err;
     json_t *items = json_array(), *out = NULL;
     const char *alias_cond = "";
-    char path[256];
+    char path[800];
     char alias[64];
     unsigned pages = 0;
     bool partial = false;
@@ -692,8 +697,27 @@ static enum MHD_Result get_sagas(struct console *c, struct MHD_Connection *conn)
         rc = put_lit(&sql, w->reason_field);
     if (rc == SF_OK)
         rc = sf_buf_printf(&sql, "] AS r, %s.sfWait AS w, ", alias);
-    if (rc == SF_OK)
+    /* the key: its value, or for a hierarchical key the array of its values */
+    if (rc == SF_OK && strchr(path, '\t') != NULL) {
+        char *save = NULL;
+
+        rc = sf_buf_putc(&sql, '[');
+        for (char *part = strtok_r(path, "\t", &save); rc == SF_OK && part != NULL;
+             part = strtok_r(NULL, "\t", &save)) {
+            if (sf_buf_cstr(&sql)[sql.len - 1] != '[')
+                rc = sf_buf_puts(&sql, ", ");
+            if (rc == SF_OK)
+                rc = put_path(&sql, alias, part);
+        }
+        if (rc == SF_OK)
+            rc = sf_buf_putc(&sql, ']');
+        if (rc == SF_OK && lq.key != NULL)
+            rc = sf_err_set(&err, SF_EINVAL, false,
+                            "key: %s has a hierarchical partition key; filter by id instead",
+                            w->container);
+    } else if (rc == SF_OK) {
         rc = put_path(&sql, alias, path);
+    }
     if (rc == SF_OK)
         rc = sf_buf_printf(&sql, " AS k FROM %s", alias);
     if (rc == SF_OK)
@@ -744,7 +768,7 @@ static enum MHD_Result get_sagas(struct console *c, struct MHD_Connection *conn)
     sf_buf_release(&pkj);
     json_decref(items);
     if (rc != SF_OK)
-        return respond_error(conn, err.http_status == 400 ? 400 : 502, err.msg,
+        return respond_error(conn, err.http_status == 400 || rc == SF_EINVAL ? 400 : 502, err.msg,
                              requests_now(c) - r0);
     return respond_json(conn, 200, out, requests_now(c) - r0, NULL);
 }

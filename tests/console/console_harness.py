@@ -45,7 +45,7 @@ GOOD = [{"sku": "p-1", "category": "books", "qty": 1}]
 class World:
     """cosmolite + the shop's containers and orders + `sagafeed run --http`."""
 
-    def __init__(self, token=True, orders=None):
+    def __init__(self, token=True, orders=None, extra_workflow=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="sf-console-")
         self.cosmo = Cosmolite()
         self.procs = []
@@ -74,7 +74,9 @@ class World:
                 'log_level = "info"; };\n'
                 'console = { %s page_size_max = 50; };\n%s'
                 % (self.cosmo.endpoint, 'admin_token_env = "SF_TEST_TOKEN";' if token else "",
-                   workflows_text()))
+                   workflows_text() if extra_workflow is None else
+                   workflows_text().rstrip().rstrip(");").rstrip() + ",\n" + extra_workflow +
+                   "\n);\n"))
         self.env = dict(os.environ, SF_TEST_KEY=KEY, SF_TEST_TOKEN=TOKEN)
         for o in orders if orders is not None else self.default_orders():
             self.upsert("orders", o)
