@@ -127,6 +127,22 @@ struct cfg_processor {
 };
 
 /*
+ * The optional `console` section: the web console of `sagafeed run --http`
+ * and `sagafeed console` (console/console.h).
+ */
+#define CFG_CONSOLE_HOSTS_MAX 16
+struct cfg_console {
+    const char *admin_token_env; /* env variable holding the admin token; NULL: read-only */
+    unsigned page_size_max;      /* sagas per list page at most [100], 1..1000 */
+    unsigned max_requests;       /* Cosmos requests one list page may make [20] */
+    int64_t query_timeout_ms;    /* wall time one page may spend querying [5s] */
+    /* Host names (the Host header, without its port) the console answers besides IP
+       literals and localhost: a reverse proxy's public name. Borrowed strings. */
+    const char *allowed_hosts[CFG_CONSOLE_HOSTS_MAX];
+    size_t n_allowed_hosts;
+};
+
+/*
  * `containers = ( { name = "products"; max_ru_per_second = 200; }, ... )`:
  * settings of one container, whichever workflows, steps or relays use it.
  */
@@ -266,6 +282,7 @@ struct cfg {
     struct cfg_embedded embedded;
     struct cfg_feed feed;
     struct cfg_processor processor;
+    struct cfg_console console;
     struct cfg_container containers[CFG_CONTAINERS_MAX];
     size_t n_containers;
     /* The containers with a cap, as cosmos_throughput_opts takes them (names borrowed). */

@@ -467,6 +467,46 @@ static void load_embedded(struct loader *ld, const config_setting_t *root)
         diag(ld, g, "embedded: has no effect when cosmos.endpoint is set; remove one of them");
 }
 
+static void load_console(struct loader *ld, const config_setting_t *root)
+{
+    static const char *const keys[] = {"admin_token_env", "page_size_max", "max_requests",
+                                       "query_timeout",   "allowed_hosts", NULL};
+    struct cfg_console *c = &ld->cfg->console;
+    const config_setting_t *g = get_group(ld, root, "console");
+    const config_setting_t *l;
+    int64_t v;
+
+    get_str(ld, g, "admin_token_env", false, NULL, &c->admin_token_env);
+    get_int(ld, g, "page_size_max", 1, 1000, 100, &v);
+    c->page_size_max = (unsigned)v;
+    get_int(ld, g, "max_requests", 1, 1000, 20, &v);
+    c->max_requests = (unsigned)v;
+    get_duration(ld, g, "query_timeout", 100, 600000, 5000, &c->query_timeout_ms);
+    if (g == NULL)
+        return;
+    check_keys(ld, g, keys);
+    l = config_setting_get_member(g, "allowed_hosts");
+    if (l != NULL && !config_setting_is_list(l) && !config_setting_is_array(l)) {
+        diag(ld, l, "console.allowed_hosts must be a list of host names [\"a.example\", ...]");
+        return;
+    }
+    for (int i = 0; l != NULL && i < config_setting_length(l); i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const char *h =
+            config_setting_type(e) == CONFIG_TYPE_STRING ? config_setting_get_string(e) : NULL;
+
+        if (h == NULL || h[0] == '\0' || strlen(h) > 253 || strpbrk(h, ":/ \t") != NULL) {
+            diag(ld, e, "console.allowed_hosts[%d] must be a host name without a port", i);
+            continue;
+        }
+        if (c->n_allowed_hosts >= CFG_CONSOLE_HOSTS_MAX) {
+            diag(ld, e, "console.allowed_hosts: at most %d", CFG_CONSOLE_HOSTS_MAX);
+            return;
+        }
+        c->allowed_hosts[c->n_allowed_hosts++] = h;
+    }
+}
+
 static void load_feed(struct loader *ld, const config_setting_t *root)
 {
     static const char *const keys[] = {"lease_container",
@@ -1395,9 +1435,9 @@ void cfg_free(struct cfg *cfg)
 
 static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct sf_err *err)
 {
-    static const char *const top_keys[] = {"cosmos",    "embedded",   "feed",
-                                           "processor", "containers", "plugins",
-                                           "workflows", "kafka",      NULL};
+    static const char *const top_keys[] = {"cosmos",     "embedded", "feed",      "processor",
+                                           "containers", "plugins",  "workflows", "kafka",
+                                           "console",    NULL};
     struct cfg_priv *priv = cfg->priv;
     struct cfg_diags local;
     struct loader ld = {.cfg = cfg, .diags = diags != NULL ? diags : &local, .name = priv->name};
@@ -1418,6 +1458,7 @@ static enum sf_rc load_common(struct cfg *cfg, struct cfg_diags *diags, struct s
     load_plugins(&ld, root);
     load_workflows(&ld, root);
     load_kafka(&ld, root);
+    load_console(&ld, root);
     if (ld.diags->n > 0)
         return sf_err_set(err, SF_EINVAL, false, "%s%s", ld.diags->msg[0],
                           ld.diags->n > 1 ? " (and more)" : "");

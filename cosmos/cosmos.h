@@ -747,7 +747,8 @@ enum sf_rc cosmos_query_new(struct cosmos_client *cli, const char *db, const cha
 void cosmos_query_free(struct cosmos_query *q);
 
 /* Adds a parameter: name like "@s", value as JSON text ("\"x\"", "5", "[1,2]"). Before the first
- * page. */
+ * page; a query resumed from opts.continuation takes its parameters again (they go with every
+ * page). */
 enum sf_rc cosmos_query_param(struct cosmos_query *q, const char *name, const char *value_json,
                               struct sf_err *err);
 

@@ -67,7 +67,8 @@ enum sf_rc cosmos_query_new(struct cosmos_client *cli, const char *db, const cha
             rc = sf_err_set(err, SF_ELIMIT, false, "query: continuation too long");
             goto out;
         }
-        q->started = true; /* resuming: the token says where */
+        /* Resuming: the token says where; the query and its parameters are the same and are
+           sent again with every page, so parameters are still taken until the first page. */
     }
 out:
     if (rc != SF_OK) {

@@ -19,6 +19,7 @@
 #include "common/sf_time.h"
 #include "config/cfg.h"
 #include "processor/proc_cli.h"
+#include "console/console.h"
 #include "demo/proc_demo.h"
 #include "processor/proc_embed.h"
 #include "processor/proc_ops.h"
@@ -179,10 +180,18 @@ static void log_stats(struct proc_service *s, const char *what)
  * run
  */
 
+/* The console's chart source: this process's metrics (console_set_metrics). */
+static enum sf_rc ops_metrics(void *ctx, struct sf_buf *out)
+{
+    return proc_ops_metrics(ctx, out);
+}
+
 static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL, *instance = NULL, *level = NULL, *http = NULL;
     struct proc_ops *ops = NULL;
+    struct console *con = NULL;           /* the saga console on the --http listener */
+    struct cosmos_client *con_cli = NULL; /* its client (NULL: the service's, embedded) */
     bool text = false;
     int64_t drain_ms = 10000, last_stats;
     const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
@@ -210,17 +219,34 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
     so.cfg = cfg;
     so.instance = instance;
     sf_err_clear(&err);
-    /* Pause, resume and metrics (proc_ops.h): the service starts paused until ops reads the
-       fleet's control document. */
-    if (proc_ops_new(
-            &(struct proc_ops_opts){.cfg = cfg,
-                                    .http_listen = http != NULL ? http : cfg->processor.http_listen,
-                                    .instance = instance},
-            &ops, &err) != SF_OK) {
-        sf_log_error("sagafeed", "cannot start: %s", err.msg);
+    if (http == NULL)
+        http = cfg->processor.http_listen;
+    /* The saga console (console/console.h) beside /metrics, with its own client. */
+    if (http != NULL &&
+        ((cfg->cosmos.endpoint != NULL && proc_cli_client(self->name, cfg, &con_cli) != 0) ||
+         console_new(&(struct console_opts){.cfg = cfg, .cli = con_cli, .mode = "run"}, &con,
+                     &err) != SF_OK)) {
+        if (err.msg[0] != '\0')
+            sf_log_error("sagafeed", "cannot start: %s", err.msg);
+        cosmos_client_free(con_cli);
         cfg_free(cfg);
         return 2;
     }
+    /* Pause, resume and metrics (proc_ops.h): the service starts paused until ops reads the
+       fleet's control document. */
+    if (proc_ops_new(&(struct proc_ops_opts){.cfg = cfg,
+                                             .http_listen = http,
+                                             .instance = instance,
+                                             .http_hook = con != NULL ? console_hook(con) : NULL},
+                     &ops, &err) != SF_OK) {
+        sf_log_error("sagafeed", "cannot start: %s", err.msg);
+        console_free(con);
+        cosmos_client_free(con_cli);
+        cfg_free(cfg);
+        return 2;
+    }
+    if (con != NULL)
+        console_set_metrics(con, ops_metrics, ops);
     so.start_paused = true;
     so.on_result = proc_ops_on_result;
     so.result_ctx = ops;
@@ -230,13 +256,19 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
         sf_log_info("sagafeed", "stopped by %s before the start finished: %s", stop_signal_name(),
                     err.msg);
         proc_ops_free(ops);
+        console_free(con);
+        cosmos_client_free(con_cli);
         cfg_free(cfg);
         return 0;
     }
+    if (con != NULL && svc != NULL && con_cli == NULL)
+        console_set_client(con, proc_service_client(svc));
     if (svc == NULL || proc_ops_attach(ops, svc, &err) != SF_OK) {
         sf_log_error("sagafeed", "cannot start: %s", err.msg);
         proc_service_stop(svc, 0);
         proc_ops_free(ops);
+        console_free(con);
+        cosmos_client_free(con_cli);
         cfg_free(cfg);
         return 1;
     }
@@ -246,6 +278,7 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
     while (!g_stop) {
         proc_service_tick(svc);
         proc_ops_tick(ops);
+        console_tick(con);
         sf_sleep_ms(100);
         if (sf_mono_ms() - last_stats >= 10000) {
             log_stats(svc, "progress");
@@ -258,6 +291,8 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
     proc_ops_detach(ops);
     proc_service_stop(svc, drain_ms);
     proc_ops_free(ops);
+    console_free(con);
+    cosmos_client_free(con_cli);
     sf_log_info("sagafeed", "stopped");
     cfg_free(cfg);
     return 0;
@@ -334,6 +369,9 @@ static const struct proc_cmd commands[] = {
      true, false, proc_cli_saga},
     {"leases", "leases export|import|reset -c FILE",
      "save, restore or move (--to-time) the fleet's positions", true, true, false, proc_cli_leases},
+    {"console", "console -c FILE --http ADDR",
+     "the saga console (web pages and API at /ui/, /api/v1/) without processing", true, true, true,
+     console_cmd},
 };
 
 #define USAGE_SYNOPSIS_WIDTH 20 /* longer synopses get a line of their own */

@@ -26,14 +26,15 @@
 
 /*
  * Every document of sql (params: NULL-terminated name, JSON value pairs) in
- * coll, across partitions, at most QUERY_DOCS_MAX. A missing container is an
- * empty result. *ret new.
+ * coll, in the partition pk_json (NULL: across partitions), at most
+ * QUERY_DOCS_MAX. A missing container is an empty result. *ret new.
  */
-static enum sf_rc query_all(struct cosmos_client *cli, const char *db, const char *coll,
-                            const char *sql, const char *const *params, json_t **ret,
-                            struct sf_err *err)
+static enum sf_rc query_scoped(struct cosmos_client *cli, const char *db, const char *coll,
+                               const char *pk_json, const char *sql, const char *const *params,
+                               json_t **ret, struct sf_err *err)
 {
-    struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
+    struct cosmos_query_opts qo = {
+        .cross_partition = pk_json == NULL, .pk_json = pk_json, .max_items = 1000};
     enum sf_rc rc =
         cosmos_query_all(cli, db, coll, sql, params, &qo, QUERY_DOCS_MAX, ret, NULL, err);
 
@@ -45,6 +46,14 @@ static enum sf_rc query_all(struct cosmos_client *cli, const char *db, const cha
     if (rc != SF_OK)
         sf_err_prefix(err, "querying %s: ", coll);
     return rc;
+}
+
+/* query_scoped across partitions. */
+static enum sf_rc query_all(struct cosmos_client *cli, const char *db, const char *coll,
+                            const char *sql, const char *const *params, json_t **ret,
+                            struct sf_err *err)
+{
+    return query_scoped(cli, db, coll, NULL, sql, params, ret, err);
 }
 
 /* A JSON string literal for a query parameter (new string). */
@@ -271,8 +280,9 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
 }
 
 static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg,
-                                const struct cfg_workflow *w, const char *saga_id, json_t **ret,
-                                bool *ret_found, struct sf_err *err)
+                                const struct cfg_workflow *w, const char *saga_id,
+                                const char *pk_json, bool detail, json_t **ret, bool *ret_found,
+                                struct sf_err *err)
 {
     const char *db = cfg->cosmos.database, *colls[CONTAINERS_MAX];
     char *id_text = json_text(saga_id), *wf_text = json_text(w->name), *iid_text = NULL;
@@ -290,17 +300,17 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
     {
         const char *p[] = {"@id", id_text, "@wf", wf_text, NULL};
 
-        rc = query_all(cli, db, w->container,
-                       "SELECT * FROM c WHERE c.sfKind = 'event' AND c.sagaId = @id AND "
-                       "c.workflow = @wf",
-                       p, &events, err);
+        rc = query_scoped(cli, db, w->container, pk_json,
+                          "SELECT * FROM c WHERE c.sfKind = 'event' AND c.sagaId = @id AND "
+                          "c.workflow = @wf",
+                          p, &events, err);
         for (size_t k = 0; rc == SF_OK && k < n_colls; k++) {
             json_t *ms = NULL;
 
-            rc = query_all(cli, db, colls[k],
-                           "SELECT * FROM c WHERE c.sfKind = 'marker' AND c.sagaId = @id AND "
-                           "c.workflow = @wf",
-                           p, &ms, err);
+            rc = query_scoped(cli, db, colls[k], k == 0 ? pk_json : NULL,
+                              "SELECT * FROM c WHERE c.sfKind = 'marker' AND c.sagaId = @id AND "
+                              "c.workflow = @wf",
+                              p, &ms, err);
             if (rc == SF_OK)
                 (void)json_array_extend(markers, ms);
             json_decref(ms);
@@ -324,7 +334,8 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
     {
         const char *p[] = {"@id", iid_text, NULL};
 
-        rc = query_all(cli, db, w->container, "SELECT * FROM c WHERE c.id = @id", p, &items, err);
+        rc = query_scoped(cli, db, w->container, pk_json, "SELECT * FROM c WHERE c.id = @id", p,
+                          &items, err);
         if (rc == SF_OK)
             rc = proc_park_query(
                 cli, db, cfg->processor.parking_container,
@@ -358,6 +369,12 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
                                   : json_null(),
                      "steps", proc_saga_steps(w, item, markers), "events", json_incref(events),
                      "parked", parked, "markers", (json_int_t)json_array_size(markers));
+    if (*ret != NULL && detail) {
+        sort_array(markers, by_id);
+        (void)json_object_set_new(*ret, "document",
+                                  item != NULL ? json_deep_copy(item) : json_null());
+        (void)json_object_set(*ret, "markerDocs", markers);
+    }
     if (*ret == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
 out:
@@ -372,8 +389,9 @@ out:
     return rc;
 }
 
-enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
-                          const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err)
+static enum sf_rc saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                            const char *workflow, const char *pk_json, bool detail, json_t **ret,
+                            bool *ret_found, struct sf_err *err)
 {
     json_t *views = json_array();
     bool found = false;
@@ -392,7 +410,7 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
 
         if (workflow != NULL && strcmp(w->name, workflow) != 0)
             continue;
-        rc = workflow_view(cli, cfg, w, saga_id, &v, &f, err);
+        rc = workflow_view(cli, cfg, w, saga_id, pk_json, detail, &v, &f, err);
         /* Several workflows may share a container: show those that know this saga. */
         if (rc == SF_OK && (f || workflow != NULL))
             (void)json_array_append(views, v);
@@ -406,6 +424,19 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
     *ret = json_pack("{s:s, s:b, s:o}", "sagaId", saga_id, "found", found, "workflows", views);
     *ret_found = found;
     return *ret != NULL ? SF_OK : sf_err_set(err, SF_ENOMEM, false, "out of memory");
+}
+
+enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                          const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err)
+{
+    return saga_show(cli, cfg, saga_id, workflow, NULL, false, ret, ret_found, err);
+}
+
+enum sf_rc proc_saga_detail(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                            const char *workflow, const char *pk_json, json_t **ret,
+                            bool *ret_found, struct sf_err *err)
+{
+    return saga_show(cli, cfg, saga_id, workflow, pk_json, true, ret, ret_found, err);
 }
 
 static void print_elements(FILE *out, const json_t *arr)

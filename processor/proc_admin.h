@@ -40,6 +40,18 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
                           const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err);
 
 /*
+ * proc_saga_show plus, per workflow, "document": the saga's whole item
+ * (null when deleted) and "markerDocs": its marker documents (by id), for
+ * the console's timeline. Same queries; with pk_json (the item's partition
+ * key as JSON array text, NULL: unknown) those of the workflow's own
+ * container (item, events, its markers) read that one partition instead of
+ * every one.
+ */
+enum sf_rc proc_saga_detail(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                            const char *workflow, const char *pk_json, json_t **ret,
+                            bool *ret_found, struct sf_err *err);
+
+/*
  * The steps of workflow w as saga show lists them (new reference): per step
  * its name, from, to, the elements whose do / undo markers are among
  * markers, and a status: "not run", "done", "partly compensated",

@@ -4,6 +4,7 @@
 #include "common/sf_base.h"
 
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <microhttpd.h>
@@ -17,6 +18,8 @@ struct proc_http {
     struct sf_connguard *guard;
     proc_http_fn fn;
     void *ctx;
+    const struct proc_http_hook *hook; /* NULL: none */
+    pthread_mutex_t fn_mu;             /* fn runs one request at a time, whatever the threads */
     int port;
 };
 
@@ -125,8 +128,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     struct proc_http *h = cls;
 
-    SF_UNUSED(con_cls);
     SF_UNUSED(toe);
+    if (h->hook != NULL && *con_cls != NULL)
+        h->hook->done(h->hook->ctx, *con_cls);
+    *con_cls = NULL;
     sf_connguard_request_done(h->guard, guard_conn(conn));
 }
 
@@ -141,8 +146,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     int status;
 
     SF_UNUSED(version);
-    SF_UNUSED(upload_data);
-    SF_UNUSED(con_cls);
+    for (size_t i = 0; h->hook != NULL && h->hook->prefixes[i] != NULL; i++) {
+        bool first = *con_cls == NULL;
+
+        if (strncmp(url, h->hook->prefixes[i], strlen(h->hook->prefixes[i])) != 0)
+            continue;
+        if (first)
+            sf_connguard_request_begin(h->guard, guard_conn(conn));
+        if (*upload_data_size == 0 && (!first || strcmp(method, "POST") != 0))
+            sf_connguard_request_ready(h->guard, guard_conn(conn));
+        return (enum MHD_Result)h->hook->fn(h->hook->ctx, conn, url, method, upload_data,
+                                            upload_data_size, con_cls);
+    }
     /* Answered on the first call (headers complete): nothing more to wait for. */
     sf_connguard_request_begin(h->guard, guard_conn(conn));
     sf_connguard_request_ready(h->guard, guard_conn(conn));
@@ -153,7 +168,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return answer(conn, 405, type, msg, sizeof(msg) - 1);
     }
     sf_buf_init(&body, PROC_HTTP_BODY_MAX);
+    pthread_mutex_lock(&h->fn_mu);
     status = h->fn(h->ctx, url, &body, &type);
+    pthread_mutex_unlock(&h->fn_mu);
     ok = answer(conn, status, type, sf_buf_cstr(&body), body.len);
     sf_buf_release(&body);
     return ok;
@@ -161,6 +178,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *lim, proc_http_fn fn,
                            void *ctx, struct proc_http **ret_h, struct sf_err *err)
+{
+    return proc_http_start_hooked(listen, lim, fn, ctx, NULL, ret_h, err);
+}
+
+enum sf_rc proc_http_start_hooked(const char *listen, const struct proc_http_limits *lim,
+                                  proc_http_fn fn, void *ctx, const struct proc_http_hook *hook,
+                                  struct proc_http **ret_h, struct sf_err *err)
 {
     struct sockaddr_storage ss;
     socklen_t len = 0;
@@ -186,12 +210,18 @@ enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *li
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     h->fn = fn;
     h->ctx = ctx;
+    h->hook = hook;
+    pthread_mutex_init(&h->fn_mu, NULL);
     if ((rc = sf_connguard_new(&go, &h->guard, err)) != SF_OK) {
+        pthread_mutex_destroy(&h->fn_mu);
         free(h);
         return rc;
     }
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* A hook's answers may wait on Cosmos DB: a thread per connection keeps /healthz answered. */
+    if (hook != NULL)
+        flags |= MHD_USE_THREAD_PER_CONNECTION;
     h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                                  (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -199,6 +229,7 @@ enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *li
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
         sf_connguard_free(h->guard);
+        pthread_mutex_destroy(&h->fn_mu);
         free(h);
         return sf_err_set(err, SF_EIO, false,
                           "cannot serve HTTP on %s (address in use or not available)", listen);
@@ -220,5 +251,6 @@ void proc_http_stop(struct proc_http *h)
         return;
     MHD_stop_daemon(h->daemon);
     sf_connguard_free(h->guard); /* after the daemon: its close callbacks use the guard */
+    pthread_mutex_destroy(&h->fn_mu);
     free(h);
 }

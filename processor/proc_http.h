@@ -1,11 +1,15 @@
 /*
  * proc_http.h - a tiny read-only HTTP endpoint (libmicrohttpd) for
  * `sagafeed run`: /metrics, /healthz, /readyz (proc_ops.h decides the
- * answers). GET and HEAD only; bodies are built per request by a callback.
+ * answers). GET and HEAD only, bodies built per request by a callback; a
+ * route hook (the console) takes its own paths with any method.
  *
  * Threads: the server runs one internal thread; the callback is called on
  * it, one request at a time (a second thread enforces the request deadline).
- * Start and stop from the owning thread.
+ * With a route hook each connection gets its own thread (a hook's answer may
+ * wait on Cosmos DB while /healthz is asked): the callback is still called
+ * one request at a time, the hook concurrently. Start and stop from the
+ * owning thread.
  *
  * Connections (common/sf_connguard.h): at most max_connections; each must
  * send a complete request within request_timeout_s of connecting (or of its
@@ -44,6 +48,25 @@ typedef int (*proc_http_fn)(void *ctx, const char *path, struct sf_buf *body,
                             const char **ret_type);
 
 /*
+ * A route hook (the console, console/console.h): every request whose path
+ * starts with one of prefixes, whatever its method, goes to fn with
+ * libmicrohttpd's connection (struct MHD_Connection *) and the arguments of
+ * its access handler, so the hook reads headers, query arguments and a
+ * POST body and queues its own response (fn returns an enum MHD_Result).
+ * *state starts NULL for each request; a hook that wants the body sets it
+ * on the first call and is called again per chunk, then once with
+ * *upload_size 0. done(ctx, *state) runs when the request ends, whatever
+ * happened. Called on each connection's thread: several at once.
+ */
+struct proc_http_hook {
+    const char *prefixes[4]; /* "/ui", "/api/"...; NULL-terminated (at most 3) */
+    int (*fn)(void *ctx, void *conn, const char *url, const char *method, const char *upload,
+              size_t *upload_size, void **state);
+    void (*done)(void *ctx, void *state);
+    void *ctx;
+};
+
+/*
  * Checks a listen address: "HOST:PORT", "[IPV6]:PORT" or ":PORT" (every
  * interface), PORT 0..65535 (0 picks a free one). No I/O besides resolving
  * HOST (numeric addresses and "localhost" need no DNS).
@@ -56,6 +79,11 @@ enum sf_rc proc_http_check_listen(const char *listen, struct sf_err *err);
  */
 enum sf_rc proc_http_start(const char *listen, const struct proc_http_limits *lim, proc_http_fn fn,
                            void *ctx, struct proc_http **ret_h, struct sf_err *err);
+
+/* proc_http_start with a route hook (borrowed; outlives the server; NULL: none). */
+enum sf_rc proc_http_start_hooked(const char *listen, const struct proc_http_limits *lim,
+                                  proc_http_fn fn, void *ctx, const struct proc_http_hook *hook,
+                                  struct proc_http **ret_h, struct sf_err *err);
 
 /* The bound port. */
 int proc_http_port(const struct proc_http *h);

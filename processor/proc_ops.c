@@ -31,6 +31,7 @@ struct proc_ops {
     char instance[FEED_INSTANCE_MAX + 1];
     struct proc_service *svc;
     struct proc_http *http;
+    const struct proc_http_hook *hook; /* the console's routes, NULL: none */
     atomic_bool paused;
     bool control_seen;       /* the control document was read at least once */
     int64_t next_poll_ms;    /* mono */
@@ -59,6 +60,7 @@ enum sf_rc proc_ops_new(const struct proc_ops_opts *opts, struct proc_ops **ret_
     if (ops == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     ops->cfg = opts->cfg;
+    ops->hook = opts->http_hook;
     if (opts->http_listen != NULL && (ops->listen = strdup(opts->http_listen)) == NULL) {
         free(ops);
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
@@ -650,7 +652,8 @@ enum sf_rc proc_ops_attach(struct proc_ops *ops, struct proc_service *svc, struc
             .max_connections = (int)ops->cfg->processor.http_max_connections,
             .request_timeout_s = (int)(ops->cfg->processor.http_request_timeout_ms / 1000),
             .idle_timeout_s = (int)(ops->cfg->processor.http_idle_timeout_ms / 1000)};
-        enum sf_rc rc = proc_http_start(ops->listen, &lim, on_http, ops, &ops->http, err);
+        enum sf_rc rc =
+            proc_http_start_hooked(ops->listen, &lim, on_http, ops, ops->hook, &ops->http, err);
 
         if (rc != SF_OK) {
             ops->svc = NULL;

@@ -61,6 +61,7 @@
 #include "common/sf_err.h"
 #include "config/cfg.h"
 #include "processor/proc_dispatch.h"
+#include "processor/proc_http.h"
 #include "processor/proc_service.h"
 
 struct proc_ops;
@@ -69,6 +70,9 @@ struct proc_ops_opts {
     const struct cfg *cfg;   /* borrowed; outlives ops */
     const char *http_listen; /* "HOST:PORT" for /metrics etc.; NULL: off (copied) */
     const char *instance;    /* for the sagafeed_info metric; NULL: feed.instance */
+    /* More routes on the same listener (the console's /ui/ and /api/v1/); NULL: none.
+       Borrowed: outlives ops. */
+    const struct proc_http_hook *http_hook;
 };
 
 /* Creates ops (no I/O besides checking the listen address). */

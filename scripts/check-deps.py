@@ -32,6 +32,7 @@ LIBS = {
     "sf_outbox": "outbox",
     "sf_processor": "processor",
     "sf_demo": "demo",
+    "sf_console": "console",
     "PkgConfig::JANSSON": "jansson",
     "PkgConfig::CURL": "libcurl",
     "OpenSSL::Crypto": "libcrypto",

@@ -8,12 +8,15 @@ PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libcurl4-openssl-dev libjansson-dev librdkafka-dev libconfig-dev check
       libmicrohttpd-dev libsqlite3-dev libssl-dev nodejs npm openssl kcat
       valgrind gnuplot-nox jq python3-azure-cosmos duktape-dev
-      python3 dpkg-dev man-db groff-base prometheus systemd lintian)
+      python3 dpkg-dev man-db groff-base prometheus systemd lintian
+      chromium chromium-driver python3-selenium)
 # python3-azure-cosmos: the second SDK referee (tests/python). duktape-dev:
 # cosmolite's stored procedures (emulator/script.cmake builds its source). The packaging
 # tests (scripts/package.sh, tests/packaging/): dpkg-dev for dpkg-shlibdeps
 # (the .deb's Depends), lintian, man-db and groff-base for man -l, prometheus
-# for promtool and the real server, systemd for systemd-analyze.
+# for promtool and the real server, systemd for systemd-analyze. chromium,
+# chromium-driver and python3-selenium: the console's browser test
+# (tests/console/test_console_browser.py, headless).
 
 update=0
 [ "${1:-}" = "--update" ] && update=1

@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/docs" "$tmp/scripts"
 cp "$src/docs/architecture.md" "$tmp/docs/"
 cp "$src/scripts/check-deps.py" "$tmp/scripts/"
-for d in common record config cosmos feed steps outbox processor demo emulator plugins tools; do
+for d in common record config cosmos feed steps outbox processor demo console emulator plugins tools; do
     cp -r "$src/$d" "$tmp/$d"
 done
 

@@ -28,7 +28,9 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/socket.h>
@@ -518,6 +520,92 @@ START_TEST(ops_listener_honours_configured_limits)
 }
 END_TEST
 
+/* A route hook (the console's kind) that holds its answer until released. */
+struct held {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, release;
+    int port, status;
+};
+
+static int held_hook(void *ctx, void *conn, const char *url, const char *method, const char *upload,
+                     size_t *upload_size, void **state)
+{
+    struct held *hd = ctx;
+    struct MHD_Response *r;
+    int ok;
+
+    SF_UNUSED(url);
+    SF_UNUSED(method);
+    SF_UNUSED(upload);
+    SF_UNUSED(upload_size);
+    SF_UNUSED(state);
+    pthread_mutex_lock(&hd->mu);
+    hd->entered = true;
+    pthread_cond_broadcast(&hd->cv);
+    while (!hd->release)
+        pthread_cond_wait(&hd->cv, &hd->mu);
+    pthread_mutex_unlock(&hd->mu);
+    r = MHD_create_response_from_buffer(5, (void *)(uintptr_t) "held\n", MHD_RESPMEM_PERSISTENT);
+    ok = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static void held_done(void *ctx, void *state)
+{
+    SF_UNUSED(ctx);
+    SF_UNUSED(state);
+}
+
+static void *held_get(void *arg)
+{
+    struct held *hd = arg;
+
+    hd->status = get_once(hd->port, "/ui/slow");
+    return NULL;
+}
+
+/*
+ * With a route hook (the console) an answer may wait on Cosmos DB: /healthz
+ * is still answered meanwhile, and slow connections still cannot lock it out.
+ */
+START_TEST(ops_listener_with_a_hook_answers_healthz_while_the_hook_waits)
+{
+    struct held hd = {.status = -1};
+    const struct proc_http_hook hook = {
+        .prefixes = {"/ui", NULL}, .fn = held_hook, .done = held_done, .ctx = &hd};
+    struct proc_http *h = NULL;
+    struct sf_err err;
+    pthread_t t;
+
+    pthread_mutex_init(&hd.mu, NULL);
+    pthread_cond_init(&hd.cv, NULL);
+    sf_err_clear(&err);
+    ck_assert_msg(proc_http_start_hooked("127.0.0.1:0", NULL, ops_answer, NULL, &hook, &h, &err) ==
+                      SF_OK,
+                  "%s", err.msg);
+    hd.port = proc_http_port(h);
+    ck_assert_int_eq(pthread_create(&t, NULL, held_get, &hd), 0);
+    pthread_mutex_lock(&hd.mu);
+    while (!hd.entered)
+        pthread_cond_wait(&hd.cv, &hd.mu);
+    pthread_mutex_unlock(&hd.mu);
+    ck_assert_int_eq(get_once(hd.port, "/healthz"), 200); /* while the hook holds its answer */
+    ck_assert_int_eq(get_through_flood(hd.port, PROC_HTTP_CONNECTIONS_MAX - 2, true, "/healthz"),
+                     200);
+    pthread_mutex_lock(&hd.mu);
+    hd.release = true;
+    pthread_cond_broadcast(&hd.cv);
+    pthread_mutex_unlock(&hd.mu);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(hd.status, 200);
+    proc_http_stop(h);
+    pthread_cond_destroy(&hd.cv);
+    pthread_mutex_destroy(&hd.mu);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
     Suite *s = suite_create("hostile");
@@ -542,6 +630,7 @@ static Suite *hostile_suite(void)
     tcase_add_test(ops, ops_listener_answers_healthz_past_slow_connections);
     tcase_add_test(ops, ops_listener_cuts_an_incomplete_request);
     tcase_add_test(ops, ops_listener_honours_configured_limits);
+    tcase_add_test(ops, ops_listener_with_a_hook_answers_healthz_while_the_hook_waits);
     suite_add_tcase(s, tc);
     suite_add_tcase(s, ops);
     suite_add_tcase(s, files);

@@ -92,6 +92,11 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->cosmos.n_preferred_regions, 0);
     ck_assert_int_eq(c->cosmos.account_refresh_ms, 60000);
     ck_assert_str_eq(c->embedded.data_dir, "sagafeed-data");
+    ck_assert_ptr_null(c->console.admin_token_env); /* read-only */
+    ck_assert_uint_eq(c->console.page_size_max, 100);
+    ck_assert_uint_eq(c->console.max_requests, 20);
+    ck_assert_int_eq(c->console.query_timeout_ms, 5000);
+    ck_assert_uint_eq(c->console.n_allowed_hosts, 0);
     ck_assert_str_eq(c->feed.lease_container, "leases");
     ck_assert_int_eq(c->feed.start, CFG_START_BEGINNING);
     ck_assert_int_eq(c->feed.lease_expiry_ms, 20000);
@@ -281,6 +286,13 @@ static const struct {
      "t.cfg:2:", "'p' is given twice (first at line 1)"},
     {"embedded = { partitions = 4; };\ncosmos = { endpoint = \"http://h\"; key_env = \"K\"; };",
      "t.cfg:1:", "has no effect"},
+    /* the console: its limits and host names */
+    {"console = {\n page_size_max = 0; };", "t.cfg:2:", "page_size_max"},
+    {"console = { max_requests = 1001; };", "t.cfg:1:", "max_requests"},
+    {"console = { query_timeout = \"11m\"; };", "t.cfg:1:", "query_timeout"},
+    {"console = { token = \"x\"; };", "t.cfg:1:", "unknown key 'token'"},
+    {"console = { allowed_hosts = \"a\"; };", "t.cfg:1:", "must be a list of host names"},
+    {"console = {\n allowed_hosts = [ \"a.example:443\" ]; };", "t.cfg:2:", "without a port"},
 };
 
 START_TEST(test_bad_settings)

@@ -586,6 +586,57 @@ START_TEST(test_query)
 }
 END_TEST
 
+/*
+ * A query resumed from a continuation (another process, the console's next
+ * page) is the same query: it takes its parameters again, and each page goes
+ * on where the token says.
+ */
+START_TEST(test_query_resumed_with_params)
+{
+    struct cosmos_query_opts qo;
+    struct cosmos_query *q = NULL;
+    struct sf_err err;
+    char body[256], id[32], token[4096] = "";
+    json_t *docs = NULL;
+    size_t total = 0;
+    int i, pages = 0;
+    enum sf_rc rc;
+
+    for (i = 0; i < 7; i++) {
+        (void)snprintf(id, sizeof(id), "r%d", i);
+        doc_json(body, sizeof(body), id, "k0", i);
+        ck_assert_int_eq(cosmos_doc_create(cli, DB, coll, "[\"k0\"]", body, NULL, NULL, &err),
+                         SF_OK);
+    }
+    do {
+        memset(&qo, 0, sizeof(qo));
+        qo.pk_json = "[\"k0\"]";
+        qo.max_items = 2;
+        qo.continuation = token[0] != '\0' ? token : NULL;
+        ck_assert_int_eq(cosmos_query_new(cli, DB, coll,
+                                          "SELECT * FROM c WHERE c.n >= @min AND "
+                                          "STARTSWITH(c.id, @p)",
+                                          &qo, &q, &err),
+                         SF_OK);
+        ck_assert_msg(cosmos_query_param(q, "@min", "2", &err) == SF_OK, "%s", err.msg);
+        ck_assert_msg(cosmos_query_param(q, "@p", "\"r\"", &err) == SF_OK, "%s", err.msg);
+        rc = cosmos_query_next(q, &docs, &err);
+        if (unsupported(rc, &err, "test_query_resumed_with_params")) {
+            cosmos_query_free(q);
+            return;
+        }
+        ck_assert_msg(rc == SF_OK, "query: %s", err.msg);
+        total += json_array_size(docs);
+        json_decref(docs);
+        (void)snprintf(token, sizeof(token), "%s",
+                       cosmos_query_continuation(q) != NULL ? cosmos_query_continuation(q) : "");
+        cosmos_query_free(q);
+        ck_assert_int_lt(++pages, 10);
+    } while (token[0] != '\0');
+    ck_assert_uint_eq(total, 5); /* r2..r6 */
+}
+END_TEST
+
 START_TEST(test_query_cross_partition)
 {
     struct cosmos_query_opts qo;
@@ -1301,11 +1352,11 @@ static Suite *integration_suite(int pass)
     printf("transport: %s\n", use_libcurl ? "libcurl" : "built-in HTTP/1.1");
     fflush(stdout);
     sf_check_case(s, "ops", setup, teardown, 60,
-                  (const TTest *[]){test_account_and_metadata, test_bad_key,
-                                    test_document_lifecycle, test_awkward_ids_and_keys, test_patch,
-                                    test_batch, test_query, test_query_cross_partition,
-                                    test_changefeed, test_changefeed_all_versions,
-                                    test_offer_read_sets_each_ranges_budget, NULL});
+                  (const TTest *[]){
+                      test_account_and_metadata, test_bad_key, test_document_lifecycle,
+                      test_awkward_ids_and_keys, test_patch, test_batch, test_query,
+                      test_query_resumed_with_params, test_query_cross_partition, test_changefeed,
+                      test_changefeed_all_versions, test_offer_read_sets_each_ranges_budget, NULL});
     sf_check_case(s, "faults", setup, teardown, 60,
                   (const TTest *[]){test_fault_throttle_honoured, test_fault_throttle_budget,
                                     test_injected_429s_teach_no_rate,
