@@ -48,14 +48,6 @@ static enum sf_rc query_scoped(struct cosmos_client *cli, const char *db, const 
     return rc;
 }
 
-/* query_scoped across partitions. */
-static enum sf_rc query_all(struct cosmos_client *cli, const char *db, const char *coll,
-                            const char *sql, const char *const *params, json_t **ret,
-                            struct sf_err *err)
-{
-    return query_scoped(cli, db, coll, NULL, sql, params, ret, err);
-}
-
 /* A JSON string literal for a query parameter (new string). */
 static char *json_text(const char *s)
 {
