@@ -19,7 +19,7 @@
 #include "console/console_assets.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_control.h"
-#include "processor/proc_dispatch.h"
+#include "processor/proc_park.h"
 #include "processor/proc_opt.h"
 #include "processor/proc_status.h"
 
@@ -580,15 +580,15 @@ static json_t *row_of(const struct cfg_workflow *w, const json_t *d)
                      json_object_get(d, "w"));
 }
 
-/* GET /api/v1/sagas?status=parked: the parked records of w (proc_parked_list). */
+/* GET /api/v1/sagas?status=parked: the parked records of w (proc_park_list). */
 static enum sf_rc list_parked_sagas(struct console *c, const struct cfg_workflow *w,
                                     const struct list_q *lq, unsigned limit, json_t *items,
                                     struct sf_err *err)
 {
     json_t *docs = NULL, *d;
     size_t i;
-    enum sf_rc rc = proc_parked_list(c->cli, c->cfg->cosmos.database,
-                                     c->cfg->processor.parking_container, NULL, &docs, err);
+    enum sf_rc rc = proc_park_list(c->cli, c->cfg->cosmos.database,
+                                   c->cfg->processor.parking_container, NULL, &docs, err);
 
     if (rc != SF_OK)
         return rc;
@@ -1042,8 +1042,8 @@ static enum MHD_Result get_parked(struct console *c, struct MHD_Connection *conn
     enum sf_rc rc;
 
     sf_err_clear(&err);
-    rc = proc_parked_list(c->cli, c->cfg->cosmos.database, c->cfg->processor.parking_container,
-                          arg(conn, "key"), &docs, &err);
+    rc = proc_park_list(c->cli, c->cfg->cosmos.database, c->cfg->processor.parking_container,
+                        arg(conn, "key"), &docs, &err);
     if (rc != SF_OK) {
         json_decref(shown);
         return respond_error(conn, 502, err.msg, requests_now(c) - r0);
@@ -1157,8 +1157,8 @@ static enum MHD_Result post_replay(struct console *c, struct MHD_Connection *con
     if ((key == NULL) == !all || (key != NULL && (key[0] == '\0' || strlen(key) > 2048)))
         return respond_error(conn, 400, "give {\"key\": \"...\"} or {\"all\": true}", 0);
     sf_err_clear(&err);
-    if (proc_parked_request_replay(c->cli, c->cfg->cosmos.database,
-                                   c->cfg->processor.parking_container, key, &n, &err) != SF_OK)
+    if (proc_park_request_replay(c->cli, c->cfg->cosmos.database,
+                                 c->cfg->processor.parking_container, key, &n, &err) != SF_OK)
         return respond_error(conn, 502, err.msg, requests_now(c) - r0);
     return respond_json(conn, 200,
                         json_pack("{s:s?, s:b, s:I, s:s}", "key", key, "all", all, "marked",
