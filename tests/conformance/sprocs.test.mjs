@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { drainChangeFeed, httpCode as code, newContainer, rawRequest, show, startWithDatabase } from "./harness.mjs";
-import { ChangeFeedStartFrom } from "@azure/cosmos";
+import { ChangeFeedStartFrom, PartitionKeyKind } from "@azure/cosmos";
 
 let env, small;
 test.before(async () => {
@@ -172,6 +172,25 @@ test("documents are reached by their _self links too, as Azure's samples write t
   assert.deepEqual(resource, { n: 2 });
   assert.equal((await container.item("d", "p").read()).resource.n, 2);
   assert.equal((await container.item("gone", "p").read()).statusCode, 404);
+});
+
+test("a procedure in a container with a hierarchical key runs in the full key it names", async () => {
+  const { container } = await env.database.containers.create({
+    id: `hk-${Date.now()}`,
+    partitionKey: { paths: ["/tenantId", "/userId"], kind: PartitionKeyKind.MultiHash, version: 2 },
+  });
+  await container.scripts.storedProcedures.create({
+    id: "hk",
+    body: `function (doc) {
+      var c = __, out = [];
+      c.createDocument(c.getSelfLink(), doc, function (err, d) { out.push(err ? err.number : d.id); });
+      c.createDocument(c.getSelfLink(), { id: 'other', tenantId: doc.tenantId, userId: 'someone-else' },
+        function (err) { out.push(err ? err.number : 'created'); getContext().getResponse().setBody(out); });
+    }`,
+  });
+  const { resource } = await container.scripts.storedProcedure("hk").execute(["t1", "u1"], [{ id: "a", tenantId: "t1", userId: "u1" }]);
+  assert.deepEqual(resource, ["a", 400], "its own key is accepted, another user's is not");
+  assert.equal((await container.item("a", ["t1", "u1"]).read()).statusCode, 200);
 });
 
 test("a procedure stays in its partition and its collection", async () => {
