@@ -44,6 +44,7 @@ struct emu_sx {
     struct emu_blk blocks; /* circular list of live blocks (sentinel) */
     size_t used, cap;
     bool refused;        /* the allocator said no at least once */
+    unsigned refusals;   /* how often: past EMU_SX_REFUSALS it refuses every growth */
     int64_t deadline_ms; /* sf_mono_ms() the script is stopped at */
     int64_t soft_ms;     /* calls after this answer "not accepted" */
     bool timed_out;
@@ -68,6 +69,14 @@ struct emu_sx_job {
 };
 
 /* ---- the allocator ---- */
+
+/*
+ * Refusals before the allocator refuses every growth. Duktape answers each
+ * refusal with a full garbage collection and a retry, so a script living at
+ * its bound (100,000 small objects) would otherwise spend its whole budget
+ * collecting; a few dozen collections give garbage its chance to go.
+ */
+#define EMU_SX_REFUSALS 32
 
 /*
  * True once the budget is gone. The allocator then refuses to grow: a
@@ -102,8 +111,9 @@ static void *emu_sx_alloc(void *udata, duk_size_t size)
 
     if (size == 0)
         return NULL;
-    if (emu_sx_late(sx) || size > sx->cap - sx->used) {
+    if (emu_sx_late(sx) || sx->refusals >= EMU_SX_REFUSALS || size > sx->cap - sx->used) {
         sx->refused = true;
+        sx->refusals++;
         return NULL;
     }
     b = malloc(sizeof(*b) + size);
@@ -140,8 +150,10 @@ static void *emu_sx_realloc(void *udata, void *ptr, duk_size_t size)
         return NULL;
     }
     b = (struct emu_blk *)ptr - 1;
-    if (size > b->size && (emu_sx_late(sx) || size - b->size > sx->cap - sx->used)) {
+    if (size > b->size && (emu_sx_late(sx) || sx->refusals >= EMU_SX_REFUSALS ||
+                           size - b->size > sx->cap - sx->used)) {
         sx->refused = true;
+        sx->refusals++;
         return NULL;
     }
     emu_blk_unlink(b);

@@ -99,14 +99,11 @@ static enum sf_rc emu_tx_answer_err(struct sf_buf *out, int status, const char *
 static enum sf_rc emu_tx_answer(struct sf_buf *out, int status, const json_t *resource,
                                 const json_t *options)
 {
-    json_t *o = json_pack("{s:b,s:i,s:O,s:O}", "accepted", 1, "status", status, "resource",
-                          resource != NULL ? resource : json_null(), "options",
-                          options != NULL ? options : json_object());
+    json_t *opt = options != NULL ? json_incref((json_t *)options) : json_object();
+    json_t *o = json_pack("{s:b,s:i,s:O,s:o}", "accepted", 1, "status", status, "resource",
+                          resource != NULL ? resource : json_null(), "options", opt);
     enum sf_rc rc = o != NULL ? sf_json_dump(o, out) : SF_ENOMEM;
 
-    /* json_object() above is a fresh reference that "O" increfed: drop ours. */
-    if (options == NULL && o != NULL)
-        json_decref(json_object_get(o, "options"));
     json_decref(o);
     return rc;
 }
