@@ -18,8 +18,8 @@ function summaryOverloaded(srv) {
   return Number(m[1]);
 }
 
-test(`${BURST} concurrent upserts and reads through a 256-connection table all succeed after the SDK's retries`, async (t) => {
-  const srv = await startCosmolite(t, { args: ["--max-connections", "256"] });
+test(`${BURST} concurrent upserts and reads through a 512-connection table all succeed after the SDK's retries`, async (t) => {
+  const srv = await startCosmolite(t, { args: ["--max-connections", "512"] });
   const container = await burstContainer(burstClient(srv));
   const { ups, reads } = await upsertAndReadBurst(srv, container);
   const retried = [...ups, ...reads].reduce((n, r) => n + throttleRetries(r), 0);
@@ -27,7 +27,7 @@ test(`${BURST} concurrent upserts and reads through a 256-connection table all s
   await srv.stop();
   // Every 429 cosmolite answered is one the SDK saw and retried: none was lost on the way.
   assert.equal(summaryOverloaded(srv), retried, "429s answered = throttle retries the SDK made");
-  assert.ok(retried > 0, "2,000 connections through 256 slots were throttled, not all let in");
+  assert.ok(retried > 0, "2,000 connections through 512 slots were throttled, not all let in");
   assert.match(srv.stderr(), /WARN  http: port \d+: \d+ requests answered 429\/3092 with a retry-after/, "a counted log line says so");
 });
 
