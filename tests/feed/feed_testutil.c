@@ -202,6 +202,10 @@ void ft_seen_add(struct ft_seen *s, const struct feed_item *it)
     if (strcmp(want, feed_item_pk(it)) != 0 || feed_item_pk_path(it) == NULL ||
         strcmp(feed_item_pk_path(it), "/pk") != 0 || feed_item_epoch(it) < 1)
         s->bad_pk++;
+    /* the handle given out when its range opened, never looked up by token */
+    if (s->n_opened > 0 && (feed_item_range_handle(it) == NULL ||
+                            strcmp((const char *)feed_item_range_handle(it), range) != 0))
+        s->bad_handle++;
     for (r = 0; r < s->n_ranges; r++)
         if (strcmp(s->ranges[r], range) == 0)
             break;
@@ -224,6 +228,20 @@ void ft_seen_add(struct ft_seen *s, const struct feed_item *it)
     }
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->mu);
+}
+
+const void *ft_seen_range_open(void *ctx, const char *range)
+{
+    struct ft_seen *s = ctx;
+    const char *h = NULL;
+
+    pthread_mutex_lock(&s->mu);
+    if (s->n_opened < SF_ARRAY_LEN(s->opened)) {
+        (void)snprintf(s->opened[s->n_opened], sizeof(s->opened[0]), "%s", range);
+        h = s->opened[s->n_opened++];
+    }
+    pthread_mutex_unlock(&s->mu);
+    return h;
 }
 
 int ft_seen_wait(struct ft_seen *s, int n, int64_t timeout_ms)

@@ -71,12 +71,17 @@ struct ft_seen {
     char ranges[64][64];
     int64_t last_lsn[64];
     size_t n_ranges;
+    char opened[64][64]; /* ranges ft_seen_range_open saw open: their handles point here */
+    size_t n_opened;
+    int bad_handle; /* with ranges opened: an item whose handle is not its range's */
 };
 
 void ft_seen_init(struct ft_seen *s, int max);
 void ft_seen_release(struct ft_seen *s);
 /* Records one delivered item (checks pk and per-range LSN order). */
 void ft_seen_add(struct ft_seen *s, const struct feed_item *it);
+/* feed_options.range_open with a struct ft_seen as consume_ctx: the handle is the range's slot. */
+const void *ft_seen_range_open(void *ctx, const char *range);
 /* Waits until `distinct` reaches n or timeout_ms passes; returns distinct. */
 int ft_seen_wait(struct ft_seen *s, int n, int64_t timeout_ms);
 

@@ -238,6 +238,7 @@ START_TEST(drain_several_ranges)
     ft_feed_options(&o, DB, coll, prefix, "solo");
     o.consume = consume_sync;
     o.consume_ctx = &seen;
+    o.range_open = ft_seen_range_open;
     o.on_event = on_event;
     o.event_ctx = &ev;
     o.max_items = 16; /* several pages per range */
@@ -249,6 +250,10 @@ START_TEST(drain_several_ranges)
     ck_assert_int_eq(seen.order_errors, 0);
     ck_assert_int_eq(seen.bad_pk, 0);
     ck_assert_uint_eq(seen.n_ranges, 4);
+    /* each range opened once, and its items carried the handle it gave */
+    ck_assert_uint_eq(seen.n_opened, 4);
+    ck_assert_int_eq(seen.bad_handle, 0);
+    ck_assert(feed_event_is_warning(FEED_EV_LOST) && !feed_event_is_warning(FEED_EV_ACQUIRED));
     ck_assert(ft_wait_until(settled_pred, p, 10000));
     ck_assert_int_eq(feed_processor_status(p, &st, &err), SF_OK);
     ck_assert_uint_eq(st->n, 4);
