@@ -636,10 +636,13 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
              "processor.log_level '%s' must be debug, info, warn or error", p->log_level);
 }
 
-/* containers = ( { name = "products"; max_ru_per_second = 200; }, ... ) */
+/*
+ * containers = ( { name = "products"; partition_key = "/category"; max_ru_per_second = 200; },
+ * ... )
+ */
 static void load_containers(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"name", "max_ru_per_second", NULL};
+    static const char *const keys[] = {"name", "partition_key", "max_ru_per_second", NULL};
     const config_setting_t *l = config_setting_get_member(root, "containers");
     struct cfg *cfg = ld->cfg;
     int n;
@@ -671,6 +674,14 @@ static void load_containers(struct loader *ld, const config_setting_t *root)
         get_str(ld, e, "name", true, NULL, &c->name);
         check_name(ld, e, "name", c->name);
         get_int(ld, e, "max_ru_per_second", 1, 100000000, 0, &c->max_ru_per_second);
+        get_str(ld, e, "partition_key", false, NULL, &c->pk_path);
+        if (c->pk_path != NULL &&
+            (c->pk_path[0] != '/' || c->pk_path[1] == '\0' ||
+             strlen(c->pk_path) > CFG_PK_PATH_MAX || strpbrk(c->pk_path, " \"'{}") != NULL))
+            diag(ld, config_setting_get_member(e, "partition_key"),
+                 "containers[%d].partition_key '%s' must be a path like \"/customerId\" (a '/' "
+                 "then the field, at most %d bytes)",
+                 i, c->pk_path, CFG_PK_PATH_MAX);
         if (c->name == NULL)
             continue;
         for (size_t j = 0; j < cfg->n_containers; j++)
@@ -1586,5 +1597,13 @@ const struct cfg_workflow *cfg_workflow_find(const struct cfg *cfg, const char *
     for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->n_workflows; i++)
         if (cfg->workflows[i].name != NULL && strcmp(cfg->workflows[i].name, name) == 0)
             return &cfg->workflows[i];
+    return NULL;
+}
+
+const struct cfg_container *cfg_container_find(const struct cfg *cfg, const char *name)
+{
+    for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->n_containers; i++)
+        if (strcmp(cfg->containers[i].name, name) == 0)
+            return &cfg->containers[i];
     return NULL;
 }

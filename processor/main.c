@@ -313,6 +313,8 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_
 
 static const struct proc_cmd commands[] = {
     /* name, synopsis, summary, needs_config, needs_client, stoppable, run */
+    {"init", "init -c FILE", "create the database and containers FILE needs (--dry-run)", true,
+     false, false, proc_cli_init},
     {"run", "run -c FILE", "run the workflows of FILE as a service", true, false, false, cmd_run},
     /* check-config loads FILE itself: every problem, not the first, with file:line. */
     {"check-config", "check-config FILE", "validate FILE; print file:line: problems", false, false,

@@ -14,10 +14,36 @@
 #include "processor/proc_admin.h"
 #include "processor/proc_control.h"
 #include "processor/proc_dispatch.h"
+#include "processor/proc_embed.h"
+#include "processor/proc_init.h"
 #include "processor/proc_opt.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
+
+static const char USAGE_INIT[] =
+    "Usage: sagafeed init -c FILE [--dry-run]\n"
+    "\n"
+    "Creates the database and every container FILE names: each workflow's source,\n"
+    "every step's target, the awaited containers, the Kafka relay's CDC containers,\n"
+    "feed.lease_container (partition key /id) and processor.parking_container\n"
+    "(/parkKey). The others get the partition key path declared in\n"
+    "containers = ( { name = \"products\"; partition_key = \"/category\"; } ).\n"
+    "TTL is switched on with no default expiry (defaultTtl -1) wherever sagafeed\n"
+    "writes records carrying a ttl (markers, outbox events, waiting records, lease\n"
+    "locks): on Azure a per-item ttl is ignored while the container's TTL is off.\n"
+    "Parked records never expire.\n"
+    "\n"
+    "An existing container is never changed: each mismatch (partition key path,\n"
+    "TTL off, a default expiry on the parking container) is printed with its fix.\n"
+    "Without cosmos.endpoint in FILE, the embedded cosmolite on embedded.data_dir\n"
+    "is started for the time of the command. Exit status 0 when everything is in\n"
+    "place (or would be), 1 on a mismatch, a container it cannot create or a\n"
+    "failed request.\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE  the configuration (required)\n"
+    "      --dry-run      print what would be created; create nothing\n";
 
 static const char USAGE_STATUS[] =
     "Usage: sagafeed status -c FILE [--json]\n"
@@ -200,6 +226,73 @@ static void whoami(char *out, size_t size)
         (void)snprintf(host, sizeof(host), "?");
     host[sizeof(host) - 1] = '\0';
     (void)snprintf(out, size, "%s@%s", user != NULL && user[0] ? user : "?", host);
+}
+
+/* ---------------------------------------------------------------------------
+ * init
+ */
+
+int proc_cli_init(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+{
+    const char *path = NULL;
+    bool dry_run = false;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_FLAG("dry-run", 0, &dry_run), PROC_OPT_END};
+    struct cosmos_client *cli = NULL;
+    struct proc_embed *embed = NULL;
+    struct cfg *cfg = NULL;
+    size_t problems = 0;
+    struct sf_err err;
+    int status;
+
+    SF_UNUSED(stop);
+    status = proc_opt_parse(self->name, USAGE_INIT, opts, 1, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
+    if ((status = proc_cli_load(self->name, path, &cfg)) != 0)
+        return status;
+    sf_err_clear(&err);
+    if (cfg->cosmos.endpoint == NULL) {
+        struct proc_embed_opts po = {.binary = cfg->embedded.binary,
+                                     .data_dir = cfg->embedded.data_dir,
+                                     .partitions = cfg->embedded.partitions,
+                                     .start_timeout_ms = cfg->embedded.start_timeout_ms};
+        struct cosmos_options co;
+
+        proc_setup_cosmos(cfg, PROC_CLIENT_TOOL, &co);
+        if (proc_embed_start(&po, &embed, &err) == SF_OK) {
+            co.endpoint = proc_embed_endpoint(embed);
+            co.key = proc_embed_key(embed);
+            co.key_env = NULL;
+            co.key_file = NULL;
+            (void)cosmos_client_new(&co, &cli, &err);
+        }
+        if (cli == NULL) {
+            (void)fprintf(stderr, "sagafeed init: embedded cosmolite: %s\n", err.msg);
+            status = 1;
+            goto out;
+        }
+        (void)printf("embedded cosmolite, data in %s\n", cfg->embedded.data_dir);
+    } else if ((status = proc_cli_client(self->name, cfg, &cli)) != 0) {
+        goto out;
+    } else {
+        (void)printf("account %s\n", cfg->cosmos.endpoint);
+    }
+    if (proc_init_apply(cli, cfg, dry_run, stdout, &problems, &err) != SF_OK) {
+        (void)fflush(stdout);
+        (void)fprintf(stderr, "sagafeed init: %s\n", err.msg);
+        status = 1;
+    } else if (problems > 0) {
+        (void)fflush(stdout);
+        (void)fprintf(stderr, "sagafeed init: %zu container%s need%s attention (above)\n", problems,
+                      problems == 1 ? "" : "s", problems == 1 ? "s" : "");
+        status = 1;
+    }
+out:
+    cosmos_client_free(cli);
+    proc_embed_stop(embed);
+    cfg_free(cfg);
+    return status;
 }
 
 /* ---------------------------------------------------------------------------

@@ -7,6 +7,10 @@ if(TARGET cosmolite AND TARGET sagafeed)
   # `parked replay` with three instances: the parking container is the truth
   # about blocked keys, so a replay anywhere unblocks the key everywhere.
   sf_e2e_test(test_parked_fleet LABELS "ops;integration;e2e" TIMEOUT 300)
+
+  # `sagafeed init` creates the containers with their partition key paths and
+  # TTL; `run` refuses to start on a missing or mismatched one (issue 25).
+  sf_e2e_test(test_init_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
 endif()
 
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they
