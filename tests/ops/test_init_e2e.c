@@ -29,6 +29,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
+#include "demo/proc_demo.h"
 #include "tests/support/e2e.h"
 
 #define DB "shop"
@@ -259,12 +260,79 @@ START_TEST(test_init_embedded)
 }
 END_TEST
 
+/* The shop (demo containers, TTL on), then the start of `run` against it. */
+static int run_start(struct harness_cosmolite *h, const char *name, char **out)
+{
+    char cfg[512];
+    const char *args[] = {"run", "-c", cfg, "--log-text", NULL};
+
+    config(cfg, sizeof(cfg), name, h, CONTAINERS);
+    return e2e_run(harness_cosmolite_key(h), NULL, args, out, NULL);
+}
+
+START_TEST(test_run_refuses_missing_target)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    struct sf_err err;
+    char *out = NULL, buf[64];
+    int status;
+
+    ck_assert_msg(proc_demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(cosmos_container_delete(cli, DB, "customers", &err) == SF_OK, "%s", err.msg);
+    e2e_create_orders(cli, 0, 1);
+    status = run_start(h, "missing", &out);
+    ck_assert_msg(status == 1, "exit %d: %s", status, out);
+    assert_has(out, "container customers (target of step charge (workflow order-fulfilment)");
+    assert_has(out, "does not exist in database shop: create the containers with `sagafeed init "
+                    "-c ");
+    free(out);
+    /* refused before any saga moved: nothing reserved, then parked at the charge */
+    ck_assert_str_eq(e2e_status(cli, "o-0", "c-000", buf, sizeof(buf)), "placed");
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+START_TEST(test_run_refuses_ttl_off)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    struct sf_err err;
+    char *out = NULL;
+    int status;
+
+    ck_assert_msg(proc_demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(cosmos_container_delete(cli, DB, "shipments", &err) == SF_OK, "%s", err.msg);
+    create(cli, "shipments", "/orderId", 0);
+    status = run_start(h, "ttloff", &out);
+    ck_assert_msg(status == 1, "exit %d: %s", status, out);
+    assert_has(out, "container shipments (target of step ship (workflow order-fulfilment)): TTL "
+                    "is off");
+    assert_has(out, "`sagafeed init -c ");
+    free(out);
+    /* a partition key path other than the declared one, likewise */
+    ck_assert_msg(cosmos_container_delete(cli, DB, "shipments", &err) == SF_OK, "%s", err.msg);
+    create(cli, "shipments", "/id", -1);
+    status = run_start(h, "pkbad", &out);
+    ck_assert_msg(status == 1, "exit %d: %s", status, out);
+    assert_has(out, "container shipments (target of step ship (workflow order-fulfilment)): "
+                    "partition key path is /id, the configuration says /orderId");
+    free(out);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 int main(void)
 {
-    const struct e2e_case tests[] = {{"init_creates_containers", test_init_creates_containers},
-                                     {"init_reports_mismatch", test_init_reports_mismatch},
-                                     {"init_undeclared_container", test_init_undeclared_container},
-                                     {"init_embedded", test_init_embedded}};
+    const struct e2e_case tests[] = {
+        {"init_creates_containers", test_init_creates_containers},
+        {"init_reports_mismatch", test_init_reports_mismatch},
+        {"init_undeclared_container", test_init_undeclared_container},
+        {"init_embedded", test_init_embedded},
+        {"run_refuses_missing_target", test_run_refuses_missing_target},
+        {"run_refuses_ttl_off", test_run_refuses_ttl_off}};
 
     return e2e_main("sf-init", "init_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
 }
