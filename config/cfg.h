@@ -54,6 +54,8 @@ struct cfg_cosmos {
     const char *endpoint; /* NULL: run a private cosmolite (struct cfg_embedded) */
     const char *key_env;  /* environment variable holding the key, or NULL */
     const char *key_file; /* file holding the key, or NULL */
+    /* the SAGAFEED_COSMOS_KEY_* variable whose key was ignored (no endpoint: embedded), or NULL */
+    const char *key_ignored;
     const char *database; /* required */
     int64_t connect_timeout_ms;
     int64_t request_timeout_ms;

@@ -435,9 +435,23 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
             diag(ld, config_setting_get_member(g, "endpoint"),
                  "cosmos.endpoint is set but no key: add key_env or key_file");
     } else if (c->key_env != NULL || c->key_file != NULL) {
-        /* At the key setting itself: it may come from the environment, not the file. */
-        diag(ld, config_setting_get_member(g, c->key_env != NULL ? "key_env" : "key_file"),
-             "cosmos: a key without an endpoint; the embedded cosmolite uses its own key");
+        const config_setting_t *k =
+            config_setting_get_member(g, c->key_env != NULL ? "key_env" : "key_file");
+
+        /*
+         * A key the environment sets (a unit's or image's SAGAFEED_COSMOS_KEY_ENV)
+         * is ignored for a file that runs the embedded cosmolite: the same
+         * environment serves files for Azure and for the embedded server. One
+         * written in the file itself is a mistake worth saying.
+         */
+        if (cfg_env_origin(k) != NULL) {
+            c->key_ignored = cfg_env_origin(k);
+            c->key_env = NULL;
+            c->key_file = NULL;
+        } else {
+            diag(ld, k,
+                 "cosmos: a key without an endpoint; the embedded cosmolite uses its own key");
+        }
     }
     if (c->consistency != NULL && strcmp(c->consistency, "Strong") != 0 &&
         strcmp(c->consistency, "BoundedStaleness") != 0 && strcmp(c->consistency, "Session") != 0 &&

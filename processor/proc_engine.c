@@ -248,6 +248,11 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
                          "workflow '%s' step '%s': an await step waits for one document; "
                          "it takes no foreach",
                          w->name, s->name);
+        if (s->n_undo > 0)
+            cfg_diag_add(d, s->file, cfg_line(s->setting, "undo", s->line),
+                         "workflow '%s' step '%s': an await step has no undo (it changed "
+                         "nothing); undo the earlier steps in theirs",
+                         w->name, s->name);
     }
     if (s->foreach != NULL) {
         char text[1024];

@@ -681,6 +681,109 @@ START_TEST(test_check_config_plugins)
 END_TEST
 
 /*
+ * Issue 25 item 3: a condition with placeholders is parsed with each
+ * placeholder replaced by a stand-in, so a typo is a file:line error and not a
+ * parked item at run time; the offsets are those of the file's text.
+ */
+START_TEST(test_check_config_parses_conditions_with_placeholders)
+{
+    static const char *HEAD = "container = \"p\"; id = \"{{item.id}}\"; partition_key = \"k\";"
+                              " ops = ( { op = \"incr\"; path = \"/b\"; value = 1; } );";
+    static const struct {
+        const char *cond;
+        const char *want; /* NULL: valid */
+    } cases[] = {
+        {"FROM c WHERE c.balance >= {{item.price}}", NULL},
+        {"FROM c WHERE c.stock >= {{it.qty * 2}} AND c.sku = {{item.sku ?? 'x'}}", NULL},
+        {"FROM c WHERE STARTSWITH(c.id, {{item.id}})", NULL},
+        {"FROM c WHER c.balance >= {{item.price}}", "condition: at 7:"},
+        {"FROM c WHERE c.balance == {{item.price}}", "condition: at 24:"},
+        {"FROM c WHERE c.balance >= {{item.price}} AND", "condition: at "},
+        {"FROM c WHERE NOSUCHFN(c.x, {{item.price}})", "unknown function"},
+    };
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    char params[1024];
+
+    ck_assert_ptr_nonnull(d);
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        (void)snprintf(params, sizeof(params), "%s condition = \"%s\";", HEAD, cases[i].cond);
+        ck_assert_msg(check("FROM c", "patch", params, d) == (cases[i].want == NULL), "%s",
+                      cases[i].cond);
+        if (cases[i].want != NULL)
+            ck_assert_msg(has(d, "w.cfg:9:", cases[i].want), "%s", cases[i].cond);
+    }
+    /* delete and await take conditions too */
+    ck_assert(!check("FROM c", "delete",
+                     "container = \"p\"; id = \"x\"; partition_key = \"k\";"
+                     " condition = \"FROM c WHERE c.v = = {{item.v}}\";",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "condition: at"));
+    ck_assert(!check("FROM c", "await",
+                     "container = \"p\"; id = \"x\"; partition_key = \"k\";"
+                     " condition = \"FROM c WHERE c.amount => {{item.total}}\";",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "condition: at"));
+    free(d);
+}
+END_TEST
+
+/* Issue 25 item 3: {{itme.day}} would be undefined for every item. */
+START_TEST(test_check_config_unknown_template_root)
+{
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert(!check("FROM c", "patch",
+                     "container = \"p\"; id = \"{{itme.day}}\"; partition_key = \"k\";"
+                     " ops = ( { op = \"set\"; path = \"/x\"; value = 1; } );",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "id: template {{itme.day}} at 0: unknown name 'itme'"));
+    /* in an expression, in a condition, in a value: every root is checked */
+    ck_assert(!check("FROM c", "patch",
+                     "container = \"p\"; id = \"x\"; partition_key = \"k\";"
+                     " condition = \"FROM c WHERE c.v >= {{item.a + items.b}}\";"
+                     " ops = ( { op = \"set\"; path = \"/x\"; value = 1; } );",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "unknown name 'items'"));
+    /* every documented root is known */
+    ck_assert(check("FROM c", "patch",
+                    "container = \"p\"; id = \"{{item.id}}-{{sagaId}}-{{workflow}}-{{step}}\";"
+                    " partition_key = \"{{epoch}}{{lsn}}\";"
+                    " ops = ( { op = \"set\"; path = \"/x\"; value = \"{{item.x ?? 1}}\"; } );",
+                    d));
+    free(d);
+}
+END_TEST
+
+/* Issue 25 item 3: the docs say an await has no undo; check-config says so too. */
+START_TEST(test_check_config_await_undo_refused)
+{
+    const char *text = "workflows = ( {\n"
+                       "  name = \"w\"; container = \"orders\";\n"
+                       "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+                       "  steps = ( {\n"
+                       "    name = \"wait\"; from = \"placed\"; to = \"done\";\n"
+                       "    do = { kind = \"await\"; container = \"conf\"; id = \"x\";\n"
+                       "           partition_key = \"k\"; timeout = \"10s\"; };\n"
+                       "    undo = { kind = \"delete\"; container = \"conf\"; id = \"x\";\n"
+                       "             partition_key = \"k\"; };\n"
+                       "  } );\n"
+                       "} );\n";
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(text, "a.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(proc_check_config(cfg, d, &err), SF_EINVAL);
+    ck_assert(has(d, "a.cfg:8:", "an await step has no undo"));
+    cfg_free(cfg);
+    free(d);
+}
+END_TEST
+
+/*
  * run builds each Kafka relay's lease prefix from feed.lease_prefix (or
  * kafka.lease_prefix), the container and the CDC topic, and refuses one over
  * the feed's limit; check-config must refuse the same, at the kafka section.
@@ -1480,6 +1583,9 @@ int main(void)
     tcase_add_test(tc, test_check_config_compile);
     tcase_add_test(tc, test_check_config_plugins);
     tcase_add_test(tc, test_check_config_relay_lease_prefix_too_long);
+    tcase_add_test(tc, test_check_config_parses_conditions_with_placeholders);
+    tcase_add_test(tc, test_check_config_unknown_template_root);
+    tcase_add_test(tc, test_check_config_await_undo_refused);
     suite_add_tcase(s, tc);
     tc = tcase_create("plan");
     tcase_add_test(tc, test_plan_reports_park_of_failing_template);
