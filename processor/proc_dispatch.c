@@ -12,6 +12,7 @@
 #include "common/sf_time.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_lanes.h"
+#include "steps/step_sql.h"
 
 #define BLOCKED_MAX      100000
 #define REPLAY_MAX       10000  /* documents replayed per key and round */
@@ -383,6 +384,8 @@ static void count_outcome(struct proc_dispatch *d, const struct proc_result *res
         stat_add(d, ST_SKIPPED, 1);
 }
 
+static bool parked_is_same_item(struct proc_dispatch *d, const struct task *t);
+
 static void handle_item(struct proc_dispatch *d, struct task *t)
 {
     struct proc_result res;
@@ -395,6 +398,17 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     memset(&res, 0, sizeof(res));
     if (!gate(d))
         return; /* stopping while paused: no ack, the feed redelivers */
+    if (proc_dispatch_blocked(d, t->park_key) && parked_is_same_item(d, t)) {
+        /* Its own later version: the parked record's replay takes it from there. */
+        sf_log_info("sagafeed",
+                    "item %s (key %s, lsn %lld) is the parked item itself: its record's "
+                    "replay goes on from the item's current state",
+                    sf_json_str(t->doc, "id"), t->park_key, (long long)t->lsn);
+        if (d->o.on_result != NULL)
+            d->o.on_result(d->o.result_ctx, &it, &res, 0, true);
+        t->ack(t->ack_ctx);
+        return;
+    }
     if (proc_dispatch_blocked(d, t->park_key)) {
         /* Wait behind the parked item: durably, so the checkpoint may move on. */
         if (!park_write(d, t, "waiting", NULL, 0))
@@ -499,6 +513,45 @@ out:
     }
     *ret_docs = all;
     return SF_OK;
+}
+
+/*
+ * Whether the record heading t's blocked key is t's own document, parked at
+ * an earlier version: the saga's own transitions come back on the change
+ * feed while its key is blocked. That record's replay re-reads the item and
+ * goes on from its current state, so a waiting record would only be a
+ * second record of one failing item (issue 25, item 4). When the parking
+ * container cannot be asked, false: a waiting record is the safe side.
+ */
+static bool parked_is_same_item(struct proc_dispatch *d, const struct task *t)
+{
+    struct sf_buf where, lit;
+    json_t *docs = NULL, *v;
+    struct sf_err err;
+    bool same = false;
+
+    sf_buf_init(&where, 4096);
+    sf_buf_init(&lit, 2048);
+    sf_err_clear(&err);
+    (void)sf_buf_puts(&where, "c.status = 'parked' AND c.sourceContainer = ");
+    v = json_string(t->container);
+    if (v != NULL && step_sql_literal(v, &lit) == SF_OK)
+        (void)sf_buf_printf(&where, "%s AND c.sourceId = ", sf_buf_cstr(&lit));
+    json_decref(v);
+    sf_buf_reset(&lit);
+    v = sf_json_str(t->doc, "id") != NULL ? json_string(sf_json_str(t->doc, "id")) : NULL;
+    if (v != NULL && step_sql_literal(v, &lit) == SF_OK &&
+        sf_buf_puts(&where, sf_buf_cstr(&lit)) == SF_OK &&
+        parked_query(d->o.cli, d->db, d->parking, t->park_key, sf_buf_cstr(&where), &docs, &err) ==
+            SF_OK)
+        same = json_array_size(docs) > 0;
+    else if (err.rc != SF_OK)
+        sf_log_debug("sagafeed", "looking for the parked record of %s: %s", t->park_key, err.msg);
+    json_decref(v);
+    json_decref(docs);
+    sf_buf_release(&lit);
+    sf_buf_release(&where);
+    return same;
 }
 
 /*

@@ -11,6 +11,9 @@ if(TARGET cosmolite AND TARGET sagafeed)
   # `sagafeed init` creates the containers with their partition key paths and
   # TTL; `run` refuses to start on a missing or mismatched one (issue 25).
   sf_e2e_test(test_init_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
+
+  # What a parked record says: the server's words, one record per failing item.
+  sf_e2e_test(test_park_record_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
 endif()
 
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they
