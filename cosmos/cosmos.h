@@ -622,6 +622,8 @@ enum sf_rc cosmos_batch_new(const char *pk_json, struct cosmos_batch **ret_batch
                             struct sf_err *err);
 void cosmos_batch_free(struct cosmos_batch *b);
 size_t cosmos_batch_count(const struct cosmos_batch *b);
+/* Operation i as it is sent (operationType, id, resourceBody, condition...), or NULL. Borrowed. */
+const json_t *cosmos_batch_op(const struct cosmos_batch *b, size_t i);
 
 /*
  * From now on, operations added to b ask for minimal answers

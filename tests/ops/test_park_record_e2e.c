@@ -9,8 +9,10 @@
  *                 itself, whose replay goes on from the current state, so
  *                 one failing order is one parking record (it was two: the
  *                 parked one and a "waiting" one for the same order). The
- *                 record keeps the status, the sub-status and which
- *                 operation of which container was refused.
+ *                 record keeps the status, the sub-status, which operation
+ *                 of which container was refused, and that operation as it
+ *                 was sent (the rendered document; for a patch, its rendered
+ *                 condition).
  */
 #include "common/sf_base.h"
 
@@ -75,6 +77,17 @@ START_TEST(test_one_failing_item_one_parked_record)
     ck_assert_msg(
         strstr(sf_json_str(e, "message"), "effect operation 1 on shipments answered 400") != NULL,
         "%s", sf_json_str(e, "message"));
+    /* and what was refused, as it was sent: the rendered document with its ttl */
+    {
+        const json_t *req = json_object_get(e, "request");
+        const json_t *body = json_object_get(req, "resourceBody");
+
+        ck_assert_msg(json_is_object(req), "no request in the parked record's error");
+        ck_assert_str_eq(sf_json_str(req, "operationType"), "Create");
+        ck_assert_str_eq(sf_json_str(body, "id"), "ship-o-0");
+        ck_assert_str_eq(sf_json_str(body, "orderId"), "o-0");
+        ck_assert_int_eq(json_integer_value(json_object_get(body, "ttl")), 0);
+    }
     json_decref(recs);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
