@@ -64,7 +64,7 @@ static const char USAGE_LAG[] =
     "Exit status 0 even when lagging: scripts read the numbers.\n";
 
 static const char USAGE_PAUSE[] =
-    "Usage: sagafeed pause -c FILE [--reason TEXT] [--by NAME]\n"
+    "Usage: sagafeed pause -c FILE [--reason TEXT] [--by NAME] [--force]\n"
     "       sagafeed resume -c FILE [--by NAME]\n"
     "\n"
     "pause writes the fleet's control document (in feed.lease_container); every\n"
@@ -72,7 +72,11 @@ static const char USAGE_PAUSE[] =
     "dispatching: no new item starts and no step effect is applied, items already\n"
     "in a step finish, leases keep renewing (nothing fails over). resume lets them\n"
     "continue from where they stood; nothing is skipped or lost. An instance that\n"
-    "starts while the fleet is paused stays paused.\n";
+    "starts while the fleet is paused stays paused.\n"
+    "\n"
+    "pause of a fleet that is already paused is refused (exit 1), naming who\n"
+    "paused it, when and why, so a second operator does not overwrite the first\n"
+    "one's reason; --force pauses anyway and prints the pause it replaces.\n";
 
 static const char USAGE_REPLAY[] =
     "Usage: sagafeed replay -c FILE --from beginning|lsn:N|time:ISO --to lsn:N|time:ISO|now\n"
@@ -352,21 +356,22 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
 {
     const bool paused = strcmp(self->name, "pause") == 0;
     const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("reason", 0, &reason),
-                                    PROC_OPT_STRING("by", 0, &by), PROC_OPT_END};
+    bool force = false;
+    const struct proc_opt opts[] = {
+        PROC_OPT_REQUIRED("config", 'c', &path), PROC_OPT_STRING("reason", 0, &reason),
+        PROC_OPT_STRING("by", 0, &by), PROC_OPT_FLAG("force", 0, &force), PROC_OPT_END};
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
-    struct proc_control ctl;
+    struct proc_control ctl, old;
     struct sf_err err;
-    char me[384];
+    char me[384], when[32];
     int status;
 
     SF_UNUSED(stop);
     status = proc_opt_parse(self->name, USAGE_PAUSE, opts, 1, 0, argc, argv, NULL);
     if (status != PROC_OPT_GO)
         return status;
-    if (!paused && reason != NULL) /* resume takes no reason */
+    if (!paused && (reason != NULL || force)) /* resume takes no reason, needs no force */
         return proc_opt_usage(USAGE_PAUSE, 2);
     if (reason != NULL && strlen(reason) > 200) {
         (void)fprintf(stderr, "sagafeed %s: --reason is limited to 200 bytes\n", cmd);
@@ -376,6 +381,29 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
     if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
+    if (paused && proc_control_read(cli, cfg, &old, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
+        status = 1;
+        goto out;
+    }
+    if (paused && old.exists && old.paused) {
+        if (old.at_ms >= 0)
+            sf_time_iso8601(old.at_ms, when);
+        else
+            (void)snprintf(when, sizeof(when), "an unknown time");
+        (void)fprintf(force ? stdout : stderr, "%sfleet %s is already paused by %s since %s%s%s\n",
+                      force ? "replacing: " : "", cfg->feed.lease_prefix,
+                      old.by[0] ? old.by : "(unknown)", when, old.reason[0] ? ": " : " (no reason)",
+                      old.reason);
+        if (!force) {
+            (void)fprintf(stderr,
+                          "sagafeed %s: not paused again; `sagafeed pause --force` replaces who "
+                          "and why, `sagafeed resume` lifts the pause\n",
+                          cmd);
+            status = 1;
+            goto out;
+        }
+    }
     if (proc_control_write(cli, cfg, paused, by != NULL ? by : me, reason, &ctl, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
         status = 1;

@@ -14,6 +14,9 @@ if(TARGET cosmolite AND TARGET sagafeed)
 
   # What a parked record says: the server's words, one record per failing item.
   sf_e2e_test(test_park_record_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
+
+  # Operator commands that must not mislead: pause twice, status of no database, ...
+  sf_e2e_test(test_ops_cli_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
 endif()
 
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they

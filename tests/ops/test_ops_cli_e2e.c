@@ -1,0 +1,140 @@
+/*
+ * test_ops_cli_e2e.c - operator commands that must not mislead (issue 25),
+ * with the real binary against cosmolite.
+ *
+ *   pause_twice_refused_without_force  a second `pause` of a paused fleet is
+ *                  refused (exit 1) naming who paused it and why, and the
+ *                  control document keeps them; --force replaces them and
+ *                  prints the pause it replaced
+ *   status_missing_database_fails  `status` and `lag` against a database
+ *                  that does not exist exit 1 naming it (they said "fleet:
+ *                  running / no leases yet", exit 0)
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <unistd.h>
+
+#include "common/sf_json.h"
+#include "cosmos/cosmos.h"
+#include "demo/proc_demo.h"
+#include "tests/support/e2e.h"
+
+#define DB "shop"
+
+static struct harness_cosmolite *server(struct cosmos_client **ret_cli)
+{
+    struct harness_cosmolite_opts ho = {.memory = true, .partitions = 1};
+    struct harness_cosmolite *h = NULL;
+    struct sf_err err;
+
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    *ret_cli = e2e_client(h);
+    ck_assert_msg(proc_demo_create(*ret_cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    return h;
+}
+
+static void config(char *out, size_t size, const char *name, struct harness_cosmolite *h,
+                   const char *db)
+{
+    e2e_make_config(out, size,
+                    &(const struct e2e_config){.name = name,
+                                               .endpoint = harness_cosmolite_endpoint(h),
+                                               .db = db,
+                                               .example = "order-fulfilment.cfg"});
+}
+
+static void assert_has(const char *out, const char *text)
+{
+    ck_assert_msg(strstr(out, text) != NULL, "no \"%s\" in:\n%s", text, out);
+}
+
+/* The control document of the fleet named name, as stored. */
+static json_t *control(struct cosmos_client *cli, const char *name)
+{
+    char id[256];
+
+    (void)snprintf(id, sizeof(id), "%s.sf-control", name);
+    return e2e_read(cli, DB, "leases", id, id);
+}
+
+START_TEST(test_pause_twice_refused_without_force)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    char cfg[512], *out = NULL;
+    const char *first[] = {"pause", "-c", cfg, "--reason", "kafka down", "--by", "alice", NULL};
+    const char *second[] = {"pause", "-c", cfg, "--reason", "deploy", "--by", "bob", NULL};
+    const char *forced[] = {"pause", "-c",  cfg,       "--reason", "deploy",
+                            "--by",  "bob", "--force", NULL};
+    json_t *doc;
+    int status;
+
+    config(cfg, sizeof(cfg), "twice", h, DB);
+    status = e2e_run(harness_cosmolite_key(h), NULL, first, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    free(out);
+    status = e2e_run(harness_cosmolite_key(h), NULL, second, &out, NULL);
+    ck_assert_msg(status == 1, "exit %d: %s", status, out);
+    assert_has(out, "fleet twice is already paused by alice since ");
+    assert_has(out, ": kafka down");
+    assert_has(out, "--force");
+    free(out);
+    doc = control(cli, "twice");
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_str_eq(sf_json_str(doc, "by"), "alice");
+    ck_assert_str_eq(sf_json_str(doc, "reason"), "kafka down");
+    json_decref(doc);
+    status = e2e_run(harness_cosmolite_key(h), NULL, forced, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    assert_has(out, "replacing: fleet twice is already paused by alice since ");
+    assert_has(out, "fleet twice paused");
+    free(out);
+    doc = control(cli, "twice");
+    ck_assert_str_eq(sf_json_str(doc, "by"), "bob");
+    ck_assert_str_eq(sf_json_str(doc, "reason"), "deploy");
+    json_decref(doc);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+START_TEST(test_status_missing_database_fails)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    char cfg[512], *out = NULL;
+    const char *status_args[] = {"status", "-c", cfg, NULL};
+    const char *lag_args[] = {"lag", "-c", cfg, "--json", NULL};
+    int status;
+
+    config(cfg, sizeof(cfg), "nodb", h, "nosuchdb");
+    status = e2e_run(harness_cosmolite_key(h), NULL, status_args, &out, NULL);
+    ck_assert_msg(status == 1, "exit %d: %s", status, out);
+    assert_has(out, "database nosuchdb does not exist at ");
+    ck_assert_msg(strstr(out, "no leases yet") == NULL && strstr(out, "fleet: running") == NULL,
+                  "%s", out);
+    free(out);
+    status = e2e_run(harness_cosmolite_key(h), NULL, lag_args, &out, NULL);
+    ck_assert_msg(status == 1, "exit %d: %s", status, out);
+    assert_has(out, "database nosuchdb does not exist");
+    free(out);
+    /* the database that exists still reads as a fleet that never ran */
+    config(cfg, sizeof(cfg), "fresh", h, DB);
+    status = e2e_run(harness_cosmolite_key(h), NULL, status_args, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    assert_has(out, "no leases yet");
+    free(out);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+int main(void)
+{
+    const struct e2e_case tests[] = {
+        {"pause_twice_refused_without_force", test_pause_twice_refused_without_force},
+        {"status_missing_database_fails", test_status_missing_database_fails}};
+
+    return e2e_main("sf-opscli", "ops_cli_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
+}
