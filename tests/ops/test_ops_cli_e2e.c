@@ -9,6 +9,9 @@
  *   status_missing_database_fails  `status` and `lag` against a database
  *                  that does not exist exit 1 naming it (they said "fleet:
  *                  running / no leases yet", exit 0)
+ *   saga_show_lists_matching_workflows  two workflows on one container:
+ *                  `saga show` lists only the one whose filter matches the
+ *                  item, unless --workflow names the other
  */
 #include "common/sf_base.h"
 
@@ -130,11 +133,54 @@ START_TEST(test_status_missing_database_fails)
 }
 END_TEST
 
+START_TEST(test_saga_show_lists_matching_workflows)
+{
+    /* a second workflow on orders, for refund documents only */
+    static const char *const edits[] = {
+        "workflows = (",
+        "workflows = ( { name = \"refunds\"; container = \"orders\";\n"
+        "  filter = \"FROM c WHERE c.type = 'refund'\"; state_field = \"status\";\n"
+        "  failed_state = \"failed\"; steps = ( { name = \"pay\"; from = \"new\"; to = \"paid\";\n"
+        "  do = { kind = \"patch\"; container = \"customers\"; id = \"{{item.customerId}}\";\n"
+        "  partition_key = \"{{item.customerId}}\";\n"
+        "  ops = ( { op = \"incr\"; path = \"/balance\"; value = 1; } ); }; } ); },",
+        NULL};
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    char cfg[512], *out = NULL;
+    const char *show[] = {"saga", "show", "o-0", "-c", cfg, NULL};
+    const char *other[] = {"saga", "show", "o-0", "-c", cfg, "--workflow", "refunds", NULL};
+    int status;
+
+    e2e_make_config(cfg, sizeof(cfg),
+                    &(const struct e2e_config){.name = "two",
+                                               .endpoint = harness_cosmolite_endpoint(h),
+                                               .db = DB,
+                                               .example = "order-fulfilment.cfg",
+                                               .edits = edits});
+    e2e_create_orders(cli, 0, 1);
+    status = e2e_run(harness_cosmolite_key(h), NULL, show, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    assert_has(out, "saga o-0 (workflow order-fulfilment, container orders)");
+    ck_assert_msg(strstr(out, "workflow refunds") == NULL, "%s", out);
+    /* the order's steps were never reached: not run, whatever their `when` */
+    assert_has(out, "placed -> reserved: not run");
+    free(out);
+    status = e2e_run(harness_cosmolite_key(h), NULL, other, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    assert_has(out, "saga o-0 (workflow refunds, container orders)");
+    free(out);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 int main(void)
 {
     const struct e2e_case tests[] = {
         {"pause_twice_refused_without_force", test_pause_twice_refused_without_force},
-        {"status_missing_database_fails", test_status_missing_database_fails}};
+        {"status_missing_database_fails", test_status_missing_database_fails},
+        {"saga_show_lists_matching_workflows", test_saga_show_lists_matching_workflows}};
 
     return e2e_main("sf-opscli", "ops_cli_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
 }

@@ -1413,6 +1413,75 @@ START_TEST(test_when_false_step_skipped_in_plan_and_show)
 END_TEST
 
 /*
+ * Issue 25 item 7: a step the saga never reached is "not run", whatever its
+ * `when` would say (it said "skipped" for a saga cancelled at an earlier
+ * step); and the text form no longer says "done (done: 0)".
+ */
+START_TEST(test_saga_show_unreached_step_not_run)
+{
+    static const char *CFG3 =
+        "workflows = ( {\n"
+        "  name = \"trip\"; container = \"bookings\";\n"
+        "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+        "  steps = (\n"
+        "    { name = \"hold\"; from = \"requested\"; to = \"held\";\n"
+        "      do = { kind = \"patch\"; container = \"seats\"; id = \"{{item.s}}\";\n"
+        "             partition_key = \"{{item.s}}\";\n"
+        "             ops = ( { op = \"incr\"; path = \"/n\"; value = -1; } ); }; },\n"
+        "    { name = \"car\"; from = \"held\"; to = \"car_done\";\n"
+        "      when = \"FROM c WHERE IS_DEFINED(c.car)\";\n"
+        "      do = { kind = \"create\"; container = \"cars\";\n"
+        "             partition_key = \"{{item.car.city}}\";\n"
+        "             document = { id = \"car-{{item.id}}\"; }; }; },\n"
+        "    { name = \"pay\"; from = \"car_done\"; to = \"confirmed\";\n"
+        "      do = { kind = \"patch\"; container = \"wallets\"; id = \"{{item.c}}\";\n"
+        "             partition_key = \"{{item.c}}\";\n"
+        "             ops = ( { op = \"incr\"; path = \"/b\"; value = -1; } ); }; } );\n"
+        "} );\n";
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    json_t *view, *item, *markers;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(CFG3, "t.cfg", &cfg, NULL, &err) == SF_OK, "%s", err.msg);
+    /* cancelled at hold: car (no car, so its when is false) was never reached */
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"cancelled\",\"sfFailedStep\":\"hold\"}", "[]",
+                "car", "not run", -1);
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"cancelled\",\"sfFailedStep\":\"hold\"}", "[]",
+                "pay", "not run", -1);
+    /* not there yet either */
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"requested\"}", "[]", "car", "not run", -1);
+    /* got past it: skipped */
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"confirmed\"}", "[]", "car", "skipped", -1);
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"cancelled\",\"sfFailedStep\":\"pay\"}", "[]",
+                "car", "skipped", -1);
+    /* the text form: a step without foreach is "done", not "done (done: 0)" */
+    item = json_loads("{\"id\":\"b-1\",\"status\":\"confirmed\",\"car\":{}}", 0, NULL);
+    markers = json_loads("[{\"step\":\"hold\",\"phase\":\"do\",\"element\":0}]", 0, NULL);
+    view = json_pack("{s:s, s:b, s:[{s:s, s:s, s:n, s:o, s:[], s:I}]}", "sagaId", "b-1", "found", 1,
+                     "workflows", "workflow", "trip", "container", "bookings", "item", "steps",
+                     proc_saga_steps(&cfg->workflows[0], item, markers), "events", "markers",
+                     (json_int_t)1);
+    ck_assert_ptr_nonnull(view);
+    f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    proc_saga_print(view, f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(strstr(text, "requested -> held: done\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "(done: ") == NULL && strstr(text, "elements done") == NULL, "%s",
+                  text);
+    free(text);
+    json_decref(view);
+    json_decref(item);
+    json_decref(markers);
+    cfg_free(cfg);
+}
+END_TEST
+
+/*
  * deadline = "15m": the instant is the stamped sfDeadline, else the item's
  * _ts plus the deadline; once passed, the dry run says it would compensate.
  */
@@ -1596,6 +1665,7 @@ int main(void)
     tcase_add_test(tc, test_saga_events_order_across_passes_and_retries);
     tcase_add_test(tc, test_saga_steps_zero_elements_ran_not_not_run);
     tcase_add_test(tc, test_when_false_step_skipped_in_plan_and_show);
+    tcase_add_test(tc, test_saga_show_unreached_step_not_run);
     tcase_add_test(tc, test_cfg_sources_include_awaited_containers);
     tcase_add_test(tc, test_engine_sources_are_the_cfg_sources);
     tcase_add_test(tc, test_deadline_passed_plans_compensation);
