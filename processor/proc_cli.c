@@ -64,8 +64,8 @@ static const char USAGE_LAG[] =
     "Exit status 0 even when lagging: scripts read the numbers.\n";
 
 static const char USAGE_PAUSE[] =
-    "Usage: sagafeed pause -c FILE [--reason TEXT] [--by NAME] [--force]\n"
-    "       sagafeed resume -c FILE [--by NAME]\n"
+    "Usage: sagafeed pause -c FILE [--reason TEXT] [--by NAME] [--force] [--json]\n"
+    "       sagafeed resume -c FILE [--by NAME] [--json]\n"
     "\n"
     "pause writes the fleet's control document (in feed.lease_container); every\n"
     "instance running FILE sees it within one feed.poll_interval and stops\n"
@@ -76,7 +76,9 @@ static const char USAGE_PAUSE[] =
     "\n"
     "pause of a fleet that is already paused is refused (exit 1), naming who\n"
     "paused it, when and why, so a second operator does not overwrite the first\n"
-    "one's reason; --force pauses anyway and prints the pause it replaces.\n";
+    "one's reason; --force pauses anyway and prints the pause it replaces.\n"
+    "--json prints the new control state as one JSON object (and \"replaced\": the\n"
+    "pause --force replaced, or null).\n";
 
 static const char USAGE_REPLAY[] =
     "Usage: sagafeed replay -c FILE --from beginning|lsn:N|time:ISO --to lsn:N|time:ISO|now\n"
@@ -139,10 +141,12 @@ static const char USAGE_LEASES[] =
     "time re-delivers items, whose settled sagas are skipped.\n";
 
 static const char USAGE_PARKED[] =
-    "Usage: sagafeed parked list -c FILE [--key KEY]\n"
-    "       sagafeed parked replay -c FILE [--key KEY]\n"
+    "Usage: sagafeed parked list -c FILE [--key KEY] [--json]\n"
+    "       sagafeed parked replay -c FILE [--key KEY] [--json]\n"
     "\n"
-    "list prints the parked and waiting items (JSON lines). replay marks them for\n"
+    "list prints the parked and waiting items as a table (key, workflow, step,\n"
+    "status, attempts, since, reason), or with --json one record per line as\n"
+    "stored. replay marks them for\n"
     "replay: the running service re-runs each key's items in LSN order within\n"
     "processor.park_scan_interval, deletes each record that succeeds, and the key\n"
     "flows again on every instance (each re-reads the parking container every\n"
@@ -359,10 +363,11 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
 {
     const bool paused = strcmp(self->name, "pause") == 0;
     const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
-    bool force = false;
+    bool force = false, json = false;
     const struct proc_opt opts[] = {
         PROC_OPT_REQUIRED("config", 'c', &path), PROC_OPT_STRING("reason", 0, &reason),
-        PROC_OPT_STRING("by", 0, &by), PROC_OPT_FLAG("force", 0, &force), PROC_OPT_END};
+        PROC_OPT_STRING("by", 0, &by),           PROC_OPT_FLAG("force", 0, &force),
+        PROC_OPT_FLAG("json", 0, &json),         PROC_OPT_END};
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct proc_control ctl, old;
@@ -381,6 +386,7 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
         return 2;
     }
     whoami(me, sizeof(me));
+    memset(&old, 0, sizeof(old));
     if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
@@ -394,10 +400,10 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
             sf_time_iso8601(old.at_ms, when);
         else
             (void)snprintf(when, sizeof(when), "an unknown time");
-        (void)fprintf(force ? stdout : stderr, "%sfleet %s is already paused by %s since %s%s%s\n",
-                      force ? "replacing: " : "", cfg->feed.lease_prefix,
-                      old.by[0] ? old.by : "(unknown)", when, old.reason[0] ? ": " : " (no reason)",
-                      old.reason);
+        (void)fprintf(
+            force && !json ? stdout : stderr, "%sfleet %s is already paused by %s since %s%s%s\n",
+            force ? "replacing: " : "", cfg->feed.lease_prefix, old.by[0] ? old.by : "(unknown)",
+            when, old.reason[0] ? ": " : " (no reason)", old.reason);
         if (!force) {
             (void)fprintf(stderr,
                           "sagafeed %s: not paused again; `sagafeed pause --force` replaces who "
@@ -412,7 +418,18 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
         status = 1;
         goto out;
     }
-    if (paused)
+    if (json) {
+        json_t *v = json_pack("{s:s, s:b, s:I, s:s, s:s?, s:o}", "fleet", cfg->feed.lease_prefix,
+                              "paused", ctl.paused, "version", (json_int_t)ctl.version, "by",
+                              ctl.by, "reason", ctl.reason[0] ? ctl.reason : NULL, "replaced",
+                              paused && old.exists && old.paused
+                                  ? json_pack("{s:s, s:s, s:I}", "by", old.by, "reason", old.reason,
+                                              "at", (json_int_t)old.at_ms)
+                                  : json_null());
+
+        print_json(v);
+        json_decref(v);
+    } else if (paused)
         (void)printf("fleet %s paused (control version %lld): every running instance stops "
                      "dispatching within %lldms; items already in a step finish\n",
                      cfg->feed.lease_prefix, (long long)ctl.version,
@@ -596,12 +613,73 @@ out:
  * parked
  */
 
+/* The step a parked record's error names ("step ship element 0: ..."), into out; "-" when none. */
+static void parked_step(const json_t *d, char *out, size_t size)
+{
+    const char *m = sf_json_str(json_object_get(d, "error"), "message");
+    const char *at = m != NULL ? strstr(m, "step ") : NULL;
+    size_t n = 0;
+
+    if (at != NULL) {
+        at += 5;
+        n = strcspn(at, " :");
+    }
+    (void)snprintf(out, size, "%.*s", n > 0 ? (int)n : 1, n > 0 ? at : "-");
+}
+
+#define PARKED_REASON_MAX 80 /* a table's reason column; --json has it whole */
+
+/* `parked list` for a person: one line per record, columns as wide as their widest cell. */
+static void parked_table(const json_t *docs, FILE *out)
+{
+    static const char *const head[] = {"KEY", "WORKFLOW", "STEP", "STATUS", "ATTEMPTS", "SINCE"};
+    int w[SF_ARRAY_LEN(head)];
+    char step[CFG_NAME_MAX + 1], attempts[24];
+    size_t i;
+    json_t *d;
+
+    for (size_t c = 0; c < SF_ARRAY_LEN(head); c++)
+        w[c] = (int)strlen(head[c]);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            (void)fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  REASON\n", w[0], head[0], w[1],
+                          head[1], w[2], head[2], w[3], head[3], w[4], head[4], w[5], head[5]);
+        json_array_foreach(docs, i, d)
+        {
+            const char *cells[SF_ARRAY_LEN(head)];
+            const char *reason = sf_json_str(json_object_get(d, "error"), "message");
+
+            parked_step(d, step, sizeof(step));
+            (void)snprintf(attempts, sizeof(attempts), "%lld",
+                           (long long)json_integer_value(json_object_get(d, "attempts")));
+            cells[0] = sf_json_str(d, "parkKey") ? sf_json_str(d, "parkKey") : "?";
+            cells[1] = sf_json_str(d, "workflow") ? sf_json_str(d, "workflow") : "-";
+            cells[2] = step;
+            cells[3] = sf_json_str(d, "status") ? sf_json_str(d, "status") : "?";
+            cells[4] = attempts;
+            cells[5] = sf_json_str(d, "parkedAt") ? sf_json_str(d, "parkedAt") : "?";
+            if (pass == 0) {
+                for (size_t c = 0; c < SF_ARRAY_LEN(head); c++)
+                    w[c] = SF_MAX(w[c], (int)strlen(cells[c]));
+                continue;
+            }
+            (void)fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  %.*s%s\n", w[0], cells[0], w[1],
+                          cells[1], w[2], cells[2], w[3], cells[3], w[4], cells[4], w[5], cells[5],
+                          PARKED_REASON_MAX,
+                          reason != NULL ? reason : "waits behind a parked item of its key",
+                          reason != NULL && strlen(reason) > PARKED_REASON_MAX ? "..." : "");
+        }
+    }
+}
+
 int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"list", "replay", NULL};
     const char *path = NULL, *key = NULL, *verb;
+    bool json = false;
     const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("key", 0, &key), PROC_OPT_END};
+                                    PROC_OPT_STRING("key", 0, &key),
+                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
     struct cfg *cfg = NULL;
     struct cosmos_client *cli = NULL;
     struct sf_err err;
@@ -634,8 +712,12 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
         if (proc_parked_list(cli, cfg->cosmos.database, cfg->processor.parking_container, key,
                              &docs, &err) != SF_OK)
             goto fail;
+        if (!json)
+            parked_table(docs, stdout);
         json_array_foreach(docs, i, d)
         {
+            if (!json)
+                break;
             struct sf_buf b;
 
             sf_buf_init(&b, 8u << 20);
@@ -655,7 +737,10 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
         if (proc_parked_request_replay(cli, cfg->cosmos.database, cfg->processor.parking_container,
                                        key, &n, &err) != SF_OK)
             goto fail;
-        (void)printf("%zu parked item%s marked for replay\n", n, n == 1 ? "" : "s");
+        if (json)
+            (void)printf("{\"marked\":%zu}\n", n);
+        else
+            (void)printf("%zu parked item%s marked for replay\n", n, n == 1 ? "" : "s");
     }
     status = 0;
     goto out;

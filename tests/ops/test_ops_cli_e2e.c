@@ -9,6 +9,9 @@
  *   status_missing_database_fails  `status` and `lag` against a database
  *                  that does not exist exit 1 naming it (they said "fleet:
  *                  running / no leases yet", exit 0)
+ *   parked_list_table_and_json  `parked list` prints a table (key,
+ *                  workflow, step, status, attempts, since, reason), --json
+ *                  the records; pause, resume and parked replay take --json
  *   saga_show_lists_matching_workflows  two workflows on one container:
  *                  `saga show` lists only the one whose filter matches the
  *                  item, unless --workflow names the other
@@ -133,6 +136,74 @@ START_TEST(test_status_missing_database_fails)
 }
 END_TEST
 
+START_TEST(test_parked_list_table_and_json)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    struct cosmos_container_def def = {.id = "parked", .pk_path = "/parkKey"};
+    char cfg[512], *out = NULL;
+    const char *list[] = {"parked", "list", "-c", cfg, NULL};
+    const char *list_json[] = {"parked", "list", "-c", cfg, "--json", NULL};
+    const char *replay[] = {"parked", "replay", "-c", cfg, "--json", NULL};
+    const char *pause[] = {"pause", "-c", cfg, "--reason", "r1", "--by", "ann", "--json", NULL};
+    const char *resume[] = {"resume", "-c", cfg, "--json", NULL};
+    const char *rec = "{\"id\":\"sf|p|orders|o-9|4\",\"parkKey\":\"orders|[\\\"c-009\\\"]\","
+                      "\"sfKind\":\"parked\",\"status\":\"parked\",\"sourceContainer\":\"orders\","
+                      "\"sourceId\":\"o-9\",\"workflow\":\"order-fulfilment\",\"lsn\":4,"
+                      "\"epoch\":1,\"attempts\":3,\"parkedAt\":\"2026-12-07T10:00:00.000Z\","
+                      "\"item\":{\"id\":\"o-9\"},\"replayRequested\":false,"
+                      "\"error\":{\"message\":\"step ship element 0: effect operation 1 on "
+                      "shipments answered 400\",\"httpStatus\":400}}";
+    struct sf_buf pk;
+    struct sf_err err;
+    json_t *v;
+    int status;
+
+    config(cfg, sizeof(cfg), "tables", h, DB);
+    ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &def, NULL, NULL, &err), SF_OK);
+    sf_buf_init(&pk, 256);
+    ck_assert_int_eq(cosmos_pk_string("orders|[\"c-009\"]", &pk), SF_OK);
+    ck_assert_msg(cosmos_doc_create(cli, DB, "parked", sf_buf_cstr(&pk), rec, NULL, NULL, &err) ==
+                      SF_OK,
+                  "%s", err.msg);
+    sf_buf_release(&pk);
+    status = e2e_run(harness_cosmolite_key(h), NULL, list, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    assert_has(out, "KEY");
+    assert_has(out, "WORKFLOW");
+    assert_has(out, "ATTEMPTS");
+    assert_has(out, "REASON");
+    assert_has(out, "orders|[\"c-009\"]  order-fulfilment  ship  ");
+    assert_has(out, "2026-12-07T10:00:00.000Z  step ship element 0: effect operation 1");
+    ck_assert_msg(strstr(out, "\"sfKind\"") == NULL, "%s", out);
+    free(out);
+    status = e2e_run(harness_cosmolite_key(h), NULL, list_json, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    assert_has(out, "\"sourceId\":\"o-9\"");
+    free(out);
+    status = e2e_run(harness_cosmolite_key(h), NULL, replay, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    assert_has(out, "{\"marked\":1}");
+    free(out);
+    status = e2e_run(harness_cosmolite_key(h), NULL, pause, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    v = e2e_json(out);
+    ck_assert_msg(json_is_true(json_object_get(v, "paused")), "%s", out);
+    ck_assert_str_eq(sf_json_str(v, "by"), "ann");
+    ck_assert_str_eq(sf_json_str(v, "reason"), "r1");
+    json_decref(v);
+    free(out);
+    status = e2e_run(harness_cosmolite_key(h), NULL, resume, &out, NULL);
+    ck_assert_msg(status == 0, "exit %d: %s", status, out);
+    v = e2e_json(out);
+    ck_assert_msg(json_is_false(json_object_get(v, "paused")), "%s", out);
+    json_decref(v);
+    free(out);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 START_TEST(test_saga_show_lists_matching_workflows)
 {
     /* a second workflow on orders, for refund documents only */
@@ -180,6 +251,7 @@ int main(void)
     const struct e2e_case tests[] = {
         {"pause_twice_refused_without_force", test_pause_twice_refused_without_force},
         {"status_missing_database_fails", test_status_missing_database_fails},
+        {"parked_list_table_and_json", test_parked_list_table_and_json},
         {"saga_show_lists_matching_workflows", test_saga_show_lists_matching_workflows}};
 
     return e2e_main("sf-opscli", "ops_cli_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
