@@ -660,6 +660,12 @@ static bool replay_docs(struct proc_dispatch *d, struct task *t, json_t *docs, c
         }
         count_outcome(d, &res);
         stat_add(d, ST_REPLAYED, 1);
+        /* A saga a replay settles counts like any other (sagafeed_sagas_total, issue 25). */
+        if (d->o.on_result != NULL) {
+            struct proc_item pi = task_item(&it);
+
+            d->o.on_result(d->o.result_ctx, &pi, &res, attempts, false);
+        }
         (*ret_done)++;
     }
     ok = true;

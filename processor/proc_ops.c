@@ -498,8 +498,12 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
 
     if (ops->svc == NULL)
         return SF_ESTATE;
-    help(b, "sagafeed_info", "gauge", "Version and instance of this process.");
-    (void)sf_buf_printf(b, "sagafeed_info{version=\"%s\",instance=\"", OPS_VERSION);
+    /*
+     * Not "instance": Prometheus' own target label has that name, and the
+     * scrape would rename this one exported_instance (issue 25).
+     */
+    help(b, "sagafeed_info", "gauge", "Version and instance name of this process.");
+    (void)sf_buf_printf(b, "sagafeed_info{version=\"%s\",sagafeed_instance=\"", OPS_VERSION);
     put_label(b, ops->instance);
     (void)sf_buf_puts(b, "\"} 1\n");
     help(b, "sagafeed_start_time_seconds", "gauge", "When this process started.");
