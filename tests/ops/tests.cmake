@@ -48,3 +48,13 @@ if(TARGET cosmolite AND TARGET sagafeed)
   sf_e2e_test(test_lifecycle_e2e LIBS sf_test_kafka
     LABELS "ops;kafka;integration;e2e" TIMEOUT 600)
 endif()
+
+# The README's first page (issue 25 item 12): init -> check-config -> run
+# against cosmolite and Azure, and the cosmolite block run as written.
+if(Python3_Interpreter_FOUND AND TARGET sagafeed AND TARGET cosmolite)
+  add_test(NAME test_readme_first_page
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_readme.py)
+  set_tests_properties(test_readme_first_page PROPERTIES
+    ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>;SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>"
+    LABELS "ops;packaging;e2e" TIMEOUT 180)
+endif()
