@@ -12,6 +12,11 @@
  *   parked_list_table_and_json  `parked list` prints a table (key,
  *                  workflow, step, status, attempts, since, reason), --json
  *                  the records; pause, resume and parked replay take --json
+ *   cosmos_outage_summed_up  Cosmos DB stops answering (cosmolite stopped):
+ *                  /readyz turns 503 naming it, the log holds one summary
+ *                  line per 10 s with counts instead of every failed call's
+ *                  warning (~7 a second), and once it answers again one line
+ *                  says so and /readyz is 200 again
  *   saga_show_lists_matching_workflows  two workflows on one container:
  *                  `saga show` lists only the one whose filter matches the
  *                  item, unless --workflow names the other
@@ -19,9 +24,11 @@
 #include "common/sf_base.h"
 
 #include <check.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "common/sf_json.h"
+#include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "demo/proc_demo.h"
 #include "tests/support/e2e.h"
@@ -204,6 +211,98 @@ START_TEST(test_parked_list_table_and_json)
 }
 END_TEST
 
+/* /readyz of the instance whose log is log: its HTTP status, the body into *ret_body. */
+static int readyz(const char *log, char **ret_body)
+{
+    char url[128];
+
+    (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d/readyz", e2e_ops_port(log));
+    return e2e_http_get(url, ret_body);
+}
+
+/* Waits until /readyz answers want (and its body holds text, unless NULL); false after ms. */
+static bool wait_readyz(const char *log, int want, const char *text, int64_t ms, char **ret_body)
+{
+    int64_t deadline = sf_mono_ms() + ms;
+
+    for (;;) {
+        char *body = NULL;
+        int st = readyz(log, &body);
+        bool ok = st == want && (text == NULL || (body != NULL && strstr(body, text) != NULL));
+
+        if (ok || sf_mono_ms() > deadline) {
+            *ret_body = body;
+            return ok;
+        }
+        free(body);
+        sf_sleep_ms(100);
+    }
+}
+
+/* How often text occurs in the file. */
+static size_t count_in(const char *path, const char *text)
+{
+    char *all = e2e_slurp(path), *at;
+    size_t n = 0;
+
+    for (at = all; at != NULL && (at = strstr(at, text)) != NULL; at += strlen(text))
+        n++;
+    free(all);
+    return n;
+}
+
+START_TEST(test_cosmos_outage_summed_up)
+{
+    struct harness_cosmolite_opts ho = {.partitions = 1};
+    struct harness_cosmolite *h = NULL;
+    struct cosmos_client *cli;
+    struct sf_err err;
+    char cfg[512], log[512], *body = NULL;
+    const char *run[] = {"run", "-c", cfg, "--log-text", "--http", "127.0.0.1:0", NULL};
+    size_t warns_before, warns_during;
+    pid_t pid;
+
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    cli = e2e_client(h);
+    ck_assert_msg(proc_demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    config(cfg, sizeof(cfg), "outage", h, DB);
+    (void)snprintf(log, sizeof(log), "%s/outage.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    ck_assert_msg(e2e_wait_log(log, "serving /metrics", 30000), "no HTTP endpoint");
+    if (!wait_readyz(log, 200, NULL, 60000, &body)) {
+        e2e_dump_log(log);
+        ck_abort_msg("never ready: %s", body);
+    }
+    free(body);
+    warns_before = count_in(log, " WARN ");
+    ck_assert_int_eq(harness_cosmolite_stop(h, SIGKILL, 0, NULL, &err), SF_OK);
+    /* 503 within a few seconds, naming the cause */
+    ck_assert_msg(wait_readyz(log, 503, "not ready: Cosmos DB does not answer", 15000, &body),
+                  "still %s", body);
+    free(body);
+    /* two summaries' worth of outage: one line each, not one per failed call */
+    if (!e2e_wait_log(log, "Cosmos DB still does not answer after", 30000)) {
+        e2e_dump_log(log);
+        ck_abort_msg("no outage summary");
+    }
+    warns_during = count_in(log, " WARN ") - warns_before;
+    ck_assert_uint_eq(count_in(log, "WARN  outage: Cosmos DB does not answer (for "), 1);
+    ck_assert_msg(count_in(log, "attempts without an answer") >= 1, "no counts");
+    ck_assert_msg(warns_during <= 4, "%zu warning lines in ~12 s of outage", warns_during);
+    /* it answers again: one line says so, and /readyz is 200 again */
+    ck_assert_msg(harness_cosmolite_restart(h, &err) == SF_OK, "%s", err.msg);
+    if (!e2e_wait_log(log, "Cosmos DB answers again after", 30000) ||
+        !wait_readyz(log, 200, NULL, 90000, &body)) {
+        e2e_dump_log(log);
+        ck_abort_msg("not ready again after the outage");
+    }
+    free(body);
+    e2e_stop(pid, log);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 START_TEST(test_saga_show_lists_matching_workflows)
 {
     /* a second workflow on orders, for refund documents only */
@@ -252,6 +351,7 @@ int main(void)
         {"pause_twice_refused_without_force", test_pause_twice_refused_without_force},
         {"status_missing_database_fails", test_status_missing_database_fails},
         {"parked_list_table_and_json", test_parked_list_table_and_json},
+        {"cosmos_outage_summed_up", test_cosmos_outage_summed_up},
         {"saga_show_lists_matching_workflows", test_saga_show_lists_matching_workflows}};
 
     return e2e_main("sf-opscli", "ops_cli_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
