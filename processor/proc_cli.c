@@ -83,6 +83,7 @@ static const char USAGE_PAUSE[] =
 static const char USAGE_REPLAY[] =
     "Usage: sagafeed replay -c FILE --from beginning|lsn:N|time:ISO --to lsn:N|time:ISO|now\n"
     "                       [--range ID | --partition-key K] [--workflow W] [--dry-run]\n"
+    "                       [--json]\n"
     "\n"
     "Runs the change feed between two bounds (both inclusive) through the same\n"
     "dispatch as `run`: each item's saga goes on from its current state with\n"
@@ -98,6 +99,10 @@ static const char USAGE_REPLAY[] =
     "Pause the fleet first (`sagafeed pause`) if it may be working on the same\n"
     "sagas.\n"
     "\n"
+    "Progress goes to stderr: a line updated in place on a terminal, else one\n"
+    "line every 10s (items read and their rate, items in the window, dispatched,\n"
+    "ranges done, elapsed).\n"
+    "\n"
     "Options:\n"
     "  -c, --config FILE       the configuration (needs cosmos.endpoint)\n"
     "      --from BOUND        beginning, lsn:N or time:2026-01-31T12:00:00Z\n"
@@ -110,6 +115,8 @@ static const char USAGE_REPLAY[] =
     "                          compensate (a passed deadline), or park (each element's\n"
     "                          templates are rendered); write nothing\n"
     "      --instance NAME     owner name of the replay leases\n"
+    "      --json              the final report as one JSON object on stdout (plan\n"
+    "                          lines of --dry-run then go to stderr)\n"
     "      --log-level L       debug, info, warn (default), error\n";
 
 static const char USAGE_SAGA[] =
@@ -506,16 +513,60 @@ static void print_replay_summary(const struct proc_replay_opts *o,
     (void)printf("  took %lldms\n", (long long)s->elapsed_ms);
 }
 
+/* The final report of a replay as one JSON object (--json). */
+static void print_replay_json(const struct proc_replay_opts *o, const struct proc_replay_summary *s,
+                              const char *from, const char *to)
+{
+    json_t *v =
+        json_pack("{s:b, s:s, s:s, s:s, s:I, s:b, s:I, s:I, s:I, s:I, s:I}", "dryRun", o->dry_run,
+                  "from", from, "to", to, "leasePrefix", s->prefix, "ranges", (json_int_t)s->ranges,
+                  "resumed", s->resumed > 0, "read", (json_int_t)s->read, "inWindow",
+                  (json_int_t)s->in_window, "dispatched", (json_int_t)s->dispatched, "parkedKeys",
+                  (json_int_t)s->parked_keys, "parkedItems", (json_int_t)s->parked_items);
+
+    if (v != NULL && o->dry_run)
+        (void)json_object_set_new(
+            v, "plan",
+            json_pack("{s:I, s:I, s:I, s:I}", "step", (json_int_t)s->plan_step, "settled",
+                      (json_int_t)s->plan_settled, "parked", (json_int_t)s->plan_error, "none",
+                      (json_int_t)s->plan_none));
+    else if (v != NULL)
+        (void)json_object_set_new(
+            v, "outcomes",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "completed",
+                      (json_int_t)s->stats.completed, "failed", (json_int_t)s->stats.failed,
+                      "skipped", (json_int_t)s->stats.skipped, "parked",
+                      (json_int_t)s->stats.parked, "waiting", (json_int_t)s->stats.waiting,
+                      "retries", (json_int_t)s->stats.retries, "cosmosRetries",
+                      (json_int_t)s->stats.cosmos_retries, "effects", (json_int_t)s->stats.effects,
+                      "alreadyApplied", (json_int_t)s->stats.already));
+    if (v != NULL) {
+        (void)json_object_set_new(v, "interrupted", json_boolean(s->interrupted));
+        (void)json_object_set_new(v, "elapsedMs", json_integer((json_int_t)s->elapsed_ms));
+        (void)json_object_set_new(
+            v, "itemsPerSecond",
+            json_real(s->elapsed_ms > 0 ? (double)s->read * 1000.0 / (double)s->elapsed_ms : 0.0));
+    }
+    print_json(v);
+    json_decref(v);
+}
+
 int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL, *from = NULL, *to = NULL, *key = NULL, *level = "warn";
     struct proc_replay_opts ro = {0};
-    const struct proc_opt opts[] = {
-        PROC_OPT_REQUIRED("config", 'c', &path),   PROC_OPT_REQUIRED("from", 0, &from),
-        PROC_OPT_REQUIRED("to", 0, &to),           PROC_OPT_STRING("range", 0, &ro.range),
-        PROC_OPT_STRING("partition-key", 0, &key), PROC_OPT_STRING("workflow", 0, &ro.workflow),
-        PROC_OPT_FLAG("dry-run", 0, &ro.dry_run),  PROC_OPT_STRING("instance", 0, &ro.instance),
-        PROC_OPT_LEVEL("log-level", &level),       PROC_OPT_END};
+    bool json = false;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_REQUIRED("from", 0, &from),
+                                    PROC_OPT_REQUIRED("to", 0, &to),
+                                    PROC_OPT_STRING("range", 0, &ro.range),
+                                    PROC_OPT_STRING("partition-key", 0, &key),
+                                    PROC_OPT_STRING("workflow", 0, &ro.workflow),
+                                    PROC_OPT_FLAG("dry-run", 0, &ro.dry_run),
+                                    PROC_OPT_STRING("instance", 0, &ro.instance),
+                                    PROC_OPT_LEVEL("log-level", &level),
+                                    PROC_OPT_FLAG("json", 0, &json),
+                                    PROC_OPT_END};
     struct proc_replay_summary sum;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
@@ -543,8 +594,9 @@ int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_i
     ro.cfg = cfg;
     ro.cli = cli;
     ro.pk_json = pk;
-    ro.out = stdout;
-    ro.progress = isatty(STDERR_FILENO) ? stderr : NULL;
+    ro.out = json ? stderr : stdout; /* --json: stdout holds the report alone */
+    ro.progress = stderr;
+    ro.progress_lines = !isatty(STDERR_FILENO);
     ro.stop = stop;
     status = 0;
     if (proc_replay_run(&ro, &sum, &err) != SF_OK) {
@@ -555,7 +607,9 @@ int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_i
                               "resume\n");
         status = 1;
     }
-    if (status != 2)
+    if (status != 2 && json)
+        print_replay_json(&ro, &sum, from, to);
+    else if (status != 2)
         print_replay_summary(&ro, &sum, from, to);
 out:
     free(pk);

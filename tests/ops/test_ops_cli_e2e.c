@@ -17,6 +17,9 @@
  *                  line per 10 s with counts instead of every failed call's
  *                  warning (~7 a second), and once it answers again one line
  *                  says so and /readyz is 200 again
+ *   replay_report_json  `replay --json` prints the final report as one JSON
+ *                  object on stdout (counts, outcomes, rate), its --dry-run
+ *                  the plan's counts with the plan lines on stderr
  *   saga_show_lists_matching_workflows  two workflows on one container:
  *                  `saga show` lists only the one whose filter matches the
  *                  item, unless --workflow names the other
@@ -303,6 +306,53 @@ START_TEST(test_cosmos_outage_summed_up)
 }
 END_TEST
 
+START_TEST(test_replay_report_json)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    struct proc_demo_opts dopt = {.orders = 0};
+    struct sf_err err;
+    char cfg[512], *out = NULL, *errs = NULL;
+    const char *dry[] = {"replay", "-c",  cfg,         "--from", "beginning",
+                         "--to",   "now", "--dry-run", "--json", NULL};
+    const char *real[] = {"replay", "-c",  cfg,      "--from", "beginning",
+                          "--to",   "now", "--json", NULL};
+    json_t *v;
+    int status;
+
+    struct cosmos_container_def leases = {.id = "leases", .pk_path = "/id", .default_ttl = -1};
+
+    ck_assert_msg(proc_demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &leases, NULL, NULL, &err), SF_OK);
+    config(cfg, sizeof(cfg), "rj", h, DB);
+    e2e_create_orders(cli, 0, 5);
+    status = e2e_run(harness_cosmolite_key(h), NULL, dry, &out, &errs);
+    ck_assert_msg(status == 0, "exit %d: %s %s", status, out, errs);
+    v = e2e_json(out); /* stdout is the report alone */
+    ck_assert(json_is_true(json_object_get(v, "dryRun")));
+    ck_assert_int_eq(json_integer_value(json_object_get(v, "inWindow")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(v, "plan"), "step")), 5);
+    ck_assert_msg(strstr(errs, "would run") != NULL || strstr(errs, "o-0") != NULL, "%s", errs);
+    json_decref(v);
+    free(out);
+    free(errs);
+    status = e2e_run(harness_cosmolite_key(h), NULL, real, &out, &errs);
+    ck_assert_msg(status == 0, "exit %d: %s %s", status, out, errs);
+    v = e2e_json(out);
+    ck_assert(json_is_false(json_object_get(v, "dryRun")));
+    ck_assert_int_eq(json_integer_value(json_object_get(v, "dispatched")), 5);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(v, "outcomes"), "completed")), 5);
+    ck_assert(json_is_number(json_object_get(v, "itemsPerSecond")));
+    ck_assert(json_is_false(json_object_get(v, "interrupted")));
+    json_decref(v);
+    free(out);
+    free(errs);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 START_TEST(test_saga_show_lists_matching_workflows)
 {
     /* a second workflow on orders, for refund documents only */
@@ -352,6 +402,7 @@ int main(void)
         {"status_missing_database_fails", test_status_missing_database_fails},
         {"parked_list_table_and_json", test_parked_list_table_and_json},
         {"cosmos_outage_summed_up", test_cosmos_outage_summed_up},
+        {"replay_report_json", test_replay_report_json},
         {"saga_show_lists_matching_workflows", test_saga_show_lists_matching_workflows}};
 
     return e2e_main("sf-opscli", "ops_cli_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);
