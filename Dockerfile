@@ -41,6 +41,9 @@ USER sagafeed
 WORKDIR /var/lib/sagafeed
 # /metrics, /healthz, /readyz (processor.http_listen)
 EXPOSE 9464
+# The packaged configuration binds /metrics to 127.0.0.1 (a host install); in
+# a container the port is published instead, so listen on every address here.
+ENV SAGAFEED_PROCESSOR_HTTP_LISTEN=:9464
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s \
   CMD curl -fsS http://127.0.0.1:9464/healthz || exit 1
 ENTRYPOINT ["sagafeed"]

@@ -28,6 +28,9 @@
 static atomic_int sf_log_level_cur = SF_LOG_INFO;
 static atomic_bool sf_log_json_cur = false;
 static atomic_int sf_log_fd_cur = 2;
+/* sf_log_hush: warnings of other components than SF_LOG_OUTAGE_COMP go to debug, counted */
+static atomic_bool sf_log_hush_on = false;
+static atomic_uint_fast64_t sf_log_hushed_n = 0;
 
 static const char *const sf_log_names[] = {"debug", "info", "warn", "error", "off"};
 static const char *const sf_log_text_names[] = {"DEBUG", "INFO ", "WARN ", "ERROR", "OFF  "};
@@ -143,6 +146,11 @@ void sf_vlog(enum sf_log_level level, const char *comp, const char *fmt, va_list
     int fd = atomic_load(&sf_log_fd_cur), n, saved_errno = errno;
     size_t off = 0;
 
+    if (level == SF_LOG_WARN && atomic_load(&sf_log_hush_on) && comp != NULL &&
+        strcmp(comp, SF_LOG_OUTAGE_COMP) != 0) {
+        atomic_fetch_add(&sf_log_hushed_n, 1);
+        level = SF_LOG_DEBUG;
+    }
     if (level < SF_LOG_DEBUG || level >= SF_LOG_OFF || (int)level < atomic_load(&sf_log_level_cur))
         return;
     if (comp == NULL)
@@ -196,4 +204,14 @@ void sf_log(enum sf_log_level level, const char *comp, const char *fmt, ...)
     va_start(ap, fmt);
     sf_vlog(level, comp, fmt, ap);
     va_end(ap);
+}
+
+void sf_log_hush(bool on)
+{
+    atomic_store(&sf_log_hush_on, on);
+}
+
+uint64_t sf_log_hushed_take(void)
+{
+    return (uint64_t)atomic_exchange(&sf_log_hushed_n, 0);
 }

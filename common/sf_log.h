@@ -31,6 +31,16 @@ void sf_log(enum sf_log_level level, const char *comp, const char *fmt, ...) SF_
 void sf_vlog(enum sf_log_level level, const char *comp, const char *fmt, va_list ap)
     SF_PRINTF(3, 0);
 
+/*
+ * During an outage one summary line per interval says more than every failed
+ * call's warning: while hushed, warnings of every component but
+ * SF_LOG_OUTAGE_COMP are written at debug level instead (errors stay), and
+ * counted; sf_log_hushed_take returns that count and resets it. Any thread.
+ */
+#define SF_LOG_OUTAGE_COMP "outage"
+void sf_log_hush(bool on);
+uint64_t sf_log_hushed_take(void);
+
 #define sf_log_debug(comp, ...) sf_log(SF_LOG_DEBUG, comp, __VA_ARGS__)
 #define sf_log_info(comp, ...)  sf_log(SF_LOG_INFO, comp, __VA_ARGS__)
 #define sf_log_warn(comp, ...)  sf_log(SF_LOG_WARN, comp, __VA_ARGS__)

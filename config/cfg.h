@@ -54,6 +54,8 @@ struct cfg_cosmos {
     const char *endpoint; /* NULL: run a private cosmolite (struct cfg_embedded) */
     const char *key_env;  /* environment variable holding the key, or NULL */
     const char *key_file; /* file holding the key, or NULL */
+    /* the SAGAFEED_COSMOS_KEY_* variable whose key was ignored (no endpoint: embedded), or NULL */
+    const char *key_ignored;
     const char *database; /* required */
     int64_t connect_timeout_ms;
     int64_t request_timeout_ms;
@@ -143,12 +145,16 @@ struct cfg_console {
 };
 
 /*
- * `containers = ( { name = "products"; max_ru_per_second = 200; }, ... )`:
+ * `containers = ( { name = "products"; partition_key = "/category"; }, ... )`:
  * settings of one container, whichever workflows, steps or relays use it.
  */
 #define CFG_CONTAINERS_MAX 64
+#define CFG_PK_PATH_MAX    255
 struct cfg_container {
     const char *name;
+    /* "/category": the partition key path `sagafeed init` creates it with and `run`
+       checks; NULL: not declared (init cannot create it, run checks existence only) */
+    const char *pk_path;
     int64_t max_ru_per_second; /* this container's own RU/s cap; 0: none */
     const char *file;
     int line;
@@ -324,6 +330,9 @@ int cfg_action_line(const struct cfg_action *a, const char *param_path);
  * or step's group (their `setting`); fallback when the group is NULL.
  */
 int cfg_line(const void *setting, const char *path, int fallback);
+
+/* The entry of containers named name, or NULL. Borrowed. */
+const struct cfg_container *cfg_container_find(const struct cfg *cfg, const char *name);
 
 /* The workflow named name, or NULL. Borrowed. */
 const struct cfg_workflow *cfg_workflow_find(const struct cfg *cfg, const char *name);

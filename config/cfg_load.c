@@ -435,9 +435,23 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
             diag(ld, config_setting_get_member(g, "endpoint"),
                  "cosmos.endpoint is set but no key: add key_env or key_file");
     } else if (c->key_env != NULL || c->key_file != NULL) {
-        /* At the key setting itself: it may come from the environment, not the file. */
-        diag(ld, config_setting_get_member(g, c->key_env != NULL ? "key_env" : "key_file"),
-             "cosmos: a key without an endpoint; the embedded cosmolite uses its own key");
+        const config_setting_t *k =
+            config_setting_get_member(g, c->key_env != NULL ? "key_env" : "key_file");
+
+        /*
+         * A key the environment sets (a unit's or image's SAGAFEED_COSMOS_KEY_ENV)
+         * is ignored for a file that runs the embedded cosmolite: the same
+         * environment serves files for Azure and for the embedded server. One
+         * written in the file itself is a mistake worth saying.
+         */
+        if (cfg_env_origin(k) != NULL) {
+            c->key_ignored = cfg_env_origin(k);
+            c->key_env = NULL;
+            c->key_file = NULL;
+        } else {
+            diag(ld, k,
+                 "cosmos: a key without an endpoint; the embedded cosmolite uses its own key");
+        }
     }
     if (c->consistency != NULL && strcmp(c->consistency, "Strong") != 0 &&
         strcmp(c->consistency, "BoundedStaleness") != 0 && strcmp(c->consistency, "Session") != 0 &&
@@ -676,10 +690,13 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
              "processor.log_level '%s' must be debug, info, warn or error", p->log_level);
 }
 
-/* containers = ( { name = "products"; max_ru_per_second = 200; }, ... ) */
+/*
+ * containers = ( { name = "products"; partition_key = "/category"; max_ru_per_second = 200; },
+ * ... )
+ */
 static void load_containers(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"name", "max_ru_per_second", NULL};
+    static const char *const keys[] = {"name", "partition_key", "max_ru_per_second", NULL};
     const config_setting_t *l = config_setting_get_member(root, "containers");
     struct cfg *cfg = ld->cfg;
     int n;
@@ -711,6 +728,14 @@ static void load_containers(struct loader *ld, const config_setting_t *root)
         get_str(ld, e, "name", true, NULL, &c->name);
         check_name(ld, e, "name", c->name);
         get_int(ld, e, "max_ru_per_second", 1, 100000000, 0, &c->max_ru_per_second);
+        get_str(ld, e, "partition_key", false, NULL, &c->pk_path);
+        if (c->pk_path != NULL &&
+            (c->pk_path[0] != '/' || c->pk_path[1] == '\0' ||
+             strlen(c->pk_path) > CFG_PK_PATH_MAX || strpbrk(c->pk_path, " \"'{}") != NULL))
+            diag(ld, config_setting_get_member(e, "partition_key"),
+                 "containers[%d].partition_key '%s' must be a path like \"/customerId\" (a '/' "
+                 "then the field, at most %d bytes)",
+                 i, c->pk_path, CFG_PK_PATH_MAX);
         if (c->name == NULL)
             continue;
         for (size_t j = 0; j < cfg->n_containers; j++)
@@ -1627,5 +1652,13 @@ const struct cfg_workflow *cfg_workflow_find(const struct cfg *cfg, const char *
     for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->n_workflows; i++)
         if (cfg->workflows[i].name != NULL && strcmp(cfg->workflows[i].name, name) == 0)
             return &cfg->workflows[i];
+    return NULL;
+}
+
+const struct cfg_container *cfg_container_find(const struct cfg *cfg, const char *name)
+{
+    for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->n_containers; i++)
+        if (strcmp(cfg->containers[i].name, name) == 0)
+            return &cfg->containers[i];
     return NULL;
 }

@@ -237,6 +237,20 @@ size_t cosmos_client_retry_stats(struct cosmos_client *cli, struct cosmos_retry_
 uint64_t cosmos_client_retries(struct cosmos_client *cli);
 
 /*
+ * Whether the service answers: attempts that got an HTTP answer (any status)
+ * and attempts that got none (refused, timed out, dropped). Times are
+ * sf_mono_ms() values, 0 for never. The service is unreachable when the last
+ * failure is newer than the last answer. Any thread.
+ */
+struct cosmos_reach {
+    int64_t last_answer_ms;
+    int64_t last_failure_ms;
+    uint64_t failures; /* attempts without an answer since the client was made */
+    char last_error[200];
+};
+void cosmos_client_reach(struct cosmos_client *cli, struct cosmos_reach *ret);
+
+/*
  * Retries absorbed by the calls the calling thread made, through any
  * client, since the thread started. A worker takes the difference around a
  * piece of work to report that work's retries. The only per-thread state of
@@ -647,6 +661,8 @@ enum sf_rc cosmos_batch_new(const char *pk_json, struct cosmos_batch **ret_batch
                             struct sf_err *err);
 void cosmos_batch_free(struct cosmos_batch *b);
 size_t cosmos_batch_count(const struct cosmos_batch *b);
+/* Operation i as it is sent (operationType, id, resourceBody, condition...), or NULL. Borrowed. */
+const json_t *cosmos_batch_op(const struct cosmos_batch *b, size_t i);
 
 /*
  * From now on, operations added to b ask for minimal answers

@@ -49,6 +49,11 @@ size_t cosmos_batch_count(const struct cosmos_batch *b)
     return json_array_size(b->ops);
 }
 
+const json_t *cosmos_batch_op(const struct cosmos_batch *b, size_t i)
+{
+    return b != NULL ? json_array_get(b->ops, i) : NULL;
+}
+
 void cosmos_batch_set_minimal(struct cosmos_batch *b, bool minimal)
 {
     b->minimal = minimal;

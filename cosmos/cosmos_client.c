@@ -65,6 +65,11 @@ struct cosmos_client {
     atomic_uint_fast64_t charge_milli;
     /* retries this client absorbed, by operation and cause (metrics) */
     atomic_uint_fast64_t retries[COSMOS_OPK_N][COSMOS_RB_N];
+    /* Reachability (cosmos_client_reach): monotonic ms of the last attempt answered and of
+       the last one without an answer, their count, and that one's reason (pool_mu). */
+    atomic_int_fast64_t reach_ok_ms, reach_fail_ms;
+    atomic_uint_fast64_t reach_failures;
+    char reach_err[200];
     uint64_t seed_base;
 
     struct cosmos_pkr_cache *pkr_cache;
@@ -266,6 +271,9 @@ enum sf_rc cosmos_client_new(const struct cosmos_options *opts, struct cosmos_cl
         cli->seed_base = (uint64_t)sf_mono_us(); /* jitter only: not a secret */
     atomic_init(&cli->seq, 0);
     atomic_init(&cli->charge_milli, 0);
+    atomic_init(&cli->reach_ok_ms, 0);
+    atomic_init(&cli->reach_fail_ms, 0);
+    atomic_init(&cli->reach_failures, 0);
     for (int k = 0; k < COSMOS_OPK_N; k++)
         for (int b = 0; b < COSMOS_RB_N; b++)
             atomic_init(&cli->retries[k][b], 0);
@@ -399,6 +407,33 @@ uint64_t cosmos_client_retries(struct cosmos_client *cli)
         for (int b = 0; b < COSMOS_RB_N; b++)
             n += atomic_load(&cli->retries[k][b]);
     return n;
+}
+
+/* Whether the service answered this attempt at all (any status), for cosmos_client_reach. */
+static void cosmos_reach_note(struct cosmos_client *cli, enum cosmos_net net, const char *msg)
+{
+    int64_t now = sf_mono_ms();
+
+    if (net == COSMOS_NET_OK) {
+        atomic_store(&cli->reach_ok_ms, now);
+        return;
+    }
+    atomic_store(&cli->reach_fail_ms, now);
+    atomic_fetch_add(&cli->reach_failures, 1);
+    pthread_mutex_lock(&cli->pool_mu);
+    (void)snprintf(cli->reach_err, sizeof(cli->reach_err), "%s", msg);
+    pthread_mutex_unlock(&cli->pool_mu);
+}
+
+void cosmos_client_reach(struct cosmos_client *cli, struct cosmos_reach *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    ret->last_answer_ms = atomic_load(&cli->reach_ok_ms);
+    ret->last_failure_ms = atomic_load(&cli->reach_fail_ms);
+    ret->failures = atomic_load(&cli->reach_failures);
+    pthread_mutex_lock(&cli->pool_mu);
+    (void)snprintf(ret->last_error, sizeof(ret->last_error), "%s", cli->reach_err);
+    pthread_mutex_unlock(&cli->pool_mu);
 }
 
 /* Counts one retry of req after the outcome (net, resp, unconfirmed). */
@@ -805,6 +840,7 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         resp->attempts = attempts;
         /* The attempt: one call through the connection's transport (cosmos_int.h). */
         net = conn->ops->send(conn->state, req, date, auth, resp, net_msg, sizeof(net_msg));
+        cosmos_reach_note(cli, net, net_msg);
         cosmos_pace_after(cli, &tk, net, resp);
         st.attempts++;
         resp->attempts = st.attempts;

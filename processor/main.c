@@ -134,14 +134,20 @@ static const char USAGE_CHECK[] =
     "\n"
     "Validates FILE without contacting any server: syntax, unknown keys, types,\n"
     "ranges, secrets (environment or file only), workflow state chains, filters,\n"
-    "templates (patch paths too), step kinds and their parameters (await: no\n"
-    "foreach, no undo, timeout 1s-366d), step `when` conditions, workflow\n"
+    "templates (patch paths too; each starts with item, it, index, doc, sagaId,\n"
+    "workflow, step, epoch, lsn, reason or status), step kinds and their\n"
+    "parameters (await: no foreach, no undo, timeout 1s-366d), step `when`\n"
+    "conditions, the `condition` SQL of patch, delete and await (parsed with each\n"
+    "{{placeholder}} replaced by a literal, as every rendering sends it), workflow\n"
     "deadlines (1s-366d), plugins, and everything run refuses at start: the\n"
     "endpoint's host and port, name limits\n"
     "(feed.lease_prefix 1-255 bytes, feed.instance 1-128), renew_interval at most\n"
     "half of lease_expiry, the Kafka relays' lease prefixes (511 bytes). Every\n"
     "problem is printed as `file:line: what is wrong` (`environment:0: SAGAFEED_...:`\n"
-    "for a value set from the environment). Exit status 0 when valid, 1 otherwise.\n";
+    "for a value set from the environment). A key variable set from the\n"
+    "environment (SAGAFEED_COSMOS_KEY_ENV) for a FILE without an endpoint is\n"
+    "ignored: the embedded cosmolite has its own key. The last line says which\n"
+    "account FILE was checked for. Exit status 0 when valid, 1 otherwise.\n";
 
 /* ---------------------------------------------------------------------------
  * Helpers
@@ -336,6 +342,18 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_
         (void)printf("%s: OK (%zu workflow%s, %zu step%s, %zu plugin%s)\n", path, cfg->n_workflows,
                      cfg->n_workflows == 1 ? "" : "s", steps, steps == 1 ? "" : "s", cfg->n_plugins,
                      cfg->n_plugins == 1 ? "" : "s");
+        /* Which account the file runs against: SAGAFEED_* variables may have changed it. */
+        if (cfg->cosmos.endpoint != NULL)
+            (void)printf("%s: checked for %s, database %s\n", path, cfg->cosmos.endpoint,
+                         cfg->cosmos.database);
+        else
+            (void)printf("%s: checked for the embedded cosmolite (no cosmos.endpoint), database "
+                         "%s%s%s%s\n",
+                         path, cfg->cosmos.database, cfg->cosmos.key_ignored != NULL ? "; " : "",
+                         cfg->cosmos.key_ignored != NULL ? cfg->cosmos.key_ignored : "",
+                         cfg->cosmos.key_ignored != NULL ? " is ignored: the embedded server has "
+                                                           "its own key"
+                                                         : "");
     }
     cfg_free(cfg);
     free(d);
@@ -348,6 +366,8 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_
 
 static const struct proc_cmd commands[] = {
     /* name, synopsis, summary, needs_config, needs_client, stoppable, run */
+    {"init", "init -c FILE", "create the database and containers FILE needs (--dry-run)", true,
+     false, false, proc_cli_init},
     {"run", "run -c FILE", "run the workflows of FILE as a service", true, false, false, cmd_run},
     /* check-config loads FILE itself: every problem, not the first, with file:line. */
     {"check-config", "check-config FILE", "validate FILE; print file:line: problems", false, false,

@@ -245,7 +245,13 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
         if (json_array_size(done) == 0 && json_array_size(undone) == 0 && passed > (long)k &&
             foreach_empty(w, st, item))
             no_elements = true;
-        if (json_array_size(done) == 0 && json_array_size(undone) == 0 && when_false(st, item))
+        /*
+         * A false `when` means skipped only for a step the saga got past: one it
+         * never reached (cancelled at an earlier step, or not there yet) is "not
+         * run", whatever its `when` would say.
+         */
+        if (json_array_size(done) == 0 && json_array_size(undone) == 0 &&
+            (passed < 0 || (long)k < passed) && when_false(st, item))
             status = "skipped";
         else if (json_array_size(done) == 0 && item != NULL &&
                  json_is_object(json_object_get(item, PROC_WAIT_FIELD)) &&
@@ -262,8 +268,9 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
             status = "partly compensated";
         else
             status = "done";
-        view = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}", "step", st->name, "from", st->from, "to",
-                         st->to, "status", status, "done", done, "undone", undone);
+        view = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:b}", "step", st->name, "from", st->from,
+                         "to", st->to, "status", status, "done", done, "undone", undone, "foreach",
+                         st->foreach != NULL);
         if (view != NULL && no_elements)
             (void)json_object_set_new(view, "elements", json_integer(0));
         (void)json_array_append_new(steps, view);
@@ -271,8 +278,39 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
     return steps;
 }
 
+/* true when w's filter (if any) matches item, as the engine decides which workflow runs it. */
+static bool item_matches(const struct cfg_workflow *w, const json_t *item)
+{
+    struct step_sql *q = NULL;
+    bool m = true;
+
+    if (w->filter == NULL)
+        return true;
+    if (step_sql_compile(w->filter, &q, NULL) != SF_OK ||
+        step_sql_match(q, item, w->filter_params, &m, NULL) != SF_OK)
+        m = true; /* cannot tell: show it */
+    step_sql_free(q);
+    return m;
+}
+
+/* true when one of the parked records belongs to workflow (or names none). */
+static bool parked_of(const json_t *parked, const char *workflow)
+{
+    size_t i;
+    json_t *p;
+
+    json_array_foreach(parked, i, p)
+    {
+        const char *w = sf_json_str(p, "workflow");
+
+        if (w == NULL || strcmp(w, workflow) == 0)
+            return true;
+    }
+    return false;
+}
+
 static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg,
-                                const struct cfg_workflow *w, const char *saga_id,
+                                const struct cfg_workflow *w, bool named, const char *saga_id,
                                 const char *pk_json, bool detail, json_t **ret, bool *ret_found,
                                 struct sf_err *err)
 {
@@ -349,8 +387,14 @@ static enum sf_rc workflow_view(struct cosmos_client *cli, const struct cfg *cfg
         }
     }
     proc_saga_events_sort(events);
-    *ret_found = item != NULL || json_array_size(markers) > 0 || json_array_size(events) > 0 ||
-                 json_array_size(parked) > 0;
+    /*
+     * Several workflows may share a container: the item belongs to those whose
+     * filter it matches (or the one --workflow names); another one knows the
+     * saga only by its markers, events or parked records.
+     */
+    *ret_found = (item != NULL && (named || item_matches(w, item))) ||
+                 json_array_size(markers) > 0 || json_array_size(events) > 0 ||
+                 parked_of(parked, w->name);
     *ret = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:O, s:I}", "workflow", w->name, "container",
                      w->container, "itemId", item_id, "item",
                      item != NULL ? json_pack("{s:O?, s:O?, s:O?, s:O?}", "state",
@@ -402,7 +446,7 @@ static enum sf_rc saga_show(struct cosmos_client *cli, const struct cfg *cfg, co
 
         if (workflow != NULL && strcmp(w->name, workflow) != 0)
             continue;
-        rc = workflow_view(cli, cfg, w, saga_id, pk_json, detail, &v, &f, err);
+        rc = workflow_view(cli, cfg, w, workflow != NULL, saga_id, pk_json, detail, &v, &f, err);
         /* Several workflows may share a container: show those that know this saga. */
         if (rc == SF_OK && (f || workflow != NULL))
             (void)json_array_append(views, v);
@@ -473,8 +517,14 @@ void proc_saga_print(const json_t *v, FILE *out)
                           sf_json_str(x, "from"), sf_json_str(x, "to"), sf_json_str(x, "status"));
             if (json_is_integer(json_object_get(x, "elements")))
                 (void)fprintf(out, " (no elements)");
-            if (json_array_size(json_object_get(x, "done")) > 0) {
-                (void)fprintf(out, " (done: ");
+            /*
+             * Elements are worth a list for a foreach step or once something was
+             * undone; "done (done: 0)" said nothing.
+             */
+            if (json_array_size(json_object_get(x, "done")) > 0 &&
+                (json_is_true(json_object_get(x, "foreach")) ||
+                 json_array_size(json_object_get(x, "undone")) > 0)) {
+                (void)fprintf(out, " (elements done: ");
                 print_elements(out, json_object_get(x, "done"));
                 if (json_array_size(json_object_get(x, "undone")) > 0) {
                     (void)fprintf(out, "; undone: ");

@@ -14,10 +14,36 @@
 #include "processor/proc_admin.h"
 #include "processor/proc_control.h"
 #include "processor/proc_dispatch.h"
+#include "processor/proc_embed.h"
+#include "processor/proc_init.h"
 #include "processor/proc_opt.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
+
+static const char USAGE_INIT[] =
+    "Usage: sagafeed init -c FILE [--dry-run]\n"
+    "\n"
+    "Creates the database and every container FILE names: each workflow's source,\n"
+    "every step's target, the awaited containers, the Kafka relay's CDC containers,\n"
+    "feed.lease_container (partition key /id) and processor.parking_container\n"
+    "(/parkKey). The others get the partition key path declared in\n"
+    "containers = ( { name = \"products\"; partition_key = \"/category\"; } ).\n"
+    "TTL is switched on with no default expiry (defaultTtl -1) wherever sagafeed\n"
+    "writes records carrying a ttl (markers, outbox events, waiting records, lease\n"
+    "locks): on Azure a per-item ttl is ignored while the container's TTL is off.\n"
+    "Parked records never expire.\n"
+    "\n"
+    "An existing container is never changed: each mismatch (partition key path,\n"
+    "TTL off, a default expiry on the parking container) is printed with its fix.\n"
+    "Without cosmos.endpoint in FILE, the embedded cosmolite on embedded.data_dir\n"
+    "is started for the time of the command. Exit status 0 when everything is in\n"
+    "place (or would be), 1 on a mismatch, a container it cannot create or a\n"
+    "failed request.\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE  the configuration (required)\n"
+    "      --dry-run      print what would be created; create nothing\n";
 
 static const char USAGE_STATUS[] =
     "Usage: sagafeed status -c FILE [--json]\n"
@@ -38,19 +64,26 @@ static const char USAGE_LAG[] =
     "Exit status 0 even when lagging: scripts read the numbers.\n";
 
 static const char USAGE_PAUSE[] =
-    "Usage: sagafeed pause -c FILE [--reason TEXT] [--by NAME]\n"
-    "       sagafeed resume -c FILE [--by NAME]\n"
+    "Usage: sagafeed pause -c FILE [--reason TEXT] [--by NAME] [--force] [--json]\n"
+    "       sagafeed resume -c FILE [--by NAME] [--json]\n"
     "\n"
     "pause writes the fleet's control document (in feed.lease_container); every\n"
     "instance running FILE sees it within one feed.poll_interval and stops\n"
     "dispatching: no new item starts and no step effect is applied, items already\n"
     "in a step finish, leases keep renewing (nothing fails over). resume lets them\n"
     "continue from where they stood; nothing is skipped or lost. An instance that\n"
-    "starts while the fleet is paused stays paused.\n";
+    "starts while the fleet is paused stays paused.\n"
+    "\n"
+    "pause of a fleet that is already paused is refused (exit 1), naming who\n"
+    "paused it, when and why, so a second operator does not overwrite the first\n"
+    "one's reason; --force pauses anyway and prints the pause it replaces.\n"
+    "--json prints the new control state as one JSON object (and \"replaced\": the\n"
+    "pause --force replaced, or null).\n";
 
 static const char USAGE_REPLAY[] =
     "Usage: sagafeed replay -c FILE --from beginning|lsn:N|time:ISO --to lsn:N|time:ISO|now\n"
     "                       [--range ID | --partition-key K] [--workflow W] [--dry-run]\n"
+    "                       [--json]\n"
     "\n"
     "Runs the change feed between two bounds (both inclusive) through the same\n"
     "dispatch as `run`: each item's saga goes on from its current state with\n"
@@ -66,6 +99,10 @@ static const char USAGE_REPLAY[] =
     "Pause the fleet first (`sagafeed pause`) if it may be working on the same\n"
     "sagas.\n"
     "\n"
+    "Progress goes to stderr: a line updated in place on a terminal, else one\n"
+    "line every 10s (items read and their rate, items in the window, dispatched,\n"
+    "ranges done, elapsed).\n"
+    "\n"
     "Options:\n"
     "  -c, --config FILE       the configuration (needs cosmos.endpoint)\n"
     "      --from BOUND        beginning, lsn:N or time:2026-01-31T12:00:00Z\n"
@@ -78,6 +115,8 @@ static const char USAGE_REPLAY[] =
     "                          compensate (a passed deadline), or park (each element's\n"
     "                          templates are rendered); write nothing\n"
     "      --instance NAME     owner name of the replay leases\n"
+    "      --json              the final report as one JSON object on stdout (plan\n"
+    "                          lines of --dry-run then go to stderr)\n"
     "      --log-level L       debug, info, warn (default), error\n";
 
 static const char USAGE_SAGA[] =
@@ -85,8 +124,11 @@ static const char USAGE_SAGA[] =
     "\n"
     "Everything known about saga ID: its item's state (and failure reason), each\n"
     "step with the elements whose do and undo markers exist (so what was applied\n"
-    "and what was compensated; `skipped` for a false `when`, `waiting` for an\n"
-    "await it is set aside at), its outbox events in order, and parked records.\n"
+    "and what was compensated; `skipped` for a false `when` of a step the saga got\n"
+    "past, `not run` for one it never reached, `waiting` for an await it is set\n"
+    "aside at), its outbox events in order, and parked records. Only the\n"
+    "workflows whose filter matches the item (or that hold its markers, events or\n"
+    "parked records) are listed, unless --workflow names one.\n"
     "Exit status 1 when nothing at all is found.\n";
 
 static const char USAGE_LEASES[] =
@@ -106,10 +148,12 @@ static const char USAGE_LEASES[] =
     "time re-delivers items, whose settled sagas are skipped.\n";
 
 static const char USAGE_PARKED[] =
-    "Usage: sagafeed parked list -c FILE [--key KEY]\n"
-    "       sagafeed parked replay -c FILE [--key KEY]\n"
+    "Usage: sagafeed parked list -c FILE [--key KEY] [--json]\n"
+    "       sagafeed parked replay -c FILE [--key KEY] [--json]\n"
     "\n"
-    "list prints the parked and waiting items (JSON lines). replay marks them for\n"
+    "list prints the parked and waiting items as a table (key, workflow, step,\n"
+    "status, attempts, since, reason), or with --json one record per line as\n"
+    "stored. replay marks them for\n"
     "replay: the running service re-runs each key's items in LSN order within\n"
     "processor.park_scan_interval, deletes each record that succeeds, and the key\n"
     "flows again on every instance (each re-reads the parking container every\n"
@@ -203,6 +247,73 @@ static void whoami(char *out, size_t size)
 }
 
 /* ---------------------------------------------------------------------------
+ * init
+ */
+
+int proc_cli_init(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+{
+    const char *path = NULL;
+    bool dry_run = false;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_FLAG("dry-run", 0, &dry_run), PROC_OPT_END};
+    struct cosmos_client *cli = NULL;
+    struct proc_embed *embed = NULL;
+    struct cfg *cfg = NULL;
+    size_t problems = 0;
+    struct sf_err err;
+    int status;
+
+    SF_UNUSED(stop);
+    status = proc_opt_parse(self->name, USAGE_INIT, opts, 1, 0, argc, argv, NULL);
+    if (status != PROC_OPT_GO)
+        return status;
+    if ((status = proc_cli_load(self->name, path, &cfg)) != 0)
+        return status;
+    sf_err_clear(&err);
+    if (cfg->cosmos.endpoint == NULL) {
+        struct proc_embed_opts po = {.binary = cfg->embedded.binary,
+                                     .data_dir = cfg->embedded.data_dir,
+                                     .partitions = cfg->embedded.partitions,
+                                     .start_timeout_ms = cfg->embedded.start_timeout_ms};
+        struct cosmos_options co;
+
+        proc_setup_cosmos(cfg, PROC_CLIENT_TOOL, &co);
+        if (proc_embed_start(&po, &embed, &err) == SF_OK) {
+            co.endpoint = proc_embed_endpoint(embed);
+            co.key = proc_embed_key(embed);
+            co.key_env = NULL;
+            co.key_file = NULL;
+            (void)cosmos_client_new(&co, &cli, &err);
+        }
+        if (cli == NULL) {
+            (void)fprintf(stderr, "sagafeed init: embedded cosmolite: %s\n", err.msg);
+            status = 1;
+            goto out;
+        }
+        (void)printf("embedded cosmolite, data in %s\n", cfg->embedded.data_dir);
+    } else if ((status = proc_cli_client(self->name, cfg, &cli)) != 0) {
+        goto out;
+    } else {
+        (void)printf("account %s\n", cfg->cosmos.endpoint);
+    }
+    if (proc_init_apply(cli, cfg, dry_run, stdout, &problems, &err) != SF_OK) {
+        (void)fflush(stdout);
+        (void)fprintf(stderr, "sagafeed init: %s\n", err.msg);
+        status = 1;
+    } else if (problems > 0) {
+        (void)fflush(stdout);
+        (void)fprintf(stderr, "sagafeed init: %zu container%s need%s attention (above)\n", problems,
+                      problems == 1 ? "" : "s", problems == 1 ? "s" : "");
+        status = 1;
+    }
+out:
+    cosmos_client_free(cli);
+    proc_embed_stop(embed);
+    cfg_free(cfg);
+    return status;
+}
+
+/* ---------------------------------------------------------------------------
  * status, lag
  */
 
@@ -259,36 +370,73 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
 {
     const bool paused = strcmp(self->name, "pause") == 0;
     const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("reason", 0, &reason),
-                                    PROC_OPT_STRING("by", 0, &by), PROC_OPT_END};
+    bool force = false, json = false;
+    const struct proc_opt opts[] = {
+        PROC_OPT_REQUIRED("config", 'c', &path), PROC_OPT_STRING("reason", 0, &reason),
+        PROC_OPT_STRING("by", 0, &by),           PROC_OPT_FLAG("force", 0, &force),
+        PROC_OPT_FLAG("json", 0, &json),         PROC_OPT_END};
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
-    struct proc_control ctl;
+    struct proc_control ctl, old;
     struct sf_err err;
-    char me[384];
+    char me[384], when[32];
     int status;
 
     SF_UNUSED(stop);
     status = proc_opt_parse(self->name, USAGE_PAUSE, opts, 1, 0, argc, argv, NULL);
     if (status != PROC_OPT_GO)
         return status;
-    if (!paused && reason != NULL) /* resume takes no reason */
+    if (!paused && (reason != NULL || force)) /* resume takes no reason, needs no force */
         return proc_opt_usage(USAGE_PAUSE, 2);
     if (reason != NULL && strlen(reason) > 200) {
         (void)fprintf(stderr, "sagafeed %s: --reason is limited to 200 bytes\n", cmd);
         return 2;
     }
     whoami(me, sizeof(me));
+    memset(&old, 0, sizeof(old));
     if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
+    if (paused && proc_control_read(cli, cfg, &old, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
+        status = 1;
+        goto out;
+    }
+    if (paused && old.exists && old.paused) {
+        if (old.at_ms >= 0)
+            sf_time_iso8601(old.at_ms, when);
+        else
+            (void)snprintf(when, sizeof(when), "an unknown time");
+        (void)fprintf(
+            force && !json ? stdout : stderr, "%sfleet %s is already paused by %s since %s%s%s\n",
+            force ? "replacing: " : "", cfg->feed.lease_prefix, old.by[0] ? old.by : "(unknown)",
+            when, old.reason[0] ? ": " : " (no reason)", old.reason);
+        if (!force) {
+            (void)fprintf(stderr,
+                          "sagafeed %s: not paused again; `sagafeed pause --force` replaces who "
+                          "and why, `sagafeed resume` lifts the pause\n",
+                          cmd);
+            status = 1;
+            goto out;
+        }
+    }
     if (proc_control_write(cli, cfg, paused, by != NULL ? by : me, reason, &ctl, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed %s: %s\n", cmd, err.msg);
         status = 1;
         goto out;
     }
-    if (paused)
+    if (json) {
+        json_t *v = json_pack("{s:s, s:b, s:I, s:s, s:s?, s:o}", "fleet", cfg->feed.lease_prefix,
+                              "paused", ctl.paused, "version", (json_int_t)ctl.version, "by",
+                              ctl.by, "reason", ctl.reason[0] ? ctl.reason : NULL, "replaced",
+                              paused && old.exists && old.paused
+                                  ? json_pack("{s:s, s:s, s:I}", "by", old.by, "reason", old.reason,
+                                              "at", (json_int_t)old.at_ms)
+                                  : json_null());
+
+        print_json(v);
+        json_decref(v);
+    } else if (paused)
         (void)printf("fleet %s paused (control version %lld): every running instance stops "
                      "dispatching within %lldms; items already in a step finish\n",
                      cfg->feed.lease_prefix, (long long)ctl.version,
@@ -365,16 +513,60 @@ static void print_replay_summary(const struct proc_replay_opts *o,
     (void)printf("  took %lldms\n", (long long)s->elapsed_ms);
 }
 
+/* The final report of a replay as one JSON object (--json). */
+static void print_replay_json(const struct proc_replay_opts *o, const struct proc_replay_summary *s,
+                              const char *from, const char *to)
+{
+    json_t *v =
+        json_pack("{s:b, s:s, s:s, s:s, s:I, s:b, s:I, s:I, s:I, s:I, s:I}", "dryRun", o->dry_run,
+                  "from", from, "to", to, "leasePrefix", s->prefix, "ranges", (json_int_t)s->ranges,
+                  "resumed", s->resumed > 0, "read", (json_int_t)s->read, "inWindow",
+                  (json_int_t)s->in_window, "dispatched", (json_int_t)s->dispatched, "parkedKeys",
+                  (json_int_t)s->parked_keys, "parkedItems", (json_int_t)s->parked_items);
+
+    if (v != NULL && o->dry_run)
+        (void)json_object_set_new(
+            v, "plan",
+            json_pack("{s:I, s:I, s:I, s:I}", "step", (json_int_t)s->plan_step, "settled",
+                      (json_int_t)s->plan_settled, "parked", (json_int_t)s->plan_error, "none",
+                      (json_int_t)s->plan_none));
+    else if (v != NULL)
+        (void)json_object_set_new(
+            v, "outcomes",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "completed",
+                      (json_int_t)s->stats.completed, "failed", (json_int_t)s->stats.failed,
+                      "skipped", (json_int_t)s->stats.skipped, "parked",
+                      (json_int_t)s->stats.parked, "waiting", (json_int_t)s->stats.waiting,
+                      "retries", (json_int_t)s->stats.retries, "cosmosRetries",
+                      (json_int_t)s->stats.cosmos_retries, "effects", (json_int_t)s->stats.effects,
+                      "alreadyApplied", (json_int_t)s->stats.already));
+    if (v != NULL) {
+        (void)json_object_set_new(v, "interrupted", json_boolean(s->interrupted));
+        (void)json_object_set_new(v, "elapsedMs", json_integer((json_int_t)s->elapsed_ms));
+        (void)json_object_set_new(
+            v, "itemsPerSecond",
+            json_real(s->elapsed_ms > 0 ? (double)s->read * 1000.0 / (double)s->elapsed_ms : 0.0));
+    }
+    print_json(v);
+    json_decref(v);
+}
+
 int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL, *from = NULL, *to = NULL, *key = NULL, *level = "warn";
     struct proc_replay_opts ro = {0};
-    const struct proc_opt opts[] = {
-        PROC_OPT_REQUIRED("config", 'c', &path),   PROC_OPT_REQUIRED("from", 0, &from),
-        PROC_OPT_REQUIRED("to", 0, &to),           PROC_OPT_STRING("range", 0, &ro.range),
-        PROC_OPT_STRING("partition-key", 0, &key), PROC_OPT_STRING("workflow", 0, &ro.workflow),
-        PROC_OPT_FLAG("dry-run", 0, &ro.dry_run),  PROC_OPT_STRING("instance", 0, &ro.instance),
-        PROC_OPT_LEVEL("log-level", &level),       PROC_OPT_END};
+    bool json = false;
+    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
+                                    PROC_OPT_REQUIRED("from", 0, &from),
+                                    PROC_OPT_REQUIRED("to", 0, &to),
+                                    PROC_OPT_STRING("range", 0, &ro.range),
+                                    PROC_OPT_STRING("partition-key", 0, &key),
+                                    PROC_OPT_STRING("workflow", 0, &ro.workflow),
+                                    PROC_OPT_FLAG("dry-run", 0, &ro.dry_run),
+                                    PROC_OPT_STRING("instance", 0, &ro.instance),
+                                    PROC_OPT_LEVEL("log-level", &level),
+                                    PROC_OPT_FLAG("json", 0, &json),
+                                    PROC_OPT_END};
     struct proc_replay_summary sum;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
@@ -402,8 +594,9 @@ int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_i
     ro.cfg = cfg;
     ro.cli = cli;
     ro.pk_json = pk;
-    ro.out = stdout;
-    ro.progress = isatty(STDERR_FILENO) ? stderr : NULL;
+    ro.out = json ? stderr : stdout; /* --json: stdout holds the report alone */
+    ro.progress = stderr;
+    ro.progress_lines = !isatty(STDERR_FILENO);
     ro.stop = stop;
     status = 0;
     if (proc_replay_run(&ro, &sum, &err) != SF_OK) {
@@ -414,7 +607,9 @@ int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_i
                               "resume\n");
         status = 1;
     }
-    if (status != 2)
+    if (status != 2 && json)
+        print_replay_json(&ro, &sum, from, to);
+    else if (status != 2)
         print_replay_summary(&ro, &sum, from, to);
 out:
     free(pk);
@@ -472,12 +667,73 @@ out:
  * parked
  */
 
+/* The step a parked record's error names ("step ship element 0: ..."), into out; "-" when none. */
+static void parked_step(const json_t *d, char *out, size_t size)
+{
+    const char *m = sf_json_str(json_object_get(d, "error"), "message");
+    const char *at = m != NULL ? strstr(m, "step ") : NULL;
+    size_t n = 0;
+
+    if (at != NULL) {
+        at += 5;
+        n = strcspn(at, " :");
+    }
+    (void)snprintf(out, size, "%.*s", n > 0 ? (int)n : 1, n > 0 ? at : "-");
+}
+
+#define PARKED_REASON_MAX 80 /* a table's reason column; --json has it whole */
+
+/* `parked list` for a person: one line per record, columns as wide as their widest cell. */
+static void parked_table(const json_t *docs, FILE *out)
+{
+    static const char *const head[] = {"KEY", "WORKFLOW", "STEP", "STATUS", "ATTEMPTS", "SINCE"};
+    int w[SF_ARRAY_LEN(head)];
+    char step[CFG_NAME_MAX + 1], attempts[24];
+    size_t i;
+    json_t *d;
+
+    for (size_t c = 0; c < SF_ARRAY_LEN(head); c++)
+        w[c] = (int)strlen(head[c]);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            (void)fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  REASON\n", w[0], head[0], w[1],
+                          head[1], w[2], head[2], w[3], head[3], w[4], head[4], w[5], head[5]);
+        json_array_foreach(docs, i, d)
+        {
+            const char *cells[SF_ARRAY_LEN(head)];
+            const char *reason = sf_json_str(json_object_get(d, "error"), "message");
+
+            parked_step(d, step, sizeof(step));
+            (void)snprintf(attempts, sizeof(attempts), "%lld",
+                           (long long)json_integer_value(json_object_get(d, "attempts")));
+            cells[0] = sf_json_str(d, "parkKey") ? sf_json_str(d, "parkKey") : "?";
+            cells[1] = sf_json_str(d, "workflow") ? sf_json_str(d, "workflow") : "-";
+            cells[2] = step;
+            cells[3] = sf_json_str(d, "status") ? sf_json_str(d, "status") : "?";
+            cells[4] = attempts;
+            cells[5] = sf_json_str(d, "parkedAt") ? sf_json_str(d, "parkedAt") : "?";
+            if (pass == 0) {
+                for (size_t c = 0; c < SF_ARRAY_LEN(head); c++)
+                    w[c] = SF_MAX(w[c], (int)strlen(cells[c]));
+                continue;
+            }
+            (void)fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  %.*s%s\n", w[0], cells[0], w[1],
+                          cells[1], w[2], cells[2], w[3], cells[3], w[4], cells[4], w[5], cells[5],
+                          PARKED_REASON_MAX,
+                          reason != NULL ? reason : "waits behind a parked item of its key",
+                          reason != NULL && strlen(reason) > PARKED_REASON_MAX ? "..." : "");
+        }
+    }
+}
+
 int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"list", "replay", NULL};
     const char *path = NULL, *key = NULL, *verb;
+    bool json = false;
     const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("key", 0, &key), PROC_OPT_END};
+                                    PROC_OPT_STRING("key", 0, &key),
+                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
     struct cfg *cfg = NULL;
     struct cosmos_client *cli = NULL;
     struct sf_err err;
@@ -510,8 +766,12 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
         if (proc_park_list(cli, cfg->cosmos.database, cfg->processor.parking_container, key, &docs,
                            &err) != SF_OK)
             goto fail;
+        if (!json)
+            parked_table(docs, stdout);
         json_array_foreach(docs, i, d)
         {
+            if (!json)
+                break;
             struct sf_buf b;
 
             sf_buf_init(&b, 8u << 20);
@@ -531,7 +791,10 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
         if (proc_park_request_replay(cli, cfg->cosmos.database, cfg->processor.parking_container,
                                      key, &n, &err) != SF_OK)
             goto fail;
-        (void)printf("%zu parked item%s marked for replay\n", n, n == 1 ? "" : "s");
+        if (json)
+            (void)printf("{\"marked\":%zu}\n", n);
+        else
+            (void)printf("%zu parked item%s marked for replay\n", n, n == 1 ? "" : "s");
     }
     status = 0;
     goto out;

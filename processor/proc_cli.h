@@ -40,6 +40,8 @@ struct proc_cmd {
  * serves a pair of rows and tells them apart by cmd->name: status and lag
  * (lag prints the lag columns only), pause and resume.
  */
+/* `sagafeed init` (proc_init.h): creates the database and the containers FILE names. */
+int proc_cli_init(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 int proc_cli_status(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 int proc_cli_pause(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 int proc_cli_replay(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);

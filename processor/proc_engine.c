@@ -248,6 +248,11 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
                          "workflow '%s' step '%s': an await step waits for one document; "
                          "it takes no foreach",
                          w->name, s->name);
+        if (s->n_undo > 0)
+            cfg_diag_add(d, s->file, cfg_line(s->setting, "undo", s->line),
+                         "workflow '%s' step '%s': an await step has no undo (it changed "
+                         "nothing); undo the earlier steps in theirs",
+                         w->name, s->name);
     }
     if (s->foreach != NULL) {
         char text[1024];
@@ -510,6 +515,7 @@ static void from_step(struct run *r, const struct step_result *sr, const char *c
 {
     set_error(r, sr->outcome == STEP_RETRY ? PROC_RETRY : PROC_PARK, &sr->err, context);
     r->res->err.retriable = sr->outcome == STEP_RETRY;
+    (void)snprintf(r->res->refused, sizeof(r->res->refused), "%s", sr->refused);
 }
 
 static const char *doc_state(const struct run *r)
@@ -677,7 +683,7 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
         const json_t *elem = arr != NULL ? json_array_get(arr, i) : NULL;
         json_t *env = make_env(r, cs->cfg->name, elem, i);
         struct step_ctx ctx;
-        struct step_result sr;
+        struct step_result sr = {.outcome = STEP_OK};
 
         if (env == NULL) {
             step_result_set(&sr, STEP_FATAL, SF_ENOMEM, "out of memory");
@@ -770,7 +776,7 @@ static bool run_undo(struct run *r, const struct cstep *cs, bool known, size_t d
         json_t *env = make_env(r, cs->cfg->name, elem, k);
         struct step_ctx ctx;
         struct step_target tgt;
-        struct step_result sr;
+        struct step_result sr = {.outcome = STEP_OK};
         struct sf_err err;
         bool done = false;
         char context[256];

@@ -183,17 +183,18 @@ struct proc_result {
     enum proc_outcome outcome;
     char workflow[CFG_NAME_MAX + 1];
     char saga_id[STEP_ID_MAX];
-    char state[CFG_NAME_MAX + 1]; /* the state reached */
-    char reason[STEP_REASON_MAX]; /* failure reason, when the saga failed */
-    unsigned effects;             /* step elements applied now */
-    unsigned already;             /* step elements found applied before */
-    unsigned skipped_steps;       /* steps passed over because their `when` was false */
-    bool deadline_exceeded;       /* this call moved the saga into compensation: too late */
-    bool waiting;                 /* PROC_SKIPPED: the saga waits for a document (await) */
-    unsigned woken;               /* waiting sagas this delivery (an awaited document) woke */
-    unsigned transitions;         /* state transitions written */
-    bool settled_now;             /* this call wrote the final transition */
-    struct sf_err err;            /* PROC_RETRY / PROC_PARK */
+    char state[CFG_NAME_MAX + 1];   /* the state reached */
+    char reason[STEP_REASON_MAX];   /* failure reason, when the saga failed */
+    unsigned effects;               /* step elements applied now */
+    unsigned already;               /* step elements found applied before */
+    unsigned skipped_steps;         /* steps passed over because their `when` was false */
+    bool deadline_exceeded;         /* this call moved the saga into compensation: too late */
+    bool waiting;                   /* PROC_SKIPPED: the saga waits for a document (await) */
+    unsigned woken;                 /* waiting sagas this delivery (an awaited document) woke */
+    unsigned transitions;           /* state transitions written */
+    bool settled_now;               /* this call wrote the final transition */
+    struct sf_err err;              /* PROC_RETRY / PROC_PARK */
+    char refused[STEP_REFUSED_MAX]; /* PROC_PARK: the operation the server refused, or "" */
 };
 
 /* Advances the saga of it as far as possible (see the top of this file). */

@@ -19,6 +19,9 @@
 #define OPS_WARN_EVERY_MS  30000
 #define OPS_VERSION        SF_VERSION /* project(VERSION) in CMakeLists.txt */
 #define OPS_THROUGHPUT_MAX 256        /* containers listed in the throughput metrics */
+/* Cosmos DB is unreachable once nothing answered this long while attempts failed */
+#define OPS_UNREACHABLE_MS 2000
+#define OPS_OUTAGE_LOG_MS  10000 /* one summary line per this long during an outage */
 
 struct wf_count {
     const char *name; /* borrowed from the cfg */
@@ -37,7 +40,12 @@ struct proc_ops {
     int64_t next_poll_ms;    /* mono */
     int64_t last_warn_ms;    /* mono */
     _Atomic int64_t tick_ms; /* mono time of the last tick: /healthz */
+    /* a Cosmos DB outage (outage_tick): since when (mono), next summary, failures at start */
+    bool outage, hushed;
+    int64_t outage_since_ms, outage_next_ms;
+    uint64_t outage_failures0;
     int64_t start_wall_ms;
+    int64_t start_mono_ms;
     pthread_mutex_t mu; /* wf */
     struct wf_count wf[CFG_WORKFLOWS_MAX];
     size_t n_wf;
@@ -76,6 +84,7 @@ enum sf_rc proc_ops_new(const struct proc_ops_opts *opts, struct proc_ops **ret_
     atomic_store(&ops->paused, true);
     atomic_store(&ops->tick_ms, sf_mono_ms());
     ops->start_wall_ms = sf_wall_ms();
+    ops->start_mono_ms = sf_mono_ms();
     *ret_ops = ops;
     return SF_OK;
 }
@@ -500,8 +509,12 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
 
     if (ops->svc == NULL)
         return SF_ESTATE;
-    help(b, "sagafeed_info", "gauge", "Version and instance of this process.");
-    (void)sf_buf_printf(b, "sagafeed_info{version=\"%s\",instance=\"", OPS_VERSION);
+    /*
+     * Not "instance": Prometheus' own target label has that name, and the
+     * scrape would rename this one exported_instance (issue 25).
+     */
+    help(b, "sagafeed_info", "gauge", "Version and instance name of this process.");
+    (void)sf_buf_printf(b, "sagafeed_info{version=\"%s\",sagafeed_instance=\"", OPS_VERSION);
     put_label(b, ops->instance);
     (void)sf_buf_puts(b, "\"} 1\n");
     help(b, "sagafeed_start_time_seconds", "gauge", "When this process started.");
@@ -527,6 +540,22 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
 /* ---------------------------------------------------------------------------
  * Health and readiness
  */
+
+/*
+ * Whether Cosmos DB has stopped answering: the last attempt without an answer is
+ * newer than the last one answered, and nothing answered for OPS_UNREACHABLE_MS
+ * (one refused connection among answered ones is not an outage). *ret_for_ms: how long.
+ */
+static bool cosmos_unreachable(struct proc_ops *ops, struct cosmos_reach *r, int64_t *ret_for_ms)
+{
+    int64_t now = sf_mono_ms();
+
+    cosmos_client_reach(proc_service_client(ops->svc), r);
+    if (r->last_failure_ms == 0 || r->last_failure_ms <= r->last_answer_ms)
+        return false;
+    *ret_for_ms = r->last_answer_ms > 0 ? now - r->last_answer_ms : now - ops->start_mono_ms;
+    return *ret_for_ms >= OPS_UNREACHABLE_MS;
+}
 
 /* Ready: owns at least one range and every owned range progressed lately (or paused). */
 static int readiness_feeds(struct proc_ops *ops, struct sf_buf *b)
@@ -590,10 +619,24 @@ static void readiness_kafka(struct proc_ops *ops, struct sf_buf *b)
                         ks.brokers_msg);
 }
 
-/* The feeds' readiness (above), then the Kafka detail. */
+/* The feeds' readiness (above), then the Kafka detail; not ready while Cosmos DB does not answer.
+ */
 static int readiness(struct proc_ops *ops, struct sf_buf *b)
 {
-    int status = readiness_feeds(ops, b);
+    struct cosmos_reach r;
+    int64_t down_ms = 0;
+    int status;
+
+    if (cosmos_unreachable(ops, &r, &down_ms)) {
+        (void)sf_buf_printf(b,
+                            "not ready: Cosmos DB does not answer (for %llds, %llu attempts "
+                            "without an answer so far): %s\n",
+                            (long long)(down_ms / 1000), (unsigned long long)r.failures,
+                            r.last_error);
+        readiness_kafka(ops, b);
+        return 503;
+    }
+    status = readiness_feeds(ops, b);
 
     readiness_kafka(ops, b);
     return status;
@@ -665,11 +708,80 @@ enum sf_rc proc_ops_attach(struct proc_ops *ops, struct proc_service *svc, struc
     return SF_OK;
 }
 
+/*
+ * One warning line per OPS_OUTAGE_LOG_MS while Cosmos DB does not answer, with
+ * counts, instead of every failed call's own (~7 a second): the others are
+ * hushed to debug (sf_log_hush) until it answers again.
+ */
+static void outage_tick(struct proc_ops *ops, int64_t now)
+{
+    struct cosmos_reach r;
+    int64_t down_ms = 0;
+    bool down = cosmos_unreachable(ops, &r, &down_ms);
+    bool suspect = r.last_failure_ms > r.last_answer_ms;
+
+    /*
+     * Hushed from the first attempt without an answer that nothing answered
+     * after: the failed calls' own warnings would otherwise fill the seconds
+     * before the outage is declared. A blip that an answer ends at once says
+     * how many it held back.
+     */
+    if (suspect && !ops->hushed) {
+        ops->hushed = true;
+        (void)sf_log_hushed_take();
+        sf_log_hush(true);
+    }
+    if (!suspect && ops->hushed && !ops->outage) {
+        uint64_t held;
+
+        ops->hushed = false;
+        sf_log_hush(false);
+        held = sf_log_hushed_take();
+        if (held > 0)
+            sf_log_warn(SF_LOG_OUTAGE_COMP,
+                        "Cosmos DB missed answers for a moment: %llu warning%s held back (debug "
+                        "level); last: %s",
+                        (unsigned long long)held, held == 1 ? "" : "s", r.last_error);
+    }
+    if (down && !ops->outage) {
+        ops->outage = true;
+        ops->outage_since_ms = now - down_ms;
+        ops->outage_next_ms = now + OPS_OUTAGE_LOG_MS;
+        ops->outage_failures0 = r.failures;
+        sf_log_warn(SF_LOG_OUTAGE_COMP,
+                    "Cosmos DB does not answer (for %llds): %s; /readyz says 503, and one line "
+                    "every %llds sums up until it answers",
+                    (long long)(down_ms / 1000), r.last_error[0] ? r.last_error : "no answer",
+                    (long long)(OPS_OUTAGE_LOG_MS / 1000));
+    } else if (down && now >= ops->outage_next_ms) {
+        ops->outage_next_ms = now + OPS_OUTAGE_LOG_MS;
+        sf_log_warn(SF_LOG_OUTAGE_COMP,
+                    "Cosmos DB still does not answer after %llds: %llu attempts without an "
+                    "answer, %llu warnings held back (debug level); last: %s",
+                    (long long)((now - ops->outage_since_ms) / 1000),
+                    (unsigned long long)(r.failures - ops->outage_failures0),
+                    (unsigned long long)sf_log_hushed_take(), r.last_error);
+    } else if (!down && ops->outage &&
+               (r.last_failure_ms == 0 || r.last_answer_ms > r.last_failure_ms)) {
+        ops->outage = false;
+        ops->hushed = false;
+        sf_log_hush(false);
+        sf_log_info(SF_LOG_OUTAGE_COMP,
+                    "Cosmos DB answers again after %llds: %llu attempts without an answer, %llu "
+                    "warnings held back",
+                    (long long)((now - ops->outage_since_ms) / 1000),
+                    (unsigned long long)(r.failures - ops->outage_failures0),
+                    (unsigned long long)sf_log_hushed_take());
+    }
+}
+
 void proc_ops_tick(struct proc_ops *ops)
 {
     int64_t now = sf_mono_ms();
 
     atomic_store(&ops->tick_ms, now);
+    if (ops->svc != NULL)
+        outage_tick(ops, now);
     if (ops->svc == NULL || now < ops->next_poll_ms)
         return;
     ops->next_poll_ms = now + ops->cfg->feed.poll_interval_ms;

@@ -66,6 +66,12 @@ json_t *proc_park_record(const struct proc_item *t, const char *park_key, const 
                       sf_rc_str(res->err.rc), "httpStatus", res->err.http_status, "substatus",
                       res->err.substatus, "retriable", res->err.retriable, "sagaId", res->saga_id);
 
+        /* What the server refused, as sent: parsed back when whole, else the text kept. */
+        if (e != NULL && res->refused[0] != '\0') {
+            json_t *req = json_loads(res->refused, 0, NULL);
+
+            (void)json_object_set_new(e, "request", req != NULL ? req : json_string(res->refused));
+        }
         if (e == NULL || json_object_set_new(doc, "error", e) != 0) {
             json_decref(doc);
             doc = NULL;

@@ -58,6 +58,7 @@ struct replay {
     pthread_cond_t done; /* broadcast when either is set */
     struct sf_err fail;  /* written once, before failed is set */
     int64_t last_progress_ms;
+    int64_t started_ms; /* mono: the rate */
 };
 
 /* ---------------------------------------------------------------------------
@@ -242,20 +243,34 @@ static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_l
            json_is_object(doc) && !record_is_system(doc);
 }
 
+/*
+ * The progress: a line updated in place on a terminal, else one line every
+ * PROC_REPLAY_LINE_EVERY_MS (a log); both with the rate of items read.
+ */
 static void progress(struct replay *rp, bool force)
 {
     FILE *p = rp->o->progress;
+    int64_t now = sf_mono_ms(),
+            every = rp->o->progress_lines ? PROC_REPLAY_LINE_EVERY_MS : PROGRESS_EVERY_MS;
+    uint64_t read = atomic_load(&rp->read);
+    double secs;
 
-    if (p == NULL || (!force && sf_mono_ms() - rp->last_progress_ms < PROGRESS_EVERY_MS))
+    if (p == NULL || (!force && now - rp->last_progress_ms < every))
         return;
-    rp->last_progress_ms = sf_mono_ms();
-    (void)fprintf(p, "\rreplay %s: read %llu, in window %llu, %s %llu, ranges done %u\033[K",
-                  rp->cur->name, (unsigned long long)atomic_load(&rp->read),
+    if (rp->o->progress_lines && force)
+        return; /* the final summary says it */
+    rp->last_progress_ms = now;
+    secs = (double)(now - rp->started_ms) / 1000.0;
+    (void)fprintf(p,
+                  "%sreplay %s: read %llu (%.0f/s), in window %llu, %s %llu, ranges done %u, "
+                  "%.0fs%s",
+                  rp->o->progress_lines ? "" : "\r", rp->cur->name, (unsigned long long)read,
+                  secs > 0 ? (double)read / secs : 0.0,
                   (unsigned long long)atomic_load(&rp->in_window),
                   rp->o->dry_run ? "planned" : "dispatched",
                   (unsigned long long)(rp->dispatch != NULL ? proc_pipeline_submitted(rp->pl)
                                                             : atomic_load(&rp->dispatched)),
-                  atomic_load(&rp->ranges_done));
+                  atomic_load(&rp->ranges_done), secs, rp->o->progress_lines ? "\n" : "\033[K");
     (void)fflush(p);
 }
 
@@ -647,7 +662,7 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
         rp->sum->ranges += atomic_load(&rp->ranges_done);
         progress(rp, true);
     }
-    if (o->progress != NULL && rp->cur != NULL)
+    if (o->progress != NULL && !o->progress_lines && rp->cur != NULL)
         (void)fputc('\n', o->progress);
     if (rc == SF_OK && !rp->sum->interrupted)
         rc = mark_parked(rp, keys, err);
@@ -682,6 +697,8 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
     rp->sum = ret;
     pthread_mutex_init(&rp->mu, NULL);
     (void)sf_cond_init_mono(&rp->done);
+    rp->started_ms = t0;
+    rp->last_progress_ms = t0; /* lines: the first one after an interval */
     rp->sub = *opts->cfg;
     if (opts->workflow != NULL) {
         /* The engine then knows only W: items of other workflows are skipped, untouched. */

@@ -92,8 +92,12 @@ struct proc_replay_opts {
     const char *instance; /* owner of the replay leases; NULL: "replay-<host>-<pid>" */
     FILE *out;            /* plan lines (dry run) and notes */
     FILE *progress;       /* a progress line (\r-updated), NULL for none */
-    atomic_int *stop;     /* set from a signal handler: stop after the current page */
+    /* progress as one log line every PROC_REPLAY_LINE_EVERY_MS instead (not a terminal) */
+    bool progress_lines;
+    atomic_int *stop; /* set from a signal handler: stop after the current page */
 };
+
+#define PROC_REPLAY_LINE_EVERY_MS 10000
 
 struct proc_replay_summary {
     uint64_t read;           /* change-feed items the window delivered (own records too) */

@@ -11,6 +11,7 @@
 #include "processor/proc_embed.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_kafka.h"
+#include "processor/proc_init.h"
 #include "processor/proc_pipeline.h"
 #include "processor/proc_service.h"
 #include "processor/proc_status.h"
@@ -227,6 +228,15 @@ static enum sf_rc start_source(struct proc_service *s, const struct proc_service
     return step_catalog_pk_path(proc_pipeline_catalog(s->pl), arg, path, err);
 }
 
+/* The containers the steps write to, await or follow, as the steps assume them (proc_init.h). */
+static enum sf_rc start_containers(struct proc_service *s, const struct proc_service_opts *o,
+                                   void *arg, struct sf_err *err)
+{
+    SF_UNUSED(o);
+    SF_UNUSED(arg);
+    return proc_init_check(s->cli, s->cfg, err);
+}
+
 static enum sf_rc start_kafka(struct proc_service *s, const struct proc_service_opts *o, void *arg,
                               struct sf_err *err)
 {
@@ -297,6 +307,10 @@ enum sf_rc proc_service_start(const struct proc_service_opts *opts, struct proc_
         if (rc != SF_OK)
             goto fail;
     }
+    /* A missing target refuses the start, before any saga is half done. */
+    rc = start_wait(s, opts, "the containers the steps use", start_containers, NULL, err);
+    if (rc != SF_OK)
+        goto fail;
     /* The relays first: a Kafka setting that cannot work stops the start before any saga. */
     if (cfg->kafka != NULL && !opts->no_kafka) {
         rc = start_wait(s, opts, "the Kafka relays' change feeds and lease container", start_kafka,

@@ -50,7 +50,17 @@ enum sf_rc proc_status_collect(struct cosmos_client *cli, const struct cfg *cfg,
     int64_t now = sf_wall_ms();
     enum sf_rc rc;
 
-    rc = proc_control_read(cli, cfg, &control, err);
+    /* A missing database is not "nothing ran yet": a wrong name or account, said as such. */
+    rc = cosmos_db_read(cli, cfg->cosmos.database, NULL, err);
+    if (rc == SF_ENOTFOUND)
+        rc = sf_err_set(err, SF_ENOTFOUND, false,
+                        "database %s does not exist at %s (fix cosmos.database, or create it "
+                        "with `sagafeed init -c %s`)",
+                        cfg->cosmos.database,
+                        cfg->cosmos.endpoint != NULL ? cfg->cosmos.endpoint : "the endpoint",
+                        cfg->path != NULL ? cfg->path : "FILE");
+    if (rc == SF_OK)
+        rc = proc_control_read(cli, cfg, &control, err);
     for (size_t i = 0; i < n_sources && rc == SF_OK; i++) {
         char prefix[FEED_PREFIX_MAX + 1];
 

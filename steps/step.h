@@ -47,6 +47,7 @@
 #define STEP_MARKER_ID_HASH_AT 200 /* longer ids are replaced by a hash */
 #define STEP_ID_MAX            256
 #define STEP_REASON_MAX        256
+#define STEP_REFUSED_MAX       1024 /* bytes of a refused operation kept for the parked record */
 #define STEP_KINDS_MAX         64
 
 /*
@@ -77,6 +78,8 @@ struct step_result {
     int status;              /* the HTTP status that decided, 0 when none */
     struct sf_err err;       /* details for STEP_RETRY / STEP_FATAL (and STEP_FAILED) */
     int64_t wait_timeout_ms; /* STEP_WAIT: the longest the saga may wait, 0: no limit */
+    /* the operation the server refused, as sent (compact JSON, cut to fit), or "" */
+    char refused[STEP_REFUSED_MAX];
 };
 
 /* A static name: "ok", "already", "failed", "retry", "fatal", "wait". */

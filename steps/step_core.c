@@ -511,6 +511,19 @@ void step_effect_release(struct step_effect *eff)
     memset(eff, 0, sizeof(*eff));
 }
 
+/*
+ * The refused operation, rendered as it was sent, for the parked record: what
+ * the server said no to (the condition, the document), not only its status.
+ */
+static void refused_keep(struct step_result *res, const json_t *op)
+{
+    char *text = op != NULL ? json_dumps(op, JSON_COMPACT) : NULL;
+
+    if (text != NULL)
+        (void)snprintf(res->refused, sizeof(res->refused), "%s", text);
+    free(text);
+}
+
 void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
                         struct step_result *res)
 {
@@ -541,6 +554,7 @@ void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
         goto out;
     }
     op = &br.ops[br.first_failure];
+    refused_keep(res, cosmos_batch_op(eff->batch, (size_t)br.first_failure));
     res->status = op->status;
     res->err.http_status = op->status;
     res->err.substatus = op->substatus;

@@ -110,14 +110,33 @@ enum sf_rc step_param_condition(const json_t *params, const char *key, struct st
 {
     struct step_sql *q = NULL;
     enum sf_rc rc = step_param_tmpl(params, key, false, STEP_TMPL_SQL, ret_t, err);
+    char *text = NULL;
 
-    /* A condition without placeholders is checked now, so check-config reports it. */
-    if (rc != SF_OK || *ret_t == NULL || !step_tmpl_is_constant(*ret_t))
+    if (rc != SF_OK || *ret_t == NULL)
         return rc;
-    rc = step_sql_compile(sf_json_str(params, key), &q, err);
+    /*
+     * The condition is parsed now, so check-config reports it at its line and
+     * no item parks on a typo. Each placeholder renders as one SQL literal, so
+     * a literal of the same length in its place (0 and spaces) parses exactly
+     * as every rendering will, and the offsets stay those of the file's text.
+     */
+    text = strdup(sf_json_str(params, key));
+    if (text == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    for (char *open = strstr(text, "{{"); open != NULL; open = strstr(open, "{{")) {
+        char *close = strstr(open + 2, "}}");
+
+        if (close == NULL)
+            break; /* the template compile above refused it already */
+        memset(open, ' ', (size_t)(close + 2 - open));
+        open[0] = '0';
+        open = close + 2;
+    }
+    rc = step_sql_compile(text, &q, err);
     if (rc != SF_OK)
         sf_err_prefix(err, "%s: ", key);
     step_sql_free(q);
+    free(text);
     return rc;
 }
 

@@ -1582,6 +1582,32 @@ out:
     return rc;
 }
 
+/* The first path under n whose first segment is not in roots, or NULL. */
+static const char *node_unknown_root(const struct node *n, const char *const *roots)
+{
+    const char *bad = NULL;
+
+    if (n == NULL)
+        return NULL;
+    if (n->kind == N_PATH && json_array_size(n->lit) > 0) {
+        const char *first = json_string_value(json_array_get(n->lit, 0));
+        size_t i;
+
+        for (i = 0; first != NULL && roots[i] != NULL && strcmp(roots[i], first) != 0; i++)
+            ;
+        if (first != NULL && roots[i] == NULL)
+            return first;
+    }
+    for (size_t i = 0; i < n->n && bad == NULL; i++)
+        bad = node_unknown_root(n->kids[i], roots);
+    return bad;
+}
+
+const char *step_sql_expr_unknown_root(const struct step_sql_expr *e, const char *const *roots)
+{
+    return e != NULL ? node_unknown_root(e->root, roots) : NULL;
+}
+
 void step_sql_expr_free(struct step_sql_expr *e)
 {
     if (e == NULL)

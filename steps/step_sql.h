@@ -71,6 +71,13 @@ enum sf_rc step_sql_expr_compile(const char *text, size_t len, const char *alias
 void step_sql_expr_free(struct step_sql_expr *e);
 
 /*
+ * For an expression compiled without an alias: the first identifier of the
+ * first path that names none of roots (a NULL-ended list), or NULL when every
+ * path starts with one of them. Borrowed from e.
+ */
+const char *step_sql_expr_unknown_root(const struct step_sql_expr *e, const char *const *roots);
+
+/*
  * Evaluates e against env. Returns a new reference, or NULL for undefined
  * (*ret_rc == SF_OK) or on error (*ret_rc set: SF_EINVAL for a missing
  * parameter, SF_ENOMEM).

@@ -79,6 +79,11 @@ static enum sf_rc add_seg(struct step_tmpl *t, const char *text, size_t len,
     return SF_OK;
 }
 
+/* The names the engine's template environment has (step_tmpl.h). */
+static const char *const step_tmpl_roots[] = {"item",   "it",       "index",  "doc",
+                                              "sagaId", "workflow", "step",   "epoch",
+                                              "lsn",    "reason",   "status", NULL};
+
 static enum sf_rc compile_str(const char *text, size_t len, enum step_tmpl_mode mode,
                               struct step_tmpl **ret_t, struct sf_err *err)
 {
@@ -95,6 +100,7 @@ static enum sf_rc compile_str(const char *text, size_t len, enum step_tmpl_mode 
         const char *open = memmem(text + i, len - i, "{{", 2);
         const char *close;
         struct step_sql_expr *e = NULL;
+        const char *root;
         size_t start, end;
 
         if (open == NULL) {
@@ -115,6 +121,15 @@ static enum sf_rc compile_str(const char *text, size_t len, enum step_tmpl_mode 
         }
         end = (size_t)(close - text);
         rc = step_sql_expr_compile(text + start, end - start, NULL, &e, err);
+        if (rc == SF_OK && (root = step_sql_expr_unknown_root(e, step_tmpl_roots)) != NULL) {
+            /* {{itme.day}} would be undefined for every item: refused now, not parked later. */
+            rc = sf_err_set(err, SF_EINVAL, false,
+                            "unknown name '%.64s' (a template starts with item, it, index, doc, "
+                            "sagaId, workflow, step, epoch, lsn, reason or status)",
+                            root);
+            step_sql_expr_free(e);
+            e = NULL;
+        }
         if (rc != SF_OK) {
             sf_err_prefix(err, "template {{%.*s}} at %zu: ", (int)SF_MIN(end - start, 80),
                           text + start, start - 2);

@@ -16,6 +16,7 @@ Environment: SF_SOURCE_DIR (the source tree), SF_SAGAFEED_BIN (the binary),
 SF_COSMOLITE_BIN and SF_KAFKA_MOCK_BIN (for the run; skipped without them).
 Exit status 0 when every check passed, 1 otherwise (each failure printed).
 """
+import base64
 import os
 import re
 import shutil
@@ -248,6 +249,24 @@ def compose_checks():
     check("KAFKA_CONTROLLER_QUORUM_VOTERS" in kenv, "kafka has no controller quorum")
     check(not any("zookeeper" in n or "zookeeper" in str(s.get("image", ""))
                   for n, s in services.items()), "a ZooKeeper service: KRaft needs none")
+    # Issue 25 item 11: KRaft's cluster id is 16 bytes in base64url (22
+    # characters): anything else and the broker never formats, and sagafeed,
+    # waiting for it, never starts.
+    cid = str(kenv.get("CLUSTER_ID", ""))
+    try:
+        raw = base64.urlsafe_b64decode(cid + "=" * (-len(cid) % 4))
+    except (ValueError, TypeError):
+        raw = b""
+    check(len(cid) == 22 and re.fullmatch(r"[A-Za-z0-9_-]{22}", cid) and len(raw) == 16,
+          f"kafka CLUSTER_ID {cid!r} is not 16 bytes in base64url (22 characters)")
+    # published ports listen on loopback only (the emulator's key is public)
+    for name, svc in services.items():
+        for p in svc.get("ports") or []:
+            check(str(p).startswith("127.0.0.1:"), f"{name} publishes {p} on every address, not 127.0.0.1")
+    # the emulator has a physical partition for every container `sagafeed init` creates
+    parts = int(str(env_of(services["cosmosdb"]).get("AZURE_COSMOS_EMULATOR_PARTITION_COUNT", "0")))
+    want = len(init_containers()) + 2  # and the lease and parking containers
+    check(parts >= want, f"AZURE_COSMOS_EMULATOR_PARTITION_COUNT {parts} < {want} containers")
     for name, svc in services.items():
         deps = svc.get("depends_on") or {}
         for dep in (deps if isinstance(deps, (list, dict)) else []):
@@ -561,6 +580,24 @@ def init_containers():
     return [tuple(c) for c in mod.CONTAINERS]
 
 
+def package_checks():
+    """Issue 25 item 11: a prerm that stops the service, and the service's example
+    configuration binding /metrics to loopback."""
+    prerm = os.path.join(SRC, "packaging/debian/prerm")
+    if check(os.path.isfile(prerm) and os.access(prerm, os.X_OK), "packaging/debian/prerm missing or not executable"):
+        text = open(prerm, encoding="utf-8").read()
+        check("stop sagafeed.service" in text and "remove" in text and "upgrade" in text,
+              "prerm does not stop sagafeed.service on remove and upgrade")
+        r = subprocess.run(["sh", "-n", prerm], capture_output=True, text=True)
+        check(r.returncode == 0, f"prerm is not valid sh: {r.stderr}")
+    cmake = open(os.path.join(SRC, "packaging/CMakeLists.txt"), encoding="utf-8").read()
+    check("debian/prerm" in cmake, "the package does not ship debian/prerm (CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA)")
+    cfg = open(os.path.join(SRC, "packaging/docker/sagafeed.cfg"), encoding="utf-8").read()
+    m = re.search(r'^\s*http_listen\s*=\s*"([^"]*)"', cfg, re.M)
+    check(m is not None and m.group(1).startswith("127.0.0.1:"),
+          f"the service's example config binds metrics to {m and m.group(1)!r}, not 127.0.0.1")
+
+
 def unit_checks():
     text = open(os.path.join(SRC, "packaging/sagafeed.service"), encoding="utf-8").read()
     for section in ("[Unit]", "[Service]", "[Install]"):
@@ -598,6 +635,7 @@ def main():
             command_checks(services)
             live_checks(services)
     unit_checks()
+    package_checks()
     docs_checks()
     r = subprocess.run([sys.executable, "-m", "py_compile", os.path.join(SRC, "packaging/docker/init_cosmos.py")],
                        capture_output=True, text=True)

@@ -7,6 +7,16 @@ if(TARGET cosmolite AND TARGET sagafeed)
   # `parked replay` with three instances: the parking container is the truth
   # about blocked keys, so a replay anywhere unblocks the key everywhere.
   sf_e2e_test(test_parked_fleet LABELS "ops;integration;e2e" TIMEOUT 300)
+
+  # `sagafeed init` creates the containers with their partition key paths and
+  # TTL; `run` refuses to start on a missing or mismatched one (issue 25).
+  sf_e2e_test(test_init_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
+
+  # What a parked record says: the server's words, one record per failing item.
+  sf_e2e_test(test_park_record_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
+
+  # Operator commands that must not mislead: pause twice, status of no database, ...
+  sf_e2e_test(test_ops_cli_e2e LABELS "ops;integration;e2e" TIMEOUT 300)
 endif()
 
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they
@@ -37,4 +47,14 @@ if(TARGET cosmolite AND TARGET sagafeed)
   include(${CMAKE_CURRENT_LIST_DIR}/../outbox/kafka_support.cmake)
   sf_e2e_test(test_lifecycle_e2e LIBS sf_test_kafka
     LABELS "ops;kafka;integration;e2e" TIMEOUT 600)
+endif()
+
+# The README's first page (issue 25 item 12): init -> check-config -> run
+# against cosmolite and Azure, and the cosmolite block run as written.
+if(Python3_Interpreter_FOUND AND TARGET sagafeed AND TARGET cosmolite)
+  add_test(NAME test_readme_first_page
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_readme.py)
+  set_tests_properties(test_readme_first_page PROPERTIES
+    ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>;SF_COSMOLITE_BIN=$<TARGET_FILE:cosmolite>"
+    LABELS "ops;packaging;e2e" TIMEOUT 180)
 endif()

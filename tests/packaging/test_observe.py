@@ -179,7 +179,7 @@ def dashboard_exprs():
         q = v.get("query")
         if isinstance(q, dict):
             q = q.get("query")
-        m = re.match(r"label_values\((\w+)", q or "")
+        m = re.match(r"label_values\((\w+)", q or "") or re.match(r"query_result\((.+)\)$", q or "")
         if m:
             exprs.append((f"variable {v['name']}", m.group(1)))
     return exprs
@@ -282,6 +282,24 @@ def check_dashboard_layout():
         refs = [x.get("refId") for x in p.get("targets", [])]
         check(refs and len(set(refs)) == len(refs) and all(x.get("expr") for x in p["targets"]),
               f"panel '{t}': no queries, or refIds not unique")
+    # Issue 25 item 10: the picker names instances by sagafeed_instance (not the
+    # scrape address Prometheus' own `instance` label holds) and maps each to its
+    # target; the 429 panel counts every attempt the client absorbed too; RU/s by
+    # container.
+    var = next((v for v in d.get("templating", {}).get("list", []) if v.get("name") == "instance"), {})
+    q = var.get("query", {}).get("query") if isinstance(var.get("query"), dict) else var.get("query")
+    check(q == "query_result(sagafeed_info)" and "sagafeed_instance=" in var.get("regex", "")
+          and "(?<text>" in var.get("regex", "") and "(?<value>" in var.get("regex", ""),
+          f"instance variable does not name instances by sagafeed_instance: {q} {var.get('regex')}")
+    rx = re.compile(var.get("regex", "/x/")[1:-1].replace("(?<", "(?P<"))
+    sample = 'sagafeed_info{instance="10.0.0.7:9464", job="sagafeed", sagafeed_instance="w-1", version="0.1.0"} 1'
+    mm = rx.search(sample)
+    check(mm is not None and mm.group("value") == "10.0.0.7:9464" and mm.group("text") == "w-1",
+          f"instance variable's regex on {sample}: {mm and mm.groupdict()}")
+    exprs = [x.get("expr", "") for p in panels for x in p.get("targets", [])]
+    check(any("sagafeed_cosmos_throttled_total" in e for e in exprs), "no panel counts every 429 attempt")
+    check(any("sum by (container)" in e and "sagafeed_cosmos_request_charge_total" in e for e in exprs),
+          "no RU/s by container panel")
 
 
 def check_dashboard(mport):

@@ -28,3 +28,13 @@ if(Python3_Interpreter_FOUND AND TARGET sagafeed AND TARGET sagafeed-man)
       LABELS "packaging;e2e" SKIP_RETURN_CODE 77 TIMEOUT 400)
   endforeach()
 endif()
+
+# The bash completion the package installs: commands, verbs and options from
+# the binary's --help (issue 25 item 5), and --version.
+if(TARGET sagafeed)
+  add_test(NAME test_packaging_bash_completion
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_completion.sh)
+  set_tests_properties(test_packaging_bash_completion PROPERTIES
+    ENVIRONMENT "SF_SOURCE_DIR=${CMAKE_SOURCE_DIR};SF_SAGAFEED_BIN=$<TARGET_FILE:sagafeed>"
+    LABELS "packaging" TIMEOUT 60)
+endif()

@@ -173,7 +173,7 @@ START_TEST(test_poison)
     char cfg[512], log[512], s1[32], s2[32], s3[32];
     const char *args[] = {"run", "-c", cfg, "--log-level", "info", NULL};
     const char *replay[] = {"parked", "replay", "-c", cfg, "--key", "orders|[\"c-001\"]", NULL};
-    const char *list[] = {"parked", "list", "-c", cfg, NULL};
+    const char *list[] = {"parked", "list", "-c", cfg, "--json", NULL};
     char *out = NULL;
     pid_t pid;
     int64_t deadline;
@@ -283,7 +283,7 @@ START_TEST(test_throttled_saga_is_not_parked)
     struct sf_err err;
     char cfg[512], log[512], st[32];
     const char *args[] = {"run", "-c", cfg, "--log-level", "info", NULL};
-    const char *list[] = {"parked", "list", "-c", cfg, NULL};
+    const char *list[] = {"parked", "list", "-c", cfg, "--json", NULL};
     char *out = NULL;
     json_t *f;
     pid_t pid;

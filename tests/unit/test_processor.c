@@ -682,6 +682,109 @@ START_TEST(test_check_config_plugins)
 END_TEST
 
 /*
+ * Issue 25 item 3: a condition with placeholders is parsed with each
+ * placeholder replaced by a stand-in, so a typo is a file:line error and not a
+ * parked item at run time; the offsets are those of the file's text.
+ */
+START_TEST(test_check_config_parses_conditions_with_placeholders)
+{
+    static const char *HEAD = "container = \"p\"; id = \"{{item.id}}\"; partition_key = \"k\";"
+                              " ops = ( { op = \"incr\"; path = \"/b\"; value = 1; } );";
+    static const struct {
+        const char *cond;
+        const char *want; /* NULL: valid */
+    } cases[] = {
+        {"FROM c WHERE c.balance >= {{item.price}}", NULL},
+        {"FROM c WHERE c.stock >= {{it.qty * 2}} AND c.sku = {{item.sku ?? 'x'}}", NULL},
+        {"FROM c WHERE STARTSWITH(c.id, {{item.id}})", NULL},
+        {"FROM c WHER c.balance >= {{item.price}}", "condition: at 7:"},
+        {"FROM c WHERE c.balance == {{item.price}}", "condition: at 24:"},
+        {"FROM c WHERE c.balance >= {{item.price}} AND", "condition: at "},
+        {"FROM c WHERE NOSUCHFN(c.x, {{item.price}})", "unknown function"},
+    };
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    char params[1024];
+
+    ck_assert_ptr_nonnull(d);
+    for (size_t i = 0; i < SF_ARRAY_LEN(cases); i++) {
+        (void)snprintf(params, sizeof(params), "%s condition = \"%s\";", HEAD, cases[i].cond);
+        ck_assert_msg(check("FROM c", "patch", params, d) == (cases[i].want == NULL), "%s",
+                      cases[i].cond);
+        if (cases[i].want != NULL)
+            ck_assert_msg(has(d, "w.cfg:9:", cases[i].want), "%s", cases[i].cond);
+    }
+    /* delete and await take conditions too */
+    ck_assert(!check("FROM c", "delete",
+                     "container = \"p\"; id = \"x\"; partition_key = \"k\";"
+                     " condition = \"FROM c WHERE c.v = = {{item.v}}\";",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "condition: at"));
+    ck_assert(!check("FROM c", "await",
+                     "container = \"p\"; id = \"x\"; partition_key = \"k\";"
+                     " condition = \"FROM c WHERE c.amount => {{item.total}}\";",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "condition: at"));
+    free(d);
+}
+END_TEST
+
+/* Issue 25 item 3: {{itme.day}} would be undefined for every item. */
+START_TEST(test_check_config_unknown_template_root)
+{
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert(!check("FROM c", "patch",
+                     "container = \"p\"; id = \"{{itme.day}}\"; partition_key = \"k\";"
+                     " ops = ( { op = \"set\"; path = \"/x\"; value = 1; } );",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "id: template {{itme.day}} at 0: unknown name 'itme'"));
+    /* in an expression, in a condition, in a value: every root is checked */
+    ck_assert(!check("FROM c", "patch",
+                     "container = \"p\"; id = \"x\"; partition_key = \"k\";"
+                     " condition = \"FROM c WHERE c.v >= {{item.a + items.b}}\";"
+                     " ops = ( { op = \"set\"; path = \"/x\"; value = 1; } );",
+                     d));
+    ck_assert(has(d, "w.cfg:9:", "unknown name 'items'"));
+    /* every documented root is known */
+    ck_assert(check("FROM c", "patch",
+                    "container = \"p\"; id = \"{{item.id}}-{{sagaId}}-{{workflow}}-{{step}}\";"
+                    " partition_key = \"{{epoch}}{{lsn}}\";"
+                    " ops = ( { op = \"set\"; path = \"/x\"; value = \"{{item.x ?? 1}}\"; } );",
+                    d));
+    free(d);
+}
+END_TEST
+
+/* Issue 25 item 3: the docs say an await has no undo; check-config says so too. */
+START_TEST(test_check_config_await_undo_refused)
+{
+    const char *text = "workflows = ( {\n"
+                       "  name = \"w\"; container = \"orders\";\n"
+                       "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+                       "  steps = ( {\n"
+                       "    name = \"wait\"; from = \"placed\"; to = \"done\";\n"
+                       "    do = { kind = \"await\"; container = \"conf\"; id = \"x\";\n"
+                       "           partition_key = \"k\"; timeout = \"10s\"; };\n"
+                       "    undo = { kind = \"delete\"; container = \"conf\"; id = \"x\";\n"
+                       "             partition_key = \"k\"; };\n"
+                       "  } );\n"
+                       "} );\n";
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(text, "a.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(proc_check_config(cfg, d, &err), SF_EINVAL);
+    ck_assert(has(d, "a.cfg:8:", "an await step has no undo"));
+    cfg_free(cfg);
+    free(d);
+}
+END_TEST
+
+/*
  * run builds each Kafka relay's lease prefix from feed.lease_prefix (or
  * kafka.lease_prefix), the container and the CDC topic, and refuses one over
  * the feed's limit; check-config must refuse the same, at the kafka section.
@@ -1319,6 +1422,75 @@ START_TEST(test_when_false_step_skipped_in_plan_and_show)
 END_TEST
 
 /*
+ * Issue 25 item 7: a step the saga never reached is "not run", whatever its
+ * `when` would say (it said "skipped" for a saga cancelled at an earlier
+ * step); and the text form no longer says "done (done: 0)".
+ */
+START_TEST(test_saga_show_unreached_step_not_run)
+{
+    static const char *CFG3 =
+        "workflows = ( {\n"
+        "  name = \"trip\"; container = \"bookings\";\n"
+        "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+        "  steps = (\n"
+        "    { name = \"hold\"; from = \"requested\"; to = \"held\";\n"
+        "      do = { kind = \"patch\"; container = \"seats\"; id = \"{{item.s}}\";\n"
+        "             partition_key = \"{{item.s}}\";\n"
+        "             ops = ( { op = \"incr\"; path = \"/n\"; value = -1; } ); }; },\n"
+        "    { name = \"car\"; from = \"held\"; to = \"car_done\";\n"
+        "      when = \"FROM c WHERE IS_DEFINED(c.car)\";\n"
+        "      do = { kind = \"create\"; container = \"cars\";\n"
+        "             partition_key = \"{{item.car.city}}\";\n"
+        "             document = { id = \"car-{{item.id}}\"; }; }; },\n"
+        "    { name = \"pay\"; from = \"car_done\"; to = \"confirmed\";\n"
+        "      do = { kind = \"patch\"; container = \"wallets\"; id = \"{{item.c}}\";\n"
+        "             partition_key = \"{{item.c}}\";\n"
+        "             ops = ( { op = \"incr\"; path = \"/b\"; value = -1; } ); }; } );\n"
+        "} );\n";
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+    json_t *view, *item, *markers;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(CFG3, "t.cfg", &cfg, NULL, &err) == SF_OK, "%s", err.msg);
+    /* cancelled at hold: car (no car, so its when is false) was never reached */
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"cancelled\",\"sfFailedStep\":\"hold\"}", "[]",
+                "car", "not run", -1);
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"cancelled\",\"sfFailedStep\":\"hold\"}", "[]",
+                "pay", "not run", -1);
+    /* not there yet either */
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"requested\"}", "[]", "car", "not run", -1);
+    /* got past it: skipped */
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"confirmed\"}", "[]", "car", "skipped", -1);
+    assert_step(cfg, "{\"id\":\"b-1\",\"status\":\"cancelled\",\"sfFailedStep\":\"pay\"}", "[]",
+                "car", "skipped", -1);
+    /* the text form: a step without foreach is "done", not "done (done: 0)" */
+    item = json_loads("{\"id\":\"b-1\",\"status\":\"confirmed\",\"car\":{}}", 0, NULL);
+    markers = json_loads("[{\"step\":\"hold\",\"phase\":\"do\",\"element\":0}]", 0, NULL);
+    view = json_pack("{s:s, s:b, s:[{s:s, s:s, s:n, s:o, s:[], s:I}]}", "sagaId", "b-1", "found", 1,
+                     "workflows", "workflow", "trip", "container", "bookings", "item", "steps",
+                     proc_saga_steps(&cfg->workflows[0], item, markers), "events", "markers",
+                     (json_int_t)1);
+    ck_assert_ptr_nonnull(view);
+    f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    proc_saga_print(view, f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(strstr(text, "requested -> held: done\n") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "(done: ") == NULL && strstr(text, "elements done") == NULL, "%s",
+                  text);
+    free(text);
+    json_decref(view);
+    json_decref(item);
+    json_decref(markers);
+    cfg_free(cfg);
+}
+END_TEST
+
+/*
  * deadline = "15m": the instant is the stamped sfDeadline, else the item's
  * _ts plus the deadline; once passed, the dry run says it would compensate.
  */
@@ -1489,6 +1661,9 @@ int main(void)
     tcase_add_test(tc, test_check_config_compile);
     tcase_add_test(tc, test_check_config_plugins);
     tcase_add_test(tc, test_check_config_relay_lease_prefix_too_long);
+    tcase_add_test(tc, test_check_config_parses_conditions_with_placeholders);
+    tcase_add_test(tc, test_check_config_unknown_template_root);
+    tcase_add_test(tc, test_check_config_await_undo_refused);
     suite_add_tcase(s, tc);
     tc = tcase_create("plan");
     tcase_add_test(tc, test_plan_reports_park_of_failing_template);
@@ -1499,6 +1674,7 @@ int main(void)
     tcase_add_test(tc, test_saga_events_order_across_passes_and_retries);
     tcase_add_test(tc, test_saga_steps_zero_elements_ran_not_not_run);
     tcase_add_test(tc, test_when_false_step_skipped_in_plan_and_show);
+    tcase_add_test(tc, test_saga_show_unreached_step_not_run);
     tcase_add_test(tc, test_cfg_sources_include_awaited_containers);
     tcase_add_test(tc, test_engine_sources_are_the_cfg_sources);
     tcase_add_test(tc, test_deadline_passed_plans_compensation);

@@ -1,0 +1,53 @@
+/*
+ * proc_init.h - the containers a configuration needs: `sagafeed init`
+ * creates them and `sagafeed run` checks them before it starts.
+ *
+ * Which containers: every workflow's source (the change feed is read there,
+ * and the saga's markers and outbox events are written beside its item), every
+ * literal `container` of a step's do and undo (the effect and its marker),
+ * every awaited container (the waiting record), the lease container (leases,
+ * the fleet's control document), the parking container and the Kafka relay's
+ * CDC containers. Their partition key paths: "/id" for leases, "/parkKey"
+ * for parking, `containers[].partition_key` for the others (a container's
+ * documents do not tell the path, so it is declared). TTL: on, with no
+ * default expiry (defaultTtl -1), wherever sagafeed writes records carrying a
+ * `ttl` (markers, outbox events, waiting records, lease locks): on Azure a
+ * per-item ttl is ignored while the container's TTL is off. Parked records
+ * carry none and must never expire: a default expiry there is a mismatch.
+ *
+ * Existing containers are never changed: a mismatch is reported with its fix.
+ */
+#ifndef PROC_INIT_H
+#define PROC_INIT_H
+
+#include <stdio.h>
+
+#include "common/sf_base.h"
+#include "common/sf_err.h"
+
+struct cfg;
+struct cosmos_client;
+
+/*
+ * `sagafeed init`: creates the database and each missing container (or,
+ * dry_run, says it would), reads each existing one and prints one line per
+ * database or container to out: created, exists, would create, or what does
+ * not match and how to fix it. *ret_problems counts the mismatches and the
+ * containers that cannot be created (no declared partition key). Returns
+ * SF_OK when every request got its answer, else the failed request's error
+ * (err says which). Main thread; cli borrowed.
+ */
+enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, bool dry_run,
+                           FILE *out, size_t *ret_problems, struct sf_err *err);
+
+/*
+ * `run`'s start-up check: every container a step writes to, awaits or follows
+ * exists, with the declared partition key path, and TTL on where records with
+ * a ttl go (the lease and parking containers are not checked: run creates
+ * them). SF_OK when so; SF_ENOTFOUND or SF_EINVAL, not retriable, naming the
+ * first container that is not, the fix and `sagafeed init -c FILE`; a failed
+ * request's own error otherwise (transient ones stay retriable). Any thread.
+ */
+enum sf_rc proc_init_check(struct cosmos_client *cli, const struct cfg *cfg, struct sf_err *err);
+
+#endif
