@@ -9,7 +9,8 @@
  *   it        the current element of the step's foreach array (else absent)
  *   index     that element's index
  *   doc       the document read by a read-modify-write step (else absent)
- *   sagaId, workflow, step, epoch, lsn, reason, status
+ *   sagaId, workflow, step, epoch, lsn, reason, status, message (a failure
+ *   reason: what the failure said)
  *
  * so `{{item.customerId}}`, `{{it.qty}}`, `{{-it.qty}}`,
  * `{{it.qty * it.price}}` and `{{item.note ?? ''}}` all work.

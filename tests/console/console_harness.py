@@ -55,8 +55,10 @@ class World:
         for name, pk in (("orders", "/customerId"), ("products", "/category"),
                          ("customers", "/customerId"), ("shipments", "/orderId"),
                          ("parked", "/parkKey"), ("leases", "/id")):
-            self.client.CreateContainer("dbs/shop", {"id": name, "partitionKey":
-                                                     {"paths": [pk], "kind": "Hash"}})
+            spec = {"id": name, "partitionKey": {"paths": [pk], "kind": "Hash"}}
+            if name != "parked":  # TTL on where sagafeed's records carry one (`sagafeed init`)
+                spec["defaultTtl"] = -1
+            self.client.CreateContainer("dbs/shop", spec)
         self.upsert("products", {"id": "p-1", "category": "books", "price": 10,
                                  "stock": 1000, "type": "product"})
         for cid, bal in (("c-1", 1000), ("c-2", 1), ("c-3", 1000), (HOSTILE_SCRIPT, 1000)):
