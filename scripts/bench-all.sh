@@ -42,9 +42,9 @@
 #   --build-dir DIR  Release build directory (default build-bench-all)
 #   --out FILE       the report (default docs/benchmarks.md; the PNG goes to
 #                    docs/benchmarks/ next to it)
-# About 9 minutes on 2 cores plus the build, and the full grid about two hours
-# more (108 runs; --only grid runs just it). Needs gnuplot and jq (installed
-# with apt-get when missing and running as root). Exit status 0 when every
+# About 9 minutes on 2 cores plus the build, and the full grid about an hour
+# more (108 runs: 62 min on 2 shared cores; --only grid runs just it). Needs
+# gnuplot and jq (installed with apt-get when missing and running as root). Exit status 0 when every
 # benchmark ran without errors, 1 otherwise (the report says which failed).
 set -uo pipefail
 
