@@ -980,21 +980,50 @@ static void load_filter_params(struct loader *ld, const config_setting_t *wg, js
     }
 }
 
+/*
+ * `on = [ "create", "replace", "delete", "expire" ]` into w->on (issue 27).
+ * Without delete or expire the latest-version feed cannot tell a create from
+ * a replace, so `on` must then name both (the same as leaving it out).
+ */
+static void load_on(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
+{
+    static const char *const names[] = {"create", "replace", "delete", "expire"};
+    const config_setting_t *s = config_setting_get_member(g, "on");
+
+    w->saga_id_set = config_setting_get_member(g, "saga_id") != NULL;
+    if (s == NULL)
+        return;
+    if (!config_setting_is_array(s) && !config_setting_is_list(s)) {
+        diag(ld, s, "on must be a list of \"create\", \"replace\", \"delete\", \"expire\"");
+        return;
+    }
+    for (int i = 0; i < config_setting_length(s); i++) {
+        const char *v = config_setting_get_string_elem(s, i);
+        size_t k = 0;
+
+        while (k < SF_ARRAY_LEN(names) && (v == NULL || strcmp(v, names[k]) != 0))
+            k++;
+        if (k == SF_ARRAY_LEN(names)) {
+            diag(ld, s, "on: unknown change '%s' (create, replace, delete, expire)",
+                 v != NULL ? v : "(not a string)");
+            continue;
+        }
+        w->on |= 1u << k;
+    }
+    if (w->on != 0 && (w->on & (CFG_ON_DELETE | CFG_ON_EXPIRE)) == 0 &&
+        w->on != (CFG_ON_CREATE | CFG_ON_REPLACE))
+        diag(ld, s,
+             "on: without \"delete\" or \"expire\" the latest-version change feed cannot tell "
+             "a create from a replace; list both, or leave `on` out");
+}
+
 static void load_workflow(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
 {
-    static const char *const keys[] = {"name",
-                                       "container",
-                                       "filter",
-                                       "filter_params",
-                                       "state_field",
-                                       "saga_id",
-                                       "reason_field",
-                                       "compensating_state",
-                                       "failed_state",
-                                       "topic",
-                                       "steps",
-                                       "deadline",
-                                       NULL};
+    static const char *const keys[] = {
+        "name",         "container", "filter",       "filter_params",
+        "state_field",  "saga_id",   "reason_field", "compensating_state",
+        "failed_state", "topic",     "steps",        "deadline",
+        "on",           NULL};
     const config_setting_t *steps;
 
     w->file = src_file(ld, g);
@@ -1020,6 +1049,7 @@ static void load_workflow(struct loader *ld, const config_setting_t *g, struct c
     get_str(ld, g, "topic", false, NULL, &w->topic);
     /* 0: no deadline. At most a year: a deadline is a business promise, not a ttl. */
     get_duration(ld, g, "deadline", 1000, 366LL * 24 * 3600 * 1000, 0, &w->deadline_ms);
+    load_on(ld, g, w); /* issue 27: deletes and expiries */
     check_name(ld, g, "name", w->name);
     check_name(ld, g, "container", w->container);
     check_name(ld, g, "failed_state", w->failed_state);
