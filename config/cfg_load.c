@@ -981,9 +981,8 @@ static void load_filter_params(struct loader *ld, const config_setting_t *wg, js
 }
 
 /*
- * `on = [ "create", "replace", "delete", "expire" ]` into w->on (issue 27).
- * Without delete or expire the latest-version feed cannot tell a create from
- * a replace, so `on` must then name both (the same as leaving it out).
+ * `on = [ "create", "replace", "delete", "expire" ]` into w->on (issue 27);
+ * what it means beside the other workflows is processor/proc_change.c's.
  */
 static void load_on(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
 {
@@ -1010,11 +1009,6 @@ static void load_on(struct loader *ld, const config_setting_t *g, struct cfg_wor
         }
         w->on |= 1u << k;
     }
-    if (w->on != 0 && (w->on & (CFG_ON_DELETE | CFG_ON_EXPIRE)) == 0 &&
-        w->on != (CFG_ON_CREATE | CFG_ON_REPLACE))
-        diag(ld, s,
-             "on: without \"delete\" or \"expire\" the latest-version change feed cannot tell "
-             "a create from a replace; list both, or leave `on` out");
 }
 
 static void load_workflow(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)

@@ -49,8 +49,18 @@ void proc_change_check(const struct cfg *cfg, struct cfg_diags *d)
         const struct cfg_workflow *w = &cfg->workflows[i];
         const struct cfg_workflow *a;
 
-        if (w->name == NULL || !proc_change_workflow(cfg, w))
+        if (w->name == NULL)
             continue;
+        if (!proc_change_workflow(cfg, w)) {
+            if (w->on != 0 && w->on != (CFG_ON_CREATE | CFG_ON_REPLACE))
+                cfg_diag_add(d, w->file, cfg_line(w->setting, "on", w->line),
+                             "workflow '%s': on without \"delete\" or \"expire\" (on a "
+                             "container no workflow reads for them) is the latest-version change "
+                             "feed, which cannot tell a create from a replace; list both, or leave "
+                             "`on` out",
+                             w->name);
+            continue;
+        }
         a = asker(cfg, w->container);
         if (cfg->feed.start != CFG_START_NOW && !start_said) {
             /* The service keeps no history before the mode was asked for: a 400

@@ -1495,7 +1495,8 @@ static uint64_t settled_key(const struct run *r, struct sf_buf *out)
 {
     uint64_t h[2] = {0, 0};
 
-    if (sf_buf_printf(out, "%s\x1f%s\x1f%s", r->it->container, sf_json_str(r->it->doc, "id"),
+    /* r->doc: a change's carrier has an id of its own where its feed entry has none. */
+    if (sf_buf_printf(out, "%s\x1f%s\x1f%s", r->it->container, sf_json_str(r->doc, "id"),
                       sf_buf_cstr(&r->pk_json)) != SF_OK)
         return 0;
     sf_murmur3_x64_128(out->data, out->len, 0, h);
