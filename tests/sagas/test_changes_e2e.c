@@ -17,7 +17,8 @@
  *                  deleted order charged was refunded once, every other
  *                  charge stands (wallets conserved); the expiries were
  *                  seen as expiries (change.ttl_expired) with the cart's
- *                  previous image.
+ *                  previous image; /metrics shows no range stuck
+ *                  (sagafeed_feed_range_stuck 0 for every range).
  */
 #include "common/sf_base.h"
 
@@ -196,8 +197,10 @@ START_TEST(test_changes_kill9)
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
     struct sf_err err;
-    char cfg[512], log[512];
+    char cfg[512], log[512], last_log[512], url[128], *m = NULL;
     const char *args[] = {"run", "-c", cfg, "--instance", "shop-1", "--log-level", "warn", NULL};
+    /* the last run logs at info: its /metrics port */
+    const char *last_args[] = {"run", "-c", cfg, "--instance", "shop-1", NULL};
     uint64_t rng = (uint64_t)sf_mono_us() | 1;
     json_t *carriers, *products, *wallets, *pmarkers, *wmarkers, *d;
     int kills = 0, held = 0, released = 0, charged = 0, refunded = 0, never = 0;
@@ -244,8 +247,10 @@ START_TEST(test_changes_kill9)
                         .example = "cart-and-order-changes.cfg",
                         .feed = "start = \"now\"; " E2E_FEED_FAST,
                         .extra = "processor = { workers = 8; max_attempts = 30; backoff_base = "
-                                 "\"10ms\"; backoff_cap = \"500ms\"; };"});
+                                 "\"10ms\"; backoff_cap = \"500ms\"; http_listen = "
+                                 "\"127.0.0.1:0\"; };"});
     (void)snprintf(log, sizeof(log), "%s/shop-sagafeed.log", e2e_tmp);
+    (void)snprintf(last_log, sizeof(last_log), "%s/shop-last.log", e2e_tmp);
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* The feed starts now: nothing written before its leases exist would be seen. */
     until = sf_mono_ms() + 30000;
@@ -269,7 +274,8 @@ START_TEST(test_changes_kill9)
         ck_assert_int_eq(kill(pid, SIGKILL), 0);
         ck_assert_int_eq(e2e_wait_exit(pid, 10000), 128 + SIGKILL);
         kills++;
-        pid = e2e_spawn(harness_cosmolite_key(h), log, args);
+        pid = wave < 3 ? e2e_spawn(harness_cosmolite_key(h), log, args)
+                       : e2e_spawn(harness_cosmolite_key(h), last_log, last_args);
     }
     for (int k = 3 * (ORDERS / 4); k < ORDERS; k++)
         if (k % 2 == 0)
@@ -302,6 +308,23 @@ START_TEST(test_changes_kill9)
     ck_assert_int_eq(settled(cli, "orders", "order-payment", "charged", "unpaid"), ORDERS);
     ck_assert_int_eq(settled(cli, "orders", "order-deleted", "refunded", "never_charged"),
                      ORDERS / 2);
+    /* Every range of both containers reads on: none is stuck on a too-old continuation. */
+    if (kills == 4) {
+        ck_assert(e2e_wait_log(last_log, "serving /metrics", 10000));
+        (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d/metrics", e2e_ops_port(last_log));
+        ck_assert_int_eq(e2e_http_get(url, &m), 200);
+        for (int r = 0; r < 2; r++) {
+            char sample[128];
+
+            (void)snprintf(sample, sizeof(sample),
+                           "sagafeed_feed_range_stuck{container=\"carts\",range=\"%d\"}", r);
+            ck_assert_double_eq(e2e_metric(m, sample), 0);
+            (void)snprintf(sample, sizeof(sample),
+                           "sagafeed_feed_range_stuck{container=\"orders\",range=\"%d\"}", r);
+            ck_assert_double_eq(e2e_metric(m, sample), 0);
+        }
+        free(m);
+    }
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
     ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
 
