@@ -119,6 +119,11 @@ static const json_t *meta(const json_t *entry)
     return json_object_get(entry, "metadata");
 }
 
+const char *proc_change_doc_id(const json_t *doc)
+{
+    return proc_change_is_entry(doc) ? sf_json_str(meta(doc), "id") : sf_json_str(doc, "id");
+}
+
 unsigned proc_change_bit(const json_t *entry)
 {
     const char *op = sf_json_str(meta(entry), "operationType");

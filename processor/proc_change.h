@@ -60,6 +60,12 @@ bool proc_change_is_entry(const json_t *doc);
 /* true when entry is a change of one of sagafeed's own records (its image has sfKind). */
 bool proc_change_is_system(const json_t *entry);
 
+/*
+ * The id of the item doc is about: its "id", or an all-versions entry's
+ * metadata.id (entries have no id of their own). NULL when neither. Borrowed.
+ */
+const char *proc_change_doc_id(const json_t *doc);
+
 /* The CFG_ON_* bit of entry (0 when its operationType is unknown). */
 unsigned proc_change_bit(const json_t *entry);
 

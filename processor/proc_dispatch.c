@@ -10,6 +10,7 @@
 #include "common/sf_json.h"
 #include "common/sf_log.h"
 #include "common/sf_time.h"
+#include "processor/proc_change.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_lanes.h"
 
@@ -224,7 +225,7 @@ static json_t *park_doc(const struct task *t, const char *status, const struct p
 
     (void)snprintf(lsn, sizeof(lsn), "%lld", (long long)t->lsn);
     parts[0] = t->container;
-    parts[1] = sf_json_str(t->doc, "id");
+    parts[1] = proc_change_doc_id(t->doc); /* an all-versions entry: its metadata.id */
     parts[2] = lsn;
     /* "waiting" records get their own ids: a redelivered parked item must not overwrite its record
      */

@@ -60,6 +60,8 @@ START_TEST(operation_of_each_entry)
     ck_assert(!proc_change_is_entry(doc)); /* a document with a metadata field of its own */
     ck_assert(!proc_change_is_system(c));
     ck_assert(proc_change_is_system(sys));
+    ck_assert_ptr_null(proc_change_doc_id(c)); /* no metadata.id in this one */
+    ck_assert_str_eq(proc_change_doc_id(doc), "a");
     json_decref(c);
     json_decref(r);
     json_decref(d);
@@ -87,6 +89,7 @@ START_TEST(image_is_current_then_previous_then_metadata)
     ck_assert_int_eq(json_integer_value(json_object_get(img, "n")), 1);
     json_decref(img);
     /* No image kept: the id and every key level from the metadata. */
+    ck_assert_str_eq(proc_change_doc_id(bare), "a");
     img = proc_change_image(bare);
     ck_assert_str_eq(sf_json_str(img, "id"), "a");
     ck_assert_str_eq(sf_json_str(img, "tenant"), "t1");
