@@ -202,6 +202,11 @@ struct cfg_step {
     const void *setting; /* the libconfig group, for cfg_line */
 };
 
+#define CFG_ON_CREATE  1u
+#define CFG_ON_REPLACE 2u
+#define CFG_ON_DELETE  4u /* a delete by a client (timeToLiveExpired false) */
+#define CFG_ON_EXPIRE  8u /* a TTL expiry (a delete with timeToLiveExpired true) */
+
 struct cfg_workflow {
     const char *name;
     const char *container;          /* source container, fed by the change feed */
@@ -218,6 +223,13 @@ struct cfg_workflow {
      * compensates with reason "deadline exceeded"; 0: none (the default).
      */
     int64_t deadline_ms;
+    /*
+     * `on = [ "create", "replace", "delete", "expire" ]`: CFG_ON_* bits, 0 when
+     * absent (the latest-version feed, today's behaviour). Asking for delete or
+     * expire reads the container in all-versions mode (processor/proc_change.h).
+     */
+    unsigned on;
+    bool saga_id_set; /* saga_id was given (a change workflow's default differs) */
     struct cfg_step *steps;
     size_t n_steps;
     const char *file;

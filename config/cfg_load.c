@@ -1045,21 +1045,44 @@ static void load_filter_params(struct loader *ld, const config_setting_t *wg, js
     }
 }
 
+/*
+ * `on = [ "create", "replace", "delete", "expire" ]` into w->on (issue 27);
+ * what it means beside the other workflows is processor/proc_change.c's.
+ */
+static void load_on(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
+{
+    static const char *const names[] = {"create", "replace", "delete", "expire"};
+    const config_setting_t *s = config_setting_get_member(g, "on");
+
+    w->saga_id_set = config_setting_get_member(g, "saga_id") != NULL;
+    if (s == NULL)
+        return;
+    if (!config_setting_is_array(s) && !config_setting_is_list(s)) {
+        diag(ld, s, "on must be a list of \"create\", \"replace\", \"delete\", \"expire\"");
+        return;
+    }
+    for (int i = 0; i < config_setting_length(s); i++) {
+        const char *v = config_setting_get_string_elem(s, i);
+        size_t k = 0;
+
+        while (k < SF_ARRAY_LEN(names) && (v == NULL || strcmp(v, names[k]) != 0))
+            k++;
+        if (k == SF_ARRAY_LEN(names)) {
+            diag(ld, s, "on: unknown change '%s' (create, replace, delete, expire)",
+                 v != NULL ? v : "(not a string)");
+            continue;
+        }
+        w->on |= 1u << k;
+    }
+}
+
 static void load_workflow(struct loader *ld, const config_setting_t *g, struct cfg_workflow *w)
 {
-    static const char *const keys[] = {"name",
-                                       "container",
-                                       "filter",
-                                       "filter_params",
-                                       "state_field",
-                                       "saga_id",
-                                       "reason_field",
-                                       "compensating_state",
-                                       "failed_state",
-                                       "topic",
-                                       "steps",
-                                       "deadline",
-                                       NULL};
+    static const char *const keys[] = {
+        "name",         "container", "filter",       "filter_params",
+        "state_field",  "saga_id",   "reason_field", "compensating_state",
+        "failed_state", "topic",     "steps",        "deadline",
+        "on",           NULL};
     const config_setting_t *steps;
 
     w->file = src_file(ld, g);
@@ -1085,6 +1108,7 @@ static void load_workflow(struct loader *ld, const config_setting_t *g, struct c
     get_str(ld, g, "topic", false, NULL, &w->topic);
     /* 0: no deadline. At most a year: a deadline is a business promise, not a ttl. */
     get_duration(ld, g, "deadline", 1000, 366LL * 24 * 3600 * 1000, 0, &w->deadline_ms);
+    load_on(ld, g, w); /* issue 27: deletes and expiries */
     check_name(ld, g, "name", w->name);
     check_name(ld, g, "container", w->container);
     check_name(ld, g, "failed_state", w->failed_state);

@@ -341,6 +341,12 @@ struct feed_range_status {
     unsigned hang_guard_fired;
     /* the last read/lease error or hang guard message, "" when none */
     char last_error[512];
+    /*
+     * All-versions mode: the last read was refused 400, a continuation older
+     * than the container's retention. The range stays there (never skips what
+     * was dropped) until an operator resets its lease (sagafeed_feed_range_stuck).
+     */
+    bool stuck;
 };
 
 struct feed_status {

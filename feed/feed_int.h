@@ -479,6 +479,7 @@ struct feed_reader {
     unsigned hang_fired;
     char ckpt_cont[COSMOS_ETAG_MAX];
     char last_error[512];
+    bool stuck; /* all-versions read refused 400: a continuation past the retention */
 
     int64_t handover_mono; /* last merge handover attempt (reader thread only) */
     bool past_bound;       /* bounded: an item past the bound was read (reader thread only) */

@@ -972,6 +972,7 @@ static void fill_status(struct feed_processor *p, struct feed_reader *r,
     s->last_checkpoint_ms = r->last_ckpt_wall;
     s->hang_guard_fired = r->hang_fired;
     (void)snprintf(s->last_error, sizeof(s->last_error), "%s", r->last_error);
+    s->stuck = r->stuck;
     s->lag_lsn = -1;
     s->lag_seconds = -1;
     if (!s->started)

@@ -751,16 +751,24 @@ static void read_failed(struct feed_reader *r, const struct sf_err *err)
 {
     int64_t now = sf_mono_ms();
     bool emit;
+    /* All versions: a 400 is a continuation older than the retention (docs/azure-avad.md). */
+    bool stuck = r->p->o.all_versions && err->http_status == 400;
+    const char *why =
+        stuck
+            ? "continuation older than the all-versions retention (the range stops, never skips): "
+            : "";
 
     pthread_mutex_lock(&r->mu);
-    (void)snprintf(r->last_error, sizeof(r->last_error), "change-feed read failed: %s", err->msg);
+    r->stuck = stuck;
+    (void)snprintf(r->last_error, sizeof(r->last_error), "change-feed read failed: %s%s", why,
+                   err->msg);
     emit = r->last_err_event_mono == 0 || now - r->last_err_event_mono >= READ_ERR_EVENT_MS;
     if (emit)
         r->last_err_event_mono = now;
     pthread_mutex_unlock(&r->mu);
     if (emit)
-        feed_emit(r->p, FEED_EV_READ_ERROR, r, err, "change-feed read of range %s failed: %s",
-                  r->token, err->msg);
+        feed_emit(r->p, FEED_EV_READ_ERROR, r, err, "change-feed read of range %s failed: %s%s",
+                  r->token, why, err->msg);
 }
 
 /* Final act of a reader asked to stop gracefully: drain, checkpoint, release. */
@@ -953,6 +961,7 @@ static enum sf_rc read_page(struct feed_reader *r, const char *pos, int64_t star
         if (page->latest_lsn >= 0)
             r->latest_lsn = page->latest_lsn;
         r->last_error[0] = '\0';
+        r->stuck = false;
         r->last_err_event_mono = 0;
         if (page->count == 0)
             (void)feed_track_end_page(&r->track, page->continuation);

@@ -135,7 +135,7 @@ static const char USAGE_CHECK[] =
     "Validates FILE without contacting any server: syntax, unknown keys, types,\n"
     "ranges, secrets (environment or file only), workflow state chains, filters,\n"
     "templates (patch paths too; each starts with item, it, index, doc, sagaId,\n"
-    "workflow, step, epoch, lsn, reason, status or message), step kinds and their\n"
+    "workflow, step, epoch, lsn, reason, status, message or change), step kinds and their\n"
     "parameters (await: no foreach, no undo, timeout 1s-366d), step `when`\n"
     "conditions, the `condition` SQL of patch, delete and await (parsed with each\n"
     "{{placeholder}} replaced by a literal, as every rendering sends it), workflow\n"

@@ -10,6 +10,7 @@
 #include "common/sf_json.h"
 #include "common/sf_log.h"
 #include "common/sf_time.h"
+#include "processor/proc_change.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_lanes.h"
 #include "processor/proc_park.h"
@@ -445,7 +446,7 @@ static int by_lsn(const void *a, const void *b)
  */
 static bool parked_is_same_item(struct proc_dispatch *d, const struct task *t)
 {
-    const char *id = sf_json_str(t->it.doc, "id");
+    const char *id = proc_change_doc_id(t->it.doc);
     struct proc_park_filter f = {
         .park_key = t->park_key, .source_container = t->it.container, .source_id = id};
     json_t *docs = NULL, *r;

@@ -53,6 +53,7 @@
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "common/sf_time.h"
+#include "processor/proc_change.h"
 #include "processor/proc_engine.h"
 #include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
@@ -82,6 +83,7 @@ struct cworkflow {
     struct step_tmpl *saga_id;
     struct cstep *steps;
     size_t n;
+    bool change; /* one saga per change of the all-versions feed (proc_change.h) */
 };
 
 /*
@@ -301,6 +303,7 @@ static void compile_workflow(const struct proc_engine_opts *o, const struct cfg_
     struct sf_err err;
 
     cw->cfg = w;
+    cw->change = proc_change_workflow(o->cfg, w);
     if (w->filter != NULL) {
         sf_err_clear(&err);
         if (step_sql_compile(w->filter, &cw->filter, &err) != SF_OK) {
@@ -319,7 +322,9 @@ static void compile_workflow(const struct proc_engine_opts *o, const struct cfg_
         }
     }
     sf_err_clear(&err);
-    if (step_tmpl_compile_str(w->saga_id, STEP_TMPL_TEXT, &cw->saga_id, &err) != SF_OK)
+    /* A change workflow's default saga id names the change too (proc_change.h). */
+    if (step_tmpl_compile_str(!w->saga_id_set && cw->change ? PROC_CHANGE_SAGA_ID : w->saga_id,
+                              STEP_TMPL_TEXT, &cw->saga_id, &err) != SF_OK)
         cfg_diag_add(d, w->file, cfg_line(w->setting, "saga_id", w->line),
                      "workflow '%s' saga_id: %s", w->name, err.msg);
     cw->steps = calloc(w->n_steps > 0 ? w->n_steps : 1, sizeof(*cw->steps));
@@ -361,6 +366,7 @@ enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engi
     before = d->n + d->dropped;
     for (size_t i = 0; i < e->n; i++)
         compile_workflow(opts, &opts->cfg->workflows[i], &e->wfs[i], d);
+    proc_change_check(opts->cfg, d); /* `on`: deletes and expiries */
     if (d->n + d->dropped > before) {
         (void)sf_err_set(err, SF_EINVAL, false, "%s%s", d->msg[before < d->n ? before : 0],
                          d->n + d->dropped - before > 1 ? " (and more)" : "");
@@ -436,6 +442,7 @@ struct run {
     const struct cstep *failed_cs;
     size_t failed_elem;
     int64_t event_seq; /* outbox records built in this pass (their sourceSeq) */
+    bool change;       /* doc is a change's carrier (proc_change.h), not the item */
 };
 
 enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, const json_t *doc,
@@ -566,12 +573,26 @@ static bool reread(struct run *r)
     return true;
 }
 
+/* What templates and conditions see as `item`: the item, or a change carrier's image. */
+static json_t *change_view(const struct run *r)
+{
+    const json_t *v = r->change ? proc_change_item(r->doc) : r->doc;
+
+    return (json_t *)(v != NULL ? v : r->doc);
+}
+
 /* The template environment of one element. New reference. */
 static json_t *make_env(const struct run *r, const char *step, const json_t *elem, size_t index)
 {
-    json_t *env = json_pack("{s:O, s:s, s:s, s:s, s:I, s:I}", "item", r->doc, "sagaId", r->saga_id,
-                            "workflow", r->wf->cfg->name, "step", step, "epoch",
+    json_t *env = json_pack("{s:O, s:s, s:s, s:s, s:I, s:I}", "item", change_view(r), "sagaId",
+                            r->saga_id, "workflow", r->wf->cfg->name, "step", step, "epoch",
                             (json_int_t)r->it->epoch, "lsn", (json_int_t)r->it->lsn);
+
+    if (env != NULL && r->change &&
+        json_object_set(env, "change", (json_t *)proc_change_info(r->doc)) != 0) {
+        json_decref(env);
+        env = NULL;
+    }
 
     if (env != NULL && elem != NULL &&
         (json_object_set(env, "it", (json_t *)elem) != 0 ||
@@ -654,7 +675,7 @@ static bool step_applies(struct run *r, const struct cstep *cs, bool *ret_applie
     if (cs->when == NULL)
         return true;
     sf_err_clear(&err);
-    if (step_sql_match(cs->when, r->doc, NULL, ret_applies, &err) != SF_OK) {
+    if (step_sql_match(cs->when, change_view(r), NULL, ret_applies, &err) != SF_OK) {
         char context[256];
 
         (void)snprintf(context, sizeof(context), "step %s when", cs->cfg->name);
@@ -1417,6 +1438,10 @@ static bool select_workflow(struct run *r, const json_t *doc)
 
         if (strcmp(wf->cfg->container, r->it->container) != 0)
             continue;
+        /* An all-versions entry goes to the change workflows asking for its operation. */
+        if (wf->change != proc_change_is_entry(r->it->doc) ||
+            (wf->change && (wf->cfg->on & proc_change_bit(r->it->doc)) == 0))
+            continue;
         sf_err_clear(&err);
         if (wf->filter != NULL &&
             step_sql_match(wf->filter, doc, wf->cfg->filter_params, &m, &err) != SF_OK) {
@@ -1563,7 +1588,8 @@ static uint64_t settled_key(const struct run *r, struct sf_buf *out)
 {
     uint64_t h[2] = {0, 0};
 
-    if (sf_buf_printf(out, "%s\x1f%s\x1f%s", r->it->container, sf_json_str(r->it->doc, "id"),
+    /* r->doc: a change's carrier has an id of its own where its feed entry has none. */
+    if (sf_buf_printf(out, "%s\x1f%s\x1f%s", r->it->container, sf_json_str(r->doc, "id"),
                       sf_buf_cstr(&r->pk_json)) != SF_OK)
         return 0;
     sf_murmur3_x64_128(out->data, out->len, 0, h);
@@ -1622,6 +1648,81 @@ static void settled_put(const struct run *r, bool failed)
     sf_buf_release(&key);
 }
 
+/*
+ * The carrier of an all-versions entry for the first change workflow asking
+ * for its operation whose filter matches the image: created once (a 409 is a
+ * redelivery: read what is there) into r->doc, with r->pk from the carrier.
+ * false (res set, or PROC_SKIPPED) when the run stops.
+ */
+static bool change_carrier(struct run *r)
+{
+    const struct proc_item *it = r->it;
+    struct cosmos_response resp;
+    struct sf_err err;
+    json_t *img = proc_change_image(it->doc), *c = NULL;
+    char *body = NULL;
+    bool ok = false;
+    enum sf_rc rc;
+
+    sf_err_clear(&err);
+    cosmos_response_init(&resp, COSMOS_BATCH_MAX_BYTES * 2);
+    if (img == NULL) {
+        (void)sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+        set_error(r, PROC_RETRY, &err, "change");
+        goto out;
+    }
+    if (!select_workflow(r, img))
+        goto out;
+    r->change = true;
+    rc = it->pk_path != NULL ? SF_OK
+                             : step_catalog_pk_path(r->e->catalog, it->container, r->pk_path, &err);
+    if (rc == SF_OK && it->pk_path != NULL)
+        (void)snprintf(r->pk_path, sizeof(r->pk_path), "%s", it->pk_path);
+    if (rc == SF_OK)
+        rc = proc_change_carrier(r->wf->cfg, it->doc, r->pk_path, r->e->cfg->processor.marker_ttl_s,
+                                 &c, &err);
+    if (rc == SF_OK && step_pk_value(c, r->pk_path, &r->pk) != SF_OK)
+        rc = sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+    if (rc == SF_OK && step_pk_json(r->pk, &r->pk_json) != SF_OK)
+        rc = sf_err_set(&err, SF_ELIMIT, false, "partition key too large");
+    if (rc != SF_OK) {
+        set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "change");
+        goto out;
+    }
+    r->doc = c;
+    c = NULL;
+    if (r->e->cli == NULL) {
+        ok = true; /* planning: the carrier as it would be created */
+        goto out;
+    }
+    body = json_dumps(r->doc, JSON_COMPACT);
+    rc = body != NULL ? cosmos_doc_create(r->e->cli, r->e->cfg->cosmos.database, it->container,
+                                          sf_buf_cstr(&r->pk_json), body, NULL, &resp, &err)
+                      : sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+    if (rc == SF_ECONFLICT) {
+        ok = reread(r); /* created by an earlier delivery: go on from its state */
+        goto out;
+    }
+    if (rc == SF_OK) {
+        json_t *fresh = cosmos_response_json(&resp, &err);
+
+        if (fresh != NULL) {
+            json_decref(r->doc);
+            r->doc = fresh;
+            ok = true;
+            goto out;
+        }
+        rc = SF_EPROTO;
+    }
+    set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "creating the change's carrier");
+out:
+    cosmos_response_release(&resp);
+    free(body);
+    json_decref(img);
+    json_decref(c);
+    return ok;
+}
+
 void proc_engine_process(const struct proc_engine *e, const struct proc_item *it,
                          struct proc_result *res)
 {
@@ -1638,20 +1739,31 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
     run_init(&r, e, it, res);
     res->outcome = PROC_SKIPPED;
     /* sagafeed's own records never get here: the dispatcher settled them (record_is_system) */
-    if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
-        goto out;
-    /* A document some saga may be waiting for: wake it first (its own lane runs it). */
-    if (e->cli != NULL && awaited(e, it->container) && !wake_waiters(&r))
-        goto out;
-    if (!select_workflow(&r, it->doc))
-        goto out;
+    if (proc_change_is_entry(it->doc)) {
+        /* A change of the all-versions feed: its saga lives on a carrier (proc_change.h). */
+        if (!change_carrier(&r))
+            goto out;
+    } else {
+        if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
+            goto out;
+        /* A document some saga may be waiting for: wake it first (its own lane runs it). */
+        if (e->cli != NULL && awaited(e, it->container) && !wake_waiters(&r))
+            goto out;
+        if (!select_workflow(&r, it->doc))
+            goto out;
+        r.doc = json_incref((json_t *)it->doc);
+    }
     (void)snprintf(res->workflow, sizeof(res->workflow), "%s", r.wf->cfg->name);
-    r.doc = json_incref((json_t *)it->doc);
     state = doc_state(&r);
     if (state == NULL)
         goto out;
     (void)snprintf(res->state, sizeof(res->state), "%s", state);
-    env = json_pack("{s:O}", "item", r.doc);
+    env = json_pack("{s:O}", "item", change_view(&r));
+    if (env != NULL && r.change &&
+        json_object_set(env, "change", (json_t *)proc_change_info(r.doc)) != 0) {
+        json_decref(env);
+        env = NULL;
+    }
     if (env == NULL || step_tmpl_render_str(r.wf->saga_id, env, &r.saga_id, &err) != SF_OK) {
         if (env == NULL)
             (void)sf_err_set(&err, SF_ENOMEM, false, "out of memory");

@@ -360,6 +360,9 @@ static void feed_opts(const struct proc_kafka_opts *o, const struct relay_slot *
                       const char *container, bool from_beginning, struct feed_options *fo)
 {
     proc_setup_feed(o->cfg, container, o->instance, fo);
+    /* Relays publish documents (outbox records, CDC): the latest-version feed, whatever sagas use.
+     */
+    fo->all_versions = false;
     fo->lease_prefix = slot->prefix;
     if (from_beginning)
         fo->start = FEED_START_BEGINNING;

@@ -416,6 +416,13 @@ static void metrics_feeds(struct proc_ops *ops, struct sf_buf *b)
             }
         }
     }
+    /* Issue 27: a range the all-versions feed refuses (too old a continuation) stops, visibly. */
+    help(b, "sagafeed_feed_range_stuck", "gauge",
+         "1 while a range's all-versions continuation is older than the retention (400).");
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; st[i] != NULL && k < st[i]->n; k++)
+            sample_range(b, "sagafeed_feed_range_stuck", names[i], st[i]->ranges[k].range,
+                         st[i]->ranges[k].stuck ? 1 : 0);
     for (size_t i = 0; i < n; i++)
         free(st[i]);
 }

@@ -5,6 +5,7 @@
 
 #include "common/sf_json.h"
 #include "common/sf_time.h"
+#include "processor/proc_change.h"
 #include "processor/proc_park.h"
 #include "steps/step.h"
 
@@ -45,7 +46,7 @@ json_t *proc_park_record(const struct proc_item *t, const char *park_key, const 
 
     (void)snprintf(lsn, sizeof(lsn), "%lld", (long long)t->lsn);
     parts[0] = t->container;
-    parts[1] = sf_json_str(t->doc, "id");
+    parts[1] = proc_change_doc_id(t->doc); /* an all-versions entry: its metadata.id */
     parts[2] = lsn;
     /* "waiting" records get their own ids: a redelivered parked item must not overwrite its record
      */

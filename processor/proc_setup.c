@@ -4,6 +4,7 @@
  */
 #include "common/sf_base.h"
 
+#include "processor/proc_change.h"
 #include "processor/proc_setup.h"
 
 #define TOOL_CONNECTIONS     8
@@ -67,6 +68,8 @@ void proc_setup_feed(const struct cfg *cfg, const char *container, const char *i
     ret->poll_ms = f->poll_interval_ms;
     ret->progress_deadline_ms = f->hang_timeout_ms;
     ret->max_items = f->max_items;
+    /* A workflow on deletes or expiries: the all-versions feed (proc_change.h). */
+    ret->all_versions = proc_change_container(cfg, container);
 }
 
 /* Every plugin of cfg into reg; each failure a diagnostic, the first one in *err. */

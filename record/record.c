@@ -21,9 +21,25 @@ static const char *const record_fields[] = {
 #define PK_DEPTH_MAX   8
 #define HASH_ID_PREFIX "ob:h:"
 
-bool record_is_system(const json_t *doc)
+/* An entry of the all-versions-and-deletes feed: {current?, previous?, metadata}, no id. */
+static bool is_all_versions_entry(const json_t *doc)
+{
+    return json_is_object(json_object_get(doc, "metadata")) && json_object_get(doc, "id") == NULL;
+}
+
+static bool has_kind(const json_t *doc)
 {
     return json_is_object(doc) && json_object_get(doc, OUTBOX_SYS_FIELD) != NULL;
+}
+
+bool record_is_system(const json_t *doc)
+{
+    if (!json_is_object(doc))
+        return false;
+    if (is_all_versions_entry(doc))
+        return has_kind(json_object_get(doc, "current")) ||
+               has_kind(json_object_get(doc, "previous"));
+    return has_kind(doc);
 }
 
 bool outbox_topic_valid(const char *topic)

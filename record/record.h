@@ -74,8 +74,10 @@
 /*
  * true when doc is one of sagafeed's own documents (OUTBOX_SYS_FIELD set:
  * markers, parked items, outbox events, control documents), never a saga
- * item. The one answer to "is this our own record?": the saga dispatcher,
- * replay and the relays ask it. NULL and non-objects are not. Any thread.
+ * item; for an entry of the all-versions-and-deletes feed ({current?,
+ * previous?, metadata}), when either image is one. The one answer to "is
+ * this our own record?": the saga dispatcher, replay and the relays ask it.
+ * NULL and non-objects are not. Any thread.
  */
 bool record_is_system(const json_t *doc);
 

@@ -80,9 +80,9 @@ static enum sf_rc add_seg(struct step_tmpl *t, const char *text, size_t len,
 }
 
 /* The names the engine's template environment has (step_tmpl.h). */
-static const char *const step_tmpl_roots[] = {"item",     "it",      "index", "doc", "sagaId",
-                                              "workflow", "step",    "epoch", "lsn", "reason",
-                                              "status",   "message", NULL};
+static const char *const step_tmpl_roots[] = {"item",     "it",      "index",  "doc", "sagaId",
+                                              "workflow", "step",    "epoch",  "lsn", "reason",
+                                              "status",   "message", "change", NULL};
 
 static enum sf_rc compile_str(const char *text, size_t len, enum step_tmpl_mode mode,
                               struct step_tmpl **ret_t, struct sf_err *err)
@@ -123,10 +123,11 @@ static enum sf_rc compile_str(const char *text, size_t len, enum step_tmpl_mode 
         rc = step_sql_expr_compile(text + start, end - start, NULL, &e, err);
         if (rc == SF_OK && (root = step_sql_expr_unknown_root(e, step_tmpl_roots)) != NULL) {
             /* {{itme.day}} would be undefined for every item: refused now, not parked later. */
-            rc = sf_err_set(err, SF_EINVAL, false,
-                            "unknown name '%.64s' (a template starts with item, it, index, doc, "
-                            "sagaId, workflow, step, epoch, lsn, reason, status or message)",
-                            root);
+            rc =
+                sf_err_set(err, SF_EINVAL, false,
+                           "unknown name '%.64s' (a template starts with item, it, index, doc, "
+                           "sagaId, workflow, step, epoch, lsn, reason, status, message or change)",
+                           root);
             step_sql_expr_free(e);
             e = NULL;
         }

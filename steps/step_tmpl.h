@@ -9,6 +9,8 @@
  *   it        the current element of the step's foreach array (else absent)
  *   index     that element's index
  *   doc       the document read by a read-modify-write step (else absent)
+ *   change    on a workflow with `on`: operation, ttl_expired, lsn, crts, id
+ *             (processor/proc_change.h; `item` is then the change's image)
  *   sagaId, workflow, step, epoch, lsn, reason, status, message (a failure
  *   reason: what the failure said)
  *

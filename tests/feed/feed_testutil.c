@@ -81,6 +81,40 @@ void ft_container_avad(struct cosmos_client *cli, const char *db, const char *co
     free(text);
 }
 
+void ft_container_avad_policy(struct cosmos_client *cli, const char *db, const char *coll,
+                              const char *pk_path, int minutes)
+{
+    const char *segs[] = {"dbs", db, "colls", coll};
+    struct cosmos_response resp;
+    struct cosmos_req req;
+    struct sf_err err;
+    json_t *body = json_pack("{s:s, s:{s:[s], s:s, s:i}}", "id", coll, "partitionKey", "paths",
+                             pk_path, "kind", "Hash", "version", 2);
+    char *text;
+
+    if (body == NULL)
+        die("container body", NULL);
+    if (minutes > 0 && json_object_set_new(body, "changeFeedPolicy",
+                                           json_pack("{s:i}", "retentionDuration", minutes)) != 0)
+        die("container body", NULL);
+    text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    cosmos_req_init(&req);
+    cosmos_response_init(&resp, 0);
+    if (text == NULL || cosmos_req_target(&req, "PUT", segs, 4, &err) != SF_OK ||
+        cosmos_req_common(cli, &req, &err) != SF_OK)
+        die("container request", &err);
+    req.cls = COSMOS_OP_WRITE;
+    req.guarded = true;
+    req.body = text;
+    req.body_len = strlen(text);
+    if (cosmos_exec(cli, &req, &resp, &err) != SF_OK)
+        die("container replace", &err);
+    cosmos_response_release(&resp);
+    cosmos_req_release(&req);
+    free(text);
+}
+
 enum sf_rc ft_admin(struct cosmos_client *cli, const char *method, const char *what,
                     const char *body, struct cosmos_response *resp, struct sf_err *err)
 {

@@ -30,6 +30,9 @@ void ft_container(struct cosmos_client *cli, const char *db, const char *coll, c
  */
 void ft_container_avad(struct cosmos_client *cli, const char *db, const char *coll,
                        const char *pk_path, int ttl);
+/* Replaces coll with changeFeedPolicy retention minutes (0: turns the log off, dropping it). */
+void ft_container_avad_policy(struct cosmos_client *cli, const char *db, const char *coll,
+                              const char *pk_path, int minutes);
 
 /*
  * Signed admin request: method on /_admin/<what> with an optional JSON body.

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checks import SRC, check, failures  # noqa: E402
 
 DIR = os.path.join(SRC, "packaging", "prometheus")
-WANT = ["SagafeedRangeStalled", "SagafeedLagHigh", "SagafeedParkedItems", "SagafeedFleetPausedTooLong",
+WANT = ["SagafeedRangeStalled", "SagafeedFeedRangeStuck", "SagafeedLagHigh", "SagafeedParkedItems", "SagafeedFleetPausedTooLong",
         "SagafeedThrottled", "SagafeedKafkaRelayBehind", "SagafeedInstanceDown"]
 
 

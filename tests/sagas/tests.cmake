@@ -39,6 +39,12 @@ if(TARGET cosmolite AND TARGET sagafeed)
   sf_e2e_test(test_travel_e2e LABELS "sagas;integration;e2e" TIMEOUT 400)
 endif()
 
+# End to end: sagas on deletes and TTL expiries (config/examples/cart-and-order-changes.cfg,
+# the all-versions-and-deletes feed, issue 27) under kill -9.
+if(TARGET cosmolite AND TARGET sagafeed)
+  sf_e2e_test(test_changes_e2e LABELS "sagas;integration;e2e" TIMEOUT 400)
+endif()
+
 # End to end: a two-region cosmolite with a failover mid-run (docs/azure-regions.md).
 if(TARGET cosmolite AND TARGET sagafeed)
   sf_e2e_test(test_regions_e2e LABELS "sagas;integration;e2e;regions" TIMEOUT 400)

@@ -14,3 +14,8 @@ sf_unit_test(test_proc_opt
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_opt.c
   LIBS sf_processor
   LABELS processor)
+# processor/proc_change.c: sagas on deletes and expiries (issue 27), without a server.
+sf_unit_test(test_proc_change
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_change.c
+  LIBS sf_processor
+  LABELS processor)

@@ -1871,6 +1871,87 @@ START_TEST(all_versions_delivers_every_change_once)
 }
 END_TEST
 
+static bool av_one_pred(void *ctx)
+{
+    struct av_seen *h = ctx;
+    bool done;
+
+    pthread_mutex_lock(&h->mu);
+    done = h->total >= 1;
+    pthread_mutex_unlock(&h->mu);
+    return done;
+}
+
+/* true when every owned range is stuck on a too-old all-versions continuation. */
+static bool stuck_pred(void *ctx)
+{
+    struct feed_processor *p = ctx;
+    struct feed_status *st = NULL;
+    bool ok;
+
+    ck_assert_int_eq(feed_processor_status(p, &st, NULL), SF_OK);
+    ok = st->n > 0;
+    for (size_t i = 0; i < st->n && ok; i++)
+        ok = st->ranges[i].stuck &&
+             strstr(st->ranges[i].last_error, "older than the all-versions retention") != NULL;
+    free(st);
+    return ok;
+}
+
+/*
+ * Issue 27: an all-versions continuation the service no longer serves (its
+ * changes were dropped: here the log was turned off and on, which drops
+ * everything up to then, as the retention does) is a 400. The range stops
+ * there and says so (stuck, its error naming the retention) and delivers
+ * nothing after it: a skip would lose the dropped deletes without a word.
+ */
+START_TEST(all_versions_too_old_continuation_stops_the_range)
+{
+    struct feed_options o;
+    struct feed_processor *p;
+    struct av_seen h;
+    struct sf_err err;
+    char acoll[80];
+
+    memset(&h, 0, sizeof(h));
+    pthread_mutex_init(&h.mu, NULL);
+    (void)snprintf(acoll, sizeof(acoll), "%s-old", coll);
+    ft_container_avad(cli, DB, acoll, "/pk", 0);
+    ft_feed_options(&o, DB, acoll, prefix, "solo");
+    o.consume = consume_av;
+    o.consume_ctx = &h;
+    o.all_versions = true;
+    o.start = FEED_START_NOW;
+    p = start(&o, &err);
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, acoll, "[\"k0\"]", "{\"id\":\"i0\",\"pk\":\"k0\"}",
+                                       NULL, NULL, &err),
+                     SF_OK);
+    ck_assert(ft_wait_until(av_one_pred, &h, 10000));
+    ck_assert(ft_wait_until(settled_pred, p, 10000));
+    ck_assert(!stuck_pred(p));
+    feed_processor_free(p);
+    /* Changes the stopped processor has not read, then dropped. */
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, acoll, "[\"k1\"]", "{\"id\":\"i1\",\"pk\":\"k1\"}",
+                                       NULL, NULL, &err),
+                     SF_OK);
+    ft_container_avad_policy(cli, DB, acoll, "/pk", 0);
+    ft_container_avad_policy(cli, DB, acoll, "/pk", 10);
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, acoll, "[\"k2\"]", "{\"id\":\"i2\",\"pk\":\"k2\"}",
+                                       NULL, NULL, &err),
+                     SF_OK);
+    p = start(&o, &err);
+    ck_assert(ft_wait_until(stuck_pred, p, 20000));
+    feed_processor_free(p);
+    pthread_mutex_lock(&h.mu);
+    ck_assert_int_eq(h.bad, 0);
+    ck_assert_str_eq(h.ops[0], "c"); /* i0 before the drop; i1 and i2 never, nothing skipped */
+    ck_assert_str_eq(h.ops[1], "");
+    ck_assert_str_eq(h.ops[2], "");
+    pthread_mutex_unlock(&h.mu);
+    pthread_mutex_destroy(&h.mu);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_proc");
@@ -1879,6 +1960,7 @@ static Suite *suite(void)
                   (const TTest *[]){drain_several_ranges,
                                     hierarchical_source_delivers_full_keys,
                                     all_versions_delivers_every_change_once,
+                                    all_versions_too_old_continuation_stops_the_range,
                                     range_share_bounds_each_ranges_unacked_items,
                                     merge_during_run_continues_parents_by_epk,
                                     merge_handover_with_a_stolen_leftmost_lease_changes_nothing,

@@ -1,0 +1,496 @@
+/*
+ * test_changes_e2e.c - end-to-end: sagas on deletes and TTL expiries
+ * (issue 27; config/examples/cart-and-order-changes.cfg) run by the real
+ * `sagafeed` binary against a real cosmolite while `kill -9` hits sagafeed.
+ *
+ *   changes_kill9  carts (some asking for more of a scarce product than
+ *                  there is) that expire by TTL a few seconds after they
+ *                  were written, and orders (some larger than their
+ *                  customer's wallet) of which every other one is deleted;
+ *                  four kill -9s while they run. Afterwards: each change
+ *                  had exactly one carrier and saga (a hold per cart, a
+ *                  release per expiry, a charge per order, a refund per
+ *                  deleted order); every hold was released exactly once
+ *                  (stock back to where it started, every hold document
+ *                  "released", one release do-marker per line of a held
+ *                  cart and none for a cart whose hold failed); every
+ *                  deleted order charged was refunded once, every other
+ *                  charge stands (wallets conserved); the expiries were
+ *                  seen as expiries (change.ttl_expired) with the cart's
+ *                  previous image; /metrics shows no range stuck
+ *                  (sagafeed_feed_range_stuck 0 for every range). A cart
+ *                  whose line has no qty (its own customer) parks its
+ *                  create under the cart's id, changing nothing.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "common/sf_json.h"
+#include "common/sf_time.h"
+#include "cosmos/cosmos.h"
+#include "cosmos/cosmos_int.h"
+#include "tests/support/e2e.h"
+
+#define DB        "shop"
+#define CARTS     60
+#define ORDERS    60
+#define CUSTOMERS 12
+#define PRODUCTS  6
+#define STOCK     1000
+#define SCARCE    4 /* product p-5's stock: most carts asking for it fail their hold */
+#define BALANCE   500
+
+/* A container with a changeFeedPolicy (all versions and deletes kept 10 minutes). */
+static void container_avad(struct cosmos_client *cli, const char *coll, const char *pk_path,
+                           int ttl)
+{
+    const char *segs[] = {"dbs", DB, "colls"};
+    struct cosmos_response resp;
+    struct cosmos_req req;
+    struct sf_err err;
+    json_t *body = json_pack("{s:s, s:{s:[s], s:s, s:i}, s:{s:i}}", "id", coll, "partitionKey",
+                             "paths", pk_path, "kind", "Hash", "version", 2, "changeFeedPolicy",
+                             "retentionDuration", 10);
+    char *text;
+
+    ck_assert_ptr_nonnull(body);
+    if (ttl != 0)
+        ck_assert_int_eq(json_object_set_new(body, "defaultTtl", json_integer(ttl)), 0);
+    text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    ck_assert_ptr_nonnull(text);
+    cosmos_req_init(&req);
+    cosmos_response_init(&resp, 0);
+    ck_assert_int_eq(cosmos_req_target(&req, "POST", segs, 3, &err), SF_OK);
+    ck_assert_int_eq(cosmos_req_common(cli, &req, &err), SF_OK);
+    req.cls = COSMOS_OP_WRITE;
+    req.guarded = true;
+    req.body = text;
+    req.body_len = strlen(text);
+    ck_assert_msg(cosmos_exec(cli, &req, &resp, &err) == SF_OK, "%s: %s", coll, err.msg);
+    cosmos_response_release(&resp);
+    cosmos_req_release(&req);
+    free(text);
+}
+
+static void create(struct cosmos_client *cli, const char *coll, const char *pk, const char *body)
+{
+    char pkj[64];
+    struct sf_err err;
+
+    (void)snprintf(pkj, sizeof(pkj), "[\"%s\"]", pk);
+    ck_assert_msg(cosmos_doc_create(cli, DB, coll, pkj, body, NULL, NULL, &err) == SF_OK, "%s: %s",
+                  coll, err.msg);
+}
+
+/* Cart i: two or three lines of distinct products; one in three asks for the scarce one. */
+static void write_cart(struct cosmos_client *cli, int i)
+{
+    char body[512], cust[16];
+    int a = i % (PRODUCTS - 1), b = (i + 1) % (PRODUCTS - 1);
+
+    (void)snprintf(cust, sizeof(cust), "c-%02d", i % CUSTOMERS);
+    (void)snprintf(body, sizeof(body),
+                   "{\"id\":\"cart-%03d\",\"type\":\"cart\",\"customerId\":\"%s\",\"ttl\":%d,"
+                   "\"lines\":[{\"productId\":\"p-%d\",\"qty\":%d},{\"productId\":\"p-%d\","
+                   "\"qty\":%d}%s]}",
+                   i, cust, 2 + i % 3, a, 1 + i % 4, b, 2,
+                   i % 3 == 0 ? ",{\"productId\":\"p-5\","
+                                "\"qty\":2}"
+                              : "");
+    create(cli, "carts", cust, body);
+}
+
+static int order_total(int i)
+{
+    return 60 + (i % 5) * 70; /* 60..340: wallets of 500 run short */
+}
+
+static void write_order(struct cosmos_client *cli, int i)
+{
+    char body[256], cust[16];
+
+    (void)snprintf(cust, sizeof(cust), "c-%02d", i % CUSTOMERS);
+    (void)snprintf(body, sizeof(body),
+                   "{\"id\":\"order-%03d\",\"type\":\"order\",\"customerId\":\"%s\",\"total\":%d}",
+                   i, cust, order_total(i));
+    create(cli, "orders", cust, body);
+}
+
+static void delete_order(struct cosmos_client *cli, int i)
+{
+    char id[32], pkj[32];
+    struct sf_err err;
+
+    (void)snprintf(id, sizeof(id), "order-%03d", i);
+    (void)snprintf(pkj, sizeof(pkj), "[\"c-%02d\"]", i % CUSTOMERS);
+    ck_assert_msg(cosmos_doc_delete(cli, DB, "orders", id, pkj, NULL, NULL, &err) == SF_OK,
+                  "delete %s: %s", id, err.msg);
+}
+
+/* The number in "order-017" after prefix. */
+static int num_of(const char *s, const char *prefix)
+{
+    long v = 0;
+
+    for (const char *p = s + strlen(prefix); *p >= '0' && *p <= '9'; p++)
+        v = v * 10 + (*p - '0');
+    return (int)v;
+}
+
+/* Carriers of workflow wf in a settled state (final or failed). */
+static int settled(struct cosmos_client *cli, const char *coll, const char *wf, const char *ok,
+                   const char *failed)
+{
+    char sql[512];
+    json_t *all;
+    int n;
+
+    (void)snprintf(sql, sizeof(sql),
+                   "SELECT c.id FROM c WHERE c.sfKind = 'change' AND STARTSWITH(c.id, 'sfc.%s.') "
+                   "AND (c.status = '%s' OR c.status = '%s')",
+                   wf, ok, failed);
+    all = e2e_query_all(cli, DB, coll, sql);
+    n = (int)json_array_size(all);
+    json_decref(all);
+    return n;
+}
+
+/* Leases of the two all-versions containers, bootstrapped "now" (so later writes are seen). */
+static bool leases_ready(struct cosmos_client *cli)
+{
+    json_t *all =
+        e2e_query_all(cli, DB, "leases", "SELECT c.id FROM c WHERE c.Mode = 'Full-Fidelity Feed'");
+    int carts = 0, orders = 0;
+    json_t *d;
+    size_t i;
+
+    json_array_foreach(all, i, d)
+    {
+        carts += strstr(sf_json_str(d, "id"), "carts") != NULL;
+        orders += strstr(sf_json_str(d, "id"), "orders") != NULL;
+    }
+    json_decref(all);
+    return carts >= 2 && orders >= 2; /* one lease per range: cosmolite --partitions 2 */
+}
+
+/* Markers of workflow wf's step in phase whose saga id starts with prefix. */
+static int markers(json_t *ms, const char *step, const char *phase, const char *saga_prefix)
+{
+    json_t *m;
+    size_t i;
+    int n = 0;
+
+    json_array_foreach(ms, i, m)
+    {
+        n += strcmp(sf_json_str(m, "step"), step) == 0 &&
+             strcmp(sf_json_str(m, "phase"), phase) == 0 &&
+             strncmp(sf_json_str(m, "sagaId"), saga_prefix, strlen(saga_prefix)) == 0;
+    }
+    return n;
+}
+
+START_TEST(test_changes_kill9)
+{
+    struct harness_cosmolite_opts ho = {.memory = true, .partitions = 2};
+    struct harness_cosmolite *h = NULL;
+    struct cosmos_client *cli;
+    struct sf_err err;
+    char cfg[512], log[512], last_log[512], url[128], *m = NULL;
+    const char *args[] = {"run", "-c", cfg, "--instance", "shop-1", "--log-level", "warn", NULL};
+    /* the last run logs at info: its /metrics port */
+    const char *last_args[] = {"run", "-c", cfg, "--instance", "shop-1", NULL};
+    uint64_t rng = (uint64_t)sf_mono_us() | 1;
+    json_t *carriers, *products, *wallets, *pmarkers, *wmarkers, *d;
+    int kills = 0, held = 0, released = 0, charged = 0, refunded = 0, never = 0;
+    long long stock = 0, balance = 0, still_charged = 0;
+    int64_t t0 = sf_mono_ms(), until;
+    size_t i;
+    pid_t pid;
+
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    cli = e2e_client(h);
+    ck_assert_int_eq(cosmos_db_create_if_missing(cli, DB, NULL, NULL, &err), SF_OK);
+    container_avad(cli, "carts", "/customerId", -1);
+    container_avad(cli, "orders", "/customerId", -1);
+    { /* TTL on (no default expiry) where sagafeed's records carry a ttl, as `sagafeed init` does */
+        struct cosmos_container_def p = {
+            .id = "products", .pk_path = "/productId", .default_ttl = -1};
+        struct cosmos_container_def w = {
+            .id = "wallets", .pk_path = "/customerId", .default_ttl = -1};
+        struct cosmos_container_def l = {.id = "leases", .pk_path = "/id", .default_ttl = -1};
+
+        ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &p, NULL, NULL, &err), SF_OK);
+        ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &w, NULL, NULL, &err), SF_OK);
+        ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &l, NULL, NULL, &err), SF_OK);
+    }
+    for (int k = 0; k < PRODUCTS; k++) {
+        char body[128], id[16];
+
+        (void)snprintf(id, sizeof(id), "p-%d", k);
+        (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"productId\":\"%s\",\"stock\":%d}", id,
+                       id, k == 5 ? SCARCE : STOCK);
+        create(cli, "products", id, body);
+    }
+    for (int k = 0; k < CUSTOMERS; k++) {
+        char body[128], id[16];
+
+        (void)snprintf(id, sizeof(id), "c-%02d", k);
+        (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
+                       id, id, BALANCE);
+        create(cli, "wallets", id, body);
+    }
+    e2e_make_config(cfg, sizeof(cfg),
+                    &(const struct e2e_config){
+                        .name = "shop",
+                        .endpoint = harness_cosmolite_endpoint(h),
+                        .db = DB,
+                        .example = "cart-and-order-changes.cfg",
+                        .feed = "start = \"now\"; " E2E_FEED_FAST,
+                        .extra = "processor = { workers = 8; max_attempts = 30; backoff_base = "
+                                 "\"10ms\"; backoff_cap = \"500ms\"; http_listen = "
+                                 "\"127.0.0.1:0\"; };"});
+    (void)snprintf(log, sizeof(log), "%s/shop-sagafeed.log", e2e_tmp);
+    (void)snprintf(last_log, sizeof(last_log), "%s/shop-last.log", e2e_tmp);
+    pid = e2e_spawn(harness_cosmolite_key(h), log, args);
+    /* The feed starts now: nothing written before its leases exist would be seen. */
+    until = sf_mono_ms() + 30000;
+    while (sf_mono_ms() < until && !leases_ready(cli))
+        sf_sleep_ms(100);
+    if (!leases_ready(cli))
+        e2e_dump_log(log);
+    ck_assert(leases_ready(cli));
+    /* Four waves of carts and orders, the previous wave's orders deleted every other one. */
+    for (int wave = 0; wave < 4; wave++) {
+        for (int k = wave * (CARTS / 4); k < (wave + 1) * (CARTS / 4); k++)
+            write_cart(cli, k);
+        for (int k = wave * (ORDERS / 4); k < (wave + 1) * (ORDERS / 4); k++)
+            write_order(cli, k);
+        for (int k = (wave - 1) * (ORDERS / 4); wave > 0 && k < wave * (ORDERS / 4); k++)
+            if (k % 2 == 0)
+                delete_order(cli, k);
+        sf_sleep_ms(200 + (int64_t)(sf_rand_next(&rng) % 800));
+        if (getenv("SF_CHANGES_NO_KILL") != NULL)
+            continue;
+        ck_assert_int_eq(kill(pid, SIGKILL), 0);
+        ck_assert_int_eq(e2e_wait_exit(pid, 10000), 128 + SIGKILL);
+        kills++;
+        pid = wave < 3 ? e2e_spawn(harness_cosmolite_key(h), log, args)
+                       : e2e_spawn(harness_cosmolite_key(h), last_log, last_args);
+    }
+    for (int k = 3 * (ORDERS / 4); k < ORDERS; k++)
+        if (k % 2 == 0)
+            delete_order(cli, k);
+    /* A poison cart: {{it.qty}} is undefined, its create parks (a key of its own). */
+    create(cli, "carts", "c-poison",
+           "{\"id\":\"cart-poison\",\"type\":\"cart\",\"customerId\":\"c-poison\",\"ttl\":600,"
+           "\"lines\":[{\"productId\":\"p-0\"}]}");
+    until = sf_mono_ms() + 120000;
+    while (sf_mono_ms() < until &&
+           (settled(cli, "carts", "cart-hold", "held", "failed") < CARTS ||
+            settled(cli, "carts", "cart-expiry", "released", "nothing_held") < CARTS ||
+            settled(cli, "orders", "order-payment", "charged", "unpaid") < ORDERS ||
+            settled(cli, "orders", "order-deleted", "refunded", "never_charged") < ORDERS / 2))
+        sf_sleep_ms(250);
+    if (settled(cli, "carts", "cart-expiry", "released", "nothing_held") < CARTS ||
+        settled(cli, "orders", "order-deleted", "refunded", "never_charged") < ORDERS / 2)
+        e2e_dump_log(log);
+    if (settled(cli, "carts", "cart-hold", "held", "failed") < CARTS) {
+        json_t *all = e2e_query_all(cli, DB, "carts",
+                                    "SELECT c.id, c.status, c._ts FROM c WHERE c.sfKind = 'change' "
+                                    "AND STARTSWITH(c.id, 'sfc.cart-hold.') AND c.status = 'new'");
+        json_t *parked = e2e_query_all(cli, DB, "parked", NULL);
+        char *t1 = json_dumps(all, JSON_COMPACT), *t2 = json_dumps(parked, JSON_COMPACT);
+
+        (void)fprintf(stderr, "hold carriers: %s\nparked: %s\n", t1, t2);
+        free(t1);
+        free(t2);
+        json_decref(all);
+        json_decref(parked);
+    }
+    ck_assert_int_eq(settled(cli, "carts", "cart-hold", "held", "failed"), CARTS);
+    ck_assert_int_eq(settled(cli, "carts", "cart-expiry", "released", "nothing_held"), CARTS);
+    ck_assert_int_eq(settled(cli, "orders", "order-payment", "charged", "unpaid"), ORDERS);
+    ck_assert_int_eq(settled(cli, "orders", "order-deleted", "refunded", "never_charged"),
+                     ORDERS / 2);
+    /* The poison cart's create is parked under its own id, with the entry as delivered. */
+    until = sf_mono_ms() + 30000;
+    while (sf_mono_ms() < until) {
+        json_t *pk = e2e_query_all(cli, DB, "parked",
+                                   "SELECT * FROM c WHERE c.sfKind = 'parked' AND "
+                                   "c.sourceId = 'cart-poison' AND c.status = 'parked'");
+        size_t n = json_array_size(pk);
+
+        if (n > 0) {
+            json_t *md =
+                json_object_get(json_object_get(json_array_get(pk, 0), "item"), "metadata");
+
+            ck_assert_uint_eq(n, 1);
+            ck_assert_str_eq(sf_json_str(md, "operationType"), "create");
+            ck_assert_str_eq(sf_json_str(json_array_get(pk, 0), "workflow"), "cart-hold");
+        }
+        json_decref(pk);
+        if (n > 0)
+            break;
+        sf_sleep_ms(200);
+    }
+    ck_assert_msg(sf_mono_ms() < until, "the poison cart was not parked");
+    /* Every range of both containers reads on: none is stuck on a too-old continuation. */
+    if (kills == 4) {
+        ck_assert(e2e_wait_log(last_log, "serving /metrics", 10000));
+        (void)snprintf(url, sizeof(url), "http://127.0.0.1:%d/metrics", e2e_ops_port(last_log));
+        ck_assert_int_eq(e2e_http_get(url, &m), 200);
+        for (int r = 0; r < 2; r++) {
+            char sample[128];
+
+            (void)snprintf(sample, sizeof(sample),
+                           "sagafeed_feed_range_stuck{container=\"carts\",range=\"%d\"}", r);
+            ck_assert_double_eq(e2e_metric(m, sample), 0);
+            (void)snprintf(sample, sizeof(sample),
+                           "sagafeed_feed_range_stuck{container=\"orders\",range=\"%d\"}", r);
+            ck_assert_double_eq(e2e_metric(m, sample), 0);
+        }
+        free(m);
+    }
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
+
+    /* Carts: one hold and one release carrier each; released exactly when held. */
+    carriers = e2e_query_all(cli, DB, "carts", "SELECT * FROM c WHERE c.sfKind = 'change'");
+    /* and the poison cart's hold carrier, left in its first state */
+    ck_assert_uint_eq(json_array_size(carriers), 2 * CARTS + 1);
+    pmarkers = e2e_query_all(cli, DB, "products", "SELECT * FROM c WHERE c.sfKind = 'marker'");
+    for (int k = 0; k < CARTS; k++) {
+        char hold_id[64], rel_prefix[64], cart[16], saga[64];
+        const json_t *hold = NULL, *rel = NULL;
+        int lines = k % 3 == 0 ? 3 : 2;
+
+        (void)snprintf(cart, sizeof(cart), "cart-%03d", k);
+        (void)snprintf(hold_id, sizeof(hold_id), "sfc.cart-hold.");
+        (void)snprintf(rel_prefix, sizeof(rel_prefix), "sfc.cart-expiry.");
+        json_array_foreach(carriers, i, d)
+        {
+            const json_t *ch = json_object_get(d, "change");
+
+            if (strcmp(sf_json_str(ch, "id"), cart) != 0)
+                continue;
+            if (strncmp(sf_json_str(d, "id"), hold_id, strlen(hold_id)) == 0) {
+                ck_assert_msg(hold == NULL, "%s: two hold carriers", cart);
+                hold = d;
+            } else {
+                ck_assert_msg(strncmp(sf_json_str(d, "id"), rel_prefix, strlen(rel_prefix)) == 0,
+                              "%s: carrier %s", cart, sf_json_str(d, "id"));
+                ck_assert_msg(rel == NULL, "%s: two expiry carriers", cart);
+                rel = d;
+            }
+        }
+        ck_assert_msg(hold != NULL && rel != NULL, "%s: hold %p expiry %p", cart, (void *)hold,
+                      (void *)rel);
+        ck_assert_str_eq(sf_json_str(json_object_get(hold, "change"), "operation"), "create");
+        ck_assert_str_eq(sf_json_str(json_object_get(rel, "change"), "operation"), "delete");
+        ck_assert(json_is_true(json_object_get(json_object_get(rel, "change"), "ttl_expired")));
+        /* the expired cart's previous image, lines and all */
+        ck_assert_uint_eq(json_array_size(json_object_get(json_object_get(rel, "item"), "lines")),
+                          (size_t)lines);
+        (void)snprintf(saga, sizeof(saga), "%s.", cart);
+        if (strcmp(sf_json_str(hold, "status"), "held") == 0) {
+            held++;
+            ck_assert_str_eq(sf_json_str(rel, "status"), "released");
+            released++;
+            ck_assert_int_eq(markers(pmarkers, "release", "do", saga), lines);
+        } else {
+            ck_assert_str_eq(sf_json_str(rel, "status"), "nothing_held");
+            ck_assert_int_eq(markers(pmarkers, "release", "do", saga), 0);
+            /* the failed hold undid every line it had held */
+            ck_assert_int_eq(markers(pmarkers, "hold", "do", saga),
+                             markers(pmarkers, "hold", "undo", saga));
+        }
+    }
+    /* Stock: every hold released, so every product is back where it started. */
+    products = e2e_query_all(cli, DB, "products", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)");
+    json_array_foreach(products, i, d)
+    {
+        if (json_object_get(d, "cartId") != NULL) {
+            ck_assert_msg(strcmp(sf_json_str(d, "status"), "released") == 0, "%s/%s still %s",
+                          sf_json_str(d, "productId"), sf_json_str(d, "id"),
+                          sf_json_str(d, "status"));
+            continue;
+        }
+        stock += json_integer_value(json_object_get(d, "stock"));
+    }
+    ck_assert_int_eq(stock, (long long)(PRODUCTS - 1) * STOCK + SCARCE);
+
+    /* Orders: one payment carrier each, one refund carrier per deleted order. */
+    json_decref(carriers);
+    carriers = e2e_query_all(cli, DB, "orders", "SELECT * FROM c WHERE c.sfKind = 'change'");
+    ck_assert_uint_eq(json_array_size(carriers), ORDERS + ORDERS / 2);
+    wallets = e2e_query_all(cli, DB, "wallets", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)");
+    wmarkers = e2e_query_all(cli, DB, "wallets", "SELECT * FROM c WHERE c.sfKind = 'marker'");
+    json_array_foreach(carriers, i, d)
+    {
+        const char *s = sf_json_str(d, "status");
+        const json_t *ch = json_object_get(d, "change");
+        int num = num_of(sf_json_str(ch, "id"), "order-");
+        char saga[64];
+
+        (void)snprintf(saga, sizeof(saga), "%s.%lld", sf_json_str(ch, "id"),
+                       (long long)json_integer_value(json_object_get(ch, "lsn")));
+        if (strcmp(sf_json_str(ch, "operation"), "create") == 0) {
+            charged += strcmp(s, "charged") == 0;
+            ck_assert_int_eq(markers(wmarkers, "charge", "do", saga), strcmp(s, "charged") == 0);
+            continue;
+        }
+        ck_assert_str_eq(sf_json_str(ch, "operation"), "delete");
+        ck_assert(!json_is_true(json_object_get(ch, "ttl_expired")));
+        ck_assert_msg(num % 2 == 0, "order %d was not deleted", num);
+        /* the deleted order's previous image */
+        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(d, "item"), "total")),
+                         order_total(num));
+        refunded += strcmp(s, "refunded") == 0;
+        never += strcmp(s, "never_charged") == 0;
+        ck_assert_int_eq(markers(wmarkers, "refund", "do", saga), strcmp(s, "refunded") == 0);
+    }
+    json_array_foreach(wallets, i, d)
+    {
+        const char *id = sf_json_str(d, "id");
+
+        if (strncmp(id, "pay-", 4) == 0) {
+            int num = num_of(id, "pay-order-");
+
+            ck_assert_str_eq(sf_json_str(d, "status"), num % 2 == 0 ? "refunded" : "charged");
+            if (num % 2 != 0)
+                still_charged += json_integer_value(json_object_get(d, "amount"));
+            continue;
+        }
+        balance += json_integer_value(json_object_get(d, "balance"));
+    }
+    ck_assert_int_eq(refunded + never, ORDERS / 2);
+    ck_assert_int_gt(refunded, 0);
+    ck_assert_int_gt(held, 0);
+    ck_assert_int_gt(CARTS - held, 0);
+    ck_assert_int_eq(balance + still_charged, (long long)CUSTOMERS * BALANCE);
+    (void)printf("changes: %d carts (%d held and released on expiry, %d out of stock), %d orders "
+                 "(%d charged, %d deleted: %d refunded, %d never charged); kill -9 %d times; "
+                 "settled in %lldms\n",
+                 CARTS, held, CARTS - held, ORDERS, charged, ORDERS / 2, refunded, never, kills,
+                 (long long)(sf_mono_ms() - t0));
+    (void)released;
+    json_decref(carriers);
+    json_decref(products);
+    json_decref(wallets);
+    json_decref(pmarkers);
+    json_decref(wmarkers);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+int main(void)
+{
+    const struct e2e_case tests[] = {{"changes_kill9", test_changes_kill9}};
+
+    return e2e_main("sf-changes", "changes_e2e", tests, SF_ARRAY_LEN(tests), 300, CK_VERBOSE);
+}
