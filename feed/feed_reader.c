@@ -856,6 +856,8 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
     const struct feed_options *o = &r->p->o;
     enum turn t = TURN_READ;
     size_t pending, win = reader_window(r), want = (size_t)o->max_items;
+    /* asked before the lock: the consumer takes its own */
+    bool wanted = o->want == NULL || o->want(o->want_ctx);
     int64_t now;
 
     /* A shared window reads once half of it is free (no page of a few items each time). */
@@ -872,7 +874,7 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
         r->last_ack_mono = now;
         wait_locked(r, SF_MIN(o->poll_ms, 100));
         t = TURN_AGAIN;
-    } else if (pending > 0 && pending + want > win) {
+    } else if (pending > 0 && (pending + want > win || !wanted)) {
         wait_locked(r, SF_MIN(o->checkpoint_ms, 100)); /* acks wake us */
         t = TURN_AGAIN;
     } else if (now < next_read) {

@@ -129,6 +129,16 @@ struct proc_limit {
     double fast_all_us; /* the latencies of all completions since changed_at */
     int64_t fast_bound; /* us since changed_at with work waiting for a slot */
     bool fast_off;      /* no clear gain: the window judges this probe */
+
+    /* the server, per request (proc_limit_request), told apart from the items */
+    unsigned req_n;      /* answered requests in the window */
+    double req_sum_us;   /* their round trips */
+    double req_floor_us; /* lowest mean request latency of a window */
+    double req_floor_n;  /* items in flight in that window */
+    double base_req_us;  /* mean request latency of the last base window (0: not known) */
+    double probe_req_us; /* CONFIRM: that of the up probe's window */
+    int64_t cut_at;      /* when a 429 last cut the limit */
+    uint64_t cuts;       /* 429 cuts since start, for tests and metrics */
 };
 
 /* Sets the limit up at now_us. */
@@ -139,6 +149,31 @@ void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int
  * from now_us on; call whenever that may change (submit, take, finish).
  */
 void proc_limit_note(struct proc_limit *pl, int64_t now_us, bool binding);
+
+/*
+ * One request of an item in flight ended at now_us after latency_us of
+ * round trip (the client's send alone: no wait for a connection or for RU
+ * budget), throttled when the service answered 429. Requests are the
+ * server's own latency: an item that takes longer because it queued behind
+ * its key, for a connection or for this process's CPU shows in the item's
+ * latency, never here. So:
+ *
+ *   - a 429 cuts the limit to 3/4 of the base at once (at most once per
+ *     window), and the next probe waits a window: the account, not the
+ *     latency, says stop;
+ *   - a down probe needs the *request* latency to have risen (QUEUE_RATIO x
+ *     its floor) - with request samples in the window, the items' latency
+ *     no longer permits one;
+ *   - an up probe whose requests held their latency (within 15 % of the
+ *     base window's) while work waited for a slot is taken unless items/s
+ *     fell: runnable keys and a server that is not slowing down are all a
+ *     climb needs.
+ *
+ * Windows without REQ samples decide as before (from the items alone).
+ * Returns the limit to use from now on.
+ */
+unsigned proc_limit_request(struct proc_limit *pl, int64_t now_us, int64_t latency_us,
+                            bool throttled);
 
 /*
  * One item finished at now_us after dur_us. May end the window and move
