@@ -5,7 +5,8 @@
  * Polling adapts to the feed: after a full page the next read goes out at
  * once; after a partial page a short pause lets a few more changes gather;
  * after a 304 the pause doubles from poll_min_ms up to poll_ms. Reads stop
- * while max_inflight items wait for their acks (backpressure). A page with
+ * while max_inflight items wait for their acks (backpressure), or while the
+ * consumer wants no more (feed_options.want: the processor's window in keys). A page with
  * items whose continuation is the one asked from (a server that does not
  * move on) counts as a failed read: not delivered again, a warning, and the
  * read-error backoff, instead of the same page at full speed.

@@ -13,6 +13,12 @@
  * ready with a free slot and no running worker will come back for it
  * (submit, or the limit grew). Threads beyond the limit sleep.
  *
+ * The window is counted in keys: n_ready is the number of distinct keys
+ * with a task ready to start (a lane is in a ready list once however many
+ * tasks it has), and proc_lanes_wants asks the feed for more only while it
+ * is below max(KEYS_FLOOR, limit). Items queued behind a busy key cost
+ * bytes (bounded by max_bytes) but no place in that window.
+ *
  * Groups (proc_task.group: the feed range an item came from) keep one
  * range out of RU budget from starving the others. Its tasks park in budget
  * waits on their threads, its later items queue behind them (same keys) or

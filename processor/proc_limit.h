@@ -64,11 +64,12 @@
  * limit (Vegas, gradient) compares today's latency with the best ever seen
  * and reads a shared machine's noise as queueing; two windows a second
  * apart see the same machine. Here the floor only permits a down probe
- * (2 x is far beyond the noise); throughput still decides. 429s need no rule of their own: the RU
- * bucket in the client paces them, and a limit that gives no more items/s
- * is not raised. Windows in which work did not wait for a slot for at
- * least half the time (the limit did not bind) decide nothing, unless their
- * items queue (above).
+ * (2 x is far beyond the noise); throughput still decides. Since issue 24
+ * the latency that counts is the server's, per request (proc_limit_request):
+ * a 429 cuts the limit, only rising request latency permits a step down,
+ * and an up probe whose requests held their latency is taken. Windows in which work did not wait
+ * for a slot for at least half the time (the limit did not bind) decide nothing, unless their items
+ * queue (above).
  *
  * The limit stays within [floor, cap] at all times. Not thread-safe: the
  * owner (proc_lanes) calls it under its own lock. Times are microseconds
