@@ -522,7 +522,7 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
         pl->fast_off = true;
         return false;
     }
-    accept(pl, x, mean, pl->limit, 0);
+    accept(pl, x, mean, pl->limit, req);
     pl->hold = 0;
     *ret_moved = next_probe(pl);
     return true;
