@@ -868,7 +868,7 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
     struct task *t = NULL;
     struct sf_buf derived;
     const char *pk_json = item->pk_json;
-    size_t nc, np;
+    size_t nc, np, held;
     enum sf_rc rc = SF_OK;
 
     /*
@@ -888,11 +888,13 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
     }
     nc = strlen(item->container);
     np = rc == SF_OK ? strlen(pk_json) : 0;
+    /* the queue's bound is in bytes: the document is held (borrowed) until the ack */
+    held = doc_bytes(item->doc, 0);
     if (rc == SF_OK && nc + 1 + np >= PROC_PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
     if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    if (rc == SF_OK) {
+    if (rc == SF_OK && t != NULL) { /* t != NULL for the compiler: rc says so */
         memcpy(t->park_key, item->container, nc);
         t->park_key[nc] = '|';
         memcpy(t->park_key + nc + 1, pk_json, np + 1);
@@ -902,8 +904,7 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
         if (t->it.ack == NULL)
             t->it.ack = noop_ack;
         t->base.group = item->range != NULL ? item->range->group : 0;
-        /* the queue's bound is in bytes: the document is held (borrowed) until the ack */
-        t->base.size = sizeof(*t) + nc + 1 + np + doc_bytes(item->doc, 0);
+        t->base.size = sizeof(*t) + nc + 1 + np + held;
         rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, nc + 1 + np),
                                &t->base, -1);
         if (rc != SF_OK)
