@@ -99,7 +99,7 @@ struct cfg_processor {
     unsigned workers;     /* cap of items in flight (threads start on demand) */
     unsigned min_workers; /* floor of the adaptive limit; == workers: fixed */
     unsigned lanes;
-    unsigned queue_limit; /* items queued across lanes before the feed is held back */
+    uint64_t queue_limit; /* bytes queued items may hold (estimated) before the feed is held back */
     unsigned max_attempts;
     int64_t max_throttled_wait_ms; /* 429s count toward max_attempts only after this long */
     int64_t backoff_base_ms;
@@ -124,7 +124,8 @@ struct cfg_processor {
     /* how often the containers' offers are read (each range paced under its share); 0: never */
     int64_t offer_refresh_ms;
     unsigned offer_percent; /* each range paced at most at this % of its share [95] */
-    /* items read and not yet handled over all ranges, shared evenly by them [2 x workers] */
+    /* items read and not yet handled over all ranges, shared evenly by them; 0: no item count
+       (the window is kept in keys and bounded by queue_limit) [0] */
     unsigned max_inflight;
 };
 

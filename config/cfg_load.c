@@ -27,7 +27,14 @@
  * cap of items in flight fed from many keys, few enough that a backlog costs
  * only a few MB (each queued item holds its parsed document).
  */
-#define QUEUE_LIMIT_DEFAULT 1024
+/*
+ * processor.queue_limit: bytes the queued items may hold (estimated). Below
+ * QUEUE_LIMIT_MIN it is refused: until issue 24 it counted items, and a
+ * count (1024, 4000) read as bytes would hold almost nothing.
+ */
+#define QUEUE_LIMIT_DEFAULT (UINT64_C(8) << 20)
+#define QUEUE_LIMIT_MIN     (UINT64_C(1) << 20)
+#define QUEUE_LIMIT_MAX     (UINT64_C(64) << 30)
 
 struct cfg_priv {
     config_t lc;
@@ -255,6 +262,44 @@ static void get_duration(struct loader *ld, const config_setting_t *g, const cha
     if (v < min_ms || v > max_ms) {
         diag(ld, s, "%s = %lldms is out of range [%lldms, %lldms]", where, (long long)v,
              (long long)min_ms, (long long)max_ms);
+        return;
+    }
+    *out = v;
+}
+
+/* A size in bytes: an integer, or a string "512k", "16m", "1g" (sf_parse_size). */
+static void get_size(struct loader *ld, const config_setting_t *g, const char *key, uint64_t min,
+                     uint64_t max, uint64_t def, uint64_t *out)
+{
+    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
+    char where[256];
+    uint64_t v;
+
+    *out = def;
+    if (s == NULL)
+        return;
+    setting_path(s, where, sizeof(where));
+    if (config_setting_type(s) == CONFIG_TYPE_INT || config_setting_type(s) == CONFIG_TYPE_INT64) {
+        long long i = config_setting_get_int64(s);
+
+        if (i < 0) {
+            diag(ld, s, "%s = %lld: a size cannot be negative", where, i);
+            return;
+        }
+        v = (uint64_t)i;
+    } else if (config_setting_type(s) == CONFIG_TYPE_STRING) {
+        if (sf_parse_size(config_setting_get_string(s), &v) != SF_OK) {
+            diag(ld, s, "%s: '%s' is not a size in bytes (like \"512k\", \"16m\", \"1g\")", where,
+                 config_setting_get_string(s));
+            return;
+        }
+    } else {
+        diag(ld, s, "%s must be a size in bytes, not %s", where, type_name(config_setting_type(s)));
+        return;
+    }
+    if (v < min || v > max) {
+        diag(ld, s, "%s = %llu bytes is out of range [%llu, %llu] (a size, like \"16m\")", where,
+             (unsigned long long)v, (unsigned long long)min, (unsigned long long)max);
         return;
     }
     *out = v;
@@ -623,8 +668,9 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     p->min_workers = (unsigned)v;
     get_int(ld, g, "lanes", 1, 4096, 1024, &v);
     p->lanes = (unsigned)v;
-    get_int(ld, g, "queue_limit", 1, 1000000, QUEUE_LIMIT_DEFAULT, &v);
-    p->queue_limit = (unsigned)v;
+    /* bytes, not items: the window is kept in keys (proc_lanes_wants), bounded by memory */
+    get_size(ld, g, "queue_limit", QUEUE_LIMIT_MIN, QUEUE_LIMIT_MAX, QUEUE_LIMIT_DEFAULT,
+             &p->queue_limit);
     get_int(ld, g, "max_attempts", 1, 1000, 6, &v);
     p->max_attempts = (unsigned)v;
     get_duration(ld, g, "max_throttled_wait", 0, 86400000, 600000, &p->max_throttled_wait_ms);
@@ -655,7 +701,7 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
     get_duration(ld, g, "offer_refresh", 0, 86400000, 60000, &p->offer_refresh_ms);
     get_int(ld, g, "offer_percent", 1, 100, 95, &v);
     p->offer_percent = (unsigned)v;
-    get_int(ld, g, "max_inflight", 0, 1000000, 2 * (int64_t)p->workers, &v);
+    get_int(ld, g, "max_inflight", 0, 1000000, 0, &v);
     p->max_inflight = (unsigned)v;
     if (g == NULL)
         return;

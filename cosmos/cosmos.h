@@ -119,6 +119,22 @@ struct cosmos_throughput_opts {
  */
 typedef void (*cosmos_budget_wait_fn)(void *ctx, bool waiting);
 
+/*
+ * One HTTP attempt as the client saw it (cosmos_client_set_request_hook):
+ * the round trip of the send alone - no wait for a pooled connection, no
+ * wait for RU budget, no retry backoff - so it is the service's latency
+ * plus the wire, not queueing inside this process.
+ */
+struct cosmos_request_note {
+    int64_t latency_us; /* the attempt's send, request out to response in */
+    int status;         /* HTTP status; 0: no answer (transport failure) */
+    int substatus;      /* x-ms-substatus */
+    double charge;      /* x-ms-request-charge */
+};
+
+/* Called on the thread that made the attempt, after it ended. */
+typedef void (*cosmos_request_fn)(void *ctx, const struct cosmos_request_note *n);
+
 /* One container's figures (cosmos_client_throughput_stats). */
 struct cosmos_throughput_stat {
     char container[COSMOS_NAME_MAX + 1];
@@ -274,6 +290,16 @@ size_t cosmos_client_throughput_stats(struct cosmos_client *cli, struct cosmos_t
  */
 void cosmos_client_set_budget_wait_hook(struct cosmos_client *cli, cosmos_budget_wait_fn fn,
                                         void *ctx);
+
+/*
+ * Installs fn (NULL: none) to hear about every HTTP attempt once it ended
+ * (struct cosmos_request_note): on the thread that made it, so the hook
+ * tells its own threads apart (the processor's adaptive limit measures the
+ * server per request, proc_lanes_request). It must be quick and must not
+ * call the client. Any thread; a call in progress may still use the
+ * previous hook.
+ */
+void cosmos_client_set_request_hook(struct cosmos_client *cli, cosmos_request_fn fn, void *ctx);
 
 /* ---------------------------------------------------------------------------
  * Transient failures: the one classifier

@@ -78,6 +78,8 @@ struct cosmos_client {
     struct cosmos_throttle *throttle; /* RU caps and pacing (cosmos_throttle.h) */
     cosmos_budget_wait_fn wait_fn;    /* hears about budget waits (pool_mu) */
     void *wait_ctx;
+    cosmos_request_fn req_fn; /* hears about every attempt (pool_mu) */
+    void *req_ctx;
 };
 
 /* ---------------------------------------------------------------------------
@@ -469,6 +471,33 @@ void cosmos_client_set_budget_wait_hook(struct cosmos_client *cli, cosmos_budget
     pthread_mutex_unlock(&cli->pool_mu);
 }
 
+void cosmos_client_set_request_hook(struct cosmos_client *cli, cosmos_request_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&cli->pool_mu);
+    cli->req_fn = fn;
+    cli->req_ctx = ctx;
+    pthread_mutex_unlock(&cli->pool_mu);
+}
+
+/* Tells the request hook, if any, how the attempt that took latency_us went. */
+static void cosmos_note_attempt(struct cosmos_client *cli, enum cosmos_net net,
+                                const struct cosmos_response *resp, int64_t latency_us)
+{
+    struct cosmos_request_note n = {.latency_us = latency_us,
+                                    .status = net == COSMOS_NET_OK ? resp->status : 0,
+                                    .substatus = net == COSMOS_NET_OK ? resp->substatus : 0,
+                                    .charge = resp->request_charge};
+    cosmos_request_fn fn;
+    void *ctx;
+
+    pthread_mutex_lock(&cli->pool_mu);
+    fn = cli->req_fn;
+    ctx = cli->req_ctx;
+    pthread_mutex_unlock(&cli->pool_mu);
+    if (fn != NULL)
+        fn(ctx, &n);
+}
+
 struct cosmos_throttle *cosmos_client_throttle(struct cosmos_client *cli)
 {
     return cli->throttle;
@@ -828,6 +857,7 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         double total = resp->total_charge;
         unsigned attempts = resp->attempts;
         struct cosmos_throttle_ticket tk;
+        int64_t sent_us;
 
         net_msg[0] = '\0';
         st.started_ms += cosmos_pace_before(cli, req, coll_len, &tk);
@@ -839,8 +869,10 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         resp->total_charge = total;
         resp->attempts = attempts;
         /* The attempt: one call through the connection's transport (cosmos_int.h). */
+        sent_us = sf_mono_us();
         net = conn->ops->send(conn->state, req, date, auth, resp, net_msg, sizeof(net_msg));
         cosmos_reach_note(cli, net, net_msg);
+        cosmos_note_attempt(cli, net, resp, sf_mono_us() - sent_us);
         cosmos_pace_after(cli, &tk, net, resp);
         st.attempts++;
         resp->attempts = st.attempts;

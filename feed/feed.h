@@ -205,7 +205,19 @@ struct feed_options {
     feed_consume_fn consume; /* required */
     void *consume_ctx;
     feed_range_open_fn range_open; /* optional, with consume_ctx */
-    feed_event_fn on_event;        /* optional */
+    /*
+     * Optional: whether the consumer wants more items now. A range with
+     * items delivered and not acknowledged reads its next page only while
+     * want(want_ctx) says so (a range with none always reads), so the read
+     * ahead follows what the consumer can use - the processor asks for more
+     * while fewer distinct keys are ready than it could run
+     * (proc_dispatch_wants) - instead of a count of items. Called on reader
+     * threads, with no lock of the feed's held; acks wake a waiting reader,
+     * and it asks again at least every 100 ms. NULL: always.
+     */
+    bool (*want)(void *want_ctx);
+    void *want_ctx;
+    feed_event_fn on_event; /* optional */
     void *event_ctx;
 
     /* A bounded window of the feed ("Bounded processors" above); all zero: tail forever. */

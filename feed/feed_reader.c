@@ -5,7 +5,8 @@
  * Polling adapts to the feed: after a full page the next read goes out at
  * once; after a partial page a short pause lets a few more changes gather;
  * after a 304 the pause doubles from poll_min_ms up to poll_ms. Reads stop
- * while max_inflight items wait for their acks (backpressure). A page with
+ * while max_inflight items wait for their acks (backpressure), or while the
+ * consumer wants no more (feed_options.want: the processor's window in keys). A page with
  * items whose continuation is the one asked from (a server that does not
  * move on) counts as a failed read: not delivered again, a warning, and the
  * read-error backoff, instead of the same page at full speed.
@@ -864,6 +865,8 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
     const struct feed_options *o = &r->p->o;
     enum turn t = TURN_READ;
     size_t pending, win = reader_window(r), want = (size_t)o->max_items;
+    /* asked before the lock: the consumer takes its own */
+    bool wanted = o->want == NULL || o->want(o->want_ctx);
     int64_t now;
 
     /* A shared window reads once half of it is free (no page of a few items each time). */
@@ -880,7 +883,7 @@ static enum turn wait_turn(struct feed_reader *r, int64_t next_read)
         r->last_ack_mono = now;
         wait_locked(r, SF_MIN(o->poll_ms, 100));
         t = TURN_AGAIN;
-    } else if (pending > 0 && pending + want > win) {
+    } else if (pending > 0 && (pending + want > win || !wanted)) {
         wait_locked(r, SF_MIN(o->checkpoint_ms, 100)); /* acks wake us */
         t = TURN_AGAIN;
     } else if (now < next_read) {

@@ -645,6 +645,49 @@ static void budget_wait(void *ctx, bool waiting)
     proc_lanes_park(ctx, waiting);
 }
 
+/* Every request of this dispatcher's items tells the adaptive limit how the server does. */
+static void request_done(void *ctx, const struct cosmos_request_note *n)
+{
+    proc_lanes_request(ctx, n->latency_us, n->status == 429);
+}
+
+/*
+ * What a parsed document holds in memory, estimated from jansson's layout
+ * (a value, an object's table and its members, an array's slots, a
+ * string's bytes, each with the allocator's overhead): the queue's bound
+ * is in bytes (proc_lanes_opts.queue_bytes), and a document costs 5-7
+ * times its JSON text.
+ */
+static size_t doc_bytes(const json_t *v, unsigned depth)
+{
+    size_t n = 48;
+
+    if (depth > 64)
+        return n;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *m;
+
+        n += 192;
+        json_object_foreach((json_t *)v, k, m)
+        {
+            n += 64 + strlen(k) + doc_bytes(m, depth + 1);
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *m;
+
+        n += 8 * json_array_size(v);
+        json_array_foreach(v, i, m)
+        {
+            n += doc_bytes(m, depth + 1);
+        }
+    } else if (json_is_string(v)) {
+        n += json_string_length(v) + 16;
+    }
+    return n;
+}
+
 enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_dispatch **ret_d,
                              struct sf_err *err)
 {
@@ -674,13 +717,16 @@ enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_
                                                            .workers = opts->workers,
                                                            .min_workers = opts->min_workers,
                                                            .queue_limit = opts->queue_limit,
+                                                           .queue_bytes = opts->queue_bytes,
                                                            .handle = handle_task,
                                                            .ctx = d},
                                  &d->lanes, err);
     if (rc != SF_OK)
         goto fail;
-    if (opts->cli != NULL)
+    if (opts->cli != NULL) {
         cosmos_client_set_budget_wait_hook(opts->cli, budget_wait, d->lanes);
+        cosmos_client_set_request_hook(opts->cli, request_done, d->lanes);
+    }
     *ret_d = d;
     return SF_OK;
 fail:
@@ -698,8 +744,10 @@ void proc_dispatch_free(struct proc_dispatch *d)
     if (d == NULL)
         return;
     proc_dispatch_stop(d);
-    if (d->o.cli != NULL && d->lanes != NULL)
+    if (d->o.cli != NULL && d->lanes != NULL) {
         cosmos_client_set_budget_wait_hook(d->o.cli, NULL, NULL);
+        cosmos_client_set_request_hook(d->o.cli, NULL, NULL);
+    }
     proc_lanes_free(d->lanes, drop_task, d);
     set_free(d->blocked, d->n_blocked);
     set_free(d->replaying, d->n_replaying);
@@ -821,7 +869,7 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
     struct task *t = NULL;
     struct sf_buf derived;
     const char *pk_json = item->pk_json;
-    size_t nc, np;
+    size_t nc, np, held;
     enum sf_rc rc = SF_OK;
 
     /*
@@ -841,11 +889,13 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
     }
     nc = strlen(item->container);
     np = rc == SF_OK ? strlen(pk_json) : 0;
+    /* the queue's bound is in bytes: the document is held (borrowed) until the ack */
+    held = doc_bytes(item->doc, 0);
     if (rc == SF_OK && nc + 1 + np >= PROC_PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
     if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
         rc = sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    if (rc == SF_OK) {
+    if (rc == SF_OK && t != NULL) { /* t != NULL for the compiler: rc says so */
         memcpy(t->park_key, item->container, nc);
         t->park_key[nc] = '|';
         memcpy(t->park_key + nc + 1, pk_json, np + 1);
@@ -855,6 +905,7 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
         if (t->it.ack == NULL)
             t->it.ack = noop_ack;
         t->base.group = item->range != NULL ? item->range->group : 0;
+        t->base.size = sizeof(*t) + nc + 1 + np + held;
         rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, nc + 1 + np),
                                &t->base, -1);
         if (rc != SF_OK)
@@ -868,6 +919,13 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
     }
     stat_add(d, ST_ITEMS, 1);
     return SF_OK;
+}
+
+bool proc_dispatch_wants(void *ctx)
+{
+    struct proc_dispatch *d = ctx;
+
+    return proc_lanes_wants(d->lanes);
 }
 
 enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms)

@@ -41,6 +41,12 @@
 #include "processor/proc_park.h"
 
 #define PROC_STATUS_MAX 599 /* retries are counted per HTTP status 1..599; 0: none / other */
+/*
+ * Items a feed range may have read and not acknowledged when the window is
+ * kept in keys (feed_options.want = proc_dispatch_wants): a safety net, an
+ * entry of ~24 bytes each; the bytes the items hold are what bounds it.
+ */
+#define PROC_FEED_WINDOW_ITEMS 100000
 
 struct proc_dispatch;
 
@@ -53,7 +59,9 @@ struct proc_dispatch_opts {
     struct cosmos_client *cli;        /* borrowed */
     const char *db;
     const char *parking_container;
-    unsigned lanes, workers, queue_limit;
+    unsigned lanes, workers;
+    unsigned queue_limit; /* items queued, a safety bound (the window is kept in keys) */
+    size_t queue_bytes; /* what queued items may hold, estimated (processor.queue_limit); 0: none */
     unsigned min_workers; /* floor of the adaptive limit of items in flight; 0: min(4, workers) */
     unsigned max_attempts;
     int64_t backoff_base_ms, backoff_cap_ms;
@@ -134,6 +142,14 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
  */
 const struct proc_range *proc_dispatch_range_open(struct proc_dispatch *d, const char *container,
                                                   const char *range);
+
+/*
+ * Whether the dispatcher wants more items now (proc_lanes_wants): fewer keys
+ * are ready to start than the adaptive limit could run, and the queue's
+ * bounds have room. ctx is the dispatcher, so it serves as a change feed's
+ * feed_options.want. Any thread.
+ */
+bool proc_dispatch_wants(void *ctx);
 
 /* Waits until nothing is queued or running (timeout_ms; -1 forever). */
 enum sf_rc proc_dispatch_drain(struct proc_dispatch *d, int64_t timeout_ms);

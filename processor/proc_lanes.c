@@ -13,6 +13,12 @@
  * ready with a free slot and no running worker will come back for it
  * (submit, or the limit grew). Threads beyond the limit sleep.
  *
+ * The window is counted in keys: n_ready is the number of distinct keys
+ * with a task ready to start (a lane is in a ready list once however many
+ * tasks it has), and proc_lanes_wants asks the feed for more only while it
+ * is below max(KEYS_FLOOR, limit). Items queued behind a busy key cost
+ * bytes (bounded by max_bytes) but no place in that window.
+ *
  * Groups (proc_task.group: the feed range an item came from) keep one
  * range out of RU budget from starving the others. Its tasks park in budget
  * waits on their threads, its later items queue behind them (same keys) or
@@ -39,12 +45,10 @@
 /* Workers run steps: small frames, but libcurl and jansson like some room. */
 #define WORKER_STACK (256u << 10)
 /*
- * Queued tasks allowed per item the limit lets run (at least QUEUE_FLOOR, at
- * most queue_limit): enough ready keys to fill every slot, while a backlog
- * at a low limit holds few documents in memory.
+ * The window is kept in keys (proc_lanes_wants): more is read while fewer
+ * than this many keys, or than the limit, have a task ready to start.
  */
-#define QUEUE_PER_SLOT 4
-#define QUEUE_FLOOR    64
+#define KEYS_FLOOR 8
 
 /*
  * One lane per key value with work (tasks queued or one running), found in
@@ -65,6 +69,7 @@ struct group {
     struct lane *ready_head, *ready_tail; /* ready lanes whose head task is of this group, FIFO */
     size_t n_ready;
     size_t queued; /* its tasks waiting */
+    size_t bytes;  /* their proc_task.size */
     size_t held;   /* its tasks on a thread: running or parked */
     size_t parked; /* of those, parked (waiting for budget) */
 };
@@ -82,6 +87,8 @@ struct proc_lanes {
     unsigned rr;       /* the group the next pick looks at first */
     size_t n_ready;    /* ready lanes over all groups */
     size_t queued;     /* tasks waiting */
+    size_t bytes;      /* their proc_task.size */
+    size_t max_bytes;  /* the bound of bytes (0: none) */
     size_t running;    /* tasks being handled, parked ones not counted */
     size_t parked;     /* tasks whose handler gave its slot back (proc_lanes_park) */
     unsigned limit;
@@ -224,27 +231,26 @@ static struct group *pick(struct proc_lanes *l)
     return NULL;
 }
 
-/* The queue's cap now: it follows the limit. Under the lock. */
-static size_t queue_cap(const struct proc_lanes *l)
-{
-    size_t want = SF_MAX((size_t)QUEUE_FLOOR, (size_t)l->conc.limit * QUEUE_PER_SLOT);
-
-    return SF_MIN((size_t)l->limit, want);
-}
-
 /*
- * Whether g may queue one more task: while the queue is under its cap, or
- * while g has fewer queued than its share of the cap (the groups with work,
- * g among them) and the queue holds less than twice the cap. Under the lock.
+ * Whether g may queue a task of `size` bytes: while the queue is under its
+ * cap (queue_limit tasks, half of max_bytes), or while g has less queued
+ * than its share of that cap (the groups with work, g among them) and the
+ * queue holds less than twice it (queue_limit x 2 tasks, max_bytes). So one
+ * range whose items wait for RU budget cannot take every place while the
+ * others have budget, and the bytes never pass max_bytes. A task always gets
+ * into an empty queue, however large. Under the lock.
  */
-static bool queue_has_room(const struct proc_lanes *l, const struct group *g)
+static bool queue_has_room(const struct proc_lanes *l, const struct group *g, size_t size)
 {
-    size_t cap = queue_cap(l);
     unsigned groups = l->active + (g->queued + g->held == 0 ? 1u : 0u);
+    size_t cap = l->limit, bcap = l->max_bytes / 2;
 
-    if (l->queued < cap)
+    if (l->queued == 0)
         return true;
-    return l->queued < 2 * cap && g->queued < (cap + groups - 1) / groups;
+    if (l->queued < cap && (bcap == 0 || l->bytes + size <= bcap))
+        return true;
+    return l->queued < 2 * cap && g->queued < (cap + groups - 1) / groups &&
+           (bcap == 0 || (l->bytes + size <= 2 * bcap && g->bytes < (bcap + groups - 1) / groups));
 }
 
 /* Work waits for a slot only when it could start (a group out of budget waits for budget). */
@@ -322,7 +328,9 @@ static void *worker_main(void *arg)
         SF_ASSERT(!ln->busy); /* one task of a key at a time: else two effects race */
         ln->busy = true;
         l->queued--;
+        l->bytes -= t->size;
         g->queued--;
+        g->bytes -= t->size;
         g->held++;
         tl_group = group_of(t);
         l->running++;
@@ -356,7 +364,7 @@ static void *worker_main(void *arg)
          */
         wake(l, 1);
         if (l->conc.limit > before || g->queued + g->held == 0)
-            pthread_cond_broadcast(&l->space); /* the cap grew, or the shares did */
+            pthread_cond_broadcast(&l->space); /* the window grew, or the shares did */
         if (l->queued == 0 && l->running == 0 && l->parked == 0)
             pthread_cond_broadcast(&l->idle);
     }
@@ -397,6 +405,7 @@ enum sf_rc proc_lanes_new_adaptive(const struct proc_lanes_opts *o, struct proc_
     }
     l->n_lanes = o->lanes;
     l->limit = o->queue_limit;
+    l->max_bytes = o->queue_bytes;
     l->handle = o->handle;
     l->ctx = o->ctx;
     l->cap = o->workers;
@@ -452,6 +461,10 @@ void proc_lanes_load(struct proc_lanes *l, struct proc_lanes_load *ret)
     ret->threads = l->n_threads;
     ret->running_max = l->running_max;
     ret->changes = l->conc.changes;
+    ret->cuts = l->conc.cuts;
+    ret->queued = l->queued;
+    ret->queued_bytes = l->bytes;
+    ret->ready_keys = l->n_ready;
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -473,7 +486,7 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
     int64_t deadline = sf_mono_ms() + SF_MAX(wait_ms, (int64_t)0);
     pthread_mutex_lock(&l->mu);
     g = &l->groups[gi];
-    while (!l->stopping && !queue_has_room(l, g)) {
+    while (!l->stopping && !queue_has_room(l, g, t->size)) {
         if (wait_ms < 0) {
             pthread_cond_wait(&l->space, &l->mu);
         } else if (sf_mono_ms() >= deadline) {
@@ -499,7 +512,9 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
         ln->head = t;
     ln->tail = t;
     l->queued++;
+    l->bytes += t->size;
     g->queued++;
+    g->bytes += t->size;
     group_count(l, g, true);
     if (gi >= l->n_groups)
         l->n_groups = gi + 1;
@@ -533,6 +548,40 @@ void proc_lanes_park(struct proc_lanes *l, bool parked)
      * the cap); back, the group may start more again.
      */
     wake(l, 0);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* How many ready keys the window asks for: one per slot the limit has, at least KEYS_FLOOR. */
+static size_t keys_wanted(const struct proc_lanes *l)
+{
+    return SF_MAX((size_t)KEYS_FLOOR, (size_t)l->conc.limit);
+}
+
+bool proc_lanes_wants(struct proc_lanes *l)
+{
+    bool want;
+
+    pthread_mutex_lock(&l->mu);
+    want = !l->stopping && l->n_ready < keys_wanted(l) && l->queued < l->limit &&
+           (l->max_bytes == 0 || l->bytes < l->max_bytes / 2);
+    pthread_mutex_unlock(&l->mu);
+    return want;
+}
+
+void proc_lanes_request(struct proc_lanes *l, int64_t latency_us, bool throttled)
+{
+    unsigned before;
+
+    if (l == NULL || tl_lanes != l)
+        return; /* not an item's request: a feed read, a lease, the timer */
+    pthread_mutex_lock(&l->mu);
+    before = l->conc.limit;
+    (void)proc_limit_request(&l->conc, sf_mono_us(), latency_us, throttled);
+    if (l->conc.limit != before) {
+        note(l, sf_mono_us());
+        wake(l, 0);
+        pthread_cond_broadcast(&l->space);
+    }
     pthread_mutex_unlock(&l->mu);
 }
 

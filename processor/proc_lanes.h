@@ -5,12 +5,16 @@
  * partition key, so one key always lands in the same lane, and two keys in
  * one lane once in 2^64). Tasks of one lane run one at a time in submission
  * order; different lanes run in parallel on worker threads and never wait
- * for each other's tasks. The total number of queued tasks is capped: submit blocks while
- * the cap is reached (backpressure towards the change feed) and gives up
- * when the lanes stop. The cap is 4 tasks per item the limit (below) lets
- * run, at least 64 and at most queue_limit: a backlog costs memory in
- * proportion to the concurrency it can use. Each group of tasks (the range
- * they come from) has its share of the cap and of the threads.
+ * for each other's tasks. What is queued is bounded in bytes (queue_bytes,
+ * each task's `size`) and in tasks (queue_limit): submit blocks while the
+ * bound is reached (backpressure towards the change feed) and gives up
+ * when the lanes stop. Within the bound the window is kept in *keys*, not
+ * tasks: proc_lanes_wants says whether fewer keys have a task ready to start
+ * than the limit (below) could run, and the feed reads ahead only then. A
+ * feed that delivers each key's items together (a customer's orders in one
+ * batch) must be read far ahead to find enough distinct keys; one whose
+ * keys alternate, hardly at all. Each group of tasks (the range they come
+ * from) has its share of the bound and of the threads.
  *
  * How many tasks run at once is an adaptive limit within [min_workers,
  * workers] (proc_limit.h): a worker takes the next task only while fewer
@@ -30,6 +34,11 @@
 #define PROC_LANES_MAX   4096
 #define PROC_WORKERS_MAX 256
 #define PROC_GROUPS_MAX  64 /* groups accounted apart; a task's group is taken modulo */
+/*
+ * Tasks queued at most when the bound is in bytes (proc_lanes_opts.queue_bytes):
+ * a safety net for tasks that claim no size, never what limits a backlog.
+ */
+#define PROC_QUEUE_TASKS_MAX 1000000
 
 /* A task: embed it as the first member of your own struct. */
 struct proc_task {
@@ -41,6 +50,12 @@ struct proc_task {
      * so one whose tasks wait for budget cannot starve the others.
      */
     unsigned group;
+    /*
+     * What the task holds in memory, in bytes (the dispatcher: its item's
+     * document, estimated), set before submitting; counted against
+     * queue_bytes while queued.
+     */
+    size_t size;
 };
 
 /* Runs one task on a worker thread; owns the task from then on. */
@@ -52,7 +67,13 @@ struct proc_lanes_opts {
     unsigned lanes;       /* buckets of the table of lanes with work, 1..PROC_LANES_MAX */
     unsigned workers;     /* the cap of tasks running at once, 1..PROC_WORKERS_MAX */
     unsigned min_workers; /* the floor of the adaptive limit, 1..workers (0: min(4, workers)) */
-    unsigned queue_limit; /* queued tasks, >= 1 */
+    unsigned queue_limit; /* queued tasks, >= 1 (a safety bound; the window is in keys) */
+    /*
+     * Queued tasks' sizes (proc_task.size) never pass it; half of it is the
+     * cap below which any group gets in (the rest is for groups below their
+     * share, proc_lanes_submit). 0: no bound in bytes.
+     */
+    size_t queue_bytes;
     proc_task_fn handle;
     void *ctx;
 };
@@ -75,16 +96,22 @@ struct proc_lanes_load {
     unsigned threads;     /* worker threads started so far */
     unsigned running_max; /* most tasks that ran at once since start */
     uint64_t changes;     /* limit changes since start */
+    uint64_t cuts;        /* of them, cuts after a 429 */
+    size_t queued;        /* tasks waiting */
+    size_t queued_bytes;  /* their sizes */
+    size_t ready_keys;    /* keys with a task ready to start (the window, in keys) */
 };
 void proc_lanes_load(struct proc_lanes *l, struct proc_lanes_load *ret);
 
 /*
  * Queues t on lane (any value; a lane exists while it has tasks). Blocks
  * while the queue is full, up to wait_ms (-1: until there is room or the
- * lanes stop). Full is per group: t gets in while fewer than the cap are queued, or while its
- * group (t->group) has fewer queued than its share of the cap (the cap over
- * the groups with tasks queued or running, its own among them) and fewer
- * than twice the cap are queued. Returns SF_OK (the lanes own t),
+ * lanes stop). Full is per group: t gets in while fewer than the cap are queued (queue_limit
+ * tasks, and half of queue_bytes), or while its group (t->group) has fewer
+ * queued than its share of the cap (the cap over the groups with tasks
+ * queued or running, its own among them) and fewer than twice the cap are
+ * queued (2 x queue_limit tasks, queue_bytes). Into an empty queue any t
+ * gets. Returns SF_OK (the lanes own t),
  * SF_ETIMEOUT, SF_ESTATE (stopping) or SF_ENOMEM (no memory for a new
  * lane) - then the caller still owns t.
  */
@@ -109,6 +136,24 @@ uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len);
  * ignored.
  */
 void proc_lanes_park(struct proc_lanes *l, bool parked);
+
+/*
+ * Whether the queue wants more: fewer keys have a task ready to start than
+ * max(8, the limit), and the bounds (queue_bytes, queue_limit) have room.
+ * The change feed reads its next page only then (feed_options.want), so a
+ * backlog is read as far ahead as it takes to keep the slots busy with
+ * distinct keys - and the limit sees ready work beyond itself to climb on.
+ * Any thread.
+ */
+bool proc_lanes_wants(struct proc_lanes *l);
+
+/*
+ * One request of a task ended (the Cosmos client's request hook): its round
+ * trip and whether it was throttled (429) go to the adaptive limit
+ * (proc_limit_request). Counted only on this lanes' worker threads: a
+ * feed read or a lease renewal is not an item's request. Any thread.
+ */
+void proc_lanes_request(struct proc_lanes *l, int64_t latency_us, bool throttled);
 
 /* Tasks queued, running or parked. */
 size_t proc_lanes_pending(struct proc_lanes *l);

@@ -63,6 +63,15 @@
 #define CONFIRM_RISE 0.6
 #define PROPORTIONAL                                                                               \
     0.9 /* latency "in proportion": at least 90 % of the ratio of items in flight */
+/*
+ * Per request (proc_limit_request): a window's request latency is known once
+ * it has REQ_SAMPLES answers; it "held" within REQ_HELD of the base window's.
+ * A 429 cuts the base to CUT_NUM/CUT_DEN of itself.
+ */
+#define REQ_SAMPLES 16
+#define REQ_HELD    0.15
+#define CUT_NUM     3
+#define CUT_DEN     4
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
 {
@@ -96,6 +105,8 @@ static void window_start(struct proc_limit *pl, int64_t now_us, bool changed)
     pl->n = 0;
     pl->sum_us = 0;
     pl->bound_us = 0;
+    pl->req_n = 0;
+    pl->req_sum_us = 0;
     if (changed)
         fast_start(pl, now_us);
 }
@@ -184,8 +195,22 @@ static void rejected(struct proc_limit *pl, bool up)
  * items/s. The second needs no lower limit ever visited (0 ms, CPU-bound:
  * the latency is all queueing, 16 in flight take twice as long as 8).
  */
-static bool queued(const struct proc_limit *pl, double us, double n)
+static bool queued(const struct proc_limit *pl, double us, double n, double req_us)
 {
+    /*
+     * The server's own latency, once requests were measured, is the only
+     * evidence (a window without enough of them has none): an item that
+     * waited behind its key or for this process took longer, and fewer in
+     * flight would not make the server any quicker.
+     */
+    if (pl->req_floor_us > 0) {
+        if (req_us <= pl->req_floor_us * (1 + REQ_HELD))
+            return false; /* none measured, or the server answers as quickly as ever */
+        if (req_us >= QUEUE_RATIO * pl->req_floor_us)
+            return true;
+        return n > pl->req_floor_n &&
+               req_us / pl->req_floor_us >= PROPORTIONAL * n / pl->req_floor_n;
+    }
     if (pl->floor_us <= 0)
         return false;
     if (us >= QUEUE_RATIO * pl->floor_us)
@@ -201,7 +226,8 @@ static bool queued(const struct proc_limit *pl, double us, double n)
  */
 static bool down_allowed(const struct proc_limit *pl)
 {
-    return pl->up_gain < UP_MIN_GAIN && (queued(pl, pl->base_us, pl->base_n) || pl->up_queued);
+    return pl->up_gain < UP_MIN_GAIN &&
+           (queued(pl, pl->base_us, pl->base_n, pl->base_req_us) || pl->up_queued);
 }
 
 /* From a base window: start the next probe unless holding. Returns true when the limit moved. */
@@ -273,8 +299,9 @@ static bool judge(const struct proc_limit *pl, double x)
 }
 
 /* Accepts the probe (or the base) measured by a window: x items/s at a mean latency of mean_us. */
-static void accept(struct proc_limit *pl, double x, double mean_us, double n)
+static void accept(struct proc_limit *pl, double x, double mean_us, double n, double req_us)
 {
+    pl->base_req_us = req_us;
     pl->base = pl->limit;
     pl->base_x = x;
     pl->base_us = mean_us;
@@ -293,7 +320,14 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
     bool bound = (double)pl->bound_us >= BINDING_SHARE * (double)elapsed_us;
     /* in flight: the limit while it binds, else Little's law */
     double n = bound ? (double)pl->limit : x * mean / 1e6;
+    /* the server's latency in this window (0: too few requests to tell) */
+    double req = pl->req_n >= REQ_SAMPLES ? pl->req_sum_us / pl->req_n : 0;
+    bool req_held = req > 0 && pl->base_req_us > 0 && req <= pl->base_req_us * (1 + REQ_HELD);
 
+    if (req > 0 && (pl->req_floor_us <= 0 || req < pl->req_floor_us)) {
+        pl->req_floor_us = req;
+        pl->req_floor_n = n;
+    }
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
     if (bound && pl->n >= MIN_SAMPLES && (pl->floor_us <= 0 || mean < pl->floor_us)) {
         pl->floor_us = mean; /* only binding windows: a lull's quick no-op items say nothing */
@@ -303,12 +337,17 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
         double more = (double)pl->limit / (double)pl->base;
 
         pl->up_gain = pl->base_x > 0 ? x / pl->base_x - 1 : 0;
-        pl->up_queued = queued(pl, mean, n) && mean >= PROPORTIONAL * more * pl->base_us;
+        if (req > 0 && pl->base_req_us > 0)
+            pl->up_queued = queued(pl, mean, n, req) &&
+                            req >= pl->base_req_us * (1 + PROPORTIONAL * (more - 1));
+        else
+            pl->up_queued = queued(pl, mean, n, 0) && mean >= PROPORTIONAL * more * pl->base_us;
     }
     if (pl->phase == PROC_LIMIT_BASE) {
         pl->base_x = x;
         pl->base_us = mean;
         pl->base_n = n;
+        pl->base_req_us = req;
         if (bound)
             return next_probe(pl);
         /*
@@ -316,7 +355,7 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
          * (the feed's ready items) stopped short of the limit, above the
          * knee. Only a step down can help; judged like any down probe.
          */
-        if (!queued(pl, mean, n))
+        if (!queued(pl, mean, n, req))
             return false; /* nothing to learn */
         if (pl->hold > 0) {
             pl->hold--;
@@ -338,19 +377,32 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
             pl->base_x = x;
             pl->base_us = mean;
             pl->base_n = n;
+            pl->base_req_us = req;
             pl->up_gain = 0;
             rejected(pl, true);
             pl->phase = PROC_LIMIT_BASE;
             return false;
         }
         pl->limit = pl->probe;
-        accept(pl, pl->probe_x, pl->probe_us, pl->probe_n);
+        accept(pl, pl->probe_x, pl->probe_us, pl->probe_n, pl->probe_req_us);
         pl->changes++;
         pl->hold = 0;
         next_probe(pl);
         return true;
     }
-    if (judge(pl, x) && pl->phase == PROC_LIMIT_UP && mostly_queued(pl, mean, n)) {
+    if (pl->phase == PROC_LIMIT_UP && bound && req_held &&
+        x >= pl->base_x * (1 - rel(pl) / DOWN_SHARE)) {
+        /*
+         * Work waited for a slot and the server answered as quickly as at the
+         * base: more in flight costs it nothing, so the climb goes on whatever
+         * a noisy items/s said (20 ms: keys wait, the items only wait for the
+         * network). Items/s must not have fallen, or this process is the knee.
+         */
+        accept(pl, x, mean, n, req);
+        pl->hold = 0;
+        return next_probe(pl);
+    }
+    if (judge(pl, x) && pl->phase == PROC_LIMIT_UP && mostly_queued(pl, mean, n) && !req_held) {
         /*
          * The items took much longer (queueing: the gain is no more than the
          * machine's own rise could be): measure the base once more before
@@ -361,13 +413,14 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
         pl->probe_x = x;
         pl->probe_us = mean;
         pl->probe_n = n;
+        pl->probe_req_us = req;
         pl->limit = pl->base;
         pl->phase = PROC_LIMIT_CONFIRM;
         pl->changes++;
         return true;
     }
     if (judge(pl, x)) {
-        accept(pl, x, mean, n); /* this very window measured the new base */
+        accept(pl, x, mean, n, req); /* this very window measured the new base */
         if (!bound)
             return false;
         pl->hold = 0;
@@ -418,6 +471,8 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
 {
     int64_t since = now_us - pl->changed_at;
     double mean, x, gain, more;
+    /* the server's latency since the window began (0: too few requests to tell) */
+    double req = pl->req_n >= REQ_SAMPLES ? pl->req_sum_us / pl->req_n : 0;
 
     if (!pl->slow_start || pl->phase == PROC_LIMIT_DOWN || pl->phase == PROC_LIMIT_CONFIRM ||
         pl->fast_off)
@@ -441,27 +496,73 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
     x = pl->fast_all / ((double)since / 1e6);
     pl->mean_us = pl->mean_us > 0 ? (pl->mean_us + mean) / 2 : mean;
     fast_floor(pl);
+    if (req > 0 && (pl->req_floor_us <= 0 || req < pl->req_floor_us)) {
+        pl->req_floor_us = req;
+        pl->req_floor_n = pl->limit;
+    }
     if (pl->phase == PROC_LIMIT_BASE) {
         pl->base_x = x;
         pl->base_us = mean;
         pl->base_n = pl->limit;
+        pl->base_req_us = req;
         *ret_moved = next_probe(pl);
         return true;
     }
     more = (double)pl->limit / (double)pl->base;
     gain = more * pl->base_us / mean - 1;
     pl->up_gain = gain;
-    pl->up_queued = queued(pl, mean, pl->limit) && mean >= PROPORTIONAL * more * pl->base_us;
+    if (req > 0 && pl->base_req_us > 0)
+        pl->up_queued = queued(pl, mean, pl->limit, req) &&
+                        req >= pl->base_req_us * (1 + PROPORTIONAL * (more - 1));
+    else
+        pl->up_queued = queued(pl, mean, pl->limit, 0) && mean >= PROPORTIONAL * more * pl->base_us;
     if (gain < SF_MAX(UP_MIN_GAIN, (more - 1) / UP_SHARE) ||
         x < pl->base_x * (1 + SF_MAX(UP_MIN_GAIN, gain / FAST_X_SHARE))) {
         /* no clear gain: the probe's window judges items/s as it always did */
         pl->fast_off = true;
         return false;
     }
-    accept(pl, x, mean, pl->limit);
+    accept(pl, x, mean, pl->limit, req);
     pl->hold = 0;
     *ret_moved = next_probe(pl);
     return true;
+}
+
+unsigned proc_limit_request(struct proc_limit *pl, int64_t now_us, int64_t latency_us,
+                            bool throttled)
+{
+    unsigned to;
+
+    if (pl->o.floor == pl->o.cap)
+        return pl->limit; /* a fixed limit */
+    if (!throttled) {
+        if (now_us >= pl->win_start) {
+            pl->req_n++;
+            pl->req_sum_us += (double)SF_MAX(latency_us, 0);
+        }
+        return pl->limit;
+    }
+    /*
+     * The account says stop: back off at once, multiplicatively, from what
+     * was accepted (a probe is dropped with it). One cut per window: the 429s
+     * of the burst already in flight are the same news.
+     */
+    if (pl->cut_at != 0 && now_us - pl->cut_at < SF_MAX(pl->o.min_window_us, (int64_t)pl->mean_us))
+        return pl->limit;
+    to = clamp(pl, (int64_t)SF_MIN(pl->base, pl->limit) * CUT_NUM / CUT_DEN);
+    pl->cut_at = now_us;
+    pl->cuts++;
+    pl->slow_start = false;
+    pl->rejected_once = false;
+    pl->last_up = true;
+    pl->hold = 1; /* a window at the new base before the next probe */
+    pl->phase = PROC_LIMIT_BASE;
+    if (to != pl->limit)
+        pl->changes++;
+    pl->limit = pl->base = to;
+    pl->base_x = 0;
+    window_start(pl, now_us, true);
+    return pl->limit;
 }
 
 unsigned proc_limit_done(struct proc_limit *pl, int64_t now_us, int64_t dur_us)

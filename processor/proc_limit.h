@@ -64,11 +64,12 @@
  * limit (Vegas, gradient) compares today's latency with the best ever seen
  * and reads a shared machine's noise as queueing; two windows a second
  * apart see the same machine. Here the floor only permits a down probe
- * (2 x is far beyond the noise); throughput still decides. 429s need no rule of their own: the RU
- * bucket in the client paces them, and a limit that gives no more items/s
- * is not raised. Windows in which work did not wait for a slot for at
- * least half the time (the limit did not bind) decide nothing, unless their
- * items queue (above).
+ * (2 x is far beyond the noise); throughput still decides. Since issue 24
+ * the latency that counts is the server's, per request (proc_limit_request):
+ * a 429 cuts the limit, only rising request latency permits a step down,
+ * and an up probe whose requests held their latency is taken. Windows in which work did not wait
+ * for a slot for at least half the time (the limit did not bind) decide nothing, unless their items
+ * queue (above).
  *
  * The limit stays within [floor, cap] at all times. Not thread-safe: the
  * owner (proc_lanes) calls it under its own lock. Times are microseconds
@@ -129,6 +130,16 @@ struct proc_limit {
     double fast_all_us; /* the latencies of all completions since changed_at */
     int64_t fast_bound; /* us since changed_at with work waiting for a slot */
     bool fast_off;      /* no clear gain: the window judges this probe */
+
+    /* the server, per request (proc_limit_request), told apart from the items */
+    unsigned req_n;      /* answered requests in the window */
+    double req_sum_us;   /* their round trips */
+    double req_floor_us; /* lowest mean request latency of a window */
+    double req_floor_n;  /* items in flight in that window */
+    double base_req_us;  /* mean request latency of the last base window (0: not known) */
+    double probe_req_us; /* CONFIRM: that of the up probe's window */
+    int64_t cut_at;      /* when a 429 last cut the limit */
+    uint64_t cuts;       /* 429 cuts since start, for tests and metrics */
 };
 
 /* Sets the limit up at now_us. */
@@ -139,6 +150,31 @@ void proc_limit_init(struct proc_limit *pl, const struct proc_limit_opts *o, int
  * from now_us on; call whenever that may change (submit, take, finish).
  */
 void proc_limit_note(struct proc_limit *pl, int64_t now_us, bool binding);
+
+/*
+ * One request of an item in flight ended at now_us after latency_us of
+ * round trip (the client's send alone: no wait for a connection or for RU
+ * budget), throttled when the service answered 429. Requests are the
+ * server's own latency: an item that takes longer because it queued behind
+ * its key, for a connection or for this process's CPU shows in the item's
+ * latency, never here. So:
+ *
+ *   - a 429 cuts the limit to 3/4 of the base at once (at most once per
+ *     window), and the next probe waits a window: the account, not the
+ *     latency, says stop;
+ *   - a down probe needs the *request* latency to have risen (QUEUE_RATIO x
+ *     its floor) - with request samples in the window, the items' latency
+ *     no longer permits one;
+ *   - an up probe whose requests held their latency (within 15 % of the
+ *     base window's) while work waited for a slot is taken unless items/s
+ *     fell: runnable keys and a server that is not slowing down are all a
+ *     climb needs.
+ *
+ * Windows without REQ samples decide as before (from the items alone).
+ * Returns the limit to use from now on.
+ */
+unsigned proc_limit_request(struct proc_limit *pl, int64_t now_us, int64_t latency_us,
+                            bool throttled);
 
 /*
  * One item finished at now_us after dur_us. May end the window and move

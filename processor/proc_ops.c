@@ -361,6 +361,17 @@ static void metrics_concurrency(struct proc_ops *ops, struct sf_buf *b)
     sample_u(b, "sagafeed_items_in_flight_max", NULL, NULL, ld.running_max);
     help(b, "sagafeed_worker_threads", "gauge", "Worker threads started so far (on demand).");
     sample_u(b, "sagafeed_worker_threads", NULL, NULL, ld.threads);
+    help(b, "sagafeed_concurrency_cuts_total", "counter",
+         "Cuts of that limit after a 429 (to 3/4, at most once per window).");
+    sample_u(b, "sagafeed_concurrency_cuts_total", NULL, NULL, ld.cuts);
+    help(b, "sagafeed_queue_items", "gauge", "Items read ahead and queued, waiting to run.");
+    sample_u(b, "sagafeed_queue_items", NULL, NULL, ld.queued);
+    help(b, "sagafeed_queue_bytes", "gauge",
+         "What they hold, estimated (bounded by processor.queue_limit).");
+    sample_u(b, "sagafeed_queue_bytes", NULL, NULL, ld.queued_bytes);
+    help(b, "sagafeed_ready_keys", "gauge",
+         "Partition keys with an item ready to start: the read-ahead window, in keys.");
+    sample_u(b, "sagafeed_ready_keys", NULL, NULL, ld.ready_keys);
 }
 
 static void metrics_feeds(struct proc_ops *ops, struct sf_buf *b)

@@ -121,7 +121,9 @@ static void dispatch_opts(const struct proc_pipeline *pl, const struct proc_pipe
     ret->lanes = cfg->processor.lanes;
     ret->workers = cfg->processor.workers;
     ret->min_workers = cfg->processor.min_workers;
-    ret->queue_limit = cfg->processor.queue_limit;
+    /* the window is kept in keys, bounded by processor.queue_limit bytes (proc_lanes_wants) */
+    ret->queue_limit = PROC_QUEUE_TASKS_MAX;
+    ret->queue_bytes = (size_t)cfg->processor.queue_limit;
     ret->max_attempts = cfg->processor.max_attempts;
     ret->max_throttled_wait_ms = cfg->processor.max_throttled_wait_ms;
     ret->scan_max = cfg->processor.park_scan_max;
@@ -206,6 +208,9 @@ enum sf_rc proc_pipeline_feed_add(struct proc_pipeline *pl, const struct proc_pi
         feed_window_options(o->window, &fo);
     fo.consume = on_item;
     fo.range_open = on_range_open;
+    /* read ahead while the dispatcher wants more distinct keys (the window in keys) */
+    fo.want = proc_dispatch_wants;
+    fo.want_ctx = pl->dispatch;
     fo.consume_ctx = f;
     fo.on_event = on_event;
     fo.event_ctx = f;

@@ -96,7 +96,8 @@ static enum sf_rc start_feed(struct proc_service *s, const struct proc_service_o
     struct proc_pipeline_feed_opts fo = {.container = slot->container,
                                          .lease_prefix = prefix,
                                          .instance = o->instance,
-                                         .max_inflight = s->cfg->processor.queue_limit,
+                                         /* a safety net: the window is kept in keys */
+                                         .max_inflight = PROC_FEED_WINDOW_ITEMS,
                                          .max_inflight_total = s->cfg->processor.max_inflight,
                                          .paused = o->start_paused};
 

@@ -306,7 +306,7 @@ int main(int argc, char **argv)
                         "\"" DB "\"; max_connections = 24; };\n"
                         "feed = { lease_prefix = \"timeline\"; poll_interval = \"100ms\"; "
                         "max_items = 200; };\n"
-                        "processor = { workers = 16; lanes = 256; queue_limit = 256; "
+                        "processor = { workers = 16; lanes = 256; queue_limit = \"16m\"; "
                         "log_json = true; };\n%s",
                         harness_cosmolite_endpoint(h), wf);
     free(wf);

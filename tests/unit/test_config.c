@@ -106,7 +106,8 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c->processor.workers, 128);
     ck_assert_uint_eq(c->processor.min_workers, 4);
     ck_assert_uint_eq(c->processor.lanes, 1024);
-    ck_assert_uint_eq(c->processor.queue_limit, 1024);
+    /* bytes the queued items may hold: the window is kept in keys, bounded by memory */
+    ck_assert_uint_eq(c->processor.queue_limit, 8u << 20);
     ck_assert_uint_eq(c->processor.max_attempts, 6);
     ck_assert_int_eq(c->processor.max_throttled_wait_ms, 600000);
     ck_assert_str_eq(c->processor.parking_container, "parked");
@@ -276,6 +277,13 @@ static const struct {
     {"processor = {\n offer_percent = 101; };", "t.cfg:2:", "offer_percent = 101 is out"},
     {"processor = { offer_refresh = \"2d\"; };", "t.cfg:1:", "offer_refresh"},
     {"processor = { max_inflight = -1; };", "t.cfg:1:", "max_inflight = -1 is out of range"},
+    /* queue_limit is a size in bytes (issue 24); an item count of old is refused, clearly */
+    {"processor = {\n queue_limit = 4000; };",
+     "t.cfg:2:", "processor.queue_limit = 4000 bytes is out of range [1048576, "},
+    {"processor = { queue_limit = \"lots\"; };",
+     "t.cfg:1:", "processor.queue_limit: 'lots' is not a size in bytes"},
+    {"processor = { queue_limit = -5; };", "t.cfg:1:", "a size cannot be negative"},
+    {"processor = { queue_limit = true; };", "t.cfg:1:", "queue_limit must be a size in bytes"},
     {"containers = { products = 1; };", "t.cfg:1:", "containers must be a list"},
     {"containers = (\n { name = \"p\"; max_ru_per_second = 0; } );",
      "t.cfg:2:", "max_ru_per_second = 0 is out of range"},
@@ -335,17 +343,19 @@ START_TEST(test_throughput_caps)
     c = load_ok(text);
     ck_assert_int_eq(c->processor.max_ru_per_second, 0);
     ck_assert_uint_eq(c->n_containers, 0);
-    /* Offers are read every minute and each range paced at 95 % of its share; 2 x workers. */
+    /* Offers are read every minute and each range paced at 95 % of its share; no item count. */
     ck_assert_int_eq(c->processor.offer_refresh_ms, 60000);
     ck_assert_uint_eq(c->processor.offer_percent, 95);
-    ck_assert_uint_eq(c->processor.max_inflight, 2 * c->processor.workers);
+    ck_assert_uint_eq(c->processor.max_inflight, 0);
     cfg_free(c);
     free(text);
-    text = with("processor = { workers = 16; offer_refresh = \"0s\"; offer_percent = 80; };");
+    text = with("processor = { workers = 16; offer_refresh = \"0s\"; offer_percent = 80; "
+                "queue_limit = \"16m\"; };");
     c = load_ok(text);
+    ck_assert_uint_eq(c->processor.queue_limit, 16u << 20);
     ck_assert_int_eq(c->processor.offer_refresh_ms, 0);
     ck_assert_uint_eq(c->processor.offer_percent, 80);
-    ck_assert_uint_eq(c->processor.max_inflight, 32);
+    ck_assert_uint_eq(c->processor.max_inflight, 0);
     cfg_free(c);
     free(text);
 }

@@ -490,6 +490,122 @@ START_TEST(test_limit_slow_start_does_not_double_on_latency_that_items_per_s_den
 }
 END_TEST
 
+/*
+ * Issue 24: the limit measured per request. The model: every item makes
+ * `reqs` requests one after the other, each answered in req_us by the
+ * server - longer beyond server_knee requests in flight (a server out of
+ * CPU: latency in proportion), and a 429 for one of them while more than
+ * throttle_above are in flight (an account out of RU). Beyond item_knee the
+ * items take longer in proportion to what is in flight while the server
+ * does not (they queue behind their keys, for connections, for this
+ * process), and items/s then stop rising. Every request and completion is
+ * fed to the limit on the synthetic clock.
+ */
+struct rsim {
+    double req_us;
+    unsigned reqs;
+    double server_knee;      /* 0: the server's latency never rises */
+    double item_knee;        /* 0: the items never wait for anything but the server */
+    unsigned throttle_above; /* 0: never throttled */
+    /* results */
+    unsigned lo, hi, last;
+    double tail_avg; /* time-weighted limit over the second half */
+    uint64_t cuts;
+};
+
+static void rsim_run(struct rsim *m, unsigned floor, unsigned cap, unsigned initial,
+                     int64_t seconds)
+{
+    struct proc_limit pl;
+    struct proc_limit_opts o = {.floor = floor, .cap = cap, .initial = initial};
+    int64_t t = 1000000, end = t + seconds * 1000000, half = t + seconds * 500000;
+    double weighted = 0;
+    unsigned n;
+
+    proc_limit_init(&pl, &o, t);
+    n = m->lo = m->hi = pl.limit;
+    while (t < end) {
+        double req =
+            m->req_us * (m->server_knee > 0 && n > m->server_knee ? n / m->server_knee : 1);
+        double item = m->reqs * req * (m->item_knee > 0 && n > m->item_knee ? n / m->item_knee : 1);
+        int64_t dt = (int64_t)(item / n) + 1; /* n in flight, each taking `item`: Little's law */
+
+        if (t >= half)
+            weighted += (double)n * (double)dt;
+        t += dt;
+        for (unsigned k = 0; k < m->reqs; k++)
+            (void)proc_limit_request(&pl, t, (int64_t)req,
+                                     m->throttle_above > 0 && n > m->throttle_above && k == 0);
+        proc_limit_note(&pl, t, true);
+        n = proc_limit_done(&pl, t, (int64_t)item);
+        ck_assert_uint_eq(n, pl.limit);
+        ck_assert_uint_ge(n, floor);
+        ck_assert_uint_le(n, cap);
+        m->lo = SF_MIN(m->lo, n);
+        m->hi = SF_MAX(m->hi, n);
+    }
+    m->last = n;
+    m->cuts = pl.cuts;
+    m->tail_avg = weighted / (double)(end - half);
+    if (getenv("SF_LIMIT_DEBUG"))
+        (void)fprintf(stderr, "rsim: lo %u hi %u last %u tail avg %.1f cuts %llu\n", m->lo, m->hi,
+                      m->last, m->tail_avg, (unsigned long long)m->cuts);
+}
+
+/*
+ * Items that take longer because they queue behind their own key (or for
+ * anything else of this process) while the server answers as quickly as
+ * ever: the limit must not come down. Judged on the items alone, their
+ * latency doubling with twice as many in flight was the evidence for a
+ * step down (Little's law), and the limit fell to where per-key order, not
+ * the server, held the work back.
+ */
+START_TEST(test_limit_per_key_queueing_does_not_lower_it)
+{
+    struct rsim m = {.req_us = 20000, .reqs = 8, .item_knee = 16};
+
+    rsim_run(&m, 4, 128, 32, 60);
+    ck_assert_msg(m.lo >= 32, "the limit fell to %u (last %u)", m.lo, m.last);
+    ck_assert_uint_eq(m.cuts, 0);
+}
+END_TEST
+
+/*
+ * A 429 cuts the limit at once (3/4 of the base, once per window), and the
+ * climb that follows stops again at the next: with the account throttling
+ * above 24 in flight, the limit stays around it instead of at the cap where
+ * items/s (the server's latency holds) would have taken it.
+ */
+START_TEST(test_limit_429s_lower_it)
+{
+    struct rsim m = {.req_us = 20000, .reqs = 8, .throttle_above = 24};
+    struct rsim free_run = {.req_us = 20000, .reqs = 8};
+
+    rsim_run(&free_run, 4, 128, 64, 30);
+    ck_assert_uint_ge(free_run.last, 96); /* without 429s it climbs: the server holds */
+    rsim_run(&m, 4, 128, 64, 30);
+    ck_assert_uint_ge(m.cuts, 2);
+    ck_assert_msg(m.tail_avg <= 30, "the limit averaged %.1f over the second half", m.tail_avg);
+    ck_assert_uint_ge(m.lo, 8); /* backing off is not collapsing */
+}
+END_TEST
+
+/*
+ * The server's latency rising in proportion to what is in flight (its CPU
+ * is the knee, at 8): requests, not items, say so, and the limit comes
+ * down from 64 towards the knee.
+ */
+START_TEST(test_limit_rising_server_latency_lowers_it)
+{
+    struct rsim m = {.req_us = 1000, .reqs = 8, .server_knee = 8};
+
+    rsim_run(&m, 4, 128, 64, 60);
+    ck_assert_msg(m.tail_avg <= 24, "the limit averaged %.1f over the second half (last %u)",
+                  m.tail_avg, m.last);
+    ck_assert_uint_eq(m.cuts, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("limit");
@@ -513,6 +629,9 @@ int main(void)
     tcase_add_test(tc, test_limit_fixed_when_floor_is_cap);
     tcase_add_test(tc, test_limit_holds_when_it_does_not_bind);
     tcase_add_test(tc, test_limit_without_completions_decides_nothing);
+    tcase_add_test(tc, test_limit_per_key_queueing_does_not_lower_it);
+    tcase_add_test(tc, test_limit_429s_lower_it);
+    tcase_add_test(tc, test_limit_rising_server_latency_lowers_it);
     suite_add_tcase(s, tc);
     return sf_check_run(s);
 }

@@ -609,6 +609,138 @@ static bool has(const struct cfg_diags *d, const char *prefix, const char *needl
     return false;
 }
 
+/*
+ * Issue 24: the window is kept in keys. A feed that delivers one hot key's
+ * 200 items before 100 cold keys' one item each (a customer's orders in one
+ * batch) must be read past the hot key, so the workers run cold keys while
+ * the hot key runs one item at a time - and no further than the keys the
+ * limit can use. The "reader" below reads while proc_lanes_wants says so,
+ * as the change feed does (feed_options.want). Every task waits at a gate,
+ * so what runs at once is what the window let in.
+ */
+/* The feed of the test below: 200 items of one hot key, then one item each of 100 cold keys. */
+static void hot_cold_read(struct proc_lanes *l, unsigned *read, unsigned *cold_read)
+{
+    while (*read < 300 && (*read == 0 || proc_lanes_wants(l))) {
+        unsigned i = (*read)++;
+        struct rec_task *t = calloc(1, sizeof(*t));
+
+        ck_assert_ptr_nonnull(t);
+        t->gated = true;
+        t->base.size = 1000;
+        /* the recorder's lane 0 checks the hot key's order; the cold keys share its lane 1 */
+        t->lane = i < 200 ? 0 : 1;
+        t->seq = i < 200 ? i + 1 : 1;
+        if (i >= 200)
+            (*cold_read)++;
+        ck_assert_int_eq(proc_lanes_submit(l, i < 200 ? 0 : 1000 + i, &t->base, -1), SF_OK);
+    }
+}
+
+START_TEST(test_lanes_window_in_keys_keeps_workers_busy_with_cold_keys)
+{
+    struct recorder *r = recorder_new();
+    struct proc_lanes *l = NULL;
+    struct proc_lanes_opts o = {.lanes = 64,
+                                .workers = 4,
+                                .min_workers = 4,
+                                .queue_limit = PROC_QUEUE_TASKS_MAX,
+                                .queue_bytes = 64u << 20,
+                                .handle = rec_handle};
+    struct proc_lanes_load ld;
+    unsigned read = 0, cold_read = 0;
+    struct sf_err err;
+
+    o.ctx = r;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &l, &err), SF_OK);
+    hot_cold_read(l, &read, &cold_read);
+    /* read past all 200 of the hot key: it never had more than one item ready */
+    ck_assert_uint_ge(read, 200 + 3);
+    /* the 4 workers all run: the hot key's first item and 3 cold keys */
+    ck_assert(recorder_wait_started(r, 4));
+    hot_cold_read(l, &read, &cold_read); /* as the feed reads on after acks */
+    proc_lanes_load(l, &ld);
+    ck_assert_uint_eq(ld.limit, 4);
+    /* and no further than the keys the limit can use: 3 cold keys running, max(8, 4) ready */
+    ck_assert(!proc_lanes_wants(l));
+    ck_assert_uint_eq(ld.ready_keys, 8);
+    ck_assert_uint_eq(cold_read, 3 + 8);
+    ck_assert_uint_eq(ld.queued, 199 + 8);
+    recorder_open_gate(r);
+    ck_assert_int_eq(proc_lanes_drain(l, 60000), SF_OK);
+    ck_assert_uint_eq(r->last_seq[0], 200); /* the hot key in order, once each */
+    ck_assert_int_eq(atomic_load(&r->done), 200 + 11);
+    proc_lanes_free(l, rec_drop, NULL);
+    free(r);
+}
+END_TEST
+
+/*
+ * The memory bound holds: queued tasks' sizes never pass queue_bytes (half
+ * of it for a single range), submit waits for room, the window asks for no
+ * more once the bytes are used, and a task larger than the bound still gets
+ * into an empty queue instead of blocking for ever.
+ */
+START_TEST(test_lanes_memory_bound_holds)
+{
+    struct recorder *r = recorder_new();
+    struct proc_lanes *l = NULL;
+    struct proc_lanes_opts o = {.lanes = 64,
+                                .workers = 1,
+                                .min_workers = 1,
+                                .queue_limit = PROC_QUEUE_TASKS_MAX,
+                                .queue_bytes = 20000,
+                                .handle = rec_handle};
+    struct proc_lanes_load ld;
+    struct rec_task *t;
+    unsigned in = 0;
+    struct sf_err err;
+
+    o.ctx = r;
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &l, &err), SF_OK);
+    /* one gated task holds the only worker; the rest queue, 1,000 bytes each, many keys */
+    for (unsigned i = 0; i < 40; i++) {
+        enum sf_rc rc;
+
+        t = calloc(1, sizeof(*t));
+        ck_assert_ptr_nonnull(t);
+        t->gated = true;
+        t->lane = i % 16;
+        t->seq = i / 16 + 1;
+        t->base.size = 1000;
+        rc = proc_lanes_submit(l, i, &t->base, i == 0 ? -1 : 20);
+        if (rc == SF_ETIMEOUT) {
+            free(t);
+            break;
+        }
+        ck_assert_int_eq(rc, SF_OK);
+        in++;
+        if (i == 0)
+            ck_assert(recorder_wait_started(r, 1));
+        proc_lanes_load(l, &ld);
+        ck_assert_uint_le(ld.queued_bytes, 10000); /* one range: half of queue_bytes */
+    }
+    /* the running one and 10 queued: then submit waited, and the window wants no more */
+    ck_assert_uint_eq(in, 11);
+    ck_assert(!proc_lanes_wants(l));
+    recorder_open_gate(r);
+    ck_assert_int_eq(proc_lanes_drain(l, 60000), SF_OK);
+    proc_lanes_load(l, &ld);
+    ck_assert_uint_eq(ld.queued_bytes, 0);
+    ck_assert(proc_lanes_wants(l));
+    /* a task larger than the whole bound gets into an empty queue */
+    t = calloc(1, sizeof(*t));
+    ck_assert_ptr_nonnull(t);
+    t->lane = 0;
+    t->seq = r->last_seq[0] + 1;
+    t->base.size = 50000;
+    ck_assert_int_eq(proc_lanes_submit(l, 0, &t->base, 2000), SF_OK);
+    ck_assert_int_eq(proc_lanes_drain(l, 60000), SF_OK);
+    proc_lanes_free(l, rec_drop, NULL);
+    free(r);
+}
+END_TEST
+
 START_TEST(test_check_config_compile)
 {
     static const char *OPS = "ops = ( { op = \"set\"; path = \"/x\"; value = 1; } );";
@@ -1656,6 +1788,8 @@ int main(void)
     tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_queue_places_to_other_ranges);
     tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_threads_to_other_ranges);
     tcase_add_test(tc, test_lanes_keys_in_one_bucket_do_not_wait_for_each_other);
+    tcase_add_test(tc, test_lanes_window_in_keys_keeps_workers_busy_with_cold_keys);
+    tcase_add_test(tc, test_lanes_memory_bound_holds);
     suite_add_tcase(s, tc);
     tc = tcase_create("check_config");
     tcase_add_test(tc, test_check_config_compile);
