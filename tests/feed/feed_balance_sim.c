@@ -32,6 +32,7 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_buf.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "feed/feed_int.h"
@@ -257,7 +258,7 @@ static void take(struct sim *s, struct inst *in)
             if (strcmp(s->prev_owners[r][j], in->name) == 0)
                 violation(s, "lease %s went back to %s", l->token, in->name);
         if (s->n_prev[r] < 4)
-            (void)snprintf(s->prev_owners[r][s->n_prev[r]++], 32, "%s", l->owner);
+            (void)sf_str_copy(s->prev_owners[r][s->n_prev[r]++], 32, l->owner);
     } else {
         s->cs->takes++;
     }
