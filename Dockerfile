@@ -22,7 +22,7 @@ COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release \
  && cmake --build /build --target sagafeed cosmolite -j"$(nproc)" \
  && mkdir -p /out/etc \
- && cp /build/processor/sagafeed /build/emulator/cosmolite /out/ \
+ && cp /build/cli/sagafeed /build/emulator/cosmolite /out/ \
  && cp packaging/docker/sagafeed.cfg /out/etc/sagafeed.cfg \
  && sed -n '/^workflows = (/,$p' config/examples/order-fulfilment.cfg > /out/etc/order-workflows.cfg \
  && /out/sagafeed --version

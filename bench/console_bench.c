@@ -33,7 +33,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/harness.h"
 
 #ifndef SF_BENCH_SAGAFEED_PATH
@@ -259,7 +259,7 @@ int main(int argc, char **argv)
     co.max_connections = (int)g_writers + 2;
     co.retry.max_attempts = 20;
     if (cosmos_client_new(&co, &cli, &err) != SF_OK ||
-        proc_demo_create(cli, DB, (int)g_partitions, &err) != SF_OK ||
+        demo_create(cli, DB, (int)g_partitions, &err) != SF_OK ||
         cosmos_container_create_if_missing(
             cli, DB, &(struct cosmos_container_def){.id = "parked", .pk_path = "/parkKey"}, NULL,
             NULL, &err) != SF_OK ||

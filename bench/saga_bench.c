@@ -59,7 +59,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "processor/proc_engine.h"
 #include "steps/step.h"
 #include "tests/support/harness.h"
@@ -71,15 +71,15 @@ struct opts {
     double latency_s;
     const char *sagafeed;
     const char *cosmolite;
-    int latency_ms;             /* cosmolite --latency (0: none) */
-    unsigned throughput;        /* cosmolite --default-throughput (0: unlimited) */
-    unsigned workers;           /* a fixed processor.workers (0: the defaults) */
-    unsigned cap;               /* processor.max_ru_per_second (0: none) */
-    unsigned customers;         /* customers of the shop (0: even, see pick_customers) */
-    enum proc_demo_shape shape; /* orders per key (--shape) */
-    double warm_up_s;           /* RU figures count from this long after sagafeed starts */
-    bool no_ceiling;            /* sagafeed only (comparisons between sagafeed settings) */
-    bool backlog;               /* write every order before sagafeed starts */
+    int latency_ms;        /* cosmolite --latency (0: none) */
+    unsigned throughput;   /* cosmolite --default-throughput (0: unlimited) */
+    unsigned workers;      /* a fixed processor.workers (0: the defaults) */
+    unsigned cap;          /* processor.max_ru_per_second (0: none) */
+    unsigned customers;    /* customers of the shop (0: even, see pick_customers) */
+    enum demo_shape shape; /* orders per key (--shape) */
+    double warm_up_s;      /* RU figures count from this long after sagafeed starts */
+    bool no_ceiling;       /* sagafeed only (comparisons between sagafeed settings) */
+    bool backlog;          /* write every order before sagafeed starts */
     bool check;
     bool keep_logs;
 };
@@ -126,7 +126,7 @@ static void die(const char *what, const struct sf_err *err)
 /*
  * The shop's containers in db; with --throughput the orders container is
  * created first with that many RU/s (x-ms-offer-throughput), the others
- * unlimited (proc_demo_create leaves an existing container as it is).
+ * unlimited (demo_create leaves an existing container as it is).
  */
 static enum sf_rc shop_create(struct cosmos_client *cli, const char *db, struct sf_err *err)
 {
@@ -141,7 +141,7 @@ static enum sf_rc shop_create(struct cosmos_client *cli, const char *db, struct 
         if (rc == SF_OK)
             rc = cosmos_container_create_if_missing(cli, db, &def, NULL, NULL, err);
     }
-    return rc == SF_OK ? proc_demo_create(cli, db, 4, err) : rc;
+    return rc == SF_OK ? demo_create(cli, db, 4, err) : rc;
 }
 
 /*
@@ -149,7 +149,7 @@ static enum sf_rc shop_create(struct cosmos_client *cli, const char *db, struct 
  * ranges (by their customerId's EPK): counts[i] for range i, at most max
  * ranges. Returns the number of ranges.
  */
-static size_t range_counts(const struct cosmos_pkranges *pr, const struct proc_demo_opts *dopt,
+static size_t range_counts(const struct cosmos_pkranges *pr, const struct demo_opts *dopt,
                            unsigned n, unsigned *counts, size_t max)
 {
     struct sf_buf body, pk;
@@ -164,8 +164,7 @@ static size_t range_counts(const struct cosmos_pkranges *pr, const struct proc_d
 
         sf_buf_reset(&body);
         sf_buf_reset(&pk);
-        if (proc_demo_order(dopt, i, &body, id, cust) != SF_OK ||
-            cosmos_pk_string(cust, &pk) != SF_OK ||
+        if (demo_order(dopt, i, &body, id, cust) != SF_OK || cosmos_pk_string(cust, &pk) != SF_OK ||
             cosmos_pk_epk(sf_buf_cstr(&pk), epk, NULL) != SF_OK)
             die("hashing an order's customer", NULL);
         r = cosmos_pkranges_find(pr, epk);
@@ -180,7 +179,7 @@ static size_t range_counts(const struct cosmos_pkranges *pr, const struct proc_d
 #define SPREAD_MAX_RANGES 64
 
 /* The share of the n orders on their busiest range. */
-static double busiest_share(const struct cosmos_pkranges *pr, const struct proc_demo_opts *dopt,
+static double busiest_share(const struct cosmos_pkranges *pr, const struct demo_opts *dopt,
                             unsigned n)
 {
     unsigned counts[SPREAD_MAX_RANGES], top = 0;
@@ -202,7 +201,7 @@ static double busiest_share(const struct cosmos_pkranges *pr, const struct proc_
 static unsigned pick_customers(struct cosmos_client *cli, const char *db)
 {
     struct cosmos_pkranges *pr = NULL;
-    struct proc_demo_opts dopt = {.orders = g_o.orders, .products = 24};
+    struct demo_opts dopt = {.orders = g_o.orders, .products = 24};
     unsigned best = 200;
     double best_share = 2;
     struct sf_err err;
@@ -225,8 +224,7 @@ static unsigned pick_customers(struct cosmos_client *cli, const char *db)
 }
 
 /* Prints each range's share of the orders of db's orders container; returns the busiest's. */
-static double print_spread(struct cosmos_client *cli, const char *db,
-                           const struct proc_demo_opts *dopt)
+static double print_spread(struct cosmos_client *cli, const char *db, const struct demo_opts *dopt)
 {
     struct cosmos_pkranges *pr = NULL;
     unsigned counts[SPREAD_MAX_RANGES], top = 0;
@@ -248,9 +246,9 @@ static double print_spread(struct cosmos_client *cli, const char *db,
 }
 
 /* Prints how many keys (customers) the n orders of dopt fall on and the busiest key's share. */
-static void print_keys(const struct proc_demo_opts *dopt)
+static void print_keys(const struct demo_opts *dopt)
 {
-    unsigned nc = proc_demo_customers(dopt), *per = calloc(nc, sizeof(*per)), keys = 0, top = 0;
+    unsigned nc = demo_customers(dopt), *per = calloc(nc, sizeof(*per)), keys = 0, top = 0;
     struct sf_buf body;
 
     if (per == NULL)
@@ -261,7 +259,7 @@ static void print_keys(const struct proc_demo_opts *dopt)
         int64_t k;
 
         sf_buf_reset(&body);
-        if (proc_demo_order(dopt, i, &body, id, cust) != SF_OK ||
+        if (demo_order(dopt, i, &body, id, cust) != SF_OK ||
             sf_parse_i64(cust + 2, 0, (int64_t)nc - 1, &k) != SF_OK)
             die("an order's customer", NULL);
         keys += per[k]++ == 0;
@@ -269,7 +267,7 @@ static void print_keys(const struct proc_demo_opts *dopt)
     }
     (void)printf("  keys: shape %s, %u orders on %u customers (partition keys), the busiest "
                  "with %u (%.1f%%)\n",
-                 proc_demo_shape_name(dopt->shape), dopt->orders, keys, top,
+                 demo_shape_name(dopt->shape), dopt->orders, keys, top,
                  dopt->orders > 0 ? top * 100.0 / dopt->orders : 0.0);
     sf_buf_release(&body);
     free(per);
@@ -277,7 +275,7 @@ static void print_keys(const struct proc_demo_opts *dopt)
 
 struct seeder {
     struct cosmos_client *cli;
-    const struct proc_demo_opts *dopt;
+    const struct demo_opts *dopt;
     unsigned from, step;
     enum sf_rc rc;
     struct sf_err err;
@@ -287,12 +285,12 @@ static void *seeder_main(void *arg)
 {
     struct seeder *s = arg;
 
-    s->rc = proc_demo_seed_customers(s->cli, g_db, s->dopt, s->from, s->step, &s->err);
+    s->rc = demo_seed_customers(s->cli, g_db, s->dopt, s->from, s->step, &s->err);
     return NULL;
 }
 
 /* Products, then the customers by the writer threads (distinct keys: one per order). */
-static void seed_catalog(struct cosmos_client *cli, const struct proc_demo_opts *dopt)
+static void seed_catalog(struct cosmos_client *cli, const struct demo_opts *dopt)
 {
     struct seeder *s = calloc(g_o.writers, sizeof(*s));
     pthread_t *th = calloc(g_o.writers, sizeof(*th));
@@ -300,7 +298,7 @@ static void seed_catalog(struct cosmos_client *cli, const struct proc_demo_opts 
 
     if (s == NULL || th == NULL)
         die("out of memory", NULL);
-    if (proc_demo_seed_products(cli, g_db, dopt, &err) != SF_OK)
+    if (demo_seed_products(cli, g_db, dopt, &err) != SF_OK)
         die("seeding products", &err);
     for (unsigned i = 0; i < g_o.writers; i++) {
         s[i] = (struct seeder){.cli = cli, .dopt = dopt, .from = i, .step = g_o.writers};
@@ -364,7 +362,7 @@ struct plan {
 struct ceil_worker {
     struct cosmos_client *cli;
     const char *db;
-    const struct proc_demo_opts *dopt;
+    const struct demo_opts *dopt;
     const struct plan *plans;
     unsigned first, step, n;
     atomic_bool *failed;
@@ -553,7 +551,7 @@ static void ceil_order_run(struct ceil_worker *w, unsigned i)
 
     sf_buf_init(&body, 1u << 20);
     sf_buf_init(&o.pkj, 4096);
-    (void)proc_demo_order(w->dopt, i, &body, id, cust);
+    (void)demo_order(w->dopt, i, &body, id, cust);
     o.doc = sf_json_parse(body.data, body.len, NULL);
     (void)json_object_set_new(o.doc, "placedAt", json_integer(sf_wall_ms()));
     sf_buf_reset(&body);
@@ -619,10 +617,10 @@ static struct plan *read_plans(struct cosmos_client *cli, const char *db, unsign
 
     if (plans == NULL || seen == NULL)
         die("out of memory", NULL);
-    if (proc_demo_query(cli, db, "orders",
-                        "SELECT c.id, c.status, c.reason, c." PROC_FAILED_STEP_FIELD
-                        ", c.lines FROM c WHERE c.type = 'order'",
-                        &docs, &err) != SF_OK)
+    if (demo_query(cli, db, "orders",
+                   "SELECT c.id, c.status, c.reason, c." PROC_FAILED_STEP_FIELD
+                   ", c.lines FROM c WHERE c.type = 'order'",
+                   &docs, &err) != SF_OK)
         die("reading the saga outcomes", &err);
     json_array_foreach(docs, k, d)
     {
@@ -677,7 +675,7 @@ static double run_ceiling(struct harness_cosmolite *h, const char *db, const str
                           struct run_cpu *cpu)
 {
     struct cosmos_client *cli = client(h, g_o.writers + 2);
-    struct proc_demo_opts dopt = {
+    struct demo_opts dopt = {
         .orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
     struct ceil_worker *w = calloc(g_o.writers, sizeof(*w));
     pthread_t *th = calloc(g_o.writers, sizeof(*th));
@@ -688,8 +686,7 @@ static double run_ceiling(struct harness_cosmolite *h, const char *db, const str
 
     if (w == NULL || th == NULL)
         die("out of memory", NULL);
-    if (shop_create(cli, db, &err) != SF_OK ||
-        proc_demo_seed_catalog(cli, db, &dopt, &err) != SF_OK)
+    if (shop_create(cli, db, &err) != SF_OK || demo_seed_catalog(cli, db, &dopt, &err) != SF_OK)
         die("ceiling setup", &err);
     self0 = cpu_seconds(getpid());
     server0 = cpu_seconds(harness_cosmolite_pid(h));
@@ -748,7 +745,7 @@ static char *example_workflows(void)
 
 struct writer {
     struct cosmos_client *cli;
-    const struct proc_demo_opts *dopt;
+    const struct demo_opts *dopt;
     unsigned first, step, from, to;
     double rate; /* orders/s for this writer; 0 = as fast as possible */
     uint64_t start_ns;
@@ -773,7 +770,7 @@ static void *writer_main(void *arg)
         }
         sf_buf_init(&body, 1u << 20);
         sf_buf_init(&pk, 256);
-        (void)proc_demo_order(w->dopt, i, &body, id, cust);
+        (void)demo_order(w->dopt, i, &body, id, cust);
         doc = sf_json_parse(body.data, body.len, NULL);
         (void)json_object_set_new(doc, "placedAt", json_integer(sf_wall_ms()));
         sf_buf_reset(&body);
@@ -789,8 +786,8 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-static void write_orders(struct cosmos_client *cli, const struct proc_demo_opts *dopt,
-                         unsigned from, unsigned to, double total_rate)
+static void write_orders(struct cosmos_client *cli, const struct demo_opts *dopt, unsigned from,
+                         unsigned to, double total_rate)
 {
     struct writer *w = calloc(g_o.writers, sizeof(*w));
     pthread_t *th = calloc(g_o.writers, sizeof(*th));
@@ -814,7 +811,7 @@ static size_t settled(struct cosmos_client *cli, size_t written)
     size_t open_n = 0;
     struct sf_err err;
 
-    if (proc_demo_unsettled(cli, g_db, &open_n, &err) != SF_OK)
+    if (demo_unsettled(cli, g_db, &open_n, &err) != SF_OK)
         return 0;
     return open_n <= written ? written - open_n : 0;
 }
@@ -1083,7 +1080,7 @@ static void saga_stop(struct saga_proc *sp, bool keep)
 static double run_saga(struct harness_cosmolite *h, struct cosmos_client *cli, struct saga_proc *sp,
                        struct run_cpu *cpu, int64_t *rss_peak_kb)
 {
-    struct proc_demo_opts dopt = {
+    struct demo_opts dopt = {
         .orders = g_o.orders, .products = 24, .customers = g_o.customers, .shape = g_o.shape};
     struct ru_window win = {0};
     struct sf_err err;
@@ -1209,7 +1206,7 @@ int main(int argc, char **argv)
     struct harness_cosmolite_opts ho = {.partitions = 4};
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.products = 24};
+    struct demo_opts dopt = {.products = 24};
     struct sf_err err;
     struct saga_proc sp;
     double *ceil_rates, *saga_rates, *ratios, ceiling, saga_rate, ratio;
@@ -1275,7 +1272,7 @@ int main(int argc, char **argv)
                 die("--customers wants 1..99999 or 'even'", NULL);
             break;
         case 'S':
-            if (!proc_demo_shape_parse(optarg, &g_o.shape))
+            if (!demo_shape_parse(optarg, &g_o.shape))
                 die("--shape wants even (the demo's customers), skewed or distinct", NULL);
             break;
         case 'U':
@@ -1352,7 +1349,7 @@ int main(int argc, char **argv)
                  g_o.orders, g_o.writers, g_o.rounds, harness_cosmolite_endpoint(h), g_o.latency_ms,
                  g_o.throughput > 0 ? "" : "unlimited ", g_o.throughput,
                  g_o.workers > 0 ? "fixed " : "default cap ", g_o.workers > 0 ? g_o.workers : 128,
-                 proc_demo_shape_name(g_o.shape));
+                 demo_shape_name(g_o.shape));
     ceil_rates = calloc(g_o.rounds, sizeof(double));
     saga_rates = calloc(g_o.rounds, sizeof(double));
     ratios = calloc(g_o.rounds, sizeof(double));
@@ -1433,7 +1430,7 @@ int main(int argc, char **argv)
                  rss_peak_kb / 1024.0, g_ru_per_s);
     (void)printf("bench-line: latency=%d throughput=%u workers=%u shape=%s orders=%u "
                  "orders_per_s=%.0f ru_per_s=%.0f cpu_ms_per_order=%.3f rss_mb=%.1f\n",
-                 g_o.latency_ms, g_o.throughput, g_o.workers, proc_demo_shape_name(g_o.shape),
+                 g_o.latency_ms, g_o.throughput, g_o.workers, demo_shape_name(g_o.shape),
                  g_o.orders, saga_rate, g_ru_per_s, saga_cpu.sagafeed * 1000 / g_o.orders,
                  rss_peak_kb / 1024.0);
     /* the last run's RU figures after its warm-up ("?" when it was shorter) */

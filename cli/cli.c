@@ -1,22 +1,22 @@
 /*
- * proc_cli.c - the operator commands (proc_cli.h).
+ * cli.c - the operator commands (cli.h).
  */
 #include "common/sf_base.h"
 
 #include <unistd.h>
 
+#include "cli/cli.h"
+#include "cli/cli_opt.h"
 #include "common/sf_json.h"
+#include "common/sf_log.h"
 #include "common/sf_time.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_cli.h"
-#include "common/sf_log.h"
 #include "processor/proc_admin.h"
 #include "processor/proc_control.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_embed.h"
 #include "processor/proc_init.h"
-#include "processor/proc_opt.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
@@ -165,7 +165,7 @@ static const char USAGE_PARKED[] =
  * Shared helpers
  */
 
-int proc_cli_load(const char *cmd, const char *path, struct cfg **ret)
+int cli_load(const char *cmd, const char *path, struct cfg **ret)
 {
     struct cfg_diags *d = calloc(1, sizeof(*d));
     struct sf_err err;
@@ -185,7 +185,7 @@ int proc_cli_load(const char *cmd, const char *path, struct cfg **ret)
     return status;
 }
 
-int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
+int cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret)
 {
     struct cosmos_options co;
     struct sf_err err;
@@ -206,16 +206,16 @@ int proc_cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client
     return 0;
 }
 
-int proc_cli_setup(const struct proc_cmd *cmd, const char *path, struct cfg **ret_cfg,
-                   struct cosmos_client **ret_cli)
+int cli_setup(const struct cli_cmd *cmd, const char *path, struct cfg **ret_cfg,
+              struct cosmos_client **ret_cli)
 {
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     int status = 0;
 
-    if (cmd->needs_config && (status = proc_cli_load(cmd->name, path, &cfg)) != 0)
+    if (cmd->needs_config && (status = cli_load(cmd->name, path, &cfg)) != 0)
         return status;
-    if (cmd->needs_client && (status = proc_cli_client(cmd->name, cfg, &cli)) != 0) {
+    if (cmd->needs_client && (status = cli_client(cmd->name, cfg, &cli)) != 0) {
         cfg_free(cfg);
         return status;
     }
@@ -250,12 +250,12 @@ static void whoami(char *out, size_t size)
  * init
  */
 
-int proc_cli_init(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_init(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL;
     bool dry_run = false;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_FLAG("dry-run", 0, &dry_run), PROC_OPT_END};
+    const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
+                                   CLI_OPT_FLAG("dry-run", 0, &dry_run), CLI_OPT_END};
     struct cosmos_client *cli = NULL;
     struct proc_embed *embed = NULL;
     struct cfg *cfg = NULL;
@@ -264,10 +264,10 @@ int proc_cli_init(const struct proc_cmd *self, int argc, char **argv, atomic_int
     int status;
 
     SF_UNUSED(stop);
-    status = proc_opt_parse(self->name, USAGE_INIT, opts, 1, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_INIT, opts, 1, 0, argc, argv, NULL);
+    if (status != CLI_OPT_GO)
         return status;
-    if ((status = proc_cli_load(self->name, path, &cfg)) != 0)
+    if ((status = cli_load(self->name, path, &cfg)) != 0)
         return status;
     sf_err_clear(&err);
     if (cfg->cosmos.endpoint == NULL) {
@@ -291,7 +291,7 @@ int proc_cli_init(const struct proc_cmd *self, int argc, char **argv, atomic_int
             goto out;
         }
         (void)printf("embedded cosmolite, data in %s\n", cfg->embedded.data_dir);
-    } else if ((status = proc_cli_client(self->name, cfg, &cli)) != 0) {
+    } else if ((status = cli_client(self->name, cfg, &cli)) != 0) {
         goto out;
     } else {
         (void)printf("account %s\n", cfg->cosmos.endpoint);
@@ -317,7 +317,7 @@ out:
  * status, lag
  */
 
-int proc_cli_status(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_status(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const bool lag_only = strcmp(self->name, "lag") == 0;
     const char *usage = lag_only ? USAGE_LAG : USAGE_STATUS, *cmd = argv[0], *path = NULL;
@@ -326,15 +326,15 @@ int proc_cli_status(const struct proc_cmd *self, int argc, char **argv, atomic_i
     struct cfg *cfg = NULL;
     struct sf_err err;
     bool json = false;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
+    const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
+                                   CLI_OPT_FLAG("json", 0, &json), CLI_OPT_END};
     int status;
 
     SF_UNUSED(stop);
-    status = proc_opt_parse(self->name, usage, opts, 1, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, usage, opts, 1, 0, argc, argv, NULL);
+    if (status != CLI_OPT_GO)
         return status;
-    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
+    if ((status = cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_status_collect(cli, cfg, true, &v, &err) != SF_OK) {
@@ -366,15 +366,15 @@ out:
  * pause, resume
  */
 
-int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_pause(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const bool paused = strcmp(self->name, "pause") == 0;
     const char *cmd = argv[0], *path = NULL, *reason = NULL, *by = NULL;
     bool force = false, json = false;
-    const struct proc_opt opts[] = {
-        PROC_OPT_REQUIRED("config", 'c', &path), PROC_OPT_STRING("reason", 0, &reason),
-        PROC_OPT_STRING("by", 0, &by),           PROC_OPT_FLAG("force", 0, &force),
-        PROC_OPT_FLAG("json", 0, &json),         PROC_OPT_END};
+    const struct cli_opt opts[] = {
+        CLI_OPT_REQUIRED("config", 'c', &path), CLI_OPT_STRING("reason", 0, &reason),
+        CLI_OPT_STRING("by", 0, &by),           CLI_OPT_FLAG("force", 0, &force),
+        CLI_OPT_FLAG("json", 0, &json),         CLI_OPT_END};
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct proc_control ctl, old;
@@ -383,18 +383,18 @@ int proc_cli_pause(const struct proc_cmd *self, int argc, char **argv, atomic_in
     int status;
 
     SF_UNUSED(stop);
-    status = proc_opt_parse(self->name, USAGE_PAUSE, opts, 1, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_PAUSE, opts, 1, 0, argc, argv, NULL);
+    if (status != CLI_OPT_GO)
         return status;
     if (!paused && (reason != NULL || force)) /* resume takes no reason, needs no force */
-        return proc_opt_usage(USAGE_PAUSE, 2);
+        return cli_opt_usage(USAGE_PAUSE, 2);
     if (reason != NULL && strlen(reason) > 200) {
         (void)fprintf(stderr, "sagafeed %s: --reason is limited to 200 bytes\n", cmd);
         return 2;
     }
     whoami(me, sizeof(me));
     memset(&old, 0, sizeof(old));
-    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
+    if ((status = cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (paused && proc_control_read(cli, cfg, &old, &err) != SF_OK) {
@@ -551,22 +551,22 @@ static void print_replay_json(const struct proc_replay_opts *o, const struct pro
     json_decref(v);
 }
 
-int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_replay(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL, *from = NULL, *to = NULL, *key = NULL, *level = "warn";
     struct proc_replay_opts ro = {0};
     bool json = false;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_REQUIRED("from", 0, &from),
-                                    PROC_OPT_REQUIRED("to", 0, &to),
-                                    PROC_OPT_STRING("range", 0, &ro.range),
-                                    PROC_OPT_STRING("partition-key", 0, &key),
-                                    PROC_OPT_STRING("workflow", 0, &ro.workflow),
-                                    PROC_OPT_FLAG("dry-run", 0, &ro.dry_run),
-                                    PROC_OPT_STRING("instance", 0, &ro.instance),
-                                    PROC_OPT_LEVEL("log-level", &level),
-                                    PROC_OPT_FLAG("json", 0, &json),
-                                    PROC_OPT_END};
+    const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
+                                   CLI_OPT_REQUIRED("from", 0, &from),
+                                   CLI_OPT_REQUIRED("to", 0, &to),
+                                   CLI_OPT_STRING("range", 0, &ro.range),
+                                   CLI_OPT_STRING("partition-key", 0, &key),
+                                   CLI_OPT_STRING("workflow", 0, &ro.workflow),
+                                   CLI_OPT_FLAG("dry-run", 0, &ro.dry_run),
+                                   CLI_OPT_STRING("instance", 0, &ro.instance),
+                                   CLI_OPT_LEVEL("log-level", &level),
+                                   CLI_OPT_FLAG("json", 0, &json),
+                                   CLI_OPT_END};
     struct proc_replay_summary sum;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
@@ -575,8 +575,8 @@ int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_i
     char *pk = NULL;
     int status;
 
-    status = proc_opt_parse(self->name, USAGE_REPLAY, opts, 1, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_REPLAY, opts, 1, 0, argc, argv, NULL);
+    if (status != CLI_OPT_GO)
         return status;
     sf_err_clear(&err);
     if (proc_bound_parse(from, false, &ro.from, &err) != SF_OK ||
@@ -584,12 +584,12 @@ int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_i
         (void)fprintf(stderr, "sagafeed replay: %s\n", err.msg);
         return 2;
     }
-    (void)sf_log_level_parse(level, &lvl); /* checked by proc_opt_parse */
+    (void)sf_log_level_parse(level, &lvl); /* checked by cli_opt_parse */
     if (key != NULL && (status = pk_arg(key, &pk)) != 0)
         return status;
     sf_log_set_level(lvl);
     sf_log_set_json(false);
-    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
+    if ((status = cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     ro.cfg = cfg;
     ro.cli = cli;
@@ -622,7 +622,7 @@ out:
  * saga show
  */
 
-int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_saga(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"show", NULL};
     const char *path = NULL, *workflow = NULL, *id;
@@ -631,19 +631,19 @@ int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, atomic_int
     struct sf_err err;
     json_t *v = NULL;
     bool json = false, found = false;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("workflow", 0, &workflow),
-                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
+    const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
+                                   CLI_OPT_STRING("workflow", 0, &workflow),
+                                   CLI_OPT_FLAG("json", 0, &json), CLI_OPT_END};
     int next, status;
 
     SF_UNUSED(stop);
-    if ((status = proc_opt_verb(USAGE_SAGA, argc, argv, verbs)) != PROC_OPT_GO)
+    if ((status = cli_opt_verb(USAGE_SAGA, argc, argv, verbs)) != CLI_OPT_GO)
         return status;
-    status = proc_opt_parse(self->name, USAGE_SAGA, opts, 2, 1, argc, argv, &next);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_SAGA, opts, 2, 1, argc, argv, &next);
+    if (status != CLI_OPT_GO)
         return status;
     id = argv[next];
-    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
+    if ((status = cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
     if (proc_saga_show(cli, cfg, id, workflow, &v, &found, &err) != SF_OK) {
@@ -726,28 +726,28 @@ static void parked_table(const json_t *docs, FILE *out)
     }
 }
 
-int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_parked(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"list", "replay", NULL};
     const char *path = NULL, *key = NULL, *verb;
     bool json = false;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("key", 0, &key),
-                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
+    const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
+                                   CLI_OPT_STRING("key", 0, &key), CLI_OPT_FLAG("json", 0, &json),
+                                   CLI_OPT_END};
     struct cfg *cfg = NULL;
     struct cosmos_client *cli = NULL;
     struct sf_err err;
     int status;
 
     SF_UNUSED(stop);
-    if ((status = proc_opt_verb(USAGE_PARKED, argc, argv, verbs)) != PROC_OPT_GO)
+    if ((status = cli_opt_verb(USAGE_PARKED, argc, argv, verbs)) != CLI_OPT_GO)
         return status;
     verb = argv[1];
-    status = proc_opt_parse(self->name, USAGE_PARKED, opts, 2, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_PARKED, opts, 2, 0, argc, argv, NULL);
+    if (status != CLI_OPT_GO)
         return status;
-    /* Not proc_cli_setup: a missing endpoint has parked's own message (and exit status 1). */
-    status = proc_cli_load(self->name, path, &cfg);
+    /* Not cli_setup: a missing endpoint has parked's own message (and exit status 1). */
+    status = cli_load(self->name, path, &cfg);
     if (status != 0)
         return status;
     sf_err_clear(&err);
@@ -756,7 +756,7 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
         (void)fprintf(stderr, "sagafeed parked: %s has no cosmos.endpoint\n", path);
         goto out;
     }
-    if (proc_cli_client(self->name, cfg, &cli) != 0)
+    if (cli_client(self->name, cfg, &cli) != 0)
         goto out;
     if (strcmp(verb, "list") == 0) {
         json_t *docs = NULL;
@@ -857,26 +857,26 @@ static int leases_import(struct cosmos_client *cli, const struct cfg *cfg, const
     return status;
 }
 
-int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_leases(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"export", "import", "reset", NULL};
     const char *path = NULL, *out_path = NULL, *to = NULL, *verb;
     struct proc_reset_opts ro = {0};
-    const struct proc_opt opts[] = {
-        PROC_OPT_REQUIRED("config", 'c', &path), PROC_OPT_STRING("output", 'o', &out_path),
-        PROC_OPT_STRING("to-time", 0, &to),      PROC_OPT_STRING("container", 0, &ro.container),
-        PROC_OPT_STRING("range", 0, &ro.range),  PROC_OPT_END};
+    const struct cli_opt opts[] = {
+        CLI_OPT_REQUIRED("config", 'c', &path), CLI_OPT_STRING("output", 'o', &out_path),
+        CLI_OPT_STRING("to-time", 0, &to),      CLI_OPT_STRING("container", 0, &ro.container),
+        CLI_OPT_STRING("range", 0, &ro.range),  CLI_OPT_END};
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct sf_err err;
     int next, status, nargs;
 
     SF_UNUSED(stop);
-    if ((status = proc_opt_verb(USAGE_LEASES, argc, argv, verbs)) != PROC_OPT_GO)
+    if ((status = cli_opt_verb(USAGE_LEASES, argc, argv, verbs)) != CLI_OPT_GO)
         return status;
     verb = argv[1];
-    status = proc_opt_parse(self->name, USAGE_LEASES, opts, 2, -1, argc, argv, &next);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_LEASES, opts, 2, -1, argc, argv, &next);
+    if (status != CLI_OPT_GO)
         return status;
     nargs = argc - next;
     /* Each verb takes its own options only: import one operand (IN), the others none. */
@@ -884,7 +884,7 @@ int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, atomic_i
         (strcmp(verb, "import") == 0 && (nargs != 1 || to != NULL || out_path != NULL)) ||
         (strcmp(verb, "reset") == 0 && (nargs != 0 || to == NULL || out_path != NULL)) ||
         (strcmp(verb, "reset") != 0 && (ro.container != NULL || ro.range != NULL))) {
-        return proc_opt_usage(USAGE_LEASES, 2);
+        return cli_opt_usage(USAGE_LEASES, 2);
     }
     if (to != NULL) {
         if (strcmp(to, "now") == 0) {
@@ -901,7 +901,7 @@ int proc_cli_leases(const struct proc_cmd *self, int argc, char **argv, atomic_i
             return 2;
         }
     }
-    if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
+    if ((status = cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     if (strcmp(verb, "export") == 0) {
         status = leases_export(cli, cfg, out_path);

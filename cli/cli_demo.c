@@ -1,5 +1,5 @@
 /*
- * proc_demo_cmd.c - `sagafeed demo`: the order fulfilment demo on a private
+ * cli/cli_demo.c - `sagafeed demo`: the order fulfilment demo on a private
  * cosmolite, with the example configuration embedded at build time. Outside
  * the product library (sf_processor): the sagafeed binary links it.
  */
@@ -7,18 +7,19 @@
 
 #include <ftw.h>
 
+#include "cli/cli.h"
+#include "cli/cli_opt.h"
 #include "common/sf_log.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "config/cfg.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "processor/proc_embed.h"
-#include "processor/proc_opt.h"
 #include "processor/proc_service.h"
 #include "processor/proc_setup.h"
 
 /* The embedded copy of config/examples/order-fulfilment.cfg (generated at build time). */
-extern const char proc_demo_config[];
+extern const char demo_config_text[];
 
 static const char USAGE_DEMO[] =
     "Usage: sagafeed demo [--orders N] [--data DIR] [--keep] [--timeout D] [--seed N]\n"
@@ -45,10 +46,10 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
-int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+int cli_demo(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
-    struct proc_demo_opts dopt = {.orders = 200};
-    struct proc_demo_report *rep = NULL;
+    struct demo_opts dopt = {.orders = 200};
+    struct demo_report *rep = NULL;
     struct cfg_diags *diags = NULL;
     struct cfg *cfg = NULL;
     struct proc_embed *emb = NULL;
@@ -60,17 +61,17 @@ int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, atomic_in
     const char *data = NULL;
     bool keep = false, temp = false;
     int64_t timeout_ms = 120000, orders = 200, seed = 0, t0, deadline;
-    const struct proc_opt opts[] = {PROC_OPT_INT("orders", &orders, 1, 1000000),
-                                    PROC_OPT_STRING("data", 0, &data),
-                                    PROC_OPT_FLAG("keep", 0, &keep),
-                                    PROC_OPT_DURATION("timeout", &timeout_ms),
-                                    PROC_OPT_INT("seed", &seed, 1, INT64_MAX),
-                                    PROC_OPT_END};
+    const struct cli_opt opts[] = {CLI_OPT_INT("orders", &orders, 1, 1000000),
+                                   CLI_OPT_STRING("data", 0, &data),
+                                   CLI_OPT_FLAG("keep", 0, &keep),
+                                   CLI_OPT_DURATION("timeout", &timeout_ms),
+                                   CLI_OPT_INT("seed", &seed, 1, INT64_MAX),
+                                   CLI_OPT_END};
     int status;
     size_t total = 0, settled = 0;
 
-    status = proc_opt_parse(self->name, USAGE_DEMO, opts, 1, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_DEMO, opts, 1, 0, argc, argv, NULL);
+    if (status != CLI_OPT_GO)
         return status;
     status = 1;
     dopt.orders = (unsigned)orders;
@@ -80,7 +81,7 @@ int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, atomic_in
     rep = calloc(1, sizeof(*rep));
     if (diags == NULL || rep == NULL)
         goto out;
-    if (cfg_load_string(proc_demo_config, "config/examples/order-fulfilment.cfg", &cfg, diags,
+    if (cfg_load_string(demo_config_text, "config/examples/order-fulfilment.cfg", &cfg, diags,
                         &err) != SF_OK) {
         (void)fprintf(stderr, "built-in demo configuration: %s\n", err.msg);
         goto out;
@@ -113,9 +114,9 @@ int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, atomic_in
             goto fail;
     }
     t0 = sf_mono_ms();
-    if (proc_demo_create(cli, cfg->cosmos.database, cfg->embedded.partitions, &err) != SF_OK ||
-        proc_demo_seed_catalog(cli, cfg->cosmos.database, &dopt, &err) != SF_OK ||
-        proc_demo_seed_orders(cli, cfg->cosmos.database, &dopt, 0, dopt.orders, &err) != SF_OK)
+    if (demo_create(cli, cfg->cosmos.database, cfg->embedded.partitions, &err) != SF_OK ||
+        demo_seed_catalog(cli, cfg->cosmos.database, &dopt, &err) != SF_OK ||
+        demo_seed_orders(cli, cfg->cosmos.database, &dopt, 0, dopt.orders, &err) != SF_OK)
         goto fail;
     (void)printf("seeded %u orders, %u products, %u customers in %lldms; running sagafeed...\n",
                  dopt.orders, 24u, 60u, (long long)(sf_mono_ms() - t0));
@@ -132,7 +133,7 @@ int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, atomic_in
     while (!*stop && sf_mono_ms() < deadline) {
         proc_service_tick(svc);
         sf_sleep_ms(250);
-        if (proc_demo_count(cli, cfg->cosmos.database, &total, &settled, &err) != SF_OK)
+        if (demo_count(cli, cfg->cosmos.database, &total, &settled, &err) != SF_OK)
             continue;
         if (settled >= dopt.orders)
             break;
@@ -141,9 +142,9 @@ int proc_demo_main(const struct proc_cmd *self, int argc, char **argv, atomic_in
                  (long long)(sf_mono_ms() - t0));
     proc_service_stop(svc, 5000);
     svc = NULL;
-    if (proc_demo_verify(cli, cfg->cosmos.database, rep, &err) != SF_OK)
+    if (demo_verify(cli, cfg->cosmos.database, rep, &err) != SF_OK)
         goto fail;
-    proc_demo_print(rep, stdout);
+    demo_print(rep, stdout);
     status = rep->conserved && rep->exactly_once && rep->unsettled == 0 ? 0 : 1;
     goto out;
 fail:

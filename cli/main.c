@@ -1,7 +1,7 @@
 /*
  * main.c - the sagafeed command line: the one command table (dispatch and
- * --help come from it) and the commands run and check-config; demo is
- * demo/'s, the operator commands proc_cli.c's.
+ * --help come from it) and the commands run and check-config; the others
+ * are cli.h's (the operator commands, demo, console).
  *
  * The globals of the program live here and only here: the log sink (in
  * common/sf_log), the parsed command line, and the stop flag set by the
@@ -14,16 +14,15 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
+#include "cli/cli_opt.h"
 #include "common/sf_log.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "config/cfg.h"
-#include "processor/proc_cli.h"
 #include "console/console.h"
-#include "demo/proc_demo.h"
 #include "processor/proc_embed.h"
 #include "processor/proc_ops.h"
-#include "processor/proc_opt.h"
 #include "processor/proc_service.h"
 
 #define SAGAFEED_VERSION SF_VERSION /* project(VERSION) in CMakeLists.txt */
@@ -195,7 +194,7 @@ static enum sf_rc ops_metrics(void *ctx, struct sf_buf *out)
     return proc_ops_metrics(ctx, out);
 }
 
-static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+static int cmd_run(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL, *instance = NULL, *level = NULL, *http = NULL;
     struct proc_ops *ops = NULL;
@@ -203,13 +202,13 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
     struct cosmos_client *con_cli = NULL; /* its client (NULL: the service's, embedded) */
     bool text = false;
     int64_t drain_ms = 10000, last_stats;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("instance", 0, &instance),
-                                    PROC_OPT_LEVEL("log-level", &level),
-                                    PROC_OPT_FLAG("log-text", 0, &text),
-                                    PROC_OPT_DURATION("drain-timeout", &drain_ms),
-                                    PROC_OPT_STRING("http", 0, &http),
-                                    PROC_OPT_END};
+    const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
+                                   CLI_OPT_STRING("instance", 0, &instance),
+                                   CLI_OPT_LEVEL("log-level", &level),
+                                   CLI_OPT_FLAG("log-text", 0, &text),
+                                   CLI_OPT_DURATION("drain-timeout", &drain_ms),
+                                   CLI_OPT_STRING("http", 0, &http),
+                                   CLI_OPT_END};
     struct cfg *cfg = NULL;
     struct proc_service *svc = NULL;
     struct proc_service_opts so = {0};
@@ -217,10 +216,10 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
     int status;
 
     SF_UNUSED(stop);
-    status = proc_opt_parse(self->name, USAGE_RUN, opts, 1, 0, argc, argv, NULL);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_RUN, opts, 1, 0, argc, argv, NULL);
+    if (status != CLI_OPT_GO)
         return status;
-    status = proc_cli_setup(self, path, &cfg, &(struct cosmos_client *){NULL});
+    status = cli_setup(self, path, &cfg, &(struct cosmos_client *){NULL});
     if (status != 0)
         return status;
     setup_logging(cfg, level, text);
@@ -232,7 +231,7 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
         http = cfg->processor.http_listen;
     /* The saga console (console/console.h) beside /metrics, with its own client. */
     if (http != NULL &&
-        ((cfg->cosmos.endpoint != NULL && proc_cli_client(self->name, cfg, &con_cli) != 0) ||
+        ((cfg->cosmos.endpoint != NULL && cli_client(self->name, cfg, &con_cli) != 0) ||
          console_new(&(struct console_opts){.cfg = cfg, .cli = con_cli, .mode = "run"}, &con,
                      &err) != SF_OK)) {
         if (err.msg[0] != '\0')
@@ -311,9 +310,9 @@ static int cmd_run(const struct proc_cmd *self, int argc, char **argv, atomic_in
  * check-config
  */
 
-static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
+static int cmd_check(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
-    const struct proc_opt opts[] = {PROC_OPT_END}; /* FILE only */
+    const struct cli_opt opts[] = {CLI_OPT_END}; /* FILE only */
     struct cfg_diags *d;
     struct cfg *cfg = NULL;
     struct sf_err err;
@@ -322,8 +321,8 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_
     int next, status;
 
     SF_UNUSED(stop);
-    status = proc_opt_parse(self->name, USAGE_CHECK, opts, 1, 1, argc, argv, &next);
-    if (status != PROC_OPT_GO)
+    status = cli_opt_parse(self->name, USAGE_CHECK, opts, 1, 1, argc, argv, &next);
+    if (status != CLI_OPT_GO)
         return status;
     status = 0;
     path = argv[next];
@@ -367,34 +366,34 @@ static int cmd_check(const struct proc_cmd *self, int argc, char **argv, atomic_
  * The command table: dispatch and `sagafeed --help` both come from it.
  */
 
-static const struct proc_cmd commands[] = {
+static const struct cli_cmd commands[] = {
     /* name, synopsis, summary, needs_config, needs_client, stoppable, run */
     {"init", "init -c FILE", "create the database and containers FILE needs (--dry-run)", true,
-     false, false, proc_cli_init},
+     false, false, cli_init},
     {"run", "run -c FILE", "run the workflows of FILE as a service", true, false, false, cmd_run},
     /* check-config loads FILE itself: every problem, not the first, with file:line. */
     {"check-config", "check-config FILE", "validate FILE; print file:line: problems", false, false,
      false, cmd_check},
     {"demo", "demo [--orders N]", "the order fulfilment demo on a private cosmolite", false, false,
-     true, proc_demo_main},
+     true, cli_demo},
     {"parked", "parked list|replay -c FILE [--key K]",
-     "list parked items, or ask the service to replay them", true, true, false, proc_cli_parked},
+     "list parked items, or ask the service to replay them", true, true, false, cli_parked},
     {"status", "status -c FILE", "leases: owner, epoch, checkpoint, lag, last progress", true, true,
-     false, proc_cli_status},
+     false, cli_status},
     {"lag", "lag -c FILE", "lag per range in items (LSNs) and seconds", true, true, false,
-     proc_cli_status},
+     cli_status},
     {"pause", "pause|resume -c FILE", "stop / restart the whole fleet's work (control document)",
-     true, true, false, proc_cli_pause},
-    {"resume", NULL, NULL, true, true, false, proc_cli_pause},
+     true, true, false, cli_pause},
+    {"resume", NULL, NULL, true, true, false, cli_pause},
     {"replay", "replay -c FILE --from X --to Y",
-     "re-run a bounded window of the change feed (--dry-run)", true, true, true, proc_cli_replay},
+     "re-run a bounded window of the change feed (--dry-run)", true, true, true, cli_replay},
     {"saga", "saga show ID -c FILE", "a saga's state, completed steps (markers) and events", true,
-     true, false, proc_cli_saga},
+     true, false, cli_saga},
     {"leases", "leases export|import|reset -c FILE",
-     "save, restore or move (--to-time) the fleet's positions", true, true, false, proc_cli_leases},
+     "save, restore or move (--to-time) the fleet's positions", true, true, false, cli_leases},
     {"console", "console -c FILE --http ADDR",
      "the saga console (web pages and API at /ui/, /api/v1/) without processing", true, true, true,
-     console_cmd},
+     cli_console},
 };
 
 #define USAGE_SYNOPSIS_WIDTH 20 /* longer synopses get a line of their own */
@@ -406,7 +405,7 @@ static int usage(int status)
 
     (void)fputs(USAGE_HEAD, out);
     for (size_t i = 0; i < SF_ARRAY_LEN(commands); i++) {
-        const struct proc_cmd *c = &commands[i];
+        const struct cli_cmd *c = &commands[i];
 
         if (c->synopsis == NULL)
             continue;
@@ -448,7 +447,7 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < SF_ARRAY_LEN(commands); i++) {
-        const struct proc_cmd *c = &commands[i];
+        const struct cli_cmd *c = &commands[i];
 
         if (strcmp(argv[1], c->name) != 0)
             continue;

@@ -29,14 +29,11 @@
 #ifndef CONSOLE_H
 #define CONSOLE_H
 
-#include <stdatomic.h>
-
 #include "common/sf_base.h"
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
-#include "processor/proc_cli.h"
 #include "processor/proc_http.h"
 
 #define CONSOLE_SAMPLE_MS   10000 /* one chart sample per 10 s ... */
@@ -83,8 +80,5 @@ bool console_writable(const struct console *c);
 
 /* Frees c (after the server stopped). NULL is a no-op. */
 void console_free(struct console *c);
-
-/* `sagafeed console -c FILE --http ADDR`: main.c's command-table row. */
-int console_cmd(const struct proc_cmd *cmd, int argc, char **argv, atomic_int *stop);
 
 #endif

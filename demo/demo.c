@@ -1,6 +1,6 @@
 /*
- * proc_demo.c - containers, seed data and exactly-once checks of the order
- * fulfilment demo (proc_demo.h).
+ * demo.c - containers, seed data and exactly-once checks of the order
+ * fulfilment demo (demo.h).
  */
 #include "common/sf_base.h"
 
@@ -8,42 +8,42 @@
 
 #include "common/sf_json.h"
 #include "common/sf_time.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 
 #define DEMO_QUERY_MAX 1000000 /* documents one check query reads (the demo writes far fewer) */
 
 static const char *const CATEGORIES[] = {"books", "games", "music", "tools"};
 
-static unsigned n_products(const struct proc_demo_opts *o)
+static unsigned n_products(const struct demo_opts *o)
 {
     return o->products > 0 ? o->products : 24;
 }
 
-static unsigned n_customers(const struct proc_demo_opts *o)
+static unsigned n_customers(const struct demo_opts *o)
 {
-    if (o->shape == PROC_DEMO_SHAPE_DISTINCT)
+    if (o->shape == DEMO_SHAPE_DISTINCT)
         return SF_MAX(o->first_order + o->orders, 1u);
     return o->customers > 0 ? o->customers : 60;
 }
 
-unsigned proc_demo_customers(const struct proc_demo_opts *o)
+unsigned demo_customers(const struct demo_opts *o)
 {
     return n_customers(o);
 }
 
 static const char *const SHAPES[] = {"even", "skewed", "distinct"};
 
-bool proc_demo_shape_parse(const char *s, enum proc_demo_shape *ret)
+bool demo_shape_parse(const char *s, enum demo_shape *ret)
 {
     for (size_t i = 0; i < SF_ARRAY_LEN(SHAPES); i++)
         if (strcmp(s, SHAPES[i]) == 0) {
-            *ret = (enum proc_demo_shape)i;
+            *ret = (enum demo_shape)i;
             return true;
         }
     return false;
 }
 
-const char *proc_demo_shape_name(enum proc_demo_shape shape)
+const char *demo_shape_name(enum demo_shape shape)
 {
     return (size_t)shape < SF_ARRAY_LEN(SHAPES) ? SHAPES[shape] : "?";
 }
@@ -53,24 +53,24 @@ const char *proc_demo_shape_name(enum proc_demo_shape shape)
  * generator. Skewed: even draws go to the hot tenth, odd ones to the rest,
  * so the hot customers place half the orders between them.
  */
-static unsigned order_customer(const struct proc_demo_opts *o, unsigned num, uint64_t r)
+static unsigned order_customer(const struct demo_opts *o, unsigned num, uint64_t r)
 {
     unsigned n = n_customers(o), hot = SF_MAX(n / 10, 1u);
 
     switch (o->shape) {
-    case PROC_DEMO_SHAPE_DISTINCT:
+    case DEMO_SHAPE_DISTINCT:
         return num % n;
-    case PROC_DEMO_SHAPE_SKEWED:
+    case DEMO_SHAPE_SKEWED:
         if (n > hot && (r & 1) != 0)
             return hot + (unsigned)((r >> 1) % (n - hot));
         return (unsigned)((r >> 1) % hot);
-    case PROC_DEMO_SHAPE_EVEN:
+    case DEMO_SHAPE_EVEN:
     default:
         return (unsigned)(r % n);
     }
 }
 
-static uint64_t seed_of(const struct proc_demo_opts *o)
+static uint64_t seed_of(const struct demo_opts *o)
 {
     return o->seed != 0 ? o->seed : 42;
 }
@@ -91,8 +91,8 @@ static void customer(unsigned k, char id[16], int *balance)
     *balance = k % 10 == 9 ? 15 : 5000;
 }
 
-enum sf_rc proc_demo_create(struct cosmos_client *cli, const char *db, int partitions,
-                            struct sf_err *err)
+enum sf_rc demo_create(struct cosmos_client *cli, const char *db, int partitions,
+                       struct sf_err *err)
 {
     static const struct {
         const char *id, *pk;
@@ -137,8 +137,8 @@ static enum sf_rc upsert(struct cosmos_client *cli, const char *db, const char *
     return rc;
 }
 
-enum sf_rc proc_demo_seed_products(struct cosmos_client *cli, const char *db,
-                                   const struct proc_demo_opts *o, struct sf_err *err)
+enum sf_rc demo_seed_products(struct cosmos_client *cli, const char *db, const struct demo_opts *o,
+                              struct sf_err *err)
 {
     enum sf_rc rc = SF_OK;
 
@@ -157,9 +157,8 @@ enum sf_rc proc_demo_seed_products(struct cosmos_client *cli, const char *db,
     return rc;
 }
 
-enum sf_rc proc_demo_seed_customers(struct cosmos_client *cli, const char *db,
-                                    const struct proc_demo_opts *o, unsigned from, unsigned step,
-                                    struct sf_err *err)
+enum sf_rc demo_seed_customers(struct cosmos_client *cli, const char *db, const struct demo_opts *o,
+                               unsigned from, unsigned step, struct sf_err *err)
 {
     enum sf_rc rc = SF_OK;
 
@@ -176,16 +175,16 @@ enum sf_rc proc_demo_seed_customers(struct cosmos_client *cli, const char *db,
     return rc;
 }
 
-enum sf_rc proc_demo_seed_catalog(struct cosmos_client *cli, const char *db,
-                                  const struct proc_demo_opts *o, struct sf_err *err)
+enum sf_rc demo_seed_catalog(struct cosmos_client *cli, const char *db, const struct demo_opts *o,
+                             struct sf_err *err)
 {
-    enum sf_rc rc = proc_demo_seed_products(cli, db, o, err);
+    enum sf_rc rc = demo_seed_products(cli, db, o, err);
 
-    return rc == SF_OK ? proc_demo_seed_customers(cli, db, o, 0, 1, err) : rc;
+    return rc == SF_OK ? demo_seed_customers(cli, db, o, 0, 1, err) : rc;
 }
 
-enum sf_rc proc_demo_order(const struct proc_demo_opts *o, unsigned i, struct sf_buf *out,
-                           char id[32], char cust[32])
+enum sf_rc demo_order(const struct demo_opts *o, unsigned i, struct sf_buf *out, char id[32],
+                      char cust[32])
 {
     uint64_t rng =
         seed_of(o) * 0x9E3779B97F4A7C15ull + (uint64_t)(i + o->first_order) * 2654435761u + 1;
@@ -224,9 +223,8 @@ enum sf_rc proc_demo_order(const struct proc_demo_opts *o, unsigned i, struct sf
     return rc;
 }
 
-enum sf_rc proc_demo_seed_orders(struct cosmos_client *cli, const char *db,
-                                 const struct proc_demo_opts *o, unsigned from, unsigned to,
-                                 struct sf_err *err)
+enum sf_rc demo_seed_orders(struct cosmos_client *cli, const char *db, const struct demo_opts *o,
+                            unsigned from, unsigned to, struct sf_err *err)
 {
     enum sf_rc rc = SF_OK;
 
@@ -236,7 +234,7 @@ enum sf_rc proc_demo_seed_orders(struct cosmos_client *cli, const char *db,
 
         sf_buf_init(&body, 1u << 20);
         sf_buf_init(&pk, 256);
-        rc = proc_demo_order(o, i, &body, id, cust);
+        rc = demo_order(o, i, &body, id, cust);
         if (rc == SF_OK)
             rc = cosmos_pk_string(cust, &pk);
         if (rc == SF_OK) {
@@ -253,8 +251,8 @@ enum sf_rc proc_demo_seed_orders(struct cosmos_client *cli, const char *db,
     return rc;
 }
 
-enum sf_rc proc_demo_query(struct cosmos_client *cli, const char *db, const char *coll,
-                           const char *sql, json_t **ret, struct sf_err *err)
+enum sf_rc demo_query(struct cosmos_client *cli, const char *db, const char *coll, const char *sql,
+                      json_t **ret, struct sf_err *err)
 {
     struct cosmos_query_opts qo = {.cross_partition = true, .max_items = 1000};
     enum sf_rc rc = cosmos_query_all(cli, db, coll, sql, NULL, &qo, DEMO_QUERY_MAX, ret, NULL, err);
@@ -264,14 +262,14 @@ enum sf_rc proc_demo_query(struct cosmos_client *cli, const char *db, const char
     return rc;
 }
 
-enum sf_rc proc_demo_count(struct cosmos_client *cli, const char *db, size_t *ret_orders,
-                           size_t *ret_settled, struct sf_err *err)
+enum sf_rc demo_count(struct cosmos_client *cli, const char *db, size_t *ret_orders,
+                      size_t *ret_settled, struct sf_err *err)
 {
     json_t *docs = NULL;
     size_t i, settled = 0;
     json_t *d;
-    enum sf_rc rc = proc_demo_query(
-        cli, db, "orders", "SELECT c.id, c.status FROM c WHERE c.type = 'order'", &docs, err);
+    enum sf_rc rc = demo_query(cli, db, "orders",
+                               "SELECT c.id, c.status FROM c WHERE c.type = 'order'", &docs, err);
 
     if (rc != SF_OK)
         return rc;
@@ -288,15 +286,14 @@ enum sf_rc proc_demo_count(struct cosmos_client *cli, const char *db, size_t *re
     return SF_OK;
 }
 
-enum sf_rc proc_demo_unsettled(struct cosmos_client *cli, const char *db, size_t *ret_n,
-                               struct sf_err *err)
+enum sf_rc demo_unsettled(struct cosmos_client *cli, const char *db, size_t *ret_n,
+                          struct sf_err *err)
 {
     json_t *docs = NULL;
-    enum sf_rc rc =
-        proc_demo_query(cli, db, "orders",
-                        "SELECT c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
-                        "('completed', 'cancelled'))",
-                        &docs, err);
+    enum sf_rc rc = demo_query(cli, db, "orders",
+                               "SELECT c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
+                               "('completed', 'cancelled'))",
+                               &docs, err);
 
     if (rc != SF_OK)
         return rc;
@@ -305,13 +302,13 @@ enum sf_rc proc_demo_unsettled(struct cosmos_client *cli, const char *db, size_t
     return SF_OK;
 }
 
-static void problem(struct proc_demo_report *r, const char *fmt, ...) SF_PRINTF(2, 3);
+static void problem(struct demo_report *r, const char *fmt, ...) SF_PRINTF(2, 3);
 
-static void problem(struct proc_demo_report *r, const char *fmt, ...)
+static void problem(struct demo_report *r, const char *fmt, ...)
 {
     va_list ap;
 
-    if (r->n_problems >= PROC_DEMO_PROBLEMS_MAX)
+    if (r->n_problems >= DEMO_PROBLEMS_MAX)
         return;
     va_start(ap, fmt);
     (void)vsnprintf(r->problems[r->n_problems++], sizeof(r->problems[0]), fmt, ap);
@@ -328,8 +325,8 @@ struct saga_marks {
     size_t do_n, undo_n;
 };
 
-enum sf_rc proc_demo_verify(struct cosmos_client *cli, const char *db, struct proc_demo_report *r,
-                            struct sf_err *err)
+enum sf_rc demo_verify(struct cosmos_client *cli, const char *db, struct demo_report *r,
+                       struct sf_err *err)
 {
     json_t *orders = NULL, *products = NULL, *custdocs = NULL, *ships = NULL, *events = NULL;
     json_t *markers[3] = {NULL, NULL, NULL};
@@ -341,22 +338,22 @@ enum sf_rc proc_demo_verify(struct cosmos_client *cli, const char *db, struct pr
     enum sf_rc rc;
 
     memset(r, 0, sizeof(*r));
-    rc = proc_demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.type = 'order'", &orders, err);
+    rc = demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.type = 'order'", &orders, err);
     if (rc == SF_OK)
-        rc = proc_demo_query(cli, db, "products", "SELECT * FROM c WHERE c.type = 'product'",
-                             &products, err);
+        rc = demo_query(cli, db, "products", "SELECT * FROM c WHERE c.type = 'product'", &products,
+                        err);
     if (rc == SF_OK)
-        rc = proc_demo_query(cli, db, "customers", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
-                             &custdocs, err);
+        rc = demo_query(cli, db, "customers", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
+                        &custdocs, err);
     if (rc == SF_OK)
-        rc = proc_demo_query(cli, db, "shipments", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
-                             &ships, err);
+        rc = demo_query(cli, db, "shipments", "SELECT * FROM c WHERE NOT IS_DEFINED(c.sfKind)",
+                        &ships, err);
     if (rc == SF_OK)
-        rc = proc_demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.sfKind = 'event'", &events,
-                             err);
+        rc =
+            demo_query(cli, db, "orders", "SELECT * FROM c WHERE c.sfKind = 'event'", &events, err);
     for (int k = 0; rc == SF_OK && k < 3; k++)
-        rc = proc_demo_query(cli, db, mcolls[k], "SELECT * FROM c WHERE c.sfKind = 'marker'",
-                             &markers[k], err);
+        rc = demo_query(cli, db, mcolls[k], "SELECT * FROM c WHERE c.sfKind = 'marker'",
+                        &markers[k], err);
     if (rc != SF_OK || sold == NULL || spent == NULL || marks == NULL || evcount == NULL ||
         paid == NULL || refunded == NULL) {
         if (rc == SF_OK)
@@ -539,7 +536,7 @@ out:
     return rc;
 }
 
-void proc_demo_print(const struct proc_demo_report *r, FILE *out)
+void demo_print(const struct demo_report *r, FILE *out)
 {
     (void)fprintf(out, "\norders: %zu  completed: %zu  cancelled: %zu  unsettled: %zu\n", r->orders,
                   r->completed, r->cancelled, r->unsettled);

@@ -1,4 +1,4 @@
-# Writes the bytes of IN as a NUL-terminated C array `proc_demo_config` to OUT.
+# Writes the bytes of IN as a NUL-terminated C array `demo_config_text` to OUT.
 file(READ ${IN} hex HEX)
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-file(WRITE ${OUT} "/* generated from ${IN} */\nextern const char proc_demo_config[];\nconst char proc_demo_config[] = {${bytes}0x00};\n")
+file(WRITE ${OUT} "/* generated from ${IN} */\nextern const char demo_config_text[];\nconst char demo_config_text[] = {${bytes}0x00};\n")

@@ -9,7 +9,7 @@ cd "$root"
 allowed='^(processor/proc_pipeline\.c|processor/proc_dispatch\.[ch]):'
 pattern='proc_dispatch_new[[:space:]]*\(|proc_dispatch_submit[[:space:]]*\(|struct proc_dispatch_opts[[:space:]]+[A-Za-z_]|proc_dispatch_range_open[[:space:]]*\('
 dirs=()
-for d in common record config cosmos feed steps outbox processor demo emulator plugins tools; do
+for d in common record config cosmos feed steps outbox processor demo console cli emulator plugins tools; do
     [ -d "$d" ] && dirs+=("$d")
 done
 hits=$(grep -rnE --include='*.c' --include='*.h' "$pattern" "${dirs[@]}" | grep -vE "$allowed" || true)

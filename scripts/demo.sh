@@ -10,4 +10,4 @@ cd "$here"
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target sagafeed cosmolite >/dev/null
-exec ./build/processor/sagafeed demo --orders "${ORDERS:-200}" "$@"
+exec ./build/cli/sagafeed demo --orders "${ORDERS:-200}" "$@"

@@ -3,7 +3,7 @@ workflow in a Cosmos DB account (the emulator of docker-compose.yml).
 
 sagafeed creates its own lease and parking containers; the containers its
 workflows read and write must exist first. Same layout as `sagafeed demo`
-(demo/proc_demo.c). Waits for the emulator, which takes a while to start.
+(demo/demo.c). Waits for the emulator, which takes a while to start.
 
 Environment: COSMOS_ENDPOINT, COSMOS_KEY, COSMOS_DATABASE (default shop),
 COSMOS_VERIFY_TLS (default false: the emulator's self-signed certificate).

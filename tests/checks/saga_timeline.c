@@ -32,7 +32,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/harness.h"
 
 #define DB         "shop"
@@ -47,7 +47,7 @@ struct opts {
 /* Shared with the writer threads: the schedule and what was written when. */
 struct sched {
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt;
+    struct demo_opts dopt;
     double rate;
     unsigned n_steady, n_total;
     int64_t start_ms;
@@ -82,7 +82,7 @@ static void *writer_main(void *arg)
 
         if (wait > 0)
             sf_sleep_ms(wait);
-        if (proc_demo_seed_orders(s->cli, DB, &s->dopt, i, i + 1, &err) != SF_OK) {
+        if (demo_seed_orders(s->cli, DB, &s->dopt, i, i + 1, &err) != SF_OK) {
             (void)fprintf(stderr, "saga_timeline: writing order %u: %s\n", i, err.msg);
             atomic_store(&s->failed, true);
             break;
@@ -277,7 +277,7 @@ int main(int argc, char **argv)
     if (s.n_total == 0 || s.n_total > MAX_ORDERS)
         die("the schedule must write 1..1000000 orders", NULL);
     /* a catalog that scales with the orders, so most of them complete */
-    s.dopt = (struct proc_demo_opts){
+    s.dopt = (struct demo_opts){
         .orders = s.n_total, .products = 24 + s.n_total / 40, .customers = 60 + s.n_total / 16};
     s.written_at = calloc(s.n_total, sizeof(*s.written_at));
     if (s.written_at == NULL)
@@ -296,8 +296,8 @@ int main(int argc, char **argv)
     co.retry.max_attempts = 20;
     if (cosmos_client_new(&co, &s.cli, &err) != SF_OK)
         die("client", err.msg);
-    if (proc_demo_create(s.cli, DB, 4, &err) != SF_OK ||
-        proc_demo_seed_catalog(s.cli, DB, &s.dopt, &err) != SF_OK)
+    if (demo_create(s.cli, DB, 4, &err) != SF_OK ||
+        demo_seed_catalog(s.cli, DB, &s.dopt, &err) != SF_OK)
         die("setting up the shop", err.msg);
     wf = workflows();
     sf_buf_init(&text, 1u << 20);

@@ -1,5 +1,5 @@
 /*
- * test_proc_opt.c - unit tests of the commands' option parser (processor/proc_opt.h):
+ * test_cli_opt.c - unit tests of the commands' option parser (cli/cli_opt.h):
  * every kind stores into its destination, and every usage error and --help ends with
  * the exit status and the stream the commands have always used.
  */
@@ -8,7 +8,7 @@
 #include <check.h>
 #include <unistd.h>
 
-#include "processor/proc_opt.h"
+#include "cli/cli_opt.h"
 #include "tests/support/check_run.h"
 
 static const char USAGE[] = "Usage: sagafeed t -c FILE\n";
@@ -30,7 +30,7 @@ static void slurp(FILE *f, char *buf, size_t size)
 }
 
 /* Parses argv (NULL-terminated) with stdout and stderr captured into p. */
-static void parse(struct parsed *p, const struct proc_opt *opts, int first, int nargs,
+static void parse(struct parsed *p, const struct cli_opt *opts, int first, int nargs,
                   const char **argv)
 {
     FILE *o = tmpfile(), *e = tmpfile();
@@ -43,7 +43,7 @@ static void parse(struct parsed *p, const struct proc_opt *opts, int first, int 
     (void)fflush(stderr);
     ck_assert(dup2(fileno(o), STDOUT_FILENO) >= 0 && dup2(fileno(e), STDERR_FILENO) >= 0);
     p->next = -7;
-    p->rc = proc_opt_parse("t", USAGE, opts, first, nargs, argc, (char **)argv, &p->next);
+    p->rc = cli_opt_parse("t", USAGE, opts, first, nargs, argc, (char **)argv, &p->next);
     (void)fflush(stdout);
     (void)fflush(stderr);
     ck_assert(dup2(so, STDOUT_FILENO) >= 0 && dup2(se, STDERR_FILENO) >= 0);
@@ -60,15 +60,15 @@ struct dests {
     int64_t ms, n;
 };
 
-static void table(struct dests *d, struct proc_opt *opts)
+static void table(struct dests *d, struct cli_opt *opts)
 {
-    const struct proc_opt t[] = {PROC_OPT_REQUIRED("config", 'c', &d->path),
-                                 PROC_OPT_STRING("name", 0, &d->name),
-                                 PROC_OPT_FLAG("json", 0, &d->flag),
-                                 PROC_OPT_DURATION("timeout", &d->ms),
-                                 PROC_OPT_INT("orders", &d->n, 1, 100),
-                                 PROC_OPT_LEVEL("log-level", &d->level),
-                                 PROC_OPT_END};
+    const struct cli_opt t[] = {CLI_OPT_REQUIRED("config", 'c', &d->path),
+                                CLI_OPT_STRING("name", 0, &d->name),
+                                CLI_OPT_FLAG("json", 0, &d->flag),
+                                CLI_OPT_DURATION("timeout", &d->ms),
+                                CLI_OPT_INT("orders", &d->n, 1, 100),
+                                CLI_OPT_LEVEL("log-level", &d->level),
+                                CLI_OPT_END};
 
     memcpy(opts, t, sizeof(t));
 }
@@ -76,7 +76,7 @@ static void table(struct dests *d, struct proc_opt *opts)
 START_TEST(test_every_kind_reaches_its_destination_and_operands_follow)
 {
     struct dests d = {.ms = 5, .n = 3};
-    struct proc_opt opts[8];
+    struct cli_opt opts[8];
     struct parsed p;
     const char *argv[] = {"t",      "a",           "--config=F", "--name",   "N",
                           "--json", "--timeout",   "250ms",      "--orders", "100",
@@ -84,7 +84,7 @@ START_TEST(test_every_kind_reaches_its_destination_and_operands_follow)
 
     table(&d, opts);
     parse(&p, opts, 1, 2, argv);
-    ck_assert_int_eq(p.rc, PROC_OPT_GO);
+    ck_assert_int_eq(p.rc, CLI_OPT_GO);
     ck_assert_str_eq(d.path, "F");
     ck_assert_str_eq(d.name, "N");
     ck_assert(d.flag);
@@ -103,13 +103,13 @@ END_TEST
 START_TEST(test_absent_options_keep_their_defaults)
 {
     struct dests d = {.name = "dflt", .ms = 10000, .n = 42};
-    struct proc_opt opts[8];
+    struct cli_opt opts[8];
     struct parsed p;
     const char *argv[] = {"t", "-c", "F", NULL};
 
     table(&d, opts);
     parse(&p, opts, 1, 0, argv);
-    ck_assert_int_eq(p.rc, PROC_OPT_GO);
+    ck_assert_int_eq(p.rc, CLI_OPT_GO);
     ck_assert_int_eq(p.next, 3);
     ck_assert_str_eq(d.name, "dflt");
     ck_assert(!d.flag && d.level == NULL);
@@ -123,7 +123,7 @@ START_TEST(test_help_prints_usage_on_stdout_and_exits_0)
     const char *longer[] = {"t", "--orders", "5", "--help", "--orders", "x", NULL};
     const char *shorter[] = {"t", "-h", NULL};
     struct dests d = {0};
-    struct proc_opt opts[8];
+    struct cli_opt opts[8];
     struct parsed p;
 
     table(&d, opts);
@@ -134,7 +134,7 @@ START_TEST(test_help_prints_usage_on_stdout_and_exits_0)
     parse(&p, opts, 1, 0, shorter);
     ck_assert_int_eq(p.rc, 0);
     ck_assert_str_eq(p.out, USAGE);
-    ck_assert_int_eq(p.next, -7); /* ret_next only on PROC_OPT_GO */
+    ck_assert_int_eq(p.next, -7); /* ret_next only on CLI_OPT_GO */
 }
 END_TEST
 
@@ -147,7 +147,7 @@ START_TEST(test_usage_errors_print_usage_on_stderr_and_exit_2)
     const char *flag_arg[] = {"t", "-c", "F", "--json=1", NULL};
     const char *const *cases[] = {unknown, no_arg, missing, operand, flag_arg};
     struct dests d = {0};
-    struct proc_opt opts[8];
+    struct cli_opt opts[8];
     struct parsed p;
 
     table(&d, opts);
@@ -167,7 +167,7 @@ START_TEST(test_bad_values_are_named_and_exit_2)
     const char *high[] = {"t", "-c", "F", "--orders", "101", NULL};
     const char *lvl[] = {"t", "-c", "F", "--log-level", "loud", NULL};
     struct dests d = {.ms = 1, .n = 2};
-    struct proc_opt opts[8];
+    struct cli_opt opts[8];
     struct parsed p;
 
     table(&d, opts);
@@ -192,12 +192,12 @@ START_TEST(test_any_operand_count_and_a_later_first_index)
 {
     const char *argv[] = {"leases", "import", "-c", "F", "in.json", NULL};
     struct dests d = {0};
-    struct proc_opt opts[8];
+    struct cli_opt opts[8];
     struct parsed p;
 
     table(&d, opts);
     parse(&p, opts, 2, -1, argv);
-    ck_assert_int_eq(p.rc, PROC_OPT_GO);
+    ck_assert_int_eq(p.rc, CLI_OPT_GO);
     ck_assert_str_eq(d.path, "F");
     ck_assert_int_eq(p.next, 4);
     ck_assert_str_eq(argv[p.next], "in.json");
@@ -206,23 +206,23 @@ END_TEST
 
 START_TEST(test_a_table_over_the_maximum_is_refused)
 {
-    struct proc_opt opts[PROC_OPT_MAX + 2];
+    struct cli_opt opts[CLI_OPT_MAX + 2];
     bool flag = false;
     struct parsed p;
     const char *argv[] = {"t", NULL};
 
-    for (size_t i = 0; i <= PROC_OPT_MAX; i++)
-        opts[i] = (struct proc_opt)PROC_OPT_FLAG("x", 0, &flag);
-    opts[PROC_OPT_MAX + 1] = (struct proc_opt)PROC_OPT_END;
+    for (size_t i = 0; i <= CLI_OPT_MAX; i++)
+        opts[i] = (struct cli_opt)CLI_OPT_FLAG("x", 0, &flag);
+    opts[CLI_OPT_MAX + 1] = (struct cli_opt)CLI_OPT_END;
     parse(&p, opts, 1, 0, argv);
     ck_assert_int_eq(p.rc, 2);
     ck_assert_msg(strstr(p.err, "more than") != NULL, "%s", p.err);
 }
 END_TEST
 
-static Suite *proc_opt_suite(void)
+static Suite *cli_opt_suite(void)
 {
-    Suite *s = suite_create("proc_opt");
+    Suite *s = suite_create("cli_opt");
 
     sf_check_case(s, "parse", NULL, NULL, 0,
                   (const TTest *[]){test_every_kind_reaches_its_destination_and_operands_follow,
@@ -237,5 +237,5 @@ static Suite *proc_opt_suite(void)
 
 int main(void)
 {
-    return sf_check_run(proc_opt_suite());
+    return sf_check_run(cli_opt_suite());
 }

@@ -102,7 +102,7 @@ struct fu_writer_thread {
 struct fu_writer {
     struct cosmos_client *cli;
     const char *db;
-    struct proc_demo_opts opts;
+    struct demo_opts opts;
     unsigned n;
     atomic_uint finished;
     struct fu_writer_thread t[16];
@@ -123,7 +123,7 @@ static void *writer_main(void *arg)
             if (due > sf_mono_ms())
                 sf_sleep_ms(due - sf_mono_ms());
         }
-        t->rc = proc_demo_seed_orders(t->w->cli, t->w->db, &t->w->opts, i, i + 1, &err);
+        t->rc = demo_seed_orders(t->w->cli, t->w->db, &t->w->opts, i, i + 1, &err);
     }
     if (t->rc != SF_OK)
         (void)snprintf(t->msg, sizeof(t->msg), "%s", err.msg);
@@ -132,7 +132,7 @@ static void *writer_main(void *arg)
 }
 
 struct fu_writer *fu_writer_start(struct cosmos_client *cli, const char *db,
-                                  const struct proc_demo_opts *o, unsigned from, unsigned to,
+                                  const struct demo_opts *o, unsigned from, unsigned to,
                                   unsigned threads, double rate)
 {
     struct fu_writer *w = calloc(1, sizeof(*w));
@@ -192,13 +192,13 @@ void fu_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int
 
     /* one full count (every order written), then the cheaper "unsettled" query */
     while (sf_mono_ms() < deadline) {
-        if (proc_demo_count(cli, db, &total, &settled, &err) == SF_OK && total >= want)
+        if (demo_count(cli, db, &total, &settled, &err) == SF_OK && total >= want)
             break;
         sf_sleep_ms(500);
     }
     ck_assert_msg(total >= want, "only %zu of %zu orders exist", total, want);
     while (sf_mono_ms() < deadline) {
-        if (proc_demo_unsettled(cli, db, &open_n, &err) == SF_OK && open_n == 0) {
+        if (demo_unsettled(cli, db, &open_n, &err) == SF_OK && open_n == 0) {
             /* sagafeed's last writes reach token-less reads (fu_verify's) a --replica-lag late */
             e2e_replicas_settle();
             return;
@@ -218,12 +218,12 @@ void fu_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int
 
 void fu_verify(struct cosmos_client *cli, const char *db, size_t want, const char *heading)
 {
-    struct proc_demo_report rep;
+    struct demo_report rep;
     struct sf_err err;
 
-    ck_assert_msg(proc_demo_verify(cli, db, &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_verify(cli, db, &rep, &err) == SF_OK, "%s", err.msg);
     (void)printf("== %s ==\n", heading);
-    proc_demo_print(&rep, stdout);
+    demo_print(&rep, stdout);
     for (size_t i = 0; i < rep.n_problems; i++)
         (void)printf("  problem: %s\n", rep.problems[i]);
     (void)fflush(stdout);

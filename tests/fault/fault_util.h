@@ -2,7 +2,7 @@
  * fault_util.h - helpers shared by the fault suite (tests/fault) and the
  * security tests (tests/security): cosmolite's fault rules and splits,
  * background order writers, and the end-of-run checks of the order
- * fulfilment demo (demo/proc_demo.h). Running the `sagafeed` binary,
+ * fulfilment demo (demo/demo.h). Running the `sagafeed` binary,
  * configs and raw signed requests are in tests/support/e2e.h.
  *
  * Everything here is test code: failures abort the current Check test with
@@ -17,7 +17,7 @@
 
 #include "common/sf_base.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 /* PUT /_admin/faults with rules_json ({"seed":..,"rules":[...]}); aborts unless 200. */
@@ -50,7 +50,7 @@ char *fu_split(const char *endpoint, const char *key, const char *db, const char
  */
 struct fu_writer;
 struct fu_writer *fu_writer_start(struct cosmos_client *cli, const char *db,
-                                  const struct proc_demo_opts *o, unsigned from, unsigned to,
+                                  const struct demo_opts *o, unsigned from, unsigned to,
                                   unsigned threads, double rate);
 /* true once every writer thread finished (never blocks). */
 bool fu_writer_done(struct fu_writer *w);
@@ -65,7 +65,7 @@ void fu_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int
                      const char *log);
 
 /*
- * Reads everything back (proc_demo_verify), prints the counts under a
+ * Reads everything back (demo_verify), prints the counts under a
  * heading, and asserts: want orders, none unsettled, some completed and some
  * cancelled, no unexplained cancellation, stock and balances conserved,
  * every effect exactly once (markers, ledger entries, outbox events per

@@ -5,7 +5,7 @@
  * config/examples/order-fulfilment.cfg) against a durable cosmolite while
  * the test writes orders from background threads, does something nasty in
  * the middle of the run, and then checks from the data alone (processor/
- * proc_demo.c): every saga settled, stock and balances conserved per
+ * demo.c): every saga settled, stock and balances conserved per
  * product and per customer, every effect exactly once (dedupe markers,
  * ledger entries and outbox events counted per saga), payments minus
  * refunds equal to the completed orders. The counts are printed.
@@ -51,7 +51,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/fault/fault_util.h"
 
 #define DB "shop"
@@ -78,14 +78,14 @@ static unsigned env_unsigned(const char *name, unsigned dflt)
 struct world {
     struct harness_cosmolite *h;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt;
+    struct demo_opts dopt;
     char cfg[600];
     char log[600];
     int64_t t0;
 };
 
 static void world_start_with(struct world *w, const char *name, int partitions,
-                             const char *const *cosmolite_args, const struct proc_demo_opts *dopt,
+                             const char *const *cosmolite_args, const struct demo_opts *dopt,
                              const char *settings)
 {
     struct harness_cosmolite_opts ho = {.partitions = partitions, .extra_args = cosmolite_args};
@@ -96,8 +96,8 @@ static void world_start_with(struct world *w, const char *name, int partitions,
     w->dopt = *dopt;
     ck_assert_msg(harness_cosmolite_start(&ho, &w->h, &err) == SF_OK, "%s", err.msg);
     w->cli = e2e_client_at(harness_cosmolite_endpoint(w->h), harness_cosmolite_key(w->h), NULL);
-    ck_assert_msg(proc_demo_create(w->cli, DB, partitions, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(w->cli, DB, &w->dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(w->cli, DB, partitions, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(w->cli, DB, &w->dopt, &err) == SF_OK, "%s", err.msg);
     e2e_make_config(w->cfg, sizeof(w->cfg),
                     &(const struct e2e_config){.name = name,
                                                .endpoint = harness_cosmolite_endpoint(w->h),
@@ -108,7 +108,7 @@ static void world_start_with(struct world *w, const char *name, int partitions,
 }
 
 static void world_start(struct world *w, const char *name, int partitions,
-                        const char *const *cosmolite_args, const struct proc_demo_opts *dopt)
+                        const char *const *cosmolite_args, const struct demo_opts *dopt)
 {
     world_start_with(w, name, partitions, cosmolite_args, dopt, PROCESSOR_SETTINGS);
 }
@@ -155,7 +155,7 @@ START_TEST(test_kill9_sagafeed)
         env_unsigned("SF_FAULT_KILL9_ORDERS", env_unsigned("SF_FAULT_KILL9_ORDERS_DEFAULT", 10000));
     unsigned kills_want = env_unsigned("SF_FAULT_KILL9_KILLS", 20);
     /* a catalog that scales with the orders, so most of them complete */
-    struct proc_demo_opts dopt = {
+    struct demo_opts dopt = {
         .orders = orders, .products = 24 + orders / 40, .customers = 60 + orders / 16};
     struct world w;
     struct fu_writer *wr;
@@ -196,7 +196,7 @@ END_TEST
 START_TEST(test_kill9_cosmolite)
 {
     unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
-    struct proc_demo_opts dopt = {.orders = orders};
+    struct demo_opts dopt = {.orders = orders};
     struct world w;
     struct fu_writer *wr;
     struct sf_err err;
@@ -217,7 +217,7 @@ START_TEST(test_kill9_cosmolite)
         down = sf_mono_ms();
         sf_sleep_ms(700); /* sagafeed and the writers see refused connections */
         ck_assert_msg(harness_cosmolite_restart(w.h, &err) == SF_OK, "%s", err.msg);
-        (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+        (void)demo_count(w.cli, DB, &total, &settled, &err);
         (void)printf("kill9_cosmolite: round %d: cosmolite down for %lldms; %zu orders, %zu "
                      "settled\n",
                      round + 1, (long long)(sf_mono_ms() - down), total, settled);
@@ -268,7 +268,7 @@ START_TEST(test_instances)
 {
     static const char *const names[3] = {"inst-a", "inst-b", "inst-c"};
     unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
-    struct proc_demo_opts dopt = {.orders = orders};
+    struct demo_opts dopt = {.orders = orders};
     struct world w;
     struct fu_writer *wr;
     char logs[3][600];
@@ -337,7 +337,7 @@ static void first_child(const char *answer, char out[32])
 START_TEST(test_split)
 {
     unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
-    struct proc_demo_opts dopt = {.orders = orders};
+    struct demo_opts dopt = {.orders = orders};
     struct world w;
     struct fu_writer *wr;
     struct cosmos_pkranges *ranges = NULL;
@@ -351,14 +351,14 @@ START_TEST(test_split)
     pid = world_spawn(&w, "fault-1", NULL);
     wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
     sf_sleep_ms(2000);
-    (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+    (void)demo_count(w.cli, DB, &total, &settled, &err);
     (void)printf("split: before the first split %zu orders, %zu settled\n", total, settled);
     answer =
         fu_split(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), DB, "orders", "0");
     first_child(answer, child);
     free(answer);
     sf_sleep_ms(1500);
-    (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+    (void)demo_count(w.cli, DB, &total, &settled, &err);
     (void)printf("split: before the second split %zu orders, %zu settled\n", total, settled);
     answer =
         fu_split(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), DB, "orders", child);
@@ -409,7 +409,7 @@ END_TEST
 START_TEST(test_merge)
 {
     unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
-    struct proc_demo_opts dopt = {.orders = orders};
+    struct demo_opts dopt = {.orders = orders};
     struct world w;
     struct fu_writer *wr;
     struct sf_err err;
@@ -423,7 +423,7 @@ START_TEST(test_merge)
     pid = world_spawn(&w, "fault-1", NULL);
     wr = fu_writer_start(w.cli, DB, &dopt, 0, orders, 4, orders / 10.0);
     sf_sleep_ms(2000);
-    (void)proc_demo_count(w.cli, DB, &total, &settled, &err);
+    (void)demo_count(w.cli, DB, &total, &settled, &err);
     (void)printf("merge: before the first merge %zu orders, %zu settled\n", total, settled);
     free(fu_merge(ep, key, DB, "orders", "0", "1"));
     sf_sleep_ms(1500);
@@ -462,7 +462,7 @@ START_TEST(test_injected)
                                          "9",
                                          NULL};
     unsigned orders = env_unsigned("SF_FAULT_ORDERS", 2000);
-    struct proc_demo_opts dopt = {.orders = orders};
+    struct demo_opts dopt = {.orders = orders};
     struct world w;
     struct fu_writer *wr;
     pid_t pid;
@@ -539,7 +539,7 @@ START_TEST(test_lying)
         "13",
         NULL};
     unsigned orders = env_unsigned("SF_FAULT_LYING_ORDERS", 600);
-    struct proc_demo_opts dopt = {.orders = orders};
+    struct demo_opts dopt = {.orders = orders};
     struct world w;
     struct fu_writer *wr;
     pid_t pid;
@@ -583,13 +583,13 @@ static long long neither_settled_nor_parked(struct cosmos_client *cli, bool prin
     long long n = 0;
     size_t i;
 
-    if (proc_demo_query(cli, DB, "orders",
-                        "SELECT VALUE c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
-                        "('completed', 'cancelled'))",
-                        &open, &err) != SF_OK ||
-        proc_demo_query(cli, DB, "parked",
-                        "SELECT VALUE c.sourceId FROM c WHERE c.sourceContainer = 'orders'",
-                        &parked, &err) != SF_OK) {
+    if (demo_query(cli, DB, "orders",
+                   "SELECT VALUE c.id FROM c WHERE c.type = 'order' AND NOT (c.status IN "
+                   "('completed', 'cancelled'))",
+                   &open, &err) != SF_OK ||
+        demo_query(cli, DB, "parked",
+                   "SELECT VALUE c.sourceId FROM c WHERE c.sourceContainer = 'orders'", &parked,
+                   &err) != SF_OK) {
         json_decref(open);
         return -1;
     }
@@ -627,7 +627,7 @@ START_TEST(test_parking_lies)
                                          "7",
                                          NULL};
     unsigned orders = env_unsigned("SF_FAULT_PARKING_ORDERS", 60);
-    struct proc_demo_opts dopt = {.orders = orders};
+    struct demo_opts dopt = {.orders = orders};
     struct world w;
     struct sf_err err;
     size_t total = 0, settled = 0;
@@ -638,7 +638,7 @@ START_TEST(test_parking_lies)
     world_start_with(&w, "parking", 2, faults, &dopt,
                      "processor = { workers = 4; max_attempts = 2; backoff_base = \"10ms\"; "
                      "backoff_cap = \"50ms\"; log_json = true; };");
-    ck_assert_msg(proc_demo_seed_orders(w.cli, DB, &dopt, 0, orders, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(w.cli, DB, &dopt, 0, orders, &err) == SF_OK, "%s", err.msg);
     pid = world_spawn(&w, "fault-1", NULL);
     /* Until every order settled or has its record (or the bound: then the count says why). */
     deadline = sf_mono_ms() + 120000;
@@ -655,7 +655,7 @@ START_TEST(test_parking_lies)
     (void)printf("parking: fault rules\n");
     (void)fu_faults_report(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h), 2, true);
     fu_faults_clear(harness_cosmolite_endpoint(w.h), harness_cosmolite_key(w.h));
-    ck_assert_msg(proc_demo_count(w.cli, DB, &total, &settled, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_count(w.cli, DB, &total, &settled, &err) == SF_OK, "%s", err.msg);
     neither = neither_settled_nor_parked(w.cli, true);
     (void)printf("parking: %zu orders, %zu settled, %lld parking documents, %lld neither\n", total,
                  settled, parked_docs(w.cli), neither);

@@ -446,10 +446,10 @@ def command_checks(services):
           "cosmos-init creates another database than cosmos.database of the image's config")
     # the containers the init job creates are the workflows' (and the demo's layout)
     conts = init_containers()
-    demo = open(os.path.join(SRC, "demo/proc_demo.c"), encoding="utf-8").read()
+    demo = open(os.path.join(SRC, "demo/demo.c"), encoding="utf-8").read()
     m = re.search(r"colls\[\] = \{(.*?)\};", demo, re.S)
     check(m is not None and conts == re.findall(r'\{"(\w+)", "(/[\w/]+)"\}', m.group(1)),
-          "init_cosmos.py's containers are no longer sagafeed demo's (demo/proc_demo.c)")
+          "init_cosmos.py's containers are no longer sagafeed demo's (demo/demo.c)")
     example = open(os.path.join(SRC, "config/examples/order-fulfilment.cfg"), encoding="utf-8").read()
     wf = example[example.find("\nworkflows = ("):]
     names = {c for c, _ in conts}

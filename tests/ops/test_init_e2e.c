@@ -29,7 +29,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 #define DB "shop"
@@ -278,7 +278,7 @@ START_TEST(test_run_refuses_missing_target)
     char *out = NULL, buf[64];
     int status;
 
-    ck_assert_msg(proc_demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(cosmos_container_delete(cli, DB, "customers", &err) == SF_OK, "%s", err.msg);
     e2e_create_orders(cli, 0, 1);
     status = run_start(h, "missing", &out);
@@ -302,7 +302,7 @@ START_TEST(test_run_refuses_ttl_off)
     char *out = NULL;
     int status;
 
-    ck_assert_msg(proc_demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(cosmos_container_delete(cli, DB, "shipments", &err) == SF_OK, "%s", err.msg);
     create(cli, "shipments", "/orderId", 0);
     status = run_start(h, "ttloff", &out);

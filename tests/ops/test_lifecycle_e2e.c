@@ -39,7 +39,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/outbox/kafka_support.h"
 #include "tests/support/e2e.h"
 
@@ -50,13 +50,13 @@ static struct harness_cosmolite *shop(struct cosmos_client **ret_cli)
 {
     struct harness_cosmolite_opts ho = {.memory = true, .partitions = 2};
     struct harness_cosmolite *h = NULL;
-    struct proc_demo_opts dopt = {.orders = 0};
+    struct demo_opts dopt = {.orders = 0};
     struct sf_err err;
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     *ret_cli = e2e_client(h);
-    ck_assert_msg(proc_demo_create(*ret_cli, DB, 2, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(*ret_cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(*ret_cli, DB, 2, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(*ret_cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
     return h;
 }
 

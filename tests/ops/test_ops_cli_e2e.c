@@ -33,7 +33,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 #define DB "shop"
@@ -46,7 +46,7 @@ static struct harness_cosmolite *server(struct cosmos_client **ret_cli)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     *ret_cli = e2e_client(h);
-    ck_assert_msg(proc_demo_create(*ret_cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(*ret_cli, DB, 1, &err) == SF_OK, "%s", err.msg);
     return h;
 }
 
@@ -267,7 +267,7 @@ START_TEST(test_cosmos_outage_summed_up)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(h);
-    ck_assert_msg(proc_demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
     config(cfg, sizeof(cfg), "outage", h, DB);
     (void)snprintf(log, sizeof(log), "%s/outage.log", e2e_tmp);
     pid = e2e_spawn(harness_cosmolite_key(h), log, run);
@@ -310,7 +310,7 @@ START_TEST(test_replay_report_json)
 {
     struct cosmos_client *cli = NULL;
     struct harness_cosmolite *h = server(&cli);
-    struct proc_demo_opts dopt = {.orders = 0};
+    struct demo_opts dopt = {.orders = 0};
     struct sf_err err;
     char cfg[512], *out = NULL, *errs = NULL;
     const char *dry[] = {"replay", "-c",  cfg,         "--from", "beginning",
@@ -322,7 +322,7 @@ START_TEST(test_replay_report_json)
 
     struct cosmos_container_def leases = {.id = "leases", .pk_path = "/id", .default_ttl = -1};
 
-    ck_assert_msg(proc_demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
     ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &leases, NULL, NULL, &err), SF_OK);
     config(cfg, sizeof(cfg), "rj", h, DB);
     e2e_create_orders(cli, 0, 5);

@@ -37,7 +37,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 /* A config of the shop example for the test's cosmolite, small pages (E2E_FEED_SMALL). */
@@ -63,13 +63,13 @@ static struct harness_cosmolite *shop(int partitions, const char *const *faults,
     struct harness_cosmolite_opts ho = {
         .memory = true, .partitions = partitions, .extra_args = faults};
     struct harness_cosmolite *h = NULL;
-    struct proc_demo_opts dopt = {.orders = 0};
+    struct demo_opts dopt = {.orders = 0};
     struct sf_err err;
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     *ret_cli = e2e_client(h);
-    ck_assert_msg(proc_demo_create(*ret_cli, "shop", partitions, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(*ret_cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(*ret_cli, "shop", partitions, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(*ret_cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
     return h;
 }
 
@@ -223,10 +223,10 @@ END_TEST
 /* Every order completed exactly once, stock and balances conserved. */
 static void all_completed_once(struct cosmos_client *cli, size_t orders)
 {
-    struct proc_demo_report rep;
+    struct demo_report rep;
     struct sf_err err;
 
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
     ck_assert_uint_eq(rep.completed, orders);
     ck_assert_msg(rep.conserved && rep.exactly_once, "%s",
                   rep.n_problems > 0 ? rep.problems[0] : "not conserved");
@@ -351,8 +351,8 @@ START_TEST(test_metrics)
                                          NULL};
     struct cosmos_client *cli;
     struct harness_cosmolite *h = shop(2, faults, &cli);
-    struct proc_demo_opts dopt = {.orders = 16};
-    struct proc_demo_report rep;
+    struct demo_opts dopt = {.orders = 16};
+    struct demo_report rep;
     struct sf_err err;
     char cfg[512], log[512], *m, *body;
     const char *run[] = {"run", "-c", cfg, "--instance", "ops-m", NULL};
@@ -365,13 +365,13 @@ START_TEST(test_metrics)
                "http_listen = \"127.0.0.1:0\"; };",
                NULL);
     (void)snprintf(log, sizeof(log), "%s/mx.log", e2e_tmp);
-    ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 0, 16, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(cli, "shop", &dopt, 0, 16, &err) == SF_OK, "%s", err.msg);
     pid = e2e_spawn(harness_cosmolite_key(h), log, run);
     ck_assert_msg(e2e_wait_log(log, "serving /metrics", 10000), "no HTTP endpoint");
     port = e2e_ops_port(log);
     e2e_wait_settled(cli, "shop", 16, 30000, NULL);
     wait_caught_up(h, cfg, 2);
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(rep.exactly_once, "%s", rep.n_problems > 0 ? rep.problems[0] : "?");
     ck_assert_uint_gt(rep.cancelled, 0);
     m = get(port, "/metrics", 200);

@@ -22,7 +22,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 #define DB "shop"
@@ -33,7 +33,7 @@ START_TEST(test_one_failing_item_one_parked_record)
                                         "lines = \"{{item.lines}}\"; ttl = 0;", NULL};
     struct harness_cosmolite_opts ho = {.memory = true, .partitions = 1};
     struct harness_cosmolite *h = NULL;
-    struct proc_demo_opts dopt = {.orders = 0};
+    struct demo_opts dopt = {.orders = 0};
     struct cosmos_client *cli;
     struct sf_err err;
     char cfg[512], log[512], buf[64];
@@ -43,8 +43,8 @@ START_TEST(test_one_failing_item_one_parked_record)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(h);
-    ck_assert_msg(proc_demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
     e2e_make_config(cfg, sizeof(cfg),
                     &(const struct e2e_config){.name = "words",
                                                .endpoint = harness_cosmolite_endpoint(h),

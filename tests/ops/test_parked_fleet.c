@@ -30,7 +30,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "feed/feed.h"
 #include "tests/support/e2e.h"
 
@@ -324,7 +324,7 @@ static struct cosmos_client *fleet_start_with(struct inst *v, const char *tag,
                                               const char *processor)
 {
     struct harness_cosmolite_opts ho = {.memory = true, .partitions = 3};
-    struct proc_demo_opts dopt = {.orders = 0};
+    struct demo_opts dopt = {.orders = 0};
     struct e2e_config c = {
         .name = "pf", .db = "shop", .example = "order-fulfilment.cfg", .feed = E2E_FEED_SMALL};
     char extra[512];
@@ -339,8 +339,8 @@ static struct cosmos_client *fleet_start_with(struct inst *v, const char *tag,
 
     ck_assert_msg(harness_cosmolite_start(&ho, &srv, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(srv);
-    ck_assert_msg(proc_demo_create(cli, "shop", 3, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, "shop", 3, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
     c.endpoint = harness_cosmolite_endpoint(srv);
     e2e_make_config(cfg_path, sizeof(cfg_path), &c);
     memset(v, 0, sizeof(*v) * INSTANCES);

@@ -38,7 +38,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/outbox/kafka_support.h"
 #include "tests/support/e2e.h"
 
@@ -273,7 +273,7 @@ struct env {
     struct harness_cosmolite *h;
     struct cosmos_client *cli;
     struct ktest_cluster *kc;
-    struct proc_demo_opts dopt;
+    struct demo_opts dopt;
 };
 
 static void env_start(struct env *e, unsigned orders)
@@ -285,8 +285,8 @@ static void env_start(struct env *e, unsigned orders)
     e->dopt.orders = orders;
     ck_assert_msg(harness_cosmolite_start(&ho, &e->h, &err) == SF_OK, "%s", err.msg);
     e->cli = e2e_client(e->h);
-    ck_assert_msg(proc_demo_create(e->cli, DB, 2, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(e->cli, DB, &e->dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(e->cli, DB, 2, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(e->cli, DB, &e->dopt, &err) == SF_OK, "%s", err.msg);
     ck_assert_msg(ktest_cluster_new(1, &e->kc, &err) == SF_OK, "%s", err.msg);
     ck_assert_int_eq(ktest_topic_create(e->kc, TOPIC, 4, &err), SF_OK);
     ck_assert_int_eq(ktest_topic_create(e->kc, CDC, 2, &err), SF_OK);
@@ -303,8 +303,7 @@ static void seed(struct env *e, unsigned from, unsigned to)
 {
     struct sf_err err;
 
-    ck_assert_msg(proc_demo_seed_orders(e->cli, DB, &e->dopt, from, to, &err) == SF_OK, "%s",
-                  err.msg);
+    ck_assert_msg(demo_seed_orders(e->cli, DB, &e->dopt, from, to, &err) == SF_OK, "%s", err.msg);
 }
 
 START_TEST(test_end_to_end)

@@ -18,7 +18,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 /* A test client that follows the write region too (the test's own writes go on after a failover).
@@ -66,8 +66,8 @@ START_TEST(test_regions_failover_mid_run_settles_every_order_once)
         .partitions = 2, .regions = "West Europe=127.0.0.1:0,North Europe=127.0.0.1:0"};
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.orders = 300};
-    struct proc_demo_report rep;
+    struct demo_opts dopt = {.orders = 300};
+    struct demo_report rep;
     struct sf_err err;
     char cfg[512], log[512], *body = NULL;
     const char *args[] = {"run", "-c", cfg, "--instance", "regions-1", "--log-level", "info", NULL};
@@ -75,24 +75,22 @@ START_TEST(test_regions_failover_mid_run_settles_every_order_once)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = regions_client(h);
-    ck_assert_msg(proc_demo_create(cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
     e2e_make_run_config(cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg",
                         "regions",
                         "processor = { workers = 8; max_attempts = 20; backoff_base = "
                         "\"10ms\"; backoff_cap = \"500ms\"; };");
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
-    ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 0, 100, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(cli, "shop", &dopt, 0, 100, &err) == SF_OK, "%s", err.msg);
     /* Mid-run: some of the first wave is still in flight when the write region moves. */
     sf_sleep_ms(300);
     ck_assert_int_eq(e2e_admin(harness_cosmolite_endpoint(h), harness_cosmolite_key(h), "POST",
                                "failover", "{\"writeRegion\":\"North Europe\"}", &body),
                      200);
     free(body);
-    ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 100, 200, &err) == SF_OK, "%s",
-                  err.msg);
-    ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 200, 300, &err) == SF_OK, "%s",
-                  err.msg);
+    ck_assert_msg(demo_seed_orders(cli, "shop", &dopt, 100, 200, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(cli, "shop", &dopt, 200, 300, &err) == SF_OK, "%s", err.msg);
     e2e_wait_settled(cli, "shop", 300, 150000, log);
     ck_assert_msg(e2e_wait_log(log, "write region North Europe", 10000),
                   "sagafeed did not log the new write region");
@@ -102,8 +100,8 @@ START_TEST(test_regions_failover_mid_run_settles_every_order_once)
                  region_counter(h, "North Europe", "requests"));
     ck_assert_int_gt(region_counter(h, "North Europe", "requests"), 0);
     ck_assert_int_gt(region_counter(h, "West Europe", "writesRefused"), 0);
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    proc_demo_print(&rep, stdout);
+    ck_assert_msg(demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    demo_print(&rep, stdout);
     ck_assert_uint_eq(rep.orders, 300);
     ck_assert_uint_eq(rep.unsettled, 0);
     ck_assert_uint_gt(rep.completed, 0);

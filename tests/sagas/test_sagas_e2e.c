@@ -32,7 +32,7 @@
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 /* ---------------------------------------------------------------------------
@@ -63,8 +63,8 @@ START_TEST(test_kill9_faults)
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
     unsigned orders = e2e_orders(), wave_size = orders / 10;
-    struct proc_demo_opts dopt = {.orders = orders};
-    struct proc_demo_report rep;
+    struct demo_opts dopt = {.orders = orders};
+    struct demo_report rep;
     struct sf_err err;
     char cfg[512], log[512];
     const char *args[] = {"run", "-c", cfg, "--instance", "e2e-1", "--log-level", "info", NULL};
@@ -75,8 +75,8 @@ START_TEST(test_kill9_faults)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(h);
-    ck_assert_msg(proc_demo_create(cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
     e2e_make_run_config(cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg",
                         "kill9",
                         "processor = { workers = 8; max_attempts = 20; backoff_base = \"10ms\"; "
@@ -84,8 +84,8 @@ START_TEST(test_kill9_faults)
     pid = e2e_spawn(harness_cosmolite_key(h), log, args);
     /* Orders arrive in ten waves; after each, sagafeed dies at a random moment. */
     for (unsigned wave = 0; wave < 10; wave++) {
-        ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, wave * wave_size,
-                                            (wave + 1) * wave_size, &err) == SF_OK,
+        ck_assert_msg(demo_seed_orders(cli, "shop", &dopt, wave * wave_size, (wave + 1) * wave_size,
+                                       &err) == SF_OK,
                       "%s", err.msg);
         sf_sleep_ms(200 + (int64_t)(sf_rand_next(&rng) % 1300));
         ck_assert_int_eq(kill(pid, SIGKILL), 0);
@@ -142,8 +142,8 @@ START_TEST(test_kill9_faults)
         json_decref(f);
     }
     /* verify without faults in the way */
-    ck_assert_msg(proc_demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    proc_demo_print(&rep, stdout);
+    ck_assert_msg(demo_verify(cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    demo_print(&rep, stdout);
     (void)printf("kill -9: %d times; %zu orders settled in %lldms\n", kills, rep.orders,
                  (long long)(sf_mono_ms() - t0));
     ck_assert_uint_eq(rep.orders, orders);
@@ -168,7 +168,7 @@ START_TEST(test_poison)
     struct harness_cosmolite_opts ho = {.memory = true};
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.orders = 0};
+    struct demo_opts dopt = {.orders = 0};
     struct sf_err err;
     char cfg[512], log[512], s1[32], s2[32], s3[32];
     const char *args[] = {"run", "-c", cfg, "--log-level", "info", NULL};
@@ -181,8 +181,8 @@ START_TEST(test_poison)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(h);
-    ck_assert_int_eq(proc_demo_create(cli, "shop", 1, &err), SF_OK);
-    ck_assert_int_eq(proc_demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
+    ck_assert_int_eq(demo_create(cli, "shop", 1, &err), SF_OK);
+    ck_assert_int_eq(demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
     e2e_make_run_config(
         cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg", "poison",
         "processor = { max_attempts = 2; backoff_base = \"5ms\"; park_scan_interval = "
@@ -279,7 +279,7 @@ START_TEST(test_throttled_saga_is_not_parked)
     struct harness_cosmolite_opts ho = {.memory = true, .extra_args = faults};
     struct harness_cosmolite *h = NULL;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.orders = 0};
+    struct demo_opts dopt = {.orders = 0};
     struct sf_err err;
     char cfg[512], log[512], st[32];
     const char *args[] = {"run", "-c", cfg, "--log-level", "info", NULL};
@@ -291,8 +291,8 @@ START_TEST(test_throttled_saga_is_not_parked)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(h);
-    ck_assert_int_eq(proc_demo_create(cli, "shop", 1, &err), SF_OK);
-    ck_assert_int_eq(proc_demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
+    ck_assert_int_eq(demo_create(cli, "shop", 1, &err), SF_OK);
+    ck_assert_int_eq(demo_seed_catalog(cli, "shop", &dopt, &err), SF_OK);
     e2e_make_run_config(cfg, sizeof(cfg), log, sizeof(log), h, "shop", "order-fulfilment.cfg",
                         "throttled",
                         "processor = { max_attempts = 2; backoff_base = \"5ms\"; "

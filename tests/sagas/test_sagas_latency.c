@@ -13,7 +13,7 @@
  *                  thread without a lane, are left out);
  *   exactly once   every order settled, stock and balances conserved,
  *                  markers, ledger entries and events match the sagas
- *                  (proc_demo_verify).
+ *                  (demo_verify).
  *
  * It also prints how many items ran at once and the limit at the end. No
  * timing is asserted; the wait for the orders to settle is generous.
@@ -29,7 +29,7 @@
 #include "common/sf_time.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "processor/proc_service.h"
 #include "steps/step.h"
 #include "tests/support/harness.h"
@@ -78,8 +78,8 @@ START_TEST(test_defaults_under_latency_keep_key_order_and_exactly_once)
     static const char *const lat[] = {"--latency", "5", NULL};
     struct harness_cosmolite_opts ho = {.memory = true, .partitions = 4, .extra_args = lat};
     struct harness_cosmolite *h = NULL;
-    struct proc_demo_opts dopt = {.orders = ORDERS, .customers = CUSTOMERS};
-    struct proc_demo_report *rep = calloc(1, sizeof(*rep));
+    struct demo_opts dopt = {.orders = ORDERS, .customers = CUSTOMERS};
+    struct demo_report *rep = calloc(1, sizeof(*rep));
     struct key_order ko = {.last_lsn = json_object()};
     struct proc_service_opts so = {0};
     struct proc_service *svc = NULL;
@@ -101,10 +101,9 @@ START_TEST(test_defaults_under_latency_keep_key_order_and_exactly_once)
     co.key = harness_cosmolite_key(h);
     co.max_connections = 8;
     ck_assert_msg(cosmos_client_new(&co, &cli, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_create(cli, "shop", 4, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_orders(cli, "shop", &dopt, 0, ORDERS, &err) == SF_OK, "%s",
-                  err.msg);
+    ck_assert_msg(demo_create(cli, "shop", 4, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(cli, "shop", &dopt, 0, ORDERS, &err) == SF_OK, "%s", err.msg);
     /* the example's workflows; no processor.workers, lanes or queue_limit: the defaults */
     wf = harness_example_workflows(src != NULL ? src : ".", "order-fulfilment.cfg");
     ck_assert_ptr_nonnull(wf);
@@ -133,7 +132,7 @@ START_TEST(test_defaults_under_latency_keep_key_order_and_exactly_once)
     while (sf_mono_ms() < deadline) {
         proc_service_tick(svc);
         sf_sleep_ms(200);
-        if (proc_demo_count(cli, "shop", &total, &settled, &err) == SF_OK && settled >= ORDERS)
+        if (demo_count(cli, "shop", &total, &settled, &err) == SF_OK && settled >= ORDERS)
             break;
     }
     proc_dispatch_load(proc_service_dispatch(svc), &ld);
@@ -147,7 +146,7 @@ START_TEST(test_defaults_under_latency_keep_key_order_and_exactly_once)
                   ko.first_problem);
     ck_assert_uint_ge(ko.results, ORDERS);
     ck_assert_uint_le(ld.running_max, 128);
-    ck_assert_msg(proc_demo_verify(cli, "shop", rep, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_verify(cli, "shop", rep, &err) == SF_OK, "%s", err.msg);
     ck_assert_uint_eq(rep->unsettled, 0);
     ck_assert_msg(rep->conserved, "stock or balances not conserved");
     ck_assert_msg(rep->exactly_once, "%s", rep->n_problems > 0 ? rep->problems[0] : "?");

@@ -27,7 +27,7 @@
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 #define ORDERS 120
@@ -101,7 +101,7 @@ struct run {
 static void start(struct run *r, const char *name, const char *processor_extra, const char *extra)
 {
     struct harness_cosmolite_opts ho = {.partitions = 2};
-    struct proc_demo_opts dopt = {.orders = ORDERS};
+    struct demo_opts dopt = {.orders = ORDERS};
     struct sf_err err;
     char processor[1024];
     const char *args[] = {"run", "-c", r->cfg, "--instance", name, "--log-level", "info", NULL};
@@ -111,11 +111,10 @@ static void start(struct run *r, const char *name, const char *processor_extra, 
                   "this suite needs SF_COSMOLITE_ARGS=--default-throughput N (tests.cmake)");
     ck_assert_msg(harness_cosmolite_start(&ho, &r->h, &err) == SF_OK, "%s", err.msg);
     r->cli = e2e_client(r->h);
-    ck_assert_msg(proc_demo_create(r->cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(r->cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(r->cli, "shop", 2, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(r->cli, "shop", &dopt, &err) == SF_OK, "%s", err.msg);
     /* The whole backlog first: sagafeed then wants more than the containers have. */
-    ck_assert_msg(proc_demo_seed_orders(r->cli, "shop", &dopt, 0, ORDERS, &err) == SF_OK, "%s",
-                  err.msg);
+    ck_assert_msg(demo_seed_orders(r->cli, "shop", &dopt, 0, ORDERS, &err) == SF_OK, "%s", err.msg);
     (void)snprintf(
         processor, sizeof(processor),
         "processor = { workers = 16; max_attempts = 30; backoff_base = \"20ms\"; "
@@ -137,12 +136,12 @@ static void start(struct run *r, const char *name, const char *processor_extra, 
 /* Stops sagafeed cleanly and checks every order settled exactly once. */
 static void finish(struct run *r)
 {
-    struct proc_demo_report rep;
+    struct demo_report rep;
     struct sf_err err;
 
     e2e_stop(r->pid, r->log);
-    ck_assert_msg(proc_demo_verify(r->cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
-    proc_demo_print(&rep, stdout);
+    ck_assert_msg(demo_verify(r->cli, "shop", &rep, &err) == SF_OK, "%s", err.msg);
+    demo_print(&rep, stdout);
     ck_assert_uint_eq(rep.orders, ORDERS);
     ck_assert_uint_eq(rep.unsettled, 0);
     ck_assert_msg(rep.conserved, "%s", rep.n_problems > 0 ? rep.problems[0] : "?");

@@ -37,7 +37,7 @@
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "cosmos/cosmos.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/fault/fault_util.h"
 
 #define DB "shop"
@@ -77,7 +77,7 @@ START_TEST(test_auth_refused)
     r.endpoint = harness_cosmolite_endpoint(h);
     r.key = key;
     good = e2e_client_at(harness_cosmolite_endpoint(h), key, NULL);
-    ck_assert_msg(proc_demo_create(good, DB, 1, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(good, DB, 1, &err) == SF_OK, "%s", err.msg);
 
     /* the C client with the wrong key: 401, not retriable, the key not in the message */
     bad = e2e_client_at(harness_cosmolite_endpoint(h), wrong, NULL);
@@ -274,7 +274,7 @@ START_TEST(test_secrets_not_logged)
     const char *badkey_text = "not-base64!!proof-keyfile-content-7f3a9c";
     size_t n_logs = 0, lines = 0;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.orders = 30};
+    struct demo_opts dopt = {.orders = 30};
     struct sf_err err;
     pid_t srv, srv2, pid;
     int port = 0, port2 = 0;
@@ -323,9 +323,9 @@ START_TEST(test_secrets_not_logged)
     }
 
     cli = e2e_client_at(endpoint, f.b64, NULL);
-    ck_assert_msg(proc_demo_create(cli, DB, 2, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_orders(cli, DB, &dopt, 0, 20, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, DB, 2, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(cli, DB, &dopt, 0, 20, &err) == SF_OK, "%s", err.msg);
 
     /* sagafeed with key_file, at debug level, through a workload */
     {
@@ -369,7 +369,7 @@ START_TEST(test_secrets_not_logged)
         n_logs++;
     }
     /* sagafeed with key_env, text logs at debug level */
-    ck_assert_msg(proc_demo_seed_orders(cli, DB, &dopt, 20, 30, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(cli, DB, &dopt, 20, 30, &err) == SF_OK, "%s", err.msg);
     (void)snprintf(logs[n_logs], sizeof(logs[0]), "%s/sagafeed-env.log", e2e_tmp);
     {
         const char *args[] = {"run", "-c", cfg_env, "--log-level", "debug", "--log-text", NULL};
@@ -549,7 +549,7 @@ START_TEST(test_tls)
     char dir[600], ca[700], other_ca[700], endpoint[64], endpoint_bad[64];
     struct harness_cosmolite *h, *h_bad;
     struct cosmos_client *cli;
-    struct proc_demo_opts dopt = {.orders = 20};
+    struct demo_opts dopt = {.orders = 20};
     struct sf_err err;
     enum sf_rc rc;
     char *body = NULL;
@@ -609,9 +609,9 @@ START_TEST(test_tls)
 
     /* sagafeed over TLS with cosmos.ca_file: orders settle */
     cli = e2e_client_at(endpoint, harness_cosmolite_key(h), ca);
-    ck_assert_msg(proc_demo_create(cli, DB, 2, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
-    ck_assert_msg(proc_demo_seed_orders(cli, DB, &dopt, 0, 20, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_create(cli, DB, 2, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(demo_seed_orders(cli, DB, &dopt, 0, 20, &err) == SF_OK, "%s", err.msg);
     {
         char cfg[600], cfg_other[600], cfg_off[600], log[600], extra[1024], *out = NULL;
         const char *args[] = {"run", "-c", cfg, "--log-level", "info", NULL};
@@ -652,7 +652,7 @@ START_TEST(test_tls)
                           strstr(out, "TLS") != NULL,
                       "%s", out);
         free(out);
-        ck_assert_int_eq(proc_demo_unsettled(cli, DB, &(size_t){0}, &err), SF_OK);
+        ck_assert_int_eq(demo_unsettled(cli, DB, &(size_t){0}, &err), SF_OK);
 
         /* trusted: everything settles over TLS */
         (void)snprintf(log, sizeof(log), "%s/tls-sagafeed.log", e2e_tmp);

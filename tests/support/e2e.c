@@ -18,7 +18,7 @@
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
-#include "demo/proc_demo.h"
+#include "demo/demo.h"
 #include "tests/support/e2e.h"
 
 #define E2E_FILE_MAX (64u << 20) /* logs, outputs and bodies we read back */
@@ -530,7 +530,7 @@ void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, in
 
     while (sf_mono_ms() < deadline) {
         /* Settled states are final, so a lagging replica's count only undercounts. */
-        if (proc_demo_count(cli, db, &total, &settled, &err) == SF_OK && settled >= want) {
+        if (demo_count(cli, db, &total, &settled, &err) == SF_OK && settled >= want) {
             e2e_replicas_settle();
             return;
         }

@@ -180,7 +180,7 @@ void e2e_replicas_settle(void);
  */
 void e2e_cosmolite_free(struct harness_cosmolite *h, unsigned flags);
 
-/* Waits until `want` orders settled (proc_demo_count); asserts, dumping log's tail (when not
+/* Waits until `want` orders settled (demo_count); asserts, dumping log's tail (when not
  * NULL) first. */
 void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int64_t ms,
                       const char *log);

@@ -9,11 +9,6 @@ sf_unit_test(test_limit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_limit.c
   LIBS sf_processor
   LABELS processor)
-# processor/proc_opt.c: the commands' option parser, without a server.
-sf_unit_test(test_proc_opt
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_opt.c
-  LIBS sf_processor
-  LABELS processor)
 # processor/proc_change.c: sagas on deletes and expiries (issue 27), without a server.
 sf_unit_test(test_proc_change
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_change.c
