@@ -12,8 +12,14 @@ source file includes a header of a module the row does not allow
 (#include "feed/feed.h" in outbox/), which is how an edge usually starts.
 
 Usage: check-deps.py [--root DIR]   (DIR defaults to the repository root)
+Every top-level folder holding C sources needs a row (or a place in an
+"everything" row such as tests/, bench/). A "may use" entry is a bare name:
+a note the check cannot enforce (the old "demo (the sagafeed binary only)")
+is refused, so the table says exactly what is enforced.
+
 Exit 0 and a summary line per module when clean; 1 with one line per
-violation (file:line, what, why) otherwise; 2 when the table cannot be read.
+violation (file:line, what, why) otherwise; 2 when the table cannot be read
+or says something the check cannot enforce.
 """
 import argparse
 import glob
@@ -49,20 +55,45 @@ KEYWORDS = {"PUBLIC", "PRIVATE", "INTERFACE"}
 ALWAYS = {"libc"}
 
 
+NAME = re.compile(r"^[a-z0-9_-]+$")
+
+
 def read_table(path):
-    """{folder: set(allowed)} from the Modules table; 'everything' rows are skipped."""
-    table = {}
+    """The Modules table: ({folder: set(allowed)}, {folders of 'everything' rows}, [problems]).
+
+    A "may use" entry is a bare name (a module or a package); anything else
+    (a note in parentheses, an exception for one target) is a problem: the
+    check cannot enforce it, so the table may not say it.
+    """
+    table, everything, problems = {}, set(), []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            m = re.match(r"^\|\s*`([a-z_-]+)/`\s*\|.*\|([^|]*)\|\s*$", line)
+        for n, line in enumerate(f, 1):
+            m = re.match(r"^\|\s*((?:`[a-z_-]+/`(?:,\s*)?)+)\s*\|.*\|([^|]*)\|\s*$", line)
             if not m:
                 continue
-            # "demo (the sagafeed binary only)": the note is for people.
-            uses = [re.sub(r"\s*\(.*", "", u).strip() for u in m.group(2).split(",")]
-            if "everything" in uses:
+            folders = re.findall(r"`([a-z_-]+)/`", m.group(1))
+            uses = [u.strip() for u in m.group(2).split(",")]
+            if uses == ["everything"]:
+                everything.update(folders)
                 continue
-            table[m.group(1)] = {u for u in uses if u}
-    return table
+            for u in uses:
+                if not NAME.match(u):
+                    problems.append(f"docs/architecture.md:{n}: {folders[0]}/ may use '{u}', "
+                                    f"which is not a module or package name: the check "
+                                    f"enforces names only (say the rest under \"owns\")")
+            for folder in folders:
+                table[folder] = {u for u in uses if NAME.match(u)}
+    return table, everything, problems
+
+
+def code_folders(root):
+    """Top-level folders holding C sources (build trees and hidden folders aside)."""
+    for d in sorted(os.listdir(root)):
+        path = os.path.join(root, d)
+        if d.startswith((".", "build")) or not os.path.isdir(path):
+            continue
+        if glob.glob(os.path.join(path, "**", "*.[ch]"), recursive=True):
+            yield d
 
 
 def link_lines(folder):
@@ -100,7 +131,7 @@ def main():
     root = os.path.abspath(ap.parse_args().root)
     table_path = os.path.join(root, "docs", "architecture.md")
     try:
-        table = read_table(table_path)
+        table, everything, problems = read_table(table_path)
     except OSError as e:
         print(f"check-deps: cannot read {table_path}: {e.strerror}", file=sys.stderr)
         return 2
@@ -108,7 +139,15 @@ def main():
         print(f"check-deps: {table_path}: no module table (| `folder/` | owns | may use |)",
               file=sys.stderr)
         return 2
+    if problems:
+        for p in problems:
+            print(p, file=sys.stderr)
+        return 2
     bad = []
+    for d in code_folders(root):
+        if d not in table and d not in everything:
+            bad.append(f"{d}/: holds C sources but has no row in docs/architecture.md's module "
+                       f"table: add one")
     for mod in sorted(table):
         folder = os.path.join(root, mod)
         if not os.path.isdir(folder):
