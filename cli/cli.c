@@ -317,6 +317,92 @@ out:
  * status, lag
  */
 
+static void fmt_age(int64_t ms, char *out, size_t size)
+{
+    if (ms < 0)
+        (void)snprintf(out, size, "-");
+    else if (ms < 10000)
+        (void)snprintf(out, size, "%.1fs ago", (double)ms / 1000.0);
+    else if (ms < 3600000)
+        (void)snprintf(out, size, "%llds ago", (long long)(ms / 1000));
+    else
+        (void)snprintf(out, size, "%lldh ago", (long long)(ms / 3600000));
+}
+
+static void fmt_lag(const struct proc_range_view *r, char *items, char *secs, size_t size)
+{
+    if (!r->started) {
+        (void)snprintf(items, size, "not started");
+        (void)snprintf(secs, size, "-");
+    } else if (!r->lag_known) {
+        (void)snprintf(items, size, "?");
+        (void)snprintf(secs, size, "?");
+    } else {
+        (void)snprintf(items, size, "%lld", (long long)r->lag_lsn);
+        if (r->lag_seconds >= 0)
+            (void)snprintf(secs, size, "%lld", (long long)r->lag_seconds);
+        else
+            (void)snprintf(secs, size, "?");
+    }
+}
+
+/* Human-readable tables: `sagafeed status` (lag_only false) and `sagafeed lag`. */
+static void print_status(const struct proc_fleet_view *v, bool lag_only, FILE *out)
+{
+    char items[32], secs[32], age[32], progress[32];
+
+    if (!lag_only) {
+        if (v->control.paused) {
+            char at[32] = "?";
+
+            if (v->control.at_ms >= 0)
+                sf_time_iso8601(v->control.at_ms, at);
+            (void)fprintf(out, "fleet: PAUSED since %s by %s%s%s\n", at,
+                          v->control.by[0] ? v->control.by : "?", v->control.reason[0] ? ": " : "",
+                          v->control.reason);
+        } else {
+            (void)fprintf(out, "fleet: running\n");
+        }
+    }
+    if (v->n == 0) {
+        (void)fprintf(out, "no leases yet (no instance has run this configuration)\n");
+        return;
+    }
+    if (lag_only)
+        (void)fprintf(out, "%-20s %-8s %12s %10s\n", "CONTAINER", "RANGE", "LAG(ITEMS)", "LAG(S)");
+    else
+        (void)fprintf(out, "%-20s %-8s %-28s %6s %-14s %12s %8s %-24s %s\n", "CONTAINER", "RANGE",
+                      "OWNER", "EPOCH", "CONTINUATION", "LAG(ITEMS)", "LAG(S)", "LAST PROGRESS",
+                      "RENEWED");
+    for (size_t i = 0; i < v->n; i++) {
+        const struct proc_range_view *r = &v->ranges[i];
+        char owner[FEED_INSTANCE_MAX + 16];
+
+        fmt_lag(r, items, secs, sizeof(items));
+        if (lag_only) {
+            (void)fprintf(out, "%-20s %-8s %12s %10s%s%s\n", r->container, r->lease.range, items,
+                          secs, r->note[0] && r->started ? "  " : "",
+                          r->note[0] && r->started ? r->note : "");
+            continue;
+        }
+        if (!r->owned)
+            (void)snprintf(owner, sizeof(owner), "(free)");
+        else
+            (void)snprintf(owner, sizeof(owner), "%s%s", r->lease.owner,
+                           r->owner_alive ? "" : " (expired)");
+        fmt_age(r->renewed_ago_ms, age, sizeof(age));
+        if (r->lease.checkpoint_ts >= 0)
+            sf_time_iso8601(r->lease.checkpoint_ts * 1000, progress);
+        else
+            (void)snprintf(progress, sizeof(progress), "-");
+        (void)fprintf(out, "%-20s %-8s %-28s %6lld %-14s %12s %8s %-24s %s%s%s\n", r->container,
+                      r->lease.range, owner, (long long)r->lease.epoch,
+                      r->started ? r->lease.continuation : "-", items, secs, progress, age,
+                      r->note[0] && r->started ? "  " : "",
+                      r->note[0] && r->started ? r->note : "");
+    }
+}
+
 int cli_status(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const bool lag_only = strcmp(self->name, "lag") == 0;
@@ -353,7 +439,7 @@ int cli_status(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
         print_json(j);
         json_decref(j);
     } else {
-        proc_status_print(v, lag_only, stdout);
+        print_status(v, lag_only, stdout);
     }
 out:
     free(v);

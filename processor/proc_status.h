@@ -1,7 +1,8 @@
 /*
  * proc_status.h - what the fleet is doing, read from the outside: every
  * lease of a configuration with its owner, epoch, checkpoint and lag, plus
- * the control document. The seam of `sagafeed status` and `sagafeed lag`.
+ * the control document. The seam of `sagafeed status` and `sagafeed lag`
+ * (cli/cli.c prints it) and of the console.
  *
  * Lag is estimated like the .NET Change Feed Estimator (PROTOCOL.md section
  * 10): read one item of the range's change feed after the lease's
@@ -60,8 +61,5 @@ enum sf_rc proc_status_collect(struct cosmos_client *cli, const struct cfg *cfg,
 
 /* The view as JSON (new reference): lag_only leaves out owners and checkpoints. */
 json_t *proc_status_json(const struct proc_fleet_view *v, bool lag_only);
-
-/* Human-readable tables: `sagafeed status` (lag_only false) and `sagafeed lag`. */
-void proc_status_print(const struct proc_fleet_view *v, bool lag_only, FILE *out);
 
 #endif
