@@ -5,7 +5,8 @@
 # - processor/ including demo/ or cli/: the library never includes the program
 #   or the demo (issue 23; the table once carried a parenthesised exception
 #   for demo/ that the check dropped, so any processor/ file could include it).
-# Expect exit 1 and the file:line of each offence; the untouched copy passes,
+# Expect exit 1 and the file:line of each offence; a folder of C sources
+# without a row fails too (it would escape the check); the untouched copy passes,
 # and a "may use" entry the check cannot enforce (a note in parentheses) is
 # refused with exit 2.
 set -euo pipefail
@@ -58,6 +59,14 @@ grep -q 'processor/proc_engine.c:[0-9]*: includes demo/, which docs/architecture
 grep -q 'processor/proc_service.c:[0-9]*: includes cli/, which docs/architecture.md does not allow processor/' <<<"$out" ||
     { echo "FAIL: processor/ -> cli/ not reported" >&2; exit 1; }
 echo "ok: the library including the demo or the program is reported and fails the check"
+
+fresh
+mkdir -p "$tmp/t/newmod"
+printf '#include "processor/proc_engine.h"\n' >"$tmp/t/newmod/newmod.c"
+check 1
+grep -q "newmod/: holds C sources but has no row in docs/architecture.md's module table" <<<"$out" ||
+    { echo "FAIL: a folder without a row not reported" >&2; exit 1; }
+echo "ok: a folder of C sources without a row in the table fails the check"
 
 fresh
 sed -i 's/^\(| `processor\/` |.*\) |$/\1, demo (the sagafeed binary only) |/' "$tmp/t/docs/architecture.md"
