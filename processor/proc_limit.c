@@ -35,7 +35,7 @@
  * What completed must also rise by at least a fifth of the gain the latency
  * promises: at 0 ms on the bench 32 -> 64 promised 69 % while items/s rose
  * 8 % (the items only queued; the 3 % asked before let it pass). A third
- * slowed the 20 ms doublings (test_limit).
+ * slowed the 20 ms doublings (test_proc_limit).
  */
 #define FAST_X_SHARE 5
 /*

@@ -115,7 +115,7 @@ check_tsan() {
     if [ "$quick" = 1 ]; then
         tests="test_cosmos_http|test_cosmos_client|test_cosmos_integration|test_feed_core|test_feed_proc|test_processor"
     else
-        tests="test_cosmos_http|test_cosmos_client|test_cosmos_integration|test_feed_core|test_feed_lease|test_feed_proc|test_feed_multi|test_processor|test_steps_integration|test_saga_cases|test_store_ops"
+        tests="test_cosmos_http|test_cosmos_client|test_cosmos_integration|test_feed_core|test_feed_lease|test_feed_proc|test_feed_multi|test_processor|test_steps_integration|test_saga_cases|test_emu_store_ops"
     fi
     targets="${tests//|/ } cosmolite sagafeed feed_worker sf_plugin_loyalty test_sagas_e2e test_fault_suite"
     cmake_args=(-DSF_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
@@ -169,12 +169,12 @@ check_valgrind() {
     # unit suites that start no server and no Kafka cluster; test programs only
     names=$(ctest --test-dir "$dir" -N -L unit -LE 'integration|kafka|bench' |
         sed -n 's/^ *Test *#[0-9]*: \([A-Za-z0-9_]*\)$/\1/p' |
-        # test_limit simulates minutes of traffic on a synthetic clock and
+        # test_proc_limit simulates minutes of traffic on a synthetic clock and
         # allocates nothing (nor does proc_limit.c): memcheck has nothing to
         # find there, and under it the suite alone outlasts this check's bound.
-        grep -v '^test_limit$')
+        grep -v '^test_proc_limit$')
     if [ "$quick" = 1 ]; then
-        names=$(echo "$names" | grep -E '^(test_common|test_config|test_cosmos_proto|test_feed_core|test_steps_sql|test_outbox_record)$')
+        names=$(echo "$names" | grep -E '^(test_common|test_config|test_cosmos_proto|test_feed_core|test_steps_sql|test_record)$')
     fi
     # shellcheck disable=SC2086
     if ! cmake --build "$dir" -j"$jobs" --target $names >>"$log" 2>&1; then

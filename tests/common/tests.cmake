@@ -2,9 +2,12 @@
 # a suite per area (crypto/auth/hash, text/time/json, log).
 sf_unit_test(test_common
   SOURCES
-    ${CMAKE_SOURCE_DIR}/tests/unit/test_common.c
-    ${CMAKE_SOURCE_DIR}/tests/unit/test_common_text.c
-    ${CMAKE_SOURCE_DIR}/tests/unit/test_common_log.c
+    ${CMAKE_CURRENT_LIST_DIR}/test_common.c
+    ${CMAKE_CURRENT_LIST_DIR}/test_common_text.c
+    ${CMAKE_CURRENT_LIST_DIR}/test_common_log.c
   LIBS sf_common
   LABELS common)
 sf_unit_test(test_common_sha SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_common_sha.c LIBS sf_common LABELS common)
+# common/sf_connguard.c: the reserve and the request deadline on socket pairs.
+sf_unit_test(test_common_connguard SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_common_connguard.c
+  LIBS sf_common LABELS common)

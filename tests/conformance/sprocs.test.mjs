@@ -328,5 +328,5 @@ test("the response bound is 413, and a write past the write bound answers not ac
   const { resources } = await container.items.query("SELECT VALUE c.id FROM c").fetchAll();
   assert.equal(resources.length, 8);
 });
-// A concurrent change to a document a procedure read and then wrote (449): test_script.c
+// A concurrent change to a document a procedure read and then wrote (449): test_emu_script.c
 // (test_tx_concurrent_write), where the order of the two writers is fixed.

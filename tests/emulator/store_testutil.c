@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "emulator/emu_store.h"
-#include "tests/unit/store_testutil.h"
+#include "tests/emulator/store_testutil.h"
 
 struct emu_store *stt_open(const struct emu_store_opts *o)
 {

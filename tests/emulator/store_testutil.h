@@ -1,6 +1,6 @@
 /*
- * store_testutil.h - helpers shared by the storage tests (test_store.c,
- * test_store_ops.c): opening a store, test JSON, a scratch directory for file-backed stores,
+ * store_testutil.h - helpers shared by the storage tests (test_emu_store.c,
+ * test_emu_store_ops.c): opening a store, test JSON, a scratch directory for file-backed stores,
  * and SQL run directly on a closed store file.
  *
  * They abort the test with a message on failure (they are for tests only).

@@ -1,5 +1,5 @@
 /*
- * test_fault.c - cosmolite's fault rules: parsing, matching, counts,
+ * test_emu_fault.c - cosmolite's fault rules: parsing, matching, counts,
  * probabilities and determinism under a seed.
  */
 #include "common/sf_base.h"

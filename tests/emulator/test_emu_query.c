@@ -1,5 +1,5 @@
 /*
- * test_query.c - unit tests of cosmolite's SQL engine (emulator/emu_query*).
+ * test_emu_query.c - unit tests of cosmolite's SQL engine (emulator/emu_query*).
  *
  * Most tests are rows of data: a query, its parameters, the documents it runs
  * over and the exact JSON result (or, for errors, the code and a piece of the

@@ -1,5 +1,5 @@
 /*
- * test_regions.c - cosmolite's simulated Azure regions (emu_regions): the
+ * test_emu_regions.c - cosmolite's simulated Azure regions (emu_regions): the
  * --regions parser and its errors, failover, and the location lists GET /
  * answers with. The HTTP side (403/3, the SDK following a failover) is in
  * tests/conformance/regions.test.mjs.

@@ -1,5 +1,5 @@
 /*
- * test_replica.c - the lagging secondaries' journal and the session-token
+ * test_emu_replica.c - the lagging secondaries' journal and the session-token
  * rules (emulator/emu_replica.h) without a server: tokens are parsed in
  * both of Azure's shapes, compound tokens pick their range, the horizon
  * trails the lag, before-images are what a secondary answers, a full

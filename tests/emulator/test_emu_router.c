@@ -1,5 +1,5 @@
 /*
- * test_router.c - cosmolite's request handling without HTTP: requests go
+ * test_emu_router.c - cosmolite's request handling without HTTP: requests go
  * straight into emu_router_handle over an in-memory store.
  */
 #include "common/sf_base.h"

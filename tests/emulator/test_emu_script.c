@@ -1,5 +1,5 @@
 /*
- * test_script.c - cosmolite's stored procedures (emulator/emu_script.h) on a
+ * test_emu_script.c - cosmolite's stored procedures (emulator/emu_script.h) on a
  * memory store: the API, the transaction, the sandbox's limits, and the
  * argument checks of a collection call.
  */
@@ -13,7 +13,7 @@
 #include "emulator/emu_script_int.h"
 #include "emulator/emu_store.h"
 #include "tests/support/check_run.h"
-#include "tests/unit/store_testutil.h"
+#include "tests/emulator/store_testutil.h"
 
 static struct emu_store *g_s;
 static struct emu_coll_ref g_c;

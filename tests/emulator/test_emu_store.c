@@ -1,12 +1,12 @@
 /*
- * test_store.c - cosmolite's storage (emulator/emu_store.h): resources and
+ * test_emu_store.c - cosmolite's storage (emulator/emu_store.h): resources and
  * their rids, document rules, optimistic concurrency, the LatestVersion
  * change feed, durability across reopen, and SQLite failures.
  *
  * Stores use a fake clock so _ts and "since time" starts are exact. Some
  * tests edit a closed store's file with SQLite directly to create states the
  * API cannot produce (a range retired without children, a schema from the
- * future). test_store_ops.c covers patch, batches, TTL, splits and the rest.
+ * future). test_emu_store_ops.c covers patch, batches, TTL, splits and the rest.
  */
 #include "common/sf_base.h"
 
@@ -22,7 +22,7 @@
 #include "common/sf_hash.h"
 #include "emulator/emu_store.h"
 #include "tests/support/check_run.h"
-#include "tests/unit/store_testutil.h"
+#include "tests/emulator/store_testutil.h"
 
 #define OUT_MAX (64u * 1024u * 1024u)
 

@@ -1,5 +1,5 @@
 /*
- * test_store_ops.c - cosmolite's storage beyond point operations
+ * test_emu_store_ops.c - cosmolite's storage beyond point operations
  * (emulator/emu_store.h): patch, transactional batches, bulk, TTL, splits, scripts,
  * the AllVersionsAndDeletes log, scans, group commit and the schema upgrade.
  *
@@ -15,7 +15,7 @@
 #include "common/sf_hash.h"
 #include "emulator/emu_store.h"
 #include "tests/support/check_run.h"
-#include "tests/unit/store_testutil.h"
+#include "tests/emulator/store_testutil.h"
 
 #define OUT_MAX (64u * 1024u * 1024u)
 

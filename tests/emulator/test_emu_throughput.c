@@ -1,5 +1,5 @@
 /*
- * test_twin.c - the parts of cosmolite that make it behave like a remote,
+ * test_emu_throughput.c - the parts of cosmolite that make it behave like a remote,
  * provisioned Azure account (issue 15): the latency timer (emu_delay), the
  * request cost model and the per-range RU/s token buckets (emu_throughput).
  * Clocks are passed in, so nothing here depends on how fast the machine is.

@@ -34,9 +34,9 @@
  *                      record ($SF_FAULT_PARKING_ORDERS, default 60)
  *
  * Kafka broker errors are covered where the Kafka producer is: the relay's
- * per-key order through broker errors (tests/unit/test_outbox_relay.c),
- * the sink's (tests/unit/test_outbox_sink.c), brokers down and a relay
- * killed between publish and checkpoint (tests/outbox/test_outbox_feed.c).
+ * per-key order through broker errors (tests/outbox/test_outbox_relay.c),
+ * the sink's (tests/outbox/test_outbox_sink.c), brokers down and a relay
+ * killed between publish and checkpoint (tests/processor/test_proc_relay.c).
  *
  * CK_RUN_CASE=<case> runs one case (ctest registers each as fault_<case>).
  */

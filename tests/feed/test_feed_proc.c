@@ -480,7 +480,7 @@ static int64_t checkpoints_written(struct feed_processor *p)
  * check, every acquire_ms) after every item was acked write nothing before
  * the interval is up. Only stop and splits write at once. A relay that
  * checkpoints once a minute and is killed must publish again what came after
- * its last checkpoint (test_outbox_feed's kill -9 case relies on it).
+ * its last checkpoint (test_proc_relay's kill -9 case relies on it).
  */
 START_TEST(checkpoint_interval_holds_while_caught_up)
 {

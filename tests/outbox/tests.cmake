@@ -1,14 +1,16 @@
-# The outbox relay on the change feed (processor/proc_relay.c): the relay against a real cosmolite and
-# librdkafka's mock cluster, including kill -9 of a relay process (it
-# re-executes itself with --relay-child). Labels outbox, kafka, integration;
-# exit 77 = skipped when no cosmolite binary exists.
-if(TARGET sf_processor AND TARGET cosmolite)
+# outbox/: the sink and the relay against librdkafka's mock cluster, in process,
+# over TCP (label "kafka"). The relay on the change feed is processor/'s
+# (tests/processor/test_proc_relay.c).
+if(TARGET sf_outbox)
   include(${CMAKE_CURRENT_LIST_DIR}/kafka_support.cmake)
-  sf_unit_test(test_outbox_feed
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_feed.c
-    LIBS sf_processor sf_test_kafka sf_test_harness Threads::Threads
-    LABELS "outbox;kafka;integration"
-    NEEDS cosmolite TIMEOUT 180)
+  sf_unit_test(test_outbox_sink
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_sink.c
+    LIBS sf_outbox sf_test_kafka Threads::Threads
+    LABELS "outbox;kafka")
+  sf_unit_test(test_outbox_relay
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_outbox_relay.c
+    LIBS sf_outbox sf_test_kafka Threads::Threads
+    LABELS "outbox;kafka")
 endif()
 
 # Issue 7 inside the product: the `sagafeed run` binary with a kafka section,

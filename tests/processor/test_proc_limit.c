@@ -1,5 +1,5 @@
 /*
- * test_limit.c - the adaptive concurrency limit (processor/proc_limit.h) on
+ * test_proc_limit.c - the adaptive concurrency limit (processor/proc_limit.h) on
  * a synthetic clock.
  *
  * The "machine" is a closed queueing model with an endless backlog: an item

@@ -1,5 +1,5 @@
 /*
- * test_outbox_feed.c - the outbox relay on the change feed, against a real
+ * test_proc_relay.c - the outbox relay on the change feed, against a real
  * cosmolite and librdkafka's mock cluster over TCP.
  *
  * Saga transitions are written the way the saga engine writes them: one
@@ -157,7 +157,7 @@ static pid_t spawn_child(const char *endpoint, const char *key, const char *boot
 
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        char *const argv[] = {(char *)"test_outbox_feed", (char *)"--relay-child", NULL};
+        char *const argv[] = {(char *)"test_proc_relay", (char *)"--relay-child", NULL};
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
         (void)setenv("OBX_ENDPOINT", endpoint, 1);
         (void)setenv("OBX_KEY", key, 1);
@@ -647,7 +647,7 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "--relay-child") == 0)
         return run_child();
     if (harness_cosmolite_bin(NULL, bin, sizeof(bin)) == NULL) {
-        fprintf(stderr, "test_outbox_feed: no cosmolite binary: skipped\n");
+        fprintf(stderr, "test_proc_relay: no cosmolite binary: skipped\n");
         return 77;
     }
     sr = srunner_create(feed_suite());

@@ -1,12 +1,12 @@
-# processor/: lanes and workflow compilation without a server.
+# processor/: lanes, workflow compilation, the dry-run plan and saga show without a server.
 sf_unit_test(test_processor
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_processor.c
   LIBS sf_processor
   LABELS processor
   EXPORTS)
-# processor/proc_limit: the adaptive limit of items in flight, on a synthetic clock.
-sf_unit_test(test_limit
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_limit.c
+# processor/proc_limit.c: the adaptive limit of items in flight, on a synthetic clock.
+sf_unit_test(test_proc_limit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_limit.c
   LIBS sf_processor
   LABELS processor)
 # processor/proc_change.c: sagas on deletes and expiries (issue 27), without a server.
@@ -14,3 +14,15 @@ sf_unit_test(test_proc_change
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_change.c
   LIBS sf_processor
   LABELS processor)
+# processor/proc_relay.c: the outbox relay on the change feed, against a real cosmolite and
+# librdkafka's mock cluster, including kill -9 of a relay process (it re-executes itself
+# with --relay-child). Labels outbox, kafka, integration; exit 77 = skipped when no
+# cosmolite binary exists.
+if(TARGET sf_processor AND TARGET cosmolite)
+  include(${CMAKE_SOURCE_DIR}/tests/outbox/kafka_support.cmake)
+  sf_unit_test(test_proc_relay
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_relay.c
+    LIBS sf_processor sf_test_kafka sf_test_harness Threads::Threads
+    LABELS "processor;outbox;kafka;integration"
+    NEEDS cosmolite TIMEOUT 180)
+endif()

@@ -1,5 +1,5 @@
 /*
- * test_outbox_record.c - the outbox record format without Kafka: event ids,
+ * test_record.c - the outbox record format without Kafka: event ids,
  * building records (the saga engine's side), reading them back (the relay's
  * side) and message keys from partition keys.
  */
