@@ -4,6 +4,12 @@ sf_unit_test(test_processor
   LIBS sf_processor
   LABELS processor
   EXPORTS)
+# processor/proc_dispatch.c: the dispatcher (submit, acks, what it settles itself), without
+# a server.
+sf_unit_test(test_proc_dispatch
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_dispatch.c
+  LIBS sf_processor
+  LABELS processor)
 # processor/proc_limit.c: the adaptive limit of items in flight, on a synthetic clock.
 sf_unit_test(test_proc_limit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_limit.c

@@ -1,0 +1,182 @@
+/*
+ * test_proc_dispatch.c - the dispatcher (processor/proc_dispatch.c) without a
+ * server: what it settles itself at submit, acks and counts. Its lanes are
+ * test_processor's (proc_lanes.c); parking, retries and blocked keys run
+ * against cosmolite in the saga cases and the end-to-end programs.
+ */
+#include "common/sf_base.h"
+
+#include <check.h>
+#include <stdatomic.h>
+
+#include "common/sf_auth.h"
+#include "config/cfg.h"
+#include "cosmos/cosmos.h"
+#include "processor/proc_dispatch.h"
+#include "processor/proc_engine.h"
+#include "record/record.h"
+#include "steps/step.h"
+#include "tests/support/check_run.h"
+
+static const char *SEATS_CFG =
+    "workflows = ( {\n"
+    "  name = \"booking\"; container = \"bookings\";\n"
+    "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+    "  steps = ( { name = \"hold-seats\"; from = \"requested\"; to = \"held\";\n"
+    "    foreach = \"item.seats\";\n"
+    "    do = { kind = \"patch\"; container = \"seats\"; id = \"{{it.seat}}\";\n"
+    "      partition_key = \"{{item.show}}\"; condition = \"FROM c WHERE c.free = true\";\n"
+    "      ops = ( { op = \"set\"; path = \"/holds/{{item.hold ?? item.id}}\"; value = "
+    "\"{{it.price}}\"; } );\n"
+    "    };\n"
+    "  } );\n"
+    "} );\n";
+
+/* An engine compiled from SEATS_CFG, without a client: the containers are declared. */
+struct seats {
+    struct cfg *cfg;
+    struct cfg_diags *d;
+    struct step_registry *reg;
+    struct step_catalog *cat;
+    struct proc_engine *e;
+};
+
+static void seats_open(struct seats *s)
+{
+    struct proc_engine_opts eo = {0};
+    struct sf_err err;
+
+    memset(s, 0, sizeof(*s));
+    s->d = calloc(1, sizeof(*s->d));
+    ck_assert_ptr_nonnull(s->d);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(SEATS_CFG, "s.cfg", &s->cfg, s->d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(step_registry_new(&s->reg, &err), SF_OK);
+    ck_assert_int_eq(step_registry_add_builtins(s->reg, &err), SF_OK);
+    /* no client: the containers are known, nothing is read or written */
+    ck_assert_int_eq(step_catalog_new(NULL, "db", &s->cat, &err), SF_OK);
+    ck_assert_int_eq(step_catalog_set(s->cat, "bookings", "/buyer"), SF_OK);
+    ck_assert_int_eq(step_catalog_set(s->cat, "seats", "/show"), SF_OK);
+    eo.cfg = s->cfg;
+    eo.reg = s->reg;
+    eo.catalog = s->cat;
+    ck_assert_msg(proc_engine_new(&eo, &s->e, s->d, &err) == SF_OK, "%s", err.msg);
+}
+
+static void seats_close(struct seats *s)
+{
+    proc_engine_free(s->e);
+    step_catalog_free(s->cat);
+    step_registry_free(s->reg);
+    cfg_free(s->cfg);
+    free(s->d);
+}
+
+/* ---------------------------------------------------------------------------
+ * sagafeed's own records: one check, at the dispatcher
+ */
+
+struct sys_seen {
+    atomic_int acks, results, skipped;
+};
+
+static void sys_ack(void *ctx)
+{
+    atomic_fetch_add(&((struct sys_seen *)ctx)->acks, 1);
+}
+
+static void sys_result(void *ctx, const struct proc_item *it, const struct proc_result *res,
+                       unsigned attempts, bool parked)
+{
+    struct sys_seen *seen = ctx;
+
+    SF_UNUSED(it);
+    atomic_fetch_add(&seen->results, 1);
+    if (res->outcome == PROC_SKIPPED && attempts == 0 && !parked)
+        atomic_fetch_add(&seen->skipped, 1);
+}
+
+/*
+ * A marker that looks like a saga item in the step's state (no filter in
+ * SEATS_CFG, status "requested") is settled by the dispatcher at submit:
+ * acked once, reported once as skipped, counted once - and never handed to
+ * the engine, which has no client here and could not run it.
+ */
+START_TEST(test_system_document_skipped_once_counted_once)
+{
+    struct seats s;
+    struct proc_dispatch *disp = NULL;
+    struct cosmos_client *cli = NULL;
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct proc_dispatch_opts dopts;
+    struct proc_stats st;
+    struct sys_seen seen;
+    struct sf_err err;
+    json_t *marker = json_pack("{s:s, s:s, s:s, s:s, s:s, s:[{s:s, s:i}]}", "id",
+                               "sf|m|booking|b-1", STEP_SYS_FIELD, "marker", "status", "requested",
+                               "buyer", "u-1", "show", "s-9", "seats", "seat", "A1", "price", 10);
+
+    ck_assert_ptr_nonnull(marker);
+    atomic_init(&seen.acks, 0);
+    atomic_init(&seen.results, 0);
+    atomic_init(&seen.skipped, 0);
+    sf_err_clear(&err);
+    seats_open(&s);
+    /* the dispatcher's client (for parking) is never used: nothing is sent */
+    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
+    dopts = (struct proc_dispatch_opts){.engine = s.e,
+                                        .cli = cli,
+                                        .db = "db",
+                                        .parking_container = "parked",
+                                        .lanes = 4,
+                                        .workers = 2,
+                                        .queue_limit = 16,
+                                        .max_attempts = 3,
+                                        .on_result = sys_result,
+                                        .result_ctx = &seen};
+    ck_assert_int_eq(proc_dispatch_new(&dopts, &disp, &err), SF_OK);
+    ck_assert_int_eq(proc_dispatch_submit(disp,
+                                          &(struct proc_item){.container = "bookings",
+                                                              .doc = marker,
+                                                              .pk_json = "[\"u-1\"]",
+                                                              .pk_path = "/buyer",
+                                                              .lsn = 7,
+                                                              .epoch = 1,
+                                                              .ack = sys_ack,
+                                                              .ack_ctx = &seen},
+                                          &err),
+                     SF_OK);
+    /* settled on the submitting thread: nothing is queued */
+    ck_assert_int_eq(atomic_load(&seen.acks), 1);
+    ck_assert_int_eq(proc_dispatch_drain(disp, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&seen.acks), 1);
+    ck_assert_int_eq(atomic_load(&seen.results), 1);
+    ck_assert_int_eq(atomic_load(&seen.skipped), 1);
+    proc_dispatch_stats(disp, &st);
+    ck_assert_uint_eq(st.items, 1);
+    ck_assert_uint_eq(st.skipped, 1);
+    ck_assert_uint_eq(st.completed + st.failed + st.parked + st.waiting + st.retries, 0);
+    {
+        json_t *ev = json_pack("{s:s}", STEP_SYS_FIELD, "event"),
+               *item = json_pack("{s:s}", "id", "b-1");
+
+        ck_assert(record_is_system(ev) && !record_is_system(item) && !record_is_system(NULL));
+        json_decref(ev);
+        json_decref(item);
+    }
+    proc_dispatch_free(disp);
+    json_decref(marker); /* borrowed by the dispatcher until its ack */
+    cosmos_client_free(cli);
+    seats_close(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("proc_dispatch");
+    TCase *tc = tcase_create("submit");
+
+    tcase_add_test(tc, test_system_document_skipped_once_counted_once);
+    suite_add_tcase(s, tc);
+    return sf_check_run(s);
+}
