@@ -708,6 +708,93 @@ out:
  * saga show
  */
 
+static int64_t json_int_or(const json_t *o, const char *key, int64_t dflt)
+{
+    const json_t *v = json_object_get(o, key);
+
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static void print_elements(FILE *out, const json_t *arr)
+{
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(arr, i, v)(void)
+        fprintf(out, "%s%lld", i > 0 ? "," : "", (long long)json_integer_value(v));
+}
+
+/* The human-readable form of proc_saga_show's JSON (`sagafeed saga show`). */
+void cli_saga_print(const json_t *v, FILE *out)
+{
+    size_t i, k;
+    json_t *w, *x;
+
+    if (!json_is_true(json_object_get(v, "found"))) {
+        (void)fprintf(out, "saga %s: nothing found (no item, marker, event or parked record)\n",
+                      sf_json_str(v, "sagaId"));
+        return;
+    }
+    json_array_foreach(json_object_get(v, "workflows"), i, w)
+    {
+        const json_t *item = json_object_get(w, "item");
+
+        (void)fprintf(out, "saga %s (workflow %s, container %s)\n", sf_json_str(v, "sagaId"),
+                      sf_json_str(w, "workflow"), sf_json_str(w, "container"));
+        if (json_is_object(item)) {
+            (void)fprintf(out, "  item %s: state %s", sf_json_str(w, "itemId"),
+                          sf_json_str(item, "state") != NULL ? sf_json_str(item, "state") : "?");
+            if (sf_json_str(item, "reason") != NULL)
+                (void)fprintf(out, " (reason: %s)", sf_json_str(item, "reason"));
+            (void)fputc('\n', out);
+        } else {
+            (void)fprintf(out, "  item %s: not found (deleted?)\n", sf_json_str(w, "itemId"));
+        }
+        (void)fprintf(out, "  steps (%lld markers):\n",
+                      (long long)json_integer_value(json_object_get(w, "markers")));
+        json_array_foreach(json_object_get(w, "steps"), k, x)
+        {
+            (void)fprintf(out, "    %-12s %s -> %s: %s", sf_json_str(x, "step"),
+                          sf_json_str(x, "from"), sf_json_str(x, "to"), sf_json_str(x, "status"));
+            if (json_is_integer(json_object_get(x, "elements")))
+                (void)fprintf(out, " (no elements)");
+            /*
+             * Elements are worth a list for a foreach step or once something was
+             * undone; "done (done: 0)" said nothing.
+             */
+            if (json_array_size(json_object_get(x, "done")) > 0 &&
+                (json_is_true(json_object_get(x, "foreach")) ||
+                 json_array_size(json_object_get(x, "undone")) > 0)) {
+                (void)fprintf(out, " (elements done: ");
+                print_elements(out, json_object_get(x, "done"));
+                if (json_array_size(json_object_get(x, "undone")) > 0) {
+                    (void)fprintf(out, "; undone: ");
+                    print_elements(out, json_object_get(x, "undone"));
+                }
+                (void)fputc(')', out);
+            }
+            (void)fputc('\n', out);
+        }
+        (void)fprintf(out, "  events (%zu):\n", json_array_size(json_object_get(w, "events")));
+        json_array_foreach(json_object_get(w, "events"), k, x)(void)
+            fprintf(out, "    %s %-20s topic %s, source lsn %lld, id %s\n",
+                    sf_json_str(x, "createdAt") ? sf_json_str(x, "createdAt") : "?",
+                    sf_json_str(x, "eventType") ? sf_json_str(x, "eventType") : "?",
+                    sf_json_str(x, "topic") ? sf_json_str(x, "topic") : "(routed)",
+                    (long long)json_int_or(x, "sourceLsn", -1), sf_json_str(x, "id"));
+        if (json_array_size(json_object_get(w, "parked")) == 0) {
+            (void)fprintf(out, "  parked: no\n");
+            continue;
+        }
+        json_array_foreach(json_object_get(w, "parked"), k, x)(void)
+            fprintf(out, "  parked: %s at lsn %lld: %s\n", sf_json_str(x, "status"),
+                    (long long)json_int_or(x, "lsn", -1),
+                    sf_json_str(json_object_get(x, "error"), "message")
+                        ? sf_json_str(json_object_get(x, "error"), "message")
+                        : "(waits behind another item)");
+    }
+}
+
 int cli_saga(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"show", NULL};
@@ -740,7 +827,7 @@ int cli_saga(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop
     if (json)
         print_json(v);
     else
-        proc_saga_print(v, stdout);
+        cli_saga_print(v, stdout);
     status = found ? 0 : 1;
 out:
     json_decref(v);

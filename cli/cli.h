@@ -14,6 +14,9 @@
 #define CLI_H
 
 #include <stdatomic.h>
+#include <stdio.h>
+
+#include <jansson.h>
 
 #include "common/sf_base.h"
 
@@ -83,5 +86,8 @@ int cli_load(const char *cmd, const char *path, struct cfg **ret);
  * 1 when the client cannot be made; the reason goes to stderr.
  */
 int cli_client(const char *cmd, const struct cfg *cfg, struct cosmos_client **ret);
+
+/* The human-readable form of proc_saga_show's JSON (`sagafeed saga show`). Any thread. */
+void cli_saga_print(const json_t *v, FILE *out);
 
 #endif

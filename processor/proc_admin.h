@@ -67,9 +67,6 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
  */
 void proc_saga_events_sort(json_t *events);
 
-/* The human-readable form of proc_saga_show's JSON. */
-void proc_saga_print(const json_t *v, FILE *out);
-
 /* The export document (new reference). */
 enum sf_rc proc_leases_export(struct cosmos_client *cli, const struct cfg *cfg, json_t **ret,
                               struct sf_err *err);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "cli/cli.h"
 #include "common/sf_auth.h"
 #include "common/sf_json.h"
 #include "common/sf_time.h"
@@ -1261,7 +1262,7 @@ START_TEST(test_saga_steps_zero_elements_ran_not_not_run)
     ck_assert_ptr_nonnull(view);
     f = open_memstream(&text, &len);
     ck_assert_ptr_nonnull(f);
-    proc_saga_print(view, f);
+    cli_saga_print(view, f);
     ck_assert_int_eq(fclose(f), 0);
     ck_assert_msg(strstr(text, "placed -> reserved: done (no elements)") != NULL, "%s", text);
     free(text);
@@ -1510,7 +1511,7 @@ START_TEST(test_saga_show_unreached_step_not_run)
     ck_assert_ptr_nonnull(view);
     f = open_memstream(&text, &len);
     ck_assert_ptr_nonnull(f);
-    proc_saga_print(view, f);
+    cli_saga_print(view, f);
     ck_assert_int_eq(fclose(f), 0);
     ck_assert_msg(strstr(text, "requested -> held: done\n") != NULL, "%s", text);
     ck_assert_msg(strstr(text, "(done: ") == NULL && strstr(text, "elements done") == NULL, "%s",

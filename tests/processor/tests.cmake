@@ -1,7 +1,8 @@
 # processor/: lanes, workflow compilation, the dry-run plan and saga show without a server.
+# Its saga show cases check the printed form too (cli_saga_print, cli/cli.c).
 sf_unit_test(test_processor
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_processor.c
-  LIBS sf_processor
+  LIBS sf_processor sf_cli
   LABELS processor
   EXPORTS)
 # processor/proc_dispatch.c: the dispatcher (submit, acks, what it settles itself), without
