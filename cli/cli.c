@@ -1,5 +1,5 @@
 /*
- * cli.c - the operator commands (cli.h).
+ * cli.c - the operator commands and what they print (cli.h).
  */
 #include "common/sf_base.h"
 

@@ -1,5 +1,5 @@
 /*
- * cli/cli_console.c - `sagafeed console -c FILE --http ADDR`: the saga console
+ * cli_console.c - `sagafeed console -c FILE --http ADDR`: the saga console
  * (console/) on its own listener, without processing anything.
  */
 #include "common/sf_base.h"

@@ -1,5 +1,5 @@
 /*
- * cli/cli_demo.c - `sagafeed demo`: the order fulfilment demo on a private
+ * cli_demo.c - `sagafeed demo`: the order fulfilment demo on a private
  * cosmolite, with the example configuration embedded at build time. Outside
  * the product library (sf_processor): the sagafeed binary links it.
  */
