@@ -12,6 +12,9 @@
   console_mode  `sagafeed console` serves the same data without processing, a
                 page costs a bounded number of Cosmos requests and nobody looking
                 costs none; a token variable that is named but unset stops it
+  retries       cosmolite throttles the charge step's batches (429 three times):
+                the saga's steps show 3 Cosmos retries for charge and 0 for
+                reserve and ship, in the API, `saga show` and `saga show --json`
 """
 import base64
 import email.utils
@@ -273,6 +276,37 @@ class Api(unittest.TestCase):
             st, r = http("GET", url + "/api/v1/sagas/trips/t-1")
             self.assertEqual(st, 200, r)
             self.assertEqual(r["workflows"][0]["status"], "completed")
+        finally:
+            w.stop()
+
+    def test_step_cosmos_retries(self):
+        w = h.World(orders=[h.order("o-slow", "c-1", h.GOOD, 5)])
+        try:
+            # the charge step is the only one that writes to customers (one batch per try)
+            w.cosmo.admin("PUT", "faults", {"seed": 1, "rules": [
+                {"status": 429, "op": "batch", "container": "customers", "count": 3,
+                 "retryAfterMs": 10}]})
+            w.start("run")
+            self.assertTrue(w.wait_state("o-slow", "c-1", "completed"), "o-slow did not complete")
+            fired = w.cosmo.admin("GET", "faults")
+            self.assertEqual([r.get("fired") for r in fired["rules"]], [3], fired)
+            st, r = http("GET", w.start("console") + "/api/v1/sagas/order-fulfilment/o-slow?key=c-1")
+            self.assertEqual(st, 200, r)
+            steps = {s["step"]: s for s in r["workflows"][0]["steps"]}
+            self.assertEqual({k: (s["cosmosRetries"], s["undoCosmosRetries"])
+                              for k, s in steps.items()},
+                             {"reserve": (0, None), "charge": (3, None), "ship": (0, None)}, steps)
+            self.assertEqual(r["workflows"][0]["document"]["sfRetries"]["charge"], {"do": 3})
+            show = [os.environ["SF_SAGAFEED_BIN"], "saga", "show", "o-slow", "-c", w.cfg]
+            p = subprocess.run(show + ["--json"], env=w.env, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            steps = {s["step"]: s["cosmosRetries"] for s in json.loads(p.stdout)["workflows"][0]["steps"]}
+            self.assertEqual(steps, {"reserve": 0, "charge": 3, "ship": 0})
+            p = subprocess.run(show, env=w.env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("reserved -> charged: done (Cosmos retries 3)", p.stdout)
+            self.assertIn("placed -> reserved: done (Cosmos retries 0)", p.stdout)
         finally:
             w.stop()
 
