@@ -187,6 +187,7 @@ function timelineOf(v) {
     rows.push({ t: p.parkedAt || '', kind: 'parked',
       what: text(p.status) + ' after ' + text(p.attempts) + ' attempt(s)',
       detail: text(e.message) + (e.httpStatus ? ' (HTTP ' + e.httpStatus + (e.substatus ? '/' + e.substatus : '') + ')' : ''),
+      retries: p.status === 'parked' ? count(p.cosmosRetries) : '',
       proof: 'parking record ' + text(p.id) + (p.replayRequested ? ' · replay requested' : '') });
   }
   const doc = v.document;

@@ -14,7 +14,9 @@
                 costs none; a token variable that is named but unset stops it
   retries       cosmolite throttles the charge step's batches (429 three times):
                 the saga's steps show 3 Cosmos retries for charge and 0 for
-                reserve and ship, in the API, `saga show` and `saga show --json`
+                reserve and ship, in the API, `saga show` and `saga show --json`;
+                then an order whose ship step is throttled past the client's budget
+                parks, its parking record counting the retries of both attempts
 """
 import base64
 import email.utils
@@ -282,6 +284,11 @@ class Api(unittest.TestCase):
     def test_step_cosmos_retries(self):
         w = h.World(orders=[h.order("o-slow", "c-1", h.GOOD, 5)])
         try:
+            # 429s count toward max_attempts at once: o-stuck below parks after two
+            with open(w.cfg) as f:
+                text = f.read()
+            with open(w.cfg, "w") as f:
+                f.write(text.replace("max_attempts = 2;", 'max_attempts = 2; max_throttled_wait = "0s";'))
             # the charge step is the only one that writes to customers (one batch per try)
             w.cosmo.admin("PUT", "faults", {"seed": 1, "rules": [
                 {"status": 429, "op": "batch", "container": "customers", "count": 3,
@@ -307,6 +314,22 @@ class Api(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn("reserved -> charged: done (Cosmos retries 3)", p.stdout)
             self.assertIn("placed -> reserved: done (Cosmos retries 0)", p.stdout)
+            # o-stuck's ship step is throttled past the client's budget on both of its
+            # attempts: it parks, and its parking record counts the retries of both
+            w.cosmo.admin("PUT", "faults", {"seed": 1, "rules": [
+                {"status": 429, "op": "batch", "container": "shipments", "count": 1000,
+                 "retryAfterMs": 1}]})
+            w.upsert("orders", h.order("o-stuck", "c-1", h.GOOD, 5))
+            self.assertTrue(w.wait_parked(1), w.parked_records())
+            fired = w.cosmo.admin("GET", "faults")["rules"][0]["fired"]
+            st, r = http("GET", w.start("console") + "/api/v1/sagas/order-fulfilment/o-stuck?key=c-1")
+            self.assertEqual(st, 200, r)
+            v = r["workflows"][0]
+            steps = {s["step"]: s["cosmosRetries"] for s in v["steps"]}
+            self.assertEqual(steps, {"reserve": 0, "charge": 0, "ship": None})
+            self.assertEqual([(p["attempts"], p["cosmosRetries"]) for p in v["parked"]],
+                             [(2, fired - 2)], v["parked"])  # each attempt's last 429 gave up
+            self.assertGreater(fired - 2, 0)
         finally:
             w.stop()
 
