@@ -15,6 +15,8 @@
   retries       cosmolite throttles the charge step's batches (429 three times):
                 the saga's steps show 3 Cosmos retries for charge and 0 for
                 reserve and ship, in the API, `saga show` and `saga show --json`;
+                a saga left compensating whose marker read is throttled twice
+                shows 2 undo retries for the failed step;
                 then an order whose ship step is throttled past the client's budget
                 parks, its parking record counting the retries of both attempts
 """
@@ -282,7 +284,11 @@ class Api(unittest.TestCase):
             w.stop()
 
     def test_step_cosmos_retries(self):
-        w = h.World(orders=[h.order("o-slow", "c-1", h.GOOD, 5)])
+        # o-undo was left compensating after charge failed: its compensation reads
+        # charge's marker (in customers) to learn whether charge did anything
+        undo = dict(h.order("o-undo", "c-3", h.GOOD, 5, status="cancelling"),
+                    sfFailedStep="charge", reason="declined")
+        w = h.World(orders=[h.order("o-slow", "c-1", h.GOOD, 5), undo])
         try:
             # 429s count toward max_attempts at once: o-stuck below parks after two
             with open(w.cfg) as f:
@@ -292,11 +298,14 @@ class Api(unittest.TestCase):
             # the charge step is the only one that writes to customers (one batch per try)
             w.cosmo.admin("PUT", "faults", {"seed": 1, "rules": [
                 {"status": 429, "op": "batch", "container": "customers", "count": 3,
+                 "retryAfterMs": 10},
+                {"status": 429, "op": "read", "container": "customers", "count": 2,
                  "retryAfterMs": 10}]})
             w.start("run")
             self.assertTrue(w.wait_state("o-slow", "c-1", "completed"), "o-slow did not complete")
+            self.assertTrue(w.wait_state("o-undo", "c-3", "cancelled"), "o-undo was not cancelled")
             fired = w.cosmo.admin("GET", "faults")
-            self.assertEqual([r.get("fired") for r in fired["rules"]], [3], fired)
+            self.assertEqual([r.get("fired") for r in fired["rules"]], [3, 2], fired)
             st, r = http("GET", w.start("console") + "/api/v1/sagas/order-fulfilment/o-slow?key=c-1")
             self.assertEqual(st, 200, r)
             steps = {s["step"]: s for s in r["workflows"][0]["steps"]}
@@ -314,6 +323,14 @@ class Api(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn("reserved -> charged: done (Cosmos retries 3)", p.stdout)
             self.assertIn("placed -> reserved: done (Cosmos retries 0)", p.stdout)
+            st, r = http("GET", w.start("console") + "/api/v1/sagas/order-fulfilment/o-undo?key=c-3")
+            self.assertEqual(st, 200, r)
+            steps = {s["step"]: (s["cosmosRetries"], s["undoCosmosRetries"])
+                     for s in r["workflows"][0]["steps"]}
+            # charge's undo read its marker through two 429s; reserve's needed no read and
+            # ran no forward pass here, so nothing is recorded for it
+            self.assertEqual(steps, {"reserve": (None, None), "charge": (None, 2),
+                                     "ship": (None, None)})
             # o-stuck's ship step is throttled past the client's budget on both of its
             # attempts: it parks, and its parking record counts the retries of both
             w.cosmo.admin("PUT", "faults", {"seed": 1, "rules": [
