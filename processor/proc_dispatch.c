@@ -203,9 +203,9 @@ static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t ret
  * the dispatcher stops (false: stopped, do not ack).
  */
 static bool park_write(struct proc_dispatch *d, const struct task *t, const char *status,
-                       const struct proc_result *res, unsigned attempts)
+                       const struct proc_result *res, unsigned attempts, uint64_t retries)
 {
-    json_t *doc = proc_park_record(&t->it, t->park_key, status, res, attempts);
+    json_t *doc = proc_park_record(&t->it, t->park_key, status, res, attempts, retries);
     bool ok = false;
 
     if (doc == NULL) {
@@ -333,7 +333,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     }
     if (proc_dispatch_blocked(d, t->park_key)) {
         /* Wait behind the parked item: durably, so the checkpoint may move on. */
-        if (!park_write(d, t, "waiting", NULL, 0))
+        if (!park_write(d, t, "waiting", NULL, 0, 0))
             return;
         stat_add(d, ST_WAITING, 1);
         sf_log_info("sagafeed", "item %s of blocked key %s (lsn %lld) waits behind a parked item",
@@ -347,7 +347,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
         return; /* stopping: no ack, the feed redelivers */
     retries = cosmos_thread_retries() - retries0;
     if (park) {
-        if (!park_write(d, t, "parked", &res, attempts))
+        if (!park_write(d, t, "parked", &res, attempts, retries))
             return;
         block_key(d, t->park_key);
         stat_add(d, ST_PARKED, 1);

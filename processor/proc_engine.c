@@ -443,6 +443,11 @@ struct run {
     size_t failed_elem;
     int64_t event_seq; /* outbox records built in this pass (their sourceSeq) */
     bool change;       /* doc is a change's carrier (proc_change.h), not the item */
+    /*
+     * PROC_RETRIES_FIELD as the next transition writes it (owned), NULL:
+     * left as it is. Built from doc by note_retries; transition() consumes it.
+     */
+    json_t *retries;
 };
 
 enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, const json_t *doc,
@@ -473,6 +478,7 @@ static void run_release(struct run *r)
 {
     json_decref(r->doc);
     json_decref(r->pk);
+    json_decref(r->retries);
     free(r->saga_id);
     sf_buf_release(&r->pk_json);
 }
@@ -885,6 +891,43 @@ static bool deadline_passed(const struct cworkflow *wf, const json_t *doc)
 enum trans_result { TRANS_OK, TRANS_LOST, TRANS_STOP };
 
 /*
+ * Records n Cosmos retries for the `phase` ("do" or "undo") of step cs in
+ * the PROC_RETRIES_FIELD the next transition writes, starting from the
+ * item's. The whole object is written: a patch cannot set a member of an
+ * object that does not exist yet, and the transition's compare-and-set on
+ * the state keeps this read-modify-write from racing. Out of memory leaves
+ * the field as it is (a figure for people, never a reason to stop a saga).
+ */
+static void note_retries(struct run *r, const struct cstep *cs, const char *phase, uint64_t n)
+{
+    json_t *per_step;
+
+    if (r->retries == NULL) {
+        const json_t *have = json_object_get(r->doc, PROC_RETRIES_FIELD);
+
+        r->retries = json_is_object(have) ? json_deep_copy(have) : json_object();
+        if (r->retries == NULL)
+            return;
+    }
+    per_step = json_object_get(r->retries, cs->cfg->name);
+    if (!json_is_object(per_step)) {
+        per_step = json_object();
+        if (json_object_set_new(r->retries, cs->cfg->name, per_step) != 0)
+            return;
+    }
+    (void)json_object_set_new(per_step, phase, json_integer((json_int_t)n));
+}
+
+/* Whether note_retries recorded (now or before) the do side of step cs. */
+static bool retries_noted(const struct run *r, const struct cstep *cs)
+{
+    const json_t *all =
+        r->retries != NULL ? r->retries : json_object_get(r->doc, PROC_RETRIES_FIELD);
+
+    return json_object_get(json_object_get(all, cs->cfg->name), "do") != NULL;
+}
+
+/*
  * Moves the item from `from` to `to` by a conditional patch batched with the
  * transition's outbox event. reason and failed_step are recorded when not
  * NULL. TRANS_LOST: the CAS failed (someone moved it) and the item was
@@ -935,6 +978,10 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)json_array_append_new(ops,
                                     json_pack("{s:s, s:s, s:s}", "op", "set", "path",
                                               "/" PROC_FAILED_STEP_FIELD, "value", failed_step));
+    /* The step's Cosmos retries ride on the state's patch (PROC_RETRIES_FIELD). */
+    if (ops != NULL && r->retries != NULL)
+        (void)json_array_append_new(ops, json_pack("{s:s, s:s, s:O}", "op", "set", "path",
+                                                   "/" PROC_RETRIES_FIELD, "value", r->retries));
     rc =
         ops != NULL ? sf_buf_printf(&cond, "FROM c WHERE c[\"%s\"] = ", w->state_field) : SF_ENOMEM;
     if (rc == SF_OK)
@@ -1019,6 +1066,9 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);
     }
 out:
+    /* Written or not, the figures were of this transition: a lost CAS re-reads the item's. */
+    json_decref(r->retries);
+    r->retries = NULL;
     cosmos_batch_free(b);
     cosmos_batch_result_release(&br);
     json_decref(ops);
@@ -1412,6 +1462,7 @@ static enum trans_result compensate(struct run *r, const char *state)
         const struct cstep *cs = &r->wf->steps[k];
         /* A step with a `when` may have been skipped: only its markers know. */
         bool batched = do_side_batched(cs) && cs->when == NULL;
+        uint64_t retries0 = cosmos_thread_retries();
         bool ok;
 
         if (failed_known && k + 1 < top && batched)
@@ -1422,6 +1473,9 @@ static enum trans_result compensate(struct run *r, const char *state)
             ok = run_undo(r, cs, false, 0);
         if (!ok)
             return TRANS_STOP;
+        /* The steps the saga ran (their do was recorded) or failed in, with an undo side. */
+        if (cs->undo.n > 0 && (retries_noted(r, cs) || k + 1 == top))
+            note_retries(r, cs, "undo", cosmos_thread_retries() - retries0);
     }
     (void)snprintf(reason_copy, sizeof(reason_copy), "%s", reason != NULL ? reason : "");
     return transition(r, state, w->failed_state, w->failed_state,
@@ -1525,6 +1579,8 @@ static void advance(struct run *r)
             }
         }
         int64_t wait_ms = 0;
+        /* This thread runs this saga alone: the difference is the step's retries. */
+        uint64_t retries0 = cosmos_thread_retries();
         enum step_outcome oc = run_forward(r, cs, &status, &fail_env, &wait_ms);
 
         if (oc == STEP_WAIT) {
@@ -1541,6 +1597,8 @@ static void advance(struct run *r)
             r->failed_elem = 0;
             oc = STEP_FAILED;
         }
+        if (oc == STEP_OK || oc == STEP_ALREADY || oc == STEP_FAILED)
+            note_retries(r, cs, "do", cosmos_thread_retries() - retries0);
         switch (oc) {
         case STEP_OK:
         case STEP_ALREADY:
