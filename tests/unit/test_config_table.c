@@ -594,13 +594,34 @@ START_TEST(test_table_matches_configuration_doc)
             group[0] = '\0';
             continue;
         }
-        if (ln[0] != '|' || group[0] == '\0' || strncmp(ln, "|---", 4) == 0)
+        if (ln[0] != '|' || strncmp(ln, "|---", 4) == 0)
             continue;
         nc = md_cells(ln, cells, SF_ARRAY_LEN(cells));
+        (void)snprintf(where, sizeof(where), "docs/configuration.md:%d", lineno);
+        if (group[0] == '\0' && nc == 2 && strncmp(cells[0], "`SAGAFEED_", 10) == 0) {
+            /* "| `SAGAFEED_FEED_INSTANCE=worker-7` | `feed.instance` |": the variable is its */
+            char var[128], full[128], env[128];
+            const char *dot;
+            const struct cfg_setting *st;
+
+            (void)snprintf(var, sizeof(var), "%.*s", (int)strcspn(cells[0] + 1, "=`"),
+                           cells[0] + 1);
+            (void)snprintf(full, sizeof(full), "%.*s", (int)strcspn(cells[1] + 1, "`"),
+                           cells[1] + 1);
+            dot = strchr(full, '.');
+            (void)snprintf(group, sizeof(group), "%.*s", dot != NULL ? (int)(dot - full) : 0, full);
+            st = dot != NULL ? cfg_setting_find(group, dot + 1) : NULL;
+            group[0] = '\0';
+            if (st == NULL || strcmp(cfg_setting_env_name(st, env, sizeof(env)), var) != 0)
+                fail_add("%s: %s does not set %s (no such setting, or another name)", where, var,
+                         full);
+            continue;
+        }
+        if (group[0] == '\0')
+            continue;
         if (nc != 3 || cells[0][0] != '`')
             continue; /* a header row, or another table's */
         (void)snprintf(key, sizeof(key), "%.*s", (int)strcspn(cells[0] + 1, "`"), cells[0] + 1);
-        (void)snprintf(where, sizeof(where), "docs/configuration.md:%d", lineno);
         row_found(&seen, where, group, key, cells[1], cells[2]);
     }
     rows_missing(&seen, "docs/configuration.md");
