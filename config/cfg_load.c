@@ -287,7 +287,7 @@ static void load_scalars(struct loader *ld, const config_setting_t *g, const cha
         char *field = (char *)base + st->offset;
         const char *str;
         bool b;
-        int64_t v;
+        int64_t v = 0;
 
         if (strcmp(st->group, group) != 0)
             continue;
