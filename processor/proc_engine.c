@@ -59,6 +59,8 @@
 #include "steps/step_tmpl.h"
 
 #define FOREACH_MAX 1000
+/* Waiting records one awaited document wakes at most (more: the item parks, saying so). */
+#define WAITERS_MAX 100000
 
 struct side {
     struct step_action actions[CFG_ACTIONS_MAX];
@@ -1247,7 +1249,7 @@ static bool wake_waiters(struct run *r)
 {
     const struct proc_engine *e = r->e;
     struct cosmos_query_opts qo = {0};
-    struct cosmos_query *q = NULL;
+    const char *params[3] = {"@id", NULL, NULL};
     struct sf_buf idj;
     struct sf_err err;
     json_t *docs = NULL, *rec;
@@ -1261,36 +1263,30 @@ static bool wake_waiters(struct run *r)
     if (rc == SF_OK && sf_json_dump(json_object_get(r->it->doc, "id"), &idj) != SF_OK)
         rc = sf_err_set(&err, SF_ELIMIT, false, "id too large");
     qo.pk_json = sf_buf_cstr(&r->pk_json);
+    params[1] = sf_buf_cstr(&idj);
     if (rc == SF_OK)
-        rc = cosmos_query_new(e->cli, e->cfg->cosmos.database, r->it->container,
+        rc = cosmos_query_all(e->cli, e->cfg->cosmos.database, r->it->container,
                               "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
                               "' AND c.awaitId = @id",
-                              &qo, &q, &err);
-    if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@id", sf_buf_cstr(&idj), &err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        rc = cosmos_query_next(q, &docs, &err);
-        json_array_foreach(docs, i, rec)
-        {
-            bool woken = false;
+                              params, &qo, WAITERS_MAX, &docs, NULL, &err);
+    json_array_foreach(docs, i, rec)
+    {
+        bool woken = false;
 
-            if (rc != SF_OK)
-                break;
-            if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
-                continue;
-            rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
-                           json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
-                           false, false, 0, &woken, &err);
-            if (rc == SF_OK && woken)
-                r->res->woken++;
-        }
-        json_decref(docs);
-        docs = NULL;
+        if (rc != SF_OK)
+            break;
+        if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
+            continue;
+        rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
+                       json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
+                       false, false, 0, &woken, &err);
+        if (rc == SF_OK && woken)
+            r->res->woken++;
     }
     if (rc != SF_OK)
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "waking waiting sagas");
     ok = rc == SF_OK;
-    cosmos_query_free(q);
+    json_decref(docs);
     sf_buf_release(&idj);
     return ok;
 }
@@ -1310,9 +1306,9 @@ struct sweep {
 static enum sf_rc sweep_query(struct sweep *sw, const char *range, struct sf_err *err)
 {
     struct cosmos_query_opts qo = {.max_items = 100};
-    struct cosmos_query *q = NULL;
-    json_t *docs = NULL, *d;
     char now[32], before[32];
+    const char *params[5] = {"@now", now, "@before", before, NULL};
+    json_t *docs = NULL, *d;
     enum sf_rc rc;
     size_t i;
 
@@ -1320,40 +1316,35 @@ static enum sf_rc sweep_query(struct sweep *sw, const char *range, struct sf_err
     qo.cross_partition = range == NULL;
     (void)snprintf(now, sizeof(now), "%lld", (long long)sw->now);
     (void)snprintf(before, sizeof(before), "%lld", (long long)sw->rewake_before);
-    rc = cosmos_query_new(
+    /*
+     * At most what is left of the batch: a saga another instance woke first
+     * counts against it too, and is looked at again at the next sweep.
+     */
+    rc = cosmos_query_all(
         sw->e->cli, sw->e->cfg->cosmos.database, sw->container,
         "SELECT * FROM c WHERE IS_OBJECT(c." PROC_WAIT_FIELD ") AND ((c." PROC_WAIT_FIELD
         ".until > 0 AND c." PROC_WAIT_FIELD ".until <= @now) OR (IS_NUMBER(c." PROC_DEADLINE_FIELD
         ") AND c." PROC_DEADLINE_FIELD " <= @now)) AND (NOT IS_DEFINED(c." PROC_WAIT_FIELD
         ".woken) OR c." PROC_WAIT_FIELD ".woken <= @before)",
-        &qo, &q, err);
-    if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@now", now, err);
-    if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@before", before, err);
-    while (rc == SF_OK && sw->n < sw->max && !cosmos_query_done(q)) {
-        rc = cosmos_query_next(q, &docs, err);
-        json_array_foreach(docs, i, d)
-        {
-            const json_t *w = json_object_get(d, PROC_WAIT_FIELD);
-            int64_t until = (int64_t)json_integer_value(json_object_get(w, "until"));
-            json_t *pk = NULL;
-            bool woken = false;
+        params, &qo, sw->max - sw->n, &docs, &(bool){false}, err);
+    json_array_foreach(docs, i, d)
+    {
+        const json_t *w = json_object_get(d, PROC_WAIT_FIELD);
+        int64_t until = (int64_t)json_integer_value(json_object_get(w, "until"));
+        json_t *pk = NULL;
+        bool woken = false;
 
-            if (rc != SF_OK || sw->n >= sw->max)
-                break;
-            rc = proc_engine_pk(sw->e, sw->container, d, &pk, err);
-            if (rc == SF_OK)
-                rc = wake_saga(sw->e, sw->container, sf_json_str(d, "id"), pk, NULL, sw->now, true,
-                               until > 0 && until <= sw->now, sw->rewake_before, &woken, err);
-            json_decref(pk);
-            if (rc == SF_OK && woken)
-                sw->n++;
-        }
-        json_decref(docs);
-        docs = NULL;
+        if (rc != SF_OK || sw->n >= sw->max)
+            break;
+        rc = proc_engine_pk(sw->e, sw->container, d, &pk, err);
+        if (rc == SF_OK)
+            rc = wake_saga(sw->e, sw->container, sf_json_str(d, "id"), pk, NULL, sw->now, true,
+                           until > 0 && until <= sw->now, sw->rewake_before, &woken, err);
+        json_decref(pk);
+        if (rc == SF_OK && woken)
+            sw->n++;
     }
-    cosmos_query_free(q);
+    json_decref(docs);
     return rc;
 }
 
