@@ -126,9 +126,10 @@ static const char USAGE_SAGA[] =
     "step with the elements whose do and undo markers exist (so what was applied\n"
     "and what was compensated; `skipped` for a false `when` of a step the saga got\n"
     "past, `not run` for one it never reached, `waiting` for an await it is set\n"
-    "aside at), its outbox events in order, and parked records. Only the\n"
-    "workflows whose filter matches the item (or that hold its markers, events or\n"
-    "parked records) are listed, unless --workflow names one.\n"
+    "aside at) and the Cosmos retries it needed, its outbox events in order, and\n"
+    "parked records. Only the workflows whose filter matches the item (or that\n"
+    "hold its markers, events or parked records) are listed, unless --workflow\n"
+    "names one.\n"
     "Exit status 1 when nothing at all is found.\n";
 
 static const char USAGE_LEASES[] =
@@ -758,6 +759,12 @@ void cli_saga_print(const json_t *v, FILE *out)
                           sf_json_str(x, "from"), sf_json_str(x, "to"), sf_json_str(x, "status"));
             if (json_is_integer(json_object_get(x, "elements")))
                 (void)fprintf(out, " (no elements)");
+            if (json_is_integer(json_object_get(x, "cosmosRetries")))
+                (void)fprintf(out, " (Cosmos retries %lld)",
+                              (long long)json_int_or(x, "cosmosRetries", 0));
+            if (json_is_integer(json_object_get(x, "undoCosmosRetries")))
+                (void)fprintf(out, " (undo's Cosmos retries %lld)",
+                              (long long)json_int_or(x, "undoCosmosRetries", 0));
             /*
              * Elements are worth a list for a foreach step or once something was
              * undone; "done (done: 0)" said nothing.

@@ -85,6 +85,7 @@ struct cfg_feed {
     const char *lease_container; /* default "leases" */
     const char *lease_prefix;    /* default "sagafeed" */
     const char *instance;        /* owner name; NULL: host-pid */
+    const char *start_text;      /* feed.start as written: "beginning", "now" or a time */
     enum cfg_start start;
     int64_t start_time_ms; /* CFG_START_TIME: epoch milliseconds */
     int64_t poll_interval_ms;
@@ -127,6 +128,10 @@ struct cfg_processor {
     /* items read and not yet handled over all ranges, shared evenly by them; 0: no item count
        (the window is kept in keys and bounded by queue_limit) [0] */
     unsigned max_inflight;
+    /* Cosmos DB counts as unreachable once nothing answered this long while attempts failed:
+       /readyz says 503 and the outage warning starts [2s] */
+    int64_t unreachable_after_ms;
+    int64_t outage_log_interval_ms; /* one summary warning line per this long in an outage [10s] */
 };
 
 /*
@@ -315,6 +320,63 @@ struct cfg {
     struct cfg_kafka *kafka; /* NULL: no `kafka` section, no relay runs */
     void *priv;              /* libconfig tree and string storage */
 };
+
+/*
+ * The scalar settings, declared once (config/cfg_settings.c): the loader fills
+ * and bound-checks them from this table, SAGAFEED_<GROUP>_<KEY> variables
+ * (cfg_env.h) are resolved against it, and a test holds docs/configuration.md
+ * and the sagafeed.cfg(5) page to it. Lists and groups of groups (workflows,
+ * steps, containers, kafka routes...) are parsed by hand in cfg_load.c.
+ */
+enum cfg_kind {
+    CFG_KIND_STRING = 0, /* non-empty when given */
+    CFG_KIND_BOOL,
+    CFG_KIND_INT,      /* a whole number in [min, max] */
+    CFG_KIND_DURATION, /* "250ms", "5s", "2m", "1h" or milliseconds; min, max, def in ms */
+    CFG_KIND_SIZE,     /* "512k", "16m", "1g" or bytes; min, max, def in bytes */
+};
+
+/* How the value is stored in its field (derived from the field's C type). */
+enum cfg_store {
+    CFG_STORE_STR = 0, /* const char * */
+    CFG_STORE_BOOL,    /* bool */
+    CFG_STORE_INT,     /* int */
+    CFG_STORE_UINT,    /* unsigned */
+    CFG_STORE_I64,     /* int64_t */
+    CFG_STORE_U64,     /* uint64_t */
+};
+
+struct cfg_setting {
+    const char *group; /* "processor": a section of struct cfg (kafka: *cfg->kafka) */
+    const char *key;   /* "queue_limit" */
+    enum cfg_kind kind;
+    int64_t min, max;    /* numbers, durations and sizes */
+    int64_t def;         /* numbers, durations, sizes; bool: 0 or 1 */
+    const char *def_str; /* strings: the default; NULL: none */
+    bool required;       /* strings: a missing one is an error */
+    bool seconds;        /* durations: the field holds seconds, not milliseconds */
+    size_t offset;       /* of the field in the section's struct */
+    enum cfg_store store;
+    const char *help; /* one line */
+};
+
+/* The table, in the order sections and keys are documented. *ret_n its length. Static. */
+const struct cfg_setting *cfg_settings(size_t *ret_n);
+
+/* The setting group.key, or NULL. Static. */
+const struct cfg_setting *cfg_setting_find(const char *group, const char *key);
+
+/*
+ * s's variable ("SAGAFEED_PROCESSOR_QUEUE_LIMIT") into out. Returns out, or
+ * "" when size is too small.
+ */
+const char *cfg_setting_env_name(const struct cfg_setting *s, char *out, size_t size);
+
+/*
+ * A value of s's kind as written in a file ("5s", "8m", "1024"; durations in
+ * h, m, s or ms, sizes in g, m, k or bytes, whichever is exact) into out.
+ */
+const char *cfg_setting_format(const struct cfg_setting *s, int64_t v, char *out, size_t size);
 
 /*
  * Loads and validates the file at path. On success *ret_cfg is a new config

@@ -73,27 +73,74 @@ const char *cfg_env_origin(const config_setting_t *s)
     return s != NULL ? config_setting_get_hook(s) : NULL;
 }
 
-/* One variable: name is what follows the prefix ("COSMOS_ENDPOINT"), v its value. */
+/* The setting of the table (cfg.h) whose variable is PREFIX + name, or NULL. */
+static const struct cfg_setting *env_setting(const char *name, size_t name_len)
+{
+    size_t n, plen = strlen(CFG_ENV_PREFIX);
+    const struct cfg_setting *t = cfg_settings(&n);
+    char want[ENV_NAME_MAX];
+
+    for (size_t i = 0; i < n; i++) {
+        (void)cfg_setting_env_name(&t[i], want, sizeof(want));
+        if (strlen(want) == plen + name_len && strncmp(want + plen, name, name_len) == 0)
+            return &t[i];
+    }
+    return NULL;
+}
+
+/*
+ * The type a setting of the table takes from text v: numbers are whole
+ * numbers, and durations and sizes may be text ("5s", "16m") the loader
+ * checks like the file's.
+ */
+static int env_type(const struct cfg_setting *st, const char *v)
+{
+    switch (st->kind) {
+    case CFG_KIND_INT:
+        return CONFIG_TYPE_INT64;
+    case CFG_KIND_DURATION:
+    case CFG_KIND_SIZE:
+        return whole_number(v) ? CONFIG_TYPE_INT64 : CONFIG_TYPE_STRING;
+    case CFG_KIND_BOOL:
+        return CONFIG_TYPE_BOOL;
+    case CFG_KIND_STRING:
+        break;
+    }
+    return CONFIG_TYPE_STRING;
+}
+
+/*
+ * One variable: name is what follows the prefix ("COSMOS_ENDPOINT"), v its
+ * value. A setting of the table takes its type from the table; any other
+ * name is split at its first '_' into group and key and guessed a type (the
+ * loader then says whether the key exists: "unknown key").
+ */
 static void apply_one(config_t *lc, const char *var, const char *name, size_t name_len,
                       const char *v, struct cfg_diags *d)
 {
     char group[ENV_NAME_MAX], key[ENV_NAME_MAX];
     const char *us = memchr(name, '_', name_len);
     config_setting_t *root = config_root_setting(lc), *g, *s;
-    int type;
+    const struct cfg_setting *st = env_setting(name, name_len);
+    bool had;
+    int type = CONFIG_TYPE_STRING;
 
-    if (us == NULL || us == name || (size_t)(us - name) + 1 >= name_len ||
-        name_len >= ENV_NAME_MAX) {
+    if (st != NULL && strlen(st->group) < sizeof(group) && strlen(st->key) < sizeof(key)) {
+        memcpy(group, st->group, strlen(st->group) + 1);
+        memcpy(key, st->key, strlen(st->key) + 1);
+    } else if (us == NULL || us == name || (size_t)(us - name) + 1 >= name_len ||
+               name_len >= ENV_NAME_MAX) {
         cfg_diag_add(d, "environment", 0, "%.*s: want " CFG_ENV_PREFIX "<GROUP>_<KEY>",
                      (int)SF_MIN(name_len + strlen(CFG_ENV_PREFIX), 200), var);
         return;
+    } else {
+        for (size_t i = 0; i < (size_t)(us - name); i++)
+            group[i] = (char)tolower((unsigned char)name[i]);
+        group[us - name] = '\0';
+        for (size_t i = 0; i < name_len - (size_t)(us - name) - 1; i++)
+            key[i] = (char)tolower((unsigned char)us[1 + i]);
+        key[name_len - (size_t)(us - name) - 1] = '\0';
     }
-    for (size_t i = 0; i < (size_t)(us - name); i++)
-        group[i] = (char)tolower((unsigned char)name[i]);
-    group[us - name] = '\0';
-    for (size_t i = 0; i < name_len - (size_t)(us - name) - 1; i++)
-        key[i] = (char)tolower((unsigned char)us[1 + i]);
-    key[name_len - (size_t)(us - name) - 1] = '\0';
     g = config_setting_get_member(root, group);
     if (g == NULL) {
         g = config_setting_add(root, group, CONFIG_TYPE_GROUP);
@@ -106,6 +153,7 @@ static void apply_one(config_t *lc, const char *var, const char *name, size_t na
         return;
     }
     s = config_setting_get_member(g, key);
+    had = s != NULL;
     if (s != NULL) {
         type = config_setting_type(s);
         if (config_setting_is_aggregate(s)) {
@@ -116,6 +164,11 @@ static void apply_one(config_t *lc, const char *var, const char *name, size_t na
             return;
         }
         (void)config_setting_remove(g, key);
+    }
+    if (st != NULL) {
+        type = env_type(st, v);
+    } else if (had) {
+        /* keeps the file's type */
     } else if (whole_number(v)) {
         type = CONFIG_TYPE_INT64;
     } else if (strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {

@@ -9,12 +9,14 @@
  *   SAGAFEED_KAFKA_BROKERS=kafka:9092               kafka.brokers
  *   SAGAFEED_PROCESSOR_HTTP_LISTEN=:9464            processor.http_listen
  *   SAGAFEED_FEED_INSTANCE=worker-1                 feed.instance
- * GROUP is the first word after SAGAFEED_ (group names have no '_'), KEY the
- * rest. A value replaces the file's setting keeping its type (a number must
- * parse as one, a boolean as true/false); a new setting is a whole number
- * when it looks like one, a boolean for true/false, else a string; a group
- * the file lacks is created. Lists, arrays and groups cannot be replaced.
- * Secrets stay out of the file and the environment alike: cosmos.key set
+ * The settings of the table (cfg.h, cfg_settings.c) are found by their whole
+ * name and take the table's type (a number must be a whole number, a
+ * duration or size may be text like "5s" or "16m", a boolean true/false).
+ * Any other name is split: GROUP is the first word after SAGAFEED_, KEY the
+ * rest; it replaces the file's setting keeping its type, or is a whole
+ * number when it looks like one, a boolean for true/false, else a string
+ * (and then an unknown key to the loader). A group the file lacks is created. Lists, arrays and
+ * groups cannot be replaced. Secrets stay out of the file and the environment alike: cosmos.key set
  * this way is refused like an inline key (name the variable that holds it
  * with SAGAFEED_COSMOS_KEY_ENV instead). Settings set from the environment
  * have no line: every diagnostic about one (or about a group the environment

@@ -22,20 +22,6 @@
 #include "config/cfg_env.h"
 #include "record/record.h"
 
-/*
- * Items queued across lanes before the feed is held back: enough to keep the
- * cap of items in flight fed from many keys, few enough that a backlog costs
- * only a few MB (each queued item holds its parsed document).
- */
-/*
- * processor.queue_limit: bytes the queued items may hold (estimated). Below
- * QUEUE_LIMIT_MIN it is refused: until issue 24 it counted items, and a
- * count (1024, 4000) read as bytes would hold almost nothing.
- */
-#define QUEUE_LIMIT_DEFAULT (UINT64_C(8) << 20)
-#define QUEUE_LIMIT_MIN     (UINT64_C(1) << 20)
-#define QUEUE_LIMIT_MAX     (UINT64_C(64) << 30)
-
 struct cfg_priv {
     config_t lc;
     char *name; /* file name used in diagnostics */
@@ -193,31 +179,6 @@ static void get_str(struct loader *ld, const config_setting_t *g, const char *ke
     *out = config_setting_get_string(s);
 }
 
-/* An integer member within [min, max]. */
-static void get_int(struct loader *ld, const config_setting_t *g, const char *key, int64_t min,
-                    int64_t max, int64_t def, int64_t *out)
-{
-    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
-    char where[256];
-    long long v;
-
-    *out = def;
-    if (s == NULL)
-        return;
-    setting_path(s, where, sizeof(where));
-    if (config_setting_type(s) != CONFIG_TYPE_INT && config_setting_type(s) != CONFIG_TYPE_INT64) {
-        diag(ld, s, "%s must be an integer, not %s", where, type_name(config_setting_type(s)));
-        return;
-    }
-    v = config_setting_get_int64(s);
-    if (v < min || v > max) {
-        diag(ld, s, "%s = %lld is out of range [%lld, %lld]", where, v, (long long)min,
-             (long long)max);
-        return;
-    }
-    *out = v;
-}
-
 static void get_bool(struct loader *ld, const config_setting_t *g, const char *key, bool def,
                      bool *out)
 {
@@ -235,74 +196,154 @@ static void get_bool(struct loader *ld, const config_setting_t *g, const char *k
     *out = config_setting_get_bool(s) != 0;
 }
 
-/* A duration: "250ms", "5s", "2m", "1h" or an integer of milliseconds, within [min, max]. */
-static void get_duration(struct loader *ld, const config_setting_t *g, const char *key,
-                         int64_t min_ms, int64_t max_ms, int64_t def, int64_t *out)
+/*
+ * A number of st's kind (an integer, a duration or a size, as cfg.h says) in
+ * [st->min, st->max]: *out = st->def when absent or wrong (the reason is a
+ * diagnostic naming the bounds).
+ */
+static void get_number(struct loader *ld, const config_setting_t *g, const struct cfg_setting *st,
+                       int64_t *out)
 {
-    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
-    char where[256];
+    static const char *const what[] = {[CFG_KIND_INT] = "an integer",
+                                       [CFG_KIND_DURATION] = "a duration",
+                                       [CFG_KIND_SIZE] = "a size in bytes"};
+    const config_setting_t *s = g != NULL ? config_setting_get_member(g, st->key) : NULL;
+    char where[256], lo[32], hi[32];
+    const char *text;
+    int type;
     int64_t v;
+    uint64_t u;
 
-    *out = def;
+    *out = st->def;
     if (s == NULL)
         return;
     setting_path(s, where, sizeof(where));
-    if (config_setting_type(s) == CONFIG_TYPE_INT || config_setting_type(s) == CONFIG_TYPE_INT64) {
-        v = config_setting_get_int64(s);
-    } else if (config_setting_type(s) == CONFIG_TYPE_STRING) {
-        if (sf_parse_duration_ms(config_setting_get_string(s), &v) != SF_OK) {
-            diag(ld, s, "%s: '%s' is not a duration (like \"250ms\", \"5s\", \"2m\", \"1h\")",
-                 where, config_setting_get_string(s));
+    type = config_setting_type(s);
+    text = type == CONFIG_TYPE_STRING ? config_setting_get_string(s) : NULL;
+    (void)cfg_setting_format(st, st->min, lo, sizeof(lo));
+    (void)cfg_setting_format(st, st->max, hi, sizeof(hi));
+    if (type == CONFIG_TYPE_INT || type == CONFIG_TYPE_INT64) {
+        v = (int64_t)config_setting_get_int64(s);
+        if (st->kind == CFG_KIND_SIZE && v < 0) {
+            diag(ld, s, "%s = %lld: a size cannot be negative", where, (long long)v);
             return;
         }
+    } else if (text != NULL && st->kind == CFG_KIND_DURATION) {
+        if (sf_parse_duration_ms(text, &v) != SF_OK) {
+            diag(ld, s, "%s: '%s' is not a duration (like \"250ms\", \"5s\", \"2m\", \"1h\")",
+                 where, text);
+            return;
+        }
+    } else if (text != NULL && st->kind == CFG_KIND_SIZE) {
+        if (sf_parse_size(text, &u) != SF_OK || u > INT64_MAX) {
+            diag(ld, s, "%s: '%s' is not a size in bytes (like \"512k\", \"16m\", \"1g\")", where,
+                 text);
+            return;
+        }
+        v = (int64_t)u;
     } else {
-        diag(ld, s, "%s must be a duration, not %s", where, type_name(config_setting_type(s)));
+        diag(ld, s, "%s must be %s (%s..%s), not %s", where, what[st->kind], lo, hi,
+             type_name(type));
         return;
     }
-    if (v < min_ms || v > max_ms) {
-        diag(ld, s, "%s = %lldms is out of range [%lldms, %lldms]", where, (long long)v,
-             (long long)min_ms, (long long)max_ms);
+    if (v >= st->min && v <= st->max) {
+        *out = v;
         return;
     }
-    *out = v;
+    if (st->kind == CFG_KIND_DURATION)
+        diag(ld, s, "%s = %lldms is out of range [%lldms, %lldms] (%s..%s)", where, (long long)v,
+             (long long)st->min, (long long)st->max, lo, hi);
+    else if (st->kind == CFG_KIND_SIZE)
+        diag(ld, s, "%s = %llu bytes is out of range [%llu, %llu] (a size, like \"16m\")", where,
+             (unsigned long long)v, (unsigned long long)st->min, (unsigned long long)st->max);
+    else
+        diag(ld, s, "%s = %lld is out of range [%lld, %lld]", where, (long long)v,
+             (long long)st->min, (long long)st->max);
 }
 
-/* A size in bytes: an integer, or a string "512k", "16m", "1g" (sf_parse_size). */
-static void get_size(struct loader *ld, const config_setting_t *g, const char *key, uint64_t min,
-                     uint64_t max, uint64_t def, uint64_t *out)
+/* An integer member within [min, max] (a setting of a list entry: not in the table). */
+static void get_int(struct loader *ld, const config_setting_t *g, const char *key, int64_t min,
+                    int64_t max, int64_t def, int64_t *out)
 {
-    const config_setting_t *s = g != NULL ? config_setting_get_member(g, key) : NULL;
-    char where[256];
-    uint64_t v;
+    const struct cfg_setting st = {
+        .key = key, .kind = CFG_KIND_INT, .min = min, .max = max, .def = def};
 
-    *out = def;
-    if (s == NULL)
-        return;
-    setting_path(s, where, sizeof(where));
-    if (config_setting_type(s) == CONFIG_TYPE_INT || config_setting_type(s) == CONFIG_TYPE_INT64) {
-        long long i = config_setting_get_int64(s);
+    get_number(ld, g, &st, out);
+}
 
-        if (i < 0) {
-            diag(ld, s, "%s = %lld: a size cannot be negative", where, i);
-            return;
+/*
+ * Fills base (the struct of section group) from the table: each setting of
+ * the group read from g (NULL: the section is absent, every default),
+ * checked, and stored in its field.
+ */
+static void load_scalars(struct loader *ld, const config_setting_t *g, const char *group,
+                         void *base)
+{
+    size_t n;
+    const struct cfg_setting *t = cfg_settings(&n);
+
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_setting *st = &t[i];
+        char *field = (char *)base + st->offset;
+        const char *str;
+        bool b;
+        int64_t v = 0;
+
+        if (strcmp(st->group, group) != 0)
+            continue;
+        switch (st->kind) {
+        case CFG_KIND_STRING:
+            get_str(ld, g, st->key, st->required, st->def_str, &str);
+            memcpy(field, &str, sizeof(str));
+            continue;
+        case CFG_KIND_BOOL:
+            get_bool(ld, g, st->key, st->def != 0, &b);
+            memcpy(field, &b, sizeof(b));
+            continue;
+        case CFG_KIND_INT:
+        case CFG_KIND_DURATION:
+        case CFG_KIND_SIZE:
+            get_number(ld, g, st, &v);
+            break;
         }
-        v = (uint64_t)i;
-    } else if (config_setting_type(s) == CONFIG_TYPE_STRING) {
-        if (sf_parse_size(config_setting_get_string(s), &v) != SF_OK) {
-            diag(ld, s, "%s: '%s' is not a size in bytes (like \"512k\", \"16m\", \"1g\")", where,
-                 config_setting_get_string(s));
-            return;
+        if (st->seconds)
+            v /= 1000;
+        /* The bounds fit the field: the table's test holds every max to its store. */
+        switch (st->store) {
+        case CFG_STORE_INT:
+            *(int *)(void *)field = (int)v;
+            break;
+        case CFG_STORE_UINT:
+            *(unsigned *)(void *)field = (unsigned)v;
+            break;
+        case CFG_STORE_I64:
+            *(int64_t *)(void *)field = v;
+            break;
+        case CFG_STORE_U64:
+            *(uint64_t *)(void *)field = (uint64_t)v;
+            break;
+        case CFG_STORE_STR:
+        case CFG_STORE_BOOL:
+            break;
         }
-    } else {
-        diag(ld, s, "%s must be a size in bytes, not %s", where, type_name(config_setting_type(s)));
-        return;
     }
-    if (v < min || v > max) {
-        diag(ld, s, "%s = %llu bytes is out of range [%llu, %llu] (a size, like \"16m\")", where,
-             (unsigned long long)v, (unsigned long long)min, (unsigned long long)max);
-        return;
-    }
-    *out = v;
+}
+
+/* Reports every member of g that is neither a setting of the table's group nor one of extra. */
+static void check_section_keys(struct loader *ld, const config_setting_t *g, const char *group,
+                               const char *const *extra)
+{
+    const char *allowed[96];
+    size_t n, k = 0;
+    const struct cfg_setting *t = cfg_settings(&n);
+
+    for (size_t i = 0; i < n && k + 1 < SF_ARRAY_LEN(allowed); i++)
+        if (strcmp(t[i].group, group) == 0)
+            allowed[k++] = t[i].key;
+    for (size_t i = 0; extra != NULL && extra[i] != NULL && k + 1 < SF_ARRAY_LEN(allowed); i++)
+        allowed[k++] = extra[i];
+    allowed[k] = NULL;
+    check_keys(ld, g, allowed);
 }
 
 /* A group member that must be a group when present. */
@@ -417,48 +458,16 @@ static void load_preferred_regions(struct loader *ld, const config_setting_t *g,
 
 static void load_cosmos(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"endpoint",
-                                       "key_env",
-                                       "key_file",
-                                       "key",
-                                       "database",
-                                       "connect_timeout",
-                                       "request_timeout",
-                                       "max_connections",
-                                       "ca_file",
-                                       "tls_verify",
-                                       "consistency",
-                                       "max_retry_after",
-                                       "endpoint_discovery",
-                                       "preferred_regions",
-                                       "read_from_preferred",
-                                       "account_refresh",
-                                       NULL};
+    static const char *const extra[] = {"key", "preferred_regions", NULL};
     struct cfg_cosmos *c = &ld->cfg->cosmos;
     const config_setting_t *g = get_group(ld, root, "cosmos");
-    int64_t v;
 
     c->line = src_line(g);
-    get_str(ld, g, "endpoint", false, NULL, &c->endpoint);
-    get_str(ld, g, "key_env", false, NULL, &c->key_env);
-    get_str(ld, g, "key_file", false, NULL, &c->key_file);
-    get_str(ld, g, "database", false, "sagafeed", &c->database);
-    get_duration(ld, g, "connect_timeout", 1, 600000, 5000, &c->connect_timeout_ms);
-    get_duration(ld, g, "request_timeout", 1, 600000, 30000, &c->request_timeout_ms);
-    get_int(ld, g, "max_connections", 1, 1024, 16, &v);
-    c->max_connections = (unsigned)v;
-    get_str(ld, g, "ca_file", false, NULL, &c->ca_file);
-    get_bool(ld, g, "tls_verify", true, &c->tls_verify);
-    get_str(ld, g, "consistency", false, NULL, &c->consistency);
-    /* A hint from the service, or from whatever answers in its place: never an unbounded wait. */
-    get_duration(ld, g, "max_retry_after", 1, 3600000, 10000, &c->max_retry_after_ms);
-    get_bool(ld, g, "endpoint_discovery", true, &c->endpoint_discovery);
-    get_bool(ld, g, "read_from_preferred", false, &c->read_from_preferred);
-    get_duration(ld, g, "account_refresh", 1000, 3600000, 60000, &c->account_refresh_ms);
+    load_scalars(ld, g, "cosmos", c);
     if (g == NULL)
         return;
     load_preferred_regions(ld, g, c);
-    check_keys(ld, g, keys);
+    check_section_keys(ld, g, "cosmos", extra);
     check_name(ld, g, "database", c->database);
     if (config_setting_get_member(g, "key") != NULL)
         diag(ld, config_setting_get_member(g, "key"),
@@ -509,41 +518,27 @@ static void load_cosmos(struct loader *ld, const config_setting_t *root)
 
 static void load_embedded(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"data_dir", "binary", "partitions", "start_timeout", NULL};
-    struct cfg_embedded *e = &ld->cfg->embedded;
     const config_setting_t *g = get_group(ld, root, "embedded");
-    int64_t v;
 
-    get_str(ld, g, "data_dir", false, "sagafeed-data", &e->data_dir);
-    get_str(ld, g, "binary", false, NULL, &e->binary);
-    get_int(ld, g, "partitions", 1, 1024, 1, &v);
-    e->partitions = (int)v;
-    get_duration(ld, g, "start_timeout", 100, 600000, 15000, &e->start_timeout_ms);
+    load_scalars(ld, g, "embedded", &ld->cfg->embedded);
     if (g == NULL)
         return;
-    check_keys(ld, g, keys);
+    check_section_keys(ld, g, "embedded", NULL);
     if (ld->cfg->cosmos.endpoint != NULL)
         diag(ld, g, "embedded: has no effect when cosmos.endpoint is set; remove one of them");
 }
 
 static void load_console(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"admin_token_env", "page_size_max", "max_requests",
-                                       "query_timeout",   "allowed_hosts", NULL};
+    static const char *const extra[] = {"allowed_hosts", NULL};
     struct cfg_console *c = &ld->cfg->console;
     const config_setting_t *g = get_group(ld, root, "console");
     const config_setting_t *l;
-    int64_t v;
 
-    get_str(ld, g, "admin_token_env", false, NULL, &c->admin_token_env);
-    get_int(ld, g, "page_size_max", 1, 1000, 100, &v);
-    c->page_size_max = (unsigned)v;
-    get_int(ld, g, "max_requests", 1, 1000, 20, &v);
-    c->max_requests = (unsigned)v;
-    get_duration(ld, g, "query_timeout", 100, 600000, 5000, &c->query_timeout_ms);
+    load_scalars(ld, g, "console", c);
     if (g == NULL)
         return;
-    check_keys(ld, g, keys);
+    check_section_keys(ld, g, "console", extra);
     l = config_setting_get_member(g, "allowed_hosts");
     if (l != NULL && !config_setting_is_list(l) && !config_setting_is_array(l)) {
         diag(ld, l, "console.allowed_hosts must be a list of host names [\"a.example\", ...]");
@@ -568,33 +563,12 @@ static void load_console(struct loader *ld, const config_setting_t *root)
 
 static void load_feed(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"lease_container",
-                                       "lease_prefix",
-                                       "instance",
-                                       "start",
-                                       "poll_interval",
-                                       "lease_expiry",
-                                       "renew_interval",
-                                       "acquire_interval",
-                                       "hang_timeout",
-                                       "max_items",
-                                       NULL};
     struct cfg_feed *f = &ld->cfg->feed;
     const config_setting_t *g = get_group(ld, root, "feed");
-    const char *start = NULL;
-    int64_t v;
+    const char *start;
 
-    get_str(ld, g, "lease_container", false, "leases", &f->lease_container);
-    get_str(ld, g, "lease_prefix", false, "sagafeed", &f->lease_prefix);
-    get_str(ld, g, "instance", false, NULL, &f->instance);
-    get_str(ld, g, "start", false, "beginning", &start);
-    get_duration(ld, g, "poll_interval", 1, 600000, 500, &f->poll_interval_ms);
-    get_duration(ld, g, "lease_expiry", 1000, 3600000, 20000, &f->lease_expiry_ms);
-    get_duration(ld, g, "renew_interval", 100, 3600000, 5000, &f->renew_interval_ms);
-    get_duration(ld, g, "acquire_interval", 100, 3600000, 5000, &f->acquire_interval_ms);
-    get_duration(ld, g, "hang_timeout", 1000, 3600000, 60000, &f->hang_timeout_ms);
-    get_int(ld, g, "max_items", 1, 1000, 100, &v);
-    f->max_items = (int)v;
+    load_scalars(ld, g, "feed", f);
+    start = f->start_text;
     f->start = CFG_START_BEGINNING;
     if (start != NULL && strcmp(start, "beginning") == 0) {
         f->start = CFG_START_BEGINNING;
@@ -611,7 +585,7 @@ static void load_feed(struct loader *ld, const config_setting_t *root)
     }
     if (g == NULL)
         return;
-    check_keys(ld, g, keys);
+    check_section_keys(ld, g, "feed", NULL);
     check_name(ld, g, "lease_container", f->lease_container);
     check_name(ld, g, "lease_prefix", f->lease_prefix);
     /* The feed's own rule (feed_processor_new): a lease must survive one missed renewal. */
@@ -627,85 +601,19 @@ static void load_feed(struct loader *ld, const config_setting_t *root)
 
 static void load_processor(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {"workers",
-                                       "min_workers",
-                                       "lanes",
-                                       "queue_limit",
-                                       "max_attempts",
-                                       "max_throttled_wait",
-                                       "backoff_base",
-                                       "backoff_cap",
-                                       "parking_container",
-                                       "marker_ttl",
-                                       "event_ttl",
-                                       "park_scan_interval",
-                                       "park_scan_max",
-                                       "timer_interval",
-                                       "timer_batch",
-                                       "log_level",
-                                       "log_json",
-                                       "http_listen",
-                                       "start_timeout",
-                                       "http_max_connections",
-                                       "http_request_timeout",
-                                       "http_idle_timeout",
-                                       "max_ru_per_second",
-                                       "offer_refresh",
-                                       "offer_percent",
-                                       "max_inflight",
-                                       NULL};
     struct cfg_processor *p = &ld->cfg->processor;
     const config_setting_t *g = get_group(ld, root, "processor");
-    int64_t v;
 
     /*
      * workers is a cap: how many items run at once adapts within
      * [min_workers, workers] (proc_limit.h), and threads start on demand.
      */
-    get_int(ld, g, "workers", 1, 256, 128, &v);
-    p->workers = (unsigned)v;
-    get_int(ld, g, "min_workers", 1, 256, SF_MIN(4, (int64_t)p->workers), &v);
-    p->min_workers = (unsigned)v;
-    get_int(ld, g, "lanes", 1, 4096, 1024, &v);
-    p->lanes = (unsigned)v;
-    /* bytes, not items: the window is kept in keys (proc_lanes_wants), bounded by memory */
-    get_size(ld, g, "queue_limit", QUEUE_LIMIT_MIN, QUEUE_LIMIT_MAX, QUEUE_LIMIT_DEFAULT,
-             &p->queue_limit);
-    get_int(ld, g, "max_attempts", 1, 1000, 6, &v);
-    p->max_attempts = (unsigned)v;
-    get_duration(ld, g, "max_throttled_wait", 0, 86400000, 600000, &p->max_throttled_wait_ms);
-    get_duration(ld, g, "backoff_base", 1, 600000, 50, &p->backoff_base_ms);
-    get_duration(ld, g, "backoff_cap", 1, 3600000, 5000, &p->backoff_cap_ms);
-    get_str(ld, g, "parking_container", false, "parked", &p->parking_container);
-    get_duration(ld, g, "marker_ttl", 1000, INT64_C(10) * 365 * 86400 * 1000, INT64_C(7) * 86400000,
-                 &v);
-    p->marker_ttl_s = v / 1000;
-    get_duration(ld, g, "event_ttl", 1000, INT64_C(10) * 365 * 86400 * 1000, INT64_C(7) * 86400000,
-                 &v);
-    p->event_ttl_s = v / 1000;
-    get_duration(ld, g, "park_scan_interval", 100, 3600000, 2000, &p->park_scan_interval_ms);
-    get_int(ld, g, "park_scan_max", 1, 10000000, 100000, &v);
-    p->park_scan_max = (unsigned)v;
-    get_duration(ld, g, "timer_interval", 100, 3600000, 1000, &p->timer_interval_ms);
-    get_int(ld, g, "timer_batch", 1, 100000, 500, &v);
-    p->timer_batch = (unsigned)v;
-    get_str(ld, g, "log_level", false, "info", &p->log_level);
-    get_bool(ld, g, "log_json", true, &p->log_json);
-    get_str(ld, g, "http_listen", false, NULL, &p->http_listen);
-    get_duration(ld, g, "start_timeout", 0, INT64_C(7) * 86400000, 0, &p->start_timeout_ms);
-    get_int(ld, g, "http_max_connections", 2, 4096, 32, &v);
-    p->http_max_connections = (unsigned)v;
-    get_duration(ld, g, "http_request_timeout", 1000, 3600000, 5000, &p->http_request_timeout_ms);
-    get_duration(ld, g, "http_idle_timeout", 1000, 86400000, 10000, &p->http_idle_timeout_ms);
-    get_int(ld, g, "max_ru_per_second", 0, 100000000, 0, &p->max_ru_per_second);
-    get_duration(ld, g, "offer_refresh", 0, 86400000, 60000, &p->offer_refresh_ms);
-    get_int(ld, g, "offer_percent", 1, 100, 95, &v);
-    p->offer_percent = (unsigned)v;
-    get_int(ld, g, "max_inflight", 0, 1000000, 0, &v);
-    p->max_inflight = (unsigned)v;
+    load_scalars(ld, g, "processor", p);
+    if (g == NULL || config_setting_get_member(g, "min_workers") == NULL)
+        p->min_workers = SF_MIN(p->min_workers, p->workers); /* default: min(4, workers) */
     if (g == NULL)
         return;
-    check_keys(ld, g, keys);
+    check_section_keys(ld, g, "processor", NULL);
     check_name(ld, g, "parking_container", p->parking_container);
     if (p->http_listen != NULL) {
         /*
@@ -1153,7 +1061,12 @@ static void load_workflow(struct loader *ld, const config_setting_t *g, struct c
     get_str(ld, g, "failed_state", true, NULL, &w->failed_state);
     get_str(ld, g, "topic", false, NULL, &w->topic);
     /* 0: no deadline. At most a year: a deadline is a business promise, not a ttl. */
-    get_duration(ld, g, "deadline", 1000, 366LL * 24 * 3600 * 1000, 0, &w->deadline_ms);
+    get_number(ld, g,
+               &(const struct cfg_setting){.key = "deadline",
+                                           .kind = CFG_KIND_DURATION,
+                                           .min = 1000,
+                                           .max = INT64_C(366) * 24 * 3600 * 1000},
+               &w->deadline_ms);
     load_on(ld, g, w); /* issue 27: deletes and expiries */
     check_name(ld, g, "name", w->name);
     check_name(ld, g, "container", w->container);
@@ -1455,10 +1368,8 @@ static void kafka_free(struct cfg_kafka *k)
 
 static void load_kafka(struct loader *ld, const config_setting_t *root)
 {
-    static const char *const keys[] = {
-        "brokers", "options",       "options_env",   "options_file", "flush_timeout",
-        "routes",  "default_topic", "invalid_topic", "lease_prefix", "cdc",
-        NULL};
+    static const char *const extra[] = {"options", "options_env", "options_file",
+                                        "routes",  "cdc",         NULL};
     const config_setting_t *g = get_group(ld, root, "kafka");
     struct cfg_kafka *k;
 
@@ -1473,18 +1384,14 @@ static void load_kafka(struct loader *ld, const config_setting_t *root)
     ld->cfg->kafka = k;
     k->file = src_file(ld, g);
     k->line = src_line(g);
-    check_keys(ld, g, keys);
-    get_str(ld, g, "brokers", true, NULL, &k->brokers);
+    check_section_keys(ld, g, "kafka", extra);
+    load_scalars(ld, g, "kafka", k);
     load_kafka_options(ld, g, "options", CFG_KAFKA_INLINE, k);
     load_kafka_options(ld, g, "options_env", CFG_KAFKA_ENV, k);
     load_kafka_options(ld, g, "options_file", CFG_KAFKA_FILE, k);
-    get_duration(ld, g, "flush_timeout", 1, 600000, 10000, &k->flush_timeout_ms);
     load_kafka_routes(ld, g, k);
-    get_str(ld, g, "default_topic", false, NULL, &k->default_topic);
-    get_str(ld, g, "invalid_topic", false, NULL, &k->invalid_topic);
     check_topic(ld, g, "default_topic", k->default_topic);
     check_topic(ld, g, "invalid_topic", k->invalid_topic);
-    get_str(ld, g, "lease_prefix", false, NULL, &k->lease_prefix);
     check_name(ld, g, "lease_prefix", k->lease_prefix);
     if (k->lease_prefix != NULL && ld->cfg->feed.lease_prefix != NULL &&
         strcmp(k->lease_prefix, ld->cfg->feed.lease_prefix) == 0)

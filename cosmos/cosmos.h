@@ -43,10 +43,12 @@
  * columns of cosmos_outcome_classify's table, which callers use for their
  * own decisions (batch operation results, calls to other services).
  *
- * Logging: the library logs at debug only, with one exception: creating a
+ * Logging: the library logs at debug only, with two exceptions: creating a
  * client with TLS verification turned off logs one warning through sf_log
- * (a security downgrade must never be silent, whoever the caller is). The
- * account key is never logged or put in an error message.
+ * (a security downgrade must never be silent, whoever the caller is), and a
+ * change of the account's write region (a failover) is logged at info, as
+ * an operator's event. The account key is never logged or put in an error
+ * message.
  */
 #ifndef COSMOS_H
 #define COSMOS_H

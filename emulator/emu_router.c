@@ -2085,7 +2085,10 @@ static void handle_merge(struct route *rt)
     json_decref(body);
 }
 
-/* /_admin/faults: GET lists the rules, PUT/POST replaces them, DELETE clears. */
+/*
+ * /_admin/...: split, merge, failover/regions go to their handlers; /_admin/faults is
+ * served here: GET lists the rules, PUT/POST replaces them, DELETE clears.
+ */
 static void handle_admin(struct route *rt)
 {
     const char *m = rt->req->method;

@@ -15,6 +15,8 @@
 #include "feed/feed_int.h"
 
 #define LEASE_BODY_MAX (64u << 10)
+/* Documents one listing reads at most: the leases, their .info / .lock and a longer prefix's. */
+#define FEED_LIST_DOCS_MAX (FEED_LEASES_MAX * 4)
 
 enum sf_rc feed_copy(char *out, size_t out_size, const char *s)
 {
@@ -518,9 +520,9 @@ enum sf_rc feed_store_list(struct feed_store *st, struct feed_lease **ret, size_
                            struct sf_err *err)
 {
     struct cosmos_query_opts qo = {.cross_partition = true};
-    struct cosmos_query *q = NULL;
     struct feed_lease *v = NULL;
     struct sf_buf param;
+    const char *params[3] = {"@prefix", NULL, NULL};
     json_t *docs = NULL, *d;
     size_t n = 0, idx;
     enum sf_rc rc;
@@ -533,21 +535,15 @@ enum sf_rc feed_store_list(struct feed_store *st, struct feed_lease **ret, size_
     }
     if ((rc = feed_prefix_param(st->prefix, &param, err)) != SF_OK)
         goto out;
-    rc = cosmos_query_new(st->cli, st->db, st->coll,
-                          "SELECT * FROM c WHERE STARTSWITH(c.id, @prefix)", &qo, &q, err);
-    if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@prefix", sf_buf_cstr(&param), err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        rc = cosmos_query_next(q, &docs, err);
-        if (rc != SF_OK)
+    params[1] = sf_buf_cstr(&param);
+    /* Besides the leases: the prefix's .info / .lock and a longer prefix's documents. */
+    rc = cosmos_query_all(st->cli, st->db, st->coll,
+                          "SELECT * FROM c WHERE STARTSWITH(c.id, @prefix)", params, &qo,
+                          FEED_LIST_DOCS_MAX, &docs, NULL, err);
+    json_array_foreach(docs, idx, d)
+    {
+        if ((rc = list_add(st, d, v, &n, err)) != SF_OK)
             break;
-        json_array_foreach(docs, idx, d)
-        {
-            if ((rc = list_add(st, d, v, &n, err)) != SF_OK)
-                break;
-        }
-        json_decref(docs);
-        docs = NULL;
     }
     if (rc != SF_OK) {
         sf_err_prefix(err, "listing leases '%s': ", st->prefix);
@@ -560,7 +556,7 @@ enum sf_rc feed_store_list(struct feed_store *st, struct feed_lease **ret, size_
 out:
     if (v != NULL)
         feed_store_list_free(v, n);
-    cosmos_query_free(q);
+    json_decref(docs);
     sf_buf_release(&param);
     return rc;
 }

@@ -293,6 +293,14 @@ static bool drain_acks(struct feed_reader *r, int64_t deadline_mono, bool stop_t
  * Delivery
  */
 
+/* Bounded: whether an item lies past the range's upper bound. */
+static bool past_bound(const struct feed_reader *r, int64_t lsn, int64_t ts)
+{
+    const struct feed_stop *b = &r->p->o.stop;
+
+    return (r->stop_lsn >= 0 && lsn > r->stop_lsn) || (b->kind == FEED_STOP_TIME && ts > b->time);
+}
+
 /*
  * Registers every item of the page with the tracker, then hands them to the
  * consumer in order. Items are registered first so an ack arriving while
@@ -309,14 +317,6 @@ static bool drain_acks(struct feed_reader *r, int64_t deadline_mono, bool stop_t
  * (ThreadSanitizer reported it; the C11 model allows it). Taking the
  * reference over costs nothing; a json_deep_copy per item would.
  */
-/* Bounded: whether an item lies past the range's upper bound. */
-static bool past_bound(const struct feed_reader *r, int64_t lsn, int64_t ts)
-{
-    const struct feed_stop *b = &r->p->o.stop;
-
-    return (r->stop_lsn >= 0 && lsn > r->stop_lsn) || (b->kind == FEED_STOP_TIME && ts > b->time);
-}
-
 static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, struct sf_err *err)
 {
     struct feed_processor *p = r->p;

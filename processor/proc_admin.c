@@ -219,6 +219,22 @@ static bool when_false(const struct cfg_step *st, const json_t *item)
     return !m;
 }
 
+/*
+ * The Cosmos retries the item records for step (PROC_RETRIES_FIELD) into
+ * view: "cosmosRetries" (do) and "undoCosmosRetries", each null when not
+ * recorded (the step did not run or undo, or ran before sagafeed recorded them).
+ */
+static void step_retries(const json_t *item, const char *step, json_t *view)
+{
+    const json_t *rec = json_object_get(json_object_get(item, PROC_RETRIES_FIELD), step);
+    const json_t *d = json_object_get(rec, "do"), *u = json_object_get(rec, "undo");
+
+    (void)json_object_set_new(view, "cosmosRetries",
+                              json_is_integer(d) ? json_copy((json_t *)d) : json_null());
+    (void)json_object_set_new(view, "undoCosmosRetries",
+                              json_is_integer(u) ? json_copy((json_t *)u) : json_null());
+}
+
 json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const json_t *markers)
 {
     json_t *steps = json_array();
@@ -273,6 +289,8 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
                          st->foreach != NULL);
         if (view != NULL && no_elements)
             (void)json_object_set_new(view, "elements", json_integer(0));
+        if (view != NULL)
+            step_retries(item, st->name, view);
         (void)json_array_append_new(steps, view);
     }
     return steps;

@@ -9,6 +9,7 @@
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "common/sf_log.h"
+#include "common/sf_strset.h"
 #include "common/sf_time.h"
 #include "processor/proc_change.h"
 #include "processor/proc_dispatch.h"
@@ -16,6 +17,7 @@
 #include "processor/proc_park.h"
 #include "record/record.h"
 
+/* keys held in each key set; past it a key cannot be blocked (logged) rather than memory grow */
 #define BLOCKED_MAX      100000
 #define REPLAY_ROUNDS    8      /* re-listings of a key within one replay (late waiting records) */
 #define SCAN_MAX_DEFAULT 100000 /* parking records read per scan (proc_dispatch_opts.scan_max) */
@@ -45,14 +47,11 @@ struct proc_dispatch {
     char *parking;
     struct proc_lanes *lanes;
     atomic_bool stopping;
-    pthread_mutex_t mu; /* blocked, replaying, rng, ranges */
-    char **blocked;
-    size_t n_blocked;
-    char **replaying; /* keys with a replay task queued */
-    size_t n_replaying;
+    pthread_mutex_t mu;         /* blocked, replaying, rng, ranges */
+    struct sf_strset blocked;   /* asked of every item: a hash set, not a list */
+    struct sf_strset replaying; /* keys with a replay task queued */
     /* keys this instance blocked or unblocked since the running scan listed the records */
-    char **touched;
-    size_t n_touched;
+    struct sf_strset touched;
     bool scan_capped; /* the last scan stopped at scan_max (warned once per spell) */
     /* "<container>/<range>" of lanes group i (1..), for proc_dispatch_range_open */
     char *ranges[PROC_GROUPS_MAX];
@@ -110,61 +109,12 @@ static void task_free(struct task *t)
     free(t); /* the item's pointers are borrowed */
 }
 
-/* ---------------------------------------------------------------------------
- * Key sets (small: parking is rare)
- */
-
-static bool set_has(char **v, size_t n, const char *k)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(v[i], k) == 0)
-            return true;
-    return false;
-}
-
-static bool set_add(char ***v, size_t *n, const char *k)
-{
-    char **nv;
-
-    if (set_has(*v, *n, k))
-        return true;
-    if (*n >= BLOCKED_MAX)
-        return false;
-    nv = realloc(*v, (*n + 1) * sizeof(*nv));
-    if (nv == NULL)
-        return false;
-    *v = nv;
-    nv[*n] = strdup(k);
-    if (nv[*n] == NULL)
-        return false;
-    (*n)++;
-    return true;
-}
-
-static void set_del(char **v, size_t *n, const char *k)
-{
-    for (size_t i = 0; i < *n; i++) {
-        if (strcmp(v[i], k) == 0) {
-            free(v[i]);
-            v[i] = v[--*n];
-            return;
-        }
-    }
-}
-
-static void set_free(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key)
 {
     bool b;
 
     pthread_mutex_lock(&d->mu);
-    b = set_has(d->blocked, d->n_blocked, park_key);
+    b = sf_strset_has(&d->blocked, park_key);
     pthread_mutex_unlock(&d->mu);
     return b;
 }
@@ -172,17 +122,17 @@ bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key)
 static void block_key(struct proc_dispatch *d, const char *k)
 {
     pthread_mutex_lock(&d->mu);
-    if (!set_add(&d->blocked, &d->n_blocked, k))
+    if (sf_strset_add(&d->blocked, k, NULL) != SF_OK)
         sf_log_error("sagafeed", "cannot record blocked key %s (too many blocked keys)", k);
-    (void)set_add(&d->touched, &d->n_touched, k); /* newer than a listing a scan is reading */
+    (void)sf_strset_add(&d->touched, k, NULL); /* newer than a listing a scan is reading */
     pthread_mutex_unlock(&d->mu);
 }
 
 static void unblock_key(struct proc_dispatch *d, const char *k)
 {
     pthread_mutex_lock(&d->mu);
-    set_del(d->blocked, &d->n_blocked, k);
-    (void)set_add(&d->touched, &d->n_touched, k);
+    (void)sf_strset_del(&d->blocked, k);
+    (void)sf_strset_add(&d->touched, k, NULL);
     pthread_mutex_unlock(&d->mu);
 }
 
@@ -253,9 +203,9 @@ static int64_t backoff_ms(struct proc_dispatch *d, unsigned attempt, int64_t ret
  * the dispatcher stops (false: stopped, do not ack).
  */
 static bool park_write(struct proc_dispatch *d, const struct task *t, const char *status,
-                       const struct proc_result *res, unsigned attempts)
+                       const struct proc_result *res, unsigned attempts, uint64_t retries)
 {
-    json_t *doc = proc_park_record(&t->it, t->park_key, status, res, attempts);
+    json_t *doc = proc_park_record(&t->it, t->park_key, status, res, attempts, retries);
     bool ok = false;
 
     if (doc == NULL) {
@@ -383,7 +333,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     }
     if (proc_dispatch_blocked(d, t->park_key)) {
         /* Wait behind the parked item: durably, so the checkpoint may move on. */
-        if (!park_write(d, t, "waiting", NULL, 0))
+        if (!park_write(d, t, "waiting", NULL, 0, 0))
             return;
         stat_add(d, ST_WAITING, 1);
         sf_log_info("sagafeed", "item %s of blocked key %s (lsn %lld) waits behind a parked item",
@@ -397,7 +347,7 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
         return; /* stopping: no ack, the feed redelivers */
     retries = cosmos_thread_retries() - retries0;
     if (park) {
-        if (!park_write(d, t, "parked", &res, attempts))
+        if (!park_write(d, t, "parked", &res, attempts, retries))
             return;
         block_key(d, t->park_key);
         stat_add(d, ST_PARKED, 1);
@@ -605,7 +555,7 @@ static void handle_replay(struct proc_dispatch *d, struct task *t)
                 done == 1 ? "" : "s", t->park_key);
 out:
     pthread_mutex_lock(&d->mu);
-    set_del(d->replaying, &d->n_replaying, t->park_key);
+    (void)sf_strset_del(&d->replaying, t->park_key);
     pthread_mutex_unlock(&d->mu);
     json_decref(docs);
 }
@@ -629,7 +579,7 @@ static void drop_task(void *ctx, struct proc_task *pt)
 
     if (t->kind == TASK_REPLAY) {
         pthread_mutex_lock(&d->mu);
-        set_del(d->replaying, &d->n_replaying, t->park_key);
+        (void)sf_strset_del(&d->replaying, t->park_key);
         pthread_mutex_unlock(&d->mu);
     }
     task_free(t);
@@ -707,6 +657,9 @@ enum sf_rc proc_dispatch_new(const struct proc_dispatch_opts *opts, struct proc_
     pthread_mutex_init(&d->wait_mu, NULL);
     (void)sf_cond_init_mono(&d->wake);
     d->rng = (uint64_t)sf_mono_us() | 1u;
+    sf_strset_init(&d->blocked, BLOCKED_MAX);
+    sf_strset_init(&d->replaying, BLOCKED_MAX);
+    sf_strset_init(&d->touched, BLOCKED_MAX);
     for (unsigned g = 0; g < PROC_GROUPS_MAX; g++)
         d->groups[g].group = g;
     if (d->db == NULL || d->parking == NULL) {
@@ -749,9 +702,9 @@ void proc_dispatch_free(struct proc_dispatch *d)
         cosmos_client_set_request_hook(d->o.cli, NULL, NULL);
     }
     proc_lanes_free(d->lanes, drop_task, d);
-    set_free(d->blocked, d->n_blocked);
-    set_free(d->replaying, d->n_replaying);
-    set_free(d->touched, d->n_touched);
+    sf_strset_clear(&d->blocked);
+    sf_strset_clear(&d->replaying);
+    sf_strset_clear(&d->touched);
     for (unsigned i = 0; i < d->n_ranges; i++)
         free(d->ranges[i]);
     pthread_mutex_destroy(&d->mu);
@@ -795,11 +748,12 @@ enum sf_rc proc_dispatch_start(struct proc_dispatch *d, struct sf_err *err)
         if (k != NULL)
             block_key(d, k);
     }
-    if (d->n_blocked > 0)
+    if (sf_strset_count(&d->blocked) > 0)
         sf_log_warn("sagafeed",
                     "%zu partition key%s blocked by parked items (sagafeed parked "
                     "list / replay)",
-                    d->n_blocked, d->n_blocked == 1 ? " is" : "s are");
+                    sf_strset_count(&d->blocked),
+                    sf_strset_count(&d->blocked) == 1 ? " is" : "s are");
     json_decref(docs);
     return SF_OK;
 }
@@ -969,7 +923,7 @@ size_t proc_dispatch_blocked_count(struct proc_dispatch *d)
     size_t n;
 
     pthread_mutex_lock(&d->mu);
-    n = d->n_blocked;
+    n = sf_strset_count(&d->blocked);
     pthread_mutex_unlock(&d->mu);
     return n;
 }
@@ -1033,7 +987,7 @@ static size_t queue_replays(struct proc_dispatch *d, const char *const *keys, si
         if (t == NULL || proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, k, strlen(k)),
                                            &t->base, -1) != SF_OK) {
             pthread_mutex_lock(&d->mu);
-            set_del(d->replaying, &d->n_replaying, k);
+            (void)sf_strset_del(&d->replaying, k);
             pthread_mutex_unlock(&d->mu);
             task_free(t);
             continue;
@@ -1054,9 +1008,7 @@ enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_
 
     /* From here on, what this instance blocks or unblocks is newer than the listing. */
     pthread_mutex_lock(&d->mu);
-    set_free(d->touched, d->n_touched);
-    d->touched = NULL;
-    d->n_touched = 0;
+    sf_strset_clear(&d->touched);
     pthread_mutex_unlock(&d->mu);
     rc = park_keys_query(d, &docs, &complete, err);
     if (rc != SF_OK) {
@@ -1073,31 +1025,33 @@ enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_
     for (size_t i = 0; i < nk; i++) {
         const char *k = keys[i].key;
 
-        if (set_has(d->replaying, d->n_replaying, k))
+        bool added_now = false;
+
+        if (sf_strset_has(&d->replaying, k))
             continue;
         /* A key with records is blocked on every instance, whoever parked it. */
-        if (!set_has(d->touched, d->n_touched, k) && !set_has(d->blocked, d->n_blocked, k)) {
-            if (set_add(&d->blocked, &d->n_blocked, k))
-                added++;
-        }
+        if (!sf_strset_has(&d->touched, k) && sf_strset_add(&d->blocked, k, &added_now) == SF_OK &&
+            added_now)
+            added++;
         /*
          * Replay what was asked for, and waiting records nothing heads any
          * more (written behind a key another instance had already replayed):
          * left alone they would block the key for good.
          */
-        if ((keys[i].requested || !keys[i].head) && set_add(&d->replaying, &d->n_replaying, k))
+        if ((keys[i].requested || !keys[i].head) && sf_strset_add(&d->replaying, k, NULL) == SF_OK)
             replay[nr++] = k;
     }
     /* A key without records was replayed (here or elsewhere): it flows again. */
-    for (size_t j = d->n_blocked; complete && j-- > 0;) {
-        const char *k = d->blocked[j];
+    for (size_t cur = 0; complete;) {
+        const char *k = sf_strset_next(&d->blocked, &cur);
         struct park_key_info probe = {.key = k};
 
-        if (set_has(d->touched, d->n_touched, k) || set_has(d->replaying, d->n_replaying, k) ||
+        if (k == NULL)
+            break;
+        if (sf_strset_has(&d->touched, k) || sf_strset_has(&d->replaying, k) ||
             bsearch(&probe, keys, nk, sizeof(*keys), park_key_cmp) != NULL)
             continue;
-        free(d->blocked[j]);
-        d->blocked[j] = d->blocked[--d->n_blocked];
+        (void)sf_strset_del(&d->blocked, k); /* removing under the cursor is safe */
         removed++;
     }
     if (!complete && !d->scan_capped)

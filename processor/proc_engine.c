@@ -59,6 +59,8 @@
 #include "steps/step_tmpl.h"
 
 #define FOREACH_MAX 1000
+/* Waiting records one awaited document wakes at most (more: the item parks, saying so). */
+#define WAITERS_MAX 100000
 
 struct side {
     struct step_action actions[CFG_ACTIONS_MAX];
@@ -443,6 +445,11 @@ struct run {
     size_t failed_elem;
     int64_t event_seq; /* outbox records built in this pass (their sourceSeq) */
     bool change;       /* doc is a change's carrier (proc_change.h), not the item */
+    /*
+     * PROC_RETRIES_FIELD as the next transition writes it (owned), NULL:
+     * left as it is. Built from doc by note_retries; transition() consumes it.
+     */
+    json_t *retries;
 };
 
 enum sf_rc proc_engine_pk(const struct proc_engine *e, const char *container, const json_t *doc,
@@ -473,6 +480,7 @@ static void run_release(struct run *r)
 {
     json_decref(r->doc);
     json_decref(r->pk);
+    json_decref(r->retries);
     free(r->saga_id);
     sf_buf_release(&r->pk_json);
 }
@@ -885,6 +893,43 @@ static bool deadline_passed(const struct cworkflow *wf, const json_t *doc)
 enum trans_result { TRANS_OK, TRANS_LOST, TRANS_STOP };
 
 /*
+ * Records n Cosmos retries for the `phase` ("do" or "undo") of step cs in
+ * the PROC_RETRIES_FIELD the next transition writes, starting from the
+ * item's. The whole object is written: a patch cannot set a member of an
+ * object that does not exist yet, and the transition's compare-and-set on
+ * the state keeps this read-modify-write from racing. Out of memory leaves
+ * the field as it is (a figure for people, never a reason to stop a saga).
+ */
+static void note_retries(struct run *r, const struct cstep *cs, const char *phase, uint64_t n)
+{
+    json_t *per_step;
+
+    if (r->retries == NULL) {
+        const json_t *have = json_object_get(r->doc, PROC_RETRIES_FIELD);
+
+        r->retries = json_is_object(have) ? json_deep_copy(have) : json_object();
+        if (r->retries == NULL)
+            return;
+    }
+    per_step = json_object_get(r->retries, cs->cfg->name);
+    if (!json_is_object(per_step)) {
+        per_step = json_object();
+        if (json_object_set_new(r->retries, cs->cfg->name, per_step) != 0)
+            return;
+    }
+    (void)json_object_set_new(per_step, phase, json_integer((json_int_t)n));
+}
+
+/* Whether note_retries recorded (now or before) the do side of step cs. */
+static bool retries_noted(const struct run *r, const struct cstep *cs)
+{
+    const json_t *all =
+        r->retries != NULL ? r->retries : json_object_get(r->doc, PROC_RETRIES_FIELD);
+
+    return json_object_get(json_object_get(all, cs->cfg->name), "do") != NULL;
+}
+
+/*
  * Moves the item from `from` to `to` by a conditional patch batched with the
  * transition's outbox event. reason and failed_step are recorded when not
  * NULL. TRANS_LOST: the CAS failed (someone moved it) and the item was
@@ -935,6 +980,10 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)json_array_append_new(ops,
                                     json_pack("{s:s, s:s, s:s}", "op", "set", "path",
                                               "/" PROC_FAILED_STEP_FIELD, "value", failed_step));
+    /* The step's Cosmos retries ride on the state's patch (PROC_RETRIES_FIELD). */
+    if (ops != NULL && r->retries != NULL)
+        (void)json_array_append_new(ops, json_pack("{s:s, s:s, s:O}", "op", "set", "path",
+                                                   "/" PROC_RETRIES_FIELD, "value", r->retries));
     rc =
         ops != NULL ? sf_buf_printf(&cond, "FROM c WHERE c[\"%s\"] = ", w->state_field) : SF_ENOMEM;
     if (rc == SF_OK)
@@ -1019,6 +1068,9 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);
     }
 out:
+    /* Written or not, the figures were of this transition: a lost CAS re-reads the item's. */
+    json_decref(r->retries);
+    r->retries = NULL;
     cosmos_batch_free(b);
     cosmos_batch_result_release(&br);
     json_decref(ops);
@@ -1197,7 +1249,7 @@ static bool wake_waiters(struct run *r)
 {
     const struct proc_engine *e = r->e;
     struct cosmos_query_opts qo = {0};
-    struct cosmos_query *q = NULL;
+    const char *params[3] = {"@id", NULL, NULL};
     struct sf_buf idj;
     struct sf_err err;
     json_t *docs = NULL, *rec;
@@ -1211,36 +1263,30 @@ static bool wake_waiters(struct run *r)
     if (rc == SF_OK && sf_json_dump(json_object_get(r->it->doc, "id"), &idj) != SF_OK)
         rc = sf_err_set(&err, SF_ELIMIT, false, "id too large");
     qo.pk_json = sf_buf_cstr(&r->pk_json);
+    params[1] = sf_buf_cstr(&idj);
     if (rc == SF_OK)
-        rc = cosmos_query_new(e->cli, e->cfg->cosmos.database, r->it->container,
+        rc = cosmos_query_all(e->cli, e->cfg->cosmos.database, r->it->container,
                               "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
                               "' AND c.awaitId = @id",
-                              &qo, &q, &err);
-    if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@id", sf_buf_cstr(&idj), &err);
-    while (rc == SF_OK && !cosmos_query_done(q)) {
-        rc = cosmos_query_next(q, &docs, &err);
-        json_array_foreach(docs, i, rec)
-        {
-            bool woken = false;
+                              params, &qo, WAITERS_MAX, &docs, NULL, &err);
+    json_array_foreach(docs, i, rec)
+    {
+        bool woken = false;
 
-            if (rc != SF_OK)
-                break;
-            if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
-                continue;
-            rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
-                           json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
-                           false, false, 0, &woken, &err);
-            if (rc == SF_OK && woken)
-                r->res->woken++;
-        }
-        json_decref(docs);
-        docs = NULL;
+        if (rc != SF_OK)
+            break;
+        if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
+            continue;
+        rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
+                       json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
+                       false, false, 0, &woken, &err);
+        if (rc == SF_OK && woken)
+            r->res->woken++;
     }
     if (rc != SF_OK)
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "waking waiting sagas");
     ok = rc == SF_OK;
-    cosmos_query_free(q);
+    json_decref(docs);
     sf_buf_release(&idj);
     return ok;
 }
@@ -1260,9 +1306,9 @@ struct sweep {
 static enum sf_rc sweep_query(struct sweep *sw, const char *range, struct sf_err *err)
 {
     struct cosmos_query_opts qo = {.max_items = 100};
-    struct cosmos_query *q = NULL;
-    json_t *docs = NULL, *d;
     char now[32], before[32];
+    const char *params[5] = {"@now", now, "@before", before, NULL};
+    json_t *docs = NULL, *d;
     enum sf_rc rc;
     size_t i;
 
@@ -1270,40 +1316,35 @@ static enum sf_rc sweep_query(struct sweep *sw, const char *range, struct sf_err
     qo.cross_partition = range == NULL;
     (void)snprintf(now, sizeof(now), "%lld", (long long)sw->now);
     (void)snprintf(before, sizeof(before), "%lld", (long long)sw->rewake_before);
-    rc = cosmos_query_new(
+    /*
+     * At most what is left of the batch: a saga another instance woke first
+     * counts against it too, and is looked at again at the next sweep.
+     */
+    rc = cosmos_query_all(
         sw->e->cli, sw->e->cfg->cosmos.database, sw->container,
         "SELECT * FROM c WHERE IS_OBJECT(c." PROC_WAIT_FIELD ") AND ((c." PROC_WAIT_FIELD
         ".until > 0 AND c." PROC_WAIT_FIELD ".until <= @now) OR (IS_NUMBER(c." PROC_DEADLINE_FIELD
         ") AND c." PROC_DEADLINE_FIELD " <= @now)) AND (NOT IS_DEFINED(c." PROC_WAIT_FIELD
         ".woken) OR c." PROC_WAIT_FIELD ".woken <= @before)",
-        &qo, &q, err);
-    if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@now", now, err);
-    if (rc == SF_OK)
-        rc = cosmos_query_param(q, "@before", before, err);
-    while (rc == SF_OK && sw->n < sw->max && !cosmos_query_done(q)) {
-        rc = cosmos_query_next(q, &docs, err);
-        json_array_foreach(docs, i, d)
-        {
-            const json_t *w = json_object_get(d, PROC_WAIT_FIELD);
-            int64_t until = (int64_t)json_integer_value(json_object_get(w, "until"));
-            json_t *pk = NULL;
-            bool woken = false;
+        params, &qo, sw->max - sw->n, &docs, &(bool){false}, err);
+    json_array_foreach(docs, i, d)
+    {
+        const json_t *w = json_object_get(d, PROC_WAIT_FIELD);
+        int64_t until = (int64_t)json_integer_value(json_object_get(w, "until"));
+        json_t *pk = NULL;
+        bool woken = false;
 
-            if (rc != SF_OK || sw->n >= sw->max)
-                break;
-            rc = proc_engine_pk(sw->e, sw->container, d, &pk, err);
-            if (rc == SF_OK)
-                rc = wake_saga(sw->e, sw->container, sf_json_str(d, "id"), pk, NULL, sw->now, true,
-                               until > 0 && until <= sw->now, sw->rewake_before, &woken, err);
-            json_decref(pk);
-            if (rc == SF_OK && woken)
-                sw->n++;
-        }
-        json_decref(docs);
-        docs = NULL;
+        if (rc != SF_OK || sw->n >= sw->max)
+            break;
+        rc = proc_engine_pk(sw->e, sw->container, d, &pk, err);
+        if (rc == SF_OK)
+            rc = wake_saga(sw->e, sw->container, sf_json_str(d, "id"), pk, NULL, sw->now, true,
+                           until > 0 && until <= sw->now, sw->rewake_before, &woken, err);
+        json_decref(pk);
+        if (rc == SF_OK && woken)
+            sw->n++;
     }
-    cosmos_query_free(q);
+    json_decref(docs);
     return rc;
 }
 
@@ -1412,6 +1453,7 @@ static enum trans_result compensate(struct run *r, const char *state)
         const struct cstep *cs = &r->wf->steps[k];
         /* A step with a `when` may have been skipped: only its markers know. */
         bool batched = do_side_batched(cs) && cs->when == NULL;
+        uint64_t retries0 = cosmos_thread_retries();
         bool ok;
 
         if (failed_known && k + 1 < top && batched)
@@ -1422,6 +1464,9 @@ static enum trans_result compensate(struct run *r, const char *state)
             ok = run_undo(r, cs, false, 0);
         if (!ok)
             return TRANS_STOP;
+        /* The steps the saga ran (their do was recorded) or failed in, with an undo side. */
+        if (cs->undo.n > 0 && (retries_noted(r, cs) || k + 1 == top))
+            note_retries(r, cs, "undo", cosmos_thread_retries() - retries0);
     }
     (void)snprintf(reason_copy, sizeof(reason_copy), "%s", reason != NULL ? reason : "");
     return transition(r, state, w->failed_state, w->failed_state,
@@ -1525,6 +1570,8 @@ static void advance(struct run *r)
             }
         }
         int64_t wait_ms = 0;
+        /* This thread runs this saga alone: the difference is the step's retries. */
+        uint64_t retries0 = cosmos_thread_retries();
         enum step_outcome oc = run_forward(r, cs, &status, &fail_env, &wait_ms);
 
         if (oc == STEP_WAIT) {
@@ -1541,6 +1588,8 @@ static void advance(struct run *r)
             r->failed_elem = 0;
             oc = STEP_FAILED;
         }
+        if (oc == STEP_OK || oc == STEP_ALREADY || oc == STEP_FAILED)
+            note_retries(r, cs, "do", cosmos_thread_retries() - retries0);
         switch (oc) {
         case STEP_OK:
         case STEP_ALREADY:

@@ -48,6 +48,20 @@
  */
 #define PROC_WAIT_FIELD  "sfWait"
 #define PROC_WOKEN_FIELD "sfWoken"
+/*
+ * The Cosmos request retries (429, 410, 408, 503, ... that the client
+ * absorbed: cosmos_thread_retries) of each step, on the item:
+ * {"<step>": {"do": N, "undo": M}}. "do" is written by the transition that
+ * ends the step's forward run (into its `to` state, or into compensation
+ * when it failed), "undo" by the transition into the failed state, each in
+ * the same patch as the state: no request of its own. N counts the retries
+ * of the requests the step made in the pass that wrote the transition (every
+ * element; with an await, the pass that found the document or timed out);
+ * passes that stopped before it (a retried attempt, a restart, a
+ * redelivery) are not added, and the transition's own request is not in it.
+ * Once written it stays: a redelivery finds the state moved past the step.
+ */
+#define PROC_RETRIES_FIELD "sfRetries"
 
 struct proc_engine;
 

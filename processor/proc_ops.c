@@ -19,9 +19,6 @@
 #define OPS_WARN_EVERY_MS  30000
 #define OPS_VERSION        SF_VERSION /* project(VERSION) in CMakeLists.txt */
 #define OPS_THROUGHPUT_MAX 256        /* containers listed in the throughput metrics */
-/* Cosmos DB is unreachable once nothing answered this long while attempts failed */
-#define OPS_UNREACHABLE_MS 2000
-#define OPS_OUTAGE_LOG_MS  10000 /* one summary line per this long during an outage */
 
 struct wf_count {
     const char *name; /* borrowed from the cfg */
@@ -42,6 +39,8 @@ struct proc_ops {
     _Atomic int64_t tick_ms; /* mono time of the last tick: /healthz */
     /* a Cosmos DB outage (outage_tick): since when (mono), next summary, failures at start */
     bool outage, hushed;
+    int64_t unreachable_ms; /* processor.unreachable_after */
+    int64_t outage_log_ms;  /* processor.outage_log_interval */
     int64_t outage_since_ms, outage_next_ms;
     uint64_t outage_failures0;
     int64_t start_wall_ms;
@@ -68,6 +67,8 @@ enum sf_rc proc_ops_new(const struct proc_ops_opts *opts, struct proc_ops **ret_
     if (ops == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
     ops->cfg = opts->cfg;
+    ops->unreachable_ms = opts->cfg->processor.unreachable_after_ms;
+    ops->outage_log_ms = opts->cfg->processor.outage_log_interval_ms;
     ops->hook = opts->http_hook;
     if (opts->http_listen != NULL && (ops->listen = strdup(opts->http_listen)) == NULL) {
         free(ops);
@@ -560,19 +561,25 @@ enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *b)
  */
 
 /*
- * Whether Cosmos DB has stopped answering: the last attempt without an answer is
- * newer than the last one answered, and nothing answered for OPS_UNREACHABLE_MS
- * (one refused connection among answered ones is not an outage). *ret_for_ms: how long.
+ * Whether Cosmos DB has stopped answering by r at mono time now: the last
+ * attempt without an answer is newer than the last one answered, and nothing
+ * answered for processor.unreachable_after (one refused connection among
+ * answered ones is not an outage). *ret_for_ms: how long.
  */
-static bool cosmos_unreachable(struct proc_ops *ops, struct cosmos_reach *r, int64_t *ret_for_ms)
+static bool reach_down(const struct proc_ops *ops, const struct cosmos_reach *r, int64_t now,
+                       int64_t *ret_for_ms)
 {
-    int64_t now = sf_mono_ms();
-
-    cosmos_client_reach(proc_service_client(ops->svc), r);
     if (r->last_failure_ms == 0 || r->last_failure_ms <= r->last_answer_ms)
         return false;
     *ret_for_ms = r->last_answer_ms > 0 ? now - r->last_answer_ms : now - ops->start_mono_ms;
-    return *ret_for_ms >= OPS_UNREACHABLE_MS;
+    return *ret_for_ms >= ops->unreachable_ms;
+}
+
+/* reach_down of the service's client now; r is filled in. */
+static bool cosmos_unreachable(struct proc_ops *ops, struct cosmos_reach *r, int64_t *ret_for_ms)
+{
+    cosmos_client_reach(proc_service_client(ops->svc), r);
+    return reach_down(ops, r, sf_mono_ms(), ret_for_ms);
 }
 
 /* Ready: owns at least one range and every owned range progressed lately (or paused). */
@@ -727,16 +734,16 @@ enum sf_rc proc_ops_attach(struct proc_ops *ops, struct proc_service *svc, struc
 }
 
 /*
- * One warning line per OPS_OUTAGE_LOG_MS while Cosmos DB does not answer, with
+ * One warning line per processor.outage_log_interval while Cosmos DB does not answer, with
  * counts, instead of every failed call's own (~7 a second): the others are
  * hushed to debug (sf_log_hush) until it answers again.
  */
-static void outage_tick(struct proc_ops *ops, int64_t now)
+bool proc_ops_outage_step(struct proc_ops *ops, const struct cosmos_reach *rp, int64_t now)
 {
-    struct cosmos_reach r;
+    struct cosmos_reach r = *rp;
     int64_t down_ms = 0;
-    bool down = cosmos_unreachable(ops, &r, &down_ms);
-    bool suspect = r.last_failure_ms > r.last_answer_ms;
+    bool down = reach_down(ops, &r, now, &down_ms);
+    bool suspect = r.last_failure_ms > r.last_answer_ms, warned = false;
 
     /*
      * Hushed from the first attempt without an answer that nothing answered
@@ -762,17 +769,19 @@ static void outage_tick(struct proc_ops *ops, int64_t now)
                         (unsigned long long)held, held == 1 ? "" : "s", r.last_error);
     }
     if (down && !ops->outage) {
+        warned = true;
         ops->outage = true;
         ops->outage_since_ms = now - down_ms;
-        ops->outage_next_ms = now + OPS_OUTAGE_LOG_MS;
+        ops->outage_next_ms = now + ops->outage_log_ms;
         ops->outage_failures0 = r.failures;
         sf_log_warn(SF_LOG_OUTAGE_COMP,
                     "Cosmos DB does not answer (for %llds): %s; /readyz says 503, and one line "
                     "every %llds sums up until it answers",
                     (long long)(down_ms / 1000), r.last_error[0] ? r.last_error : "no answer",
-                    (long long)(OPS_OUTAGE_LOG_MS / 1000));
+                    (long long)(ops->outage_log_ms / 1000));
     } else if (down && now >= ops->outage_next_ms) {
-        ops->outage_next_ms = now + OPS_OUTAGE_LOG_MS;
+        warned = true;
+        ops->outage_next_ms = now + ops->outage_log_ms;
         sf_log_warn(SF_LOG_OUTAGE_COMP,
                     "Cosmos DB still does not answer after %llds: %llu attempts without an "
                     "answer, %llu warnings held back (debug level); last: %s",
@@ -791,6 +800,15 @@ static void outage_tick(struct proc_ops *ops, int64_t now)
                     (unsigned long long)(r.failures - ops->outage_failures0),
                     (unsigned long long)sf_log_hushed_take());
     }
+    return warned;
+}
+
+static void outage_tick(struct proc_ops *ops, int64_t now)
+{
+    struct cosmos_reach r;
+
+    cosmos_client_reach(proc_service_client(ops->svc), &r);
+    (void)proc_ops_outage_step(ops, &r, now);
 }
 
 void proc_ops_tick(struct proc_ops *ops)

@@ -60,6 +60,7 @@
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
 #include "config/cfg.h"
+#include "cosmos/cosmos.h"
 #include "processor/proc_dispatch.h"
 #include "processor/proc_http.h"
 #include "processor/proc_service.h"
@@ -87,6 +88,16 @@ void proc_ops_on_result(void *ctx, const struct proc_item *it, const struct proc
 enum sf_rc proc_ops_attach(struct proc_ops *ops, struct proc_service *svc, struct sf_err *err);
 
 void proc_ops_tick(struct proc_ops *ops);
+
+/*
+ * One look at Cosmos DB's reach r (cosmos_client_reach) at mono time now_ms,
+ * as proc_ops_tick takes it: Cosmos DB is down once nothing answered for
+ * processor.unreachable_after (then /readyz says 503), and while it is down
+ * one warning line sums up per processor.outage_log_interval. Returns true
+ * when this look wrote such a line (the first or a summary). The thread of
+ * proc_ops_tick; tests step now_ms instead of waiting.
+ */
+bool proc_ops_outage_step(struct proc_ops *ops, const struct cosmos_reach *r, int64_t now_ms);
 
 /* true while this instance obeys a pause. */
 bool proc_ops_paused(const struct proc_ops *ops);

@@ -37,7 +37,7 @@ enum sf_rc proc_park_open(struct cosmos_client *cli, const char *db, const char 
 }
 
 json_t *proc_park_record(const struct proc_item *t, const char *park_key, const char *status,
-                         const struct proc_result *res, unsigned attempts)
+                         const struct proc_result *res, unsigned attempts, uint64_t retries)
 {
     char id[STEP_ID_MAX], at[32], lsn[24];
     const char *parts[3];
@@ -53,13 +53,14 @@ json_t *proc_park_record(const struct proc_item *t, const char *park_key, const 
     step_det_id(strcmp(status, "parked") == 0 ? "p" : "w", parts, SF_ARRAY_LEN(parts), id);
     sf_time_iso8601(sf_wall_ms(), at);
     pk = sf_json_parse(t->pk_json, strlen(t->pk_json), &perr);
-    doc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:O?, s:I, s:I, s:I, s:s, s:O, s:b}",
-                    "id", id, "parkKey", park_key, STEP_SYS_FIELD, "parked", "status", status,
-                    "sourceContainer", t->container, "sourceId", parts[1], "workflow",
-                    res != NULL && res->workflow[0] ? res->workflow : NULL, "partitionKey", pk,
-                    "lsn", (json_int_t)t->lsn, "epoch", (json_int_t)t->epoch, "attempts",
-                    (json_int_t)attempts, "parkedAt", at, "item", (json_t *)t->doc,
-                    "replayRequested", 0);
+    doc =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:O?, s:I, s:I, s:I, s:I, s:s, s:O, s:b}",
+                  "id", id, "parkKey", park_key, STEP_SYS_FIELD, "parked", "status", status,
+                  "sourceContainer", t->container, "sourceId", parts[1], "workflow",
+                  res != NULL && res->workflow[0] ? res->workflow : NULL, "partitionKey", pk, "lsn",
+                  (json_int_t)t->lsn, "epoch", (json_int_t)t->epoch, "attempts",
+                  (json_int_t)attempts, "cosmosRetries", (json_int_t)retries, "parkedAt", at,
+                  "item", (json_t *)t->doc, "replayRequested", 0);
     json_decref(pk);
     if (doc != NULL && res != NULL) {
         json_t *e =

@@ -5,7 +5,8 @@
  * A record is one JSON document: {id, parkKey, sfKind: "parked", status
  * ("parked": it failed and heads its key; "waiting": it queued behind one),
  * sourceContainer, sourceId, workflow, partitionKey, lsn, epoch, attempts,
- * parkedAt, item (the document as delivered), replayRequested, error}. The
+ * cosmosRetries, parkedAt, item (the document as delivered), replayRequested,
+ * error}. The
  * container is partitioned by /parkKey, one logical partition per blocked
  * key ("<container>|<pk json>"), so a key's records are read from one
  * partition. Every reader of records (the dispatcher's scans and replays,
@@ -34,11 +35,12 @@ enum sf_rc proc_park_open(struct cosmos_client *cli, const char *db, const char 
 
 /*
  * The record of item it (of park_key) with status "parked" or "waiting",
- * the result that parked it (NULL: none) and its attempts. A new reference;
- * NULL on OOM.
+ * the result that parked it (NULL: none), its attempts and the Cosmos
+ * request retries the client absorbed over them (cosmos_thread_retries). A
+ * new reference; NULL on OOM.
  */
 json_t *proc_park_record(const struct proc_item *it, const char *park_key, const char *status,
-                         const struct proc_result *res, unsigned attempts);
+                         const struct proc_result *res, unsigned attempts, uint64_t retries);
 
 /* Writes (upserts) record doc of park_key: once, retrying is the caller's. */
 enum sf_rc proc_park_put(struct cosmos_client *cli, const char *db, const char *coll,

@@ -186,40 +186,21 @@ out:
 static void await_run(const void *state, const struct step_ctx *ctx, struct step_result *res)
 {
     const struct await_state *st = state;
-    struct step_target tgt;
-    struct sf_buf pkj;
-    struct sf_err err;
-    char *id = NULL;
-    bool exists = false, there = false;
+    struct step_standalone s;
+    bool there = false;
     enum sf_rc rc;
 
-    memset(res, 0, sizeof(*res));
-    memset(&tgt, 0, sizeof(tgt));
-    sf_err_clear(&err);
-    sf_buf_init(&pkj, 1u << 20);
-    rc = step_docref_render(&st->ref, ctx, &tgt, &id, &pkj, &err);
-    if (rc != SF_OK) {
-        res->err = err;
-        res->outcome = STEP_FATAL;
+    /* Seen before: the marker decides, whatever the document is now (an await is a do side). */
+    if (!step_standalone_begin(&st->ref, ctx, STEP_STANDALONE_ID | STEP_STANDALONE_MARKER, &s, res))
         goto out;
-    }
-    /* Seen before: the marker decides, whatever the document is now. */
-    rc = step_marker_exists(ctx, STEP_DO, st->ref.coll, tgt.pk, &exists, &err);
-    if (rc == SF_OK && exists) {
-        res->outcome = STEP_ALREADY;
-        goto out;
-    }
-    if (rc == SF_OK)
-        rc = await_look(st, ctx, id, sf_buf_cstr(&pkj), &there, &err);
+    rc = await_look(st, ctx, s.id, sf_buf_cstr(&s.pkj), &there, &s.err);
     if (rc == SF_OK && !there) {
-        rc = await_record(st, ctx, id, tgt.pk, sf_buf_cstr(&pkj), &err);
+        rc = await_record(st, ctx, s.id, s.tgt.pk, sf_buf_cstr(&s.pkj), &s.err);
         if (rc == SF_OK)
-            rc = await_look(st, ctx, id, sf_buf_cstr(&pkj), &there, &err);
+            rc = await_look(st, ctx, s.id, sf_buf_cstr(&s.pkj), &there, &s.err);
     }
     if (rc != SF_OK) {
-        step_result_from_call(ctx, &err, res);
-        if (res->outcome == STEP_FAILED)
-            res->outcome = STEP_FATAL; /* an await fails only by its timeout */
+        step_standalone_fail(ctx, &s.err, res); /* an await fails only by its timeout */
         goto out;
     }
     if (!there) {
@@ -227,11 +208,9 @@ static void await_run(const void *state, const struct step_ctx *ctx, struct step
         res->wait_timeout_ms = st->timeout_ms;
         goto out;
     }
-    step_marker_create(ctx, st->ref.coll, tgt.pk, res);
+    step_standalone_commit(ctx, &s, res);
 out:
-    free(id);
-    step_target_release(&tgt);
-    sf_buf_release(&pkj);
+    step_standalone_end(&s);
 }
 
 const struct step_kind step_kind_await = {

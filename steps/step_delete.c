@@ -119,26 +119,19 @@ out:
 static void delete_run(const void *state, const struct step_ctx *ctx, struct step_result *res)
 {
     const struct delete_state *st = state;
-    struct step_target tgt;
+    struct step_standalone s;
     struct step_effect eff;
     struct step_ctx wctx = *ctx;
-    struct sf_err err;
-    char *id = NULL;
     enum sf_rc rc;
 
-    memset(res, 0, sizeof(*res));
-    memset(&tgt, 0, sizeof(tgt));
     memset(&eff, 0, sizeof(eff));
-    sf_err_clear(&err);
-    rc = step_docref_render(&st->ref, ctx, &tgt, &id, NULL, &err);
+    if (!step_standalone_begin(&st->ref, ctx, STEP_STANDALONE_ID, &s, res))
+        goto out;
+    rc = step_effect_begin(ctx, s.tgt.coll, s.tgt.pk, &eff, &s.err);
     if (rc == SF_OK)
-        rc = step_effect_begin(ctx, tgt.coll, tgt.pk, &eff, &err);
-    if (rc == SF_OK)
-        rc = delete_add_ops(st, ctx, id, &eff, &err);
+        rc = delete_add_ops(st, ctx, s.id, &eff, &s.err);
     if (rc != SF_OK) {
-        step_result_from_call(ctx, &err, res);
-        if (!err.retriable)
-            res->outcome = STEP_FATAL;
+        step_standalone_fail(ctx, &s.err, res);
         goto out;
     }
     /* No business statuses at the commit: a 404 must come back as itself. */
@@ -146,14 +139,13 @@ static void delete_run(const void *state, const struct step_ctx *ctx, struct ste
     step_effect_commit(&wctx, &eff, res);
     if (res->outcome == STEP_FATAL && res->status == 404) {
         /* Already gone: the effect holds; record it with the marker alone. */
-        step_marker_create(ctx, tgt.coll, tgt.pk, res);
+        step_standalone_commit(ctx, &s, res);
     } else if (step_commit_fails_on(ctx, res)) {
         res->outcome = STEP_FAILED;
     }
 out:
     step_effect_release(&eff);
-    step_target_release(&tgt);
-    free(id);
+    step_standalone_end(&s);
 }
 
 const struct step_kind step_kind_delete = {

@@ -235,38 +235,27 @@ out:
 static void http_run(const void *state, const struct step_ctx *ctx, struct step_result *res)
 {
     const struct http_state *st = state;
+    struct step_standalone s;
     char key[STEP_ID_MAX];
-    struct sf_err err;
-    bool exists = false;
     long status = 0;
     enum sf_rc rc;
 
-    memset(res, 0, sizeof(*res));
-    sf_err_clear(&err);
-    rc = step_marker_exists(ctx, ctx->phase, ctx->source_container, ctx->source_pk, &exists, &err);
-    if (rc != SF_OK) {
-        step_result_from_call(ctx, &err, res);
-        if (res->outcome == STEP_FAILED)
-            res->outcome = STEP_FATAL;
-        return;
-    }
-    if (exists) {
-        res->outcome = STEP_ALREADY;
-        return;
-    }
+    /* The call's marker lives with the saga's item (ref NULL). */
+    if (!step_standalone_begin(NULL, ctx, STEP_STANDALONE_MARKER, &s, res))
+        goto out;
     step_marker_id(ctx, ctx->phase, key);
-    rc = http_call(st, ctx, key, &status, &err);
+    rc = http_call(st, ctx, key, &status, &s.err);
     if (rc != SF_OK) {
-        res->err = err;
-        res->outcome = err.retriable ? STEP_RETRY : STEP_FATAL;
-        return;
+        res->err = s.err;
+        res->outcome = s.err.retriable ? STEP_RETRY : STEP_FATAL;
+        goto out;
     }
     res->status = (int)status;
     if (status >= 200 && status < 300) {
-        step_marker_create(ctx, ctx->source_container, ctx->source_pk, res);
+        step_standalone_commit(ctx, &s, res);
         if (res->outcome == STEP_ALREADY)
             res->outcome = STEP_OK; /* our call was answered; the marker raced in: fine */
-        return;
+        goto out;
     }
     if (step_ctx_fails_on(ctx, (int)status))
         step_result_set(res, STEP_FAILED, SF_EHTTP, "%s answered %ld", st->method, status);
@@ -276,6 +265,8 @@ static void http_run(const void *state, const struct step_ctx *ctx, struct step_
     else
         step_result_set(res, STEP_FATAL, SF_EHTTP, "%s answered %ld", st->method, status);
     res->status = (int)status;
+out:
+    step_standalone_end(&s);
 }
 
 const struct step_kind step_kind_http = {

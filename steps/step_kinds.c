@@ -191,6 +191,63 @@ void step_result_from_call(const struct step_ctx *ctx, const struct sf_err *err,
         res->outcome = STEP_FATAL;
 }
 
+bool step_standalone_begin(const struct step_docref *ref, const struct step_ctx *ctx,
+                           unsigned flags, struct step_standalone *s, struct step_result *res)
+{
+    bool exists = false;
+    enum sf_rc rc;
+
+    memset(res, 0, sizeof(*res));
+    memset(s, 0, sizeof(*s));
+    sf_buf_init(&s->pkj, 1u << 20);
+    sf_err_clear(&s->err);
+    rc = ref != NULL ? step_docref_target(ref, ctx, &s->tgt, &s->err)
+                     : step_target_source(NULL, ctx, &s->tgt, &s->err);
+    if (rc == SF_OK && ref != NULL && (flags & STEP_STANDALONE_ID))
+        rc = step_docref_id(ref, ctx, &s->id, &s->err);
+    if (rc == SF_OK && ref != NULL && step_pk_json(s->tgt.pk, &s->pkj) != SF_OK)
+        rc = sf_err_set(&s->err, SF_ELIMIT, false, "partition key too large");
+    if (rc != SF_OK) {
+        res->err = s->err;
+        res->outcome = STEP_FATAL;
+        return false;
+    }
+    if ((flags & STEP_STANDALONE_MARKER) == 0)
+        return true;
+    rc = step_marker_exists(ctx, ctx->phase, s->tgt.coll, s->tgt.pk, &exists, &s->err);
+    if (rc != SF_OK) {
+        step_standalone_fail(ctx, &s->err, res);
+        return false;
+    }
+    if (exists) {
+        res->outcome = STEP_ALREADY;
+        return false;
+    }
+    return true;
+}
+
+void step_standalone_fail(const struct step_ctx *ctx, const struct sf_err *err,
+                          struct step_result *res)
+{
+    step_result_from_call(ctx, err, res);
+    if (!err->retriable)
+        res->outcome = STEP_FATAL;
+}
+
+void step_standalone_commit(const struct step_ctx *ctx, const struct step_standalone *s,
+                            struct step_result *res)
+{
+    step_marker_create(ctx, s->tgt.coll, s->tgt.pk, res);
+}
+
+void step_standalone_end(struct step_standalone *s)
+{
+    free(s->id);
+    s->id = NULL;
+    step_target_release(&s->tgt);
+    sf_buf_release(&s->pkj);
+}
+
 /* ---------------------------------------------------------------------------
  * Patch operations
  */

@@ -142,4 +142,57 @@ enum sf_rc step_target_source(const void *state, const struct step_ctx *ctx,
 void step_result_from_call(const struct step_ctx *ctx, const struct sf_err *err,
                            struct step_result *res);
 
+/*
+ * The frame of a standalone kind's run (a kind with .run: it makes its
+ * effect itself and keeps the marker rules its own way):
+ *
+ *     struct step_standalone s;
+ *
+ *     if (step_standalone_begin(&st->ref, ctx, STEP_STANDALONE_ID, &s, res))
+ *         ... the effect, with s.tgt, s.id, s.pkj; a failed call ends in
+ *             step_standalone_fail, an effect outside Cosmos DB in
+ *             step_standalone_commit ...
+ *     step_standalone_end(&s);
+ */
+struct step_standalone {
+    struct step_target tgt; /* the rendered container and partition key */
+    struct sf_buf pkj;      /* the key as JSON text (empty without a docref) */
+    char *id;               /* the rendered id (owned) with STEP_STANDALONE_ID, else NULL */
+    struct sf_err err;      /* cleared: for the run's own calls */
+};
+
+#define STEP_STANDALONE_ID     1u /* render the docref's id (compiled with one) */
+#define STEP_STANDALONE_MARKER 2u /* STEP_ALREADY when the element's marker exists */
+
+/*
+ * Clears res and renders the target into s: ref's container, key (and id
+ * with STEP_STANDALONE_ID), or with ref NULL the saga's item
+ * (step_target_source). With STEP_STANDALONE_MARKER it then reads the
+ * marker of ctx->phase there. Returns true when the run goes on; false with
+ * res set: a template that does not render (fatal: it never will), the
+ * marker's read failing (step_standalone_fail), or the marker found
+ * (STEP_ALREADY). Call step_standalone_end whatever it returns.
+ */
+bool step_standalone_begin(const struct step_docref *ref, const struct step_ctx *ctx,
+                           unsigned flags, struct step_standalone *s, struct step_result *res);
+
+/*
+ * A call of the run failed with err: STEP_RETRY when err is retriable, else
+ * STEP_FATAL - a standalone run's own calls (reads, lookups, a commit made
+ * without fail_on) carry no business status.
+ */
+void step_standalone_fail(const struct step_ctx *ctx, const struct sf_err *err,
+                          struct step_result *res);
+
+/*
+ * Commits an effect made outside Cosmos DB (an HTTP call, a document seen):
+ * the element's marker alone at s's target (step_marker_create): STEP_OK, or
+ * STEP_ALREADY when a marker was there first.
+ */
+void step_standalone_commit(const struct step_ctx *ctx, const struct step_standalone *s,
+                            struct step_result *res);
+
+/* Releases what s holds (not s itself); after any step_standalone_begin. */
+void step_standalone_end(struct step_standalone *s);
+
 #endif

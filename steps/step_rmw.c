@@ -179,9 +179,7 @@ static void rmw_round(const struct rmw_state *st, const struct step_ctx *ctx, co
     if (rc == SF_OK)
         rc = cosmos_batch_replace(eff.batch, id, sf_buf_cstr(&body), &bo, &err);
     if (rc != SF_OK) {
-        step_result_from_call(ctx, &err, res);
-        if (!err.retriable)
-            res->outcome = STEP_FATAL;
+        step_standalone_fail(ctx, &err, res);
         goto out;
     }
     /* Commit with no business statuses: a 412 here is a lost race, not a failure. */
@@ -204,47 +202,22 @@ out:
 static void rmw_run(const void *state, const struct step_ctx *ctx, struct step_result *res)
 {
     const struct rmw_state *st = state;
-    struct step_target tgt;
-    struct sf_buf pkj;
-    struct sf_err err;
-    char *id = NULL;
-    bool exists = false, race = false;
-    enum sf_rc rc;
+    struct step_standalone s;
+    bool race = false;
 
-    memset(res, 0, sizeof(*res));
-    memset(&tgt, 0, sizeof(tgt));
-    sf_err_clear(&err);
-    sf_buf_init(&pkj, 1u << 20);
-    rc = step_docref_render(&st->ref, ctx, &tgt, &id, &pkj, &err);
-    if (rc != SF_OK) {
-        res->err = err;
-        res->outcome = STEP_FATAL;
+    if (!step_standalone_begin(&st->ref, ctx, STEP_STANDALONE_ID | STEP_STANDALONE_MARKER, &s, res))
         goto out;
-    }
-    rc = step_marker_exists(ctx, ctx->phase, st->ref.coll, tgt.pk, &exists, &err);
-    if (rc != SF_OK) {
-        step_result_from_call(ctx, &err, res);
-        if (res->outcome == STEP_FAILED)
-            res->outcome = STEP_FATAL;
-        goto out;
-    }
-    if (exists) {
-        res->outcome = STEP_ALREADY;
-        goto out;
-    }
     for (int attempt = 0; attempt < st->max_retries; attempt++) {
-        rmw_round(st, ctx, id, tgt.pk, sf_buf_cstr(&pkj), res, &race);
+        rmw_round(st, ctx, s.id, s.tgt.pk, sf_buf_cstr(&s.pkj), res, &race);
         if (!race)
             goto out;
     }
     /* Contention persisted: transient by nature, let the engine back off and retry. */
     step_result_set(res, STEP_RETRY, SF_EPRECOND,
-                    "%s/%s kept changing under read-modify-write (%d attempts)", st->ref.coll, id,
+                    "%s/%s kept changing under read-modify-write (%d attempts)", st->ref.coll, s.id,
                     st->max_retries);
 out:
-    free(id);
-    step_target_release(&tgt);
-    sf_buf_release(&pkj);
+    step_standalone_end(&s);
 }
 
 const struct step_kind step_kind_rmw = {

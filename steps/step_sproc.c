@@ -162,41 +162,32 @@ static void sproc_run(const void *state, const struct step_ctx *ctx, struct step
     const struct sproc_state *st = state;
     char marker_id[STEP_ID_MAX];
     struct cosmos_response resp;
-    struct step_target tgt;
-    struct sf_buf pkj, params;
-    struct sf_err err;
+    struct step_standalone s;
+    struct sf_buf params;
     const char *why;
     json_t *body;
     enum sf_rc rc;
 
-    memset(res, 0, sizeof(*res));
-    memset(&tgt, 0, sizeof(tgt));
-    sf_buf_init(&pkj, 1u << 20);
     sf_buf_init(&params, SPROC_BODY_MAX);
     cosmos_response_init(&resp, SPROC_BODY_MAX);
-    sf_err_clear(&err);
     step_marker_id(ctx, ctx->phase, marker_id);
-    rc = step_docref_target(&st->ref, ctx, &tgt, &err);
-    if (rc == SF_OK && step_pk_json(tgt.pk, &pkj) != SF_OK)
-        rc = sf_err_set(&err, SF_ELIMIT, false, "partition key too large");
-    if (rc == SF_OK)
-        rc = sproc_params(st, ctx, &tgt, marker_id, &params, &err);
+    if (!step_standalone_begin(&st->ref, ctx, 0, &s, res))
+        goto out;
+    rc = sproc_params(st, ctx, &s.tgt, marker_id, &params, &s.err);
     if (rc != SF_OK) {
-        step_result_from_call(ctx, &err, res);
-        if (!err.retriable)
-            res->outcome = STEP_FATAL;
+        step_standalone_fail(ctx, &s.err, res);
         goto out;
     }
     /* Guarded: a repeat finds the marker and answers "applied": false. */
-    rc = cosmos_sproc_execute(ctx->cli, ctx->db, tgt.coll, st->procedure, sf_buf_cstr(&pkj),
-                              sf_buf_cstr(&params), true, NULL, &resp, &err);
+    rc = cosmos_sproc_execute(ctx->cli, ctx->db, s.tgt.coll, st->procedure, sf_buf_cstr(&s.pkj),
+                              sf_buf_cstr(&params), true, NULL, &resp, &s.err);
     if (rc == SF_OK) {
         sproc_confirm(st, marker_id, &resp, res);
-    } else if (!err.retriable && err.http_status == 400) {
+    } else if (!s.err.retriable && s.err.http_status == 400) {
         /* The procedure threw: nothing it wrote was kept. Its words are in the body. */
         body = sf_json_parse(resp.body.data != NULL ? resp.body.data : "", resp.body.len, NULL);
         why = sproc_script_message(
-            sf_json_str(body, "message") != NULL ? sf_json_str(body, "message") : err.msg);
+            sf_json_str(body, "message") != NULL ? sf_json_str(body, "message") : s.err.msg);
         if (strncmp(why, "transient:", 10) == 0)
             step_result_set(res, STEP_RETRY, SF_EHTTP, "procedure '%s': %s", st->procedure, why);
         else
@@ -204,12 +195,11 @@ static void sproc_run(const void *state, const struct step_ctx *ctx, struct step
         res->status = 400;
         json_decref(body);
     } else {
-        step_result_from_call(ctx, &err, res);
+        step_result_from_call(ctx, &s.err, res);
     }
 out:
     cosmos_response_release(&resp);
-    step_target_release(&tgt);
-    sf_buf_release(&pkj);
+    step_standalone_end(&s);
     sf_buf_release(&params);
 }
 

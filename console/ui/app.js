@@ -149,6 +149,22 @@ async function pageSagas(args) {
 // ---------------------------------------------------------------------------
 // One saga
 
+// A recorded count of Cosmos retries as text; '' when none was recorded.
+function count(n) {
+  return typeof n === 'number' ? String(n) : '';
+}
+
+// The Cosmos retries of the step a transition ended (sfRetries on the item, see docs/operations.md):
+// its do side when the transition leaves a step's `from` state (onward, or into compensation when it
+// failed), the sum of the undo sides when it leaves the compensating state.
+function transitionRetries(v, p) {
+  const steps = v.steps || [];
+  const s = steps.find((x) => x.from === p.from);
+  if (s) return count(s.cosmosRetries);
+  const undo = steps.filter((x) => typeof x.undoCosmosRetries === 'number');
+  return undo.length ? String(undo.reduce((a, x) => a + x.undoCosmosRetries, 0)) : '';
+}
+
 function timelineOf(v) {
   const rows = [];
   for (const ev of v.events || []) {
@@ -156,6 +172,7 @@ function timelineOf(v) {
     rows.push({ t: ev.createdAt || '', kind: 'transition',
       what: text(p.from) + ' → ' + text(p.to) + ' (' + text(ev.eventType) + ')',
       detail: p.reason ? 'reason: ' + text(p.reason) : '',
+      retries: transitionRetries(v, p),
       proof: 'outbox event ' + text(ev.id) + (ev.sourceLsn ? ' · lsn ' + ev.sourceLsn : '') });
   }
   for (const m of v.markerDocs || []) {
@@ -170,6 +187,7 @@ function timelineOf(v) {
     rows.push({ t: p.parkedAt || '', kind: 'parked',
       what: text(p.status) + ' after ' + text(p.attempts) + ' attempt(s)',
       detail: text(e.message) + (e.httpStatus ? ' (HTTP ' + e.httpStatus + (e.substatus ? '/' + e.substatus : '') + ')' : ''),
+      retries: p.status === 'parked' ? count(p.cosmosRetries) : '',
       proof: 'parking record ' + text(p.id) + (p.replayRequested ? ' · replay requested' : '') });
   }
   const doc = v.document;
@@ -207,12 +225,14 @@ async function pageSaga(path, args) {
       item.reason ? el('span', { id: 'saga-reason' }, ' · reason: ' + text(item.reason)) : null,
       item.failedStep ? ' · failed step: ' + text(item.failedStep) : null));
     out.push(el('h2', {}, 'Steps'));
-    out.push(table('steps', ['Step', 'From → to', 'Status', 'Done', 'Undone'], (v.steps || []).map((s) => el('tr', {},
+    out.push(table('steps', ['Step', 'From → to', 'Status', 'Done', 'Undone', 'Cosmos retries', 'Undo retries'], (v.steps || []).map((s) => el('tr', {},
       el('td', {}, text(s.step)), el('td', {}, text(s.from) + ' → ' + text(s.to)), el('td', {}, text(s.status)),
-      el('td', {}, (s.done || []).join(', ')), el('td', {}, (s.undone || []).join(', '))))));
+      el('td', {}, (s.done || []).join(', ')), el('td', {}, (s.undone || []).join(', ')),
+      el('td', { class: 'num' }, count(s.cosmosRetries)), el('td', { class: 'num' }, count(s.undoCosmosRetries))))));
     out.push(el('h2', {}, 'Timeline'));
-    out.push(table('timeline', ['Time', 'Kind', 'What', 'Detail', 'Proof (exactly once)'], timelineOf(v).map((t) => el('tr', { class: 'tl-row' },
-      el('td', {}, t.t), el('td', { class: 'kind k-' + t.kind }, t.kind), el('td', {}, t.what), el('td', {}, t.detail), el('td', {}, t.proof)))));
+    out.push(table('timeline', ['Time', 'Kind', 'What', 'Detail', 'Cosmos retries', 'Proof (exactly once)'], timelineOf(v).map((t) => el('tr', { class: 'tl-row' },
+      el('td', {}, t.t), el('td', { class: 'kind k-' + t.kind }, t.kind), el('td', {}, t.what), el('td', {}, t.detail),
+      el('td', { class: 'num retries' }, t.retries || ''), el('td', {}, t.proof)))));
     out.push(el('h2', {}, 'Item'));
     out.push(el('pre', { id: 'saga-item' }, v.document ? JSON.stringify(v.document, null, 2) : '(deleted)'));
   }

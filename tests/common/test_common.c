@@ -1,5 +1,5 @@
 /*
- * test_common.c - unit tests of common/: crypto, request signing and hashing
+ * test_common.c - unit tests of common/: crypto, request signing, hashing, the string set
  * (this file), plus the suites of test_common_text.c and test_common_log.c.
  */
 #include "common/sf_base.h"
@@ -14,6 +14,7 @@
 #include "common/sf_crypto.h"
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
+#include "common/sf_strset.h"
 #include "common/sf_time.h"
 #include "tests/support/check_run.h"
 
@@ -634,6 +635,93 @@ START_TEST(test_cond_wait_and_stop_aware_sleep)
 }
 END_TEST
 
+/* ---- string set ------------------------------------------------------------------------ */
+
+START_TEST(test_strset_add_has_del)
+{
+    struct sf_strset set;
+    bool added;
+
+    sf_strset_init(&set, 0);
+    ck_assert(!sf_strset_has(&set, "a")); /* an empty set allocates nothing and answers */
+    ck_assert(!sf_strset_del(&set, "a"));
+    ck_assert_int_eq(sf_strset_add(&set, "a", &added), SF_OK);
+    ck_assert(added);
+    ck_assert_int_eq(sf_strset_add(&set, "a", &added), SF_OK);
+    ck_assert(!added);
+    ck_assert_int_eq(sf_strset_add(&set, "", NULL), SF_OK);
+    ck_assert(sf_strset_has(&set, "a") && sf_strset_has(&set, ""));
+    ck_assert(!sf_strset_has(&set, "b"));
+    ck_assert_uint_eq(sf_strset_count(&set), 2);
+    ck_assert(sf_strset_del(&set, "a"));
+    ck_assert(!sf_strset_has(&set, "a"));
+    ck_assert(!sf_strset_del(&set, "a"));
+    ck_assert_uint_eq(sf_strset_count(&set), 1);
+    sf_strset_clear(&set);
+    ck_assert_uint_eq(sf_strset_count(&set), 0);
+    ck_assert(!sf_strset_has(&set, ""));
+}
+END_TEST
+
+START_TEST(test_strset_grows_and_survives_churn)
+{
+    struct sf_strset set;
+    char k[32];
+
+    sf_strset_init(&set, 0);
+    for (int i = 0; i < 8000; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        ck_assert_int_eq(sf_strset_add(&set, k, NULL), SF_OK);
+    }
+    ck_assert_uint_eq(sf_strset_count(&set), 8000);
+    for (int i = 0; i < 8000; i += 2) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        ck_assert(sf_strset_del(&set, k));
+    }
+    /* Adding and removing other keys for long leaves the table no bigger (tombstones reused). */
+    size_t cap = set.cap;
+    for (int i = 0; i < 40000; i++) {
+        snprintf(k, sizeof(k), "churn-%d", i);
+        ck_assert_int_eq(sf_strset_add(&set, k, NULL), SF_OK);
+        ck_assert(sf_strset_del(&set, k));
+    }
+    ck_assert_uint_le(set.cap, cap);
+    for (int i = 0; i < 8000; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        ck_assert_msg(sf_strset_has(&set, k) == (i % 2 == 1), "%s", k);
+    }
+    ck_assert_uint_eq(sf_strset_count(&set), 4000);
+    sf_strset_clear(&set);
+}
+END_TEST
+
+START_TEST(test_strset_limit_and_removal_while_iterating)
+{
+    struct sf_strset set;
+    size_t cur = 0, seen = 0;
+    const char *v;
+    char k[16];
+
+    sf_strset_init(&set, 100);
+    for (int i = 0; i < 100; i++) {
+        snprintf(k, sizeof(k), "%d", i);
+        ck_assert_int_eq(sf_strset_add(&set, k, NULL), SF_OK);
+    }
+    ck_assert_int_eq(sf_strset_add(&set, "one too many", NULL), SF_ELIMIT);
+    ck_assert_int_eq(sf_strset_add(&set, "7", NULL), SF_OK); /* already there: no limit */
+    /* Removing every string under the cursor visits each exactly once. */
+    while ((v = sf_strset_next(&set, &cur)) != NULL) {
+        seen++;
+        snprintf(k, sizeof(k), "%s", v);
+        ck_assert(sf_strset_del(&set, k));
+    }
+    ck_assert_uint_eq(seen, 100);
+    ck_assert_uint_eq(sf_strset_count(&set), 0);
+    ck_assert_int_eq(sf_strset_add(&set, "again", NULL), SF_OK);
+    sf_strset_clear(&set);
+}
+END_TEST
+
 static Suite *common_crypto_suite(void)
 {
     Suite *s = suite_create("common_crypto");
@@ -660,6 +748,10 @@ static Suite *common_crypto_suite(void)
                                     test_epk_v2_vectors, test_epk_v2_encoding_of_order_1,
                                     test_epk_v2_rejects_and_range, test_epk_v1_matches_sdk,
                                     test_epk_v2_array, test_epk_multihash_matches_sdk, NULL});
+
+    sf_check_case(s, "string set", NULL, NULL, 0,
+                  (const TTest *[]){test_strset_add_has_del, test_strset_grows_and_survives_churn,
+                                    test_strset_limit_and_removal_while_iterating, NULL});
     return s;
 }
 

@@ -12,6 +12,13 @@
   console_mode  `sagafeed console` serves the same data without processing, a
                 page costs a bounded number of Cosmos requests and nobody looking
                 costs none; a token variable that is named but unset stops it
+  retries       cosmolite throttles the charge step's batches (429 three times):
+                the saga's steps show 3 Cosmos retries for charge and 0 for
+                reserve and ship, in the API, `saga show` and `saga show --json`;
+                a saga left compensating whose marker read is throttled twice
+                shows 2 undo retries for the failed step;
+                then an order whose ship step is throttled past the client's budget
+                parks, its parking record counting the retries of both attempts
 """
 import base64
 import email.utils
@@ -273,6 +280,73 @@ class Api(unittest.TestCase):
             st, r = http("GET", url + "/api/v1/sagas/trips/t-1")
             self.assertEqual(st, 200, r)
             self.assertEqual(r["workflows"][0]["status"], "completed")
+        finally:
+            w.stop()
+
+    def test_step_cosmos_retries(self):
+        # o-undo was left compensating after charge failed: its compensation reads
+        # charge's marker (in customers) to learn whether charge did anything
+        undo = dict(h.order("o-undo", "c-3", h.GOOD, 5, status="cancelling"),
+                    sfFailedStep="charge", reason="declined")
+        w = h.World(orders=[h.order("o-slow", "c-1", h.GOOD, 5), undo])
+        try:
+            # 429s count toward max_attempts at once: o-stuck below parks after two
+            with open(w.cfg) as f:
+                text = f.read()
+            with open(w.cfg, "w") as f:
+                f.write(text.replace("max_attempts = 2;", 'max_attempts = 2; max_throttled_wait = "0s";'))
+            # the charge step is the only one that writes to customers (one batch per try)
+            w.cosmo.admin("PUT", "faults", {"seed": 1, "rules": [
+                {"status": 429, "op": "batch", "container": "customers", "count": 3,
+                 "retryAfterMs": 10},
+                {"status": 429, "op": "read", "container": "customers", "count": 2,
+                 "retryAfterMs": 10}]})
+            w.start("run")
+            self.assertTrue(w.wait_state("o-slow", "c-1", "completed"), "o-slow did not complete")
+            self.assertTrue(w.wait_state("o-undo", "c-3", "cancelled"), "o-undo was not cancelled")
+            fired = w.cosmo.admin("GET", "faults")
+            self.assertEqual([r.get("fired") for r in fired["rules"]], [3, 2], fired)
+            st, r = http("GET", w.start("console") + "/api/v1/sagas/order-fulfilment/o-slow?key=c-1")
+            self.assertEqual(st, 200, r)
+            steps = {s["step"]: s for s in r["workflows"][0]["steps"]}
+            self.assertEqual({k: (s["cosmosRetries"], s["undoCosmosRetries"])
+                              for k, s in steps.items()},
+                             {"reserve": (0, None), "charge": (3, None), "ship": (0, None)}, steps)
+            self.assertEqual(r["workflows"][0]["document"]["sfRetries"]["charge"], {"do": 3})
+            show = [os.environ["SF_SAGAFEED_BIN"], "saga", "show", "o-slow", "-c", w.cfg]
+            p = subprocess.run(show + ["--json"], env=w.env, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            steps = {s["step"]: s["cosmosRetries"] for s in json.loads(p.stdout)["workflows"][0]["steps"]}
+            self.assertEqual(steps, {"reserve": 0, "charge": 3, "ship": 0})
+            p = subprocess.run(show, env=w.env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("reserved -> charged: done (Cosmos retries 3)", p.stdout)
+            self.assertIn("placed -> reserved: done (Cosmos retries 0)", p.stdout)
+            st, r = http("GET", w.start("console") + "/api/v1/sagas/order-fulfilment/o-undo?key=c-3")
+            self.assertEqual(st, 200, r)
+            steps = {s["step"]: (s["cosmosRetries"], s["undoCosmosRetries"])
+                     for s in r["workflows"][0]["steps"]}
+            # charge's undo read its marker through two 429s; reserve's needed no read and
+            # ran no forward pass here, so nothing is recorded for it
+            self.assertEqual(steps, {"reserve": (None, None), "charge": (None, 2),
+                                     "ship": (None, None)})
+            # o-stuck's ship step is throttled past the client's budget on both of its
+            # attempts: it parks, and its parking record counts the retries of both
+            w.cosmo.admin("PUT", "faults", {"seed": 1, "rules": [
+                {"status": 429, "op": "batch", "container": "shipments", "count": 1000,
+                 "retryAfterMs": 1}]})
+            w.upsert("orders", h.order("o-stuck", "c-1", h.GOOD, 5))
+            self.assertTrue(w.wait_parked(1), w.parked_records())
+            fired = w.cosmo.admin("GET", "faults")["rules"][0]["fired"]
+            st, r = http("GET", w.start("console") + "/api/v1/sagas/order-fulfilment/o-stuck?key=c-1")
+            self.assertEqual(st, 200, r)
+            v = r["workflows"][0]
+            steps = {s["step"]: s["cosmosRetries"] for s in v["steps"]}
+            self.assertEqual(steps, {"reserve": 0, "charge": 0, "ship": None})
+            self.assertEqual([(p["attempts"], p["cosmosRetries"]) for p in v["parked"]],
+                             [(2, fired - 2)], v["parked"])  # each attempt's last 429 gave up
+            self.assertGreater(fired - 2, 0)
         finally:
             w.stop()
 

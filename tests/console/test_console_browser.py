@@ -158,11 +158,14 @@ class Console(unittest.TestCase):
         self.assertEqual(kinds.count("transition"), len(events))
         for e in events:
             p = e["payload"]
-            row = [r for r in tl if r[4].startswith("outbox event " + e["id"])]
+            row = [r for r in tl if r[5].startswith("outbox event " + e["id"])]
             self.assertEqual(len(row), 1, (e["id"], tl))
             self.assertIn("%s → %s" % (p["from"], p["to"]), row[0][2])
+            # every transition of o-poor ended a step (or the compensation) that the
+            # item records Cosmos retries for: none were injected, so 0 each
+            self.assertEqual(row[0][4], "0", (e["id"], tl))
         for m in markers:
-            row = [r for r in tl if r[4] == "marker " + m["id"]]
+            row = [r for r in tl if r[5] == "marker " + m["id"]]
             self.assertEqual(len(row), 1, (m["id"], tl))
             self.assertEqual(row[0][1], "effect" if m["phase"] == "do" else "compensation")
             self.assertIn("%s %s #%d" % (m["phase"], m["step"], m["element"]), row[0][2])
@@ -172,6 +175,16 @@ class Console(unittest.TestCase):
         self.assertIn("insufficient balance for 50", self.d.find_element(By.ID, "saga-reason").text)
         steps = {c[0]: c for c in self.cells("steps")}
         self.assertEqual(steps["reserve"][2], "compensated")
+        heads = [th.get_attribute("textContent") for th in
+                 self.d.find_elements(By.CSS_SELECTOR, "#timeline thead th")]
+        self.assertEqual(heads[4], "Cosmos retries", heads)
+        heads = [th.get_attribute("textContent") for th in
+                 self.d.find_elements(By.CSS_SELECTOR, "#steps thead th")]
+        self.assertEqual(heads[5:7], ["Cosmos retries", "Undo retries"], heads)
+        # reserve ran and was undone, charge failed (its do ran, its undo too), ship never ran
+        self.assertEqual(steps["reserve"][5:7], ["0", "0"], steps)
+        self.assertEqual(steps["charge"][5:7], ["0", "0"], steps)
+        self.assertEqual(steps["ship"][5:7], ["", ""], steps)
         self.shot("saga.png")
 
     def test_3b_pending_wait_and_deadline(self):
@@ -187,7 +200,7 @@ class Console(unittest.TestCase):
         tl = {r[1]: r for r in self.cells("timeline")}
         self.assertEqual(tl["waiting"][2], "waiting in step ship")
         self.assertEqual(tl["waiting"][3], "until 2026-11-30T00:54:20Z")
-        self.assertEqual(tl["waiting"][4], "pending")
+        self.assertEqual(tl["waiting"][5], "pending")
         self.assertEqual(tl["deadline"][0], "2026-11-30T01:53:20Z")
         self.assertIn("waiting", self.d.find_element(By.ID, "saga-status").text)
 
