@@ -501,8 +501,12 @@ static enum sf_rc replay_source(struct replay *rp, struct sf_err *err)
             rp->sum->interrupted = true;
             break;
         }
+        /* Not under mu: progress reads the processor's status (its locks; its events take mu). */
+        pthread_mutex_unlock(&rp->mu);
         progress(rp, false);
-        sf_cond_wait_ms(&rp->done, &rp->mu, STOP_POLL_MS);
+        pthread_mutex_lock(&rp->mu);
+        if (!atomic_load(&rp->all_done) && !atomic_load(&rp->failed))
+            sf_cond_wait_ms(&rp->done, &rp->mu, STOP_POLL_MS);
     }
     pthread_mutex_unlock(&rp->mu);
     /* Interrupted: what settled by the drain is checkpointed, the leases are freed to resume. */
