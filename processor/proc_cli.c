@@ -545,6 +545,9 @@ static void print_replay_json(const struct proc_replay_opts *o, const struct pro
     if (v != NULL) {
         (void)json_object_set_new(v, "interrupted", json_boolean(s->interrupted));
         (void)json_object_set_new(v, "elapsedMs", json_integer((json_int_t)s->elapsed_ms));
+        /* the window's LSNs (replay progress: issue 25 item 8); -1: not known */
+        (void)json_object_set_new(v, "lsnTotal", json_integer((json_int_t)s->lsn_total));
+        (void)json_object_set_new(v, "lsnDone", json_integer((json_int_t)s->lsn_done));
         (void)json_object_set_new(
             v, "itemsPerSecond",
             json_real(s->elapsed_ms > 0 ? (double)s->read * 1000.0 / (double)s->elapsed_ms : 0.0));

@@ -660,6 +660,20 @@ static enum sf_rc check_opts(const struct proc_replay_opts *o, struct sf_err *er
     return SF_OK;
 }
 
+/* The current container's LSNs into the summary (lsn_total -1 once one is unknown). */
+static void progress_sum(struct replay *rp)
+{
+    struct proc_progress_view v;
+
+    proc_progress_view(&rp->prog, sf_mono_ms(), &v);
+    if (v.total < 0 || rp->sum->lsn_total < 0) {
+        rp->sum->lsn_total = -1;
+        return;
+    }
+    rp->sum->lsn_total += v.total;
+    rp->sum->lsn_done += v.done;
+}
+
 /* The total to do in the current container (proc_progress.h), shown at once. */
 static void progress_begin(struct replay *rp)
 {
@@ -691,6 +705,7 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
         if (rc == SF_OK && !rp->sum->interrupted)
             proc_progress_finish(&rp->prog);
         progress(rp, true);
+        progress_sum(rp);
     }
     if (o->progress != NULL && !o->progress_lines && rp->cur != NULL)
         (void)fputc('\n', o->progress);

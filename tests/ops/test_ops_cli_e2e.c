@@ -349,6 +349,10 @@ START_TEST(test_replay_report_json)
     ck_assert_int_eq(
         json_integer_value(json_object_get(json_object_get(v, "outcomes"), "completed")), 5);
     ck_assert(json_is_number(json_object_get(v, "itemsPerSecond")));
+    /* the progress's figures: all of the window's LSNs read */
+    ck_assert_int_ge(json_integer_value(json_object_get(v, "lsnTotal")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(v, "lsnDone")),
+                     json_integer_value(json_object_get(v, "lsnTotal")));
     ck_assert(json_is_false(json_object_get(v, "interrupted")));
     json_decref(v);
     free(out);
