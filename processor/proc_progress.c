@@ -14,6 +14,8 @@
 
 #define BAR_WIDTH 24
 
+static int64_t cont_lsn(const char *cont);
+
 void proc_progress_init(struct proc_progress *p, int64_t now_ms)
 {
     memset(p, 0, sizeof(*p));
@@ -117,6 +119,19 @@ void proc_progress_split(struct proc_progress *p, const char *token)
     /* Done where it stood: the children carry the rest. */
     r->hi = r->pos;
     r->done = true;
+}
+
+void proc_progress_resumed(struct proc_progress *p, const char *token, const char *continuation,
+                           bool done)
+{
+    struct proc_progress_range *r = find(p, token);
+    int64_t lsn = continuation != NULL ? cont_lsn(continuation) : -1;
+
+    if (r == NULL || r->done || (!done && lsn < 0))
+        return;
+    r->pos = done ? r->hi : SF_MAX(r->pos, SF_MIN(lsn, r->hi));
+    r->base = r->pos; /* read by the earlier run: not this run's rate */
+    r->done = done;
 }
 
 void proc_progress_finish(struct proc_progress *p)

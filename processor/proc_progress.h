@@ -87,6 +87,14 @@ void proc_progress_done(struct proc_progress *p, const char *token);
 /* The range token split: done where it stood, its rest goes to the children seen next. */
 void proc_progress_split(struct proc_progress *p, const char *token);
 
+/*
+ * An interrupted replay's lease, found before this run starts: its range is
+ * at continuation (a quoted LSN), or done. Counted as done before this run,
+ * so the rate and the ETA are of this run only. Unknown tokens are ignored.
+ */
+void proc_progress_resumed(struct proc_progress *p, const char *token, const char *continuation,
+                           bool done);
+
 /* Every range finished (the window was read to its end). */
 void proc_progress_finish(struct proc_progress *p);
 

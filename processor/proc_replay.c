@@ -448,6 +448,7 @@ static enum sf_rc look_at_leases(struct replay *rp, const char *prefix, struct s
                                      prefix, &v, &n, err);
 
     for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        proc_progress_resumed(&rp->prog, v[i].range, v[i].continuation, v[i].done);
         if (v[i].owner[0] != '\0' && strcmp(v[i].owner, rp->me) != 0 && v[i].timestamp_ms >= 0 &&
             sf_wall_ms() - v[i].timestamp_ms < o->cfg->feed.lease_expiry_ms) {
             rc = sf_err_set(err, SF_ESTATE, false,

@@ -93,6 +93,29 @@ START_TEST(test_replay_progress_resumed_rate_counts_this_run)
 }
 END_TEST
 
+/* The interrupted replay's leases: positions and finished ranges that are not this run's work. */
+START_TEST(test_replay_progress_resumed_leases_are_not_this_runs_rate)
+{
+    struct proc_progress p;
+    struct proc_progress_view v;
+
+    two_ranges(&p, 0);
+    proc_progress_resumed(&p, "0", "", true);         /* done before */
+    proc_progress_resumed(&p, "1", "\"550\"", false); /* checkpointed at 550 */
+    proc_progress_resumed(&p, "9", "\"7\"", false);   /* not a range of the window: ignored */
+    proc_progress_view(&p, 0, &v);
+    ck_assert_uint_eq(v.ranges, 2);
+    ck_assert_uint_eq(v.finished, 1);
+    ck_assert_double_eq(v.percent, 75.0);
+    proc_progress_at(&p, "1", 550);
+    proc_progress_at(&p, "1", 650);
+    proc_progress_view(&p, 2000, &v); /* 100 LSNs in 2 s, 400 left */
+    ck_assert_double_eq(v.rate, 50.0);
+    ck_assert_int_eq(v.eta_ms, 8000);
+    proc_progress_release(&p);
+}
+END_TEST
+
 /* A split: the parent is done where it stood, its children share its rest. */
 START_TEST(test_replay_progress_split_hands_the_rest_to_the_children)
 {
@@ -181,6 +204,7 @@ int main(void)
 
     tcase_add_test(tc, test_replay_progress_percent_and_eta_from_lsn_spans);
     tcase_add_test(tc, test_replay_progress_resumed_rate_counts_this_run);
+    tcase_add_test(tc, test_replay_progress_resumed_leases_are_not_this_runs_rate);
     tcase_add_test(tc, test_replay_progress_split_hands_the_rest_to_the_children);
     tcase_add_test(tc, test_replay_progress_scan_finishes_the_range_before);
     tcase_add_test(tc, test_replay_progress_empty_and_unknown);
