@@ -19,3 +19,9 @@ sf_unit_test(test_proc_change
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_change.c
   LIBS sf_processor
   LABELS processor)
+# processor/proc_progress.c: a replay's percent, rate and ETA from LSN spans (issue 25
+# item 8), on a stepped clock.
+sf_unit_test(test_replay_progress
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_replay_progress.c
+  LIBS sf_processor
+  LABELS processor)
