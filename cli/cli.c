@@ -99,9 +99,11 @@ static const char USAGE_REPLAY[] =
     "Pause the fleet first (`sagafeed pause`) if it may be working on the same\n"
     "sagas.\n"
     "\n"
-    "Progress goes to stderr: a line updated in place on a terminal, else one\n"
-    "line every 10s (items read and their rate, items in the window, dispatched,\n"
-    "ranges done, elapsed).\n"
+    "Progress goes to stderr: a bar updated in place on a terminal, else one line\n"
+    "every 10s and one as each container starts and ends: the percent of the\n"
+    "window done and the ETA (the total is the window's LSNs, from each range's\n"
+    "current LSN), items read and their rate, items in the window, dispatched,\n"
+    "ranges done, elapsed.\n"
     "\n"
     "Options:\n"
     "  -c, --config FILE       the configuration (needs cosmos.endpoint)\n"
@@ -630,6 +632,9 @@ static void print_replay_json(const struct proc_replay_opts *o, const struct pro
     if (v != NULL) {
         (void)json_object_set_new(v, "interrupted", json_boolean(s->interrupted));
         (void)json_object_set_new(v, "elapsedMs", json_integer((json_int_t)s->elapsed_ms));
+        /* the window's LSNs (replay progress: issue 25 item 8); -1: not known */
+        (void)json_object_set_new(v, "lsnTotal", json_integer((json_int_t)s->lsn_total));
+        (void)json_object_set_new(v, "lsnDone", json_integer((json_int_t)s->lsn_done));
         (void)json_object_set_new(
             v, "itemsPerSecond",
             json_real(s->elapsed_ms > 0 ? (double)s->read * 1000.0 / (double)s->elapsed_ms : 0.0));

@@ -531,6 +531,7 @@ static void from_step(struct run *r, const struct step_result *sr, const char *c
     set_error(r, sr->outcome == STEP_RETRY ? PROC_RETRY : PROC_PARK, &sr->err, context);
     r->res->err.retriable = sr->outcome == STEP_RETRY;
     (void)snprintf(r->res->refused, sizeof(r->res->refused), "%s", sr->refused);
+    r->res->batch = sr->batch;
 }
 
 static const char *doc_state(const struct run *r)
@@ -1065,7 +1066,20 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         /* As for a step's effect: the dispatcher waits what the service asked for (a 429). */
         err.substatus = known ? br.ops[f].substatus : 0;
         err.retry_after_ms = known ? br.ops[f].retry_after_ms : -1;
+        (void)snprintf(err.activity_id, sizeof(err.activity_id), "%s", br.activity_id);
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);
+        /* Its result has no message: where it sat and what it was are the server's words. */
+        if (known) {
+            const json_t *op = cosmos_batch_op(b, (size_t)f);
+            char *text = op != NULL ? json_dumps(op, JSON_COMPACT) : NULL;
+
+            r->res->batch =
+                (struct step_batch_where){.http_status = br.http_status, .op = f, .n_ops = br.n};
+            (void)snprintf(r->res->batch.coll, sizeof(r->res->batch.coll), "%s", r->it->container);
+            if (text != NULL)
+                (void)snprintf(r->res->refused, sizeof(r->res->refused), "%s", text);
+            free(text);
+        }
     }
 out:
     /* Written or not, the figures were of this transition: a lost CAS re-reads the item's. */

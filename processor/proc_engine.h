@@ -209,6 +209,7 @@ struct proc_result {
     bool settled_now;               /* this call wrote the final transition */
     struct sf_err err;              /* PROC_RETRY / PROC_PARK */
     char refused[STEP_REFUSED_MAX]; /* PROC_PARK: the operation the server refused, or "" */
+    struct step_batch_where batch;  /* PROC_PARK: where in its batch it was refused */
 };
 
 /* Advances the saga of it as far as possible (see the top of this file). */

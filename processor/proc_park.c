@@ -74,6 +74,19 @@ json_t *proc_park_record(const struct proc_item *t, const char *park_key, const 
 
             (void)json_object_set_new(e, "request", req != NULL ? req : json_string(res->refused));
         }
+        /*
+         * Refused inside a transactional batch: Azure's result for the operation has no
+         * message, so the record says what the server did say - the batch's own status,
+         * which operation of how many, in which container.
+         */
+        if (e != NULL && res->batch.http_status != 0)
+            (void)json_object_set_new(
+                e, "batch",
+                json_pack("{s:i, s:I, s:I, s:s}", "httpStatus", res->batch.http_status, "operation",
+                          (json_int_t)res->batch.op, "operations", (json_int_t)res->batch.n_ops,
+                          "container", res->batch.coll));
+        if (e != NULL && res->err.activity_id[0] != '\0')
+            (void)json_object_set_new(e, "activityId", json_string(res->err.activity_id));
         if (e == NULL || json_object_set_new(doc, "error", e) != 0) {
             json_decref(doc);
             doc = NULL;

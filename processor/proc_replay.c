@@ -18,6 +18,7 @@
 #include "feed/feed_window.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_pipeline.h"
+#include "processor/proc_progress.h"
 #include "processor/proc_replay.h"
 #include "processor/proc_setup.h"
 #include "processor/proc_status.h"
@@ -58,7 +59,9 @@ struct replay {
     pthread_cond_t done; /* broadcast when either is set */
     struct sf_err fail;  /* written once, before failed is set */
     int64_t last_progress_ms;
-    int64_t started_ms; /* mono: the rate */
+    int64_t started_ms;        /* mono: the rate */
+    struct proc_progress prog; /* the current container's LSN spans: percent and ETA */
+    struct feed_processor *fp; /* its processor while it runs (positions), else NULL */
 };
 
 /* ---------------------------------------------------------------------------
@@ -244,8 +247,10 @@ static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_l
 }
 
 /*
- * The progress: a line updated in place on a terminal, else one line every
- * PROC_REPLAY_LINE_EVERY_MS (a log); both with the rate of items read.
+ * The progress: a bar updated in place on a terminal, else one line every
+ * PROC_REPLAY_LINE_EVERY_MS (a log), and one as each container starts and
+ * ends; both with the percent of the window's LSNs read and the ETA
+ * (proc_progress.h), and the rate of items read.
  */
 static void progress(struct replay *rp, bool force)
 {
@@ -253,19 +258,22 @@ static void progress(struct replay *rp, bool force)
     int64_t now = sf_mono_ms(),
             every = rp->o->progress_lines ? PROC_REPLAY_LINE_EVERY_MS : PROGRESS_EVERY_MS;
     uint64_t read = atomic_load(&rp->read);
+    struct proc_progress_view v;
+    char fig[128];
     double secs;
 
     if (p == NULL || (!force && now - rp->last_progress_ms < every))
         return;
-    if (rp->o->progress_lines && force)
-        return; /* the final summary says it */
     rp->last_progress_ms = now;
     secs = (double)(now - rp->started_ms) / 1000.0;
+    proc_progress_follow(&rp->prog, rp->fp);
+    proc_progress_view(&rp->prog, now, &v);
     (void)fprintf(p,
-                  "%sreplay %s: read %llu (%.0f/s), in window %llu, %s %llu, ranges done %u, "
+                  "%sreplay %s: %s, read %llu (%.0f/s), in window %llu, %s %llu, ranges done %u, "
                   "%.0fs%s",
-                  rp->o->progress_lines ? "" : "\r", rp->cur->name, (unsigned long long)read,
-                  secs > 0 ? (double)read / secs : 0.0,
+                  rp->o->progress_lines ? "" : "\r", rp->cur->name,
+                  proc_progress_render(&v, !rp->o->progress_lines, fig, sizeof(fig)),
+                  (unsigned long long)read, secs > 0 ? (double)read / secs : 0.0,
                   (unsigned long long)atomic_load(&rp->in_window),
                   rp->o->dry_run ? "planned" : "dispatched",
                   (unsigned long long)(rp->dispatch != NULL ? proc_pipeline_submitted(rp->pl)
@@ -345,6 +353,7 @@ static enum sf_rc plan_item(void *ctx, const char *range, const json_t *doc, int
     atomic_fetch_add(&rp->in_window, 1);
     atomic_fetch_add(&rp->dispatched, 1);
     print_plan(rp, doc, lsn);
+    proc_progress_scan_at(&rp->prog, range, lsn);
     progress(rp, false);
     return SF_OK;
 }
@@ -439,6 +448,7 @@ static enum sf_rc look_at_leases(struct replay *rp, const char *prefix, struct s
                                      prefix, &v, &n, err);
 
     for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        proc_progress_resumed(&rp->prog, v[i].range, v[i].continuation, v[i].done);
         if (v[i].owner[0] != '\0' && strcmp(v[i].owner, rp->me) != 0 && v[i].timestamp_ms >= 0 &&
             sf_wall_ms() - v[i].timestamp_ms < o->cfg->feed.lease_expiry_ms) {
             rc = sf_err_set(err, SF_ESTATE, false,
@@ -484,6 +494,7 @@ static enum sf_rc replay_source(struct replay *rp, struct sf_err *err)
         rc = proc_pipeline_feed_add(rp->pl, &fo, &fp, err);
     if (rc != SF_OK)
         return rc;
+    rp->fp = fp;
     /* Woken by the end; a signal's stop flag is looked at with each progress line. */
     pthread_mutex_lock(&rp->mu);
     while (!atomic_load(&rp->all_done) && !atomic_load(&rp->failed)) {
@@ -491,12 +502,17 @@ static enum sf_rc replay_source(struct replay *rp, struct sf_err *err)
             rp->sum->interrupted = true;
             break;
         }
+        /* Not under mu: progress reads the processor's status (its locks; its events take mu). */
+        pthread_mutex_unlock(&rp->mu);
         progress(rp, false);
-        sf_cond_wait_ms(&rp->done, &rp->mu, STOP_POLL_MS);
+        pthread_mutex_lock(&rp->mu);
+        if (!atomic_load(&rp->all_done) && !atomic_load(&rp->failed))
+            sf_cond_wait_ms(&rp->done, &rp->mu, STOP_POLL_MS);
     }
     pthread_mutex_unlock(&rp->mu);
     /* Interrupted: what settled by the drain is checkpointed, the leases are freed to resume. */
     (void)feed_processor_stop(fp, rp->sum->interrupted ? STOP_DRAIN_MS : 0, &e2);
+    rp->fp = NULL;
     if (atomic_load(&rp->failed) && !rp->sum->interrupted) {
         *err = rp->fail;
         return err->rc;
@@ -645,6 +661,32 @@ static enum sf_rc check_opts(const struct proc_replay_opts *o, struct sf_err *er
     return SF_OK;
 }
 
+/* The current container's LSNs into the summary (lsn_total -1 once one is unknown). */
+static void progress_sum(struct replay *rp)
+{
+    struct proc_progress_view v;
+
+    proc_progress_view(&rp->prog, sf_mono_ms(), &v);
+    if (v.total < 0 || rp->sum->lsn_total < 0) {
+        rp->sum->lsn_total = -1;
+        return;
+    }
+    rp->sum->lsn_total += v.total;
+    rp->sum->lsn_done += v.done;
+}
+
+/* The total to do in the current container (proc_progress.h), shown at once. */
+static void progress_begin(struct replay *rp)
+{
+    struct sf_err e;
+
+    proc_progress_release(&rp->prog);
+    proc_progress_init(&rp->prog, sf_mono_ms());
+    if (proc_progress_measure(&rp->prog, &rp->win, &e) != SF_OK && rp->o->out != NULL)
+        (void)fprintf(rp->o->out, "replay %s: total unknown (%s)\n", rp->cur->name, e.msg);
+    progress(rp, true);
+}
+
 static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
 {
     const struct proc_replay_opts *o = rp->o;
@@ -658,9 +700,13 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
         rp->win = window_of(rp, rp->cur);
         atomic_store(&rp->all_done, false);
         atomic_store(&rp->ranges_done, 0);
+        progress_begin(rp);
         rc = o->dry_run ? plan_source(rp, err) : replay_source(rp, err);
         rp->sum->ranges += atomic_load(&rp->ranges_done);
+        if (rc == SF_OK && !rp->sum->interrupted)
+            proc_progress_finish(&rp->prog);
         progress(rp, true);
+        progress_sum(rp);
     }
     if (o->progress != NULL && !o->progress_lines && rp->cur != NULL)
         (void)fputc('\n', o->progress);
@@ -739,6 +785,7 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
     ret->elapsed_ms = sf_mono_ms() - t0;
     pthread_cond_destroy(&rp->done);
     pthread_mutex_destroy(&rp->mu);
+    proc_progress_release(&rp->prog);
     free(rp);
     return rc;
 }

@@ -114,7 +114,9 @@ struct proc_replay_summary {
     size_t parked_items;     /* their documents */
     bool interrupted;        /* stopped early (stop flag): run again to resume */
     int64_t elapsed_ms;
-    char prefix[512]; /* the replay's lease prefix base */
+    int64_t lsn_total; /* the window's LSNs over every container's ranges, -1 unknown */
+    int64_t lsn_done;  /* of which read (proc_progress.h) */
+    char prefix[512];  /* the replay's lease prefix base */
 };
 
 /*

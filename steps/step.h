@@ -73,6 +73,20 @@ enum step_outcome {
     STEP_WAIT,
 };
 
+/*
+ * Where a refused operation sat when it was one of a transactional batch.
+ * Azure answers such an operation with its status and sub-status only: the
+ * per-operation result has no message (docs/operations.md "What a parked
+ * record says"), so this, the batch's own status and the operation as sent
+ * (step_result.refused) are all the server's words there are.
+ */
+struct step_batch_where {
+    int http_status; /* the batch's own status (207), 0: the failure was no batch operation's */
+    long op;         /* the refused operation's index in its batch */
+    size_t n_ops;    /* operations in the batch */
+    char coll[COSMOS_ID_MAX + 1]; /* the batch's container */
+};
+
 struct step_result {
     enum step_outcome outcome;
     int status;              /* the HTTP status that decided, 0 when none */
@@ -80,6 +94,7 @@ struct step_result {
     int64_t wait_timeout_ms; /* STEP_WAIT: the longest the saga may wait, 0: no limit */
     /* the operation the server refused, as sent (compact JSON, cut to fit), or "" */
     char refused[STEP_REFUSED_MAX];
+    struct step_batch_where batch; /* refused inside a batch: where (http_status 0: not) */
 };
 
 /* A static name: "ok", "already", "failed", "retry", "fatal", "wait". */

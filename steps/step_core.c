@@ -524,6 +524,21 @@ static void refused_keep(struct step_result *res, const json_t *op)
     free(text);
 }
 
+/*
+ * Where in its batch the refused operation sat, and the batch's own status
+ * and activity id: with the operation as sent, what the server said about a
+ * batch operation (its result carries no message).
+ */
+static void batch_where_keep(struct step_result *res, const struct cosmos_batch_result *br,
+                             const char *coll)
+{
+    res->batch.http_status = br->http_status;
+    res->batch.op = br->first_failure;
+    res->batch.n_ops = br->n;
+    (void)snprintf(res->batch.coll, sizeof(res->batch.coll), "%s", coll);
+    (void)snprintf(res->err.activity_id, sizeof(res->err.activity_id), "%s", br->activity_id);
+}
+
 void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
                         struct step_result *res)
 {
@@ -555,6 +570,7 @@ void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
     }
     op = &br.ops[br.first_failure];
     refused_keep(res, cosmos_batch_op(eff->batch, (size_t)br.first_failure));
+    batch_where_keep(res, &br, eff->coll);
     res->status = op->status;
     res->err.http_status = op->status;
     res->err.substatus = op->substatus;

@@ -254,6 +254,32 @@ test("rollback: a failing op gives 207, its real status, 424 for every other; no
   assert.deepEqual(raw.json.map((x) => x.statusCode), [424, 424, 404, 424]);
 });
 
+// What Azure says about a refused operation inside a batch (docs/operations.md,
+// "What a parked record says"): the SDKs read statusCode, subStatusCode, eTag,
+// resourceBody, requestCharge and retryAfterMilliseconds per result, and no
+// message; the 207 has no error body of its own. sagafeed's parked records
+// rely on exactly that shape, so cosmolite must not carry more or less.
+test("a refused operation's result has Azure's fields only (no message), by SDK and raw HTTP", async () => {
+  const pk = uid("words");
+  await container.items.create({ id: "there", pk });
+  const ops = [
+    { operationType: "Create", resourceBody: { id: "fresh", pk } },
+    { operationType: "Create", resourceBody: { id: "there", pk } },
+  ];
+  const known = new Set(["statusCode", "subStatusCode", "eTag", "resourceBody", "requestCharge", "retryAfterMilliseconds"]);
+  const res = await container.items.batch(ops, pk);
+  assert.equal(res.code, 207);
+  assert.equal(res.result[1].statusCode, 409);
+  const raw = await rawBatch(pk, ops);
+  assert.equal(raw.status, 207, show(raw));
+  assert.ok(Array.isArray(raw.json), `the 207's body is the result array: ${show(raw)}`);
+  for (const r of raw.json) {
+    for (const k of Object.keys(r)) assert.ok(known.has(k), `result field ${k} is not Azure's: ${JSON.stringify(r)}`);
+    assert.equal(r.message, undefined);
+  }
+  assert.deepEqual(raw.json.map((x) => x.statusCode), [424, 409]);
+});
+
 test("limits: 100 operations are fine, 101 are 400, more than 2 MB is 413", async () => {
   const pk = uid("lim");
   const ops = (n, tag) => Array.from({ length: n }, (_, i) => ({ operationType: "Create", resourceBody: { id: `${tag}${i}`, pk } }));

@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from checks import SRC, check, cosmos_request, failures, free_port  # noqa: E402
+from checks import SRC, check, failures, free_port  # noqa: E402
 
 SAGAFEED = os.environ.get("SF_SAGAFEED_BIN")
 
@@ -399,6 +399,14 @@ def command_checks(services):
     lines = []
     if check(isinstance(cmd, list) and cmd, "the sagafeed service has no command list"):
         lines.append(("the sagafeed service's command", [str(x) for x in cmd]))
+    init = services.get("cosmos-init") or {}
+    iargv = init_argv(init)
+    if check(iargv is not None, "the cosmos-init service does not run `sagafeed init -c FILE`"):
+        lines.append(("the cosmos-init service's command", iargv))
+        check("-c" in iargv or "--config" in iargv, "cosmos-init's `sagafeed init` names no -c FILE")
+    check(init.get("build") == svc.get("build") or (init.get("image") and init.get("image") == svc.get("image")),
+          "cosmos-init does not run the sagafeed service's image")
+    check("init_cosmos" not in compose, "docker-compose.yml still refers to an init script")
     m = re.search(r"^CMD (\[.*\])$", dockerfile, re.M)
     if check(m is not None, "the Dockerfile has no CMD list"):
         lines.append(("the Dockerfile's CMD", [x.strip().strip('"') for x in m.group(1)[1:-1].split(",")]))
@@ -429,27 +437,29 @@ def command_checks(services):
           f"the Dockerfile does not EXPOSE {port}")
     check(f"127.0.0.1:{port}/healthz" in dockerfile, f"the Dockerfile's HEALTHCHECK does not ask :{port}/healthz")
     # the services it talks to are the ones compose starts, on the ports they serve
-    init = services.get("cosmos-init") or {}
     ienv = env_of(init)
     host, cport = host_port(env.get("SAGAFEED_COSMOS_ENDPOINT"), "SAGAFEED_COSMOS_ENDPOINT")
     check(host in services, f"SAGAFEED_COSMOS_ENDPOINT names {host}, not a service")
-    check(ienv.get("COSMOS_ENDPOINT") == env.get("SAGAFEED_COSMOS_ENDPOINT"),
-          "cosmos-init and sagafeed are given different Cosmos endpoints")
+    for var in ("SAGAFEED_COSMOS_ENDPOINT", "SAGAFEED_COSMOS_KEY_ENV", "SAGAFEED_COSMOS_TLS_VERIFY"):
+        check(ienv.get(var) == env.get(var), f"cosmos-init and sagafeed are given different {var}")
+    key_var = env.get("SAGAFEED_COSMOS_KEY_ENV", "")
+    check(key_var in ienv and ienv.get(key_var) == env.get(key_var),
+          f"cosmos-init and sagafeed are given different keys ({key_var})")
     check(f":{cport}/" in str((services.get(host) or {}).get("healthcheck", {}).get("test")),
           f"the {host} service's healthcheck does not ask port {cport}")
     khost, kport = host_port(env.get("SAGAFEED_KAFKA_BROKERS"), "SAGAFEED_KAFKA_BROKERS")
     check(khost in services, f"SAGAFEED_KAFKA_BROKERS names {khost}, not a service")
     check(f"{khost}:{kport}" in env_of(services.get(khost) or {}).get("KAFKA_ADVERTISED_LISTENERS", ""),
           f"kafka does not advertise {khost}:{kport}")
-    m = re.search(r'^\s*database\s*=\s*"([^"]*)"', cfg_text, re.M)
-    check(m is not None and ienv.get("COSMOS_DATABASE") == m.group(1),
-          "cosmos-init creates another database than cosmos.database of the image's config")
+    # the same configuration, so the same database and containers (the -c path checked above)
+    check(iargv is not None and image_cfg in iargv,
+          f"cosmos-init's `sagafeed init` does not read the image's config {image_cfg}")
     # the containers the init job creates are the workflows' (and the demo's layout)
     conts = init_containers()
     demo = open(os.path.join(SRC, "demo/demo.c"), encoding="utf-8").read()
     m = re.search(r"colls\[\] = \{(.*?)\};", demo, re.S)
     check(m is not None and conts == re.findall(r'\{"(\w+)", "(/[\w/]+)"\}', m.group(1)),
-          "init_cosmos.py's containers are no longer sagafeed demo's (demo/demo.c)")
+          "the image config's containers are no longer sagafeed demo's (demo/demo.c)")
     example = open(os.path.join(SRC, "config/examples/order-fulfilment.cfg"), encoding="utf-8").read()
     wf = example[example.find("\nworkflows = ("):]
     names = {c for c, _ in conts}
@@ -487,7 +497,8 @@ def live_checks(services):
 
     Only the addresses are replaced: cosmolite (plain HTTP; the emulator's
     TLS is turned off by the same variable) in place of the emulator, with
-    the database and containers cosmos-init creates, librdkafka's mock
+    the database and containers the cosmos-init service's own `sagafeed init`
+    creates (run twice: the second run changes nothing), librdkafka's mock
     cluster in place of Kafka, a free port in place of 9464. It must come up
     healthy, answer /metrics and `sagafeed status` (the file's comment), and
     stop cleanly on SIGTERM within stop_grace_period."""
@@ -499,7 +510,10 @@ def live_checks(services):
 
     svc = services["sagafeed"]
     env = {k: interpolate(v) for k, v in env_of(svc).items()}
-    ienv = env_of(services["cosmos-init"])
+    ienv = {k: interpolate(v) for k, v in env_of(services["cosmos-init"]).items()}
+    iargv = init_argv(services["cosmos-init"])
+    if not check(iargv is not None, "no `sagafeed init` to run for cosmos-init"):
+        return
     tmp = tempfile.mkdtemp(prefix="sf-compose-run-")
     procs = []
     try:
@@ -523,17 +537,19 @@ def live_checks(services):
             time.sleep(0.1)
         port = int(open(pf).read())
         brokers = kafka.stdout.readline().strip()
-        db = ienv.get("COSMOS_DATABASE", "shop")
-
-        endpoint = f"http://127.0.0.1:{port}"
-        check(cosmos_request(endpoint, "POST", "dbs", "", "/dbs", {"id": db}, key=key) == 201,
-              "creating the database failed")
-        for name, pk in init_containers():
-            body = {"id": name, "partitionKey": {"paths": [pk], "kind": "Hash"}, "defaultTtl": -1}
-            check(cosmos_request(endpoint, "POST", "colls", f"dbs/{db}", f"/dbs/{db}/colls", body, key=key) == 201,
-                  f"creating container {name} failed")
-        http = free_port()
         base = {k: v for k, v in os.environ.items() if not k.startswith("SAGAFEED_")}
+        init_env = {**base, **ienv, "SAGAFEED_COSMOS_ENDPOINT": f"http://127.0.0.1:{port}/"}
+        argv = list(iargv)
+        argv[argv.index("-c") + 1] = cfg
+        r = subprocess.run([SAGAFEED, *argv], env=init_env, capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"cosmos-init's `sagafeed {' '.join(iargv)}` failed:\n{r.stdout}{r.stderr}")
+        for name, _ in init_containers():
+            check(re.search(r"\b%s\b.*created" % re.escape(name), r.stdout) is not None,
+                  f"`sagafeed init` did not say it created {name}:\n{r.stdout}")
+        r = subprocess.run([SAGAFEED, *argv], env=init_env, capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0 and "created" not in r.stdout,
+              f"a second `sagafeed init` (compose restarted) was not a no-op:\n{r.stdout}{r.stderr}")
+        http = free_port()
         listen = re.sub(r"\d+$", str(http), env["SAGAFEED_PROCESSOR_HTTP_LISTEN"])  # ":9464" -> ":<free>"
         run_env = {**base, **env, "SAGAFEED_COSMOS_ENDPOINT": f"http://127.0.0.1:{port}/",
                    "SAGAFEED_KAFKA_BROKERS": brokers, "SAGAFEED_PROCESSOR_HTTP_LISTEN": listen}
@@ -571,13 +587,30 @@ def live_checks(services):
 
 
 def init_containers():
-    """CONTAINERS of packaging/docker/init_cosmos.py (azure-cosmos is only imported by its main)."""
-    import importlib.util  # noqa: PLC0415
+    """The containers = (...) list of packaging/docker/sagafeed.cfg: what `sagafeed init`
+    creates for the workflows (besides the lease and parking containers)."""
+    cfg = open(os.path.join(SRC, "packaging/docker/sagafeed.cfg"), encoding="utf-8").read()
+    m = re.search(r"^containers\s*=\s*\((.*?)^\);", cfg, re.S | re.M)
+    if not check(m is not None, "packaging/docker/sagafeed.cfg declares no containers = (...)"):
+        return []
+    return re.findall(r'name\s*=\s*"(\w+)";\s*partition_key\s*=\s*"(/[\w/]+)"', m.group(1))
 
-    spec = importlib.util.spec_from_file_location("init_cosmos", os.path.join(SRC, "packaging/docker/init_cosmos.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return [tuple(c) for c in mod.CONTAINERS]
+
+def init_argv(init):
+    """The `sagafeed init ...` argv (after "sagafeed") the cosmos-init service runs, or None.
+
+    Issue 25: the init job is the image's own `sagafeed init -c FILE`, not a
+    script with an SDK of its own: either the command list itself (the image's
+    entrypoint is sagafeed) or a `sagafeed init ...` inside an `sh -c` line."""
+    cmd = [str(x) for x in init.get("command") or []]
+    entry = [str(x) for x in init.get("entrypoint") or []]
+    if not entry and cmd[:1] == ["init"]:
+        return cmd
+    if entry[:2] == ["sh", "-c"] and len(cmd) == 1:
+        m = re.search(r"\bsagafeed (init(?: -\S+(?: [^\s;&|-]\S*)?)*)", cmd[0])
+        if m:
+            return [a.rstrip(";") for a in m.group(1).split()]
+    return None
 
 
 def package_checks():
@@ -637,9 +670,6 @@ def main():
     unit_checks()
     package_checks()
     docs_checks()
-    r = subprocess.run([sys.executable, "-m", "py_compile", os.path.join(SRC, "packaging/docker/init_cosmos.py")],
-                       capture_output=True, text=True)
-    check(r.returncode == 0, f"init_cosmos.py does not compile: {r.stderr}")
     # the subset parser itself must refuse what it does not understand
     for bad in ("a:\n\tb: 1\n", "a: 1\na: 2\n", "a: *nope\n"):
         try:

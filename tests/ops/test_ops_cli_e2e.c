@@ -20,6 +20,11 @@
  *   replay_report_json  `replay --json` prints the final report as one JSON
  *                  object on stdout (counts, outcomes, rate), its --dry-run
  *                  the plan's counts with the plan lines on stderr
+ *   replay_progress_lines_show_total_and_percent  `replay` with stderr not
+ *                  a terminal prints progress as log lines (no \r, no bar)
+ *                  that give the total to do - the window's LSNs, from each
+ *                  range's current LSN - and the percent done: one as the
+ *                  container starts (0%), one as it ends (100%)
  *   saga_show_lists_matching_workflows  two workflows on one container:
  *                  `saga show` lists only the one whose filter matches the
  *                  item, unless --workflow names the other
@@ -344,8 +349,50 @@ START_TEST(test_replay_report_json)
     ck_assert_int_eq(
         json_integer_value(json_object_get(json_object_get(v, "outcomes"), "completed")), 5);
     ck_assert(json_is_number(json_object_get(v, "itemsPerSecond")));
+    /* the progress's figures: all of the window's LSNs read */
+    ck_assert_int_ge(json_integer_value(json_object_get(v, "lsnTotal")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(v, "lsnDone")),
+                     json_integer_value(json_object_get(v, "lsnTotal")));
     ck_assert(json_is_false(json_object_get(v, "interrupted")));
     json_decref(v);
+    free(out);
+    free(errs);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
+START_TEST(test_replay_progress_lines_show_total_and_percent)
+{
+    struct cosmos_client *cli = NULL;
+    struct harness_cosmolite *h = server(&cli);
+    struct demo_opts dopt = {.orders = 0};
+    struct cosmos_container_def leases = {.id = "leases", .pk_path = "/id", .default_ttl = -1};
+    struct sf_err err;
+    char cfg[512], *out = NULL, *errs = NULL;
+    const char *real[] = {"replay", "-c", cfg, "--from", "beginning", "--to", "now", NULL};
+    const char *start, *end;
+    long total = 0, total_end = 0;
+    int status;
+
+    ck_assert_msg(demo_seed_catalog(cli, DB, &dopt, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &leases, NULL, NULL, &err), SF_OK);
+    config(cfg, sizeof(cfg), "rp", h, DB);
+    e2e_create_orders(cli, 0, 4);
+    status = e2e_run(harness_cosmolite_key(h), NULL, real, &out, &errs);
+    ck_assert_msg(status == 0, "exit %d: %s %s", status, out, errs);
+    /* not a terminal: whole lines, neither redrawn nor a bar */
+    ck_assert_msg(strchr(errs, '\r') == NULL && strstr(errs, "[#") == NULL &&
+                      strstr(errs, "[.") == NULL,
+                  "%s", errs);
+    start = strstr(errs, "replay orders: 0% of ");
+    end = strstr(errs, "replay orders: 100% of ");
+    ck_assert_msg(start != NULL && end != NULL && start < end, "no start and end lines:\n%s", errs);
+    ck_assert_int_eq(sscanf(start, "replay orders: 0%% of %ld LSNs", &total), 1);
+    ck_assert_int_eq(sscanf(end, "replay orders: 100%% of %ld LSNs", &total_end), 1);
+    /* the four orders were written after the catalog: at least their LSNs are in the window */
+    ck_assert_msg(total >= 4 && total_end == total, "total %ld, at the end %ld:\n%s", total,
+                  total_end, errs);
     free(out);
     free(errs);
     cosmos_client_free(cli);
@@ -403,6 +450,8 @@ int main(void)
         {"parked_list_table_and_json", test_parked_list_table_and_json},
         {"cosmos_outage_summed_up", test_cosmos_outage_summed_up},
         {"replay_report_json", test_replay_report_json},
+        {"replay_progress_lines_show_total_and_percent",
+         test_replay_progress_lines_show_total_and_percent},
         {"saga_show_lists_matching_workflows", test_saga_show_lists_matching_workflows}};
 
     return e2e_main("sf-opscli", "ops_cli_e2e", tests, SF_ARRAY_LEN(tests), 120, CK_VERBOSE);

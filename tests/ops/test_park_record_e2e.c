@@ -12,7 +12,11 @@
  *                 record keeps the status, the sub-status, which operation
  *                 of which container was refused, and that operation as it
  *                 was sent (the rendered document; for a patch, its rendered
- *                 condition).
+ *                 condition). Refused inside a batch, whose operation
+ *                 results carry no message on Azure, it also keeps the
+ *                 batch's status, the operation's index and count, the
+ *                 container and the activity id
+ *                 (batch_failure_keeps_the_servers_words).
  */
 #include "common/sf_base.h"
 
@@ -26,6 +30,25 @@
 #include "tests/support/e2e.h"
 
 #define DB "shop"
+
+/*
+ * The ship step's document is refused inside its batch (marker + effect):
+ * Azure's result for that operation has no message, so the record keeps what
+ * the server did say - the batch's 207, which operation of how many in which
+ * container - and the activity id that finds the request in the service's log.
+ */
+static void batch_failure_keeps_the_servers_words(const json_t *e)
+{
+    const json_t *b = json_object_get(e, "batch");
+
+    ck_assert_msg(json_is_object(b), "no batch in the parked record's error");
+    ck_assert_int_eq(json_integer_value(json_object_get(b, "httpStatus")), 207);
+    ck_assert_int_eq(json_integer_value(json_object_get(b, "operation")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(b, "operations")), 2);
+    ck_assert_str_eq(sf_json_str(b, "container"), "shipments");
+    ck_assert_msg(sf_json_str(e, "activityId") != NULL && sf_json_str(e, "activityId")[0] != '\0',
+                  "no activityId in the parked record's error");
+}
 
 START_TEST(test_one_failing_item_one_parked_record)
 {
@@ -88,6 +111,7 @@ START_TEST(test_one_failing_item_one_parked_record)
         ck_assert_str_eq(sf_json_str(body, "orderId"), "o-0");
         ck_assert_int_eq(json_integer_value(json_object_get(body, "ttl")), 0);
     }
+    batch_failure_keeps_the_servers_words(e);
     json_decref(recs);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);

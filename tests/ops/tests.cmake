@@ -22,8 +22,9 @@ endif()
 # Packaging without Docker: docker-compose.yml, the Dockerfile and what they
 # reference, the image's configuration under compose's environment (with
 # `sagafeed check-config`), the command lines, ports, hosts and containers
-# they name against the binary's --help and each other, the sagafeed
-# service's command run under compose's environment (cosmolite and the Kafka
+# they name against the binary's --help and each other, the cosmos-init
+# service's `sagafeed init` and the sagafeed service's command run under
+# compose's environment (cosmolite and the Kafka
 # mock in place of the emulator and Kafka), the systemd unit, the docs.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET sagafeed)

@@ -1670,6 +1670,12 @@ START_TEST(test_throttled_transition_keeps_retry_after)
     ck_assert_int_eq(res.err.http_status, 429);
     ck_assert_int_eq(res.err.substatus, 3200);
     ck_assert_int_eq(res.err.retry_after_ms, 1234);
+    /* Issue 25 item 4: the operation's result has no message; where it sat and what it was do */
+    ck_assert_int_eq(res.batch.http_status, 207);
+    ck_assert_int_eq(res.batch.op, 0);
+    ck_assert_uint_ge(res.batch.n_ops, 1);
+    ck_assert_str_eq(res.batch.coll, "bookings");
+    ck_assert_msg(strstr(res.refused, "\"id\":\"b-1\"") != NULL, "refused: %s", res.refused);
     seats_close(&s);
     cosmos_client_free(eo.cli);
     json_decref(doc);

@@ -38,3 +38,9 @@ sf_unit_test(test_proc_ops
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_ops.c
   LIBS sf_processor
   LABELS "processor;ops;config")
+# processor/proc_progress.c: a replay's percent, rate and ETA from LSN spans (issue 25
+# item 8), on a stepped clock.
+sf_unit_test(test_proc_progress
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_progress.c
+  LIBS sf_processor
+  LABELS processor)

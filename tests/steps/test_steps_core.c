@@ -793,6 +793,50 @@ START_TEST(test_effect_502_is_retried_not_parked)
 }
 END_TEST
 
+/*
+ * Issue 25 item 4: an operation refused inside a transactional batch has no
+ * message in Azure's answer (statusCode, subStatusCode, eTag, resourceBody,
+ * requestCharge, retryAfterMilliseconds: docs/operations.md). The result keeps
+ * what the server did say: the batch's 207, which operation of how many in
+ * which container, its status and sub-status, and the operation as sent.
+ */
+START_TEST(test_batch_op_failure_keeps_the_servers_words)
+{
+    struct batch_script bs = {
+        .http_status = 207,
+        .body = "[{\"statusCode\":424},{\"statusCode\":400,\"subStatusCode\":1001}]"};
+    struct step_result res;
+    json_t *op;
+
+    commit_scripted(&bs, &res);
+    ck_assert_msg(res.outcome == STEP_FATAL, "%s", step_outcome_str(res.outcome));
+    ck_assert_int_eq(res.err.http_status, 400);
+    ck_assert_int_eq(res.err.substatus, 1001);
+    ck_assert_int_eq(res.batch.http_status, 207);
+    ck_assert_int_eq(res.batch.op, 1);
+    ck_assert_uint_eq(res.batch.n_ops, 2);
+    ck_assert_str_eq(res.batch.coll, "products");
+    ck_assert_ptr_nonnull(strstr(res.err.msg, "operation 1 on products answered 400"));
+    op = json_loads(res.refused, 0, NULL);
+    ck_assert_msg(op != NULL, "refused: '%s'", res.refused);
+    ck_assert_str_eq(sf_json_str(op, "operationType"), "Patch");
+    ck_assert_str_eq(sf_json_str(op, "id"), "p-1");
+    json_decref(op);
+
+    /* A batch that committed, or a failure that was no operation's, says no batch position. */
+    bs.http_status = 200;
+    bs.body = "[{\"statusCode\":201},{\"statusCode\":200}]";
+    commit_scripted(&bs, &res);
+    ck_assert_int_eq(res.outcome, STEP_OK);
+    ck_assert_int_eq(res.batch.http_status, 0);
+    bs.http_status = 400;
+    bs.body = "{\"code\":\"BadRequest\",\"message\":\"bad batch\"}";
+    commit_scripted(&bs, &res);
+    ck_assert_int_eq(res.batch.http_status, 0);
+    ck_assert_ptr_nonnull(strstr(res.err.msg, "bad batch"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("steps_core");
@@ -802,6 +846,7 @@ int main(void)
                                     test_event_doc, test_patch_apply, test_kind_params,
                                     test_patch_path_templates, test_registry_rules,
                                     test_plugin_load, test_effect_502_is_retried_not_parked,
-                                    test_effect_throttled_fails_when_fail_on_lists_it, NULL});
+                                    test_effect_throttled_fails_when_fail_on_lists_it,
+                                    test_batch_op_failure_keeps_the_servers_words, NULL});
     return sf_check_run(s);
 }
