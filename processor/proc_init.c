@@ -133,6 +133,19 @@ static void why_text(const struct init_entry *e, char *out, size_t size)
         (void)snprintf(out, size, "%s", e->why);
 }
 
+/* The container's partition key paths as the configuration writes them: "/a" or "/a,/b". */
+static void pk_paths_text(const struct cosmos_container_info *info, char *out, size_t size)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < info->n_pk_paths && used < size; i++)
+        used +=
+            (size_t)snprintf(out + used, size - used, "%s%s", i > 0 ? "," : "", info->pk_paths[i]);
+    if (info->n_pk_paths == 0)
+        (void)snprintf(out, size, "?");
+}
+
 /*
  * What does not match in an existing container, with the fix, into out ("" when it
  * matches). brief: without the fix's details (run's error, which init's output completes).
@@ -140,8 +153,11 @@ static void why_text(const struct init_entry *e, char *out, size_t size)
 static void mismatch(const struct cfg *cfg, const struct init_entry *e,
                      const struct cosmos_container_info *info, bool brief, char *out, size_t size)
 {
-    const char *has = info->n_pk_paths > 0 ? info->pk_paths[0] : "?";
-    bool pk_bad = e->pk_path != NULL && (info->n_pk_paths != 1 || strcmp(has, e->pk_path) != 0);
+    char has[3 * 257];
+    bool pk_bad;
+
+    pk_paths_text(info, has, sizeof(has));
+    pk_bad = e->pk_path != NULL && strcmp(has, e->pk_path) != 0;
     bool ttl_bad = (e->roles & ROLES_TTL) != 0 && !info->has_default_ttl;
 
     out[0] = '\0';
@@ -228,7 +244,7 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
         const struct init_entry *e = &p->e[i];
         bool ttl = (e->roles & ROLES_TTL) != 0;
         struct cosmos_container_info info;
-        char detail[640];
+        char detail[2048];
 
         rc = db_exists ? cosmos_container_read(cli, cfg->cosmos.database, e->name, &info, err)
                        : SF_ENOTFOUND;
@@ -238,8 +254,10 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
                 problems++;
                 print_entry(out, e, "MISMATCH", detail);
             } else {
-                (void)snprintf(detail, sizeof(detail), "partition key %s, TTL %s",
-                               info.n_pk_paths > 0 ? info.pk_paths[0] : "?",
+                char has[3 * 257];
+
+                pk_paths_text(&info, has, sizeof(has));
+                (void)snprintf(detail, sizeof(detail), "partition key %s, TTL %s", has,
                                info.has_default_ttl ? "on" : "off");
                 print_entry(out, e, "exists", detail);
             }
