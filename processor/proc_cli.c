@@ -111,7 +111,8 @@ static const char USAGE_REPLAY[] =
     "      --to BOUND          lsn:N, time:ISO or now\n"
     "      --range ID          only this partition key range (see `sagafeed status`)\n"
     "      --partition-key K   only this logical partition: a JSON array ('[\"c-1\"]')\n"
-    "                          or a string value (c-1)\n"
+    "                          or a string value (c-1); a hierarchical key every\n"
+    "                          level in order ('[\"t1\",\"u1\"]'), not a prefix\n"
     "      --workflow W        only items of workflow W\n"
     "      --dry-run           print what would run, be skipped (a false `when`) or\n"
     "                          compensate (a passed deadline), or park (each element's\n"
@@ -122,7 +123,7 @@ static const char USAGE_REPLAY[] =
     "      --log-level L       debug, info, warn (default), error\n";
 
 static const char USAGE_SAGA[] =
-    "Usage: sagafeed saga show ID -c FILE [--workflow W] [--json]\n"
+    "Usage: sagafeed saga show ID -c FILE [--workflow W] [--partition-key K] [--json]\n"
     "\n"
     "Everything known about saga ID: its item's state (and failure reason), each\n"
     "step with the elements whose do and undo markers exist (so what was applied\n"
@@ -132,6 +133,9 @@ static const char USAGE_SAGA[] =
     "parked records. Only the workflows whose filter matches the item (or that\n"
     "hold its markers, events or parked records) are listed, unless --workflow\n"
     "names one.\n"
+    "--partition-key K looks in that one logical partition of each workflow's\n"
+    "source container: a JSON array ('[\"c-1\"]', or for a hierarchical key every\n"
+    "level in order, '[\"t1\",\"u1\"]'; a prefix is refused) or a string value.\n"
     "Exit status 1 when nothing at all is found.\n";
 
 static const char USAGE_LEASES[] =
@@ -459,25 +463,47 @@ out:
  */
 
 /* K as the partition key header: a JSON array as given, else a string value. */
-static int pk_arg(const char *k, char **ret)
+/*
+ * --partition-key K of command cmd: a JSON array of 1-3 values (a
+ * hierarchical key's levels in order: '["t1","u1"]') or a bare string value
+ * (c-1). Text starting with '[' must be such an array: a malformed one is an
+ * error, never taken for a string key. *ret: the key's JSON array text (new).
+ */
+static int pk_arg(const char *cmd, const char *k, char **ret)
 {
-    json_t *v = sf_json_parse(k, strlen(k), NULL);
+    json_t *v = sf_json_parse(k, strlen(k), NULL), *e;
     struct sf_buf b;
+    const char *why = NULL;
+    size_t i;
     int status = 0;
 
     sf_buf_init(&b, 4096);
-    if (json_is_array(v) && json_array_size(v) > 0) {
-        if (sf_json_dump(v, &b) != SF_OK)
-            status = 2;
-    } else if (cosmos_pk_string(k, &b) != SF_OK) {
-        status = 2;
+    if (k[0] == '[' && !json_is_array(v))
+        why = "it starts with '[' but is not a JSON array";
+    else if (json_is_array(v) && (json_array_size(v) < 1 || json_array_size(v) > 3))
+        why = "a key has 1 to 3 values (one per key path)";
+    json_array_foreach(v, i, e)
+    {
+        if (why == NULL && !json_is_string(e) && !json_is_number(e) && !json_is_boolean(e) &&
+            !json_is_null(e))
+            why = "a key's values are strings, numbers, booleans or null";
     }
+    if (why != NULL)
+        status = 2;
+    else if (json_is_array(v))
+        status = sf_json_dump(v, &b) == SF_OK ? 0 : 2;
+    else if (cosmos_pk_string(k, &b) != SF_OK)
+        status = 2;
     json_decref(v);
     if (status == 0)
         *ret = sf_buf_detach(&b, NULL);
     sf_buf_release(&b);
     if (status != 0 || *ret == NULL) {
-        (void)fprintf(stderr, "sagafeed replay: bad --partition-key '%s'\n", k);
+        (void)fprintf(stderr,
+                      "sagafeed %s: bad --partition-key '%s'%s%s (write a key as a JSON array, "
+                      "'[\"c-1\"]', or for a hierarchical key every level in order, "
+                      "'[\"t1\",\"u1\"]')\n",
+                      cmd, k, why != NULL ? ": " : "", why != NULL ? why : "");
         return 2;
     }
     return 0;
@@ -591,7 +617,7 @@ int proc_cli_replay(const struct proc_cmd *self, int argc, char **argv, atomic_i
         return 2;
     }
     (void)sf_log_level_parse(level, &lvl); /* checked by proc_opt_parse */
-    if (key != NULL && (status = pk_arg(key, &pk)) != 0)
+    if (key != NULL && (status = pk_arg("replay", key, &pk)) != 0)
         return status;
     sf_log_set_level(lvl);
     sf_log_set_json(false);
@@ -631,15 +657,16 @@ out:
 int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"show", NULL};
-    const char *path = NULL, *workflow = NULL, *id;
+    const char *path = NULL, *workflow = NULL, *id, *key = NULL;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct sf_err err;
     json_t *v = NULL;
+    char *pk = NULL;
     bool json = false, found = false;
-    const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("workflow", 0, &workflow),
-                                    PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
+    const struct proc_opt opts[] = {
+        PROC_OPT_REQUIRED("config", 'c', &path), PROC_OPT_STRING("workflow", 0, &workflow),
+        PROC_OPT_STRING("partition-key", 0, &key), PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
     int next, status;
 
     SF_UNUSED(stop);
@@ -649,12 +676,14 @@ int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, atomic_int
     if (status != PROC_OPT_GO)
         return status;
     id = argv[next];
+    if (key != NULL && (status = pk_arg("saga show", key, &pk)) != 0)
+        return status;
     if ((status = proc_cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
-    if (proc_saga_show(cli, cfg, id, workflow, &v, &found, &err) != SF_OK) {
+    if (proc_saga_show_in(cli, cfg, id, workflow, pk, &v, &found, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed saga show: %s\n", err.msg);
-        status = err.rc == SF_ENOTFOUND ? 2 : 1;
+        status = err.rc == SF_ENOTFOUND || err.rc == SF_EINVAL ? 2 : 1;
         goto out;
     }
     if (json)
@@ -663,6 +692,7 @@ int proc_cli_saga(const struct proc_cmd *self, int argc, char **argv, atomic_int
         proc_saga_print(v, stdout);
     status = found ? 0 : 1;
 out:
+    free(pk);
     json_decref(v);
     cosmos_client_free(cli);
     cfg_free(cfg);

@@ -16,6 +16,7 @@
 #include "common/sf_time.h"
 #include "feed/feed.h"
 #include "feed/feed_window.h"
+#include "processor/proc_admin.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_pipeline.h"
 #include "processor/proc_progress.h"
@@ -191,6 +192,9 @@ static enum sf_rc make_sources(struct replay *rp, const char **names, size_t n, 
             break;
         }
         s->pk_version = ci.pk_version;
+        /* A prefix of a hierarchical key is many logical partitions: refused, not replayed. */
+        if (o->pk_json != NULL && (rc = proc_pk_full_check(s->name, &ci, o->pk_json, err)) != SF_OK)
+            break;
         if (o->range == NULL)
             continue;
         rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, s->name, true, &ranges, err);

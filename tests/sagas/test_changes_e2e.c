@@ -21,6 +21,23 @@
  *                  (sagafeed_feed_range_stuck 0 for every range). A cart
  *                  whose line has no qty (its own customer) parks its
  *                  create under the cart's id, changing nothing.
+ *
+ *   hierarchical_replay
+ *                  config/examples/order-fulfilment.cfg on hierarchical keys
+ *                  (issue 27): orders and customers declared with
+ *                  partition_key = [ "/tenantId", "/customerId" ], the
+ *                  charge step's key a list of two templates; check-config
+ *                  accepts it and `init` creates both MultiHash. Orders of
+ *                  two tenants whose customers share ids settle; `saga show
+ *                  --partition-key '["t1","c-0"]'` finds a saga by its full
+ *                  key (and not under the other tenant's); two orders, one
+ *                  per tenant, are set back to "placed" and `replay
+ *                  --partition-key` of one full key re-runs only that key's
+ *                  items: that order completes again with every effect
+ *                  deduplicated (no marker, payment or shipment added, no
+ *                  balance or stock moved), the other tenant's stays placed.
+ *                  A key prefix ('["t1"]') and a malformed key ('["t1",')
+ *                  are refused with a clear error by both commands.
  */
 #include "common/sf_base.h"
 
@@ -488,9 +505,327 @@ START_TEST(test_changes_kill9)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * Hierarchical keys: saga show and replay --partition-key
+ */
+
+#define H_TENANTS   2
+#define H_CUSTOMERS 2
+#define H_ORDERS    3 /* per tenant and customer */
+
+/* Runs sagafeed args; its exit status, stdout into *ret_out and stderr into *ret_err (new). */
+static int h_run(struct harness_cosmolite *h, const char *const *args, char **ret_out,
+                 char **ret_err)
+{
+    return e2e_run(harness_cosmolite_key(h), NULL, args, ret_out, ret_err);
+}
+
+/* Documents of coll matching sql, counted. */
+static size_t h_count(struct cosmos_client *cli, const char *coll, const char *sql)
+{
+    json_t *all = e2e_query_all(cli, DB, coll, sql);
+    size_t n = json_array_size(all);
+
+    json_decref(all);
+    return n;
+}
+
+/* Order o-<n> of t's customer c: one book, 10. */
+static void h_order(struct cosmos_client *cli, int n, const char *t, const char *c)
+{
+    char pkj[64], body[256];
+    struct sf_err err;
+
+    (void)snprintf(pkj, sizeof(pkj), "[\"%s\",\"%s\"]", t, c);
+    (void)snprintf(body, sizeof(body),
+                   "{\"id\":\"o-%d\",\"type\":\"order\",\"tenantId\":\"%s\",\"customerId\":"
+                   "\"%s\",\"status\":\"placed\",\"lines\":[{\"sku\":\"p-0\",\"category\":"
+                   "\"books\",\"qty\":1}],\"total\":10}",
+                   n, t, c);
+    ck_assert_msg(cosmos_doc_create(cli, DB, "orders", pkj, body, NULL, NULL, &err) == SF_OK, "%s",
+                  err.msg);
+}
+
+/* Order id's status ("?" when absent); a static buffer. */
+static const char *h_status(struct cosmos_client *cli, const char *id)
+{
+    static char st[64];
+    char sql[128];
+    json_t *all;
+
+    (void)snprintf(sql, sizeof(sql), "SELECT c.status FROM c WHERE c.id = '%s'", id);
+    all = e2e_query_all(cli, DB, "orders", sql);
+    (void)snprintf(st, sizeof(st), "%s",
+                   json_array_size(all) == 1 && sf_json_str(json_array_get(all, 0), "status")
+                       ? sf_json_str(json_array_get(all, 0), "status")
+                       : "?");
+    json_decref(all);
+    return st;
+}
+
+/* The markers of saga id in the three containers its steps write. */
+static size_t h_markers(struct cosmos_client *cli, const char *id)
+{
+    const char *colls[] = {"products", "customers", "shipments"};
+    char sql[160];
+    size_t n = 0;
+
+    (void)snprintf(sql, sizeof(sql),
+                   "SELECT c.id FROM c WHERE c.sfKind = 'marker' AND c.sagaId = '%s'", id);
+    for (size_t k = 0; k < SF_ARRAY_LEN(colls); k++)
+        n += h_count(cli, colls[k], sql);
+    return n;
+}
+
+START_TEST(test_hierarchical_replay)
+{
+    struct harness_cosmolite_opts ho = {.memory = true, .partitions = 2};
+    struct harness_cosmolite *h = NULL;
+    struct cosmos_client *cli;
+    struct cosmos_container_info ci;
+    struct sf_err err;
+    char cfg[512], log[512], *out = NULL, *errs = NULL;
+    const char *const edits[] = {
+        "partition_key = \"{{item.customerId}}\"",
+        "partition_key = [ \"{{item.tenantId}}\", \"{{item.customerId}}\" ]", NULL};
+    const char *check[] = {"check-config", cfg, NULL};
+    const char *init[] = {"init", "-c", cfg, NULL};
+    const char *run[] = {"run", "-c", cfg, "--instance", "h-1", "--log-level", "warn", NULL};
+    long long stock = 0, balance = 0;
+    json_t *v, *d;
+    size_t i;
+    pid_t pid;
+
+    ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
+    cli = e2e_client(h);
+    e2e_make_config(
+        cfg, sizeof(cfg),
+        &(const struct e2e_config){
+            .name = "hier",
+            .endpoint = harness_cosmolite_endpoint(h),
+            .db = DB,
+            .example = "order-fulfilment.cfg",
+            .extra =
+                "processor = { workers = 4; backoff_base = \"10ms\"; backoff_cap = "
+                "\"500ms\"; };\n"
+                "containers = (\n"
+                "  { name = \"orders\"; partition_key = [ \"/tenantId\", \"/customerId\" ]; },\n"
+                "  { name = \"customers\"; partition_key = [ \"/tenantId\", \"/customerId\" ]; "
+                "},\n"
+                "  { name = \"products\"; partition_key = \"/category\"; },\n"
+                "  { name = \"shipments\"; partition_key = \"/orderId\"; }\n"
+                ");",
+            .edits = edits});
+    (void)snprintf(log, sizeof(log), "%s/hier-sagafeed.log", e2e_tmp);
+
+    /* check-config counts the charge step's two templates against customers' two paths */
+    ck_assert_msg(h_run(h, check, &out, &errs) == 0, "%s%s", out, errs);
+    ck_assert_msg(strstr(out, ": OK (") != NULL, "%s", out);
+    free(out);
+    free(errs);
+    ck_assert_msg(h_run(h, init, &out, &errs) == 0, "%s%s", out, errs);
+    free(out);
+    free(errs);
+    ck_assert_int_eq(cosmos_container_read(cli, DB, "orders", &ci, &err), SF_OK);
+    ck_assert_str_eq(ci.pk_kind, "MultiHash");
+    ck_assert_uint_eq(ci.n_pk_paths, 2);
+    ck_assert_int_eq(cosmos_container_read(cli, DB, "customers", &ci, &err), SF_OK);
+    ck_assert_str_eq(ci.pk_kind, "MultiHash");
+
+    ck_assert_int_eq(cosmos_doc_create(cli, DB, "products", "[\"books\"]",
+                                       "{\"id\":\"p-0\",\"category\":\"books\",\"stock\":1000}",
+                                       NULL, NULL, &err),
+                     SF_OK);
+    for (int t = 0; t < H_TENANTS; t++)
+        for (int c = 0; c < H_CUSTOMERS; c++) {
+            char pkj[64], body[256];
+
+            /* the same customer ids under each tenant: only the full key tells them apart */
+            (void)snprintf(pkj, sizeof(pkj), "[\"t%d\",\"c-%d\"]", t + 1, c);
+            (void)snprintf(body, sizeof(body),
+                           "{\"id\":\"c-%d\",\"tenantId\":\"t%d\",\"customerId\":\"c-%d\","
+                           "\"balance\":1000,\"type\":\"customer\"}",
+                           c, t + 1, c);
+            ck_assert_msg(cosmos_doc_create(cli, DB, "customers", pkj, body, NULL, NULL, &err) ==
+                              SF_OK,
+                          "%s", err.msg);
+            for (int k = 0; k < H_ORDERS; k++) {
+                char tn[8], cn[8];
+
+                (void)snprintf(tn, sizeof(tn), "t%d", t + 1);
+                (void)snprintf(cn, sizeof(cn), "c-%d", c);
+                h_order(cli, (t * H_CUSTOMERS + c) * H_ORDERS + k, tn, cn);
+            }
+        }
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    e2e_wait_settled(cli, DB, H_TENANTS * H_CUSTOMERS * H_ORDERS, 60000, log);
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
+    ck_assert_uint_eq(h_count(cli, "orders", "SELECT c.id FROM c WHERE c.status = 'completed'"),
+                      H_TENANTS * H_CUSTOMERS * H_ORDERS);
+
+    /* saga show by the full key: o-0 is t1's c-0's; t2's c-0 has no o-0 */
+    {
+        const char *show[] = {
+            "saga",   "show", "o-0", "-c", cfg, "--partition-key", "[\"t1\",\"c-0\"]",
+            "--json", NULL};
+        const char *other[] = {
+            "saga",   "show", "o-0", "-c", cfg, "--partition-key", "[\"t2\",\"c-0\"]",
+            "--json", NULL};
+
+        ck_assert_msg(h_run(h, show, &out, &errs) == 0, "%s%s", out, errs);
+        v = e2e_json(out);
+        ck_assert(json_is_true(json_object_get(v, "found")));
+        d = json_array_get(json_object_get(v, "workflows"), 0);
+        ck_assert_str_eq(sf_json_str(json_object_get(d, "item"), "state"), "completed");
+        ck_assert_uint_eq(json_array_size(json_object_get(d, "events")), 3);
+        json_decref(v);
+        free(out);
+        free(errs);
+        /* its markers (in other containers) are found, its item and events are not */
+        ck_assert_msg(h_run(h, other, &out, &errs) == 0, "%s%s", out, errs);
+        v = e2e_json(out);
+        d = json_array_get(json_object_get(v, "workflows"), 0);
+        ck_assert_msg(json_is_null(json_object_get(d, "item")), "%s", out);
+        ck_assert_uint_eq(json_array_size(json_object_get(d, "events")), 0);
+        json_decref(v);
+        free(out);
+        free(errs);
+    }
+    /* a prefix and a malformed key: refused, saying why */
+    {
+        const char *prefix[] = {"saga",     "show", "o-0", "-c", cfg, "--partition-key",
+                                "[\"t1\"]", NULL};
+        const char *bad[] = {"saga", "show", "o-0", "-c", cfg, "--partition-key", "[\"t1\",", NULL};
+        const char *rprefix[] = {"replay",    "-c",   cfg,   "--from",
+                                 "beginning", "--to", "now", "--partition-key",
+                                 "[\"t1\"]",  NULL};
+        const char *rbad[] = {"replay",    "-c",   cfg,   "--from",
+                              "beginning", "--to", "now", "--partition-key",
+                              "[\"t1\",",  NULL};
+
+        ck_assert_int_eq(h_run(h, prefix, &out, &errs), 2);
+        ck_assert_msg(strstr(errs, "a key prefix names many logical partitions") != NULL &&
+                          strstr(errs, "container orders has a hierarchical partition key of 2 "
+                                       "paths (/tenantId, /customerId)") != NULL,
+                      "%s", errs);
+        free(out);
+        free(errs);
+        ck_assert_int_eq(h_run(h, bad, &out, &errs), 2);
+        ck_assert_msg(strstr(errs, "bad --partition-key") != NULL &&
+                          strstr(errs, "not a JSON array") != NULL,
+                      "%s", errs);
+        free(out);
+        free(errs);
+        ck_assert_int_eq(h_run(h, rprefix, &out, &errs), 2);
+        ck_assert_msg(strstr(errs, "a key prefix names many logical partitions") != NULL, "%s",
+                      errs);
+        free(out);
+        free(errs);
+        ck_assert_int_eq(h_run(h, rbad, &out, &errs), 2);
+        ck_assert_msg(strstr(errs, "not a JSON array") != NULL, "%s", errs);
+        free(out);
+        free(errs);
+    }
+
+    /*
+     * With the service stopped, one more order for t1's c-0 and one for t2's c-0
+     * (same customer id): replay of ["t1","c-0"] runs the key's new order and
+     * passes over its settled ones; t2's waits for the service.
+     */
+    h_order(cli, 100, "t1", "c-0");
+    h_order(cli, 101, "t2", "c-0");
+    {
+        const char *replay[] = {"replay",           "-c",     cfg,   "--from",
+                                "beginning",        "--to",   "now", "--partition-key",
+                                "[\"t1\",\"c-0\"]", "--json", NULL};
+        /* again, to another bound: every saga of the key is settled, nothing runs twice */
+        const char *again[] = {"replay",
+                               "-c",
+                               cfg,
+                               "--from",
+                               "beginning",
+                               "--to",
+                               "lsn:100000000",
+                               "--partition-key",
+                               "[\"t1\",\"c-0\"]",
+                               "--json",
+                               NULL};
+        json_t *oc;
+
+        ck_assert_msg(h_run(h, replay, &out, &errs) == 0, "%s%s", out, errs);
+        v = e2e_json(out);
+        oc = json_object_get(v, "outcomes");
+        /* the key's four orders, nothing of t2's c-0 nor of the other keys */
+        ck_assert_msg(json_integer_value(json_object_get(v, "inWindow")) == H_ORDERS + 1 &&
+                          json_integer_value(json_object_get(oc, "completed")) == 1 &&
+                          json_integer_value(json_object_get(oc, "skipped")) == H_ORDERS &&
+                          json_integer_value(json_object_get(oc, "parked")) == 0,
+                      "%s%s", out, errs);
+        json_decref(v);
+        free(out);
+        free(errs);
+        ck_assert_str_eq(h_status(cli, "o-100"), "completed");
+        ck_assert_str_eq(h_status(cli, "o-101"), "placed");
+        ck_assert_uint_eq(h_markers(cli, "o-100"), 3);
+        ck_assert_uint_eq(h_markers(cli, "o-101"), 0);
+        ck_assert_msg(h_run(h, again, &out, &errs) == 0, "%s%s", out, errs);
+        v = e2e_json(out);
+        oc = json_object_get(v, "outcomes");
+        ck_assert_msg(json_integer_value(json_object_get(v, "inWindow")) == H_ORDERS + 1 &&
+                          json_integer_value(json_object_get(oc, "completed")) == 0 &&
+                          json_integer_value(json_object_get(oc, "effects")) == 0 &&
+                          json_integer_value(json_object_get(oc, "skipped")) == H_ORDERS + 1,
+                      "%s%s", out, errs);
+        json_decref(v);
+        free(out);
+        free(errs);
+    }
+    /* the service takes t2's order and leaves t1's new one, settled by the replay, alone */
+    pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    e2e_wait_settled(cli, DB, H_TENANTS * H_CUSTOMERS * H_ORDERS + 2, 60000, log);
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
+    ck_assert_str_eq(h_status(cli, "o-101"), "completed");
+    /* exactly once: three markers, one payment and one shipment per order */
+    for (int n = 0; n < H_TENANTS * H_CUSTOMERS * H_ORDERS + 2; n++) {
+        char id[16];
+
+        (void)snprintf(id, sizeof(id), "o-%d", n < 12 ? n : 100 + n - 12);
+        ck_assert_msg(h_markers(cli, id) == 3, "%s: %zu markers", id, h_markers(cli, id));
+    }
+    ck_assert_uint_eq(h_count(cli, "customers", "SELECT c.id FROM c WHERE c.type = 'payment'"),
+                      H_TENANTS * H_CUSTOMERS * H_ORDERS + 2);
+    ck_assert_uint_eq(
+        h_count(cli, "shipments", "SELECT c.id FROM c WHERE NOT IS_DEFINED(c.sfKind)"),
+        H_TENANTS * H_CUSTOMERS * H_ORDERS + 2);
+    v = e2e_query_all(cli, DB, "customers", "SELECT * FROM c WHERE c.type = 'customer'");
+    json_array_foreach(v, i, d)
+    {
+        bool extra = strcmp(sf_json_str(d, "customerId"), "c-0") == 0;
+
+        ck_assert_int_eq(json_integer_value(json_object_get(d, "balance")),
+                         1000 - 10 * (H_ORDERS + (extra ? 1 : 0)));
+        balance += json_integer_value(json_object_get(d, "balance"));
+    }
+    json_decref(v);
+    v = e2e_query_all(cli, DB, "products", "SELECT * FROM c WHERE c.id = 'p-0'");
+    stock = json_integer_value(json_object_get(json_array_get(v, 0), "stock"));
+    json_decref(v);
+    ck_assert_int_eq(stock, 1000 - (H_TENANTS * H_CUSTOMERS * H_ORDERS + 2));
+    (void)printf("hierarchical: %d orders on [tenantId, customerId] keys settled; saga show and "
+                 "replay of one full key (%d orders, one new, each exactly once); balance %lld, "
+                 "stock %lld\n",
+                 H_TENANTS * H_CUSTOMERS * H_ORDERS + 2, H_ORDERS + 1, balance, stock);
+    cosmos_client_free(cli);
+    harness_cosmolite_free(h);
+}
+END_TEST
+
 int main(void)
 {
-    const struct e2e_case tests[] = {{"changes_kill9", test_changes_kill9}};
+    const struct e2e_case tests[] = {{"changes_kill9", test_changes_kill9},
+                                     {"hierarchical_replay", test_hierarchical_replay}};
 
     return e2e_main("sf-changes", "changes_e2e", tests, SF_ARRAY_LEN(tests), 300, CK_VERBOSE);
 }
