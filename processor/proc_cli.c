@@ -168,7 +168,9 @@ static const char USAGE_PARKED[] =
     "flows again on every instance (each re-reads the parking container every\n"
     "processor.park_scan_interval, at most processor.park_scan_max records) once\n"
     "none is left. KEY is \"<container>|<partition key JSON>\", e.g.\n"
-    "'orders|[\"c-007\"]'. Needs cosmos.endpoint in FILE.\n";
+    "'orders|[\"c-007\"]', or for a hierarchical key every level in order,\n"
+    "'orders|[\"t1\",\"u1\"]' (a prefix or a malformed key is refused, exit 2).\n"
+    "Needs cosmos.endpoint in FILE.\n";
 
 /* ---------------------------------------------------------------------------
  * Shared helpers
@@ -486,9 +488,10 @@ static int pk_arg(const char *cmd, const char *k, char **ret)
         why = "a key has 1 to 3 values (one per key path)";
     json_array_foreach(v, i, e)
     {
+        /* {} is an undefined level (a document without that field) */
         if (why == NULL && !json_is_string(e) && !json_is_number(e) && !json_is_boolean(e) &&
-            !json_is_null(e))
-            why = "a key's values are strings, numbers, booleans or null";
+            !json_is_null(e) && !(json_is_object(e) && json_object_size(e) == 0))
+            why = "a key's values are strings, numbers, booleans, null or {} (undefined)";
     }
     if (why != NULL)
         status = 2;
@@ -764,13 +767,62 @@ static void parked_table(const json_t *docs, FILE *out)
     }
 }
 
+/*
+ * parked --key KEY: "<container>|<partition key>", the key written as for
+ * replay --partition-key and checked against the container's key paths (a
+ * hierarchical key's prefix names no parked key: refused, not an empty
+ * answer). *ret: the park key as records store it (compact JSON), new.
+ * 0, or the exit status after saying why on stderr.
+ */
+static int park_key_arg(const char *verb, const char *k, struct cosmos_client *cli,
+                        const struct cfg *cfg, char **ret)
+{
+    const char *bar = strchr(k, '|');
+    char cmd[32], coll[COSMOS_NAME_MAX + 1], *pk = NULL, *out = NULL;
+    struct cosmos_container_info ci;
+    struct sf_err err;
+    int status;
+
+    (void)snprintf(cmd, sizeof(cmd), "parked %s", verb);
+    if (bar == NULL || bar == k || (size_t)(bar - k) > COSMOS_NAME_MAX) {
+        (void)fprintf(stderr,
+                      "sagafeed %s: bad --key '%s': write <container>|<partition key>, e.g. "
+                      "'orders|[\"c-007\"]' or for a hierarchical key 'orders|[\"t1\",\"u1\"]'\n",
+                      cmd, k);
+        return 2;
+    }
+    (void)snprintf(coll, sizeof(coll), "%.*s", (int)(bar - k), k);
+    if ((status = pk_arg(cmd, bar + 1, &pk)) != 0)
+        return status;
+    sf_err_clear(&err);
+    if (cosmos_container_read(cli, cfg->cosmos.database, coll, &ci, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: --key '%s': container %s: %s\n", cmd, k, coll, err.msg);
+        free(pk);
+        return err.rc == SF_ENOTFOUND ? 2 : 1;
+    }
+    if (proc_pk_full_check(coll, &ci, pk, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: --key '%s': %s\n", cmd, k, err.msg);
+        free(pk);
+        return 2;
+    }
+    out = malloc(strlen(coll) + 1 + strlen(pk) + 1);
+    if (out != NULL)
+        (void)snprintf(out, strlen(coll) + 1 + strlen(pk) + 1, "%s|%s", coll, pk);
+    free(pk);
+    if (out == NULL)
+        return 1;
+    *ret = out;
+    return 0;
+}
+
 int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"list", "replay", NULL};
-    const char *path = NULL, *key = NULL, *verb;
+    const char *path = NULL, *key_arg = NULL, *verb;
+    char *key = NULL;
     bool json = false;
     const struct proc_opt opts[] = {PROC_OPT_REQUIRED("config", 'c', &path),
-                                    PROC_OPT_STRING("key", 0, &key),
+                                    PROC_OPT_STRING("key", 0, &key_arg),
                                     PROC_OPT_FLAG("json", 0, &json), PROC_OPT_END};
     struct cfg *cfg = NULL;
     struct cosmos_client *cli = NULL;
@@ -796,6 +848,9 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
     }
     if (proc_cli_client(self->name, cfg, &cli) != 0)
         goto out;
+    if (key_arg != NULL && (status = park_key_arg(verb, key_arg, cli, cfg, &key)) != 0)
+        goto out;
+    status = 1;
     if (strcmp(verb, "list") == 0) {
         json_t *docs = NULL;
         size_t i;
@@ -839,6 +894,7 @@ int proc_cli_parked(const struct proc_cmd *self, int argc, char **argv, atomic_i
 fail:
     (void)fprintf(stderr, "sagafeed parked %s: %s\n", verb, err.msg);
 out:
+    free(key);
     cosmos_client_free(cli);
     cfg_free(cfg);
     return status;

@@ -49,7 +49,11 @@
  *                  deduplicated (no marker, payment or shipment added, no
  *                  balance or stock moved), the other tenant's stays placed.
  *                  A key prefix ('["t1"]') and a malformed key ('["t1",')
- *                  are refused with a clear error by both commands.
+ *                  are refused with a clear error by both commands. A
+ *                  poison order parks its full key (the key's next order
+ *                  waits); `parked list --key 'orders|["t1", "c-1"]'` finds
+ *                  both, a prefix or malformed --key is refused, and after
+ *                  the fix `parked replay --key` settles both, once.
  */
 #include "common/sf_base.h"
 
@@ -826,6 +830,7 @@ START_TEST(test_hierarchical_replay)
     const char *init[] = {"init", "-c", cfg, NULL};
     const char *run[] = {"run", "-c", cfg, "--instance", "h-1", "--log-level", "warn", NULL};
     long long stock = 0, balance = 0;
+    int64_t until;
     json_t *v, *d;
     size_t i;
     pid_t pid;
@@ -841,7 +846,7 @@ START_TEST(test_hierarchical_replay)
             .example = "order-fulfilment.cfg",
             .extra =
                 "processor = { workers = 4; backoff_base = \"10ms\"; backoff_cap = "
-                "\"500ms\"; };\n"
+                "\"500ms\"; max_attempts = 2; park_scan_interval = \"200ms\"; };\n"
                 "containers = (\n"
                 "  { name = \"orders\"; partition_key = [ \"/tenantId\", \"/customerId\" ]; },\n"
                 "  { name = \"customers\"; partition_key = [ \"/tenantId\", \"/customerId\" ]; "
@@ -1015,42 +1020,103 @@ START_TEST(test_hierarchical_replay)
         free(out);
         free(errs);
     }
-    /* the service takes t2's order and leaves t1's new one, settled by the replay, alone */
+    /*
+     * The service takes t2's order and leaves t1's new one, settled by the
+     * replay, alone. A poison order of t1's c-1 (lines is not an array) parks
+     * its full key, and the key's next order waits behind it.
+     */
     pid = e2e_spawn(harness_cosmolite_key(h), log, run);
+    {
+        char pkj[] = "[\"t1\",\"c-1\"]";
+
+        ck_assert_msg(cosmos_doc_create(cli, DB, "orders", pkj,
+                                        "{\"id\":\"o-200\",\"type\":\"order\",\"tenantId\":"
+                                        "\"t1\",\"customerId\":\"c-1\",\"status\":\"placed\","
+                                        "\"lines\":\"oops\",\"total\":10}",
+                                        NULL, NULL, &err) == SF_OK,
+                      "%s", err.msg);
+        h_order(cli, 201, "t1", "c-1");
+    }
     e2e_wait_settled(cli, DB, H_TENANTS * H_CUSTOMERS * H_ORDERS + 2, 60000, log);
+    until = sf_mono_ms() + 30000;
+    while (sf_mono_ms() < until && h_count(cli, "parked",
+                                           "SELECT c.id FROM c WHERE c.sfKind = 'parked' AND "
+                                           "(c.sourceId = 'o-200' OR c.sourceId = 'o-201')") < 2)
+        sf_sleep_ms(100);
+    e2e_replicas_settle();
+    ck_assert_str_eq(h_status(cli, "o-201"), "placed"); /* waits behind o-200 */
+    {
+        /* written with a space: the same key */
+        const char *list[] = {"parked", "list", "-c", cfg, "--key", "orders|[\"t1\", \"c-1\"]",
+                              NULL};
+        const char *prefix[] = {"parked", "list", "-c", cfg, "--key", "orders|[\"t1\"]", NULL};
+        const char *bad[] = {"parked", "replay", "-c", cfg, "--key", "orders|[\"t1\",", NULL};
+        const char *replay[] = {"parked", "replay", "-c", cfg, "--key", "orders|[\"t1\",\"c-1\"]",
+                                NULL};
+
+        ck_assert_msg(h_run(h, list, &out, &errs) == 0, "%s%s", out, errs);
+        ck_assert_msg(strstr(errs, "2 parked items") != NULL, "%s%s", out, errs);
+        free(out);
+        free(errs);
+        ck_assert_int_eq(h_run(h, prefix, &out, &errs), 2);
+        ck_assert_msg(strstr(errs, "a key prefix names many logical partitions") != NULL, "%s",
+                      errs);
+        free(out);
+        free(errs);
+        ck_assert_int_eq(h_run(h, bad, &out, &errs), 2);
+        ck_assert_msg(strstr(errs, "not a JSON array") != NULL, "%s", errs);
+        free(out);
+        free(errs);
+        /* fix the poison order, then replay its key */
+        ck_assert_int_eq(cosmos_doc_patch(cli, DB, "orders", "o-200", "[\"t1\",\"c-1\"]",
+                                          "[{\"op\":\"set\",\"path\":\"/lines\",\"value\":[{"
+                                          "\"sku\":\"p-0\",\"category\":\"books\",\"qty\":1}]}]",
+                                          NULL, NULL, NULL, &err),
+                         SF_OK);
+        ck_assert_msg(h_run(h, replay, &out, &errs) == 0, "%s%s", out, errs);
+        ck_assert_msg(strstr(out, "marked for replay") != NULL, "%s", out);
+        free(out);
+        free(errs);
+    }
+    e2e_wait_settled(cli, DB, H_TENANTS * H_CUSTOMERS * H_ORDERS + 4, 60000, log);
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
     ck_assert_int_eq(e2e_wait_exit(pid, 30000), 0);
     ck_assert_str_eq(h_status(cli, "o-101"), "completed");
+    ck_assert_str_eq(h_status(cli, "o-200"), "completed");
+    ck_assert_str_eq(h_status(cli, "o-201"), "completed");
     /* exactly once: three markers, one payment and one shipment per order */
-    for (int n = 0; n < H_TENANTS * H_CUSTOMERS * H_ORDERS + 2; n++) {
+    for (int n = 0; n < H_TENANTS * H_CUSTOMERS * H_ORDERS + 4; n++) {
         char id[16];
+        const int more[] = {100, 101, 200, 201};
 
-        (void)snprintf(id, sizeof(id), "o-%d", n < 12 ? n : 100 + n - 12);
+        (void)snprintf(id, sizeof(id), "o-%d", n < 12 ? n : more[n - 12]);
         ck_assert_msg(h_markers(cli, id) == 3, "%s: %zu markers", id, h_markers(cli, id));
     }
     ck_assert_uint_eq(h_count(cli, "customers", "SELECT c.id FROM c WHERE c.type = 'payment'"),
-                      H_TENANTS * H_CUSTOMERS * H_ORDERS + 2);
+                      H_TENANTS * H_CUSTOMERS * H_ORDERS + 4);
     ck_assert_uint_eq(
         h_count(cli, "shipments", "SELECT c.id FROM c WHERE NOT IS_DEFINED(c.sfKind)"),
-        H_TENANTS * H_CUSTOMERS * H_ORDERS + 2);
+        H_TENANTS * H_CUSTOMERS * H_ORDERS + 4);
     v = e2e_query_all(cli, DB, "customers", "SELECT * FROM c WHERE c.type = 'customer'");
     json_array_foreach(v, i, d)
     {
-        bool extra = strcmp(sf_json_str(d, "customerId"), "c-0") == 0;
+        /* c-0 of both tenants one more order, t1's c-1 two more */
+        bool c0 = strcmp(sf_json_str(d, "customerId"), "c-0") == 0;
+        bool t1c1 = !c0 && strcmp(sf_json_str(d, "tenantId"), "t1") == 0;
 
         ck_assert_int_eq(json_integer_value(json_object_get(d, "balance")),
-                         1000 - 10 * (H_ORDERS + (extra ? 1 : 0)));
+                         1000 - 10 * (H_ORDERS + (c0 ? 1 : 0) + (t1c1 ? 2 : 0)));
         balance += json_integer_value(json_object_get(d, "balance"));
     }
     json_decref(v);
     v = e2e_query_all(cli, DB, "products", "SELECT * FROM c WHERE c.id = 'p-0'");
     stock = json_integer_value(json_object_get(json_array_get(v, 0), "stock"));
     json_decref(v);
-    ck_assert_int_eq(stock, 1000 - (H_TENANTS * H_CUSTOMERS * H_ORDERS + 2));
+    ck_assert_int_eq(stock, 1000 - (H_TENANTS * H_CUSTOMERS * H_ORDERS + 4));
     (void)printf("hierarchical: %d orders on [tenantId, customerId] keys settled; saga show and "
-                 "replay of one full key (%d orders, one new, each exactly once); balance %lld, "
-                 "stock %lld\n",
-                 H_TENANTS * H_CUSTOMERS * H_ORDERS + 2, H_ORDERS + 1, balance, stock);
+                 "replay of one full key (%d orders, one new, each exactly once); a parked "
+                 "full key replayed; balance %lld, stock %lld\n",
+                 H_TENANTS * H_CUSTOMERS * H_ORDERS + 4, H_ORDERS + 1, balance, stock);
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
