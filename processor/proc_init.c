@@ -311,6 +311,45 @@ out:
     return rc;
 }
 
+/*
+ * The first step action writing to or awaiting container coll (named
+ * literally) whose partition_key has another number of parts than the
+ * container's info->n_pk_paths, as an error in err (SF_EINVAL); SF_OK when
+ * none. check-config counts them against declared containers; this is the
+ * same count against the container itself, for those not declared.
+ */
+static enum sf_rc pk_parts_check(const struct cfg *cfg, const char *coll,
+                                 const struct cosmos_container_info *info, struct sf_err *err)
+{
+    for (size_t i = 0; i < cfg->n_workflows; i++) {
+        const struct cfg_workflow *w = &cfg->workflows[i];
+
+        for (size_t k = 0; k < w->n_steps; k++) {
+            const struct cfg_step *st = &w->steps[k];
+
+            for (size_t j = 0; j < st->n_actions + st->n_undo; j++) {
+                const struct cfg_action *a =
+                    j < st->n_actions ? &st->actions[j] : &st->undo[j - st->n_actions];
+                const char *c = sf_json_str(a->params, "container");
+                const json_t *pk = json_object_get(a->params, "partition_key");
+                size_t parts = json_is_array(pk) ? json_array_size(pk) : 1;
+
+                if (c == NULL || pk == NULL || strcmp(c, coll) != 0 || parts == info->n_pk_paths)
+                    continue;
+                return sf_err_set(err, SF_EINVAL, false,
+                                  "%s:%d: workflow '%s' step '%s': partition_key has %zu part%s "
+                                  "but container %s has %zu key path%s%s: give one template per "
+                                  "path",
+                                  a->file != NULL ? a->file : "", a->line, w->name, st->name, parts,
+                                  parts == 1 ? "" : "s", coll, info->n_pk_paths,
+                                  info->n_pk_paths == 1 ? "" : "s",
+                                  info->n_pk_paths > 1 ? " (hierarchical)" : "");
+            }
+        }
+    }
+    return SF_OK;
+}
+
 enum sf_rc proc_init_check(struct cosmos_client *cli, const struct cfg *cfg, struct sf_err *err)
 {
     struct init_plan *p = malloc(sizeof(*p));
@@ -343,6 +382,8 @@ enum sf_rc proc_init_check(struct cosmos_client *cli, const struct cfg *cfg, str
                                 "container %s (%s): %s; `sagafeed init -c %s --dry-run` says "
                                 "how to fix it",
                                 e->name, why, detail, file);
+            else if ((e->roles & (ROLE_TARGET | ROLE_AWAIT)) != 0)
+                rc = pk_parts_check(cfg, e->name, &info, err);
         }
     }
     free(p);

@@ -39,7 +39,9 @@
  *                  (issue 27): orders and customers declared with
  *                  partition_key = [ "/tenantId", "/customerId" ], the
  *                  charge step's key a list of two templates; check-config
- *                  accepts it and `init` creates both MultiHash. Orders of
+ *                  accepts it and `init` creates both MultiHash; with one
+ *                  template and customers undeclared, check-config cannot
+ *                  know but `run` reads the container and refuses to start. Orders of
  *                  two tenants whose customers share ids settle; `saga show
  *                  --partition-key '["t1","c-0"]'` finds a saga by its full
  *                  key (and not under the other tenant's); two orders, one
@@ -896,6 +898,31 @@ START_TEST(test_hierarchical_replay)
                 h_order(cli, (t * H_CUSTOMERS + c) * H_ORDERS + k, tn, cn);
             }
         }
+    /*
+     * The same workflows with one template for customers' two paths, customers
+     * not declared: check-config cannot know (it contacts no server), run reads
+     * the container and refuses to start, naming the step and both counts.
+     */
+    {
+        char bad_cfg[512];
+        const char *bad_check[] = {"check-config", bad_cfg, NULL};
+        const char *bad_run[] = {"run", "-c", bad_cfg, "--instance", "h-bad", NULL};
+
+        e2e_make_config(bad_cfg, sizeof(bad_cfg),
+                        &(const struct e2e_config){.name = "hier-bad",
+                                                   .endpoint = harness_cosmolite_endpoint(h),
+                                                   .db = DB,
+                                                   .example = "order-fulfilment.cfg"});
+        ck_assert_msg(h_run(h, bad_check, &out, &errs) == 0, "%s%s", out, errs);
+        free(out);
+        free(errs);
+        ck_assert_int_ne(h_run(h, bad_run, &out, &errs), 0);
+        ck_assert_msg(strstr(errs, "workflow 'order-fulfilment' step 'charge': partition_key has 1 "
+                                   "part but container customers has 2 key paths") != NULL,
+                      "%s%s", out, errs);
+        free(out);
+        free(errs);
+    }
     pid = e2e_spawn(harness_cosmolite_key(h), log, run);
     e2e_wait_settled(cli, DB, H_TENANTS * H_CUSTOMERS * H_ORDERS, 60000, log);
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
