@@ -97,7 +97,9 @@ static const char USAGE_REPLAY[] =
     "interrupted replay (Ctrl-C) resumes when the same command runs again. A\n"
     "range that splits meanwhile hands its position to its children.\n"
     "Pause the fleet first (`sagafeed pause`) if it may be working on the same\n"
-    "sagas.\n"
+    "sagas. A container read with all versions and deletes (a workflow's `on`\n"
+    "names delete or expire) replays only --from lsn:N (within its retention)\n"
+    "--to lsn:N|now, without --dry-run.\n"
     "\n"
     "Progress goes to stderr: a bar updated in place on a terminal, else one line\n"
     "every 10s and one as each container starts and ends: the percent of the\n"
@@ -111,7 +113,8 @@ static const char USAGE_REPLAY[] =
     "      --to BOUND          lsn:N, time:ISO or now\n"
     "      --range ID          only this partition key range (see `sagafeed status`)\n"
     "      --partition-key K   only this logical partition: a JSON array ('[\"c-1\"]')\n"
-    "                          or a string value (c-1)\n"
+    "                          or a string value (c-1); a hierarchical key every\n"
+    "                          level in order ('[\"t1\",\"u1\"]'), not a prefix\n"
     "      --workflow W        only items of workflow W\n"
     "      --dry-run           print what would run, be skipped (a false `when`) or\n"
     "                          compensate (a passed deadline), or park (each element's\n"
@@ -122,7 +125,7 @@ static const char USAGE_REPLAY[] =
     "      --log-level L       debug, info, warn (default), error\n";
 
 static const char USAGE_SAGA[] =
-    "Usage: sagafeed saga show ID -c FILE [--workflow W] [--json]\n"
+    "Usage: sagafeed saga show ID -c FILE [--workflow W] [--partition-key K] [--json]\n"
     "\n"
     "Everything known about saga ID: its item's state (and failure reason), each\n"
     "step with the elements whose do and undo markers exist (so what was applied\n"
@@ -132,6 +135,9 @@ static const char USAGE_SAGA[] =
     "parked records. Only the workflows whose filter matches the item (or that\n"
     "hold its markers, events or parked records) are listed, unless --workflow\n"
     "names one.\n"
+    "--partition-key K looks in that one logical partition of each workflow's\n"
+    "source container: a JSON array ('[\"c-1\"]', or for a hierarchical key every\n"
+    "level in order, '[\"t1\",\"u1\"]'; a prefix is refused) or a string value.\n"
     "Exit status 1 when nothing at all is found.\n";
 
 static const char USAGE_LEASES[] =
@@ -162,7 +168,9 @@ static const char USAGE_PARKED[] =
     "flows again on every instance (each re-reads the parking container every\n"
     "processor.park_scan_interval, at most processor.park_scan_max records) once\n"
     "none is left. KEY is \"<container>|<partition key JSON>\", e.g.\n"
-    "'orders|[\"c-007\"]'. Needs cosmos.endpoint in FILE.\n";
+    "'orders|[\"c-007\"]', or for a hierarchical key every level in order,\n"
+    "'orders|[\"t1\",\"u1\"]' (a prefix or a malformed key is refused, exit 2).\n"
+    "Needs cosmos.endpoint in FILE.\n";
 
 /* ---------------------------------------------------------------------------
  * Shared helpers
@@ -545,25 +553,48 @@ out:
  */
 
 /* K as the partition key header: a JSON array as given, else a string value. */
-static int pk_arg(const char *k, char **ret)
+/*
+ * --partition-key K of command cmd: a JSON array of 1-3 values (a
+ * hierarchical key's levels in order: '["t1","u1"]') or a bare string value
+ * (c-1). Text starting with '[' must be such an array: a malformed one is an
+ * error, never taken for a string key. *ret: the key's JSON array text (new).
+ */
+static int pk_arg(const char *cmd, const char *k, char **ret)
 {
-    json_t *v = sf_json_parse(k, strlen(k), NULL);
+    json_t *v = sf_json_parse(k, strlen(k), NULL), *e;
     struct sf_buf b;
+    const char *why = NULL;
+    size_t i;
     int status = 0;
 
     sf_buf_init(&b, 4096);
-    if (json_is_array(v) && json_array_size(v) > 0) {
-        if (sf_json_dump(v, &b) != SF_OK)
-            status = 2;
-    } else if (cosmos_pk_string(k, &b) != SF_OK) {
-        status = 2;
+    if (k[0] == '[' && !json_is_array(v))
+        why = "it starts with '[' but is not a JSON array";
+    else if (json_is_array(v) && (json_array_size(v) < 1 || json_array_size(v) > 3))
+        why = "a key has 1 to 3 values (one per key path)";
+    json_array_foreach(v, i, e)
+    {
+        /* {} is an undefined level (a document without that field) */
+        if (why == NULL && !json_is_string(e) && !json_is_number(e) && !json_is_boolean(e) &&
+            !json_is_null(e) && !(json_is_object(e) && json_object_size(e) == 0))
+            why = "a key's values are strings, numbers, booleans, null or {} (undefined)";
     }
+    if (why != NULL)
+        status = 2;
+    else if (json_is_array(v))
+        status = sf_json_dump(v, &b) == SF_OK ? 0 : 2;
+    else if (cosmos_pk_string(k, &b) != SF_OK)
+        status = 2;
     json_decref(v);
     if (status == 0)
         *ret = sf_buf_detach(&b, NULL);
     sf_buf_release(&b);
     if (status != 0 || *ret == NULL) {
-        (void)fprintf(stderr, "sagafeed replay: bad --partition-key '%s'\n", k);
+        (void)fprintf(stderr,
+                      "sagafeed %s: bad --partition-key '%s'%s%s (write a key as a JSON array, "
+                      "'[\"c-1\"]', or for a hierarchical key every level in order, "
+                      "'[\"t1\",\"u1\"]')\n",
+                      cmd, k, why != NULL ? ": " : "", why != NULL ? why : "");
         return 2;
     }
     return 0;
@@ -677,7 +708,7 @@ int cli_replay(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
         return 2;
     }
     (void)sf_log_level_parse(level, &lvl); /* checked by cli_opt_parse */
-    if (key != NULL && (status = pk_arg(key, &pk)) != 0)
+    if (key != NULL && (status = pk_arg("replay", key, &pk)) != 0)
         return status;
     sf_log_set_level(lvl);
     sf_log_set_json(false);
@@ -810,15 +841,16 @@ void cli_saga_print(const json_t *v, FILE *out)
 int cli_saga(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"show", NULL};
-    const char *path = NULL, *workflow = NULL, *id;
+    const char *path = NULL, *workflow = NULL, *id, *key = NULL;
     struct cosmos_client *cli = NULL;
     struct cfg *cfg = NULL;
     struct sf_err err;
     json_t *v = NULL;
+    char *pk = NULL;
     bool json = false, found = false;
-    const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
-                                   CLI_OPT_STRING("workflow", 0, &workflow),
-                                   CLI_OPT_FLAG("json", 0, &json), CLI_OPT_END};
+    const struct cli_opt opts[] = {
+        CLI_OPT_REQUIRED("config", 'c', &path), CLI_OPT_STRING("workflow", 0, &workflow),
+        CLI_OPT_STRING("partition-key", 0, &key), CLI_OPT_FLAG("json", 0, &json), CLI_OPT_END};
     int next, status;
 
     SF_UNUSED(stop);
@@ -828,12 +860,14 @@ int cli_saga(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop
     if (status != CLI_OPT_GO)
         return status;
     id = argv[next];
+    if (key != NULL && (status = pk_arg("saga show", key, &pk)) != 0)
+        return status;
     if ((status = cli_setup(self, path, &cfg, &cli)) != 0)
         goto out;
     sf_err_clear(&err);
-    if (proc_saga_show(cli, cfg, id, workflow, &v, &found, &err) != SF_OK) {
+    if (proc_saga_show_in(cli, cfg, id, workflow, pk, &v, &found, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed saga show: %s\n", err.msg);
-        status = err.rc == SF_ENOTFOUND ? 2 : 1;
+        status = err.rc == SF_ENOTFOUND || err.rc == SF_EINVAL ? 2 : 1;
         goto out;
     }
     if (json)
@@ -842,6 +876,7 @@ int cli_saga(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop
         cli_saga_print(v, stdout);
     status = found ? 0 : 1;
 out:
+    free(pk);
     json_decref(v);
     cosmos_client_free(cli);
     cfg_free(cfg);
@@ -911,14 +946,63 @@ static void parked_table(const json_t *docs, FILE *out)
     }
 }
 
+/*
+ * parked --key KEY: "<container>|<partition key>", the key written as for
+ * replay --partition-key and checked against the container's key paths (a
+ * hierarchical key's prefix names no parked key: refused, not an empty
+ * answer). *ret: the park key as records store it (compact JSON), new.
+ * 0, or the exit status after saying why on stderr.
+ */
+static int park_key_arg(const char *verb, const char *k, struct cosmos_client *cli,
+                        const struct cfg *cfg, char **ret)
+{
+    const char *bar = strchr(k, '|');
+    char cmd[32], coll[COSMOS_NAME_MAX + 1], *pk = NULL, *out = NULL;
+    struct cosmos_container_info ci;
+    struct sf_err err;
+    int status;
+
+    (void)snprintf(cmd, sizeof(cmd), "parked %s", verb);
+    if (bar == NULL || bar == k || (size_t)(bar - k) > COSMOS_NAME_MAX) {
+        (void)fprintf(stderr,
+                      "sagafeed %s: bad --key '%s': write <container>|<partition key>, e.g. "
+                      "'orders|[\"c-007\"]' or for a hierarchical key 'orders|[\"t1\",\"u1\"]'\n",
+                      cmd, k);
+        return 2;
+    }
+    (void)snprintf(coll, sizeof(coll), "%.*s", (int)(bar - k), k);
+    if ((status = pk_arg(cmd, bar + 1, &pk)) != 0)
+        return status;
+    sf_err_clear(&err);
+    if (cosmos_container_read(cli, cfg->cosmos.database, coll, &ci, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: --key '%s': container %s: %s\n", cmd, k, coll, err.msg);
+        free(pk);
+        return err.rc == SF_ENOTFOUND ? 2 : 1;
+    }
+    if (proc_pk_full_check(coll, &ci, pk, &err) != SF_OK) {
+        (void)fprintf(stderr, "sagafeed %s: --key '%s': %s\n", cmd, k, err.msg);
+        free(pk);
+        return 2;
+    }
+    out = malloc(strlen(coll) + 1 + strlen(pk) + 1);
+    if (out != NULL)
+        (void)snprintf(out, strlen(coll) + 1 + strlen(pk) + 1, "%s|%s", coll, pk);
+    free(pk);
+    if (out == NULL)
+        return 1;
+    *ret = out;
+    return 0;
+}
+
 int cli_parked(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"list", "replay", NULL};
-    const char *path = NULL, *key = NULL, *verb;
+    const char *path = NULL, *key_arg = NULL, *verb;
+    char *key = NULL;
     bool json = false;
     const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
-                                   CLI_OPT_STRING("key", 0, &key), CLI_OPT_FLAG("json", 0, &json),
-                                   CLI_OPT_END};
+                                   CLI_OPT_STRING("key", 0, &key_arg),
+                                   CLI_OPT_FLAG("json", 0, &json), CLI_OPT_END};
     struct cfg *cfg = NULL;
     struct cosmos_client *cli = NULL;
     struct sf_err err;
@@ -943,6 +1027,9 @@ int cli_parked(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
     }
     if (cli_client(self->name, cfg, &cli) != 0)
         goto out;
+    if (key_arg != NULL && (status = park_key_arg(verb, key_arg, cli, cfg, &key)) != 0)
+        goto out;
+    status = 1;
     if (strcmp(verb, "list") == 0) {
         json_t *docs = NULL;
         size_t i;
@@ -986,6 +1073,7 @@ int cli_parked(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
 fail:
     (void)fprintf(stderr, "sagafeed parked %s: %s\n", verb, err.msg);
 out:
+    free(key);
     cosmos_client_free(cli);
     cfg_free(cfg);
     return status;

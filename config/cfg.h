@@ -159,9 +159,14 @@ struct cfg_console {
 struct cfg_container {
     const char *name;
     /* "/category": the partition key path `sagafeed init` creates it with and `run`
-       checks; NULL: not declared (init cannot create it, run checks existence only) */
+       checks; for a hierarchical key (`partition_key = [ "/tenantId", "/userId" ]`,
+       kind MultiHash) the paths joined by ',' ("/tenantId,/userId", as struct
+       cosmos_container_def takes them); NULL: not declared (init cannot create it,
+       run checks existence only, check-config cannot count a step's key parts) */
     const char *pk_path;
-    int64_t max_ru_per_second; /* this container's own RU/s cap; 0: none */
+    size_t n_pk_paths;                         /* levels of pk_path: 1-3; 0 when not declared */
+    char pk_joined[3 * (CFG_PK_PATH_MAX + 1)]; /* pk_path's storage for a list */
+    int64_t max_ru_per_second;                 /* this container's own RU/s cap; 0: none */
     const char *file;
     int line;
 };

@@ -644,6 +644,68 @@ static void load_processor(struct loader *ld, const config_setting_t *root)
              "processor.log_level '%s' must be debug, info, warn or error", p->log_level);
 }
 
+/* One partition key path of containers[i]: "/field", at most CFG_PK_PATH_MAX bytes. */
+static bool pk_path_ok(const char *p)
+{
+    return p[0] == '/' && p[1] != '\0' && strlen(p) <= CFG_PK_PATH_MAX &&
+           strpbrk(p, " \"'{},") == NULL;
+}
+
+/*
+ * containers[i].partition_key: one path ("/customerId") or, for a hierarchical
+ * key (kind MultiHash), a list of 1-3 paths ([ "/tenantId", "/userId" ]) kept
+ * joined by ',' in c->pk_joined.
+ */
+static void load_container_pk(struct loader *ld, const config_setting_t *e, int i,
+                              struct cfg_container *c)
+{
+    const config_setting_t *s = config_setting_get_member(e, "partition_key");
+    size_t used = 0;
+    int n;
+
+    if (s == NULL)
+        return;
+    if (config_setting_type(s) == CONFIG_TYPE_STRING) {
+        c->pk_path = config_setting_get_string(s);
+        c->n_pk_paths = 1;
+        if (!pk_path_ok(c->pk_path)) {
+            diag(ld, s,
+                 "containers[%d].partition_key '%s' must be a path like \"/customerId\" (a '/' "
+                 "then the field, at most %d bytes), or a list of 1 to 3 such paths for a "
+                 "hierarchical key",
+                 i, c->pk_path, CFG_PK_PATH_MAX);
+            c->pk_path = NULL;
+            c->n_pk_paths = 0;
+        }
+        return;
+    }
+    n = config_setting_is_list(s) || config_setting_is_array(s) ? config_setting_length(s) : -1;
+    if (n < 1 || n > 3) {
+        diag(ld, s,
+             "containers[%d].partition_key must be a path like \"/customerId\" or, for a "
+             "hierarchical key, a list of 1 to 3 paths like [ \"/tenantId\", \"/userId\" ]",
+             i);
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        const config_setting_t *p = config_setting_get_elem(s, (unsigned)k);
+        const char *path =
+            config_setting_type(p) == CONFIG_TYPE_STRING ? config_setting_get_string(p) : NULL;
+
+        if (path == NULL || !pk_path_ok(path)) {
+            diag(ld, p,
+                 "containers[%d].partition_key[%d] must be a path like \"/tenantId\" (a '/' "
+                 "then the field, at most %d bytes)",
+                 i, k, CFG_PK_PATH_MAX);
+            return;
+        }
+        used += (size_t)snprintf(c->pk_joined + used, sizeof(c->pk_joined) - used, "%s%s",
+                                 k > 0 ? "," : "", path);
+    }
+    c->pk_path = c->pk_joined;
+    c->n_pk_paths = (size_t)n;
+}
+
 /*
  * containers = ( { name = "products"; partition_key = "/category"; max_ru_per_second = 200; },
  * ... )
@@ -682,14 +744,7 @@ static void load_containers(struct loader *ld, const config_setting_t *root)
         get_str(ld, e, "name", true, NULL, &c->name);
         check_name(ld, e, "name", c->name);
         get_int(ld, e, "max_ru_per_second", 1, 100000000, 0, &c->max_ru_per_second);
-        get_str(ld, e, "partition_key", false, NULL, &c->pk_path);
-        if (c->pk_path != NULL &&
-            (c->pk_path[0] != '/' || c->pk_path[1] == '\0' ||
-             strlen(c->pk_path) > CFG_PK_PATH_MAX || strpbrk(c->pk_path, " \"'{}") != NULL))
-            diag(ld, config_setting_get_member(e, "partition_key"),
-                 "containers[%d].partition_key '%s' must be a path like \"/customerId\" (a '/' "
-                 "then the field, at most %d bytes)",
-                 i, c->pk_path, CFG_PK_PATH_MAX);
+        load_container_pk(ld, e, i, c);
         if (c->name == NULL)
             continue;
         for (size_t j = 0; j < cfg->n_containers; j++)

@@ -149,11 +149,20 @@ static enum sf_rc check_options(const struct feed_options *o, struct sf_err *err
     if (o->pk_json != NULL && (o->range != NULL || o->pk_json[0] != '['))
         return sf_err_set(err, SF_EINVAL, false,
                           "feed: pk_json must be a JSON array and excludes range");
-    if (o->all_versions && (o->start != FEED_START_NOW || o->stop.kind != FEED_STOP_NONE))
+    /*
+     * The mode starts only from a continuation (an LSN, within the retention): now,
+     * the leases' saved ones, or a bounded window's lsn; never the beginning or a
+     * time, which the service refuses (400).
+     */
+    if (o->all_versions && o->start != FEED_START_NOW && o->start != FEED_START_LSN)
         return sf_err_set(err, SF_EINVAL, false,
-                          "feed: all versions and deletes starts only from now (or the leases' "
-                          "saved continuations) and runs unbounded: the service keeps no history "
-                          "before it was asked for");
+                          "feed: all versions and deletes starts only from now, a saved "
+                          "continuation or an LSN within the container's retention: the service "
+                          "keeps no history before it was asked for, and refuses a beginning or "
+                          "a point in time");
+    if (o->all_versions && o->stop.kind == FEED_STOP_TIME)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "feed: all versions and deletes is bounded by an LSN or now, not a time");
     d = *o;
     apply_defaults(&d);
     if (d.renew_ms * 2 > d.lease_expiry_ms)

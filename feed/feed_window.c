@@ -17,13 +17,6 @@ struct scope {
     int64_t upper;              /* the upper LSN, -1 none */
 };
 
-static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
-{
-    const json_t *v = json_object_get(o, key);
-
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
 /* ---------------------------------------------------------------------------
  * Reading between bounds
  */
@@ -34,6 +27,7 @@ static void cf_req(const struct feed_window *w, const struct scope *c, struct co
     q->range_id = w->pk_json == NULL ? c->token : NULL;
     q->pk_json = w->pk_json;
     q->max_items = w->max_items;
+    q->all_versions = w->all_versions;
 }
 
 static enum sf_rc window_read(const struct feed_window *w, const struct scope *c,
@@ -44,7 +38,9 @@ static enum sf_rc window_read(const struct feed_window *w, const struct scope *c
 
     cf_req(w, c, &q);
     /* LSNs are the feed's continuations: "from lsn N" is the position just before N. */
-    if (c->cont[0] == '\0' && w->from == FEED_WINDOW_FROM_LSN && w->from_lsn > 1)
+    /* All versions start only from a continuation: lsn 1 is "0", not the beginning. */
+    if (c->cont[0] == '\0' && w->from == FEED_WINDOW_FROM_LSN &&
+        (w->from_lsn > 1 || w->all_versions))
         (void)snprintf(first, sizeof(first), "\"%lld\"", (long long)(w->from_lsn - 1));
     else
         (void)snprintf(first, sizeof(first), "%s", c->cont);
@@ -63,7 +59,7 @@ static enum sf_rc window_read(const struct feed_window *w, const struct scope *c
 enum feed_window_verdict feed_window_classify(const struct feed_window *w, int64_t upper_lsn,
                                               const json_t *doc, int64_t *ret_lsn)
 {
-    int64_t lsn = int_member(doc, "_lsn", -1), ts = int_member(doc, "_ts", -1);
+    int64_t lsn = feed_entry_lsn(doc, w->all_versions), ts = feed_entry_ts(doc, w->all_versions);
 
     *ret_lsn = lsn;
     if ((upper_lsn >= 0 && lsn > upper_lsn) || ts > w->to_s)

@@ -43,6 +43,15 @@ struct feed_window {
     int64_t to_lsn;   /* upper LSN bound, -1 for none */
     bool to_now;      /* upper bound: each range's latest LSN when its scan starts */
     int64_t to_s;     /* upper time bound in epoch seconds, INT64_MAX for none */
+    /*
+     * Read the all-versions-and-deletes mode (docs/azure-avad.md): entries
+     * are {current, previous, metadata}, their LSN and time metadata.lsn and
+     * metadata.crts. The mode starts only from a continuation, so the window
+     * must be FEED_WINDOW_FROM_LSN (each range starts at "from_lsn - 1",
+     * "0" for lsn 1); a start older than the container's retention is the
+     * service's 400, returned as it is.
+     */
+    bool all_versions;
 };
 
 enum feed_window_verdict {
@@ -53,7 +62,8 @@ enum feed_window_verdict {
 
 /*
  * Where doc (a change-feed item) lies: upper_lsn (-1: none) and w->to_s,
- * then the lower bound. *ret_lsn gets its _lsn (-1 when absent). No I/O.
+ * then the lower bound. *ret_lsn gets its _lsn (an all-versions entry's
+ * metadata.lsn; -1 when absent). No I/O.
  */
 enum feed_window_verdict feed_window_classify(const struct feed_window *w, int64_t upper_lsn,
                                               const json_t *doc, int64_t *ret_lsn);

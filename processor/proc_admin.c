@@ -443,13 +443,66 @@ out:
     return rc;
 }
 
+enum sf_rc proc_pk_full_check(const char *coll, const struct cosmos_container_info *ci,
+                              const char *pk_json, struct sf_err *err)
+{
+    json_t *pk = sf_json_parse(pk_json, strlen(pk_json), NULL);
+    size_t n = json_is_array(pk) ? json_array_size(pk) : 0;
+    char paths[3 * 258] = "";
+    size_t used = 0;
+
+    json_decref(pk);
+    if (n == ci->n_pk_paths)
+        return SF_OK;
+    for (size_t i = 0; i < ci->n_pk_paths && used < sizeof(paths); i++)
+        used += (size_t)snprintf(paths + used, sizeof(paths) - used, "%s%s", i > 0 ? ", " : "",
+                                 ci->pk_paths[i]);
+    if (ci->n_pk_paths > 1 && n < ci->n_pk_paths)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "container %s has a hierarchical partition key of %zu paths (%s) and "
+                          "the key %s gives %zu value%s: a key prefix names many logical "
+                          "partitions, not one; give the full key as a JSON array of %zu values, "
+                          "e.g. '[\"t1\",\"u1\"%s]'",
+                          coll, ci->n_pk_paths, paths, pk_json, n, n == 1 ? "" : "s",
+                          ci->n_pk_paths, ci->n_pk_paths == 3 ? ",\"s1\"" : "");
+    return sf_err_set(err, SF_EINVAL, false,
+                      "container %s has %zu partition key path%s (%s) and the key %s gives %zu "
+                      "values: give %zu",
+                      coll, ci->n_pk_paths, ci->n_pk_paths == 1 ? "" : "s", paths, pk_json, n,
+                      ci->n_pk_paths);
+}
+
+/*
+ * --partition-key of saga show against w's source container: SF_OK when it
+ * fits, SF_EINVAL when it cannot be a key there (err says why).
+ */
+static enum sf_rc pk_fits(struct cosmos_client *cli, const struct cfg *cfg,
+                          const struct cfg_workflow *w, const char *pk_json, struct sf_err *err)
+{
+    struct cosmos_container_info ci;
+    enum sf_rc rc = cosmos_container_read(cli, cfg->cosmos.database, w->container, &ci, err);
+
+    if (rc == SF_ENOTFOUND) {
+        sf_err_clear(err);
+        return SF_OK; /* a missing container is an empty result, as for the queries */
+    }
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "container %s: ", w->container);
+        return rc;
+    }
+    return proc_pk_full_check(w->container, &ci, pk_json, err);
+}
+
 static enum sf_rc saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
                             const char *workflow, const char *pk_json, bool detail, json_t **ret,
                             bool *ret_found, struct sf_err *err)
 {
     json_t *views = json_array();
-    bool found = false;
+    bool found = false, viewed = false;
     enum sf_rc rc = SF_OK;
+    struct sf_err misfit;
+
+    sf_err_clear(&misfit);
 
     if (views == NULL)
         return sf_err_set(err, SF_ENOMEM, false, "out of memory");
@@ -464,12 +517,34 @@ static enum sf_rc saga_show(struct cosmos_client *cli, const struct cfg *cfg, co
 
         if (workflow != NULL && strcmp(w->name, workflow) != 0)
             continue;
+        /* The console passes the item's own key; a command line's may not fit. */
+        if (pk_json != NULL && !detail) {
+            struct sf_err e;
+
+            sf_err_clear(&e);
+            rc = pk_fits(cli, cfg, w, pk_json, &e);
+            if (rc == SF_EINVAL) {
+                if (misfit.rc == SF_OK)
+                    misfit = e;
+                rc = SF_OK;
+                continue;
+            }
+            if (rc != SF_OK) {
+                *err = e;
+                break;
+            }
+        }
+        viewed = true;
         rc = workflow_view(cli, cfg, w, workflow != NULL, saga_id, pk_json, detail, &v, &f, err);
         /* Several workflows may share a container: show those that know this saga. */
         if (rc == SF_OK && (f || workflow != NULL))
             (void)json_array_append(views, v);
         json_decref(v);
         found = found || f;
+    }
+    if (rc == SF_OK && !viewed && misfit.rc != SF_OK) {
+        *err = misfit;
+        rc = misfit.rc;
     }
     if (rc != SF_OK) {
         json_decref(views);
@@ -484,6 +559,13 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
                           const char *workflow, json_t **ret, bool *ret_found, struct sf_err *err)
 {
     return saga_show(cli, cfg, saga_id, workflow, NULL, false, ret, ret_found, err);
+}
+
+enum sf_rc proc_saga_show_in(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
+                             const char *workflow, const char *pk_json, json_t **ret,
+                             bool *ret_found, struct sf_err *err)
+{
+    return saga_show(cli, cfg, saga_id, workflow, pk_json, false, ret, ret_found, err);
 }
 
 enum sf_rc proc_saga_detail(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,

@@ -191,6 +191,38 @@ static void action_diag(struct cfg_diags *d, const struct cfg_action *a, const c
     cfg_diag_add(d, a->file, line, "%s: %s", where, msg);
 }
 
+/*
+ * A step's partition_key against its target container's declared key
+ * (containers[].partition_key): a list of N templates is N parts, one
+ * template one part; a container named by a template, or not declared, is
+ * not known here (a wrong count then fails the item when it runs: "needs N
+ * values").
+ */
+static void check_pk_parts(const struct cfg *cfg, const struct cfg_action *a, const char *where,
+                           struct cfg_diags *d)
+{
+    const char *coll = sf_json_str(a->params, "container");
+    const json_t *pk = json_object_get(a->params, "partition_key");
+    const struct cfg_container *c;
+    size_t parts;
+
+    if (coll == NULL || pk == NULL || strstr(coll, "{{") != NULL)
+        return;
+    c = cfg_container_find(cfg, coll);
+    if (c == NULL || c->n_pk_paths == 0)
+        return;
+    parts = json_is_array(pk) ? json_array_size(pk) : 1;
+    if (parts == c->n_pk_paths)
+        return;
+    cfg_diag_add(d, a->file, cfg_action_line(a, "partition_key"),
+                 "%s: partition_key has %zu part%s but container '%s' has %zu key path%s (%s, "
+                 "declared at %s:%d): give one template per path%s",
+                 where, parts, parts == 1 ? "" : "s", coll, c->n_pk_paths,
+                 c->n_pk_paths == 1 ? "" : "s", c->pk_path, c->file != NULL ? c->file : "", c->line,
+                 c->n_pk_paths > 1 ? ", as partition_key = [ \"{{item.a}}\", \"{{item.b}}\" ]"
+                                   : "");
+}
+
 static void compile_side(const struct proc_engine_opts *o, const struct cfg_workflow *w,
                          const struct cfg_step *s, const struct cfg_action *acts, size_t n,
                          const char *which, struct side *out, struct cfg_diags *d)
@@ -209,6 +241,7 @@ static void compile_side(const struct proc_engine_opts *o, const struct cfg_work
                            s->name, which, a->kind != NULL ? a->kind : "?");
         if (a->kind == NULL || a->params == NULL)
             continue; /* config/ reported it */
+        check_pk_parts(o->cfg, a, where, d);
         sf_err_clear(&err);
         if (step_action_compile(o->reg, a->kind, a->params, &out->actions[out->n], &err) != SF_OK) {
             action_diag(d, a, where, err.msg);

@@ -133,6 +133,19 @@ static void why_text(const struct init_entry *e, char *out, size_t size)
         (void)snprintf(out, size, "%s", e->why);
 }
 
+/* The container's partition key paths as the configuration writes them: "/a" or "/a,/b". */
+static void pk_paths_text(const struct cosmos_container_info *info, char *out, size_t size)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < info->n_pk_paths && used < size; i++)
+        used +=
+            (size_t)snprintf(out + used, size - used, "%s%s", i > 0 ? "," : "", info->pk_paths[i]);
+    if (info->n_pk_paths == 0)
+        (void)snprintf(out, size, "?");
+}
+
 /*
  * What does not match in an existing container, with the fix, into out ("" when it
  * matches). brief: without the fix's details (run's error, which init's output completes).
@@ -140,8 +153,11 @@ static void why_text(const struct init_entry *e, char *out, size_t size)
 static void mismatch(const struct cfg *cfg, const struct init_entry *e,
                      const struct cosmos_container_info *info, bool brief, char *out, size_t size)
 {
-    const char *has = info->n_pk_paths > 0 ? info->pk_paths[0] : "?";
-    bool pk_bad = e->pk_path != NULL && (info->n_pk_paths != 1 || strcmp(has, e->pk_path) != 0);
+    char has[3 * 257];
+    bool pk_bad;
+
+    pk_paths_text(info, has, sizeof(has));
+    pk_bad = e->pk_path != NULL && strcmp(has, e->pk_path) != 0;
     bool ttl_bad = (e->roles & ROLES_TTL) != 0 && !info->has_default_ttl;
 
     out[0] = '\0';
@@ -228,7 +244,7 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
         const struct init_entry *e = &p->e[i];
         bool ttl = (e->roles & ROLES_TTL) != 0;
         struct cosmos_container_info info;
-        char detail[640];
+        char detail[2048];
 
         rc = db_exists ? cosmos_container_read(cli, cfg->cosmos.database, e->name, &info, err)
                        : SF_ENOTFOUND;
@@ -238,8 +254,10 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
                 problems++;
                 print_entry(out, e, "MISMATCH", detail);
             } else {
-                (void)snprintf(detail, sizeof(detail), "partition key %s, TTL %s",
-                               info.n_pk_paths > 0 ? info.pk_paths[0] : "?",
+                char has[3 * 257];
+
+                pk_paths_text(&info, has, sizeof(has));
+                (void)snprintf(detail, sizeof(detail), "partition key %s, TTL %s", has,
                                info.has_default_ttl ? "on" : "off");
                 print_entry(out, e, "exists", detail);
             }
@@ -293,6 +311,45 @@ out:
     return rc;
 }
 
+/*
+ * The first step action writing to or awaiting container coll (named
+ * literally) whose partition_key has another number of parts than the
+ * container's info->n_pk_paths, as an error in err (SF_EINVAL); SF_OK when
+ * none. check-config counts them against declared containers; this is the
+ * same count against the container itself, for those not declared.
+ */
+static enum sf_rc pk_parts_check(const struct cfg *cfg, const char *coll,
+                                 const struct cosmos_container_info *info, struct sf_err *err)
+{
+    for (size_t i = 0; i < cfg->n_workflows; i++) {
+        const struct cfg_workflow *w = &cfg->workflows[i];
+
+        for (size_t k = 0; k < w->n_steps; k++) {
+            const struct cfg_step *st = &w->steps[k];
+
+            for (size_t j = 0; j < st->n_actions + st->n_undo; j++) {
+                const struct cfg_action *a =
+                    j < st->n_actions ? &st->actions[j] : &st->undo[j - st->n_actions];
+                const char *c = sf_json_str(a->params, "container");
+                const json_t *pk = json_object_get(a->params, "partition_key");
+                size_t parts = json_is_array(pk) ? json_array_size(pk) : 1;
+
+                if (c == NULL || pk == NULL || strcmp(c, coll) != 0 || parts == info->n_pk_paths)
+                    continue;
+                return sf_err_set(err, SF_EINVAL, false,
+                                  "%s:%d: workflow '%s' step '%s': partition_key has %zu part%s "
+                                  "but container %s has %zu key path%s%s: give one template per "
+                                  "path",
+                                  a->file != NULL ? a->file : "", a->line, w->name, st->name, parts,
+                                  parts == 1 ? "" : "s", coll, info->n_pk_paths,
+                                  info->n_pk_paths == 1 ? "" : "s",
+                                  info->n_pk_paths > 1 ? " (hierarchical)" : "");
+            }
+        }
+    }
+    return SF_OK;
+}
+
 enum sf_rc proc_init_check(struct cosmos_client *cli, const struct cfg *cfg, struct sf_err *err)
 {
     struct init_plan *p = malloc(sizeof(*p));
@@ -325,6 +382,8 @@ enum sf_rc proc_init_check(struct cosmos_client *cli, const struct cfg *cfg, str
                                 "container %s (%s): %s; `sagafeed init -c %s --dry-run` says "
                                 "how to fix it",
                                 e->name, why, detail, file);
+            else if ((e->roles & (ROLE_TARGET | ROLE_AWAIT)) != 0)
+                rc = pk_parts_check(cfg, e->name, &info, err);
         }
     }
     free(p);

@@ -44,7 +44,8 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
  * `run`'s start-up check: every container a step writes to, awaits or follows
  * exists, with the declared partition key path, and TTL on where records with
  * a ttl go (the lease and parking containers are not checked: run creates
- * them). SF_OK when so; SF_ENOTFOUND or SF_EINVAL, not retriable, naming the
+ * them), and every step's partition_key naming one of them literally has as
+ * many parts as its key paths. SF_OK when so; SF_ENOTFOUND or SF_EINVAL, not retriable, naming the
  * first container that is not, the fix and `sagafeed init -c FILE`; a failed
  * request's own error otherwise (transient ones stay retriable). Any thread.
  */

@@ -16,6 +16,8 @@
 #include "common/sf_time.h"
 #include "feed/feed.h"
 #include "feed/feed_window.h"
+#include "processor/proc_admin.h"
+#include "processor/proc_change.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_pipeline.h"
 #include "processor/proc_progress.h"
@@ -32,9 +34,10 @@
 
 /* One source container and, for --range, that range's span (for parked items). */
 struct source {
-    const char *name; /* borrowed from the cfg */
-    int pk_version;   /* partitionKey.version: how its EPKs hash */
-    bool has_range;   /* --range: the container has it */
+    const char *name;  /* borrowed from the cfg */
+    int pk_version;    /* partitionKey.version: how its EPKs hash */
+    bool all_versions; /* read with all versions and deletes (a workflow asks for them) */
+    bool has_range;    /* --range: the container has it */
     char min[SF_EPK_V1_MAX + 1], max[SF_EPK_V1_MAX + 1];
 };
 
@@ -171,6 +174,35 @@ static enum sf_rc make_pipeline(struct replay *rp, struct sf_err *err)
     return proc_dispatch_start(rp->dispatch, err);
 }
 
+/*
+ * A container read with all versions and deletes replays only an LSN window:
+ * the mode starts from a continuation (an LSN within the container's
+ * changeFeedPolicy retention), never from the beginning or a point in time,
+ * which the service refuses (docs/azure-avad.md).
+ */
+static enum sf_rc avad_window_check(const struct replay *rp, const struct source *s,
+                                    struct sf_err *err)
+{
+    const struct proc_replay_opts *o = rp->o;
+
+    if (o->dry_run)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "container %s is read with all versions and deletes: --dry-run cannot "
+                          "plan sagas on changes yet (each change's saga lives on its carrier "
+                          "document); replay without --dry-run (every change's saga runs at most "
+                          "once, settled ones are passed over)",
+                          s->name);
+    if (o->from.kind == PROC_BOUND_LSN && o->to.kind != PROC_BOUND_TIME)
+        return SF_OK;
+    return sf_err_set(err, SF_EINVAL, false,
+                      "container %s is read with all versions and deletes (a workflow on it asks "
+                      "for deletes or expiries), which starts only from an LSN within the "
+                      "container's changeFeedPolicy retention: the service refuses a beginning "
+                      "or a point in time (400) and keeps no older history; replay it with "
+                      "--from lsn:N --to lsn:N|now (`sagafeed status` shows each range's LSN)",
+                      s->name);
+}
+
 /* The sources of the configuration, and for --range which of them have it and where. */
 static enum sf_rc make_sources(struct replay *rp, const char **names, size_t n, struct sf_err *err)
 {
@@ -191,6 +223,12 @@ static enum sf_rc make_sources(struct replay *rp, const char **names, size_t n, 
             break;
         }
         s->pk_version = ci.pk_version;
+        s->all_versions = proc_change_container(&rp->sub, s->name);
+        if (s->all_versions && (rc = avad_window_check(rp, s, err)) != SF_OK)
+            break;
+        /* A prefix of a hierarchical key is many logical partitions: refused, not replayed. */
+        if (o->pk_json != NULL && (rc = proc_pk_full_check(s->name, &ci, o->pk_json, err)) != SF_OK)
+            break;
         if (o->range == NULL)
             continue;
         rc = cosmos_pkranges_get(o->cli, o->cfg->cosmos.database, s->name, true, &ranges, err);
@@ -227,7 +265,8 @@ static struct feed_window window_of(const struct replay *rp, const struct source
                             .max_items = o->cfg->feed.max_items,
                             .to_lsn = o->to.kind == PROC_BOUND_LSN ? o->to.lsn : -1,
                             .to_now = o->to.kind == PROC_BOUND_NOW,
-                            .to_s = o->to.kind == PROC_BOUND_TIME ? bound_s(&o->to) : INT64_MAX};
+                            .to_s = o->to.kind == PROC_BOUND_TIME ? bound_s(&o->to) : INT64_MAX,
+                            .all_versions = s->all_versions};
 
     if (o->from.kind == PROC_BOUND_LSN) {
         w.from = FEED_WINDOW_FROM_LSN;
@@ -242,8 +281,16 @@ static struct feed_window window_of(const struct replay *rp, const struct source
 /* In the window and a saga candidate (sagafeed's own records never are). */
 static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_lsn)
 {
+    const json_t *image = doc;
+
+    /* An all-versions entry: the item is its current image, a delete's the previous one. */
+    if (rp->win.all_versions) {
+        image = json_object_get(doc, "current");
+        if (!json_is_object(image))
+            image = json_object_get(doc, "previous");
+    }
     return feed_window_classify(&rp->win, -1, doc, ret_lsn) == FEED_WINDOW_IN &&
-           json_is_object(doc) && !record_is_system(doc);
+           json_is_object(doc) && (image == NULL || !record_is_system(image));
 }
 
 /*
@@ -424,6 +471,20 @@ static void on_event(void *ctx, const struct feed_event *ev)
             fail_once(rp, ev->err, ev->lease_id);
         break;
     case FEED_EV_READ_ERROR:
+        /* All versions: a 400 is a start older than the retention; retrying cannot help. */
+        if (ev->err != NULL && rp->cur->all_versions && ev->err->http_status == 400) {
+            struct sf_err e = *ev->err;
+
+            sf_err_prefix(&e,
+                          "range %s: the all-versions feed refused the start (400): lsn %lld is "
+                          "older than the container's changeFeedPolicy retention, whose changes "
+                          "are gone; replay from a later --from lsn:N: ",
+                          ev->range, (long long)rp->o->from.lsn);
+            fail_once(rp, &e, rp->cur->name);
+        } else if (ev->err != NULL && !ev->err->retriable) {
+            fail_once(rp, ev->err, rp->cur->name);
+        }
+        break;
     case FEED_EV_LEASE_ERROR:
     case FEED_EV_CHECKPOINT_ERROR:
         /* feed/ retries what may pass; what cannot (a missing container, a bad key) ends it. */
