@@ -102,7 +102,7 @@ static const char USAGE_REPLAY[] =
     "--to lsn:N|now, without --dry-run.\n"
     "\n"
     "Progress goes to stderr: a bar updated in place on a terminal, else one line\n"
-    "every 10s and one as each container starts and ends: the percent of the\n"
+    "every 10s (--progress-every) and one as each container starts and ends: the percent of the\n"
     "window done and the ETA (the total is the window's LSNs, from each range's\n"
     "current LSN), items read and their rate, items in the window, dispatched,\n"
     "ranges done, elapsed.\n"
@@ -120,6 +120,8 @@ static const char USAGE_REPLAY[] =
     "                          compensate (a passed deadline), or park (each element's\n"
     "                          templates are rendered); write nothing\n"
     "      --instance NAME     owner name of the replay leases\n"
+    "      --progress-every D  off a terminal, a progress line every D (1s..1h,\n"
+    "                          default 10s)\n"
     "      --json              the final report as one JSON object on stdout (plan\n"
     "                          lines of --dry-run then go to stderr)\n"
     "      --log-level L       debug, info, warn (default), error\n";
@@ -687,6 +689,7 @@ int cli_replay(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
                                    CLI_OPT_STRING("workflow", 0, &ro.workflow),
                                    CLI_OPT_FLAG("dry-run", 0, &ro.dry_run),
                                    CLI_OPT_STRING("instance", 0, &ro.instance),
+                                   CLI_OPT_DURATION("progress-every", &ro.progress_every_ms),
                                    CLI_OPT_LEVEL("log-level", &level),
                                    CLI_OPT_FLAG("json", 0, &json),
                                    CLI_OPT_END};
@@ -705,6 +708,11 @@ int cli_replay(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
     if (proc_bound_parse(from, false, &ro.from, &err) != SF_OK ||
         proc_bound_parse(to, true, &ro.to, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed replay: %s\n", err.msg);
+        return 2;
+    }
+    if (ro.progress_every_ms != 0 &&
+        (ro.progress_every_ms < 1000 || ro.progress_every_ms > 3600000)) {
+        (void)fprintf(stderr, "sagafeed replay: bad --progress-every: wants 1s..1h\n");
         return 2;
     }
     (void)sf_log_level_parse(level, &lvl); /* checked by cli_opt_parse */

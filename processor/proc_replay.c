@@ -295,15 +295,16 @@ static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_l
 
 /*
  * The progress: a bar updated in place on a terminal, else one line every
- * PROC_REPLAY_LINE_EVERY_MS (a log), and one as each container starts and
+ * progress_every_ms (a log; --progress-every), and one as each container starts and
  * ends; both with the percent of the window's LSNs read and the ETA
  * (proc_progress.h), and the rate of items read.
  */
 static void progress(struct replay *rp, bool force)
 {
     FILE *p = rp->o->progress;
-    int64_t now = sf_mono_ms(),
-            every = rp->o->progress_lines ? PROC_REPLAY_LINE_EVERY_MS : PROGRESS_EVERY_MS;
+    int64_t now = sf_mono_ms(), every = !rp->o->progress_lines         ? PROGRESS_EVERY_MS
+                                        : rp->o->progress_every_ms > 0 ? rp->o->progress_every_ms
+                                                                       : PROC_REPLAY_LINE_EVERY_MS;
     uint64_t read = atomic_load(&rp->read);
     struct proc_progress_view v;
     char fig[128];

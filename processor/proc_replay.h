@@ -92,9 +92,10 @@ struct proc_replay_opts {
     const char *instance; /* owner of the replay leases; NULL: "replay-<host>-<pid>" */
     FILE *out;            /* plan lines (dry run) and notes */
     FILE *progress;       /* a progress line (\r-updated), NULL for none */
-    /* progress as one log line every PROC_REPLAY_LINE_EVERY_MS instead (not a terminal) */
+    /* progress as one log line every progress_every_ms instead (not a terminal) */
     bool progress_lines;
-    atomic_int *stop; /* set from a signal handler: stop after the current page */
+    int64_t progress_every_ms; /* <= 0: PROC_REPLAY_LINE_EVERY_MS */
+    atomic_int *stop;          /* set from a signal handler: stop after the current page */
 };
 
 #define PROC_REPLAY_LINE_EVERY_MS 10000

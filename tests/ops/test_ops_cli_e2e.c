@@ -24,7 +24,8 @@
  *                  a terminal prints progress as log lines (no \r, no bar)
  *                  that give the total to do - the window's LSNs, from each
  *                  range's current LSN - and the percent done: one as the
- *                  container starts (0%), one as it ends (100%)
+ *                  container starts (0%), one as it ends (100%); the
+ *                  interval's option refuses what is out of its bounds
  *   saga_show_lists_matching_workflows  two workflows on one container:
  *                  `saga show` lists only the one whose filter matches the
  *                  item, unless --workflow names the other
@@ -423,6 +424,24 @@ START_TEST(test_replay_progress_lines_show_total_and_percent)
                   total_end, errs);
     free(out);
     free(errs);
+    /* the lines' interval is an option with bounds */
+    {
+        const char *fast[] = {"replay",    "-c",   cfg,   "--from",
+                              "beginning", "--to", "now", "--progress-every",
+                              "500ms",     NULL};
+
+        status = e2e_run(harness_cosmolite_key(h), NULL, fast, &out, &errs);
+        ck_assert_msg(status == 2 && strstr(errs, "--progress-every: wants 1s..1h") != NULL,
+                      "exit %d: %s", status, errs);
+        free(out);
+        free(errs);
+        fast[8] = "1s";
+        status = e2e_run(harness_cosmolite_key(h), NULL, fast, &out, &errs);
+        ck_assert_msg(status == 0 && strstr(errs, "replay orders: 100% of ") != NULL, "exit %d: %s",
+                      status, errs);
+        free(out);
+        free(errs);
+    }
     cosmos_client_free(cli);
     harness_cosmolite_free(h);
 }
