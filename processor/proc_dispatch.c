@@ -31,7 +31,14 @@ struct task {
     enum task_kind kind;
     struct proc_item it; /* TASK_ITEM; it.pk_json points into park_key */
     bool acked;          /* it.ack ran (task_ack) */
-    char park_key[];     /* "<container>|<pk json>" */
+    /*
+     * An owned document (proc_dispatch_submit_owned): while the task waits,
+     * its compact JSON text (text; it.doc NULL), parsed back into owned
+     * when the task runs; or owned itself when the text could not be made.
+     */
+    char *text;
+    json_t *owned;
+    char park_key[]; /* "<container>|<pk json>" */
 };
 
 /* A feed range's handle: its lanes group (proc_dispatch_range_open). */
@@ -107,7 +114,11 @@ static void task_ack(struct task *t)
 
 static void task_free(struct task *t)
 {
-    free(t); /* the item's pointers are borrowed */
+    if (t == NULL)
+        return;
+    free(t->text);
+    json_decref(t->owned);
+    free(t); /* the item's other pointers are borrowed */
 }
 
 /* ---------------------------------------------------------------------------
@@ -610,6 +621,31 @@ out:
     json_decref(docs);
 }
 
+/*
+ * An owned document held as text becomes a document again as its task
+ * starts. Only memory can fail it: the item then stays unacknowledged (the
+ * next owner or run reads it again), as at a stop.
+ */
+static bool task_doc(struct task *t)
+{
+    json_error_t jerr;
+
+    if (t->text == NULL)
+        return true;
+    t->owned = json_loads(t->text, JSON_ALLOW_NUL, &jerr);
+    if (t->owned == NULL) {
+        sf_log_error("sagafeed",
+                     "item of key %s (lsn %lld) could not be parsed again (%s); it stays "
+                     "unacknowledged until the range is read again",
+                     t->park_key, (long long)t->it.lsn, jerr.text);
+        return false;
+    }
+    free(t->text);
+    t->text = NULL;
+    t->it.doc = t->owned;
+    return true;
+}
+
 static void handle_task(void *ctx, struct proc_task *pt)
 {
     struct proc_dispatch *d = ctx;
@@ -617,7 +653,7 @@ static void handle_task(void *ctx, struct proc_task *pt)
 
     if (t->kind == TASK_REPLAY)
         handle_replay(d, t);
-    else
+    else if (task_doc(t))
         handle_item(d, t);
     task_free(t);
 }
@@ -863,13 +899,31 @@ static enum sf_rc derive_pk(struct proc_dispatch *d, const struct proc_item *ite
     return rc;
 }
 
-enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item *item,
-                                struct sf_err *err)
+/*
+ * An owned document's cost while it waits, and the form it waits in: its
+ * compact text (a fifth to a seventh of the parsed document) when that can
+ * be made, else the document.
+ */
+static size_t task_hold(struct task *t, json_t *doc)
+{
+    t->text = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (t->text == NULL) {
+        t->owned = doc;
+        t->it.doc = doc;
+        return doc_bytes(doc, 0);
+    }
+    json_decref(doc);
+    t->it.doc = NULL;
+    return strlen(t->text) + 32; /* the allocator's overhead */
+}
+
+static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, bool owned,
+                         struct sf_err *err)
 {
     struct task *t = NULL;
     struct sf_buf derived;
     const char *pk_json = item->pk_json;
-    size_t nc, np, held;
+    size_t nc, np, held = 0;
     enum sf_rc rc = SF_OK;
 
     /*
@@ -880,6 +934,8 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
      */
     if (record_is_system(item->doc)) {
         settle_system(d, item);
+        if (owned)
+            json_decref((json_t *)item->doc);
         return SF_OK;
     }
     sf_buf_init(&derived, PROC_PARK_KEY_MAX);
@@ -889,8 +945,9 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
     }
     nc = strlen(item->container);
     np = rc == SF_OK ? strlen(pk_json) : 0;
-    /* the queue's bound is in bytes: the document is held (borrowed) until the ack */
-    held = doc_bytes(item->doc, 0);
+    /* the queue's bound is in bytes: a borrowed document is held (by the feed) until the ack */
+    if (!owned)
+        held = doc_bytes(item->doc, 0);
     if (rc == SF_OK && nc + 1 + np >= PROC_PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
     if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
@@ -905,6 +962,10 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
         if (t->it.ack == NULL)
             t->it.ack = noop_ack;
         t->base.group = item->range != NULL ? item->range->group : 0;
+        if (owned) {
+            held = task_hold(t, (json_t *)item->doc);
+            owned = false; /* the task has it now */
+        }
         t->base.size = sizeof(*t) + nc + 1 + np + held;
         rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, nc + 1 + np),
                                &t->base, -1);
@@ -913,12 +974,26 @@ enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item 
                              rc == SF_ENOMEM ? "out of memory" : "the dispatcher is stopping");
     }
     sf_buf_release(&derived);
+    if (owned)
+        json_decref((json_t *)item->doc);
     if (rc != SF_OK) {
         task_free(t);
         return rc;
     }
     stat_add(d, ST_ITEMS, 1);
     return SF_OK;
+}
+
+enum sf_rc proc_dispatch_submit(struct proc_dispatch *d, const struct proc_item *item,
+                                struct sf_err *err)
+{
+    return submit(d, item, false, err);
+}
+
+enum sf_rc proc_dispatch_submit_owned(struct proc_dispatch *d, const struct proc_item *item,
+                                      struct sf_err *err)
+{
+    return submit(d, item, true, err);
 }
 
 bool proc_dispatch_wants(void *ctx)

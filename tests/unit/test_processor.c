@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "common/sf_auth.h"
@@ -1182,6 +1183,149 @@ START_TEST(test_system_document_skipped_once_counted_once)
 }
 END_TEST
 
+/* What the owned-document test saw: each result's document against the one submitted. */
+struct owned_seen {
+    atomic_int acks, results, same;
+    json_t *want[3]; /* by the id's last digit */
+};
+
+static void owned_ack(void *ctx)
+{
+    atomic_fetch_add(&((struct owned_seen *)ctx)->acks, 1);
+}
+
+static void owned_result(void *ctx, const struct proc_item *it, const struct proc_result *res,
+                         unsigned attempts, bool parked)
+{
+    struct owned_seen *seen = ctx;
+    const char *id = sf_json_str(it->doc, "id");
+
+    SF_UNUSED(attempts);
+    SF_UNUSED(parked);
+    atomic_fetch_add(&seen->results, 1);
+    if (id != NULL && strncmp(id, "b-", 2) == 0 && id[2] >= '0' && id[2] <= '2' &&
+        json_equal(it->doc, seen->want[id[2] - '0']) && strcmp(res->saga_id, id) == 0 &&
+        strcmp(res->state, "cancelled") == 0)
+        atomic_fetch_add(&seen->same, 1);
+}
+
+static json_t *owned_doc(int n)
+{
+    char id[8];
+
+    (void)snprintf(id, sizeof(id), "b-%d", n);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:I, s:[{s:s, s:i}, {s:s, s:n}]}", "id", id,
+                     "status", "cancelled", "buyer", "u-1", "show", "s-9", "note",
+                     "caf\xc3\xa9 \"quoted\" \\ tab\t", "ratio", 0.1, "big",
+                     (json_int_t)9007199254740993LL, "seats", "seat", "A1", "price", 10, "seat",
+                     "A2", "price");
+}
+
+/*
+ * A document handed over (proc_dispatch_submit_owned, as the feed's pipeline
+ * does) waits in the queue as its compact text: the dispatcher lets go of the
+ * parsed document at submit, counts the text against queue_bytes (less than
+ * a borrowed document's estimate, which the feed keeps parsed), and the
+ * engine gets the same document back when the item runs.
+ */
+START_TEST(test_dispatch_owned_documents_wait_as_text)
+{
+    struct seats s;
+    struct proc_dispatch *disp = NULL;
+    struct cosmos_client *cli = NULL;
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct proc_lanes_load ld;
+    struct owned_seen seen;
+    struct sf_err err;
+    json_t *keep[3];
+    size_t owned_bytes, text_len;
+    char *text;
+
+    atomic_init(&seen.acks, 0);
+    atomic_init(&seen.results, 0);
+    atomic_init(&seen.same, 0);
+    for (int i = 0; i < 3; i++) {
+        keep[i] = owned_doc(i);
+        ck_assert_ptr_nonnull(keep[i]);
+        seen.want[i] = owned_doc(i);
+    }
+    sf_err_clear(&err);
+    seats_open(&s);
+    /* terminal documents: the engine settles them without a request */
+    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
+    ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
+                                                                    .cli = cli,
+                                                                    .db = "db",
+                                                                    .parking_container = "parked",
+                                                                    .lanes = 4,
+                                                                    .workers = 2,
+                                                                    .queue_limit = 16,
+                                                                    .queue_bytes = 1u << 20,
+                                                                    .max_attempts = 3,
+                                                                    .on_result = owned_result,
+                                                                    .result_ctx = &seen},
+                                       &disp, &err),
+                     SF_OK);
+    proc_dispatch_pause(disp, true); /* the first item's worker waits at the gate */
+    for (int i = 0; i < 2; i++) {
+        json_incref(keep[i]); /* this reference is handed over */
+        ck_assert_int_eq(proc_dispatch_submit_owned(disp,
+                                                    &(struct proc_item){.container = "bookings",
+                                                                        .doc = keep[i],
+                                                                        .pk_json = "[\"u-1\"]",
+                                                                        .pk_path = "/buyer",
+                                                                        .lsn = 7 + i,
+                                                                        .epoch = 1,
+                                                                        .ack = owned_ack,
+                                                                        .ack_ctx = &seen},
+                                                    &err),
+                         SF_OK);
+        /* held as text: the dispatcher keeps no reference to the parsed document */
+        ck_assert_uint_eq(keep[i]->refcount, 1);
+        if (i == 0) {
+            /* b-0 leaves the queue for a worker, which waits at the gate (paused) */
+            for (proc_dispatch_load(disp, &ld); ld.queued != 0; proc_dispatch_load(disp, &ld))
+                sched_yield();
+        }
+    }
+    proc_dispatch_load(disp, &ld);
+    ck_assert_uint_eq(ld.queued, 1); /* b-1, behind b-0 of the same key */
+    owned_bytes = ld.queued_bytes;
+    text = json_dumps(keep[1], JSON_COMPACT);
+    ck_assert_ptr_nonnull(text);
+    text_len = strlen(text);
+    free(text);
+    ck_assert_uint_ge(owned_bytes, text_len);
+    /* the same document borrowed (the feed keeps it parsed): counted at its estimate */
+    ck_assert_int_eq(proc_dispatch_submit(disp,
+                                          &(struct proc_item){.container = "bookings",
+                                                              .doc = keep[2],
+                                                              .pk_json = "[\"u-1\"]",
+                                                              .pk_path = "/buyer",
+                                                              .lsn = 9,
+                                                              .epoch = 1,
+                                                              .ack = owned_ack,
+                                                              .ack_ctx = &seen},
+                                          &err),
+                     SF_OK);
+    proc_dispatch_load(disp, &ld);
+    ck_assert_uint_eq(ld.queued, 2);
+    ck_assert_uint_lt(owned_bytes, ld.queued_bytes - owned_bytes);
+    proc_dispatch_pause(disp, false);
+    ck_assert_int_eq(proc_dispatch_drain(disp, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&seen.acks), 3);
+    ck_assert_int_eq(atomic_load(&seen.results), 3);
+    ck_assert_int_eq(atomic_load(&seen.same), 3); /* each ran on the document submitted */
+    proc_dispatch_free(disp);
+    for (int i = 0; i < 3; i++) {
+        json_decref(keep[i]);
+        json_decref(seen.want[i]);
+    }
+    cosmos_client_free(cli);
+    seats_close(&s);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * saga show: events in the order the saga emitted them
  */
@@ -1802,6 +1946,7 @@ int main(void)
     tc = tcase_create("plan");
     tcase_add_test(tc, test_plan_reports_park_of_failing_template);
     tcase_add_test(tc, test_system_document_skipped_once_counted_once);
+    tcase_add_test(tc, test_dispatch_owned_documents_wait_as_text);
     suite_add_tcase(s, tc);
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
