@@ -900,6 +900,31 @@ static enum sf_rc derive_pk(struct proc_dispatch *d, const struct proc_item *ite
 }
 
 /*
+ * Settles on the calling thread an item the engine settles without a request
+ * (proc_engine_settle: a settled saga's later version, a document no workflow
+ * takes), as the lane would later: such an item does nothing whenever it
+ * runs, so queueing it behind its key would only cost a place, a thread
+ * hand-off and (owned) a copy. Not while paused (no engine call starts) or
+ * stopping, nor for a blocked key (its items wait behind the parked one,
+ * durably). false: it goes to its lane.
+ */
+static bool settle_now(struct proc_dispatch *d, const struct proc_item *item, const char *park_key)
+{
+    struct proc_result res;
+
+    if (atomic_load(&d->paused) || atomic_load(&d->stopping) ||
+        proc_dispatch_blocked(d, park_key) || !proc_engine_settle(d->o.engine, item, &res))
+        return false;
+    stat_add(d, ST_ITEMS, 1);
+    count_outcome(d, &res);
+    if (d->o.on_result != NULL)
+        d->o.on_result(d->o.result_ctx, item, &res, 1, false);
+    if (item->ack != NULL)
+        item->ack(item->ack_ctx);
+    return true;
+}
+
+/*
  * An owned document's cost while it waits, and the form it waits in: its
  * compact text (a fifth to a seventh of the parsed document) when that can
  * be made, else the document.
@@ -956,6 +981,13 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
         memcpy(t->park_key, item->container, nc);
         t->park_key[nc] = '|';
         memcpy(t->park_key + nc + 1, pk_json, np + 1);
+        if (settle_now(d, item, t->park_key)) {
+            task_free(t);
+            sf_buf_release(&derived);
+            if (owned)
+                json_decref((json_t *)item->doc);
+            return SF_OK;
+        }
         t->it = *item;
         t->it.pk_json = t->park_key + nc + 1;
         t->it.pk_path = item->pk_json != NULL ? item->pk_path : NULL;

@@ -1326,6 +1326,140 @@ START_TEST(test_dispatch_owned_documents_wait_as_text)
 }
 END_TEST
 
+/* proc_engine_settle on one document (JSON text) of container, key carried or not. */
+static bool settles(struct seats *s, const char *container, const char *text, bool carried,
+                    struct proc_result *res)
+{
+    json_t *doc = json_loads(text, 0, NULL);
+    bool r;
+
+    ck_assert_ptr_nonnull(doc);
+    r = proc_engine_settle(s->e,
+                           &(struct proc_item){.container = container,
+                                               .doc = doc,
+                                               .pk_json = carried ? "[\"u-1\"]" : NULL,
+                                               .pk_path = carried ? "/buyer" : NULL,
+                                               .lsn = 3,
+                                               .epoch = 1},
+                           res);
+    json_decref(doc);
+    return r;
+}
+
+/*
+ * What needs no request is settled without one (the engine has no client
+ * here: anything else would fail): a settled saga's version and a document
+ * no workflow takes; a saga with a step to run needs its re-read first.
+ */
+START_TEST(test_engine_settles_what_needs_no_request)
+{
+    struct seats s;
+    struct proc_result res;
+
+    seats_open(&s);
+    ck_assert(settles(&s, "bookings",
+                      "{\"id\":\"b-1\",\"status\":\"cancelled\",\"buyer\":\"u-1\",\"show\":\"s\"}",
+                      true, &res));
+    ck_assert_int_eq(res.outcome, PROC_FAILED); /* its failed state, settled before */
+    ck_assert_str_eq(res.state, "cancelled");
+    ck_assert_str_eq(res.saga_id, "b-1");
+    ck_assert(!res.settled_now);
+    /* the key from the catalog is not needed to see it is settled */
+    ck_assert(settles(&s, "bookings",
+                      "{\"id\":\"b-1\",\"status\":\"cancelled\",\"buyer\":\"u-1\",\"show\":\"s\"}",
+                      false, &res));
+    ck_assert(settles(&s, "elsewhere", "{\"id\":\"x-1\",\"status\":\"requested\"}", true, &res));
+    ck_assert_int_eq(res.outcome, PROC_SKIPPED);
+    /* a step to run: the re-read comes first, so not here */
+    ck_assert(!settles(&s, "bookings",
+                       "{\"id\":\"b-2\",\"status\":\"requested\",\"buyer\":\"u-1\",\"show\":"
+                       "\"s\",\"seats\":[{\"seat\":\"A1\",\"price\":1}]}",
+                       true, &res));
+    ck_assert(!settles(&s, "bookings",
+                       "{\"id\":\"b-2\",\"status\":\"requested\",\"buyer\":\"u-1\",\"show\":"
+                       "\"s\",\"seats\":[{\"seat\":\"A1\",\"price\":1}]}",
+                       false, &res));
+    seats_close(&s);
+}
+END_TEST
+
+/*
+ * A settled saga's later version is settled as it is submitted, on the
+ * submitting thread (acked before submit returns, counted once as skipped),
+ * not queued behind its key; while paused it queues as before.
+ */
+START_TEST(test_dispatch_settles_settled_items_at_submit)
+{
+    struct seats s;
+    struct proc_dispatch *disp = NULL;
+    struct cosmos_client *cli = NULL;
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct proc_lanes_load ld;
+    struct proc_stats st;
+    struct owned_seen seen;
+    struct sf_err err;
+    json_t *doc = owned_doc(0);
+
+    ck_assert_ptr_nonnull(doc);
+    atomic_init(&seen.acks, 0);
+    atomic_init(&seen.results, 0);
+    atomic_init(&seen.same, 0);
+    for (int i = 0; i < 3; i++)
+        seen.want[i] = owned_doc(i);
+    sf_err_clear(&err);
+    seats_open(&s);
+    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
+    ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
+                                                                    .cli = cli,
+                                                                    .db = "db",
+                                                                    .parking_container = "parked",
+                                                                    .lanes = 4,
+                                                                    .workers = 2,
+                                                                    .queue_limit = 16,
+                                                                    .queue_bytes = 1u << 20,
+                                                                    .max_attempts = 3,
+                                                                    .on_result = owned_result,
+                                                                    .result_ctx = &seen},
+                                       &disp, &err),
+                     SF_OK);
+    for (int paused = 0; paused < 2; paused++) {
+        proc_dispatch_pause(disp, paused == 1);
+        ck_assert_int_eq(proc_dispatch_submit(disp,
+                                              &(struct proc_item){.container = "bookings",
+                                                                  .doc = doc,
+                                                                  .pk_json = "[\"u-1\"]",
+                                                                  .pk_path = "/buyer",
+                                                                  .lsn = 7,
+                                                                  .epoch = 1,
+                                                                  .ack = owned_ack,
+                                                                  .ack_ctx = &seen},
+                                              &err),
+                         SF_OK);
+        proc_dispatch_load(disp, &ld);
+        if (paused == 0) {
+            /* settled before submit returned: nothing queued */
+            ck_assert_int_eq(atomic_load(&seen.acks), 1);
+            ck_assert_int_eq(atomic_load(&seen.results), 1);
+            ck_assert_uint_eq(ld.queued, 0);
+        }
+    }
+    proc_dispatch_pause(disp, false);
+    ck_assert_int_eq(proc_dispatch_drain(disp, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&seen.acks), 2);
+    ck_assert_int_eq(atomic_load(&seen.same), 2); /* the document as submitted, both ways */
+    proc_dispatch_stats(disp, &st);
+    ck_assert_uint_eq(st.items, 2);
+    ck_assert_uint_eq(st.skipped, 2);
+    ck_assert_uint_eq(st.completed + st.failed + st.parked + st.waiting + st.retries, 0);
+    proc_dispatch_free(disp);
+    json_decref(doc);
+    for (int i = 0; i < 3; i++)
+        json_decref(seen.want[i]);
+    cosmos_client_free(cli);
+    seats_close(&s);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * saga show: events in the order the saga emitted them
  */
@@ -1947,6 +2081,8 @@ int main(void)
     tcase_add_test(tc, test_plan_reports_park_of_failing_template);
     tcase_add_test(tc, test_system_document_skipped_once_counted_once);
     tcase_add_test(tc, test_dispatch_owned_documents_wait_as_text);
+    tcase_add_test(tc, test_engine_settles_what_needs_no_request);
+    tcase_add_test(tc, test_dispatch_settles_settled_items_at_submit);
     suite_add_tcase(s, tc);
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
