@@ -900,19 +900,23 @@ static enum sf_rc derive_pk(struct proc_dispatch *d, const struct proc_item *ite
 }
 
 /*
- * Settles on the calling thread an item the engine settles without a request
- * (proc_engine_settle: a settled saga's later version, a document no workflow
- * takes), as the lane would later: such an item does nothing whenever it
- * runs, so queueing it behind its key would only cost a place, a thread
- * hand-off and (owned) a copy. Not while paused (no engine call starts) or
+ * Settles on the calling thread an item of an idle key that the engine
+ * settles without a request (proc_engine_settle: a settled saga's later
+ * version, a document no workflow takes), as its lane would have next: it
+ * would do nothing there, so the lane would only cost a thread hand-off and
+ * (owned) a copy. Only when its key has nothing queued or running, so the
+ * key's items still settle in feed order (the reader is the only submitter
+ * of its range's keys); not while paused (no engine call starts) or
  * stopping, nor for a blocked key (its items wait behind the parked one,
  * durably). false: it goes to its lane.
  */
-static bool settle_now(struct proc_dispatch *d, const struct proc_item *item, const char *park_key)
+static bool settle_now(struct proc_dispatch *d, const struct proc_item *item, const char *park_key,
+                       size_t key_len)
 {
     struct proc_result res;
 
     if (atomic_load(&d->paused) || atomic_load(&d->stopping) ||
+        !proc_lanes_idle(d->lanes, proc_lanes_of(d->lanes, park_key, key_len)) ||
         proc_dispatch_blocked(d, park_key) || !proc_engine_settle(d->o.engine, item, &res))
         return false;
     stat_add(d, ST_ITEMS, 1);
@@ -981,7 +985,7 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
         memcpy(t->park_key, item->container, nc);
         t->park_key[nc] = '|';
         memcpy(t->park_key + nc + 1, pk_json, np + 1);
-        if (settle_now(d, item, t->park_key)) {
+        if (settle_now(d, item, t->park_key, nc + 1 + np)) {
             task_free(t);
             sf_buf_release(&derived);
             if (owned)

@@ -477,6 +477,17 @@ uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len)
     return h[0];
 }
 
+bool proc_lanes_idle(struct proc_lanes *l, uint64_t lane)
+{
+    const struct lane *ln;
+
+    pthread_mutex_lock(&l->mu);
+    for (ln = l->table[lane % l->n_lanes]; ln != NULL && ln->key != lane; ln = ln->chain)
+        ;
+    pthread_mutex_unlock(&l->mu);
+    return ln == NULL; /* a lane exists while it has work (lane_drop) */
+}
+
 enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_task *t,
                              int64_t wait_ms)
 {

@@ -1326,6 +1326,56 @@ START_TEST(test_dispatch_owned_documents_wait_as_text)
 }
 END_TEST
 
+/* A task that runs until released: a lane busy for as long as the test wants. */
+struct hold {
+    atomic_int started;
+    atomic_bool release;
+};
+
+static void hold_handle(void *ctx, struct proc_task *t)
+{
+    struct hold *h = ctx;
+
+    atomic_fetch_add(&h->started, 1);
+    while (!atomic_load(&h->release))
+        sched_yield();
+    free(t);
+}
+
+static void hold_drop(void *ctx, struct proc_task *t)
+{
+    SF_UNUSED(ctx);
+    free(t);
+}
+
+/* A lane is idle while nothing of its key is queued or running (settle at submit relies on it). */
+START_TEST(test_lanes_idle_while_nothing_of_the_key_waits_or_runs)
+{
+    struct proc_lanes *l = NULL;
+    struct hold h;
+    struct sf_err err;
+
+    atomic_init(&h.started, 0);
+    atomic_init(&h.release, false);
+    ck_assert_int_eq(proc_lanes_new(8, 2, 100, hold_handle, &h, &l, &err), SF_OK);
+    ck_assert(proc_lanes_idle(l, 7));
+    for (int i = 0; i < 2; i++) {
+        struct proc_task *t = calloc(1, sizeof(*t));
+
+        ck_assert_ptr_nonnull(t);
+        ck_assert_int_eq(proc_lanes_submit(l, 7, t, -1), SF_OK);
+    }
+    while (atomic_load(&h.started) == 0)
+        sched_yield();
+    ck_assert(!proc_lanes_idle(l, 7)); /* one running, one queued */
+    ck_assert(proc_lanes_idle(l, 15)); /* another key, even in the same table bucket */
+    atomic_store(&h.release, true);
+    ck_assert_int_eq(proc_lanes_drain(l, 30000), SF_OK);
+    ck_assert(proc_lanes_idle(l, 7));
+    proc_lanes_free(l, hold_drop, NULL);
+}
+END_TEST
+
 /* proc_engine_settle on one document (JSON text) of container, key carried or not. */
 static bool settles(struct seats *s, const char *container, const char *text, bool carried,
                     struct proc_result *res)
@@ -2083,6 +2133,7 @@ int main(void)
     tcase_add_test(tc, test_dispatch_owned_documents_wait_as_text);
     tcase_add_test(tc, test_engine_settles_what_needs_no_request);
     tcase_add_test(tc, test_dispatch_settles_settled_items_at_submit);
+    tcase_add_test(tc, test_lanes_idle_while_nothing_of_the_key_waits_or_runs);
     suite_add_tcase(s, tc);
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
