@@ -1376,6 +1376,81 @@ START_TEST(test_lanes_idle_while_nothing_of_the_key_waits_or_runs)
 }
 END_TEST
 
+/* A task of a lane; the first one (lane 0) holds the only worker until released. */
+struct lq_task {
+    struct proc_task base;
+    uint64_t lane;
+};
+
+struct lq_seen {
+    struct hold hold;
+    atomic_int n;
+    uint64_t order[16];
+};
+
+static void lq_handle(void *ctx, struct proc_task *pt)
+{
+    struct lq_seen *s = ctx;
+    struct lq_task *t = (struct lq_task *)pt;
+    int i = atomic_fetch_add(&s->n, 1);
+
+    if (i < 16)
+        s->order[i] = t->lane;
+    if (t->lane == 0) {
+        atomic_fetch_add(&s->hold.started, 1);
+        while (!atomic_load(&s->hold.release))
+            sched_yield();
+    }
+    free(t);
+}
+
+/*
+ * With more ready keys than slots, the key with the most items waiting runs
+ * first (FIFO among equals): a backlog's longest key is its critical path.
+ * One worker; lane 0 holds it while lanes 2 (1 item), 3 (3 items) and 4
+ * (2 items) queue.
+ */
+START_TEST(test_lanes_longest_key_runs_first)
+{
+    static const uint64_t lanes[] = {2, 3, 3, 3, 4, 4};
+    struct proc_lanes *l = NULL;
+    struct lq_seen s = {0};
+    struct lq_task *t;
+    struct sf_err err;
+
+    atomic_init(&s.hold.started, 0);
+    atomic_init(&s.hold.release, false);
+    atomic_init(&s.n, 0);
+    ck_assert_int_eq(proc_lanes_new(8, 1, 100, lq_handle, &s, &l, &err), SF_OK);
+    t = calloc(1, sizeof(*t));
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(proc_lanes_submit(l, 0, &t->base, -1), SF_OK);
+    while (atomic_load(&s.hold.started) == 0)
+        sched_yield();
+    for (size_t i = 0; i < sizeof(lanes) / sizeof(lanes[0]); i++) {
+        t = calloc(1, sizeof(*t));
+        ck_assert_ptr_nonnull(t);
+        t->lane = lanes[i];
+        ck_assert_int_eq(proc_lanes_submit(l, lanes[i], &t->base, -1), SF_OK);
+    }
+    atomic_store(&s.hold.release, true);
+    ck_assert_int_eq(proc_lanes_drain(l, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&s.n), 7);
+    /*
+     * 3 (3 waiting), then 4 and 3 (2 each; 4 listed first), then all have one:
+     * in the order they became ready again (2, 4, 3).
+     */
+    {
+        static const uint64_t want[] = {0, 3, 4, 3, 2, 4, 3};
+
+        for (size_t i = 0; i < 7; i++)
+            ck_assert_msg(s.order[i] == want[i], "run %zu: lane %llu, want %llu", i,
+                          (unsigned long long)s.order[i], (unsigned long long)want[i]);
+    }
+    proc_lanes_free(l, hold_drop, NULL);
+}
+END_TEST
+
 /* proc_engine_settle on one document (JSON text) of container, key carried or not. */
 static bool settles(struct seats *s, const char *container, const char *text, bool carried,
                     struct proc_result *res)
@@ -2134,6 +2209,7 @@ int main(void)
     tcase_add_test(tc, test_engine_settles_what_needs_no_request);
     tcase_add_test(tc, test_dispatch_settles_settled_items_at_submit);
     tcase_add_test(tc, test_lanes_idle_while_nothing_of_the_key_waits_or_runs);
+    tcase_add_test(tc, test_lanes_longest_key_runs_first);
     suite_add_tcase(s, tc);
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
