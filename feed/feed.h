@@ -299,6 +299,15 @@ void feed_processor_pause(struct feed_processor *p, bool paused);
 
 /* The document (with _lsn, _ts, _etag). Borrowed until the ack; json_incref to keep it. */
 const json_t *feed_item_doc(const struct feed_item *it);
+/*
+ * Hands the item's reference to its document over to the caller, who
+ * json_decrefs it; feed_item_doc then answers NULL. The item itself stays
+ * the feed's until the ack (checkpoints are unchanged): a consumer that
+ * holds many items before acting on them keeps the document in a smaller
+ * form of its own meanwhile (proc_dispatch_submit_owned). Call it on the
+ * thread the item was delivered on.
+ */
+json_t *feed_item_take_doc(struct feed_item *it);
 /* The lease token (partition key range id) it came from. Borrowed until the ack. */
 const char *feed_item_range(const struct feed_item *it);
 /* The handle feed_options.range_open gave its range (NULL without range_open). */

@@ -77,6 +77,14 @@ const json_t *feed_item_doc(const struct feed_item *it)
     return it->doc;
 }
 
+json_t *feed_item_take_doc(struct feed_item *it)
+{
+    json_t *doc = it->doc;
+
+    it->doc = NULL;
+    return doc;
+}
+
 const char *feed_item_range(const struct feed_item *it)
 {
     return it->r->token;

@@ -1819,10 +1819,15 @@ out:
     return ok;
 }
 
-void proc_engine_process(const struct proc_engine *e, const struct proc_item *it,
-                         struct proc_result *res)
+/*
+ * proc_engine_process; settle_only stops before the first request (and before
+ * anything that would park) and answers whether the item got its result
+ * without one. Without settle_only always true.
+ */
+static bool process(const struct proc_engine *e, const struct proc_item *it,
+                    struct proc_result *res, bool settle_only)
 {
-    bool failed = false;
+    bool failed = false, done = true;
 
     struct run r;
     struct sf_err err;
@@ -1837,12 +1842,20 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
     /* sagafeed's own records never get here: the dispatcher settled them (record_is_system) */
     if (proc_change_is_entry(it->doc)) {
         /* A change of the all-versions feed: its saga lives on a carrier (proc_change.h). */
+        if (settle_only) {
+            done = false;
+            goto out;
+        }
         if (!change_carrier(&r))
             goto out;
     } else {
         if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
             goto out;
         /* A document some saga may be waiting for: wake it first (its own lane runs it). */
+        if (e->cli != NULL && awaited(e, it->container) && settle_only) {
+            done = false;
+            goto out;
+        }
         if (e->cli != NULL && awaited(e, it->container) && !wake_waiters(&r))
             goto out;
         if (!select_workflow(&r, it->doc))
@@ -1869,6 +1882,10 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
     (void)snprintf(res->saga_id, sizeof(res->saga_id), "%s", r.saga_id);
     if (terminal(&r, state))
         goto out; /* settled sagas cost no I/O */
+    if (settle_only && (it->pk_json == NULL || it->pk_path == NULL || run_pk(&r, &err) != SF_OK)) {
+        done = false; /* a key from the catalog may cost a read; a failure parks or retries */
+        goto out;
+    }
     if (run_pk(&r, &err) != SF_OK) {
         set_error(&r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "partition key");
         goto out;
@@ -1889,14 +1906,33 @@ void proc_engine_process(const struct proc_engine *e, const struct proc_item *it
         res->outcome = failed ? PROC_FAILED : PROC_COMPLETED;
         goto out;
     }
+    if (settle_only) {
+        done = false;
+        goto out;
+    }
     if (!reread(&r))
         goto out;
     advance(&r);
     if (res->outcome == PROC_COMPLETED || res->outcome == PROC_FAILED)
         settled_put(&r, res->outcome == PROC_FAILED);
 out:
+    if (settle_only && (res->outcome == PROC_PARK || res->outcome == PROC_RETRY))
+        done = false; /* parking and retries are the lane's */
     json_decref(env);
     run_release(&r);
+    return done;
+}
+
+void proc_engine_process(const struct proc_engine *e, const struct proc_item *it,
+                         struct proc_result *res)
+{
+    (void)process(e, it, res, false);
+}
+
+bool proc_engine_settle(const struct proc_engine *e, const struct proc_item *it,
+                        struct proc_result *res)
+{
+    return process(e, it, res, true);
 }
 
 /* ---------------------------------------------------------------------------

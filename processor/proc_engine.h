@@ -216,6 +216,19 @@ struct proc_result {
 void proc_engine_process(const struct proc_engine *e, const struct proc_item *it,
                          struct proc_result *res);
 
+/*
+ * proc_engine_process for an item that needs no request: true when it got
+ * its result (res, as proc_engine_process would fill it) without one - not a
+ * saga item, no workflow or no saga state, a settled state, or a saga this
+ * engine settled (an intermediate version coming back on the feed). false
+ * (res meaningless) when it needs the server: a re-read, a wake of waiting
+ * sagas (an awaited container), a carrier, a key from the catalog, parking.
+ * Such items do nothing whenever they run, so the dispatcher settles them
+ * as they are submitted instead of queueing them behind their key.
+ */
+bool proc_engine_settle(const struct proc_engine *e, const struct proc_item *it,
+                        struct proc_result *res);
+
 /* What proc_engine_plan found (replay --dry-run). */
 enum proc_plan_kind {
     PROC_PLAN_NONE = 0,   /* not a saga item, no workflow matches, or a state nothing acts on */

@@ -61,6 +61,7 @@ struct lane {
     struct lane *chain; /* the next lane of its table bucket */
     struct proc_task *head, *tail;
     struct lane *next; /* the next lane of its group's ready list */
+    size_t queued;     /* its tasks waiting */
     bool busy;         /* a worker runs one of its tasks */
     bool ready;        /* in its head task's group's ready list */
 };
@@ -159,13 +160,30 @@ static void ready_push(struct proc_lanes *l, struct lane *ln)
     ln->ready = true;
 }
 
+/*
+ * Takes g's ready lane with the most tasks waiting (the first listed of
+ * those: FIFO among equals, so keys with one item each keep feed order).
+ * With a backlog and fewer slots than ready keys, the keys with the longest
+ * queues are its critical path (a key runs one item at a time): taken in
+ * turn with the short ones, they would be left to run last, one slot each,
+ * while the other slots idle. A key still holds one slot at most, so the
+ * others are never shut out.
+ */
 static struct lane *ready_pop(struct proc_lanes *l, struct group *g)
 {
-    struct lane *ln = g->ready_head;
+    struct lane *ln = g->ready_head, *best_prev = NULL;
 
-    g->ready_head = ln->next;
-    if (g->ready_head == NULL)
-        g->ready_tail = NULL;
+    for (struct lane *c = ln->next, *p = ln; c != NULL; p = c, c = c->next)
+        if (c->queued > ln->queued) {
+            ln = c;
+            best_prev = p;
+        }
+    if (best_prev == NULL)
+        g->ready_head = ln->next;
+    else
+        best_prev->next = ln->next;
+    if (g->ready_tail == ln)
+        g->ready_tail = best_prev;
     g->n_ready--;
     l->n_ready--;
     ln->ready = false;
@@ -322,6 +340,7 @@ static void *worker_main(void *arg)
         ln = ready_pop(l, g);
         t = ln->head;
         ln->head = t->next;
+        ln->queued--;
         if (ln->head == NULL)
             ln->tail = NULL;
         t->next = NULL;
@@ -477,6 +496,17 @@ uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len)
     return h[0];
 }
 
+bool proc_lanes_idle(struct proc_lanes *l, uint64_t lane)
+{
+    const struct lane *ln;
+
+    pthread_mutex_lock(&l->mu);
+    for (ln = l->table[lane % l->n_lanes]; ln != NULL && ln->key != lane; ln = ln->chain)
+        ;
+    pthread_mutex_unlock(&l->mu);
+    return ln == NULL; /* a lane exists while it has work (lane_drop) */
+}
+
 enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_task *t,
                              int64_t wait_ms)
 {
@@ -506,6 +536,7 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
         return SF_ENOMEM;
     }
     t->next = NULL;
+    ln->queued++;
     if (ln->tail != NULL)
         ln->tail->next = t;
     else

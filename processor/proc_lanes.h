@@ -122,6 +122,12 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
 uint64_t proc_lanes_of(const struct proc_lanes *l, const void *key, size_t len);
 
 /*
+ * Whether lane has no task queued and none running: a task submitted now
+ * would be the next of its key to run. Any thread.
+ */
+bool proc_lanes_idle(struct proc_lanes *l, uint64_t lane);
+
+/*
  * From a task's handler, on its worker thread: the task waits for
  * something that more tasks in flight do not slow down (its container
  * range's RU budget) and gives its slot back (parked true), or takes it

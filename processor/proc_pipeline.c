@@ -78,7 +78,9 @@ static void on_item(void *ctx, struct feed_item *it)
         return;
     }
     sf_err_clear(&err);
-    if (proc_dispatch_submit(f->pl->dispatch, &item, &err) == SF_OK) {
+    /* The dispatcher holds queued documents compactly: the read-ahead reaches more keys. */
+    item.doc = feed_item_take_doc(it);
+    if (proc_dispatch_submit_owned(f->pl->dispatch, &item, &err) == SF_OK) {
         atomic_fetch_add(&f->pl->submitted, 1);
         return;
     }

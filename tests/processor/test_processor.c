@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "cli/cli.h"
@@ -1085,6 +1086,413 @@ START_TEST(test_plan_reports_park_of_failing_template)
 END_TEST
 
 /* ---------------------------------------------------------------------------
+ * the dispatcher and lanes with a backlog: documents held as text, settling at submit,
+ * the longest key first
+ */
+
+/* What the owned-document test saw: each result's document against the one submitted. */
+struct owned_seen {
+    atomic_int acks, results, same;
+    json_t *want[3]; /* by the id's last digit */
+};
+
+static void owned_ack(void *ctx)
+{
+    atomic_fetch_add(&((struct owned_seen *)ctx)->acks, 1);
+}
+
+static void owned_result(void *ctx, const struct proc_item *it, const struct proc_result *res,
+                         unsigned attempts, bool parked)
+{
+    struct owned_seen *seen = ctx;
+    const char *id = sf_json_str(it->doc, "id");
+
+    SF_UNUSED(attempts);
+    SF_UNUSED(parked);
+    atomic_fetch_add(&seen->results, 1);
+    if (id != NULL && strncmp(id, "b-", 2) == 0 && id[2] >= '0' && id[2] <= '2' &&
+        json_equal(it->doc, seen->want[id[2] - '0']) && strcmp(res->saga_id, id) == 0 &&
+        strcmp(res->state, "cancelled") == 0)
+        atomic_fetch_add(&seen->same, 1);
+}
+
+static json_t *owned_doc(int n)
+{
+    char id[8];
+
+    (void)snprintf(id, sizeof(id), "b-%d", n);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:I, s:[{s:s, s:i}, {s:s, s:n}]}", "id", id,
+                     "status", "cancelled", "buyer", "u-1", "show", "s-9", "note",
+                     "caf\xc3\xa9 \"quoted\" \\ tab\t", "ratio", 0.1, "big",
+                     (json_int_t)9007199254740993LL, "seats", "seat", "A1", "price", 10, "seat",
+                     "A2", "price");
+}
+
+/*
+ * A document handed over (proc_dispatch_submit_owned, as the feed's pipeline
+ * does) waits in the queue as its compact text: the dispatcher lets go of the
+ * parsed document at submit, counts the text against queue_bytes (less than
+ * a borrowed document's estimate, which the feed keeps parsed), and the
+ * engine gets the same document back when the item runs.
+ */
+START_TEST(test_dispatch_owned_documents_wait_as_text)
+{
+    struct seats s;
+    struct proc_dispatch *disp = NULL;
+    struct cosmos_client *cli = NULL;
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct proc_lanes_load ld;
+    struct owned_seen seen;
+    struct sf_err err;
+    json_t *keep[3];
+    size_t owned_bytes, text_len;
+    char *text;
+
+    atomic_init(&seen.acks, 0);
+    atomic_init(&seen.results, 0);
+    atomic_init(&seen.same, 0);
+    for (int i = 0; i < 3; i++) {
+        keep[i] = owned_doc(i);
+        ck_assert_ptr_nonnull(keep[i]);
+        seen.want[i] = owned_doc(i);
+    }
+    sf_err_clear(&err);
+    seats_open(&s);
+    /* terminal documents: the engine settles them without a request */
+    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
+    ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
+                                                                    .cli = cli,
+                                                                    .db = "db",
+                                                                    .parking_container = "parked",
+                                                                    .lanes = 4,
+                                                                    .workers = 2,
+                                                                    .queue_limit = 16,
+                                                                    .queue_bytes = 1u << 20,
+                                                                    .max_attempts = 3,
+                                                                    .on_result = owned_result,
+                                                                    .result_ctx = &seen},
+                                       &disp, &err),
+                     SF_OK);
+    proc_dispatch_pause(disp, true); /* the first item's worker waits at the gate */
+    for (int i = 0; i < 2; i++) {
+        json_incref(keep[i]); /* this reference is handed over */
+        ck_assert_int_eq(proc_dispatch_submit_owned(disp,
+                                                    &(struct proc_item){.container = "bookings",
+                                                                        .doc = keep[i],
+                                                                        .pk_json = "[\"u-1\"]",
+                                                                        .pk_path = "/buyer",
+                                                                        .lsn = 7 + i,
+                                                                        .epoch = 1,
+                                                                        .ack = owned_ack,
+                                                                        .ack_ctx = &seen},
+                                                    &err),
+                         SF_OK);
+        /* held as text: the dispatcher keeps no reference to the parsed document */
+        ck_assert_uint_eq(keep[i]->refcount, 1);
+        if (i == 0) {
+            /* b-0 leaves the queue for a worker, which waits at the gate (paused) */
+            for (proc_dispatch_load(disp, &ld); ld.queued != 0; proc_dispatch_load(disp, &ld))
+                sched_yield();
+        }
+    }
+    proc_dispatch_load(disp, &ld);
+    ck_assert_uint_eq(ld.queued, 1); /* b-1, behind b-0 of the same key */
+    owned_bytes = ld.queued_bytes;
+    text = json_dumps(keep[1], JSON_COMPACT);
+    ck_assert_ptr_nonnull(text);
+    text_len = strlen(text);
+    free(text);
+    ck_assert_uint_ge(owned_bytes, text_len);
+    /* the same document borrowed (the feed keeps it parsed): counted at its estimate */
+    ck_assert_int_eq(proc_dispatch_submit(disp,
+                                          &(struct proc_item){.container = "bookings",
+                                                              .doc = keep[2],
+                                                              .pk_json = "[\"u-1\"]",
+                                                              .pk_path = "/buyer",
+                                                              .lsn = 9,
+                                                              .epoch = 1,
+                                                              .ack = owned_ack,
+                                                              .ack_ctx = &seen},
+                                          &err),
+                     SF_OK);
+    proc_dispatch_load(disp, &ld);
+    ck_assert_uint_eq(ld.queued, 2);
+    ck_assert_uint_lt(owned_bytes, ld.queued_bytes - owned_bytes);
+    proc_dispatch_pause(disp, false);
+    ck_assert_int_eq(proc_dispatch_drain(disp, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&seen.acks), 3);
+    ck_assert_int_eq(atomic_load(&seen.results), 3);
+    ck_assert_int_eq(atomic_load(&seen.same), 3); /* each ran on the document submitted */
+    proc_dispatch_free(disp);
+    for (int i = 0; i < 3; i++) {
+        json_decref(keep[i]);
+        json_decref(seen.want[i]);
+    }
+    cosmos_client_free(cli);
+    seats_close(&s);
+}
+END_TEST
+
+/* A task that runs until released: a lane busy for as long as the test wants. */
+struct hold {
+    atomic_int started;
+    atomic_bool release;
+};
+
+static void hold_handle(void *ctx, struct proc_task *t)
+{
+    struct hold *h = ctx;
+
+    atomic_fetch_add(&h->started, 1);
+    while (!atomic_load(&h->release))
+        sched_yield();
+    free(t);
+}
+
+static void hold_drop(void *ctx, struct proc_task *t)
+{
+    SF_UNUSED(ctx);
+    free(t);
+}
+
+/* A lane is idle while nothing of its key is queued or running (settle at submit relies on it). */
+START_TEST(test_lanes_idle_while_nothing_of_the_key_waits_or_runs)
+{
+    struct proc_lanes *l = NULL;
+    struct hold h;
+    struct sf_err err;
+
+    atomic_init(&h.started, 0);
+    atomic_init(&h.release, false);
+    ck_assert_int_eq(proc_lanes_new(8, 2, 100, hold_handle, &h, &l, &err), SF_OK);
+    ck_assert(proc_lanes_idle(l, 7));
+    for (int i = 0; i < 2; i++) {
+        struct proc_task *t = calloc(1, sizeof(*t));
+
+        ck_assert_ptr_nonnull(t);
+        ck_assert_int_eq(proc_lanes_submit(l, 7, t, -1), SF_OK);
+    }
+    while (atomic_load(&h.started) == 0)
+        sched_yield();
+    ck_assert(!proc_lanes_idle(l, 7)); /* one running, one queued */
+    ck_assert(proc_lanes_idle(l, 15)); /* another key, even in the same table bucket */
+    atomic_store(&h.release, true);
+    ck_assert_int_eq(proc_lanes_drain(l, 30000), SF_OK);
+    ck_assert(proc_lanes_idle(l, 7));
+    proc_lanes_free(l, hold_drop, NULL);
+}
+END_TEST
+
+/* A task of a lane; the first one (lane 0) holds the only worker until released. */
+struct lq_task {
+    struct proc_task base;
+    uint64_t lane;
+};
+
+struct lq_seen {
+    struct hold hold;
+    atomic_int n;
+    uint64_t order[16];
+};
+
+static void lq_handle(void *ctx, struct proc_task *pt)
+{
+    struct lq_seen *s = ctx;
+    struct lq_task *t = (struct lq_task *)pt;
+    int i = atomic_fetch_add(&s->n, 1);
+
+    if (i < 16)
+        s->order[i] = t->lane;
+    if (t->lane == 0) {
+        atomic_fetch_add(&s->hold.started, 1);
+        while (!atomic_load(&s->hold.release))
+            sched_yield();
+    }
+    free(t);
+}
+
+/*
+ * With more ready keys than slots, the key with the most items waiting runs
+ * first (FIFO among equals): a backlog's longest key is its critical path.
+ * One worker; lane 0 holds it while lanes 2 (1 item), 3 (3 items) and 4
+ * (2 items) queue.
+ */
+START_TEST(test_lanes_longest_key_runs_first)
+{
+    static const uint64_t lanes[] = {2, 3, 3, 3, 4, 4};
+    struct proc_lanes *l = NULL;
+    struct lq_seen s = {0};
+    struct lq_task *t;
+    struct sf_err err;
+
+    atomic_init(&s.hold.started, 0);
+    atomic_init(&s.hold.release, false);
+    atomic_init(&s.n, 0);
+    ck_assert_int_eq(proc_lanes_new(8, 1, 100, lq_handle, &s, &l, &err), SF_OK);
+    t = calloc(1, sizeof(*t));
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(proc_lanes_submit(l, 0, &t->base, -1), SF_OK);
+    while (atomic_load(&s.hold.started) == 0)
+        sched_yield();
+    for (size_t i = 0; i < sizeof(lanes) / sizeof(lanes[0]); i++) {
+        t = calloc(1, sizeof(*t));
+        ck_assert_ptr_nonnull(t);
+        t->lane = lanes[i];
+        ck_assert_int_eq(proc_lanes_submit(l, lanes[i], &t->base, -1), SF_OK);
+    }
+    atomic_store(&s.hold.release, true);
+    ck_assert_int_eq(proc_lanes_drain(l, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&s.n), 7);
+    /*
+     * 3 (3 waiting), then 4 and 3 (2 each; 4 listed first), then all have one:
+     * in the order they became ready again (2, 4, 3).
+     */
+    {
+        static const uint64_t want[] = {0, 3, 4, 3, 2, 4, 3};
+
+        for (size_t i = 0; i < 7; i++)
+            ck_assert_msg(s.order[i] == want[i], "run %zu: lane %llu, want %llu", i,
+                          (unsigned long long)s.order[i], (unsigned long long)want[i]);
+    }
+    proc_lanes_free(l, hold_drop, NULL);
+}
+END_TEST
+
+/* proc_engine_settle on one document (JSON text) of container, key carried or not. */
+static bool settles(struct seats *s, const char *container, const char *text, bool carried,
+                    struct proc_result *res)
+{
+    json_t *doc = json_loads(text, 0, NULL);
+    bool r;
+
+    ck_assert_ptr_nonnull(doc);
+    r = proc_engine_settle(s->e,
+                           &(struct proc_item){.container = container,
+                                               .doc = doc,
+                                               .pk_json = carried ? "[\"u-1\"]" : NULL,
+                                               .pk_path = carried ? "/buyer" : NULL,
+                                               .lsn = 3,
+                                               .epoch = 1},
+                           res);
+    json_decref(doc);
+    return r;
+}
+
+/*
+ * What needs no request is settled without one (the engine has no client
+ * here: anything else would fail): a settled saga's version and a document
+ * no workflow takes; a saga with a step to run needs its re-read first.
+ */
+START_TEST(test_engine_settles_what_needs_no_request)
+{
+    struct seats s;
+    struct proc_result res;
+
+    seats_open(&s);
+    ck_assert(settles(&s, "bookings",
+                      "{\"id\":\"b-1\",\"status\":\"cancelled\",\"buyer\":\"u-1\",\"show\":\"s\"}",
+                      true, &res));
+    ck_assert_int_eq(res.outcome, PROC_FAILED); /* its failed state, settled before */
+    ck_assert_str_eq(res.state, "cancelled");
+    ck_assert_str_eq(res.saga_id, "b-1");
+    ck_assert(!res.settled_now);
+    /* the key from the catalog is not needed to see it is settled */
+    ck_assert(settles(&s, "bookings",
+                      "{\"id\":\"b-1\",\"status\":\"cancelled\",\"buyer\":\"u-1\",\"show\":\"s\"}",
+                      false, &res));
+    ck_assert(settles(&s, "elsewhere", "{\"id\":\"x-1\",\"status\":\"requested\"}", true, &res));
+    ck_assert_int_eq(res.outcome, PROC_SKIPPED);
+    /* a step to run: the re-read comes first, so not here */
+    ck_assert(!settles(&s, "bookings",
+                       "{\"id\":\"b-2\",\"status\":\"requested\",\"buyer\":\"u-1\",\"show\":"
+                       "\"s\",\"seats\":[{\"seat\":\"A1\",\"price\":1}]}",
+                       true, &res));
+    ck_assert(!settles(&s, "bookings",
+                       "{\"id\":\"b-2\",\"status\":\"requested\",\"buyer\":\"u-1\",\"show\":"
+                       "\"s\",\"seats\":[{\"seat\":\"A1\",\"price\":1}]}",
+                       false, &res));
+    seats_close(&s);
+}
+END_TEST
+
+/*
+ * A settled saga's later version is settled as it is submitted, on the
+ * submitting thread (acked before submit returns, counted once as skipped),
+ * not queued behind its key; while paused it queues as before.
+ */
+START_TEST(test_dispatch_settles_settled_items_at_submit)
+{
+    struct seats s;
+    struct proc_dispatch *disp = NULL;
+    struct cosmos_client *cli = NULL;
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct proc_lanes_load ld;
+    struct proc_stats st;
+    struct owned_seen seen;
+    struct sf_err err;
+    json_t *doc = owned_doc(0);
+
+    ck_assert_ptr_nonnull(doc);
+    atomic_init(&seen.acks, 0);
+    atomic_init(&seen.results, 0);
+    atomic_init(&seen.same, 0);
+    for (int i = 0; i < 3; i++)
+        seen.want[i] = owned_doc(i);
+    sf_err_clear(&err);
+    seats_open(&s);
+    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
+    ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
+                                                                    .cli = cli,
+                                                                    .db = "db",
+                                                                    .parking_container = "parked",
+                                                                    .lanes = 4,
+                                                                    .workers = 2,
+                                                                    .queue_limit = 16,
+                                                                    .queue_bytes = 1u << 20,
+                                                                    .max_attempts = 3,
+                                                                    .on_result = owned_result,
+                                                                    .result_ctx = &seen},
+                                       &disp, &err),
+                     SF_OK);
+    for (int paused = 0; paused < 2; paused++) {
+        proc_dispatch_pause(disp, paused == 1);
+        ck_assert_int_eq(proc_dispatch_submit(disp,
+                                              &(struct proc_item){.container = "bookings",
+                                                                  .doc = doc,
+                                                                  .pk_json = "[\"u-1\"]",
+                                                                  .pk_path = "/buyer",
+                                                                  .lsn = 7,
+                                                                  .epoch = 1,
+                                                                  .ack = owned_ack,
+                                                                  .ack_ctx = &seen},
+                                              &err),
+                         SF_OK);
+        proc_dispatch_load(disp, &ld);
+        if (paused == 0) {
+            /* settled before submit returned: nothing queued */
+            ck_assert_int_eq(atomic_load(&seen.acks), 1);
+            ck_assert_int_eq(atomic_load(&seen.results), 1);
+            ck_assert_uint_eq(ld.queued, 0);
+        }
+    }
+    proc_dispatch_pause(disp, false);
+    ck_assert_int_eq(proc_dispatch_drain(disp, 30000), SF_OK);
+    ck_assert_int_eq(atomic_load(&seen.acks), 2);
+    ck_assert_int_eq(atomic_load(&seen.same), 2); /* the document as submitted, both ways */
+    proc_dispatch_stats(disp, &st);
+    ck_assert_uint_eq(st.items, 2);
+    ck_assert_uint_eq(st.skipped, 2);
+    ck_assert_uint_eq(st.completed + st.failed + st.parked + st.waiting + st.retries, 0);
+    proc_dispatch_free(disp);
+    json_decref(doc);
+    for (int i = 0; i < 3; i++)
+        json_decref(seen.want[i]);
+    cosmos_client_free(cli);
+    seats_close(&s);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
  * saga show: events in the order the saga emitted them
  */
 
@@ -1709,6 +2117,11 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("plan");
     tcase_add_test(tc, test_plan_reports_park_of_failing_template);
+    tcase_add_test(tc, test_dispatch_owned_documents_wait_as_text);
+    tcase_add_test(tc, test_engine_settles_what_needs_no_request);
+    tcase_add_test(tc, test_dispatch_settles_settled_items_at_submit);
+    tcase_add_test(tc, test_lanes_idle_while_nothing_of_the_key_waits_or_runs);
+    tcase_add_test(tc, test_lanes_longest_key_runs_first);
     suite_add_tcase(s, tc);
     tc = tcase_create("saga_show");
     tcase_add_test(tc, test_saga_events_same_millisecond_in_transition_order);
