@@ -281,14 +281,8 @@ static struct feed_window window_of(const struct replay *rp, const struct source
 /* In the window and a saga candidate (sagafeed's own records never are). */
 static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_lsn)
 {
-    const json_t *image = doc;
+    const json_t *image = feed_entry_image(doc, rp->win.all_versions);
 
-    /* An all-versions entry: the item is its current image, a delete's the previous one. */
-    if (rp->win.all_versions) {
-        image = json_object_get(doc, "current");
-        if (!json_is_object(image))
-            image = json_object_get(doc, "previous");
-    }
     return feed_window_classify(&rp->win, -1, doc, ret_lsn) == FEED_WINDOW_IN &&
            json_is_object(doc) && (image == NULL || !record_is_system(image));
 }
