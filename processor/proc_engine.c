@@ -1286,6 +1286,23 @@ static bool awaited(const struct proc_engine *e, const char *container)
     return false;
 }
 
+/* Wakes the saga of one waiting record (wake_waiters). */
+static enum sf_rc wake_waiter(void *ctx, const json_t *rec, struct sf_err *err)
+{
+    struct run *r = ctx;
+    bool woken = false;
+    enum sf_rc rc;
+
+    if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
+        return SF_OK;
+    rc = wake_saga(r->e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
+                   json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn, false,
+                   false, 0, &woken, err);
+    if (rc == SF_OK && woken)
+        r->res->woken++;
+    return rc;
+}
+
 /*
  * r's item is a document of an awaited container: wake the sagas whose
  * waiting records (step.h) in its partition name its id. One
@@ -1299,10 +1316,8 @@ static bool wake_waiters(struct run *r)
     const char *params[3] = {"@id", NULL, NULL};
     struct sf_buf idj;
     struct sf_err err;
-    json_t *docs = NULL, *rec;
     bool ok;
     enum sf_rc rc;
-    size_t i;
 
     sf_err_clear(&err);
     sf_buf_init(&idj, 4096);
@@ -1312,28 +1327,13 @@ static bool wake_waiters(struct run *r)
     qo.pk_json = sf_buf_cstr(&r->pk_json);
     params[1] = sf_buf_cstr(&idj);
     if (rc == SF_OK)
-        rc = cosmos_query_all(e->cli, e->cfg->cosmos.database, r->it->container,
-                              "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
-                              "' AND c.awaitId = @id",
-                              params, &qo, WAITERS_MAX, &docs, NULL, &err);
-    json_array_foreach(docs, i, rec)
-    {
-        bool woken = false;
-
-        if (rc != SF_OK)
-            break;
-        if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
-            continue;
-        rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
-                       json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
-                       false, false, 0, &woken, &err);
-        if (rc == SF_OK && woken)
-            r->res->woken++;
-    }
+        rc = cosmos_query_each(e->cli, e->cfg->cosmos.database, r->it->container,
+                               "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
+                               "' AND c.awaitId = @id",
+                               params, &qo, WAITERS_MAX, wake_waiter, r, NULL, &err);
     if (rc != SF_OK)
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "waking waiting sagas");
     ok = rc == SF_OK;
-    json_decref(docs);
     sf_buf_release(&idj);
     return ok;
 }
