@@ -356,8 +356,11 @@ struct feed_range_status {
     char lease_id[COSMOS_ID_MAX + 1];
     char owner[FEED_INSTANCE_MAX + 1];
     int64_t epoch;
-    /* "running", "splitting", "draining", "lost", "abandoned", "split", "stopped" (static) */
+    /* "running", "splitting", "draining", "lost", "abandoned", "split", "stopped", "done" (static)
+     */
     const char *state;
+    bool split;                         /* state "split": its children carry on */
+    bool done;                          /* state "done": a bounded range reached its bound */
     char continuation[COSMOS_ETAG_MAX]; /* last checkpoint written, "" when none */
     /* false: "not started" (the lease has no checkpoint yet); the lags are then -1 */
     bool started;

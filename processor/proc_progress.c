@@ -85,7 +85,6 @@ void proc_progress_at(struct proc_progress *p, const char *token, int64_t lsn)
             return;
         r = &p->r[p->n - 1];
     }
-    r->seen = true;
     if (r->done)
         return;
     if (r->base < 0)
@@ -102,7 +101,7 @@ void proc_progress_done(struct proc_progress *p, const char *token)
     if (r->base < 0)
         r->base = r->pos; /* the rest was read in this run */
     r->pos = r->hi;
-    r->seen = r->done = true;
+    r->done = true;
 }
 
 void proc_progress_split(struct proc_progress *p, const char *token)
@@ -157,7 +156,7 @@ static int64_t cont_lsn(const char *cont)
 void proc_progress_follow(struct proc_progress *p, struct feed_processor *fp)
 {
     struct feed_status *st = NULL;
-    size_t i, k;
+    size_t i;
 
     if (fp == NULL || feed_processor_status(fp, &st, NULL) != SF_OK)
         return;
@@ -165,25 +164,12 @@ void proc_progress_follow(struct proc_progress *p, struct feed_processor *fp)
         const struct feed_range_status *s = &st->ranges[i];
         int64_t lsn = cont_lsn(s->continuation);
 
-        if (strcmp(s->state, "split") == 0)
+        if (s->split)
             proc_progress_split(p, s->range);
-        else if (strcmp(s->state, "done") == 0)
+        else if (s->done)
             proc_progress_done(p, s->range);
         else if (lsn >= 0)
             proc_progress_at(p, s->range, lsn);
-        else if (find(p, s->range) != NULL)
-            find(p, s->range)->seen = true;
-    }
-    /* Seen before and no longer reported: its reader reached the bound and left. */
-    for (k = 0; k < p->n; k++) {
-        struct proc_progress_range *r = &p->r[k];
-        bool listed = false;
-
-        for (i = 0; i < st->n && !listed; i++)
-            listed =
-                strcmp(st->ranges[i].range, r->token) == 0 || (p->n == 1 && r->token[0] == '\0');
-        if (r->seen && !r->done && !listed)
-            proc_progress_done(p, r->token);
     }
     free(st);
 }

@@ -65,6 +65,9 @@ struct replay {
     int64_t started_ms;        /* mono: the rate */
     struct proc_progress prog; /* the current container's LSN spans: percent and ETA */
     struct feed_processor *fp; /* its processor while it runs (positions), else NULL */
+    /* Under mu: ranges FEED_EV_RANGE_DONE finished since the last progress line. */
+    char (*finished)[FEED_TOKEN_MAX + 1];
+    size_t n_finished, cap_finished;
 };
 
 /* ---------------------------------------------------------------------------
@@ -309,6 +312,11 @@ static void progress(struct replay *rp, bool force)
     rp->last_progress_ms = now;
     secs = (double)(now - rp->started_ms) / 1000.0;
     proc_progress_follow(&rp->prog, rp->fp);
+    pthread_mutex_lock(&rp->mu);
+    for (size_t i = 0; i < rp->n_finished; i++)
+        proc_progress_done(&rp->prog, rp->finished[i]);
+    rp->n_finished = 0;
+    pthread_mutex_unlock(&rp->mu);
     proc_progress_view(&rp->prog, now, &v);
     (void)fprintf(p,
                   "%sreplay %s: %s, read %llu (%.0f/s), in window %llu, %s %llu, ranges done %u, "
@@ -440,6 +448,24 @@ static void fail_once(struct replay *rp, const struct sf_err *e, const char *wha
     pthread_mutex_unlock(&rp->mu);
 }
 
+/* Kept for the next progress line (progress figures only: lost when out of memory). */
+static void range_finished(struct replay *rp, const char *range)
+{
+    pthread_mutex_lock(&rp->mu);
+    if (rp->n_finished == rp->cap_finished) {
+        size_t cap = rp->cap_finished ? 2 * rp->cap_finished : 8;
+        void *v = realloc(rp->finished, cap * sizeof(*rp->finished));
+
+        if (v != NULL) {
+            rp->finished = v;
+            rp->cap_finished = cap;
+        }
+    }
+    if (rp->n_finished < rp->cap_finished && range != NULL)
+        (void)snprintf(rp->finished[rp->n_finished++], sizeof(rp->finished[0]), "%s", range);
+    pthread_mutex_unlock(&rp->mu);
+}
+
 static void on_event(void *ctx, const struct feed_event *ev)
 {
     struct replay *rp = ctx;
@@ -448,6 +474,7 @@ static void on_event(void *ctx, const struct feed_event *ev)
     switch (ev->kind) {
     case FEED_EV_RANGE_DONE:
         atomic_fetch_add(&rp->ranges_done, 1);
+        range_finished(rp, ev->range);
         break;
     case FEED_EV_ALL_DONE:
         pthread_mutex_lock(&rp->mu);
@@ -738,6 +765,9 @@ static void progress_begin(struct replay *rp)
 
     proc_progress_release(&rp->prog);
     proc_progress_init(&rp->prog, sf_mono_ms());
+    pthread_mutex_lock(&rp->mu);
+    rp->n_finished = 0; /* the container before's */
+    pthread_mutex_unlock(&rp->mu);
     if (proc_progress_measure(&rp->prog, &rp->win, &e) != SF_OK && rp->o->out != NULL)
         (void)fprintf(rp->o->out, "replay %s: total unknown (%s)\n", rp->cur->name, e.msg);
     progress(rp, true);
@@ -842,6 +872,7 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
     pthread_cond_destroy(&rp->done);
     pthread_mutex_destroy(&rp->mu);
     proc_progress_release(&rp->prog);
+    free(rp->finished);
     free(rp);
     return rc;
 }
