@@ -554,7 +554,6 @@ out:
  * replay
  */
 
-/* K as the partition key header: a JSON array as given, else a string value. */
 /*
  * --partition-key K of command cmd: a JSON array of 1-3 values (a
  * hierarchical key's levels in order: '["t1","u1"]') or a bare string value

@@ -503,10 +503,9 @@ static void on_event(void *ctx, const struct feed_event *ev)
                           "are gone; replay from a later --from lsn:N: ",
                           ev->range, (long long)rp->o->from.lsn);
             fail_once(rp, &e, rp->cur->name);
-        } else if (ev->err != NULL && !ev->err->retriable) {
-            fail_once(rp, ev->err, rp->cur->name);
+            break;
         }
-        break;
+        /* fall through */
     case FEED_EV_LEASE_ERROR:
     case FEED_EV_CHECKPOINT_ERROR:
         /* feed/ retries what may pass; what cannot (a missing container, a bad key) ends it. */
