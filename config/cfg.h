@@ -406,6 +406,16 @@ void cfg_free(struct cfg *cfg);
 int cfg_action_line(const struct cfg_action *a, const char *param_path);
 
 /*
+ * How many partition key parts action a gives its target container: a
+ * partition_key list of N templates is N parts, one template one part. 0
+ * when a gives no partition_key or names no container literally (a
+ * template's container is not known before it runs). *ret_coll (may be
+ * NULL) gets the container named. The count check-config and init hold
+ * against the container's key paths.
+ */
+size_t cfg_action_pk_parts(const struct cfg_action *a, const char **ret_coll);
+
+/*
  * The source line of key path (as for cfg_action_line) inside a workflow's
  * or step's group (their `setting`); fallback when the group is NULL.
  */

@@ -1679,6 +1679,18 @@ int cfg_action_line(const struct cfg_action *a, const char *param_path)
     return cfg_line(a->setting, param_path, a->line);
 }
 
+size_t cfg_action_pk_parts(const struct cfg_action *a, const char **ret_coll)
+{
+    const json_t *coll = json_object_get(a->params, "container");
+    const json_t *pk = json_object_get(a->params, "partition_key");
+
+    if (!json_is_string(coll) || pk == NULL || strstr(json_string_value(coll), "{{") != NULL)
+        return 0;
+    if (ret_coll != NULL)
+        *ret_coll = json_string_value(coll);
+    return json_is_array(pk) ? json_array_size(pk) : 1;
+}
+
 const struct cfg_workflow *cfg_workflow_find(const struct cfg *cfg, const char *name)
 {
     for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->n_workflows; i++)

@@ -201,18 +201,11 @@ static void action_diag(struct cfg_diags *d, const struct cfg_action *a, const c
 static void check_pk_parts(const struct cfg *cfg, const struct cfg_action *a, const char *where,
                            struct cfg_diags *d)
 {
-    const char *coll = sf_json_str(a->params, "container");
-    const json_t *pk = json_object_get(a->params, "partition_key");
-    const struct cfg_container *c;
-    size_t parts;
+    const char *coll = NULL;
+    size_t parts = cfg_action_pk_parts(a, &coll);
+    const struct cfg_container *c = parts > 0 ? cfg_container_find(cfg, coll) : NULL;
 
-    if (coll == NULL || pk == NULL || strstr(coll, "{{") != NULL)
-        return;
-    c = cfg_container_find(cfg, coll);
-    if (c == NULL || c->n_pk_paths == 0)
-        return;
-    parts = json_is_array(pk) ? json_array_size(pk) : 1;
-    if (parts == c->n_pk_paths)
+    if (c == NULL || c->n_pk_paths == 0 || parts == c->n_pk_paths)
         return;
     cfg_diag_add(d, a->file, cfg_action_line(a, "partition_key"),
                  "%s: partition_key has %zu part%s but container '%s' has %zu key path%s (%s, "
