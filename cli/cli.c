@@ -965,8 +965,8 @@ static int park_key_arg(const char *verb, const char *k, struct cosmos_client *c
 {
     const char *bar = strchr(k, '|');
     char cmd[32], coll[COSMOS_NAME_MAX + 1], *pk = NULL, *out = NULL;
-    struct cosmos_container_info ci;
     struct sf_err err;
+    enum sf_rc rc;
     int status;
 
     (void)snprintf(cmd, sizeof(cmd), "parked %s", verb);
@@ -981,15 +981,11 @@ static int park_key_arg(const char *verb, const char *k, struct cosmos_client *c
     if ((status = pk_arg(cmd, bar + 1, &pk)) != 0)
         return status;
     sf_err_clear(&err);
-    if (cosmos_container_read(cli, cfg->cosmos.database, coll, &ci, &err) != SF_OK) {
-        (void)fprintf(stderr, "sagafeed %s: --key '%s': container %s: %s\n", cmd, k, coll, err.msg);
-        free(pk);
-        return err.rc == SF_ENOTFOUND ? 2 : 1;
-    }
-    if (proc_pk_full_check(coll, &ci, pk, &err) != SF_OK) {
+    rc = proc_pk_fits(cli, cfg->cosmos.database, coll, pk, NULL, &err);
+    if (rc != SF_OK) {
         (void)fprintf(stderr, "sagafeed %s: --key '%s': %s\n", cmd, k, err.msg);
         free(pk);
-        return 2;
+        return rc == SF_ENOTFOUND || rc == SF_EINVAL ? 2 : 1;
     }
     out = malloc(strlen(coll) + 1 + strlen(pk) + 1);
     if (out != NULL)

@@ -16,7 +16,6 @@
 #include "common/sf_time.h"
 #include "feed/feed.h"
 #include "feed/feed_window.h"
-#include "processor/proc_admin.h"
 #include "processor/proc_change.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_pipeline.h"
@@ -220,17 +219,13 @@ static enum sf_rc make_sources(struct replay *rp, const char **names, size_t n, 
 
         s->name = names[i];
         /* Legacy containers hash keys with V1: their ranges' bounds are V1 EPKs. */
-        rc = cosmos_container_read(o->cli, o->cfg->cosmos.database, s->name, &ci, err);
-        if (rc != SF_OK) {
-            sf_err_prefix(err, "container %s: ", s->name);
+        /* A prefix of a hierarchical key is many logical partitions: refused, not replayed. */
+        rc = proc_pk_fits(o->cli, o->cfg->cosmos.database, s->name, o->pk_json, &ci, err);
+        if (rc != SF_OK)
             break;
-        }
         s->pk_version = ci.pk_version;
         s->all_versions = proc_change_container(&rp->sub, s->name);
         if (s->all_versions && (rc = avad_window_check(rp, s, err)) != SF_OK)
-            break;
-        /* A prefix of a hierarchical key is many logical partitions: refused, not replayed. */
-        if (o->pk_json != NULL && (rc = proc_pk_full_check(s->name, &ci, o->pk_json, err)) != SF_OK)
             break;
         if (o->range == NULL)
             continue;
