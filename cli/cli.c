@@ -555,7 +555,7 @@ out:
  */
 
 /*
- * --partition-key K of command cmd: a JSON array of 1-3 values (a
+ * --partition-key K of command cmd: a JSON array of 1 to COSMOS_PK_LEVELS_MAX values (a
  * hierarchical key's levels in order: '["t1","u1"]') or a bare string value
  * (c-1). Text starting with '[' must be such an array: a malformed one is an
  * error, never taken for a string key. *ret: the key's JSON array text (new).
@@ -565,14 +565,18 @@ static int pk_arg(const char *cmd, const char *k, char **ret)
     json_t *v = sf_json_parse(k, strlen(k), NULL), *e;
     struct sf_buf b;
     const char *why = NULL;
+    char levels[64];
     size_t i;
     int status = 0;
 
     sf_buf_init(&b, 4096);
+    (void)snprintf(levels, sizeof(levels), "a key has 1 to %d values (one per key path)",
+                   COSMOS_PK_LEVELS_MAX);
     if (k[0] == '[' && !json_is_array(v))
         why = "it starts with '[' but is not a JSON array";
-    else if (json_is_array(v) && (json_array_size(v) < 1 || json_array_size(v) > 3))
-        why = "a key has 1 to 3 values (one per key path)";
+    else if (json_is_array(v) &&
+             (json_array_size(v) < 1 || json_array_size(v) > COSMOS_PK_LEVELS_MAX))
+        why = levels;
     json_array_foreach(v, i, e)
     {
         /* {} is an undefined level (a document without that field) */

@@ -156,6 +156,8 @@ struct cfg_console {
  */
 #define CFG_CONTAINERS_MAX 64
 #define CFG_PK_PATH_MAX    255
+/* Paths of a hierarchical key: cosmos.h's COSMOS_PK_LEVELS_MAX (config/ does not include it). */
+#define CFG_PK_PATHS_MAX 3
 struct cfg_container {
     const char *name;
     /* "/category": the partition key path `sagafeed init` creates it with and `run`
@@ -164,9 +166,9 @@ struct cfg_container {
        cosmos_container_def takes them); NULL: not declared (init cannot create it,
        run checks existence only, check-config cannot count a step's key parts) */
     const char *pk_path;
-    size_t n_pk_paths;                         /* levels of pk_path: 1-3; 0 when not declared */
-    char pk_joined[3 * (CFG_PK_PATH_MAX + 1)]; /* pk_path's storage for a list */
-    int64_t max_ru_per_second;                 /* this container's own RU/s cap; 0: none */
+    size_t n_pk_paths; /* levels of pk_path: 1-CFG_PK_PATHS_MAX; 0 when not declared */
+    char pk_joined[CFG_PK_PATHS_MAX * (CFG_PK_PATH_MAX + 1)]; /* pk_path's storage for a list */
+    int64_t max_ru_per_second; /* this container's own RU/s cap; 0: none */
     const char *file;
     int line;
 };

@@ -493,12 +493,15 @@ struct cosmos_container_def {
     int throughput;      /* x-ms-offer-throughput, 0 = none */
 };
 
+/* Levels of a hierarchical (MultiHash) partition key: paths of a container, values of a key. */
+#define COSMOS_PK_LEVELS_MAX 3
+
 /* What the service says about a container. */
 struct cosmos_container_info {
     char id[COSMOS_NAME_MAX + 1];
     char rid[64];
     char etag[COSMOS_ETAG_MAX];
-    char pk_paths[3][256];
+    char pk_paths[COSMOS_PK_LEVELS_MAX][256];
     size_t n_pk_paths;
     char pk_kind[16]; /* "Hash", "MultiHash" */
     int pk_version;   /* 1 or 2 (1 when absent, like the service) */

@@ -8,6 +8,9 @@
 #include "processor/proc_change.h"
 #include "processor/proc_setup.h"
 
+/* config/ does not include cosmos/: its count of key paths must be the client's. */
+_Static_assert(CFG_PK_PATHS_MAX == COSMOS_PK_LEVELS_MAX, "key levels of config and cosmos differ");
+
 #define TOOL_CONNECTIONS     8
 #define SERVICE_SPARE_CONNS  8     /* above one per worker: feeds, leases, relays */
 #define SERVICE_RETRY_TRIES  4     /* the dispatcher retries with its own, longer backoff */
@@ -142,7 +145,7 @@ enum sf_rc proc_pk_full_check(const char *coll, const struct cosmos_container_in
 {
     json_t *pk = sf_json_parse(pk_json, strlen(pk_json), NULL);
     size_t n = json_is_array(pk) ? json_array_size(pk) : 0;
-    char paths[3 * 258] = "";
+    char paths[COSMOS_PK_LEVELS_MAX * 258] = "";
     size_t used = 0;
 
     json_decref(pk);
