@@ -1095,17 +1095,9 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)snprintf(err.activity_id, sizeof(err.activity_id), "%s", br.activity_id);
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);
         /* Its result has no message: where it sat and what it was are the server's words. */
-        if (known) {
-            const json_t *op = cosmos_batch_op(b, (size_t)f);
-            char *text = op != NULL ? json_dumps(op, JSON_COMPACT) : NULL;
-
-            r->res->batch =
-                (struct step_batch_where){.http_status = br.http_status, .op = f, .n_ops = br.n};
-            (void)snprintf(r->res->batch.coll, sizeof(r->res->batch.coll), "%s", r->it->container);
-            if (text != NULL)
-                (void)snprintf(r->res->refused, sizeof(r->res->refused), "%s", text);
-            free(text);
-        }
+        if (known)
+            step_batch_refused(b, &br, r->it->container, &r->res->batch, r->res->refused,
+                               sizeof(r->res->refused));
     }
 out:
     /* Written or not, the figures were of this transition: a lost CAS re-reads the item's. */
