@@ -126,8 +126,9 @@ const char *proc_progress_render(const struct proc_progress_view *v, bool bar, c
                                  size_t size);
 
 /*
- * Measures the spans of window w (I/O, two change-feed reads per range: the
- * range's current LSN, its first item in the window): one range per partition
+ * Measures the spans of window w (I/O through feed_window_spans, in w's
+ * mode: two change-feed reads per range, the range's current LSN and its
+ * first item in the window): one range per partition
  * key range of w->coll (only w->range's if set), or one "" range for
  * w->pk_json. On failure the progress keeps what it had (totals then stay
  * unknown) and err says why.
