@@ -554,9 +554,8 @@ out:
  * replay
  */
 
-/* K as the partition key header: a JSON array as given, else a string value. */
 /*
- * --partition-key K of command cmd: a JSON array of 1-3 values (a
+ * --partition-key K of command cmd: a JSON array of 1 to COSMOS_PK_LEVELS_MAX values (a
  * hierarchical key's levels in order: '["t1","u1"]') or a bare string value
  * (c-1). Text starting with '[' must be such an array: a malformed one is an
  * error, never taken for a string key. *ret: the key's JSON array text (new).
@@ -566,14 +565,18 @@ static int pk_arg(const char *cmd, const char *k, char **ret)
     json_t *v = sf_json_parse(k, strlen(k), NULL), *e;
     struct sf_buf b;
     const char *why = NULL;
+    char levels[64];
     size_t i;
     int status = 0;
 
     sf_buf_init(&b, 4096);
+    (void)snprintf(levels, sizeof(levels), "a key has 1 to %d values (one per key path)",
+                   COSMOS_PK_LEVELS_MAX);
     if (k[0] == '[' && !json_is_array(v))
         why = "it starts with '[' but is not a JSON array";
-    else if (json_is_array(v) && (json_array_size(v) < 1 || json_array_size(v) > 3))
-        why = "a key has 1 to 3 values (one per key path)";
+    else if (json_is_array(v) &&
+             (json_array_size(v) < 1 || json_array_size(v) > COSMOS_PK_LEVELS_MAX))
+        why = levels;
     json_array_foreach(v, i, e)
     {
         /* {} is an undefined level (a document without that field) */
@@ -966,8 +969,8 @@ static int park_key_arg(const char *verb, const char *k, struct cosmos_client *c
 {
     const char *bar = strchr(k, '|');
     char cmd[32], coll[COSMOS_NAME_MAX + 1], *pk = NULL, *out = NULL;
-    struct cosmos_container_info ci;
     struct sf_err err;
+    enum sf_rc rc;
     int status;
 
     (void)snprintf(cmd, sizeof(cmd), "parked %s", verb);
@@ -982,15 +985,11 @@ static int park_key_arg(const char *verb, const char *k, struct cosmos_client *c
     if ((status = pk_arg(cmd, bar + 1, &pk)) != 0)
         return status;
     sf_err_clear(&err);
-    if (cosmos_container_read(cli, cfg->cosmos.database, coll, &ci, &err) != SF_OK) {
-        (void)fprintf(stderr, "sagafeed %s: --key '%s': container %s: %s\n", cmd, k, coll, err.msg);
-        free(pk);
-        return err.rc == SF_ENOTFOUND ? 2 : 1;
-    }
-    if (proc_pk_full_check(coll, &ci, pk, &err) != SF_OK) {
+    rc = proc_pk_fits(cli, cfg->cosmos.database, coll, pk, NULL, &err);
+    if (rc != SF_OK) {
         (void)fprintf(stderr, "sagafeed %s: --key '%s': %s\n", cmd, k, err.msg);
         free(pk);
-        return 2;
+        return rc == SF_ENOTFOUND || rc == SF_EINVAL ? 2 : 1;
     }
     out = malloc(strlen(coll) + 1 + strlen(pk) + 1);
     if (out != NULL)

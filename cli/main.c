@@ -219,7 +219,7 @@ static int cmd_run(const struct cli_cmd *self, int argc, char **argv, atomic_int
     status = cli_opt_parse(self->name, USAGE_RUN, opts, 1, 0, argc, argv, NULL);
     if (status != CLI_OPT_GO)
         return status;
-    status = cli_setup(self, path, &cfg, &(struct cosmos_client *){NULL});
+    status = cli_load(self->name, path, &cfg);
     if (status != 0)
         return status;
     setup_logging(cfg, level, text);

@@ -156,6 +156,8 @@ struct cfg_console {
  */
 #define CFG_CONTAINERS_MAX 64
 #define CFG_PK_PATH_MAX    255
+/* Paths of a hierarchical key: cosmos.h's COSMOS_PK_LEVELS_MAX (config/ does not include it). */
+#define CFG_PK_PATHS_MAX 3
 struct cfg_container {
     const char *name;
     /* "/category": the partition key path `sagafeed init` creates it with and `run`
@@ -164,9 +166,9 @@ struct cfg_container {
        cosmos_container_def takes them); NULL: not declared (init cannot create it,
        run checks existence only, check-config cannot count a step's key parts) */
     const char *pk_path;
-    size_t n_pk_paths;                         /* levels of pk_path: 1-3; 0 when not declared */
-    char pk_joined[3 * (CFG_PK_PATH_MAX + 1)]; /* pk_path's storage for a list */
-    int64_t max_ru_per_second;                 /* this container's own RU/s cap; 0: none */
+    size_t n_pk_paths; /* levels of pk_path: 1-CFG_PK_PATHS_MAX; 0 when not declared */
+    char pk_joined[CFG_PK_PATHS_MAX * (CFG_PK_PATH_MAX + 1)]; /* pk_path's storage for a list */
+    int64_t max_ru_per_second; /* this container's own RU/s cap; 0: none */
     const char *file;
     int line;
 };
@@ -404,6 +406,16 @@ void cfg_free(struct cfg *cfg);
  * parent and finally to the action's own line.
  */
 int cfg_action_line(const struct cfg_action *a, const char *param_path);
+
+/*
+ * How many partition key parts action a gives its target container: a
+ * partition_key list of N templates is N parts, one template one part. 0
+ * when a gives no partition_key or names no container literally (a
+ * template's container is not known before it runs). *ret_coll (may be
+ * NULL) gets the container named. The count check-config and init hold
+ * against the container's key paths.
+ */
+size_t cfg_action_pk_parts(const struct cfg_action *a, const char **ret_coll);
 
 /*
  * The source line of key path (as for cfg_action_line) inside a workflow's

@@ -671,20 +671,20 @@ static void load_container_pk(struct loader *ld, const config_setting_t *e, int 
         if (!pk_path_ok(c->pk_path)) {
             diag(ld, s,
                  "containers[%d].partition_key '%s' must be a path like \"/customerId\" (a '/' "
-                 "then the field, at most %d bytes), or a list of 1 to 3 such paths for a "
+                 "then the field, at most %d bytes), or a list of 1 to %d such paths for a "
                  "hierarchical key",
-                 i, c->pk_path, CFG_PK_PATH_MAX);
+                 i, c->pk_path, CFG_PK_PATH_MAX, CFG_PK_PATHS_MAX);
             c->pk_path = NULL;
             c->n_pk_paths = 0;
         }
         return;
     }
     n = config_setting_is_list(s) || config_setting_is_array(s) ? config_setting_length(s) : -1;
-    if (n < 1 || n > 3) {
+    if (n < 1 || n > CFG_PK_PATHS_MAX) {
         diag(ld, s,
              "containers[%d].partition_key must be a path like \"/customerId\" or, for a "
-             "hierarchical key, a list of 1 to 3 paths like [ \"/tenantId\", \"/userId\" ]",
-             i);
+             "hierarchical key, a list of 1 to %d paths like [ \"/tenantId\", \"/userId\" ]",
+             i, CFG_PK_PATHS_MAX);
         return;
     }
     for (int k = 0; k < n; k++) {
@@ -1677,6 +1677,18 @@ int cfg_line(const void *setting, const char *path, int fallback)
 int cfg_action_line(const struct cfg_action *a, const char *param_path)
 {
     return cfg_line(a->setting, param_path, a->line);
+}
+
+size_t cfg_action_pk_parts(const struct cfg_action *a, const char **ret_coll)
+{
+    const json_t *coll = json_object_get(a->params, "container");
+    const json_t *pk = json_object_get(a->params, "partition_key");
+
+    if (!json_is_string(coll) || pk == NULL || strstr(json_string_value(coll), "{{") != NULL)
+        return 0;
+    if (ret_coll != NULL)
+        *ret_coll = json_string_value(coll);
+    return json_is_array(pk) ? json_array_size(pk) : 1;
 }
 
 const struct cfg_workflow *cfg_workflow_find(const struct cfg *cfg, const char *name)

@@ -493,12 +493,15 @@ struct cosmos_container_def {
     int throughput;      /* x-ms-offer-throughput, 0 = none */
 };
 
+/* Levels of a hierarchical (MultiHash) partition key: paths of a container, values of a key. */
+#define COSMOS_PK_LEVELS_MAX 3
+
 /* What the service says about a container. */
 struct cosmos_container_info {
     char id[COSMOS_NAME_MAX + 1];
     char rid[64];
     char etag[COSMOS_ETAG_MAX];
-    char pk_paths[3][256];
+    char pk_paths[COSMOS_PK_LEVELS_MAX][256];
     size_t n_pk_paths;
     char pk_kind[16]; /* "Hash", "MultiHash" */
     int pk_version;   /* 1 or 2 (1 when absent, like the service) */
@@ -811,13 +814,29 @@ const char *cosmos_query_continuation(const struct cosmos_query *q);
 /* The last page's response (charge, activity id...). Borrowed. */
 const struct cosmos_response *cosmos_query_response(const struct cosmos_query *q);
 
+/* Called once per document of a query; doc is borrowed for the call. A failure stops the query. */
+typedef enum sf_rc (*cosmos_query_fn)(void *ctx, const json_t *doc, struct sf_err *err);
+
+/*
+ * Runs sql (scope and page size in opts) to its last page, calling fn on
+ * each document in order while holding one page at a time. params, max
+ * and ret_complete as for cosmos_query_all, except that the documents
+ * before the limit have been passed to fn when it is met. The one drain
+ * loop: callers do not page by hand.
+ */
+enum sf_rc cosmos_query_each(struct cosmos_client *cli, const char *db, const char *coll,
+                             const char *sql, const char *const *params,
+                             const struct cosmos_query_opts *opts, size_t max, cosmos_query_fn fn,
+                             void *ctx, bool *ret_complete, struct sf_err *err);
+
 /*
  * Runs sql (scope and page size in opts) to its last page: *ret_docs is a
  * new array of every document. params: NULL, or name / JSON-value pairs
  * ("@id", "\"o-1\"") ending in NULL. At most max documents: beyond them
  * the query stops and *ret_complete is false, or, with ret_complete NULL,
  * it fails with SF_ELIMIT. *ret_docs and *ret_complete are written only on
- * success. The one drain loop: callers do not page by hand.
+ * success. cosmos_query_each holds less: use it when the documents are
+ * used one by one.
  */
 enum sf_rc cosmos_query_all(struct cosmos_client *cli, const char *db, const char *coll,
                             const char *sql, const char *const *params,

@@ -791,14 +791,16 @@ enum sf_rc cosmos_pk_epk_version(const char *pk_json, int pk_version, char *out,
     if (pk_version == 2) {
         /* One value or a hierarchical (MultiHash) key of up to 3: each level hashed, joined. */
         v = pk_json != NULL ? sf_json_parse(pk_json, strlen(pk_json), err) : NULL;
-        rc = json_is_array(v) && json_array_size(v) >= 1 && json_array_size(v) <= 3
+        rc = json_is_array(v) && json_array_size(v) >= 1 &&
+                     json_array_size(v) <= COSMOS_PK_LEVELS_MAX
                  ? sf_epk_v2_array(v, out, out_size)
                  : SF_EINVAL;
         json_decref(v);
         if (rc != SF_OK)
             return sf_err_set(err, rc, false,
-                              "partition key must be a JSON array of 1 to 3 hashable values "
-                              "(and the EPK buffer hold 32 digits per value)");
+                              "partition key must be a JSON array of 1 to %d hashable values "
+                              "(and the EPK buffer hold 32 digits per value)",
+                              COSMOS_PK_LEVELS_MAX);
         return SF_OK;
     }
     if (pk_version != 1 || out_size <= SF_EPK_V1_MAX)

@@ -209,19 +209,16 @@ out:
     return rc;
 }
 
-enum sf_rc cosmos_query_all(struct cosmos_client *cli, const char *db, const char *coll,
-                            const char *sql, const char *const *params,
-                            const struct cosmos_query_opts *opts, size_t max, json_t **ret_docs,
-                            bool *ret_complete, struct sf_err *err)
+enum sf_rc cosmos_query_each(struct cosmos_client *cli, const char *db, const char *coll,
+                             const char *sql, const char *const *params,
+                             const struct cosmos_query_opts *opts, size_t max, cosmos_query_fn fn,
+                             void *ctx, bool *ret_complete, struct sf_err *err)
 {
     struct cosmos_query *q = NULL;
-    json_t *all = json_array();
     bool complete = true;
-    enum sf_rc rc;
+    size_t n = 0;
+    enum sf_rc rc = cosmos_query_new(cli, db, coll, sql, opts, &q, err);
 
-    if (all == NULL)
-        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
-    rc = cosmos_query_new(cli, db, coll, sql, opts, &q, err);
     for (size_t i = 0; rc == SF_OK && params != NULL && params[i] != NULL; i += 2)
         rc = cosmos_query_param(q, params[i], params[i + 1], err);
     while (rc == SF_OK && complete && !cosmos_query_done(q)) {
@@ -229,8 +226,9 @@ enum sf_rc cosmos_query_all(struct cosmos_client *cli, const char *db, const cha
 
         rc = cosmos_query_next(q, &page, err);
         for (size_t i = 0; rc == SF_OK && i < json_array_size(page); i++) {
-            if (json_array_size(all) < max) {
-                (void)json_array_append(all, json_array_get(page, i));
+            if (n < max) {
+                n++;
+                rc = fn(ctx, json_array_get(page, i), err);
                 continue;
             }
             complete = false;
@@ -242,12 +240,34 @@ enum sf_rc cosmos_query_all(struct cosmos_client *cli, const char *db, const cha
         json_decref(page);
     }
     cosmos_query_free(q);
+    if (rc == SF_OK && ret_complete != NULL)
+        *ret_complete = complete;
+    return rc;
+}
+
+static enum sf_rc append_doc(void *ctx, const json_t *doc, struct sf_err *err)
+{
+    if (json_array_append(ctx, (json_t *)doc) != 0)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    return SF_OK;
+}
+
+enum sf_rc cosmos_query_all(struct cosmos_client *cli, const char *db, const char *coll,
+                            const char *sql, const char *const *params,
+                            const struct cosmos_query_opts *opts, size_t max, json_t **ret_docs,
+                            bool *ret_complete, struct sf_err *err)
+{
+    json_t *all = json_array();
+    enum sf_rc rc;
+
+    if (all == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = cosmos_query_each(cli, db, coll, sql, params, opts, max, append_doc, all, ret_complete,
+                           err);
     if (rc != SF_OK) {
         json_decref(all);
         return rc;
     }
-    if (ret_complete != NULL)
-        *ret_complete = complete;
     *ret_docs = all;
     return SF_OK;
 }

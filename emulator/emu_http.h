@@ -19,7 +19,7 @@ struct emu_http;
  * json_decref, sf_json_dump, the query engine's comparisons and hashes) a
  * few hundred bytes a level up to SF_JSON_MAX_DEPTH. 8 MiB holds all of
  * them at once with room to spare; it is address space, touched only as
- * deep as a request really goes. test_query runs the parser and the
+ * deep as a request really goes. test_emu_query runs the parser and the
  * walkers at those bounds on a thread of this size.
  */
 #define EMU_HTTP_THREAD_STACK_BYTES ((size_t)8 << 20)

@@ -335,6 +335,27 @@ int64_t feed_item_epoch(const struct feed_item *it);
 void feed_item_ack(struct feed_item *it);
 
 /* ---------------------------------------------------------------------------
+ * Positions and entries (no I/O)
+ */
+
+/* true when cont is a quoted decimal LSN ("\"24\""), a range's continuation; *ret_lsn gets it. */
+bool feed_cont_lsn(const char *cont, int64_t *ret_lsn);
+/*
+ * The continuation a read starting at lsn (inclusive) starts from: LSNs are
+ * the feed's continuations, so "from lsn N" is the position just before N,
+ * "\"N-1\"". All versions start only from a continuation: lsn 1 (or less)
+ * is "\"0\"", not the beginning. Returns false, buf untouched, when the
+ * read starts at the beginning instead (lsn <= 1 in the other mode).
+ */
+bool feed_lsn_start_cont(int64_t lsn, bool all_versions, char *buf, size_t size);
+/*
+ * The image an entry stands for: the item itself, or an all-versions
+ * entry's current image, else its previous one (a delete); NULL when it
+ * has neither. Borrowed from doc.
+ */
+const json_t *feed_entry_image(const json_t *doc, bool all_versions);
+
+/* ---------------------------------------------------------------------------
  * Status (the seam for `sagafeed status`, `lag` and metrics)
  */
 
@@ -344,8 +365,11 @@ struct feed_range_status {
     char lease_id[COSMOS_ID_MAX + 1];
     char owner[FEED_INSTANCE_MAX + 1];
     int64_t epoch;
-    /* "running", "splitting", "draining", "lost", "abandoned", "split", "stopped" (static) */
+    /* "running", "splitting", "draining", "lost", "abandoned", "split", "stopped", "done" (static)
+     */
     const char *state;
+    bool split;                         /* state "split": its children carry on */
+    bool done;                          /* state "done": a bounded range reached its bound */
     char continuation[COSMOS_ETAG_MAX]; /* last checkpoint written, "" when none */
     /* false: "not started" (the lease has no checkpoint yet); the lags are then -1 */
     bool started;

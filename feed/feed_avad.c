@@ -37,6 +37,18 @@ int64_t feed_entry_ts(const json_t *doc, bool all_versions)
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
 }
 
+const json_t *feed_entry_image(const json_t *doc, bool all_versions)
+{
+    const json_t *image;
+
+    if (!all_versions)
+        return doc;
+    image = json_object_get(doc, "current");
+    if (!json_is_object(image))
+        image = json_object_get(doc, "previous");
+    return json_is_object(image) ? image : NULL;
+}
+
 enum sf_rc feed_entry_pk_json(const json_t *doc, bool all_versions, char paths[][256],
                               size_t n_paths, struct sf_buf *out)
 {
@@ -45,10 +57,8 @@ enum sf_rc feed_entry_pk_json(const json_t *doc, bool all_versions, char paths[]
     if (!all_versions)
         return feed_pk_json(doc, paths, n_paths, out);
     /* The image that exists (a delete has only the previous one), else the metadata's key. */
-    image = json_object_get(doc, "current");
-    if (!json_is_object(image))
-        image = json_object_get(doc, "previous");
-    if (!json_is_object(image))
+    image = feed_entry_image(doc, true);
+    if (image == NULL)
         image = json_object_get(json_object_get(doc, "metadata"), "partitionKey");
     /* metadata.partitionKey is shaped like the key paths ({"pk":"a"}): the same walk reads it. */
     return feed_pk_json(json_is_object(image) ? image : NULL, paths, n_paths, out);

@@ -251,8 +251,6 @@ bool feed_track_ack(struct feed_track *t, uint64_t seq);
 void feed_track_settle(struct feed_track *t);
 /* The LSN of the oldest pending item, -1 when none. */
 int64_t feed_track_oldest_lsn(const struct feed_track *t);
-/* true when cont is a quoted decimal LSN ("\"24\""); *ret_lsn gets it. */
-bool feed_cont_lsn(const char *cont, int64_t *ret_lsn);
 
 /* ---------------------------------------------------------------------------
  * Balancing (feed_balance.c): pure decisions over a lease listing.

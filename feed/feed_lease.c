@@ -689,10 +689,8 @@ static enum sf_rc bootstrap_range(struct feed_store *st, const struct feed_boots
         (void)snprintf(l.cont, sizeof(l.cont), "%s", page.continuation);
         if (!feed_cont_lsn(l.cont, &l.ckpt_lsn))
             l.ckpt_lsn = -1;
-    } else if (b->start == FEED_START_LSN && (b->start_lsn > 1 || b->all_versions)) {
-        /* LSNs are the feed's continuations: "from lsn N" is the position just before N
-           (all versions start only from one: lsn 1 is "0", not the beginning). */
-        (void)snprintf(l.cont, sizeof(l.cont), "\"%lld\"", (long long)(b->start_lsn - 1));
+    } else if (b->start == FEED_START_LSN) {
+        (void)feed_lsn_start_cont(b->start_lsn, b->all_versions, l.cont, sizeof(l.cont));
     }
     if (b->stop.kind == FEED_STOP_LSN)
         l.stop_lsn = b->stop.lsn;

@@ -970,6 +970,8 @@ static void fill_status(struct feed_processor *p, struct feed_reader *r,
     (void)snprintf(s->owner, sizeof(s->owner), "%s", p->instance);
     s->epoch = r->epoch;
     s->state = feed_reader_state_name(r->state);
+    s->split = r->state == FR_SPLIT;
+    s->done = r->state == FR_DONE;
     (void)snprintf(s->continuation, sizeof(s->continuation), "%s", r->ckpt_cont);
     /* "Not started" until a checkpoint exists: no position, so no honest lag either. */
     s->started = r->ckpt_cont[0] != '\0';

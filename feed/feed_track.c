@@ -54,6 +54,14 @@ bool feed_cont_lsn(const char *cont, int64_t *ret_lsn)
     return sf_parse_i64n(cont + 1, n - 2, 0, INT64_MAX, ret_lsn) == SF_OK;
 }
 
+bool feed_lsn_start_cont(int64_t lsn, bool all_versions, char *buf, size_t size)
+{
+    if (lsn <= 1 && !all_versions)
+        return false;
+    (void)snprintf(buf, size, "\"%lld\"", (long long)SF_MAX(lsn - 1, 0));
+    return true;
+}
+
 void feed_track_start(struct feed_track *t, const char *cont, int64_t lsn, int64_t ts)
 {
     int64_t v;

@@ -37,12 +37,8 @@ static enum sf_rc window_read(const struct feed_window *w, const struct scope *c
     char first[COSMOS_ETAG_MAX];
 
     cf_req(w, c, &q);
-    /* LSNs are the feed's continuations: "from lsn N" is the position just before N. */
-    /* All versions start only from a continuation: lsn 1 is "0", not the beginning. */
-    if (c->cont[0] == '\0' && w->from == FEED_WINDOW_FROM_LSN &&
-        (w->from_lsn > 1 || w->all_versions))
-        (void)snprintf(first, sizeof(first), "\"%lld\"", (long long)(w->from_lsn - 1));
-    else
+    if (c->cont[0] != '\0' || w->from != FEED_WINDOW_FROM_LSN ||
+        !feed_lsn_start_cont(w->from_lsn, w->all_versions, first, sizeof(first)))
         (void)snprintf(first, sizeof(first), "%s", c->cont);
     if (first[0] != '\0') {
         q.start = COSMOS_CF_CONTINUATION;
@@ -240,6 +236,51 @@ static enum sf_rc scan_scope(const struct feed_window *w, struct scope *scopes, 
             (void)snprintf(sc->cont, sizeof(sc->cont), "%s", page.continuation);
     }
     cosmos_cf_page_release(&page);
+    return rc;
+}
+
+/* (lo, hi] of one scope (feed_window_spans). */
+static enum sf_rc window_span(const struct feed_window *w, const struct scope *c, int64_t *ret_lo,
+                              int64_t *ret_hi, struct sf_err *err)
+{
+    struct feed_window one = *w;
+    struct cosmos_cf_page page;
+    int64_t cur = -1, first;
+    enum sf_rc rc = window_now(w, c, &cur, err);
+
+    if (rc != SF_OK)
+        return rc;
+    if (w->to_lsn >= 0)
+        cur = SF_MIN(cur, w->to_lsn);
+    one.max_items = 1;
+    cosmos_cf_page_init(&page);
+    rc = window_read(&one, c, &page, err);
+    first = page.max_lsn;
+    cosmos_cf_page_release(&page);
+    if (rc != SF_OK)
+        return rc;
+    *ret_hi = cur;
+    *ret_lo = first >= 0 ? SF_MIN(first - 1, cur) : cur; /* no item: nothing to read */
+    return SF_OK;
+}
+
+enum sf_rc feed_window_spans(const struct feed_window *w, feed_window_span_fn fn, void *ctx,
+                             struct sf_err *err)
+{
+    struct scope *scopes = calloc(COSMOS_PKRANGES_MAX, sizeof(*scopes));
+    size_t n = 0;
+    int64_t lo, hi;
+    enum sf_rc rc;
+
+    if (scopes == NULL)
+        return sf_err_set(err, SF_ENOMEM, false, "out of memory");
+    rc = window_scopes(w, scopes, COSMOS_PKRANGES_MAX, &n, err);
+    for (size_t i = 0; rc == SF_OK && i < n; i++) {
+        rc = window_span(w, &scopes[i], &lo, &hi, err);
+        if (rc == SF_OK)
+            rc = fn(ctx, w->pk_json != NULL ? "" : scopes[i].token, lo, hi, err);
+    }
+    free(scopes);
     return rc;
 }
 

@@ -91,4 +91,23 @@ typedef enum sf_rc (*feed_window_fn)(void *ctx, const char *range, const json_t 
 enum sf_rc feed_window_scan(const struct feed_window *w, feed_window_fn fn, void *ctx,
                             size_t *ret_ranges, struct sf_err *err);
 
+/*
+ * Called once per range of the window with its span (lo, hi] of LSNs: hi
+ * its current LSN (bounded by w->to_lsn), lo just before its first item in
+ * the window (lo == hi: nothing to read). range is its id, "" for the
+ * logical partition (w->pk_json). A failure stops and is returned.
+ */
+typedef enum sf_rc (*feed_window_span_fn)(void *ctx, const char *range, int64_t lo, int64_t hi,
+                                          struct sf_err *err);
+
+/*
+ * Measures the window before it is read: two one-item reads per range (its
+ * "now", then its first item from the lower bound, in w's mode), no leases.
+ * SF_ENOTFOUND when w->range names no range; SF_ELIMIT beyond
+ * COSMOS_PKRANGES_MAX ranges. Splits during or after the measure are the
+ * caller's to follow.
+ */
+enum sf_rc feed_window_spans(const struct feed_window *w, feed_window_span_fn fn, void *ctx,
+                             struct sf_err *err);
+
 #endif

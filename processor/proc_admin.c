@@ -10,6 +10,7 @@
 #include "processor/proc_admin.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_park.h"
+#include "processor/proc_setup.h"
 #include "processor/proc_status.h"
 #include "record/record.h"
 #include "steps/step.h"
@@ -443,35 +444,6 @@ out:
     return rc;
 }
 
-enum sf_rc proc_pk_full_check(const char *coll, const struct cosmos_container_info *ci,
-                              const char *pk_json, struct sf_err *err)
-{
-    json_t *pk = sf_json_parse(pk_json, strlen(pk_json), NULL);
-    size_t n = json_is_array(pk) ? json_array_size(pk) : 0;
-    char paths[3 * 258] = "";
-    size_t used = 0;
-
-    json_decref(pk);
-    if (n == ci->n_pk_paths)
-        return SF_OK;
-    for (size_t i = 0; i < ci->n_pk_paths && used < sizeof(paths); i++)
-        used += (size_t)snprintf(paths + used, sizeof(paths) - used, "%s%s", i > 0 ? ", " : "",
-                                 ci->pk_paths[i]);
-    if (ci->n_pk_paths > 1 && n < ci->n_pk_paths)
-        return sf_err_set(err, SF_EINVAL, false,
-                          "container %s has a hierarchical partition key of %zu paths (%s) and "
-                          "the key %s gives %zu value%s: a key prefix names many logical "
-                          "partitions, not one; give the full key as a JSON array of %zu values, "
-                          "e.g. '[\"t1\",\"u1\"%s]'",
-                          coll, ci->n_pk_paths, paths, pk_json, n, n == 1 ? "" : "s",
-                          ci->n_pk_paths, ci->n_pk_paths == 3 ? ",\"s1\"" : "");
-    return sf_err_set(err, SF_EINVAL, false,
-                      "container %s has %zu partition key path%s (%s) and the key %s gives %zu "
-                      "values: give %zu",
-                      coll, ci->n_pk_paths, ci->n_pk_paths == 1 ? "" : "s", paths, pk_json, n,
-                      ci->n_pk_paths);
-}
-
 /*
  * --partition-key of saga show against w's source container: SF_OK when it
  * fits, SF_EINVAL when it cannot be a key there (err says why).
@@ -479,18 +451,13 @@ enum sf_rc proc_pk_full_check(const char *coll, const struct cosmos_container_in
 static enum sf_rc pk_fits(struct cosmos_client *cli, const struct cfg *cfg,
                           const struct cfg_workflow *w, const char *pk_json, struct sf_err *err)
 {
-    struct cosmos_container_info ci;
-    enum sf_rc rc = cosmos_container_read(cli, cfg->cosmos.database, w->container, &ci, err);
+    enum sf_rc rc = proc_pk_fits(cli, cfg->cosmos.database, w->container, pk_json, NULL, err);
 
     if (rc == SF_ENOTFOUND) {
         sf_err_clear(err);
         return SF_OK; /* a missing container is an empty result, as for the queries */
     }
-    if (rc != SF_OK) {
-        sf_err_prefix(err, "container %s: ", w->container);
-        return rc;
-    }
-    return proc_pk_full_check(w->container, &ci, pk_json, err);
+    return rc;
 }
 
 static enum sf_rc saga_show(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,

@@ -43,22 +43,12 @@ enum sf_rc proc_saga_show(struct cosmos_client *cli, const struct cfg *cfg, cons
  * proc_saga_show within one logical partition pk_json (`saga show
  * --partition-key`, JSON array text) of each workflow's source container: a
  * workflow whose container's key has another number of levels cannot hold it
- * and is passed over; when every one is, the first proc_pk_full_check error.
+ * and is passed over; when every one is, the first proc_pk_full_check error
+ * (proc_setup.h).
  */
 enum sf_rc proc_saga_show_in(struct cosmos_client *cli, const struct cfg *cfg, const char *saga_id,
                              const char *workflow, const char *pk_json, json_t **ret,
                              bool *ret_found, struct sf_err *err);
-
-/*
- * Whether pk_json (the JSON array text of a key given on the command line)
- * names one logical partition of container coll (as ci describes it): as
- * many values as the container has key paths. A prefix of a hierarchical
- * key, or too many values, is SF_EINVAL with a message naming the container,
- * its paths and both counts and showing how a full key is written
- * ('["t1","u1"]'). Any thread.
- */
-enum sf_rc proc_pk_full_check(const char *coll, const struct cosmos_container_info *ci,
-                              const char *pk_json, struct sf_err *err);
 
 /*
  * proc_saga_show plus, per workflow, "document": the saga's whole item

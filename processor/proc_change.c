@@ -10,6 +10,7 @@
 
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
+#include "feed/feed.h"
 #include "processor/proc_change.h"
 #include "steps/step.h"
 
@@ -130,15 +131,12 @@ unsigned proc_change_bit(const json_t *entry)
 
 json_t *proc_change_image(const json_t *entry)
 {
-    const json_t *cur = json_object_get(entry, "current");
-    const json_t *prev = json_object_get(entry, "previous");
+    const json_t *image = feed_entry_image(entry, true);
     const json_t *m = meta(entry), *key;
     json_t *img;
 
-    if (json_is_object(cur))
-        return json_deep_copy(cur);
-    if (json_is_object(prev))
-        return json_deep_copy(prev);
+    if (image != NULL)
+        return json_deep_copy(image);
     /* No image kept: what the metadata says (its partitionKey is shaped like the key paths). */
     img = json_object();
     key = json_object_get(m, "partitionKey");

@@ -201,18 +201,11 @@ static void action_diag(struct cfg_diags *d, const struct cfg_action *a, const c
 static void check_pk_parts(const struct cfg *cfg, const struct cfg_action *a, const char *where,
                            struct cfg_diags *d)
 {
-    const char *coll = sf_json_str(a->params, "container");
-    const json_t *pk = json_object_get(a->params, "partition_key");
-    const struct cfg_container *c;
-    size_t parts;
+    const char *coll = NULL;
+    size_t parts = cfg_action_pk_parts(a, &coll);
+    const struct cfg_container *c = parts > 0 ? cfg_container_find(cfg, coll) : NULL;
 
-    if (coll == NULL || pk == NULL || strstr(coll, "{{") != NULL)
-        return;
-    c = cfg_container_find(cfg, coll);
-    if (c == NULL || c->n_pk_paths == 0)
-        return;
-    parts = json_is_array(pk) ? json_array_size(pk) : 1;
-    if (parts == c->n_pk_paths)
+    if (c == NULL || c->n_pk_paths == 0 || parts == c->n_pk_paths)
         return;
     cfg_diag_add(d, a->file, cfg_action_line(a, "partition_key"),
                  "%s: partition_key has %zu part%s but container '%s' has %zu key path%s (%s, "
@@ -1102,17 +1095,9 @@ static enum trans_result transition(struct run *r, const char *from, const char 
         (void)snprintf(err.activity_id, sizeof(err.activity_id), "%s", br.activity_id);
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, NULL);
         /* Its result has no message: where it sat and what it was are the server's words. */
-        if (known) {
-            const json_t *op = cosmos_batch_op(b, (size_t)f);
-            char *text = op != NULL ? json_dumps(op, JSON_COMPACT) : NULL;
-
-            r->res->batch =
-                (struct step_batch_where){.http_status = br.http_status, .op = f, .n_ops = br.n};
-            (void)snprintf(r->res->batch.coll, sizeof(r->res->batch.coll), "%s", r->it->container);
-            if (text != NULL)
-                (void)snprintf(r->res->refused, sizeof(r->res->refused), "%s", text);
-            free(text);
-        }
+        if (known)
+            step_batch_refused(b, &br, r->it->container, &r->res->batch, r->res->refused,
+                               sizeof(r->res->refused));
     }
 out:
     /* Written or not, the figures were of this transition: a lost CAS re-reads the item's. */
@@ -1286,6 +1271,23 @@ static bool awaited(const struct proc_engine *e, const char *container)
     return false;
 }
 
+/* Wakes the saga of one waiting record (wake_waiters). */
+static enum sf_rc wake_waiter(void *ctx, const json_t *rec, struct sf_err *err)
+{
+    struct run *r = ctx;
+    bool woken = false;
+    enum sf_rc rc;
+
+    if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
+        return SF_OK;
+    rc = wake_saga(r->e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
+                   json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn, false,
+                   false, 0, &woken, err);
+    if (rc == SF_OK && woken)
+        r->res->woken++;
+    return rc;
+}
+
 /*
  * r's item is a document of an awaited container: wake the sagas whose
  * waiting records (step.h) in its partition name its id. One
@@ -1299,10 +1301,8 @@ static bool wake_waiters(struct run *r)
     const char *params[3] = {"@id", NULL, NULL};
     struct sf_buf idj;
     struct sf_err err;
-    json_t *docs = NULL, *rec;
     bool ok;
     enum sf_rc rc;
-    size_t i;
 
     sf_err_clear(&err);
     sf_buf_init(&idj, 4096);
@@ -1312,28 +1312,13 @@ static bool wake_waiters(struct run *r)
     qo.pk_json = sf_buf_cstr(&r->pk_json);
     params[1] = sf_buf_cstr(&idj);
     if (rc == SF_OK)
-        rc = cosmos_query_all(e->cli, e->cfg->cosmos.database, r->it->container,
-                              "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
-                              "' AND c.awaitId = @id",
-                              params, &qo, WAITERS_MAX, &docs, NULL, &err);
-    json_array_foreach(docs, i, rec)
-    {
-        bool woken = false;
-
-        if (rc != SF_OK)
-            break;
-        if (sf_json_str(rec, "sourceContainer") == NULL || sf_json_str(rec, "sourceId") == NULL)
-            continue;
-        rc = wake_saga(e, sf_json_str(rec, "sourceContainer"), sf_json_str(rec, "sourceId"),
-                       json_object_get(rec, "sourcePk"), sf_json_str(rec, "step"), r->it->lsn,
-                       false, false, 0, &woken, &err);
-        if (rc == SF_OK && woken)
-            r->res->woken++;
-    }
+        rc = cosmos_query_each(e->cli, e->cfg->cosmos.database, r->it->container,
+                               "SELECT * FROM c WHERE c." STEP_SYS_FIELD " = '" STEP_WAITING_KIND
+                               "' AND c.awaitId = @id",
+                               params, &qo, WAITERS_MAX, wake_waiter, r, NULL, &err);
     if (rc != SF_OK)
         set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, "waking waiting sagas");
     ok = rc == SF_OK;
-    json_decref(docs);
     sf_buf_release(&idj);
     return ok;
 }

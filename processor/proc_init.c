@@ -330,11 +330,10 @@ static enum sf_rc pk_parts_check(const struct cfg *cfg, const char *coll,
             for (size_t j = 0; j < st->n_actions + st->n_undo; j++) {
                 const struct cfg_action *a =
                     j < st->n_actions ? &st->actions[j] : &st->undo[j - st->n_actions];
-                const char *c = sf_json_str(a->params, "container");
-                const json_t *pk = json_object_get(a->params, "partition_key");
-                size_t parts = json_is_array(pk) ? json_array_size(pk) : 1;
+                const char *c = NULL;
+                size_t parts = cfg_action_pk_parts(a, &c);
 
-                if (c == NULL || pk == NULL || strcmp(c, coll) != 0 || parts == info->n_pk_paths)
+                if (parts == 0 || strcmp(c, coll) != 0 || parts == info->n_pk_paths)
                     continue;
                 return sf_err_set(err, SF_EINVAL, false,
                                   "%s:%d: workflow '%s' step '%s': partition_key has %zu part%s "

@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sf_parse.h"
-#include "cosmos/cosmos.h"
 #include "processor/proc_progress.h"
 
 #define BAR_WIDTH 24
@@ -87,7 +85,6 @@ void proc_progress_at(struct proc_progress *p, const char *token, int64_t lsn)
             return;
         r = &p->r[p->n - 1];
     }
-    r->seen = true;
     if (r->done)
         return;
     if (r->base < 0)
@@ -104,7 +101,7 @@ void proc_progress_done(struct proc_progress *p, const char *token)
     if (r->base < 0)
         r->base = r->pos; /* the rest was read in this run */
     r->pos = r->hi;
-    r->seen = r->done = true;
+    r->done = true;
 }
 
 void proc_progress_split(struct proc_progress *p, const char *token)
@@ -151,18 +148,15 @@ void proc_progress_scan_at(struct proc_progress *p, const char *token, int64_t l
 /* The LSN of a quoted continuation ("\"80\""), -1 when it is not one. */
 static int64_t cont_lsn(const char *cont)
 {
-    size_t n = strlen(cont);
     int64_t v;
 
-    if (n < 3 || cont[0] != '"' || cont[n - 1] != '"')
-        return -1;
-    return sf_parse_i64n(cont + 1, n - 2, 0, INT64_MAX, &v) == SF_OK ? v : -1;
+    return feed_cont_lsn(cont, &v) ? v : -1;
 }
 
 void proc_progress_follow(struct proc_progress *p, struct feed_processor *fp)
 {
     struct feed_status *st = NULL;
-    size_t i, k;
+    size_t i;
 
     if (fp == NULL || feed_processor_status(fp, &st, NULL) != SF_OK)
         return;
@@ -170,25 +164,12 @@ void proc_progress_follow(struct proc_progress *p, struct feed_processor *fp)
         const struct feed_range_status *s = &st->ranges[i];
         int64_t lsn = cont_lsn(s->continuation);
 
-        if (strcmp(s->state, "split") == 0)
+        if (s->split)
             proc_progress_split(p, s->range);
-        else if (strcmp(s->state, "done") == 0)
+        else if (s->done)
             proc_progress_done(p, s->range);
         else if (lsn >= 0)
             proc_progress_at(p, s->range, lsn);
-        else if (find(p, s->range) != NULL)
-            find(p, s->range)->seen = true;
-    }
-    /* Seen before and no longer reported: its reader reached the bound and left. */
-    for (k = 0; k < p->n; k++) {
-        struct proc_progress_range *r = &p->r[k];
-        bool listed = false;
-
-        for (i = 0; i < st->n && !listed; i++)
-            listed =
-                strcmp(st->ranges[i].range, r->token) == 0 || (p->n == 1 && r->token[0] == '\0');
-        if (r->seen && !r->done && !listed)
-            proc_progress_done(p, r->token);
     }
     free(st);
 }
@@ -271,62 +252,13 @@ const char *proc_progress_render(const struct proc_progress_view *v, bool bar, c
  * Measuring the spans (I/O)
  */
 
-/* One change-feed read of one item (or none) of the scope; *ret_lsn the range's "now" or the
- * item's _lsn (-1: no item). */
-static enum sf_rc read_one(const struct feed_window *w, const char *token,
-                           enum cosmos_cf_start start, const char *cont, bool now, int64_t *ret_lsn,
-                           struct sf_err *err)
+static enum sf_rc add_span(void *ctx, const char *range, int64_t lo, int64_t hi, struct sf_err *err)
 {
-    struct cosmos_cf_req q = {.range_id = w->pk_json != NULL ? NULL : token,
-                              .pk_json = w->pk_json,
-                              .start = start,
-                              .continuation = cont,
-                              .max_items = 1};
-    struct cosmos_cf_page page;
-    enum sf_rc rc;
-
-    if (start == COSMOS_CF_TIME)
-        q.start_time = (time_t)w->from_s;
-    cosmos_cf_page_init(&page);
-    rc = cosmos_changefeed_read(w->cli, w->db, w->coll, &q, &page, err);
-    if (rc == SF_OK && now) {
-        *ret_lsn = cont_lsn(page.continuation);
-        if (*ret_lsn < 0)
-            *ret_lsn = page.latest_lsn;
-        if (*ret_lsn < 0)
-            rc = sf_err_set(err, SF_EPROTO, false, "no current LSN for %s %s", w->coll, token);
-    } else if (rc == SF_OK) {
-        *ret_lsn = page.max_lsn;
-    }
-    cosmos_cf_page_release(&page);
-    return rc;
-}
-
-/* (lo, hi] of one range: its current LSN (bounded by w->to_lsn), its first item in the window. */
-static enum sf_rc measure_range(const struct feed_window *w, const char *token, int64_t *ret_lo,
-                                int64_t *ret_hi, struct sf_err *err)
-{
-    char cont[32];
-    int64_t cur = -1, first = -1;
-    enum sf_rc rc = read_one(w, token, COSMOS_CF_NOW, NULL, true, &cur, err);
+    enum sf_rc rc = proc_progress_add(ctx, range, lo, hi);
 
     if (rc != SF_OK)
-        return rc;
-    if (w->to_lsn >= 0)
-        cur = SF_MIN(cur, w->to_lsn);
-    if (w->from == FEED_WINDOW_FROM_TIME) {
-        rc = read_one(w, token, COSMOS_CF_TIME, NULL, false, &first, err);
-    } else if (w->from == FEED_WINDOW_FROM_LSN && w->from_lsn > 1) {
-        /* LSNs are the feed's continuations: "from lsn N" reads after N - 1. */
-        (void)snprintf(cont, sizeof(cont), "\"%lld\"", (long long)(w->from_lsn - 1));
-        rc = read_one(w, token, COSMOS_CF_CONTINUATION, cont, false, &first, err);
-    } else {
-        rc = read_one(w, token, COSMOS_CF_BEGINNING, NULL, false, &first, err);
-    }
-    if (rc != SF_OK)
-        return rc;
-    *ret_hi = cur;
-    *ret_lo = first >= 0 ? SF_MIN(first - 1, cur) : cur; /* no item: nothing to read */
+        return sf_err_set(err, rc, false, "range %s: %s", range,
+                          rc == SF_ENOMEM ? "out of memory" : "too many ranges");
     return SF_OK;
 }
 
@@ -334,30 +266,10 @@ enum sf_rc proc_progress_measure(struct proc_progress *p, const struct feed_wind
                                  struct sf_err *err)
 {
     struct proc_progress q;
-    struct cosmos_pkranges *ranges = NULL;
-    int64_t lo, hi;
     enum sf_rc rc;
 
     proc_progress_init(&q, p->t0_ms);
-    if (w->pk_json != NULL) {
-        rc = measure_range(w, "", &lo, &hi, err);
-        if (rc == SF_OK && (rc = proc_progress_add(&q, "", lo, hi)) != SF_OK)
-            rc = sf_err_set(err, rc, false, "out of memory");
-        goto out;
-    }
-    rc = cosmos_pkranges_get(w->cli, w->db, w->coll, false, &ranges, err);
-    for (size_t i = 0; rc == SF_OK && i < ranges->n; i++) {
-        const char *token = ranges->ranges[i].id;
-
-        if (w->range != NULL && strcmp(w->range, token) != 0)
-            continue;
-        rc = measure_range(w, token, &lo, &hi, err);
-        if (rc == SF_OK && (rc = proc_progress_add(&q, token, lo, hi)) != SF_OK)
-            rc = sf_err_set(err, rc, false, "%s: %s", w->coll,
-                            rc == SF_ENOMEM ? "out of memory" : "too many ranges");
-    }
-out:
-    free(ranges);
+    rc = feed_window_spans(w, add_span, &q, err);
     if (rc == SF_OK) {
         proc_progress_release(p);
         *p = q;

@@ -38,7 +38,6 @@ struct proc_progress_range {
     int64_t hi;                     /* the window's last LSN in this range (>= lo) */
     int64_t pos;                    /* the last LSN read, lo..hi */
     int64_t base;                   /* pos when this run first saw the range move, -1: not yet */
-    bool seen;                      /* the feed processor has reported it */
     bool done;                      /* finished (reached its bound, or split) */
 };
 
@@ -106,9 +105,10 @@ void proc_progress_scan_at(struct proc_progress *p, const char *token, int64_t l
 
 /*
  * Positions from a running feed processor's status (no I/O): each range's
- * last checkpoint; a range reported "split" is proc_progress_split; a range
- * seen before and no longer reported finished (a bounded processor drops
- * a range's reader when it reached its bound).
+ * last checkpoint; a range reported split is proc_progress_split, one
+ * reported done proc_progress_done. A range no longer reported is left as
+ * it stood (its reader may be released and taken again): a bounded
+ * processor's FEED_EV_RANGE_DONE is what finishes it (proc_progress_done).
  */
 void proc_progress_follow(struct proc_progress *p, struct feed_processor *fp);
 
@@ -126,8 +126,9 @@ const char *proc_progress_render(const struct proc_progress_view *v, bool bar, c
                                  size_t size);
 
 /*
- * Measures the spans of window w (I/O, two change-feed reads per range: the
- * range's current LSN, its first item in the window): one range per partition
+ * Measures the spans of window w (I/O through feed_window_spans, in w's
+ * mode: two change-feed reads per range, the range's current LSN and its
+ * first item in the window): one range per partition
  * key range of w->coll (only w->range's if set), or one "" range for
  * w->pk_json. On failure the progress keeps what it had (totals then stay
  * unknown) and err says why.

@@ -16,7 +16,6 @@
 #include "common/sf_time.h"
 #include "feed/feed.h"
 #include "feed/feed_window.h"
-#include "processor/proc_admin.h"
 #include "processor/proc_change.h"
 #include "processor/proc_engine.h"
 #include "processor/proc_pipeline.h"
@@ -65,6 +64,9 @@ struct replay {
     int64_t started_ms;        /* mono: the rate */
     struct proc_progress prog; /* the current container's LSN spans: percent and ETA */
     struct feed_processor *fp; /* its processor while it runs (positions), else NULL */
+    /* Under mu: ranges FEED_EV_RANGE_DONE finished since the last progress line. */
+    char (*finished)[FEED_TOKEN_MAX + 1];
+    size_t n_finished, cap_finished;
 };
 
 /* ---------------------------------------------------------------------------
@@ -217,17 +219,13 @@ static enum sf_rc make_sources(struct replay *rp, const char **names, size_t n, 
 
         s->name = names[i];
         /* Legacy containers hash keys with V1: their ranges' bounds are V1 EPKs. */
-        rc = cosmos_container_read(o->cli, o->cfg->cosmos.database, s->name, &ci, err);
-        if (rc != SF_OK) {
-            sf_err_prefix(err, "container %s: ", s->name);
+        /* A prefix of a hierarchical key is many logical partitions: refused, not replayed. */
+        rc = proc_pk_fits(o->cli, o->cfg->cosmos.database, s->name, o->pk_json, &ci, err);
+        if (rc != SF_OK)
             break;
-        }
         s->pk_version = ci.pk_version;
         s->all_versions = proc_change_container(&rp->sub, s->name);
         if (s->all_versions && (rc = avad_window_check(rp, s, err)) != SF_OK)
-            break;
-        /* A prefix of a hierarchical key is many logical partitions: refused, not replayed. */
-        if (o->pk_json != NULL && (rc = proc_pk_full_check(s->name, &ci, o->pk_json, err)) != SF_OK)
             break;
         if (o->range == NULL)
             continue;
@@ -281,14 +279,8 @@ static struct feed_window window_of(const struct replay *rp, const struct source
 /* In the window and a saga candidate (sagafeed's own records never are). */
 static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_lsn)
 {
-    const json_t *image = doc;
+    const json_t *image = feed_entry_image(doc, rp->win.all_versions);
 
-    /* An all-versions entry: the item is its current image, a delete's the previous one. */
-    if (rp->win.all_versions) {
-        image = json_object_get(doc, "current");
-        if (!json_is_object(image))
-            image = json_object_get(doc, "previous");
-    }
     return feed_window_classify(&rp->win, -1, doc, ret_lsn) == FEED_WINDOW_IN &&
            json_is_object(doc) && (image == NULL || !record_is_system(image));
 }
@@ -315,6 +307,11 @@ static void progress(struct replay *rp, bool force)
     rp->last_progress_ms = now;
     secs = (double)(now - rp->started_ms) / 1000.0;
     proc_progress_follow(&rp->prog, rp->fp);
+    pthread_mutex_lock(&rp->mu);
+    for (size_t i = 0; i < rp->n_finished; i++)
+        proc_progress_done(&rp->prog, rp->finished[i]);
+    rp->n_finished = 0;
+    pthread_mutex_unlock(&rp->mu);
     proc_progress_view(&rp->prog, now, &v);
     (void)fprintf(p,
                   "%sreplay %s: %s, read %llu (%.0f/s), in window %llu, %s %llu, ranges done %u, "
@@ -446,6 +443,24 @@ static void fail_once(struct replay *rp, const struct sf_err *e, const char *wha
     pthread_mutex_unlock(&rp->mu);
 }
 
+/* Kept for the next progress line (progress figures only: lost when out of memory). */
+static void range_finished(struct replay *rp, const char *range)
+{
+    pthread_mutex_lock(&rp->mu);
+    if (rp->n_finished == rp->cap_finished) {
+        size_t cap = rp->cap_finished ? 2 * rp->cap_finished : 8;
+        void *v = realloc(rp->finished, cap * sizeof(*rp->finished));
+
+        if (v != NULL) {
+            rp->finished = v;
+            rp->cap_finished = cap;
+        }
+    }
+    if (rp->n_finished < rp->cap_finished && range != NULL)
+        (void)snprintf(rp->finished[rp->n_finished++], sizeof(rp->finished[0]), "%s", range);
+    pthread_mutex_unlock(&rp->mu);
+}
+
 static void on_event(void *ctx, const struct feed_event *ev)
 {
     struct replay *rp = ctx;
@@ -454,6 +469,7 @@ static void on_event(void *ctx, const struct feed_event *ev)
     switch (ev->kind) {
     case FEED_EV_RANGE_DONE:
         atomic_fetch_add(&rp->ranges_done, 1);
+        range_finished(rp, ev->range);
         break;
     case FEED_EV_ALL_DONE:
         pthread_mutex_lock(&rp->mu);
@@ -482,10 +498,9 @@ static void on_event(void *ctx, const struct feed_event *ev)
                           "are gone; replay from a later --from lsn:N: ",
                           ev->range, (long long)rp->o->from.lsn);
             fail_once(rp, &e, rp->cur->name);
-        } else if (ev->err != NULL && !ev->err->retriable) {
-            fail_once(rp, ev->err, rp->cur->name);
+            break;
         }
-        break;
+        /* fall through */
     case FEED_EV_LEASE_ERROR:
     case FEED_EV_CHECKPOINT_ERROR:
         /* feed/ retries what may pass; what cannot (a missing container, a bad key) ends it. */
@@ -744,6 +759,9 @@ static void progress_begin(struct replay *rp)
 
     proc_progress_release(&rp->prog);
     proc_progress_init(&rp->prog, sf_mono_ms());
+    pthread_mutex_lock(&rp->mu);
+    rp->n_finished = 0; /* the container before's */
+    pthread_mutex_unlock(&rp->mu);
     if (proc_progress_measure(&rp->prog, &rp->win, &e) != SF_OK && rp->o->out != NULL)
         (void)fprintf(rp->o->out, "replay %s: total unknown (%s)\n", rp->cur->name, e.msg);
     progress(rp, true);
@@ -848,6 +866,7 @@ enum sf_rc proc_replay_run(const struct proc_replay_opts *opts, struct proc_repl
     pthread_cond_destroy(&rp->done);
     pthread_mutex_destroy(&rp->mu);
     proc_progress_release(&rp->prog);
+    free(rp->finished);
     free(rp);
     return rc;
 }

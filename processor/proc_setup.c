@@ -4,8 +4,12 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_json.h"
 #include "processor/proc_change.h"
 #include "processor/proc_setup.h"
+
+/* config/ does not include cosmos/: its count of key paths must be the client's. */
+_Static_assert(CFG_PK_PATHS_MAX == COSMOS_PK_LEVELS_MAX, "key levels of config and cosmos differ");
 
 #define TOOL_CONNECTIONS     8
 #define SERVICE_SPARE_CONNS  8     /* above one per worker: feeds, leases, relays */
@@ -130,4 +134,53 @@ void proc_setup_engine_release(struct proc_setup_engine *e)
     step_catalog_free(e->catalog);
     step_registry_free(e->reg);
     memset(e, 0, sizeof(*e));
+}
+
+/* ---------------------------------------------------------------------------
+ * Keys given on the command line
+ */
+
+enum sf_rc proc_pk_full_check(const char *coll, const struct cosmos_container_info *ci,
+                              const char *pk_json, struct sf_err *err)
+{
+    json_t *pk = sf_json_parse(pk_json, strlen(pk_json), NULL);
+    size_t n = json_is_array(pk) ? json_array_size(pk) : 0;
+    char paths[COSMOS_PK_LEVELS_MAX * 258] = "";
+    size_t used = 0;
+
+    json_decref(pk);
+    if (n == ci->n_pk_paths)
+        return SF_OK;
+    for (size_t i = 0; i < ci->n_pk_paths && used < sizeof(paths); i++)
+        used += (size_t)snprintf(paths + used, sizeof(paths) - used, "%s%s", i > 0 ? ", " : "",
+                                 ci->pk_paths[i]);
+    if (ci->n_pk_paths > 1 && n < ci->n_pk_paths)
+        return sf_err_set(err, SF_EINVAL, false,
+                          "container %s has a hierarchical partition key of %zu paths (%s) and "
+                          "the key %s gives %zu value%s: a key prefix names many logical "
+                          "partitions, not one; give the full key as a JSON array of %zu values, "
+                          "e.g. '[\"t1\",\"u1\"%s]'",
+                          coll, ci->n_pk_paths, paths, pk_json, n, n == 1 ? "" : "s",
+                          ci->n_pk_paths, ci->n_pk_paths == 3 ? ",\"s1\"" : "");
+    return sf_err_set(err, SF_EINVAL, false,
+                      "container %s has %zu partition key path%s (%s) and the key %s gives %zu "
+                      "values: give %zu",
+                      coll, ci->n_pk_paths, ci->n_pk_paths == 1 ? "" : "s", paths, pk_json, n,
+                      ci->n_pk_paths);
+}
+
+enum sf_rc proc_pk_fits(struct cosmos_client *cli, const char *db, const char *coll,
+                        const char *pk_json, struct cosmos_container_info *ret_ci,
+                        struct sf_err *err)
+{
+    struct cosmos_container_info ci;
+    enum sf_rc rc = cosmos_container_read(cli, db, coll, &ci, err);
+
+    if (rc != SF_OK) {
+        sf_err_prefix(err, "container %s: ", coll);
+        return rc;
+    }
+    if (ret_ci != NULL)
+        *ret_ci = ci;
+    return pk_json != NULL ? proc_pk_full_check(coll, &ci, pk_json, err) : SF_OK;
 }

@@ -74,4 +74,29 @@ enum sf_rc proc_setup_engine_build(const struct cfg *cfg, struct cosmos_client *
 /* Frees what proc_setup_engine_build built; *e is zeroed. */
 void proc_setup_engine_release(struct proc_setup_engine *e);
 
+/* ---------------------------------------------------------------------------
+ * Keys given on the command line
+ */
+
+/*
+ * Whether pk_json (the JSON array text of a key given on the command line)
+ * names one logical partition of container coll (as ci describes it): as
+ * many values as the container has key paths. A prefix of a hierarchical
+ * key, or too many values, is SF_EINVAL with a message naming the container,
+ * its paths and both counts and showing how a full key is written
+ * ('["t1","u1"]'). Any thread.
+ */
+enum sf_rc proc_pk_full_check(const char *coll, const struct cosmos_container_info *ci,
+                              const char *pk_json, struct sf_err *err);
+
+/*
+ * Reads container coll of db and checks pk_json against it
+ * (proc_pk_full_check; NULL: no check). A failed read keeps its rc
+ * (SF_ENOTFOUND: no such container) and its message is prefixed
+ * "container <coll>: ". *ret_ci (may be NULL) gets what was read.
+ */
+enum sf_rc proc_pk_fits(struct cosmos_client *cli, const char *db, const char *coll,
+                        const char *pk_json, struct cosmos_container_info *ret_ci,
+                        struct sf_err *err);
+
 #endif

@@ -113,9 +113,9 @@ check_tsan() {
     local tests targets rc=0 n
     rm -rf "$rdir" && mkdir -p "$rdir"
     if [ "$quick" = 1 ]; then
-        tests="test_cosmos_http|test_cosmos_client|test_cosmos_integration|test_feed_core|test_feed_proc|test_processor"
+        tests="test_cosmos_http|test_cosmos_client|test_cosmos_integration|test_feed_core|test_feed_proc|test_processor|test_proc_dispatch"
     else
-        tests="test_cosmos_http|test_cosmos_client|test_cosmos_integration|test_feed_core|test_feed_lease|test_feed_proc|test_feed_multi|test_processor|test_steps_integration|test_saga_cases|test_emu_store_ops"
+        tests="test_cosmos_http|test_cosmos_client|test_cosmos_integration|test_feed_core|test_feed_lease|test_feed_proc|test_feed_multi|test_processor|test_proc_dispatch|test_steps_integration|test_saga_cases|test_emu_store_ops"
     fi
     targets="${tests//|/ } cosmolite sagafeed feed_worker sf_plugin_loyalty test_sagas_e2e test_fault_suite"
     cmake_args=(-DSF_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)

@@ -97,6 +97,16 @@ struct step_result {
     struct step_batch_where batch; /* refused inside a batch: where (http_status 0: not) */
 };
 
+/*
+ * Where in batch b (sent to container coll, answered br) its refused
+ * operation br->first_failure (a valid index) sat: *ret_where, and that
+ * operation as sent (compact JSON, cut to fit) in refused[refused_size].
+ * Step effects and the engine's transitions keep both for the parked record.
+ */
+void step_batch_refused(const struct cosmos_batch *b, const struct cosmos_batch_result *br,
+                        const char *coll, struct step_batch_where *ret_where, char *refused,
+                        size_t refused_size);
+
 /* A static name: "ok", "already", "failed", "retry", "fatal", "wait". */
 const char *step_outcome_str(enum step_outcome o);
 

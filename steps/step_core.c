@@ -511,32 +511,19 @@ void step_effect_release(struct step_effect *eff)
     memset(eff, 0, sizeof(*eff));
 }
 
-/*
- * The refused operation, rendered as it was sent, for the parked record: what
- * the server said no to (the condition, the document), not only its status.
- */
-static void refused_keep(struct step_result *res, const json_t *op)
+void step_batch_refused(const struct cosmos_batch *b, const struct cosmos_batch_result *br,
+                        const char *coll, struct step_batch_where *ret_where, char *refused,
+                        size_t refused_size)
 {
+    const json_t *op = cosmos_batch_op(b, (size_t)br->first_failure);
     char *text = op != NULL ? json_dumps(op, JSON_COMPACT) : NULL;
 
-    if (text != NULL)
-        (void)snprintf(res->refused, sizeof(res->refused), "%s", text);
+    /* The server's words about a batch operation: its result carries no message. */
+    *ret_where = (struct step_batch_where){
+        .http_status = br->http_status, .op = br->first_failure, .n_ops = br->n};
+    (void)snprintf(ret_where->coll, sizeof(ret_where->coll), "%s", coll);
+    (void)snprintf(refused, refused_size, "%s", text != NULL ? text : "");
     free(text);
-}
-
-/*
- * Where in its batch the refused operation sat, and the batch's own status
- * and activity id: with the operation as sent, what the server said about a
- * batch operation (its result carries no message).
- */
-static void batch_where_keep(struct step_result *res, const struct cosmos_batch_result *br,
-                             const char *coll)
-{
-    res->batch.http_status = br->http_status;
-    res->batch.op = br->first_failure;
-    res->batch.n_ops = br->n;
-    (void)snprintf(res->batch.coll, sizeof(res->batch.coll), "%s", coll);
-    (void)snprintf(res->err.activity_id, sizeof(res->err.activity_id), "%s", br->activity_id);
 }
 
 void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
@@ -569,8 +556,8 @@ void step_effect_commit(const struct step_ctx *ctx, struct step_effect *eff,
         goto out;
     }
     op = &br.ops[br.first_failure];
-    refused_keep(res, cosmos_batch_op(eff->batch, (size_t)br.first_failure));
-    batch_where_keep(res, &br, eff->coll);
+    step_batch_refused(eff->batch, &br, eff->coll, &res->batch, res->refused, sizeof(res->refused));
+    (void)snprintf(res->err.activity_id, sizeof(res->err.activity_id), "%s", br.activity_id);
     res->status = op->status;
     res->err.http_status = op->status;
     res->err.substatus = op->substatus;

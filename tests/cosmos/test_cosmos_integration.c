@@ -637,6 +637,20 @@ START_TEST(test_query_resumed_with_params)
 }
 END_TEST
 
+struct each_count {
+    int n, fail_at; /* fail_at: the call that fails, 0 none */
+};
+
+static enum sf_rc count_doc(void *ctx, const json_t *doc, struct sf_err *err)
+{
+    struct each_count *c = ctx;
+
+    ck_assert_ptr_nonnull(doc);
+    if (++c->n == c->fail_at)
+        return sf_err_set(err, SF_EINVAL, false, "stop at %d", c->n);
+    return SF_OK;
+}
+
 START_TEST(test_query_cross_partition)
 {
     struct cosmos_query_opts qo;
@@ -701,6 +715,20 @@ START_TEST(test_query_cross_partition)
                                           &docs, NULL, &err),
                          SF_ELIMIT);
         ck_assert_ptr_null(docs);
+    }
+    {
+        /* One document at a time: every one across the pages, and a failure stops the query. */
+        struct each_count c = {.fail_at = 0};
+
+        ck_assert_int_eq(cosmos_query_each(cli, DB, coll, "SELECT VALUE c.id FROM c", NULL, &qo,
+                                           100, count_doc, &c, NULL, &err),
+                         SF_OK);
+        ck_assert_int_eq(c.n, 9);
+        c = (struct each_count){.fail_at = 6};
+        ck_assert_int_eq(cosmos_query_each(cli, DB, coll, "SELECT VALUE c.id FROM c", NULL, &qo,
+                                           100, count_doc, &c, NULL, &err),
+                         SF_EINVAL);
+        ck_assert_int_eq(c.n, 6);
     }
 }
 END_TEST

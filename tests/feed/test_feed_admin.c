@@ -363,17 +363,73 @@ START_TEST(window_options_carry_the_bounds)
 }
 END_TEST
 
+struct spans {
+    char range[8];
+    int64_t lo, hi;
+    int n;
+};
+
+static enum sf_rc on_span(void *ctx, const char *range, int64_t lo, int64_t hi, struct sf_err *err)
+{
+    struct spans *sp = ctx;
+
+    (void)err;
+    (void)snprintf(sp->range, sizeof(sp->range), "%s", range);
+    sp->lo = lo;
+    sp->hi = hi;
+    sp->n++;
+    return SF_OK;
+}
+
+/*
+ * The span of an all-versions window counts every version: a replaced
+ * item's first version is in it, where the latest-version feed shows only
+ * its replacement (replay progress once measured the other mode).
+ */
+START_TEST(window_spans_follow_the_mode)
+{
+    struct feed_window w = {.cli = cli,
+                            .db = DB,
+                            .pk_json = "[\"k\"]",
+                            .max_items = 10,
+                            .from = FEED_WINDOW_FROM_LSN,
+                            .from_lsn = 1,
+                            .to_lsn = -1,
+                            .to_s = INT64_MAX,
+                            .all_versions = true};
+    struct spans sp = {.n = 0};
+    struct sf_err err;
+    char acoll[80];
+
+    (void)snprintf(acoll, sizeof(acoll), "%s-av", coll);
+    ft_container_avad(cli, DB, acoll, "/pk", 0);
+    w.coll = acoll;
+    ft_put(cli, DB, acoll, "a", "k", 1);
+    ck_assert_int_eq(cosmos_doc_upsert(cli, DB, acoll, "[\"k\"]",
+                                       "{\"id\":\"a\",\"pk\":\"k\",\"n\":2}", NULL, NULL, &err),
+                     SF_OK);
+    ft_put(cli, DB, acoll, "b", "k", 1);
+    ck_assert_msg(feed_window_spans(&w, on_span, &sp, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(sp.n, 1);
+    ck_assert_str_eq(sp.range, "");     /* the logical partition */
+    ck_assert_int_eq(sp.hi - sp.lo, 3); /* a's two versions and b */
+    w.all_versions = false;
+    ck_assert_msg(feed_window_spans(&w, on_span, &sp, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(sp.hi - sp.lo, 2); /* a's latest version and b */
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("feed_admin");
 
-    sf_check_case(s, "admin", setup, teardown, 60,
-                  (const TTest *[]){export_only_own_prefix_without_system_fields,
-                                    import_fences_owner_and_frees_lease,
-                                    import_creates_missing_and_refuses_foreign,
-                                    reset_now_then_no_lag_then_beginning,
-                                    reset_missing_lease_not_found, lag_notices_split,
-                                    window_classify_bounds, window_options_carry_the_bounds, NULL});
+    sf_check_case(
+        s, "admin", setup, teardown, 60,
+        (const TTest *[]){
+            export_only_own_prefix_without_system_fields, import_fences_owner_and_frees_lease,
+            import_creates_missing_and_refuses_foreign, reset_now_then_no_lag_then_beginning,
+            reset_missing_lease_not_found, lag_notices_split, window_classify_bounds,
+            window_options_carry_the_bounds, window_spans_follow_the_mode, NULL});
     return s;
 }
 

@@ -16,61 +16,8 @@
 #include "processor/proc_engine.h"
 #include "record/record.h"
 #include "steps/step.h"
+#include "tests/processor/proc_testutil.h"
 #include "tests/support/check_run.h"
-
-static const char *SEATS_CFG =
-    "workflows = ( {\n"
-    "  name = \"booking\"; container = \"bookings\";\n"
-    "  state_field = \"status\"; failed_state = \"cancelled\";\n"
-    "  steps = ( { name = \"hold-seats\"; from = \"requested\"; to = \"held\";\n"
-    "    foreach = \"item.seats\";\n"
-    "    do = { kind = \"patch\"; container = \"seats\"; id = \"{{it.seat}}\";\n"
-    "      partition_key = \"{{item.show}}\"; condition = \"FROM c WHERE c.free = true\";\n"
-    "      ops = ( { op = \"set\"; path = \"/holds/{{item.hold ?? item.id}}\"; value = "
-    "\"{{it.price}}\"; } );\n"
-    "    };\n"
-    "  } );\n"
-    "} );\n";
-
-/* An engine compiled from SEATS_CFG, without a client: the containers are declared. */
-struct seats {
-    struct cfg *cfg;
-    struct cfg_diags *d;
-    struct step_registry *reg;
-    struct step_catalog *cat;
-    struct proc_engine *e;
-};
-
-static void seats_open(struct seats *s)
-{
-    struct proc_engine_opts eo = {0};
-    struct sf_err err;
-
-    memset(s, 0, sizeof(*s));
-    s->d = calloc(1, sizeof(*s->d));
-    ck_assert_ptr_nonnull(s->d);
-    sf_err_clear(&err);
-    ck_assert_msg(cfg_load_string(SEATS_CFG, "s.cfg", &s->cfg, s->d, &err) == SF_OK, "%s", err.msg);
-    ck_assert_int_eq(step_registry_new(&s->reg, &err), SF_OK);
-    ck_assert_int_eq(step_registry_add_builtins(s->reg, &err), SF_OK);
-    /* no client: the containers are known, nothing is read or written */
-    ck_assert_int_eq(step_catalog_new(NULL, "db", &s->cat, &err), SF_OK);
-    ck_assert_int_eq(step_catalog_set(s->cat, "bookings", "/buyer"), SF_OK);
-    ck_assert_int_eq(step_catalog_set(s->cat, "seats", "/show"), SF_OK);
-    eo.cfg = s->cfg;
-    eo.reg = s->reg;
-    eo.catalog = s->cat;
-    ck_assert_msg(proc_engine_new(&eo, &s->e, s->d, &err) == SF_OK, "%s", err.msg);
-}
-
-static void seats_close(struct seats *s)
-{
-    proc_engine_free(s->e);
-    step_catalog_free(s->cat);
-    step_registry_free(s->reg);
-    cfg_free(s->cfg);
-    free(s->d);
-}
 
 /* ---------------------------------------------------------------------------
  * sagafeed's own records: one check, at the dispatcher
@@ -98,13 +45,13 @@ static void sys_result(void *ctx, const struct proc_item *it, const struct proc_
 
 /*
  * A marker that looks like a saga item in the step's state (no filter in
- * SEATS_CFG, status "requested") is settled by the dispatcher at submit:
+ * PT_SEATS_CFG, status "requested") is settled by the dispatcher at submit:
  * acked once, reported once as skipped, counted once - and never handed to
  * the engine, which has no client here and could not run it.
  */
 START_TEST(test_system_document_skipped_once_counted_once)
 {
-    struct seats s;
+    struct pt_seats s;
     struct proc_dispatch *disp = NULL;
     struct cosmos_client *cli = NULL;
     struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
@@ -121,7 +68,7 @@ START_TEST(test_system_document_skipped_once_counted_once)
     atomic_init(&seen.results, 0);
     atomic_init(&seen.skipped, 0);
     sf_err_clear(&err);
-    seats_open(&s);
+    pt_seats_open(&s);
     /* the dispatcher's client (for parking) is never used: nothing is sent */
     ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
     dopts = (struct proc_dispatch_opts){.engine = s.e,
@@ -167,7 +114,7 @@ START_TEST(test_system_document_skipped_once_counted_once)
     proc_dispatch_free(disp);
     json_decref(marker); /* borrowed by the dispatcher until its ack */
     cosmos_client_free(cli);
-    seats_close(&s);
+    pt_seats_close(&s);
 }
 END_TEST
 

@@ -9,6 +9,9 @@
 #include <check.h>
 #include <string.h>
 
+#include "common/sf_auth.h"
+#include "cosmos/cosmos.h"
+#include "feed/feed.h"
 #include "processor/proc_progress.h"
 #include "tests/support/check_run.h"
 
@@ -197,6 +200,52 @@ START_TEST(test_replay_progress_empty_and_unknown)
 }
 END_TEST
 
+static void consume_none(void *ctx, struct feed_item *it)
+{
+    (void)ctx;
+    feed_item_ack(it);
+}
+
+/*
+ * A range the processor no longer reports (its reader released, to be
+ * taken again) is left where it stood: only FEED_EV_RANGE_DONE (or a
+ * reported "done") finishes it, never its absence from the status.
+ */
+START_TEST(test_replay_progress_unreported_range_is_not_done)
+{
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct feed_options fo = {.db = "db",
+                              .coll = "c",
+                              .lease_coll = "leases",
+                              .lease_prefix = "p",
+                              .instance = "me",
+                              .consume = consume_none};
+    struct cosmos_client *cli = NULL;
+    struct feed_processor *fp = NULL;
+    struct proc_progress p;
+    struct proc_progress_view v;
+    struct sf_err err;
+
+    /* Never started: no I/O, and a status listing no range. */
+    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
+    ck_assert_msg(feed_processor_new(cli, cli, &fo, &fp, &err) == SF_OK, "%s", err.msg);
+    two_ranges(&p, 0);
+    proc_progress_at(&p, "0", 600);
+    proc_progress_follow(&p, fp);
+    proc_progress_view(&p, 1000, &v);
+    ck_assert_int_eq(v.done, 500);
+    ck_assert_uint_eq(v.finished, 0);
+    proc_progress_done(&p, "0"); /* the range's FEED_EV_RANGE_DONE */
+    proc_progress_follow(&p, fp);
+    proc_progress_view(&p, 1000, &v);
+    ck_assert_int_eq(v.done, 1000);
+    ck_assert_uint_eq(v.finished, 1);
+    proc_progress_release(&p);
+    feed_processor_free(fp);
+    cosmos_client_free(cli);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("replay_progress");
@@ -208,6 +257,7 @@ int main(void)
     tcase_add_test(tc, test_replay_progress_split_hands_the_rest_to_the_children);
     tcase_add_test(tc, test_replay_progress_scan_finishes_the_range_before);
     tcase_add_test(tc, test_replay_progress_empty_and_unknown);
+    tcase_add_test(tc, test_replay_progress_unreported_range_is_not_done);
     suite_add_tcase(s, tc);
     return sf_check_run(s);
 }

@@ -26,6 +26,7 @@
 #include "processor/proc_service.h"
 #include "processor/proc_setup.h"
 #include "record/record.h"
+#include "tests/processor/proc_testutil.h"
 #include "tests/support/check_run.h"
 
 /* ---------------------------------------------------------------------------
@@ -972,72 +973,18 @@ END_TEST
  * replay --dry-run: the plan sees what the run would park
  */
 
-static const char *SEATS_CFG =
-    "workflows = ( {\n"
-    "  name = \"booking\"; container = \"bookings\";\n"
-    "  state_field = \"status\"; failed_state = \"cancelled\";\n"
-    "  steps = ( { name = \"hold-seats\"; from = \"requested\"; to = \"held\";\n"
-    "    foreach = \"item.seats\";\n"
-    "    do = { kind = \"patch\"; container = \"seats\"; id = \"{{it.seat}}\";\n"
-    "      partition_key = \"{{item.show}}\"; condition = \"FROM c WHERE c.free = true\";\n"
-    "      ops = ( { op = \"set\"; path = \"/holds/{{item.hold ?? item.id}}\"; value = "
-    "\"{{it.price}}\"; } );\n"
-    "    };\n"
-    "  } );\n"
-    "} );\n";
-
-/* An engine compiled from SEATS_CFG, without a client: the containers are declared. */
-struct seats {
-    struct cfg *cfg;
-    struct cfg_diags *d;
-    struct step_registry *reg;
-    struct step_catalog *cat;
-    struct proc_engine *e;
-};
-
-static void seats_open(struct seats *s)
-{
-    struct proc_engine_opts eo = {0};
-    struct sf_err err;
-
-    memset(s, 0, sizeof(*s));
-    s->d = calloc(1, sizeof(*s->d));
-    ck_assert_ptr_nonnull(s->d);
-    sf_err_clear(&err);
-    ck_assert_msg(cfg_load_string(SEATS_CFG, "s.cfg", &s->cfg, s->d, &err) == SF_OK, "%s", err.msg);
-    ck_assert_int_eq(step_registry_new(&s->reg, &err), SF_OK);
-    ck_assert_int_eq(step_registry_add_builtins(s->reg, &err), SF_OK);
-    /* no client: the containers are known, nothing is read or written */
-    ck_assert_int_eq(step_catalog_new(NULL, "db", &s->cat, &err), SF_OK);
-    ck_assert_int_eq(step_catalog_set(s->cat, "bookings", "/buyer"), SF_OK);
-    ck_assert_int_eq(step_catalog_set(s->cat, "seats", "/show"), SF_OK);
-    eo.cfg = s->cfg;
-    eo.reg = s->reg;
-    eo.catalog = s->cat;
-    ck_assert_msg(proc_engine_new(&eo, &s->e, s->d, &err) == SF_OK, "%s", err.msg);
-}
-
-static void seats_close(struct seats *s)
-{
-    proc_engine_free(s->e);
-    step_catalog_free(s->cat);
-    step_registry_free(s->reg);
-    cfg_free(s->cfg);
-    free(s->d);
-}
-
-/* The plan of doc (JSON text) under SEATS_CFG. */
+/* The plan of doc (JSON text) under PT_SEATS_CFG. */
 static void plan_of(const char *doc_text, struct proc_plan *plan)
 {
-    struct seats s;
+    struct pt_seats s;
     json_t *doc = json_loads(doc_text, 0, NULL);
     struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
 
     ck_assert_ptr_nonnull(doc);
-    seats_open(&s);
+    pt_seats_open(&s);
     it.doc = doc;
     proc_engine_plan(s.e, &it, plan);
-    seats_close(&s);
+    pt_seats_close(&s);
     json_decref(doc);
 }
 
@@ -2053,7 +2000,7 @@ START_TEST(test_throttled_transition_keeps_retry_after)
     struct proc_engine_opts eo = {0};
     struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
     struct proc_result res;
-    struct seats s;
+    struct pt_seats s;
     struct sf_err err;
     json_t *doc = json_loads("{\"id\":\"b-1\",\"buyer\":\"u-1\",\"show\":\"s-9\","
                              "\"status\":\"requested\",\"seats\":[]}",
@@ -2061,7 +2008,7 @@ START_TEST(test_throttled_transition_keeps_retry_after)
 
     ck_assert_ptr_nonnull(doc);
     sf_err_clear(&err);
-    seats_open(&s);
+    pt_seats_open(&s);
     proc_engine_free(s.e);
     s.e = NULL;
     ck_assert_int_eq(cosmos_client_new(&co, &eo.cli, &err), SF_OK);
@@ -2084,7 +2031,7 @@ START_TEST(test_throttled_transition_keeps_retry_after)
     ck_assert_uint_ge(res.batch.n_ops, 1);
     ck_assert_str_eq(res.batch.coll, "bookings");
     ck_assert_msg(strstr(res.refused, "\"id\":\"b-1\"") != NULL, "refused: %s", res.refused);
-    seats_close(&s);
+    pt_seats_close(&s);
     cosmos_client_free(eo.cli);
     json_decref(doc);
 }

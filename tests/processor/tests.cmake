@@ -1,14 +1,14 @@
 # processor/: lanes, workflow compilation, the dry-run plan and saga show without a server.
 # Its saga show cases check the printed form too (cli_saga_print, cli/cli.c).
 sf_unit_test(test_processor
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_processor.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_processor.c ${CMAKE_CURRENT_LIST_DIR}/proc_testutil.c
   LIBS sf_processor sf_cli
   LABELS processor
   EXPORTS)
 # processor/proc_dispatch.c: the dispatcher (submit, acks, what it settles itself), without
 # a server.
 sf_unit_test(test_proc_dispatch
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_dispatch.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_dispatch.c ${CMAKE_CURRENT_LIST_DIR}/proc_testutil.c
   LIBS sf_processor
   LABELS processor)
 # processor/proc_limit.c: the adaptive limit of items in flight, on a synthetic clock.

@@ -1,0 +1,33 @@
+/*
+ * proc_testutil.h - what the processor/ tests share: an engine compiled from
+ * a small seat-booking workflow without a client (its containers declared),
+ * so the plan and the dispatcher run with nothing read or written. The
+ * functions abort the test on failure.
+ */
+#ifndef PROC_TESTUTIL_H
+#define PROC_TESTUTIL_H
+
+#include "config/cfg.h"
+#include "processor/proc_engine.h"
+#include "steps/step.h"
+
+/*
+ * One workflow "booking" on container "bookings" (key /buyer): its step
+ * "hold-seats" patches each of item.seats in "seats" (key /show) where the
+ * seat is free.
+ */
+extern const char *const PT_SEATS_CFG;
+
+/* An engine compiled from PT_SEATS_CFG, without a client: the containers are declared. */
+struct pt_seats {
+    struct cfg *cfg;
+    struct cfg_diags *d;
+    struct step_registry *reg;
+    struct step_catalog *cat;
+    struct proc_engine *e;
+};
+
+void pt_seats_open(struct pt_seats *s);
+void pt_seats_close(struct pt_seats *s);
+
+#endif
