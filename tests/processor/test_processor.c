@@ -1084,7 +1084,7 @@ static json_t *owned_doc(int n)
  */
 START_TEST(test_dispatch_owned_documents_wait_as_text)
 {
-    struct seats s;
+    struct pt_seats s;
     struct proc_dispatch *disp = NULL;
     struct cosmos_client *cli = NULL;
     struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
@@ -1104,7 +1104,7 @@ START_TEST(test_dispatch_owned_documents_wait_as_text)
         seen.want[i] = owned_doc(i);
     }
     sf_err_clear(&err);
-    seats_open(&s);
+    pt_seats_open(&s);
     /* terminal documents: the engine settles them without a request */
     ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
     ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
@@ -1176,7 +1176,7 @@ START_TEST(test_dispatch_owned_documents_wait_as_text)
         json_decref(seen.want[i]);
     }
     cosmos_client_free(cli);
-    seats_close(&s);
+    pt_seats_close(&s);
 }
 END_TEST
 
@@ -1306,7 +1306,7 @@ START_TEST(test_lanes_longest_key_runs_first)
 END_TEST
 
 /* proc_engine_settle on one document (JSON text) of container, key carried or not. */
-static bool settles(struct seats *s, const char *container, const char *text, bool carried,
+static bool settles(struct pt_seats *s, const char *container, const char *text, bool carried,
                     struct proc_result *res)
 {
     json_t *doc = json_loads(text, 0, NULL);
@@ -1332,10 +1332,10 @@ static bool settles(struct seats *s, const char *container, const char *text, bo
  */
 START_TEST(test_engine_settles_what_needs_no_request)
 {
-    struct seats s;
+    struct pt_seats s;
     struct proc_result res;
 
-    seats_open(&s);
+    pt_seats_open(&s);
     ck_assert(settles(&s, "bookings",
                       "{\"id\":\"b-1\",\"status\":\"cancelled\",\"buyer\":\"u-1\",\"show\":\"s\"}",
                       true, &res));
@@ -1358,7 +1358,7 @@ START_TEST(test_engine_settles_what_needs_no_request)
                        "{\"id\":\"b-2\",\"status\":\"requested\",\"buyer\":\"u-1\",\"show\":"
                        "\"s\",\"seats\":[{\"seat\":\"A1\",\"price\":1}]}",
                        false, &res));
-    seats_close(&s);
+    pt_seats_close(&s);
 }
 END_TEST
 
@@ -1369,7 +1369,7 @@ END_TEST
  */
 START_TEST(test_dispatch_settles_settled_items_at_submit)
 {
-    struct seats s;
+    struct pt_seats s;
     struct proc_dispatch *disp = NULL;
     struct cosmos_client *cli = NULL;
     struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
@@ -1386,7 +1386,7 @@ START_TEST(test_dispatch_settles_settled_items_at_submit)
     for (int i = 0; i < 3; i++)
         seen.want[i] = owned_doc(i);
     sf_err_clear(&err);
-    seats_open(&s);
+    pt_seats_open(&s);
     ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
     ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
                                                                     .cli = cli,
@@ -1435,7 +1435,7 @@ START_TEST(test_dispatch_settles_settled_items_at_submit)
     for (int i = 0; i < 3; i++)
         json_decref(seen.want[i]);
     cosmos_client_free(cli);
-    seats_close(&s);
+    pt_seats_close(&s);
 }
 END_TEST
 
