@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_opt.h"
+#include "cli/cli_replay.h"
 #include "common/sf_json.h"
 #include "common/sf_log.h"
 #include "common/sf_time.h"
@@ -683,6 +684,8 @@ int cli_replay(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
 {
     const char *path = NULL, *from = NULL, *to = NULL, *key = NULL, *level = "warn";
     struct proc_replay_opts ro = {0};
+    struct cli_replay_print pr;
+    struct proc_replay_report report;
     bool json = false;
     const struct cli_opt opts[] = {CLI_OPT_REQUIRED("config", 'c', &path),
                                    CLI_OPT_REQUIRED("from", 0, &from),
@@ -728,9 +731,15 @@ int cli_replay(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
     ro.cfg = cfg;
     ro.cli = cli;
     ro.pk_json = pk;
-    ro.out = json ? stderr : stdout; /* --json: stdout holds the report alone */
-    ro.progress = stderr;
-    ro.progress_lines = !isatty(STDERR_FILENO);
+    /* --json: stdout holds the report alone */
+    pr = (struct cli_replay_print){.out = json ? stderr : stdout,
+                                   .progress = stderr,
+                                   .lines = !isatty(STDERR_FILENO),
+                                   .dry_run = ro.dry_run};
+    cli_replay_report(&pr, &report);
+    ro.report = &report;
+    if (!pr.lines)
+        ro.progress_every_ms = PROC_REPLAY_BAR_EVERY_MS;
     ro.stop = stop;
     status = 0;
     if (proc_replay_run(&ro, &sum, &err) != SF_OK) {

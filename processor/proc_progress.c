@@ -10,8 +10,6 @@
 
 #include "processor/proc_progress.h"
 
-#define BAR_WIDTH 24
-
 static int64_t cont_lsn(const char *cont);
 
 void proc_progress_init(struct proc_progress *p, int64_t now_ms)
@@ -203,49 +201,6 @@ void proc_progress_view(const struct proc_progress *p, int64_t now_ms,
     if (v.total >= 0 && v.rate > 0)
         v.eta_ms = llround((double)(v.total - v.done) * 1000.0 / v.rate);
     *ret = v;
-}
-
-/* "12s", "3m05s", "2h03m" */
-static void duration(int64_t ms, char *out, size_t size)
-{
-    int64_t s = (ms + 999) / 1000;
-
-    if (s < 60)
-        (void)snprintf(out, size, "%llds", (long long)s);
-    else if (s < 3600)
-        (void)snprintf(out, size, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-    else
-        (void)snprintf(out, size, "%lldh%02lldm", (long long)(s / 3600),
-                       (long long)(s % 3600 / 60));
-}
-
-const char *proc_progress_render(const struct proc_progress_view *v, bool bar, char *out,
-                                 size_t size)
-{
-    char eta[32] = "unknown", cells[BAR_WIDTH + 1];
-    int filled;
-
-    if (v->total < 0) {
-        (void)snprintf(out, size, "total unknown");
-        return out;
-    }
-    if (v->eta_ms >= 0)
-        duration(v->eta_ms, eta, sizeof(eta));
-    else if (v->percent >= 100.0)
-        (void)snprintf(eta, sizeof(eta), "0s");
-    if (bar) {
-        filled = (int)(v->percent * BAR_WIDTH / 100.0);
-        filled = SF_MAX(0, SF_MIN(filled, BAR_WIDTH));
-        memset(cells, '#', (size_t)filled);
-        memset(cells + filled, '.', (size_t)(BAR_WIDTH - filled));
-        cells[BAR_WIDTH] = '\0';
-        (void)snprintf(out, size, "[%s] %3.0f%% of %lld LSNs, ETA %s", cells, v->percent,
-                       (long long)v->total, eta);
-    } else {
-        (void)snprintf(out, size, "%.0f%% of %lld LSNs, ETA %s", v->percent, (long long)v->total,
-                       eta);
-    }
-    return out;
 }
 
 /* ---------------------------------------------------------------------------

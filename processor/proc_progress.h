@@ -2,7 +2,8 @@
  * proc_progress.h - how far a replay is (`sagafeed replay`, issue 25 item 8):
  * per partition key range the LSN span of the window and where the range
  * stands in it; from those the total, the percent, the rate and the ETA;
- * rendered as a bar redrawn in place (a terminal) or as figures for a log line.
+ * the program renders them (cli/cli_replay.h: a bar redrawn in place on a
+ * terminal, or figures for a log line).
  *
  * Why LSNs: the change feed never says how many documents a window holds, but
  * each range's feed answer says the range's current LSN (the cursor of "now",
@@ -115,15 +116,6 @@ void proc_progress_follow(struct proc_progress *p, struct feed_processor *fp);
 /* The figures at now_ms (monotonic). */
 void proc_progress_view(const struct proc_progress *p, int64_t now_ms,
                         struct proc_progress_view *ret);
-
-/*
- * Renders v into out (always NUL-terminated): with bar, "[#####.......]  41% of
- * 1200 LSNs, ETA 12s" for a terminal line; without, "41% of 1200 LSNs, ETA
- * 12s" for a log line ("ETA unknown" until something moved). An unknown total
- * renders "total unknown". Returns out.
- */
-const char *proc_progress_render(const struct proc_progress_view *v, bool bar, char *out,
-                                 size_t size);
 
 /*
  * Measures the spans of window w (I/O through feed_window_spans, in w's

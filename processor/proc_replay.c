@@ -26,10 +26,9 @@
 #include "record/record.h"
 #include "steps/step.h"
 
-#define STOP_DRAIN_MS     10000 /* after a stop request, in-flight items get this long */
-#define PROGRESS_EVERY_MS 200
-#define STOP_POLL_MS      50 /* how soon a signal's stop is seen (no signal can wake a wait) */
-#define SOURCES_MAX       64
+#define STOP_DRAIN_MS 10000 /* after a stop request, in-flight items get this long */
+#define STOP_POLL_MS  50    /* how soon a signal's stop is seen (no signal can wake a wait) */
+#define SOURCES_MAX   64
 
 /* One source container and, for --range, that range's span (for parked items). */
 struct source {
@@ -293,51 +292,50 @@ static bool candidate(const struct replay *rp, const json_t *doc, int64_t *ret_l
  */
 static void progress(struct replay *rp, bool force)
 {
-    FILE *p = rp->o->progress;
-    int64_t now = sf_mono_ms(), every = !rp->o->progress_lines         ? PROGRESS_EVERY_MS
-                                        : rp->o->progress_every_ms > 0 ? rp->o->progress_every_ms
-                                                                       : PROC_REPLAY_LINE_EVERY_MS;
-    uint64_t read = atomic_load(&rp->read);
-    struct proc_progress_view v;
-    char fig[128];
-    double secs;
+    const struct proc_replay_report *r = rp->o->report;
+    int64_t now = sf_mono_ms(), every = rp->o->progress_every_ms > 0 ? rp->o->progress_every_ms
+                                                                     : PROC_REPLAY_LINE_EVERY_MS;
+    struct proc_replay_progress p = {.container = rp->cur->name};
 
-    if (p == NULL || (!force && now - rp->last_progress_ms < every))
+    if (r == NULL || r->progress == NULL || (!force && now - rp->last_progress_ms < every))
         return;
     rp->last_progress_ms = now;
-    secs = (double)(now - rp->started_ms) / 1000.0;
     proc_progress_follow(&rp->prog, rp->fp);
     pthread_mutex_lock(&rp->mu);
     for (size_t i = 0; i < rp->n_finished; i++)
         proc_progress_done(&rp->prog, rp->finished[i]);
     rp->n_finished = 0;
     pthread_mutex_unlock(&rp->mu);
-    proc_progress_view(&rp->prog, now, &v);
-    (void)fprintf(p,
-                  "%sreplay %s: %s, read %llu (%.0f/s), in window %llu, %s %llu, ranges done %u, "
-                  "%.0fs%s",
-                  rp->o->progress_lines ? "" : "\r", rp->cur->name,
-                  proc_progress_render(&v, !rp->o->progress_lines, fig, sizeof(fig)),
-                  (unsigned long long)read, secs > 0 ? (double)read / secs : 0.0,
-                  (unsigned long long)atomic_load(&rp->in_window),
-                  rp->o->dry_run ? "planned" : "dispatched",
-                  (unsigned long long)(rp->dispatch != NULL ? proc_pipeline_submitted(rp->pl)
-                                                            : atomic_load(&rp->dispatched)),
-                  atomic_load(&rp->ranges_done), secs, rp->o->progress_lines ? "\n" : "\033[K");
-    (void)fflush(p);
+    proc_progress_view(&rp->prog, now, &p.lsn);
+    p.read = atomic_load(&rp->read);
+    p.in_window = atomic_load(&rp->in_window);
+    p.dispatched =
+        rp->dispatch != NULL ? proc_pipeline_submitted(rp->pl) : atomic_load(&rp->dispatched);
+    p.ranges_done = atomic_load(&rp->ranges_done);
+    p.elapsed_ms = now - rp->started_ms;
+    r->progress(r->ctx, &p);
+}
+
+/* Says n (what it is, by kind) if the program wants notes. */
+static void note(const struct replay *rp, const struct proc_replay_note *n)
+{
+    const struct proc_replay_report *r = rp->o->report;
+
+    if (r != NULL && r->note != NULL)
+        r->note(r->ctx, n);
 }
 
 /* ---------------------------------------------------------------------------
  * The dry run: a lease-less scan, the plan of every in-window item
  */
 
-static void print_plan(struct replay *rp, const json_t *doc, int64_t lsn)
+static void report_plan(struct replay *rp, const json_t *doc, int64_t lsn)
 {
     struct proc_item it = {.container = rp->cur->name, .doc = doc, .lsn = lsn};
     struct proc_plan plan;
     struct sf_buf pkj;
     json_t *pk = NULL;
-    FILE *out = rp->o->out;
+    const struct proc_replay_report *r = rp->o->report;
 
     proc_engine_plan(rp->engine, &it, &plan);
     switch (plan.kind) {
@@ -364,22 +362,14 @@ static void print_plan(struct replay *rp, const json_t *doc, int64_t lsn)
         (void)sf_buf_puts(&pkj, "?");
     }
     json_decref(pk);
-    if (out != NULL) {
-        (void)fprintf(out, "lsn %lld %s %s %s %s: state %s: ", (long long)lsn, rp->cur->name,
-                      sf_json_str(doc, "id"), sf_buf_cstr(&pkj), plan.workflow, plan.state);
-        if (plan.kind == PROC_PLAN_STEP && plan.skipped)
-            (void)fprintf(out, "would skip step %s (its when is false)\n", plan.step);
-        else if (plan.kind == PROC_PLAN_STEP)
-            (void)fprintf(out, "would run step %s (%zu element%s)\n", plan.step, plan.elements,
-                          plan.elements == 1 ? "" : "s");
-        else if (plan.kind == PROC_PLAN_COMPENSATE && plan.deadline_exceeded)
-            (void)fprintf(out, "would compensate (deadline exceeded)\n");
-        else if (plan.kind == PROC_PLAN_COMPENSATE)
-            (void)fprintf(out, "would compensate (undo completed steps)\n");
-        else if (plan.kind == PROC_PLAN_SETTLED)
-            (void)fprintf(out, "settled, nothing to do\n");
-        else
-            (void)fprintf(out, "would be parked: %s\n", plan.err.msg);
+    if (r != NULL && r->plan != NULL) {
+        struct proc_replay_plan_line l = {.lsn = lsn,
+                                          .container = rp->cur->name,
+                                          .id = sf_json_str(doc, "id"),
+                                          .pk_json = sf_buf_cstr(&pkj),
+                                          .plan = &plan};
+
+        r->plan(r->ctx, &l);
     }
     sf_buf_release(&pkj);
 }
@@ -397,7 +387,7 @@ static enum sf_rc plan_item(void *ctx, const char *range, const json_t *doc, int
         return SF_OK; /* sagafeed's own record */
     atomic_fetch_add(&rp->in_window, 1);
     atomic_fetch_add(&rp->dispatched, 1);
-    print_plan(rp, doc, lsn);
+    report_plan(rp, doc, lsn);
     proc_progress_scan_at(&rp->prog, range, lsn);
     progress(rp, false);
     return SF_OK;
@@ -464,7 +454,6 @@ static void range_finished(struct replay *rp, const char *range)
 static void on_event(void *ctx, const struct feed_event *ev)
 {
     struct replay *rp = ctx;
-    FILE *out = rp->o->out;
 
     switch (ev->kind) {
     case FEED_EV_RANGE_DONE:
@@ -478,9 +467,10 @@ static void on_event(void *ctx, const struct feed_event *ev)
         pthread_mutex_unlock(&rp->mu);
         break;
     case FEED_EV_SPLIT:
-        if (out != NULL)
-            (void)fprintf(out, "range %s of %s split; continuing on its child ranges (%s)\n",
-                          ev->range, rp->cur->name, ev->msg);
+        note(rp, &(struct proc_replay_note){.kind = PROC_REPLAY_NOTE_SPLIT,
+                                            .container = rp->cur->name,
+                                            .range = ev->range,
+                                            .text = ev->msg});
         break;
     case FEED_EV_LOST:
         /* Another replay of the same window took the lease over: it goes on, this one stops. */
@@ -537,9 +527,10 @@ static enum sf_rc look_at_leases(struct replay *rp, const char *prefix, struct s
         if (v[i].continuation[0] == '\0' && !v[i].done)
             continue;
         rp->sum->resumed++;
-        if (o->out != NULL)
-            (void)fprintf(o->out, "resuming %s %s of an interrupted replay from %s\n",
-                          rp->cur->name, v[i].range, v[i].done ? "its end" : v[i].continuation);
+        note(rp, &(struct proc_replay_note){.kind = PROC_REPLAY_NOTE_RESUMING,
+                                            .container = rp->cur->name,
+                                            .range = v[i].range,
+                                            .text = v[i].done ? NULL : v[i].continuation});
     }
     free(v);
     return rc;
@@ -698,12 +689,9 @@ static enum sf_rc mark_parked(struct replay *rp, json_t *keys, struct sf_err *er
         rp->sum->parked_keys++;
         if (rp->o->dry_run) {
             rp->sum->parked_items += (size_t)json_integer_value(v);
-            if (rp->o->out != NULL)
-                (void)fprintf(rp->o->out,
-                              "parked key %s (%lld item%s): would be marked for "
-                              "replay\n",
-                              k, (long long)json_integer_value(v),
-                              json_integer_value(v) == 1 ? "" : "s");
+            note(rp, &(struct proc_replay_note){.kind = PROC_REPLAY_NOTE_PARKED_KEY,
+                                                .text = k,
+                                                .count = (int64_t)json_integer_value(v)});
             continue;
         }
         if (proc_park_request_replay(rp->o->cli, rp->o->cfg->cosmos.database,
@@ -762,8 +750,10 @@ static void progress_begin(struct replay *rp)
     pthread_mutex_lock(&rp->mu);
     rp->n_finished = 0; /* the container before's */
     pthread_mutex_unlock(&rp->mu);
-    if (proc_progress_measure(&rp->prog, &rp->win, &e) != SF_OK && rp->o->out != NULL)
-        (void)fprintf(rp->o->out, "replay %s: total unknown (%s)\n", rp->cur->name, e.msg);
+    if (proc_progress_measure(&rp->prog, &rp->win, &e) != SF_OK)
+        note(rp, &(struct proc_replay_note){.kind = PROC_REPLAY_NOTE_TOTAL_UNKNOWN,
+                                            .container = rp->cur->name,
+                                            .text = e.msg});
     progress(rp, true);
 }
 
@@ -788,8 +778,8 @@ static enum sf_rc replay_all(struct replay *rp, struct sf_err *err)
         progress(rp, true);
         progress_sum(rp);
     }
-    if (o->progress != NULL && !o->progress_lines && rp->cur != NULL)
-        (void)fputc('\n', o->progress);
+    if (o->report != NULL && o->report->progress_end != NULL && rp->cur != NULL)
+        o->report->progress_end(o->report->ctx);
     if (rc == SF_OK && !rp->sum->interrupted)
         rc = mark_parked(rp, keys, err);
     /* Finished: forget the positions, so the same window replays afresh next time. */

@@ -43,23 +43,26 @@
  * replay` does. Items of a blocked key met in the window wait behind it.
  *
  * A dry run reads only: no lease, no effect, no parking document, no mark.
- * It prints the planned action of every in-window item (proc_engine_plan)
+ * It reports the planned action of every in-window item (proc_engine_plan)
  * and the parked keys it would mark.
  *
- * Library code: no logging (progress and plan lines go to the given
- * streams), no exit. One thread drives a replay; the dispatcher runs its own.
+ * Library code: no logging, no text and no exit: progress, plan lines and
+ * notes are reported as data through struct proc_replay_report below, and
+ * the program (cli/) words and prints them. One thread drives a replay; the
+ * dispatcher runs its own.
  */
 #ifndef PROC_REPLAY_H
 #define PROC_REPLAY_H
 
 #include <stdatomic.h>
-#include <stdio.h>
 
 #include "common/sf_base.h"
 #include "common/sf_err.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
 #include "processor/proc_dispatch.h"
+#include "processor/proc_engine.h"
+#include "processor/proc_progress.h"
 
 enum proc_bound_kind {
     PROC_BOUND_BEGINNING = 0, /* from only */
@@ -81,6 +84,61 @@ struct proc_bound {
  */
 enum sf_rc proc_bound_parse(const char *s, bool upper, struct proc_bound *ret, struct sf_err *err);
 
+/* Where the current container's replay stands (a progress report). */
+struct proc_replay_progress {
+    const char *container;
+    struct proc_progress_view lsn; /* the window's LSNs read (proc_progress.h) */
+    uint64_t read;                 /* change-feed items delivered, sagafeed's records too */
+    uint64_t in_window;            /* saga candidates inside the bounds */
+    uint64_t dispatched;           /* handed to the dispatcher (dry run: planned) */
+    unsigned ranges_done;          /* of this container */
+    int64_t elapsed_ms;            /* since the replay started (the rate of items read) */
+};
+
+/* A dry run's planned action for one in-window item. */
+struct proc_replay_plan_line {
+    int64_t lsn;
+    const char *container;
+    const char *id;
+    const char *pk_json;          /* the partition key as JSON, "?" when it cannot be had */
+    const struct proc_plan *plan; /* kind is never PROC_PLAN_NONE (those are only counted) */
+};
+
+/* What a note says; the fields of struct proc_replay_note it sets follow each kind. */
+enum proc_replay_note_kind {
+    PROC_REPLAY_NOTE_TOTAL_UNKNOWN, /* container; text: why the spans were not measured */
+    PROC_REPLAY_NOTE_RESUMING,      /* container, range; text: the continuation, NULL: its end */
+    PROC_REPLAY_NOTE_SPLIT,         /* container, range; text: feed/'s message */
+    PROC_REPLAY_NOTE_PARKED_KEY,    /* dry run: text: the parked key; count: its items */
+};
+
+struct proc_replay_note {
+    enum proc_replay_note_kind kind;
+    const char *container, *range, *text; /* NULL where the kind sets none */
+    int64_t count;
+};
+
+/*
+ * How a replay reports (the contract): every pointer it hands over is valid
+ * during the call only; any callback may be NULL (not wanted).
+ * - progress: at each container's start and end, and between them at most
+ *   once per proc_replay_opts.progress_every_ms; the replay's thread.
+ * - progress_end: once after the last container's last progress report (a
+ *   line redrawn in place may be ended then); the replay's thread.
+ * - plan: a dry run's planned action for each in-window item, in the order
+ *   read; the replay's thread.
+ * - note: what an operator should know (enum proc_replay_note_kind). SPLIT
+ *   comes from a feed reader's thread, while the replay's thread may be in
+ *   another callback: the implementation must allow that.
+ */
+struct proc_replay_report {
+    void (*progress)(void *ctx, const struct proc_replay_progress *p);
+    void (*progress_end)(void *ctx);
+    void (*plan)(void *ctx, const struct proc_replay_plan_line *l);
+    void (*note)(void *ctx, const struct proc_replay_note *n);
+    void *ctx;
+};
+
 struct proc_replay_opts {
     const struct cfg *cfg;     /* borrowed */
     struct cosmos_client *cli; /* borrowed */
@@ -90,14 +148,14 @@ struct proc_replay_opts {
     struct proc_bound from, to;
     bool dry_run;
     const char *instance; /* owner of the replay leases; NULL: "replay-<host>-<pid>" */
-    FILE *out;            /* plan lines (dry run) and notes */
-    FILE *progress;       /* a progress line (\r-updated), NULL for none */
-    /* progress as one log line every progress_every_ms instead (not a terminal) */
-    bool progress_lines;
-    int64_t progress_every_ms; /* <= 0: PROC_REPLAY_LINE_EVERY_MS */
-    atomic_int *stop;          /* set from a signal handler: stop after the current page */
+    const struct proc_replay_report *report; /* borrowed; NULL: nothing reported */
+    /* the least time between two progress reports; <= 0: PROC_REPLAY_LINE_EVERY_MS */
+    int64_t progress_every_ms;
+    atomic_int *stop; /* set from a signal handler: stop after the current page */
 };
 
+/* Progress intervals: a line redrawn in place on a terminal, a log line otherwise. */
+#define PROC_REPLAY_BAR_EVERY_MS  200
 #define PROC_REPLAY_LINE_EVERY_MS 10000
 
 struct proc_replay_summary {

@@ -2,7 +2,8 @@
  * test_proc_progress.c - a replay's progress arithmetic (processor/proc_progress.h,
  * issue 25 item 8) on a stepped clock: the total from each range's LSN span,
  * the percent from where each range stands, the rate of this run and the ETA,
- * splits, finished ranges, and the rendering of a bar and of a log line.
+ * splits, finished ranges, and the rendering of a bar and of a log line
+ * (cli/cli_replay.h: the program words what processor/ measures).
  */
 #include "common/sf_base.h"
 
@@ -12,6 +13,7 @@
 #include "common/sf_auth.h"
 #include "cosmos/cosmos.h"
 #include "feed/feed.h"
+#include "cli/cli_replay.h"
 #include "processor/proc_progress.h"
 #include "tests/support/check_run.h"
 
@@ -35,7 +37,7 @@ START_TEST(test_replay_progress_percent_and_eta_from_lsn_spans)
     ck_assert_int_eq(v.done, 0);
     ck_assert_double_eq(v.percent, 0.0);
     ck_assert_int_eq(v.eta_ms, -1); /* nothing moved: no rate, no ETA */
-    ck_assert_str_eq(proc_progress_render(&v, false, out, sizeof(out)),
+    ck_assert_str_eq(cli_progress_render(&v, false, out, sizeof(out)),
                      "0% of 2000 LSNs, ETA unknown");
 
     /* The first positions seen are this run's base (a resumed range starts further on). */
@@ -49,9 +51,8 @@ START_TEST(test_replay_progress_percent_and_eta_from_lsn_spans)
     ck_assert_double_eq(v.percent, 40.0);
     ck_assert_double_eq(v.rate, 80.0); /* 800 LSNs in 10 s */
     ck_assert_int_eq(v.eta_ms, 15000); /* 1200 left at 80/s */
-    ck_assert_str_eq(proc_progress_render(&v, false, out, sizeof(out)),
-                     "40% of 2000 LSNs, ETA 15s");
-    ck_assert_str_eq(proc_progress_render(&v, true, out, sizeof(out)),
+    ck_assert_str_eq(cli_progress_render(&v, false, out, sizeof(out)), "40% of 2000 LSNs, ETA 15s");
+    ck_assert_str_eq(cli_progress_render(&v, true, out, sizeof(out)),
                      "[#########...............]  40% of 2000 LSNs, ETA 15s");
 
     /* positions never go back, nor past the range's bound */
@@ -67,8 +68,7 @@ START_TEST(test_replay_progress_percent_and_eta_from_lsn_spans)
     ck_assert_int_eq(v.done, 2000);
     ck_assert_double_eq(v.percent, 100.0);
     ck_assert_uint_eq(v.finished, 2 - 1); /* range 1 is at its bound but not reported done */
-    ck_assert_str_eq(proc_progress_render(&v, false, out, sizeof(out)),
-                     "100% of 2000 LSNs, ETA 0s");
+    ck_assert_str_eq(cli_progress_render(&v, false, out, sizeof(out)), "100% of 2000 LSNs, ETA 0s");
     proc_progress_release(&p);
 }
 END_TEST
@@ -90,7 +90,7 @@ START_TEST(test_replay_progress_resumed_rate_counts_this_run)
     proc_progress_view(&p, 4000, &v); /* 200 LSNs in 4 s */
     ck_assert_double_eq(v.rate, 50.0);
     ck_assert_int_eq(v.eta_ms, (2000 - 1000) * 1000 / 50);
-    ck_assert_str_eq(proc_progress_render(&v, false, (char[64]){0}, 64),
+    ck_assert_str_eq(cli_progress_render(&v, false, (char[64]){0}, 64),
                      "50% of 2000 LSNs, ETA 20s");
     proc_progress_release(&p);
 }
@@ -175,7 +175,7 @@ START_TEST(test_replay_progress_empty_and_unknown)
     proc_progress_view(&p, 1000, &v);
     ck_assert_int_eq(v.total, -1);
     ck_assert_double_eq(v.percent, -1.0);
-    ck_assert_str_eq(proc_progress_render(&v, true, out, sizeof(out)), "total unknown");
+    ck_assert_str_eq(cli_progress_render(&v, true, out, sizeof(out)), "total unknown");
     ck_assert_int_eq(proc_progress_add(&p, "0", 70, 70), SF_OK);
     ck_assert_int_eq(proc_progress_add(&p, "", 90, 10), SF_OK); /* hi < lo: empty */
     proc_progress_view(&p, 1000, &v);
@@ -194,7 +194,7 @@ START_TEST(test_replay_progress_empty_and_unknown)
     proc_progress_view(&p, 60000, &v);
     ck_assert_double_eq(v.percent, 25.0);
     ck_assert_int_eq(v.eta_ms, 180000);
-    ck_assert_str_eq(proc_progress_render(&v, false, out, sizeof(out)),
+    ck_assert_str_eq(cli_progress_render(&v, false, out, sizeof(out)),
                      "25% of 200 LSNs, ETA 3m00s");
     proc_progress_release(&p);
 }

@@ -39,8 +39,8 @@ sf_unit_test(test_proc_ops
   LIBS sf_processor
   LABELS "processor;ops;config")
 # processor/proc_progress.c: a replay's percent, rate and ETA from LSN spans (issue 25
-# item 8), on a stepped clock.
+# item 8), on a stepped clock; their rendering is cli/cli_replay.c's.
 sf_unit_test(test_proc_progress
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_progress.c
-  LIBS sf_processor
+  LIBS sf_processor sf_cli
   LABELS processor)
