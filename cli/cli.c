@@ -1124,6 +1124,23 @@ static int leases_export(struct cosmos_client *cli, const struct cfg *cfg, const
     return status;
 }
 
+/* One line per lease imported (proc_lease_change_fn; ctx: the stream). */
+static void print_imported(void *ctx, const struct proc_lease_change *c)
+{
+    (void)fprintf(ctx, "%s: continuation %s, epoch %lld -> %lld%s%s%s\n", c->id,
+                  c->continuation != NULL ? c->continuation : "(none)", (long long)c->epoch_before,
+                  (long long)c->epoch_after, c->owner_before[0] ? " (taken from " : "",
+                  c->owner_before, c->owner_before[0] ? ")" : "");
+}
+
+/* One line per lease reset (proc_lease_change_fn; ctx: the stream). */
+static void print_reset(void *ctx, const struct proc_lease_change *c)
+{
+    (void)fprintf(ctx, "%s (%s range %s): epoch %lld -> %lld%s%s, position reset\n", c->id,
+                  c->container, c->range, (long long)c->epoch_before, (long long)c->epoch_after,
+                  c->owner_before[0] ? "; fenced out " : "", c->owner_before);
+}
+
 static int leases_import(struct cosmos_client *cli, const struct cfg *cfg, const char *in_path)
 {
     json_error_t jerr;
@@ -1137,7 +1154,7 @@ static int leases_import(struct cosmos_client *cli, const struct cfg *cfg, const
         return 2;
     }
     sf_err_clear(&err);
-    if (proc_leases_import(cli, cfg, v, stdout, &n, &err) != SF_OK) {
+    if (proc_leases_import(cli, cfg, v, print_imported, stdout, &n, &err) != SF_OK) {
         (void)fprintf(stderr, "sagafeed leases import: %s\n", err.msg);
         status = err.rc == SF_EINVAL ? 2 : 1;
     }
@@ -1200,7 +1217,7 @@ int cli_leases(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
         size_t n = 0;
 
         sf_err_clear(&err);
-        if (proc_leases_reset(cli, cfg, &ro, stdout, &n, &err) != SF_OK) {
+        if (proc_leases_reset(cli, cfg, &ro, print_reset, stdout, &n, &err) != SF_OK) {
             (void)fprintf(stderr, "sagafeed leases reset: %s\n", err.msg);
             status = err.rc == SF_ENOTFOUND ? 2 : 1;
         }

@@ -620,7 +620,8 @@ static const char *lease_source(const struct cfg *cfg, const json_t *lease, char
 }
 
 enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, const json_t *doc,
-                              FILE *out, size_t *ret_n, struct sf_err *err)
+                              proc_lease_change_fn *on_change, void *ctx, size_t *ret_n,
+                              struct sf_err *err)
 {
     const json_t *leases = json_object_get(doc, "leases"), *l;
     char prefix[FEED_PREFIX_MAX + 1];
@@ -662,12 +663,12 @@ enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, 
         if (rc != SF_OK)
             break;
         n++;
-        if (out != NULL)
-            (void)fprintf(out, "%s: continuation %s, epoch %lld -> %lld%s%s%s\n",
-                          sf_json_str(l, "id"), cont != NULL ? cont : "(none)",
-                          (long long)f.epoch_before, (long long)f.epoch_after,
-                          f.owner_before[0] ? " (taken from " : "", f.owner_before,
-                          f.owner_before[0] ? ")" : "");
+        if (on_change != NULL)
+            on_change(ctx, &(struct proc_lease_change){.id = sf_json_str(l, "id"),
+                                                       .continuation = cont,
+                                                       .epoch_before = f.epoch_before,
+                                                       .epoch_after = f.epoch_after,
+                                                       .owner_before = f.owner_before});
     }
     if (ret_n != NULL)
         *ret_n = n;
@@ -675,8 +676,8 @@ enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, 
 }
 
 enum sf_rc proc_leases_reset(struct cosmos_client *cli, const struct cfg *cfg,
-                             const struct proc_reset_opts *opts, FILE *out, size_t *ret_n,
-                             struct sf_err *err)
+                             const struct proc_reset_opts *opts, proc_lease_change_fn *on_change,
+                             void *ctx, size_t *ret_n, struct sf_err *err)
 {
     const char *sources[SOURCES_MAX];
     size_t n_sources = proc_cfg_sources(cfg, sources, SOURCES_MAX), n = 0, matched = 0;
@@ -707,11 +708,13 @@ enum sf_rc proc_leases_reset(struct cosmos_client *cli, const struct cfg *cfg,
             if (rc != SF_OK)
                 break;
             n++;
-            if (out != NULL)
-                (void)fprintf(out, "%s (%s range %s): epoch %lld -> %lld%s%s, position reset\n",
-                              sf_json_str(d, "id"), sources[i], tok, (long long)f.epoch_before,
-                              (long long)f.epoch_after, f.owner_before[0] ? "; fenced out " : "",
-                              f.owner_before);
+            if (on_change != NULL)
+                on_change(ctx, &(struct proc_lease_change){.id = sf_json_str(d, "id"),
+                                                           .container = sources[i],
+                                                           .range = tok,
+                                                           .epoch_before = f.epoch_before,
+                                                           .epoch_after = f.epoch_after,
+                                                           .owner_before = f.owner_before});
         }
         json_decref(docs);
     }

@@ -20,8 +20,6 @@
 #ifndef PROC_ADMIN_H
 #define PROC_ADMIN_H
 
-#include <stdio.h>
-
 #include <jansson.h>
 
 #include "common/sf_base.h"
@@ -83,13 +81,31 @@ enum sf_rc proc_leases_export(struct cosmos_client *cli, const struct cfg *cfg, 
                               struct sf_err *err);
 
 /*
+ * One lease written by an import or a reset, as reported to the caller (the
+ * program words it): handed to a proc_lease_change_fn once per lease, on the
+ * calling thread, its pointers valid during the call only.
+ */
+struct proc_lease_change {
+    const char *id;
+    const char *container;    /* reset: the source container; import: NULL */
+    const char *range;        /* reset: the range; import: NULL */
+    const char *continuation; /* import: the position written, NULL: none; reset: NULL */
+    int64_t epoch_before;     /* -1: the lease did not exist (import created it) */
+    int64_t epoch_after;
+    const char *owner_before; /* the instance fenced out, "" when the lease was free */
+};
+
+typedef void proc_lease_change_fn(void *ctx, const struct proc_lease_change *c);
+
+/*
  * Writes back the leases of an export document (fenced, see above). Every
  * lease must belong to cfg (SF_EINVAL before anything is written otherwise).
- * Each change is reported as one line on out (may be NULL). *ret_n counts
- * the leases written.
+ * Each lease written is reported to on_change (may be NULL) with ctx. *ret_n
+ * counts the leases written.
  */
 enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, const json_t *doc,
-                              FILE *out, size_t *ret_n, struct sf_err *err);
+                              proc_lease_change_fn *on_change, void *ctx, size_t *ret_n,
+                              struct sf_err *err);
 
 struct proc_reset_opts {
     struct feed_admin_reset how; /* where to */
@@ -97,9 +113,12 @@ struct proc_reset_opts {
     const char *range;           /* NULL: every range */
 };
 
-/* Moves the leases' positions (fenced, see above); one line per lease on out. */
+/*
+ * Moves the leases' positions (fenced, see above); each lease moved is
+ * reported to on_change (may be NULL) with ctx.
+ */
 enum sf_rc proc_leases_reset(struct cosmos_client *cli, const struct cfg *cfg,
-                             const struct proc_reset_opts *opts, FILE *out, size_t *ret_n,
-                             struct sf_err *err);
+                             const struct proc_reset_opts *opts, proc_lease_change_fn *on_change,
+                             void *ctx, size_t *ret_n, struct sf_err *err);
 
 #endif
