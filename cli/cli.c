@@ -264,6 +264,35 @@ static void whoami(char *out, size_t size)
  * init
  */
 
+/* One line per entry of init's plan (proc_init_report; ctx: the stream). */
+static void print_init_entry(void *ctx, const struct proc_init_entry *e)
+{
+    static const char *const words[] = {[PROC_INIT_EXISTS] = "exists",
+                                        [PROC_INIT_WOULD_CREATE] = "would create",
+                                        [PROC_INIT_CREATED] = "created",
+                                        [PROC_INIT_MISMATCH] = "MISMATCH",
+                                        [PROC_INIT_MISSING] = "MISSING"};
+    const char *what = words[e->state];
+
+    if (e->container == NULL) {
+        (void)fprintf(ctx, "database %s: %s\n", e->database, what);
+        return;
+    }
+    (void)fprintf(ctx, "container %s: %s%s%s [%s", e->container, what, e->detail[0] ? ": " : "",
+                  e->detail, e->why);
+    if (e->more_uses > 0)
+        (void)fprintf(ctx, ", and %u more use%s", e->more_uses, e->more_uses == 1 ? "" : "s");
+    (void)fprintf(ctx, "]\n");
+}
+
+static void print_init_templated(void *ctx, size_t n, const char *first)
+{
+    (void)fprintf(ctx,
+                  "note: %zu step action%s name%s its container with a template (first: %s): "
+                  "create those containers yourself, with TTL on (defaultTtl -1)\n",
+                  n, n == 1 ? "" : "s", n == 1 ? "s" : "", first);
+}
+
 int cli_init(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     const char *path = NULL;
@@ -273,6 +302,8 @@ int cli_init(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop
     struct cosmos_client *cli = NULL;
     struct proc_embed *embed = NULL;
     struct cfg *cfg = NULL;
+    const struct proc_init_report report = {
+        .entry = print_init_entry, .templated = print_init_templated, .ctx = stdout};
     size_t problems = 0;
     struct sf_err err;
     int status;
@@ -310,7 +341,7 @@ int cli_init(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop
     } else {
         (void)printf("account %s\n", cfg->cosmos.endpoint);
     }
-    if (proc_init_apply(cli, cfg, dry_run, stdout, &problems, &err) != SF_OK) {
+    if (proc_init_apply(cli, cfg, dry_run, &report, &problems, &err) != SF_OK) {
         (void)fflush(stdout);
         (void)fprintf(stderr, "sagafeed init: %s\n", err.msg);
         status = 1;

@@ -200,17 +200,21 @@ static void mismatch(const struct cfg *cfg, const struct init_entry *e,
                        (long long)info->default_ttl, e->name);
 }
 
-static void print_entry(FILE *out, const struct init_entry *e, const char *what, const char *detail)
+static void report_entry(const struct proc_init_report *r, const struct cfg *cfg,
+                         const struct init_entry *e, enum proc_init_state state, const char *detail)
 {
-    char why[256];
-
-    why_text(e, why, sizeof(why));
-    (void)fprintf(out, "container %s: %s%s%s [%s]\n", e->name, what, detail[0] ? ": " : "", detail,
-                  why);
+    if (r != NULL && r->entry != NULL)
+        r->entry(r->ctx, &(struct proc_init_entry){.database = cfg->cosmos.database,
+                                                   .container = e->name,
+                                                   .state = state,
+                                                   .detail = detail,
+                                                   .why = e->why,
+                                                   .more_uses = e->uses > 1 ? e->uses - 1 : 0});
 }
 
 enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, bool dry_run,
-                           FILE *out, size_t *ret_problems, struct sf_err *err)
+                           const struct proc_init_report *report, size_t *ret_problems,
+                           struct sf_err *err)
 {
     struct init_plan *p = malloc(sizeof(*p));
     struct cosmos_db_info dbi;
@@ -236,10 +240,13 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
         sf_err_prefix(err, "database %s: ", cfg->cosmos.database);
         goto out;
     }
-    (void)fprintf(out, "database %s: %s\n", cfg->cosmos.database,
-                  db_exists ? "exists"
-                  : dry_run ? "would create"
-                            : "created");
+    if (report != NULL && report->entry != NULL)
+        report->entry(report->ctx,
+                      &(struct proc_init_entry){.database = cfg->cosmos.database,
+                                                .state = db_exists ? PROC_INIT_EXISTS
+                                                         : dry_run ? PROC_INIT_WOULD_CREATE
+                                                                   : PROC_INIT_CREATED,
+                                                .detail = ""});
     for (size_t i = 0; i < p->n; i++) {
         const struct init_entry *e = &p->e[i];
         bool ttl = (e->roles & ROLES_TTL) != 0;
@@ -252,14 +259,14 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
             mismatch(cfg, e, &info, false, detail, sizeof(detail));
             if (detail[0] != '\0') {
                 problems++;
-                print_entry(out, e, "MISMATCH", detail);
+                report_entry(report, cfg, e, PROC_INIT_MISMATCH, detail);
             } else {
                 char has[3 * 257];
 
                 pk_paths_text(&info, has, sizeof(has));
                 (void)snprintf(detail, sizeof(detail), "partition key %s, TTL %s", has,
                                info.has_default_ttl ? "on" : "off");
-                print_entry(out, e, "exists", detail);
+                report_entry(report, cfg, e, PROC_INIT_EXISTS, detail);
             }
             continue;
         }
@@ -274,7 +281,7 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
                            "its partition key path is not known: declare it in %s, e.g. "
                            "containers = ( { name = \"%s\"; partition_key = \"/FIELD\"; } )",
                            cfg->path != NULL ? cfg->path : "the configuration", e->name);
-            print_entry(out, e, "MISSING", detail);
+            report_entry(report, cfg, e, PROC_INIT_MISSING, detail);
             continue;
         }
         (void)snprintf(detail, sizeof(detail), "partition key %s, %s", e->pk_path,
@@ -293,18 +300,15 @@ enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, boo
                 /* Created by someone else meanwhile: judge it like an existing one. */
                 mismatch(cfg, e, &info, false, detail, sizeof(detail));
                 problems += detail[0] != '\0';
-                print_entry(out, e, detail[0] != '\0' ? "MISMATCH" : "exists", detail);
+                report_entry(report, cfg, e,
+                             detail[0] != '\0' ? PROC_INIT_MISMATCH : PROC_INIT_EXISTS, detail);
                 continue;
             }
         }
-        print_entry(out, e, dry_run ? "would create" : "created", detail);
+        report_entry(report, cfg, e, dry_run ? PROC_INIT_WOULD_CREATE : PROC_INIT_CREATED, detail);
     }
-    if (p->templated > 0)
-        (void)fprintf(out,
-                      "note: %zu step action%s name%s its container with a template (first: %s): "
-                      "create those containers yourself, with TTL on (defaultTtl -1)\n",
-                      p->templated, p->templated == 1 ? "" : "s", p->templated == 1 ? "s" : "",
-                      p->templated_why);
+    if (p->templated > 0 && report != NULL && report->templated != NULL)
+        report->templated(report->ctx, p->templated, p->templated_why);
     *ret_problems = problems;
 out:
     free(p);

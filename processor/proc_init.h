@@ -20,25 +20,56 @@
 #ifndef PROC_INIT_H
 #define PROC_INIT_H
 
-#include <stdio.h>
-
 #include "common/sf_base.h"
 #include "common/sf_err.h"
 
 struct cfg;
 struct cosmos_client;
 
+/* What init found or did for the database or one container. */
+enum proc_init_state {
+    PROC_INIT_EXISTS,
+    PROC_INIT_WOULD_CREATE, /* dry run */
+    PROC_INIT_CREATED,
+    PROC_INIT_MISMATCH, /* a container that exists but does not fit (detail: what and the fix) */
+    PROC_INIT_MISSING,  /* a container that cannot be created (detail: why and the fix) */
+};
+
+/* One entry of init's plan: the database (container NULL) or a container. */
+struct proc_init_entry {
+    const char *database;
+    const char *container; /* NULL: the database itself */
+    enum proc_init_state state;
+    const char *detail; /* container: its key and TTL, or the problem and its fix; "" none */
+    const char *why;    /* container: its first use ("target of step charge (workflow orders)") */
+    unsigned more_uses; /* container: uses beyond that first one */
+};
+
+/*
+ * How init reports (the program words it): entry once for the database, then
+ * once per container; templated at the end when step actions name their
+ * container with a template (n of them, first: the first one's use), which
+ * init cannot create. Pointers are valid during the call only; either
+ * callback may be NULL. The calling thread.
+ */
+struct proc_init_report {
+    void (*entry)(void *ctx, const struct proc_init_entry *e);
+    void (*templated)(void *ctx, size_t n, const char *first);
+    void *ctx;
+};
+
 /*
  * `sagafeed init`: creates the database and each missing container (or,
- * dry_run, says it would), reads each existing one and prints one line per
- * database or container to out: created, exists, would create, or what does
- * not match and how to fix it. *ret_problems counts the mismatches and the
+ * dry_run, says it would), reads each existing one and reports each to
+ * report (may be NULL): created, exists, would create, or what does not
+ * match and how to fix it. *ret_problems counts the mismatches and the
  * containers that cannot be created (no declared partition key). Returns
  * SF_OK when every request got its answer, else the failed request's error
  * (err says which). Main thread; cli borrowed.
  */
 enum sf_rc proc_init_apply(struct cosmos_client *cli, const struct cfg *cfg, bool dry_run,
-                           FILE *out, size_t *ret_problems, struct sf_err *err);
+                           const struct proc_init_report *report, size_t *ret_problems,
+                           struct sf_err *err);
 
 /*
  * `run`'s start-up check: every container a step writes to, awaits or follows
