@@ -89,6 +89,18 @@ static enum sf_rc str_field(const json_t *doc, const char *key, bool required, c
     return SF_OK;
 }
 
+/* When doc was written, epoch ms: its "timestamp" (ISO 8601), else _ts; -1 when neither. */
+static int64_t doc_time_ms(const json_t *doc)
+{
+    const char *s = sf_json_str(doc, "timestamp");
+    int64_t ms;
+
+    if (s != NULL && sf_time_parse_iso8601(s, &ms) == SF_OK)
+        return ms;
+    ms = sf_json_int(doc, "_ts", -1);
+    return ms >= 0 ? ms * 1000 : -1;
+}
+
 enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf_err *err)
 {
     struct feed_lease l;
@@ -127,9 +139,7 @@ enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf
     } else {
         (void)snprintf(l.max, sizeof(l.max), "FF");
     }
-    s = sf_json_str(doc, "timestamp");
-    if (s == NULL || sf_time_parse_iso8601(s, &l.ts_ms) != SF_OK)
-        l.ts_ms = sf_json_int(doc, "_ts", -1) >= 0 ? sf_json_int(doc, "_ts", -1) * 1000 : -1;
+    l.ts_ms = doc_time_ms(doc);
     props = json_object_get(doc, "properties");
     if (json_is_object(props)) {
         int64_t ms;
@@ -792,7 +802,6 @@ static enum sf_rc read_marker(struct feed_store *st, const char *id, char *ret_e
     struct sf_buf pk;
     json_t *doc = NULL;
     int64_t ms = -1;
-    const char *s;
     enum sf_rc rc;
 
     cosmos_response_init(&resp, LEASE_BODY_MAX);
@@ -801,11 +810,7 @@ static enum sf_rc read_marker(struct feed_store *st, const char *id, char *ret_e
         rc = cosmos_doc_read(st->cli, st->db, st->coll, id, sf_buf_cstr(&pk), NULL, &resp, err);
     if (rc == SF_OK && ret_age_ms != NULL) {
         doc = cosmos_response_json(&resp, NULL);
-        s = sf_json_str(doc, "timestamp");
-        if (s == NULL || sf_time_parse_iso8601(s, &ms) != SF_OK)
-            ms = json_is_integer(json_object_get(doc, "_ts"))
-                     ? (int64_t)json_integer_value(json_object_get(doc, "_ts")) * 1000
-                     : -1;
+        ms = doc_time_ms(doc);
         *ret_age_ms = ms >= 0 ? sf_wall_ms() - ms : -1;
     }
     if (rc == SF_OK && ret_etag != NULL)
