@@ -334,6 +334,13 @@ const char *sf_json_str(const json_t *obj, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+int64_t sf_json_int(const json_t *obj, const char *key, int64_t dflt)
+{
+    const json_t *v = json_is_object(obj) && key != NULL ? json_object_get(obj, key) : NULL;
+
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
 /*
  * An array index: decimal digits, no sign, no leading zero (RFC 6901), below
  * size. false otherwise.

@@ -67,6 +67,9 @@ enum sf_rc sf_json_dump(const json_t *v, struct sf_buf *out);
 /* Borrowed string member, or NULL when absent or not a string. */
 const char *sf_json_str(const json_t *obj, const char *key);
 
+/* Integer member, or dflt when absent or not an integer (obj may be NULL or not an object). */
+int64_t sf_json_int(const json_t *obj, const char *key, int64_t dflt);
+
 /*
  * Resolves a JSON path like "/a/b/0" or a dotted path "a.b" against v.
  * A leading '/' selects an RFC 6901 JSON pointer (~1 = '/', ~0 = '~';

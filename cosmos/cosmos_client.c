@@ -411,11 +411,13 @@ uint64_t cosmos_client_retries(struct cosmos_client *cli)
     return n;
 }
 
-/* Whether the service answered this attempt at all (any status), for cosmos_client_reach. */
-static void cosmos_reach_note(struct cosmos_client *cli, enum cosmos_net net, const char *msg)
+/*
+ * Whether the service answered this attempt (ended at monotonic now ms) at all (any status), for
+ * cosmos_client_reach.
+ */
+static void cosmos_reach_note(struct cosmos_client *cli, enum cosmos_net net, const char *msg,
+                              int64_t now)
 {
-    int64_t now = sf_mono_ms();
-
     if (net == COSMOS_NET_OK) {
         atomic_store(&cli->reach_ok_ms, now);
         return;
@@ -857,7 +859,7 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         double total = resp->total_charge;
         unsigned attempts = resp->attempts;
         struct cosmos_throttle_ticket tk;
-        int64_t sent_us;
+        int64_t sent_us, done_us;
 
         net_msg[0] = '\0';
         st.started_ms += cosmos_pace_before(cli, req, coll_len, &tk);
@@ -871,8 +873,10 @@ enum sf_rc cosmos_exec(struct cosmos_client *cli, struct cosmos_req *req,
         /* The attempt: one call through the connection's transport (cosmos_int.h). */
         sent_us = sf_mono_us();
         net = conn->ops->send(conn->state, req, date, auth, resp, net_msg, sizeof(net_msg));
-        cosmos_reach_note(cli, net, net_msg);
-        cosmos_note_attempt(cli, net, resp, sf_mono_us() - sent_us);
+        /* One clock read after the attempt serves its latency and the reachability note. */
+        done_us = sf_mono_us();
+        cosmos_reach_note(cli, net, net_msg, done_us / 1000);
+        cosmos_note_attempt(cli, net, resp, done_us - sent_us);
         cosmos_pace_after(cli, &tk, net, resp);
         st.attempts++;
         resp->attempts = st.attempts;

@@ -16,13 +16,6 @@
 static const char *const SYSTEM_FIELDS[] = {"_rid", "_self",        "_etag",
                                             "_ts",  "_attachments", "_lsn"};
 
-static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
-{
-    const json_t *v = json_object_get(o, key);
-
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
 static void drop_system_fields(json_t *doc)
 {
     for (size_t s = 0; s < SF_ARRAY_LEN(SYSTEM_FIELDS); s++)
@@ -211,14 +204,14 @@ static enum sf_rc lease_fenced(const struct feed_admin_set *set, const char *id,
             rc = doc != NULL ? position(doc, ctx, err) : SF_ENOMEM;
             if (rc == SF_OK)
                 rc = lease_write(set, doc, etag, err);
-            ret->epoch_after = int_member(doc, "epoch", 0);
+            ret->epoch_after = sf_json_int(doc, "epoch", 0);
             json_decref(doc);
             if (rc == SF_ECONFLICT)
                 continue;
             return rc;
         }
         owner = sf_json_str(doc, "Owner");
-        epoch = int_member(doc, "epoch", 0);
+        epoch = sf_json_int(doc, "epoch", 0);
         ret->epoch_before = epoch;
         (void)snprintf(ret->owner_before, sizeof(ret->owner_before), "%s",
                        owner != NULL ? owner : "");
@@ -231,11 +224,11 @@ static enum sf_rc lease_fenced(const struct feed_admin_set *set, const char *id,
             rc = position(doc, ctx, err);
         if (rc == SF_OK) {
             (void)json_object_set_new(doc, "Owner", json_null());
-            if (int_member(doc, "epoch", 0) < epoch + 2)
+            if (sf_json_int(doc, "epoch", 0) < epoch + 2)
                 (void)json_object_set_new(doc, "epoch", json_integer(epoch + 2));
             rc = lease_write(set, doc, etag, err);
         }
-        ret->epoch_after = int_member(doc, "epoch", 0);
+        ret->epoch_after = sf_json_int(doc, "epoch", 0);
         json_decref(doc);
         if (rc != SF_EPRECOND)
             return rc;
@@ -252,7 +245,7 @@ static enum sf_rc import_position(json_t *doc, const void *ctx, struct sf_err *e
     const json_t *src = ctx;
     const char *key;
     json_t *v;
-    int64_t epoch = SF_MAX(int_member(doc, "epoch", 0), int_member(src, "epoch", 0)) + 1;
+    int64_t epoch = SF_MAX(sf_json_int(doc, "epoch", 0), sf_json_int(src, "epoch", 0)) + 1;
 
     json_object_foreach((json_t *)src, key, v)
     {

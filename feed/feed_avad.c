@@ -11,30 +11,16 @@
 #include "common/sf_json.h"
 #include "feed/feed_int.h"
 
-/* metadata.<key> as an integer, -1 when absent or not one. */
-static int64_t feed_avad_meta_int(const json_t *entry, const char *key)
-{
-    const json_t *v = json_object_get(json_object_get(entry, "metadata"), key);
-
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
-}
-
 int64_t feed_entry_lsn(const json_t *doc, bool all_versions)
 {
-    const json_t *v = json_object_get(doc, "_lsn");
-
-    if (all_versions)
-        return feed_avad_meta_int(doc, "lsn");
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+    return all_versions ? sf_json_int(json_object_get(doc, "metadata"), "lsn", -1)
+                        : sf_json_int(doc, "_lsn", -1);
 }
 
 int64_t feed_entry_ts(const json_t *doc, bool all_versions)
 {
-    const json_t *v = json_object_get(doc, "_ts");
-
-    if (all_versions)
-        return feed_avad_meta_int(doc, "crts");
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+    return all_versions ? sf_json_int(json_object_get(doc, "metadata"), "crts", -1)
+                        : sf_json_int(doc, "_ts", -1);
 }
 
 const json_t *feed_entry_image(const json_t *doc, bool all_versions)

@@ -89,11 +89,16 @@ static enum sf_rc str_field(const json_t *doc, const char *key, bool required, c
     return SF_OK;
 }
 
-static int64_t int_field(const json_t *obj, const char *key, int64_t dflt)
+/* When doc was written, epoch ms: its "timestamp" (ISO 8601), else _ts; -1 when neither. */
+static int64_t doc_time_ms(const json_t *doc)
 {
-    const json_t *v = json_object_get(obj, key);
+    const char *s = sf_json_str(doc, "timestamp");
+    int64_t ms;
 
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+    if (s != NULL && sf_time_parse_iso8601(s, &ms) == SF_OK)
+        return ms;
+    ms = sf_json_int(doc, "_ts", -1);
+    return ms >= 0 ? ms * 1000 : -1;
 }
 
 enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf_err *err)
@@ -117,13 +122,13 @@ enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf
         rc = sf_err_set(err, SF_EPROTO, false, "lease %s: \"epoch\" is not a whole number", l.id);
         goto fail;
     }
-    l.epoch = v ? int_field(doc, "epoch", 0) : 0;
+    l.epoch = v ? sf_json_int(doc, "epoch", 0) : 0;
     v = json_object_get(doc, "version");
     if (v != NULL && !json_is_null(v) && !json_is_integer(v)) {
         rc = sf_err_set(err, SF_EPROTO, false, "lease %s: \"version\" is not a number", l.id);
         goto fail;
     }
-    l.version = int_field(doc, "version", 0) == 1 ? 1 : 0;
+    l.version = sf_json_int(doc, "version", 0) == 1 ? 1 : 0;
     s = sf_json_str(doc, "Mode");
     l.all_versions = s != NULL && strcmp(s, FEED_LEASE_MODE_AVAD) == 0;
     range = json_object_get(json_object_get(doc, "FeedRange"), "Range");
@@ -134,20 +139,18 @@ enum sf_rc feed_lease_parse(const json_t *doc, struct feed_lease *ret, struct sf
     } else {
         (void)snprintf(l.max, sizeof(l.max), "FF");
     }
-    s = sf_json_str(doc, "timestamp");
-    if (s == NULL || sf_time_parse_iso8601(s, &l.ts_ms) != SF_OK)
-        l.ts_ms = int_field(doc, "_ts", -1) >= 0 ? int_field(doc, "_ts", -1) * 1000 : -1;
+    l.ts_ms = doc_time_ms(doc);
     props = json_object_get(doc, "properties");
     if (json_is_object(props)) {
         int64_t ms;
 
-        l.ckpt_lsn = int_field(props, "lsn", -1);
-        l.ckpt_ts = int_field(props, "ts", -1);
+        l.ckpt_lsn = sf_json_int(props, "lsn", -1);
+        l.ckpt_ts = sf_json_int(props, "ts", -1);
         s = sf_json_str(props, "startTime");
         if (s != NULL && sf_time_parse_iso8601(s, &ms) == SF_OK)
             l.start_time = ms / 1000;
         /* "upperLsn": the bound of replay leases written before replay ran on this processor. */
-        l.stop_lsn = int_field(props, "stopLsn", int_field(props, "upperLsn", -1));
+        l.stop_lsn = sf_json_int(props, "stopLsn", sf_json_int(props, "upperLsn", -1));
         l.done = json_is_true(json_object_get(props, "done"));
     }
     l.doc = json_incref((json_t *)doc);
@@ -799,7 +802,6 @@ static enum sf_rc read_marker(struct feed_store *st, const char *id, char *ret_e
     struct sf_buf pk;
     json_t *doc = NULL;
     int64_t ms = -1;
-    const char *s;
     enum sf_rc rc;
 
     cosmos_response_init(&resp, LEASE_BODY_MAX);
@@ -808,11 +810,7 @@ static enum sf_rc read_marker(struct feed_store *st, const char *id, char *ret_e
         rc = cosmos_doc_read(st->cli, st->db, st->coll, id, sf_buf_cstr(&pk), NULL, &resp, err);
     if (rc == SF_OK && ret_age_ms != NULL) {
         doc = cosmos_response_json(&resp, NULL);
-        s = sf_json_str(doc, "timestamp");
-        if (s == NULL || sf_time_parse_iso8601(s, &ms) != SF_OK)
-            ms = json_is_integer(json_object_get(doc, "_ts"))
-                     ? (int64_t)json_integer_value(json_object_get(doc, "_ts")) * 1000
-                     : -1;
+        ms = doc_time_ms(doc);
         *ret_age_ms = ms >= 0 ? sf_wall_ms() - ms : -1;
     }
     if (rc == SF_OK && ret_etag != NULL)

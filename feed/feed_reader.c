@@ -340,10 +340,12 @@ static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, st
         return sf_err_set(err, SF_ENOMEM, true, "out of memory delivering %zu items", page->count);
     for (n = 0; n < page->count; n++) {
         const json_t *doc = json_array_get(page->items, n);
+        int64_t lsn = feed_entry_lsn(doc, av), ts = feed_entry_ts(doc, av);
         struct feed_item *it = NULL;
 
+        lsn = SF_MAX(lsn, prev_lsn); /* never go backwards, whatever the server says */
         /* Items are in _lsn order: the first one past the bound ends the range's window. */
-        if (past_bound(r, SF_MAX(feed_entry_lsn(doc, av), prev_lsn), feed_entry_ts(doc, av))) {
+        if (past_bound(r, lsn, ts)) {
             r->past_bound = true;
             break;
         }
@@ -357,12 +359,9 @@ static enum sf_rc deliver(struct feed_reader *r, struct cosmos_cf_page *page, st
         it->seq = 0;
         it->r = r;
         it->doc = json_incref((json_t *)doc);
-        it->lsn = feed_entry_lsn(doc, av);
-        if (it->lsn < prev_lsn)
-            it->lsn = prev_lsn; /* never go backwards, whatever the server says */
-        prev_lsn = it->lsn;
-        it->ts = feed_entry_ts(doc, av);
-        newest = SF_MAX(newest, it->ts);
+        it->lsn = prev_lsn = lsn;
+        it->ts = ts;
+        newest = SF_MAX(newest, ts);
         its[n] = it;
     }
     /* The page lets go of its documents: each item's reference is now the only one. */

@@ -1016,6 +1016,22 @@ START_TEST(test_json_str)
 }
 END_TEST
 
+START_TEST(test_json_int)
+{
+    json_t *v =
+        json_pack("{s:I,s:s,s:f,s:i}", "a", (json_int_t)-7000000000, "s", "5", "r", 1.5, "z", 0);
+
+    ck_assert_int_eq(sf_json_int(v, "a", 3), -7000000000);
+    ck_assert_int_eq(sf_json_int(v, "z", 3), 0);
+    ck_assert_int_eq(sf_json_int(v, "s", 3), 3); /* not an integer: the default */
+    ck_assert_int_eq(sf_json_int(v, "r", -1), -1);
+    ck_assert_int_eq(sf_json_int(v, "missing", 9), 9);
+    ck_assert_int_eq(sf_json_int(NULL, "a", 4), 4);
+    ck_assert_int_eq(sf_json_int(json_object_get(v, "z"), "a", 5), 5);
+    json_decref(v);
+}
+END_TEST
+
 START_TEST(test_json_path)
 {
     static const char doc[] = "{\"a\":[{\"b\":7},{\"b\":8}],\"x/y\":{\"m~n\":2},\"\":{\"k\":3},"
@@ -1084,12 +1100,13 @@ Suite *common_text_suite(void)
                                     test_url_round_trip_all_bytes, NULL});
 
     sf_check_case(s, "json", NULL, NULL, 0,
-                  (const TTest *[]){
-                      test_json_parse, test_json_deep_nesting_rejected,
-                      test_json_text_depth_counts_brackets_outside_strings,
-                      test_json_parse_depth_limit_is_exact,
-                      test_json_dump_refuses_values_deeper_than_the_walkers_bound, test_json_dump,
-                      test_json_dump_numbers_and_escapes, test_json_dump_round_trips_doubles,
-                      test_json_dump_rejects_cycles, test_json_str, test_json_path, NULL});
+                  (const TTest *[]){test_json_parse, test_json_deep_nesting_rejected,
+                                    test_json_text_depth_counts_brackets_outside_strings,
+                                    test_json_parse_depth_limit_is_exact,
+                                    test_json_dump_refuses_values_deeper_than_the_walkers_bound,
+                                    test_json_dump, test_json_dump_numbers_and_escapes,
+                                    test_json_dump_round_trips_doubles,
+                                    test_json_dump_rejects_cycles, test_json_str, test_json_int,
+                                    test_json_path, NULL});
     return s;
 }
