@@ -333,15 +333,20 @@ static void load_scalars(struct loader *ld, const config_setting_t *g, const cha
 static void check_section_keys(struct loader *ld, const config_setting_t *g, const char *group,
                                const char *const *extra)
 {
-    const char *allowed[96];
+    const char *allowed[96]; /* a group's settings and extras; a bigger group fails loudly */
     size_t n, k = 0;
     const struct cfg_setting *t = cfg_settings(&n);
 
-    for (size_t i = 0; i < n && k + 1 < SF_ARRAY_LEN(allowed); i++)
-        if (strcmp(t[i].group, group) == 0)
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(t[i].group, group) == 0) {
+            SF_ASSERT(k + 1 < SF_ARRAY_LEN(allowed));
             allowed[k++] = t[i].key;
-    for (size_t i = 0; extra != NULL && extra[i] != NULL && k + 1 < SF_ARRAY_LEN(allowed); i++)
+        }
+    }
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++) {
+        SF_ASSERT(k + 1 < SF_ARRAY_LEN(allowed));
         allowed[k++] = extra[i];
+    }
     allowed[k] = NULL;
     check_keys(ld, g, allowed);
 }
