@@ -77,16 +77,6 @@ static void spec_of(int i, struct booking_spec *b)
     b->total = 100 + (i % 5) * 50;
 }
 
-static void create(struct cosmos_client *cli, const char *coll, const char *pk, const char *body)
-{
-    char pkj[64];
-    struct sf_err err;
-
-    (void)snprintf(pkj, sizeof(pkj), "[\"%s\"]", pk);
-    ck_assert_msg(cosmos_doc_create(cli, DB, coll, pkj, body, NULL, NULL, &err) == SF_OK, "%s: %s",
-                  coll, err.msg);
-}
-
 /*
  * The database and containers of travel-booking.cfg (TTL on, as run needs),
  * HOTELS hotels of ROOMS rooms and CUSTOMERS wallets holding balance each.
@@ -113,7 +103,7 @@ static void travel_seed(struct cosmos_client *cli, int balance)
         (void)snprintf(id, sizeof(id), "h-%d", k);
         (void)snprintf(body, sizeof(body),
                        "{\"id\":\"%s\",\"hotel\":\"%s\",\"rooms\":%d,\"holds\":{}}", id, id, ROOMS);
-        create(cli, "hotels", id, body);
+        e2e_create_doc(cli, DB, "hotels", id, body);
     }
     for (int k = 0; k < CUSTOMERS; k++) {
         char body[160], id[24];
@@ -121,7 +111,7 @@ static void travel_seed(struct cosmos_client *cli, int balance)
         (void)snprintf(id, sizeof(id), "c-%02d", k);
         (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
                        id, id, balance);
-        create(cli, "wallets", id, body);
+        e2e_create_doc(cli, DB, "wallets", id, body);
     }
 }
 
@@ -141,7 +131,7 @@ static void write_booking(struct cosmos_client *cli, int i)
                    "\"requested\",\"flight\":\"%s\",\"seat\":\"%s\",\"hotel\":\"%s\",\"day\":"
                    "\"2026-12-%02d\",\"total\":%d%s%s}",
                    b.id, b.cust, b.flight, b.seat, b.hotel, 1 + i % 28, b.total, car, dl);
-    create(cli, "bookings", b.cust, body);
+    e2e_create_doc(cli, DB, "bookings", b.cust, body);
 }
 
 /* The payment provider's confirmation of booking i (none for the unconfirmed ones). */
@@ -155,7 +145,7 @@ static void write_confirmation(struct cosmos_client *cli, int i)
         return;
     (void)snprintf(body, sizeof(body), "{\"id\":\"conf-%s\",\"bookingId\":\"%s\",\"amount\":%d}",
                    b.id, b.id, b.total);
-    create(cli, "confirmations", b.id, body);
+    e2e_create_doc(cli, DB, "confirmations", b.id, body);
 }
 
 /* The number of settled bookings (confirmed or cancelled); the confirmed ones in *ret_confirmed. */
