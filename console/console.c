@@ -15,6 +15,7 @@
 #include "common/sf_json.h"
 #include "common/sf_parse.h"
 #include "common/sf_time.h"
+#include "common/sf_url.h"
 #include "console/console.h"
 #include "console/console_assets.h"
 #include "processor/proc_admin.h"
@@ -938,29 +939,14 @@ static enum MHD_Result get_counts(struct console *c, struct MHD_Connection *conn
 /* Percent-decodes s (len bytes) into out; false when malformed, empty, NUL or too long. */
 static bool url_decode(const char *s, size_t len, char *out, size_t size)
 {
-    size_t o = 0;
+    char *text = strndup(s, len);
+    size_t n = 0;
+    bool ok = text != NULL && sf_url_decode(text, len, &n) == SF_OK && n > 0 && n < size;
 
-    for (size_t i = 0; i < len; i++) {
-        int ch = (unsigned char)s[i];
-
-        if (ch == '%') {
-            if (i + 2 >= len || !isxdigit((unsigned char)s[i + 1]) ||
-                !isxdigit((unsigned char)s[i + 2]))
-                return false;
-            ch =
-                (isdigit((unsigned char)s[i + 1]) ? s[i + 1] - '0'
-                                                  : (tolower((unsigned char)s[i + 1]) - 'a' + 10)) *
-                    16 +
-                (isdigit((unsigned char)s[i + 2]) ? s[i + 2] - '0'
-                                                  : (tolower((unsigned char)s[i + 2]) - 'a' + 10));
-            i += 2;
-        }
-        if (ch == 0 || o + 1 >= size)
-            return false;
-        out[o++] = (char)ch;
-    }
-    out[o] = '\0';
-    return o > 0;
+    if (ok)
+        memcpy(out, text, n + 1);
+    free(text);
+    return ok;
 }
 
 /* GET /api/v1/sagas/{workflow}/{id} (rest = "{workflow}/{id}", still percent-encoded). */

@@ -211,30 +211,40 @@ static size_t unescape_none(void *cls, struct MHD_Connection *c, char *s)
     return strlen(s);
 }
 
-static enum MHD_Result queue(struct MHD_Connection *conn, struct emu_response *resp)
+/* resp as a libmicrohttpd response (its body handed over, its headers set), or NULL. */
+static struct MHD_Response *mhd_response(struct emu_response *resp)
 {
     struct MHD_Response *mr;
     size_t len = resp->body.len;
     char *data = NULL;
-    enum MHD_Result ret;
-
-    if (resp->drop)
-        return MHD_NO; /* libmicrohttpd closes the connection */
 
     if (len > 0) {
         data = sf_buf_detach(&resp->body, &len);
         if (!data)
-            return MHD_NO;
+            return NULL;
         mr = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
     } else {
         mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     }
     if (!mr) {
         free(data);
-        return MHD_NO;
+        return NULL;
     }
     for (int i = 0; i < resp->nheaders; i++)
         MHD_add_response_header(mr, resp->headers[i].name, resp->headers[i].value);
+    return mr;
+}
+
+static enum MHD_Result queue(struct MHD_Connection *conn, struct emu_response *resp)
+{
+    struct MHD_Response *mr;
+    enum MHD_Result ret;
+
+    if (resp->drop)
+        return MHD_NO; /* libmicrohttpd closes the connection */
+    mr = mhd_response(resp);
+    if (!mr)
+        return MHD_NO;
     ret = MHD_queue_response(conn, (unsigned)resp->status, mr);
     MHD_destroy_response(mr);
     return ret;
@@ -286,8 +296,6 @@ static enum MHD_Result overloaded(struct emu_http *h, struct MHD_Connection *con
     enum MHD_Result ret = MHD_NO;
     char after[24];
     struct MHD_Response *mr;
-    size_t len = 0;
-    char *data;
 
     atomic_fetch_add(&h->overloaded, 1);
     emu_response_init(&resp, 4096);
@@ -298,14 +306,10 @@ static enum MHD_Result overloaded(struct emu_http *h, struct MHD_Connection *con
                        "--max-connections raises the limit.",
                        h->serving, h->max_conn);
     (void)snprintf(after, sizeof(after), "%lld", (long long)overload_retry_after_ms(h));
-    data = sf_buf_detach(&resp.body, &len);
-    mr = data ? MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE) : NULL;
-    if (!mr) {
-        free(data);
+    mr = mhd_response(&resp); /* with its x-ms-substatus */
+    if (!mr)
         goto out;
-    }
     MHD_add_response_header(mr, "Content-Type", "application/json");
-    MHD_add_response_header(mr, "x-ms-substatus", "3092");
     MHD_add_response_header(mr, "x-ms-retry-after-ms", after);
     MHD_add_response_header(mr, "x-ms-request-charge", "0");
     MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");

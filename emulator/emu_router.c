@@ -1373,7 +1373,6 @@ static size_t replica_batch_begin(struct route *rt, const struct emu_coll_ref *c
 /* Bulk: at the end of this file, next to the budgets it pays from. */
 static void handle_bulk(struct route *rt, const struct emu_coll_ref *c);
 
-/* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
 /* The write names triggers to run (docs/azure-scripts.md). */
 static bool names_triggers(struct route *rt)
 {
@@ -1407,6 +1406,7 @@ static void triggered_write(struct route *rt, const struct emu_coll_ref *c,
     }
 }
 
+/* Transactional batch (PROTOCOL.md section 5): 200 or 207 with per-op results. */
 static void handle_batch(struct route *rt, const struct emu_coll_ref *c)
 {
     struct emu_doc_meta meta;

@@ -307,8 +307,7 @@ static enum sf_rc emu_cf_all_locked(struct emu_store *s, const struct emu_coll_r
     rc = emu_store_scope(coll, req->range_id, req->epk_min, req->epk_max, "change feed", &sc, err);
     if (rc != SF_OK)
         return rc;
-    max_items = emu_store_cf_page_setup(coll, req, key, &sc);
-    key = emu_store_scope_prefix(key, &sc);
+    max_items = emu_store_cf_page_setup(coll, req, &key, &sc);
     rc = emu_store_feed_open(out, coll->rid, "Documents");
     if (rc != SF_OK) {
         rc = emu_store_out_fail(rc, "change feed", err);

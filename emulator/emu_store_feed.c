@@ -207,8 +207,7 @@ static enum sf_rc emu_changefeed_locked(struct emu_store *s, const struct emu_co
         after = req->after_lsn;
     else if (req->start == EMU_CF_SINCE_TIME)
         since = req->since_ts;
-    max_items = emu_store_cf_page_setup(coll, req, key, &sc);
-    key = emu_store_scope_prefix(key, &sc);
+    max_items = emu_store_cf_page_setup(coll, req, &key, &sc);
 
     rc = emu_store_feed_open(out, coll->rid, "Documents");
     if (rc != SF_OK) {
@@ -255,11 +254,15 @@ out:
 }
 
 int emu_store_cf_page_setup(const struct emu_coll *coll, const struct emu_cf_request *req,
-                            const struct emu_pk *key, struct emu_cf_scope *sc)
+                            const struct emu_pk **key, struct emu_cf_scope *sc)
 {
-    if (key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL &&
-        emu_store_route(coll, key->epk) != NULL)
-        sc->range = emu_store_route(coll, key->epk);
+    if (*key != NULL && req->range_id == NULL && req->epk_min == NULL && req->epk_max == NULL) {
+        const struct emu_range *r = emu_store_route(coll, (*key)->epk);
+
+        if (r != NULL)
+            sc->range = r;
+    }
+    *key = emu_store_scope_prefix(*key, sc);
     return req->max_items <= 0 ? EMU_CF_DEFAULT : SF_MIN(req->max_items, EMU_CF_MAX);
 }
 

@@ -629,10 +629,11 @@ enum sf_rc emu_store_cf_cont_check(const struct emu_coll *coll, const struct emu
 /*
  * The page size of req (EMU_CF_DEFAULT when it names none, at most
  * EMU_CF_MAX). With only a key scoping req, sc->range becomes the range
- * holding the key: the range the answer names.
+ * holding the key: the range the answer names. Then a MultiHash prefix key
+ * narrows sc and *key becomes NULL (emu_store_scope_prefix).
  */
 int emu_store_cf_page_setup(const struct emu_coll *coll, const struct emu_cf_request *req,
-                            const struct emu_pk *key, struct emu_cf_scope *sc);
+                            const struct emu_pk **key, struct emu_cf_scope *sc);
 
 /* Whether anything in scope can have changed: no key, or the key's EPK inside sc. */
 bool emu_store_cf_key_in_scope(const struct emu_pk *key, const struct emu_cf_scope *sc);

@@ -5,6 +5,8 @@
 
 #include <check.h>
 
+#include "common/sf_auth.h"
+
 #include "tests/processor/proc_testutil.h"
 
 const char *const PT_SEATS_CFG =
@@ -51,4 +53,36 @@ void pt_seats_close(struct pt_seats *s)
     step_registry_free(s->reg);
     cfg_free(s->cfg);
     free(s->d);
+}
+
+void pt_dispatch_open(struct pt_dispatch *d, size_t queue_bytes, proc_result_fn on_result,
+                      void *result_ctx)
+{
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct sf_err err;
+
+    memset(d, 0, sizeof(*d));
+    sf_err_clear(&err);
+    pt_seats_open(&d->s);
+    ck_assert_int_eq(cosmos_client_new(&co, &d->cli, &err), SF_OK);
+    ck_assert_msg(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = d->s.e,
+                                                                 .cli = d->cli,
+                                                                 .db = "db",
+                                                                 .parking_container = "parked",
+                                                                 .lanes = 4,
+                                                                 .workers = 2,
+                                                                 .queue_limit = 16,
+                                                                 .queue_bytes = queue_bytes,
+                                                                 .max_attempts = 3,
+                                                                 .on_result = on_result,
+                                                                 .result_ctx = result_ctx},
+                                    &d->disp, &err) == SF_OK,
+                  "%s", err.msg);
+}
+
+void pt_dispatch_close(struct pt_dispatch *d)
+{
+    proc_dispatch_free(d->disp);
+    cosmos_client_free(d->cli);
+    pt_seats_close(&d->s);
 }

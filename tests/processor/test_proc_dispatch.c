@@ -9,7 +9,6 @@
 #include <check.h>
 #include <stdatomic.h>
 
-#include "common/sf_auth.h"
 #include "config/cfg.h"
 #include "cosmos/cosmos.h"
 #include "processor/proc_dispatch.h"
@@ -51,11 +50,7 @@ static void sys_result(void *ctx, const struct proc_item *it, const struct proc_
  */
 START_TEST(test_system_document_skipped_once_counted_once)
 {
-    struct pt_seats s;
-    struct proc_dispatch *disp = NULL;
-    struct cosmos_client *cli = NULL;
-    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
-    struct proc_dispatch_opts dopts;
+    struct pt_dispatch d;
     struct proc_stats st;
     struct sys_seen seen;
     struct sf_err err;
@@ -68,21 +63,8 @@ START_TEST(test_system_document_skipped_once_counted_once)
     atomic_init(&seen.results, 0);
     atomic_init(&seen.skipped, 0);
     sf_err_clear(&err);
-    pt_seats_open(&s);
-    /* the dispatcher's client (for parking) is never used: nothing is sent */
-    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
-    dopts = (struct proc_dispatch_opts){.engine = s.e,
-                                        .cli = cli,
-                                        .db = "db",
-                                        .parking_container = "parked",
-                                        .lanes = 4,
-                                        .workers = 2,
-                                        .queue_limit = 16,
-                                        .max_attempts = 3,
-                                        .on_result = sys_result,
-                                        .result_ctx = &seen};
-    ck_assert_int_eq(proc_dispatch_new(&dopts, &disp, &err), SF_OK);
-    ck_assert_int_eq(proc_dispatch_submit(disp,
+    pt_dispatch_open(&d, 0, sys_result, &seen);
+    ck_assert_int_eq(proc_dispatch_submit(d.disp,
                                           &(struct proc_item){.container = "bookings",
                                                               .doc = marker,
                                                               .pk_json = "[\"u-1\"]",
@@ -95,11 +77,11 @@ START_TEST(test_system_document_skipped_once_counted_once)
                      SF_OK);
     /* settled on the submitting thread: nothing is queued */
     ck_assert_int_eq(atomic_load(&seen.acks), 1);
-    ck_assert_int_eq(proc_dispatch_drain(disp, 30000), SF_OK);
+    ck_assert_int_eq(proc_dispatch_drain(d.disp, 30000), SF_OK);
     ck_assert_int_eq(atomic_load(&seen.acks), 1);
     ck_assert_int_eq(atomic_load(&seen.results), 1);
     ck_assert_int_eq(atomic_load(&seen.skipped), 1);
-    proc_dispatch_stats(disp, &st);
+    proc_dispatch_stats(d.disp, &st);
     ck_assert_uint_eq(st.items, 1);
     ck_assert_uint_eq(st.skipped, 1);
     ck_assert_uint_eq(st.completed + st.failed + st.parked + st.waiting + st.retries, 0);
@@ -111,10 +93,8 @@ START_TEST(test_system_document_skipped_once_counted_once)
         json_decref(ev);
         json_decref(item);
     }
-    proc_dispatch_free(disp);
+    pt_dispatch_close(&d);
     json_decref(marker); /* borrowed by the dispatcher until its ack */
-    cosmos_client_free(cli);
-    pt_seats_close(&s);
 }
 END_TEST
 

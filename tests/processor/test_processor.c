@@ -1075,6 +1075,22 @@ static json_t *owned_doc(int n)
                      "A2", "price");
 }
 
+/* seen with nothing counted yet, wanting owned_doc(0..2). */
+static void owned_seen_init(struct owned_seen *seen)
+{
+    atomic_init(&seen->acks, 0);
+    atomic_init(&seen->results, 0);
+    atomic_init(&seen->same, 0);
+    for (int i = 0; i < 3; i++)
+        seen->want[i] = owned_doc(i);
+}
+
+static void owned_seen_free(struct owned_seen *seen)
+{
+    for (int i = 0; i < 3; i++)
+        json_decref(seen->want[i]);
+}
+
 /*
  * A document handed over (proc_dispatch_submit_owned, as the feed's pipeline
  * does) waits in the queue as its compact text: the dispatcher lets go of the
@@ -1084,10 +1100,8 @@ static json_t *owned_doc(int n)
  */
 START_TEST(test_dispatch_owned_documents_wait_as_text)
 {
-    struct pt_seats s;
-    struct proc_dispatch *disp = NULL;
-    struct cosmos_client *cli = NULL;
-    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct pt_dispatch d;
+    struct proc_dispatch *disp;
     struct proc_lanes_load ld;
     struct owned_seen seen;
     struct sf_err err;
@@ -1095,31 +1109,15 @@ START_TEST(test_dispatch_owned_documents_wait_as_text)
     size_t owned_bytes, text_len;
     char *text;
 
-    atomic_init(&seen.acks, 0);
-    atomic_init(&seen.results, 0);
-    atomic_init(&seen.same, 0);
+    owned_seen_init(&seen);
     for (int i = 0; i < 3; i++) {
         keep[i] = owned_doc(i);
         ck_assert_ptr_nonnull(keep[i]);
-        seen.want[i] = owned_doc(i);
     }
     sf_err_clear(&err);
-    pt_seats_open(&s);
     /* terminal documents: the engine settles them without a request */
-    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
-    ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
-                                                                    .cli = cli,
-                                                                    .db = "db",
-                                                                    .parking_container = "parked",
-                                                                    .lanes = 4,
-                                                                    .workers = 2,
-                                                                    .queue_limit = 16,
-                                                                    .queue_bytes = 1u << 20,
-                                                                    .max_attempts = 3,
-                                                                    .on_result = owned_result,
-                                                                    .result_ctx = &seen},
-                                       &disp, &err),
-                     SF_OK);
+    pt_dispatch_open(&d, 1u << 20, owned_result, &seen);
+    disp = d.disp;
     proc_dispatch_pause(disp, true); /* the first item's worker waits at the gate */
     for (int i = 0; i < 2; i++) {
         json_incref(keep[i]); /* this reference is handed over */
@@ -1170,13 +1168,10 @@ START_TEST(test_dispatch_owned_documents_wait_as_text)
     ck_assert_int_eq(atomic_load(&seen.acks), 3);
     ck_assert_int_eq(atomic_load(&seen.results), 3);
     ck_assert_int_eq(atomic_load(&seen.same), 3); /* each ran on the document submitted */
-    proc_dispatch_free(disp);
-    for (int i = 0; i < 3; i++) {
+    pt_dispatch_close(&d);
+    for (int i = 0; i < 3; i++)
         json_decref(keep[i]);
-        json_decref(seen.want[i]);
-    }
-    cosmos_client_free(cli);
-    pt_seats_close(&s);
+    owned_seen_free(&seen);
 }
 END_TEST
 
@@ -1369,10 +1364,8 @@ END_TEST
  */
 START_TEST(test_dispatch_settles_settled_items_at_submit)
 {
-    struct pt_seats s;
-    struct proc_dispatch *disp = NULL;
-    struct cosmos_client *cli = NULL;
-    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct pt_dispatch d;
+    struct proc_dispatch *disp;
     struct proc_lanes_load ld;
     struct proc_stats st;
     struct owned_seen seen;
@@ -1380,27 +1373,10 @@ START_TEST(test_dispatch_settles_settled_items_at_submit)
     json_t *doc = owned_doc(0);
 
     ck_assert_ptr_nonnull(doc);
-    atomic_init(&seen.acks, 0);
-    atomic_init(&seen.results, 0);
-    atomic_init(&seen.same, 0);
-    for (int i = 0; i < 3; i++)
-        seen.want[i] = owned_doc(i);
+    owned_seen_init(&seen);
     sf_err_clear(&err);
-    pt_seats_open(&s);
-    ck_assert_int_eq(cosmos_client_new(&co, &cli, &err), SF_OK);
-    ck_assert_int_eq(proc_dispatch_new(&(struct proc_dispatch_opts){.engine = s.e,
-                                                                    .cli = cli,
-                                                                    .db = "db",
-                                                                    .parking_container = "parked",
-                                                                    .lanes = 4,
-                                                                    .workers = 2,
-                                                                    .queue_limit = 16,
-                                                                    .queue_bytes = 1u << 20,
-                                                                    .max_attempts = 3,
-                                                                    .on_result = owned_result,
-                                                                    .result_ctx = &seen},
-                                       &disp, &err),
-                     SF_OK);
+    pt_dispatch_open(&d, 1u << 20, owned_result, &seen);
+    disp = d.disp;
     for (int paused = 0; paused < 2; paused++) {
         proc_dispatch_pause(disp, paused == 1);
         ck_assert_int_eq(proc_dispatch_submit(disp,
@@ -1430,12 +1406,9 @@ START_TEST(test_dispatch_settles_settled_items_at_submit)
     ck_assert_uint_eq(st.items, 2);
     ck_assert_uint_eq(st.skipped, 2);
     ck_assert_uint_eq(st.completed + st.failed + st.parked + st.waiting + st.retries, 0);
-    proc_dispatch_free(disp);
+    pt_dispatch_close(&d);
     json_decref(doc);
-    for (int i = 0; i < 3; i++)
-        json_decref(seen.want[i]);
-    cosmos_client_free(cli);
-    pt_seats_close(&s);
+    owned_seen_free(&seen);
 }
 END_TEST
 

@@ -122,16 +122,6 @@ static void container_avad(struct cosmos_client *cli, const char *coll, const ch
     container_policy(cli, coll, pk_path, ttl, 10, false);
 }
 
-static void create(struct cosmos_client *cli, const char *coll, const char *pk, const char *body)
-{
-    char pkj[64];
-    struct sf_err err;
-
-    (void)snprintf(pkj, sizeof(pkj), "[\"%s\"]", pk);
-    ck_assert_msg(cosmos_doc_create(cli, DB, coll, pkj, body, NULL, NULL, &err) == SF_OK, "%s: %s",
-                  coll, err.msg);
-}
-
 /* Cart i: two or three lines of distinct products; one in three asks for the scarce one. */
 static void write_cart(struct cosmos_client *cli, int i)
 {
@@ -147,7 +137,7 @@ static void write_cart(struct cosmos_client *cli, int i)
                    i % 3 == 0 ? ",{\"productId\":\"p-5\","
                                 "\"qty\":2}"
                               : "");
-    create(cli, "carts", cust, body);
+    e2e_create_doc(cli, DB, "carts", cust, body);
 }
 
 static int order_total(int i)
@@ -163,7 +153,7 @@ static void write_order(struct cosmos_client *cli, int i)
     (void)snprintf(body, sizeof(body),
                    "{\"id\":\"order-%03d\",\"type\":\"order\",\"customerId\":\"%s\",\"total\":%d}",
                    i, cust, order_total(i));
-    create(cli, "orders", cust, body);
+    e2e_create_doc(cli, DB, "orders", cust, body);
 }
 
 static void delete_order(struct cosmos_client *cli, int i)
@@ -279,7 +269,7 @@ START_TEST(test_changes_kill9)
         (void)snprintf(id, sizeof(id), "p-%d", k);
         (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"productId\":\"%s\",\"stock\":%d}", id,
                        id, k == 5 ? SCARCE : STOCK);
-        create(cli, "products", id, body);
+        e2e_create_doc(cli, DB, "products", id, body);
     }
     for (int k = 0; k < CUSTOMERS; k++) {
         char body[128], id[16];
@@ -287,7 +277,7 @@ START_TEST(test_changes_kill9)
         (void)snprintf(id, sizeof(id), "c-%02d", k);
         (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
                        id, id, BALANCE);
-        create(cli, "wallets", id, body);
+        e2e_create_doc(cli, DB, "wallets", id, body);
     }
     e2e_make_config(cfg, sizeof(cfg),
                     &(const struct e2e_config){
@@ -331,9 +321,10 @@ START_TEST(test_changes_kill9)
         if (k % 2 == 0)
             delete_order(cli, k);
     /* A poison cart: {{it.qty}} is undefined, its create parks (a key of its own). */
-    create(cli, "carts", "c-poison",
-           "{\"id\":\"cart-poison\",\"type\":\"cart\",\"customerId\":\"c-poison\",\"ttl\":600,"
-           "\"lines\":[{\"productId\":\"p-0\"}]}");
+    e2e_create_doc(
+        cli, DB, "carts", "c-poison",
+        "{\"id\":\"cart-poison\",\"type\":\"cart\",\"customerId\":\"c-poison\",\"ttl\":600,"
+        "\"lines\":[{\"productId\":\"p-0\"}]}");
     until = sf_mono_ms() + 120000;
     while (sf_mono_ms() < until &&
            (settled(cli, "carts", "cart-hold", "held", "failed") < CARTS ||
@@ -604,7 +595,7 @@ START_TEST(test_changes_replay)
         (void)snprintf(id, sizeof(id), "c-%02d", k);
         (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
                        id, id, BALANCE);
-        create(cli, "wallets", id, body);
+        e2e_create_doc(cli, DB, "wallets", id, body);
     }
     e2e_make_config(
         cfg, sizeof(cfg),

@@ -77,14 +77,42 @@ static void spec_of(int i, struct booking_spec *b)
     b->total = 100 + (i % 5) * 50;
 }
 
-static void create(struct cosmos_client *cli, const char *coll, const char *pk, const char *body)
+/*
+ * The database and containers of travel-booking.cfg (TTL on, as run needs),
+ * HOTELS hotels of ROOMS rooms and CUSTOMERS wallets holding balance each.
+ */
+static void travel_seed(struct cosmos_client *cli, int balance)
 {
-    char pkj[64];
+    static const char *const colls[][2] = {
+        {"bookings", "/customerId"}, {"seats", "/flight"},       {"hotels", "/hotel"},
+        {"cars", "/city"},           {"wallets", "/customerId"}, {"confirmations", "/bookingId"}};
     struct sf_err err;
 
-    (void)snprintf(pkj, sizeof(pkj), "[\"%s\"]", pk);
-    ck_assert_msg(cosmos_doc_create(cli, DB, coll, pkj, body, NULL, NULL, &err) == SF_OK, "%s: %s",
-                  coll, err.msg);
+    sf_err_clear(&err);
+    ck_assert_int_eq(cosmos_db_create_if_missing(cli, DB, NULL, NULL, &err), SF_OK);
+    for (size_t c = 0; c < SF_ARRAY_LEN(colls); c++) {
+        struct cosmos_container_def def = {
+            .id = colls[c][0], .pk_path = colls[c][1], .default_ttl = -1};
+
+        ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &def, NULL, NULL, &err),
+                         SF_OK);
+    }
+    for (int k = 0; k < HOTELS; k++) {
+        char body[160], id[24];
+
+        (void)snprintf(id, sizeof(id), "h-%d", k);
+        (void)snprintf(body, sizeof(body),
+                       "{\"id\":\"%s\",\"hotel\":\"%s\",\"rooms\":%d,\"holds\":{}}", id, id, ROOMS);
+        e2e_create_doc(cli, DB, "hotels", id, body);
+    }
+    for (int k = 0; k < CUSTOMERS; k++) {
+        char body[160], id[24];
+
+        (void)snprintf(id, sizeof(id), "c-%02d", k);
+        (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
+                       id, id, balance);
+        e2e_create_doc(cli, DB, "wallets", id, body);
+    }
 }
 
 static void write_booking(struct cosmos_client *cli, int i)
@@ -103,7 +131,7 @@ static void write_booking(struct cosmos_client *cli, int i)
                    "\"requested\",\"flight\":\"%s\",\"seat\":\"%s\",\"hotel\":\"%s\",\"day\":"
                    "\"2026-12-%02d\",\"total\":%d%s%s}",
                    b.id, b.cust, b.flight, b.seat, b.hotel, 1 + i % 28, b.total, car, dl);
-    create(cli, "bookings", b.cust, body);
+    e2e_create_doc(cli, DB, "bookings", b.cust, body);
 }
 
 /* The payment provider's confirmation of booking i (none for the unconfirmed ones). */
@@ -117,7 +145,7 @@ static void write_confirmation(struct cosmos_client *cli, int i)
         return;
     (void)snprintf(body, sizeof(body), "{\"id\":\"conf-%s\",\"bookingId\":\"%s\",\"amount\":%d}",
                    b.id, b.id, b.total);
-    create(cli, "confirmations", b.id, body);
+    e2e_create_doc(cli, DB, "confirmations", b.id, body);
 }
 
 /* The number of settled bookings (confirmed or cancelled); the confirmed ones in *ret_confirmed. */
@@ -166,9 +194,6 @@ static int markers_of(json_t *const *markers, size_t n, const char *id, const ch
 
 START_TEST(test_travel_kill9)
 {
-    static const char *const colls[][2] = {
-        {"bookings", "/customerId"}, {"seats", "/flight"},       {"hotels", "/hotel"},
-        {"cars", "/city"},           {"wallets", "/customerId"}, {"confirmations", "/bookingId"}};
     static const char *const effect_colls[] = {"seats", "hotels", "cars", "wallets",
                                                "confirmations"};
     static const char *const edits[] = {"timeout = \"30s\"", "timeout = \"3s\"",
@@ -191,30 +216,7 @@ START_TEST(test_travel_kill9)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(h);
-    ck_assert_int_eq(cosmos_db_create_if_missing(cli, DB, NULL, NULL, &err), SF_OK);
-    for (size_t c = 0; c < SF_ARRAY_LEN(colls); c++) {
-        struct cosmos_container_def def = {
-            .id = colls[c][0], .pk_path = colls[c][1], .default_ttl = -1};
-
-        ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &def, NULL, NULL, &err),
-                         SF_OK);
-    }
-    for (int k = 0; k < HOTELS; k++) {
-        char body[160], id[24];
-
-        (void)snprintf(id, sizeof(id), "h-%d", k);
-        (void)snprintf(body, sizeof(body),
-                       "{\"id\":\"%s\",\"hotel\":\"%s\",\"rooms\":%d,\"holds\":{}}", id, id, ROOMS);
-        create(cli, "hotels", id, body);
-    }
-    for (int k = 0; k < CUSTOMERS; k++) {
-        char body[160], id[24];
-
-        (void)snprintf(id, sizeof(id), "c-%02d", k);
-        (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
-                       id, id, BALANCE);
-        create(cli, "wallets", id, body);
-    }
+    travel_seed(cli, BALANCE);
     e2e_make_config(cfg, sizeof(cfg),
                     &(const struct e2e_config){
                         .name = "travel",
@@ -383,9 +385,6 @@ static long woke_in_log(const char *log)
 
 START_TEST(test_travel_timers_two_instances)
 {
-    static const char *const colls[][2] = {
-        {"bookings", "/customerId"}, {"seats", "/flight"},       {"hotels", "/hotel"},
-        {"cars", "/city"},           {"wallets", "/customerId"}, {"confirmations", "/bookingId"}};
     static const char *const edits[] = {"timeout = \"30s\"", "timeout = \"2s\"",
                                         "not confirmed within 30s", "not confirmed within 2s",
                                         NULL};
@@ -404,30 +403,7 @@ START_TEST(test_travel_timers_two_instances)
 
     ck_assert_msg(harness_cosmolite_start(&ho, &h, &err) == SF_OK, "%s", err.msg);
     cli = e2e_client(h);
-    ck_assert_int_eq(cosmos_db_create_if_missing(cli, DB, NULL, NULL, &err), SF_OK);
-    for (size_t c = 0; c < SF_ARRAY_LEN(colls); c++) {
-        struct cosmos_container_def def = {
-            .id = colls[c][0], .pk_path = colls[c][1], .default_ttl = -1};
-
-        ck_assert_int_eq(cosmos_container_create_if_missing(cli, DB, &def, NULL, NULL, &err),
-                         SF_OK);
-    }
-    for (int k = 0; k < HOTELS; k++) {
-        char body[160], id[24];
-
-        (void)snprintf(id, sizeof(id), "h-%d", k);
-        (void)snprintf(body, sizeof(body),
-                       "{\"id\":\"%s\",\"hotel\":\"%s\",\"rooms\":%d,\"holds\":{}}", id, id, ROOMS);
-        create(cli, "hotels", id, body);
-    }
-    for (int k = 0; k < CUSTOMERS; k++) {
-        char body[160], id[24];
-
-        (void)snprintf(id, sizeof(id), "c-%02d", k);
-        (void)snprintf(body, sizeof(body), "{\"id\":\"%s\",\"customerId\":\"%s\",\"balance\":%d}",
-                       id, id, BALANCE * 10);
-        create(cli, "wallets", id, body);
-    }
+    travel_seed(cli, BALANCE * 10);
     e2e_make_config(cfg, sizeof(cfg),
                     &(const struct e2e_config){
                         .name = "timers",

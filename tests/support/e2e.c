@@ -541,17 +541,23 @@ void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, in
     ck_abort_msg("only %zu of %zu orders settled in %lldms", settled, want, (long long)ms);
 }
 
-void e2e_create_order(struct cosmos_client *cli, const char *json_text, const char *cust)
+void e2e_create_doc(struct cosmos_client *cli, const char *db, const char *coll, const char *pk,
+                    const char *json_text)
 {
-    struct sf_buf pk;
+    struct sf_buf pkj;
     struct sf_err err;
 
-    sf_buf_init(&pk, 256);
-    (void)cosmos_pk_string(cust, &pk);
-    ck_assert_msg(cosmos_doc_create(cli, "shop", "orders", sf_buf_cstr(&pk), json_text, NULL, NULL,
-                                    &err) == SF_OK,
-                  "%s", err.msg);
-    sf_buf_release(&pk);
+    sf_buf_init(&pkj, 256);
+    (void)cosmos_pk_string(pk, &pkj);
+    ck_assert_msg(
+        cosmos_doc_create(cli, db, coll, sf_buf_cstr(&pkj), json_text, NULL, NULL, &err) == SF_OK,
+        "%s: %s", coll, err.msg);
+    sf_buf_release(&pkj);
+}
+
+void e2e_create_order(struct cosmos_client *cli, const char *json_text, const char *cust)
+{
+    e2e_create_doc(cli, "shop", "orders", cust, json_text);
 }
 
 void e2e_create_orders(struct cosmos_client *cli, unsigned first, unsigned n)

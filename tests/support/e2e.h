@@ -184,6 +184,9 @@ void e2e_cosmolite_free(struct harness_cosmolite *h, unsigned flags);
  * NULL) first. */
 void e2e_wait_settled(struct cosmos_client *cli, const char *db, size_t want, int64_t ms,
                       const char *log);
+/* Creates a document in db/coll with the one-level partition key value pk; asserts. */
+void e2e_create_doc(struct cosmos_client *cli, const char *db, const char *coll, const char *pk,
+                    const char *json_text);
 /* Creates a document in shop/orders with partition key value cust. */
 void e2e_create_order(struct cosmos_client *cli, const char *json_text, const char *cust);
 /* Creates order documents with ids o-<first>..o-<first+n-1>, 1 line of p-00 qty 1, customers
