@@ -865,12 +865,11 @@ static enum sf_rc derive_pk(struct proc_dispatch *d, const struct proc_item *ite
  * durably). false: it goes to its lane.
  */
 static bool settle_now(struct proc_dispatch *d, const struct proc_item *item, const char *park_key,
-                       size_t key_len)
+                       uint64_t lane)
 {
     struct proc_result res;
 
-    if (atomic_load(&d->paused) || atomic_load(&d->stopping) ||
-        !proc_lanes_idle(d->lanes, proc_lanes_of(d->lanes, park_key, key_len)) ||
+    if (atomic_load(&d->paused) || atomic_load(&d->stopping) || !proc_lanes_idle(d->lanes, lane) ||
         proc_dispatch_blocked(d, park_key) || !proc_engine_settle(d->o.engine, item, &res))
         return false;
     stat_add(d, ST_ITEMS, 1);
@@ -912,7 +911,8 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
     struct task *t = NULL;
     struct sf_buf derived;
     const char *pk_json = item->pk_json;
-    size_t nc, np, held = 0;
+    size_t nc, np, held;
+    uint64_t lane;
     enum sf_rc rc = SF_OK;
 
     /*
@@ -934,9 +934,6 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
     }
     nc = strlen(item->container);
     np = rc == SF_OK ? strlen(pk_json) : 0;
-    /* the queue's bound is in bytes: a borrowed document is held (by the feed) until the ack */
-    if (!owned)
-        held = doc_bytes(item->doc, 0);
     if (rc == SF_OK && nc + 1 + np >= PROC_PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
     if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
@@ -945,7 +942,8 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
         memcpy(t->park_key, item->container, nc);
         t->park_key[nc] = '|';
         memcpy(t->park_key + nc + 1, pk_json, np + 1);
-        if (settle_now(d, item, t->park_key, nc + 1 + np)) {
+        lane = proc_lanes_of(d->lanes, t->park_key, nc + 1 + np); /* hashed once per item */
+        if (settle_now(d, item, t->park_key, lane)) {
             task_free(t);
             sf_buf_release(&derived);
             if (owned)
@@ -958,13 +956,11 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
         if (t->it.ack == NULL)
             t->it.ack = noop_ack;
         t->base.group = item->range != NULL ? item->range->group : 0;
-        if (owned) {
-            held = task_hold(t, (json_t *)item->doc);
-            owned = false; /* the task has it now */
-        }
+        /* the queue's bound is in bytes: a borrowed document is held (by the feed) until the ack */
+        held = owned ? task_hold(t, (json_t *)item->doc) : doc_bytes(item->doc, 0);
+        owned = false; /* an owned document is the task's now */
         t->base.size = sizeof(*t) + nc + 1 + np + held;
-        rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, nc + 1 + np),
-                               &t->base, -1);
+        rc = proc_lanes_submit(d->lanes, lane, &t->base, -1);
         if (rc != SF_OK)
             (void)sf_err_set(err, rc, false,
                              rc == SF_ENOMEM ? "out of memory" : "the dispatcher is stopping");
