@@ -120,7 +120,8 @@ static void task_free(struct task *t)
     free(t); /* the item's other pointers are borrowed */
 }
 
-bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key)
+/* true when the key ("<container>|<pk json>") is blocked. */
+static bool key_blocked(struct proc_dispatch *d, const char *park_key)
 {
     bool b;
 
@@ -324,14 +325,15 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     struct proc_result res;
     const struct proc_item *it = &t->it;
     unsigned attempts = 0;
-    bool park = false;
+    bool park = false, blocked;
     /* This thread runs one item at a time: the difference is this item's absorbed retries. */
     uint64_t retries0 = cosmos_thread_retries(), retries;
 
     memset(&res, 0, sizeof(res));
     if (!gate(d))
         return; /* stopping while paused: no ack, the feed redelivers */
-    if (proc_dispatch_blocked(d, t->park_key) && parked_is_same_item(d, t)) {
+    blocked = key_blocked(d, t->park_key);
+    if (blocked && parked_is_same_item(d, t)) {
         /* Its own later version: the parked record's replay takes it from there. */
         sf_log_info("sagafeed",
                     "item %s (key %s, lsn %lld) is the parked item itself: its record's "
@@ -342,7 +344,8 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
         task_ack(t);
         return;
     }
-    if (proc_dispatch_blocked(d, t->park_key)) {
+    /* Asked again after that query: a scan may have unblocked the key meanwhile. */
+    if (blocked && key_blocked(d, t->park_key)) {
         /* Wait behind the parked item: durably, so the checkpoint may move on. */
         if (!park_write(d, t, "waiting", NULL, 0, 0))
             return;
@@ -870,7 +873,7 @@ static bool settle_now(struct proc_dispatch *d, const struct proc_item *item, co
     struct proc_result res;
 
     if (atomic_load(&d->paused) || atomic_load(&d->stopping) || !proc_lanes_idle(d->lanes, lane) ||
-        proc_dispatch_blocked(d, park_key) || !proc_engine_settle(d->o.engine, item, &res))
+        key_blocked(d, park_key) || !proc_engine_settle(d->o.engine, item, &res))
         return false;
     stat_add(d, ST_ITEMS, 1);
     count_outcome(d, &res);
