@@ -1837,12 +1837,14 @@ static bool process(const struct proc_engine *e, const struct proc_item *it,
         if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
             goto out;
         /* A document some saga may be waiting for: wake it first (its own lane runs it). */
-        if (e->cli != NULL && awaited(e, it->container) && settle_only) {
-            done = false;
-            goto out;
+        if (e->cli != NULL && awaited(e, it->container)) {
+            if (settle_only) {
+                done = false;
+                goto out;
+            }
+            if (!wake_waiters(&r))
+                goto out;
         }
-        if (e->cli != NULL && awaited(e, it->container) && !wake_waiters(&r))
-            goto out;
         if (!select_workflow(&r, it->doc))
             goto out;
         r.doc = json_incref((json_t *)it->doc);
