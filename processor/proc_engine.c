@@ -1508,6 +1508,10 @@ static enum trans_result compensate(struct run *r, const char *state)
 /* Selects the workflow for doc. false with res set on a filter error. */
 static bool select_workflow(struct run *r, const json_t *doc)
 {
+    /* An all-versions entry goes to the change workflows asking for its operation. */
+    bool entry = proc_change_is_entry(r->it->doc);
+    unsigned bit = entry ? proc_change_bit(r->it->doc) : 0;
+
     for (size_t i = 0; i < r->e->n; i++) {
         const struct cworkflow *wf = &r->e->wfs[i];
         struct sf_err err;
@@ -1515,9 +1519,7 @@ static bool select_workflow(struct run *r, const json_t *doc)
 
         if (strcmp(wf->cfg->container, r->it->container) != 0)
             continue;
-        /* An all-versions entry goes to the change workflows asking for its operation. */
-        if (wf->change != proc_change_is_entry(r->it->doc) ||
-            (wf->change && (wf->cfg->on & proc_change_bit(r->it->doc)) == 0))
+        if (wf->change != entry || (wf->change && (wf->cfg->on & bit) == 0))
             continue;
         sf_err_clear(&err);
         if (wf->filter != NULL &&
