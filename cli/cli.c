@@ -227,9 +227,9 @@ int cli_setup(const struct cli_cmd *cmd, const char *path, struct cfg **ret_cfg,
     struct cfg *cfg = NULL;
     int status = 0;
 
-    if (cmd->needs_config && (status = cli_load(cmd->name, path, &cfg)) != 0)
+    if ((status = cli_load(cmd->name, path, &cfg)) != 0)
         return status;
-    if (cmd->needs_client && (status = cli_client(cmd->name, cfg, &cli)) != 0) {
+    if ((status = cli_client(cmd->name, cfg, &cli)) != 0) {
         cfg_free(cfg);
         return status;
     }
