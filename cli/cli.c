@@ -227,9 +227,9 @@ int cli_setup(const struct cli_cmd *cmd, const char *path, struct cfg **ret_cfg,
     struct cfg *cfg = NULL;
     int status = 0;
 
-    if (cmd->needs_config && (status = cli_load(cmd->name, path, &cfg)) != 0)
+    if ((status = cli_load(cmd->name, path, &cfg)) != 0)
         return status;
-    if (cmd->needs_client && (status = cli_client(cmd->name, cfg, &cli)) != 0) {
+    if ((status = cli_client(cmd->name, cfg, &cli)) != 0) {
         cfg_free(cfg);
         return status;
     }
@@ -1041,6 +1041,26 @@ static int park_key_arg(const char *verb, const char *k, struct cosmos_client *c
     return 0;
 }
 
+/* `parked list --json`: one record a line, without the service's _rid, _self, _attachments. */
+static void parked_lines(json_t *docs)
+{
+    size_t i;
+    json_t *d;
+
+    json_array_foreach(docs, i, d)
+    {
+        struct sf_buf b;
+
+        sf_buf_init(&b, 8u << 20);
+        (void)json_object_del(d, "_rid");
+        (void)json_object_del(d, "_self");
+        (void)json_object_del(d, "_attachments");
+        if (sf_json_dump(d, &b) == SF_OK)
+            (void)printf("%s\n", sf_buf_cstr(&b));
+        sf_buf_release(&b);
+    }
+}
+
 int cli_parked(const struct cli_cmd *self, int argc, char **argv, atomic_int *stop)
 {
     static const char *const verbs[] = {"list", "replay", NULL};
@@ -1079,28 +1099,14 @@ int cli_parked(const struct cli_cmd *self, int argc, char **argv, atomic_int *st
     status = 1;
     if (strcmp(verb, "list") == 0) {
         json_t *docs = NULL;
-        size_t i;
-        json_t *d;
 
         if (proc_park_list(cli, cfg->cosmos.database, cfg->processor.parking_container, key, &docs,
                            &err) != SF_OK)
             goto fail;
-        if (!json)
+        if (json)
+            parked_lines(docs);
+        else
             parked_table(docs, stdout);
-        json_array_foreach(docs, i, d)
-        {
-            if (!json)
-                break;
-            struct sf_buf b;
-
-            sf_buf_init(&b, 8u << 20);
-            (void)json_object_del(d, "_rid");
-            (void)json_object_del(d, "_self");
-            (void)json_object_del(d, "_attachments");
-            if (sf_json_dump(d, &b) == SF_OK)
-                (void)printf("%s\n", sf_buf_cstr(&b));
-            sf_buf_release(&b);
-        }
         (void)fprintf(stderr, "%zu parked item%s\n", json_array_size(docs),
                       json_array_size(docs) == 1 ? "" : "s");
         json_decref(docs);

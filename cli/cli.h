@@ -25,15 +25,12 @@ struct cosmos_client;
 
 /*
  * One row of sagafeed's command table (main.c), as git's commands[]: the
- * dispatcher finds argv[1] there, --help is printed from it, and the
- * needs_* flags tell cli_setup what a command gets before it works.
+ * dispatcher finds argv[1] there and --help is printed from it.
  */
 struct cli_cmd {
     const char *name;     /* argv[1] */
     const char *synopsis; /* the command's line in `sagafeed --help`; NULL: shares the row above */
     const char *summary;  /* what it does, after the synopsis */
-    bool needs_config;    /* -c FILE is loaded (cli_setup) */
-    bool needs_client;    /* a client for FILE's cosmos.endpoint is made (needs_config too) */
     bool stoppable;       /* main installs the stop signals first: SIGINT/SIGTERM/SIGHUP set
                            *stop and the command ends cleanly (short ones just die) */
     /* Runs the command: argv[0] is its name. Returns the exit status. Main thread only. */
@@ -65,11 +62,11 @@ int cli_demo(const struct cli_cmd *cmd, int argc, char **argv, atomic_int *stop)
 int cli_console(const struct cli_cmd *cmd, int argc, char **argv, atomic_int *stop);
 
 /*
- * What cmd's flags ask for, for the configuration at path: loads it
- * (needs_config) and makes a client for its account (needs_client), printing
- * every problem to stderr as cli_load and cli_client do. Returns 0
- * with *ret_cfg (cfg_free) and *ret_cli (cosmos_client_free; NULL without
- * needs_client) new, or their exit status with nothing to free.
+ * What most commands need before they work: loads the configuration at path
+ * and makes a client for its account, printing every problem to stderr as
+ * cli_load and cli_client do. Returns 0 with *ret_cfg (cfg_free) and
+ * *ret_cli (cosmos_client_free) new, or their exit status with nothing to
+ * free.
  */
 int cli_setup(const struct cli_cmd *cmd, const char *path, struct cfg **ret_cfg,
               struct cosmos_client **ret_cli);

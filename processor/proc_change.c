@@ -16,23 +16,7 @@
 
 #define ASKS_DELETES(w) (((w)->on & (CFG_ON_DELETE | CFG_ON_EXPIRE)) != 0)
 
-bool proc_change_container(const struct cfg *cfg, const char *container)
-{
-    for (size_t i = 0; i < cfg->n_workflows; i++) {
-        const struct cfg_workflow *w = &cfg->workflows[i];
-
-        if (w->container != NULL && strcmp(w->container, container) == 0 && ASKS_DELETES(w))
-            return true;
-    }
-    return false;
-}
-
-bool proc_change_workflow(const struct cfg *cfg, const struct cfg_workflow *w)
-{
-    return w->container != NULL && proc_change_container(cfg, w->container);
-}
-
-/* The first workflow on container asking for deletes or expiries (there is one). */
+/* The first workflow on container asking for deletes or expiries; NULL when none does. */
 static const struct cfg_workflow *asker(const struct cfg *cfg, const char *container)
 {
     for (size_t i = 0; i < cfg->n_workflows; i++)
@@ -40,6 +24,16 @@ static const struct cfg_workflow *asker(const struct cfg *cfg, const char *conta
             strcmp(cfg->workflows[i].container, container) == 0 && ASKS_DELETES(&cfg->workflows[i]))
             return &cfg->workflows[i];
     return NULL;
+}
+
+bool proc_change_container(const struct cfg *cfg, const char *container)
+{
+    return asker(cfg, container) != NULL;
+}
+
+bool proc_change_workflow(const struct cfg *cfg, const struct cfg_workflow *w)
+{
+    return w->container != NULL && proc_change_container(cfg, w->container);
 }
 
 void proc_change_check(const struct cfg *cfg, struct cfg_diags *d)

@@ -120,7 +120,8 @@ static void task_free(struct task *t)
     free(t); /* the item's other pointers are borrowed */
 }
 
-bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key)
+/* true when the key ("<container>|<pk json>") is blocked. */
+static bool key_blocked(struct proc_dispatch *d, const char *park_key)
 {
     bool b;
 
@@ -324,14 +325,15 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
     struct proc_result res;
     const struct proc_item *it = &t->it;
     unsigned attempts = 0;
-    bool park = false;
+    bool park = false, blocked;
     /* This thread runs one item at a time: the difference is this item's absorbed retries. */
     uint64_t retries0 = cosmos_thread_retries(), retries;
 
     memset(&res, 0, sizeof(res));
     if (!gate(d))
         return; /* stopping while paused: no ack, the feed redelivers */
-    if (proc_dispatch_blocked(d, t->park_key) && parked_is_same_item(d, t)) {
+    blocked = key_blocked(d, t->park_key);
+    if (blocked && parked_is_same_item(d, t)) {
         /* Its own later version: the parked record's replay takes it from there. */
         sf_log_info("sagafeed",
                     "item %s (key %s, lsn %lld) is the parked item itself: its record's "
@@ -342,7 +344,8 @@ static void handle_item(struct proc_dispatch *d, struct task *t)
         task_ack(t);
         return;
     }
-    if (proc_dispatch_blocked(d, t->park_key)) {
+    /* Asked again after that query: a scan may have unblocked the key meanwhile. */
+    if (blocked && key_blocked(d, t->park_key)) {
         /* Wait behind the parked item: durably, so the checkpoint may move on. */
         if (!park_write(d, t, "waiting", NULL, 0, 0))
             return;
@@ -865,13 +868,12 @@ static enum sf_rc derive_pk(struct proc_dispatch *d, const struct proc_item *ite
  * durably). false: it goes to its lane.
  */
 static bool settle_now(struct proc_dispatch *d, const struct proc_item *item, const char *park_key,
-                       size_t key_len)
+                       uint64_t lane)
 {
     struct proc_result res;
 
-    if (atomic_load(&d->paused) || atomic_load(&d->stopping) ||
-        !proc_lanes_idle(d->lanes, proc_lanes_of(d->lanes, park_key, key_len)) ||
-        proc_dispatch_blocked(d, park_key) || !proc_engine_settle(d->o.engine, item, &res))
+    if (atomic_load(&d->paused) || atomic_load(&d->stopping) || !proc_lanes_idle(d->lanes, lane) ||
+        key_blocked(d, park_key) || !proc_engine_settle(d->o.engine, item, &res))
         return false;
     stat_add(d, ST_ITEMS, 1);
     count_outcome(d, &res);
@@ -912,7 +914,8 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
     struct task *t = NULL;
     struct sf_buf derived;
     const char *pk_json = item->pk_json;
-    size_t nc, np, held = 0;
+    size_t nc, np, held;
+    uint64_t lane;
     enum sf_rc rc = SF_OK;
 
     /*
@@ -934,9 +937,6 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
     }
     nc = strlen(item->container);
     np = rc == SF_OK ? strlen(pk_json) : 0;
-    /* the queue's bound is in bytes: a borrowed document is held (by the feed) until the ack */
-    if (!owned)
-        held = doc_bytes(item->doc, 0);
     if (rc == SF_OK && nc + 1 + np >= PROC_PARK_KEY_MAX)
         rc = sf_err_set(err, SF_ELIMIT, false, "partition key too long to park");
     if (rc == SF_OK && (t = task_new(TASK_ITEM, nc + 1 + np)) == NULL)
@@ -945,7 +945,8 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
         memcpy(t->park_key, item->container, nc);
         t->park_key[nc] = '|';
         memcpy(t->park_key + nc + 1, pk_json, np + 1);
-        if (settle_now(d, item, t->park_key, nc + 1 + np)) {
+        lane = proc_lanes_of(d->lanes, t->park_key, nc + 1 + np); /* hashed once per item */
+        if (settle_now(d, item, t->park_key, lane)) {
             task_free(t);
             sf_buf_release(&derived);
             if (owned)
@@ -958,13 +959,11 @@ static enum sf_rc submit(struct proc_dispatch *d, const struct proc_item *item, 
         if (t->it.ack == NULL)
             t->it.ack = noop_ack;
         t->base.group = item->range != NULL ? item->range->group : 0;
-        if (owned) {
-            held = task_hold(t, (json_t *)item->doc);
-            owned = false; /* the task has it now */
-        }
+        /* the queue's bound is in bytes: a borrowed document is held (by the feed) until the ack */
+        held = owned ? task_hold(t, (json_t *)item->doc) : doc_bytes(item->doc, 0);
+        owned = false; /* an owned document is the task's now */
         t->base.size = sizeof(*t) + nc + 1 + np + held;
-        rc = proc_lanes_submit(d->lanes, proc_lanes_of(d->lanes, t->park_key, nc + 1 + np),
-                               &t->base, -1);
+        rc = proc_lanes_submit(d->lanes, lane, &t->base, -1);
         if (rc != SF_OK)
             (void)sf_err_set(err, rc, false,
                              rc == SF_ENOMEM ? "out of memory" : "the dispatcher is stopping");

@@ -211,7 +211,4 @@ size_t proc_dispatch_blocked_count(struct proc_dispatch *d);
  */
 enum sf_rc proc_dispatch_scan(struct proc_dispatch *d, size_t *ret_n, struct sf_err *err);
 
-/* true when the key ("<container>|<pk json>") is blocked. */
-bool proc_dispatch_blocked(struct proc_dispatch *d, const char *park_key);
-
 #endif

@@ -1508,6 +1508,10 @@ static enum trans_result compensate(struct run *r, const char *state)
 /* Selects the workflow for doc. false with res set on a filter error. */
 static bool select_workflow(struct run *r, const json_t *doc)
 {
+    /* An all-versions entry goes to the change workflows asking for its operation. */
+    bool entry = proc_change_is_entry(r->it->doc);
+    unsigned bit = entry ? proc_change_bit(r->it->doc) : 0;
+
     for (size_t i = 0; i < r->e->n; i++) {
         const struct cworkflow *wf = &r->e->wfs[i];
         struct sf_err err;
@@ -1515,9 +1519,7 @@ static bool select_workflow(struct run *r, const json_t *doc)
 
         if (strcmp(wf->cfg->container, r->it->container) != 0)
             continue;
-        /* An all-versions entry goes to the change workflows asking for its operation. */
-        if (wf->change != proc_change_is_entry(r->it->doc) ||
-            (wf->change && (wf->cfg->on & proc_change_bit(r->it->doc)) == 0))
+        if (wf->change != entry || (wf->change && (wf->cfg->on & bit) == 0))
             continue;
         sf_err_clear(&err);
         if (wf->filter != NULL &&
@@ -1837,12 +1839,14 @@ static bool process(const struct proc_engine *e, const struct proc_item *it,
         if (!json_is_object(it->doc) || !json_is_string(json_object_get(it->doc, "id")))
             goto out;
         /* A document some saga may be waiting for: wake it first (its own lane runs it). */
-        if (e->cli != NULL && awaited(e, it->container) && settle_only) {
-            done = false;
-            goto out;
+        if (e->cli != NULL && awaited(e, it->container)) {
+            if (settle_only) {
+                done = false;
+                goto out;
+            }
+            if (!wake_waiters(&r))
+                goto out;
         }
-        if (e->cli != NULL && awaited(e, it->container) && !wake_waiters(&r))
-            goto out;
         if (!select_workflow(&r, it->doc))
             goto out;
         r.doc = json_incref((json_t *)it->doc);

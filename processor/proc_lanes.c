@@ -513,7 +513,8 @@ enum sf_rc proc_lanes_submit(struct proc_lanes *l, uint64_t lane, struct proc_ta
     struct lane *ln;
     unsigned gi = group_of(t);
     struct group *g;
-    int64_t deadline = sf_mono_ms() + SF_MAX(wait_ms, (int64_t)0);
+    int64_t deadline = wait_ms >= 0 ? sf_mono_ms() + wait_ms : 0; /* the clock only when timed */
+
     pthread_mutex_lock(&l->mu);
     g = &l->groups[gi];
     while (!l->stopping && !queue_has_room(l, g, t->size)) {

@@ -825,16 +825,6 @@ void proc_ops_tick(struct proc_ops *ops)
     atomic_store(&ops->tick_ms, sf_mono_ms());
 }
 
-bool proc_ops_paused(const struct proc_ops *ops)
-{
-    return atomic_load(&ops->paused);
-}
-
-int proc_ops_http_port(const struct proc_ops *ops)
-{
-    return ops->http != NULL ? proc_http_port(ops->http) : 0;
-}
-
 void proc_ops_detach(struct proc_ops *ops)
 {
     if (ops == NULL)

@@ -99,12 +99,6 @@ void proc_ops_tick(struct proc_ops *ops);
  */
 bool proc_ops_outage_step(struct proc_ops *ops, const struct cosmos_reach *r, int64_t now_ms);
 
-/* true while this instance obeys a pause. */
-bool proc_ops_paused(const struct proc_ops *ops);
-
-/* The HTTP port serving /metrics, 0 when off. */
-int proc_ops_http_port(const struct proc_ops *ops);
-
 /* The Prometheus text of the metrics above into out. Any thread while attached. */
 enum sf_rc proc_ops_metrics(struct proc_ops *ops, struct sf_buf *out);
 
