@@ -59,13 +59,6 @@ static char *json_text(const char *s)
     return t;
 }
 
-static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
-{
-    const json_t *v = json_object_get(o, key);
-
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
 /*
  * Emit order of a saga's outbox records (outbox.h): the item's LSN orders
  * passes; within one pass, several transitions share the LSN and often the
@@ -76,8 +69,8 @@ static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
 static int by_emit_order(const void *a, const void *b)
 {
     const json_t *x = *(const json_t *const *)a, *y = *(const json_t *const *)b;
-    int64_t lx = int_member(x, "sourceLsn", 0), ly = int_member(y, "sourceLsn", 0);
-    int64_t sx = int_member(x, "sourceSeq", 0), sy = int_member(y, "sourceSeq", 0);
+    int64_t lx = sf_json_int(x, "sourceLsn", 0), ly = sf_json_int(y, "sourceLsn", 0);
+    int64_t sx = sf_json_int(x, "sourceSeq", 0), sy = sf_json_int(y, "sourceSeq", 0);
     const char *tx = sf_json_str(x, "createdAt"), *ty = sf_json_str(y, "createdAt");
     const char *ix = sf_json_str(x, "id"), *iy = sf_json_str(y, "id");
     int c;
@@ -256,7 +249,7 @@ json_t *proc_saga_steps(const struct cfg_workflow *w, const json_t *item, const 
             if (name == NULL || phase == NULL || strcmp(name, st->name) != 0)
                 continue;
             (void)json_array_append_new(strcmp(phase, "undo") == 0 ? undone : done,
-                                        json_integer(int_member(m, "element", 0)));
+                                        json_integer(sf_json_int(m, "element", 0)));
         }
         /* An empty foreach runs no element and leaves no marker: only the state tells it ran. */
         if (json_array_size(done) == 0 && json_array_size(undone) == 0 && passed > (long)k &&
@@ -629,8 +622,8 @@ enum sf_rc proc_leases_import(struct cosmos_client *cli, const struct cfg *cfg, 
     enum sf_rc rc = SF_OK;
 
     if (sf_json_str(doc, "sagafeed") == NULL ||
-        strcmp(sf_json_str(doc, "sagafeed"), "leases") != 0 || int_member(doc, "version", 0) != 1 ||
-        !json_is_array(leases))
+        strcmp(sf_json_str(doc, "sagafeed"), "leases") != 0 ||
+        sf_json_int(doc, "version", 0) != 1 || !json_is_array(leases))
         return sf_err_set(err, SF_EINVAL, false,
                           "not a lease export of sagafeed (version 1): want {\"sagafeed\":"
                           "\"leases\",\"version\":1,\"leases\":[...]}");

@@ -592,13 +592,6 @@ static enum sf_rc replay_source(struct replay *rp, struct sf_err *err)
  * Parked items of the window
  */
 
-static int64_t int_member(const json_t *o, const char *key, int64_t dflt)
-{
-    const json_t *v = json_object_get(o, key);
-
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
 /* The EPK of a partition key (JSON array text or value) as a container of version v hashes. */
 static bool epk_of(const json_t *pk, const char *pk_text, int v, char *out, size_t size)
 {
@@ -618,7 +611,7 @@ static bool parked_in_scope(const struct replay *rp, const json_t *pd)
     const struct proc_replay_opts *o = rp->o;
     const char *container = sf_json_str(pd, "sourceContainer"), *wf = sf_json_str(pd, "workflow");
     const json_t *item = json_object_get(pd, "item");
-    int64_t lsn = int_member(pd, "lsn", -1), ts = int_member(item, "_ts", -1);
+    int64_t lsn = sf_json_int(pd, "lsn", -1), ts = sf_json_int(item, "_ts", -1);
     const struct source *s = NULL;
     char epk[SF_EPK_V1_MAX + 1], want[SF_EPK_V1_MAX + 1];
 
@@ -670,7 +663,7 @@ static enum sf_rc parked_keys(struct replay *rp, json_t **ret_keys, struct sf_er
         const char *k = sf_json_str(d, "parkKey");
 
         if (k != NULL && parked_in_scope(rp, d))
-            (void)json_object_set_new(keys, k, json_integer(int_member(keys, k, 0) + 1));
+            (void)json_object_set_new(keys, k, json_integer(sf_json_int(keys, k, 0) + 1));
     }
     json_decref(docs);
     *ret_keys = keys;
