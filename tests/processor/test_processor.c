@@ -2010,6 +2010,129 @@ START_TEST(test_throttled_transition_keeps_retry_after)
 }
 END_TEST
 
+/*
+ * A transition asks for no body back (minimalReturnPreference on every
+ * operation) and the saga goes on from the item with the patch applied here
+ * and the etag the service answered: no re-read, and the next step sees the
+ * new state.
+ */
+struct minimal_script {
+    int reads, batches;
+    json_t *creates; /* the documents the steps created, in order */
+};
+
+static enum cosmos_net minimal_send(void *ctx, const struct cosmos_req *req, const char *date,
+                                    const char *auth, struct cosmos_response *resp, char *msg,
+                                    size_t msg_size)
+{
+    struct minimal_script *ms = ctx;
+    const char *line = "HTTP/1.1 200 OK\r\n";
+    struct sf_buf body;
+    json_t *ops, *op;
+    size_t i;
+
+    SF_UNUSED(date);
+    SF_UNUSED(auth);
+    SF_UNUSED(msg);
+    SF_UNUSED(msg_size);
+    sf_buf_init(&body, 1u << 20);
+    if (strcmp(req->verb, "GET") == 0) {
+        ms->reads++;
+        line = "HTTP/1.1 304 Not Modified\r\n";
+    } else {
+        ms->batches++;
+        ops = json_loadb(req->body, req->body_len, 0, NULL);
+        ck_assert_msg(json_is_array(ops), "%.*s", (int)req->body_len, req->body);
+        (void)sf_buf_putc(&body, '[');
+        json_array_foreach(ops, i, op)
+        {
+            const char *type = sf_json_str(op, "operationType");
+            json_t *doc = json_object_get(op, "resourceBody");
+
+            ck_assert_msg(json_is_true(json_object_get(op, "minimalReturnPreference")),
+                          "operation %zu of batch %d asks for a body", i, ms->batches);
+            if (strcmp(type, "Create") == 0 && sf_json_str(doc, "seen") != NULL)
+                (void)json_array_append(ms->creates, doc);
+            (void)sf_buf_printf(&body, "%s{\"statusCode\":%d,\"eTag\":\"\\\"e%d\\\"\"}",
+                                i > 0 ? "," : "", strcmp(type, "Create") == 0 ? 201 : 200,
+                                ms->batches + 1);
+        }
+        (void)sf_buf_putc(&body, ']');
+        json_decref(ops);
+    }
+    ck_assert_int_eq(cosmos_response_header(resp, line, strlen(line), NULL), SF_OK);
+    ck_assert_int_eq(sf_buf_append(&resp->body, body.data, body.len), SF_OK);
+    sf_buf_release(&body);
+    return COSMOS_NET_OK;
+}
+
+static const struct cosmos_transport_ops minimal_transport = {.name = "script",
+                                                              .send = minimal_send};
+
+START_TEST(test_transition_answer_without_body_continues_from_local_patch)
+{
+    static const char *const cfg_text =
+        "workflows = ( {\n"
+        "  name = \"booking\"; container = \"bookings\"; topic = \"t\";\n"
+        "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+        "  steps = (\n"
+        "    { name = \"hold\"; from = \"requested\"; to = \"held\";\n"
+        "      do = { kind = \"create\"; container = \"seats\"; partition_key = "
+        "\"{{item.show}}\";\n"
+        "        document = { id = \"h-{{item.id}}\"; seen = \"{{item.status}}\"; }; }; },\n"
+        "    { name = \"confirm\"; from = \"held\"; to = \"confirmed\";\n"
+        "      do = { kind = \"create\"; container = \"seats\"; partition_key = "
+        "\"{{item.show}}\";\n"
+        "        document = { id = \"c-{{item.id}}\"; seen = \"{{item.status}}\";\n"
+        "                     etag = \"{{item._etag}}\"; }; }; }\n"
+        "  );\n"
+        "} );\n";
+    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct minimal_script ms = {.creates = json_array()};
+    struct cosmos_transport t = {&minimal_transport, &ms};
+    struct proc_engine_opts eo = {0};
+    struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
+    struct proc_result res;
+    struct pt_seats s;
+    struct sf_err err;
+    json_t *doc = json_loads("{\"id\":\"b-1\",\"buyer\":\"u-1\",\"show\":\"s-9\","
+                             "\"status\":\"requested\",\"_etag\":\"\\\"e1\\\"\"}",
+                             0, NULL);
+
+    ck_assert_ptr_nonnull(doc);
+    sf_err_clear(&err);
+    pt_seats_open(&s);
+    proc_engine_free(s.e);
+    s.e = NULL;
+    cfg_free(s.cfg);
+    s.cfg = NULL;
+    ck_assert_msg(cfg_load_string(cfg_text, "m.cfg", &s.cfg, s.d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_int_eq(cosmos_client_new(&co, &eo.cli, &err), SF_OK);
+    cosmos_client_set_transport(eo.cli, &t);
+    eo.cfg = s.cfg;
+    eo.reg = s.reg;
+    eo.catalog = s.cat;
+    ck_assert_msg(proc_engine_new(&eo, &s.e, s.d, &err) == SF_OK, "%s", err.msg);
+    it.doc = doc;
+    proc_engine_process(s.e, &it, &res);
+    ck_assert_msg(res.outcome == PROC_COMPLETED, "%s: %s", proc_outcome_str(res.outcome),
+                  res.err.msg);
+    ck_assert_int_eq(res.transitions, 2);
+    /* the one read is the first (answered 304); no transition needed another */
+    ck_assert_int_eq(ms.reads, 1);
+    ck_assert_int_eq(ms.batches, 4); /* hold, transition, confirm, transition */
+    ck_assert_uint_eq(json_array_size(ms.creates), 2);
+    ck_assert_str_eq(sf_json_str(json_array_get(ms.creates, 0), "seen"), "requested");
+    ck_assert_str_eq(sf_json_str(json_array_get(ms.creates, 1), "seen"), "held");
+    /* the etag the first transition's answer carried (batch 2 answers "e3") */
+    ck_assert_str_eq(sf_json_str(json_array_get(ms.creates, 1), "etag"), "\"e3\"");
+    pt_seats_close(&s);
+    cosmos_client_free(eo.cli);
+    json_decref(ms.creates);
+    json_decref(doc);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("processor");
@@ -2053,6 +2176,7 @@ int main(void)
     tcase_add_test(tc, test_engine_sources_are_the_cfg_sources);
     tcase_add_test(tc, test_deadline_passed_plans_compensation);
     tcase_add_test(tc, test_throttled_transition_keeps_retry_after);
+    tcase_add_test(tc, test_transition_answer_without_body_continues_from_local_patch);
     suite_add_tcase(s, tc);
     return sf_check_run(s);
 }
