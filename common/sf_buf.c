@@ -9,7 +9,7 @@
 #include "common/sf_buf.h"
 
 /* The smallest allocation, so that short strings do not realloc per byte. */
-#define SF_BUF_MIN_CAP 64
+#define SF_BUF_MIN_CAP 256
 
 void sf_buf_init(struct sf_buf *b, size_t max)
 {
@@ -90,15 +90,26 @@ enum sf_rc sf_buf_putc(struct sf_buf *b, char c)
 enum sf_rc sf_buf_vprintf(struct sf_buf *b, const char *fmt, va_list ap)
 {
     va_list ap2;
+    size_t room = b->cap > b->len ? b->cap - b->len : 0;
     int n;
     enum sf_rc rc;
 
-    /* Measure first, so a result that would exceed max changes nothing. */
+    /*
+     * Print into the room there is: most results fit, and one pass is half
+     * the cost (metrics pages print thousands of lines). A result that does
+     * not fit, or would exceed max, changes nothing but the bytes past len.
+     */
     va_copy(ap2, ap);
-    n = vsnprintf(NULL, 0, fmt, ap2);
+    n = vsnprintf(room > 0 ? b->data + b->len : NULL, room, fmt, ap2);
     va_end(ap2);
+    if (room > 0 && (n < 0 || (size_t)n >= room || (size_t)n > b->max - b->len))
+        b->data[b->len] = '\0';
     if (n < 0)
         return SF_EINVAL;
+    if ((size_t)n < room && (size_t)n <= b->max - b->len) {
+        b->len += (size_t)n;
+        return SF_OK;
+    }
     rc = sf_buf_reserve(b, (size_t)n);
     if (rc != SF_OK)
         return rc;
