@@ -889,9 +889,31 @@ static bool settle_now(struct proc_dispatch *d, const struct proc_item *item, co
  * compact text (a fifth to a seventh of the parsed document) when that can
  * be made, else the document.
  */
+/*
+ * doc's compact text in an allocation of its size (NULL: out of memory or
+ * too deep). sf_json_dump, not json_dumps: a third of the instructions, on
+ * every item that waits.
+ */
+static char *compact_text(const json_t *doc)
+{
+    struct sf_buf b;
+    char *text, *fit;
+    size_t len = 0;
+
+    sf_buf_init(&b, SIZE_MAX);
+    if (sf_json_dump(doc, &b) != SF_OK) {
+        sf_buf_release(&b);
+        return NULL;
+    }
+    text = sf_buf_detach(&b, &len);
+    /* Give back what doubling left unused: the text may wait a long time. */
+    fit = text != NULL ? realloc(text, len + 1) : NULL;
+    return fit != NULL ? fit : text;
+}
+
 static size_t task_hold(struct task *t, json_t *doc)
 {
-    t->text = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
+    t->text = compact_text(doc);
     if (t->text == NULL) {
         t->owned = doc;
         t->it.doc = doc;
