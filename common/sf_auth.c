@@ -87,14 +87,60 @@ void sf_auth_signature(const struct sf_auth_key *key, const char *verb, const ch
     sf_base64_encode(out, sizeof(out), sig);
 }
 
+/*
+ * The last headers this thread signed. The date has a resolution of a second
+ * and a worker sends to a handful of links (a container's documents, its
+ * batch, its feed), so most requests repeat a signature made moments before:
+ * a hit costs a comparison instead of three SHA-256 compressions (4 % of the
+ * processor's instructions under a backlog). Keyed by the prepared key's
+ * hash states, not its bytes, so no copy of the secret lives here.
+ */
+#define SF_AUTH_MEMO_SLOTS   8
+#define SF_AUTH_MEMO_PAYLOAD 200
+
+struct sf_auth_memo {
+    uint32_t inner[8], outer[8];
+    size_t n; /* payload length, 0: empty */
+    char payload[SF_AUTH_MEMO_PAYLOAD];
+    char header[SF_AUTH_HEADER_SIZE];
+};
+
+static _Thread_local struct sf_auth_memo sf_auth_memo[SF_AUTH_MEMO_SLOTS];
+static _Thread_local unsigned sf_auth_memo_next;
+
+/* The memo's key for a request: "verb\nrtype\nlink\ndate"; 0 when too long to keep. */
+static size_t sf_auth_memo_key(const char *verb, const char *rtype, const char *link,
+                               const char *date, char out[SF_AUTH_MEMO_PAYLOAD])
+{
+    int n = snprintf(out, SF_AUTH_MEMO_PAYLOAD, "%s\n%s\n%s\n%s", verb ? verb : "",
+                     rtype ? rtype : "", link ? link : "", date ? date : "");
+
+    return n > 0 && n < SF_AUTH_MEMO_PAYLOAD ? (size_t)n : 0;
+}
+
+static bool sf_auth_memo_match(const struct sf_auth_memo *m, const struct sf_auth_key *key,
+                               const char *payload, size_t n)
+{
+    return m->n == n && memcmp(m->payload, payload, n) == 0 &&
+           memcmp(m->inner, key->mac.inner.h, sizeof(m->inner)) == 0 &&
+           memcmp(m->outer, key->mac.outer.h, sizeof(m->outer)) == 0;
+}
+
 void sf_auth_header(const struct sf_auth_key *key, const char *verb, const char *rtype,
                     const char *link, const char *date, char out[SF_AUTH_HEADER_SIZE])
 {
     static const char prefix[] = "type%3Dmaster%26ver%3D1.0%26sig%3D";
     static const char hex[] = "0123456789ABCDEF";
-    char sig[45];
+    char sig[45], payload[SF_AUTH_MEMO_PAYLOAD];
     size_t o = sizeof(prefix) - 1, i;
+    size_t n = key->mac_ready ? sf_auth_memo_key(verb, rtype, link, date, payload) : 0;
+    struct sf_auth_memo *m;
 
+    for (i = 0; n > 0 && i < SF_AUTH_MEMO_SLOTS; i++)
+        if (sf_auth_memo_match(&sf_auth_memo[i], key, payload, n)) {
+            memcpy(out, sf_auth_memo[i].header, SF_AUTH_HEADER_SIZE);
+            return;
+        }
     sf_auth_signature(key, verb, rtype, link, date, sig);
     memcpy(out, prefix, o);
     /* The signature alphabet is A-Z a-z 0-9 + / =; only the last three need escapes. */
@@ -110,4 +156,12 @@ void sf_auth_header(const struct sf_auth_key *key, const char *verb, const char 
         }
     }
     out[o] = '\0';
+    if (n == 0)
+        return;
+    m = &sf_auth_memo[sf_auth_memo_next++ % SF_AUTH_MEMO_SLOTS];
+    memcpy(m->inner, key->mac.inner.h, sizeof(m->inner));
+    memcpy(m->outer, key->mac.outer.h, sizeof(m->outer));
+    memcpy(m->payload, payload, n);
+    m->n = n;
+    memcpy(m->header, out, SF_AUTH_HEADER_SIZE);
 }

@@ -294,6 +294,68 @@ START_TEST(test_auth_header_url_encoded)
 }
 END_TEST
 
+/*
+ * A header signed again (the per-thread memo) is the one signed fresh, for
+ * the same key only: another key, date or link signs anew, and a memo full
+ * of other requests changes nothing.
+ */
+START_TEST(test_auth_header_memo_matches_fresh_signature)
+{
+    struct sf_auth_key key = test_key(), other;
+    char first[SF_AUTH_HEADER_SIZE], again[SF_AUTH_HEADER_SIZE], sig[45];
+    char link[64], want[SF_AUTH_HEADER_SIZE];
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    sf_auth_header(&key, "GET", "docs", "dbs/sagas/colls/orders/docs/order-1", TEST_DATE, first);
+    sf_auth_header(&key, "GET", "docs", "dbs/sagas/colls/orders/docs/order-1", TEST_DATE, again);
+    ck_assert_str_eq(first, again);
+    ck_assert_str_eq(
+        again, "type%3Dmaster%26ver%3D1.0%26sig%3DySw5ZulFaeUQf5JmTTUyZEJGOOWH55qOY5f0H4J1CP4%3D");
+    /* another key, same request: its own signature, not the memo's */
+    ck_assert_int_eq(sf_auth_key_decode("c2VjcmV0LWtleS1vbmU=", &other, &err), SF_OK);
+    sf_auth_header(&other, "GET", "docs", "dbs/sagas/colls/orders/docs/order-1", TEST_DATE, again);
+    ck_assert_str_ne(first, again);
+    /* another date or link: signed anew */
+    sf_auth_header(&key, "GET", "docs", "dbs/sagas/colls/orders/docs/order-1",
+                   "Thu, 27 Apr 2017 00:51:13 GMT", again);
+    ck_assert_str_ne(first, again);
+    sf_auth_header(&key, "GET", "docs", "dbs/sagas/colls/orders/docs/order-2", TEST_DATE, again);
+    ck_assert_str_ne(first, again);
+    /* twenty other requests through the memo, then each checked against a fresh signature */
+    for (int i = 0; i < 20; i++) {
+        (void)snprintf(link, sizeof(link), "dbs/sagas/colls/c%d", i);
+        sf_auth_header(&key, "POST", "docs", link, TEST_DATE, again);
+    }
+    for (int i = 19; i >= 0; i--) {
+        (void)snprintf(link, sizeof(link), "dbs/sagas/colls/c%d", i);
+        sf_auth_header(&key, "POST", "docs", link, TEST_DATE, again);
+        sf_auth_signature(&key, "POST", "docs", link, TEST_DATE, sig);
+        (void)snprintf(want, sizeof(want), "%s", again);
+        ck_assert_ptr_nonnull(strstr(want, "sig%3D"));
+        /* the signature in the header, unescaped, is the fresh one's */
+        {
+            char plain[64];
+            size_t o = 0;
+            const char *p = strstr(want, "sig%3D") + 6;
+
+            while (*p != '\0' && o + 1 < sizeof(plain)) {
+                if (p[0] == '%') {
+                    plain[o++] = (char)strtol((char[3]){p[1], p[2], 0}, NULL, 16);
+                    p += 3;
+                } else {
+                    plain[o++] = *p++;
+                }
+            }
+            plain[o] = '\0';
+            ck_assert_str_eq(plain, sig);
+        }
+    }
+    sf_auth_header(&key, "GET", "docs", "dbs/sagas/colls/orders/docs/order-1", TEST_DATE, again);
+    ck_assert_str_eq(first, again);
+}
+END_TEST
+
 START_TEST(test_auth_key_decode_rejects)
 {
     struct sf_auth_key key;
@@ -737,6 +799,7 @@ static Suite *common_crypto_suite(void)
     sf_check_case(s, "auth", NULL, NULL, 0,
                   (const TTest *[]){test_auth_protocol_vectors, test_auth_signs_exact_bytes,
                                     test_auth_microsoft_sample, test_auth_header_url_encoded,
+                                    test_auth_header_memo_matches_fresh_signature,
                                     test_auth_key_decode_rejects, NULL});
 
     sf_check_case(
