@@ -42,41 +42,6 @@ size_t sf_json_text_depth(const char *text, size_t len, size_t stop, size_t *ret
     return max;
 }
 
-json_t *sf_json_parse_depth(const char *text, size_t len, size_t max_depth, struct sf_err *err)
-{
-    json_error_t jerr;
-    json_t *v;
-    size_t at = 0;
-
-    if (text == NULL) {
-        sf_err_set(err, SF_EINVAL, false, "invalid JSON: no input");
-        return NULL;
-    }
-    if (max_depth == 0 || max_depth > SF_JSON_MAX_DEPTH)
-        max_depth = SF_JSON_MAX_DEPTH;
-    /*
-     * Measured before jansson sees the text: its parser (and json_decref)
-     * recurse once per level, so the bound has to hold before they run.
-     */
-    if (sf_json_text_depth(text, len, max_depth, &at) > max_depth) {
-        sf_err_set(err, SF_ELIMIT, false,
-                   "JSON nests deeper than the limit of %zu levels (level %zu opens at byte %zu)",
-                   max_depth, max_depth + 1, at + 1);
-        return NULL;
-    }
-    /* jansson rejects \u0000 in strings and invalid UTF-8. */
-    v = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
-    if (v == NULL)
-        sf_err_set(err, SF_EINVAL, false, "invalid JSON at line %d column %d: %s", jerr.line,
-                   jerr.column, jerr.text);
-    return v;
-}
-
-json_t *sf_json_parse(const char *text, size_t len, struct sf_err *err)
-{
-    return sf_json_parse_depth(text, len, SF_JSON_MAX_DEPTH, err);
-}
-
 /* Bounded recursion: stops descending once past max, so the stack holds max + 1 frames. */
 static size_t sf_json_depth_walk(const json_t *v, size_t level, size_t max)
 {

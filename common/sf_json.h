@@ -24,11 +24,16 @@
 /*
  * Parses exactly len bytes of JSON text (any value, not only objects/arrays).
  * Returns a new reference, or NULL with *err filled: SF_ELIMIT when arrays
- * and objects nest deeper than SF_JSON_MAX_DEPTH levels (checked before
- * parsing, without recursion), SF_EINVAL (line, column and jansson's reason)
- * on malformed input; \u0000 in strings and invalid UTF-8 are rejected.
+ * and objects nest deeper than SF_JSON_MAX_DEPTH levels (the parser's own
+ * recursion is bounded by it), SF_EINVAL (line, column and the reason) on
+ * malformed input; \u0000 in strings and invalid UTF-8 are rejected.
+ * Accepts what json_loadb(JSON_DECODE_ANY) accepts, at a fraction of its
+ * cost (sf_json_parse.c says why it is not json_loadb).
  */
 json_t *sf_json_parse(const char *text, size_t len, struct sf_err *err);
+
+/* sf_json_parse that accepts \u0000 in string values (not in keys), as JSON_ALLOW_NUL. */
+json_t *sf_json_parse_nul(const char *text, size_t len, struct sf_err *err);
 
 /*
  * sf_json_parse with a lower nesting limit: max_depth levels of arrays and

@@ -375,7 +375,7 @@ void cosmos_error_body(const char *body, size_t len, char *code, size_t code_siz
         msg[0] = '\0';
     if (body == NULL || len == 0)
         return;
-    v = json_loadb(body, len, 0, NULL);
+    v = sf_json_parse(body, len, NULL);
     if (json_is_object(v)) {
         const char *c = sf_json_str(v, "code"), *m = sf_json_str(v, "message");
 
@@ -452,7 +452,7 @@ enum sf_rc cosmos_cf_page_parse(const struct cosmos_response *resp, const char *
         rc = sf_err_set(err, SF_EPROTO, false, "change feed: 200 without an etag (continuation)");
         goto out;
     }
-    root = json_loadb(resp->body.data != NULL ? resp->body.data : "", resp->body.len, 0, NULL);
+    root = sf_json_parse(resp->body.data != NULL ? resp->body.data : "", resp->body.len, NULL);
     docs = cosmos_documents(root);
     if (docs == NULL) {
         rc = sf_err_set(err, SF_EPROTO, false, "change feed: body has no Documents array");
@@ -579,7 +579,7 @@ enum sf_rc cosmos_batch_result_parse(int http_status, const char *body, size_t l
         rc = sf_err_set(err, SF_EPROTO, false, "batch: unexpected HTTP %d", http_status);
         goto out;
     }
-    root = json_loadb(body != NULL ? body : "", len, 0, NULL);
+    root = sf_json_parse(body != NULL ? body : "", len, NULL);
     if (!json_is_array(root)) {
         rc = sf_err_set(err, SF_EPROTO, false, "batch: response body is not a JSON array");
         goto out;
@@ -712,7 +712,7 @@ enum sf_rc cosmos_pkranges_parse(const char *body, size_t len, const char *etag,
     enum sf_rc rc = SF_OK;
     size_t i, n;
 
-    root = json_loadb(body != NULL ? body : "", len, 0, NULL);
+    root = sf_json_parse(body != NULL ? body : "", len, NULL);
     arr = json_is_object(root) ? json_object_get(root, "PartitionKeyRanges") : NULL;
     if (!json_is_array(arr) || json_array_size(arr) == 0) {
         rc = sf_err_set(err, SF_EPROTO, false, "pkranges: no PartitionKeyRanges array");
@@ -820,7 +820,7 @@ enum sf_rc cosmos_container_parse(const char *body, size_t len, struct cosmos_co
     size_t i;
 
     memset(&info, 0, sizeof(info));
-    root = json_loadb(body != NULL ? body : "", len, 0, NULL);
+    root = sf_json_parse(body != NULL ? body : "", len, NULL);
     if (!json_is_object(root) || !cosmos_str_member(root, "id", info.id, sizeof(info.id))) {
         rc = sf_err_set(err, SF_EPROTO, false, "container: body lacks an id");
         goto out;
@@ -865,7 +865,7 @@ out:
 enum sf_rc cosmos_query_page_parse(const char *body, size_t len, json_t **ret_docs,
                                    struct sf_err *err)
 {
-    json_t *root = json_loadb(body != NULL ? body : "", len, 0, NULL);
+    json_t *root = sf_json_parse(body != NULL ? body : "", len, NULL);
     json_t *docs = cosmos_documents(root);
 
     if (docs == NULL) {

@@ -581,16 +581,17 @@ out:
  */
 static bool task_doc(struct task *t)
 {
-    json_error_t jerr;
+    struct sf_err err;
 
     if (t->text == NULL)
         return true;
-    t->owned = json_loads(t->text, JSON_ALLOW_NUL, &jerr);
+    sf_err_clear(&err);
+    t->owned = sf_json_parse_nul(t->text, strlen(t->text), &err);
     if (t->owned == NULL) {
         sf_log_error("sagafeed",
                      "item of key %s (lsn %lld) could not be parsed again (%s); it stays "
                      "unacknowledged until the range is read again",
-                     t->park_key, (long long)t->it.lsn, jerr.text);
+                     t->park_key, (long long)t->it.lsn, err.msg);
         return false;
     }
     free(t->text);

@@ -792,6 +792,224 @@ START_TEST(test_json_parse)
 }
 END_TEST
 
+/*
+ * sf_json_parse is our own parser (sf_json_parse.c); jansson's json_loadb is
+ * the reference for what is accepted and what it means. Compared on hand-made
+ * edge cases, on random documents dumped in every style jansson has, and on
+ * thousands of random mutations of them: both accept or both refuse, and an
+ * accepted text gives equal values.
+ */
+static void agree(const char *text, size_t len, size_t flags, const char *what)
+{
+    json_t *ours = flags & JSON_ALLOW_NUL ? sf_json_parse_nul(text, len, NULL)
+                                          : sf_json_parse(text, len, NULL);
+    json_t *ref = json_loadb(text, len, JSON_DECODE_ANY | flags, NULL);
+
+    ck_assert_msg((ours == NULL) == (ref == NULL), "%s: ours %s, jansson %s: %.*s", what,
+                  ours ? "accepts" : "refuses", ref ? "accepts" : "refuses", (int)len, text);
+    if (ours != NULL)
+        ck_assert_msg(json_equal(ours, ref), "%s: different values for %.*s", what, (int)len, text);
+    json_decref(ours);
+    json_decref(ref);
+}
+
+static json_t *random_value(uint64_t *seed, int depth)
+{
+    static const char *const pieces[] = {"a",
+                                         "Z",
+                                         " ",
+                                         "\"",
+                                         "\\",
+                                         "/",
+                                         "\n",
+                                         "\t",
+                                         "\x01",
+                                         "\x1f",
+                                         "\xc3\xa9",
+                                         "\xe2\x82\xac",
+                                         "\xf0\x9f\x98\x80",
+                                         "\xed\x9f\xbf",
+                                         "\xef\xbf\xbd",
+                                         "\xf4\x8f\xbf\xbf",
+                                         "}",
+                                         "[",
+                                         ":",
+                                         ","};
+    uint64_t r = sf_rand_next(seed);
+    int kind = depth >= 4 ? (int)(r % 6) : (int)(r % 8);
+    json_t *v;
+
+    switch (kind) {
+    case 0:
+        return json_null();
+    case 1:
+        return json_boolean(r & 256);
+    case 2: {
+        static const json_int_t ints[] = {
+            0, 1, -1, 9, 10, 4294967296LL, 9223372036854775807LL, -9223372036854775807LL - 1};
+
+        return json_integer((r >> 8) % 2 ? ints[(r >> 16) % 8] : (json_int_t)(r >> 20) - 5000);
+    }
+    case 3: {
+        static const double reals[] = {0.5, -0.0, 1e300, 1e-300, 3.141592653589793, 1.0, -2.5e-7};
+
+        return json_real((r >> 8) % 2 ? reals[(r >> 16) % 7] : (double)(r >> 11) / 1024.0);
+    }
+    case 4:
+    case 5: {
+        char buf[256];
+        size_t n = 0, parts = (r >> 8) % 12;
+
+        for (size_t i = 0; i < parts; i++) {
+            const char *pc = pieces[sf_rand_next(seed) % (sizeof(pieces) / sizeof(pieces[0]))];
+
+            memcpy(buf + n, pc, strlen(pc));
+            n += strlen(pc);
+        }
+        return json_stringn(buf, n);
+    }
+    case 6:
+        v = json_array();
+        for (uint64_t i = 0, n = (r >> 8) % 5; i < n; i++)
+            json_array_append_new(v, random_value(seed, depth + 1));
+        return v;
+    default:
+        v = json_object();
+        for (uint64_t i = 0, n = (r >> 8) % 5; i < n; i++) {
+            json_t *k = random_value(seed, 4); /* a scalar; its text as the key */
+            char key[64];
+
+            (void)snprintf(key, sizeof(key), "k%llu%s", (unsigned long long)(i % 3),
+                           json_is_string(k) && json_string_length(k) < 40 ? json_string_value(k)
+                                                                           : "");
+            json_decref(k);
+            (void)json_object_set_new(v, key, random_value(seed, depth + 1));
+        }
+        return v;
+    }
+}
+
+START_TEST(test_json_parse_agrees_with_jansson)
+{
+    static const char *const edge[] = {"0",
+                                       "-0",
+                                       "-",
+                                       "01",
+                                       "1.",
+                                       ".5",
+                                       "1e",
+                                       "1e+",
+                                       "1E-2",
+                                       "-1.5e300",
+                                       "1e400",
+                                       "-1e400",
+                                       "1e-400",
+                                       "9223372036854775807",
+                                       "9223372036854775808",
+                                       "-9223372036854775808",
+                                       "-9223372036854775809",
+                                       "123456789012345678901234567890",
+                                       "1.0",
+                                       "2.50",
+                                       "true",
+                                       "tru",
+                                       "truex",
+                                       "false",
+                                       "null",
+                                       "nul",
+                                       "[]",
+                                       "{}",
+                                       "[1,]",
+                                       "[,1]",
+                                       "{\"a\"}",
+                                       "{\"a\":}",
+                                       "{\"a\":1,}",
+                                       "{,}",
+                                       "{\"a\":1 \"b\":2}",
+                                       "[1 2]",
+                                       "{\"a\":1}}",
+                                       "[[[]]]",
+                                       " \t\r\n[ 1 , 2 ]\n",
+                                       "\"\\u00e9\\u20ac\"",
+                                       "\"\\ud83d\\ude00\"",
+                                       "\"\\ud83d\"",
+                                       "\"\\ude00\"",
+                                       "\"\\ud83dx\"",
+                                       "\"\\ud83d\\u0041\"",
+                                       "\"\\u12\"",
+                                       "\"\\uZZZZ\"",
+                                       "\"\\x\"",
+                                       "\"\\/\\b\\f\\n\\r\\t\\\"\\\\\"",
+                                       "\"a\tb\"",
+                                       "\"a\nb\"",
+                                       "\"\\u0000\"",
+                                       "{\"\\u0000\":1}",
+                                       "\"\xc0\xaf\"",
+                                       "\"\xe0\x80\xaf\"",
+                                       "\"\xed\xa0\x80\"",
+                                       "\"\xf4\x90\x80\x80\"",
+                                       "\"\xf5\x80\x80\x80\"",
+                                       "\"\x80\"",
+                                       "\"\xc3\"",
+                                       "\"\xe2\x82\"",
+                                       "\"\xf0\x9f\x98\"",
+                                       "\"unterminated",
+                                       "\"\\",
+                                       "{\"a\":1,\"a\":2}",
+                                       "{\"\\u0041\\n\":[true,false,null]}",
+                                       "[1.5e3,-0.0,0e0,0.0e-0]",
+                                       "\"\"",
+                                       "{\"\":\"\"}",
+                                       "[\"\\\\u0041\"]",
+                                       "[1]x",
+                                       "[1] ",
+                                       "{\"a\" : 1 , \"b\" :\t2}"};
+    uint64_t seed = 20261207;
+    int mutations = 0;
+
+    for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++) {
+        agree(edge[i], strlen(edge[i]), 0, "edge");
+        agree(edge[i], strlen(edge[i]), JSON_ALLOW_NUL, "edge, NUL allowed");
+    }
+    for (int round = 0; round < 400; round++) {
+        static const size_t styles[] = {JSON_COMPACT, JSON_INDENT(2), JSON_ENSURE_ASCII,
+                                        JSON_COMPACT | JSON_ENSURE_ASCII, JSON_ESCAPE_SLASH};
+        json_t *v = random_value(&seed, 0);
+        char *text = json_dumps(v, JSON_ENCODE_ANY | styles[round % 5]);
+        size_t len;
+
+        ck_assert_ptr_nonnull(text);
+        len = strlen(text);
+        agree(text, len, 0, "random document");
+        /* mutations: a byte changed, removed or doubled */
+        for (int m = 0; m < 12 && len > 0; m++) {
+            char *mut = malloc(len + 2);
+            uint64_t r = sf_rand_next(&seed);
+            size_t at = (size_t)(r % len), n = len;
+            static const char bytes[] = "{}[],:\"\\0123456789.eE+-tfnu \x80\xc3\xe2\xed\xff";
+
+            memcpy(mut, text, len);
+            if (r >> 40 & 1) {
+                mut[at] = bytes[(r >> 20) % (sizeof(bytes) - 1)];
+            } else if (r >> 41 & 1) {
+                memmove(mut + at, mut + at + 1, len - at - 1);
+                n--;
+            } else {
+                memmove(mut + at + 1, mut + at, len - at);
+                n++;
+            }
+            agree(mut, n, 0, "mutation");
+            agree(mut, n, JSON_ALLOW_NUL, "mutation, NUL allowed");
+            mutations++;
+            free(mut);
+        }
+        free(text);
+        json_decref(v);
+    }
+    ck_assert_int_gt(mutations, 4000);
+}
+END_TEST
+
 START_TEST(test_json_deep_nesting_rejected)
 {
     enum { DEPTH = 100000 };
@@ -1099,14 +1317,14 @@ Suite *common_text_suite(void)
                   (const TTest *[]){test_url_encode, test_url_decode, test_url_endpoint_parse,
                                     test_url_round_trip_all_bytes, NULL});
 
-    sf_check_case(s, "json", NULL, NULL, 0,
-                  (const TTest *[]){test_json_parse, test_json_deep_nesting_rejected,
-                                    test_json_text_depth_counts_brackets_outside_strings,
-                                    test_json_parse_depth_limit_is_exact,
-                                    test_json_dump_refuses_values_deeper_than_the_walkers_bound,
-                                    test_json_dump, test_json_dump_numbers_and_escapes,
-                                    test_json_dump_round_trips_doubles,
-                                    test_json_dump_rejects_cycles, test_json_str, test_json_int,
-                                    test_json_path, NULL});
+    sf_check_case(
+        s, "json", NULL, NULL, 0,
+        (const TTest *[]){
+            test_json_parse, test_json_parse_agrees_with_jansson, test_json_deep_nesting_rejected,
+            test_json_text_depth_counts_brackets_outside_strings,
+            test_json_parse_depth_limit_is_exact,
+            test_json_dump_refuses_values_deeper_than_the_walkers_bound, test_json_dump,
+            test_json_dump_numbers_and_escapes, test_json_dump_round_trips_doubles,
+            test_json_dump_rejects_cycles, test_json_str, test_json_int, test_json_path, NULL});
     return s;
 }
