@@ -114,6 +114,38 @@ static char sf_json_short_escape(unsigned char c)
     }
 }
 
+size_t sf_json_plain_run(const char *s, size_t len, bool stop_at_8bit)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    size_t i = 0;
+
+    /*
+     * Eight bytes at a time: a word with no byte below 0x20, no '"' and no
+     * '\\' (and, when asked, none of 0x80 or more) is skipped whole. Each test
+     * is exact, so the byte loop below only finishes the word that stopped it.
+     */
+    while (len - i >= 8) {
+        uint64_t w, q, b;
+
+        memcpy(&w, s + i, 8);
+        q = w ^ (ones * '"');
+        b = w ^ (ones * '\\');
+        if ((((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b) |
+             (stop_at_8bit ? w : 0)) &
+            highs)
+            break;
+        i += 8;
+    }
+    while (i < len) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c < 0x20 || c == '"' || c == '\\' || (stop_at_8bit && c >= 0x80))
+            break;
+        i++;
+    }
+    return i;
+}
+
 static enum sf_rc sf_json_dump_string(const char *s, size_t len, struct sf_buf *out)
 {
     static const char hex[] = "0123456789abcdef";
@@ -128,7 +160,10 @@ static enum sf_rc sf_json_dump_string(const char *s, size_t len, struct sf_buf *
         size_t esc_len = 6;
 
         if (c >= 0x20 && c != '"' && c != '\\') {
-            run++;
+            size_t n = sf_json_plain_run(s + i, len - i, false);
+
+            run += n;
+            i += n - 1;
             continue;
         }
         rc = sf_buf_append(out, s + i - run, run);

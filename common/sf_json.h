@@ -69,6 +69,13 @@ size_t sf_json_depth(const json_t *v, size_t max);
  */
 enum sf_rc sf_json_dump(const json_t *v, struct sf_buf *out);
 
+/*
+ * How many bytes at the start of s[0..len) a JSON string holds as they are:
+ * none below 0x20, no '"', no '\\' (and with stop_at_8bit none of 0x80 or
+ * more). The dumper and the parser skip such runs a word at a time.
+ */
+size_t sf_json_plain_run(const char *s, size_t len, bool stop_at_8bit);
+
 /* Borrowed string member, or NULL when absent or not a string. */
 const char *sf_json_str(const json_t *obj, const char *key);
 

@@ -230,8 +230,7 @@ static bool jp_string(struct jp *j, const char **ret_s, size_t *ret_len, bool *r
         unsigned char c;
 
         /* the common case: printable ASCII up to a quote or a backslash */
-        while (j->p < j->end && (c = *j->p) >= 0x20 && c < 0x80 && c != '"' && c != '\\')
-            j->p++;
+        j->p += sf_json_plain_run((const char *)j->p, (size_t)(j->end - j->p), true);
         if (j->p >= j->end) {
             (void)jp_fail(j, open, SF_EINVAL, "unterminated string");
             return false;

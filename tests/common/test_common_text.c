@@ -981,6 +981,18 @@ START_TEST(test_json_parse_agrees_with_jansson)
         ck_assert_ptr_nonnull(text);
         len = strlen(text);
         agree(text, len, 0, "random document");
+        /* and our dumper's text of it reads back as the same value */
+        {
+            struct sf_buf b;
+            json_t *back;
+
+            sf_buf_init(&b, 1u << 20);
+            ck_assert_int_eq(sf_json_dump(v, &b), SF_OK);
+            back = json_loadb(b.data, b.len, JSON_DECODE_ANY, NULL);
+            ck_assert_msg(back != NULL && json_equal(back, v), "dump: %s", sf_buf_cstr(&b));
+            json_decref(back);
+            sf_buf_release(&b);
+        }
         /* mutations: a byte changed, removed or doubled */
         for (int m = 0; m < 12 && len > 0; m++) {
             char *mut = malloc(len + 2);
