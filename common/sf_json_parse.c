@@ -347,8 +347,6 @@ static json_t *jp_number(struct jp *j)
     return json_real(d);
 }
 
-static json_t *jp_value(struct jp *j);
-
 static bool jp_literal(struct jp *j, const char *word, size_t n)
 {
     if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0)
@@ -357,125 +355,14 @@ static bool jp_literal(struct jp *j, const char *word, size_t n)
     return true;
 }
 
-static json_t *jp_array(struct jp *j)
-{
-    json_t *a = json_array();
-
-    if (a == NULL)
-        return jp_fail(j, j->p, SF_ENOMEM, "out of memory");
-    j->p++;
-    jp_ws(j);
-    if (j->p < j->end && *j->p == ']') {
-        j->p++;
-        return a;
-    }
-    for (;;) {
-        json_t *v = jp_value(j);
-
-        if (v == NULL || json_array_append_new(a, v) != 0) {
-            json_decref(a);
-            return jp_fail(j, j->p, SF_ENOMEM, "out of memory");
-        }
-        jp_ws(j);
-        if (j->p < j->end && *j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (j->p < j->end && *j->p == ']') {
-            j->p++;
-            return a;
-        }
-        json_decref(a);
-        return jp_fail(j, j->p, SF_EINVAL, "',' or ']' expected");
-    }
-}
-
-static json_t *jp_object(struct jp *j)
-{
-    json_t *o = json_object();
-
-    if (o == NULL)
-        return jp_fail(j, j->p, SF_ENOMEM, "out of memory");
-    j->p++;
-    jp_ws(j);
-    if (j->p < j->end && *j->p == '}') {
-        j->p++;
-        return o;
-    }
-    for (;;) {
-        const char *k;
-        char *owned = NULL;
-        size_t klen;
-        bool nul;
-        json_t *v;
-
-        if (j->p >= j->end || *j->p != '"') {
-            json_decref(o);
-            return jp_fail(j, j->p, SF_EINVAL, "string or '}' expected");
-        }
-        if (!jp_string(j, &k, &klen, &nul)) {
-            json_decref(o);
-            return NULL;
-        }
-        if (nul) {
-            json_decref(o);
-            return jp_fail(j, j->p, SF_EINVAL, "\\u0000 in an object key");
-        }
-        /* a decoded key lives in tmp, which the value's strings reuse */
-        if ((const unsigned char *)k < j->start || (const unsigned char *)k >= j->end) {
-            owned = malloc(klen + 1);
-            if (owned == NULL) {
-                json_decref(o);
-                return jp_fail(j, j->p, SF_ENOMEM, "out of memory");
-            }
-            memcpy(owned, k, klen);
-            owned[klen] = '\0';
-            k = owned;
-        }
-        jp_ws(j);
-        if (j->p >= j->end || *j->p != ':') {
-            free(owned);
-            json_decref(o);
-            return jp_fail(j, j->p, SF_EINVAL, "':' expected");
-        }
-        j->p++;
-        v = jp_value(j);
-        if (v == NULL || json_object_setn_new_nocheck(o, k, klen, v) != 0) {
-            free(owned);
-            json_decref(o);
-            return jp_fail(j, j->p, SF_ENOMEM, "out of memory");
-        }
-        free(owned);
-        jp_ws(j);
-        if (j->p < j->end && *j->p == ',') {
-            j->p++;
-            jp_ws(j);
-            continue;
-        }
-        if (j->p < j->end && *j->p == '}') {
-            j->p++;
-            return o;
-        }
-        json_decref(o);
-        return jp_fail(j, j->p, SF_EINVAL, "',' or '}' expected");
-    }
-}
-
-static json_t *jp_value(struct jp *j)
+/* A value that is not an array or an object, at j->p (past whitespace). */
+static json_t *jp_scalar(struct jp *j)
 {
     json_t *v;
 
-    jp_ws(j);
     if (j->p >= j->end)
         return jp_fail(j, j->p, SF_EINVAL, "unexpected end of input");
     switch (*j->p) {
-    case '{':
-    case '[':
-        if (++j->depth > j->max_depth)
-            return jp_fail(j, j->p, SF_ELIMIT, "too deep");
-        v = *j->p == '{' ? jp_object(j) : jp_array(j);
-        j->depth--;
-        return v;
     case '"': {
         const char *s;
         size_t n;
@@ -506,6 +393,167 @@ static json_t *jp_value(struct jp *j)
         break;
     }
     return jp_fail(j, j->p, SF_EINVAL, "invalid token");
+}
+
+/* An open array or object, and for an object the key its next value goes under. */
+struct jp_frame {
+    json_t *c;
+    const char *key; /* into the input, or owned (key_owned) */
+    size_t klen;
+    bool key_owned;
+};
+
+/*
+ * The key at j->p and its ':' into f. false on an error (recorded). A key
+ * with an escape is decoded into tmp, which the value's strings reuse: it is
+ * copied.
+ */
+static bool jp_key(struct jp *j, struct jp_frame *f)
+{
+    const char *k;
+    size_t klen;
+    bool nul;
+
+    jp_ws(j);
+    if (j->p >= j->end || *j->p != '"') {
+        (void)jp_fail(j, j->p, SF_EINVAL, "string expected");
+        return false;
+    }
+    if (!jp_string(j, &k, &klen, &nul))
+        return false;
+    if (nul) {
+        (void)jp_fail(j, j->p, SF_EINVAL, "\\u0000 in an object key");
+        return false;
+    }
+    if ((const unsigned char *)k < j->start || (const unsigned char *)k >= j->end) {
+        char *owned = malloc(klen + 1);
+
+        if (owned == NULL) {
+            (void)jp_fail(j, j->p, SF_ENOMEM, "out of memory");
+            return false;
+        }
+        memcpy(owned, k, klen);
+        owned[klen] = '\0';
+        k = owned;
+        f->key_owned = true;
+    }
+    f->key = k;
+    f->klen = klen;
+    jp_ws(j);
+    if (j->p >= j->end || *j->p != ':') {
+        (void)jp_fail(j, j->p, SF_EINVAL, "':' expected");
+        return false;
+    }
+    j->p++;
+    return true;
+}
+
+static void jp_key_release(struct jp_frame *f)
+{
+    if (f->key_owned)
+        free((char *)f->key);
+    f->key = NULL;
+    f->key_owned = false;
+}
+
+/*
+ * One value and everything inside it. Iterative, with the open arrays and
+ * objects on a heap stack (at most max_depth of them): a document at the
+ * nesting limit must parse on a worker thread's 256 KB stack, which a
+ * recursion of 1,024 levels does not fit in a sanitizer build.
+ */
+static json_t *jp_value(struct jp *j)
+{
+    struct jp_frame *st = NULL;
+    size_t n = 0, cap = 0;
+    json_t *v = NULL;
+
+    for (;;) {
+        /* a value starts here */
+        jp_ws(j);
+        if (j->p < j->end && (*j->p == '[' || *j->p == '{')) {
+            bool obj = *j->p == '{';
+
+            if (n + 1 > j->max_depth) {
+                (void)jp_fail(j, j->p, SF_ELIMIT, "too deep");
+                goto fail;
+            }
+            if (n == cap) {
+                size_t ncap = cap == 0 ? 16 : 2 * cap;
+                struct jp_frame *ns = realloc(st, ncap * sizeof(*ns));
+
+                if (ns == NULL) {
+                    (void)jp_fail(j, j->p, SF_ENOMEM, "out of memory");
+                    goto fail;
+                }
+                st = ns;
+                cap = ncap;
+            }
+            memset(&st[n], 0, sizeof(st[n]));
+            st[n].c = obj ? json_object() : json_array();
+            if (st[n].c == NULL) {
+                (void)jp_fail(j, j->p, SF_ENOMEM, "out of memory");
+                goto fail;
+            }
+            n++;
+            j->p++;
+            jp_ws(j);
+            if (j->p < j->end && *j->p == (obj ? '}' : ']')) {
+                j->p++;
+                v = st[--n].c;
+            } else if (obj && !jp_key(j, &st[n - 1])) {
+                goto fail;
+            } else {
+                continue; /* the first member's value */
+            }
+        } else {
+            v = jp_scalar(j);
+            if (v == NULL)
+                goto fail;
+        }
+        /* v is complete: into its container, then that container's next member or its end */
+        for (;;) {
+            struct jp_frame *f;
+            bool obj;
+
+            if (n == 0) {
+                free(st);
+                return v;
+            }
+            f = &st[n - 1];
+            obj = json_is_object(f->c);
+            if (obj ? json_object_setn_new_nocheck(f->c, f->key, f->klen, v) != 0
+                    : json_array_append_new(f->c, v) != 0) {
+                v = NULL;
+                (void)jp_fail(j, j->p, SF_ENOMEM, "out of memory");
+                goto fail;
+            }
+            v = NULL;
+            jp_key_release(f);
+            jp_ws(j);
+            if (j->p < j->end && *j->p == ',') {
+                j->p++;
+                if (obj && !jp_key(j, f))
+                    goto fail;
+                break; /* the next member's value */
+            }
+            if (j->p < j->end && *j->p == (obj ? '}' : ']')) {
+                j->p++;
+                v = st[--n].c;
+                continue;
+            }
+            (void)jp_fail(j, j->p, SF_EINVAL, obj ? "',' or '}' expected" : "',' or ']' expected");
+            goto fail;
+        }
+    }
+fail:
+    json_decref(v);
+    while (n > 0) {
+        jp_key_release(&st[n - 1]);
+        json_decref(st[--n].c);
+    }
+    free(st);
+    return NULL;
 }
 
 static json_t *jp_parse(const char *text, size_t len, size_t max_depth, bool allow_nul,

@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 
 #include "common/sf_buf.h"
 #include "common/sf_err.h"
@@ -1022,6 +1023,48 @@ START_TEST(test_json_parse_agrees_with_jansson)
 }
 END_TEST
 
+/*
+ * The parser recurses once per level: a document at the nesting limit must
+ * parse on a worker thread's stack (processor/proc_lanes.c: 256 KB), where
+ * every answer and feed page is parsed.
+ */
+static void *parse_at_limit(void *arg)
+{
+    size_t n = SF_JSON_MAX_DEPTH, len = 0;
+    char *text = malloc(8 * n + 8);
+    json_t *v;
+
+    SF_UNUSED(arg);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(text + len, i % 2 ? "[" : "{\"a\":", i % 2 ? 1 : 5);
+        len += i % 2 ? 1 : 5;
+    }
+    text[len++] = '1';
+    for (size_t i = n; i-- > 0;)
+        text[len++] = i % 2 ? ']' : '}';
+    v = sf_json_parse(text, len, NULL);
+    free(text);
+    if (v == NULL)
+        return NULL;
+    json_decref(v);
+    return (void *)1;
+}
+
+START_TEST(test_json_parse_at_the_limit_fits_a_worker_stack)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    void *ok = NULL;
+
+    ck_assert_int_eq(pthread_attr_init(&attr), 0);
+    ck_assert_int_eq(pthread_attr_setstacksize(&attr, 256u << 10), 0);
+    ck_assert_int_eq(pthread_create(&t, &attr, parse_at_limit, NULL), 0);
+    ck_assert_int_eq(pthread_join(t, &ok), 0);
+    pthread_attr_destroy(&attr);
+    ck_assert_ptr_nonnull(ok);
+}
+END_TEST
+
 START_TEST(test_json_deep_nesting_rejected)
 {
     enum { DEPTH = 100000 };
@@ -1332,7 +1375,8 @@ Suite *common_text_suite(void)
     sf_check_case(
         s, "json", NULL, NULL, 0,
         (const TTest *[]){
-            test_json_parse, test_json_parse_agrees_with_jansson, test_json_deep_nesting_rejected,
+            test_json_parse, test_json_parse_agrees_with_jansson,
+            test_json_parse_at_the_limit_fits_a_worker_stack, test_json_deep_nesting_rejected,
             test_json_text_depth_counts_brackets_outside_strings,
             test_json_parse_depth_limit_is_exact,
             test_json_dump_refuses_values_deeper_than_the_walkers_bound, test_json_dump,
