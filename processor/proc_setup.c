@@ -4,6 +4,7 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_fan.h"
 #include "common/sf_json.h"
 #include "processor/proc_change.h"
 #include "processor/proc_setup.h"
@@ -121,6 +122,13 @@ enum sf_rc proc_setup_engine_build(const struct cfg *cfg, struct cosmos_client *
     eo.reg = ret->reg;
     eo.cli = cli;
     eo.catalog = ret->catalog;
+    /* Helpers for steps with `parallel`; compiling alone (check-config) runs nothing. */
+    if (cli != NULL && cfg->processor.step_threads > 0) {
+        rc = sf_fan_new(cfg->processor.step_threads, &ret->fan, err);
+        if (rc != SF_OK)
+            goto out;
+    }
+    eo.fan = ret->fan;
     rc = proc_engine_new(&eo, &ret->engine, diags, err);
     if (rc == SF_OK && prc != SF_OK)
         rc = prc;
@@ -131,6 +139,7 @@ out:
 void proc_setup_engine_release(struct proc_setup_engine *e)
 {
     proc_engine_free(e->engine);
+    sf_fan_free(e->fan); /* after the engine: no step runs any more */
     step_catalog_free(e->catalog);
     step_registry_free(e->reg);
     memset(e, 0, sizeof(*e));

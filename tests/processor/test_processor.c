@@ -919,6 +919,104 @@ START_TEST(test_check_config_await_undo_refused)
 }
 END_TEST
 
+/* Issue 24: `parallel` where it cannot hold is refused at its line, saying why. */
+static void parallel_refused(const char *step, const char *prefix, const char *needle)
+{
+    char text[2048];
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    (void)snprintf(text, sizeof(text),
+                   "workflows = ( {\n"                                           /* 1 */
+                   "  name = \"w\"; container = \"orders\"; topic = \"t\";\n"    /* 2 */
+                   "  state_field = \"status\"; failed_state = \"cancelled\";\n" /* 3 */
+                   "  steps = ( {\n"                                             /* 4 */
+                   "    name = \"s\"; from = \"placed\"; to = \"done\";\n"       /* 5 */
+                   "%s"                                                          /* 6.. */
+                   "  } );\n"
+                   "} );\n",
+                   step);
+    sf_err_clear(&err);
+    if (cfg_load_string(text, "p.cfg", &cfg, d, &err) == SF_OK)
+        ck_assert_int_eq(proc_check_config(cfg, d, &err), SF_EINVAL);
+    ck_assert_msg(has(d, prefix, needle), "want %s ...%s..., got %s", prefix, needle,
+                  d->n > 0 ? d->msg[0] : "(nothing)");
+    cfg_free(cfg);
+    free(d);
+}
+
+START_TEST(test_check_config_parallel_refused_where_it_cannot_hold)
+{
+    static const char patch[] = "container = \"p\"; id = \"{{it.sku}}\"; partition_key = \"k\";"
+                                " ops = ( { op = \"incr\"; path = \"/stock\"; value = 1; } );";
+    char step[1024];
+
+    /* no foreach: one element */
+    (void)snprintf(step, sizeof(step), "    parallel = 2;\n    do = { kind = \"patch\"; %s };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:6:", "parallel = 2 needs a foreach");
+    /* out of its bounds */
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 65;\n"
+                   "    do = { kind = \"patch\"; %s };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "out of range [1, 64]");
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 0;\n"
+                   "    do = { kind = \"patch\"; %s };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "out of range [1, 64]");
+    /* an await waits for one document (its foreach is refused too) */
+    parallel_refused("    foreach = \"item.lines\";\n    parallel = 2;\n"
+                     "    do = { kind = \"await\"; container = \"conf\"; id = \"x\";\n"
+                     "           partition_key = \"k\"; timeout = \"10s\"; };\n",
+                     "p.cfg:7:", "parallel = 2 on an await step");
+    /* an event's sourceSeq would depend on timing, in do and in undo */
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 3;\n"
+                   "    do = ( { kind = \"patch\"; %s },\n"
+                   "           { kind = \"event\"; type = \"reserved\"; } );\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "parallel = 3 with an event action in do (line 9)");
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 3;\n"
+                   "    do = { kind = \"patch\"; %s };\n"
+                   "    undo = { kind = \"event\"; type = \"released\"; };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "with an event action in undo (line 9)");
+}
+END_TEST
+
+START_TEST(test_check_config_parallel_with_foreach_accepted)
+{
+    const char *text =
+        "workflows = ( {\n"
+        "  name = \"w\"; container = \"orders\"; topic = \"t\";\n"
+        "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+        "  steps = ( {\n"
+        "    name = \"s\"; from = \"placed\"; to = \"done\"; foreach = \"item.lines\";\n"
+        "    parallel = 64;\n"
+        "    do = { kind = \"patch\"; container = \"p\"; id = \"{{it.sku}}\"; partition_key = "
+        "\"k\";"
+        " ops = ( { op = \"incr\"; path = \"/stock\"; value = 1; } ); };\n"
+        "  } );\n"
+        "} );\n";
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(text, "p.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_check_config(cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(cfg->workflows[0].steps[0].parallel, 64);
+    cfg_free(cfg);
+    free(d);
+}
+END_TEST
+
 /*
  * run builds each Kafka relay's lease prefix from feed.lease_prefix (or
  * kafka.lease_prefix), the container and the CDC topic, and refuses one over
@@ -2034,6 +2132,8 @@ int main(void)
     tcase_add_test(tc, test_check_config_parses_conditions_with_placeholders);
     tcase_add_test(tc, test_check_config_unknown_template_root);
     tcase_add_test(tc, test_check_config_await_undo_refused);
+    tcase_add_test(tc, test_check_config_parallel_refused_where_it_cannot_hold);
+    tcase_add_test(tc, test_check_config_parallel_with_foreach_accepted);
     suite_add_tcase(s, tc);
     tc = tcase_create("plan");
     tcase_add_test(tc, test_plan_reports_park_of_failing_template);
