@@ -293,6 +293,78 @@ static void meet_handle(void *ctx, struct proc_task *pt)
     free(pt);
 }
 
+/*
+ * Issue 24: a helper thread running part of a task (a step's parallel
+ * elements) has its requests measured as the task's once it acts for the
+ * worker's lanes (proc_lanes_act_for); without that a 429 it met would be
+ * lost to the adaptive limit (proc_lanes_request counts worker threads only).
+ */
+struct act_for {
+    struct proc_lanes *l;
+    bool act;
+};
+
+static void *act_for_main(void *arg)
+{
+    struct act_for *a = arg;
+
+    if (a->act)
+        proc_lanes_act_for(a->l);
+    proc_lanes_request(a->l, 1000, true);
+    proc_lanes_act_for(NULL);
+    return NULL;
+}
+
+struct act_for_ctx {
+    struct proc_lanes *l;
+    bool current_is_l;
+    uint64_t cuts_without, cuts_with;
+};
+
+static void act_for_handle(void *ctx, struct proc_task *pt)
+{
+    struct act_for_ctx *c = ctx;
+    struct act_for a = {.l = proc_lanes_current(), .act = false};
+    struct proc_lanes_load ld;
+    pthread_t th;
+
+    c->current_is_l = a.l == c->l;
+    ck_assert_int_eq(pthread_create(&th, NULL, act_for_main, &a), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    proc_lanes_load(c->l, &ld);
+    c->cuts_without = ld.cuts;
+    a.act = true;
+    ck_assert_int_eq(pthread_create(&th, NULL, act_for_main, &a), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    proc_lanes_load(c->l, &ld);
+    c->cuts_with = ld.cuts;
+    free(pt);
+}
+
+START_TEST(test_lanes_helper_acting_for_a_worker_has_its_requests_measured)
+{
+    struct act_for_ctx c = {0};
+    struct proc_lanes_opts o = {.lanes = 16,
+                                .workers = 200,
+                                .min_workers = 2,
+                                .queue_limit = 100,
+                                .handle = act_for_handle};
+    struct proc_task *t = calloc(1, sizeof(*t));
+    struct sf_err err;
+
+    o.ctx = &c;
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_null(proc_lanes_current()); /* not a worker */
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &c.l, &err), SF_OK);
+    ck_assert_int_eq(proc_lanes_submit(c.l, 1, t, -1), SF_OK);
+    ck_assert_int_eq(proc_lanes_drain(c.l, 60000), SF_OK);
+    ck_assert(c.current_is_l);
+    ck_assert_uint_eq(c.cuts_without, 0); /* a thread of nobody's: not an item's request */
+    ck_assert_uint_eq(c.cuts_with, 1);    /* acting for the worker: the 429 cut the limit */
+    proc_lanes_free(c.l, rec_drop, NULL);
+}
+END_TEST
+
 /* A large cap costs nothing until used: threads start when ready work finds none idle. */
 START_TEST(test_lanes_threads_start_on_demand)
 {
@@ -2118,6 +2190,7 @@ int main(void)
     tcase_add_test(tc, test_lanes_backpressure_and_free);
     tcase_add_test(tc, test_lanes_adaptive_within_cap_keeps_lane_order);
     tcase_add_test(tc, test_lanes_threads_start_on_demand);
+    tcase_add_test(tc, test_lanes_helper_acting_for_a_worker_has_its_requests_measured);
     tcase_add_test(tc, test_lanes_tasks_waiting_for_budget_leave_their_slots_to_others);
     tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_queue_places_to_other_ranges);
     tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_threads_to_other_ranges);
