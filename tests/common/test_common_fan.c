@@ -117,14 +117,19 @@ START_TEST(a_false_return_stops_new_indices_and_running_ones_finish)
     ck_assert_uint_eq(sf_fan_run(f, 10, 1, count_fn, &t), 4);
     for (size_t i = 0; i < 10; i++)
         ck_assert_uint_eq(atomic_load(&t.runs[i]), i <= 3 ? 1 : 0);
-    /* Several at once: those handed out ran once (the stopping one among them), no other. */
+    /*
+     * Several at once: those handed out ran once (the stopping one among
+     * them), no other. How many others were handed out before the stop is
+     * timing (the stop is known when the stopping call returns; another
+     * thread may run far meanwhile), so only the count's consistency is
+     * asserted here; the exact stop is the one-at-a-time case above.
+     */
     for (int r = 0; r < 20; r++) {
         size_t got;
 
         tally_init(&t, 10);
         got = sf_fan_run(f, 1000, 4, count_fn, &t);
         ck_assert_uint_gt(got, 10);
-        ck_assert_uint_lt(got, 1000);
         for (size_t i = 0; i < 1000; i++)
             ck_assert_uint_eq(atomic_load(&t.runs[i]), i < got ? 1 : 0);
         ck_assert_uint_eq(atomic_load(&t.now), 0);
