@@ -50,9 +50,13 @@
  * step) is the lowest-index failing element; an error of any element
  * outranks a business failure (its outcome is unknown: the item is
  * retried). Elements after a failing one may have been done, so what this
- * call knows is a bitmap of the elements done (struct run's failed_done),
- * not a prefix. Its undo runs k elements at once too, started in reverse
- * index order: within such a step, reverse order does not hold.
+ * call knows is a bitmap of the elements it ran and of those done (struct
+ * run's failed_ran, failed_done), not a prefix. An element this call did
+ * not run is not known undone: an earlier attempt (one killed, or one that
+ * ended in an error of another element) may have run it past the one that
+ * fails now, so its marker is read. Its undo runs k elements at once too,
+ * started in reverse index order: within such a step, reverse order does
+ * not hold.
  *
  * A transition that loses its CAS (412) means another delivery of the same
  * item moved it already: re-read the item and continue from its current
@@ -521,14 +525,17 @@ struct run {
     /*
      * The business failure this call saw itself, valid only while the CAS
      * into the compensating state that followed it committed: step
-     * failed_cs failed, and bit i of failed_done says its element i is done
-     * (it returned OK or ALREADY, so its do-marker was committed with its
-     * effect). Every other element is not: it failed (its batch rolled back
-     * with its marker) or never started, and none was still running (the
-     * step waits for every started element before it reports). NULL:
-     * nothing known, compensation reads markers.
+     * failed_cs failed; bit i of failed_ran says this call ran its element
+     * i, and then bit i of failed_done whether it is done (it returned OK or
+     * ALREADY, so its do-marker was committed with its effect) or not (it
+     * failed: its batch rolled back with its marker). None was still running
+     * (the step waits for every started element before it reports). An
+     * element this call did not run may have been run by an earlier attempt
+     * (a parallel one gets past a failing element): unknown, its marker is
+     * read. NULL: nothing known, compensation reads markers.
      */
     const struct cstep *failed_cs;
+    uint64_t failed_ran[FOREACH_WORDS];
     uint64_t failed_done[FOREACH_WORDS];
     /* Retries of requests made on helper threads in the step running now (run_elements). */
     uint64_t fan_retries;
@@ -816,7 +823,8 @@ struct elems {
     size_t n;
     bool undo;
     bool known;               /* undo: which elements were done is known without a read */
-    const uint64_t *done;     /* with known: the done bits, NULL: every element */
+    const uint64_t *ran;      /* with known: the elements known (NULL: all), others are read */
+    const uint64_t *done;     /* with known: which of them were done (NULL: every one) */
     bool parallel;            /* cs runs elements at once: nothing shared is written */
     pthread_t caller;         /* the thread running the step */
     struct proc_lanes *lanes; /* the caller's, for the helpers' request measurement */
@@ -875,7 +883,7 @@ static void elem_undo(const struct elems *x, size_t k, struct elem_out *o)
     }
     /* Was the element done? Its do-marker sits with the do side's target. */
     make_ctx(x->r, x->cs, k, STEP_DO, env, &ctx);
-    if (x->known)
+    if (x->known && (x->ran == NULL || bit_get(x->ran, k)))
         done = x->done == NULL || bit_get(x->done, k);
     else if (step_side_target(x->cs->act.actions, x->cs->act.n, &ctx, &tgt, &err) != SF_OK ||
              step_marker_exists(&ctx, STEP_DO, tgt.coll, tgt.pk, &done, &err) != SF_OK) {
@@ -930,7 +938,7 @@ static bool elems_one(void *arg, size_t i)
  * free with elems_free), or NULL when out of memory (res set).
  */
 static struct elem_out *elems_run(struct run *r, const struct cstep *cs, const json_t *arr,
-                                  bool undo, bool known, const uint64_t *done)
+                                  bool undo, bool known, const uint64_t *ran, const uint64_t *done)
 {
     size_t n = arr != NULL ? json_array_size(arr) : 1;
     unsigned k = cs->cfg->parallel > 1 ? cs->cfg->parallel : 1;
@@ -940,6 +948,7 @@ static struct elem_out *elems_run(struct run *r, const struct cstep *cs, const j
                       .n = n,
                       .undo = undo,
                       .known = known,
+                      .ran = ran,
                       .done = done,
                       .parallel = k > 1,
                       .caller = pthread_self(),
@@ -1001,7 +1010,7 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
     if (!step_elements(r, cs, &arr))
         return STEP_FATAL;
     n = arr != NULL ? json_array_size(arr) : 1;
-    out = elems_run(r, cs, arr, false, false, NULL);
+    out = elems_run(r, cs, arr, false, false, NULL, NULL);
     if (out == NULL) {
         json_decref(arr);
         return STEP_FATAL;
@@ -1030,10 +1039,14 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
         struct elem_out *f = &out[failed];
 
         r->failed_cs = cs;
+        memset(r->failed_ran, 0, sizeof(r->failed_ran));
         memset(r->failed_done, 0, sizeof(r->failed_done));
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
+            if (out[i].ran)
+                bit_set(r->failed_ran, i);
             if (out[i].ran && (out[i].sr.outcome == STEP_OK || out[i].sr.outcome == STEP_ALREADY))
                 bit_set(r->failed_done, i);
+        }
         *ret_status = f->sr.status;
         /* {{message}} in the reason: what the failure said (a procedure's throw). */
         (void)json_object_set_new(
@@ -1063,12 +1076,14 @@ static bool do_side_batched(const struct cstep *cs)
  * Undoes step cs: each element whose do-marker exists, in reverse order
  * (with `parallel`, up to that many at once, started in reverse order).
  * known false: every element's do-marker is read. known true: the caller
- * knows without a read which elements were done: those whose bit is set in
- * done (NULL: every element; see compensate); no read is made. The undo
- * batch's own marker keeps the undo at most once either way. Returns false
- * (res set: the lowest-index element that failed) on an error.
+ * knows without a read whether the elements whose bit is set in ran (NULL:
+ * every element) were done: those whose bit is set in done (NULL: every
+ * one; see compensate); only the others' markers are read. The undo batch's
+ * own marker keeps the undo at most once either way. Returns false (res
+ * set: the lowest-index element that failed) on an error.
  */
-static bool run_undo(struct run *r, const struct cstep *cs, bool known, const uint64_t *done)
+static bool run_undo(struct run *r, const struct cstep *cs, bool known, const uint64_t *ran,
+                     const uint64_t *done)
 {
     json_t *arr = NULL;
     struct elem_out *out;
@@ -1089,7 +1104,7 @@ static bool run_undo(struct run *r, const struct cstep *cs, bool known, const ui
     if (!step_elements(r, cs, &arr))
         return false;
     n = arr != NULL ? json_array_size(arr) : 1;
-    out = elems_run(r, cs, arr, true, known, done);
+    out = elems_run(r, cs, arr, true, known, ran, done);
     if (out == NULL) {
         json_decref(arr);
         return false;
@@ -1714,8 +1729,10 @@ static enum trans_result compensate(struct run *r, const char *state)
      *    state only after every element returned OK or ALREADY, each of which
      *    means its do-marker was committed with its effect;
      *  - the failed step itself, when this very call saw it fail (failed_cs):
-     *    the elements before the failing one are done, the failing one rolled
-     *    back with its marker, the later ones never ran;
+     *    the elements it ran are known (done, or rolled back with their
+     *    marker); one it did not run (after the failing one) is read, as an
+     *    earlier attempt may have run it (a parallel one does not stop at
+     *    the element that fails now; nor does one under another config);
      *  - otherwise (a later delivery, an unknown failed step, a standalone
      *    kind) each element's do-marker is read.
      */
@@ -1728,11 +1745,11 @@ static enum trans_result compensate(struct run *r, const char *state)
 
         r->fan_retries = 0;
         if (failed_known && k + 1 < top && batched)
-            ok = run_undo(r, cs, true, NULL);
+            ok = run_undo(r, cs, true, NULL, NULL);
         else if (failed_known && k + 1 == top && r->failed_cs == cs && batched)
-            ok = run_undo(r, cs, true, r->failed_done);
+            ok = run_undo(r, cs, true, r->failed_ran, r->failed_done);
         else
-            ok = run_undo(r, cs, false, NULL);
+            ok = run_undo(r, cs, false, NULL, NULL);
         if (!ok)
             return TRANS_STOP;
         /* The steps the saga ran (their do was recorded) or failed in, with an undo side. */
@@ -1864,7 +1881,9 @@ static void advance(struct run *r)
             status = 408;
             fail_env = make_env(r, cs->cfg->name, NULL, 0);
             r->failed_cs = cs;
-            memset(r->failed_done, 0, sizeof(r->failed_done)); /* an await changed nothing */
+            /* an await changed nothing */
+            memset(r->failed_ran, 0xff, sizeof(r->failed_ran));
+            memset(r->failed_done, 0, sizeof(r->failed_done));
             oc = STEP_FAILED;
         }
         if (oc == STEP_OK || oc == STEP_ALREADY || oc == STEP_FAILED)

@@ -34,6 +34,8 @@ static struct harness_cosmolite *g_srv;
 static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_gate_cv;
 static unsigned g_gate_in;
+static unsigned g_gate_want = ELEMENTS; /* 0: the gate is open */
+static atomic_bool g_fail_elem1_once;   /* element 1's next batch errs (a retriable error) */
 
 static enum sf_rc gate_add_ops(const void *state, const struct step_ctx *ctx, const char *pk_path,
                                const json_t *pk, struct cosmos_batch *b, struct sf_err *err)
@@ -44,9 +46,11 @@ static enum sf_rc gate_add_ops(const void *state, const struct step_ctx *ctx, co
     pthread_mutex_lock(&g_gate_mu);
     g_gate_in++;
     pthread_cond_broadcast(&g_gate_cv);
-    while (g_gate_in < ELEMENTS && sf_mono_ms() < until)
+    while (g_gate_in < g_gate_want && sf_mono_ms() < until)
         sf_cond_wait_ms(&g_gate_cv, &g_gate_mu, until - sf_mono_ms());
     pthread_mutex_unlock(&g_gate_mu);
+    if (ctx->element == 1 && atomic_exchange(&g_fail_elem1_once, false))
+        return sf_err_set(err, SF_EIO, true, "element 1: injected error");
     return step_kind_patch.add_ops(state, ctx, pk_path, pk, b, err);
 }
 
@@ -82,6 +86,7 @@ struct rig {
     struct step_catalog *cat;
     struct sf_fan *fan;
     struct proc_engine *e;
+    struct proc_engine *e_alone; /* the same workflow without helpers: one element at a time */
     struct cosmos_client *cli;
     const char *db;
     const char *coll;
@@ -154,6 +159,8 @@ static void rig_open(struct rig *g, const char *db, const char *coll)
     eo.catalog = g->cat;
     eo.fan = g->fan;
     ck_assert_msg(proc_engine_new(&eo, &g->e, &g->diags, &err) == SF_OK, "%s", err.msg);
+    eo.fan = NULL;
+    ck_assert_msg(proc_engine_new(&eo, &g->e_alone, &g->diags, &err) == SF_OK, "%s", err.msg);
     /* Stock: p-1 and p-3 plenty, p-2 too little for its line (qty 5). */
     put(g, coll, "[\"books\"]", "{\"id\":\"p-1\",\"category\":\"books\",\"stock\":10}");
     put(g, coll, "[\"games\"]", "{\"id\":\"p-2\",\"category\":\"games\",\"stock\":3}");
@@ -170,12 +177,15 @@ static void rig_open(struct rig *g, const char *db, const char *coll)
         sf_sleep_ms(1);
     pthread_mutex_lock(&g_gate_mu);
     g_gate_in = 0;
+    g_gate_want = ELEMENTS;
     pthread_mutex_unlock(&g_gate_mu);
+    atomic_store(&g_fail_elem1_once, false);
 }
 
 static void rig_close(struct rig *g)
 {
     proc_engine_free(g->e);
+    proc_engine_free(g->e_alone);
     sf_fan_free(g->fan);
     step_catalog_free(g->cat);
     step_registry_free(g->reg);
@@ -183,8 +193,9 @@ static void rig_close(struct rig *g)
     cosmos_client_free(g->cli);
 }
 
-/* Writes order o-1 with lines of qty q0, q1, q2 of p-1, p-2, p-3 and processes it once. */
-static void process_order(struct rig *g, int q1, struct proc_result *res)
+/* Writes order o-1 (lines: 1 x p-1, q1 x p-2, 2 x p-3) and processes it once with e. */
+static void process_order_with(struct rig *g, const struct proc_engine *e, int q1,
+                               struct proc_result *res)
 {
     char body[1024];
     json_t *doc;
@@ -200,8 +211,13 @@ static void process_order(struct rig *g, int q1, struct proc_result *res)
     doc = get(g, "orders", "o-1", "[\"c-1\"]");
     it.doc = doc;
     memset(res, 0, sizeof(*res));
-    proc_engine_process(g->e, &it, res);
+    proc_engine_process(e, &it, res);
     json_decref(doc);
+}
+
+static void process_order(struct rig *g, int q1, struct proc_result *res)
+{
+    process_order_with(g, g->e, q1, res);
 }
 
 static int64_t stock_of(struct rig *g, const char *id, const char *category)
@@ -299,6 +315,47 @@ START_TEST(test_engine_parallel_failure_undoes_the_done_elements_without_a_read)
 }
 END_TEST
 
+/*
+ * Guards a bug the kill -9 fault test found: an attempt that ran elements 0
+ * and 2 while element 1 erred (the item is retried), then a later attempt
+ * that ran one element at a time and stopped at element 1's business
+ * failure without running element 2. Element 2 was done by the earlier
+ * attempt: it must be undone (its marker read: the later attempt cannot
+ * know), not taken for never run.
+ */
+START_TEST(test_engine_parallel_element_an_earlier_attempt_ran_past_the_failure_is_undone)
+{
+    struct rig g;
+    struct proc_result res;
+    unsigned m_do, m_undo;
+
+    rig_open(&g, "par_earlier", "products");
+    /* attempt 1, all three at once: 0 and 2 reserved, 1 errs (retriable) */
+    atomic_store(&g_fail_elem1_once, true);
+    process_order(&g, 5, &res);
+    ck_assert_msg(res.outcome == PROC_RETRY, "outcome %s: %s", proc_outcome_str(res.outcome),
+                  res.err.msg);
+    ck_assert(strstr(res.err.msg, "element 1") != NULL);
+    ck_assert_int_eq(stock_of(&g, "p-1", "books"), 9);
+    ck_assert_int_eq(stock_of(&g, "p-3", "books"), 8);
+    /* attempt 2, one at a time: 0 already, 1 out of stock - element 2 is never run */
+    pthread_mutex_lock(&g_gate_mu);
+    g_gate_want = 0;
+    pthread_mutex_unlock(&g_gate_mu);
+    process_order_with(&g, g.e_alone, 5, &res);
+    ck_assert_msg(res.outcome == PROC_FAILED, "outcome %s: %s", proc_outcome_str(res.outcome),
+                  res.err.msg);
+    ck_assert_str_eq(res.reason, "out of stock: p-2 (element 1)");
+    ck_assert_int_eq(stock_of(&g, "p-1", "books"), 10);
+    ck_assert_int_eq(stock_of(&g, "p-2", "games"), 3);
+    ck_assert_int_eq(stock_of(&g, "p-3", "books"), 10);
+    markers(&g, &m_do, &m_undo);
+    ck_assert_uint_eq(m_do, 0x5);
+    ck_assert_uint_eq(m_undo, 0x5);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(test_engine_parallel_retries_of_every_element_are_summed)
 {
     struct rig g;
@@ -339,8 +396,10 @@ int main(void)
     s = suite_create("proc_engine");
     (void)sf_check_case(
         s, "parallel", NULL, NULL, 120,
-        (const TTest *[]){test_engine_parallel_failure_undoes_the_done_elements_without_a_read,
-                          test_engine_parallel_retries_of_every_element_are_summed, NULL});
+        (const TTest *[]){
+            test_engine_parallel_failure_undoes_the_done_elements_without_a_read,
+            test_engine_parallel_retries_of_every_element_are_summed,
+            test_engine_parallel_element_an_earlier_attempt_ran_past_the_failure_is_undone, NULL});
     rc = sf_check_run(s);
     harness_cosmolite_free(g_srv);
     return rc;
