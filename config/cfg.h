@@ -100,6 +100,8 @@ struct cfg_processor {
     unsigned workers;     /* cap of items in flight (threads start on demand) */
     unsigned min_workers; /* floor of the adaptive limit; == workers: fixed */
     unsigned lanes;
+    /* helper threads shared by the items' steps with `parallel` (common/sf_fan.h); 0: none */
+    unsigned step_threads;
     uint64_t queue_limit; /* bytes queued items may hold (estimated) before the feed is held back */
     unsigned max_attempts;
     int64_t max_throttled_wait_ms; /* 429s count toward max_attempts only after this long */
@@ -192,11 +194,15 @@ struct cfg_action {
     const void *setting; /* the libconfig group, for cfg_action_line */
 };
 
+#define CFG_PARALLEL_MAX 64
+
 struct cfg_step {
     const char *name;
     const char *from;
     const char *to;
     const char *foreach; /* template path of an array ("{{item.lines}}" or "item.lines"), or NULL */
+    /* foreach elements run at once (1..CFG_PARALLEL_MAX, default 1; > 1 only with foreach) */
+    unsigned parallel;
     /*
      * Cosmos SQL "FROM c WHERE ..." on the saga's item, or NULL: when false the
      * step is skipped (no effect, no undo) and the saga still moves from -> to.

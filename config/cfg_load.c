@@ -952,8 +952,9 @@ static void load_fail_on(struct loader *ld, const config_setting_t *g, struct cf
 
 static void load_step(struct loader *ld, const config_setting_t *g, struct cfg_step *st)
 {
-    static const char *const keys[] = {"name", "from",    "to",     "foreach", "when", "do",
-                                       "undo", "fail_on", "reason", "event",   NULL};
+    static const char *const keys[] = {"name", "from",    "to",     "foreach", "when",     "do",
+                                       "undo", "fail_on", "reason", "event",   "parallel", NULL};
+    int64_t parallel = 1;
 
     st->file = src_file(ld, g);
     st->line = src_line(g);
@@ -970,6 +971,14 @@ static void load_step(struct loader *ld, const config_setting_t *g, struct cfg_s
     get_str(ld, g, "when", false, NULL, &st->when);
     get_str(ld, g, "reason", false, NULL, &st->reason);
     get_str(ld, g, "event", false, NULL, &st->event);
+    get_int(ld, g, "parallel", 1, CFG_PARALLEL_MAX, 1, &parallel);
+    st->parallel = (unsigned)parallel;
+    /* Elements are what runs at once: a step without foreach has one. */
+    if (parallel > 1 && st->foreach == NULL)
+        diag(ld, config_setting_get_member(g, "parallel"),
+             "step '%s': parallel = %lld needs a foreach (it is how many of its elements run at "
+             "once; a step without foreach has one element)",
+             st->name != NULL ? st->name : "?", (long long)parallel);
     check_name(ld, g, "name", st->name);
     check_name(ld, g, "from", st->from);
     check_name(ld, g, "to", st->to);

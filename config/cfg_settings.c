@@ -140,6 +140,8 @@ static const struct cfg_setting settings[] = {
     INT(P, SP, "min_workers", min_workers, 1, 256, 4,
         "floor of the adaptive limit (at most workers)"),
     INT(P, SP, "lanes", lanes, 1, 4096, 1024, "buckets of the table of ordered lanes"),
+    INT(P, SP, "step_threads", step_threads, 0, 1024, 16,
+        "helper threads running the elements of steps with parallel > 1"),
     /*
      * Bytes, not items: the window is kept in keys (proc_lanes_wants), bounded by
      * memory. Below 1m it is refused: until issue 24 it counted items, and a count

@@ -9,7 +9,8 @@
  *                          compensating_state  --undo s_k..s_0-->  failed_state
  *
  * Forward: step k runs its `do` side for each element (foreach), each
- * element one effect batch with its marker; then the item moves from
+ * element one effect batch with its marker (with `parallel`, up to that many
+ * elements at once: see "Running a step's elements"); then the item moves from
  * from(s_k) to to(s_k) by a conditional patch (the CAS) batched with the
  * transition's outbox event. A business failure moves the item to the
  * compensating state instead, recording the reason and the failed step.
@@ -41,6 +42,22 @@
  *  - Elements whose do never happened (the failing element itself, and
  *    every later one) have no do-marker and are skipped.
  *
+ * A step with `parallel` = k runs up to k elements at once: they start in
+ * index order, at most k at a time; after a business failure or an error no
+ * new element starts, and the running ones finish before anything else
+ * happens, so the rule above (no do-batch after the CAS into the
+ * compensating state) still holds. The failure reported (reason, failed
+ * step) is the lowest-index failing element; an error of any element
+ * outranks a business failure (its outcome is unknown: the item is
+ * retried). Elements after a failing one may have been done, so what this
+ * call knows is a bitmap of the elements it ran and of those done (struct
+ * run's failed_ran, failed_done), not a prefix. An element this call did
+ * not run is not known undone: an earlier attempt (one killed, or one that
+ * ended in an error of another element) may have run it past the one that
+ * fails now, so its marker is read. Its undo runs k elements at once too,
+ * started in reverse index order: within such a step, reverse order does
+ * not hold.
+ *
  * A transition that loses its CAS (412) means another delivery of the same
  * item moved it already: re-read the item and continue from its current
  * state; never overwrite.
@@ -50,15 +67,19 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/sf_fan.h"
 #include "common/sf_hash.h"
 #include "common/sf_json.h"
 #include "common/sf_time.h"
 #include "processor/proc_change.h"
 #include "processor/proc_engine.h"
+#include "processor/proc_lanes.h"
 #include "steps/step_sql.h"
 #include "steps/step_tmpl.h"
 
 #define FOREACH_MAX 1000
+/* Words of a bitmap of FOREACH_MAX elements (struct run's failed_done). */
+#define FOREACH_WORDS ((FOREACH_MAX + 63) / 64)
 /* Waiting records one awaited document wakes at most (more: the item parks, saying so). */
 #define WAITERS_MAX 100000
 
@@ -106,6 +127,7 @@ struct proc_engine {
     const struct cfg *cfg;
     struct cosmos_client *cli;
     struct step_catalog *catalog;
+    struct sf_fan *fan; /* helpers of steps with `parallel` (borrowed), NULL: none */
     struct cworkflow *wfs;
     size_t n;
     pthread_mutex_t settled_mu;
@@ -257,6 +279,43 @@ static bool is_await_step(const struct cfg_step *s)
            strcmp(s->actions[0].kind, "await") == 0;
 }
 
+/*
+ * `parallel` > 1 where it cannot hold (config/ refused it without foreach):
+ * an await step waits for one document, and an `event` action numbers its
+ * record's sourceSeq from a counter of the pass (step_event_build), an order
+ * that elements running at once would make depend on timing.
+ */
+static void check_parallel(const struct cfg_workflow *w, const struct cfg_step *s,
+                           struct cfg_diags *d)
+{
+    int line = cfg_line(s->setting, "parallel", s->line);
+
+    if (is_await_step(s)) {
+        cfg_diag_add(d, s->file, line,
+                     "workflow '%s' step '%s': parallel = %u on an await step, which waits for "
+                     "one document (there are no elements to run at once)",
+                     w->name, s->name, s->parallel);
+        return;
+    }
+    for (size_t side = 0; side < 2; side++) {
+        const struct cfg_action *acts = side == 0 ? s->actions : s->undo;
+        size_t n = side == 0 ? s->n_actions : s->n_undo;
+
+        for (size_t i = 0; i < n; i++)
+            if (acts[i].kind != NULL && strcmp(acts[i].kind, "event") == 0) {
+                cfg_diag_add(d, s->file, line,
+                             "workflow '%s' step '%s': parallel = %u with an event action in "
+                             "%s (line %d): events are numbered in the order a pass builds "
+                             "them (sourceSeq), which elements running at once would leave to "
+                             "chance; emit the event from a step without parallel, or use the "
+                             "transition's event",
+                             w->name, s->name, s->parallel, side == 0 ? "do" : "undo",
+                             acts[i].line);
+                return;
+            }
+    }
+}
+
 static void compile_step(const struct proc_engine_opts *o, const struct cfg_workflow *w,
                          const struct cfg_step *s, struct cstep *cs, struct cfg_diags *d)
 {
@@ -284,6 +343,8 @@ static void compile_step(const struct proc_engine_opts *o, const struct cfg_work
                          "nothing); undo the earlier steps in theirs",
                          w->name, s->name);
     }
+    if (s->parallel > 1)
+        check_parallel(w, s, d);
     if (s->foreach != NULL) {
         char text[1024];
 
@@ -383,6 +444,7 @@ enum sf_rc proc_engine_new(const struct proc_engine_opts *opts, struct proc_engi
     e->cfg = opts->cfg;
     e->cli = opts->cli;
     e->catalog = opts->catalog;
+    e->fan = opts->fan;
     pthread_mutex_init(&e->settled_mu, NULL);
     e->settled = calloc(SETTLED_SLOTS, sizeof(*e->settled));
     e->wfs = calloc(opts->cfg->n_workflows > 0 ? opts->cfg->n_workflows : 1, sizeof(*e->wfs));
@@ -463,12 +525,20 @@ struct run {
     /*
      * The business failure this call saw itself, valid only while the CAS
      * into the compensating state that followed it committed: step
-     * failed_cs failed at element failed_elem, so (forward runs elements in
-     * order and stops at the first failure) elements below it are done and
-     * the rest never ran. NULL: nothing known, compensation reads markers.
+     * failed_cs failed; bit i of failed_ran says this call ran its element
+     * i, and then bit i of failed_done whether it is done (it returned OK or
+     * ALREADY, so its do-marker was committed with its effect) or not (it
+     * failed: its batch rolled back with its marker). None was still running
+     * (the step waits for every started element before it reports). An
+     * element this call did not run may have been run by an earlier attempt
+     * (a parallel one gets past a failing element): unknown, its marker is
+     * read. NULL: nothing known, compensation reads markers.
      */
     const struct cstep *failed_cs;
-    size_t failed_elem;
+    uint64_t failed_ran[FOREACH_WORDS];
+    uint64_t failed_done[FOREACH_WORDS];
+    /* Retries of requests made on helper threads in the step running now (run_elements). */
+    uint64_t fan_retries;
     int64_t event_seq; /* outbox records built in this pass (their sourceSeq) */
     bool change;       /* doc is a change's carrier (proc_change.h), not the item */
     /*
@@ -720,70 +790,275 @@ static bool step_applies(struct run *r, const struct cstep *cs, bool *ret_applie
     return true;
 }
 
+/* ---------------------------------------------------------------------------
+ * Running a step's elements
+ *
+ * A step with `parallel` = k > 1 runs up to k of its elements at once: on
+ * this thread and on helpers of the engine's pool that are idle (sf_fan);
+ * with none idle, or k = 1, on this thread alone, one after another.
+ * Elements are handed out in index order (undo: in reverse index order);
+ * after an element that did not succeed no further one starts, and those
+ * running finish before the step reports: nothing of the step is in flight
+ * once its outcome is known, so the CAS that follows (into the next state or
+ * the compensating one) is still the last word, as DESIGN.md asks ("no
+ * do-batch for this saga can run after the CAS into the compensating
+ * state"). What an element touches is its own (its environment, context and
+ * result); the run is only read, except for the counters the caller adds
+ * up after the step. Events built by a parallel element are not numbered
+ * (ctx.event_seq NULL): their order would depend on timing; config/ refuses
+ * `parallel` on a step with an `event` action, this covers plugins.
+ */
+
+struct elem_out {
+    struct step_result sr;
+    json_t *env; /* a failing element's environment, for the reason (owned), else NULL */
+    bool ran;    /* the element was handed out (and has returned) */
+    bool undone; /* undo: the element was found done and its undo ran (sr says how) */
+};
+
+struct elems {
+    struct run *r;
+    const struct cstep *cs;
+    const json_t *arr; /* the foreach array, NULL: one element */
+    size_t n;
+    bool undo;
+    bool known;               /* undo: which elements were done is known without a read */
+    const uint64_t *ran;      /* with known: the elements known (NULL: all), others are read */
+    const uint64_t *done;     /* with known: which of them were done (NULL: every one) */
+    bool parallel;            /* cs runs elements at once: nothing shared is written */
+    pthread_t caller;         /* the thread running the step */
+    struct proc_lanes *lanes; /* the caller's, for the helpers' request measurement */
+    _Atomic uint64_t retries; /* retries made on helper threads */
+    struct elem_out *out;
+};
+
+static bool bit_get(const uint64_t *bits, size_t i)
+{
+    return (bits[i / 64] >> (i % 64)) & 1u;
+}
+
+static void bit_set(uint64_t *bits, size_t i)
+{
+    bits[i / 64] |= (uint64_t)1 << (i % 64);
+}
+
+/* The do side of element i into o. */
+static void elem_forward(const struct elems *x, size_t i, struct elem_out *o)
+{
+    const json_t *elem = x->arr != NULL ? json_array_get(x->arr, i) : NULL;
+    json_t *env = make_env(x->r, x->cs->cfg->name, elem, i);
+    struct step_ctx ctx;
+
+    o->sr.outcome = STEP_OK;
+    if (env == NULL) {
+        step_result_set(&o->sr, STEP_FATAL, SF_ENOMEM, "out of memory");
+        return;
+    }
+    make_ctx(x->r, x->cs, i, STEP_DO, env, &ctx);
+    if (x->parallel)
+        ctx.event_seq = NULL;
+    step_side_run(x->cs->act.actions, x->cs->act.n, &ctx, &o->sr);
+    if (o->sr.outcome == STEP_FAILED)
+        o->env = env;
+    else
+        json_decref(env);
+}
+
+/* The undo side of element k into o, when its do was done (known, or its do-marker read). */
+static void elem_undo(const struct elems *x, size_t k, struct elem_out *o)
+{
+    const json_t *elem = x->arr != NULL ? json_array_get(x->arr, k) : NULL;
+    json_t *env = make_env(x->r, x->cs->cfg->name, elem, k);
+    struct step_ctx ctx;
+    struct step_target tgt;
+    struct sf_err err;
+    bool done = false;
+
+    o->sr.outcome = STEP_OK;
+    memset(&tgt, 0, sizeof(tgt));
+    sf_err_clear(&err);
+    if (env == NULL) {
+        step_result_set(&o->sr, STEP_FATAL, SF_ENOMEM, "out of memory");
+        return;
+    }
+    /* Was the element done? Its do-marker sits with the do side's target. */
+    make_ctx(x->r, x->cs, k, STEP_DO, env, &ctx);
+    if (x->known && (x->ran == NULL || bit_get(x->ran, k)))
+        done = x->done == NULL || bit_get(x->done, k);
+    else if (step_side_target(x->cs->act.actions, x->cs->act.n, &ctx, &tgt, &err) != SF_OK ||
+             step_marker_exists(&ctx, STEP_DO, tgt.coll, tgt.pk, &done, &err) != SF_OK) {
+        o->sr.outcome = err.retriable ? STEP_RETRY : STEP_FATAL;
+        o->sr.err = err;
+        done = false;
+    }
+    if (done) {
+        make_ctx(x->r, x->cs, k, STEP_UNDO, env, &ctx);
+        if (x->parallel)
+            ctx.event_seq = NULL;
+        step_side_run(x->cs->undo.actions, x->cs->undo.n, &ctx, &o->sr);
+        /* An undo has no business failures: whatever stops it needs a human. */
+        if (o->sr.outcome == STEP_FAILED)
+            o->sr.outcome = STEP_FATAL;
+        o->undone = true;
+    }
+    step_target_release(&tgt);
+    json_decref(env);
+}
+
+/* sf_fan_fn: one element; false (stop handing out) unless it succeeded. */
+static bool elems_one(void *arg, size_t i)
+{
+    struct elems *x = arg;
+    size_t k = x->undo ? x->n - 1 - i : i;
+    struct elem_out *o = &x->out[k];
+    bool helper = !pthread_equal(pthread_self(), x->caller);
+    uint64_t retries0;
+
+    /* A helper's requests count for the item's lanes as the worker's would (proc_lanes.h). */
+    if (helper)
+        proc_lanes_act_for(x->lanes);
+    retries0 = cosmos_thread_retries();
+    if (x->undo)
+        elem_undo(x, k, o);
+    else
+        elem_forward(x, k, o);
+    if (helper) {
+        /* The caller's own retries show in its thread's count; a helper's are added here. */
+        atomic_fetch_add_explicit(&x->retries, cosmos_thread_retries() - retries0,
+                                  memory_order_relaxed);
+        proc_lanes_act_for(NULL);
+    }
+    o->ran = true;
+    return o->sr.outcome == STEP_OK || o->sr.outcome == STEP_ALREADY;
+}
+
+/*
+ * Runs the elements of cs (arr NULL: one) on its side (undo or do), at most
+ * cs->cfg->parallel at once, and returns their results (a new array of n,
+ * free with elems_free), or NULL when out of memory (res set).
+ */
+static struct elem_out *elems_run(struct run *r, const struct cstep *cs, const json_t *arr,
+                                  bool undo, bool known, const uint64_t *ran, const uint64_t *done)
+{
+    size_t n = arr != NULL ? json_array_size(arr) : 1;
+    unsigned k = cs->cfg->parallel > 1 ? cs->cfg->parallel : 1;
+    struct elems x = {.r = r,
+                      .cs = cs,
+                      .arr = arr,
+                      .n = n,
+                      .undo = undo,
+                      .known = known,
+                      .ran = ran,
+                      .done = done,
+                      .parallel = k > 1,
+                      .caller = pthread_self(),
+                      .lanes = proc_lanes_current()};
+
+    x.out = calloc(n > 0 ? n : 1, sizeof(*x.out));
+    if (x.out == NULL) {
+        struct sf_err err;
+
+        (void)sf_err_set(&err, SF_ENOMEM, false, "out of memory");
+        set_error(r, PROC_PARK, &err, cs->cfg->name);
+        return NULL;
+    }
+    atomic_init(&x.retries, 0);
+    (void)sf_fan_run(k > 1 ? r->e->fan : NULL, n, k, elems_one, &x);
+    r->fan_retries += atomic_load_explicit(&x.retries, memory_order_relaxed);
+    return x.out;
+}
+
+static void elems_free(struct elem_out *out, size_t n)
+{
+    if (out == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        json_decref(out[i].env);
+    free(out);
+}
+
+/* Counts an applied (OK) or already applied (ALREADY) element of cs. */
+static void count_elem(struct run *r, const struct cstep *cs, enum step_outcome oc)
+{
+    if (oc == STEP_OK) {
+        r->res->effects++;
+        count_step(cs, PROC_STEP_APPLIED);
+    } else if (oc == STEP_ALREADY) {
+        r->res->already++;
+        count_step(cs, PROC_STEP_ALREADY);
+    }
+}
+
 /*
  * Runs the do side of step cs for every element. Returns STEP_OK when all
- * are applied (now or before), STEP_FAILED with *ret_status and *ret_elem on
- * a business failure, or STEP_RETRY/STEP_FATAL with res filled.
+ * are applied (now or before), STEP_FAILED with *ret_status and *ret_env on
+ * a business failure (the lowest-index failing element; r->failed_cs and
+ * r->failed_done say what was done), or STEP_RETRY/STEP_FATAL with res
+ * filled. An error outranks a business failure of another element: its
+ * element's outcome is unknown (a timed-out write may have been applied),
+ * so compensation must not start; the item is retried, the elements done
+ * answer ALREADY, and the business failure comes back.
  */
 static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int *ret_status,
                                      json_t **ret_env, int64_t *ret_wait_ms)
 {
     json_t *arr = NULL;
-    size_t n;
-    enum step_outcome out = STEP_OK;
+    struct elem_out *out;
+    size_t n, failed = SIZE_MAX, erred = SIZE_MAX;
+    enum step_outcome oc = STEP_OK;
 
     if (!step_elements(r, cs, &arr))
         return STEP_FATAL;
     n = arr != NULL ? json_array_size(arr) : 1;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *elem = arr != NULL ? json_array_get(arr, i) : NULL;
-        json_t *env = make_env(r, cs->cfg->name, elem, i);
-        struct step_ctx ctx;
-        struct step_result sr = {.outcome = STEP_OK};
-
-        if (env == NULL) {
-            step_result_set(&sr, STEP_FATAL, SF_ENOMEM, "out of memory");
-            from_step(r, &sr, NULL);
-            out = STEP_FATAL;
-            break;
-        }
-        make_ctx(r, cs, i, STEP_DO, env, &ctx);
-        step_side_run(cs->act.actions, cs->act.n, &ctx, &sr);
-        if (sr.outcome == STEP_OK) {
-            r->res->effects++;
-            count_step(cs, PROC_STEP_APPLIED);
-        } else if (sr.outcome == STEP_ALREADY) {
-            r->res->already++;
-            count_step(cs, PROC_STEP_ALREADY);
-        } else if (sr.outcome == STEP_WAIT) {
-            *ret_wait_ms = sr.wait_timeout_ms;
-            out = STEP_WAIT;
-            json_decref(env);
-            break;
-        } else if (sr.outcome == STEP_FAILED) {
-            r->failed_cs = cs;
-            r->failed_elem = i;
-            *ret_status = sr.status;
-            /* {{message}} in the reason: what the failure said (a procedure's throw). */
-            (void)json_object_set_new(
-                env, "message",
-                json_string(sr.err.msg[0] != '\0' ? sr.err.msg : "business failure"));
-            *ret_env = env; /* for the reason template */
-            out = STEP_FAILED;
-            break;
-        } else {
-            char context[256];
-
-            (void)snprintf(context, sizeof(context), "step %s element %zu", cs->cfg->name, i);
-            from_step(r, &sr, context);
-            json_decref(env);
-            out = sr.outcome;
-            break;
-        }
-        json_decref(env);
+    out = elems_run(r, cs, arr, false, false, NULL, NULL);
+    if (out == NULL) {
+        json_decref(arr);
+        return STEP_FATAL;
     }
+    for (size_t i = 0; i < n; i++) {
+        enum step_outcome e = out[i].sr.outcome;
+
+        if (!out[i].ran)
+            continue;
+        count_elem(r, cs, e);
+        if (e == STEP_FAILED && failed == SIZE_MAX)
+            failed = i;
+        else if (e != STEP_OK && e != STEP_ALREADY && e != STEP_FAILED && erred == SIZE_MAX)
+            erred = i;
+    }
+    if (erred != SIZE_MAX && out[erred].sr.outcome == STEP_WAIT) {
+        *ret_wait_ms = out[erred].sr.wait_timeout_ms;
+        oc = STEP_WAIT;
+    } else if (erred != SIZE_MAX) {
+        char context[256];
+
+        (void)snprintf(context, sizeof(context), "step %s element %zu", cs->cfg->name, erred);
+        from_step(r, &out[erred].sr, context);
+        oc = out[erred].sr.outcome;
+    } else if (failed != SIZE_MAX) {
+        struct elem_out *f = &out[failed];
+
+        r->failed_cs = cs;
+        memset(r->failed_ran, 0, sizeof(r->failed_ran));
+        memset(r->failed_done, 0, sizeof(r->failed_done));
+        for (size_t i = 0; i < n; i++) {
+            if (out[i].ran)
+                bit_set(r->failed_ran, i);
+            if (out[i].ran && (out[i].sr.outcome == STEP_OK || out[i].sr.outcome == STEP_ALREADY))
+                bit_set(r->failed_done, i);
+        }
+        *ret_status = f->sr.status;
+        /* {{message}} in the reason: what the failure said (a procedure's throw). */
+        (void)json_object_set_new(
+            f->env, "message",
+            json_string(f->sr.err.msg[0] != '\0' ? f->sr.err.msg : "business failure"));
+        *ret_env = f->env; /* for the reason template */
+        f->env = NULL;
+        oc = STEP_FAILED;
+    }
+    elems_free(out, n);
     json_decref(arr);
-    return out;
+    return oc;
 }
 
 /*
@@ -798,19 +1073,21 @@ static bool do_side_batched(const struct cstep *cs)
 }
 
 /*
- * Undoes step cs: each element in reverse order whose do-marker exists.
+ * Undoes step cs: each element whose do-marker exists, in reverse order
+ * (with `parallel`, up to that many at once, started in reverse order).
  * known false: every element's do-marker is read. known true: the caller
- * knows without a read that elements below done_below are done and the
- * others never ran (see compensate); no read is made. The undo batch's own
- * marker keeps the undo at most once either way. Returns false (res set) on
- * an error.
+ * knows without a read whether the elements whose bit is set in ran (NULL:
+ * every element) were done: those whose bit is set in done (NULL: every
+ * one; see compensate); only the others' markers are read. The undo batch's
+ * own marker keeps the undo at most once either way. Returns false (res
+ * set: the lowest-index element that failed) on an error.
  */
-static bool run_undo(struct run *r, const struct cstep *cs, bool known, size_t done_below)
+static bool run_undo(struct run *r, const struct cstep *cs, bool known, const uint64_t *ran,
+                     const uint64_t *done)
 {
     json_t *arr = NULL;
-    size_t n;
-    bool ok = true;
-
+    struct elem_out *out;
+    size_t n, erred = SIZE_MAX;
     bool applies = true;
 
     if (cs->undo.n == 0)
@@ -827,55 +1104,31 @@ static bool run_undo(struct run *r, const struct cstep *cs, bool known, size_t d
     if (!step_elements(r, cs, &arr))
         return false;
     n = arr != NULL ? json_array_size(arr) : 1;
-    for (size_t k = n; k-- > 0 && ok;) {
-        const json_t *elem = arr != NULL ? json_array_get(arr, k) : NULL;
-        json_t *env = make_env(r, cs->cfg->name, elem, k);
-        struct step_ctx ctx;
-        struct step_target tgt;
-        struct step_result sr = {.outcome = STEP_OK};
-        struct sf_err err;
-        bool done = false;
+    out = elems_run(r, cs, arr, true, known, ran, done);
+    if (out == NULL) {
+        json_decref(arr);
+        return false;
+    }
+    for (size_t k = n; k-- > 0;) {
+        if (!out[k].ran)
+            continue;
+        if (out[k].sr.outcome == STEP_OK || out[k].sr.outcome == STEP_ALREADY) {
+            if (out[k].undone)
+                count_elem(r, cs, out[k].sr.outcome);
+        } else {
+            erred = k;
+        }
+    }
+    if (erred != SIZE_MAX) {
         char context[256];
 
-        (void)snprintf(context, sizeof(context), "undo of step %s element %zu", cs->cfg->name, k);
-        memset(&tgt, 0, sizeof(tgt));
-        sf_err_clear(&err);
-        if (env == NULL) {
-            (void)sf_err_set(&err, SF_ENOMEM, false, "out of memory");
-            set_error(r, PROC_PARK, &err, context);
-            ok = false;
-            break;
-        }
-        /* Was the element done? Its do-marker sits with the do side's target. */
-        make_ctx(r, cs, k, STEP_DO, env, &ctx);
-        if (known)
-            done = k < done_below;
-        if (!known && (step_side_target(cs->act.actions, cs->act.n, &ctx, &tgt, &err) != SF_OK ||
-                       step_marker_exists(&ctx, STEP_DO, tgt.coll, tgt.pk, &done, &err) != SF_OK)) {
-            set_error(r, err.retriable ? PROC_RETRY : PROC_PARK, &err, context);
-            ok = false;
-        } else if (done) {
-            make_ctx(r, cs, k, STEP_UNDO, env, &ctx);
-            step_side_run(cs->undo.actions, cs->undo.n, &ctx, &sr);
-            if (sr.outcome == STEP_OK) {
-                r->res->effects++;
-                count_step(cs, PROC_STEP_APPLIED);
-            } else if (sr.outcome == STEP_ALREADY) {
-                r->res->already++;
-                count_step(cs, PROC_STEP_ALREADY);
-            } else {
-                /* An undo has no business failures: whatever stops it needs a human. */
-                if (sr.outcome == STEP_FAILED)
-                    sr.outcome = STEP_FATAL;
-                from_step(r, &sr, context);
-                ok = false;
-            }
-        }
-        step_target_release(&tgt);
-        json_decref(env);
+        (void)snprintf(context, sizeof(context), "undo of step %s element %zu", cs->cfg->name,
+                       erred);
+        from_step(r, &out[erred].sr, context);
     }
+    elems_free(out, n);
     json_decref(arr);
-    return ok;
+    return erred == SIZE_MAX;
 }
 
 /* Escapes a state name into a Cosmos SQL literal. */
@@ -1516,8 +1769,10 @@ static enum trans_result compensate(struct run *r, const char *state)
      *    state only after every element returned OK or ALREADY, each of which
      *    means its do-marker was committed with its effect;
      *  - the failed step itself, when this very call saw it fail (failed_cs):
-     *    the elements before the failing one are done, the failing one rolled
-     *    back with its marker, the later ones never ran;
+     *    the elements it ran are known (done, or rolled back with their
+     *    marker); one it did not run (after the failing one) is read, as an
+     *    earlier attempt may have run it (a parallel one does not stop at
+     *    the element that fails now; nor does one under another config);
      *  - otherwise (a later delivery, an unknown failed step, a standalone
      *    kind) each element's do-marker is read.
      */
@@ -1528,17 +1783,18 @@ static enum trans_result compensate(struct run *r, const char *state)
         uint64_t retries0 = cosmos_thread_retries();
         bool ok;
 
+        r->fan_retries = 0;
         if (failed_known && k + 1 < top && batched)
-            ok = run_undo(r, cs, true, SIZE_MAX);
+            ok = run_undo(r, cs, true, NULL, NULL);
         else if (failed_known && k + 1 == top && r->failed_cs == cs && batched)
-            ok = run_undo(r, cs, true, r->failed_elem);
+            ok = run_undo(r, cs, true, r->failed_ran, r->failed_done);
         else
-            ok = run_undo(r, cs, false, 0);
+            ok = run_undo(r, cs, false, NULL, NULL);
         if (!ok)
             return TRANS_STOP;
         /* The steps the saga ran (their do was recorded) or failed in, with an undo side. */
         if (cs->undo.n > 0 && (retries_noted(r, cs) || k + 1 == top))
-            note_retries(r, cs, "undo", cosmos_thread_retries() - retries0);
+            note_retries(r, cs, "undo", cosmos_thread_retries() - retries0 + r->fan_retries);
     }
     (void)snprintf(reason_copy, sizeof(reason_copy), "%s", reason != NULL ? reason : "");
     return transition(r, state, w->failed_state, w->failed_state,
@@ -1644,9 +1900,15 @@ static void advance(struct run *r)
             }
         }
         int64_t wait_ms = 0;
-        /* This thread runs this saga alone: the difference is the step's retries. */
+        /*
+         * This thread runs this saga alone (with its helpers, for a parallel
+         * step): the difference plus what they counted is the step's retries.
+         */
         uint64_t retries0 = cosmos_thread_retries();
-        enum step_outcome oc = run_forward(r, cs, &status, &fail_env, &wait_ms);
+        enum step_outcome oc;
+
+        r->fan_retries = 0;
+        oc = run_forward(r, cs, &status, &fail_env, &wait_ms);
 
         if (oc == STEP_WAIT) {
             enum wait_result wr = handle_wait(r, cs, from, wait_ms);
@@ -1659,11 +1921,13 @@ static void advance(struct run *r)
             status = 408;
             fail_env = make_env(r, cs->cfg->name, NULL, 0);
             r->failed_cs = cs;
-            r->failed_elem = 0;
+            /* an await changed nothing */
+            memset(r->failed_ran, 0xff, sizeof(r->failed_ran));
+            memset(r->failed_done, 0, sizeof(r->failed_done));
             oc = STEP_FAILED;
         }
         if (oc == STEP_OK || oc == STEP_ALREADY || oc == STEP_FAILED)
-            note_retries(r, cs, "do", cosmos_thread_retries() - retries0);
+            note_retries(r, cs, "do", cosmos_thread_retries() - retries0 + r->fan_retries);
         switch (oc) {
         case STEP_OK:
         case STEP_ALREADY:

@@ -64,12 +64,19 @@
 #define PROC_RETRIES_FIELD "sfRetries"
 
 struct proc_engine;
+struct sf_fan;
 
 struct proc_engine_opts {
     const struct cfg *cfg;        /* borrowed; outlives the engine */
     struct step_registry *reg;    /* borrowed */
     struct cosmos_client *cli;    /* borrowed; NULL: compile only (check-config) */
     struct step_catalog *catalog; /* borrowed; NULL with cli NULL */
+    /*
+     * Helper threads for steps with `parallel` > 1 (borrowed; outlives the
+     * engine). NULL: such steps run their elements on the item's thread,
+     * one after another, stopping at the first that fails.
+     */
+    struct sf_fan *fan;
 };
 
 /*

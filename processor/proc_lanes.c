@@ -109,6 +109,8 @@ struct proc_lanes {
 static _Thread_local struct proc_lanes *tl_lanes;
 static _Thread_local unsigned tl_group;
 static _Thread_local bool tl_parked;
+/* The lanes a helper thread runs part of a worker's task for (proc_lanes_act_for), or NULL. */
+static _Thread_local struct proc_lanes *tl_for;
 
 static unsigned group_of(const struct proc_task *t)
 {
@@ -604,7 +606,7 @@ void proc_lanes_request(struct proc_lanes *l, int64_t latency_us, bool throttled
 {
     unsigned before;
 
-    if (l == NULL || tl_lanes != l)
+    if (l == NULL || (tl_lanes != l && tl_for != l))
         return; /* not an item's request: a feed read, a lease, the timer */
     pthread_mutex_lock(&l->mu);
     before = l->conc.limit;
@@ -615,6 +617,16 @@ void proc_lanes_request(struct proc_lanes *l, int64_t latency_us, bool throttled
         pthread_cond_broadcast(&l->space);
     }
     pthread_mutex_unlock(&l->mu);
+}
+
+struct proc_lanes *proc_lanes_current(void)
+{
+    return tl_lanes;
+}
+
+void proc_lanes_act_for(struct proc_lanes *l)
+{
+    tl_for = l;
 }
 
 size_t proc_lanes_pending(struct proc_lanes *l)

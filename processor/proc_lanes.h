@@ -161,6 +161,19 @@ bool proc_lanes_wants(struct proc_lanes *l);
  */
 void proc_lanes_request(struct proc_lanes *l, int64_t latency_us, bool throttled);
 
+/*
+ * The lanes whose task this thread is handling (a worker thread), or NULL.
+ * With proc_lanes_act_for, a helper thread that runs part of that task (a
+ * step's parallel elements, common/sf_fan.h) has its requests measured as
+ * the task's: proc_lanes_act_for(l) before, proc_lanes_act_for(NULL) after,
+ * on the helper. Only the measurement (proc_lanes_request) follows: parking
+ * (proc_lanes_park) stays with the worker, which holds the task's slot
+ * while its helpers run, so a helper's wait for the RU budget gives no slot
+ * back. Any thread, for itself.
+ */
+struct proc_lanes *proc_lanes_current(void);
+void proc_lanes_act_for(struct proc_lanes *l);
+
 /* Tasks queued, running or parked. */
 size_t proc_lanes_pending(struct proc_lanes *l);
 

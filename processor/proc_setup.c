@@ -4,6 +4,7 @@
  */
 #include "common/sf_base.h"
 
+#include "common/sf_fan.h"
 #include "common/sf_json.h"
 #include "processor/proc_change.h"
 #include "processor/proc_setup.h"
@@ -13,6 +14,7 @@ _Static_assert(CFG_PK_PATHS_MAX == COSMOS_PK_LEVELS_MAX, "key levels of config a
 
 #define TOOL_CONNECTIONS     8
 #define SERVICE_SPARE_CONNS  8     /* above one per worker: feeds, leases, relays */
+#define SERVICE_CONNS_MAX    1024  /* the client's own bound (cosmos_client_new) */
 #define SERVICE_RETRY_TRIES  4     /* the dispatcher retries with its own, longer backoff */
 #define SERVICE_RETRY_BUDGET 10000 /* ms */
 
@@ -42,8 +44,11 @@ void proc_setup_cosmos(const struct cfg *cfg, enum proc_client_use use, struct c
     co.throughput.n_caps = cfg->n_ru_caps;
     co.throughput.offer_fraction = (double)cfg->processor.offer_percent / 100.0;
     if (use == PROC_CLIENT_SERVICE) {
+        /* A worker and each helper of a parallel step (step_threads) hold one at a time. */
         co.max_connections =
-            SF_MAX(c->max_connections, cfg->processor.workers + SERVICE_SPARE_CONNS);
+            SF_MAX(c->max_connections, SF_MIN(cfg->processor.workers + cfg->processor.step_threads +
+                                                  SERVICE_SPARE_CONNS,
+                                              SERVICE_CONNS_MAX));
         co.retry.max_attempts = SERVICE_RETRY_TRIES;
         co.retry.budget_ms = SERVICE_RETRY_BUDGET;
     } else {
@@ -121,6 +126,13 @@ enum sf_rc proc_setup_engine_build(const struct cfg *cfg, struct cosmos_client *
     eo.reg = ret->reg;
     eo.cli = cli;
     eo.catalog = ret->catalog;
+    /* Helpers for steps with `parallel`; compiling alone (check-config) runs nothing. */
+    if (cli != NULL && cfg->processor.step_threads > 0) {
+        rc = sf_fan_new(cfg->processor.step_threads, &ret->fan, err);
+        if (rc != SF_OK)
+            goto out;
+    }
+    eo.fan = ret->fan;
     rc = proc_engine_new(&eo, &ret->engine, diags, err);
     if (rc == SF_OK && prc != SF_OK)
         rc = prc;
@@ -131,6 +143,7 @@ out:
 void proc_setup_engine_release(struct proc_setup_engine *e)
 {
     proc_engine_free(e->engine);
+    sf_fan_free(e->fan); /* after the engine: no step runs any more */
     step_catalog_free(e->catalog);
     step_registry_free(e->reg);
     memset(e, 0, sizeof(*e));

@@ -57,6 +57,7 @@ struct proc_setup_engine {
     struct step_registry *reg;
     struct step_catalog *catalog;
     struct proc_engine *engine;
+    struct sf_fan *fan; /* the engine's helper threads (processor.step_threads), or NULL */
 };
 
 /*

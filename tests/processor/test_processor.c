@@ -293,6 +293,78 @@ static void meet_handle(void *ctx, struct proc_task *pt)
     free(pt);
 }
 
+/*
+ * Issue 24: a helper thread running part of a task (a step's parallel
+ * elements) has its requests measured as the task's once it acts for the
+ * worker's lanes (proc_lanes_act_for); without that a 429 it met would be
+ * lost to the adaptive limit (proc_lanes_request counts worker threads only).
+ */
+struct act_for {
+    struct proc_lanes *l;
+    bool act;
+};
+
+static void *act_for_main(void *arg)
+{
+    struct act_for *a = arg;
+
+    if (a->act)
+        proc_lanes_act_for(a->l);
+    proc_lanes_request(a->l, 1000, true);
+    proc_lanes_act_for(NULL);
+    return NULL;
+}
+
+struct act_for_ctx {
+    struct proc_lanes *l;
+    bool current_is_l;
+    uint64_t cuts_without, cuts_with;
+};
+
+static void act_for_handle(void *ctx, struct proc_task *pt)
+{
+    struct act_for_ctx *c = ctx;
+    struct act_for a = {.l = proc_lanes_current(), .act = false};
+    struct proc_lanes_load ld;
+    pthread_t th;
+
+    c->current_is_l = a.l == c->l;
+    ck_assert_int_eq(pthread_create(&th, NULL, act_for_main, &a), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    proc_lanes_load(c->l, &ld);
+    c->cuts_without = ld.cuts;
+    a.act = true;
+    ck_assert_int_eq(pthread_create(&th, NULL, act_for_main, &a), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    proc_lanes_load(c->l, &ld);
+    c->cuts_with = ld.cuts;
+    free(pt);
+}
+
+START_TEST(test_lanes_helper_acting_for_a_worker_has_its_requests_measured)
+{
+    struct act_for_ctx c = {0};
+    struct proc_lanes_opts o = {.lanes = 16,
+                                .workers = 200,
+                                .min_workers = 2,
+                                .queue_limit = 100,
+                                .handle = act_for_handle};
+    struct proc_task *t = calloc(1, sizeof(*t));
+    struct sf_err err;
+
+    o.ctx = &c;
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_null(proc_lanes_current()); /* not a worker */
+    ck_assert_int_eq(proc_lanes_new_adaptive(&o, &c.l, &err), SF_OK);
+    ck_assert_int_eq(proc_lanes_submit(c.l, 1, t, -1), SF_OK);
+    ck_assert_int_eq(proc_lanes_drain(c.l, 60000), SF_OK);
+    ck_assert(c.current_is_l);
+    ck_assert_uint_eq(c.cuts_without, 0); /* a thread of nobody's: not an item's request */
+    ck_assert_uint_eq(c.cuts_with, 1);    /* acting for the worker: the 429 cut the limit */
+    proc_lanes_free(c.l, rec_drop, NULL);
+}
+END_TEST
+
 /* A large cap costs nothing until used: threads start when ready work finds none idle. */
 START_TEST(test_lanes_threads_start_on_demand)
 {
@@ -914,6 +986,104 @@ START_TEST(test_check_config_await_undo_refused)
     ck_assert_msg(cfg_load_string(text, "a.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
     ck_assert_int_eq(proc_check_config(cfg, d, &err), SF_EINVAL);
     ck_assert(has(d, "a.cfg:8:", "an await step has no undo"));
+    cfg_free(cfg);
+    free(d);
+}
+END_TEST
+
+/* Issue 24: `parallel` where it cannot hold is refused at its line, saying why. */
+static void parallel_refused(const char *step, const char *prefix, const char *needle)
+{
+    char text[2048];
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    (void)snprintf(text, sizeof(text),
+                   "workflows = ( {\n"                                           /* 1 */
+                   "  name = \"w\"; container = \"orders\"; topic = \"t\";\n"    /* 2 */
+                   "  state_field = \"status\"; failed_state = \"cancelled\";\n" /* 3 */
+                   "  steps = ( {\n"                                             /* 4 */
+                   "    name = \"s\"; from = \"placed\"; to = \"done\";\n"       /* 5 */
+                   "%s"                                                          /* 6.. */
+                   "  } );\n"
+                   "} );\n",
+                   step);
+    sf_err_clear(&err);
+    if (cfg_load_string(text, "p.cfg", &cfg, d, &err) == SF_OK)
+        ck_assert_int_eq(proc_check_config(cfg, d, &err), SF_EINVAL);
+    ck_assert_msg(has(d, prefix, needle), "want %s ...%s..., got %s", prefix, needle,
+                  d->n > 0 ? d->msg[0] : "(nothing)");
+    cfg_free(cfg);
+    free(d);
+}
+
+START_TEST(test_check_config_parallel_refused_where_it_cannot_hold)
+{
+    static const char patch[] = "container = \"p\"; id = \"{{it.sku}}\"; partition_key = \"k\";"
+                                " ops = ( { op = \"incr\"; path = \"/stock\"; value = 1; } );";
+    char step[1024];
+
+    /* no foreach: one element */
+    (void)snprintf(step, sizeof(step), "    parallel = 2;\n    do = { kind = \"patch\"; %s };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:6:", "parallel = 2 needs a foreach");
+    /* out of its bounds */
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 65;\n"
+                   "    do = { kind = \"patch\"; %s };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "out of range [1, 64]");
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 0;\n"
+                   "    do = { kind = \"patch\"; %s };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "out of range [1, 64]");
+    /* an await waits for one document (its foreach is refused too) */
+    parallel_refused("    foreach = \"item.lines\";\n    parallel = 2;\n"
+                     "    do = { kind = \"await\"; container = \"conf\"; id = \"x\";\n"
+                     "           partition_key = \"k\"; timeout = \"10s\"; };\n",
+                     "p.cfg:7:", "parallel = 2 on an await step");
+    /* an event's sourceSeq would depend on timing, in do and in undo */
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 3;\n"
+                   "    do = ( { kind = \"patch\"; %s },\n"
+                   "           { kind = \"event\"; type = \"reserved\"; } );\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "parallel = 3 with an event action in do (line 9)");
+    (void)snprintf(step, sizeof(step),
+                   "    foreach = \"item.lines\";\n    parallel = 3;\n"
+                   "    do = { kind = \"patch\"; %s };\n"
+                   "    undo = { kind = \"event\"; type = \"released\"; };\n",
+                   patch);
+    parallel_refused(step, "p.cfg:7:", "with an event action in undo (line 9)");
+}
+END_TEST
+
+START_TEST(test_check_config_parallel_with_foreach_accepted)
+{
+    const char *text =
+        "workflows = ( {\n"
+        "  name = \"w\"; container = \"orders\"; topic = \"t\";\n"
+        "  state_field = \"status\"; failed_state = \"cancelled\";\n"
+        "  steps = ( {\n"
+        "    name = \"s\"; from = \"placed\"; to = \"done\"; foreach = \"item.lines\";\n"
+        "    parallel = 64;\n"
+        "    do = { kind = \"patch\"; container = \"p\"; id = \"{{it.sku}}\"; partition_key = "
+        "\"k\";"
+        " ops = ( { op = \"incr\"; path = \"/stock\"; value = 1; } ); };\n"
+        "  } );\n"
+        "} );\n";
+    struct cfg_diags *d = calloc(1, sizeof(*d));
+    struct cfg *cfg = NULL;
+    struct sf_err err;
+
+    ck_assert_ptr_nonnull(d);
+    sf_err_clear(&err);
+    ck_assert_msg(cfg_load_string(text, "p.cfg", &cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_msg(proc_check_config(cfg, d, &err) == SF_OK, "%s", err.msg);
+    ck_assert_uint_eq(cfg->workflows[0].steps[0].parallel, 64);
     cfg_free(cfg);
     free(d);
 }
@@ -2143,6 +2313,7 @@ int main(void)
     tcase_add_test(tc, test_lanes_backpressure_and_free);
     tcase_add_test(tc, test_lanes_adaptive_within_cap_keeps_lane_order);
     tcase_add_test(tc, test_lanes_threads_start_on_demand);
+    tcase_add_test(tc, test_lanes_helper_acting_for_a_worker_has_its_requests_measured);
     tcase_add_test(tc, test_lanes_tasks_waiting_for_budget_leave_their_slots_to_others);
     tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_queue_places_to_other_ranges);
     tcase_add_test(tc, test_lanes_range_out_of_budget_leaves_threads_to_other_ranges);
@@ -2157,6 +2328,8 @@ int main(void)
     tcase_add_test(tc, test_check_config_parses_conditions_with_placeholders);
     tcase_add_test(tc, test_check_config_unknown_template_root);
     tcase_add_test(tc, test_check_config_await_undo_refused);
+    tcase_add_test(tc, test_check_config_parallel_refused_where_it_cannot_hold);
+    tcase_add_test(tc, test_check_config_parallel_with_foreach_accepted);
     suite_add_tcase(s, tc);
     tc = tcase_create("plan");
     tcase_add_test(tc, test_plan_reports_park_of_failing_template);

@@ -44,3 +44,12 @@ sf_unit_test(test_proc_progress
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_progress.c
   LIBS sf_processor sf_cli
   LABELS processor)
+# processor/proc_engine.c: steps with `parallel` (issue 24) against a real cosmolite: a failing
+# element among running ones, compensation from what is known, retries summed over threads.
+if(TARGET sf_processor AND TARGET cosmolite)
+  sf_unit_test(test_proc_engine
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proc_engine.c
+    LIBS sf_processor sf_test_harness Threads::Threads
+    LABELS "processor;sagas;integration"
+    NEEDS cosmolite TIMEOUT 180)
+endif()
