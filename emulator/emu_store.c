@@ -357,6 +357,11 @@ void emu_store_lock(struct emu_store *s)
         (void)emu_group_commit(s, NULL);
 }
 
+void emu_store_cache_lock(struct emu_store *s)
+{
+    (void)pthread_mutex_lock(&s->mu);
+}
+
 void emu_store_unlock(struct emu_store *s)
 {
     (void)pthread_mutex_unlock(&s->mu);
