@@ -902,6 +902,41 @@ bool emu_query_needs_plan(const struct emu_query *q)
            q->ngroup > 0;
 }
 
+/* n is root.<name> with a string name: sets the name's bytes. */
+static bool root_member(const struct qnode *n, const char **name, size_t *len)
+{
+    if (n->kind != QN_PROP || n->nkids < 1 || n->kids[0]->kind != QN_ROOT ||
+        !json_is_string(n->value))
+        return false;
+    *name = json_string_value(n->value);
+    *len = json_string_length(n->value);
+    return true;
+}
+
+bool emu_query_root_eq(const struct emu_query *q, const char **ret_key, size_t *ret_key_len,
+                       const char **ret_value, size_t *ret_value_len)
+{
+    const struct qnode *n = q->where, *lit;
+
+    if (n == NULL || !q->has_from)
+        return false;
+    if (n->kind == QN_AND && n->nkids > 0)
+        n = n->kids[0]; /* evaluated first, left to right */
+    if (n->kind != QN_BINARY || n->op != QOP_EQ || n->nkids != 2)
+        return false;
+    if (root_member(n->kids[0], ret_key, ret_key_len))
+        lit = n->kids[1];
+    else if (root_member(n->kids[1], ret_key, ret_key_len))
+        lit = n->kids[0];
+    else
+        return false;
+    if (lit->kind != QN_CONST || !json_is_string(lit->value))
+        return false;
+    *ret_value = json_string_value(lit->value);
+    *ret_value_len = json_string_length(lit->value);
+    return true;
+}
+
 bool emu_query_is_streaming(const struct emu_query *q)
 {
     return q->norder == 0 && q->naggs == 0 && q->ngroup == 0;

@@ -1,10 +1,17 @@
 #include "common/sf_base.h"
 
+#include <ctype.h>
+#include <string.h>
+
 #include "common/sf_json.h"
 #include "emulator/emu_search.h"
 
 struct scan_ctx {
     struct emu_query_exec *exec;
+    /* emu_query_root_eq's conjunct, checked on the text before parsing (has_eq) */
+    bool has_eq;
+    const char *eq_key, *eq_value;
+    size_t eq_key_len, eq_value_len;
     uint64_t skip_docs; /* a resumed page: documents an earlier page processed */
     struct sf_err *err;
     size_t read;
@@ -13,6 +20,139 @@ struct scan_ctx {
 
 /* Sentinel return: the execution needs no more documents. */
 #define SCAN_DONE SF_ESTATE
+
+/* ---- the text pre-check ------------------------------------------------------- */
+
+/*
+ * What the stored text says about the first conjunct root.key = 'value'.
+ * EQ_UNSURE whenever the text is anything but a plain, well-formed object
+ * (escapes in the member's key or string, a repeated key, nesting near the
+ * depth limit, a malformed token): the document is then parsed as always, so
+ * every error it would raise is still raised.
+ */
+enum eq_check { EQ_UNSURE, EQ_MISS, EQ_MAYBE };
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* p at an opening quote: the byte after the closing one, or NULL; *esc when it holds a '\\'. */
+static const char *skip_string(const char *p, const char *end, bool *esc)
+{
+    for (p++; p < end; p++) {
+        if (*p == '"')
+            return p + 1;
+        if ((unsigned char)*p < 0x20)
+            return NULL;
+        if (*p == '\\') {
+            *esc = true;
+            if (++p == end)
+                return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* Skips one JSON value at p (after white space); NULL when malformed or too deep. */
+static const char *skip_value(const char *p, const char *end)
+{
+    int depth = 0;
+    bool esc = false;
+
+    do {
+        p = skip_ws(p, end);
+        if (p == end)
+            return NULL;
+        if (*p == '"') {
+            if (!(p = skip_string(p, end, &esc)))
+                return NULL;
+        } else if (*p == '{' || *p == '[') {
+            if (++depth >= SF_JSON_MAX_DEPTH / 2)
+                return NULL; /* let the parser judge it */
+            p++;
+            continue;
+        } else if (*p == '}' || *p == ']') {
+            if (depth == 0)
+                return NULL;
+            depth--;
+            p++;
+        } else if (*p == ',' || *p == ':') {
+            if (depth == 0)
+                return NULL;
+            p++;
+            continue;
+        } else {
+            const char *t = p;
+            while (p < end && (isalnum((unsigned char)*p) || *p == '-' || *p == '+' || *p == '.'))
+                p++;
+            if (p == t)
+                return NULL;
+        }
+    } while (depth > 0);
+    return p;
+}
+
+static enum eq_check eq_check(const struct scan_ctx *sc, const char *doc, size_t len)
+{
+    const char *p = doc, *end = doc + len;
+    enum eq_check found = EQ_MISS; /* absent: undefined, so no row */
+    bool seen = false;
+
+    p = skip_ws(p, end);
+    if (p == end || *p++ != '{')
+        return EQ_UNSURE;
+    p = skip_ws(p, end);
+    if (p < end && *p == '}')
+        return EQ_MISS;
+    for (;;) {
+        const char *k, *v;
+        size_t klen;
+        bool esc = false;
+
+        p = skip_ws(p, end);
+        if (p == end || *p != '"')
+            return EQ_UNSURE;
+        k = p + 1;
+        if (!(p = skip_string(p, end, &esc)) || esc)
+            return EQ_UNSURE;
+        klen = (size_t)(p - 1 - k);
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ':')
+            return EQ_UNSURE;
+        v = skip_ws(p, end);
+        if (!(p = skip_value(v, end)))
+            return EQ_UNSURE;
+        if (klen == sc->eq_key_len && memcmp(k, sc->eq_key, klen) == 0) {
+            if (seen)
+                return EQ_UNSURE; /* which one counts is the parser's business */
+            seen = true;
+            if (*v != '"') {
+                found = EQ_MISS; /* not a string: the comparison is undefined */
+            } else {
+                esc = false;
+                (void)skip_string(v, end, &esc);
+                if (esc)
+                    return EQ_UNSURE;
+                found = (size_t)(p - 2 - v) == sc->eq_value_len &&
+                                memcmp(v + 1, sc->eq_value, sc->eq_value_len) == 0
+                            ? EQ_MAYBE
+                            : EQ_MISS;
+            }
+        }
+        p = skip_ws(p, end);
+        if (p == end)
+            return EQ_UNSURE;
+        if (*p == '}')
+            break;
+        if (*p++ != ',')
+            return EQ_UNSURE;
+    }
+    p = skip_ws(p + 1, end);
+    return p == end ? found : EQ_UNSURE;
+}
 
 static enum sf_rc visit(void *arg, const char *doc, size_t len)
 {
@@ -25,6 +165,11 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
         return SF_OK;
     }
     sc->read++;
+    if (sc->has_eq && eq_check(sc, doc, len) == EQ_MISS) {
+        /* No row can come of it: scanned (a resumed page skips it), never parsed. */
+        emu_query_exec_pass(sc->exec);
+        return emu_query_exec_done(sc->exec) ? SCAN_DONE : SF_OK;
+    }
     v = sf_json_parse(doc, len, NULL);
     if (!v) {
         /* An older cosmolite stored it without a depth limit; never recurse into it. */
@@ -86,6 +231,9 @@ enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c
         return rc;
     if (budget != NULL)
         emu_query_exec_set_budget(sc.exec, budget);
+    /* A view rewrites documents before the query sees them: their text says nothing then. */
+    sc.has_eq = view == NULL &&
+                emu_query_root_eq(q, &sc.eq_key, &sc.eq_key_len, &sc.eq_value, &sc.eq_value_len);
     if (from != NULL) {
         emu_query_exec_resume(sc.exec, from);
         sc.skip_docs = from->docs;
