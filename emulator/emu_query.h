@@ -263,6 +263,15 @@ bool emu_query_root_eq(const struct emu_query *q, const char **ret_key, size_t *
                        const char **ret_value, size_t *ret_value_len);
 
 /*
+ * The document's top-level members q can read: true, with *ret_names a new
+ * JSON array of their names, when every use of the FROM alias is a member
+ * access root.name (so a document holding only those members gives every
+ * expression the same value); false when q reads the document whole
+ * (SELECT *, the bare alias, root[expr]) or has no FROM.
+ */
+bool emu_query_root_members(const struct emu_query *q, json_t **ret_names);
+
+/*
  * True when pages of q resume by scan position: streaming, no DISTINCT (its
  * set of seen rows would be lost) and a FROM. Such a page may end with no
  * rows when its time runs out and still make progress.

@@ -12,6 +12,8 @@ struct scan_ctx {
     bool has_eq;
     const char *eq_key, *eq_value;
     size_t eq_key_len, eq_value_len;
+    /* emu_query_root_members: the members to parse, or NULL for the whole document */
+    json_t *members;
     uint64_t skip_docs; /* a resumed page: documents an earlier page processed */
     struct sf_err *err;
     size_t read;
@@ -24,11 +26,13 @@ struct scan_ctx {
 /* ---- the text pre-check ------------------------------------------------------- */
 
 /*
- * What the stored text says about the first conjunct root.key = 'value'.
- * EQ_UNSURE whenever the text is anything but a plain, well-formed object
- * (escapes in the member's key or string, a repeated key, nesting near the
- * depth limit, a malformed token): the document is then parsed as always, so
- * every error it would raise is still raised.
+ * What the stored text says about the first conjunct root.key = 'value'
+ * (when sc->has_eq) and, when sc->members, the document the query needs:
+ * *ret_doc a new object holding only those members, each parsed from its own
+ * text. EQ_UNSURE whenever the text is anything but a plain, well-formed
+ * object (an escape in a key or in that member's string, a repeated key,
+ * nesting near the depth limit, a malformed token): the document is then
+ * parsed whole as always, so every error it would raise is still raised.
  */
 enum eq_check { EQ_UNSURE, EQ_MISS, EQ_MAYBE };
 
@@ -95,10 +99,25 @@ static const char *skip_value(const char *p, const char *end)
     return p;
 }
 
-static enum eq_check eq_check(const struct scan_ctx *sc, const char *doc, size_t len)
+/* Whether name (len bytes) is one of sc->members. */
+static bool wanted(const struct scan_ctx *sc, const char *name, size_t len)
+{
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(sc->members, i, v)
+    {
+        if (json_string_length(v) == len && memcmp(json_string_value(v), name, len) == 0)
+            return true;
+    }
+    return false;
+}
+
+static enum eq_check text_check_members(const struct scan_ctx *sc, const char *doc, size_t len,
+                                        json_t *part)
 {
     const char *p = doc, *end = doc + len;
-    enum eq_check found = EQ_MISS; /* absent: undefined, so no row */
+    enum eq_check found = sc->has_eq ? EQ_MISS : EQ_MAYBE; /* absent: undefined, so no row */
     bool seen = false;
 
     p = skip_ws(p, end);
@@ -106,7 +125,7 @@ static enum eq_check eq_check(const struct scan_ctx *sc, const char *doc, size_t
         return EQ_UNSURE;
     p = skip_ws(p, end);
     if (p < end && *p == '}')
-        return EQ_MISS;
+        return found;
     for (;;) {
         const char *k, *v;
         size_t klen;
@@ -125,7 +144,16 @@ static enum eq_check eq_check(const struct scan_ctx *sc, const char *doc, size_t
         v = skip_ws(p, end);
         if (!(p = skip_value(v, end)))
             return EQ_UNSURE;
-        if (klen == sc->eq_key_len && memcmp(k, sc->eq_key, klen) == 0) {
+        if (part != NULL && wanted(sc, k, klen)) {
+            json_t *val;
+
+            if (json_object_getn(part, k, klen) != NULL)
+                return EQ_UNSURE; /* repeated */
+            val = sf_json_parse(v, (size_t)(p - v), NULL);
+            if (val == NULL || json_object_setn_new(part, k, klen, val) != 0)
+                return EQ_UNSURE; /* whatever it is, the full parse says it */
+        }
+        if (sc->has_eq && klen == sc->eq_key_len && memcmp(k, sc->eq_key, klen) == 0) {
             if (seen)
                 return EQ_UNSURE; /* which one counts is the parser's business */
             seen = true;
@@ -154,6 +182,23 @@ static enum eq_check eq_check(const struct scan_ctx *sc, const char *doc, size_t
     return p == end ? found : EQ_UNSURE;
 }
 
+static enum eq_check text_check(const struct scan_ctx *sc, const char *doc, size_t len,
+                                json_t **ret_doc)
+{
+    json_t *part = NULL;
+    enum eq_check c;
+
+    *ret_doc = NULL;
+    if (sc->members != NULL && (part = json_object()) == NULL)
+        return EQ_UNSURE;
+    c = text_check_members(sc, doc, len, part);
+    if (c == EQ_MAYBE)
+        *ret_doc = part;
+    else
+        json_decref(part);
+    return c;
+}
+
 static enum sf_rc visit(void *arg, const char *doc, size_t len)
 {
     struct scan_ctx *sc = arg;
@@ -165,12 +210,18 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
         return SF_OK;
     }
     sc->read++;
-    if (sc->has_eq && eq_check(sc, doc, len) == EQ_MISS) {
-        /* No row can come of it: scanned (a resumed page skips it), never parsed. */
-        emu_query_exec_pass(sc->exec);
-        return emu_query_exec_done(sc->exec) ? SCAN_DONE : SF_OK;
+    v = NULL;
+    if (sc->has_eq || sc->members != NULL) {
+        enum eq_check c = text_check(sc, doc, len, &v);
+
+        if (c == EQ_MISS) {
+            /* No row can come of it: scanned (a resumed page skips it), never parsed. */
+            emu_query_exec_pass(sc->exec);
+            return emu_query_exec_done(sc->exec) ? SCAN_DONE : SF_OK;
+        }
     }
-    v = sf_json_parse(doc, len, NULL);
+    if (v == NULL)
+        v = sf_json_parse(doc, len, NULL);
     if (!v) {
         /* An older cosmolite stored it without a depth limit; never recurse into it. */
         if (sf_json_text_depth(doc, len, SF_JSON_MAX_DEPTH, NULL) > SF_JSON_MAX_DEPTH)
@@ -234,6 +285,9 @@ enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c
     /* A view rewrites documents before the query sees them: their text says nothing then. */
     sc.has_eq = view == NULL &&
                 emu_query_root_eq(q, &sc.eq_key, &sc.eq_key_len, &sc.eq_value, &sc.eq_value_len);
+    /* Only the members the query reads are parsed (a view needs the whole document). */
+    if (view != NULL || !emu_query_root_members(q, &sc.members))
+        sc.members = NULL;
     if (from != NULL) {
         emu_query_exec_resume(sc.exec, from);
         sc.skip_docs = from->docs;
@@ -297,6 +351,7 @@ enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c
     }
 out:
     json_decref(rows);
+    json_decref(sc.members);
     emu_query_exec_free(sc.exec);
     return rc;
 }

@@ -697,6 +697,37 @@ START_TEST(query_equality_checked_on_the_text_gives_the_parsed_answer)
     ck_assert_str_eq(ids, "a,b,e,g,i,l,m");
     query_ids("SELECT VALUE c.id FROM c WHERE c.type = 'ord\\u00e9r'", "100", ids, sizeof(ids));
     ck_assert_str_eq(ids, "h");
+    /*
+     * Only the members a query reads are parsed: each answer must equal the one
+     * over whole documents (a bare `c` anywhere makes the query parse them whole).
+     */
+    static const char *const member_queries[][2] = {
+        {"SELECT VALUE ToString([c.id, c.n, c.x]) FROM c WHERE c.type = 'order' OR c.id = 'k'",
+         "SELECT VALUE ToString([c.id, c.n, c.x]) FROM c WHERE (c.type = 'order' OR c.id = 'k') "
+         "AND IS_DEFINED(c)"},
+        {"SELECT VALUE c.id FROM c WHERE IS_DEFINED(c.x) OR ARRAY_LENGTH(c.meta) = 1",
+         "SELECT VALUE c.id FROM c WHERE (IS_DEFINED(c.x) OR ARRAY_LENGTH(c.meta) = 1) AND "
+         "IS_DEFINED(c)"},
+        {"SELECT VALUE ToString(COUNT(1)) FROM c WHERE c.type = 'order'",
+         "SELECT VALUE ToString(COUNT(1)) FROM c WHERE c.type = 'order' AND IS_DEFINED(c)"},
+        {"SELECT VALUE ToString([c.k, c.s]) FROM c WHERE c.type = 'order' ORDER BY c.id",
+         "SELECT VALUE ToString([c.k, c.s]) FROM c WHERE c.type = 'order' AND "
+         "IS_DEFINED(c) ORDER BY c.id"},
+    };
+    for (size_t i = 0; i < SF_ARRAY_LEN(member_queries); i++) {
+        char whole[512];
+
+        query_ids(member_queries[i][0], "2", ids, sizeof(ids));
+        query_ids(member_queries[i][1], "2", whole, sizeof(whole));
+        ck_assert_str_eq(ids, whole);
+        ck_assert_uint_gt(strlen(ids), 0);
+    }
+    query_ids("SELECT VALUE c.id FROM c WHERE IS_DEFINED(c.x) OR ARRAY_LENGTH(c.meta) = 1", "100",
+              ids, sizeof(ids));
+    ck_assert_str_eq(ids, "e,f");
+    query_ids("SELECT VALUE c.id FROM c WHERE c['type'] = 'event' ORDER BY c.id", "100", ids,
+              sizeof(ids));
+    ck_assert_str_eq(ids, "b,e");
 }
 END_TEST
 
