@@ -6,6 +6,7 @@
  */
 #include "common/sf_base.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -21,7 +22,9 @@ struct emu_delay_entry {
 
 struct emu_delay {
     pthread_mutex_t mu;
-    pthread_cond_t wake; /* on CLOCK_MONOTONIC */
+    pthread_cond_t wake;  /* on CLOCK_MONOTONIC */
+    pthread_cond_t sleep; /* emu_delay_sleep's callers; on CLOCK_MONOTONIC; broadcast on close */
+    int sleeping;         /* callers inside emu_delay_sleep, counted with n against cap */
     pthread_t thread;
     bool started;
     bool closing;
@@ -120,9 +123,11 @@ enum sf_rc emu_delay_new(int max_pending, struct emu_delay **ret_delay, struct s
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&d->wake, &ca);
+    pthread_cond_init(&d->sleep, &ca);
     pthread_condattr_destroy(&ca);
     if (pthread_create(&d->thread, NULL, delay_main, d) != 0) {
         pthread_cond_destroy(&d->wake);
+        pthread_cond_destroy(&d->sleep);
         pthread_mutex_destroy(&d->mu);
         rc = sf_err_set(err, SF_EIO, false, "cannot start the latency timer thread");
         goto out;
@@ -144,15 +149,37 @@ bool emu_delay_add(struct emu_delay *d, int64_t delay_ms, emu_delay_fn fn, void 
 
     e.due_us = sf_mono_us() + (delay_ms > 0 ? delay_ms * 1000 : 0);
     pthread_mutex_lock(&d->mu);
-    if (!d->closing && d->n < d->cap) {
+    if (!d->closing && d->n + d->sleeping < d->cap) {
         e.seq = d->seq++;
         heap_push(d, &e);
-        if (d->n > d->max_seen)
-            d->max_seen = d->n;
+        if (d->n + d->sleeping > d->max_seen)
+            d->max_seen = d->n + d->sleeping;
         /* Only a new earliest entry changes how long the thread should sleep. */
         if (d->heap[0].seq == e.seq)
             pthread_cond_signal(&d->wake);
         ok = true;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return ok;
+}
+
+bool emu_delay_sleep(struct emu_delay *d, int64_t delay_ms)
+{
+    int64_t due = sf_mono_us() + (delay_ms > 0 ? delay_ms * 1000 : 0);
+    struct timespec until = {.tv_sec = (time_t)(due / 1000000),
+                             .tv_nsec = (long)(due % 1000000) * 1000};
+    bool ok = false;
+
+    pthread_mutex_lock(&d->mu);
+    if (!d->closing && d->n + d->sleeping < d->cap) {
+        ok = true;
+        d->sleeping++;
+        if (d->n + d->sleeping > d->max_seen)
+            d->max_seen = d->n + d->sleeping;
+        /* Only the deadline or the close ends the wait (a spurious wake-up waits again). */
+        while (!d->closing && pthread_cond_timedwait(&d->sleep, &d->mu, &until) != ETIMEDOUT)
+            ;
+        d->sleeping--;
     }
     pthread_mutex_unlock(&d->mu);
     return ok;
@@ -166,6 +193,7 @@ void emu_delay_close(struct emu_delay *d)
     join = d->started && !d->closing;
     d->closing = true;
     pthread_cond_signal(&d->wake);
+    pthread_cond_broadcast(&d->sleep);
     pthread_mutex_unlock(&d->mu);
     if (join)
         pthread_join(d->thread, NULL);
@@ -196,6 +224,7 @@ void emu_delay_free(struct emu_delay *d)
         return;
     emu_delay_close(d);
     pthread_cond_destroy(&d->wake);
+    pthread_cond_destroy(&d->sleep);
     pthread_mutex_destroy(&d->mu);
     free(d->heap);
     free(d);

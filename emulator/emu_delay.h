@@ -5,7 +5,9 @@
  * once it is due. The HTTP front end suspends a connection whose response is
  * ready, schedules its resumption here and returns, so a delayed response
  * occupies no worker thread: any number of delayed responses can be in flight
- * at once and none waits behind another.
+ * at once and none waits behind another. With one thread per connection
+ * (nothing to suspend) the connection's thread sleeps in emu_delay_sleep
+ * instead, which costs no timer-thread wake-up.
  *
  * Thread-safety: every function may be called from any thread. Callbacks run
  * on the timer thread (or, from emu_delay_close, on the closing thread), one
@@ -35,8 +37,17 @@ enum sf_rc emu_delay_new(int max_pending, struct emu_delay **ret_delay, struct s
 bool emu_delay_add(struct emu_delay *d, int64_t delay_ms, emu_delay_fn fn, void *arg);
 
 /*
- * Refuses new entries, calls every pending callback now (early) on the
- * calling thread and stops the timer thread. Idempotent.
+ * Waits on the calling thread until delay_ms milliseconds from now or until
+ * the timer closes, whichever comes first; counts as pending meanwhile (cap
+ * and emu_delay_max_pending). For a caller that has a thread to spare (one
+ * thread per connection): no callback, no wake-up of the timer thread.
+ * Returns false at once, without waiting, when closing or full.
+ */
+bool emu_delay_sleep(struct emu_delay *d, int64_t delay_ms);
+/*
+ * Refuses new entries, wakes every emu_delay_sleep caller, calls every pending
+ * callback now (early) on the calling thread and stops the timer thread.
+ * Idempotent.
  */
 void emu_delay_close(struct emu_delay *d);
 

@@ -56,7 +56,6 @@ struct emu_http {
     int latency_ms, jitter_ms;
     bool per_connection; /* one thread per connection (no suspending then) */
     atomic_uint_fast64_t jitter_seq;
-    pthread_mutex_t hold_mu; /* guards conn_state.fired */
 };
 
 /* Per-request state kept by libmicrohttpd between callbacks. */
@@ -71,8 +70,6 @@ struct conn_state {
     struct emu_response *resp;
     struct emu_http *h;          /* for the timer callback */
     struct MHD_Connection *conn; /* to resume */
-    bool fired;                  /* thread per connection: the latency has passed */
-    pthread_cond_t wake;         /* thread per connection: signalled when fired */
 };
 
 /* The latency of one response: latency +- jitter, uniform, at least 0. */
@@ -91,19 +88,12 @@ static int64_t response_delay_ms(struct emu_http *h)
     return d > 0 ? d : 0;
 }
 
-/* The timer callback: the held response may go now. */
+/* The timer callback: the held response may go now (thread pool: resume the connection). */
 static void release_held(void *arg)
 {
     struct conn_state *st = arg;
 
-    if (!st->h->per_connection) {
-        MHD_resume_connection(st->conn);
-        return;
-    }
-    pthread_mutex_lock(&st->h->hold_mu);
-    st->fired = true;
-    pthread_cond_signal(&st->wake);
-    pthread_mutex_unlock(&st->h->hold_mu);
+    MHD_resume_connection(st->conn);
 }
 
 /*
@@ -111,38 +101,31 @@ static void release_held(void *arg)
  * connection is suspended and the response kept in st: returns true, and
  * libmicrohttpd calls on_request again once the timer resumed it. With one
  * thread per connection (which libmicrohttpd cannot suspend) the
- * connection's own thread waits, which holds up no other connection, and
- * returns false: the caller sends resp. Either way the timer decides when,
- * so closing the server releases every held response at once.
+ * connection's own thread sleeps until the response is due, which holds up
+ * no other connection, and returns false: the caller sends resp. Either way
+ * closing the timer ends the wait, so closing the server releases every held
+ * response at once.
  */
 static bool hold_response(struct emu_http *h, struct conn_state *st, struct MHD_Connection *conn,
                           struct emu_response *resp)
 {
+    if (h->per_connection) {
+        (void)emu_delay_sleep(h->delay, response_delay_ms(h)); /* refused: send it now */
+        return false;
+    }
     st->h = h;
     st->conn = conn;
-    if (!h->per_connection) {
-        /* Out of memory: send it now rather than fail the request. */
-        st->resp = malloc(sizeof(*st->resp));
-        if (!st->resp)
-            return false;
-        /* Suspend first: the timer may fire at once. Refused (closing, full): resume now. */
-        *st->resp = *resp;
-        st->held = true;
-        MHD_suspend_connection(conn);
-        if (!emu_delay_add(h->delay, response_delay_ms(h), release_held, st))
-            MHD_resume_connection(conn);
-        return true;
-    }
-    st->fired = false;
-    pthread_cond_init(&st->wake, NULL);
-    if (emu_delay_add(h->delay, response_delay_ms(h), release_held, st)) {
-        pthread_mutex_lock(&h->hold_mu);
-        while (!st->fired)
-            pthread_cond_wait(&st->wake, &h->hold_mu);
-        pthread_mutex_unlock(&h->hold_mu);
-    }
-    pthread_cond_destroy(&st->wake);
-    return false;
+    /* Out of memory: send it now rather than fail the request. */
+    st->resp = malloc(sizeof(*st->resp));
+    if (!st->resp)
+        return false;
+    /* Suspend first: the timer may fire at once. Refused (closing, full): resume now. */
+    *st->resp = *resp;
+    st->held = true;
+    MHD_suspend_connection(conn);
+    if (!emu_delay_add(h->delay, response_delay_ms(h), release_held, st))
+        MHD_resume_connection(conn);
+    return true;
 }
 
 /*
@@ -675,7 +658,6 @@ enum sf_rc emu_http_start(const struct emu_http_opts *opts, struct emu_router *r
     h->latency_ms = opts->latency_ms;
     h->jitter_ms = opts->jitter_ms;
     h->per_connection = (flags & MHD_USE_THREAD_PER_CONNECTION) != 0;
-    pthread_mutex_init(&h->hold_mu, NULL);
     /* One held response per connection at most. */
     if (latency && (rc = emu_delay_new((int)max_conn, &h->delay, err)) != SF_OK)
         goto out;
@@ -747,7 +729,6 @@ out:
         pthread_cond_destroy(&h->acc_cond);
         pthread_mutex_destroy(&h->acc_mu);
         emu_delay_free(h->delay);
-        pthread_mutex_destroy(&h->hold_mu);
         sf_connguard_free(h->guard);
         free(h);
     }
@@ -786,7 +767,6 @@ void emu_http_free(struct emu_http *h)
     pthread_cond_destroy(&h->acc_cond);
     pthread_mutex_destroy(&h->acc_mu);
     emu_delay_free(h->delay);
-    pthread_mutex_destroy(&h->hold_mu);
     sf_connguard_free(h->guard); /* after the daemon: its close callbacks use the guard */
     free(h);
 }

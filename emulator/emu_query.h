@@ -250,6 +250,28 @@ struct emu_query_cursor {
 };
 
 /*
+ * A condition every matching document meets that can be checked on the
+ * stored text without parsing it: the WHERE clause is, or begins with the
+ * conjunct, root.<key> = '<literal>' (either side; a literal or a bound
+ * string parameter). A document whose top-level member key is absent, not a
+ * string or another string makes that conjunct undefined or false, so it
+ * produces no row, and since it is the first conjunct evaluated nothing
+ * before it can fail on that document. Returns false when q has no such
+ * conjunct; else sets the key's and the literal's bytes (owned by q).
+ */
+bool emu_query_root_eq(const struct emu_query *q, const char **ret_key, size_t *ret_key_len,
+                       const char **ret_value, size_t *ret_value_len);
+
+/*
+ * The document's top-level members q can read: true, with *ret_names a new
+ * JSON array of their names, when every use of the FROM alias is a member
+ * access root.name (so a document holding only those members gives every
+ * expression the same value); false when q reads the document whole
+ * (SELECT *, the bare alias, root[expr]) or has no FROM.
+ */
+bool emu_query_root_members(const struct emu_query *q, json_t **ret_names);
+
+/*
  * True when pages of q resume by scan position: streaming, no DISTINCT (its
  * set of seen rows would be lost) and a FROM. Such a page may end with no
  * rows when its time runs out and still make progress.

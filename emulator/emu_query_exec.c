@@ -902,6 +902,89 @@ bool emu_query_needs_plan(const struct emu_query *q)
            q->ngroup > 0;
 }
 
+/* n is root.<name> with a string name: sets the name's bytes. */
+static bool root_member(const struct qnode *n, const char **name, size_t *len)
+{
+    if (n->kind != QN_PROP || n->nkids < 1 || n->kids[0]->kind != QN_ROOT ||
+        !json_is_string(n->value))
+        return false;
+    *name = json_string_value(n->value);
+    *len = json_string_length(n->value);
+    return true;
+}
+
+bool emu_query_root_eq(const struct emu_query *q, const char **ret_key, size_t *ret_key_len,
+                       const char **ret_value, size_t *ret_value_len)
+{
+    const struct qnode *n = q->where, *lit;
+
+    if (n == NULL || !q->has_from)
+        return false;
+    if (n->kind == QN_AND && n->nkids > 0)
+        n = n->kids[0]; /* evaluated first, left to right */
+    if (n->kind != QN_BINARY || n->op != QOP_EQ || n->nkids != 2)
+        return false;
+    if (root_member(n->kids[0], ret_key, ret_key_len))
+        lit = n->kids[1];
+    else if (root_member(n->kids[1], ret_key, ret_key_len))
+        lit = n->kids[0];
+    else
+        return false;
+    if (lit->kind != QN_CONST || !json_is_string(lit->value))
+        return false;
+    *ret_value = json_string_value(lit->value);
+    *ret_value_len = json_string_length(lit->value);
+    return true;
+}
+
+/* Adds the members n reads to names; false when n reads the document otherwise. */
+static bool root_refs(const struct qnode *n, json_t *names)
+{
+    const char *name;
+    size_t len, i;
+    json_t *v;
+
+    if (n == NULL)
+        return true;
+    if (n->kind == QN_ROOT)
+        return false; /* the whole document */
+    if (root_member(n, &name, &len)) {
+        json_array_foreach(names, i, v)
+        {
+            if (json_string_length(v) == len && memcmp(json_string_value(v), name, len) == 0)
+                return true;
+        }
+        return json_array_append_new(names, json_stringn(name, len)) == 0;
+    }
+    for (i = 0; i < n->nkids; i++)
+        if (!root_refs(n->kids[i], names))
+            return false;
+    return true;
+}
+
+bool emu_query_root_members(const struct emu_query *q, json_t **ret_names)
+{
+    json_t *names;
+    bool ok;
+    size_t i;
+
+    if (!q->has_from || q->select_star || (names = json_array()) == NULL)
+        return false;
+    ok = root_refs(q->where, names) && (!q->select_value || root_refs(q->value_expr, names));
+    for (i = 0; ok && i < q->nitems; i++)
+        ok = root_refs(q->items[i].expr, names);
+    for (i = 0; ok && i < q->norder; i++)
+        ok = root_refs(q->order[i].expr, names);
+    for (i = 0; ok && i < q->ngroup; i++)
+        ok = root_refs(q->group[i].expr, names);
+    if (!ok) {
+        json_decref(names);
+        return false;
+    }
+    *ret_names = names;
+    return true;
+}
+
 bool emu_query_is_streaming(const struct emu_query *q)
 {
     return q->norder == 0 && q->naggs == 0 && q->ngroup == 0;

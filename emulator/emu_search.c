@@ -1,10 +1,19 @@
 #include "common/sf_base.h"
 
+#include <ctype.h>
+#include <string.h>
+
 #include "common/sf_json.h"
 #include "emulator/emu_search.h"
 
 struct scan_ctx {
     struct emu_query_exec *exec;
+    /* emu_query_root_eq's conjunct, checked on the text before parsing (has_eq) */
+    bool has_eq;
+    const char *eq_key, *eq_value;
+    size_t eq_key_len, eq_value_len;
+    /* emu_query_root_members: the members to parse, or NULL for the whole document */
+    json_t *members;
     uint64_t skip_docs; /* a resumed page: documents an earlier page processed */
     struct sf_err *err;
     size_t read;
@@ -13,6 +22,182 @@ struct scan_ctx {
 
 /* Sentinel return: the execution needs no more documents. */
 #define SCAN_DONE SF_ESTATE
+
+/* ---- the text pre-check ------------------------------------------------------- */
+
+/*
+ * What the stored text says about the first conjunct root.key = 'value'
+ * (when sc->has_eq) and, when sc->members, the document the query needs:
+ * *ret_doc a new object holding only those members, each parsed from its own
+ * text. EQ_UNSURE whenever the text is anything but a plain, well-formed
+ * object (an escape in a key or in that member's string, a repeated key,
+ * nesting near the depth limit, a malformed token): the document is then
+ * parsed whole as always, so every error it would raise is still raised.
+ */
+enum eq_check { EQ_UNSURE, EQ_MISS, EQ_MAYBE };
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* p at an opening quote: the byte after the closing one, or NULL; *esc when it holds a '\\'. */
+static const char *skip_string(const char *p, const char *end, bool *esc)
+{
+    for (p++; p < end; p++) {
+        if (*p == '"')
+            return p + 1;
+        if ((unsigned char)*p < 0x20)
+            return NULL;
+        if (*p == '\\') {
+            *esc = true;
+            if (++p == end)
+                return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* Skips one JSON value at p (after white space); NULL when malformed or too deep. */
+static const char *skip_value(const char *p, const char *end)
+{
+    int depth = 0;
+    bool esc = false;
+
+    do {
+        p = skip_ws(p, end);
+        if (p == end)
+            return NULL;
+        if (*p == '"') {
+            if (!(p = skip_string(p, end, &esc)))
+                return NULL;
+        } else if (*p == '{' || *p == '[') {
+            if (++depth >= SF_JSON_MAX_DEPTH / 2)
+                return NULL; /* let the parser judge it */
+            p++;
+            continue;
+        } else if (*p == '}' || *p == ']') {
+            if (depth == 0)
+                return NULL;
+            depth--;
+            p++;
+        } else if (*p == ',' || *p == ':') {
+            if (depth == 0)
+                return NULL;
+            p++;
+            continue;
+        } else {
+            const char *t = p;
+            while (p < end && (isalnum((unsigned char)*p) || *p == '-' || *p == '+' || *p == '.'))
+                p++;
+            if (p == t)
+                return NULL;
+        }
+    } while (depth > 0);
+    return p;
+}
+
+/* Whether name (len bytes) is one of sc->members. */
+static bool wanted(const struct scan_ctx *sc, const char *name, size_t len)
+{
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(sc->members, i, v)
+    {
+        if (json_string_length(v) == len && memcmp(json_string_value(v), name, len) == 0)
+            return true;
+    }
+    return false;
+}
+
+static enum eq_check text_check_members(const struct scan_ctx *sc, const char *doc, size_t len,
+                                        json_t *part)
+{
+    const char *p = doc, *end = doc + len;
+    enum eq_check found = sc->has_eq ? EQ_MISS : EQ_MAYBE; /* absent: undefined, so no row */
+    bool seen = false;
+
+    p = skip_ws(p, end);
+    if (p == end || *p++ != '{')
+        return EQ_UNSURE;
+    p = skip_ws(p, end);
+    if (p < end && *p == '}')
+        return found;
+    for (;;) {
+        const char *k, *v;
+        size_t klen;
+        bool esc = false;
+
+        p = skip_ws(p, end);
+        if (p == end || *p != '"')
+            return EQ_UNSURE;
+        k = p + 1;
+        if (!(p = skip_string(p, end, &esc)) || esc)
+            return EQ_UNSURE;
+        klen = (size_t)(p - 1 - k);
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ':')
+            return EQ_UNSURE;
+        v = skip_ws(p, end);
+        if (!(p = skip_value(v, end)))
+            return EQ_UNSURE;
+        if (part != NULL && wanted(sc, k, klen)) {
+            json_t *val;
+
+            if (json_object_getn(part, k, klen) != NULL)
+                return EQ_UNSURE; /* repeated */
+            val = sf_json_parse(v, (size_t)(p - v), NULL);
+            if (val == NULL || json_object_setn_new(part, k, klen, val) != 0)
+                return EQ_UNSURE; /* whatever it is, the full parse says it */
+        }
+        if (sc->has_eq && klen == sc->eq_key_len && memcmp(k, sc->eq_key, klen) == 0) {
+            if (seen)
+                return EQ_UNSURE; /* which one counts is the parser's business */
+            seen = true;
+            if (*v != '"') {
+                found = EQ_MISS; /* not a string: the comparison is undefined */
+            } else {
+                esc = false;
+                (void)skip_string(v, end, &esc);
+                if (esc)
+                    return EQ_UNSURE;
+                found = (size_t)(p - 2 - v) == sc->eq_value_len &&
+                                memcmp(v + 1, sc->eq_value, sc->eq_value_len) == 0
+                            ? EQ_MAYBE
+                            : EQ_MISS;
+            }
+        }
+        p = skip_ws(p, end);
+        if (p == end)
+            return EQ_UNSURE;
+        if (*p == '}')
+            break;
+        if (*p++ != ',')
+            return EQ_UNSURE;
+    }
+    p = skip_ws(p + 1, end);
+    return p == end ? found : EQ_UNSURE;
+}
+
+static enum eq_check text_check(const struct scan_ctx *sc, const char *doc, size_t len,
+                                json_t **ret_doc)
+{
+    json_t *part = NULL;
+    enum eq_check c;
+
+    *ret_doc = NULL;
+    if (sc->members != NULL && (part = json_object()) == NULL)
+        return EQ_UNSURE;
+    c = text_check_members(sc, doc, len, part);
+    if (c == EQ_MAYBE)
+        *ret_doc = part;
+    else
+        json_decref(part);
+    return c;
+}
 
 static enum sf_rc visit(void *arg, const char *doc, size_t len)
 {
@@ -25,7 +210,18 @@ static enum sf_rc visit(void *arg, const char *doc, size_t len)
         return SF_OK;
     }
     sc->read++;
-    v = sf_json_parse(doc, len, NULL);
+    v = NULL;
+    if (sc->has_eq || sc->members != NULL) {
+        enum eq_check c = text_check(sc, doc, len, &v);
+
+        if (c == EQ_MISS) {
+            /* No row can come of it: scanned (a resumed page skips it), never parsed. */
+            emu_query_exec_pass(sc->exec);
+            return emu_query_exec_done(sc->exec) ? SCAN_DONE : SF_OK;
+        }
+    }
+    if (v == NULL)
+        v = sf_json_parse(doc, len, NULL);
     if (!v) {
         /* An older cosmolite stored it without a depth limit; never recurse into it. */
         if (sf_json_text_depth(doc, len, SF_JSON_MAX_DEPTH, NULL) > SF_JSON_MAX_DEPTH)
@@ -86,6 +282,12 @@ enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c
         return rc;
     if (budget != NULL)
         emu_query_exec_set_budget(sc.exec, budget);
+    /* A view rewrites documents before the query sees them: their text says nothing then. */
+    sc.has_eq = view == NULL &&
+                emu_query_root_eq(q, &sc.eq_key, &sc.eq_key_len, &sc.eq_value, &sc.eq_value_len);
+    /* Only the members the query reads are parsed (a view needs the whole document). */
+    if (view != NULL || !emu_query_root_members(q, &sc.members))
+        sc.members = NULL;
     if (from != NULL) {
         emu_query_exec_resume(sc.exec, from);
         sc.skip_docs = from->docs;
@@ -149,6 +351,7 @@ enum sf_rc emu_search_run_view(struct emu_store *s, const struct emu_coll_ref *c
     }
 out:
     json_decref(rows);
+    json_decref(sc.members);
     emu_query_exec_free(sc.exec);
     return rc;
 }

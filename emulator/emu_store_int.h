@@ -270,8 +270,16 @@ enum sf_rc emu_store_out_fail(enum sf_rc rc, const char *what, struct sf_err *er
  * data and may BEGIN its own transaction. Called without the lock.
  */
 void emu_store_lock(struct emu_store *s);
-/* Releases s->mu taken by emu_store_lock. */
+/* Releases s->mu taken by emu_store_lock or emu_store_cache_lock. */
 void emu_store_unlock(struct emu_store *s);
+/*
+ * Takes s->mu for a caller that reads only the in-memory caches (s->dbs,
+ * s->colls and their names, rids and paths), never SQL: an open group stays
+ * open. The caches hold committed state only (a container change commits the
+ * group first and updates them after its own COMMIT), and the fields a group
+ * changes (lsn_pending) are not read. Release with emu_store_unlock.
+ */
+void emu_store_cache_lock(struct emu_store *s);
 
 /*
  * A document write announces itself before its lock-free preparation

@@ -1209,7 +1209,11 @@ enum sf_rc emu_store_coll_resolve(struct emu_store *s, const char *db, const cha
 
     if (db == NULL || coll == NULL || ret_ref == NULL)
         return emu_store_fail(err, SF_EINVAL, 400, 0, "container: no database or id given");
-    emu_store_lock(s);
+    /*
+     * Caches only: committing the open group here would end it every time a
+     * request arrives, and the writers queued behind it would each commit alone.
+     */
+    emu_store_cache_lock(s);
     d = rid_based ? emu_db_by_rid(s, db) : emu_db_by_id(s, db);
     if (d == NULL) {
         rc = emu_store_fail(err, SF_ENOTFOUND, 404, 1003, "database '%s' does not exist", db);

@@ -613,6 +613,124 @@ START_TEST(query_pages_end_at_max_page_bytes_with_a_continuation)
 }
 END_TEST
 
+/* Runs query (SQL text without quotes inside) page by page, max_items a page; the ids in order. */
+static void query_ids(const char *sql, const char *max_items, char *out, size_t cap)
+{
+    static struct test_req t;
+    char body[512], cont[256] = "";
+    struct emu_request req;
+    struct emu_response r;
+
+    out[0] = '\0';
+    snprintf(body, sizeof(body), "{\"query\":\"%s\"}", sql);
+    do {
+        json_t *v, *d;
+        size_t i;
+
+        memset(&t, 0, sizeof(t));
+        sign(&t, "POST", "docs", "dbs/d/colls/c");
+        add_hdr(&t, "x-ms-documentdb-isquery", "True");
+        add_hdr(&t, "content-type", "application/query+json");
+        add_hdr(&t, "x-ms-documentdb-partitionkey", "[\"p1\"]");
+        add_hdr(&t, "x-ms-max-item-count", max_items);
+        if (cont[0] != '\0')
+            add_hdr(&t, "x-ms-continuation", cont);
+        memset(&req, 0, sizeof(req));
+        req.method = "POST";
+        req.path = "/dbs/d/colls/c/docs";
+        req.header = lookup;
+        req.hctx = &t;
+        req.body = body;
+        req.body_len = strlen(body);
+        emu_response_init(&r, 1 << 20);
+        emu_router_handle(&router, &req, &r);
+        ck_assert_msg(r.status == 200, "%s: %d %s", sql, r.status, sf_buf_cstr(&r.body));
+        v = resp_json(&r);
+        json_array_foreach(json_object_get(v, "Documents"), i, d)
+        {
+            size_t len = strlen(out);
+            int n = snprintf(out + len, cap - len, "%s%s", len > 0 ? "," : "",
+                             json_is_string(d) ? json_string_value(d) : "?");
+            ck_assert(n > 0 && (size_t)n < cap - len);
+        }
+        json_decref(v);
+        snprintf(cont, sizeof(cont), "%s",
+                 resp_hdr(&r, "x-ms-continuation") ? resp_hdr(&r, "x-ms-continuation") : "");
+        emu_response_release(&r);
+    } while (cont[0] != '\0');
+}
+
+START_TEST(query_equality_checked_on_the_text_gives_the_parsed_answer)
+{
+    /* The first conjunct root.type = 'order' is checked on the stored text; only
+     * documents it cannot match are left unparsed. Each is a trap for a text check. */
+    static const char *docs[] = {
+        "{\"id\":\"a\",\"pk\":\"p1\",\"type\":\"order\"}",
+        "{\"id\":\"b\",\"pk\":\"p1\",\"type\":\"event\"}",
+        "{\"id\":\"c\",\"pk\":\"p1\"}",
+        "{\"id\":\"d\",\"pk\":\"p1\",\"type\":5}",
+        "{\"id\":\"e\",\"pk\":\"p1\",\"x\":{\"type\":\"order\"},\"type\":\"event\"}",
+        "{\"id\":\"f\",\"pk\":\"p1\",\"meta\":[{\"type\":\"order\"}]}",
+        "{\"id\":\"g\",\"pk\":\"p1\",\"k\":\"a\\\"b}\",\"type\":\"order\"}",
+        "{\"id\":\"h\",\"pk\":\"p1\",\"type\":\"ord\\u00e9r\"}",
+        "{\"id\":\"i\",\"pk\":\"p1\",\"s\":\", \\\"type\\\": \\\"x\\\"}\",\"type\":\"order\"}",
+        "{\"id\":\"j\",\"pk\":\"p1\",\"type\":\"order \"}",
+        "{\"id\":\"k\",\"pk\":\"p1\",\"type\":null,\"n\":[1,-2.5e3,true,false,null]}",
+        "{\"id\":\"l\",\"pk\":\"p1\",\"n\":[1,{\"a\":[]}],\"type\":\"order\",\"z\":{}}",
+        "{\"id\":\"m\",\"pk\":\"p1\",\"type\":\"\\u006frder\"}",
+    };
+    char ids[256];
+
+    make_container();
+    for (size_t i = 0; i < SF_ARRAY_LEN(docs); i++)
+        post_doc(docs[i]);
+    query_ids("SELECT VALUE c.id FROM c WHERE c.type = 'order' AND c.id != 'zz' ORDER BY c.id",
+              "100", ids, sizeof(ids));
+    ck_assert_str_eq(ids, "a,g,i,l,m");
+    query_ids("SELECT VALUE c.id FROM c WHERE 'order' = c.type", "100", ids, sizeof(ids));
+    ck_assert_str_eq(ids, "a,g,i,l,m");
+    /* A page at a time: the skipped documents count for the continuation too. */
+    query_ids("SELECT VALUE c.id FROM c WHERE c.type = 'order'", "1", ids, sizeof(ids));
+    ck_assert_str_eq(ids, "a,g,i,l,m");
+    query_ids("SELECT VALUE c.id FROM c WHERE c.type = 'event' OR c.type = 'order'", "2", ids,
+              sizeof(ids));
+    ck_assert_str_eq(ids, "a,b,e,g,i,l,m");
+    query_ids("SELECT VALUE c.id FROM c WHERE c.type = 'ord\\u00e9r'", "100", ids, sizeof(ids));
+    ck_assert_str_eq(ids, "h");
+    /*
+     * Only the members a query reads are parsed: each answer must equal the one
+     * over whole documents (a bare `c` anywhere makes the query parse them whole).
+     */
+    static const char *const member_queries[][2] = {
+        {"SELECT VALUE ToString([c.id, c.n, c.x]) FROM c WHERE c.type = 'order' OR c.id = 'k'",
+         "SELECT VALUE ToString([c.id, c.n, c.x]) FROM c WHERE (c.type = 'order' OR c.id = 'k') "
+         "AND IS_DEFINED(c)"},
+        {"SELECT VALUE c.id FROM c WHERE IS_DEFINED(c.x) OR ARRAY_LENGTH(c.meta) = 1",
+         "SELECT VALUE c.id FROM c WHERE (IS_DEFINED(c.x) OR ARRAY_LENGTH(c.meta) = 1) AND "
+         "IS_DEFINED(c)"},
+        {"SELECT VALUE ToString(COUNT(1)) FROM c WHERE c.type = 'order'",
+         "SELECT VALUE ToString(COUNT(1)) FROM c WHERE c.type = 'order' AND IS_DEFINED(c)"},
+        {"SELECT VALUE ToString([c.k, c.s]) FROM c WHERE c.type = 'order' ORDER BY c.id",
+         "SELECT VALUE ToString([c.k, c.s]) FROM c WHERE c.type = 'order' AND "
+         "IS_DEFINED(c) ORDER BY c.id"},
+    };
+    for (size_t i = 0; i < SF_ARRAY_LEN(member_queries); i++) {
+        char whole[512];
+
+        query_ids(member_queries[i][0], "2", ids, sizeof(ids));
+        query_ids(member_queries[i][1], "2", whole, sizeof(whole));
+        ck_assert_str_eq(ids, whole);
+        ck_assert_uint_gt(strlen(ids), 0);
+    }
+    query_ids("SELECT VALUE c.id FROM c WHERE IS_DEFINED(c.x) OR ARRAY_LENGTH(c.meta) = 1", "100",
+              ids, sizeof(ids));
+    ck_assert_str_eq(ids, "e,f");
+    query_ids("SELECT VALUE c.id FROM c WHERE c['type'] = 'event' ORDER BY c.id", "100", ids,
+              sizeof(ids));
+    ck_assert_str_eq(ids, "b,e");
+}
+END_TEST
+
 /* Reads the container's _rid and its database's _rid from a GET of dbs/d/colls/c. */
 static void coll_rids(const char *db, const char *coll, char *db_rid, char *coll_rid, size_t cap)
 {
@@ -963,6 +1081,7 @@ static Suite *router_suite(void)
                                     query_result_row_deeper_than_the_writer_bound_is_400,
                                     query_of_a_hung_up_client_is_dropped,
                                     query_pages_end_at_max_page_bytes_with_a_continuation,
+                                    query_equality_checked_on_the_text_gives_the_parsed_answer,
                                     rid_form_signature_does_not_open_a_named_document,
                                     rid_form_signature_opens_only_the_resource_with_that_rid,
                                     rid_form_miss_names_the_rid_and_headers_stay_unique,

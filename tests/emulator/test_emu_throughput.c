@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "common/sf_time.h"
 #include "emulator/emu_delay.h"
@@ -245,6 +246,57 @@ START_TEST(delay_close_fires_everything_early_and_refuses_more)
 }
 END_TEST
 
+struct sleeper {
+    struct emu_delay *d;
+    int64_t ms;
+    atomic_int state; /* 0 before, 1 sleeping (about to), 2 slept, 3 refused */
+};
+
+static void *sleeper_main(void *arg)
+{
+    struct sleeper *sl = arg;
+
+    atomic_store(&sl->state, 1);
+    atomic_store(&sl->state, emu_delay_sleep(sl->d, sl->ms) ? 2 : 3);
+    return NULL;
+}
+
+START_TEST(delay_sleep_waits_counts_in_flight_and_ends_on_close)
+{
+    struct sleeper sl[2];
+    pthread_t th[2];
+    struct emu_delay *d = NULL;
+    struct sf_err err;
+    int64_t start, deadline;
+
+    ck_assert_int_eq(emu_delay_new(2, &d, &err), SF_OK);
+    start = sf_mono_ms();
+    ck_assert(emu_delay_sleep(d, 50));
+    ck_assert_int_ge(sf_mono_ms() - start, 50); /* never early: a lower bound only */
+    ck_assert_int_eq(emu_delay_max_pending(d), 1);
+    /* Two sleep for ten minutes; a timer entry then finds the cap reached. */
+    for (int i = 0; i < 2; i++) {
+        sl[i].d = d;
+        sl[i].ms = 600000;
+        atomic_init(&sl[i].state, 0);
+        ck_assert_int_eq(pthread_create(&th[i], NULL, sleeper_main, &sl[i]), 0);
+    }
+    deadline = sf_mono_ms() + 30000;
+    while (emu_delay_max_pending(d) < 2 && sf_mono_ms() < deadline)
+        sf_sleep_ms(5);
+    ck_assert_int_eq(emu_delay_max_pending(d), 2);
+    ck_assert(!emu_delay_add(d, 1, on_fire, NULL)); /* full: the caller answers at once */
+    ck_assert(!emu_delay_sleep(d, 1));
+    emu_delay_close(d); /* wakes both: the joins return long before ten minutes */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_int_eq(atomic_load(&sl[i].state), 2);
+    }
+    ck_assert(!emu_delay_sleep(d, 600000)); /* closed: refused without waiting */
+    emu_delay_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("twin");
@@ -255,6 +307,7 @@ int main(void)
                                     budget_is_split_over_ranges, many_owners_grow_the_table,
                                     registry_never_stays_full_and_forgets_deleted_owners,
                                     delay_fires_in_due_order_and_counts_in_flight,
-                                    delay_close_fires_everything_early_and_refuses_more, NULL});
+                                    delay_close_fires_everything_early_and_refuses_more,
+                                    delay_sleep_waits_counts_in_flight_and_ends_on_close, NULL});
     return sf_check_run(s);
 }
