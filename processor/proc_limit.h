@@ -101,6 +101,7 @@ struct proc_limit {
     unsigned base;  /* the accepted limit (limit differs while probing) */
     enum proc_limit_phase phase;
     bool slow_start;
+    unsigned ups;       /* up probes accepted in a row (RESUME_UPS resumes slow start) */
     bool last_up;       /* direction of the last probe */
     bool rejected_once; /* one direction rejected since the last accept */
     unsigned hold, hold_next;
