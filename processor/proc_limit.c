@@ -5,7 +5,11 @@
  * which work waited for a slot. The base window measures the accepted
  * limit; a probe window measures limit +/- step and is judged against the
  * base window just before it. An accepted probe's window is the next base
- * measurement, so climbing costs one window per step.
+ * measurement, so climbing costs one window per step - a quarter of the
+ * limit once slow start (doubling) ended. So slow start resumes after
+ * RESUME_UPS accepted up probes in a row, and a doubling that gained less
+ * than it must is followed at once by a probe of half its step (decide);
+ * issue 24's 20 ms backlog is over in 5-10 s, the climb must be too.
  */
 #include "common/sf_base.h"
 

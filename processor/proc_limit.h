@@ -37,7 +37,17 @@
  * otherwise the window decides as usual. At 20 ms per request (items of
  * ~150 ms) the limit goes from 8 to 64 in about half a second instead of
  * 1.5 s. Its evidence starts when the limit starts to bind (not at
- * start-up, before any work).
+ * start-up, before any work). With requests measured, a doubling whose
+ * requests held their latency (within 15 % of the base's) while the limit
+ * bound and items/s did not fall is taken on that evidence too.
+ *
+ * Slow start comes back: two up probes accepted in a row (quarter steps
+ * after a rejection) resume the doubling, so one window a shared machine
+ * slowed does not leave a 20 ms backlog climbing a quarter at a time (16 ->
+ * 41 in 19 s). A doubling that gained (at least 3 %) but less than it must
+ * (a fifth of 100 %) probes half its step at once against the same base:
+ * the knee lies between, and a window back at the base plus one of holding
+ * cost a second. Where more in flight gains nothing both are rare.
  *
  * An up probe that beat the base window before it while its items took much
  * longer (their latency grew by 60 % of the items added in flight since the
