@@ -86,6 +86,13 @@
  * so two in a row are rare and the doubling that follows is judged as any.
  */
 #define RESUME_UPS 2
+/*
+ * ... but only while the requests wait little for this machine: a base whose
+ * request round trip is RESUME_REQ x its floor or more (5 ms on 2 cores: 1.7 x
+ * at 18 in flight; 20 ms: 1.1-1.3 x) sits near the CPU's knee, where a doubling
+ * only queues (5 ms: 18 -> 36 took the requests from 10 to 120 ms for a window).
+ */
+#define RESUME_REQ 1.5
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
 {
@@ -318,7 +325,8 @@ static void accept(struct proc_limit *pl, double x, double mean_us, double n, do
 {
     if (pl->limit > pl->base) {
         pl->ups++;
-        if (pl->ups >= RESUME_UPS)
+        if (pl->ups >= RESUME_UPS &&
+            (req_us <= 0 || pl->req_floor_us <= 0 || req_us < RESUME_REQ * pl->req_floor_us))
             pl->slow_start = true; /* the climb pays step after step: double again */
     } else {
         pl->ups = 0;
