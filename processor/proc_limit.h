@@ -44,10 +44,12 @@
  * Slow start comes back: two up probes accepted in a row (quarter steps
  * after a rejection) resume the doubling, so one window a shared machine
  * slowed does not leave a 20 ms backlog climbing a quarter at a time (16 ->
- * 41 in 19 s). A doubling that gained (at least 3 %) but less than it must
- * (a fifth of 100 %) probes half its step at once against the same base:
- * the knee lies between, and a window back at the base plus one of holding
- * cost a second. Where more in flight gains nothing both are rare.
+ * 41 in 19 s) - unless the base's requests take 1.5 x their floor already
+ * (this machine's CPU is near its knee: 5 ms on 2 cores). A doubling that
+ * gained (at least 3 %) but less than it must (a fifth of 100 %) probes
+ * half its step at once against the same base: the knee lies between, and
+ * a window back at the base plus one of holding cost a second. Where more
+ * in flight gains nothing both are rare.
  *
  * An up probe that beat the base window before it while its items took much
  * longer (their latency grew by 60 % of the items added in flight since the
