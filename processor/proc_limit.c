@@ -5,7 +5,11 @@
  * which work waited for a slot. The base window measures the accepted
  * limit; a probe window measures limit +/- step and is judged against the
  * base window just before it. An accepted probe's window is the next base
- * measurement, so climbing costs one window per step.
+ * measurement, so climbing costs one window per step - a quarter of the
+ * limit once slow start (doubling) ended. So slow start resumes after
+ * RESUME_UPS accepted up probes in a row, and a doubling that gained less
+ * than it must is followed at once by a probe of half its step (decide);
+ * issue 24's 20 ms backlog is over in 5-10 s, the climb must be too.
  */
 #include "common/sf_base.h"
 
@@ -72,6 +76,23 @@
 #define REQ_HELD    0.15
 #define CUT_NUM     3
 #define CUT_DEN     4
+/*
+ * Up probes accepted in a row that resume slow start after it ended. One
+ * window that a shared machine slowed ends slow start (20 ms, 2 cores: a
+ * doubling 16 -> 32 whose requests took 4 x as long for a second), and a
+ * quarter per window then takes 6 s to reach 128 - the whole of a 2,000
+ * order backlog. Two steps that paid say the hill goes on upwards: double
+ * again. Where more in flight gains nothing (0 ms) up probes are rejected,
+ * so two in a row are rare and the doubling that follows is judged as any.
+ */
+#define RESUME_UPS 2
+/*
+ * ... but only while the requests wait little for this machine: a base whose
+ * request round trip is RESUME_REQ x its floor or more (5 ms on 2 cores: 1.7 x
+ * at 18 in flight; 20 ms: 1.1-1.3 x) sits near the CPU's knee, where a doubling
+ * only queues (5 ms: 18 -> 36 took the requests from 10 to 120 ms for a window).
+ */
+#define RESUME_REQ 1.5
 
 static unsigned clamp(const struct proc_limit *pl, int64_t v)
 {
@@ -176,6 +197,7 @@ static unsigned probe_target(const struct proc_limit *pl, bool up)
 static void rejected(struct proc_limit *pl, bool up)
 {
     pl->slow_start = false;
+    pl->ups = 0;
     pl->last_up = up;
     if (pl->rejected_once) {
         /* both ways failed: hold, then start the other way round */
@@ -301,6 +323,14 @@ static bool judge(const struct proc_limit *pl, double x)
 /* Accepts the probe (or the base) measured by a window: x items/s at a mean latency of mean_us. */
 static void accept(struct proc_limit *pl, double x, double mean_us, double n, double req_us)
 {
+    if (pl->limit > pl->base) {
+        pl->ups++;
+        if (pl->ups >= RESUME_UPS &&
+            (req_us <= 0 || pl->req_floor_us <= 0 || req_us < RESUME_REQ * pl->req_floor_us))
+            pl->slow_start = true; /* the climb pays step after step: double again */
+    } else {
+        pl->ups = 0;
+    }
     pl->base_req_us = req_us;
     pl->base = pl->limit;
     pl->base_x = x;
@@ -426,6 +456,20 @@ static bool decide(struct proc_limit *pl, int64_t elapsed_us)
         pl->hold = 0;
         return next_probe(pl);
     }
+    if (pl->phase == PROC_LIMIT_UP && pl->slow_start && pl->up_gain >= UP_MIN_GAIN &&
+        pl->limit - pl->base >= 2) {
+        /*
+         * A doubling that gained, if less than a doubling must (20 ms, 2
+         * cores: 64 -> 128 gave 18 % where 20 % were asked): the knee lies
+         * between, so half the step is probed at once, against the same
+         * base, instead of a window back at the base and one of holding.
+         */
+        pl->slow_start = false;
+        pl->ups = 0;
+        pl->limit = pl->base + (pl->limit - pl->base) / 2;
+        pl->changes++;
+        return true;
+    }
     rejected(pl, pl->phase == PROC_LIMIT_UP);
     pl->limit = pl->base;
     pl->phase = PROC_LIMIT_BASE;
@@ -471,6 +515,7 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
 {
     int64_t since = now_us - pl->changed_at;
     double mean, x, gain, more;
+    bool held;
     /* the server's latency since the window began (0: too few requests to tell) */
     double req = pl->req_n >= REQ_SAMPLES ? pl->req_sum_us / pl->req_n : 0;
 
@@ -516,8 +561,16 @@ static bool slow_start_done(struct proc_limit *pl, int64_t now_us, int64_t dur_u
                         req >= pl->base_req_us * (1 + PROPORTIONAL * (more - 1));
     else
         pl->up_queued = queued(pl, mean, pl->limit, 0) && mean >= PROPORTIONAL * more * pl->base_us;
-    if (gain < SF_MAX(UP_MIN_GAIN, (more - 1) / UP_SHARE) ||
-        x < pl->base_x * (1 + SF_MAX(UP_MIN_GAIN, gain / FAST_X_SHARE))) {
+    /*
+     * The server answered the doubled limit as quickly as the base (within
+     * REQ_HELD) while it bound and items/s did not fall: more in flight
+     * costs it nothing, so the doubling is taken whatever the items' own
+     * latency says (they wait behind their keys, for this process).
+     */
+    held = req > 0 && pl->base_req_us > 0 && req <= pl->base_req_us * (1 + REQ_HELD) &&
+           x >= pl->base_x;
+    if (!held && (gain < SF_MAX(UP_MIN_GAIN, (more - 1) / UP_SHARE) ||
+                  x < pl->base_x * (1 + SF_MAX(UP_MIN_GAIN, gain / FAST_X_SHARE)))) {
         /* no clear gain: the probe's window judges items/s as it always did */
         pl->fast_off = true;
         return false;
@@ -553,6 +606,7 @@ unsigned proc_limit_request(struct proc_limit *pl, int64_t now_us, int64_t laten
     pl->cut_at = now_us;
     pl->cuts++;
     pl->slow_start = false;
+    pl->ups = 0;
     pl->rejected_once = false;
     pl->last_up = true;
     pl->hold = 1; /* a window at the new base before the next probe */

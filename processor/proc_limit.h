@@ -37,7 +37,19 @@
  * otherwise the window decides as usual. At 20 ms per request (items of
  * ~150 ms) the limit goes from 8 to 64 in about half a second instead of
  * 1.5 s. Its evidence starts when the limit starts to bind (not at
- * start-up, before any work).
+ * start-up, before any work). With requests measured, a doubling whose
+ * requests held their latency (within 15 % of the base's) while the limit
+ * bound and items/s did not fall is taken on that evidence too.
+ *
+ * Slow start comes back: two up probes accepted in a row (quarter steps
+ * after a rejection) resume the doubling, so one window a shared machine
+ * slowed does not leave a 20 ms backlog climbing a quarter at a time (16 ->
+ * 41 in 19 s) - unless the base's requests take 1.5 x their floor already
+ * (this machine's CPU is near its knee: 5 ms on 2 cores). A doubling that
+ * gained (at least 3 %) but less than it must (a fifth of 100 %) probes
+ * half its step at once against the same base: the knee lies between, and
+ * a window back at the base plus one of holding cost a second. Where more
+ * in flight gains nothing both are rare.
  *
  * An up probe that beat the base window before it while its items took much
  * longer (their latency grew by 60 % of the items added in flight since the
@@ -101,6 +113,7 @@ struct proc_limit {
     unsigned base;  /* the accepted limit (limit differs while probing) */
     enum proc_limit_phase phase;
     bool slow_start;
+    unsigned ups;       /* up probes accepted in a row (RESUME_UPS resumes slow start) */
     bool last_up;       /* direction of the last probe */
     bool rejected_once; /* one direction rejected since the last accept */
     unsigned hold, hold_next;
