@@ -49,14 +49,13 @@
  * compensating state) still holds. The failure reported (reason, failed
  * step) is the lowest-index failing element; an error of any element
  * outranks a business failure (its outcome is unknown: the item is
- * retried). Elements after a failing one may have been done, so what this
- * call knows is a bitmap of the elements it ran and of those done (struct
- * run's failed_ran, failed_done), not a prefix. An element this call did
- * not run is not known undone: an earlier attempt (one killed, or one that
- * ended in an error of another element) may have run it past the one that
- * fails now, so its marker is read. Its undo runs k elements at once too,
- * started in reverse index order: within such a step, reverse order does
- * not hold.
+ * retried). While most recent runs of the step failed, its elements run one
+ * at a time (struct cstep's fail_share). Elements after a failing one may have been done, so what
+ * this call knows is a bitmap of the elements it ran and of those done (struct run's failed_ran,
+ * failed_done), not a prefix. An element this call did not run is not known undone: an earlier
+ * attempt (one killed, or one that ended in an error of another element) may have run it past the
+ * one that fails now, so its marker is read. Its undo runs k elements at once too, started in
+ * reverse index order: within such a step, reverse order does not hold.
  *
  * A transition that loses its CAS (412) means another delivery of the same
  * item moved it already: re-read the item and continue from its current
@@ -98,7 +97,16 @@ struct cstep {
     struct step_tmpl *reason;  /* TEXT mode */
     /* the mutable part: outcome counters (proc_engine_step_counts) */
     _Atomic uint64_t counts[PROC_STEP_COUNTS];
+    /*
+     * With `parallel`: the share of recent forward runs of several elements
+     * that ended in a business failure, in 1/FAIL_ONE (a moving average, each
+     * run weighing 1/16; updates may race, it is a hint). From half of them
+     * on, the elements run one at a time (elems_run).
+     */
+    _Atomic uint32_t fail_share;
 };
+
+#define FAIL_ONE 1024u
 
 struct cworkflow {
     const struct cfg_workflow *cfg;
@@ -942,6 +950,17 @@ static struct elem_out *elems_run(struct run *r, const struct cstep *cs, const j
 {
     size_t n = arr != NULL ? json_array_size(arr) : 1;
     unsigned k = cs->cfg->parallel > 1 ? cs->cfg->parallel : 1;
+    /*
+     * Elements that keep failing run one at a time: a failing run's other
+     * elements, started beside it, are done only to be undone (two requests
+     * each for nothing); when most runs fail (stock gone), that is most of
+     * the step's work. The share decays as runs succeed, and `parallel`
+     * comes back. Undo keeps its bound: what it undoes is all to be done.
+     */
+    if (!undo && k > 1 &&
+        atomic_load_explicit(&((struct cstep *)cs)->fail_share, memory_order_relaxed) >=
+            FAIL_ONE / 2)
+        k = 1;
     struct elems x = {.r = r,
                       .cs = cs,
                       .arr = arr,
@@ -950,7 +969,8 @@ static struct elem_out *elems_run(struct run *r, const struct cstep *cs, const j
                       .known = known,
                       .ran = ran,
                       .done = done,
-                      .parallel = k > 1,
+                      /* as configured: whether events are numbered must not vary by run */
+                      .parallel = cs->cfg->parallel > 1,
                       .caller = pthread_self(),
                       .lanes = proc_lanes_current()};
 
@@ -975,6 +995,15 @@ static void elems_free(struct elem_out *out, size_t n)
     for (size_t i = 0; i < n; i++)
         json_decref(out[i].env);
     free(out);
+}
+
+/* One more forward run of several elements into cs's failure share (struct cstep). */
+static void note_fail_share(struct cstep *cs, bool failed)
+{
+    uint32_t v = atomic_load_explicit(&cs->fail_share, memory_order_relaxed);
+
+    v = failed ? v + (FAIL_ONE - v) / 16 : v - v / 16;
+    atomic_store_explicit(&cs->fail_share, v, memory_order_relaxed);
 }
 
 /* Counts an applied (OK) or already applied (ALREADY) element of cs. */
@@ -1026,6 +1055,8 @@ static enum step_outcome run_forward(struct run *r, const struct cstep *cs, int 
         else if (e != STEP_OK && e != STEP_ALREADY && e != STEP_FAILED && erred == SIZE_MAX)
             erred = i;
     }
+    if (cs->cfg->parallel > 1 && n > 1 && erred == SIZE_MAX)
+        note_fail_share((struct cstep *)cs, failed != SIZE_MAX);
     if (erred != SIZE_MAX && out[erred].sr.outcome == STEP_WAIT) {
         *ret_wait_ms = out[erred].sr.wait_timeout_ms;
         oc = STEP_WAIT;

@@ -381,6 +381,95 @@ START_TEST(test_engine_parallel_retries_of_every_element_are_summed)
 }
 END_TEST
 
+/* Closes the gate for the next `want` elements to enter together (0: open). */
+static void gate(unsigned want)
+{
+    pthread_mutex_lock(&g_gate_mu);
+    g_gate_in = 0;
+    g_gate_want = want;
+    pthread_mutex_unlock(&g_gate_mu);
+}
+
+/* Writes order `id` with the rig's three lines (p-2's quantity q1) and processes it with g->e. */
+static void process_named(struct rig *g, const char *id, int q1, struct proc_result *res)
+{
+    char body[1024];
+    json_t *doc;
+    struct proc_item it = {.container = "orders", .lsn = 7, .epoch = 1};
+
+    (void)snprintf(body, sizeof(body),
+                   "{\"id\":\"%s\",\"customerId\":\"c-1\",\"status\":\"placed\",\"lines\":["
+                   "{\"sku\":\"p-1\",\"category\":\"books\",\"qty\":1},"
+                   "{\"sku\":\"p-2\",\"category\":\"games\",\"qty\":%d},"
+                   "{\"sku\":\"p-3\",\"category\":\"books\",\"qty\":2}]}",
+                   id, q1);
+    put(g, "orders", "[\"c-1\"]", body);
+    doc = get(g, "orders", id, "[\"c-1\"]");
+    it.doc = doc;
+    memset(res, 0, sizeof(*res));
+    proc_engine_process(g->e, &it, res);
+    json_decref(doc);
+}
+
+/* Requests to products for one order, and that it ended as want. */
+static uint64_t order_requests(struct rig *g, int n, int q1, enum proc_outcome want)
+{
+    struct proc_result res;
+    char id[32];
+    uint64_t sent = attempts_on(g, "products");
+
+    (void)snprintf(id, sizeof(id), "o-%d", n);
+    process_named(g, id, q1, &res);
+    ck_assert_msg(res.outcome == want, "%s: outcome %s: %s", id, proc_outcome_str(res.outcome),
+                  res.err.msg);
+    return attempts_on(g, "products") - sent;
+}
+
+/*
+ * When most runs of a parallel step fail (the stock is gone), its elements
+ * run one at a time: the elements started beside a failing one would only be
+ * done and undone. Successes bring `parallel` back.
+ */
+START_TEST(test_engine_parallel_step_whose_elements_keep_failing_runs_them_one_at_a_time)
+{
+    struct rig g;
+    int n = 0;
+    uint64_t first, last = 0;
+
+    rig_open(&g, "par_share", "products");
+    /* p-2 cannot serve 5: every order fails at element 1 */
+    first = order_requests(&g, n++, 5, PROC_FAILED);
+    /* all three ran at once (the gate saw to it): three do batches, two undo batches */
+    ck_assert_msg(first == 5, "first failing order: %llu requests", (unsigned long long)first);
+    gate(0); /* one element at a time must be able to pass */
+    for (int i = 0; i < 20; i++)
+        last = order_requests(&g, n++, 5, PROC_FAILED);
+    /*
+     * now one at a time: element 0 done, element 1 fails, element 2 never
+     * starts; element 0 undone, and element 2's marker read (this call did
+     * not run it, so it cannot know an earlier attempt did not)
+     */
+    ck_assert_msg(last == 4, "failing order after 20 failures: %llu requests",
+                  (unsigned long long)last);
+    ck_assert_int_eq(stock_of(&g, "p-1", "books"), 10);
+    ck_assert_int_eq(stock_of(&g, "p-3", "books"), 10);
+    /* stock back: orders succeed, the share decays, and a failing order runs at once again */
+    put(&g, g.coll, "[\"books\"]", "{\"id\":\"p-1\",\"category\":\"books\",\"stock\":1000}");
+    put(&g, g.coll, "[\"games\"]", "{\"id\":\"p-2\",\"category\":\"games\",\"stock\":1000}");
+    put(&g, g.coll, "[\"books\"]", "{\"id\":\"p-3\",\"category\":\"books\",\"stock\":1000}");
+    for (int i = 0; i < 20; i++)
+        (void)order_requests(&g, n++, 5, PROC_COMPLETED);
+    put(&g, g.coll, "[\"games\"]", "{\"id\":\"p-2\",\"category\":\"games\",\"stock\":3}");
+    while (sf_fan_idle(g.fan) < ELEMENTS - 1)
+        sf_sleep_ms(1);
+    gate(ELEMENTS);
+    last = order_requests(&g, n++, 5, PROC_FAILED);
+    ck_assert_msg(last == 5, "failing order after 20 successes: %llu requests",
+                  (unsigned long long)last);
+    rig_close(&g);
+}
+END_TEST
+
 int main(void)
 {
     static const char *const faults[] = {"--fault", "status=429,op=batch,coll=stock,p=1,count=2",
@@ -399,7 +488,8 @@ int main(void)
         (const TTest *[]){
             test_engine_parallel_failure_undoes_the_done_elements_without_a_read,
             test_engine_parallel_retries_of_every_element_are_summed,
-            test_engine_parallel_element_an_earlier_attempt_ran_past_the_failure_is_undone, NULL});
+            test_engine_parallel_element_an_earlier_attempt_ran_past_the_failure_is_undone,
+            test_engine_parallel_step_whose_elements_keep_failing_runs_them_one_at_a_time, NULL});
     rc = sf_check_run(s);
     harness_cosmolite_free(g_srv);
     return rc;
