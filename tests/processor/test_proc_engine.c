@@ -193,8 +193,8 @@ static void rig_close(struct rig *g)
     cosmos_client_free(g->cli);
 }
 
-/* Writes order o-1 (lines: 1 x p-1, q1 x p-2, 2 x p-3) and processes it once with e. */
-static void process_order_with(struct rig *g, const struct proc_engine *e, int q1,
+/* Writes order id (lines: 1 x p-1, q1 x p-2, 2 x p-3) and processes it once with e. */
+static void process_order_with(struct rig *g, const struct proc_engine *e, const char *id, int q1,
                                struct proc_result *res)
 {
     char body[1024];
@@ -202,13 +202,13 @@ static void process_order_with(struct rig *g, const struct proc_engine *e, int q
     struct proc_item it = {.container = "orders", .lsn = 7, .epoch = 1};
 
     (void)snprintf(body, sizeof(body),
-                   "{\"id\":\"o-1\",\"customerId\":\"c-1\",\"status\":\"placed\",\"lines\":["
+                   "{\"id\":\"%s\",\"customerId\":\"c-1\",\"status\":\"placed\",\"lines\":["
                    "{\"sku\":\"p-1\",\"category\":\"books\",\"qty\":1},"
                    "{\"sku\":\"p-2\",\"category\":\"games\",\"qty\":%d},"
                    "{\"sku\":\"p-3\",\"category\":\"books\",\"qty\":2}]}",
-                   q1);
+                   id, q1);
     put(g, "orders", "[\"c-1\"]", body);
-    doc = get(g, "orders", "o-1", "[\"c-1\"]");
+    doc = get(g, "orders", id, "[\"c-1\"]");
     it.doc = doc;
     memset(res, 0, sizeof(*res));
     proc_engine_process(e, &it, res);
@@ -217,7 +217,7 @@ static void process_order_with(struct rig *g, const struct proc_engine *e, int q
 
 static void process_order(struct rig *g, int q1, struct proc_result *res)
 {
-    process_order_with(g, g->e, q1, res);
+    process_order_with(g, g->e, "o-1", q1, res);
 }
 
 static int64_t stock_of(struct rig *g, const char *id, const char *category)
@@ -342,7 +342,7 @@ START_TEST(test_engine_parallel_element_an_earlier_attempt_ran_past_the_failure_
     pthread_mutex_lock(&g_gate_mu);
     g_gate_want = 0;
     pthread_mutex_unlock(&g_gate_mu);
-    process_order_with(&g, g.e_alone, 5, &res);
+    process_order_with(&g, g.e_alone, "o-1", 5, &res);
     ck_assert_msg(res.outcome == PROC_FAILED, "outcome %s: %s", proc_outcome_str(res.outcome),
                   res.err.msg);
     ck_assert_str_eq(res.reason, "out of stock: p-2 (element 1)");
@@ -390,27 +390,6 @@ static void gate(unsigned want)
     pthread_mutex_unlock(&g_gate_mu);
 }
 
-/* Writes order `id` with the rig's three lines (p-2's quantity q1) and processes it with g->e. */
-static void process_named(struct rig *g, const char *id, int q1, struct proc_result *res)
-{
-    char body[1024];
-    json_t *doc;
-    struct proc_item it = {.container = "orders", .lsn = 7, .epoch = 1};
-
-    (void)snprintf(body, sizeof(body),
-                   "{\"id\":\"%s\",\"customerId\":\"c-1\",\"status\":\"placed\",\"lines\":["
-                   "{\"sku\":\"p-1\",\"category\":\"books\",\"qty\":1},"
-                   "{\"sku\":\"p-2\",\"category\":\"games\",\"qty\":%d},"
-                   "{\"sku\":\"p-3\",\"category\":\"books\",\"qty\":2}]}",
-                   id, q1);
-    put(g, "orders", "[\"c-1\"]", body);
-    doc = get(g, "orders", id, "[\"c-1\"]");
-    it.doc = doc;
-    memset(res, 0, sizeof(*res));
-    proc_engine_process(g->e, &it, res);
-    json_decref(doc);
-}
-
 /* Requests to products for one order, and that it ended as want. */
 static uint64_t order_requests(struct rig *g, int n, int q1, enum proc_outcome want)
 {
@@ -419,7 +398,7 @@ static uint64_t order_requests(struct rig *g, int n, int q1, enum proc_outcome w
     uint64_t sent = attempts_on(g, "products");
 
     (void)snprintf(id, sizeof(id), "o-%d", n);
-    process_named(g, id, q1, &res);
+    process_order_with(g, g->e, id, q1, &res);
     ck_assert_msg(res.outcome == want, "%s: outcome %s: %s", id, proc_outcome_str(res.outcome),
                   res.err.msg);
     return attempts_on(g, "products") - sent;

@@ -2135,31 +2135,51 @@ static enum cosmos_net throttle_send(void *ctx, const struct cosmos_req *req, co
 static const struct cosmos_transport_ops throttle_transport = {.name = "script",
                                                                .send = throttle_send};
 
-START_TEST(test_throttled_transition_keeps_retry_after)
+/*
+ * s opened with the seats catalog and an engine whose client sends through
+ * t (a scripted transport), on cfg_text's workflows (NULL: the seats one).
+ * Returns the client: free it after pt_seats_close.
+ */
+static struct cosmos_client *scripted_engine(struct pt_seats *s, const char *cfg_text,
+                                             struct cosmos_transport *t)
 {
     struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
+    struct proc_engine_opts eo = {0};
+    struct sf_err err;
+
+    sf_err_clear(&err);
+    pt_seats_open(s);
+    proc_engine_free(s->e);
+    s->e = NULL;
+    if (cfg_text != NULL) {
+        cfg_free(s->cfg);
+        s->cfg = NULL;
+        ck_assert_msg(cfg_load_string(cfg_text, "m.cfg", &s->cfg, s->d, &err) == SF_OK, "%s",
+                      err.msg);
+    }
+    ck_assert_int_eq(cosmos_client_new(&co, &eo.cli, &err), SF_OK);
+    cosmos_client_set_transport(eo.cli, t);
+    eo.cfg = s->cfg;
+    eo.reg = s->reg;
+    eo.catalog = s->cat;
+    ck_assert_msg(proc_engine_new(&eo, &s->e, s->d, &err) == SF_OK, "%s", err.msg);
+    return eo.cli;
+}
+
+START_TEST(test_throttled_transition_keeps_retry_after)
+{
     struct throttle_script ts = {0};
     struct cosmos_transport t = {&throttle_transport, &ts};
-    struct proc_engine_opts eo = {0};
     struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
     struct proc_result res;
     struct pt_seats s;
-    struct sf_err err;
+    struct cosmos_client *cli;
     json_t *doc = json_loads("{\"id\":\"b-1\",\"buyer\":\"u-1\",\"show\":\"s-9\","
                              "\"status\":\"requested\",\"seats\":[]}",
                              0, NULL);
 
     ck_assert_ptr_nonnull(doc);
-    sf_err_clear(&err);
-    pt_seats_open(&s);
-    proc_engine_free(s.e);
-    s.e = NULL;
-    ck_assert_int_eq(cosmos_client_new(&co, &eo.cli, &err), SF_OK);
-    cosmos_client_set_transport(eo.cli, &t);
-    eo.cfg = s.cfg;
-    eo.reg = s.reg;
-    eo.catalog = s.cat;
-    ck_assert_msg(proc_engine_new(&eo, &s.e, s.d, &err) == SF_OK, "%s", err.msg);
+    cli = scripted_engine(&s, NULL, &t);
     it.doc = doc;
     proc_engine_process(s.e, &it, &res);
     ck_assert_msg(res.outcome == PROC_RETRY, "%s: %s", proc_outcome_str(res.outcome), res.err.msg);
@@ -2175,7 +2195,7 @@ START_TEST(test_throttled_transition_keeps_retry_after)
     ck_assert_str_eq(res.batch.coll, "bookings");
     ck_assert_msg(strstr(res.refused, "\"id\":\"b-1\"") != NULL, "refused: %s", res.refused);
     pt_seats_close(&s);
-    cosmos_client_free(eo.cli);
+    cosmos_client_free(cli);
     json_decref(doc);
 }
 END_TEST
@@ -2257,32 +2277,18 @@ START_TEST(test_transition_answer_without_body_continues_from_local_patch)
         "                     etag = \"{{item._etag}}\"; }; }; }\n"
         "  );\n"
         "} );\n";
-    struct cosmos_options co = {.endpoint = "http://127.0.0.1:1/", .key = SF_EMULATOR_KEY};
     struct minimal_script ms = {.creates = json_array()};
     struct cosmos_transport t = {&minimal_transport, &ms};
-    struct proc_engine_opts eo = {0};
     struct proc_item it = {.container = "bookings", .lsn = 7, .epoch = 1};
     struct proc_result res;
     struct pt_seats s;
-    struct sf_err err;
+    struct cosmos_client *cli;
     json_t *doc = json_loads("{\"id\":\"b-1\",\"buyer\":\"u-1\",\"show\":\"s-9\","
                              "\"status\":\"requested\",\"_etag\":\"\\\"e1\\\"\"}",
                              0, NULL);
 
     ck_assert_ptr_nonnull(doc);
-    sf_err_clear(&err);
-    pt_seats_open(&s);
-    proc_engine_free(s.e);
-    s.e = NULL;
-    cfg_free(s.cfg);
-    s.cfg = NULL;
-    ck_assert_msg(cfg_load_string(cfg_text, "m.cfg", &s.cfg, s.d, &err) == SF_OK, "%s", err.msg);
-    ck_assert_int_eq(cosmos_client_new(&co, &eo.cli, &err), SF_OK);
-    cosmos_client_set_transport(eo.cli, &t);
-    eo.cfg = s.cfg;
-    eo.reg = s.reg;
-    eo.catalog = s.cat;
-    ck_assert_msg(proc_engine_new(&eo, &s.e, s.d, &err) == SF_OK, "%s", err.msg);
+    cli = scripted_engine(&s, cfg_text, &t);
     it.doc = doc;
     proc_engine_process(s.e, &it, &res);
     ck_assert_msg(res.outcome == PROC_COMPLETED, "%s: %s", proc_outcome_str(res.outcome),
@@ -2297,7 +2303,7 @@ START_TEST(test_transition_answer_without_body_continues_from_local_patch)
     /* the etag the first transition's answer carried (batch 2 answers "e3") */
     ck_assert_str_eq(sf_json_str(json_array_get(ms.creates, 1), "etag"), "\"e3\"");
     pt_seats_close(&s);
-    cosmos_client_free(eo.cli);
+    cosmos_client_free(cli);
     json_decref(ms.creates);
     json_decref(doc);
 }
